@@ -1,0 +1,1 @@
+"""Whisper (openai/whisper, MIT): audio front end, CTranslate2 weight conversion."""
