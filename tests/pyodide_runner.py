@@ -1,0 +1,184 @@
+"""Run Python snippets inside Pyodide under Node, with numpy and the ember wheel installed.
+
+    result = run_pyodide("import ember; result = ember.__version__")["result"]
+
+A snippet reports by binding a JSON-able `result` (NaN/inf allowed); its stdout/stderr are
+returned too, and an exception raises PyodideSnippetError with the Pyodide traceback
+(pass check=False to get it as `error` instead). Starting Node + Pyodide + numpy + ember
+costs a couple of seconds, so many snippets should share one `PyodideSession` (see
+`pyodide_session` in the tests) or go through `run_pyodide_batch`.
+
+Running pytest itself inside Pyodide would need the pure-Python wheels pytest, pluggy,
+iniconfig and packaging (`pip download --no-deps --only-binary=:all:` them) installed with
+micropip from emfs: exactly like the ember wheel (pass them in `wheels=`).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from ember.wasm.assets import PyodideFetchError, build_wheel, ensure_pyodide
+
+NODE_SCRIPT = Path(__file__).with_name("pyodide_runner.mjs")
+SETUP_TIMEOUT = 120.0  # seconds; cold Node + Pyodide + numpy + ember takes ~3 s
+
+_wheel_cache: dict[str, Path] = {}
+
+
+class PyodideRunnerError(RuntimeError):
+    """Node/Pyodide could not start, died, or timed out."""
+
+
+class PyodideSnippetError(RuntimeError):
+    """A snippet raised inside Pyodide; the message holds its traceback."""
+
+
+def node_path() -> str | None:
+    return shutil.which("node")
+
+
+def ember_wheel() -> Path:
+    """The ember wheel built from this checkout, once per process."""
+    if "ember" not in _wheel_cache:
+        _wheel_cache["ember"] = build_wheel(tempfile.mkdtemp(prefix="ember-wheel-"))
+    return _wheel_cache["ember"]
+
+
+class PyodideSession:
+    """One Node process with Pyodide loaded; `run` executes snippets in fresh namespaces."""
+
+    def __init__(self, *, packages=("numpy",), install_ember: bool = True, wheels=(),
+                 mounts: dict[str, str | os.PathLike] | None = None,
+                 dist: str | os.PathLike | None = None, timeout: float = SETUP_TIMEOUT):
+        node = node_path()
+        if node is None:
+            raise PyodideRunnerError("ember: node not found on PATH; Pyodide tests need "
+                                     "Node.js 20")
+        wheel_paths = [str(ember_wheel())] if install_ember else []
+        wheel_paths += [str(Path(w).resolve()) for w in wheels]
+        config = {"indexURL": str(ensure_pyodide(dist)) + "/", "packages": list(packages),
+                  "wheels": wheel_paths,
+                  "mounts": {py: str(Path(host).resolve()) for py, host in (mounts or {}).items()}}
+        self._proc = subprocess.Popen([node, str(NODE_SCRIPT), json.dumps(config)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, bufsize=1)
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._stderr: collections.deque[str] = collections.deque(maxlen=200)
+        threading.Thread(target=self._pump_stdout, daemon=True).start()
+        threading.Thread(target=self._pump_stderr, daemon=True).start()
+        self._next_id = 0
+        ready = self._receive(timeout, "starting Pyodide")
+        if not ready.get("ready"):
+            self.close()
+            raise PyodideRunnerError(f"ember: Pyodide setup failed: {ready.get('error')}")
+        self.setup_seconds: float = ready["setup_s"]
+        self.version: str = ready["pyodide"]
+
+    def run(self, code: str, *, timeout: float = 120.0, check: bool = True) -> dict:
+        """Execute `code`; return {"result", "stdout", "stderr", "error"}."""
+        if self._proc.poll() is not None:
+            raise PyodideRunnerError(f"ember: the Pyodide process has exited "
+                                     f"({self._proc.returncode}){self._stderr_tail()}")
+        self._next_id += 1
+        self._proc.stdin.write(json.dumps({"id": self._next_id, "code": code}) + "\n")
+        self._proc.stdin.flush()
+        reply = self._receive(timeout, "running a snippet")
+        if reply.get("id") != self._next_id:
+            raise PyodideRunnerError(f"ember: out-of-order reply from Pyodide: {reply}")
+        out = {"result": json.loads(reply["result"]), "stdout": reply["stdout"],
+               "stderr": reply["stderr"], "error": reply["error"]}
+        if check and out["error"]:
+            raise PyodideSnippetError(f"ember: snippet failed inside Pyodide:\n{out['error']}"
+                                      f"{out['stdout']}{out['stderr']}")
+        return out
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+    def __enter__(self) -> PyodideSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _receive(self, timeout: float, what: str) -> dict:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            self._proc.kill()
+            raise PyodideRunnerError(f"ember: Pyodide timed out after {timeout} s while "
+                                     f"{what}{self._stderr_tail()}") from None
+        if line is None:
+            self._proc.wait()
+            raise PyodideRunnerError(f"ember: Node exited ({self._proc.returncode}) while "
+                                     f"{what}{self._stderr_tail()}")
+        return json.loads(line)
+
+    def _pump_stdout(self) -> None:
+        for line in self._proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _pump_stderr(self) -> None:
+        for line in self._proc.stderr:
+            self._stderr.append(line)
+
+    def _stderr_tail(self) -> str:
+        tail = "".join(self._stderr).strip()
+        return f"\nnode stderr:\n{tail[-4000:]}" if tail else ""
+
+
+# ---------------------------------------------------------------- pytest fixtures
+# Import them into a test module (`from pyodide_runner import pyodide_session`) to use them.
+
+def unavailable(reason: str) -> None:
+    """Skip locally, but fail under CI=true, where node and the downloads must work."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{reason} (CI=true, so this fails instead of skipping)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def pyodide_dist() -> Path:
+    try:
+        return ensure_pyodide()
+    except PyodideFetchError as exc:  # a failed verification is not caught: it must fail
+        unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
+def pyodide_session(pyodide_dist):
+    """One Node + Pyodide + numpy + ember process shared by the whole test session."""
+    if node_path() is None:
+        unavailable("ember: node not found on PATH; Pyodide tests need Node.js 20")
+    with PyodideSession(dist=pyodide_dist) as session:
+        yield session
+
+
+def run_pyodide(code: str, *, packages=("numpy",), install_ember: bool = True,
+                timeout: float = 120.0, check: bool = True) -> dict:
+    """Run one snippet in a fresh Node process (see PyodideSession.run)."""
+    with PyodideSession(packages=packages, install_ember=install_ember) as session:
+        return session.run(code, timeout=timeout, check=check)
+
+
+def run_pyodide_batch(codes, *, packages=("numpy",), install_ember: bool = True,
+                      timeout: float = 120.0, check: bool = True) -> list[dict]:
+    """Run several snippets in one Node process, each in its own namespace."""
+    with PyodideSession(packages=packages, install_ember=install_ember) as session:
+        return [session.run(code, timeout=timeout, check=check) for code in codes]
