@@ -2,7 +2,7 @@
 //
 // Usage: node pyodide_runner.mjs '<config json>'
 //   config: {indexURL, packages: [...], wheels: [host paths], mounts: {pyodide path: host path}}
-// Protocol: after setup, one JSON line {"ready": true, "setup_s": ...} on stdout; then each
+// Protocol: after setup, one JSON line {"ready": true, "timings": {...}} on stdout; then each
 // stdin line {"id", "code"} gets one stdout line {"id", "result", "stdout", "stderr", "error"}.
 // stdout carries only the protocol: Pyodide's own console output goes to stderr.
 import { readFileSync } from "node:fs";
@@ -42,11 +42,14 @@ async function setup() {
   const toStderr = (line) => process.stderr.write(line + "\n");
   const pyodide = await loadPyodide({ indexURL: config.indexURL, stdout: toStderr,
                                       stderr: toStderr });
+  const seconds = () => (performance.now() - start) / 1000;
+  const timings = { pyodide_s: seconds() };
   const wheels = config.wheels ?? [];
   const packages = [...(config.packages ?? []), ...(wheels.length ? ["micropip"] : [])];
   if (packages.length) {
     await pyodide.loadPackage(packages, { messageCallback: () => {}, errorCallback: toStderr });
   }
+  timings.packages_s = seconds();
   if (wheels.length) {
     // micropip reads emfs: URLs from Pyodide's in-memory FS, so no server is needed.
     pyodide.FS.mkdirTree("/tmp/wheels");
@@ -58,19 +61,20 @@ async function setup() {
     }
     micropip.destroy();
   }
+  timings.wheels_s = seconds();
   for (const [pyPath, hostPath] of Object.entries(config.mounts ?? {})) {
     pyodide.FS.mkdirTree(pyPath);
     pyodide.mountNodeFS(pyPath, hostPath);
   }
   await pyodide.runPythonAsync(DRIVER);
-  return { pyodide, setupSeconds: (performance.now() - start) / 1000 };
+  return { pyodide, timings: { ...timings, setup_s: seconds() } };
 }
 
 let pyodide;
 try {
   const ready = await setup();
   pyodide = ready.pyodide;
-  send({ ready: true, setup_s: ready.setupSeconds, pyodide: pyodide.version });
+  send({ ready: true, timings: ready.timings, pyodide: pyodide.version });
 } catch (err) {
   send({ ready: false, error: String(err?.stack ?? err) });
   process.exit(1);

@@ -14,6 +14,7 @@ micropip from emfs: exactly like the ember wheel (pass them in `wheels=`).
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import json
 import os
@@ -49,7 +50,9 @@ def node_path() -> str | None:
 def ember_wheel() -> Path:
     """The ember wheel built from this checkout, once per process."""
     if "ember" not in _wheel_cache:
-        _wheel_cache["ember"] = build_wheel(tempfile.mkdtemp(prefix="ember-wheel-"))
+        folder = tempfile.mkdtemp(prefix="ember-wheel-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _wheel_cache["ember"] = build_wheel(folder)
     return _wheel_cache["ember"]
 
 
@@ -80,7 +83,8 @@ class PyodideSession:
         if not ready.get("ready"):
             self.close()
             raise PyodideRunnerError(f"ember: Pyodide setup failed: {ready.get('error')}")
-        self.setup_seconds: float = ready["setup_s"]
+        # cumulative seconds after loadPyodide, loadPackage, micropip installs, and in all
+        self.timings: dict[str, float] = ready["timings"]
         self.version: str = ready["pyodide"]
 
     def run(self, code: str, *, timeout: float = 120.0, check: bool = True) -> dict:
