@@ -1,0 +1,115 @@
+"""Whisper's audio front end in numpy: load -> 16 kHz mono -> log-mel spectrogram.
+
+Follows openai/whisper ``audio.py`` (v20240930) and transformers' WhisperFeatureExtractor: STFT
+with a periodic Hann window, reflect padding (torch.stft center=True), power spectrum without its
+last frame, Slaney-style mel filterbank (librosa's default, computed here rather than shipped),
+log10 clamped at 1e-10, floored at max - 8, then (x + 4) / 4.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import numpy as np
+
+from .resample import resample
+from .wav import read_wav
+
+SAMPLE_RATE = 16000
+N_FFT = 400
+HOP_LENGTH = 160
+CHUNK_LENGTH = 30  # seconds of audio per encoder window
+N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480000 samples in a window
+N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in a window
+
+
+def load_audio(source: str | os.PathLike | bytes, sr: int = SAMPLE_RATE) -> np.ndarray:
+    """Read a WAV file (path or bytes), average channels to mono, resample to ``sr``
+    -> float32 (n_samples,)."""
+    x, file_sr = read_wav(source)
+    return resample(x, file_sr, sr)
+
+
+def pad_or_trim(array: np.ndarray, length: int = N_SAMPLES, axis: int = -1) -> np.ndarray:
+    """Zero-pad or cut ``array`` along ``axis`` to exactly ``length`` (as openai/whisper)."""
+    n = array.shape[axis]
+    if n > length:
+        return np.take(array, np.arange(length), axis=axis)
+    if n < length:
+        widths = [(0, 0)] * array.ndim
+        widths[axis] = (0, length - n)
+        return np.pad(array, widths)
+    return array
+
+
+# ---------------------------------------------------------------------------------------------
+# Mel filterbank (Slaney mel scale, Slaney area normalisation: librosa.filters.mel's defaults)
+# ---------------------------------------------------------------------------------------------
+
+def _hz_to_mel(f: np.ndarray) -> np.ndarray:
+    # Slaney: linear below 1 kHz (3 mels per 200 Hz), logarithmic above.
+    f_sp, min_log_hz, logstep = 200.0 / 3, 1000.0, np.log(6.4) / 27.0
+    f = np.asarray(f, np.float64)
+    lin = f / f_sp
+    return np.where(f >= min_log_hz, min_log_hz / f_sp + np.log(np.maximum(f, 1e-10) / min_log_hz)
+                    / logstep, lin)
+
+
+def _mel_to_hz(m: np.ndarray) -> np.ndarray:
+    f_sp, min_log_hz, logstep = 200.0 / 3, 1000.0, np.log(6.4) / 27.0
+    min_log_mel = min_log_hz / f_sp
+    return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
+
+
+@lru_cache(maxsize=4)
+def mel_filters(n_mels: int, sr: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
+    """Triangular filters from 0 Hz to sr/2 -> read-only float32 (n_mels, n_fft // 2 + 1)."""
+    fft_freqs = np.linspace(0.0, sr / 2, n_fft // 2 + 1)  # (n_bins,)
+    edges = _mel_to_hz(np.linspace(_hz_to_mel(0.0), _hz_to_mel(sr / 2), n_mels + 2))  # (n_mels+2,)
+    widths = np.diff(edges)  # (n_mels+1,)
+    ramps = edges[:, None] - fft_freqs[None, :]  # (n_mels+2, n_bins)
+    rising = -ramps[:-2] / widths[:-1, None]
+    falling = ramps[2:] / widths[1:, None]
+    weights = np.maximum(0.0, np.minimum(rising, falling))  # (n_mels, n_bins)
+    weights *= (2.0 / (edges[2:] - edges[:-2]))[:, None]  # equal area per filter
+    out = weights.astype(np.float32)
+    out.flags.writeable = False  # shared through the cache
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Log-mel spectrogram
+# ---------------------------------------------------------------------------------------------
+
+def _power_spectrogram(audio: np.ndarray) -> np.ndarray:
+    """|STFT|^2 as torch.stft(center=True, pad_mode='reflect', periodic Hann), last frame
+    dropped -> float64 (n_fft // 2 + 1, len(audio) // HOP_LENGTH)."""
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)  # periodic Hann
+    padded = np.pad(audio.astype(np.float64), N_FFT // 2, mode="reflect")
+    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH]  # (T+1, N_FFT)
+    spec = np.fft.rfft(frames[:-1] * window, axis=-1)  # (T, n_bins)
+    return (spec.real ** 2 + spec.imag ** 2).T
+
+
+def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, pad_to_30s: bool = True) -> np.ndarray:
+    """16 kHz mono audio (n_samples,) -> Whisper's normalised log-mel, float32 (n_mels, frames).
+
+    pad_to_30s=True (transformers/openai-whisper): the audio is zero-padded or cut to 30 s first,
+    giving exactly N_FRAMES frames; the max - 8 floor then sees the padding too.
+    pad_to_30s=False (faster-whisper): the mel is computed on the audio plus one hop of zeros,
+    giving len(audio) // HOP_LENGTH + 1 frames; pad the *features* with pad_or_trim(mel, N_FRAMES)
+    (zeros, i.e. log-mel value 0) before the encoder, as faster-whisper does.
+    """
+    audio = np.asarray(audio)
+    if audio.ndim != 1:
+        raise ValueError(f"ember: log_mel_spectrogram expects mono audio (n_samples,), got shape "
+                         f"{audio.shape}; average the channels first")
+    if audio.size == 0 and not pad_to_30s:
+        raise ValueError("ember: log_mel_spectrogram got empty audio")
+    if not np.all(np.isfinite(audio)):
+        raise ValueError("ember: log_mel_spectrogram got NaN or infinite samples")
+    audio = pad_or_trim(audio, N_SAMPLES) if pad_to_30s else np.pad(audio, (0, HOP_LENGTH))
+    mel = mel_filters(n_mels).astype(np.float64) @ _power_spectrogram(audio)  # (n_mels, frames)
+    log_spec = np.log10(np.maximum(mel, 1e-10))
+    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
+    return ((log_spec + 4.0) / 4.0).astype(np.float32)
