@@ -1,0 +1,149 @@
+"""What every weights format shares: the error type, sources (path or bytes), format detection,
+and the hand-off between numpy storage arrays and ember Tensors.
+
+Readers work at the numpy level: a tensor is a `Stored` (storage ndarray + ember DType; bfloat16
+as uint16 bits) so the formats do not depend on the Tensor core; `load` converts at the end.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .. import dtypes
+
+
+class FormatError(ValueError):
+    """A weights file is malformed, unsupported, or unsafe; the message names file, tensor, dtype."""
+
+
+class Stored:
+    """A tensor as a reader produces it: `array` has `dtype.np` as its numpy dtype."""
+    __slots__ = ("array", "dtype")
+
+    def __init__(self, array: np.ndarray, dtype: dtypes.DType):
+        self.array, self.dtype = array, dtype
+
+    @property
+    def shape(self):
+        return self.array.shape
+
+    def __repr__(self):
+        return f"Stored(shape={self.array.shape}, dtype={self.dtype.name})"
+
+
+# ---------------------------------------------------------------- sources
+
+def is_bytes(src) -> bool:
+    return isinstance(src, (bytes, bytearray, memoryview))
+
+
+def describe(src) -> str:
+    """How errors name a source: the path, or '<N bytes>' for in-memory data."""
+    if is_bytes(src):
+        return f"<{memoryview(src).nbytes} bytes>"
+    return os.fspath(src)
+
+
+def check_source(src):
+    if not (is_bytes(src) or isinstance(src, (str, os.PathLike))):
+        raise TypeError(f"ember: expected a path or bytes, got {type(src).__name__}")
+
+
+def head(src, n: int) -> bytes:
+    """The first n bytes of a path or buffer (fewer if it is shorter)."""
+    if is_bytes(src):
+        return bytes(memoryview(src).cast("B")[:n])
+    try:
+        with open(src, "rb") as f:
+            return f.read(n)
+    except OSError as e:
+        raise FormatError(f"ember: cannot read {describe(src)}: {e.strerror or e}") from None
+
+
+# ---------------------------------------------------------------- detection
+
+_EXT = {".safetensors": "safetensors", ".npz": "npz", ".pt": "torch", ".pth": "torch",
+        ".bin": "torch", ".ckpt": "torch", ".gguf": "gguf"}
+# torch's legacy (pre-1.6) format starts with a pickled magic number 0x1950a86a20f9469cfc6c
+_TORCH_LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+
+
+def detect(src) -> str:
+    """'safetensors' | 'npz' | 'torch' | 'gguf', from the magic bytes first, else the extension."""
+    check_source(src)
+    magic = head(src, 16)
+    if magic[:4] == b"GGUF":
+        return "gguf"
+    if magic.startswith(_TORCH_LEGACY_MAGIC):
+        raise FormatError(f"ember: {describe(src)} is a legacy (pre-1.6, non-zip) torch file, which ember "
+                          "does not read; re-save it with torch.save (the zip format is the default)")
+    if magic[:4] == b"PK\x03\x04":
+        return _zip_kind(src)
+    if len(magic) >= 9 and magic[8:9] == b"{":
+        return "safetensors"
+    if not is_bytes(src):
+        kind = _EXT.get(os.path.splitext(os.fspath(src))[1].lower())
+        if kind:
+            return kind
+    raise FormatError(f"ember: {describe(src)} is not a known weights format "
+                      "(safetensors, .npz, torch .pt/.pth zip, GGUF)")
+
+
+def _zip_kind(src) -> str:
+    """A zip is torch's format if it holds '<archive>/data.pkl', else an .npz."""
+    import io
+    import zipfile
+    try:
+        with zipfile.ZipFile(io.BytesIO(src) if is_bytes(src) else src) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise FormatError(f"ember: {describe(src)} is a damaged zip file: {e}") from None
+    return "torch" if any(n.endswith("data.pkl") for n in names) else "npz"
+
+
+def source_size(src) -> int:
+    return memoryview(src).nbytes if is_bytes(src) else os.path.getsize(src)
+
+
+def check_member_size(zinfo, archive_size: int, where: str):
+    """Refuse a zip member whose claimed size the archive cannot hold, before allocating for it.
+    Deflate expands at most ~1032x, so a larger claim is a lie (or a bomb)."""
+    limit = archive_size if zinfo.compress_type == 0 else 1032 * zinfo.compress_size + 1024
+    if zinfo.file_size > limit:
+        raise FormatError(f"ember: {where}: zip entry {zinfo.filename!r} claims {zinfo.file_size} bytes, "
+                          f"more than the archive can hold")
+
+
+# ---------------------------------------------------------------- Tensor hand-off
+
+def contiguous(a: np.ndarray, dtype=None) -> np.ndarray:
+    """a as a C-contiguous array of dtype, copying only if needed (np.ascontiguousarray turns 0-d into 1-d)."""
+    a = np.asarray(a)
+    if dtype is not None:
+        a = a.astype(dtype, copy=False)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def to_tensor(s: Stored):
+    from ..tensor import Tensor
+    return Tensor._from_storage(s.array, s.dtype)
+
+
+def to_stored(name: str, x) -> Stored:
+    """An ember Tensor, a Stored, or a numpy array -> Stored (C-contiguous) for writing."""
+    if isinstance(x, Stored):
+        return Stored(contiguous(x.array), x.dtype)
+    if hasattr(x, "_storage_numpy") and hasattr(x, "dtype"):
+        d = dtypes.get(x.dtype)
+        return Stored(contiguous(x._storage_numpy()), d)
+    if isinstance(x, np.ndarray):
+        if x.dtype == np.uint16:
+            raise TypeError(f"ember: tensor {name!r}: a uint16 numpy array is ambiguous (ember stores "
+                            "bfloat16 as uint16 bits); pass an ember Tensor")
+        try:
+            d = dtypes.get(x.dtype)
+        except TypeError as e:
+            raise TypeError(f"ember: tensor {name!r}: {str(e)[len('ember: '):]}") from None
+        return Stored(contiguous(x), d)
+    raise TypeError(f"ember: tensor {name!r} is a {type(x).__name__}; expected an ember Tensor or numpy array")
