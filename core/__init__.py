@@ -1,2 +1,57 @@
-"""ember: a small PyTorch-like tensor library (placeholder until the core lands)."""
+"""ember: a small PyTorch-like tensor library whose numpy core runs in CPython and Pyodide.
+
+`import ember` imports numpy and the standard library only; backends (webgpu, cuda), weight
+formats and models are imported on first use.
+"""
 __version__ = "0.1.0"
+
+from . import dtypes  # noqa: E402
+from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
+from .device import Device, DeviceError, device, devices, register_backend  # noqa: E402,F401
+from .dtypes import (DType, bfloat16, bool_, double, float16, float32, float64, half, int8, int32,  # noqa: E402,F401
+                     int64, long, uint8, uint32)
+from .tensor import (Tensor, arange, empty, empty_like, eye, from_numpy, full, full_like, linspace,  # noqa: E402,F401
+                     manual_seed, multinomial, ones, ones_like, rand, rand_like, randint, randn, randn_like,
+                     randperm, tensor, zeros, zeros_like)
+from . import tensor_methods as _tm  # noqa: E402,F401  (binds ops onto Tensor)
+from .ops_elementwise import (abs, clamp, cos, erf, exp, log, logical_and, logical_not, logical_or,  # noqa: E402,F401
+                              maximum, minimum, pow, relu, rsqrt, sigmoid, sign, sin, sqrt, tanh, where)
+from .ops_movement import (broadcast_shapes, cat, chunk, flatten, flip, narrow, permute, reshape, roll,  # noqa: E402,F401
+                           split, squeeze, stack, transpose, tril, triu, unsqueeze)
+from .ops_reduce import (all, amax, amin, any, argmax, argmin, argsort, cumsum, logsumexp, max, mean,  # noqa: E402,F401
+                         min, prod, sort, std, sum, topk, var)
+from .ops_indexing import gather, index_select, nonzero, scatter, scatter_add  # noqa: E402,F401
+from .linalg import bmm, dot, matmul, mm, outer  # noqa: E402,F401
+from . import nn, optim  # noqa: E402,F401
+
+bool = bool_  # noqa: A001  (torch spells it torch.bool)
+concat = concatenate = cat
+
+
+def softmax(x, dim=-1):
+    return nn.functional.softmax(x, dim)
+
+
+def load(src, **kwargs):
+    """Load tensors from a file path or bytes: safetensors, npz, .pt/.pth, gguf (by extension/magic)."""
+    from .io import load as _load
+    return _load(src, **kwargs)
+
+
+def save(tensors, path, metadata=None):
+    from .io import save as _save
+    return _save(tensors, path, metadata=metadata)
+
+
+def __getattr__(name):
+    # heavy or optional parts load on first use, keeping `import ember` fast
+    if name == "io":
+        from . import io
+        return io
+    if name == "Tokenizer":
+        from .tokenizers import Tokenizer
+        return Tokenizer
+    if name in ("QTensor", "quantize"):
+        from . import quant
+        return getattr(quant, name)
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")

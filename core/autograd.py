@@ -1,0 +1,509 @@
+"""Reverse-mode autograd: one backward rule per primitive, written next to its forward.
+
+`prim_*` functions run a primitive on the tensors' backend and, when gradients are being
+recorded, attach a node whose `backward(grad)` returns one gradient per input, composed from
+Tensor ops (so every composed op differentiates for free). The engine walks nodes in reverse
+topological order and accumulates into leaf `.grad`.
+"""
+from __future__ import annotations
+
+import math
+
+_GRAD = [True]  # module-level flag: a list so hot paths read it without attribute lookups
+
+
+def is_grad_enabled() -> bool:
+    return _GRAD[0]
+
+
+class no_grad:
+    """Context manager / decorator that turns off gradient recording."""
+
+    _flag = False
+
+    def __enter__(self):
+        self._prev = _GRAD[0]
+        _GRAD[0] = self._flag
+
+    def __exit__(self, *exc):
+        _GRAD[0] = self._prev
+
+    def __call__(self, fn):
+        def wrapper(*a, **k):
+            with self.__class__():
+                return fn(*a, **k)
+        wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+        return wrapper
+
+
+class enable_grad(no_grad):
+    _flag = True
+
+
+class set_grad_enabled(no_grad):
+    def __init__(self, mode: bool):
+        self._flag = bool(mode)
+        self._prev = _GRAD[0]
+        _GRAD[0] = self._flag
+
+    def __enter__(self):
+        pass
+
+
+_Tensor = None  # set by tensor.py (avoids an import cycle)
+
+
+def _wrap(data, device):
+    t = object.__new__(_Tensor)
+    t._data, t.device, t.requires_grad, t.grad, t._ctx = data, device, False, None, None
+    return t
+
+
+class Node:
+    """A recorded primitive application: inputs (Tensors or None) and what backward needs."""
+
+    __slots__ = ("inputs", "saved", "kind", "arg")
+
+    def __init__(self, kind, inputs, arg=None, saved=None):
+        self.kind, self.inputs, self.arg, self.saved = kind, inputs, arg, saved
+
+    def backward(self, g):
+        return _BACKWARD[self.kind](self, g)
+
+
+def _record(out, kind, inputs, arg=None, saved=None):
+    if _GRAD[0]:
+        for t in inputs:
+            if t is not None and t.requires_grad:
+                out.requires_grad = True
+                out._ctx = Node(kind, inputs, arg, saved)
+                break
+    return out
+
+
+# ============================================================================ primitives
+
+def prim_unary(op, x):
+    out = _wrap(x.device.backend.unary(op, x._data), x.device)
+    if _GRAD[0] and x.requires_grad and x.dtype.is_float:
+        _record(out, "unary", (x,), op, out)
+    return out
+
+
+def prim_binary(op, a, b):
+    """b is a Tensor of a's dtype/device or a Python scalar."""
+    bt = b.__class__ is _Tensor
+    out = _wrap(a.device.backend.binary(op, a._data, b._data if bt else b), a.device)
+    if _GRAD[0] and (a.requires_grad or (bt and b.requires_grad)) and op not in _NO_GRAD_BINARY:
+        out.requires_grad = True
+        out._ctx = Node("binary", (a, b if bt else None), (op, None if bt else b), out)
+    return out
+
+
+_NO_GRAD_BINARY = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "floordiv"))
+
+
+def prim_where(c, a, b):
+    out = _wrap(a.device.backend.where(c._data, a._data, b._data), a.device)
+    if _GRAD[0] and (a.requires_grad or b.requires_grad):
+        _record(out, "where", (a, b), None, c)
+    return out
+
+
+def prim_cast(x, dtype):
+    if x.dtype is dtype:
+        return x
+    out = _wrap(x.device.backend.cast(x._data, dtype), x.device)
+    if _GRAD[0] and x.requires_grad and dtype.is_float and x.dtype.is_float:
+        _record(out, "cast", (x,), x.dtype)
+    return out
+
+
+def prim_reduce(op, x, axes, keepdim):
+    out = _wrap(x.device.backend.reduce(op, x._data, axes, keepdim), x.device)
+    if _GRAD[0] and x.requires_grad:
+        _record(out, "reduce", (x,), (op, axes, keepdim), out)
+    return out
+
+
+def prim_arg_reduce(op, x, axis, keepdim):
+    return _wrap(x.device.backend.arg_reduce(op, x._data, axis, keepdim), x.device)
+
+
+def prim_argsort(x, axis, descending):
+    return _wrap(x.device.backend.argsort(x._data, axis, descending), x.device)
+
+
+def prim_cumsum(x, axis):
+    out = _wrap(x.device.backend.cumsum(x._data, axis), x.device)
+    if _GRAD[0] and x.requires_grad:
+        _record(out, "cumsum", (x,), axis)
+    return out
+
+
+def prim_reshape(x, shape):
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    out = _wrap(x.device.backend.reshape(x._data, shape), x.device)
+    if _GRAD[0] and x.requires_grad:
+        _record(out, "reshape", (x,), x.shape)
+    return out
+
+
+def prim_permute(x, order):
+    out = _wrap(x.device.backend.permute(x._data, tuple(order)), x.device)
+    if _GRAD[0] and x.requires_grad:
+        _record(out, "permute", (x,), tuple(order))
+    return out
+
+
+def prim_expand(x, shape):
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    out = _wrap(x.device.backend.expand(x._data, shape), x.device)
+    if _GRAD[0] and x.requires_grad:
+        _record(out, "expand", (x,), x.shape)
+    return out
+
+
+def prim_slice(x, starts, stops, steps):
+    out = _wrap(x.device.backend.slice(x._data, starts, stops, steps), x.device)
+    if _GRAD[0] and x.requires_grad:
+        _record(out, "slice", (x,), (x.shape, tuple(starts), tuple(steps)))
+    return out
+
+
+def prim_pad(x, pads, value):
+    out = _wrap(x.device.backend.pad(x._data, tuple(pads), value), x.device)
+    if _GRAD[0] and x.requires_grad:
+        _record(out, "pad", (x,), tuple(pads))
+    return out
+
+
+def prim_cat(xs, axis):
+    dev = xs[0].device
+    out = _wrap(dev.backend.cat([t._data for t in xs], axis), dev)
+    if _GRAD[0] and any(t.requires_grad for t in xs):
+        _record(out, "cat", tuple(xs), axis)
+    return out
+
+
+def prim_contiguous(x):
+    out = _wrap(x.device.backend.contiguous(x._data), x.device)
+    if _GRAD[0] and x.requires_grad:
+        _record(out, "identity", (x,))
+    return out
+
+
+def prim_matmul(a, b):
+    out = _wrap(a.device.backend.matmul(a._data, b._data), a.device)
+    if _GRAD[0] and (a.requires_grad or b.requires_grad):
+        _record(out, "matmul", (a, b))
+    return out
+
+
+def prim_conv(x, w, stride, padding, dilation, groups):
+    out = _wrap(x.device.backend.conv(x._data, w._data, stride, padding, dilation, groups), x.device)
+    if _GRAD[0] and (x.requires_grad or w.requires_grad):
+        _record(out, "conv", (x, w), (stride, padding, dilation, groups))
+    return out
+
+
+def prim_gather(x, axis, idx):
+    out = _wrap(x.device.backend.gather(x._data, axis, idx._data), x.device)
+    if _GRAD[0] and x.requires_grad:
+        _record(out, "gather", (x,), axis, idx)
+    return out
+
+
+def prim_index_select(x, axis, idx):
+    out = _wrap(x.device.backend.index_select(x._data, axis, idx._data), x.device)
+    if _GRAD[0] and x.requires_grad:
+        _record(out, "index_select", (x,), axis, idx)
+    return out
+
+
+def prim_scatter(x, axis, idx, src, reduce):
+    out = _wrap(x.device.backend.scatter(x._data, axis, idx._data, src._data, reduce), x.device)
+    if _GRAD[0] and (x.requires_grad or src.requires_grad):
+        _record(out, "scatter", (x, src), (axis, reduce), idx)
+    return out
+
+
+def prim_fused(name, x, *args):
+    """Fused primitives run only without gradient recording; callers compose otherwise."""
+    return _wrap(getattr(x.device.backend, name)(x._data, *args), x.device)
+
+
+# ============================================================================ backward rules
+# Each takes (node, g) and returns a tuple of gradients aligned with node.inputs.
+
+def unbroadcast(g, shape):
+    """Sum g down to `shape` (reverse of numpy broadcasting)."""
+    if g.shape == shape:
+        return g
+    extra = g.ndim - len(shape)
+    axes = tuple(range(extra)) + tuple(i + extra for i, s in enumerate(shape) if s == 1 and g.shape[i + extra] != 1)
+    if axes:
+        g = prim_reduce("sum", g, axes, True)
+    return prim_reshape(g, shape)
+
+
+def _bw_unary(n, g):
+    op, x, y = n.arg, n.inputs[0], n.saved
+    if op == "neg":
+        return (-g,)
+    if op == "exp":
+        return (g * y,)
+    if op == "log":
+        return (g / x,)
+    if op == "sin":
+        return (g * x.cos(),)
+    if op == "cos":
+        return (-g * x.sin(),)
+    if op == "sqrt":
+        return (g / (y * 2),)
+    if op == "rsqrt":
+        return (g * y * y * y * -0.5,)
+    if op == "tanh":
+        return (g * (1 - y * y),)
+    if op == "erf":
+        return (g * (-(x * x)).exp() * (2 / math.sqrt(math.pi)),)
+    if op == "abs":
+        return (g * x.sign(),)
+    if op == "sigmoid":
+        return (g * y * (1 - y),)
+    if op == "recip":
+        return (-g * y * y,)
+    return (g.zeros_like(),)  # sign, floor, ceil, round: zero almost everywhere (as torch)
+
+
+def _bw_binary(n, g):
+    (op, scalar), (a, b), y = n.arg, n.inputs, n.saved
+    bv = b if b is not None else scalar
+    ga = gb = None
+    if op == "add":
+        ga, gb = g, g
+    elif op == "sub":
+        ga, gb = g, -g
+    elif op == "mul":
+        ga, gb = g * bv, (g * a if b is not None else None)
+    elif op == "div":
+        ga = g / bv
+        if b is not None:
+            gb = -g * a / (b * b)
+    elif op == "pow":
+        ga = g * bv * a.pow(bv - 1) if b is not None else g * (a.pow(scalar - 1) * scalar if scalar != 0 else 0.0)
+        if b is not None:
+            # d/db a^b = a^b log a; define 0 where a == 0 (torch gives 0 there for b > 0)
+            gb = g * y * a.where(a != 0, 1.0).log()
+    elif op in ("maximum", "minimum"):
+        if b is None:
+            m = (a > scalar) if op == "maximum" else (a < scalar)
+            ga = g * (m + (a == scalar) * 0.5).to(g.dtype)
+        else:
+            win = (a > b) if op == "maximum" else (a < b)
+            tie = (a == b).to(g.dtype) * 0.5
+            ga = g * (win.to(g.dtype) + tie)
+            gb = g * ((~win).to(g.dtype) - tie)
+    elif op == "fmod":
+        ga = g
+        if b is not None:
+            gb = -g * (a / b).trunc()
+    ga = None if ga is None or a is None else unbroadcast(ga, a.shape)
+    gb = None if gb is None or b is None else unbroadcast(gb, b.shape)
+    return ga, gb
+
+
+def _bw_where(n, g):
+    c = n.saved
+    a, b = n.inputs
+    z = g.zeros_like()
+    return unbroadcast(prim_where(c, g, z), a.shape), unbroadcast(prim_where(c, z, g), b.shape)
+
+
+def _bw_cast(n, g):
+    return (prim_cast(g, n.arg),)
+
+
+def _bw_reduce(n, g):
+    (op, axes, keepdim), x, y = n.arg, n.inputs[0], n.saved
+    kshape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+    if not keepdim:
+        g, y = prim_reshape(g, kshape), prim_reshape(y, kshape)
+    if op == "sum":
+        return (prim_expand(g, x.shape),)
+    if op in ("max", "min"):  # ties share the gradient evenly (torch.amax semantics)
+        m = (x == y).to(g.dtype)
+        return (m * g / m.sum(axes, keepdim=True),)
+    if op == "prod":
+        # product of all others; exact where one element is zero, via exclusive products
+        return (_prod_grad(x, y, axes, g),)
+    raise NotImplementedError(op)
+
+
+def _prod_grad(x, y, axes, g):
+    """d prod / dx_i = product of the others, zero-safe: y / x where no zero is reduced, the
+    product of the non-zeros at a lone zero, and 0 where two or more zeros are reduced."""
+    z = x == 0
+    nz = z.sum(axes, keepdim=True)
+    pnz = prim_reduce("prod", x.where(~z, 1.0), axes, True)
+    only = (nz == 1) & z
+    return (y / x.where(~z, 1.0)).where(nz == 0, pnz.where(only, 0.0)) * g
+
+
+def _bw_cumsum(n, g):
+    ax = n.arg
+    return (g.flip(ax).cumsum(ax).flip(ax),)
+
+
+def _bw_reshape(n, g):
+    return (prim_reshape(g, n.arg),)
+
+
+def _bw_permute(n, g):
+    order = n.arg
+    inv = [0] * len(order)
+    for i, p in enumerate(order):
+        inv[p] = i
+    return (prim_permute(g, inv),)
+
+
+def _bw_expand(n, g):
+    return (unbroadcast(g, n.arg),)
+
+
+def _bw_slice(n, g):
+    in_shape, starts, steps = n.arg
+    for ax, (st, step) in enumerate(zip(starts, steps)):
+        L = g.shape[ax]
+        if step < 0:  # reverse, then treat as a positive step starting at the lowest index touched
+            g = g.flip(ax)
+            st, step = st + step * (L - 1), -step
+        if step > 1 and L > 0:  # interleave zeros: (.., L, ..) -> (.., L*step, ..) then trim
+            z = g.zeros_like()
+            parts = [g.unsqueeze(ax + 1)] + [z.unsqueeze(ax + 1)] * (step - 1)
+            shp = list(g.shape)
+            shp[ax] = L * step
+            g = prim_cat(parts, ax + 1).reshape(shp)
+            g = g.narrow(ax, 0, (L - 1) * step + 1)
+        pads = [(0, 0)] * g.ndim
+        pads[ax] = (st if L else 0, in_shape[ax] - (st if L else 0) - g.shape[ax])
+        g = prim_pad(g, pads, 0.0)
+    return (g,)
+
+
+def _bw_pad(n, g):
+    pads = n.arg
+    starts = [p[0] for p in pads]
+    stops = [s - p[1] for s, p in zip(g.shape, pads)]
+    return (prim_slice(g, starts, stops, [1] * g.ndim),)
+
+
+def _bw_cat(n, g):
+    ax, out, o = n.arg, [], 0
+    for t in n.inputs:
+        out.append(g.narrow(ax, o, t.shape[ax]))
+        o += t.shape[ax]
+    return tuple(out)
+
+
+def _bw_identity(n, g):
+    return (g,)
+
+
+def _bw_matmul(n, g):
+    a, b = n.inputs
+    ga = unbroadcast(prim_matmul(g, b.transpose(-1, -2)), a.shape) if a.requires_grad else None
+    gb = unbroadcast(prim_matmul(a.transpose(-1, -2), g), b.shape) if b.requires_grad else None
+    return ga, gb
+
+
+def _bw_conv(n, g):
+    from .nn import conv_grad
+    x, w = n.inputs
+    stride, padding, dilation, groups = n.arg
+    gx = conv_grad.input_grad(g, w, x.shape, stride, padding, dilation, groups) if x.requires_grad else None
+    gw = conv_grad.weight_grad(g, x, w.shape, stride, padding, dilation, groups) if w.requires_grad else None
+    return gx, gw
+
+
+def _bw_gather(n, g):
+    x, idx = n.inputs[0], n.saved
+    return (prim_scatter(g.new_zeros(x.shape), n.arg, idx, g, "add"),)
+
+
+def _bw_index_select(n, g):
+    x, ax, idx = n.inputs[0], n.arg, n.saved
+    shape = [1] * g.ndim
+    shape[ax] = idx.shape[0]
+    full_idx = prim_expand(prim_reshape(idx, shape), g.shape)
+    return (prim_scatter(g.new_zeros(x.shape), ax, full_idx, g, "add"),)
+
+
+def _bw_scatter(n, g):
+    (ax, reduce), idx = n.arg, n.saved
+    x, src = n.inputs
+    gsrc = prim_gather(g, ax, idx) if src.requires_grad else None
+    if reduce is None:  # overwritten positions get no gradient
+        gx = prim_scatter(g, ax, idx, g.new_zeros(idx.shape), None)
+    else:
+        gx = g
+    return gx, gsrc
+
+
+_BACKWARD = {
+    "unary": _bw_unary, "binary": _bw_binary, "where": _bw_where, "cast": _bw_cast,
+    "reduce": _bw_reduce, "cumsum": _bw_cumsum, "reshape": _bw_reshape, "permute": _bw_permute,
+    "expand": _bw_expand, "slice": _bw_slice, "pad": _bw_pad, "cat": _bw_cat,
+    "identity": _bw_identity, "matmul": _bw_matmul, "conv": _bw_conv, "gather": _bw_gather,
+    "index_select": _bw_index_select, "scatter": _bw_scatter,
+}
+
+
+# ============================================================================ engine
+
+def backward(root, grad=None):
+    if not root.requires_grad:
+        raise RuntimeError("ember: backward() on a tensor that does not require grad "
+                           "(no input had requires_grad=True, or it was computed under no_grad)")
+    if grad is None:
+        if root.numel() != 1:
+            raise RuntimeError(f"ember: backward() needs a gradient argument for a non-scalar output of shape {root.shape}")
+        grad = root.ones_like()
+    order, seen = [], set()
+    stack = [(root, False)]
+    while stack:  # iterative DFS: deep graphs (long RNN/decoder loops) must not hit the recursion limit
+        t, done = stack.pop()
+        if done:
+            order.append(t)
+            continue
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        stack.append((t, True))
+        if t._ctx is not None:
+            for p in t._ctx.inputs:
+                if p is not None and p.requires_grad and id(p) not in seen:
+                    stack.append((p, False))
+    grads = {id(root): grad}
+    with no_grad():
+        for t in reversed(order):
+            g = grads.pop(id(t), None)
+            if g is None:
+                continue
+            if t._ctx is None:  # leaf
+                if g.dtype is not t.dtype:
+                    g = prim_cast(g, t.dtype)
+                t.grad = g if t.grad is None else t.grad + g
+                continue
+            for p, pg in zip(t._ctx.inputs, t._ctx.backward(g)):
+                if p is None or pg is None or not p.requires_grad:
+                    continue
+                if pg.shape != p.shape:
+                    pg = unbroadcast(pg, p.shape)
+                prev = grads.get(id(p))
+                grads[id(p)] = pg if prev is None else prev + pg
+

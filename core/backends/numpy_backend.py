@@ -1,0 +1,328 @@
+"""The numpy backend: the reference implementation of every primitive (see ember/primitives.py).
+
+Pure numpy, so it runs unchanged under Pyodide. Arrays are numpy arrays in storage dtype:
+bfloat16 is uint16 bits, upcast to float32 for compute and rounded back (RNE).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes as D
+from ..primitives import Backend
+
+_BF16 = np.dtype(np.uint16)
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+
+
+def _erf(x):
+    # numpy has no erf and Abramowitz-Stegun 7.1.26 is too coarse for parity: W. J. Cody's rational Chebyshev approximation (as in many libms): |err| < 1e-15 in float64.
+    xd = x.astype(np.float64)
+    ax = np.abs(xd)
+    out = np.empty_like(xd)
+    small = ax < 0.5
+    if small.any():
+        t = xd[small] ** 2
+        p = ((((1.85777706184603153e-1 * t + 3.16112374387056560e0) * t + 1.13864154151050156e2) * t
+              + 3.77485237685302021e2) * t + 3.20937758913846947e3)
+        q = ((((t + 2.36012909523441209e1) * t + 2.44024637934444173e2) * t + 1.28261652607737228e3) * t
+             + 2.84423683343917062e3)
+        out[small] = xd[small] * p / q
+    mid = (~small) & (ax < 4.0)
+    if mid.any():
+        y = ax[mid]
+        p = (((((((2.15311535474403846e-8 * y + 5.64188496988670089e-1) * y + 8.88314979438837594e0) * y
+                 + 6.61191906371416295e1) * y + 2.98635138197400131e2) * y + 8.81952221241769090e2) * y
+              + 1.71204761263407058e3) * y + 2.05107837782607147e3) * y + 1.23033935479799725e3
+        q = (((((((y + 1.57449261107098347e1) * y + 1.17693950891312499e2) * y + 5.37181101862009858e2) * y
+                 + 1.62138957456669019e3) * y + 3.29079923573345963e3) * y + 4.36261909014324716e3) * y
+              + 3.43936767414372164e3) * y + 1.23033935480374942e3
+        r = np.exp(-y * y) * p / q
+        out[mid] = np.sign(xd[mid]) * (1.0 - r)
+    big = ~(small | mid)
+    if big.any():
+        y = ax[big]
+        z = 1.0 / (y * y)
+        p = ((((1.63153871373020978e-2 * z + 3.05326634961232344e-1) * z + 3.60344899949804439e-1) * z
+              + 1.25781726111229246e-1) * z + 1.60837851487422766e-2) * z + 6.58749161529837803e-4
+        q = ((((z + 2.56852019228982242e0) * z + 1.87295284992346725e0) * z + 5.27905102951428412e-1) * z
+             + 6.05183413124413191e-2) * z + 2.33520497626869185e-3
+        r = np.exp(-y * y) / y * (1 / math.sqrt(math.pi) - z * p / q)
+        out[big] = np.sign(xd[big]) * (1.0 - r)
+    out[np.isnan(xd)] = np.nan
+    return out.astype(x.dtype)
+
+
+def _sigmoid(x):
+    # split by sign so exp never overflows
+    out = np.empty_like(x)
+    pos = x >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
+    e = np.exp(x[~pos])
+    out[~pos] = e / (1.0 + e)
+    return out
+
+
+def _round(x):  # torch rounds half to even, as numpy does
+    return np.round(x)
+
+
+UNARY = {
+    "neg": np.negative, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos,
+    "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh, "erf": _erf,
+    "abs": np.abs, "sign": np.sign, "floor": np.floor, "ceil": np.ceil, "round": _round,
+    "sigmoid": _sigmoid, "recip": lambda x: np.reciprocal(x) if x.dtype.kind == "f" else 1 / x,
+    "not": np.logical_not,
+}
+
+
+def _floordiv(a, b):
+    return np.floor_divide(a, b)
+
+
+def _fmod(a, b):
+    return np.fmod(a, b)
+
+
+def _int_pow(a, b):
+    return np.power(a, b)
+
+
+BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide, "pow": np.power,
+    "maximum": np.maximum, "minimum": np.minimum, "fmod": _fmod, "floordiv": _floordiv,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal, "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
+}
+_CMP = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"}
+REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
+
+
+def _up(x):
+    """bf16 bits -> float32 (compute type); other arrays unchanged."""
+    return D.bf16_bits_to_f32(x) if x.dtype == _BF16 else x
+
+
+def _down(y):
+    return D.f32_to_bf16_bits(y)
+
+
+class NumpyBackend(Backend):
+    name = "cpu"
+
+    def __init__(self, index=0):
+        self.index = index
+
+    # -- transfer / creation ------------------------------------------------------------------
+    def from_numpy(self, a, dtype):
+        a = np.asarray(a)
+        if a.dtype != dtype.np:
+            a = a.astype(dtype.np)
+        return a
+
+    def to_numpy(self, x):
+        return np.array(x, copy=True)
+
+    def full(self, shape, value, dtype):
+        if dtype is D.bfloat16:
+            return np.full(shape, D.f32_to_bf16_bits(np.array([value], np.float32))[0], np.uint16)
+        return np.full(shape, value, dtype.np)
+
+    def arange(self, start, stop, step, dtype):
+        if dtype is D.bfloat16:
+            return _down(np.arange(start, stop, step, dtype=np.float32))
+        return np.arange(start, stop, step, dtype=dtype.np)
+
+    # -- meta -----------------------------------------------------------------------------------
+    def shape(self, x):
+        return x.shape
+
+    def dtype_of(self, x):
+        return D.FROM_NP[x.dtype]
+
+    # -- elementwise ----------------------------------------------------------------------------
+    def unary(self, op, x):
+        f = UNARY[op]
+        if x.dtype == _BF16:
+            return _down(f(_up(x)))
+        with np.errstate(all="ignore"):
+            y = f(x)
+        return y if y.dtype == x.dtype or op == "not" else y.astype(x.dtype)
+
+    def binary(self, op, a, b):
+        f = BINARY[op]
+        if a.dtype == _BF16:
+            y = f(_up(a), _up(b) if isinstance(b, np.ndarray) else b)
+            return y if op in _CMP else _down(y)
+        with np.errstate(all="ignore"):
+            if op == "pow" and a.dtype.kind in "iu" and not isinstance(b, np.ndarray) and b < 0:
+                raise ValueError("ember: integer tensor to a negative integer power")
+            y = f(a, b)
+        if op in _CMP or y.dtype == a.dtype:
+            return y
+        return y.astype(a.dtype)
+
+    def where(self, cond, a, b):
+        if a.dtype == _BF16 or (isinstance(b, np.ndarray) and b.dtype == _BF16):
+            return np.where(cond, a, b).astype(np.uint16)
+        y = np.where(cond, a, b)
+        return y if y.dtype == a.dtype else y.astype(a.dtype)
+
+    def cast(self, x, dtype):
+        if x.dtype == dtype.np:
+            return x
+        if dtype is D.bfloat16:
+            return _down(x.astype(np.float32))
+        src = _up(x)
+        if dtype.is_float or src.dtype.kind not in "f":
+            with np.errstate(all="ignore"):
+                return src.astype(dtype.np)
+        # float -> int truncates toward zero (as torch); NaN/inf give an unspecified value as torch
+        with np.errstate(all="ignore"):
+            return np.trunc(src).astype(dtype.np)
+
+    # -- reductions -----------------------------------------------------------------------------
+    def reduce(self, op, x, axes, keepdim):
+        f = REDUCE[op]
+        if x.dtype == _BF16:
+            return _down(f(_up(x), axis=axes, keepdims=keepdim))
+        if x.dtype == _F16 and op in ("sum", "prod"):
+            return f(x.astype(np.float32), axis=axes, keepdims=keepdim).astype(np.float16)
+        y = f(x, axis=axes, keepdims=keepdim)
+        return np.asarray(y, dtype=x.dtype)
+
+    def arg_reduce(self, op, x, axis, keepdim):
+        x = _up(x)
+        y = np.argmax(x, axis=axis) if op == "argmax" else np.argmin(x, axis=axis)
+        if x.dtype.kind == "f":  # torch: NaN is the max (and the min); numpy agrees only for argmax
+            nan = np.isnan(x)
+            if nan.any():
+                y = np.where(nan.any(axis=axis), np.argmax(nan, axis=axis), y)
+        y = np.asarray(y, dtype=np.int64)
+        return np.expand_dims(y, axis) if keepdim else y
+
+    def cumsum(self, x, axis):
+        if x.dtype == _BF16:
+            return _down(np.cumsum(_up(x), axis=axis))
+        if x.dtype == _F16:
+            return np.cumsum(x.astype(np.float32), axis=axis).astype(np.float16)
+        return np.cumsum(x, axis=axis, dtype=x.dtype)
+
+    def argsort(self, x, axis, descending):
+        x = _up(x)
+        if descending:
+            # stable descending: sort the reversed axis ascending on negated keys would break ties
+            # wrongly; instead sort keys that order descending and keep index order for ties
+            if x.dtype.kind == "f":
+                key = -x
+            elif x.dtype.kind == "b":
+                key = ~x
+            elif x.dtype.kind == "u":
+                key = np.iinfo(x.dtype).max - x
+            else:
+                key = -x.astype(np.int64) if x.dtype != np.int64 else np.where(x == np.iinfo(np.int64).min, np.iinfo(np.int64).max, -x)
+            return np.argsort(key, axis=axis, kind="stable").astype(np.int64)
+        return np.argsort(x, axis=axis, kind="stable").astype(np.int64)
+
+    # -- movement -------------------------------------------------------------------------------
+    def reshape(self, x, shape):
+        return x.reshape(shape)
+
+    def permute(self, x, order):
+        return x.transpose(order)
+
+    def expand(self, x, shape):
+        return np.broadcast_to(x, shape)
+
+    def slice(self, x, starts, stops, steps):
+        return x[tuple(slice(a, None if (b < 0) else b, s) for a, b, s in zip(starts, stops, steps))]
+
+    def pad(self, x, pads, value):
+        if x.dtype == _BF16:
+            value = int(D.f32_to_bf16_bits(np.array([value], np.float32))[0])
+        return np.pad(x, pads, mode="constant", constant_values=value)
+
+    def cat(self, xs, axis):
+        return np.concatenate(xs, axis=axis)
+
+    def contiguous(self, x):
+        return np.ascontiguousarray(x)
+
+    # -- compute --------------------------------------------------------------------------------
+    def matmul(self, a, b):
+        if a.dtype == _BF16:
+            return _down(np.matmul(_up(a), _up(b)))
+        if a.dtype == _F16:  # no f16 BLAS: accumulate in float32, round once (as torch CPU)
+            return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+        return np.matmul(a, b)
+
+    def conv(self, x, w, stride, padding, dilation, groups):
+        from .numpy_conv import conv
+        if x.dtype == _BF16:
+            return _down(conv(_up(x), _up(w), stride, padding, dilation, groups))
+        if x.dtype == _F16:
+            return conv(x.astype(np.float32), w.astype(np.float32), stride, padding, dilation, groups).astype(np.float16)
+        return conv(x, w, stride, padding, dilation, groups)
+
+    # -- indexing -------------------------------------------------------------------------------
+    def gather(self, x, axis, idx):
+        return np.take_along_axis(x, idx, axis=axis)
+
+    def index_select(self, x, axis, idx):
+        return np.take(x, idx, axis=axis)
+
+    def scatter(self, x, axis, idx, src, reduce):
+        out = np.array(x, copy=True)
+        if reduce is None:
+            np.put_along_axis(out, idx, src, axis=axis)
+            return out
+        # scatter-add with repeated indices: build full index tuples and use np.add.at
+        grids = list(np.indices(idx.shape, sparse=True))
+        grids[axis] = idx
+        if out.dtype == _BF16:
+            acc = _up(out)
+            np.add.at(acc, tuple(grids), _up(src))
+            return _down(acc)
+        np.add.at(out, tuple(grids), src)
+        return out
+
+    # -- fused (optional): fast paths for the heavy composite ops ----------------------------
+    def softmax(self, x, axis):
+        if x.dtype == _BF16:
+            return _down(self.softmax(_up(x), axis))
+        m = x.max(axis=axis, keepdims=True)
+        e = np.exp(x - m)
+        e /= e.sum(axis=axis, keepdims=True)
+        return e
+
+    def log_softmax(self, x, axis):
+        if x.dtype == _BF16:
+            return _down(self.log_softmax(_up(x), axis))
+        s = x - x.max(axis=axis, keepdims=True)
+        return s - np.log(np.exp(s).sum(axis=axis, keepdims=True))
+
+    def layer_norm(self, x, w, b, eps):
+        if x.dtype in (_BF16, _F16):
+            y = self.layer_norm(_up(x).astype(np.float32), None if w is None else _up(w).astype(np.float32),
+                                None if b is None else _up(b).astype(np.float32), eps)
+            return _down(y) if x.dtype == _BF16 else y.astype(np.float16)
+        mu = x.mean(axis=-1, keepdims=True)
+        xc = x - mu
+        var = np.mean(xc * xc, axis=-1, keepdims=True)
+        y = xc * (1.0 / np.sqrt(var + eps)).astype(x.dtype)
+        if w is not None:
+            y *= w
+        if b is not None:
+            y += b
+        return y
+
+    def rms_norm(self, x, w, eps):
+        if x.dtype in (_BF16, _F16):
+            y = self.rms_norm(_up(x).astype(np.float32), None if w is None else _up(w).astype(np.float32), eps)
+            return _down(y) if x.dtype == _BF16 else y.astype(np.float16)
+        y = x * (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+        if w is not None:
+            y *= w
+        return y

@@ -1,0 +1,36 @@
+"""im2col convolution for the numpy backend: sliding windows + one batched BLAS matmul per call."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+
+def conv(x, w, stride, padding, dilation, groups):
+    """x (N, C, *S), w (O, C // groups, *K) -> (N, O, *out); cross-correlation as torch."""
+    nd = x.ndim - 2
+    n, c = x.shape[:2]
+    o, k = w.shape[0], w.shape[2:]
+    if any(padding):
+        x = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    s = x.shape[2:]
+    out = tuple((s[i] - dilation[i] * (k[i] - 1) - 1) // stride[i] + 1 for i in range(nd))
+    if any(v <= 0 for v in out):
+        raise ValueError(f"ember: conv input spatial size {tuple(s)} (padded) is smaller than the "
+                         f"dilated kernel {tuple(dilation[i] * (k[i] - 1) + 1 for i in range(nd))}")
+    g, cg, og = groups, c // groups, o // groups
+    p = math.prod(out)
+    if all(v == 1 for v in k):  # 1x1: a plain matmul over (strided) pixels
+        xs = x[(slice(None), slice(None)) + tuple(slice(0, stride[i] * (out[i] - 1) + 1, stride[i]) for i in range(nd))]
+        cols = xs.reshape(n, g, cg, p)                                     # (N, g, Cg, P)
+    else:
+        win = sliding_window_view(x, [dilation[i] * (k[i] - 1) + 1 for i in range(nd)], axis=tuple(range(2, 2 + nd)))
+        win = win[(slice(None), slice(None)) + tuple(slice(None, None, st) for st in stride)
+                  + tuple(slice(None, None, d) for d in dilation)]         # (N, C, *out, *K)
+        win = win.reshape((n, g, cg) + out + tuple(k))
+        perm = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
+        cols = win.transpose(perm).reshape(n, g, cg * math.prod(k), p)    # (N, g, Cg*K, P) copy
+    wm = w.reshape(g, og, -1)                                              # (g, Og, Cg*K)
+    y = np.matmul(wm[None], cols)                                          # (N, g, Og, P)
+    return y.reshape((n, o) + out)

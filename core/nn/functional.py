@@ -1,0 +1,489 @@
+"""ember.nn.functional: torch.nn.functional's names, composed from Tensor ops.
+
+Heavy ops (softmax, norms, attention) call a backend's fused primitive when it has one and no
+gradient is being recorded; otherwise they are composed, and tests check both paths agree.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+from .. import autograd as A
+from .. import dtypes as D
+from ..ops_elementwise import (elu, gelu, hardsigmoid, hardswish, leaky_relu, logsigmoid, mish,  # noqa: F401
+                               relu, relu6, sigmoid, silu, softplus, tanh)
+from ..ops_indexing import one_hot  # noqa: F401
+from ..ops_movement import norm_dim
+from .conv_grad import conv_transpose as _conv_transpose
+
+
+def _fused(x, name):
+    f = getattr(x.device.backend, name, None)
+    return f if (f is not None and not (A._GRAD[0] and x.requires_grad)) else None
+
+
+def _tuple(v, n, what):
+    if isinstance(v, numbers.Integral):
+        return (int(v),) * n
+    v = tuple(int(i) for i in v)
+    if len(v) != n:
+        raise ValueError(f"ember: {what} needs {n} values, got {v}")
+    return v
+
+
+# ------------------------------------------------------------------ softmax family
+
+def softmax(x, dim=-1, dtype=None):
+    if dtype is not None:
+        x = x.to(dtype)
+    d = norm_dim(dim, x.ndim)
+    if _fused(x, "softmax"):
+        return A.prim_fused("softmax", x, d)
+    e = (x - x.amax(d, keepdim=True).detach()).exp()
+    return e / e.sum(d, keepdim=True)
+
+
+def log_softmax(x, dim=-1, dtype=None):
+    if dtype is not None:
+        x = x.to(dtype)
+    d = norm_dim(dim, x.ndim)
+    if _fused(x, "log_softmax"):
+        return A.prim_fused("log_softmax", x, d)
+    s = x - x.amax(d, keepdim=True).detach()
+    return s - s.exp().sum(d, keepdim=True).log()
+
+
+# ------------------------------------------------------------------ normalization
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    ns = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    if tuple(x.shape[-len(ns):]) != ns:
+        raise ValueError(f"ember: layer_norm normalized_shape {ns} does not match input shape {x.shape}")
+    if len(ns) == 1 and not any(t is not None and t.requires_grad for t in (weight, bias)) and _fused(x, "layer_norm"):
+        return A.prim_fused("layer_norm", x, None if weight is None else weight._data,
+                            None if bias is None else bias._data, eps)
+    axes = tuple(range(x.ndim - len(ns), x.ndim))
+    xf = x.float() if x.dtype in (D.float16, D.bfloat16) else x
+    mu = xf.mean(axes, keepdim=True)
+    xc = xf - mu
+    y = xc * ((xc * xc).mean(axes, keepdim=True) + eps).rsqrt()
+    y = y.to(x.dtype)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def rms_norm(x, normalized_shape, weight=None, eps=None):
+    ns = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    if eps is None:
+        eps = 1.1920928955078125e-07 if x.dtype is D.float32 else float(__import__("numpy").finfo("float16").eps) \
+            if x.dtype is D.float16 else 0.0078125
+    if len(ns) == 1 and not (weight is not None and weight.requires_grad) and _fused(x, "rms_norm"):
+        return A.prim_fused("rms_norm", x, None if weight is None else weight._data, eps)
+    axes = tuple(range(x.ndim - len(ns), x.ndim))
+    xf = x.float() if x.dtype in (D.float16, D.bfloat16) else x
+    y = (xf * ((xf * xf).mean(axes, keepdim=True) + eps).rsqrt()).to(x.dtype)
+    return y * weight if weight is not None else y
+
+
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    n, c = x.shape[:2]
+    if c % num_groups:
+        raise ValueError(f"ember: group_norm: {c} channels not divisible by {num_groups} groups")
+    xg = x.reshape(n, num_groups, -1)
+    mu = xg.mean(-1, keepdim=True)
+    xc = xg - mu
+    y = (xc * ((xc * xc).mean(-1, keepdim=True) + eps).rsqrt()).reshape(*x.shape)
+    shp = (1, c) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        y = y * weight.reshape(*shp)
+    if bias is not None:
+        y = y + bias.reshape(*shp)
+    return y
+
+
+def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    c = x.shape[1]
+    shp = (1, c) + (1,) * (x.ndim - 2)
+    axes = (0,) + tuple(range(2, x.ndim))
+    if training:
+        mu = x.mean(axes)
+        var = x.var(axes, unbiased=False)
+        if running_mean is not None:
+            n = x.numel() // c
+            with A.no_grad():
+                running_mean.copy_(running_mean * (1 - momentum) + mu.detach() * momentum)
+                running_var.copy_(running_var * (1 - momentum) + var.detach() * (n / max(n - 1, 1)) * momentum)
+    else:
+        mu, var = running_mean, running_var
+    y = (x - mu.reshape(*shp)) * (var.reshape(*shp) + eps).rsqrt()
+    if weight is not None:
+        y = y * weight.reshape(*shp)
+    if bias is not None:
+        y = y + bias.reshape(*shp)
+    return y
+
+
+def normalize(x, p=2.0, dim=1, eps=1e-12):
+    return x / x.norm(p, dim, keepdim=True).clamp(min=eps)
+
+
+# ------------------------------------------------------------------ linear / embedding
+
+def linear(x, weight, bias=None):
+    """x (..., in) @ weight.T (out, in) + bias (out,)."""
+    if x.shape[-1] != weight.shape[-1]:
+        raise ValueError(f"ember: linear: input features {x.shape[-1]} != weight in_features {weight.shape[-1]} "
+                         f"(input {x.shape}, weight {weight.shape})")
+    y = x @ weight.transpose(-1, -2)
+    return y + bias if bias is not None else y
+
+
+def embedding(idx, weight, padding_idx=None):
+    if idx.dtype.is_float:
+        raise TypeError(f"ember: embedding indices must be integers, got {idx.dtype}")
+    flat = idx.reshape(-1)
+    out = weight.index_select(0, flat)
+    return out.reshape(*idx.shape, weight.shape[-1])
+
+
+# ------------------------------------------------------------------ convolution
+
+def _conv(x, weight, bias, stride, padding, dilation, groups, nd):
+    if x.ndim != nd + 2:
+        raise ValueError(f"ember: conv{nd}d expects a ({nd + 2})-D input (N, C, ...), got shape {x.shape}")
+    if x.shape[1] != weight.shape[1] * groups:
+        raise ValueError(f"ember: conv{nd}d: input has {x.shape[1]} channels, weight {weight.shape} with "
+                         f"groups={groups} expects {weight.shape[1] * groups}")
+    if weight.shape[0] % groups:
+        raise ValueError(f"ember: conv{nd}d: out channels {weight.shape[0]} not divisible by groups {groups}")
+    if x.dtype is not weight.dtype:
+        raise TypeError(f"ember: conv{nd}d: input dtype {x.dtype} != weight dtype {weight.dtype}")
+    stride, dilation = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = (0,) * nd
+        elif padding == "same":
+            k = weight.shape[2:]
+            tot = [dilation[i] * (k[i] - 1) for i in range(nd)]
+            if any(t % 2 for t in tot) or any(s != 1 for s in stride):
+                x = pad(x, [v for i in reversed(range(nd)) for v in (tot[i] // 2, tot[i] - tot[i] // 2)])
+                padding = (0,) * nd
+            else:
+                padding = tuple(t // 2 for t in tot)
+        else:
+            raise ValueError(f"ember: unknown padding mode {padding!r}")
+    padding = _tuple(padding, nd, "padding")
+    y = A.prim_conv(x, weight, stride, padding, dilation, groups)
+    return y + bias.reshape(1, -1, *([1] * nd)) if bias is not None else y
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 1)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 2)
+
+
+def _conv_t(x, weight, bias, stride, padding, output_padding, groups, dilation, nd):
+    if x.ndim != nd + 2 or x.shape[1] != weight.shape[0]:
+        raise ValueError(f"ember: conv_transpose{nd}d: input {x.shape} does not match weight {weight.shape}")
+    stride, padding = _tuple(stride, nd, "stride"), _tuple(padding, nd, "padding")
+    output_padding, dilation = _tuple(output_padding, nd, "output_padding"), _tuple(dilation, nd, "dilation")
+    y = _conv_transpose(x, weight, stride, padding, output_padding, dilation, groups)
+    return y + bias.reshape(1, -1, *([1] * nd)) if bias is not None else y
+
+
+def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    return _conv_t(x, weight, bias, stride, padding, output_padding, groups, dilation, 1)
+
+
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    return _conv_t(x, weight, bias, stride, padding, output_padding, groups, dilation, 2)
+
+
+# ------------------------------------------------------------------ pooling / resizing
+
+def _pool_windows(x, k, s, p, d, ceil_mode, fill):
+    """Yields one strided slice of x per kernel offset; their elementwise max/sum is the pool."""
+    h, w = x.shape[-2:]
+    out = []
+    for i in range(2):
+        L = (h, w)[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1
+        o = (-(-L // s[i]) if ceil_mode else L // s[i]) + 1
+        if ceil_mode and (o - 1) * s[i] >= (h, w)[i] + p[i]:
+            o -= 1
+        out.append(o)
+    extra = [max(0, (out[i] - 1) * s[i] + d[i] * (k[i] - 1) + 1 - ((h, w)[i] + 2 * p[i])) for i in range(2)]
+    pads = [(0, 0)] * (x.ndim - 2) + [(p[0], p[0] + extra[0]), (p[1], p[1] + extra[1])]
+    xp = A.prim_pad(x, pads, fill) if any(a or b for a, b in pads) else x
+    lead = list(x.shape[:-2])
+    for a in range(k[0]):
+        for b in range(k[1]):
+            st = [0] * len(lead) + [a * d[0], b * d[1]]
+            sp = lead + [a * d[0] + (out[0] - 1) * s[0] + 1, b * d[1] + (out[1] - 1) * s[1] + 1]
+            yield A.prim_slice(xp, st, sp, [1] * len(lead) + [s[0], s[1]])
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    if return_indices:
+        raise ValueError("ember: max_pool2d(return_indices=True) is not supported")
+    k = _tuple(kernel_size, 2, "kernel_size")
+    s = _tuple(stride if stride is not None else k, 2, "stride")
+    p, d = _tuple(padding, 2, "padding"), _tuple(dilation, 2, "dilation")
+    if any(p[i] * 2 > k[i] for i in range(2)):
+        raise ValueError(f"ember: max_pool2d padding {p} must be at most half the kernel {k}")
+    y = None
+    for win in _pool_windows(x, k, s, p, d, ceil_mode, float("-inf")):
+        y = win if y is None else y.maximum(win)
+    return y
+
+
+def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    return max_pool2d(x.unsqueeze(-2), (1, kernel_size), (1, stride or kernel_size), (0, padding),
+                      (1, dilation), ceil_mode).squeeze(-2)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    k = _tuple(kernel_size, 2, "kernel_size")
+    s = _tuple(stride if stride is not None else k, 2, "stride")
+    p = _tuple(padding, 2, "padding")
+    y = None
+    for win in _pool_windows(x, k, s, p, (1, 1), ceil_mode, 0.0):
+        y = win if y is None else y + win
+    if divisor_override:
+        return y / divisor_override
+    if count_include_pad and not ceil_mode:
+        return y / (k[0] * k[1])
+    ones = x.new_ones((1, 1) + tuple(x.shape[-2:]))
+    cnt = None
+    if count_include_pad:  # pads count, the ceil_mode overhang does not
+        ones = A.prim_pad(ones, [(0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])], 1.0)
+        p = (0, 0)
+    for win in _pool_windows(ones, k, s, p, (1, 1), ceil_mode, 0.0):
+        cnt = win if cnt is None else cnt + win
+    return y / cnt.reshape(*cnt.shape[-2:])
+
+
+def adaptive_avg_pool2d(x, output_size):
+    oh, ow = _tuple(output_size, 2, "output_size") if not isinstance(output_size, numbers.Integral) else (output_size,) * 2
+    h, w = x.shape[-2:]
+    oh, ow = oh or h, ow or w
+    if h % oh == 0 and w % ow == 0:
+        return x.reshape(*x.shape[:-2], oh, h // oh, ow, w // ow).mean((-3, -1))
+    rows = []
+    for i in range(oh):
+        h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
+        cols = [x[..., h0:h1, (j * w) // ow: -(-((j + 1) * w) // ow)].mean((-2, -1)) for j in range(ow)]
+        rows.append(__import__("ember").stack(cols, -1))
+    return __import__("ember").stack(rows, -2)
+
+
+def _nearest_index(n_in, n_out, scale, device):
+    from ..tensor import arange
+    s = scale if scale is not None else n_in / n_out
+    return (arange(n_out, device=device).float() * s).floor().long().clamp(max=n_in - 1)
+
+
+def _linear_axis(x, ax, n_out, scale, align_corners):
+    from ..tensor import arange
+    n_in = x.shape[ax]
+    o = arange(n_out, device=x.device).float()
+    if align_corners:
+        src = o * ((n_in - 1) / (n_out - 1)) if n_out > 1 else o * 0
+    else:
+        s = scale if scale is not None else n_in / n_out
+        src = ((o + 0.5) * s - 0.5).clamp(min=0)
+    i0 = src.floor().long().clamp(max=n_in - 1)
+    i1 = (i0 + 1).clamp(max=n_in - 1)
+    lam = (src - i0.float()).to(x.dtype)
+    shp = [1] * x.ndim
+    shp[ax] = n_out
+    lam = lam.reshape(*shp)
+    a, b = x.index_select(ax, i0), x.index_select(ax, i1)
+    return a + (b - a) * lam
+
+
+def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    nd = x.ndim - 2
+    if size is None and scale_factor is None:
+        raise ValueError("ember: interpolate needs size or scale_factor")
+    if size is not None:
+        size = _tuple(size, nd, "size")
+        scales = [None] * nd
+    else:
+        sf = (scale_factor,) * nd if isinstance(scale_factor, numbers.Number) else tuple(scale_factor)
+        size = tuple(int(math.floor(x.shape[2 + i] * sf[i])) for i in range(nd))
+        scales = [1.0 / f for f in sf]
+    for i in range(nd):
+        ax = 2 + i
+        if mode == "nearest":
+            x = x.index_select(ax, _nearest_index(x.shape[ax], size[i], scales[i], x.device))
+        elif mode in ("bilinear", "linear"):
+            x = _linear_axis(x, ax, size[i], scales[i], bool(align_corners))
+        else:
+            raise ValueError(f"ember: interpolate mode {mode!r} is not supported (nearest, bilinear)")
+    return x
+
+
+def upsample(x, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    return interpolate(x, size, scale_factor, mode, align_corners)
+
+
+def pad(x, pad, mode="constant", value=0.0):
+    """torch.nn.functional.pad: `pad` lists (left, right) pairs starting from the last dim."""
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ValueError(f"ember: pad {pad} is invalid for a {x.ndim}-D tensor")
+    pads = [(0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        pads[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    if mode == "constant":
+        grow = [(max(a, 0), max(b, 0)) for a, b in pads]
+        if any(a or b for a, b in grow):
+            x = A.prim_pad(x, grow, value)
+        if any(a < 0 or b < 0 for a, b in pads):
+            starts = [max(-a, 0) for a, _ in pads]
+            stops = [s - max(-b, 0) for s, (_, b) in zip(x.shape, pads)]
+            x = A.prim_slice(x, starts, stops, [1] * x.ndim)
+        return x
+    if mode in ("reflect", "replicate"):
+        from ..ops_movement import cat
+        for ax, (a, b) in enumerate(pads):
+            if not (a or b):
+                continue
+            n = x.shape[ax]
+            if mode == "reflect":
+                left = [x.narrow(ax, i, 1) for i in range(a, 0, -1)]
+                right = [x.narrow(ax, n - 2 - i, 1) for i in range(b)]
+            else:
+                left = [x.narrow(ax, 0, 1)] * a
+                right = [x.narrow(ax, n - 1, 1)] * b
+            x = cat(left + [x] + right, ax)
+        return x
+    raise ValueError(f"ember: pad mode {mode!r} is not supported (constant, reflect, replicate)")
+
+
+def dropout(x, p=0.5, training=True):
+    if not training or p == 0:
+        return x
+    if not 0 <= p <= 1:
+        raise ValueError(f"ember: dropout probability must be in [0, 1], got {p}")
+    if p == 1:
+        return x * 0
+    from ..tensor import rand
+    keep = rand(*x.shape, device=x.device) >= p
+    return x * keep.to(x.dtype) * (1.0 / (1 - p))
+
+
+# ------------------------------------------------------------------ attention
+
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev)."""
+    L, S = q.shape[-2], k.shape[-2]
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    fused = getattr(q.device.backend, "attention", None)
+    if fused is not None and dropout_p == 0 and not (A._GRAD[0] and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        if attn_mask is None or attn_mask.dtype is not D.bool_:
+            m = None if attn_mask is None else attn_mask.to(q.dtype)._data
+            return A._wrap(fused(q._data, k._data, v._data, m, scale, is_causal), q.device)
+    s = (q @ k.transpose(-1, -2)) * scale                                 # (..., L, S)
+    if is_causal:
+        from ..tensor import ones
+        keep = ones(L, S, dtype=D.bool_, device=q.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype is D.bool_ else s + attn_mask
+    p = softmax(s, -1)
+    if dropout_p:
+        p = dropout(p, dropout_p)
+    return p @ v
+
+
+# ------------------------------------------------------------------ losses
+
+def _reduce_loss(loss, reduction, weight_sum=None):
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.sum() / weight_sum if weight_sum is not None else loss.mean()
+    raise ValueError(f"ember: unknown reduction {reduction!r}")
+
+
+def nll_loss(logp, target, weight=None, ignore_index=-100, reduction="mean"):
+    """logp (N, C, *d) log-probabilities, target (N, *d) class indices."""
+    if logp.ndim == 1:
+        logp, target = logp.unsqueeze(0), target.reshape(1)
+    c = logp.shape[1]
+    if target.dtype.is_float:
+        raise TypeError(f"ember: nll_loss target must hold class indices (int64), got {target.dtype}")
+    valid = target != ignore_index
+    t = target.where(valid, 0)
+    if t.numel():
+        hi, lo = int(t.max().item()), int(t.min().item())
+        if hi >= c or lo < 0:
+            raise IndexError(f"ember: nll_loss target {hi if hi >= c else lo} out of range for {c} classes")
+    picked = logp.gather(1, t.unsqueeze(1)).squeeze(1)                   # (N, *d)
+    w = valid.to(logp.dtype)
+    if weight is not None:
+        w = w * weight.index_select(0, t.reshape(-1)).reshape(*t.shape)
+    loss = -picked * w
+    return _reduce_loss(loss, reduction, w.sum() if reduction == "mean" else None)
+
+
+def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    logp = log_softmax(logits, 1 if logits.ndim > 1 else 0)
+    if target.dtype.is_float:  # class probabilities
+        if label_smoothing:
+            target = target * (1 - label_smoothing) + label_smoothing / logits.shape[1]
+        w = 1 if weight is None else weight.reshape(1, -1, *([1] * (logits.ndim - 2)))
+        loss = -(logp * target * w).sum(1)
+        return _reduce_loss(loss, reduction)
+    loss = nll_loss(logp, target, weight, ignore_index, reduction)
+    if label_smoothing:
+        lp = logp if logp.ndim > 1 else logp.unsqueeze(0)
+        tgt = target if logp.ndim > 1 else target.reshape(1)
+        valid = (tgt != ignore_index).to(lp.dtype)
+        w = 1 if weight is None else weight.reshape(1, -1, *([1] * (lp.ndim - 2)))
+        smooth = -(lp * w).sum(1) * valid                                  # (N, *d)
+        c = lp.shape[1]
+        if reduction == "mean":
+            denom = valid.sum() if weight is None else (weight.index_select(0, tgt.where(tgt != ignore_index, 0).reshape(-1)).reshape(*tgt.shape) * valid).sum()
+            smooth = smooth.sum() / denom
+        else:
+            smooth = _reduce_loss(smooth, reduction)
+        loss = loss * (1 - label_smoothing) + smooth * (label_smoothing / c)
+    return loss
+
+
+def mse_loss(input, target, reduction="mean"):
+    d = input - target
+    return _reduce_loss(d * d, reduction)
+
+
+def l1_loss(input, target, reduction="mean"):
+    return _reduce_loss((input - target).abs(), reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean", pos_weight=None):
+    # (1 - t) x + (1 + (pw - 1) t) * log(1 + e^-x), written stably via softplus(-x)
+    sp = softplus(-input)
+    if pos_weight is not None:
+        loss = (1 - target) * input + (1 + (pos_weight - 1) * target) * sp
+    else:
+        loss = (1 - target) * input + sp
+    if weight is not None:
+        loss = loss * weight
+    return _reduce_loss(loss, reduction)
+
+
+def binary_cross_entropy(input, target, weight=None, reduction="mean"):
+    loss = -(target * input.clamp(min=1e-12).log().clamp(min=-100)
+             + (1 - target) * (1 - input).clamp(min=1e-12).log().clamp(min=-100))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce_loss(loss, reduction)

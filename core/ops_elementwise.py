@@ -1,0 +1,407 @@
+"""Elementwise ops: dtype promotion and scalars around the unary/binary/where/cast primitives."""
+from __future__ import annotations
+
+import math
+import numbers
+
+from . import autograd as A
+from . import dtypes as D
+
+_Tensor = None  # set by __init__ wiring (tensor.Tensor)
+
+
+def _as_tensor(v, like):
+    from .tensor import tensor
+    if isinstance(v, _Tensor):
+        return v
+    return tensor(v, device=like.device)
+
+
+def _check_device(a, b):
+    if a.device != b.device:
+        raise ValueError(f"ember: expected all tensors on the same device, got {a.device} and {b.device}")
+
+
+def binary(op, a, b, reverse=False):
+    """a: Tensor; b: Tensor, Python scalar or array-like. Promotes dtypes as torch."""
+    if b.__class__ is _Tensor:
+        if a.device is not b.device and a.device != b.device:
+            _check_device(a, b)
+        da, db = a.dtype, b.dtype
+        if da is not db:
+            # a 0-d tensor does not promote a dimensioned one within the same category (torch)
+            if b.ndim == 0 and a.ndim and (da.is_float or not db.is_float) and not (da is D.bool_ and db is not D.bool_):
+                dt = da
+            elif a.ndim == 0 and b.ndim and (db.is_float or not da.is_float) and not (db is D.bool_ and da is not D.bool_):
+                dt = db
+            else:
+                dt = D.promote(da, db)
+            a, b = A.prim_cast(a, dt), A.prim_cast(b, dt)
+    elif isinstance(b, numbers.Number):
+        dt = a.dtype
+        if isinstance(b, bool):
+            b = int(b) if dt is not D.bool_ else b
+        if isinstance(b, float) and not dt.is_float:
+            a = A.prim_cast(a, D.float32)
+        elif isinstance(b, int) and dt is D.bool_ and op not in ("and", "or", "xor", "eq", "ne"):
+            a = A.prim_cast(a, D.int64)
+        if reverse:
+            from .tensor import full
+            b = full((), b, dtype=a.dtype, device=a.device)
+    else:
+        b = _as_tensor(b, a)
+        return binary(op, a, b, reverse)
+    if reverse:
+        a, b = b, a
+    return A.prim_binary(op, a, b)
+
+
+def _float_only(x, what):
+    if not x.dtype.is_float:
+        return A.prim_cast(x, D.float32)
+    return x
+
+
+def add(a, b, alpha=1):
+    return binary("add", a, b if alpha == 1 else b * alpha)
+
+
+def sub(a, b, alpha=1):
+    return binary("sub", a, b if alpha == 1 else b * alpha)
+
+
+def mul(a, b):
+    return binary("mul", a, b)
+
+
+def div(a, b, rounding_mode=None):
+    if rounding_mode is None:
+        if not a.dtype.is_float and not (isinstance(b, _Tensor) and b.dtype.is_float) and not isinstance(b, float):
+            a = A.prim_cast(a, D.float32)
+        return binary("div", a, b)
+    if rounding_mode == "floor":
+        return binary("floordiv", a, b)
+    if rounding_mode == "trunc":
+        q = div(a, b)
+        return trunc(q) if a.dtype.is_float else A.prim_cast(trunc(q), a.dtype)
+    raise ValueError(f"ember: unknown rounding_mode {rounding_mode!r}")
+
+
+def rdiv(a, b):
+    if not a.dtype.is_float:
+        a = A.prim_cast(a, D.float32)
+    return binary("div", a, b, reverse=True)
+
+
+def pow(a, b):
+    if isinstance(a, numbers.Number):  # torch.pow(2, t)
+        return binary("pow", b, a, reverse=True)
+    if isinstance(b, numbers.Number):
+        if b == 2 and a.dtype.is_float:
+            return A.prim_binary("mul", a, a)
+        if b == 1:
+            return a
+        if b == 0.5 and a.dtype.is_float:
+            return A.prim_unary("sqrt", a)
+    return binary("pow", a, b)
+
+
+def remainder(a, b):
+    """Python-style modulo (sign of the divisor), as torch.remainder."""
+    return a - binary("floordiv", a, b) * b
+
+
+def fmod(a, b):
+    return binary("fmod", a, b)
+
+
+def maximum(a, b):
+    return binary("maximum", a, b)
+
+
+def minimum(a, b):
+    return binary("minimum", a, b)
+
+
+def eq(a, b):
+    return binary("eq", a, b)
+
+
+def ne(a, b):
+    return binary("ne", a, b)
+
+
+def lt(a, b):
+    return binary("lt", a, b)
+
+
+def le(a, b):
+    return binary("le", a, b)
+
+
+def gt(a, b):
+    return binary("gt", a, b)
+
+
+def ge(a, b):
+    return binary("ge", a, b)
+
+
+def logical_and(a, b):
+    return binary("and", A.prim_cast(a, D.bool_), A.prim_cast(_as_tensor(b, a), D.bool_))
+
+
+def logical_or(a, b):
+    return binary("or", A.prim_cast(a, D.bool_), A.prim_cast(_as_tensor(b, a), D.bool_))
+
+
+def logical_xor(a, b):
+    return binary("xor", A.prim_cast(a, D.bool_), A.prim_cast(_as_tensor(b, a), D.bool_))
+
+
+def logical_not(a):
+    return A.prim_unary("not", A.prim_cast(a, D.bool_))
+
+
+def bitwise_and(a, b):
+    if a.dtype is D.bool_:
+        return logical_and(a, b)
+    raise TypeError(f"ember: bitwise ops are supported on bool tensors only, got {a.dtype}")
+
+
+def bitwise_or(a, b):
+    if a.dtype is D.bool_:
+        return logical_or(a, b)
+    raise TypeError(f"ember: bitwise ops are supported on bool tensors only, got {a.dtype}")
+
+
+def bitwise_xor(a, b):
+    if a.dtype is D.bool_:
+        return logical_xor(a, b)
+    raise TypeError(f"ember: bitwise ops are supported on bool tensors only, got {a.dtype}")
+
+
+def invert(a):
+    if a.dtype is D.bool_:
+        return logical_not(a)
+    raise TypeError(f"ember: ~ is supported on bool tensors only, got {a.dtype}")
+
+
+def _unary(op, float_only=True):
+    def f(x):
+        if float_only and not x.dtype.is_float:
+            x = A.prim_cast(x, D.float32)
+        return A.prim_unary(op, x)
+    f.__name__ = op
+    return f
+
+
+exp = _unary("exp")
+log = _unary("log")
+sin = _unary("sin")
+cos = _unary("cos")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+tanh = _unary("tanh")
+erf = _unary("erf")
+sigmoid = _unary("sigmoid")
+reciprocal = _unary("recip")
+abs = _unary("abs", False)
+sign = _unary("sign", False)
+neg = _unary("neg", False)
+
+
+def floor(x):
+    return A.prim_unary("floor", x) if x.dtype.is_float else x
+
+
+def ceil(x):
+    return A.prim_unary("ceil", x) if x.dtype.is_float else x
+
+
+def round(x, decimals=0):
+    if not x.dtype.is_float:
+        return x
+    if decimals:
+        s = 10.0 ** decimals
+        return A.prim_unary("round", x * s) / s
+    return A.prim_unary("round", x)
+
+
+def trunc(x):
+    if not x.dtype.is_float:
+        return x
+    return A.prim_where(x >= 0, A.prim_unary("floor", x), A.prim_unary("ceil", x))
+
+
+def frac(x):
+    return x - trunc(x)
+
+
+def log2(x):
+    return log(x) * (1 / math.log(2))
+
+
+def log10(x):
+    return log(x) * (1 / math.log(10))
+
+
+def log1p(x):
+    return log(x + 1)
+
+
+def expm1(x):
+    return exp(x) - 1
+
+
+def exp2(x):
+    return exp(x * math.log(2))
+
+
+def square(x):
+    return x * x
+
+
+def tan(x):
+    return sin(x) / cos(x)
+
+
+def sinh(x):
+    return (exp(x) - exp(-x)) * 0.5
+
+
+def cosh(x):
+    return (exp(x) + exp(-x)) * 0.5
+
+
+def clamp(x, min=None, max=None):
+    if min is None and max is None:
+        raise ValueError("ember: clamp needs at least one of min and max")
+    if min is not None:
+        x = maximum(x, min)
+    if max is not None:
+        x = minimum(x, max)
+    return x
+
+
+def where(cond, a, b):
+    """torch.where(cond, a, b): a and b are tensors or scalars; promotes like a binary op."""
+    if not isinstance(cond, _Tensor):
+        raise TypeError("ember: where() condition must be a tensor")
+    like = a if isinstance(a, _Tensor) else b if isinstance(b, _Tensor) else cond
+    if not isinstance(a, _Tensor) or not isinstance(b, _Tensor):
+        from .tensor import full
+        if isinstance(a, _Tensor):
+            dt = D.promote_scalar(a.dtype, b)
+        elif isinstance(b, _Tensor):
+            dt = D.promote_scalar(b.dtype, a)
+        else:
+            dt = D.promote(D.scalar_dtype(a), D.scalar_dtype(b))
+        a = A.prim_cast(a, dt) if isinstance(a, _Tensor) else full((), a, dt, like.device)
+        b = A.prim_cast(b, dt) if isinstance(b, _Tensor) else full((), b, dt, like.device)
+    elif a.dtype is not b.dtype:
+        dt = D.promote(a.dtype, b.dtype)
+        a, b = A.prim_cast(a, dt), A.prim_cast(b, dt)
+    _check_device(cond, a)
+    _check_device(a, b)
+    if cond.dtype is not D.bool_:
+        cond = A.prim_cast(cond, D.bool_)
+    return A.prim_where(cond, a, b)
+
+
+def tensor_where(x, cond, other):
+    """Tensor.where(cond, other) = where(cond, x, other)."""
+    return where(cond, x, other)
+
+
+def masked_fill(x, mask, value):
+    if isinstance(value, _Tensor):
+        value = value.to(x.dtype)
+    elif isinstance(value, float) and not x.dtype.is_float:
+        raise TypeError(f"ember: masked_fill with a float value on a {x.dtype} tensor")
+    return where(mask, value, x) if isinstance(value, _Tensor) else where(mask, _scalar_like(value, x), x)
+
+
+def _scalar_like(v, x):
+    from .tensor import full
+    return full((), v, x.dtype, x.device)
+
+
+def lerp(a, b, w):
+    return a + (b - a) * w
+
+
+def isnan(x):
+    return x != x
+
+
+def isinf(x):
+    return abs(x) == float("inf") if x.dtype.is_float else x.zeros_like().bool()
+
+
+def isfinite(x):
+    return ~(isnan(x) | isinf(x)) if x.dtype.is_float else x.ones_like().bool()
+
+
+def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
+    if not x.dtype.is_float:
+        return x
+    x = where(isnan(x), nan, x)
+    if posinf is not None:
+        x = where(x == float("inf"), posinf, x)
+    if neginf is not None:
+        x = where(x == float("-inf"), neginf, x)
+    return x
+
+
+# ---------------------------------------------------------------- activations
+
+def relu(x):
+    return maximum(x, 0) if not x.requires_grad else x * (x > 0).to(x.dtype)
+
+
+def relu6(x):
+    return clamp(x, 0, 6)
+
+
+def leaky_relu(x, negative_slope=0.01):
+    return where(x > 0, x, x * negative_slope)
+
+
+def elu(x, alpha=1.0):
+    return where(x > 0, x, (exp(x) - 1) * alpha)
+
+
+def gelu(x, approximate="none"):
+    if approximate == "tanh":
+        return x * 0.5 * (1 + tanh((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)))
+    if approximate != "none":
+        raise ValueError(f"ember: gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+    return x * 0.5 * (1 + erf(x * (1 / math.sqrt(2))))
+
+
+def silu(x):
+    return x * sigmoid(x)
+
+
+def mish(x):
+    return x * tanh(softplus(x))
+
+
+def hardsigmoid(x):
+    return clamp(x / 6 + 0.5, 0, 1)
+
+
+def hardswish(x):
+    return x * hardsigmoid(x)
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    bx = x * beta if beta != 1 else x
+    # log(1 + e^bx) = max(bx, 0) + log(1 + e^-|bx|), stable for large |bx|; linear past threshold
+    soft = (maximum(bx, 0) + log(exp(-abs(bx)) + 1)) / beta
+    return where(bx > threshold, x, soft)
+
+
+def logsigmoid(x):
+    return -softplus(-x)

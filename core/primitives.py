@@ -1,0 +1,157 @@
+"""The primitive op interface: the whole contract a backend implements.
+
+Every user-facing op in ember (Tensor methods, ember.nn.functional) is composed in the tensor
+layer from these primitives, so a new backend (webgpu, cuda, ...) only writes this list.
+Backend arrays are opaque handles; the tensor layer never looks inside them. The numpy backend
+(ember/backends/numpy_backend.py) is the reference and documents each primitive's semantics in code.
+
+Conventions
+- `x`, `a`, `b`, ... are backend arrays; shapes are tuples of ints; axes are non-negative ints.
+- dtypes are `ember.dtypes.DType`; bfloat16 arrays compute in float32 and round back (RNE).
+- Elementwise ops broadcast with numpy rules; `b` of `binary` may be a Python scalar.
+- Movement ops may return views; results are never written to in place by the tensor layer,
+  except through `setitem_flat`'s explicit copy.
+
+Families (29 primitives):
+  transfer     from_numpy, to_numpy, full, arange
+  elementwise  unary(op), binary(op), where, cast
+  reduce       reduce(op), arg_reduce(op), cumsum, argsort
+  movement     reshape, permute, expand, slice, pad, cat, contiguous
+  compute      matmul, conv
+  indexing     gather, index_select, scatter
+  meta         shape, dtype_of, synchronize
+  optional     softmax, log_softmax, layer_norm, rms_norm, attention  (fused; None = compose)
+"""
+from __future__ import annotations
+
+UNARY_OPS = ("neg", "exp", "log", "sin", "cos", "sqrt", "rsqrt", "tanh", "erf", "abs", "sign",
+             "floor", "ceil", "round", "sigmoid", "recip", "not")
+BINARY_OPS = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "floordiv",
+              "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor")
+REDUCE_OPS = ("sum", "max", "min", "prod")
+ARG_REDUCE_OPS = ("argmax", "argmin")
+FUSED_OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "attention")
+
+
+class Backend:
+    """Base class; every primitive fails loudly until a backend implements it (as Candle's stubs)."""
+
+    name = "abstract"
+    available = True
+
+    def _missing(self, what):
+        raise NotImplementedError(f"ember: backend '{self.name}' does not implement primitive '{what}'")
+
+    # -- transfer / creation ------------------------------------------------------------
+    def from_numpy(self, a, dtype):
+        """numpy storage array (dtype.np; bf16 as uint16 bits) -> backend array of `dtype`."""
+        self._missing("from_numpy")
+
+    def to_numpy(self, x):
+        """backend array -> numpy storage array (bf16 as uint16 bits); a copy the caller may keep."""
+        self._missing("to_numpy")
+
+    def full(self, shape, value, dtype):
+        self._missing("full")
+
+    def arange(self, start, stop, step, dtype):
+        self._missing("arange")
+
+    # -- meta -----------------------------------------------------------------------------
+    def shape(self, x):
+        self._missing("shape")
+
+    def dtype_of(self, x):
+        self._missing("dtype_of")
+
+    def synchronize(self):
+        pass
+
+    # -- elementwise ----------------------------------------------------------------------
+    def unary(self, op, x):
+        """op in UNARY_OPS; output dtype = input dtype ('not' takes and gives bool)."""
+        self._missing(f"unary.{op}")
+
+    def binary(self, op, a, b):
+        """op in BINARY_OPS; a and b share one dtype (b may be a Python scalar); comparisons
+        and logical ops return bool; broadcasting as numpy."""
+        self._missing(f"binary.{op}")
+
+    def where(self, cond, a, b):
+        """cond: bool array; a, b share one dtype; broadcasting as numpy."""
+        self._missing("where")
+
+    def cast(self, x, dtype):
+        """Convert values (float->int truncates toward zero, as torch); bf16 rounds to nearest even."""
+        self._missing("cast")
+
+    # -- reductions -------------------------------------------------------------------------
+    def reduce(self, op, x, axes, keepdim):
+        """op in REDUCE_OPS over the tuple `axes`; float16/bf16 accumulate in float32."""
+        self._missing(f"reduce.{op}")
+
+    def arg_reduce(self, op, x, axis, keepdim):
+        """argmax/argmin along one axis -> int64; first occurrence wins."""
+        self._missing(f"arg_reduce.{op}")
+
+    def cumsum(self, x, axis):
+        self._missing("cumsum")
+
+    def argsort(self, x, axis, descending):
+        """Stable sort indices (int64) along `axis`."""
+        self._missing("argsort")
+
+    # -- movement ---------------------------------------------------------------------------
+    def reshape(self, x, shape):
+        self._missing("reshape")
+
+    def permute(self, x, order):
+        self._missing("permute")
+
+    def expand(self, x, shape):
+        """Broadcast size-1 dims (and new leading dims) to `shape`."""
+        self._missing("expand")
+
+    def slice(self, x, starts, stops, steps):
+        """Python slice semantics per axis with normalised, in-range starts/stops; steps != 0."""
+        self._missing("slice")
+
+    def pad(self, x, pads, value):
+        """pads: ((before, after), ...) per axis, non-negative; constant `value`."""
+        self._missing("pad")
+
+    def cat(self, xs, axis):
+        self._missing("cat")
+
+    def contiguous(self, x):
+        self._missing("contiguous")
+
+    # -- compute ----------------------------------------------------------------------------
+    def matmul(self, a, b):
+        """Batched matmul with numpy broadcasting of batch dims; a, b at least 2-D."""
+        self._missing("matmul")
+
+    def conv(self, x, w, stride, padding, dilation, groups):
+        """N-d convolution (cross-correlation), x (N, C, *S), w (O, C // groups, *K);
+        stride/padding/dilation are tuples with one int per spatial dim; zero padding."""
+        self._missing("conv")
+
+    # -- indexing ---------------------------------------------------------------------------
+    def gather(self, x, axis, idx):
+        """out[i][j][k] = x[i][idx[i][j][k]][k] for axis=1 (torch.gather); idx int64, in range."""
+        self._missing("gather")
+
+    def index_select(self, x, axis, idx):
+        """idx: 1-D int64 in range; out.shape[axis] = len(idx)."""
+        self._missing("index_select")
+
+    def scatter(self, x, axis, idx, src, reduce):
+        """Copy of x with src scattered along axis (torch.scatter); reduce None (replace) or 'add'."""
+        self._missing("scatter")
+
+    # -- optional fused ops: leave as None to have the tensor layer compose them -------------
+    softmax = None       # (x, axis) -> softmax along axis
+    log_softmax = None   # (x, axis)
+    layer_norm = None    # (x, weight|None, bias|None, eps) over the last axis
+    rms_norm = None      # (x, weight|None, eps) over the last axis
+    attention = None     # (q, k, v, mask|None, scale, causal) -> softmax(q k^T * scale + mask) v

@@ -1,0 +1,441 @@
+"""ember.Tensor: a backend array handle plus device, with PyTorch's names and semantics.
+
+This file holds the class, creation, conversion and operators. The composed ops live in
+ops_elementwise.py, ops_reduce.py, ops_movement.py and ops_indexing.py and are bound here as
+methods; all of them bottom out in the primitives of autograd.py.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from . import autograd as A
+from . import dtypes as D
+from .device import CPU, Device, device as _device
+
+
+class Tensor:
+    __slots__ = ("_data", "device", "requires_grad", "grad", "_ctx", "__weakref__")
+    __array_priority__ = 1000  # numpy scalars/arrays defer to our reflected operators
+
+    def __init__(self, data, dtype=None, device=None, requires_grad=False):
+        t = tensor(data, dtype=dtype, device=device)
+        self._data, self.device, self.grad, self._ctx = t._data, t.device, None, None
+        self.requires_grad = False
+        if requires_grad:
+            self.requires_grad_(True)
+
+    # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _from_storage(a, dtype, device=None):
+        """numpy storage array (dtype.np; bfloat16 as uint16 bits) -> Tensor, no value change."""
+        dtype = D.get(dtype)
+        dev = _device(device) if device is not None else CPU
+        a = np.asarray(a)
+        if a.dtype != dtype.np:
+            raise TypeError(f"ember: storage array of dtype {a.dtype} does not match {dtype} (expects {dtype.np})")
+        return A._wrap(dev.backend.from_numpy(a, dtype), dev)
+
+    def _storage_numpy(self):
+        """numpy storage array (bfloat16 as uint16 bits); a copy for non-CPU devices."""
+        if self.device is CPU:
+            return np.asarray(self._data)
+        return self.device.backend.to_numpy(self._data)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def shape(self):
+        return self.device.backend.shape(self._data) if self.device is not CPU else self._data.shape
+
+    @property
+    def dtype(self):
+        return self.device.backend.dtype_of(self._data) if self.device is not CPU else D.FROM_NP[self._data.dtype]
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def dim(self):
+        return len(self.shape)
+
+    def size(self, dim=None):
+        s = self.shape
+        return s if dim is None else s[dim]
+
+    def numel(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def element_size(self):
+        return self.dtype.itemsize
+
+    @property
+    def is_leaf(self):
+        return self._ctx is None
+
+    @property
+    def T(self):
+        return self.permute(*reversed(range(self.ndim)))
+
+    @property
+    def mT(self):
+        return self.transpose(-1, -2)
+
+    def is_floating_point(self):
+        return self.dtype.is_float
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("ember: len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self):
+        vals = np.array2string(self.numpy(), separator=", ", precision=4, threshold=200)
+        extra = "" if self.dtype in (D.float32, D.int64, D.bool_) else f", dtype={self.dtype}"
+        if self.device is not CPU:
+            extra += f", device='{self.device}'"
+        if self.requires_grad:
+            extra += ", requires_grad=True"
+        return f"tensor({vals}{extra})"
+
+    def __hash__(self):
+        return id(self)
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"ember: truth value of a tensor with {self.numel()} elements is ambiguous")
+        return bool(self.item())
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    # ------------------------------------------------------------------ conversion
+    def numpy(self):
+        """numpy array of the values; bfloat16 comes back as float32 (numpy has no bfloat16)."""
+        a = self._storage_numpy()
+        return D.bf16_bits_to_f32(a) if a.dtype == np.uint16 else a
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def item(self):
+        if self.numel() != 1:
+            raise ValueError(f"ember: item() needs a tensor with one element, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.is_float or self.numel() != 1:
+            raise TypeError("ember: only integer tensors of one element can be used as an index")
+        return int(self.item())
+
+    def to(self, *args, dtype=None, device=None, copy=False):
+        for a in args:
+            if isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            elif isinstance(a, (D.DType, type)) or (isinstance(a, str) and a.replace("torch.", "") in D.BY_NAME):
+                dtype = a
+            else:
+                device = a
+        t = self
+        if device is not None:
+            dev = _device(device)
+            if dev != t.device:
+                t = _transfer(t, dev)
+        if dtype is not None:
+            t = A.prim_cast(t, D.get(dtype))
+        if copy and t is self:
+            t = A.prim_contiguous(A.prim_binary("add", t, 0) if t.dtype is not D.bool_ else t)
+        return t
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, index=0):
+        return self.to(f"cuda:{index}" if index else "cuda")
+
+    def type(self, dtype=None):
+        return self.dtype.name if dtype is None else self.to(dtype)
+
+    def float(self):
+        return self.to(D.float32)
+
+    def half(self):
+        return self.to(D.float16)
+
+    def bfloat16(self):
+        return self.to(D.bfloat16)
+
+    def double(self):
+        return self.to(D.float64)
+
+    def long(self):
+        return self.to(D.int64)
+
+    def int(self):
+        return self.to(D.int32)
+
+    def bool(self):
+        return self.to(D.bool_)
+
+    # ------------------------------------------------------------------ autograd
+    def requires_grad_(self, flag=True):
+        if flag and not self.dtype.is_float:
+            raise RuntimeError(f"ember: only floating-point tensors can require gradients, got {self.dtype}")
+        self.requires_grad = flag
+        return self
+
+    def backward(self, gradient=None):
+        A.backward(self, gradient)
+
+    def detach(self):
+        return A._wrap(self._data, self.device)
+
+    def detach_(self):
+        self._ctx, self.requires_grad = None, False
+        return self
+
+    def clone(self):
+        out = A.prim_contiguous(self)
+        if self.device is CPU:  # CPU arrays may share memory with a user's numpy array
+            out._data = np.array(self._data, copy=True)
+        return out
+
+    def contiguous(self):
+        return A.prim_contiguous(self)
+
+    def zero_(self):
+        self._data = self.device.backend.full(self.shape, 0, self.dtype)
+        return self
+
+    def fill_(self, v):
+        self._data = self.device.backend.full(self.shape, v, self.dtype)
+        return self
+
+    def copy_(self, src):
+        src = src if isinstance(src, Tensor) else tensor(src)
+        src = src.to(self.device, self.dtype).expand(self.shape)
+        self._data = self.device.backend.contiguous(src._data) if self.device is not CPU else np.array(src._data, copy=True)
+        return self
+
+    # ------------------------------------------------------------------ creation helpers
+    def new_zeros(self, shape, dtype=None):
+        return full(shape, 0, dtype=dtype or self.dtype, device=self.device)
+
+    def new_ones(self, shape, dtype=None):
+        return full(shape, 1, dtype=dtype or self.dtype, device=self.device)
+
+    def new_full(self, shape, value, dtype=None):
+        return full(shape, value, dtype=dtype or self.dtype, device=self.device)
+
+    def new_tensor(self, data, dtype=None):
+        return tensor(data, dtype=dtype or self.dtype, device=self.device)
+
+    def zeros_like(self):
+        return full(self.shape, 0, dtype=self.dtype, device=self.device)
+
+    def ones_like(self):
+        return full(self.shape, 1, dtype=self.dtype, device=self.device)
+
+
+A._Tensor = Tensor
+
+
+def _transfer(t, dev: Device):
+    a = t._storage_numpy()
+    out = A._wrap(dev.backend.from_numpy(a, t.dtype), dev)
+    if A._GRAD[0] and t.requires_grad:
+        A._record(out, "to_device", (t,), t.device)
+    return out
+
+
+def _bw_to_device(n, g):
+    return (_transfer(g, n.arg),)
+
+
+A._BACKWARD["to_device"] = _bw_to_device
+
+
+# ====================================================================== creation
+
+def _infer_dtype(a: np.ndarray):
+    k = a.dtype.kind
+    if k == "b":
+        return D.bool_
+    if k in "iu":
+        return D.FROM_NP.get(a.dtype, D.int64) if a.dtype != np.uint16 else D.int32
+    if k == "f":
+        return D.FROM_NP[a.dtype] if a.dtype in (np.float16, np.float32, np.float64) else D.float32
+    raise TypeError(f"ember: cannot make a tensor from numpy dtype {a.dtype}")
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """ember.tensor(data): like torch.tensor. Python floats become float32, ints int64."""
+    if isinstance(data, Tensor):
+        t = data.detach().to(device=device, dtype=dtype) if (device or dtype) else data.detach().clone()
+    else:
+        if isinstance(data, np.ndarray):
+            a = data
+            dt = D.get(dtype) if dtype is not None else _infer_dtype(a)
+        else:
+            a = np.asarray(data)
+            if dtype is not None:
+                dt = D.get(dtype)
+            elif a.dtype.kind == "f":
+                dt = D.float32  # torch's default dtype for Python floats
+            elif a.dtype.kind in "iu":
+                dt = D.int64
+            elif a.dtype.kind == "b":
+                dt = D.bool_
+            elif a.dtype == object and a.size and all(isinstance(x, Tensor) for x in a.flat):
+                return stack([tensor(x) for x in data]).to(device=device, dtype=dtype)
+            else:
+                raise TypeError(f"ember: cannot make a tensor from {type(data).__name__} with numpy dtype {a.dtype}")
+        if dt is D.bfloat16:
+            st = D.f32_to_bf16_bits(np.asarray(a, np.float32)) if a.dtype != np.uint16 else a
+        elif dt.is_float or a.dtype.kind != "f":
+            st = np.array(a, dtype=dt.np, copy=True)
+        else:
+            st = np.trunc(a).astype(dt.np)
+        dev = _device(device) if device is not None else CPU
+        t = A._wrap(dev.backend.from_numpy(np.ascontiguousarray(st), dt), dev)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def from_numpy(a: np.ndarray) -> Tensor:
+    """Shares memory on CPU (as torch.from_numpy); float64 stays float64."""
+    a = np.asarray(a)
+    return A._wrap(CPU.backend.from_numpy(a, _infer_dtype(a)), CPU)
+
+
+def _shape(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    for s in size:
+        if not isinstance(s, numbers.Integral) or s < 0:
+            raise ValueError(f"ember: invalid shape {tuple(size)}")
+    return tuple(int(s) for s in size)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = _shape((size,) if isinstance(size, numbers.Integral) else (size,))
+    if dtype is None:
+        dtype = D.scalar_dtype(fill_value)
+    dt = D.get(dtype)
+    dev = _device(device) if device is not None else CPU
+    t = A._wrap(dev.backend.full(size, fill_value, dt), dev)
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full(_shape(size), 0, dtype or D.float32, device, requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full(_shape(size), 1, dtype or D.float32, device, requires_grad)
+
+
+def empty(*size, dtype=None, device=None):
+    return zeros(*size, dtype=dtype, device=device)
+
+
+def zeros_like(t, dtype=None, device=None):
+    return full(t.shape, 0, dtype or t.dtype, device or t.device)
+
+
+def ones_like(t, dtype=None, device=None):
+    return full(t.shape, 1, dtype or t.dtype, device or t.device)
+
+
+def full_like(t, v, dtype=None, device=None):
+    return full(t.shape, v, dtype or t.dtype, device or t.device)
+
+
+def empty_like(t, dtype=None, device=None):
+    return zeros_like(t, dtype, device)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        dtype = D.float32 if any(isinstance(v, float) for v in (start, end, step)) else D.int64
+    if step == 0:
+        raise ValueError("ember: arange step must be non-zero")
+    dev = _device(device) if device is not None else CPU
+    return A._wrap(dev.backend.arange(start, end, step, D.get(dtype)), dev)
+
+
+def linspace(start, end, steps, dtype=None, device=None) -> Tensor:
+    a = np.linspace(start, end, steps, dtype=np.float64)
+    return tensor(a, dtype=dtype or D.float32, device=device)
+
+
+def eye(n, m=None, dtype=None, device=None) -> Tensor:
+    return tensor(np.eye(n, m), dtype=dtype or D.float32, device=device)
+
+
+# ---------------------------------------------------------------------- random
+# One host generator: the same seed gives the same numbers on every device.
+_rng = [np.random.default_rng(0)]
+
+
+def manual_seed(seed: int):
+    _rng[0] = np.random.default_rng(seed)
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    a = _rng[0].random(_shape(size), dtype=np.float32)
+    return tensor(a, dtype=dtype or D.float32, device=device, requires_grad=requires_grad)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    a = _rng[0].standard_normal(_shape(size), dtype=np.float32)
+    return tensor(a, dtype=dtype or D.float32, device=device, requires_grad=requires_grad)
+
+
+def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
+    if high is None:
+        low, high = 0, low
+    return tensor(_rng[0].integers(low, high, size=_shape((size,) if isinstance(size, int) else (size,))),
+                  dtype=dtype or D.int64, device=device)
+
+
+def randperm(n, device=None) -> Tensor:
+    return tensor(_rng[0].permutation(n), dtype=D.int64, device=device)
+
+
+def rand_like(t, dtype=None):
+    return rand(*t.shape, dtype=dtype or t.dtype, device=t.device)
+
+
+def randn_like(t, dtype=None):
+    return randn(*t.shape, dtype=dtype or t.dtype, device=t.device)
+
+
+def multinomial(probs, num_samples=1):
+    """Samples indices from (rows of) probs on the host, as a sampling helper for generation."""
+    p = probs.float().numpy().astype(np.float64)
+    squeeze = p.ndim == 1
+    p = p.reshape(-1, p.shape[-1])
+    p = p / p.sum(-1, keepdims=True)
+    out = np.stack([_rng[0].choice(p.shape[-1], size=num_samples, p=row) for row in p])
+    return tensor(out[0] if squeeze else out, dtype=D.int64, device=probs.device)
+
+
+from .ops_movement import stack  # noqa: E402  (composed op used by tensor() above)
