@@ -1,0 +1,169 @@
+"""tokenizer.json normalizers: each edits a Piece in place, keeping its alignment."""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from .byte_level import to_byte_chars
+from .errors import TokenizerError, component_type, unsupported
+from .normalized import Piece
+from .unicode_regex import compile_onig, is_whitespace
+
+
+def unicode_normalize(piece: Piece, form: str) -> None:
+    """NFC/NFD/NFKC/NFKD with per-character alignment where it exists: each character is
+    normalized alone when that gives the same string as normalizing the whole text (true
+    for decompositions and most text); otherwise a run of base char + combining marks is
+    normalized together and aligned with the whole run."""
+    text = piece.text
+    whole = unicodedata.normalize(form, text)
+    if whole == text:
+        return
+    per_char = [unicodedata.normalize(form, c) for c in text]
+    if "".join(per_char) == whole:
+        out_text, out_align = [], []
+        for chars, a in zip(per_char, piece.align):
+            out_text.append(chars)
+            out_align.extend([a] * len(chars))
+        piece.text, piece.align = whole, out_align
+        return
+    clusters, start = [], 0  # [start, end) runs: a starter and the combining marks after it
+    for i in range(1, len(text) + 1):
+        if i == len(text) or unicodedata.combining(text[i]) == 0:
+            clusters.append((start, i))
+            start = i
+    parts = [unicodedata.normalize(form, text[s:e]) for s, e in clusters]
+    if "".join(parts) != whole:  # composition across runs (e.g. Hangul jamo): align coarsely
+        clusters, parts = [(0, len(text))], [whole]
+    out_align = []
+    for (s, e), chars in zip(clusters, parts):
+        out_align.extend([(piece.align[s][0], piece.align[e - 1][1])] * len(chars))
+    piece.text, piece.align = whole, out_align
+
+
+def _is_control(c: str) -> bool:
+    return c not in "\t\n\r" and unicodedata.category(c)[0] == "C"
+
+
+def _is_chinese(c: str) -> bool:
+    o = ord(c)
+    return (0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0x20000 <= o <= 0x2A6DF
+            or 0x2A700 <= o <= 0x2B73F or 0x2B740 <= o <= 0x2B81F or 0x2B920 <= o <= 0x2CEAF
+            or 0xF900 <= o <= 0xFAFF or 0x2F800 <= o <= 0x2FA1F)
+
+
+def _strip_marks(piece: Piece) -> None:
+    piece.filter(lambda c: unicodedata.category(c) != "Mn")
+
+
+class BertNormalizer:
+    def __init__(self, clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                 lowercase=True):
+        self.clean_text, self.handle_chinese_chars = clean_text, handle_chinese_chars
+        self.strip_accents = lowercase if strip_accents is None else strip_accents
+        self.lowercase = lowercase
+
+    def __call__(self, piece: Piece) -> None:
+        if self.clean_text:
+            piece.filter(lambda c: not (c == "\0" or c == "\ufffd" or _is_control(c)))
+            piece.map_chars(lambda c: " " if is_whitespace(c) else c)
+        if self.handle_chinese_chars:
+            pairs = []
+            for c in piece.text:
+                pairs.extend(((" ", 0), (c, 1), (" ", 1)) if _is_chinese(c) else ((c, 0),))
+            piece.transform(pairs)
+        if self.strip_accents:
+            unicode_normalize(piece, "NFD")
+            _strip_marks(piece)
+        if self.lowercase:
+            piece.map_chars(str.lower)
+
+
+class Replace:
+    def __init__(self, pattern, content):
+        self.regex = _pattern(pattern, "Replace")
+        self.content = content
+
+    def __call__(self, piece: Piece) -> None:
+        matches = [m.span() for m in self.regex.finditer(piece.text) if m.end() > m.start()]
+        if matches:
+            piece.replace(matches, self.content)
+
+
+def _pattern(spec, where: str) -> re.Pattern:
+    """A tokenizer.json pattern {"String": s} (literal) or {"Regex": r} (Oniguruma)."""
+    if isinstance(spec, dict) and isinstance(spec.get("String"), str):
+        return re.compile(re.escape(spec["String"]))
+    if isinstance(spec, dict) and isinstance(spec.get("Regex"), str):
+        return compile_onig(spec["Regex"])
+    raise TokenizerError(f"tokenizer.json {where}: pattern must be {{\"String\": ..}} or "
+                         f"{{\"Regex\": ..}}, got {spec!r}")
+
+
+class Prepend:
+    def __init__(self, prepend):
+        self.prepend = prepend
+
+    def __call__(self, piece: Piece) -> None:
+        piece.prepend(self.prepend)
+
+
+class Strip:
+    def __init__(self, strip_left=True, strip_right=True):
+        self.left, self.right = strip_left, strip_right
+
+    def __call__(self, piece: Piece) -> None:
+        s, e = 0, len(piece.text)
+        while self.left and s < e and is_whitespace(piece.text[s]):
+            s += 1
+        while self.right and e > s and is_whitespace(piece.text[e - 1]):
+            e -= 1
+        piece.text, piece.align = piece.text[s:e], piece.align[s:e]
+
+
+class Sequence:
+    def __init__(self, normalizers):
+        self.normalizers = normalizers
+
+    def __call__(self, piece: Piece) -> None:
+        for n in self.normalizers:
+            n(piece)
+
+
+def _unicode(form):
+    return lambda piece: unicode_normalize(piece, form)
+
+
+def _byte_level(piece: Piece) -> None:
+    piece.map_chars(to_byte_chars)
+
+
+_SIMPLE = {"NFC": _unicode("NFC"), "NFD": _unicode("NFD"), "NFKC": _unicode("NFKC"),
+           "NFKD": _unicode("NFKD"), "Lowercase": lambda p: p.map_chars(str.lower),
+           "StripAccents": _strip_marks, "ByteLevel": _byte_level}
+
+
+def build_normalizer(spec, where="normalizer"):
+    """Build a normalizer from its tokenizer.json dict (None -> None)."""
+    if spec is None:
+        return None
+    kind = component_type(spec, where)
+    if kind in _SIMPLE:
+        return _SIMPLE[kind]
+    try:
+        if kind == "Sequence":
+            return Sequence([build_normalizer(s, f"{where}.normalizers[{i}]")
+                             for i, s in enumerate(spec["normalizers"])])
+        if kind == "BertNormalizer":
+            return BertNormalizer(spec.get("clean_text", True), spec.get("handle_chinese_chars", True),
+                                  spec.get("strip_accents"), spec.get("lowercase", True))
+        if kind == "Replace":
+            return Replace(spec["pattern"], spec["content"])
+        if kind == "Prepend":
+            return Prepend(spec["prepend"])
+        if kind == "Strip":
+            return Strip(spec.get("strip_left", True), spec.get("strip_right", True))
+    except (KeyError, TypeError) as exc:
+        raise TokenizerError(f"tokenizer.json {where} ({kind}): missing or bad field {exc}") from None
+    raise unsupported(where, kind, [*_SIMPLE, "Sequence", "BertNormalizer", "Replace", "Prepend",
+                                    "Strip"])

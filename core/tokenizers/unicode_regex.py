@@ -1,0 +1,159 @@
+"""Unicode character classes for Python's `re`, and a translator for Oniguruma patterns.
+
+tokenizer.json regexes are written for Oniguruma (`\\p{L}`, `\\p{N}`, Unicode `\\s`/`\\w`).
+Python's `re` has no `\\p{..}` and its `\\s`/`\\w` differ (`\\s` takes U+001C..U+001F, `\\w`
+misses combining marks), and the third-party `regex` module is not in Pyodide. So the classes
+are built from `unicodedata` categories, once, and spliced into the pattern as explicit ranges.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import sys
+import unicodedata
+
+from .errors import TokenizerError
+
+# Unicode White_Space (what Oniguruma's \s, Rust's char::is_whitespace and the regex crate use).
+WHITESPACE_RANGES = ((0x09, 0x0D), (0x20, 0x20), (0x85, 0x85), (0xA0, 0xA0), (0x1680, 0x1680),
+                     (0x2000, 0x200A), (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F),
+                     (0x3000, 0x3000))
+WHITESPACE = frozenset(chr(c) for lo, hi in WHITESPACE_RANGES for c in range(lo, hi + 1))
+
+
+def is_whitespace(c: str) -> bool:
+    return c in WHITESPACE
+
+
+def is_punctuation(c: str) -> bool:
+    """BERT's punctuation: ASCII punctuation or any Unicode P* category."""
+    o = ord(c)
+    if 33 <= o <= 47 or 58 <= o <= 64 or 91 <= o <= 96 or 123 <= o <= 126:
+        return True
+    return unicodedata.category(c)[0] == "P"
+
+
+@functools.cache
+def _category_ranges() -> dict[str, list[tuple[int, int]]]:
+    """Two-letter general category -> sorted code point ranges, for the running Python's
+    Unicode version. One pass over all code points (~0.3 s), done on first use only."""
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    category = unicodedata.category
+    prev, start = category("\0"), 0
+    for cp in range(1, sys.maxunicode + 1):
+        cat = category(chr(cp))
+        if cat != prev:
+            ranges.setdefault(prev, []).append((start, cp - 1))
+            prev, start = cat, cp
+    ranges.setdefault(prev, []).append((start, sys.maxunicode))
+    return ranges
+
+
+def _merge(ranges) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _complement(ranges) -> list[tuple[int, int]]:
+    out, nxt = [], 0
+    for lo, hi in ranges:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= sys.maxunicode:
+        out.append((nxt, sys.maxunicode))
+    return out
+
+
+@functools.cache
+def class_ranges(name: str) -> tuple[tuple[int, int], ...]:
+    """Ranges of a named class: a general category ("L", "Lu", "N", ...) or s/w/d."""
+    if name == "s":
+        return WHITESPACE_RANGES
+    cats = _category_ranges()
+    if name == "w":  # Oniguruma's Unicode \w: Letter | Mark | Number | Connector_Punctuation
+        parts = [r for c, rs in cats.items() if c[0] in "LMN" or c == "Pc" for r in rs]
+    elif name == "d":
+        parts = cats.get("Nd", [])
+    elif len(name) == 1:
+        parts = [r for c, rs in cats.items() if c[0] == name for r in rs]
+    elif name in cats:
+        parts = cats[name]
+    else:
+        raise TokenizerError(f"regex: unknown Unicode property \\p{{{name}}}")
+    return tuple(_merge(parts))
+
+
+def class_body(name: str, negate: bool = False) -> str:
+    """The inside of a `[...]` matching class `name` (or its complement)."""
+    ranges = class_ranges(name)
+    if negate:
+        ranges = _complement(ranges)
+    return "".join(f"\\U{lo:08x}" if lo == hi else f"\\U{lo:08x}-\\U{hi:08x}"
+                   for lo, hi in ranges)
+
+
+_PROPERTY = re.compile(r"\\([pP])\{\^?([A-Za-z_]+)\}")
+_SHORTHAND = {"s": ("s", False), "S": ("s", True), "w": ("w", False), "W": ("w", True),
+              "d": ("d", False), "D": ("d", True)}
+_PROPERTY_ALIASES = {"Letter": "L", "Number": "N", "Mark": "M", "Punctuation": "P",
+                     "Symbol": "S", "Separator": "Z", "Other": "C"}
+
+
+def translate(pattern: str) -> str:
+    """Rewrite an Oniguruma pattern into an equivalent Python `re` pattern."""
+    out, i, depth = [], 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            m = _PROPERTY.match(pattern, i)
+            if m:
+                name = _PROPERTY_ALIASES.get(m.group(2), m.group(2))
+                negate = (m.group(1) == "P") != ("{^" in m.group(0))
+                i = m.end()
+            elif pattern[i + 1] in _SHORTHAND:
+                name, negate = _SHORTHAND[pattern[i + 1]]
+                i += 2
+            else:
+                out.append(pattern[i:i + 2])
+                i += 2
+                continue
+            body = class_body(name, negate)
+            out.append(body if depth else f"[{body}]")
+            continue
+        if c == "[":
+            if depth and (pattern.startswith("[:", i) or pattern.startswith("[^", i)):
+                raise TokenizerError(f"regex {pattern!r}: POSIX classes and negated nested "
+                                     f"classes are not supported")
+            depth += 1
+            if depth > 1:  # Oniguruma's nested [..] inside a class is a union: flatten it
+                i += 1
+                continue
+            out.append(c)
+            if pattern.startswith("^", i + 1):
+                out.append("^")
+                i += 1
+            if pattern.startswith("]", i + 1):  # a literal ']' first in the class
+                out.append("\\]")
+                i += 1
+        elif c == "]" and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(c)
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+@functools.cache
+def compile_onig(pattern: str) -> re.Pattern:
+    try:
+        return re.compile(translate(pattern))
+    except re.error as exc:
+        raise TokenizerError(f"regex {pattern!r}: cannot be compiled for Python's re ({exc})") from None
