@@ -1,0 +1,156 @@
+"""torch .pt/.pth (zip) reader: parity with torch.save, pickled modules as records, and no code execution."""
+import io
+import os
+import pickle
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from test_io_helpers import assert_same, torch_tensors
+
+import ember.io
+from ember.io import FormatError, PickleRecord
+from ember.io import torch_pickle as tp
+
+
+def saved(obj, **kw) -> bytes:
+    b = io.BytesIO()
+    torch.save(obj, b, **kw)
+    return b.getvalue()
+
+
+def torch_zip(pkl: bytes, entries=None) -> bytes:
+    """A torch-layout zip around a hand-made data.pkl."""
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w") as z:
+        z.writestr("archive/data.pkl", pkl)
+        z.writestr("archive/byteorder", "little")
+        for k, v in (entries or {}).items():
+            z.writestr(f"archive/data/{k}", v)
+    return b.getvalue()
+
+
+def test_state_dict_parity_with_views_shared_storage_and_parameters(tmp_path):
+    base = torch.randn(6, 8)
+    sd = {**torch_tensors(1),
+          "t": base.t(),  # non-contiguous: stride (1, 8)
+          "slice": base[2:, 3:],  # offset into a shared storage
+          "step": base[:, ::3],
+          "shared": base,
+          "expand": torch.arange(3.0).reshape(3, 1).expand(3, 4),  # stride 0
+          "param": torch.nn.Parameter(torch.randn(4).bfloat16(), requires_grad=False),
+          "nested": {"deep": {"x": torch.tensor([1, 2], dtype=torch.int32)}}}
+    path = tmp_path / "sd.pth"
+    torch.save(sd, path)
+    got = ember.io.load(path)
+    flat = {k: v for k, v in sd.items() if k != "nested"} | {"nested.deep.x": sd["nested"]["deep"]["x"]}
+    assert list(got) == list(flat)
+    for k, t in flat.items():
+        assert_same(got[k], t, k)
+
+
+def test_wrappers_and_metadata():
+    sd = {"w": torch.randn(2, 3), "b": torch.zeros(3, dtype=torch.float16)}
+    for wrap in ({"epoch": 3, "model": sd, "optimizer": None}, {"state_dict": sd, "model": "resnet"}):
+        raw = saved(wrap)
+        got = ember.io.load(raw)
+        assert list(got) == ["w", "b"]
+        for k in sd:
+            assert_same(got[k], sd[k], k)
+    assert ember.io.metadata(saved({"epoch": 3, "date": "2024", "model": sd})) == {"epoch": 3, "date": "2024"}
+
+
+def test_pickled_module_becomes_records_with_its_state_dict():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.SiLU(),
+                                torch.nn.Sequential(torch.nn.Linear(4, 2)))
+    model.register_buffer("scratch", torch.ones(1), persistent=False)
+    raw = saved({"model": model.half(), "ema": None, "epoch": -1})
+    tree = tp.load_pickle(raw)
+    m = tree["model"]
+    assert isinstance(m, PickleRecord) and (m.module, m.name) == ("torch.nn.modules.container", "Sequential")
+    assert m.state["_modules"]["0"].name == "Conv2d" and m.state["_modules"]["0"].state["stride"] == (1, 1)
+    ref = model.state_dict()
+    got = ember.io.load(raw)
+    assert list(got) == list(ref)  # the non-persistent buffer is left out, as torch does
+    for k, t in ref.items():
+        assert_same(got[k], t, k)
+
+
+def test_unknown_classes_are_inert_records_never_imported():
+    # GLOBAL not_a_real_module.Thing; REDUCE (1, 2); BUILD {'a': 3}
+    pkl = b"\x80\x02cnot_a_real_module\nThing\nK\x01K\x02\x86R}X\x01\x00\x00\x00aK\x03sb."
+    rec = tp.load_pickle(torch_zip(pkl))
+    assert (rec.module, rec.name, rec.args, rec.state) == ("not_a_real_module", "Thing", (1, 2), {"a": 3})
+    assert "not_a_real_module" not in sys.modules
+    with pytest.raises(FormatError, match="no tensors found"):
+        ember.io.load(torch_zip(pkl))
+
+
+class _Evil:
+    def __init__(self, f, *args):
+        self.f, self.args = f, args
+
+    def __reduce__(self):
+        return self.f, self.args
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+@pytest.mark.parametrize("attack", ["os.system", "eval", "getattr", "subprocess", "importlib"])
+def test_pickles_that_import_code_are_refused_and_never_run(tmp_path, protocol, attack):
+    import importlib
+    import subprocess
+    marker = tmp_path / "pwned"
+    cmd = f"touch {marker}"
+    payload = {"os.system": _Evil(os.system, cmd), "eval": _Evil(eval, f"open({str(marker)!r}, 'w')"),
+               "getattr": _Evil(getattr, "", "join"), "subprocess": _Evil(subprocess.call, cmd.split()),
+               "importlib": _Evil(importlib.import_module, "this")}[attack]
+    pkl = pickle.dumps({"w": payload}, protocol=protocol)
+    with pytest.raises(FormatError, match="which can run code; refusing") as e:
+        ember.io.load(torch_zip(pkl))
+    assert str(e.value).startswith("ember: <")
+    assert not marker.exists()
+
+
+def test_legacy_format_is_rejected_clearly(tmp_path):
+    path = tmp_path / "old.pt"
+    torch.save({"w": torch.ones(2)}, path, _use_new_zipfile_serialization=False)
+    with pytest.raises(FormatError, match="legacy .*re-save it with torch.save"):
+        ember.io.load(path)
+
+
+def test_dtypes_ember_lacks_are_named():
+    with pytest.raises(FormatError, match="data/0 holds a tensor of dtype torch.int16 \\(shape \\(3,\\)\\)"):
+        ember.io.load(saved({"w": torch.zeros(3, dtype=torch.int16)}))
+
+
+def test_big_endian_checkpoints_are_byteswapped():
+    sd = {"w": torch.randn(2, 3), "h": torch.randn(4).half(), "i": torch.arange(5)}
+    src = zipfile.ZipFile(io.BytesIO(saved(sd)))
+    itemsize = {"0": 4, "1": 2, "2": 8}  # storages in pickling order
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w") as z:
+        for n in src.namelist():
+            data = src.read(n)
+            if n.endswith("byteorder"):
+                data = b"big"
+            elif "/data/" in n:
+                data = np.frombuffer(data, f"<u{itemsize[n.rsplit('/', 1)[1]]}").byteswap().tobytes()
+            z.writestr(n, data)
+    got = ember.io.load(b.getvalue())
+    for k, t in sd.items():
+        assert_same(got[k], t, k)
+
+
+@pytest.mark.parametrize("geometry,msg", [
+    ("K\x00K\x05\x85K\x01\x85", "reaches element 4, past the storage's 4"),  # size 5 > 4 elements
+    ("K\x03K\x02\x85K\x01\x85", "reaches element 4"),  # offset 3 + 2 elements
+    ("K\x00J\x00\x00\x00\x10\x85K\x00\x85", "expands to"),  # 2**28 elements of stride 0
+])
+def test_tensor_geometry_outside_its_storage_is_refused(geometry, msg):
+    pkl = (b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\n"
+           b"X\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x04tQ" + geometry.encode("latin1") + b"\x89}tR.")
+    with pytest.raises(FormatError, match=msg):
+        tp.load_pickle(torch_zip(pkl, {"0": bytes(16)}))
