@@ -29,6 +29,14 @@ class GGMLType:
     def __repr__(self):
         return f"ember.quant.{self.name}"
 
+    def __eq__(self, other):  # q.ggml_type == "q4_0" reads naturally; types are singletons otherwise
+        if isinstance(other, str):
+            return self.name == other.upper()
+        return self is other
+
+    def __hash__(self):
+        return hash(self.name)
+
     def __reduce__(self):  # singletons, also across pickling
         return (get, (self.name,))
 

@@ -1,0 +1,47 @@
+"""Quantized matmul: y = x @ W.T with W kept as GGML blocks, dequantized a bounded slab of rows at a time.
+
+W (out_features, in_features) never exists in float32 all at once: each step dequantizes
+`rows` output rows (rows * in_features * 4 bytes, ~SCRATCH_BYTES) and multiplies them with BLAS.
+The kernels' own temporaries are a small multiple of that slab, so the extra memory is bounded by
+a few slabs whatever the weight size (bench/bench_quant.py measures it with tracemalloc).
+
+Why not GGML's integer path (activations quantized to Q8, int8 dot products)? numpy has no int8
+GEMM with int32 accumulation that beats float32 BLAS, and it changes the result (the activations
+get rounded); slab-wise dequantization gives exactly dequantize(W) @ x up to BLAS summation order.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ggml_types as T
+from .codec import check_raw, dequantize_rows
+
+SCRATCH_BYTES = 4 << 20  # float32 slab per step: 4 MiB (256 rows of a 4096-wide weight)
+
+
+def slab_rows(in_features: int, scratch_bytes: int = SCRATCH_BYTES) -> int:
+    return max(1, scratch_bytes // (4 * max(1, in_features)))
+
+
+def qmatmul(x, raw, qtype, shape, scratch_bytes: int = SCRATCH_BYTES, name: str = "weight") -> np.ndarray:
+    """x (..., in_features) float -> (..., out_features) float32 = x @ dequantize(raw).T.
+
+    raw: uint8 GGML blocks of a (out_features, in_features) weight of type qtype.
+    """
+    t = T.get(qtype)
+    if len(shape) != 2:
+        raise ValueError(f"ember: quantized matmul needs a 2-d weight, {name} has shape {tuple(shape)}")
+    out_f, in_f = (int(s) for s in shape)
+    rows = check_raw(raw, t, shape, name)  # (out_features, row_bytes)
+    x = np.asarray(x)
+    if x.shape[-1:] != (in_f,):
+        raise ValueError(f"ember: quantized matmul: input of shape {x.shape} does not match {name} of shape "
+                         f"{(out_f, in_f)} (last dim must be {in_f})")
+    lead = x.shape[:-1]
+    x2 = np.ascontiguousarray(x.reshape(-1, in_f), dtype=np.float32)  # (m, in_features)
+    yt = np.empty((out_f, x2.shape[0]), np.float32)  # (out_features, m): each slab's rows are contiguous
+    step = slab_rows(in_f, scratch_bytes)
+    for s in range(0, out_f, step):
+        w = dequantize_rows(rows[s:s + step], t)  # (step, in_features) float32 slab
+        np.matmul(w, x2.T, out=yt[s:s + step])
+    return np.ascontiguousarray(yt.T).reshape(*lead, out_f)
