@@ -147,8 +147,10 @@ def read_ct2(source: str | os.PathLike | bytes | bytearray | memoryview) -> CT2M
 # (GELU is id 3 in ctranslate2's Activation enum). A file with other values is another model.
 _WHISPER_FLAGS = {"decoder/activation": 3, "decoder/alibi": 0, "decoder/pre_norm": 1,
                   "decoder/scale_embeddings": 0, "decoder/start_from_zero_embedding": 0}
-# Legacy single-head alignment settings; generation uses alignment_heads from config.json instead.
-_IGNORED = ("decoder/alignment_heads", "decoder/alignment_layer")
+# Legacy single-head alignment settings (generation uses alignment_heads from config.json), and
+# ALiBi options that only matter when decoder/alibi is on, which _WHISPER_FLAGS refuses.
+_IGNORED = ("decoder/alignment_heads", "decoder/alignment_layer",
+            "decoder/alibi_use_positive_positions", "decoder/scale_alibi")
 
 
 class _Names:
@@ -203,8 +205,11 @@ def _layer_indices(model: CT2Model, stack: str) -> int:
     return len(found)
 
 
+_TORCH_DTYPE_NAMES = {"float16": "float16", "float32": "float32", "uint16": "bfloat16"}
+
+
 def whisper_state_dict(model: CT2Model) -> tuple[dict[str, np.ndarray], dict]:
-    """CT2 WhisperSpec variables -> (HF state dict, architecture dims for config.json).
+    """CT2 WhisperSpec variables -> (HF state dict, config.json fields read off the weights).
 
     Dtypes are kept as stored (float16 for the released Whisper conversions). A projection that
     is an alias of the token embedding (the usual case) becomes ``tie_word_embeddings`` and no
@@ -212,6 +217,10 @@ def whisper_state_dict(model: CT2Model) -> tuple[dict[str, np.ndarray], dict]:
     """
     if model.spec != "WhisperSpec":
         raise CT2FormatError(f"ember: {model.source}: spec is {model.spec!r}, not 'WhisperSpec'")
+    scaled = [k for k in model.variables if k.endswith("weight_scale")]
+    if scaled:
+        raise CT2FormatError(f"ember: {model.source}: quantized CTranslate2 weights ({scaled[0]}, "
+                             f"...) are not supported; convert with quantization float16 or float32")
     n = _Names(model)
     for flag, want in _WHISPER_FLAGS.items():
         if flag in n.left and int(n.left.pop(flag)) != want:
@@ -273,6 +282,7 @@ def whisper_state_dict(model: CT2Model) -> tuple[dict[str, np.ndarray], dict]:
         "max_source_positions": sd["model.encoder.embed_positions.weight"].shape[0],
         "max_target_positions": sd["model.decoder.embed_positions.weight"].shape[0],
         "tie_word_embeddings": tied,
+        "torch_dtype": _TORCH_DTYPE_NAMES[sd["model.decoder.embed_tokens.weight"].dtype.name],
     }
     return sd, dims
 
@@ -299,8 +309,9 @@ def whisper_configs(dims: dict, ct2_config: dict, special: dict[str, int]) -> tu
     """(config.json, generation_config.json) for HF Whisper from the CT2 dims, CT2 config.json
     (suppress ids, alignment heads, language ids) and the tokenizer's special token ids."""
     eot, sot = special["<|endoftext|>"], special["<|startoftranscript|>"]
-    suppress = list(ct2_config.get("suppress_ids", []))
-    suppress_begin = list(ct2_config.get("suppress_ids_begin", []))
+    # ctranslate2 writes null for lists the source model did not have
+    suppress = list(ct2_config.get("suppress_ids") or [])
+    suppress_begin = list(ct2_config.get("suppress_ids_begin") or [])
     config = {
         "architectures": ["WhisperForConditionalGeneration"],
         "model_type": "whisper",
@@ -311,7 +322,6 @@ def whisper_configs(dims: dict, ct2_config: dict, special: dict[str, int]) -> tu
         "bos_token_id": sot, "decoder_start_token_id": sot,
         "eos_token_id": eot, "pad_token_id": eot,
         # suppress_tokens live in generation_config.json only: transformers warns when both set.
-        "torch_dtype": "float16",
         "use_cache": True,
     }
     # openai/whisper's rule: English-only checkpoints have a 51864-token vocabulary.
@@ -327,11 +337,12 @@ def whisper_configs(dims: dict, ct2_config: dict, special: dict[str, int]) -> tu
         "is_multilingual": multilingual,
         "return_timestamps": False,
     }
-    if "alignment_heads" in ct2_config:
+    if ct2_config.get("alignment_heads"):
         generation["alignment_heads"] = [list(h) for h in ct2_config["alignment_heads"]]
     if multilingual:
         by_id = {i: t for t, i in special.items()}
-        generation["lang_to_id"] = {by_id[i]: i for i in ct2_config.get("lang_ids", []) if i in by_id}
+        generation["lang_to_id"] = {by_id[i]: i for i in ct2_config.get("lang_ids") or []
+                                  if i in by_id}
         generation["task_to_id"] = {"transcribe": special["<|transcribe|>"],
                                     "translate": special["<|translate|>"]}
     return config, generation
