@@ -1,0 +1,100 @@
+"""Quantized layers for ember.nn: QLinear, `quantize(model, type)`, and loading GGUF weights into a model."""
+from __future__ import annotations
+
+from .. import autograd
+from ..nn import functional as F
+from ..nn.layers import Linear
+from ..nn.module import Module
+from . import ggml_types as T
+from .qtensor import QTensor
+
+
+class QLinear(Module):
+    """y = x @ W.T + b with W a QTensor (out_features, in_features); CPU compute, any input device.
+
+    The forward dequantizes W a slab of rows at a time (ember.quant.qmatmul). When x needs a
+    gradient the layer instead multiplies by the full dequantized W through autograd, so dx is exact;
+    W itself is frozen (quantized weights have no gradient).
+    """
+
+    def __init__(self, weight: QTensor, bias=None):
+        super().__init__()
+        if not isinstance(weight, QTensor) or weight.ndim != 2:
+            raise TypeError(f"ember: QLinear needs a 2-d QTensor weight, got {weight!r}")
+        self.out_features, self.in_features = weight.shape
+        self.weight = weight  # a plain attribute: state_dict() lists Tensors only; see quantized_state_dict
+        self.bias = bias  # a Parameter (registered) or None
+
+    @classmethod
+    def from_linear(cls, linear: Linear, ggml_type) -> "QLinear":
+        return cls(QTensor.quantize(linear.weight, ggml_type), linear.bias)
+
+    def forward(self, x):
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"ember: QLinear: input of shape {tuple(x.shape)} does not match in_features "
+                             f"{self.in_features}")
+        if autograd.is_grad_enabled() and x.requires_grad:
+            return F.linear(x, self.weight.dequantize().to(x.device), self.bias)
+        y = self.weight.matmul_t(x)  # (..., out_features) float32
+        if self.bias is not None:
+            y = y + self.bias.to(y.device)
+        return y if x.dtype.name == "float32" else y.to(x.dtype)
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"ggml_type={self.weight.ggml_type.name}, bias={self.bias is not None}")
+
+
+def _children(model):
+    """(parent, child name, qualified name, child) for every submodule."""
+    for prefix, parent in list(model.named_modules()):
+        for name, child in list(parent._modules.items()):
+            if child is not None:
+                yield parent, name, f"{prefix}.{name}" if prefix else name, child
+
+
+def quantize(model: Module, ggml_type="q4_0", include=None) -> Module:
+    """Replace the model's nn.Linear layers by QLinear layers of `ggml_type`, in place; returns the model.
+
+    Layers whose in_features is not a multiple of the type's block size (32, or 256 for K-quants)
+    stay in float. include(name, linear) -> bool picks layers (default: all)."""
+    t = T.get(ggml_type)
+    if t.quantize_blocks is None:
+        raise ValueError(f"ember: cannot quantize to {t.name}; supported: {', '.join(T.supported_quant_types())}")
+    for parent, name, qname, child in _children(model):
+        if type(child) is Linear and child.in_features % t.block_size == 0 and (include is None or include(qname, child)):
+            setattr(parent, name, QLinear.from_linear(child, t))
+    return model
+
+
+def quantized_state_dict(model: Module) -> dict:
+    """model.state_dict() plus every QLinear's QTensor weight under '<name>.weight' (to save as GGUF)."""
+    out = dict(model.state_dict())
+    for prefix, m in model.named_modules():
+        if isinstance(m, QLinear):
+            out[f"{prefix}.weight" if prefix else "weight"] = m.weight
+    return out
+
+
+def load_quantized(model: Module, tensors: dict, strict: bool = True):
+    """Load {name: Tensor | QTensor} (e.g. ember.load("model.gguf")) into a model.
+
+    A QTensor that is the weight of an nn.Linear turns that layer into a QLinear (weights stay
+    quantized); any other QTensor (embeddings, norms) is dequantized to float32 and loaded as usual.
+    Returns (missing, unexpected) like load_state_dict; strict=True raises on either."""
+    plain = {}
+    linears = {q: (p, n, c) for p, n, q, c in _children(model) if type(c) in (Linear, QLinear)}
+    for key, v in tensors.items():
+        if not isinstance(v, QTensor):
+            plain[key] = v
+            continue
+        owner = linears.get(key[:-len(".weight")]) if key.endswith(".weight") else None
+        if owner is None:
+            plain[key] = v.dequantize()
+            continue
+        parent, name, child = owner
+        if tuple(v.shape) != (child.out_features, child.in_features):
+            raise ValueError(f"ember: {key}: quantized weight of shape {tuple(v.shape)} does not fit "
+                             f"{type(child).__name__}(in={child.in_features}, out={child.out_features})")
+        setattr(parent, name, QLinear(v, child.bias))
+    return model.load_state_dict(plain, strict=strict)

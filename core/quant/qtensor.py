@@ -1,0 +1,86 @@
+"""QTensor: a quantized tensor as GGML stores it — raw blocks, a GGML type and a logical shape."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ggml_types as T
+from .codec import check_raw, dequantize_rows, quantize
+from .qmatmul import qmatmul
+
+
+class QTensor:
+    """Quantized weights (CPU, immutable).
+
+        q = QTensor.quantize(w, "q4_k")   # w: ember Tensor or ndarray (..., n), n a multiple of the block
+        q.ggml_type, q.shape, q.nbytes     # ember.quant.Q4_K, (out, in), bytes of blocks
+        q.dequantize()                     # ember Tensor, float32
+        q.matmul_t(x)                      # x @ W.T without building W in float32
+
+    data is a uint8 array (rows, row_bytes): one row of blocks per row of the tensor (GGUF layout).
+    """
+
+    __slots__ = ("data", "ggml_type", "shape", "name")
+
+    def __init__(self, data, ggml_type, shape, name: str | None = None):
+        self.ggml_type = T.get(ggml_type)
+        self.shape = tuple(int(s) for s in shape)
+        self.name = name
+        self.data = check_raw(data, self.ggml_type, self.shape, self._what())
+
+    @classmethod
+    def quantize(cls, x, ggml_type, name: str | None = None) -> "QTensor":
+        a = _as_float_numpy(x, name)
+        return cls(quantize(a, ggml_type, name or "tensor"), ggml_type, a.shape, name)
+
+    def _what(self):
+        return f"tensor {self.name!r}" if self.name else "tensor"
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def numel(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self):
+        return self.data.nbytes
+
+    def numpy(self) -> np.ndarray:
+        """Dequantized values, float32, shape self.shape."""
+        return dequantize_rows(self.data, self.ggml_type).reshape(self.shape)
+
+    def dequantize(self):
+        """An ember Tensor (float32, CPU) with the dequantized values."""
+        from ..dtypes import float32
+        from ..tensor import Tensor
+        return Tensor._from_storage(self.numpy(), float32)
+
+    def matmul_t(self, x):
+        """x @ self.T for a 2-d quantized weight (out, in): x (..., in) -> (..., out), float32.
+        x is an ndarray (returns an ndarray) or an ember Tensor (returns a Tensor on x's device)."""
+        if isinstance(x, np.ndarray):
+            return qmatmul(x, self.data, self.ggml_type, self.shape, name=self._what())
+        from ..dtypes import float32
+        from ..tensor import Tensor
+        y = qmatmul(x.numpy(), self.data, self.ggml_type, self.shape, name=self._what())
+        out = Tensor._from_storage(y, float32)
+        return out if str(x.device) == "cpu" else out.to(x.device)
+
+    def __repr__(self):
+        name = f", name={self.name!r}" if self.name else ""
+        return f"QTensor(shape={self.shape}, ggml_type={self.ggml_type.name}, nbytes={self.nbytes}{name})"
+
+
+def _as_float_numpy(x, name):
+    if isinstance(x, QTensor):
+        return x.numpy()
+    if hasattr(x, "_storage_numpy"):  # ember Tensor: numpy() upcasts bfloat16 bits to float32
+        x = x.numpy()
+    a = np.asarray(x)
+    if a.dtype.kind != "f":
+        raise TypeError(f"ember: cannot quantize {name or 'tensor'} of dtype {a.dtype}: expected floats")
+    return a
