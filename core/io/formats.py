@@ -92,14 +92,26 @@ def detect(src) -> str:
 
 def _zip_kind(src) -> str:
     """A zip is torch's format if it holds '<archive>/data.pkl', else an .npz."""
+    with open_zip(src) as z:
+        names = z.namelist()
+    return "torch" if any(n.endswith("data.pkl") for n in names) else "npz"
+
+
+def zip_errors() -> tuple:
+    """What zipfile raises on damaged input (NotImplementedError: odd version or compression; RuntimeError:
+    encryption), so readers turn exactly these into FormatError."""
+    import zipfile
+    import zlib
+    return (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, NotImplementedError, RuntimeError)
+
+
+def open_zip(src):
     import io
     import zipfile
     try:
-        with zipfile.ZipFile(io.BytesIO(src) if is_bytes(src) else src) as z:
-            names = z.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        return zipfile.ZipFile(io.BytesIO(src) if is_bytes(src) else src)
+    except zip_errors() as e:
         raise FormatError(f"ember: {describe(src)} is a damaged zip file: {e}") from None
-    return "torch" if any(n.endswith("data.pkl") for n in names) else "npz"
 
 
 def source_size(src) -> int:

@@ -11,19 +11,10 @@ import json
 import numpy as np
 
 from .. import dtypes
-from .formats import (FormatError, Stored, check_member_size, contiguous, describe, is_bytes, source_size,
-                      to_stored, to_tensor)
+from .formats import (FormatError, Stored, check_member_size, contiguous, describe, open_zip, source_size,
+                      to_stored, to_tensor, zip_errors)
 
 MARK = "__ember__"
-
-
-def _open_zip(src):
-    import io
-    import zipfile
-    try:
-        return zipfile.ZipFile(io.BytesIO(src) if is_bytes(src) else src)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
-        raise FormatError(f"ember: {describe(src)} is not a readable .npz (zip): {e}") from None
 
 
 def _read_npy(z, zinfo, where):
@@ -56,18 +47,16 @@ def _read_npy(z, zinfo, where):
 
 def read(src) -> tuple[dict, dict]:
     """.npz -> ({name: Stored}, metadata)."""
-    import zipfile
-    import zlib
     where, size = describe(src), source_size(src)
     arrays = {}
-    with _open_zip(src) as z:
+    with open_zip(src) as z:
         try:
             for zinfo in z.infolist():
                 if not zinfo.filename.endswith(".npy"):
                     continue
                 check_member_size(zinfo, size, where)
                 arrays[zinfo.filename[:-4]] = _read_npy(z, zinfo, where)
-        except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, SyntaxError) as e:
+        except zip_errors() + (SyntaxError,) as e:  # SyntaxError: a garbled .npy header
             if isinstance(e, FormatError):
                 raise
             raise FormatError(f"ember: {where}: damaged .npz: {type(e).__name__}: {e}") from None

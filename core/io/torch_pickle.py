@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from .formats import (FormatError, Stored, check_member_size, contiguous, describe, is_bytes, source_size,
-                      to_tensor)
+from .formats import (FormatError, Stored, check_member_size, contiguous, describe, open_zip, source_size,
+                      to_tensor, zip_errors)
 from .pickle_vm import Machine, PickleRecord, safe
 
 # Globals whose presence means the pickle wants to run code; any other unknown global is kept as a record.
@@ -56,15 +56,10 @@ class _Checkpoint:
     """One zip checkpoint: finds data.pkl, serves storages, implements the rebuild functions."""
 
     def __init__(self, src, make_tensor):
-        import io
-        import zipfile
         self.where, self.size, self.make_tensor = describe(src), source_size(src), make_tensor
         self.storages = {}
-        try:
-            self.zip = zipfile.ZipFile(io.BytesIO(src) if is_bytes(src) else src)
-            pkls = [n for n in self.zip.namelist() if n.endswith("data.pkl") and n.count("/") <= 1]
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
-            raise FormatError(f"ember: {self.where} is not a readable torch zip checkpoint: {e}") from None
+        self.zip = open_zip(src)
+        pkls = [n for n in self.zip.namelist() if n.endswith("data.pkl") and n.count("/") <= 1]
         if len(pkls) != 1:
             raise FormatError(f"ember: {self.where}: expected one '<archive>/data.pkl' entry, found {pkls or 'none'}")
         self.prefix = pkls[0][:-len("data.pkl")]
@@ -73,8 +68,6 @@ class _Checkpoint:
 
     def _read_entry(self, name, optional=False) -> np.ndarray | None:
         """A zip entry as a uint8 array (one copy, sized from the checked entry size)."""
-        import zipfile
-        import zlib
         try:
             info = self.zip.getinfo(name)
         except KeyError:
@@ -86,7 +79,7 @@ class _Checkpoint:
         try:
             with self.zip.open(info) as f:
                 got = f.readinto(memoryview(raw))
-        except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError) as e:
+        except zip_errors() as e:
             raise FormatError(f"ember: {self.where}: damaged zip entry {name!r}: {e}") from None
         if got != info.file_size:
             raise FormatError(f"ember: {self.where}: zip entry {name!r} is truncated")
@@ -228,13 +221,14 @@ def module_state_dict(module: PickleRecord, prefix="") -> dict:
             continue
         seen.add(id(m))
         st = _module_state(m)
-        skip = st.get("_non_persistent_buffers_set") or set()
+        skip = st.get("_non_persistent_buffers_set")
+        skip = skip if isinstance(skip, (set, frozenset)) else set()
         for name, t in _as_dict(st.get("_parameters")).items():
             if t is not None:
-                out[pre + name] = t
+                out[f"{pre}{name}"] = t
         for name, t in _as_dict(st.get("_buffers")).items():
             if t is not None and name not in skip:
-                out[pre + name] = t
+                out[f"{pre}{name}"] = t
         children = [(f"{pre}{name}.", c) for name, c in _as_dict(st.get("_modules")).items() if c is not None]
         todo.extend(reversed(children))  # depth first, in declaration order
     return out
@@ -267,19 +261,18 @@ WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "ema")
 def state_dict(tree, where="checkpoint") -> dict:
     """An object tree from load_pickle -> {name: tensor}: a state_dict as is (nested dicts joined with '.'),
     a pickled nn.Module by its parameters and buffers, a wrapper dict by its WRAPPER_KEYS entry."""
-    if is_module(tree):
-        return module_state_dict(tree)
-    if isinstance(tree, dict):
-        if not any(_is_tensor(v) for v in tree.values()):
-            for key in WRAPPER_KEYS:
-                v = tree.get(key)
-                if isinstance(v, dict) or is_module(v):
-                    return state_dict(v, where)
-        out = _flatten(tree)
-        if out:
-            return out
-    raise FormatError(f"ember: {where}: no tensors found (top level is a {type(tree).__name__}); "
-                      "use ember.io.torch_pickle.load_pickle for the raw object")
+    seen = set()
+    while isinstance(tree, dict) and id(tree) not in seen and not any(_is_tensor(v) for v in tree.values()):
+        seen.add(id(tree))
+        inner = [tree[k] for k in WRAPPER_KEYS if isinstance(tree.get(k), dict) or is_module(tree.get(k))]
+        if not inner:
+            break
+        tree = inner[0]
+    out = module_state_dict(tree) if is_module(tree) else _flatten(tree) if isinstance(tree, dict) else {}
+    if not out:
+        raise FormatError(f"ember: {where}: no tensors found (top level is a {type(tree).__name__}); "
+                          "use ember.io.torch_pickle.load_pickle for the raw object")
+    return out
 
 
 def _flatten(tree) -> dict:
