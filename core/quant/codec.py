@@ -31,10 +31,11 @@ def quantize(x, qtype, name: str = "tensor") -> np.ndarray:
     if x.ndim == 0:
         x = x.reshape(1)
     if not t.is_quantized:
-        if t.name == "BF16":
-            data = f32_to_bf16_bits(x.astype(np.float32, copy=False))
-        else:
-            data = np.ascontiguousarray(x, dtype=t.np_dtype)
+        with np.errstate(over="ignore"):  # beyond float16's range -> inf, like a C cast
+            if t.name == "BF16":
+                data = f32_to_bf16_bits(x.astype(np.float32, copy=False))
+            else:
+                data = np.ascontiguousarray(x, dtype=t.np_dtype)
         return data.view(np.uint8).reshape(*x.shape[:-1], -1)
     if t.quantize_blocks is None:
         raise NotImplementedError(f"ember: quantizing to {t.name} is not implemented; "
@@ -49,7 +50,8 @@ def quantize(x, qtype, name: str = "tensor") -> np.ndarray:
         if not np.isfinite(blk).all():
             raise ValueError(f"ember: cannot quantize {name} of shape {tuple(x.shape)} to {t.name}: "
                              f"it holds NaN or Inf")
-        out[s:s + CHUNK_BLOCKS] = t.quantize_blocks(blk)
+        with np.errstate(over="ignore", invalid="ignore"):  # huge inputs overflow scales to inf, as in C
+            out[s:s + CHUNK_BLOCKS] = t.quantize_blocks(blk)
     return out.reshape(*x.shape[:-1], row_bytes)
 
 
@@ -78,8 +80,9 @@ def dequantize_rows(rows, t) -> np.ndarray:
         raise NotImplementedError(f"ember: dequantizing {t.name} is not implemented")
     blocks = rows.reshape(-1, t.type_size)  # (n_blocks, type_size)
     out = np.empty((blocks.shape[0], t.block_size), np.float32)
-    for s in range(0, blocks.shape[0], CHUNK_BLOCKS):
-        out[s:s + CHUNK_BLOCKS] = t.dequantize_blocks(blocks[s:s + CHUNK_BLOCKS])
+    with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN scales in a file decode as in C
+        for s in range(0, blocks.shape[0], CHUNK_BLOCKS):
+            out[s:s + CHUNK_BLOCKS] = t.dequantize_blocks(blocks[s:s + CHUNK_BLOCKS])
     return out.reshape(r, -1)
 
 
