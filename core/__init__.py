@@ -14,13 +14,19 @@ from .tensor import (Tensor, arange, empty, empty_like, eye, from_numpy, full, f
                      manual_seed, multinomial, ones, ones_like, rand, rand_like, randint, randn, randn_like,
                      randperm, tensor, zeros, zeros_like)
 from . import tensor_methods as _tm  # noqa: E402,F401  (binds ops onto Tensor)
-from .ops_elementwise import (abs, clamp, cos, erf, exp, log, logical_and, logical_not, logical_or,  # noqa: E402,F401
-                              maximum, minimum, pow, relu, rsqrt, sigmoid, sign, sin, sqrt, tanh, where)
-from .ops_movement import (broadcast_shapes, cat, chunk, flatten, flip, narrow, permute, reshape, roll,  # noqa: E402,F401
-                           split, squeeze, stack, transpose, tril, triu, unsqueeze)
+from .ops_elementwise import (abs, ceil, clamp, clip, cos, div, eq, erf, exp, floor, fmod, ge, gt, isfinite,  # noqa: E402,F401
+                              isinf, isnan, le, lerp, log, log1p, log2, logical_and, logical_not, logical_or,
+                              logical_xor, lt, maximum, minimum, mul, nan_to_num, ne, neg, pow, reciprocal,
+                              relu, remainder, round, rsqrt, sigmoid, sign, sin, sqrt, square, sub, tanh, trunc,
+                              where)
+from .ops_elementwise import add  # noqa: E402,F401
+from .ops_movement import (broadcast_shapes, broadcast_to, cat, chunk, flatten, flip, hstack, movedim,  # noqa: E402,F401
+                           narrow, permute, repeat_interleave, reshape, roll, split, squeeze, stack, transpose,
+                           tril, triu, unbind, unsqueeze, vstack)
 from .ops_reduce import (all, amax, amin, any, argmax, argmin, argsort, cumsum, logsumexp, max, mean,  # noqa: E402,F401
                          min, prod, sort, std, sum, topk, var)
-from .ops_indexing import gather, index_select, nonzero, scatter, scatter_add  # noqa: E402,F401
+from .ops_indexing import (gather, index_add, index_select, masked_select, nonzero, scatter,  # noqa: E402,F401
+                           scatter_add, take_along_dim)
 from .linalg import bmm, dot, matmul, mm, outer  # noqa: E402,F401
 from . import nn, optim  # noqa: E402,F401
 

@@ -59,6 +59,20 @@ def _wrap(data, device):
     return t
 
 
+def snapshot(t):
+    """A new handle on t's current value and graph position, so t itself can be rebound in place
+    (x += y, x[i] = v) without making its own graph point back at it."""
+    s = _wrap(t._data, t.device)
+    s.requires_grad, s._ctx = t.requires_grad, t._ctx
+    return s
+
+
+def rebind(t, out):
+    """In-place update: t takes out's value and graph position."""
+    t._data, t._ctx, t.requires_grad = out._data, out._ctx, out.requires_grad
+    return t
+
+
 class Node:
     """A recorded primitive application: inputs (Tensors or None) and what backward needs."""
 
@@ -71,12 +85,18 @@ class Node:
         return _BACKWARD[self.kind](self, g)
 
 
+def _frozen(t):
+    # Nodes keep leaf parameters by identity (their .grad is the result) and everything else as
+    # a snapshot, so a later in-place rebind (x += 1, x[i] = v) cannot change a recorded value.
+    return t if t is None or (t._ctx is None and t.requires_grad) else snapshot(t)
+
+
 def _record(out, kind, inputs, arg=None, saved=None):
     if _GRAD[0]:
         for t in inputs:
             if t is not None and t.requires_grad:
                 out.requires_grad = True
-                out._ctx = Node(kind, inputs, arg, saved)
+                out._ctx = Node(kind, tuple(_frozen(t) for t in inputs), arg, saved)
                 break
     return out
 
@@ -95,8 +115,7 @@ def prim_binary(op, a, b):
     bt = b.__class__ is _Tensor
     out = _wrap(a.device.backend.binary(op, a._data, b._data if bt else b), a.device)
     if _GRAD[0] and (a.requires_grad or (bt and b.requires_grad)) and op not in _NO_GRAD_BINARY:
-        out.requires_grad = True
-        out._ctx = Node("binary", (a, b if bt else None), (op, None if bt else b), out)
+        _record(out, "binary", (a, b if bt else None), (op, None if bt else b), out)
     return out
 
 
@@ -466,6 +485,8 @@ _BACKWARD = {
 # ============================================================================ engine
 
 def backward(root, grad=None):
+    """Accumulate d(root)/d(leaf) into every leaf's .grad. Graph nodes are the recorded Nodes
+    (not tensor objects), so tensors rebound in place after recording do not disturb it."""
     if not root.requires_grad:
         raise RuntimeError("ember: backward() on a tensor that does not require grad "
                            "(no input had requires_grad=True, or it was computed under no_grad)")
@@ -473,37 +494,45 @@ def backward(root, grad=None):
         if root.numel() != 1:
             raise RuntimeError(f"ember: backward() needs a gradient argument for a non-scalar output of shape {root.shape}")
         grad = root.ones_like()
-    order, seen = [], set()
-    stack = [(root, False)]
-    while stack:  # iterative DFS: deep graphs (long RNN/decoder loops) must not hit the recursion limit
-        t, done = stack.pop()
-        if done:
-            order.append(t)
-            continue
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        stack.append((t, True))
-        if t._ctx is not None:
-            for p in t._ctx.inputs:
-                if p is not None and p.requires_grad and id(p) not in seen:
-                    stack.append((p, False))
-    grads = {id(root): grad}
+    elif grad.shape != root.shape:
+        raise ValueError(f"ember: backward() gradient shape {grad.shape} != output shape {root.shape}")
     with no_grad():
-        for t in reversed(order):
-            g = grads.pop(id(t), None)
+        if root._ctx is None:
+            _accumulate(root, grad)
+            return
+        order, seen = [], set()
+        stack = [(root._ctx, False)]
+        while stack:  # iterative DFS: long decode loops must not hit the recursion limit
+            n, done = stack.pop()
+            if done:
+                order.append(n)
+                continue
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            stack.append((n, True))
+            for p in n.inputs:
+                if p is not None and p.requires_grad and p._ctx is not None and id(p._ctx) not in seen:
+                    stack.append((p._ctx, False))
+        grads = {id(root._ctx): grad}
+        for n in reversed(order):
+            g = grads.pop(id(n), None)
             if g is None:
                 continue
-            if t._ctx is None:  # leaf
-                if g.dtype is not t.dtype:
-                    g = prim_cast(g, t.dtype)
-                t.grad = g if t.grad is None else t.grad + g
-                continue
-            for p, pg in zip(t._ctx.inputs, t._ctx.backward(g)):
+            for p, pg in zip(n.inputs, n.backward(g)):
                 if p is None or pg is None or not p.requires_grad:
                     continue
                 if pg.shape != p.shape:
                     pg = unbroadcast(pg, p.shape)
-                prev = grads.get(id(p))
-                grads[id(p)] = pg if prev is None else prev + pg
+                if p._ctx is None:
+                    _accumulate(p, pg)
+                else:
+                    k = id(p._ctx)
+                    prev = grads.get(k)
+                    grads[k] = pg if prev is None else prev + pg
 
+
+def _accumulate(leaf, g):
+    if g.dtype is not leaf.dtype:
+        g = prim_cast(g, leaf.dtype)
+    leaf.grad = g if leaf.grad is None else leaf.grad + g

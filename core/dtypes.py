@@ -124,7 +124,8 @@ def promote_scalar(t: DType, v) -> DType:
 
 def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bit patterns (uint16), round-to-nearest-even; NaN stays NaN (quiet)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    x = np.asarray(x, dtype=np.float32)
+    u = (x if x.flags.c_contiguous else x.copy()).view(np.uint32)
     rounding = ((u >> 16) & 1) + np.uint32(0x7FFF)
     out = ((u + rounding) >> 16).astype(np.uint16)
     nan = (u & 0x7FFFFFFF) > 0x7F800000
@@ -135,4 +136,4 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
 
 def bf16_bits_to_f32(b: np.ndarray) -> np.ndarray:
     """bfloat16 bit patterns (uint16) -> float32, exact."""
-    return (np.ascontiguousarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)

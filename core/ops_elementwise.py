@@ -274,6 +274,10 @@ def cosh(x):
     return (exp(x) + exp(-x)) * 0.5
 
 
+def clip(x, min=None, max=None):
+    return clamp(x, min, max)
+
+
 def clamp(x, min=None, max=None):
     if min is None and max is None:
         raise ValueError("ember: clamp needs at least one of min and max")

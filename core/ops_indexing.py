@@ -255,8 +255,7 @@ def setitem(x, key, value):
     if not isinstance(value, _Tensor):
         value = tensor(value, dtype=x.dtype, device=x.device)
     value = A.prim_cast(value, x.dtype).expand(*pos.shape)
-    flat = A.prim_reshape(x.detach() if not x.requires_grad else x, (n,))
+    flat = A.prim_reshape(A.snapshot(x), (n,))
     out = A.prim_scatter(flat, 0, A.prim_reshape(pos, (pos.numel(),)),
                          A.prim_reshape(value.contiguous(), (pos.numel(),)), None)
-    out = A.prim_reshape(out, x.shape)
-    x._data, x._ctx, x.requires_grad = out._data, out._ctx, out.requires_grad
+    A.rebind(x, A.prim_reshape(out, x.shape))

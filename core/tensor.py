@@ -311,7 +311,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
         else:
             st = np.trunc(a).astype(dt.np)
         dev = _device(device) if device is not None else CPU
-        t = A._wrap(dev.backend.from_numpy(np.ascontiguousarray(st), dt), dev)
+        t = A._wrap(dev.backend.from_numpy(st if st.flags.c_contiguous else st.copy(), dt), dev)  # (0-d stays 0-d)
     if requires_grad:
         t.requires_grad_(True)
     return t

@@ -109,22 +109,18 @@ def _inplace(op):
     def f(self, other, alpha=1):
         if self.requires_grad and self._ctx is None and A.is_grad_enabled():
             raise RuntimeError("ember: in-place operation on a leaf tensor that requires grad")
+        cur = A.snapshot(self)
         if op == "div":
-            out = E.div(self, other)
+            out = E.div(cur, other)
         else:
-            out = E.binary(op, self, other if alpha == 1 else other * alpha)
-        if out.dtype is not self.dtype:
-            out = A.prim_cast(out, self.dtype)
-        self._data, self._ctx, self.requires_grad = out._data, out._ctx, out.requires_grad
-        return self
+            out = E.binary(op, cur, other if alpha == 1 else other * alpha)
+        return A.rebind(self, A.prim_cast(out, self.dtype))
     return f
 
 
 def _inplace_fn(fn):
     def f(self, *a, **k):
-        out = fn(self, *a, **k)
-        self._data, self._ctx, self.requires_grad = out._data, out._ctx, out.requires_grad
-        return self
+        return A.rebind(self, fn(A.snapshot(self), *a, **k))
     return f
 
 

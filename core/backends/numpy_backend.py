@@ -72,7 +72,7 @@ def _round(x):  # torch rounds half to even, as numpy does
 UNARY = {
     "neg": np.negative, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos,
     "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh, "erf": _erf,
-    "abs": np.abs, "sign": np.sign, "floor": np.floor, "ceil": np.ceil, "round": _round,
+    "abs": np.abs, "sign": lambda x: np.nan_to_num(np.sign(x)) if x.dtype.kind == "f" else np.sign(x), "floor": np.floor, "ceil": np.ceil, "round": _round,
     "sigmoid": _sigmoid, "recip": lambda x: np.reciprocal(x) if x.dtype.kind == "f" else 1 / x,
     "not": np.logical_not,
 }
@@ -176,6 +176,8 @@ class NumpyBackend(Backend):
         if dtype is D.bfloat16:
             return _down(x.astype(np.float32))
         src = _up(x)
+        if dtype is D.bool_:
+            return src != 0
         if dtype.is_float or src.dtype.kind not in "f":
             with np.errstate(all="ignore"):
                 return src.astype(dtype.np)
@@ -248,7 +250,7 @@ class NumpyBackend(Backend):
         return np.concatenate(xs, axis=axis)
 
     def contiguous(self, x):
-        return np.ascontiguousarray(x)
+        return x if x.flags.c_contiguous else x.copy()  # (np.ascontiguousarray would make 0-d 1-d)
 
     # -- compute --------------------------------------------------------------------------------
     def matmul(self, a, b):

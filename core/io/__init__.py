@@ -1,4 +1,4 @@
-"""ember.io: weights files in and out — safetensors, .npz, PyTorch .pt/.pth (zip), GGUF.
+"""ember.io: weights files in and out — safetensors, .npz, PyTorch .pt/.pth (zip), GGUF (gguf.py).
 
     tensors = ember.io.load("model.safetensors")       # or bytes; format from magic bytes / extension
     ember.io.save(tensors, "out.safetensors", metadata={"k": "v"})
@@ -16,7 +16,7 @@ import os
 from .formats import FormatError, detect
 
 _READERS = {"safetensors": "safetensors", "npz": "npz", "torch": "torch_pickle", "gguf": "gguf"}
-_WRITERS = {".safetensors": "safetensors", ".npz": "npz"}
+_WRITERS = {".safetensors": "safetensors", ".npz": "npz", ".gguf": "gguf", ".pt": "torch_save", ".pth": "torch_save"}
 
 
 def _module(kind):
@@ -36,7 +36,8 @@ def metadata(src, format: str | None = None) -> dict:
 
 
 def save(tensors: dict, path, metadata: dict | None = None):
-    """{name: Tensor | ndarray} -> a file whose format follows the extension (.safetensors, .npz)."""
+    """{name: Tensor | ndarray} -> a file whose format follows the extension: .safetensors, .npz, .gguf, or
+    .pt/.pth (torch's zip format, readable by torch.load(weights_only=True); no metadata)."""
     ext = os.path.splitext(os.fspath(path))[1].lower()
     if ext not in _WRITERS:
         raise ValueError(f"ember: cannot save {os.fspath(path)!r}: ember writes "
@@ -51,7 +52,7 @@ def __getattr__(name):  # lazy: safe_open and PickleRecord pull in their modules
     if name == "PickleRecord":
         from .pickle_vm import PickleRecord
         return PickleRecord
-    if name in ("safetensors", "npz", "torch_pickle", "pickle_vm", "gguf"):
+    if name in ("safetensors", "npz", "torch_pickle", "torch_save", "pickle_vm", "gguf"):
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

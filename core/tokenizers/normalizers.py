@@ -11,34 +11,38 @@ from .unicode_regex import compile_onig, is_whitespace
 
 
 def unicode_normalize(piece: Piece, form: str) -> None:
-    """NFC/NFD/NFKC/NFKD with per-character alignment where it exists: each character is
-    normalized alone when that gives the same string as normalizing the whole text (true
-    for decompositions and most text); otherwise a run of base char + combining marks is
-    normalized together and aligned with the whole run."""
+    """NFC/NFD/NFKC/NFKD keeping alignment as tokenizers does: a decomposed character's parts
+    all map to it; a composed character maps to the first character it was made from."""
     text = piece.text
     whole = unicodedata.normalize(form, text)
     if whole == text:
         return
     per_char = [unicodedata.normalize(form, c) for c in text]
-    if "".join(per_char) == whole:
-        out_text, out_align = [], []
-        for chars, a in zip(per_char, piece.align):
-            out_text.append(chars)
-            out_align.extend([a] * len(chars))
-        piece.text, piece.align = whole, out_align
+    if "".join(per_char) == whole:  # the common case: characters normalize independently
+        piece.text, piece.align = whole, [a for chars, a in zip(per_char, piece.align)
+                                          for _ in chars]
         return
-    clusters, start = [], 0  # [start, end) runs: a starter and the combining marks after it
-    for i in range(1, len(text) + 1):
-        if i == len(text) or unicodedata.combining(text[i]) == 0:
-            clusters.append((start, i))
-            start = i
-    parts = [unicodedata.normalize(form, text[s:e]) for s, e in clusters]
-    if "".join(parts) != whole:  # composition across runs (e.g. Hangul jamo): align coarsely
-        clusters, parts = [(0, len(text))], [whole]
-    out_align = []
-    for (s, e), chars in zip(clusters, parts):
-        out_align.extend([(piece.align[s][0], piece.align[e - 1][1])] * len(chars))
-    piece.text, piece.align = whole, out_align
+    # Decompose char by char, remembering each part's source, then put combining marks in
+    # canonical order (stable by combining class), which together is exactly NFD/NFKD.
+    decomposition = "NFKD" if form.startswith("NFK") else "NFD"
+    parts = [(d, a) for c, a in zip(text, piece.align)
+             for d in unicodedata.normalize(decomposition, c)]
+    i = 0
+    while i < len(parts):
+        j = i
+        while j < len(parts) and unicodedata.combining(parts[j][0]):
+            j += 1
+        if j > i + 1:
+            parts[i:j] = sorted(parts[i:j], key=lambda p: unicodedata.combining(p[0]))
+        i = j + 1
+    if form in ("NFD", "NFKD"):
+        piece.text, piece.align = whole, [a for _, a in parts]
+        return
+    align, used = [], 0  # composition: each output char consumes its own decomposition
+    for c in whole:
+        align.append(parts[min(used, len(parts) - 1)][1])
+        used += len(unicodedata.normalize(decomposition, c))
+    piece.text, piece.align = whole, align
 
 
 def _is_control(c: str) -> bool:

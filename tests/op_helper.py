@@ -1,0 +1,99 @@
+"""Run the same expression in torch and ember; compare forward values and input gradients.
+
+`fn(m, *xs)` receives the module (`torch` or `ember`) and tensors, so one lambda serves both:
+    check(lambda m, x: m.nn.functional.gelu(x), [(3, 4)])
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import ember
+
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "uint8": torch.uint8,
+                "bool": torch.bool}
+TOL = {"float32": (1e-5, 1e-5), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2), "float64": (1e-10, 1e-10)}
+
+
+def make(shape, dtype="float32", low=-2.0, high=2.0, rng=None, transpose=False):
+    rng = rng or np.random.default_rng(sum(shape) * 7 + len(shape))
+    if dtype == "bool":
+        a = rng.random(shape) > 0.5
+    elif dtype in ("int64", "int32", "uint8"):
+        a = rng.integers(0 if dtype == "uint8" else int(low), int(high) + 1, size=shape).astype(dtype)
+    else:
+        a = rng.uniform(low, high, size=shape).astype(np.float32)
+    if transpose and len(shape) >= 2:  # a non-contiguous view with the requested shape
+        a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+    return a
+
+
+def _to_torch(a, dtype, grad):
+    t = torch.tensor(np.ascontiguousarray(a)).to(TORCH_DTYPES[dtype])
+    if grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _to_ember(a, dtype, grad, device, transpose):
+    t = ember.tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+    if transpose and t.ndim >= 2:  # feed ember a real strided view too
+        t = ember.tensor(np.ascontiguousarray(np.swapaxes(a, -1, -2)), dtype=dtype, device=device).transpose(-1, -2)
+        t = t.detach()
+    if grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _np(t):
+    if isinstance(t, torch.Tensor):
+        t = t.detach()
+        return t.float().numpy() if t.dtype in (torch.bfloat16, torch.float16) else t.numpy()
+    return np.asarray(t.float().numpy() if t.dtype in (ember.bfloat16, ember.float16) else t.numpy())
+
+
+def compare(got, want, atol, rtol, what):
+    got, want = _np(got), _np(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != torch {want.shape}"
+    if want.dtype == np.bool_ or want.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+    else:
+        np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, equal_nan=True, err_msg=what)
+
+
+def check(fn, shapes, device="cpu", dtype="float32", grad=True, atol=None, rtol=None, low=-2.0, high=2.0,
+          inputs=None, transpose=False, grad_atol=None, dtypes=None):
+    """Forward and (for float dtypes) backward parity of fn against torch."""
+    dtypes = dtypes or [dtype] * len(shapes if inputs is None else inputs)
+    arrays = inputs if inputs is not None else [make(s, d, low, high, transpose=transpose) for s, d in zip(shapes, dtypes)]
+    a0, r0 = TOL.get(dtype, (0, 0))
+    atol, rtol = atol if atol is not None else a0, rtol if rtol is not None else r0
+    grads = [grad and d in TOL for d in dtypes]
+    tt = [_to_torch(a, d, g) for a, d, g in zip(arrays, dtypes, grads)]
+    et = [_to_ember(a, d, g, device, transpose) for a, d, g in zip(arrays, dtypes, grads)]
+    want = fn(torch, *tt)
+    got = fn(ember, *et)
+    outs_w = want if isinstance(want, (tuple, list)) else [want]
+    outs_g = got if isinstance(got, (tuple, list)) else [got]
+    for i, (g, w) in enumerate(zip(outs_g, outs_w)):
+        compare(g, w, atol, rtol, f"forward output {i}")
+        if isinstance(w, torch.Tensor):
+            assert str(g.dtype).replace("ember.", "") == str(w.dtype).replace("torch.", ""), \
+                f"dtype {g.dtype} != torch {w.dtype}"
+    if not any(grads):
+        return got
+    w0, g0 = outs_w[0], outs_g[0]
+    if not (isinstance(w0, torch.Tensor) and w0.requires_grad):
+        return got
+    rng = np.random.default_rng(1)
+    up = rng.uniform(-1, 1, size=tuple(w0.shape)).astype(np.float32)
+    w0.backward(torch.tensor(up).to(w0.dtype))
+    g0.backward(ember.tensor(up, dtype=g0.dtype, device=device))
+    ga = grad_atol if grad_atol is not None else atol * 10
+    for i, (e, t) in enumerate(zip(et, tt)):
+        if t.grad is None:
+            continue
+        assert e.grad is not None, f"input {i}: torch has a gradient, ember has none"
+        compare(e.grad, t.grad, ga, rtol * 10, f"gradient of input {i}")
+    return got
