@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_io_helpers import assert_same, torch_tensors
+from test_io_helpers import assert_same, storage_bits, torch_tensors
 
 import ember.io
 from ember.io import FormatError, PickleRecord
@@ -201,3 +201,16 @@ def test_ultralytics_checkpoint_matches_torch_load():
     assert list(got) == list(want) and len(got) == 355
     for k, t in want.items():
         assert_same(got[k], t, k)
+
+
+def test_files_written_by_ember_load_in_torch_weights_only(tmp_path):
+    ref = torch_tensors(4)
+    path = tmp_path / "ours.pt"
+    ember.io.save(ember.io.load(saved(ref)), path)
+    back = torch.load(path, weights_only=True)
+    assert list(back) == list(ref)
+    for k, t in ref.items():
+        assert back[k].dtype == t.dtype and back[k].shape == t.shape and back[k].is_contiguous(), k
+        assert storage_bits(back[k]).tobytes() == storage_bits(t).tobytes(), k
+    with pytest.raises(TypeError, match="carry no metadata"):
+        ember.io.save({"w": np.zeros(2)}, tmp_path / "m.pth", metadata={"a": "b"})
