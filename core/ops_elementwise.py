@@ -37,6 +37,8 @@ def binary(op, a, b, reverse=False):
             else:
                 dt = D.promote(da, db)
             a, b = A.prim_cast(a, dt), A.prim_cast(b, dt)
+        if a.shape != b.shape:
+            _check_broadcast(a, b)
     elif isinstance(b, numbers.Number):
         dt = a.dtype
         if isinstance(b, bool):
@@ -56,10 +58,9 @@ def binary(op, a, b, reverse=False):
     return A.prim_binary(op, a, b)
 
 
-def _float_only(x, what):
-    if not x.dtype.is_float:
-        return A.prim_cast(x, D.float32)
-    return x
+def _check_broadcast(a, b):
+    from .ops_movement import broadcast_shapes
+    broadcast_shapes(a.shape, b.shape)
 
 
 def add(a, b, alpha=1):

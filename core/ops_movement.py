@@ -284,11 +284,11 @@ def _tri_mask(x, diagonal, upper):
 
 
 def tril(x, diagonal=0):
-    return x.where(_tri_mask(x, diagonal, False), 0)
+    return x.where(_tri_mask(x, diagonal, False), x.new_zeros(()))
 
 
 def triu(x, diagonal=0):
-    return x.where(_tri_mask(x, diagonal, True), 0)
+    return x.where(_tri_mask(x, diagonal, True), x.new_zeros(()))
 
 
 def movedim(x, source, destination):
