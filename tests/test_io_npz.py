@@ -2,15 +2,13 @@
 import io
 import zipfile
 
+import ember.io
 import numpy as np
 import pytest
 import safetensors.torch
 import torch
+from ember.io import FormatError, npz
 from test_io_helpers import assert_same, storage_bits, torch_tensors
-
-import ember.io
-from ember.io import FormatError
-from ember.io import npz
 
 
 def test_reads_numpy_savez_files(tmp_path):

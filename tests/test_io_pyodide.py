@@ -5,7 +5,7 @@ import io
 
 import safetensors.torch
 import torch
-from pyodide_runner import pyodide_dist, pyodide_session  # noqa: F401  (fixtures)
+from pyodide_runner import pyodide_dist, pyodide_session
 from test_io_helpers import dtype_name, storage_bits, torch_tensors
 
 SNIPPET = """

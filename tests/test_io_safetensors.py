@@ -2,17 +2,16 @@
 import json
 import struct
 
+import ember
+import ember.io
 import numpy as np
 import pytest
 import safetensors
 import safetensors.torch
 import torch
-from test_io_helpers import assert_same, storage_bits, torch_tensors
-
-import ember
-import ember.io
 from ember.io import FormatError, safe_open
 from ember.io import safetensors as st
+from test_io_helpers import assert_same, storage_bits, torch_tensors
 
 META = {"format": "pt", "note": "ünïcode ✓"}
 

@@ -8,14 +8,13 @@ import types
 import zipfile
 from pathlib import Path
 
+import ember.io
 import numpy as np
 import pytest
 import torch
-from test_io_helpers import assert_same, storage_bits, torch_tensors
-
-import ember.io
 from ember.io import FormatError, PickleRecord
 from ember.io import torch_pickle as tp
+from test_io_helpers import assert_same, storage_bits, torch_tensors
 
 
 def saved(obj, **kw) -> bytes:
@@ -63,6 +62,12 @@ def test_wrappers_and_metadata():
         for k in sd:
             assert_same(got[k], sd[k], k)
     assert ember.io.metadata(saved({"epoch": 3, "date": "2024", "model": sd})) == {"epoch": 3, "date": "2024"}
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.LayerNorm(3))
+    ref = model.state_dict()  # an OrderedDict with a _metadata attribute, restored by BUILD
+    got = ember.io.load(saved(ref))
+    assert list(got) == list(ref)
+    for k, t in ref.items():
+        assert_same(got[k], t, k)
 
 
 def test_pickled_module_becomes_records_with_its_state_dict():

@@ -11,8 +11,18 @@ import json
 import numpy as np
 
 from .. import dtypes
-from .formats import (FormatError, Stored, check_member_size, contiguous, describe, open_zip, source_size,
-                      to_stored, to_tensor, zip_errors)
+from .formats import (
+    FormatError,
+    Stored,
+    check_member_size,
+    contiguous,
+    describe,
+    open_zip,
+    source_size,
+    to_stored,
+    to_tensor,
+    zip_errors,
+)
 
 MARK = "__ember__"
 

@@ -114,14 +114,15 @@ def _check_tiling(entries, data_len, where):
 
 # ---------------------------------------------------------------- reading
 
-class safe_open:  # noqa: N801  (named like the safetensors package's reader)
+class safe_open:
     """Lazy reader: `keys()`, `metadata()`, `get_tensor(name)`, `get_stored(name)`; also a context manager.
 
-    src is a path or a bytes-like object (zero-copy views; read-only for `bytes`).
-    mmap=None maps the file where np.memmap works and reads otherwise.
+    src is a path or a bytes-like object. From bytes, tensors are zero-copy views (read-only for immutable
+    `bytes`; pass a bytearray for writable ones). From a path, mmap=None maps the file copy-on-write where
+    np.memmap works and otherwise seeks and reads one tensor at a time; mmap=False always reads.
     """
 
-    def __init__(self, src, framework=None, device="cpu", mmap=None):
+    def __init__(self, src, mmap=None):
         self.where = describe(src)
         self._buf = self._file = self._map = None
         if is_bytes(src):

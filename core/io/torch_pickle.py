@@ -14,8 +14,17 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from .formats import (FormatError, Stored, check_member_size, contiguous, describe, open_zip, source_size,
-                      to_tensor, zip_errors)
+from .formats import (
+    FormatError,
+    Stored,
+    check_member_size,
+    contiguous,
+    describe,
+    open_zip,
+    source_size,
+    to_tensor,
+    zip_errors,
+)
 from .pickle_vm import Machine, PickleRecord, safe
 
 # Globals whose presence means the pickle wants to run code; any other unknown global is kept as a record.
@@ -209,7 +218,11 @@ _BUILTINS = {"set": safe(lambda items=(): set(items)), "frozenset": safe(lambda 
 def load_pickle(src, numpy=False):
     """The checkpoint's whole object tree: dicts, lists, tuples, PickleRecords; tensors as ember Tensors
     (or as Stored numpy arrays with numpy=True). Raises FormatError on anything malformed or unsafe."""
-    return _Checkpoint(src, (lambda s: s) if numpy else to_tensor).run()
+    ck = _Checkpoint(src, (lambda s: s) if numpy else to_tensor)
+    try:
+        return ck.run()  # storages are read as the pickle names them, so the zip can close after
+    finally:
+        ck.zip.close()
 
 
 def module_state_dict(module: PickleRecord, prefix="") -> dict:
