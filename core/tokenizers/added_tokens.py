@@ -7,17 +7,10 @@ rstrip as upstream; an added token's id is the model's id when the model already
 from __future__ import annotations
 
 import re
-import unicodedata
 
 from .errors import TokenizerError
 from .normalized import Piece
-from .unicode_regex import is_whitespace
-
-
-def _is_word(c: str) -> bool:
-    # the regex crate's Unicode \w: Alphabetic, marks, decimal digits, connectors, joiners
-    return c in "\u200c\u200d" or unicodedata.category(c)[0] in "LM" or \
-        unicodedata.category(c) in ("Nd", "Nl", "Pc")
+from .unicode_regex import is_whitespace, is_word_char as _is_word
 
 
 class AddedVocabulary:

@@ -56,8 +56,12 @@ def _is_chinese(c: str) -> bool:
             or 0xF900 <= o <= 0xFAFF or 0x2F800 <= o <= 0x2FA1F)
 
 
-def _strip_marks(piece: Piece) -> None:
+def _strip_nonspacing_marks(piece: Piece) -> None:  # BertNormalizer's strip_accents
     piece.filter(lambda c: unicodedata.category(c) != "Mn")
+
+
+def _strip_marks(piece: Piece) -> None:  # the StripAccents normalizer drops Mc and Me too
+    piece.filter(lambda c: unicodedata.category(c)[0] != "M")
 
 
 class BertNormalizer:
@@ -78,7 +82,7 @@ class BertNormalizer:
             piece.transform(pairs)
         if self.strip_accents:
             unicode_normalize(piece, "NFD")
-            _strip_marks(piece)
+            _strip_nonspacing_marks(piece)
         if self.lowercase:
             piece.map_chars(str.lower)
 

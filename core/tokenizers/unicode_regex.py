@@ -25,6 +25,21 @@ def is_whitespace(c: str) -> bool:
     return c in WHITESPACE
 
 
+# Other_Alphabetic characters that are not marks (circled/squared Latin letters): \w has them
+_ALPHABETIC_SYMBOLS = ((0x24B6, 0x24E9), (0x1F130, 0x1F149), (0x1F150, 0x1F169), (0x1F170, 0x1F189))
+_JOIN_CONTROLS = ((0x200C, 0x200D),)
+
+
+def is_word_char(c: str) -> bool:
+    """Unicode \\w (UTS #18, as Oniguruma and the regex crate use it): Alphabetic, marks,
+    decimal digits, connector punctuation and the two join controls."""
+    cat = unicodedata.category(c)
+    if cat[0] in "LM" or cat in ("Nd", "Nl", "Pc"):
+        return True
+    o = ord(c)
+    return any(lo <= o <= hi for lo, hi in _ALPHABETIC_SYMBOLS + _JOIN_CONTROLS)
+
+
 def is_punctuation(c: str) -> bool:
     """BERT's punctuation: ASCII punctuation or any Unicode P* category."""
     o = ord(c)
@@ -76,8 +91,9 @@ def class_ranges(name: str) -> tuple[tuple[int, int], ...]:
     if name == "s":
         return WHITESPACE_RANGES
     cats = _category_ranges()
-    if name == "w":  # Oniguruma's Unicode \w: Letter | Mark | Number | Connector_Punctuation
-        parts = [r for c, rs in cats.items() if c[0] in "LMN" or c == "Pc" for r in rs]
+    if name == "w":  # see is_word_char
+        parts = [r for c, rs in cats.items() if c[0] in "LM" or c in ("Nd", "Nl", "Pc") for r in rs]
+        parts += [*_ALPHABETIC_SYMBOLS, *_JOIN_CONTROLS]
     elif name == "d":
         parts = cats.get("Nd", [])
     elif len(name) == 1:
