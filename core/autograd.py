@@ -112,7 +112,7 @@ def prim_unary(op, x):
 
 def prim_binary(op, a, b):
     """b is a Tensor of a's dtype/device or a Python scalar."""
-    bt = b.__class__ is _Tensor
+    bt = b.__class__ is _Tensor or isinstance(b, _Tensor)
     out = _wrap(a.device.backend.binary(op, a._data, b._data if bt else b), a.device)
     if _GRAD[0] and (a.requires_grad or (bt and b.requires_grad)) and op not in _NO_GRAD_BINARY:
         _record(out, "binary", (a, b if bt else None), (op, None if bt else b), out)

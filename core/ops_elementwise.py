@@ -24,7 +24,7 @@ def _check_device(a, b):
 
 def binary(op, a, b, reverse=False):
     """a: Tensor; b: Tensor, Python scalar or array-like. Promotes dtypes as torch."""
-    if b.__class__ is _Tensor:
+    if b.__class__ is _Tensor or isinstance(b, _Tensor):  # (identity check first: the hot path)
         if a.device is not b.device and a.device != b.device:
             _check_device(a, b)
         da, db = a.dtype, b.dtype

@@ -5,11 +5,11 @@ import math
 
 import numpy as np
 
-from .. import tensor as T
+from ..tensor import _rng, tensor
 
 
 def _set(t, a):
-    t._data = T.tensor(a, dtype=t.dtype, device=t.device)._data
+    t._data = tensor(a, dtype=t.dtype, device=t.device)._data
     return t
 
 
@@ -36,11 +36,11 @@ calculate_gain = _gain
 
 
 def uniform_(t, a=0.0, b=1.0):
-    return _set(t, T._rng[0].uniform(a, b, t.shape).astype(np.float32))
+    return _set(t, _rng[0].uniform(a, b, t.shape).astype(np.float32))
 
 
 def normal_(t, mean=0.0, std=1.0):
-    return _set(t, T._rng[0].normal(mean, std, t.shape).astype(np.float32))
+    return _set(t, _rng[0].normal(mean, std, t.shape).astype(np.float32))
 
 
 def constant_(t, v):
@@ -78,9 +78,9 @@ def xavier_normal_(t, gain=1.0):
 
 
 def trunc_normal_(t, mean=0.0, std=1.0, a=-2.0, b=2.0):
-    v = T._rng[0].normal(mean, std, t.shape)
+    v = _rng[0].normal(mean, std, t.shape)
     bad = (v < a) | (v > b)
     while bad.any():  # resample out-of-range values (finite: each draw lands in range with p > 0)
-        v[bad] = T._rng[0].normal(mean, std, int(bad.sum()))
+        v[bad] = _rng[0].normal(mean, std, int(bad.sum()))
         bad = (v < a) | (v > b)
     return _set(t, v.astype(np.float32))
