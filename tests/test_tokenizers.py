@@ -41,6 +41,7 @@ CORPUS = [
     "control\x00chars\x01\x1c\x1d\x1e\x1fhere\x7f zero\u200bwidth\ufeffbom \ufffd",
     "<0x41> <unk> <s> </s> [CLS] [MASK] <|endoftext|> <|notimestamps|>",
     "x" * 130 + " " + "ab" * 60,
+    "x" + "=" * 31 + "\n" + "-" * 40,  # Unigram near-ties: scores must parse as serde_json does
     "",
     " ",
     "\n",
