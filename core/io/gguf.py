@@ -168,7 +168,8 @@ class GGUFReader:
 
     def __init__(self, src, mmap=None):
         self.where = describe(src)
-        self._buf = self._file = self._map = None
+        self._buf = self._file = self._map = self.version = None
+        self.fields, self.tensor_infos = {}, {}
         if is_bytes(src):
             self._buf = np.frombuffer(src, np.uint8)
             total = self._buf.nbytes
@@ -257,8 +258,8 @@ class GGUFReader:
         shape = tuple(reversed(ne))
         n = 1
         for s in shape:
-            n *= s
-        if n > c.total * max(1, t.block_size):  # cheap bound before the exact size check below
+            n *= max(s, 1)  # zeros ignored: an "empty" (0, 2**60) tensor is just as absurd
+        if n > c.total * t.block_size:  # cheap bound before the exact size check below
             raise c.fail(f"tensor {name!r} claims shape {shape}, far more elements than the file can hold")
         try:
             nbytes = t.nbytes(shape)

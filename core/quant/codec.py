@@ -65,17 +65,18 @@ def check_raw(raw, qtype, shape, name: str = "tensor") -> np.ndarray:
         raw = raw.view(np.uint8) if raw.flags.c_contiguous else np.ascontiguousarray(raw).view(np.uint8)
     if raw.size != want:
         raise ValueError(f"ember: {name}: {raw.size} bytes of {t.name} data for shape {shape}, expected {want}")
-    return raw.reshape(_rows(shape) if shape else 1, -1)
+    row_bytes = t.row_bytes(shape[-1]) if shape else want
+    return raw.reshape(_rows(shape) if shape else 1, row_bytes)  # explicit widths: shapes may hold zeros
 
 
 def dequantize_rows(rows, t) -> np.ndarray:
     """uint8 rows (r, row_bytes) of type t -> float32 (r, row_bytes / type_size * block_size)."""
-    r = rows.shape[0]
+    r, n = rows.shape[0], rows.shape[1] // t.type_size * t.block_size
     if not t.is_quantized:
         vals = rows.reshape(-1).view(t.np_dtype)
         if t.name == "BF16":
-            return bf16_bits_to_f32(vals).reshape(r, -1)
-        return vals.astype(np.float32).reshape(r, -1)
+            return bf16_bits_to_f32(vals).reshape(r, n)
+        return vals.astype(np.float32).reshape(r, n)
     if t.dequantize_blocks is None:
         raise NotImplementedError(f"ember: dequantizing {t.name} is not implemented")
     blocks = rows.reshape(-1, t.type_size)  # (n_blocks, type_size)
@@ -83,7 +84,7 @@ def dequantize_rows(rows, t) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN scales in a file decode as in C
         for s in range(0, blocks.shape[0], CHUNK_BLOCKS):
             out[s:s + CHUNK_BLOCKS] = t.dequantize_blocks(blocks[s:s + CHUNK_BLOCKS])
-    return out.reshape(r, -1)
+    return out.reshape(r, n)
 
 
 def dequantize(raw, qtype, shape, name: str = "tensor") -> np.ndarray:
