@@ -1,4 +1,4 @@
-"""Fuzz the safetensors and torch .pth readers: thousands of mutated files, each either loads or raises
+"""Fuzz the safetensors, torch .pth and .npz readers: thousands of mutated files, each either loads or raises
 ember's FormatError — no other exception, no hang, no allocation beyond what the file can back."""
 import io
 import json
@@ -7,14 +7,15 @@ import struct
 import time
 import zipfile
 
+import numpy as np
 import pytest
 import safetensors.torch
 import torch
-from ember.io import FormatError
+from ember.io import FormatError, npz
 from ember.io import safetensors as st
 from ember.io import torch_pickle as tp
 
-N_SAFETENSORS, N_PICKLE, N_ZIP = 4000, 3000, 500
+N_SAFETENSORS, N_PICKLE, N_ZIP, N_NPZ = 4000, 3000, 500, 1000
 SPECIAL = [0, 1, 0x7F, 0x80, 0xFF, ord("{"), ord('"'), ord("9"), ord("-"), ord("["), ord("]")]
 
 
@@ -142,3 +143,17 @@ def test_fuzz_torch_zip_bytes(pth_base):
     rng = random.Random(777)
     for i in range(N_ZIP):
         _check(tp.read, _mutate_bytes(rng, raw), f"zip case {i}")
+
+
+def test_fuzz_npz():
+    b = io.BytesIO()
+    np.savez(b, a=np.arange(6, dtype=np.float32).reshape(2, 3), b=np.array([True, False]),
+             c=np.asfortranarray(np.ones((2, 2))))
+    z = zipfile.ZipFile(io.BytesIO(b.getvalue()))
+    entries = {n: z.read(n) for n in z.namelist()}
+    rng = random.Random(55)
+    for i in range(N_NPZ):
+        mutated = dict(entries)
+        key = rng.choice(list(entries))
+        mutated[key] = _mutate_bytes(rng, entries[key])
+        _check(lambda raw: npz.read(raw)[0], _rezip(mutated), f"npz case {i}")

@@ -55,9 +55,11 @@ def test_safe_open_is_lazy_and_mmap_matches_reads(ref, ref_file, mmap):
 def test_mapped_tensors_are_private_copies_on_write(ref_file, tmp_path):
     path = tmp_path / "cow.safetensors"
     path.write_bytes(ref_file.read_bytes())
-    s = safe_open(path, mmap=True).get_stored("w.0.float32")
+    with safe_open(path, mmap=True) as f:
+        s = f.get_stored("w.0.float32")
     s.array[...] = 7  # writes go to private pages, never to the file
-    assert safe_open(path, mmap=False).get_stored("w.0.float32").array[1, 1] != 7
+    with safe_open(path, mmap=False) as f:
+        assert f.get_stored("w.0.float32").array[1, 1] != 7
 
 
 def test_files_written_by_ember_load_in_safetensors(ref, tmp_path):

@@ -7,6 +7,7 @@ refused by name. Each .npy header is checked against its zip entry before any al
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 
@@ -33,12 +34,12 @@ def _read_npy(z, zinfo, where):
     name = zinfo.filename
     with z.open(zinfo) as f:
         version = fmt.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dt = fmt.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, fortran, dt = fmt.read_array_header_2_0(f)
-        else:
+        if version not in ((1, 0), (2, 0)):
             raise FormatError(f"ember: {where}: {name!r} uses .npy format version {version}, not 1.0/2.0")
+        with warnings.catch_warnings():  # numpy literal_evals the header: garbage warns before it fails
+            warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
+            read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, fortran, dt = read_header(f)
         if dt.hasobject or dt.itemsize == 0 or dt.fields is not None:
             raise FormatError(f"ember: {where}: array {name!r} has dtype {dt}, which is not a plain numeric dtype")
         count = 1
@@ -57,6 +58,7 @@ def _read_npy(z, zinfo, where):
 
 def read(src) -> tuple[dict, dict]:
     """.npz -> ({name: Stored}, metadata)."""
+    import tokenize  # numpy tokenizes .npy headers, and raises its errors on garbage
     where, size = describe(src), source_size(src)
     arrays = {}
     with open_zip(src) as z:
@@ -66,7 +68,7 @@ def read(src) -> tuple[dict, dict]:
                     continue
                 check_member_size(zinfo, size, where)
                 arrays[zinfo.filename[:-4]] = _read_npy(z, zinfo, where)
-        except zip_errors() + (SyntaxError,) as e:  # SyntaxError: a garbled .npy header
+        except zip_errors() + (SyntaxError, tokenize.TokenError) as e:  # the last two: a garbled .npy header
             if isinstance(e, FormatError):
                 raise
             raise FormatError(f"ember: {where}: damaged .npz: {type(e).__name__}: {e}") from None

@@ -135,11 +135,19 @@ class safe_open:
                 total = os.fstat(self._file.fileno()).st_size
             except OSError as e:
                 raise FormatError(f"ember: cannot read {self.where}: {e.strerror or e}") from None
-            raw = self._read_header(self._pread, total)
+            try:
+                raw = self._read_header(self._pread, total)
+            except BaseException:
+                self._file.close()
+                raise
         self._start = 8 + len(raw)
-        self._entries, self._meta = parse_header(raw, total - self._start, self.where)
-        if self._file is not None and mmap is not False and total > self._start:
-            self._map = _try_memmap(self._file, self._start, mmap)
+        try:
+            self._entries, self._meta = parse_header(raw, total - self._start, self.where)
+            if self._file is not None and mmap is not False and total > self._start:
+                self._map = _try_memmap(self._file, self._start, mmap)
+        except BaseException:
+            self.close()
+            raise
 
     def _pread(self, at, n):
         self._file.seek(at)

@@ -68,12 +68,17 @@ class _Checkpoint:
         self.where, self.size, self.make_tensor = describe(src), source_size(src), make_tensor
         self.storages = {}
         self.zip = open_zip(src)
-        pkls = [n for n in self.zip.namelist() if n.endswith("data.pkl") and n.count("/") <= 1]
-        if len(pkls) != 1:
-            raise FormatError(f"ember: {self.where}: expected one '<archive>/data.pkl' entry, found {pkls or 'none'}")
-        self.prefix = pkls[0][:-len("data.pkl")]
-        order = self._read_entry(self.prefix + "byteorder", optional=True)  # absent in old files: little
-        self.big_endian = order is not None and order.tobytes().strip() == b"big"
+        try:
+            pkls = [n for n in self.zip.namelist() if n.endswith("data.pkl") and n.count("/") <= 1]
+            if len(pkls) != 1:
+                raise FormatError(f"ember: {self.where}: expected one '<archive>/data.pkl' entry, "
+                                  f"found {pkls or 'none'}")
+            self.prefix = pkls[0][:-len("data.pkl")]
+            order = self._read_entry(self.prefix + "byteorder", optional=True)  # absent in old files: little
+            self.big_endian = order is not None and order.tobytes().strip() == b"big"
+        except BaseException:
+            self.zip.close()
+            raise
 
     def _read_entry(self, name, optional=False) -> np.ndarray | None:
         """A zip entry as a uint8 array (one copy, sized from the checked entry size)."""
