@@ -52,6 +52,29 @@ def test_safe_open_is_lazy_and_mmap_matches_reads(ref, ref_file, mmap):
             f.get_tensor("nope")
 
 
+def test_reads_without_mmap_touch_only_the_requested_tensor(tmp_path):
+    big = {"big": torch.zeros(1 << 20), "small": torch.arange(3.0)}  # 4 MiB the reader must not touch
+    path = tmp_path / "big.safetensors"
+    safetensors.torch.save_file(big, str(path))
+
+    class CountingFile:
+        def __init__(self, f):
+            self.f, self.read_bytes = f, 0
+
+        def readinto(self, b):
+            n = self.f.readinto(b)
+            self.read_bytes += n
+            return n
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    with safe_open(path, mmap=False) as f:
+        f._file = CountingFile(f._file)
+        assert f.get_stored("small").array.tolist() == [0.0, 1.0, 2.0]
+        assert f._file.read_bytes == 12
+
+
 def test_mapped_tensors_are_private_copies_on_write(ref_file, tmp_path):
     path = tmp_path / "cow.safetensors"
     path.write_bytes(ref_file.read_bytes())
