@@ -1,10 +1,12 @@
 """The offline Pyodide distribution, the ember wheel, and ember running inside Pyodide."""
+import base64
 import json
 import shutil
 import tomllib
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import ember
@@ -14,6 +16,15 @@ from pyodide_runner import (PyodideRunnerError, PyodideSnippetError, ember_wheel
                             node_path, pyodide_dist, pyodide_session, run_pyodide, unavailable)
 
 REPO = Path(__file__).resolve().parents[1]
+BATTERY = Path(__file__).with_name("pyodide_battery.py")
+# Results of correctly rounded IEEE ops, comparisons and pure data movement: any two
+# conforming platforms must agree bit for bit. Everything else in the battery (exp/log/...,
+# matmul, conv, sums inside softmax/var/grads) may legitimately differ by a few ulps between
+# numpy 2.4 on x86 (SIMD, BLAS) and numpy 2.0.2 in wasm (scalar, no BLAS).
+EXACT = {"add", "sub_scalar", "mul", "div", "maximum", "sqrt", "relu", "where", "gt", "clamp",
+         "floor", "broadcast", "max_dim0_values", "max_dim0_indices", "argmax_dim1",
+         "max_pool2d", "slice", "index_list", "gather", "masked_select", "permute_reshape",
+         "cat", "flip", "pad"}
 
 
 # ---------------------------------------------------------------- verification (no network)
@@ -112,3 +123,32 @@ def test_hung_snippet_times_out(pyodide_dist):
     with pytest.raises(PyodideRunnerError, match="timed out after 2 s"):
         run_pyodide("while True: pass", packages=(), install_ember=False, timeout=2)
 
+
+
+def _decode(entry) -> np.ndarray:
+    dtype, shape, data = entry
+    return np.frombuffer(base64.b64decode(data), dtype=dtype).reshape(shape)
+
+
+def test_op_battery_in_pyodide_matches_cpython(pyodide_session):
+    source = BATTERY.read_text()
+    namespace = {"__name__": "pyodide_battery"}
+    exec(compile(source, str(BATTERY), "exec"), namespace)  # the CPython reference run
+    expected = namespace["result"]
+    got = pyodide_session.run(source, timeout=300)["result"]
+    assert got.keys() == expected.keys()
+    assert EXACT <= expected.keys()
+    mismatches = []
+    for name in expected:
+        ref, out = _decode(expected[name]), _decode(got[name])
+        if (out.dtype, out.shape) != (ref.dtype, ref.shape):
+            mismatches.append(f"{name}: {out.dtype}{out.shape} vs {ref.dtype}{ref.shape}")
+        elif name in EXACT or not np.issubdtype(ref.dtype, np.floating):
+            if out.tobytes() != ref.tobytes():
+                mismatches.append(f"{name}: not bit-identical")
+        else:
+            # normwise: 1e-6 of the output's largest magnitude (~8 float32 ulps of it)
+            err = float(np.abs(out.astype(np.float64) - ref).max())
+            if err > 1e-6 * max(1.0, float(np.abs(ref).max())):
+                mismatches.append(f"{name}: max abs error {err:.3g}")
+    assert not mismatches, "Pyodide differs from CPython: " + "; ".join(mismatches)
