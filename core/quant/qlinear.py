@@ -76,12 +76,16 @@ def quantized_state_dict(model: Module) -> dict:
     return out
 
 
-def load_quantized(model: Module, tensors: dict, strict: bool = True):
-    """Load {name: Tensor | QTensor} (e.g. ember.load("model.gguf")) into a model.
+def load_quantized(model: Module, tensors, strict: bool = True):
+    """Load {name: Tensor | QTensor}, or a GGUF file (path or bytes), into a model.
 
     A QTensor that is the weight of an nn.Linear turns that layer into a QLinear (weights stay
     quantized); any other QTensor (embeddings, norms) is dequantized to float32 and loaded as usual.
-    Returns (missing, unexpected) like load_state_dict; strict=True raises on either."""
+    Names must already match the model's (mapping GGUF names such as 'blk.0.attn_q.weight' is the
+    model's load.py job). Returns (missing, unexpected) like load_state_dict; strict=True raises on either."""
+    if not isinstance(tensors, dict):
+        from ..io import gguf
+        tensors = gguf.load(tensors)
     plain = {}
     linears = {q: (p, n, c) for p, n, q, c in _children(model) if type(c) in (Linear, QLinear)}
     for key, v in tensors.items():
