@@ -444,11 +444,22 @@ def _pack_numeric(values, vtype, where):
     return arr.astype(dt).tobytes()
 
 
+class Deferred:
+    """A tensor whose bytes are produced only when the writer reaches it, so a converter holds one
+    tensor at a time: `load()` returns its raw bytes (flat uint8) for `ggml_type` and numpy `shape`."""
+    __slots__ = ("ggml_type", "shape", "load")
+
+    def __init__(self, ggml_type, shape, load):
+        self.ggml_type, self.shape, self.load = T.get(ggml_type), tuple(shape), load
+
+
 def _tensor_entry(name, x):
-    """-> (ggml type, numpy shape, flat uint8 data) for a Tensor, ndarray, Stored or QTensor."""
+    """-> (ggml type, numpy shape, flat uint8 data or a Deferred) for a Tensor, ndarray, Stored, QTensor."""
     from ..quant.qtensor import QTensor
     if isinstance(x, QTensor):
         return x.ggml_type, tuple(x.shape), x.data.reshape(-1)
+    if isinstance(x, Deferred):
+        return x.ggml_type, x.shape, x
     s = to_stored(name, x)
     t = _EMBER_TO_PLAIN.get(s.dtype.name)
     if t is None:
@@ -478,21 +489,25 @@ def _chunks(tensors: dict, metadata: dict | None, alignment: int | None):
         t, shape, data = _tensor_entry(name, x)
         if len(shape) > MAX_DIMS:
             raise ValueError(f"ember: tensor {name!r} of shape {shape} has more than the {MAX_DIMS} dims GGUF allows")
-        entries.append((name, t, shape, data))
+        entries.append((name, t, shape, data, t.nbytes(shape, f"tensor {name!r} of shape {shape}")))
     head = [MAGIC, struct.pack("<IQQ", VERSION, len(entries), len(fields))]
     for k, v in fields.items():
         head += [_pack_str(k, k), struct.pack("<I", v.type), _pack_value(v, repr(k))]
     offset = 0
-    for name, t, shape, data in entries:
+    for name, t, shape, _, nbytes in entries:
         head += [_pack_str(name, name), struct.pack("<I", len(shape)),
                  struct.pack(f"<{len(shape)}Q", *reversed(shape)), struct.pack("<IQ", t.id, offset)]
-        offset += -(-data.nbytes // al) * al
+        offset += -(-nbytes // al) * al
     head = b"".join(head)
     yield head + b"\0" * (-len(head) % al)
-    for _, _, _, data in entries:
+    for name, t, _, data, nbytes in entries:
+        if isinstance(data, Deferred):
+            data = np.asarray(data.load(), np.uint8).reshape(-1)
+        if data.nbytes != nbytes:
+            raise ValueError(f"ember: tensor {name!r}: {data.nbytes} bytes of {t.name} data, expected {nbytes}")
         yield data
-        if data.nbytes % al:
-            yield b"\0" * (-data.nbytes % al)
+        if nbytes % al:
+            yield b"\0" * (-nbytes % al)
 
 
 def save(tensors: dict, path, metadata: dict | None = None, alignment: int | None = None):
