@@ -33,6 +33,7 @@ NODE_SCRIPT = Path(__file__).with_name("pyodide_runner.mjs")
 SETUP_TIMEOUT = 120.0  # seconds; cold Node + Pyodide + numpy + ember takes ~3 s
 
 _wheel_cache: dict[str, Path] = {}
+_shared_sessions: dict[Path, "PyodideSession"] = {}
 
 
 class PyodideRunnerError(RuntimeError):
@@ -89,7 +90,7 @@ class PyodideSession:
 
     def run(self, code: str, *, timeout: float = 120.0, check: bool = True) -> dict:
         """Execute `code`; return {"result", "stdout", "stderr", "error"}."""
-        if self._proc.poll() is not None:
+        if not self.alive:
             raise PyodideRunnerError(f"ember: the Pyodide process has exited "
                                      f"({self._proc.returncode}){self._stderr_tail()}")
         self._next_id += 1
@@ -105,8 +106,12 @@ class PyodideSession:
                                       f"{out['stdout']}{out['stderr']}")
         return out
 
+    @property
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
     def close(self) -> None:
-        if self._proc.poll() is None:
+        if self.alive:
             self._proc.stdin.close()
             try:
                 self._proc.wait(timeout=10)
@@ -167,11 +172,18 @@ def pyodide_dist() -> Path:
 
 @pytest.fixture(scope="session")
 def pyodide_session(pyodide_dist):
-    """One Node + Pyodide + numpy + ember process shared by the whole test session."""
+    """One Node + Pyodide + numpy + ember process shared by the whole test session.
+
+    Each test module that imports this fixture gets its own fixture instance, so the process
+    itself is cached here; snippets share it (and its imported modules), not namespaces.
+    """
     if node_path() is None:
         unavailable("ember: node not found on PATH; Pyodide tests need Node.js 20")
-    with PyodideSession(dist=pyodide_dist) as session:
-        yield session
+    session = _shared_sessions.get(pyodide_dist)
+    if session is None or not session.alive:  # restarted after a timeout killed it
+        session = _shared_sessions[pyodide_dist] = PyodideSession(dist=pyodide_dist)
+        atexit.register(session.close)
+    return session
 
 
 def run_pyodide(code: str, *, packages=("numpy",), install_ember: bool = True,
