@@ -54,6 +54,8 @@ _Tensor = None  # set by tensor.py (avoids an import cycle)
 
 
 def _wrap(data, device):
+    # every tensor's device has its backend loaded (making the tensor needed it), so the prims
+    # below read `device._backend` directly
     t = object.__new__(_Tensor)
     t._data, t.device, t.requires_grad, t.grad, t._ctx = data, device, False, None, None
     return t
@@ -104,7 +106,7 @@ def _record(out, kind, inputs, arg=None, saved=None):
 # ============================================================================ primitives
 
 def prim_unary(op, x):
-    out = _wrap(x.device.backend.unary(op, x._data), x.device)
+    out = _wrap(x.device._backend.unary(op, x._data), x.device)
     if _GRAD[0] and x.requires_grad and x.dtype.is_float:
         _record(out, "unary", (x,), op, out)
     return out
@@ -113,7 +115,7 @@ def prim_unary(op, x):
 def prim_binary(op, a, b):
     """b is a Tensor of a's dtype/device or a Python scalar."""
     bt = b.__class__ is _Tensor or isinstance(b, _Tensor)
-    out = _wrap(a.device.backend.binary(op, a._data, b._data if bt else b), a.device)
+    out = _wrap(a.device._backend.binary(op, a._data, b._data if bt else b), a.device)
     if _GRAD[0] and (a.requires_grad or (bt and b.requires_grad)) and op not in _NO_GRAD_BINARY:
         _record(out, "binary", (a, b if bt else None), (op, None if bt else b), out)
     return out
@@ -123,7 +125,7 @@ _NO_GRAD_BINARY = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "x
 
 
 def prim_where(c, a, b):
-    out = _wrap(a.device.backend.where(c._data, a._data, b._data), a.device)
+    out = _wrap(a.device._backend.where(c._data, a._data, b._data), a.device)
     if _GRAD[0] and (a.requires_grad or b.requires_grad):
         _record(out, "where", (a, b), None, c)
     return out
@@ -132,29 +134,29 @@ def prim_where(c, a, b):
 def prim_cast(x, dtype):
     if x.dtype is dtype:
         return x
-    out = _wrap(x.device.backend.cast(x._data, dtype), x.device)
+    out = _wrap(x.device._backend.cast(x._data, dtype), x.device)
     if _GRAD[0] and x.requires_grad and dtype.is_float and x.dtype.is_float:
         _record(out, "cast", (x,), x.dtype)
     return out
 
 
 def prim_reduce(op, x, axes, keepdim):
-    out = _wrap(x.device.backend.reduce(op, x._data, axes, keepdim), x.device)
+    out = _wrap(x.device._backend.reduce(op, x._data, axes, keepdim), x.device)
     if _GRAD[0] and x.requires_grad:
         _record(out, "reduce", (x,), (op, axes, keepdim), out)
     return out
 
 
 def prim_arg_reduce(op, x, axis, keepdim):
-    return _wrap(x.device.backend.arg_reduce(op, x._data, axis, keepdim), x.device)
+    return _wrap(x.device._backend.arg_reduce(op, x._data, axis, keepdim), x.device)
 
 
 def prim_argsort(x, axis, descending):
-    return _wrap(x.device.backend.argsort(x._data, axis, descending), x.device)
+    return _wrap(x.device._backend.argsort(x._data, axis, descending), x.device)
 
 
 def prim_cumsum(x, axis):
-    out = _wrap(x.device.backend.cumsum(x._data, axis), x.device)
+    out = _wrap(x.device._backend.cumsum(x._data, axis), x.device)
     if _GRAD[0] and x.requires_grad:
         _record(out, "cumsum", (x,), axis)
     return out
@@ -164,14 +166,14 @@ def prim_reshape(x, shape):
     shape = tuple(shape)
     if x.shape == shape:
         return x
-    out = _wrap(x.device.backend.reshape(x._data, shape), x.device)
+    out = _wrap(x.device._backend.reshape(x._data, shape), x.device)
     if _GRAD[0] and x.requires_grad:
         _record(out, "reshape", (x,), x.shape)
     return out
 
 
 def prim_permute(x, order):
-    out = _wrap(x.device.backend.permute(x._data, tuple(order)), x.device)
+    out = _wrap(x.device._backend.permute(x._data, tuple(order)), x.device)
     if _GRAD[0] and x.requires_grad:
         _record(out, "permute", (x,), tuple(order))
     return out
@@ -181,21 +183,21 @@ def prim_expand(x, shape):
     shape = tuple(shape)
     if x.shape == shape:
         return x
-    out = _wrap(x.device.backend.expand(x._data, shape), x.device)
+    out = _wrap(x.device._backend.expand(x._data, shape), x.device)
     if _GRAD[0] and x.requires_grad:
         _record(out, "expand", (x,), x.shape)
     return out
 
 
 def prim_slice(x, starts, stops, steps):
-    out = _wrap(x.device.backend.slice(x._data, starts, stops, steps), x.device)
+    out = _wrap(x.device._backend.slice(x._data, starts, stops, steps), x.device)
     if _GRAD[0] and x.requires_grad:
         _record(out, "slice", (x,), (x.shape, tuple(starts), tuple(steps)))
     return out
 
 
 def prim_pad(x, pads, value):
-    out = _wrap(x.device.backend.pad(x._data, tuple(pads), value), x.device)
+    out = _wrap(x.device._backend.pad(x._data, tuple(pads), value), x.device)
     if _GRAD[0] and x.requires_grad:
         _record(out, "pad", (x,), tuple(pads))
     return out
@@ -203,49 +205,49 @@ def prim_pad(x, pads, value):
 
 def prim_cat(xs, axis):
     dev = xs[0].device
-    out = _wrap(dev.backend.cat([t._data for t in xs], axis), dev)
+    out = _wrap(dev._backend.cat([t._data for t in xs], axis), dev)
     if _GRAD[0] and any(t.requires_grad for t in xs):
         _record(out, "cat", tuple(xs), axis)
     return out
 
 
 def prim_contiguous(x):
-    out = _wrap(x.device.backend.contiguous(x._data), x.device)
+    out = _wrap(x.device._backend.contiguous(x._data), x.device)
     if _GRAD[0] and x.requires_grad:
         _record(out, "identity", (x,))
     return out
 
 
 def prim_matmul(a, b):
-    out = _wrap(a.device.backend.matmul(a._data, b._data), a.device)
+    out = _wrap(a.device._backend.matmul(a._data, b._data), a.device)
     if _GRAD[0] and (a.requires_grad or b.requires_grad):
         _record(out, "matmul", (a, b))
     return out
 
 
 def prim_conv(x, w, stride, padding, dilation, groups):
-    out = _wrap(x.device.backend.conv(x._data, w._data, stride, padding, dilation, groups), x.device)
+    out = _wrap(x.device._backend.conv(x._data, w._data, stride, padding, dilation, groups), x.device)
     if _GRAD[0] and (x.requires_grad or w.requires_grad):
         _record(out, "conv", (x, w), (stride, padding, dilation, groups))
     return out
 
 
 def prim_gather(x, axis, idx):
-    out = _wrap(x.device.backend.gather(x._data, axis, idx._data), x.device)
+    out = _wrap(x.device._backend.gather(x._data, axis, idx._data), x.device)
     if _GRAD[0] and x.requires_grad:
         _record(out, "gather", (x,), axis, idx)
     return out
 
 
 def prim_index_select(x, axis, idx):
-    out = _wrap(x.device.backend.index_select(x._data, axis, idx._data), x.device)
+    out = _wrap(x.device._backend.index_select(x._data, axis, idx._data), x.device)
     if _GRAD[0] and x.requires_grad:
         _record(out, "index_select", (x,), axis, idx)
     return out
 
 
 def prim_scatter(x, axis, idx, src, reduce):
-    out = _wrap(x.device.backend.scatter(x._data, axis, idx._data, src._data, reduce), x.device)
+    out = _wrap(x.device._backend.scatter(x._data, axis, idx._data, src._data, reduce), x.device)
     if _GRAD[0] and (x.requires_grad or src.requires_grad):
         _record(out, "scatter", (x, src), (axis, reduce), idx)
     return out
@@ -253,7 +255,7 @@ def prim_scatter(x, axis, idx, src, reduce):
 
 def prim_fused(name, x, *args):
     """Fused primitives run only without gradient recording; callers compose otherwise."""
-    return _wrap(getattr(x.device.backend, name)(x._data, *args), x.device)
+    return _wrap(getattr(x.device._backend, name)(x._data, *args), x.device)
 
 
 # ============================================================================ backward rules

@@ -127,7 +127,7 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     u = (x if x.flags.c_contiguous else x.copy()).view(np.uint32)
     rounding = ((u >> 16) & 1) + np.uint32(0x7FFF)
-    out = ((u + rounding) >> 16).astype(np.uint16)
+    out = np.asarray(((u + rounding) >> 16).astype(np.uint16))  # (0-d math yields scalars)
     nan = (u & 0x7FFFFFFF) > 0x7F800000
     if nan.any():
         out[nan] = ((u[nan] >> 16) | 0x0040).astype(np.uint16)
@@ -136,4 +136,4 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
 
 def bf16_bits_to_f32(b: np.ndarray) -> np.ndarray:
     """bfloat16 bit patterns (uint16) -> float32, exact."""
-    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.asarray((np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16)).view(np.float32)

@@ -6,6 +6,10 @@ from . import dtypes as D
 
 
 def matmul(a, b):
+    if a.device is b.device and a.dtype is b.dtype and a.dtype is not D.bool_:  # hot path: plain batched matmul
+        sa, sb = a.shape, b.shape
+        if len(sa) >= 2 and len(sb) >= 2 and sa[-1] == sb[-2] and (len(sa) == 2 or len(sb) == 2 or sa[:-2] == sb[:-2]):
+            return A.prim_matmul(a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"ember: matmul needs tensors of at least 1 dim, got {a.shape} and {b.shape}")
     if a.device != b.device:

@@ -24,7 +24,8 @@ def _check_device(a, b):
 
 def binary(op, a, b, reverse=False):
     """a: Tensor; b: Tensor, Python scalar or array-like. Promotes dtypes as torch."""
-    if b.__class__ is _Tensor or isinstance(b, _Tensor):  # (identity check first: the hot path)
+    bc = b.__class__
+    if bc is _Tensor or isinstance(b, _Tensor):  # (identity check first: the hot path)
         if a.device is not b.device and a.device != b.device:
             _check_device(a, b)
         da, db = a.dtype, b.dtype
@@ -39,20 +40,22 @@ def binary(op, a, b, reverse=False):
             a, b = A.prim_cast(a, dt), A.prim_cast(b, dt)
         if a.shape != b.shape:
             _check_broadcast(a, b)
-    elif isinstance(b, numbers.Number):
+    elif bc is float or bc is int or bc is bool or isinstance(b, numbers.Number):
         dt = a.dtype
-        if isinstance(b, bool):
+        if bc is bool:
             b = int(b) if dt is not D.bool_ else b
-        if isinstance(b, float) and not dt.is_float:
+        elif bc is not float and bc is not int:  # numpy scalars -> Python scalars (weak typing)
+            b = b.item() if hasattr(b, "item") else b
+            bc = b.__class__
+        if bc is float and not dt.is_float:
             a = A.prim_cast(a, D.float32)
-        elif isinstance(b, int) and dt is D.bool_ and op not in ("and", "or", "xor", "eq", "ne"):
+        elif bc is int and dt is D.bool_ and op not in ("and", "or", "xor", "eq", "ne"):
             a = A.prim_cast(a, D.int64)
         if reverse:
             from .tensor import full
             b = full((), b, dtype=a.dtype, device=a.device)
     else:
-        b = _as_tensor(b, a)
-        return binary(op, a, b, reverse)
+        return binary(op, a, _as_tensor(b, a), reverse)
     if reverse:
         a, b = b, a
     return A.prim_binary(op, a, b)

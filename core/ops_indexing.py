@@ -150,7 +150,40 @@ def _expand_key(x, key):
     return out
 
 
+def _basic_getitem(x, key):
+    """Ints and slices only: one slice primitive plus a reshape that drops the int dims."""
+    shape = x.shape
+    if len(key) > len(shape):
+        raise IndexError(f"ember: too many indices ({len(key)}) for a tensor with {len(shape)} dims")
+    starts, stops, steps, out = [], [], [], []
+    for d, k in enumerate(key):
+        n = shape[d]
+        if k.__class__ is int:
+            if not -n <= k < n:
+                raise IndexError(f"ember: index {k} is out of bounds for dim {d} with size {n}")
+            k %= n
+            starts.append(k), stops.append(k + 1), steps.append(1)
+        else:
+            s, e, st = k.indices(n)
+            if st <= 0:
+                raise ValueError("ember: slice step must be positive (use flip for reversal), as torch")
+            e = max(e, s)
+            starts.append(s), stops.append(e), steps.append(st)
+            out.append(-(-(e - s) // st))
+    for n in shape[len(key):]:
+        starts.append(0), stops.append(n), steps.append(1)
+        out.append(n)
+    if starts.count(0) != len(starts) or stops != list(shape) or steps.count(1) != len(steps):
+        x = A.prim_slice(x, starts, stops, steps)
+    return A.prim_reshape(x, tuple(out))
+
+
 def getitem(x, key):
+    kc = key.__class__
+    if kc is int or kc is slice:
+        return _basic_getitem(x, (key,))
+    if kc is tuple and all(k.__class__ is int or k.__class__ is slice for k in key):
+        return _basic_getitem(x, key)
     from .tensor import tensor
     key = _expand_key(x, key)
     # 1) basic indexing: slices, ints, None -> one slice + reshape; collect advanced indices

@@ -8,6 +8,11 @@ from . import autograd as A
 
 
 def norm_dim(d, ndim, what="dim"):
+    if d.__class__ is int:
+        if 0 <= d < ndim:
+            return d
+        if -ndim <= d < 0:
+            return d + ndim
     if not isinstance(d, numbers.Integral):
         raise TypeError(f"ember: {what} must be an int, got {type(d).__name__}")
     n = max(ndim, 1)

@@ -13,6 +13,8 @@ ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 
 
 def _axes(x, dim):
+    if dim.__class__ is int:
+        return (norm_dim(dim, len(x.shape)),)
     if dim is None:
         return tuple(range(x.ndim))
     dims = dim if isinstance(dim, (tuple, list)) else (dim,)
@@ -24,9 +26,11 @@ def _reduce(op, x, dim, keepdim):
     axes = _axes(x, dim)
     if not axes:
         return x
-    for a in axes:
-        if x.shape[a] == 0 and op in ("max", "min"):
-            raise ValueError(f"ember: {op}() of an empty dimension {a} in shape {x.shape}")
+    if op == "max" or op == "min":
+        shape = x.shape
+        for a in axes:
+            if shape[a] == 0:
+                raise ValueError(f"ember: {op}() of an empty dimension {a} in shape {shape}")
     return A.prim_reduce(op, x, axes, keepdim)
 
 

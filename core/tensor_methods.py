@@ -7,6 +7,7 @@ from . import ops_elementwise as E
 from . import ops_indexing as I
 from . import ops_movement as M
 from . import ops_reduce as R
+from .linalg import matmul
 from .tensor import Tensor
 
 E._Tensor = I._Tensor = Tensor
@@ -15,7 +16,6 @@ E._Tensor = I._Tensor = Tensor
 def _matmul(a, b):
     if not isinstance(b, Tensor):
         b = E._as_tensor(b, a)
-    from .linalg import matmul
     return matmul(a, b)
 
 

@@ -97,16 +97,17 @@ BINARY = {
     "ge": np.greater_equal, "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
 }
 _CMP = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"}
-REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
+# ufunc.reduce directly: np.sum & co. add ~2 us of Python wrapping per call
+REDUCE = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce, "prod": np.multiply.reduce}
 
 
 def _up(x):
     """bf16 bits -> float32 (compute type); other arrays unchanged."""
-    return D.bf16_bits_to_f32(x) if x.dtype == _BF16 else x
+    return D.bf16_bits_to_f32(x) if x.dtype is _BF16 else x
 
 
 def _down(y):
-    return D.f32_to_bf16_bits(y)
+    return D.f32_to_bf16_bits(y)  # always an ndarray (reductions may hand back numpy scalars)
 
 
 class NumpyBackend(Backend):
@@ -143,29 +144,31 @@ class NumpyBackend(Backend):
         return D.FROM_NP[x.dtype]
 
     # -- elementwise ----------------------------------------------------------------------------
+    # No np.errstate here: entering it costs ~2 us, more than the op on small tensors. IEEE
+    # results (inf, nan) are what torch gives; numpy may print a RuntimeWarning once per site.
     def unary(self, op, x):
-        f = UNARY[op]
-        if x.dtype == _BF16:
-            return _down(f(_up(x)))
-        with np.errstate(all="ignore"):
-            y = f(x)
-        return y if y.dtype == x.dtype or op == "not" else y.astype(x.dtype)
+        if x.dtype is _BF16:
+            return _down(UNARY[op](_up(x)))
+        y = UNARY[op](x)
+        if y.__class__ is not np.ndarray:  # ufuncs on 0-d arrays return numpy scalars
+            y = np.asarray(y)
+        return y if y.dtype is x.dtype or op == "not" else y.astype(x.dtype)
 
     def binary(self, op, a, b):
-        f = BINARY[op]
-        if a.dtype == _BF16:
-            y = f(_up(a), _up(b) if isinstance(b, np.ndarray) else b)
-            return y if op in _CMP else _down(y)
-        with np.errstate(all="ignore"):
-            if op == "pow" and a.dtype.kind in "iu" and not isinstance(b, np.ndarray) and b < 0:
-                raise ValueError("ember: integer tensor to a negative integer power")
-            y = f(a, b)
-        if op in _CMP or y.dtype == a.dtype:
+        if a.dtype is _BF16:
+            y = BINARY[op](_up(a), _up(b) if b.__class__ is np.ndarray else b)
+            return np.asarray(y) if op in _CMP else _down(y)
+        if op == "pow" and a.dtype.kind in "iu" and b.__class__ is not np.ndarray and b < 0:
+            raise ValueError("ember: integer tensor to a negative integer power")
+        y = BINARY[op](a, b)
+        if y.__class__ is not np.ndarray:
+            y = np.asarray(y)
+        if y.dtype is a.dtype or op in _CMP:
             return y
         return y.astype(a.dtype)
 
     def where(self, cond, a, b):
-        if a.dtype == _BF16 or (isinstance(b, np.ndarray) and b.dtype == _BF16):
+        if a.dtype is _BF16 or (isinstance(b, np.ndarray) and b.dtype == _BF16):
             return np.where(cond, a, b).astype(np.uint16)
         y = np.where(cond, a, b)
         return y if y.dtype == a.dtype else y.astype(a.dtype)
@@ -188,10 +191,12 @@ class NumpyBackend(Backend):
     # -- reductions -----------------------------------------------------------------------------
     def reduce(self, op, x, axes, keepdim):
         f = REDUCE[op]
-        if x.dtype == _BF16:
+        if x.dtype is _F32:
+            return np.asarray(f(x, axis=axes, keepdims=keepdim))
+        if x.dtype is _BF16:
             return _down(f(_up(x), axis=axes, keepdims=keepdim))
-        if x.dtype == _F16 and op in ("sum", "prod"):
-            return f(x.astype(np.float32), axis=axes, keepdims=keepdim).astype(np.float16)
+        if x.dtype is _F16 and op in ("sum", "prod"):
+            return np.asarray(f(x.astype(np.float32), axis=axes, keepdims=keepdim), dtype=np.float16)
         y = f(x, axis=axes, keepdims=keepdim)
         return np.asarray(y, dtype=x.dtype)
 
@@ -206,9 +211,9 @@ class NumpyBackend(Backend):
         return np.expand_dims(y, axis) if keepdim else y
 
     def cumsum(self, x, axis):
-        if x.dtype == _BF16:
+        if x.dtype is _BF16:
             return _down(np.cumsum(_up(x), axis=axis))
-        if x.dtype == _F16:
+        if x.dtype is _F16:
             return np.cumsum(x.astype(np.float32), axis=axis).astype(np.float16)
         return np.cumsum(x, axis=axis, dtype=x.dtype)
 
@@ -242,7 +247,7 @@ class NumpyBackend(Backend):
         return x[tuple(slice(a, None if (b < 0) else b, s) for a, b, s in zip(starts, stops, steps))]
 
     def pad(self, x, pads, value):
-        if x.dtype == _BF16:
+        if x.dtype is _BF16:
             value = int(D.f32_to_bf16_bits(np.array([value], np.float32))[0])
         return np.pad(x, pads, mode="constant", constant_values=value)
 
@@ -254,17 +259,17 @@ class NumpyBackend(Backend):
 
     # -- compute --------------------------------------------------------------------------------
     def matmul(self, a, b):
-        if a.dtype == _BF16:
+        if a.dtype is _BF16:
             return _down(np.matmul(_up(a), _up(b)))
-        if a.dtype == _F16:  # no f16 BLAS: accumulate in float32, round once (as torch CPU)
+        if a.dtype is _F16:  # no f16 BLAS: accumulate in float32, round once (as torch CPU)
             return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
         return np.matmul(a, b)
 
     def conv(self, x, w, stride, padding, dilation, groups):
         from .numpy_conv import conv
-        if x.dtype == _BF16:
+        if x.dtype is _BF16:
             return _down(conv(_up(x), _up(w), stride, padding, dilation, groups))
-        if x.dtype == _F16:
+        if x.dtype is _F16:
             return conv(x.astype(np.float32), w.astype(np.float32), stride, padding, dilation, groups).astype(np.float16)
         return conv(x, w, stride, padding, dilation, groups)
 
@@ -292,15 +297,15 @@ class NumpyBackend(Backend):
 
     # -- fused (optional): fast paths for the heavy composite ops ----------------------------
     def softmax(self, x, axis):
-        if x.dtype == _BF16:
+        if x.dtype is _BF16:
             return _down(self.softmax(_up(x), axis))
-        m = x.max(axis=axis, keepdims=True)
-        e = np.exp(x - m)
+        e = x - x.max(axis=axis, keepdims=True)
+        np.exp(e, out=e)
         e /= e.sum(axis=axis, keepdims=True)
         return e
 
     def log_softmax(self, x, axis):
-        if x.dtype == _BF16:
+        if x.dtype is _BF16:
             return _down(self.log_softmax(_up(x), axis))
         s = x - x.max(axis=axis, keepdims=True)
         return s - np.log(np.exp(s).sum(axis=axis, keepdims=True))
@@ -309,7 +314,7 @@ class NumpyBackend(Backend):
         if x.dtype in (_BF16, _F16):
             y = self.layer_norm(_up(x).astype(np.float32), None if w is None else _up(w).astype(np.float32),
                                 None if b is None else _up(b).astype(np.float32), eps)
-            return _down(y) if x.dtype == _BF16 else y.astype(np.float16)
+            return _down(y) if x.dtype is _BF16 else y.astype(np.float16)
         mu = x.mean(axis=-1, keepdims=True)
         xc = x - mu
         var = np.mean(xc * xc, axis=-1, keepdims=True)
@@ -323,7 +328,7 @@ class NumpyBackend(Backend):
     def rms_norm(self, x, w, eps):
         if x.dtype in (_BF16, _F16):
             y = self.rms_norm(_up(x).astype(np.float32), None if w is None else _up(w).astype(np.float32), eps)
-            return _down(y) if x.dtype == _BF16 else y.astype(np.float16)
+            return _down(y) if x.dtype is _BF16 else y.astype(np.float16)
         y = x * (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)).astype(x.dtype)
         if w is not None:
             y *= w

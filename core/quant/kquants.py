@@ -189,7 +189,14 @@ def _unpack_nibble_pairs(qs):  # (nb, 128) -> (nb, 8, 32): sub-block 2k = low ni
 
 def dequantize_q4_k(blocks):
     dl, ml = _kq_scale_min(blocks)
-    return (dl * _unpack_nibble_pairs(blocks[:, 16:]).astype(F) - ml).reshape(-1, 256)
+    qs = blocks[:, 16:].reshape(-1, 4, 1, 32)
+    out = np.empty((blocks.shape[0], 4, 2, 32), F)  # (nb, pair, nibble, 32) = sub-block 2*pair + nibble
+    out[:, :, :1] = qs & np.uint8(0xF)
+    out[:, :, 1:] = qs >> np.uint8(4)
+    out = out.reshape(-1, 8, 32)
+    out *= dl
+    out -= ml
+    return out.reshape(-1, 256)
 
 
 def quantize_q5_k(blocks):
