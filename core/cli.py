@@ -1,0 +1,96 @@
+"""The `ember` command (also `python -m ember`). Subcommands load their module only when used."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module providing add_parser(subparsers) and main(args), one-line help)
+COMMANDS = {
+    "info": ("ember.cli", "version, numpy, BLAS and the devices that work here"),
+    "whisper": ("ember.models.whisper.cli", "transcribe a WAV file"),
+    "llama": ("ember.models.llama.cli", "generate text with a Llama model"),
+    "train-llama": ("ember.models.llama.cli", "train a small Llama on a text corpus"),
+    "yolo": ("ember.models.yolo.cli", "detect objects in an image"),
+    "convert": ("ember.convert", "convert weights between formats (ct2-whisper, yolo, gguf, safetensors)"),
+    "serve": ("ember.wasm.serve", "build what is missing and serve the web app on 127.0.0.1"),
+    "build-web": ("ember.wasm.serve", "write the static web app (deployable as a Hugging Face static Space)"),
+}
+
+
+def add_parser(sub, name="info"):
+    p = sub.add_parser("info", help=COMMANDS["info"][1])
+    p.set_defaults(func=main_info)
+
+
+def main_info(args=None):
+    import platform
+
+    import numpy as np
+
+    import ember
+    print(f"ember {ember.__version__}")
+    print(f"python {platform.python_version()} ({platform.machine()})")
+    print(f"numpy {np.__version__}")
+    try:
+        from threadpoolctl import threadpool_info
+        for lib in threadpool_info():
+            if lib.get("user_api") == "blas":
+                print(f"blas {lib.get('internal_api')} {lib.get('version')} kernel={lib.get('architecture')} "
+                      f"threads={lib.get('num_threads')}")
+    except ImportError:
+        pass
+    print("devices:")
+    for name in ("cpu", "webgpu", "cuda"):
+        try:
+            be = ember.device(name).backend
+            desc = getattr(be, "description", "") or ""
+            print(f"  {name:7s} available {desc}".rstrip())
+        except Exception as e:  # show why a device is missing, never crash `info`
+            msg = str(e).replace("ember: ", "")
+            print(f"  {name:7s} not available ({msg.splitlines()[0][:120]})")
+    return 0
+
+
+def build_parser(argv):
+    parser = argparse.ArgumentParser(prog="ember", description="ember: tensors, models and a client-side web app")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = argv[0] if argv and argv[0] in COMMANDS else None
+    mod_wanted = COMMANDS[wanted][0] if wanted else None
+    if mod_wanted == "ember.cli":
+        add_parser(sub)
+    elif mod_wanted:
+        try:
+            m = importlib.import_module(mod_wanted)
+        except ImportError as e:
+            raise SystemExit(f"ember {wanted}: not available in this build ({e})")
+        m.add_parser(sub)  # registers every command that module serves
+    for name, (mod, help_) in COMMANDS.items():
+        if mod != mod_wanted:  # placeholders keep `ember --help` complete without importing models
+            sub.add_parser(name, help=help_, add_help=False)
+    return parser
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 0
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.parse_args([args.command, "--help"])
+        return 2
+    try:
+        return func(args) or 0
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, TypeError, OSError, RuntimeError, KeyError) as e:
+        msg = str(e) if str(e).startswith("ember") else f"ember: {e}"
+        print(msg, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
