@@ -8,9 +8,10 @@ returned too, and an exception raises PyodideSnippetError with the Pyodide trace
 costs a couple of seconds, so many snippets should share one `PyodideSession` (see
 `pyodide_session` in the tests) or go through `run_pyodide_batch`.
 
-Running pytest itself inside Pyodide would need the pure-Python wheels pytest, pluggy,
-iniconfig and packaging (`pip download --no-deps --only-binary=:all:` them) installed with
-micropip from emfs: exactly like the ember wheel (pass them in `wheels=`).
+pytest itself runs inside Pyodide (tried with pytest 9.2): `pip download --no-deps
+--only-binary=:all: --python-version 3.12 iniconfig pluggy pygments pytest`, pass those wheels
+as `wheels=` (pytest last; packaging comes from the distribution), then in a snippet
+`pytest.main(["-s", "-p", "no:cacheprovider", path])`; `-s` because fd capture fails there.
 """
 from __future__ import annotations
 
