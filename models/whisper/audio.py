@@ -91,7 +91,8 @@ def _power_spectrogram(audio: np.ndarray) -> np.ndarray:
     return (spec.real ** 2 + spec.imag ** 2).T
 
 
-def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, pad_to_30s: bool = True) -> np.ndarray:
+def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, pad_to_30s: bool = True,
+                        extra_hop: bool = True) -> np.ndarray:
     """16 kHz mono audio (n_samples,) -> Whisper's normalised log-mel, float32 (n_mels, frames).
 
     pad_to_30s=True (transformers/openai-whisper): the audio is zero-padded or cut to 30 s first,
@@ -99,6 +100,8 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, pad_to_30s: bool = 
     pad_to_30s=False (faster-whisper): the mel is computed on the audio plus one hop of zeros,
     giving len(audio) // HOP_LENGTH + 1 frames; pad the *features* with pad_or_trim(mel, N_FRAMES)
     (zeros, i.e. log-mel value 0) before the encoder, as faster-whisper does.
+    pad_to_30s=False, extra_hop=False (transformers' long-form features, padding="longest"): the
+    audio as it is, giving len(audio) // HOP_LENGTH frames.
     """
     audio = np.asarray(audio)
     if audio.ndim != 1:
@@ -108,7 +111,12 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, pad_to_30s: bool = 
         raise ValueError("ember: log_mel_spectrogram got empty audio")
     if not np.all(np.isfinite(audio)):
         raise ValueError("ember: log_mel_spectrogram got NaN or infinite samples")
-    audio = pad_or_trim(audio, N_SAMPLES) if pad_to_30s else np.pad(audio, (0, HOP_LENGTH))
+    if pad_to_30s:
+        audio = pad_or_trim(audio, N_SAMPLES)
+    elif extra_hop:
+        audio = np.pad(audio, (0, HOP_LENGTH))
+    elif audio.size < N_FFT // 2 + 1:  # reflect padding needs n_fft // 2 + 1 samples
+        raise ValueError(f"ember: log_mel_spectrogram needs at least {N_FFT // 2 + 1} samples, got {audio.size}")
     mel = mel_filters(n_mels).astype(np.float64) @ _power_spectrogram(audio)  # (n_mels, frames)
     log_spec = np.log10(np.maximum(mel, 1e-10))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)

@@ -1,0 +1,173 @@
+"""Whisper encoder-decoder in ember, after openai/whisper model.py (v20240930), with parameter
+names of transformers' WhisperModel so Hugging Face checkpoints load strictly.
+
+The decoder's self-attention KV cache is passed in and returned explicitly (no hooks), and the
+cross-attention K/V of a 30 s window are computed once by `Decoder.cross_kv`. No I/O, no backend
+names: the same code runs on any ember device (numpy in CPython and Pyodide, WebGPU, CUDA).
+"""
+from __future__ import annotations
+
+import ember
+import ember.nn as nn
+import ember.nn.functional as F
+
+from .config import ModelDimensions
+
+KV = tuple  # (k, v), each (batch, n_head, seq, head_dim)
+
+
+class WhisperShapeError(ValueError):
+    """An input to the model has the wrong shape or is out of the model's range."""
+
+
+# Every weight comes from a checkpoint, so the layers skip torch-style random initialisation
+# (drawing nn.Embedding's 20M normal samples alone takes seconds).
+class Linear(nn.Linear):
+    def reset_parameters(self):
+        pass
+
+
+class Embedding(nn.Module):
+    """A (num, dim) table under the name `weight`, as nn.Embedding, left uninitialised."""
+
+    def __init__(self, num: int, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(ember.empty(num, dim))  # (num, dim)
+
+    def forward(self, idx):
+        return F.embedding(idx, self.weight)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, n_state: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.q_proj = Linear(n_state, n_state)  # (n_state, n_state)
+        self.k_proj = Linear(n_state, n_state, bias=False)  # Whisper's key has no bias
+        self.v_proj = Linear(n_state, n_state)
+        self.out_proj = Linear(n_state, n_state)
+
+    def split_heads(self, x):  # (batch, seq, n_state) -> (batch, n_head, seq, head_dim)
+        b, t, d = x.shape
+        return x.reshape(b, t, self.n_head, d // self.n_head).transpose(1, 2)
+
+    def kv(self, x) -> KV:
+        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
+
+    def attend(self, x, k, v, mask=None):
+        q = self.split_heads(self.q_proj(x))  # (batch, n_head, T, head_dim)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (batch, n_head, T, head_dim)
+        b, h, t, hd = o.shape
+        return self.out_proj(o.transpose(1, 2).reshape(b, t, h * hd))
+
+    def forward(self, x, cache: KV | None = None, mask=None):
+        """Self-attention of x (batch, T, n_state) over the cached keys plus its own ->
+        (output (batch, T, n_state), cache grown by T)."""
+        k, v = self.kv(x)
+        if cache is not None:
+            k, v = ember.cat([cache[0], k], 2), ember.cat([cache[1], v], 2)  # (batch, n_head, S, hd)
+        return self.attend(x, k, v, mask), (k, v)
+
+
+class ResidualAttentionBlock(nn.Module):
+    """Pre-norm block: self-attention, [cross-attention], GELU MLP, each added to the residual."""
+
+    def __init__(self, n_state: int, n_head: int, n_ffn: int, cross_attention: bool):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(n_state, n_head)
+        self.self_attn_layer_norm = nn.LayerNorm(n_state)
+        if cross_attention:
+            self.encoder_attn = MultiHeadAttention(n_state, n_head)
+            self.encoder_attn_layer_norm = nn.LayerNorm(n_state)
+        self.fc1 = Linear(n_state, n_ffn)  # (n_ffn, n_state)
+        self.fc2 = Linear(n_ffn, n_state)  # (n_state, n_ffn)
+        self.final_layer_norm = nn.LayerNorm(n_state)
+
+    def forward(self, x, cache: KV | None = None, mask=None, cross: KV | None = None):
+        a, cache = self.self_attn(self.self_attn_layer_norm(x), cache, mask)
+        x = x + a
+        if cross is not None:
+            x = x + self.encoder_attn.attend(self.encoder_attn_layer_norm(x), *cross)
+        x = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+        return x, cache
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, dims: ModelDimensions):
+        super().__init__()
+        d = dims.n_audio_state
+        self.n_ctx = dims.n_audio_ctx
+        self.conv1 = nn.Conv1d(dims.n_mels, d, kernel_size=3, padding=1)  # (d, n_mels, 3)
+        self.conv2 = nn.Conv1d(d, d, kernel_size=3, stride=2, padding=1)  # (d, d, 3)
+        self.embed_positions = Embedding(dims.n_audio_ctx, d)  # (1500, d), sinusoids in the file
+        self.layers = nn.ModuleList(ResidualAttentionBlock(d, dims.n_audio_head, dims.n_audio_ffn, False)
+                                    for _ in range(dims.n_audio_layer))
+        self.layer_norm = nn.LayerNorm(d)
+
+    def forward(self, mel):
+        """mel (batch, n_mels, 2 * n_audio_ctx) -> audio features (batch, n_audio_ctx, d)."""
+        want = (self.conv1.in_channels, 2 * self.n_ctx)
+        if mel.ndim != 3 or tuple(mel.shape[1:]) != want:
+            raise WhisperShapeError(f"ember: Whisper encoder expects a log-mel (batch, {want[0]}, {want[1]}), "
+                                    f"got {tuple(mel.shape)}; pad the features to 30 s")
+        x = F.gelu(self.conv1(mel.to(self.conv1.weight.dtype)))  # (batch, d, 3000)
+        x = F.gelu(self.conv2(x)).transpose(1, 2)  # (batch, 1500, d)
+        x = x + self.embed_positions.weight
+        for layer in self.layers:
+            x, _ = layer(x)
+        return self.layer_norm(x)
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, dims: ModelDimensions):
+        super().__init__()
+        d = dims.n_text_state
+        self.n_ctx = dims.n_text_ctx
+        self.embed_tokens = Embedding(dims.n_vocab, d)  # (n_vocab, d), also the output projection
+        self.embed_positions = Embedding(dims.n_text_ctx, d)  # (448, d)
+        self.layers = nn.ModuleList(ResidualAttentionBlock(d, dims.n_text_head, dims.n_text_ffn, True)
+                                    for _ in range(dims.n_text_layer))
+        self.layer_norm = nn.LayerNorm(d)
+
+    def cross_kv(self, audio_features) -> list[KV]:
+        """Each layer's cross-attention keys/values for audio features (batch, 1500, d), computed
+        once per 30 s window and reused for every token."""
+        return [layer.encoder_attn.kv(audio_features) for layer in self.layers]
+
+    def forward(self, tokens, cross: list[KV], cache: list[KV] | None = None):
+        """tokens (batch, T) following the `cache` positions -> (hidden (batch, T, d), new cache)."""
+        offset = 0 if cache is None else cache[0][0].shape[2]
+        t = tokens.shape[1]
+        if offset + t > self.n_ctx:
+            raise WhisperShapeError(f"ember: Whisper decoder holds {self.n_ctx} positions; got {offset} cached "
+                                    f"+ {t} new tokens")
+        x = self.embed_tokens(tokens) + self.embed_positions.weight[offset:offset + t]  # (batch, T, d)
+        mask = None
+        if t > 1:  # causal over the new tokens; every cached position stays visible
+            keep = ember.ones(t, offset + t, dtype=ember.bool_, device=x.device).tril(offset)
+            mask = ember.zeros(t, offset + t, dtype=x.dtype, device=x.device).masked_fill(~keep, float("-inf"))
+        new_cache = []
+        for i, layer in enumerate(self.layers):
+            x, kv = layer(x, None if cache is None else cache[i], mask, cross[i])
+            new_cache.append(kv)
+        return self.layer_norm(x), new_cache
+
+    def logits(self, hidden):
+        """hidden (batch, T, d) -> logits (batch, T, n_vocab) through the tied embedding."""
+        return hidden @ self.embed_tokens.weight.transpose(0, 1)
+
+
+class Whisper(nn.Module):
+    def __init__(self, dims: ModelDimensions):
+        super().__init__()
+        self.dims = dims
+        self.encoder = AudioEncoder(dims)
+        self.decoder = TextDecoder(dims)
+
+    def embed_audio(self, mel):
+        return self.encoder(mel)
+
+    def forward(self, mel, tokens):
+        """Teacher-forced logits (batch, T, n_vocab) for mel (batch, n_mels, 3000), tokens (batch, T)."""
+        hidden, _ = self.decoder(tokens, self.decoder.cross_kv(self.encoder(mel)))
+        return self.decoder.logits(hidden)

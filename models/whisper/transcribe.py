@@ -1,0 +1,149 @@
+"""Transcribe audio of any length: 30 s windows, seeking on predicted timestamps, temperature
+fallback, segments with start/end times (openai/whisper transcribe.py v20240930, with the window
+and segment rules of transformers' long-form Whisper generate so both give the same tokens).
+
+Clips up to 30 s are one window of features padded to 30 s (transformers' short-form input).
+Longer audio gets one log-mel over the whole signal and is decoded window by window; each
+window's decoding ends at its last complete timestamp pair and the next one starts there.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+
+import ember
+
+from . import audio as A
+from .decoding import DecodingOptions, DecodingResult, WindowDecoder, detect_language
+
+TIME_PRECISION = 0.02          # seconds per timestamp token
+FRAME_SECONDS = A.HOP_LENGTH / A.SAMPLE_RATE  # 0.01 s per mel frame
+INPUT_STRIDE = 2               # mel frames per encoder position (conv2 stride)
+
+
+def load_input(source) -> np.ndarray:
+    """A path / bytes of a WAV file, or 16 kHz mono float samples -> float32 (n_samples,)."""
+    if isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
+        samples = A.load_audio(bytes(source) if isinstance(source, (bytearray, memoryview)) else source)
+    else:
+        samples = np.asarray(source, np.float32)
+    if samples.ndim != 1:
+        raise ValueError(f"ember: transcribe expects mono samples (n_samples,), got shape {samples.shape}")
+    if samples.size == 0:
+        name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "the input"
+        raise ValueError(f"ember: {name} holds no audio samples")
+    return samples
+
+
+def features(samples: np.ndarray, n_mels: int) -> tuple[np.ndarray, bool]:
+    """-> (log-mel (n_mels, frames), long_form). Short clips: padded to 30 s (3000 frames)."""
+    if samples.size <= A.N_SAMPLES:
+        return A.log_mel_spectrogram(samples, n_mels), False
+    return A.log_mel_spectrogram(samples, n_mels, pad_to_30s=False, extra_hop=False), True
+
+
+def decode_with_fallback(decoder: WindowDecoder, audio_features, language, temperatures,
+                         compression_ratio_threshold, logprob_threshold, no_speech_threshold):
+    """openai's rule: retry at the next temperature while the text is too repetitive (gzip
+    ratio) or too unlikely (mean log-prob), unless the window looks silent."""
+    result = None
+    for t in temperatures:
+        result = decoder.run(audio_features, language, t)
+        retry = ((compression_ratio_threshold is not None and result.compression_ratio > compression_ratio_threshold)
+                 or (logprob_threshold is not None and result.avg_logprob < logprob_threshold))
+        if (no_speech_threshold is not None and logprob_threshold is not None
+                and result.no_speech_prob > no_speech_threshold and result.avg_logprob < logprob_threshold):
+            retry = False  # silence: the window will be skipped, sampling won't help
+        if not retry:
+            break
+    return result
+
+
+def split_segments(tokens, time_offset, window_frames, timestamp_begin):
+    """Generated tokens of one window -> ([(start, end, tokens)], frames to advance); transformers'
+    _retrieve_segment: cut after each consecutive timestamp pair; an unfinished last segment is
+    dropped and decoding resumes at its start."""
+    is_ts = [t >= timestamp_begin for t in tokens]
+    single_ending = is_ts[-2:] == [False, True]
+    cuts = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+    if not cuts:
+        end_pos = int(window_frames * FRAME_SECONDS / TIME_PRECISION)
+        stamps = [t for t in tokens if t >= timestamp_begin]
+        if stamps and stamps[-1] != timestamp_begin:
+            end_pos = stamps[-1] - timestamp_begin
+        return [(time_offset, time_offset + end_pos * TIME_PRECISION, list(tokens))], window_frames
+    if single_ending:
+        cuts.append(len(tokens))
+    else:
+        cuts[-1] += 1  # keep the closing timestamp in the last complete segment
+    segments, last = [], 0
+    for i, cut in enumerate(cuts):
+        piece = list(tokens[last:cut])
+        end_idx = -1 if (i < len(cuts) - 1 or single_ending) else -2
+        segments.append((time_offset + (piece[0] - timestamp_begin) * TIME_PRECISION,
+                         time_offset + (piece[end_idx] - timestamp_begin) * TIME_PRECISION, piece))
+        last = cut
+    if single_ending:
+        return segments, window_frames
+    return segments, (tokens[last - 2] - timestamp_begin) * INPUT_STRIDE
+
+
+def transcribe(model, tokenizer, source, *, language: str | None = None, task: str = "transcribe",
+               timestamps: bool = False, beam_size: int | None = None,
+               temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0), compression_ratio_threshold: float | None = 2.4,
+               logprob_threshold: float | None = -1.0, no_speech_threshold: float | None = 0.6,
+               condition_on_previous_text: bool = False, seed: int | None = 0, on_segment=None) -> dict:
+    """Audio (WAV path/bytes or 16 kHz samples) -> {"text", "language", "segments": [{"id", "seek",
+    "start", "end", "text", "tokens", "avg_logprob", "compression_ratio", "no_speech_prob",
+    "temperature"}]}. Audio over 30 s is decoded with timestamps (seeking needs them).
+    on_segment(segment) is called as each segment is finished."""
+    samples = load_input(source)
+    cfg = tokenizer.config
+    mel, long_form = features(samples, cfg.dims.n_mels)
+    timestamps = timestamps or long_form
+    temps = (float(temperature),) if np.isscalar(temperature) else tuple(float(t) for t in temperature)
+    options = DecodingOptions(task=task, language=language, beam_size=beam_size, timestamps=timestamps, seed=seed)
+    device = model.encoder.conv1.weight.device
+    max_frames = mel.shape[1] if long_form else A.N_FRAMES
+    duration = samples.size / A.SAMPLE_RATE
+    seek, segments, history = 0, [], []
+    with ember.no_grad():
+        while seek < max_frames:
+            window_frames = min(max_frames - seek, A.N_FRAMES)
+            window = A.pad_or_trim(mel[:, seek:seek + window_frames], A.N_FRAMES)  # (n_mels, 3000)
+            time_offset = seek * FRAME_SECONDS
+            audio_features = model.encoder(ember.tensor(window[None], device=device))  # (1, 1500, d)
+            if language is None:
+                language = detect_language(model, tokenizer, audio_features)[0] if cfg.multilingual else "en"
+            prompt = tuple(history[-(model.decoder.n_ctx // 2 - 1):]) if condition_on_previous_text else ()
+            decoder = WindowDecoder(model, tokenizer, replace(options, language=language, prompt=prompt))
+            result: DecodingResult = decode_with_fallback(decoder, audio_features, language, temps,
+                                                          compression_ratio_threshold, logprob_threshold,
+                                                          no_speech_threshold)
+            if (no_speech_threshold is not None and result.no_speech_prob > no_speech_threshold
+                    and (logprob_threshold is None or result.avg_logprob < logprob_threshold)):
+                seek += window_frames  # silence
+                continue
+            if not result.tokens:
+                seek += window_frames
+                continue
+            if timestamps:
+                pieces, advance = split_segments(result.tokens, time_offset, window_frames, cfg.special.timestamp_begin)
+            else:
+                pieces, advance = [(time_offset, time_offset + window_frames * FRAME_SECONDS, result.tokens)], window_frames
+            for start, end, toks in pieces:
+                end = min(end, duration)  # a short clip's window is padded past its end
+                seg = {"id": len(segments), "seek": seek, "start": round(float(start), 3), "end": round(float(end), 3),
+                       "text": tokenizer.decode(toks), "tokens": [int(t) for t in toks],
+                       "avg_logprob": result.avg_logprob, "compression_ratio": result.compression_ratio,
+                       "no_speech_prob": result.no_speech_prob, "temperature": result.temperature}
+                segments.append(seg)
+                history.extend(seg["tokens"])
+                if on_segment:
+                    on_segment(seg)
+            if not long_form:
+                break  # one window holds the whole clip
+            seek += max(int(advance), 1)
+    return {"text": "".join(s["text"] for s in segments), "language": language, "segments": segments}
