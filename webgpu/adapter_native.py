@@ -1,0 +1,119 @@
+"""The native GPU adapter: WebGPU through the `wgpu` package (wgpu-native; Vulkan/Metal/D3D12).
+
+An adapter is the whole surface the backend touches, so the backend runs unchanged over
+wgpu-py here and over `navigator.gpu` in a Pyodide page (adapter_browser.py). The interface:
+
+  info, limits (dict, WebGPU names), features (set of str)
+  buffer(nbytes) -> handle              storage buffer usable as copy source/destination
+  meta(words: np.uint32 array) -> handle small read-only parameter buffer (cached by the caller)
+  write(handle, np_array)               upload a C-contiguous array at offset 0
+  read(handle, nbytes) -> np.uint8 array   synchronous readback (flushes pending work)
+  read_async(handle, nbytes)             awaitable readback
+  pipeline(wgsl) -> handle              compile a compute pipeline (entry point `main`)
+  dispatch(pipeline, handles, groups)    record one dispatch; handles bind to bindings 0..n-1
+  flush()                               submit the recorded dispatches
+
+Dispatches are recorded into one command encoder and submitted in batches: per-op submits
+are the dominant overhead for small ops. A write must not overtake recorded work that still
+reads a recycled buffer, so `write` flushes first.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_BATCH = 128  # dispatches per submit: bounds the encoder's size without per-op submits
+
+
+class AdapterError(RuntimeError):
+    """No usable GPU adapter, or the device was lost."""
+
+
+class NativeAdapter:
+    kind = "native"
+
+    def __init__(self, power_preference="high-performance", backend=None):
+        try:
+            import wgpu
+        except ImportError as e:
+            raise AdapterError(f"ember: webgpu needs the `wgpu` package (pip install wgpu): {e}") from e
+        self._wgpu = wgpu
+        tried = []
+        adapter = None
+        try:
+            if backend is None:
+                adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
+            else:  # an explicit backend ("vulkan", "metal", "d3d12", "gl"): pick by its name
+                for a in wgpu.gpu.enumerate_adapters_sync():
+                    tried.append(f"{a.info['device']} ({a.info['backend_type']})")
+                    if a.info["backend_type"].lower() == backend.lower():
+                        adapter = a
+                        break
+        except Exception as e:  # wgpu raises plain RuntimeErrors when no driver is present
+            tried.append(f"request_adapter({power_preference!r}) failed: {e}")
+        if adapter is None:
+            raise AdapterError("ember: no WebGPU adapter found; tried: "
+                               + ("; ".join(tried) or f"wgpu request_adapter(power_preference={power_preference!r})")
+                               + ". On Linux install a Vulkan driver (Debian: mesa-vulkan-drivers for lavapipe).")
+        self.adapter = adapter
+        self.features = set(adapter.features)
+        want = [f for f in ("shader-f16",) if f in self.features]
+        lim = adapter.limits
+        keys = ("max-buffer-size", "max-storage-buffer-binding-size", "max-storage-buffers-per-shader-stage",
+                "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup")
+        self.device = adapter.request_device_sync(required_features=want,
+                                                  required_limits={k: lim[k] for k in keys})
+        self.limits = dict(self.device.limits)
+        info = adapter.info
+        self.info = f"{info['device']} ({info['backend_type']}, {info['adapter_type']})"
+        self._queue = self.device.queue
+        self._enc = None
+        self._pending = 0
+        self._usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+
+    # -- resources ------------------------------------------------------------------------------
+    def buffer(self, nbytes):
+        return self.device.create_buffer(size=nbytes, usage=self._usage)
+
+    def meta(self, words):
+        return self.device.create_buffer_with_data(data=words, usage=self._wgpu.BufferUsage.STORAGE)
+
+    def pipeline(self, wgsl):
+        module = self.device.create_shader_module(code=wgsl)
+        return self.device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+
+    # -- transfers ------------------------------------------------------------------------------
+    def write(self, handle, arr):
+        self.flush()
+        self._queue.write_buffer(handle, 0, arr)
+
+    def read(self, handle, nbytes):
+        self.flush()
+        try:
+            data = self._queue.read_buffer(handle, 0, nbytes)
+        except Exception as e:
+            raise AdapterError(f"ember: webgpu readback failed (device lost?): {e}") from e
+        return np.frombuffer(data, dtype=np.uint8)
+
+    async def read_async(self, handle, nbytes):
+        return self.read(handle, nbytes)
+
+    # -- work -----------------------------------------------------------------------------------
+    def dispatch(self, pipeline, handles, groups):
+        if self._enc is None:
+            self._enc = self.device.create_command_encoder()
+        bg = self.device.create_bind_group(
+            layout=pipeline.get_bind_group_layout(0),
+            entries=[{"binding": i, "resource": {"buffer": h}} for i, h in enumerate(handles)])
+        p = self._enc.begin_compute_pass()
+        p.set_pipeline(pipeline)
+        p.set_bind_group(0, bg)
+        p.dispatch_workgroups(*groups)
+        p.end()
+        self._pending += 1
+        if self._pending >= _BATCH:
+            self.flush()
+
+    def flush(self):
+        if self._enc is not None:
+            enc, self._enc, self._pending = self._enc, None, 0
+            self._queue.submit([enc.finish()])

@@ -1,0 +1,367 @@
+"""The WebGPU backend: every primitive of ember/primitives.py as WGSL compute kernels.
+
+Arrays (buffers.GArray) stay on the GPU between ops; data crosses to the host only in
+`to_numpy` / `to_numpy_async`. Movement ops (reshape of dense arrays, permute, expand, slice)
+are zero-copy views; every kernel reads strided views directly. The adapter (native wgpu or
+the browser's navigator.gpu) is picked at first use; `configure()` chooses power preference
+and native backend before that. Nothing falls back to the CPU.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+
+from ember import dtypes as D
+from ember.primitives import Backend
+
+from . import kernels
+from .backend_compute import ComputeMixin
+from .buffers import WORD, BufferPool, GArray, Storage, contiguous_strides
+
+MAXD = 8  # dims a view may have after merging (meta layout in common.wgsl)
+_META_CACHE_MAX = 4096
+_SETTINGS = {"power_preference": os.environ.get("EMBER_WEBGPU_POWER", "high-performance"),
+             "backend": os.environ.get("EMBER_WEBGPU_BACKEND") or None}
+_KIND = {"f32": "f", "i32": "i", "u32": "u"}
+_CMP = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"}
+
+
+def configure(power_preference="high-performance", backend=None):
+    """Adapter choice for the next WebGPUBackend: power_preference 'high-performance' or
+    'low-power'; backend (native only) 'vulkan', 'metal', 'd3d12' or 'gl'."""
+    if power_preference not in ("high-performance", "low-power"):
+        raise ValueError(f"ember: power_preference must be 'high-performance' or 'low-power', got {power_preference!r}")
+    _SETTINGS.update(power_preference=power_preference, backend=backend)
+
+
+def _make_adapter():
+    if sys.platform == "emscripten":
+        from .adapter_browser import BrowserAdapter
+        return BrowserAdapter(_SETTINGS["power_preference"])
+    from .adapter_native import NativeAdapter
+    return NativeAdapter(_SETTINGS["power_preference"], _SETTINGS["backend"])
+
+
+def _groups(n, per_group=256):
+    """Workgroup grid covering n items; 2-D once past the 65535-per-dimension limit."""
+    g = max(1, -(-n // per_group))
+    if g <= 65535:
+        return (g, 1, 1)
+    return (65535, -(-g // 65535), 1)
+
+
+def merge_dims(shape, views):
+    """Drop size-1 dims and merge dims that are contiguous in every view (fewer index steps)."""
+    dims = [(s, [v[1][d] for v in views]) for d, s in enumerate(shape) if s != 1]
+    out = []
+    for s, st in dims:
+        if out and all(p == q * s for p, q in zip(out[-1][1], st)):
+            out[-1] = (out[-1][0] * s, st)
+        else:
+            out.append((s, st))
+    return tuple(s for s, _ in out), [(v[0], tuple(st[k] for _, st in out)) for k, v in enumerate(views)]
+
+
+class WebGPUBackend(ComputeMixin, Backend):
+    name = "webgpu"
+    _groups = staticmethod(_groups)
+
+    def __init__(self, index=0):
+        self.index = index
+        self.adapter = _make_adapter()
+        self.pool = BufferPool(self.adapter)
+        self.pipelines = kernels.PipelineCache(self.adapter)
+        self._meta: dict = {}
+        self.dispatches = 0
+        self.has_f16 = "shader-f16" in self.adapter.features
+        self.available = True
+        self.matmul_kernel = "rows" if "CPU" in self.adapter.info else "tiled"
+
+    def __repr__(self):
+        return f"WebGPUBackend({self.adapter.info})"
+
+    def supports(self, dtype):
+        """float64 has no WGSL type; every other ember dtype is stored in 4-byte words."""
+        return dtype in WORD
+
+    # ============================================================== plumbing
+    def _word(self, dtype):
+        w = WORD.get(dtype)
+        if w is None:
+            raise TypeError(f"ember: webgpu has no {dtype.name} (WGSL lacks 64-bit floats); "
+                            f"cast to float32 first (backend.supports(dtype) tells ahead)")
+        return w
+
+    def _new(self, shape, dtype):
+        shape = tuple(int(s) for s in shape)
+        n = math.prod(shape)
+        return GArray(Storage(self.pool, max(n, 1) * 4), shape, contiguous_strides(shape), 0, dtype)
+
+    def _meta_handle(self, words):
+        words = np.asarray(words, dtype=np.int64).astype(np.uint32)  # i32 values wrap to their bits
+        key = words.tobytes()
+        h = self._meta.get(key)
+        if h is None:
+            if len(self._meta) >= _META_CACHE_MAX:
+                self.adapter.flush()
+                self._meta.clear()
+            h = self._meta[key] = self.adapter.meta(words)
+        return h
+
+    def _run(self, pipeline, meta, out, inputs, groups):
+        self.adapter.dispatch(pipeline, [self._meta_handle(meta), out.storage.handle]
+                              + [x.storage.handle for x in inputs], groups)
+        self.dispatches += 1
+
+    def _view_meta(self, n, shape, views, scalars=()):
+        """meta words in the common layout (see common.wgsl)."""
+        if len(shape) > MAXD:
+            raise ValueError(f"ember: webgpu kernels address at most {MAXD} dims, got shape {shape}")
+        m = [0] * (16 + 9 * len(views))
+        m[0], m[1] = n, len(shape)
+        cs = contiguous_strides(shape)
+        for k, (off, st) in enumerate(views):
+            if off == 0 and tuple(st) == cs:
+                m[2] |= 1 << k
+            m[16 + 9 * k] = off
+            m[17 + 9 * k:17 + 9 * k + len(st)] = st
+        m[3:3 + len(scalars)] = scalars
+        m[8:8 + len(shape)] = shape
+        return m
+
+    def _bits(self, value, dtype):
+        """A Python scalar as the 32-bit word pattern of dtype's GPU storage."""
+        wt, wnp, fix = self._word(dtype)
+        if wt == "f32":
+            v = np.float32(value)
+            if dtype is D.float16:
+                v = np.float32(np.float16(v))
+            elif dtype is D.bfloat16:
+                v = D.bf16_bits_to_f32(D.f32_to_bf16_bits(np.array([v], np.float32)))[0]
+            return int(v.view(np.uint32))
+        v = int(value)
+        if wt == "i32":
+            if not -2**31 <= v < 2**31:
+                raise ValueError(f"ember: webgpu stores {dtype.name} as int32; scalar {v} is out of range")
+            return v & 0xFFFFFFFF
+        return (int(bool(v)) if dtype is D.bool_ else v) & 0xFFFFFFFF
+
+    # ============================================================== transfer / creation
+    def from_numpy(self, a, dtype):
+        wt, wnp, fix = self._word(dtype)
+        a = np.asarray(a)
+        if dtype is D.bfloat16:
+            w = D.bf16_bits_to_f32(a.astype(np.uint16, copy=False))
+        elif dtype is D.int64 and a.size:
+            lo, hi = int(a.min()), int(a.max())
+            if lo < -2**31 or hi >= 2**31:
+                raise ValueError(f"ember: webgpu stores int64 as int32 (WGSL has no i64); values in "
+                                 f"[{lo}, {hi}] of the {a.shape} tensor are out of range")
+            w = a.astype(np.int32)
+        elif dtype is D.float16 or a.dtype != dtype.np:
+            w = a.astype(dtype.np).astype(wnp)
+        else:
+            w = a.astype(wnp, copy=False)
+        out = self._new(a.shape, dtype)
+        if w.size:
+            self.adapter.write(out.storage.handle, np.ascontiguousarray(w).reshape(-1))
+        return out
+
+    def _words(self, x):
+        x = self.contiguous(x)
+        n = x.size
+        raw = self.adapter.read(x.storage.handle, max(n, 1) * 4)[: n * 4]
+        return raw.view(WORD[x.dtype][1]).reshape(x.shape)
+
+    def _from_words(self, w, dtype):
+        if dtype is D.bfloat16:
+            return D.f32_to_bf16_bits(w)
+        if dtype is D.bool_:
+            return w != 0
+        return w.astype(dtype.np)
+
+    def to_numpy(self, x):
+        return self._from_words(self._words(x), x.dtype)
+
+    async def to_numpy_async(self, x):
+        """Readback that awaits the GPU instead of blocking (the page's path without JSPI)."""
+        x = self.contiguous(x)
+        n = x.size
+        raw = (await self.adapter.read_async(x.storage.handle, max(n, 1) * 4))[: n * 4]
+        return self._from_words(raw.view(WORD[x.dtype][1]).reshape(x.shape), x.dtype)
+
+    def full(self, shape, value, dtype):
+        out = self._new(shape, dtype)
+        self._fill(out, value)
+        return out
+
+    def _fill(self, view, value):
+        n = view.size
+        if n == 0:
+            return
+        wt = self._word(view.dtype)[0]
+        shape, views = merge_dims(view.shape, [(view.offset, view.strides)])
+        p = self.pipelines.get("copy", "fill", wt, [])
+        self._run(p, self._view_meta(n, shape, views, [self._bits(value, view.dtype)]), view, [], _groups(n))
+
+    def arange(self, start, stop, step, dtype):
+        n = max(0, math.ceil((stop - start) / step))
+        out = self._new((n,), dtype)
+        if n:
+            wt, _, fix = self._word(dtype)
+            p = self.pipelines.get("copy", "arange", wt, [], FIX=fix or "")
+            self._run(p, [n, 0, 0, self._bits(start, D.float32 if wt == "f32" else dtype),
+                          self._bits(step, D.float32 if wt == "f32" else dtype)], out, [], _groups(n))
+        return out
+
+    # ============================================================== meta
+    def shape(self, x):
+        return x.shape
+
+    def dtype_of(self, x):
+        return x.dtype
+
+    def synchronize(self):
+        self.adapter.flush()
+
+    # ============================================================== elementwise
+    def _map(self, out_dtype, expr, inputs, scalar=None, fix=True):
+        """out = expr over broadcast inputs (a, b, c) and an optional scalar word s."""
+        shape = tuple(np.broadcast_shapes(*[x.shape for x in inputs]))
+        out = self._new(shape, out_dtype)
+        n = out.size
+        if n == 0:
+            return out
+        views = [(x.offset, self._bstrides(x, shape)) for x in inputs]
+        mshape, views = merge_dims(shape, views)
+        names = "abc"
+        loads = [f"let {names[k]} = in{k}[view_index(i, {k}u)];" for k in range(len(inputs))]
+        if scalar is not None:
+            loads.append(f"let {names[len(inputs)]} = bitcast<{scalar[0]}>(prm[3]);")
+        ofix = WORD[out_dtype][2] if fix else None
+        wt = WORD[out_dtype][0]
+        p = self.pipelines.get("elementwise", "map", wt, [WORD[x.dtype][0] for x in inputs],
+                               LOADS="\n    ".join(loads), EXPR=f"{ofix}({expr})" if ofix else expr)
+        self._run(p, self._view_meta(n, mshape, views, [] if scalar is None else [scalar[1]]),
+                  out, inputs, _groups(n))
+        return out
+
+    @staticmethod
+    def _bstrides(x, shape):
+        """x's strides broadcast to `shape` (zero on broadcast and new leading dims)."""
+        lead = len(shape) - len(x.shape)
+        return tuple([0] * lead + [0 if (s == 1 and t != 1) else st
+                                   for s, t, st in zip(x.shape, shape[lead:], x.strides)])
+
+    def _fn(self, op, kind, what):
+        name = f"op_{op}_{kind}"
+        if not kernels.has_function("elementwise", name):
+            raise TypeError(f"ember: webgpu has no {what} '{op}' for {kind}32 storage")
+        return name
+
+    def unary(self, op, x):
+        if op == "not":
+            return self._map(D.bool_, "op_not_u(a)", [self.cast(x, D.bool_)])
+        kind = _KIND[self._word(x.dtype)[0]]
+        return self._map(x.dtype, f"{self._fn(op, kind, 'unary op')}(a)", [x])
+
+    def binary(self, op, a, b):
+        wt = self._word(a.dtype)[0]
+        fn = self._fn(op, _KIND[wt], "binary op")
+        cmp = op in _CMP
+        if isinstance(b, GArray):
+            args, scalar = [a, b], None
+        else:
+            if op == "pow" and wt != "f32" and b < 0:
+                raise ValueError("ember: integer tensor to a negative integer power")
+            args, scalar = [a], (wt, self._bits(b, D.float32 if wt == "f32" else a.dtype))
+        expr = f"select(0u, 1u, {fn}(a, b))" if cmp else f"{fn}(a, b)"
+        return self._map(D.bool_ if cmp else a.dtype, expr, args, scalar)
+
+    def where(self, cond, a, b):
+        if isinstance(b, GArray):
+            return self._map(a.dtype, "select(c, b, a != 0u)", [cond, a, b], fix=False)
+        wt = self._word(a.dtype)[0]
+        return self._map(a.dtype, "select(c, b, a != 0u)", [cond, a], (wt, self._bits(b, a.dtype)), fix=False)
+
+    def cast(self, x, dtype):
+        if x.dtype is dtype:
+            return x
+        sw, dw = self._word(x.dtype)[0], self._word(dtype)[0]
+        zero = {"f32": "0.0", "i32": "0", "u32": "0u"}[sw]
+        if dtype is D.bool_:
+            return self._map(dtype, f"select(0u, 1u, a != {zero})", [x])
+        if sw == dw:
+            expr = "a"
+        elif sw == "f32" and dw == "u32" and dtype is not D.uint32:
+            expr = "u32(i32(trunc(a)))"  # to uint8: wrap like numpy's C cast
+        else:
+            expr = f"{dw}(a)"  # float -> int truncates toward zero; int <-> uint keeps bits
+        return self._map(dtype, expr, [x])
+
+    # ============================================================== movement (views where possible)
+    @staticmethod
+    def _dense(x):
+        return all(n == 1 or a == b for n, a, b in zip(x.shape, x.strides, contiguous_strides(x.shape)))
+
+    def reshape(self, x, shape):
+        shape = tuple(int(s) for s in shape)
+        if not self._dense(x):
+            x = self.contiguous(x)
+        return GArray(x.storage, shape, contiguous_strides(shape), x.offset, x.dtype)
+
+    def permute(self, x, order):
+        return GArray(x.storage, tuple(x.shape[o] for o in order), tuple(x.strides[o] for o in order),
+                      x.offset, x.dtype)
+
+    def expand(self, x, shape):
+        shape = tuple(int(s) for s in shape)
+        return GArray(x.storage, shape, self._bstrides(x, shape), x.offset, x.dtype)
+
+    def slice(self, x, starts, stops, steps):
+        shape, strides, off = [], [], x.offset
+        for n, st, a, b, s in zip(x.shape, x.strides, starts, stops, steps):
+            shape.append(len(range(*slice(a, None if b < 0 else b, s).indices(n))))
+            strides.append(st * s)
+            off += a * st if shape[-1] else 0
+        return GArray(x.storage, tuple(shape), tuple(strides), off, x.dtype)
+
+    def _copy_into(self, dst, src):
+        """dst (a view of a fresh buffer) <- src, both with the same shape and dtype."""
+        n = src.size
+        if n == 0:
+            return
+        wt = self._word(src.dtype)[0]
+        shape, views = merge_dims(src.shape, [(dst.offset, dst.strides), (src.offset, src.strides)])
+        p = self.pipelines.get("copy", "copy", wt, [wt])
+        self._run(p, self._view_meta(n, shape, views), dst, [src], _groups(n))
+
+    def contiguous(self, x):
+        if x.contiguous:
+            return x
+        out = self._new(x.shape, x.dtype)
+        self._copy_into(out, x)
+        return out
+
+    def pad(self, x, pads, value):
+        shape = tuple(s + a + b for s, (a, b) in zip(x.shape, pads))
+        out = self.full(shape, value, x.dtype)
+        inner = self.slice(out, [a for a, _ in pads], [a + s for (a, _), s in zip(pads, x.shape)], [1] * len(shape))
+        self._copy_into(inner, x)
+        return out
+
+    def cat(self, xs, axis):
+        shape = list(xs[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in xs)
+        out = self._new(shape, xs[0].dtype)
+        at = 0
+        for x in xs:
+            starts = [0] * len(shape)
+            stops = list(shape)
+            starts[axis], stops[axis] = at, at + x.shape[axis]
+            self._copy_into(self.slice(out, starts, stops, [1] * len(shape)), x)
+            at += x.shape[axis]
+        return out

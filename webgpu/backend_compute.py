@@ -1,0 +1,289 @@
+"""The WebGPU backend's heavy primitives: reductions, sorting, matmul, conv, indexing, fused ops.
+
+A mixin of WebGPUBackend (backend.py holds the plumbing these use: _new, _run, _view_meta,
+pipelines, views). Row kernels want the reduced axis last and contiguous: `_rows` moves it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ember import dtypes as D
+
+from .buffers import WORD, GArray
+
+_INIT = {("sum", "f32"): "0.0", ("prod", "f32"): "1.0", ("max", "f32"): "-f_inf()", ("min", "f32"): "f_inf()",
+         ("sum", "i32"): "0", ("prod", "i32"): "1", ("max", "i32"): "i32(-2147483648)", ("min", "i32"): "2147483647",
+         ("sum", "u32"): "0u", ("prod", "u32"): "1u", ("max", "u32"): "0u", ("min", "u32"): "0xffffffffu"}
+_NAN = {"f32": "is_nan", "i32": "never_i", "u32": "never_u"}
+
+
+def _row_groups(rows):
+    return (rows, 1, 1) if rows <= 65535 else (65535, -(-rows // 65535), 1)
+
+
+class ComputeMixin:
+    # ------------------------------------------------------------------ helpers
+    def _rows(self, x, axes):
+        """x with `axes` moved last and made contiguous -> (array, kept shape, row length)."""
+        keep = [d for d in range(len(x.shape)) if d not in axes]
+        xp = self.contiguous(self.permute(x, keep + list(axes)))
+        kept = tuple(x.shape[d] for d in keep)
+        return xp, kept, math.prod(x.shape[d] for d in axes)
+
+    def _last_axis(self, x, axis, fn):
+        """Run a row kernel `fn(contiguous x with axis last)` and move the axis back (a view)."""
+        nd = len(x.shape)
+        if axis == nd - 1:
+            return fn(self.contiguous(x))
+        order = [d for d in range(nd) if d != axis] + [axis]
+        y = fn(self.contiguous(self.permute(x, order)))
+        return self.permute(y, [order.index(d) for d in range(nd)])
+
+    # ------------------------------------------------------------------ reductions
+    def reduce(self, op, x, axes, keepdim):
+        wt, _, fix = self._word(x.dtype)
+        axes = tuple(sorted(axes))
+        xr, kept, n = self._rows(x, axes)
+        out_shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape)) if keepdim else kept
+        rows = math.prod(kept)
+        out = self._new(out_shape, x.dtype)
+        if rows == 0:
+            return out
+        if n == 0:
+            if op in ("max", "min"):
+                raise ValueError(f"ember: {op} over an empty axis of a {x.shape} tensor")
+            self._fill(out, 0 if op == "sum" else 1)
+            return out
+        prop = "true" if (wt == "f32" and op in ("max", "min")) else "false"
+        p = self.pipelines.get("reduce", "reduce", wt, [wt], T=wt, OP=op, INIT=_INIT[(op, wt)], NAN=_NAN[wt],
+                               NANVAL="f_nan()" if wt == "f32" else f"{wt}(0)", PROPAGATE=prop, FIX=fix or "")
+        self._run(p, [rows, n], out, [xr], _row_groups(rows))
+        return out
+
+    def arg_reduce(self, op, x, axis, keepdim):
+        wt = self._word(x.dtype)[0]
+        xr, kept, n = self._rows(x, (axis,))
+        if n == 0:
+            raise ValueError(f"ember: {op} over an empty axis of a {x.shape} tensor")
+        out = self._new(kept, D.int64)
+        rows = math.prod(kept)
+        if rows:
+            p = self.pipelines.get("reduce", "arg_reduce", "i32", [wt], T=wt, NAN=_NAN[wt],
+                                   CMP=">" if op == "argmax" else "<")
+            self._run(p, [rows, n], out, [xr], _row_groups(rows))
+        if keepdim:
+            out = self.reshape(out, tuple(1 if d == axis else s for d, s in enumerate(x.shape)))
+        return out
+
+    def cumsum(self, x, axis):
+        wt, _, fix = self._word(x.dtype)
+
+        def run(xc):
+            out = self._new(xc.shape, x.dtype)
+            n = xc.shape[-1] if xc.shape else 1
+            rows = xc.size // max(n, 1)
+            if xc.size:
+                p = self.pipelines.get("reduce", "cumsum", wt, [wt], T=wt, FIX=fix or "")
+                self._run(p, [rows, n], out, [xc], self._groups(rows))
+            return out
+        return self._last_axis(x, axis, run)
+
+    def argsort(self, x, axis, descending):
+        wt = self._word(x.dtype)[0]
+
+        def run(xc):
+            out = self._new(xc.shape, D.int64)
+            n = xc.shape[-1] if xc.shape else 1
+            if xc.size:
+                p = self.pipelines.get("reduce", "argsort", "i32", [wt], T=wt, NAN=_NAN[wt],
+                                       CMP=">" if descending else "<")
+                self._run(p, [xc.size // n, n], out, [xc], self._groups(xc.size))
+            return out
+        return self._last_axis(x, axis, run)
+
+    # ------------------------------------------------------------------ matmul
+    def _batched(self, x, bshape):
+        """x expanded to bshape + its 2 matrix dims, batch dims merged into one stride."""
+        full = tuple(bshape) + x.shape[-2:]
+        v = self.expand(x, full)
+        st = [s for n, s in zip(bshape, v.strides) if n != 1]
+        ns = [n for n in bshape if n != 1]
+        ok = all(st[i] == st[i + 1] * ns[i + 1] for i in range(len(st) - 1))
+        if not ok:
+            v = self.contiguous(v)
+            st = [v.strides[len(bshape) - 1]] if bshape else []
+        return v, (st[-1] if st else 0)
+
+    def matmul(self, a, b):
+        wt, _, fix = self._word(a.dtype)
+        M, K = a.shape[-2:]
+        N = b.shape[-1]
+        if b.shape[-2] != K:
+            raise ValueError(f"ember: matmul shapes {a.shape} @ {b.shape} do not align")
+        bshape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        B = math.prod(bshape)
+        out = self._new(bshape + (M, N), a.dtype)
+        if out.size == 0:
+            return out
+        if K == 0:
+            self._fill(out, 0)
+            return out
+        if B > 65535:
+            raise ValueError(f"ember: webgpu matmul batch {B} exceeds maxComputeWorkgroupsPerDimension (65535)")
+        av, asb = self._batched(a, bshape)
+        bv, bsb = self._batched(b, bshape)
+        meta = [M, N, K, av.offset, asb, av.strides[-2], av.strides[-1],
+                bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
+        kind = self.matmul_kernel if M <= 65535 else "tiled"
+        p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt], T=wt, FIX=fix or "")
+        groups = (-(-N // 64), -(-M // 64), B) if kind == "tiled" else (-(-N // 256), M, B)
+        self._run(p, meta, out, [av, bv], groups)
+        return out
+
+    # ------------------------------------------------------------------ conv
+    def conv(self, x, w, stride, padding, dilation, groups):
+        wt, _, fix = self._word(x.dtype)
+        if wt != "f32":
+            raise TypeError(f"ember: webgpu conv needs a float tensor, got {x.dtype.name}")
+        nd = len(x.shape) - 2
+        if nd > 3:
+            raise ValueError(f"ember: webgpu conv supports 1-3 spatial dims, got input {x.shape}")
+        x, w = self.contiguous(x), self.contiguous(w)
+        n, c = x.shape[:2]
+        o, k = w.shape[0], w.shape[2:]
+        sp = x.shape[2:]
+        osp = tuple((sp[i] + 2 * padding[i] - dilation[i] * (k[i] - 1) - 1) // stride[i] + 1 for i in range(nd))
+        if any(v <= 0 for v in osp):
+            raise ValueError(f"ember: conv input spatial size {tuple(sp)} (padded by {tuple(padding)}) is smaller "
+                             f"than the dilated kernel {tuple(dilation[i] * (k[i] - 1) + 1 for i in range(nd))}")
+        out = self._new((n, o) + osp, x.dtype)
+        total = out.size
+        if total == 0:
+            return out
+
+        def p3(t, fill):
+            return [fill] * (3 - nd) + list(t)
+        meta = ([total, n, c, o, groups] + p3(sp, 1) + p3(osp, 1) + p3(k, 1) + p3(stride, 1)
+                + p3(padding, 0) + p3(dilation, 1))
+        p = self.pipelines.get("conv", "conv", wt, [wt, wt], FIX=fix or "")
+        self._run(p, meta, out, [x, w], self._groups(total))
+        return out
+
+    # ------------------------------------------------------------------ indexing
+    def _index_meta(self, shape, views, axis_stride):
+        return self._view_meta(math.prod(shape), shape, views, [0, axis_stride])
+
+    def gather(self, x, axis, idx):
+        out = self._new(idx.shape, x.dtype)
+        if out.size == 0:
+            return out
+        wt = self._word(x.dtype)[0]
+        xst = list(x.strides)
+        xst[axis] = 0
+        views = [(idx.offset, idx.strides), (x.offset, tuple(xst))]
+        p = self.pipelines.get("index", "gather", wt, [wt, "i32"])
+        self._run(p, self._index_meta(idx.shape, views, x.strides[axis]), out, [x, idx], self._groups(out.size))
+        return out
+
+    def index_select(self, x, axis, idx):
+        shape = list(x.shape)
+        shape[axis] = idx.shape[0]
+        st = [0] * len(shape)
+        st[axis] = idx.strides[0]
+        return self.gather(x, axis, GArray(idx.storage, tuple(shape), tuple(st), idx.offset, idx.dtype))
+
+    def scatter(self, x, axis, idx, src, reduce):
+        wt, _, fix = self._word(x.dtype)
+        out = self._new(x.shape, x.dtype)
+        self._copy_into(out, x)
+        if idx.size == 0:
+            return out
+        ost = list(out.strides)
+        ost[axis] = 0
+        views = [(idx.offset, idx.strides), (src.offset, src.strides[:len(idx.shape)]), (0, tuple(ost))]
+        meta = self._index_meta(idx.shape, views, out.strides[axis])
+        if reduce is None:
+            p = self.pipelines.get("index", "scatter_set", wt, [wt, "i32"], ADD="")
+        else:
+            add = ("loop { let old = atomicLoad(&out[t]); "
+                   "let r = atomicCompareExchangeWeak(&out[t], old, bitcast<u32>(bitcast<f32>(old) + in0[w.y])); "
+                   "if (r.exchanged) { break; } }") if wt == "f32" else "atomicAdd(&out[t], in0[w.y]);"
+            p = self.pipelines.get("index", "scatter_add", "u32" if wt == "f32" else wt, [wt, "i32"],
+                                   atomic_out=True, ADD=add)
+        self._run(p, meta, out, [src, idx], self._groups(idx.size))
+        if reduce is not None and fix:  # sums of rounded values need rounding again
+            out = self._map(x.dtype, "a", [out])
+        return out
+
+    # ------------------------------------------------------------------ fused row ops
+    def _dummy(self):
+        d = getattr(self, "_dummy_arr", None)
+        if d is None:
+            d = self._dummy_arr = self._new((1,), D.float32)
+        return d
+
+    def _float_rows(self, x, what):
+        wt, _, fix = self._word(x.dtype)
+        if wt != "f32":
+            raise TypeError(f"ember: webgpu {what} needs a float tensor, got {x.dtype.name}")
+        return fix or ""
+
+    def softmax(self, x, axis, log=False):
+        fix = self._float_rows(x, "softmax")
+
+        def run(xc):
+            out = self._new(xc.shape, x.dtype)
+            n = xc.shape[-1] if xc.shape else 1
+            rows = xc.size // max(n, 1)
+            if rows and n:
+                p = self.pipelines.get("norm", "softmax", "f32", ["f32"], FIX=fix, LOG="true" if log else "false")
+                self._run(p, [rows, n], out, [xc], _row_groups(rows))
+            return out
+        return self._last_axis(x, axis, run)
+
+    def log_softmax(self, x, axis):
+        return self.softmax(x, axis, log=True)
+
+    def _norm(self, x, w, b, eps, rms):
+        fix = self._float_rows(x, "rms_norm" if rms else "layer_norm")
+        xc = self.contiguous(x)
+        out = self._new(x.shape, x.dtype)
+        n = x.shape[-1]
+        rows = x.size // max(n, 1)
+        if rows and n:
+            flags = (1 if w is not None else 0) | (2 if b is not None else 0)
+            ins = [xc, self.contiguous(w) if w is not None else self._dummy(),
+                   self.contiguous(b) if b is not None else self._dummy()]
+            p = self.pipelines.get("norm", "norm", "f32", ["f32"] * 3, FIX=fix, RMS="true" if rms else "false")
+            self._run(p, [rows, n, self._bits(eps, D.float32), flags], out, ins, _row_groups(rows))
+        return out
+
+    def layer_norm(self, x, w, b, eps):
+        return self._norm(x, w, b, eps, rms=False)
+
+    def rms_norm(self, x, w, eps):
+        return self._norm(x, w, None, eps, rms=True)
+
+    def attention(self, q, k, v, mask, scale, causal):
+        """softmax(q k^T * scale + mask) v as three kernels: QK^T matmul, fused
+        scale+mask+causal softmax over score rows, PV matmul."""
+        fix = self._float_rows(q, "attention")
+        nd = len(q.shape)
+        s = self.matmul(q, self.permute(k, list(range(nd - 2)) + [nd - 1, nd - 2]))  # (..., L, S)
+        L, S = s.shape[-2:]
+        bshape = s.shape[:-2]
+        rows = s.size // max(S, 1)
+        p_ = self._new(s.shape, q.dtype)
+        if rows and S:
+            flags, mview, mb = (8 if causal else 0), self._dummy(), 0
+            mrow = mcol = moff = 0
+            if mask is not None:
+                mview, mb = self._batched(self.expand(mask, s.shape), bshape)
+                flags |= 4
+                mrow, mcol, moff = mview.strides[-2], mview.strides[-1], mview.offset
+            meta = [rows, S, self._bits(scale, D.float32), flags, mrow, mb, L, S - L, moff, mcol]
+            pipe = self.pipelines.get("norm", "attn_softmax", "f32", ["f32", "f32"], FIX=fix)
+            self._run(pipe, meta, p_, [s, mview], _row_groups(rows))
+        return self.matmul(p_, v)

@@ -1,0 +1,58 @@
+"""WGSL sources: load the .wgsl files, specialise a kernel's template, compile once, cache.
+
+A family file holds shared functions, then `//! kernel NAME` sections. A kernel's source is
+bindings (generated here: meta, out, in0, in1, ...) + common.wgsl + the family's shared part
++ its section, with `$NAME` placeholders substituted (word types, op expressions, rounding).
+"""
+from __future__ import annotations
+
+import re
+from importlib import resources
+from string import Template
+
+_FILES: dict = {}
+
+
+def _family(name):
+    f = _FILES.get(name)
+    if f is None:
+        text = resources.files("ember.webgpu").joinpath(f"{name}.wgsl").read_text()
+        parts = re.split(r"^//! kernel (\w+)\n", text, flags=re.M)
+        f = _FILES[name] = (parts[0], dict(zip(parts[1::2], parts[2::2])))
+    return f
+
+
+def has_function(family, fname):
+    return re.search(rf"\bfn {fname}\(", _family(family)[0]) is not None
+
+
+def source(family, kernel, out_type, in_types, atomic_out=False, **subs):
+    """Full WGSL of one specialised kernel; `subs` fill the $placeholders."""
+    shared, kernels = _family(family)
+    lines = ["@group(0) @binding(0) var<storage, read> prm: array<u32>;"]
+    out_elem = f"atomic<{out_type}>" if atomic_out else out_type
+    lines.append(f"@group(0) @binding(1) var<storage, read_write> out: array<{out_elem}>;")
+    for k, t in enumerate(in_types):
+        lines.append(f"@group(0) @binding({k + 2}) var<storage, read> in{k}: array<{t}>;")
+    subs.setdefault("OT", out_type)
+    body = Template(shared + kernels[kernel]).substitute(subs)
+    return "\n".join(lines) + "\n" + _family("common")[0] + body
+
+
+class PipelineCache:
+    """(family, kernel, types, substitutions) -> compiled pipeline; compiled once per process."""
+
+    def __init__(self, adapter):
+        self.adapter, self.cache = adapter, {}
+
+    def get(self, family, kernel, out_type, in_types, atomic_out=False, **subs):
+        key = (family, kernel, out_type, tuple(in_types), atomic_out, tuple(sorted(subs.items())))
+        p = self.cache.get(key)
+        if p is None:
+            code = source(family, kernel, out_type, in_types, atomic_out, **subs)
+            try:
+                p = self.adapter.pipeline(code)
+            except Exception as e:
+                raise RuntimeError(f"ember: webgpu kernel {family}.{kernel} {key[2:]} failed to compile: {e}") from e
+            self.cache[key] = p
+        return p
