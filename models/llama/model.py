@@ -1,0 +1,175 @@
+"""Llama 2 / Llama 3 decoder (after transformers' modeling_llama.py, v4.5x): RMSNorm, rotary embeddings in
+the rotate-half layout, grouped-query attention with an explicit KV cache, SwiGLU MLP.
+
+Small models are bound by per-op overhead, so each layer runs few, large ops: one fused q/k/v matmul, one
+fused gate/up matmul, rotary embeddings applied to q and k together from precomputed cos/sin tables, and
+grouped-query attention without repeating k/v (the query heads that share a kv head are stacked along the
+sequence axis instead). Parameter names follow Hugging Face's, except the fused `qkv_proj` and `gate_up_proj`
+(load.py converts). Nothing here names a backend: the model runs on whichever device its weights live on.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import ember
+from ember import nn
+from ember.nn import functional as F
+
+from .config import LlamaConfig
+
+
+class KVCache:
+    """Keys and values seen so far, per layer, (batch, n_kv_heads, length, head_dim) each; bounded by
+    `max_len` (the context length). Passed explicitly in and out of the model, as MLX's llama does."""
+
+    def __init__(self, config: LlamaConfig, max_len: int | None = None):
+        self.max_len = min(max_len or config.max_seq_len, config.max_seq_len)
+        self.k = [None] * config.n_layers
+        self.v = [None] * config.n_layers
+        self.pos = 0  # tokens already in the cache
+        self._per_token = 2 * config.n_layers * config.n_kv_heads * config.head_dim
+
+    def check_room(self, n_new: int):
+        if self.pos + n_new > self.max_len:
+            raise ValueError(f"ember: KV cache full: {self.pos} cached + {n_new} new tokens exceed the context "
+                             f"length {self.max_len}")
+
+    def update(self, layer: int, k, v):
+        """Append k, v (batch, n_kv_heads, T, head_dim); return the whole (batch, n_kv_heads, pos + T, head_dim)."""
+        if self.k[layer] is not None:
+            k = ember.cat([self.k[layer], k], 2)
+            v = ember.cat([self.v[layer], v], 2)
+        self.k[layer], self.v[layer] = k, v
+        return k, v
+
+    def nbytes(self) -> int:
+        """Bytes held now."""
+        return sum(t.numel() * t.element_size() for t in self.k + self.v if t is not None)
+
+    def max_nbytes(self, itemsize: int = 4, batch: int = 1) -> int:
+        """Bytes the cache holds at the context length."""
+        return self.max_len * self._per_token * itemsize * batch
+
+
+class Attention(nn.Module):
+    def __init__(self, c: LlamaConfig):
+        super().__init__()
+        self.n_heads, self.n_kv, self.hd = c.n_heads, c.n_kv_heads, c.head_dim
+        self.qkv_proj = nn.Linear(c.dim, (c.n_heads + 2 * c.n_kv_heads) * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.dim, bias=False)
+
+    def forward(self, x, rope, mask, cache, layer):
+        B, T, _ = x.shape
+        H, K, hd = self.n_heads, self.n_kv, self.hd
+        qkv = self.qkv_proj(x).reshape(B, T, H + 2 * K, hd)            # (B, T, H + 2K, hd)
+        qk = rope(qkv[:, :, :H + K])                                    # (B, T, H + K, hd)
+        # the G = H // K query heads of one kv head go along the sequence axis: (B, K, G * T, hd)
+        q = qk[:, :, :H].reshape(B, T, K, H // K, hd).permute(0, 2, 3, 1, 4).reshape(B, K, H // K * T, hd)
+        k = qk[:, :, H:].transpose(1, 2)                                # (B, K, T, hd)
+        v = qkv[:, :, H + K:].transpose(1, 2)                           # (B, K, T, hd)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)                            # (B, K, S, hd)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)     # (B, K, G * T, hd)
+        o = o.reshape(B, K, H // K, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, H * hd)
+        return self.o_proj(o)                                           # (B, T, dim)
+
+
+class MLP(nn.Module):
+    def __init__(self, c: LlamaConfig):
+        super().__init__()
+        self.hidden = c.hidden_dim
+        self.gate_up_proj = nn.Linear(c.dim, 2 * c.hidden_dim, bias=False)
+        self.down_proj = nn.Linear(c.hidden_dim, c.dim, bias=False)
+
+    def forward(self, x):
+        gu = self.gate_up_proj(x)                                       # (B, T, 2 * hidden)
+        g, u = gu[..., :self.hidden], gu[..., self.hidden:]
+        return self.down_proj(F.silu(g) * u)                            # (B, T, dim)
+
+
+class Block(nn.Module):
+    def __init__(self, c: LlamaConfig):
+        super().__init__()
+        self.self_attn = Attention(c)
+        self.mlp = MLP(c)
+        self.input_layernorm = nn.RMSNorm(c.dim, eps=c.norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(c.dim, eps=c.norm_eps)
+
+    def forward(self, x, rope, mask, cache, layer):
+        x = x + self.self_attn(self.input_layernorm(x), rope, mask, cache, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, c: LlamaConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.dim)
+        self.layers = nn.ModuleList([Block(c) for _ in range(c.n_layers)])
+        self.norm = nn.RMSNorm(c.dim, eps=c.norm_eps)
+
+
+class Rope:
+    """Rotary embedding for positions [start, start + T): x * cos + rotate_half(x) * sin, where
+    rotate_half is one matmul with a signed permutation (cheaper than slice/neg/cat per call)."""
+
+    def __init__(self, cos, sin, rot):
+        self.cos, self.sin, self.rot = cos, sin, rot  # (T, 1, hd), (T, 1, hd), (hd, hd)
+
+    def __call__(self, x):                                              # (B, T, heads, hd)
+        return x * self.cos + (x @ self.rot) * self.sin
+
+
+class Llama(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = c = config
+        self.model = Backbone(c)
+        if not c.tie_embeddings:
+            self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
+        pos = np.arange(c.max_seq_len, dtype=np.float32)[:, None] * c.inv_freq()[None, :]   # (seq, hd / 2)
+        ang = np.concatenate([pos, pos], -1)[:, None, :]                                        # (seq, 1, hd)
+        half = c.head_dim // 2
+        rot = np.zeros((c.head_dim, c.head_dim), np.float32)
+        rot[np.arange(half) + half, np.arange(half)] = -1.0   # out[:half] = -x[half:]
+        rot[np.arange(half), np.arange(half) + half] = 1.0    # out[half:] = x[:half]
+        self.register_buffer("rope_cos", ember.tensor(np.cos(ang)), persistent=False)
+        self.register_buffer("rope_sin", ember.tensor(np.sin(ang)), persistent=False)
+        self.register_buffer("rope_rot", ember.tensor(rot), persistent=False)
+
+    @property
+    def device(self):
+        return self.model.embed_tokens.weight.device
+
+    def new_cache(self, max_len: int | None = None) -> KVCache:
+        return KVCache(self.config, max_len)
+
+    def _mask(self, T, start, S):
+        """Additive causal mask (G * T, S) for query rows ordered (group, position), or None for one token."""
+        if T == 1:
+            return None
+        allowed = np.arange(S)[None, :] <= (start + np.arange(T))[:, None]              # (T, S)
+        m = np.where(allowed, 0.0, -np.inf).astype(np.float32)
+        m = np.tile(m, (self.config.n_heads // self.config.n_kv_heads, 1))              # (G * T, S)
+        return ember.tensor(m, device=self.device)
+
+    def forward(self, tokens, cache: KVCache | None = None, last_only: bool = False):
+        """tokens (B, T) int64 -> logits (B, T, vocab) (or (B, 1, vocab) with last_only); with a cache the
+        tokens continue the cached sequence and the cache advances by T."""
+        B, T = tokens.shape
+        start = cache.pos if cache is not None else 0
+        if cache is not None:
+            cache.check_room(T)
+        elif T > self.config.max_seq_len:
+            raise ValueError(f"ember: {T} tokens exceed the context length {self.config.max_seq_len}")
+        rope = Rope(self.rope_cos[start:start + T], self.rope_sin[start:start + T], self.rope_rot)
+        mask = self._mask(T, start, start + T)
+        x = self.model.embed_tokens(tokens)                                               # (B, T, dim)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, rope, mask, cache, i)
+        if cache is not None:
+            cache.pos += T
+        if last_only and T > 1:
+            x = x[:, T - 1:]
+        x = self.model.norm(x)
+        w = self.model.embed_tokens.weight if self.config.tie_embeddings else self.lm_head.weight
+        return F.linear(x, w)                                                              # (B, T, vocab)

@@ -1,0 +1,142 @@
+"""Train a small Llama with ember's own autograd and AdamW on a token stream (the demo model's recipe).
+
+    python -m ember.models.llama.train --data DIR --out models/llama/demo --minutes 20 --log train.log
+
+DIR holds corpus.txt and tokenizer.json (see corpus.py); the checkpoint is written in Hugging Face layout
+(config.json, model.safetensors, tokenizer.json) every --save-every steps and at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+
+import numpy as np
+
+import ember
+from ember.nn import functional as F
+
+from .config import LlamaConfig
+from .model import Llama
+
+
+def batches(tokens: np.ndarray, batch: int, seq: int, rng: np.random.Generator):
+    """Endless random windows: inputs (batch, seq) and next-token targets (batch, seq), int64."""
+    if len(tokens) <= seq + 1:
+        raise ValueError(f"ember: the corpus has {len(tokens)} tokens, too few for windows of {seq + 1}")
+    while True:
+        starts = rng.integers(0, len(tokens) - seq - 1, size=batch)
+        w = np.stack([tokens[s:s + seq + 1] for s in starts])                    # (batch, seq + 1)
+        yield ember.tensor(w[:, :-1]), ember.tensor(w[:, 1:])
+
+
+def lm_loss(model: Llama, x, y):
+    logits = model(x)                                                              # (B, T, vocab)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def init_weights(model: Llama, seed: int, std: float = 0.02):
+    """Normal(0, std) weights, output projections scaled by 1/sqrt(2 n_layers) (GPT-2's recipe), unit norms."""
+    rng = np.random.default_rng(seed)
+    scale = 1.0 / math.sqrt(2 * model.config.n_layers)
+    for name, p in model.named_parameters():
+        if p.ndim == 1:
+            p.copy_(np.ones(p.shape, np.float32))
+        else:
+            s = std * (scale if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0)
+            p.copy_(rng.normal(0, s, p.shape).astype(np.float32))
+
+
+def train(model: Llama, tokens: np.ndarray, *, steps: int, batch: int, seq: int, lr: float = 3e-3,
+          weight_decay: float = 0.1, warmup: int = 50, seed: int = 0, minutes: float | None = None,
+          log=None, on_checkpoint=None, save_every: int = 0) -> list[float]:
+    """AdamW with warmup + cosine decay; returns the per-step losses. Stops early after `minutes`."""
+    rng = np.random.default_rng(seed)
+    params = list(model.parameters())
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = ember.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+    sched = ember.optim.warmup_cosine(opt, warmup, steps, min_ratio=0.1)
+    data = batches(tokens, batch, seq, rng)
+    losses, t0 = [], time.time()
+    for step in range(steps):
+        x, y = next(data)
+        loss = lm_loss(model, x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(float(loss.item()))
+        elapsed = time.time() - t0
+        if log is not None:
+            log.write(json.dumps({"step": step, "loss": round(losses[-1], 4), "lr": sched.get_last_lr()[0],
+                                  "s": round(elapsed, 1)}) + "\n")
+            log.flush()
+        if on_checkpoint is not None and save_every and (step + 1) % save_every == 0:
+            on_checkpoint(step + 1)
+        if minutes is not None and elapsed > 60 * minutes:
+            break
+    return losses
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="ember train-llama", description="Train a small Llama with ember.")
+    add_arguments(ap)
+    run(ap.parse_args(argv))
+
+
+def add_arguments(ap):
+    ap.add_argument("--data", required=True, help="folder with corpus.txt and tokenizer.json (corpus.py makes them)")
+    ap.add_argument("--out", required=True, help="output folder (HF layout)")
+    ap.add_argument("--dim", type=int, default=192)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=6)
+    ap.add_argument("--kv-heads", type=int, default=6)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
+    ap.add_argument("--save-every", type=int, default=100)
+    ap.add_argument("--dtype", default="float16", help="stored weight dtype")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--log", default=None, help="JSON-lines loss log")
+
+
+def run(a):
+    from ember.tokenizers import Tokenizer
+
+    from .load import save_pretrained
+    tok_path = os.path.join(a.data, "tokenizer.json")
+    tok = Tokenizer.from_file(tok_path)
+    with open(os.path.join(a.data, "corpus.txt"), encoding="utf-8") as f:
+        tokens = np.asarray(tok.encode(f.read(), add_special_tokens=False).ids, np.int64)
+    cfg = LlamaConfig(vocab_size=tok.get_vocab_size(), dim=a.dim, hidden_dim=a.hidden, n_layers=a.layers,
+                      n_heads=a.heads, n_kv_heads=a.kv_heads, max_seq_len=a.seq * 2, norm_eps=1e-5,
+                      tie_embeddings=True, bos_token_id=tok.token_to_id("<s>"), eos_token_ids=[tok.token_to_id("</s>")])
+    model = Llama(cfg)
+    init_weights(model, a.seed)
+    print(f"{cfg.n_params / 1e6:.2f}M parameters, {len(tokens)} corpus tokens")
+
+    def save(step):
+        save_pretrained(model, a.out, tokenizer_json=tok_path, dtype=a.dtype)
+        print(f"step {step}: saved {a.out}", flush=True)
+
+    log = open(a.log, "a") if a.log else None
+    try:
+        losses = train(model, tokens, steps=a.steps, batch=a.batch, seq=a.seq, lr=a.lr, seed=a.seed,
+                       minutes=a.minutes, log=log, on_checkpoint=save, save_every=a.save_every)
+    finally:
+        if log:
+            log.close()
+    if not (a.save_every and len(losses) % a.save_every == 0):
+        save(len(losses))
+    print(f"final loss {np.mean(losses[-20:]):.3f} after {len(losses)} steps")
+
+
+if __name__ == "__main__":
+    main()
