@@ -1,0 +1,192 @@
+"""YOLOv8 detect and pose, inference only. Ported from ultralytics 8.3/8.4 (nn/modules/{conv,block,head}.py,
+cfg/models/v8/yolov8.yaml), with every BatchNorm folded into its convolution (convert.py does the folding).
+
+Layer indices and weight names follow ultralytics (`model.4.m.1.cv2.conv.weight`), so checkpoints and
+ONNX exports map onto this file by name. The forward pass is written out layer by layer instead of
+interpreting the yaml graph. Backend-agnostic: everything is ember ops.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import ember
+from ember import nn
+from ember.nn import functional as F
+
+from .config import HEAD_INDEX, YoloConfig
+
+
+class Conv(nn.Module):
+    """ultralytics Conv (conv -> BatchNorm -> SiLU) with the BatchNorm folded into the conv bias."""
+
+    def __init__(self, c1, c2, k=1, s=1, act=True):
+        super().__init__()
+        self.conv = nn.Conv2d(c1, c2, k, s, k // 2, bias=True)  # weight (c2, c1, k, k)
+        self.act = act
+
+    def forward(self, x):
+        y = self.conv(x)
+        return F.silu(y) if self.act else y
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, c, shortcut):
+        super().__init__()
+        self.cv1, self.cv2 = Conv(c, c, 3), Conv(c, c, 3)
+        self.add = shortcut
+
+    def forward(self, x):
+        y = self.cv2(self.cv1(x))
+        return x + y if self.add else y
+
+
+class C2f(nn.Module):
+    """CSP bottleneck with two convs: split cv1's output in halves, chain n bottlenecks on the second
+    half, and mix every intermediate with cv2."""
+
+    def __init__(self, c1, c2, n, shortcut=False):
+        super().__init__()
+        self.c = int(c2 * 0.5)
+        self.cv1 = Conv(c1, 2 * self.c)
+        self.cv2 = Conv((2 + n) * self.c, c2)
+        self.m = nn.ModuleList([Bottleneck(self.c, shortcut) for _ in range(n)])
+
+    def forward(self, x):
+        ys = list(self.cv1(x).chunk(2, 1))  # 2 x (b, c, h, w)
+        for m in self.m:
+            ys.append(m(ys[-1]))
+        return self.cv2(ember.cat(ys, 1))
+
+
+class SPPF(nn.Module):
+    """Spatial pyramid pooling, fast: three chained 5x5 max pools (= SPP with k = 5, 9, 13)."""
+
+    def __init__(self, c1, c2, k=5):
+        super().__init__()
+        c_ = c1 // 2
+        self.cv1, self.cv2 = Conv(c1, c_), Conv(c_ * 4, c2)
+        self.k = k
+
+    def _pool(self, x):
+        # a k x k max pool is separable: a k x 1 then a 1 x k pool, 2k windows instead of k^2
+        p = self.k // 2
+        return F.max_pool2d(F.max_pool2d(x, (self.k, 1), 1, (p, 0)), (1, self.k), 1, (0, p))
+
+    def forward(self, x):
+        ys = [self.cv1(x)]
+        for _ in range(3):
+            ys.append(self._pool(ys[-1]))
+        return self.cv2(ember.cat(ys, 1))
+
+
+def _branch(c_in, c_mid, c_out):
+    """Conv 3x3 -> Conv 3x3 -> plain 1x1 conv: one output branch of the head for one level."""
+    return nn.Sequential(Conv(c_in, c_mid, 3), Conv(c_mid, c_mid, 3), nn.Conv2d(c_mid, c_out, 1))
+
+
+class Detect(nn.Module):
+    """Decoupled anchor-free head: per level a box branch (cv2, 4 * reg_max DFL logits) and a class
+    branch (cv3); Pose adds a keypoint branch (cv4). Output (b, 4 + nc [+ nk], anchors): boxes as
+    (cx, cy, w, h) in input pixels, class probabilities, then decoded keypoints (x, y[, visibility])."""
+
+    def __init__(self, nc, ch, reg_max=16, kpt_shape=None):
+        super().__init__()
+        self.nc, self.reg_max, self.kpt_shape = nc, reg_max, kpt_shape
+        c2, c3 = max(16, ch[0] // 4, reg_max * 4), max(ch[0], min(nc, 100))
+        self.cv2 = nn.ModuleList([_branch(c, c2, 4 * reg_max) for c in ch])
+        self.cv3 = nn.ModuleList([_branch(c, c3, nc) for c in ch])
+        if kpt_shape:
+            nk = kpt_shape[0] * kpt_shape[1]
+            self.cv4 = nn.ModuleList([_branch(c, max(ch[0] // 4, nk), nk) for c in ch])
+        self._anchors = {}  # (feature sizes, strides, device) -> (anchor points, strides)
+
+    def anchors(self, sizes, strides, device):
+        """Cell centres in grid units (1, 2, A) and each anchor's stride (1, 1, A), level after level."""
+        key = (tuple(sizes), tuple(strides), str(device))
+        if key not in self._anchors:
+            pts, st = [], []
+            for (h, w), s in zip(sizes, strides):
+                sy, sx = np.meshgrid(np.arange(h, dtype=np.float32) + 0.5, np.arange(w, dtype=np.float32) + 0.5,
+                                     indexing="ij")
+                pts.append(np.stack([sx.ravel(), sy.ravel()]))
+                st.append(np.full(h * w, s, np.float32))
+            self._anchors[key] = (ember.tensor(np.concatenate(pts, 1)[None], device=device),
+                                  ember.tensor(np.concatenate(st)[None, None], device=device))
+        return self._anchors[key]
+
+    def forward(self, feats, strides):
+        b = feats[0].shape[0]
+        flat = lambda heads: ember.cat([h(x).reshape(b, h[2].out_channels, -1) for h, x in zip(heads, feats)], 2)
+        box = flat(self.cv2)                                                     # (b, 4 * reg_max, A)
+        cls = flat(self.cv3)                                                     # (b, nc, A)
+        anchors, stride = self.anchors([x.shape[2:] for x in feats], strides, feats[0].device)
+        a = box.shape[-1]
+        # DFL: the expected value of a softmax over reg_max bins is each side's distance in grid cells
+        prob = F.softmax(box.reshape(b, 4, self.reg_max, a), 2)                 # (b, 4, reg_max, A)
+        bins = ember.arange(self.reg_max, dtype=prob.dtype, device=prob.device).reshape(1, 1, 1, self.reg_max)
+        dist = (bins @ prob).reshape(b, 4, a)                                    # (b, 4, A) l, t, r, b
+        x1y1, x2y2 = anchors - dist[:, :2], anchors + dist[:, 2:]
+        xywh = ember.cat([(x1y1 + x2y2) * 0.5, x2y2 - x1y1], 1) * stride         # (b, 4, A) pixels
+        out = [xywh, cls.sigmoid()]
+        if self.kpt_shape:
+            k, nd = self.kpt_shape
+            kpt = flat(self.cv4).reshape(b, k, nd, a)                            # (b, K, nd, A)
+            xy = (kpt[:, :, :2] * 2.0 + (anchors.reshape(1, 1, 2, a) - 0.5)) * stride.reshape(1, 1, 1, a)
+            parts = [xy, kpt[:, :, 2:].sigmoid()] if nd == 3 else [xy]
+            out.append(ember.cat(parts, 2).reshape(b, k * nd, a))
+        return ember.cat(out, 1)
+
+
+def _upsample2x(x):
+    """Nearest-neighbour 2x upsampling (b, c, h, w) -> (b, c, 2h, 2w) as one broadcast copy."""
+    b, c, h, w = x.shape
+    return x.reshape(b, c, h, 1, w, 1).expand(b, c, h, 2, w, 2).reshape(b, c, 2 * h, 2 * w)
+
+
+class YOLOv8(nn.Module):
+    """Backbone (0-9), PAN neck (10-21) and head (22), numbered as in yolov8.yaml. Layers without
+    weights (upsample 10/13, concat 11/14/17/20) are Identity placeholders that keep the numbering."""
+
+    def __init__(self, cfg: YoloConfig):
+        super().__init__()
+        self.cfg = cfg
+        c, n = cfg.ch, cfg.n
+        c64, c128, c256, c512, c1024 = c(64), c(128), c(256), c(512), c(1024)
+        gap = nn.Identity
+        self.model = nn.ModuleList([
+            Conv(3, c64, 3, 2),                          # 0  P1/2
+            Conv(c64, c128, 3, 2),                       # 1  P2/4
+            C2f(c128, c128, n(3), True),                 # 2
+            Conv(c128, c256, 3, 2),                      # 3  P3/8
+            C2f(c256, c256, n(6), True),                 # 4
+            Conv(c256, c512, 3, 2),                      # 5  P4/16
+            C2f(c512, c512, n(6), True),                 # 6
+            Conv(c512, c1024, 3, 2),                     # 7  P5/32
+            C2f(c1024, c1024, n(3), True),               # 8
+            SPPF(c1024, c1024, 5),                       # 9
+            gap(), gap(),                                # 10 upsample, 11 cat P4
+            C2f(c1024 + c512, c512, n(3)),               # 12
+            gap(), gap(),                                # 13 upsample, 14 cat P3
+            C2f(c512 + c256, c256, n(3)),                # 15 out P3/8
+            Conv(c256, c256, 3, 2), gap(),               # 16, 17 cat head P4
+            C2f(c256 + c512, c512, n(3)),                # 18 out P4/16
+            Conv(c512, c512, 3, 2), gap(),               # 19, 20 cat head P5
+            C2f(c512 + c1024, c1024, n(3)),              # 21 out P5/32
+            Detect(cfg.nc, (c256, c512, c1024), cfg.reg_max, cfg.kpt_shape),  # 22
+        ])
+        assert len(self.model) == HEAD_INDEX + 1
+
+    def forward(self, x):
+        """x (b, 3, H, W) RGB in [0, 1], H and W multiples of 32 -> (b, 4 + nc [+ nk], H*W/64 + H*W/256 + H*W/1024)."""
+        if x.ndim != 4 or x.shape[1] != 3 or x.shape[2] % 32 or x.shape[3] % 32:
+            raise ValueError(f"ember: YOLOv8 expects (batch, 3, H, W) with H, W multiples of 32, got {tuple(x.shape)}")
+        m = self.model
+        x = m[1](m[0](x))                                                        # (b, c128, H/4, W/4)
+        p3 = m[4](m[3](m[2](x)))                                                 # (b, c256, H/8, W/8)
+        p4 = m[6](m[5](p3))                                                      # (b, c512, H/16, W/16)
+        p5 = m[9](m[8](m[7](p4)))                                                # (b, c1024, H/32, W/32)
+        h4 = m[12](ember.cat([_upsample2x(p5), p4], 1))                          # (b, c512, H/16, W/16)
+        o3 = m[15](ember.cat([_upsample2x(h4), p3], 1))                          # (b, c256, H/8, W/8)
+        o4 = m[18](ember.cat([m[16](o3), h4], 1))                                # (b, c512, H/16, W/16)
+        o5 = m[21](ember.cat([m[19](o4), p5], 1))                                # (b, c1024, H/32, W/32)
+        return m[22]([o3, o4, o5], self.cfg.strides)
