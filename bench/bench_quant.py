@@ -1,0 +1,76 @@
+"""Quantized matvec/matmul vs float32 numpy: time and extra memory, printed as a table.
+
+    python bench/bench_quant.py [--n 4096] [--batches 1 32] [--types q4_0 q8_0 q4_k] [--repeat 5]
+
+For each weight type: y = x @ W.T with W (n, n) held as GGML blocks (ember.quant.qmatmul, which
+dequantizes slabs of rows into a bounded scratch), against x @ W.T with W in float32. Time is the
+median of --repeat runs; "extra MiB" is the tracemalloc peak during one call (the output included),
+"weight MiB" what W occupies. Quantize time is a single run.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+import tracemalloc
+
+import numpy as np
+
+from ember.quant import codec, qmatmul
+
+
+def _median_ms(fn, repeat):
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return 1e3 * statistics.median(times)
+
+
+def _peak_mib(fn):
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / 2**20
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    ap.add_argument("--types", nargs="+", default=["q4_0", "q8_0", "q4_k"])
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(0)
+    n = args.n
+    w = rng.standard_normal((n, n)).astype(np.float32)  # (out, in)
+    print(f"# {platform.python_implementation()} {platform.python_version()}, numpy {np.__version__}, "
+          f"{platform.machine()}; W {n}x{n}; median of {args.repeat}")
+    print(f"{'type':6} {'batch':>5} {'ms':>9} {'vs f32':>7} {'extra MiB':>10} {'weight MiB':>11} {'quantize s':>11}")
+    rows = [("f32", None, None)]
+    for t in args.types:
+        start = time.perf_counter()
+        raw = codec.quantize(w, t)
+        rows.append((t, raw, time.perf_counter() - start))
+    base = {}
+    for name, raw, qsec in rows:
+        for m in args.batches:
+            x = rng.standard_normal((m, n)).astype(np.float32)
+            if raw is None:
+                fn = lambda x=x: x @ w.T  # noqa: E731
+                weight = w.nbytes
+            else:
+                fn = lambda x=x, raw=raw, name=name: qmatmul(x, raw, name, w.shape)  # noqa: E731
+                weight = raw.nbytes
+            ms = _median_ms(fn, args.repeat)
+            base.setdefault(m, ms)
+            print(f"{name:6} {m:5d} {ms:9.1f} {ms / base[m]:6.1f}x {_peak_mib(fn):10.1f} {weight / 2**20:11.1f} "
+                  f"{'' if qsec is None else f'{qsec:.2f}':>11}")
+
+
+if __name__ == "__main__":
+    main()
