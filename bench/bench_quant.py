@@ -1,6 +1,7 @@
 """Quantized matvec/matmul vs float32 numpy: time and extra memory, printed as a table.
 
     python bench/bench_quant.py [--n 4096] [--batches 1 32] [--types q4_0 q8_0 q4_k] [--repeat 5]
+    python bench/bench_quant.py --pyodide [...]   # the same table inside Pyodide (Node), via tests/pyodide_runner.py
 
 For each weight type: y = x @ W.T with W (n, n) held as GGML blocks (ember.quant.qmatmul, which
 dequantizes slabs of rows into a bounded scratch), against x @ W.T with W in float32. Time is the
@@ -10,7 +11,9 @@ median of --repeat runs; "extra MiB" is the tracemalloc peak during one call (th
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import sys
 import statistics
 import time
 import tracemalloc
@@ -44,7 +47,10 @@ def main(argv=None):
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--types", nargs="+", default=["q4_0", "q8_0", "q4_k"])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--pyodide", action="store_true", help="run the benchmark inside Pyodide instead")
     args = ap.parse_args(argv)
+    if args.pyodide:
+        return _in_pyodide([a for a in (sys.argv[1:] if argv is None else argv) if a != "--pyodide"])
     rng = np.random.default_rng(0)
     n = args.n
     w = rng.standard_normal((n, n)).astype(np.float32)  # (out, in)
@@ -70,6 +76,16 @@ def main(argv=None):
             base.setdefault(m, ms)
             print(f"{name:6} {m:5d} {ms:9.1f} {ms / base[m]:6.1f}x {_peak_mib(fn):10.1f} {weight / 2**20:11.1f} "
                   f"{'' if qsec is None else f'{qsec:.2f}':>11}")
+
+
+def _in_pyodide(argv):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from pyodide_runner import PyodideSession  # Node + offline Pyodide + numpy + the ember wheel
+    with open(os.path.abspath(__file__)) as f:
+        source = f.read().replace('if __name__ == "__main__":', "if False:")
+    with PyodideSession() as session:
+        out = session.run(source + f"\nmain({argv!r})\nresult = None\n", timeout=3600)
+    print(out["stdout"], end="")
 
 
 if __name__ == "__main__":
