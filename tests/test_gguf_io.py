@@ -168,7 +168,7 @@ def test_files_written_by_ember_read_in_gguf_py(tmp_path, rng):
         assert np.array_equal(gguf.quants.dequantize(np.asarray(t.data), t.tensor_type), q.numpy())
     # and back into ember with the same values and types
     with eg.GGUFReader(path) as f:
-        assert f.metadata["nested"] == [[1, 2], [3]] and f.fields["typed"].type == eg.INT16
+        assert f.metadata()["nested"] == [[1, 2], [3]] and f.fields["typed"].type == eg.INT16
         assert f.get_tensor("bf16").dtype == ember.bfloat16
         assert np.array_equal(f.get_tensor("bf16")._storage_numpy(), bf._storage_numpy())
 

@@ -38,7 +38,7 @@ GOOD = build([kv_u32("n", 1)], [info("w", [4, 2])], np.arange(8, dtype=np.float3
 
 def test_builder_makes_a_valid_file():
     with eg.GGUFReader(GOOD) as f:
-        assert f.metadata == {"n": 1}
+        assert f.metadata() == {"n": 1}
         assert np.array_equal(f.get_tensor("w").numpy(), np.arange(8, dtype=np.float32).reshape(2, 4))
 
 

@@ -94,6 +94,8 @@ class _Cursor:
         if end > self._buf_at + len(self._buf):  # read ahead in growing chunks: headers hold many tiny fields
             want = max(n, 1 << 16, len(self._buf))
             self._buf, self._buf_at = self._read(self.pos, min(want, self.left())), self.pos
+            if len(self._buf) < n:
+                raise self.fail(f"file shrank while reading {what} at offset {self.pos}")
         out = self._buf[self.pos - self._buf_at:end - self._buf_at]
         self.pos = end
         return out
@@ -159,7 +161,7 @@ class GGUFReader:
     """Lazy GGUF reader: header, metadata and tensor infos on open; tensor data only when asked.
 
         with GGUFReader("model.gguf") as f:
-            f.metadata["general.architecture"], f.keys(), f.tensor_infos["token_embd.weight"].shape
+            f.metadata()["general.architecture"], f.keys(), f.tensor_infos["token_embd.weight"].shape
             w = f.get_tensor("blk.0.attn_q.weight")   # QTensor or Tensor
 
     src: a path (data memory-mapped where np.memmap works, else read on demand) or a bytes-like object
@@ -271,7 +273,6 @@ class GGUFReader:
 
     # ------------------------------------------------------------------ access
 
-    @property
     def metadata(self) -> dict:
         """{key: plain Python value}; arrays are lists (nested arrays: lists of lists)."""
         return {k: _plain(v) for k, v in self.fields.items()}
@@ -360,7 +361,7 @@ def load(src, mmap=None) -> dict:
 
 def metadata(src) -> dict:
     with GGUFReader(src, mmap=False) as f:
-        return f.metadata
+        return f.metadata()
 
 
 # ============================================================================ writing

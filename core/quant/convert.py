@@ -86,7 +86,7 @@ def gguf_to_safetensors(src, dst) -> dict:
     from ..io.gguf import GGUFReader
     from ..dtypes import float32
     with GGUFReader(src) as f:
-        meta = {k: v if isinstance(v, str) else json.dumps(v) for k, v in f.metadata.items()}
+        meta = {k: v if isinstance(v, str) else json.dumps(v) for k, v in f.metadata().items()}
         tensors = {}
         for name in f.keys():
             v = f.get_stored(name)
