@@ -76,6 +76,7 @@ class WebGPUBackend(ComputeMixin, Backend):
         self.pipelines = kernels.PipelineCache(self.adapter)
         self._meta: dict = {}
         self.dispatches = 0
+        self.host_uploads = 0  # CPU arrays passed to primitives (see _dev)
         self.has_f16 = "shader-f16" in self.adapter.features
         self.available = True
         self.matmul_kernel = "rows" if "CPU" in self.adapter.info else "tiled"
@@ -94,6 +95,15 @@ class WebGPUBackend(ComputeMixin, Backend):
             raise TypeError(f"ember: webgpu has no {dtype.name} (WGSL lacks 64-bit floats); "
                             f"cast to float32 first (backend.supports(dtype) tells ahead)")
         return w
+
+    def _dev(self, a):
+        """The core sometimes hands a CPU index array (x[cpu_index]; torch allows it for CUDA too):
+        upload it explicitly and count it, so no host data is ever read silently."""
+        if isinstance(a, GArray):
+            return a
+        a = np.asarray(a)
+        self.host_uploads += 1
+        return self.from_numpy(a, D.FROM_NP[a.dtype] if a.dtype != np.uint16 else D.bfloat16)
 
     def _new(self, shape, dtype):
         shape = tuple(int(s) for s in shape)
@@ -282,6 +292,7 @@ class WebGPUBackend(ComputeMixin, Backend):
         return self._map(D.bool_ if cmp else a.dtype, expr, args, scalar)
 
     def where(self, cond, a, b):
+        cond = self._dev(cond)
         if isinstance(b, GArray):
             return self._map(a.dtype, "select(c, b, a != 0u)", [cond, a, b], fix=False)
         wt = self._word(a.dtype)[0]

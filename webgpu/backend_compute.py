@@ -176,6 +176,7 @@ class ComputeMixin:
         return self._view_meta(math.prod(shape), shape, views, [0, axis_stride])
 
     def gather(self, x, axis, idx):
+        idx = self._dev(idx)
         out = self._new(idx.shape, x.dtype)
         if out.size == 0:
             return out
@@ -188,6 +189,7 @@ class ComputeMixin:
         return out
 
     def index_select(self, x, axis, idx):
+        idx = self._dev(idx)
         shape = list(x.shape)
         shape[axis] = idx.shape[0]
         st = [0] * len(shape)
@@ -196,6 +198,7 @@ class ComputeMixin:
 
     def scatter(self, x, axis, idx, src, reduce):
         wt, _, fix = self._word(x.dtype)
+        idx, src = self._dev(idx), self._dev(src)
         out = self._new(x.shape, x.dtype)
         self._copy_into(out, x)
         if idx.size == 0:
