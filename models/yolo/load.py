@@ -11,13 +11,14 @@ from .model import YOLOv8
 
 def load_model(src, device="cpu") -> YOLOv8:
     import ember
+    from ember.io import load, metadata
     path = os.fspath(src)
     if path.endswith((".pt", ".pth", ".onnx")):
         arrays, cfg = read_weights(path)
         tensors = {k: ember.tensor(v) for k, v in arrays.items()}
     else:
-        cfg = YoloConfig.from_metadata(ember.io.metadata(path), path)
-        tensors = ember.load(path)
+        cfg = YoloConfig.from_metadata(metadata(path), path)
+        tensors = load(path)
         check_weights(tensors, cfg, path)
     model = YOLOv8(cfg)
     model.load_state_dict(tensors, strict=True)

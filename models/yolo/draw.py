@@ -1,0 +1,132 @@
+"""Annotated PNG: labelled boxes drawn with Pillow when present, else with numpy (a 3x5 pixel font)
+and a tiny built-in PNG writer (zlib + crc32 from the standard library)."""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+
+import numpy as np
+
+# ultralytics' Colors palette (hex), one per class index modulo its length
+_PALETTE = ("FF3838", "FF9D97", "FF701F", "FFB21D", "CFD231", "48F90A", "92CC17", "3DDB86", "1A9334", "00D4BB",
+            "2C99A8", "00C2FF", "344593", "6473FF", "0018EC", "8438FF", "520085", "CB38FF", "FF95C8", "FF37C7")
+
+# 3x5 glyphs, rows top to bottom, '#' = ink; labels are upper-cased for this font
+_FONT = {c: g for c, g in zip(
+    "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ.:-% ",
+    ("###,#.#,#.#,#.#,###", ".#.,##.,.#.,.#.,###", "##.,..#,.#.,#..,###", "##.,..#,.#.,..#,##.", "#.#,#.#,###,..#,..#",
+     "###,#..,##.,..#,##.", ".##,#..,###,#.#,###", "###,..#,.#.,.#.,.#.", "###,#.#,###,#.#,###", "###,#.#,###,..#,##.",
+     ".#.,#.#,###,#.#,#.#", "##.,#.#,##.,#.#,##.", ".##,#..,#..,#..,.##", "##.,#.#,#.#,#.#,##.", "###,#..,##.,#..,###",
+     "###,#..,##.,#..,#..", ".##,#..,#.#,#.#,.##", "#.#,#.#,###,#.#,#.#", "###,.#.,.#.,.#.,###", "..#,..#,..#,#.#,.#.",
+     "#.#,#.#,##.,#.#,#.#", "#..,#..,#..,#..,###", "#.#,###,###,#.#,#.#", "##.,#.#,#.#,#.#,#.#", ".#.,#.#,#.#,#.#,.#.",
+     "##.,#.#,##.,#..,#..", ".#.,#.#,#.#,##.,.##", "##.,#.#,##.,#.#,#.#", ".##,#..,.#.,..#,##.", "###,.#.,.#.,.#.,.#.",
+     "#.#,#.#,#.#,#.#,###", "#.#,#.#,#.#,#.#,.#.", "#.#,#.#,###,###,#.#", "#.#,#.#,.#.,#.#,#.#", "#.#,#.#,.#.,.#.,.#.",
+     "###,..#,.#.,#..,###", "...,...,...,...,.#.", "...,.#.,...,.#.,...", "...,...,###,...,...", "#.#,..#,.#.,#..,#.#",
+     "...,...,...,...,..."))}
+
+
+def color(cls: int) -> tuple:
+    h = _PALETTE[int(cls) % len(_PALETTE)]
+    return tuple(int(h[i:i + 2], 16) for i in (0, 2, 4))
+
+
+def caption(d: dict) -> str:
+    return f"{d['label']} {d['score']:.2f}"
+
+
+def annotate(img: np.ndarray, detections: list[dict], use_pillow: bool | None = None) -> np.ndarray:
+    """(H, W, 3) uint8 RGB + detections (predict.detect) -> a new annotated (H, W, 3) uint8 image."""
+    if use_pillow is not False:
+        try:
+            from PIL import Image, ImageDraw
+        except ImportError:
+            if use_pillow:
+                raise
+        else:
+            im = Image.fromarray(img)
+            dr = ImageDraw.Draw(im)
+            t = _thickness(img.shape)
+            for d in detections:
+                x1, y1, x2, y2 = d["box"]
+                c = color(d["class"])
+                dr.rectangle([x1, y1, x2, y2], outline=c, width=t)
+                bx0, by0, bx1, by1 = dr.textbbox((x1, y1), caption(d))  # ink box when anchored at (x1, y1)
+                th, tw = by1 - by0, bx1 - bx0
+                ty = y1 - th - 2 * t if y1 - th - 2 * t >= 0 else y1  # label above the box, inside at the top edge
+                dr.rectangle([x1, ty, x1 + tw + 2 * t, ty + th + 2 * t], fill=c)
+                dr.text((x1 + t, ty + t - (by0 - y1)), caption(d), fill=(255, 255, 255))
+            return np.asarray(im).copy()
+    return _annotate_numpy(img, detections)
+
+
+def _thickness(shape) -> int:
+    return max(round((shape[0] + shape[1]) / 2 * 0.003), 2)
+
+
+def _annotate_numpy(img, detections):
+    out = img.copy()
+    h, w = out.shape[:2]
+    t = _thickness(out.shape)
+    scale = max(1, t)  # font pixel size
+    for d in detections:
+        x1, y1, x2, y2 = (int(round(v)) for v in d["box"])
+        x1, x2 = sorted((min(max(x1, 0), w - 1), min(max(x2, 0), w - 1)))
+        y1, y2 = sorted((min(max(y1, 0), h - 1), min(max(y2, 0), h - 1)))
+        c = np.array(color(d["class"]), np.uint8)
+        out[y1:min(y1 + t, y2 + 1), x1:x2 + 1] = c
+        out[max(y2 - t + 1, y1):y2 + 1, x1:x2 + 1] = c
+        out[y1:y2 + 1, x1:min(x1 + t, x2 + 1)] = c
+        out[y1:y2 + 1, max(x2 - t + 1, x1):x2 + 1] = c
+        glyphs = _render(caption(d).upper(), scale)                            # (gh, gw) bool
+        gh, gw = glyphs.shape
+        ty = y1 - gh - 2 * scale if y1 - gh - 2 * scale >= 0 else y1
+        bh, bw = min(gh + 2 * scale, h - ty), min(gw + 2 * scale, w - x1)
+        out[ty:ty + bh, x1:x1 + bw] = c
+        region = out[ty + scale:ty + bh, x1 + scale:x1 + bw]
+        ink = glyphs[:region.shape[0], :region.shape[1]]
+        region[ink] = 255
+    return out
+
+
+def _render(text: str, scale: int) -> np.ndarray:
+    """Text -> a bool bitmap (5 * scale, 4 * scale * len), one blank column between glyphs."""
+    cols = []
+    for ch in text:
+        g = _FONT.get(ch, _FONT[" "])
+        rows = np.array([[p == "#" for p in r] for r in g.split(",")], bool)  # (5, 3)
+        cols.append(np.pad(rows, ((0, 0), (0, 1))))
+    bitmap = np.concatenate(cols, 1) if cols else np.zeros((5, 0), bool)
+    return np.kron(bitmap, np.ones((scale, scale), bool)).astype(bool)
+
+
+# ---------------------------------------------------------------- PNG
+
+def encode_png(img: np.ndarray) -> bytes:
+    """(H, W, 3) uint8 RGB -> PNG bytes (8-bit truecolour, filter type 0 on every row)."""
+    if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
+        raise ValueError(f"ember: encode_png wants (H, W, 3) uint8, got {img.dtype} {img.shape}")
+    h, w = img.shape[:2]
+    raw = np.concatenate([np.zeros((h, 1), np.uint8), img.reshape(h, w * 3)], 1).tobytes()
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+
+
+def save_png(img: np.ndarray, path, use_pillow: bool | None = None):
+    """Write an RGB uint8 image as PNG (Pillow when present, else the built-in encoder)."""
+    path = os.fspath(path)
+    if use_pillow is not False:
+        try:
+            from PIL import Image
+        except ImportError:
+            if use_pillow:
+                raise
+        else:
+            Image.fromarray(img).save(path, format="PNG")
+            return
+    with open(path, "wb") as f:
+        f.write(encode_png(img))

@@ -1,0 +1,140 @@
+"""Images in: decoding (Pillow, imported lazily), ultralytics' letterbox reproduced bit for bit in numpy,
+and the mapping of boxes back to the original image.
+
+The letterbox resizes with OpenCV's cv2.resize(INTER_LINEAR) on uint8, whose result is what the
+reference feeds its model, so the arithmetic here is OpenCV's (imgproc/resize.cpp, x86 SIMD path):
+source coordinate (dst + 0.5) * (1 / (dst_size / src_size)) - 0.5 in double, rounded to float32;
+11-bit fixed-point weights rint(w * 2048); columns clamp the weight at the borders, rows only clamp the
+index; the vertical pass is ((row0 >> 4) * b0 >> 16) + ((row1 >> 4) * b1 >> 16), then (+2) >> 2.
+An exact 2x downscale takes OpenCV's INTER_AREA fast path instead: the rounded mean of each 2x2 block.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+PAD_VALUE = 114  # ultralytics' letterbox grey
+_COEF_SCALE = 2048  # OpenCV INTER_RESIZE_COEF_SCALE (11 fractional bits)
+
+
+class ImageError(ValueError):
+    """An image that cannot be read or used."""
+
+
+# ---------------------------------------------------------------- decoding
+
+def _pillow():
+    try:
+        from PIL import Image, ImageOps
+    except ImportError:
+        return None, None
+    return Image, ImageOps
+
+
+def load_image(src) -> np.ndarray:
+    """A path, encoded image bytes, or an (H, W, 3) uint8 RGB array -> (H, W, 3) uint8 RGB array.
+    Files are decoded with Pillow (EXIF orientation applied, as cv2.imread does)."""
+    if isinstance(src, np.ndarray):
+        return as_rgb(src)
+    Image, ImageOps = _pillow()
+    where = "<image bytes>" if isinstance(src, (bytes, bytearray)) else os.fspath(src)
+    if Image is None:
+        raise ImageError(f"ember: decoding {where} needs Pillow (pip install pillow; Pyodide ships it); "
+                         "or pass an (H, W, 3) uint8 RGB array")
+    import io
+    try:
+        with Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else where) as im:
+            im = ImageOps.exif_transpose(im)
+            return np.asarray(im.convert("RGB"), dtype=np.uint8).copy()
+    except FileNotFoundError:
+        raise ImageError(f"ember: image file not found: {where}") from None
+    except (OSError, SyntaxError, ValueError) as e:  # Pillow's UnidentifiedImageError is an OSError
+        raise ImageError(f"ember: {where}: not a readable image ({type(e).__name__}: {e})") from None
+
+
+def as_rgb(a: np.ndarray) -> np.ndarray:
+    if a.dtype != np.uint8:
+        raise ImageError(f"ember: image array must be uint8 RGB, got dtype {a.dtype} shape {a.shape}")
+    if a.ndim == 2:
+        a = np.repeat(a[:, :, None], 3, axis=2)
+    if a.ndim != 3 or a.shape[2] not in (3, 4) or a.shape[0] < 1 or a.shape[1] < 1:
+        raise ImageError(f"ember: image array must be (H, W, 3) RGB, got shape {a.shape}")
+    return np.ascontiguousarray(a[:, :, :3])
+
+
+# ---------------------------------------------------------------- cv2.resize INTER_LINEAR, uint8
+
+def _weights(n_in, n_out, clamp_weight):
+    """Source indices (i0, i1) and fixed-point weights (w0, w1) per output position."""
+    f = ((np.arange(n_out) + 0.5) * (1.0 / (n_out / n_in)) - 0.5).astype(np.float32)
+    i = np.floor(f).astype(np.int64)
+    f = f - i.astype(np.float32)
+    if clamp_weight:  # columns: outside the image the weight collapses onto the edge pixel
+        lo, hi = i < 0, i >= n_in - 1
+        f[lo | hi] = 0
+        i[lo], i[hi] = 0, n_in - 1
+    w1 = np.rint(f * np.float32(_COEF_SCALE)).astype(np.int64)
+    w0 = np.rint((np.float32(1) - f) * np.float32(_COEF_SCALE)).astype(np.int64)
+    return np.clip(i, 0, n_in - 1), np.clip(i + 1, 0, n_in - 1), w0, w1
+
+
+def resize_linear(img: np.ndarray, new_h: int, new_w: int) -> np.ndarray:
+    """cv2.resize(img, (new_w, new_h), interpolation=cv2.INTER_LINEAR) for (H, W, C) uint8, bit-exact."""
+    h, w = img.shape[:2]
+    if (h, w) == (new_h, new_w):
+        return img.copy()
+    x = img.astype(np.int32)
+    if 2 * new_h == h and 2 * new_w == w:
+        return ((x[0::2, 0::2] + x[0::2, 1::2] + x[1::2, 0::2] + x[1::2, 1::2] + 2) >> 2).astype(np.uint8)
+    x0, x1, a0, a1 = _weights(w, new_w, True)
+    y0, y1, b0, b1 = _weights(h, new_h, False)
+    # vertical first on the source rows we need (same integers: the horizontal pass is exact)
+    rows = np.unique(np.concatenate([y0, y1]))
+    xs = x[rows]
+    hr = xs[:, x0] * a0[None, :, None].astype(np.int32) + xs[:, x1] * a1[None, :, None].astype(np.int32)
+    pos = np.searchsorted(rows, np.stack([y0, y1]))
+    r0, r1 = hr[pos[0]] >> 4, hr[pos[1]] >> 4                                  # (new_h, new_w, C)
+    v = ((r0 * b0[:, None, None]) >> 16) + ((r1 * b1[:, None, None]) >> 16)
+    return np.clip((v + 2) >> 2, 0, 255).astype(np.uint8)
+
+
+# ---------------------------------------------------------------- letterbox
+
+@dataclass
+class Letterbox:
+    """How an (h0, w0) image was placed in the model input: scale r, then `left`/`top` pixels of padding."""
+    orig_shape: tuple
+    ratio: float
+    left: int
+    top: int
+
+    def to_original(self, boxes: np.ndarray) -> np.ndarray:
+        """(N, 4) xyxy boxes in model-input pixels -> original-image pixels, clipped to the image."""
+        b = (boxes - np.array([self.left, self.top, self.left, self.top], boxes.dtype)) / self.ratio
+        h, w = self.orig_shape
+        b[:, [0, 2]] = b[:, [0, 2]].clip(0, w)
+        b[:, [1, 3]] = b[:, [1, 3]].clip(0, h)
+        return b
+
+
+def letterbox(img: np.ndarray, size: int = 640) -> tuple[np.ndarray, Letterbox]:
+    """ultralytics LetterBox((size, size), auto=False): keep the aspect ratio, centre, pad with 114.
+    (H, W, 3) uint8 -> (size, size, 3) uint8 and the placement."""
+    h, w = img.shape[:2]
+    r = min(size / h, size / w)
+    nw, nh = max(round(w * r), 1), max(round(h * r), 1)
+    dw, dh = (size - nw) / 2, (size - nh) / 2
+    top, bottom = round(dh - 0.1), round(dh + 0.1)
+    left, right = round(dw - 0.1), round(dw + 0.1)
+    out = np.full((nh + top + bottom, nw + left + right, img.shape[2]), PAD_VALUE, np.uint8)
+    out[top:top + nh, left:left + nw] = resize_linear(img, nh, nw)
+    return out, Letterbox((h, w), r, left, top)
+
+
+def preprocess(img: np.ndarray, size: int = 640) -> tuple[np.ndarray, Letterbox]:
+    """RGB uint8 image -> (1, 3, size, size) float32 in [0, 1] (the model input) and the placement."""
+    boxed, lb = letterbox(as_rgb(img), size)
+    x = boxed.transpose(2, 0, 1)[None].astype(np.float32) / np.float32(255)   # (1, 3, size, size)
+    return x, lb
