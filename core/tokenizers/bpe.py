@@ -6,6 +6,7 @@ import heapq
 from .errors import TokenizerError
 
 CACHE_WORDS = 100_000  # distinct words remembered before the cache starts over
+CACHE_MAX_CHARS = 256  # longer inputs (a whole Llama-2 text has no pre-tokenizer) are not kept
 
 
 def char_offsets(text: str, lengths: list[int]) -> list[tuple[int, int]]:
@@ -63,9 +64,10 @@ class BPE:
             ids, lengths = self._merge(*self._symbols(text))
             vocab_r = self.vocab_r
             out = [(i, vocab_r[i], s, e) for i, (s, e) in zip(ids, char_offsets(text, lengths))]
-        if len(self.cache) >= CACHE_WORDS:
-            self.cache.clear()
-        self.cache[text] = out
+        if len(text) <= CACHE_MAX_CHARS:
+            if len(self.cache) >= CACHE_WORDS:
+                self.cache.clear()
+            self.cache[text] = out
         return out
 
     def _symbols(self, text: str) -> tuple[list[int], list[int]]:

@@ -105,28 +105,20 @@ class Piece:
 BEHAVIORS = ("Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
 
 
-def find_matches(text: str, pattern) -> list[tuple[int, int, bool]]:
-    """Cover `text` with (start, end, is_match) segments. `pattern` is a compiled regex
-    (non-overlapping matches) or a predicate on one character (each char its own match)."""
+def find_matches(text: str, pattern: re.Pattern) -> list[tuple[int, int, bool]]:
+    """Cover `text` with (start, end, is_match) segments from the regex's non-overlapping
+    matches. (A one-character class regex stands in for tokenizers' per-char predicates.)"""
     if not text:
         return [(0, 0, False)]
     out, prev = [], 0
-    if isinstance(pattern, re.Pattern):
-        for m in pattern.finditer(text):
-            s, e = m.span()
-            if s == e:  # an empty match splits nothing
-                continue
-            if prev != s:
-                out.append((prev, s, False))
-            out.append((s, e, True))
-            prev = e
-    else:
-        for i, c in enumerate(text):
-            if pattern(c):
-                if prev < i:
-                    out.append((prev, i, False))
-                out.append((i, i + 1, True))
-                prev = i + 1
+    for m in pattern.finditer(text):
+        s, e = m.span()
+        if s == e:  # an empty match splits nothing
+            continue
+        if prev != s:
+            out.append((prev, s, False))
+        out.append((s, e, True))
+        prev = e
     if prev != len(text):
         out.append((prev, len(text), False))
     return out

@@ -1,13 +1,14 @@
 """tokenizer.json normalizers: each edits a Piece in place, keeping its alignment."""
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
 from .byte_level import to_byte_chars
 from .errors import TokenizerError, component_type, unsupported
 from .normalized import Piece
-from .unicode_regex import compile_onig, is_whitespace
+from .unicode_regex import WHITESPACE, class_body, compile_onig, is_whitespace
 
 
 def unicode_normalize(piece: Piece, form: str) -> None:
@@ -49,19 +50,34 @@ def _is_control(c: str) -> bool:
     return c not in "\t\n\r" and unicodedata.category(c)[0] == "C"
 
 
-def _is_chinese(c: str) -> bool:
-    o = ord(c)
-    return (0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0x20000 <= o <= 0x2A6DF
-            or 0x2A700 <= o <= 0x2B73F or 0x2B740 <= o <= 0x2B81F or 0x2B920 <= o <= 0x2CEAF
-            or 0xF900 <= o <= 0xFAFF or 0x2F800 <= o <= 0x2FA1F)
+_CJK = re.compile("[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f"
+                  "\U0002b740-\U0002b81f\U0002b920-\U0002ceaf\uf900-\ufaff\U0002f800-\U0002fa1f]")
+_SPACES = {ord(c): " " for c in WHITESPACE}
+
+
+@functools.cache
+def _category_regex(category: str) -> re.Pattern:
+    return re.compile(f"[{class_body(category)}]")
+
+
+def lowercase(piece: Piece) -> None:
+    """Per-character lowercase (Rust's char::to_lowercase), i.e. without Python's
+    final-sigma rule; one str.lower() when no character changes length."""
+    low = piece.text.lower()
+    if len(low) == len(piece.text) and "\u03a3" not in piece.text:
+        piece.text = low
+    else:
+        piece.map_chars(str.lower)
 
 
 def _strip_nonspacing_marks(piece: Piece) -> None:  # BertNormalizer's strip_accents
-    piece.filter(lambda c: unicodedata.category(c) != "Mn")
+    if _category_regex("Mn").search(piece.text):
+        piece.filter(lambda c: unicodedata.category(c) != "Mn")
 
 
 def _strip_marks(piece: Piece) -> None:  # the StripAccents normalizer drops Mc and Me too
-    piece.filter(lambda c: unicodedata.category(c)[0] != "M")
+    if _category_regex("M").search(piece.text):
+        piece.filter(lambda c: unicodedata.category(c)[0] != "M")
 
 
 class BertNormalizer:
@@ -72,19 +88,25 @@ class BertNormalizer:
         self.lowercase = lowercase
 
     def __call__(self, piece: Piece) -> None:
+        # Each step edits per character only when a character it touches is present.
         if self.clean_text:
-            piece.filter(lambda c: not (c == "\0" or c == "\ufffd" or _is_control(c)))
-            piece.map_chars(lambda c: " " if is_whitespace(c) else c)
-        if self.handle_chinese_chars:
+            if "\0" in piece.text or "\ufffd" in piece.text or \
+                    _category_regex("C").search(piece.text.translate(_KEEP_TAB_NL_CR)):
+                piece.filter(lambda c: not (c == "\0" or c == "\ufffd" or _is_control(c)))
+            piece.text = piece.text.translate(_SPACES)  # one char for one: alignment holds
+        if self.handle_chinese_chars and _CJK.search(piece.text):
             pairs = []
             for c in piece.text:
-                pairs.extend(((" ", 0), (c, 1), (" ", 1)) if _is_chinese(c) else ((c, 0),))
+                pairs.extend(((" ", 0), (c, 1), (" ", 1)) if _CJK.match(c) else ((c, 0),))
             piece.transform(pairs)
         if self.strip_accents:
             unicode_normalize(piece, "NFD")
             _strip_nonspacing_marks(piece)
         if self.lowercase:
-            piece.map_chars(str.lower)
+            lowercase(piece)
+
+
+_KEEP_TAB_NL_CR = str.maketrans("\t\n\r", "   ")  # controls clean_text keeps (as spaces)
 
 
 class Replace:
@@ -147,7 +169,7 @@ def _byte_level(piece: Piece) -> None:
 
 
 _SIMPLE = {"NFC": _unicode("NFC"), "NFD": _unicode("NFD"), "NFKC": _unicode("NFKC"),
-           "NFKD": _unicode("NFKD"), "Lowercase": lambda p: p.map_chars(str.lower),
+           "NFKD": _unicode("NFKD"), "Lowercase": lowercase,
            "StripAccents": _strip_marks, "ByteLevel": _byte_level}
 
 

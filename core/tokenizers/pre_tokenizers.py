@@ -1,13 +1,13 @@
 """tokenizer.json pre-tokenizers: each maps a list of Pieces to a finer list of Pieces."""
 from __future__ import annotations
 
-import unicodedata
+import re
 
 from .byte_level import gpt2_regex, to_byte_chars
 from .errors import TokenizerError, component_type, unsupported
 from .normalized import BEHAVIORS, Piece, split_piece
 from .normalizers import _pattern
-from .unicode_regex import is_punctuation, is_whitespace
+from .unicode_regex import one_char_regex
 
 
 class ByteLevel:
@@ -47,30 +47,34 @@ class Metaspace:
                     self.prepend_scheme == "always"
                     or (self.prepend_scheme == "first" and piece.orig_start == 0)):
                 piece.prepend(rep)
-            out.extend(split_piece(piece, lambda c: c == rep, "MergedWithNext")
+            out.extend(split_piece(piece, re.compile(re.escape(rep)), "MergedWithNext")
                        if self.split else [piece])
         return out
 
 
 class Split:
-    def __init__(self, pattern, behavior, invert=False):
+    def __init__(self, regex: re.Pattern, behavior: str, invert: bool = False):
         if behavior not in BEHAVIORS:
             raise TokenizerError(f"tokenizer.json pre_tokenizer Split: behavior {behavior!r} is "
                                  f"not one of {', '.join(BEHAVIORS)}")
-        self.regex, self.behavior, self.invert = _pattern(pattern, "pre_tokenizer Split"), behavior, invert
+        self.regex, self.behavior, self.invert = regex, behavior, invert
 
     def __call__(self, pieces):
         return [p for piece in pieces for p in split_piece(piece, self.regex, self.behavior, self.invert)]
 
 
 class CharSplit:
-    """A split on a character predicate (WhitespaceSplit, Punctuation, Digits, CharDelimiterSplit)."""
+    """A split on single characters of one kind (WhitespaceSplit, Punctuation, Digits,
+    CharDelimiterSplit): every such character is its own match, as upstream."""
 
-    def __init__(self, predicate, behavior):
-        self.predicate, self.behavior = predicate, behavior
+    def __init__(self, char_regex: re.Pattern, behavior: str):
+        if behavior not in BEHAVIORS:
+            raise TokenizerError(f"tokenizer.json pre_tokenizer: behavior {behavior!r} is not "
+                                 f"one of {', '.join(BEHAVIORS)}")
+        self.regex, self.behavior = char_regex, behavior
 
     def __call__(self, pieces):
-        return [p for piece in pieces for p in split_piece(piece, self.predicate, self.behavior)]
+        return [p for piece in pieces for p in split_piece(piece, self.regex, self.behavior)]
 
 
 class Sequence:
@@ -85,15 +89,16 @@ class Sequence:
 
 def _whitespace():
     # tokenizers' Whitespace: keep runs of \w+ and of [^\w\s]+, drop the rest
-    return Split({"Regex": r"\w+|[^\w\s]+"}, "Removed", invert=True)
+    return Split(_pattern({"Regex": r"\w+|[^\w\s]+"}, "pre_tokenizer Whitespace"), "Removed",
+                 invert=True)
 
 
 def _bert():
-    return Sequence([CharSplit(is_whitespace, "Removed"), CharSplit(is_punctuation, "Isolated")])
-
-
-def _is_numeric(c: str) -> bool:
-    return unicodedata.category(c) in ("Nd", "Nl", "No")
+    """Split on whitespace (dropped) then isolate each punctuation char: in one pass, keep
+    single punctuation chars and runs of everything that is neither."""
+    space = one_char_regex("whitespace").pattern[1:-1]
+    punct = one_char_regex("punctuation").pattern[1:-1]
+    return Split(re.compile(f"[{punct}]|[^{space}{punct}]+"), "Removed", invert=True)
 
 
 def build_pre_tokenizer(spec, where="pre_tokenizer"):
@@ -109,20 +114,21 @@ def build_pre_tokenizer(spec, where="pre_tokenizer"):
                 scheme = "always" if spec.get("add_prefix_space", True) else "never"
             return Metaspace(spec.get("replacement", "\u2581"), scheme, spec.get("split", True))
         if kind == "Split":
-            return Split(spec["pattern"], spec["behavior"], spec.get("invert", False))
+            return Split(_pattern(spec["pattern"], "pre_tokenizer Split"), spec["behavior"],
+                         spec.get("invert", False))
         if kind == "Whitespace":
             return _whitespace()
         if kind == "WhitespaceSplit":
-            return CharSplit(is_whitespace, "Removed")
+            return CharSplit(one_char_regex("whitespace"), "Removed")
         if kind == "BertPreTokenizer":
             return _bert()
         if kind == "Punctuation":
-            return CharSplit(is_punctuation, spec.get("behavior", "Isolated"))
+            return CharSplit(one_char_regex("punctuation"), spec.get("behavior", "Isolated"))
         if kind == "Digits":
-            return CharSplit(_is_numeric, "Isolated" if spec.get("individual_digits") else "Contiguous")
+            return CharSplit(one_char_regex("numeric"),
+                             "Isolated" if spec.get("individual_digits") else "Contiguous")
         if kind == "CharDelimiterSplit":
-            delimiter = spec["delimiter"]
-            return CharSplit(lambda c: c == delimiter, "Removed")
+            return CharSplit(re.compile(re.escape(spec["delimiter"])), "Removed")
         if kind == "Sequence":
             return Sequence([build_pre_tokenizer(s, f"{where}.pretokenizers[{i}]")
                              for i, s in enumerate(spec["pretokenizers"])])

@@ -41,14 +41,6 @@ def is_word_char(c: str) -> bool:
     return any(lo <= o <= hi for lo, hi in _ALPHABETIC_SYMBOLS + _JOIN_CONTROLS)
 
 
-def is_punctuation(c: str) -> bool:
-    """BERT's punctuation: ASCII punctuation or any Unicode P* category."""
-    o = ord(c)
-    if 33 <= o <= 47 or 58 <= o <= 64 or 91 <= o <= 96 or 123 <= o <= 126:
-        return True
-    return unicodedata.category(c)[0] == "P"
-
-
 # Planes 0-3 and 14 hold every assigned character (Unicode 15/16); planes 4-13 are
 # unassigned and planes 15-16 private use, so they are filled in without a scan.
 _SCANNED = ((0, 0x40000), (0xE0000, 0xF0000))
@@ -113,13 +105,28 @@ def class_ranges(name: str) -> tuple[tuple[int, int], ...]:
     return tuple(_merge(parts))
 
 
+def _body(ranges) -> str:
+    return "".join(f"\\U{lo:08x}" if lo == hi else f"\\U{lo:08x}-\\U{hi:08x}"
+                   for lo, hi in ranges)
+
+
 def class_body(name: str, negate: bool = False) -> str:
     """The inside of a `[...]` matching class `name` (or its complement)."""
     ranges = class_ranges(name)
-    if negate:
-        ranges = _complement(ranges)
-    return "".join(f"\\U{lo:08x}" if lo == hi else f"\\U{lo:08x}-\\U{hi:08x}"
-                   for lo, hi in ranges)
+    return _body(_complement(ranges) if negate else ranges)
+
+
+_ASCII_PUNCTUATION = ((33, 47), (58, 64), (91, 96), (123, 126))
+
+
+@functools.cache
+def one_char_regex(kind: str) -> re.Pattern:
+    """One character of a kind tokenizers tests per char: "whitespace", "punctuation"
+    (BERT's: ASCII punctuation or any P* category) or "numeric" (any N* category)."""
+    ranges = {"whitespace": lambda: WHITESPACE_RANGES,
+              "punctuation": lambda: _merge([*class_ranges("P"), *_ASCII_PUNCTUATION]),
+              "numeric": lambda: class_ranges("N")}[kind]()
+    return re.compile(f"[{_body(ranges)}]")
 
 
 _PROPERTY = re.compile(r"\\([pP])\{\^?([A-Za-z_]+)\}")

@@ -1,6 +1,7 @@
 """Unigram (SentencePiece's unigram LM): Viterbi over the pieces, as tokenizers' encode_optimized."""
 from __future__ import annotations
 
+from .bpe import CACHE_MAX_CHARS, CACHE_WORDS
 from .errors import TokenizerError
 
 UNK_PENALTY = 10.0  # the unknown piece scores this much below the worst real piece
@@ -79,9 +80,10 @@ class Unigram:
                     continue
             # an unknown span keeps its own text as the token string, as upstream
             out.append((self.unk_id if tid is None else tid, text[s:e], s, e))
-        if len(self.cache) > 100_000:
-            self.cache.clear()
-        self.cache[text] = out
+        if len(text) <= CACHE_MAX_CHARS:
+            if len(self.cache) >= CACHE_WORDS:
+                self.cache.clear()
+            self.cache[text] = out
         return out
 
 
