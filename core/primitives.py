@@ -19,7 +19,7 @@ Families (29 primitives):
   movement     reshape, permute, expand, slice, pad, cat, contiguous
   compute      matmul, conv
   indexing     gather, index_select, scatter
-  meta         shape, dtype_of, synchronize
+  meta         shape, dtype_of, synchronize, supports
   optional     softmax, log_softmax, layer_norm, rms_norm, attention  (fused; None = compose)
 """
 from __future__ import annotations
@@ -66,6 +66,10 @@ class Backend:
 
     def synchronize(self):
         pass
+
+    def supports(self, dtype):
+        """Whether arrays of this ember dtype can live on the device (e.g. WebGPU has no float64)."""
+        return True
 
     # -- elementwise ----------------------------------------------------------------------
     def unary(self, op, x):

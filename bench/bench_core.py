@@ -1,0 +1,82 @@
+"""Core benchmarks, as ratios measured in one run: per-op overhead (ember vs numpy vs torch eager),
+matmul 1024^2 and a ResNet-like conv2d vs torch on CPU, `import ember` vs `import torch`.
+
+    python bench/bench_core.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_core.py   # current numpy's own kernel
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import timeit
+
+import numpy as np
+
+
+def best(f, number, repeat=5):
+    return min(timeit.repeat(f, number=number, repeat=repeat)) / number
+
+
+def import_time(mod):
+    code = f"import time; t = time.perf_counter(); import {mod}; print(time.perf_counter() - t)"
+    runs = [float(subprocess.check_output([sys.executable, "-c", code], text=True)) for _ in range(5)]
+    return min(runs)
+
+
+def main():
+    import torch
+
+    import ember
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        from threadpoolctl import threadpool_info
+        blas = [f"{i['internal_api']} {i.get('architecture')}" for i in threadpool_info() if i["user_api"] == "blas"]
+    except ImportError:
+        blas = ["?"]
+    print(f"BLAS: {', '.join(blas)}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} "
+          f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}")
+
+    a = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
+    ea, ta = ember.tensor(a), torch.tensor(a)
+    ops = {
+        "add": (lambda: a + a, lambda: ea + ea, lambda: ta + ta),
+        "mul scalar": (lambda: a * 2.0, lambda: ea * 2.0, lambda: ta * 2.0),
+        "exp": (lambda: np.exp(a), lambda: ea.exp(), lambda: ta.exp()),
+        "matmul": (lambda: a @ a, lambda: ea @ ea, lambda: ta @ ta),
+        "sum(-1)": (lambda: np.add.reduce(a, -1), lambda: ea.sum(-1), lambda: ta.sum(-1)),
+        "reshape": (lambda: a.reshape(16), lambda: ea.reshape(16), lambda: ta.reshape(16)),
+        "transpose": (lambda: a.T, lambda: ea.transpose(0, 1), lambda: ta.transpose(0, 1)),
+        "getitem [1]": (lambda: a[1], lambda: ea[1], lambda: ta[1]),
+        "softmax": (lambda: None, lambda: ea.softmax(-1), lambda: ta.softmax(-1)),
+    }
+    print(f"\nper-op time on a 4x4 float32 tensor (us)   {'numpy':>8s} {'ember':>8s} {'torch':>8s}  ember-numpy")
+    over = []
+    for name, (fn, fe, ft) in ops.items():
+        tn, te, tt = (best(f, 20000) * 1e6 for f in (fn, fe, ft))
+        if name != "softmax":
+            over.append(te - tn)
+        print(f"  {name:38s} {tn:8.2f} {te:8.2f} {tt:8.2f}  {te - tn:8.2f}")
+    print(f"  median ember overhead over numpy: {np.median(over):.2f} us/op")
+
+    m = np.random.default_rng(1).standard_normal((1024, 1024)).astype(np.float32)
+    em, tm = ember.tensor(m), torch.tensor(m)
+    te, tt = best(lambda: em @ em, 5), best(lambda: tm @ tm, 5)
+    print(f"\nmatmul 1024^2: ember {te * 1e3:.1f} ms ({2 * 1024 ** 3 / te / 1e9:.1f} GFLOP/s), "
+          f"torch {tt * 1e3:.1f} ms ({2 * 1024 ** 3 / tt / 1e9:.1f} GFLOP/s), ember/torch {te / tt:.2f}x")
+
+    x = np.random.default_rng(2).standard_normal((1, 64, 56, 56)).astype(np.float32)
+    w = np.random.default_rng(3).standard_normal((64, 64, 3, 3)).astype(np.float32) * 0.05
+    ex, ew, tx, tw = ember.tensor(x), ember.tensor(w), torch.tensor(x), torch.tensor(w)
+    with torch.no_grad():
+        te = best(lambda: ember.nn.functional.conv2d(ex, ew, padding=1), 3)
+        tt = best(lambda: torch.nn.functional.conv2d(tx, tw, padding=1), 3)
+    print(f"conv2d 64->64 3x3 on 56x56 (ResNet layer): ember {te * 1e3:.1f} ms, torch {tt * 1e3:.1f} ms, "
+          f"ember/torch {te / tt:.2f}x")
+
+    ie, it = import_time("ember"), import_time("torch")
+    print(f"\nimport ember {ie * 1e3:.0f} ms, import torch {it * 1e3:.0f} ms ({it / ie:.1f}x slower)")
+
+
+if __name__ == "__main__":
+    main()
