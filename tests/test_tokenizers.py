@@ -276,6 +276,11 @@ def _variants(configs):
     gpt2["post_processor"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True}
     gpt2["normalizer"] = {"type": "NFC"}
     out["gpt2_prefix_nfc"] = gpt2
+    roberta = copy.deepcopy(gpt2)
+    roberta["post_processor"] = {"type": "RobertaProcessing", "sep": ["<|endoftext|>", 50256],
+                                 "cls": ["<|startoftranscript|>", 50257], "trim_offsets": True,
+                                 "add_prefix_space": True}
+    out["roberta"] = roberta
     for pre in ({"type": "Whitespace"}, {"type": "WhitespaceSplit"},
                 {"type": "Sequence", "pretokenizers": [{"type": "Punctuation", "behavior": "Contiguous"},
                                                        {"type": "Digits", "individual_digits": True}]},
@@ -312,6 +317,10 @@ def test_component_variants_match_tokenizers(configs):
             assert_same_encoding(ours.encode(text), ref.encode(text), f"[{name}] {text}")
             ids = ref.encode(text).ids
             assert ours.decode(ids, False) == ref.decode(ids, skip_special_tokens=False), name
+        for specials in (True, False):
+            assert_same_encoding(ours.encode(CORPUS[5], CORPUS[0], add_special_tokens=specials),
+                                 ref.encode(CORPUS[5], CORPUS[0], add_special_tokens=specials),
+                                 f"[{name}] pair")
 
 
 # ---------------------------------------------------------------- a large corpus (slow)

@@ -80,11 +80,6 @@ class Piece:
             self.text = s + self.text
             self.align = [self.align[0]] * len(s) + self.align
 
-    def append(self, s: str) -> None:
-        if self.text:
-            self.text = self.text + s
-            self.align = self.align + [self.align[-1]] * len(s)
-
     def replace(self, matches: list[Span], content: str) -> None:
         """Replace each matched range by `content`, aligned with the range's last char."""
         text, align, last = [], [], 0

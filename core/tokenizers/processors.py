@@ -65,15 +65,22 @@ class Template:
 
 
 class Bert:
-    """BertProcessing: [CLS] A [SEP] (B [SEP]); RobertaProcessing: <s> A </s> (</s> B </s>)."""
+    """BertProcessing: [CLS] A [SEP] (B [SEP]); RobertaProcessing: <s> A </s> (</s> B </s>),
+    type ids all 0, after trimming byte-level offsets like the ByteLevel processor."""
 
-    def __init__(self, sep, cls, roberta=False):
+    def __init__(self, sep, cls, roberta=False, trim_offsets=False, add_prefix_space=True):
         self.sep, self.cls, self.roberta = tuple(sep), tuple(cls), roberta
+        self.trim = ByteLevel(True, add_prefix_space) if roberta and trim_offsets else None
 
     def added_tokens(self, is_pair: bool) -> int:
         return (4 if self.roberta else 3) if is_pair else 2
 
     def process(self, encodings, add_special_tokens):
+        if self.trim is not None:
+            encodings = self.trim.process(encodings, add_special_tokens)
+        if self.roberta:
+            for enc in encodings:
+                enc.type_ids = [0] * len(enc)
         if not add_special_tokens:
             return encodings
         (sep, sep_id), (cls, cls_id) = self.sep, self.cls
@@ -143,10 +150,8 @@ def build_processor(spec, where="post_processor"):
         if kind == "TemplateProcessing":
             return Template(spec["single"], spec["pair"], spec.get("special_tokens", {}), where)
         if kind in ("BertProcessing", "RobertaProcessing"):
-            if kind == "RobertaProcessing" and spec.get("trim_offsets", True):
-                raise TokenizerError(f"tokenizer.json {where}: RobertaProcessing with "
-                                     f"trim_offsets is not supported by ember")
-            return Bert(spec["sep"], spec["cls"], roberta=kind == "RobertaProcessing")
+            return Bert(spec["sep"], spec["cls"], kind == "RobertaProcessing",
+                        spec.get("trim_offsets", True), spec.get("add_prefix_space", True))
         if kind == "ByteLevel":
             return ByteLevel(spec.get("trim_offsets", True), spec.get("add_prefix_space", True))
         if kind == "Sequence":
