@@ -295,13 +295,16 @@ class NumpyBackend(Backend):
         return conv(x, w, stride, padding, dilation, groups)
 
     # -- indexing -------------------------------------------------------------------------------
+    # Indices are int64 tensors; numpy indexes with intp, which is 32-bit under Pyodide (wasm32)
+    # and refuses a 'safe' int64 cast there, so convert explicitly (a no-op on 64-bit CPython).
     def gather(self, x, axis, idx):
-        return np.take_along_axis(x, idx, axis=axis)
+        return np.take_along_axis(x, idx.astype(np.intp, copy=False), axis=axis)
 
     def index_select(self, x, axis, idx):
-        return np.take(x, idx, axis=axis)
+        return np.take(x, idx.astype(np.intp, copy=False), axis=axis)
 
     def scatter(self, x, axis, idx, src, reduce):
+        idx = idx.astype(np.intp, copy=False)
         out = np.array(x, copy=True)
         if reduce is None:
             np.put_along_axis(out, idx, src, axis=axis)
