@@ -70,12 +70,22 @@ class NativeAdapter:
         self._pending = 0
         self._usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
+    def _lost(self, what, e):
+        return AdapterError(f"ember: webgpu {what} failed on {self.info} (device lost?): {e}; "
+                            f"tensors on 'cpu' keep working, move data there with .to('cpu') before this point")
+
     # -- resources ------------------------------------------------------------------------------
     def buffer(self, nbytes):
-        return self.device.create_buffer(size=nbytes, usage=self._usage)
+        try:
+            return self.device.create_buffer(size=nbytes, usage=self._usage)
+        except Exception as e:
+            raise self._lost(f"allocating {nbytes} bytes", e) from e
 
     def meta(self, words):
-        return self.device.create_buffer_with_data(data=words, usage=self._wgpu.BufferUsage.STORAGE)
+        try:
+            return self.device.create_buffer_with_data(data=words, usage=self._wgpu.BufferUsage.STORAGE)
+        except Exception as e:
+            raise self._lost("allocating a parameter buffer", e) from e
 
     def pipeline(self, wgsl):
         module = self.device.create_shader_module(code=wgsl)
@@ -84,14 +94,17 @@ class NativeAdapter:
     # -- transfers ------------------------------------------------------------------------------
     def write(self, handle, arr):
         self.flush()
-        self._queue.write_buffer(handle, 0, arr)
+        try:
+            self._queue.write_buffer(handle, 0, arr)
+        except Exception as e:
+            raise self._lost("upload", e) from e
 
     def read(self, handle, nbytes):
         self.flush()
         try:
             data = self._queue.read_buffer(handle, 0, nbytes)
         except Exception as e:
-            raise AdapterError(f"ember: webgpu readback failed (device lost?): {e}") from e
+            raise self._lost("readback", e) from e
         return np.frombuffer(data, dtype=np.uint8)
 
     async def read_async(self, handle, nbytes):
@@ -99,6 +112,13 @@ class NativeAdapter:
 
     # -- work -----------------------------------------------------------------------------------
     def dispatch(self, pipeline, handles, groups):
+        try:
+            self._record(pipeline, handles, groups)
+        except Exception as e:
+            self._enc, self._pending = None, 0
+            raise self._lost("dispatch", e) from e
+
+    def _record(self, pipeline, handles, groups):
         if self._enc is None:
             self._enc = self.device.create_command_encoder()
         bg = self.device.create_bind_group(
@@ -116,4 +136,7 @@ class NativeAdapter:
     def flush(self):
         if self._enc is not None:
             enc, self._enc, self._pending = self._enc, None, 0
-            self._queue.submit([enc.finish()])
+            try:
+                self._queue.submit([enc.finish()])
+            except Exception as e:
+                raise self._lost("submit", e) from e

@@ -286,7 +286,7 @@ class ComputeMixin:
                 mview, mb = self._batched(self.expand(mask, s.shape), bshape)
                 flags |= 4
                 mrow, mcol, moff = mview.strides[-2], mview.strides[-1], mview.offset
-            meta = [rows, S, self._bits(scale, D.float32), flags, mrow, mb, L, S - L, moff, mcol]
+            meta = [rows, S, self._bits(scale, D.float32), flags, mrow, mb, L, 0, moff, mcol]  # causal: top-left aligned (torch)
             pipe = self.pipelines.get("norm", "attn_softmax", "f32", ["f32", "f32"], FIX=fix)
             self._run(pipe, meta, p_, [s, mview], _row_groups(rows))
         return self.matmul(p_, v)

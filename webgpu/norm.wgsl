@@ -2,7 +2,7 @@
 // rms_norm and the scale+mask+softmax step of attention. One workgroup per row; statistics
 // in f32 through a shared-memory tree. prm: [0] rows [1] row length [2] eps/scale bits
 // [3] flags (bit 0 weight, bit 1 bias, bit 2 mask, bit 3 causal) [4] mask row stride
-// [5] mask batch stride [6] rows per mask batch (L) [7] causal offset (S - L)
+// [5] mask batch stride [6] rows per mask batch (L) [7] causal diagonal offset (0: top-left aligned, as torch)
 // [8] mask offset [9] mask column stride
 
 var<workgroup> sh: array<f32, 256>;
