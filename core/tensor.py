@@ -119,6 +119,14 @@ class Tensor:
         a = self._storage_numpy()
         return D.bf16_bits_to_f32(a) if a.dtype == np.uint16 else a
 
+    async def numpy_async(self):
+        """Awaitable readback for backends whose reads are asynchronous (WebGPU in a page without JSPI)."""
+        f = getattr(self.device.backend, "to_numpy_async", None)
+        if f is None:
+            return self.numpy()
+        a = await f(self._data)
+        return D.bf16_bits_to_f32(a) if a.dtype == np.uint16 else a
+
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
