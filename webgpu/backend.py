@@ -37,7 +37,20 @@ def configure(power_preference="high-performance", backend=None):
     _SETTINGS.update(power_preference=power_preference, backend=backend)
 
 
+_READY: list = []  # a page's adapter created ahead by init_async()
+
+
+async def init_async(power_preference=None):
+    """Create the page's GPU device without blocking (required where JSPI is missing); the
+    next `ember.device("webgpu")` then uses it. A no-op outside the browser."""
+    if sys.platform == "emscripten" and not _READY:
+        from .adapter_browser import BrowserAdapter
+        _READY.append(await BrowserAdapter.create(power_preference or _SETTINGS["power_preference"]))
+
+
 def _make_adapter():
+    if _READY:
+        return _READY.pop()
     if sys.platform == "emscripten":
         from .adapter_browser import BrowserAdapter
         return BrowserAdapter(_SETTINGS["power_preference"])
