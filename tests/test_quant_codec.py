@@ -17,6 +17,7 @@ import ctypes
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -113,7 +114,7 @@ def _ggml_reference_lib():
     cache.mkdir(parents=True, exist_ok=True)
     sdist = cache / f"llama_cpp_python-{LLAMA_CPP_PY}.tar.gz"
     if not sdist.exists():
-        r = subprocess.run(["pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(cache),
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(cache),
                             f"llama-cpp-python=={LLAMA_CPP_PY}"], capture_output=True, timeout=600)
         if r.returncode or not sdist.exists():
             pytest.skip("cannot download the llama-cpp-python sdist for the ggml C reference")
