@@ -1,0 +1,40 @@
+"""`ember convert`: one entry point for weight conversions; each converter lives with its format.
+
+    ember convert model.safetensors model.gguf --qtype q4_0   # quantize (and .gguf -> .safetensors back)
+    ember convert ct2-whisper CT2_DIR OUT_DIR                  # CTranslate2 Whisper -> Hugging Face layout
+    ember convert yolo best.pt OUT.safetensors                 # Ultralytics .pt / .onnx -> ember YOLO weights
+"""
+from __future__ import annotations
+
+import argparse
+
+KINDS = ("ct2-whisper", "yolo")
+
+
+def add_parser(sub):
+    p = sub.add_parser("convert", help="convert weights between formats", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("args", nargs="+", metavar="[KIND] SRC DST", help=f"KIND is one of {', '.join(KINDS)}; "
+                   "without KIND the direction follows the extensions (.safetensors <-> .gguf)")
+    p.add_argument("--qtype", default="q8_0", help="GGUF type for 2-d float weights (q4_0, q4_k, q8_0, f16, ...)")
+    p.set_defaults(func=main)
+
+
+def main(args):
+    a = args.args
+    if a[0] in KINDS:
+        if len(a) != 3:
+            raise SystemExit(f"ember convert {a[0]}: expected SRC DST, got {' '.join(a[1:]) or 'nothing'}")
+        kind, src, dst = a
+        if kind == "ct2-whisper":
+            from .models.whisper.ct2 import convert_ct2_whisper
+            out = convert_ct2_whisper(src, dst)
+        else:
+            from .models.yolo.convert import convert
+            out = convert(src, dst)
+        print(f"{src} -> {out}")
+        return 0
+    if len(a) != 2:
+        raise SystemExit(f"ember convert: expected [KIND] SRC DST, got {' '.join(a)}")
+    from .quant.convert import run_convert
+    return run_convert(argparse.Namespace(src=a[0], dst=a[1], qtype=args.qtype))
