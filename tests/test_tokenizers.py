@@ -7,6 +7,7 @@ a Unigram are trained here with `tokenizers` itself.
 """
 import copy
 import json
+import random
 import subprocess
 import sys
 import zipfile
@@ -47,6 +48,35 @@ CORPUS = [
     "\n",
     "a",
 ]
+
+
+# Character blocks for random text, all assigned by Unicode 9: the Rust tokenizers classify
+# characters with tables that old, so newer characters may differ by Unicode version alone.
+RANDOM_BLOCKS = [(0x00, 0xFF), (0x300, 0x36F), (0x370, 0x3FF), (0x400, 0x4FF), (0x5D0, 0x5EA),
+                 (0x620, 0x64A), (0x905, 0x939), (0x1100, 0x11FF), (0x2000, 0x2064),
+                 (0x2100, 0x22FF), (0x2460, 0x24FF), (0x3000, 0x303F), (0x3041, 0x30FF),
+                 (0x4E00, 0x9FA5), (0xAC00, 0xD7A3), (0xFB00, 0xFB06), (0xFE00, 0xFE0F),
+                 (0xFF01, 0xFFEE), (0x1D400, 0x1D44F), (0x1F300, 0x1F64F), (0xE0020, 0xE007F),
+                 (0xF0000, 0xF00FF)]
+SPECIAL_SNIPPETS = ["<|endoftext|>", "[CLS]", "<s>", "<|im_end|>", " fox ", "'ll", "'S", "  \n"]
+
+
+def random_texts(seed: int, count: int) -> list[str]:
+    """Seeded random strings: ASCII mixed with characters from many scripts and categories."""
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(count):
+        chars = []
+        for _ in range(rng.randrange(0, 40)):
+            if rng.random() < 0.4:
+                chars.append(rng.choice(" abcdefghij  XYZ.,'!?\n\t0123456789"))
+            else:
+                lo, hi = rng.choice(RANDOM_BLOCKS)
+                chars.append(chr(rng.randrange(lo, hi + 1)))
+        if rng.random() < 0.2:
+            chars.insert(rng.randrange(len(chars) + 1), rng.choice(SPECIAL_SNIPPETS))
+        texts.append("".join(chars))
+    return texts
 
 
 def cached_wheel_file(package: str, version: str, member: str) -> Path:
@@ -162,6 +192,13 @@ def test_encode_matches_tokenizers(pairs, name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_random_text_matches_tokenizers(pairs, name):
+    ours, ref = pairs[name]
+    for text in random_texts(seed=NAMES.index(name), count=150):
+        assert_same_encoding(ours.encode(text), ref.encode(text), text)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_decode_matches_tokenizers(pairs, name):
     ours, ref = pairs[name]
     for text in CORPUS:
@@ -169,7 +206,6 @@ def test_decode_matches_tokenizers(pairs, name):
         for skip in (True, False):
             assert ours.decode(ids, skip_special_tokens=skip) == ref.decode(ids, skip_special_tokens=skip)
     # arbitrary id sequences too: partial UTF-8, specials in the middle, byte tokens alone
-    import random
     rng = random.Random(0)
     n = ref.get_vocab_size()
     for _ in range(100):
@@ -310,7 +346,7 @@ def _variants(configs):
 
 
 def test_component_variants_match_tokenizers(configs):
-    extra = ["<|im_end|> after", "the fox, foxes <|im_end|>  <|im_end|>x fox"]
+    extra = ["<|im_end|> after", "the fox, foxes <|im_end|>  <|im_end|>x fox"] + random_texts(7, 60)
     for name, cfg in _variants(configs).items():
         ours, ref = pair_of(cfg)
         for text in CORPUS + extra:

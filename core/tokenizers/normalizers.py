@@ -12,8 +12,8 @@ from .unicode_regex import WHITESPACE, class_body, compile_onig, is_whitespace
 
 
 def unicode_normalize(piece: Piece, form: str) -> None:
-    """NFC/NFD/NFKC/NFKD keeping alignment as tokenizers does: a decomposed character's parts
-    all map to it; a composed character maps to the first character it was made from."""
+    """NFC/NFD/NFKC/NFKD keeping alignment as tokenizers does (a decomposed character's
+    parts all map to it, a composition maps to the first character it consumes)."""
     text = piece.text
     whole = unicodedata.normalize(form, text)
     if whole == text:
@@ -23,11 +23,13 @@ def unicode_normalize(piece: Piece, form: str) -> None:
         piece.text, piece.align = whole, [a for chars, a in zip(per_char, piece.align)
                                           for _ in chars]
         return
-    # Decompose char by char, remembering each part's source, then put combining marks in
-    # canonical order (stable by combining class), which together is exactly NFD/NFKD.
+    # As unicode-normalization-alignments does: decompose char by char, the first part of a
+    # char replacing it (change 0) and the others inserted (+1); put marks in canonical
+    # order, the changes travelling with them; a composition of k parts sums their changes
+    # minus k - 1. NormalizedString.transform then turns changes into alignments.
     decomposition = "NFKD" if form.startswith("NFK") else "NFD"
-    parts = [(d, a) for c, a in zip(text, piece.align)
-             for d in unicodedata.normalize(decomposition, c)]
+    parts = [(d, int(i > 0)) for c in text
+             for i, d in enumerate(unicodedata.normalize(decomposition, c))]
     i = 0
     while i < len(parts):
         j = i
@@ -37,17 +39,21 @@ def unicode_normalize(piece: Piece, form: str) -> None:
             parts[i:j] = sorted(parts[i:j], key=lambda p: unicodedata.combining(p[0]))
         i = j + 1
     if form in ("NFD", "NFKD"):
-        piece.text, piece.align = whole, [a for _, a in parts]
+        piece.transform(parts)
         return
-    align, used = [], 0  # composition: each output char consumes its own decomposition
+    pairs, used = [], 0
     for c in whole:
-        align.append(parts[min(used, len(parts) - 1)][1])
-        used += len(unicodedata.normalize(decomposition, c))
-    piece.text, piece.align = whole, align
+        k = len(unicodedata.normalize(decomposition, c))
+        pairs.append((c, sum(change for _, change in parts[used:used + k]) - (k - 1)))
+        used += k
+    piece.transform(pairs)
+
+
+_CONTROL_CATEGORIES = ("Cc", "Cf", "Co", "Cs")  # Rust's is_other(): unassigned (Cn) stays
 
 
 def _is_control(c: str) -> bool:
-    return c not in "\t\n\r" and unicodedata.category(c)[0] == "C"
+    return c not in "\t\n\r" and unicodedata.category(c) in _CONTROL_CATEGORIES
 
 
 _CJK = re.compile("[\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f"
@@ -56,8 +62,8 @@ _SPACES = {ord(c): " " for c in WHITESPACE}
 
 
 @functools.cache
-def _category_regex(category: str) -> re.Pattern:
-    return re.compile(f"[{class_body(category)}]")
+def _category_regex(*categories: str) -> re.Pattern:
+    return re.compile(f"[{''.join(class_body(c) for c in categories)}]")
 
 
 def lowercase(piece: Piece) -> None:
@@ -91,7 +97,8 @@ class BertNormalizer:
         # Each step edits per character only when a character it touches is present.
         if self.clean_text:
             if "\0" in piece.text or "\ufffd" in piece.text or \
-                    _category_regex("C").search(piece.text.translate(_KEEP_TAB_NL_CR)):
+                    _category_regex(*_CONTROL_CATEGORIES).search(
+                        piece.text.translate(_KEEP_TAB_NL_CR)):
                 piece.filter(lambda c: not (c == "\0" or c == "\ufffd" or _is_control(c)))
             piece.text = piece.text.translate(_SPACES)  # one char for one: alignment holds
         if self.handle_chinese_chars and _CJK.search(piece.text):
