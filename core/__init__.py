@@ -51,9 +51,9 @@ def save(tensors, path, metadata=None):
 
 def __getattr__(name):
     # heavy or optional parts load on first use, keeping `import ember` fast
-    if name == "io":
-        from . import io
-        return io
+    if name in ("io", "quant", "tokenizers", "models"):
+        import importlib
+        return importlib.import_module(f"ember.{name}")  # (`from . import` would re-enter this hook)
     if name == "Tokenizer":
         from .tokenizers import Tokenizer
         return Tokenizer
