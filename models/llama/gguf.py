@@ -108,7 +108,8 @@ def load_gguf(path):
     """(Llama, LlamaTokenizer | None) from a .gguf file."""
     where = os.fspath(path)
     from .load import from_hf_state_dict
-    md = ember.io.metadata(path)
+    from ember.io import metadata  # (ember.io via the lazy attribute recurses: reported to the lead)
+    md = metadata(path)
     c = config_from_metadata(md, where)
     sd, c = state_dict_from_gguf(ember.load(path), c, where)
     return from_hf_state_dict(sd, c, source=where), tokenizer_from_metadata(md, c.vocab_size)

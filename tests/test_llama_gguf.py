@@ -1,0 +1,115 @@
+"""Llama from GGUF files written with gguf-py (llama.cpp's convert_hf_to_gguf layout: q/k rows permuted to
+the interleaved rotary layout, tokenizer in tokenizer.ggml.*): F32 matches transformers to float32 state
+tolerance, Q8_0 within a stated bound, and the embedded BPE vocabulary tokenizes like the original."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember.models.llama.load import load_llama
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+tokenizers = pytest.importorskip("tokenizers")
+
+TEXT = ("The for statement is used to iterate over the elements of a sequence. "
+        "The while statement is used for repeated execution as long as an expression is true. ") * 4
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([TEXT], trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                         show_progress=False))
+    return tok
+
+
+def _llamacpp_permute(w, n_head):
+    """convert_hf_to_gguf.py LlamaModel.permute: HF rotate-half rows -> interleaved pairs."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _write(path, hf, tok, qtype):
+    c = hf.config
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_rope_freq_base(10000.0)
+    vocab = tok.get_vocab()
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    import json
+    merges = [" ".join(m) if isinstance(m, list) else m for m in json.loads(tok.to_str())["model"]["merges"]]
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in ("<s>", "</s>") else 1 for t in tokens])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    for k, v in hf.state_dict().items():
+        a = v.detach().numpy().astype(np.float32)
+        if k == "model.embed_tokens.weight":
+            n = "token_embd.weight"
+        elif k == "model.norm.weight":
+            n = "output_norm.weight"
+        elif k == "lm_head.weight":
+            n = "output.weight"
+        else:
+            _, _, i, *rest = k.split(".")
+            base = ".".join(rest[:-1])
+            n = f"blk.{i}.{names[base]}.weight"
+            if base == "self_attn.q_proj":
+                a = _llamacpp_permute(a, c.num_attention_heads)
+            elif base == "self_attn.k_proj":
+                a = _llamacpp_permute(a, c.num_key_value_heads)
+        if qtype == "q8_0" and a.ndim == 2:
+            w.add_tensor(n, gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0),
+                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(n, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize("qtype,tol", [("f32", 2e-5), ("q8_0", 2e-2)])
+def test_gguf_llama_matches_transformers(tmp_path, qtype, tol):
+    tok = _tokenizer()
+    torch.manual_seed(0)
+    hc = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                  attn_implementation="eager")
+    hf = transformers.LlamaForCausalLM(hc).eval()
+    with torch.no_grad():  # larger weights than the 0.02 init so the logits carry signal
+        for p in hf.parameters():
+            p.mul_(4.0) if p.ndim == 2 else p.copy_(1 + 0.2 * torch.randn_like(p))
+    path = tmp_path / f"tiny-{qtype}.gguf"
+    _write(path, hf, tok, qtype)
+    model, etok = load_llama(str(path))
+    assert model.config.n_kv_heads == 2 and not model.config.tie_embeddings
+    text = "The for statement is used for repeated execution"
+    ids = etok.encode(text, bos=True)
+    assert ids == [0] + tok.encode(text).ids
+    assert etok.decode(ids) == text
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids])).logits.numpy()
+    with ember.no_grad():
+        got = model(ember.tensor([ids])).numpy()
+    err = np.abs(got - ref).max()
+    assert err < tol * max(1.0, np.abs(ref).max()), (qtype, err, np.abs(ref).max())
+    if qtype == "q8_0":
+        assert err > 1e-6  # the weights really went through Q8_0
