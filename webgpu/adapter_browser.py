@@ -85,6 +85,12 @@ class BrowserAdapter:
 
     def pipeline(self, wgsl):
         module = self.device.createShaderModule(_obj({"code": wgsl}))
+        from pyodide.ffi import can_run_sync, run_sync
+        if can_run_sync():  # the page reports shader errors asynchronously; surface them here
+            errors = [f"line {m.lineNum}: {m.message}" for m in run_sync(module.getCompilationInfo()).messages
+                      if m.type == "error"]
+            if errors:
+                raise AdapterError("ember: WGSL compile error: " + "; ".join(errors))
         return self.device.createComputePipeline(_obj({"layout": "auto",
                                                        "compute": {"module": module, "entryPoint": "main"}}))
 

@@ -24,8 +24,11 @@ fn view_index(i: u32, k: u32) -> i32 {
     return off;
 }
 
-fn f_inf() -> f32 { return bitcast<f32>(0x7f800000u); }
-fn f_nan() -> f32 { return bitcast<f32>(0x7fc00000u); }
+// private vars, not literals: Tint rejects a constant-folded inf/NaN
+var<private> INF_BITS: u32 = 0x7f800000u;
+var<private> NAN_BITS: u32 = 0x7fc00000u;
+fn f_inf() -> f32 { return bitcast<f32>(INF_BITS); }
+fn f_nan() -> f32 { return bitcast<f32>(NAN_BITS); }
 fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 fn never_i(x: i32) -> bool { return false; }  // is_nan for integer kernels
 fn never_u(x: u32) -> bool { return false; }
