@@ -282,11 +282,12 @@ def test_decode_stream_matches_tokenizers(pairs, name):
             assert "".join(pieces) == ours.decode(ids, skip_special_tokens=False)
 
 
-def test_decode_stream_holds_back_partial_characters(pairs):
-    ours, _ = pairs["whisper"]
-    ids = ours.encode("😀", add_special_tokens=False).ids
+@pytest.mark.parametrize("backend", ["python", "native"])
+def test_decode_stream_holds_back_partial_characters(configs, backend):
+    tok = Tokenizer.from_str(json.dumps(configs["whisper"]), backend=backend)
+    ids = tok.encode("😀", add_special_tokens=False).ids
     assert len(ids) > 1  # the emoji's four bytes are split over several tokens
-    stream = ours.decode_stream()
+    stream = tok.decode_stream()
     out = [stream.step(i) for i in ids]
     assert out[:-1] == [None] * (len(ids) - 1) and out[-1] == "😀"
 
@@ -374,6 +375,18 @@ def test_large_corpus_parity(pairs):
         a, b = ours.encode(text), ref.encode(text)
         assert a.ids == b.ids and a.offsets == [tuple(o) for o in b.offsets], name
         assert ours.decode(a.ids) == ref.decode(b.ids), name
+
+
+def test_json_floats_parse_like_serde_json():
+    from ember.tokenizers.json_floats import serde_json_float
+    rng = random.Random(3)
+    for _ in range(500):  # up to 15 significant digits both parses are exact
+        text = repr(round(rng.uniform(-30, 30), rng.randrange(1, 14)))
+        assert serde_json_float(text) == float(text), text
+    assert serde_json_float("1e-5") == 1e-5 and serde_json_float("-0.0") == 0.0
+    # 17 digits: u64 -> f64 rounds first, then one division: one ulp off the exact value
+    exact = float("-12.009139964213945")
+    assert serde_json_float("-12.009139964213945") == -12.009139964213944 != exact
 
 
 # ---------------------------------------------------------------- backends and bad input
