@@ -414,8 +414,10 @@ def test_from_file_reads_the_file(tmp_path, configs):
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(configs["minilm"]), encoding="utf-8")
     for backend in ("python", "native"):
-        tok = Tokenizer.from_file(path, backend=backend)
-        assert tok.encode("Hello!").ids[:4] == [101, 7592, 999, 102]
+        for tok in (Tokenizer.from_file(path, backend=backend),
+                    Tokenizer.from_buffer(path.read_bytes(), backend=backend)):
+            assert tok.backend == backend
+            assert tok.encode("Hello!").ids[:4] == [101, 7592, 999, 102]
     with pytest.raises(TokenizerError, match="missing.json: cannot read"):
         Tokenizer.from_file(tmp_path / "missing.json")
 

@@ -44,12 +44,12 @@ class Piece:
 
     # ------------------------------------------------------------ edits that keep alignment
 
-    def transform(self, pairs: Iterable[tuple[str, int]], initial_offset: int = 0) -> None:
+    def transform(self, pairs: Iterable[tuple[str, int]]) -> None:
         """Replace the text by `pairs` of (char, change) like NormalizedString::transform:
         change 0 replaces the next original char, +1 inserts a char (aligned with the previous
         one), -n replaces one char and removes the n after it."""
         old, text, align = self.align, [], []
-        idx = initial_offset
+        idx = 0
         for c, change in pairs:
             if change > 0:
                 a = old[idx - 1] if idx > 0 else (self.orig_start, self.orig_start)
