@@ -75,6 +75,7 @@ class WhisperConfig:
     begin_suppress_tokens: tuple = ()
     max_initial_timestamp_index: int = 50
     alignment_heads: tuple = ()
+    max_length: int | None = None  # prompt + generated tokens (generation_config.json)
 
     @classmethod
     def from_dicts(cls, config: dict, generation: dict | None, added_tokens: dict[str, int],
@@ -106,7 +107,8 @@ class WhisperConfig:
         return cls(dims, special, multilingual, tuple(gen.get("suppress_tokens") or ()),
                    tuple(gen.get("begin_suppress_tokens") or ()),
                    int(gen.get("max_initial_timestamp_index", 50)),
-                   tuple(tuple(h) for h in gen.get("alignment_heads") or ()))
+                   tuple(tuple(h) for h in gen.get("alignment_heads") or ()),
+                   gen.get("max_length") if isinstance(gen.get("max_length"), int) else None)
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike) -> WhisperConfig:

@@ -30,7 +30,7 @@ class DecodingOptions:
     suppress_blank: bool = True            # the checkpoint's begin_suppress_tokens at the first step
     suppress_tokens: tuple | None = None   # None: the checkpoint's suppress_tokens
     max_initial_timestamp_index: int | None = None  # None: the checkpoint's (50 = 1.0 s)
-    max_length: int | None = None          # prompt + generated tokens; None: the decoder's context
+    max_length: int | None = None          # roughly the tokens generated; None: the checkpoint's
     prompt: tuple = ()                     # previous-text tokens, sent after <|startofprev|>
     seed: int | None = None                # sampling
 
@@ -167,7 +167,10 @@ class WindowDecoder:
         temperature = opts.temperature if temperature is None else temperature
         cross = self.model.decoder.cross_kv(audio_features)  # once per window
         prompt = self.prompt(language)
-        max_length = min(opts.max_length or self.n_ctx, self.n_ctx)
+        # as transformers: the length limit counts generated tokens plus up to n_ctx // 2 - 1 of the
+        # prompt, capped by the decoder's context
+        limit = opts.max_length or self.tokenizer.config.max_length or self.n_ctx
+        max_length = min(limit + min(self.n_ctx // 2 - 1, len(prompt)), self.n_ctx)
         if len(prompt) >= max_length:
             raise ValueError(f"ember: the decoder prompt has {len(prompt)} tokens, max_length is {max_length}")
         sot_index = prompt.index(self.tokenizer.sot)

