@@ -32,7 +32,7 @@ def _model_type(spec: dict) -> str:
     raise TokenizerError("tokenizer.json model: no \"type\" and no fields that identify it")
 
 
-def _check_text(text, what: str) -> str:
+def check_text(text, what: str) -> str:
     if not isinstance(text, str):
         raise TokenizerError(f"encode: {what} must be a str, got {type(text).__name__}")
     try:
@@ -106,8 +106,8 @@ class PythonTokenizer:
         return out
 
     def _encode_unpadded(self, sequence, pair, add_special_tokens):
-        first = self._encode_one(_check_text(sequence, "sequence"), 0)
-        second = None if pair is None else self._encode_one(_check_text(pair, "pair"), 1)
+        first = self._encode_one(check_text(sequence, "sequence"), 0)
+        second = None if pair is None else self._encode_one(check_text(pair, "pair"), 1)
         return self._post_process(first, second, add_special_tokens)
 
     def encode(self, sequence: str, pair: str | None = None, is_pretokenized: bool = False,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from .errors import TokenizerError
-from .pipeline import PythonTokenizer
+from .pipeline import PythonTokenizer, check_text
 
 BACKENDS = ("auto", "native", "python")
 
@@ -83,7 +83,11 @@ class Tokenizer:
 
     @classmethod
     def from_buffer(cls, data: bytes, backend: str = "auto") -> Tokenizer:
-        return cls.from_str(bytes(data).decode("utf-8"), backend)
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TokenizerError(f"tokenizer.json buffer: not UTF-8 ({exc})") from None
+        return cls.from_str(text, backend)
 
     def __repr__(self) -> str:
         return f"Tokenizer(backend={self.backend!r}, vocab_size={self.get_vocab_size()})"
@@ -91,10 +95,19 @@ class Tokenizer:
     # ------------------------------------------------------------------ encode / decode
 
     def encode(self, sequence: str, pair: str | None = None, add_special_tokens: bool = True):
+        if self.backend == "native":  # the same errors as the Python runtime gives
+            check_text(sequence, "sequence")
+            if pair is not None:
+                check_text(pair, "pair")
         return self._impl.encode(sequence, pair, add_special_tokens=add_special_tokens)
 
     def encode_batch(self, inputs, add_special_tokens: bool = True) -> list:
-        return self._impl.encode_batch(list(inputs), add_special_tokens=add_special_tokens)
+        inputs = list(inputs)
+        if self.backend == "native":
+            for item in inputs:
+                for text in (item if isinstance(item, (tuple, list)) else (item,)):
+                    check_text(text, "batch item")
+        return self._impl.encode_batch(inputs, add_special_tokens=add_special_tokens)
 
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         ids = [int(i) for i in ids]
