@@ -318,6 +318,13 @@ def _variants(configs):
                                  "cls": ["<|startoftranscript|>", 50257], "trim_offsets": True,
                                  "add_prefix_space": True}
     out["roberta"] = roberta
+    byte_norm = copy.deepcopy(w)  # byte-level as a normalizer, a regex Replace before it
+    byte_norm["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Replace", "pattern": {"Regex": r"\s{2,}|\d"}, "content": "_"},
+        {"type": "ByteLevel"}]}
+    byte_norm["pre_tokenizer"] = {"type": "WhitespaceSplit"}
+    byte_norm["decoder"] = {"type": "BPEDecoder", "suffix": "er"}
+    out["bytelevel_normalizer"] = byte_norm
     for pre in ({"type": "Whitespace"}, {"type": "WhitespaceSplit"},
                 {"type": "Sequence", "pretokenizers": [{"type": "Punctuation", "behavior": "Contiguous"},
                                                        {"type": "Digits", "individual_digits": True}]},
@@ -343,6 +350,12 @@ def _variants(configs):
                              {"id": 1501, "content": "fox", "single_word": True, "lstrip": False,
                               "rstrip": False, "normalized": True, "special": False}]
     out["metaspace_first_added"] = meta
+    fallback = copy.deepcopy(configs["unigram"])  # Unigram with <0xXX> byte fallback
+    fallback["model"]["byte_fallback"] = True
+    fallback["model"]["vocab"] += [[f"<0x{b:02X}>", -20.0] for b in range(256)]
+    fallback["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}]}
+    out["unigram_byte_fallback"] = fallback
     return out
 
 
