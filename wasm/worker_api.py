@@ -1,0 +1,287 @@
+"""The Python side of the web app's worker: load a model from files already in Pyodide's file system,
+run it, and hand results back as plain dicts with the same fields as the CLI's `--json`.
+
+web/worker.js fetches the weights, writes them under /models/<tool>/<key>/, then calls `load(...)` and
+the `run_*` coroutines through `pyodide.runPythonAsync`, so that WebGPU reads can suspend via JSPI.
+Long runs `await asyncio.sleep(0)` between steps (tokens, segments): that lets the worker's event loop
+deliver a cancel message, which sets the flag that `cancelled()` reads. The module runs unchanged in
+CPython (tests/test_web_worker_api.py drives it there against the CLI's own functions).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import numpy as np
+
+TOOLS = ("whisper", "llama", "yolo")
+_MODELS: dict[str, dict] = {}   # tool -> {"model", "tokenizer", "source", "device"}
+_CANCEL = {"flag": False}
+
+
+class WorkerError(ValueError):
+    """A request the worker cannot serve; `code` tells the page which human message to show."""
+
+    def __init__(self, message: str, code: str = "error"):
+        super().__init__(message)
+        self.code = code
+
+
+# ---------------------------------------------------------------------------- device
+
+async def pick_device(name: str) -> dict:
+    """Make `name` ("webgpu" or "cpu") usable; -> {"device", "reason"}. A missing WebGPU adapter is not an
+    error: the answer says "cpu" and why, and the page shows it."""
+    import ember
+    if name == "cpu":
+        return {"device": "cpu", "reason": ""}
+    if name != "webgpu":
+        raise WorkerError(f"ember: unknown device {name!r}; expected 'webgpu' or 'cpu'", "bad_request")
+    try:
+        import ember.webgpu as wg
+        await wg.init_async()
+        x = ember.arange(4, dtype=ember.float32, device="webgpu")
+        if float((x * 2).sum().item()) != 12.0:  # a device that computes wrong is worse than none
+            raise RuntimeError("a test reduction returned a wrong value")
+        return {"device": "webgpu", "reason": ""}
+    except Exception as e:  # noqa: BLE001 - any failure means "no usable WebGPU here"
+        return {"device": "cpu", "reason": str(e).replace("ember: ", "")[:300]}
+
+
+# ---------------------------------------------------------------------------- loading
+
+def _one_file(folder: str, suffixes: tuple[str, ...], tool: str) -> str:
+    found = sorted(n for n in os.listdir(folder) if n.lower().endswith(suffixes))
+    if not found:
+        raise WorkerError(f"ember: no {' / '.join(suffixes)} file among {sorted(os.listdir(folder))} for {tool}",
+                          "unsupported_file")
+    return os.path.join(folder, found[0])
+
+
+def load(tool: str, folder: str, device: str = "cpu") -> dict:
+    """Load `tool`'s model from the files in `folder`; -> {"tool", "device", "parameters", "bytes"}."""
+    import ember
+    if tool not in TOOLS:
+        raise WorkerError(f"ember: unknown tool {tool!r}; expected one of {TOOLS}", "bad_request")
+    _MODELS.pop(tool, None)  # free the old model before the new one claims memory
+    try:
+        if tool == "whisper":
+            from ember.models.whisper.load import load_whisper
+            model, _, tokenizer = load_whisper(folder, device=device)
+        elif tool == "llama":
+            from ember.models.llama.load import load_llama
+            names = os.listdir(folder)
+            single = [n for n in names if n.endswith((".gguf", ".bin"))]
+            src = os.path.join(folder, single[0]) if single and "config.json" not in names else folder
+            model, tokenizer = load_llama(src, device=device)
+            if tokenizer is None:
+                raise WorkerError(f"ember: no tokenizer beside the Llama model in {sorted(names)}; add "
+                                  f"tokenizer.json (or tokenizer.bin for llama2.c)", "unsupported_file")
+        else:
+            from ember.models.yolo.load import load_model
+            model = load_model(_one_file(folder, (".safetensors", ".onnx", ".pt"), tool), device=device)
+            tokenizer = None
+    except MemoryError:
+        raise WorkerError(f"ember: the {tool} model does not fit in this browser's memory", "out_of_memory") from None
+    except (ValueError, KeyError, OSError, TypeError) as e:
+        if isinstance(e, WorkerError):
+            raise
+        msg = str(e) if str(e).startswith("ember") else f"ember: {type(e).__name__}: {e}"
+        raise WorkerError(msg, "bad_model") from None
+    params = list(model.parameters())
+    _MODELS[tool] = {"model": model, "tokenizer": tokenizer, "device": device}
+    return {"tool": tool, "device": device, "parameters": int(sum(p.numel() for p in params)),
+            "bytes": int(sum(p.numel() * p.dtype.itemsize for p in params))}
+
+
+def loaded(tool: str) -> dict:
+    if tool not in _MODELS:
+        raise WorkerError(f"ember: no {tool} model loaded yet; load one first", "not_loaded")
+    return _MODELS[tool]
+
+
+# ---------------------------------------------------------------------------- cancel
+
+def cancel() -> None:
+    _CANCEL["flag"] = True
+
+
+async def _checkpoint() -> None:
+    """Yield to the worker's event loop (a cancel message can arrive), then stop if one did."""
+    await asyncio.sleep(0)
+    if _CANCEL["flag"]:
+        raise asyncio.CancelledError()
+
+
+# ---------------------------------------------------------------------------- tools
+
+def _samples(audio) -> np.ndarray:
+    """WAV bytes (decoded and resampled by ember as the CLI does) or float32 16 kHz samples."""
+    from ember.models.whisper.transcribe import load_input
+    if isinstance(audio, (bytes, bytearray, memoryview)) and bytes(audio[:4]) == b"RIFF":
+        return load_input(bytes(audio))
+    if isinstance(audio, (bytes, bytearray, memoryview)):
+        if len(audio) % 4:
+            raise WorkerError("ember: audio must be a WAV file or float32 samples at 16 kHz "
+                              f"(got {len(audio)} bytes, not a multiple of 4)", "unsupported_file")
+        audio = np.frombuffer(audio, dtype=np.float32)
+    samples = np.asarray(audio, dtype=np.float32)
+    if samples.ndim != 1 or samples.size == 0:
+        raise WorkerError(f"ember: audio must be mono samples, got shape {samples.shape}", "unsupported_file")
+    if not np.isfinite(samples).all():
+        raise WorkerError("ember: audio samples contain NaN or infinity", "unsupported_file")
+    return samples
+
+
+async def run_whisper(audio, opts: dict | None = None, on_segment=None) -> dict:
+    """-> {"text", "language", "segments": [{"start", "end", "text", "tokens"}]} as `ember whisper --json
+    --timestamps` (plus "ms", "duration"). on_segment(segment) as each segment is decoded."""
+    from ember.models.whisper.transcribe import transcribe
+    opts = dict(opts or {})
+    m = loaded("whisper")
+    _CANCEL["flag"] = False
+    try:
+        samples = _samples(audio)
+    except ValueError as e:
+        raise WorkerError(str(e), "unsupported_file") from None
+    t0 = time.perf_counter()
+    segs = []
+
+    def seg_cb(s):
+        seg = {k: s[k] for k in ("start", "end", "text", "tokens")}
+        segs.append(seg)
+        if on_segment is not None:
+            on_segment(seg)
+
+    temps = 0.0 if opts.get("fallback") is False else (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the CLI's default
+    result = transcribe(m["model"], m["tokenizer"], samples, language=opts.get("language"),
+                        timestamps=bool(opts.get("timestamps", True)), beam_size=opts.get("beam"),
+                        temperature=temps, on_segment=seg_cb)
+    await _checkpoint()
+    return {"text": result["text"].strip(), "language": result["language"],
+            "segments": [{k: s[k] for k in ("start", "end", "text", "tokens")} for s in result["segments"]],
+            "ms": round((time.perf_counter() - t0) * 1000, 1), "duration": round(samples.size / 16000, 3)}
+
+
+async def run_llama(prompt: str, opts: dict | None = None, on_token=None) -> dict:
+    """Stream a completion; -> {"prompt_tokens", "tokens", "text", "tokens_per_s", "stopped"} as
+    `ember llama --json`. on_token(piece, n_tokens, tokens_per_s) per UTF-8-safe piece."""
+    from ember.models.llama.generate import SamplingParams, TextStream, generate
+    opts = dict(opts or {})
+    m = loaded("llama")
+    tok = m["tokenizer"]
+    _CANCEL["flag"] = False
+    try:
+        params = SamplingParams(float(opts.get("temperature", 0.8)), int(opts.get("top_k", 0)),
+                                float(opts.get("top_p", 0.9)), float(opts.get("repetition_penalty", 1.0)),
+                                None if opts.get("seed") is None else int(opts["seed"]))
+    except ValueError as e:
+        raise WorkerError(str(e), "bad_request") from None
+    max_new = int(opts.get("max_new_tokens", 128))
+    if not 1 <= max_new <= 4096:
+        raise WorkerError(f"ember: max tokens must be between 1 and 4096, got {max_new}", "bad_request")
+    prompt_ids = tok.encode(prompt, bos=True)
+    stream = TextStream(generate(m["model"], prompt_ids, max_new, params, tok.eos_ids), tok)
+    pieces, cancelled = [], False
+    try:
+        for piece in stream:
+            pieces.append(piece)
+            if on_token is not None:
+                st = stream.stats
+                on_token(piece, len(st.tokens), round(st.tokens_per_s, 2))
+            await _checkpoint()
+    except asyncio.CancelledError:
+        stream.abort()
+        cancelled = True
+    st = stream.stats
+    return {"prompt_tokens": list(prompt_ids), "tokens": list(st.tokens), "text": "".join(pieces),
+            "tokens_per_s": round(st.tokens_per_s, 2), "stopped": "cancelled" if cancelled else st.stopped}
+
+
+def _image(image):
+    """Encoded image bytes (decoded by Pillow as the CLI does) or (H, W, 4) RGBA pixels from a canvas."""
+    if isinstance(image, dict):  # {"rgba": bytes, "width", "height"} from ImageData
+        w, h = int(image["width"]), int(image["height"])
+        rgba = np.frombuffer(image["rgba"], dtype=np.uint8)
+        if rgba.size != w * h * 4:
+            raise WorkerError(f"ember: RGBA buffer of {rgba.size} bytes does not match {w}x{h}", "unsupported_file")
+        return rgba.reshape(h, w, 4)[:, :, :3].copy()
+    return bytes(image)
+
+
+async def run_yolo(image, opts: dict | None = None) -> dict:
+    """-> {"detections": [{"class", "label", "score", "box"}] rounded as `ember yolo --json`, "ms", "width",
+    "height"}."""
+    from ember.models.yolo.cli import _rounded
+    from ember.models.yolo.image import load_image
+    from ember.models.yolo.predict import detect
+    opts = dict(opts or {})
+    m = loaded("yolo")
+    _CANCEL["flag"] = False
+    conf, iou = float(opts.get("conf", 0.25)), float(opts.get("iou", 0.45))
+    for name, v in (("conf", conf), ("iou", iou)):
+        if not 0.0 <= v <= 1.0:
+            raise WorkerError(f"ember: {name} must be between 0 and 1, got {v}", "bad_request")
+    try:
+        img = load_image(_image(image))
+    except ValueError as e:
+        raise WorkerError(str(e), "unsupported_file") from None
+    t0 = time.perf_counter()
+    dets = detect(m["model"], img, conf=conf, iou=iou)
+    ms = (time.perf_counter() - t0) * 1000
+    await _checkpoint()
+    return {"detections": [_rounded(d) for d in dets], "ms": round(ms, 1),
+            "width": int(img.shape[1]), "height": int(img.shape[0])}
+
+
+# ---------------------------------------------------------------------------- the worker's entry point
+
+async def handle(op: str, args: dict) -> dict:
+    """One request from web/worker.js -> {"ok": result} or {"error": code, "message": text}; never raises,
+    so the page always gets an answer it can show."""
+    try:
+        args = {k: _from_js(v) for k, v in dict(args).items()}
+        if op == "device":
+            return {"ok": await pick_device(args["device"])}
+        if op == "load":
+            return {"ok": load(args["tool"], args["folder"], args.get("device", "cpu"))}
+        if op == "whisper":
+            return {"ok": await run_whisper(args["input"], args.get("opts"), args.get("on_partial"))}
+        if op == "llama":
+            return {"ok": await run_llama(args["input"], args.get("opts"), args.get("on_partial"))}
+        if op == "yolo":
+            return {"ok": await run_yolo(args["input"], args.get("opts"))}
+        raise WorkerError(f"ember: unknown request {op!r}", "bad_request")
+    except WorkerError as e:
+        return {"error": e.code, "message": str(e)}
+    except asyncio.CancelledError:
+        return {"error": "cancelled", "message": "ember: cancelled"}
+    except MemoryError:
+        return {"error": "out_of_memory", "message": "ember: out of memory in the browser while running "
+                f"{op}; try a smaller model or input"}
+    except Exception as e:  # noqa: BLE001 - reported to the page with its type, the worker stays alive
+        import traceback
+        traceback.print_exc()
+        msg = str(e) if str(e).startswith("ember") else f"ember: {type(e).__name__}: {e}"
+        return {"error": "internal", "message": msg}
+
+
+def _from_js(v):
+    """Arguments from worker.js arrive as JS proxies under Pyodide: typed arrays become bytes (one copy into
+    the wasm heap), objects dicts, and callbacks get their Python arguments converted to JS objects."""
+    if not hasattr(v, "to_py"):
+        return v
+    if getattr(v, "typeof", "") == "function":
+        from js import Object
+        from pyodide.ffi import to_js
+
+        def call(*a):
+            v(*(to_js(x, dict_converter=Object.fromEntries) for x in a))
+        return call
+    if hasattr(v, "to_bytes") and getattr(v, "byteLength", None) is not None:
+        return v.to_bytes()
+    out = v.to_py()
+    if isinstance(out, dict):
+        return {k: (bytes(x) if isinstance(x, memoryview) else x) for k, x in out.items()}
+    return out

@@ -1,0 +1,201 @@
+// ember's Web Worker: Pyodide + numpy + the ember wheel run here, so the page never freezes.
+//
+// Protocol (every message carries the `id` of the request it belongs to):
+//   page -> worker  {type: "init", pyodideURL, wheelURL, device}      -> {type: "ready", device, reason, jspi}
+//                   {type: "device", device}                          -> {type: "result", data: {device, reason}}
+//                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?} | {name, bytes}]}
+//                   {type: "run", tool, input, opts}                  -> {type: "partial", data} ... {type: "result"}
+//                   {type: "cancel"}                                  (no reply: the running request ends "cancelled")
+//   worker -> page  {type: "progress", stage, file, done, total}       bytes for downloads, 0..1 otherwise
+//                   {type: "error", code, message}                    code picks the page's human message
+// Weights are cached in the Cache API under their URL plus size/sha256, so a reload reads them from disk.
+
+const CACHE_NAME = "ember-weights-v1";
+const MAX_MODEL_BYTES = 1.5 * 2 ** 30; // wasm32: 4 GiB address space, weights are held twice while loading
+
+let pyodide = null;
+let device = "cpu";
+
+class WorkerFail extends Error {
+  constructor(code, message) { super(message); this.code = code; }
+}
+
+const post = (msg, transfer) => self.postMessage(msg, transfer || []);
+
+self.onmessage = async (ev) => {
+  const msg = ev.data;
+  if (msg.type === "cancel") { // handled at once: the running Python task sees the flag at its next step
+    if (pyodide) pyodide.runPython("from ember.wasm import worker_api; worker_api.cancel()");
+    return;
+  }
+  queue = queue.then(() => serve(msg)); // one request at a time, in order
+};
+let queue = Promise.resolve();
+
+async function serve(msg) {
+  const { id } = msg;
+  const progress = (stage, file, done, total) => post({ type: "progress", id, stage, file, done, total });
+  try {
+    if (msg.type === "init") post({ type: "ready", id, ...(await init(msg, progress)) });
+    else if (!pyodide) throw new WorkerFail("not_ready", "ember: the runtime is not started yet");
+    else if (msg.type === "device") post({ type: "result", id, data: await setDevice(msg.device) });
+    else if (msg.type === "load") post({ type: "result", id, data: await load(msg, progress) });
+    else if (msg.type === "run") post({ type: "result", id, data: await run(msg) });
+    else throw new WorkerFail("bad_request", `ember: unknown message type ${msg.type}`);
+  } catch (e) {
+    const code = e.code || (e instanceof RangeError ? "out_of_memory" : "internal");
+    post({ type: "error", id, code, message: String(e.message || e) });
+  }
+}
+
+// ------------------------------------------------------------------ runtime
+
+async function init(msg, progress) {
+  const base = new URL(msg.pyodideURL, self.location.href).href.replace(/\/?$/, "/");
+  progress("runtime", "pyodide", 0, 4);
+  let loadPyodide;
+  try {
+    ({ loadPyodide } = await import(base + "pyodide.mjs"));
+  } catch (e) {
+    throw new WorkerFail("download", `ember: cannot load Pyodide from ${base} (${e.message})`);
+  }
+  pyodide = await loadPyodide({ indexURL: base, stdout: (s) => console.log(s), stderr: (s) => console.warn(s) });
+  progress("runtime", "numpy", 1, 4);
+  await pyodide.loadPackage(["numpy", "pillow"], { messageCallback: () => {}, errorCallback: (s) => console.warn(s) });
+  progress("runtime", "ember", 2, 4);
+  await pyodide.loadPackage(new URL(msg.wheelURL, self.location.href).href, { messageCallback: () => {} });
+  pyodide.runPython("import ember, ember.wasm.worker_api");
+  progress("runtime", "device", 3, 4);
+  const jspi = pyodide.runPython("from pyodide.ffi import can_run_sync\ncan_run_sync()") ? true : false;
+  const want = msg.device === "cpu" ? "cpu" : "webgpu";
+  const picked = self.navigator.gpu || want === "cpu" ? await setDevice(want)
+    : { device: "cpu", reason: "this browser has no WebGPU (navigator.gpu is missing)" };
+  progress("runtime", "ready", 4, 4);
+  return { ...picked, jspi, pyodide: pyodide.version };
+}
+
+async function setDevice(name) {
+  const r = await callPy("device", { device: name });
+  device = r.device;
+  return r;
+}
+
+// Run worker_api.handle(op, args) under runPythonAsync (JSPI can suspend inside it) and unwrap its answer.
+async function callPy(op, args) {
+  const ns = pyodide.globals.get("dict")();
+  const pyArgs = pyodide.toPy(args, { depth: 1 });
+  try {
+    ns.set("op", op);
+    ns.set("args", pyArgs);
+    const out = await pyodide.runPythonAsync(
+      "from ember.wasm.worker_api import handle\nawait handle(op, args)", { globals: ns });
+    const r = out.toJs({ dict_converter: Object.fromEntries });
+    out.destroy();
+    if (r.error) throw new WorkerFail(r.error, r.message);
+    return r.ok;
+  } finally {
+    pyArgs.destroy();
+    ns.destroy();
+  }
+}
+
+// ------------------------------------------------------------------ weights
+
+function cacheKey(file) {
+  const u = new URL(file.url, self.location.href);
+  u.hash = `ember-size=${file.size ?? ""}&sha256=${file.sha256 ?? ""}`;
+  return u.href.replace("#", (u.search ? "&" : "?") + "ember-cache&"); // Cache API ignores fragments
+}
+
+async function sha256Hex(bytes) {
+  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(d, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+async function fetchCached(file, progress) {
+  const cache = self.caches ? await self.caches.open(CACHE_NAME) : null; // no Cache API off secure origins
+  const key = cacheKey(file);
+  const hit = cache && (await cache.match(key));
+  if (hit) {
+    const bytes = new Uint8Array(await hit.arrayBuffer());
+    progress("download", file.name, bytes.length, bytes.length);
+    return bytes;
+  }
+  let resp;
+  try {
+    resp = await fetch(file.url);
+  } catch (e) {
+    throw new WorkerFail("download", `ember: cannot download ${file.url} (${e.message}); check the address and your connection`);
+  }
+  if (resp.status === 404 && file.optional) return null;
+  if (!resp.ok) throw new WorkerFail("download", `ember: downloading ${file.url} failed: HTTP ${resp.status} ${resp.statusText}`);
+  const total = Number(resp.headers.get("content-length")) || file.size || 0;
+  if (total > MAX_MODEL_BYTES) throw tooLarge(file.name, total);
+  const chunks = [];
+  let done = 0;
+  const reader = resp.body.getReader();
+  progress("download", file.name, 0, total);
+  for (;;) {
+    const { done: end, value } = await reader.read();
+    if (end) break;
+    chunks.push(value);
+    done += value.length;
+    progress("download", file.name, done, total);
+  }
+  let bytes;
+  try {
+    bytes = new Uint8Array(done);
+  } catch (e) {
+    throw tooLarge(file.name, done);
+  }
+  let at = 0;
+  for (const c of chunks) { bytes.set(c, at); at += c.length; }
+  if (file.size != null && done !== file.size)
+    throw new WorkerFail("download", `ember: ${file.url}: got ${done} bytes, expected ${file.size} (incomplete download)`);
+  if (file.sha256 && (await sha256Hex(bytes)) !== file.sha256)
+    throw new WorkerFail("download", `ember: ${file.url}: sha256 does not match the manifest; refusing the file`);
+  if (cache) {
+    try {
+      await cache.put(key, new Response(bytes, { headers: { "content-length": String(done) } }));
+    } catch (e) {
+      console.warn(`ember: not cached (${e.message})`); // quota: still usable, just fetched again next time
+    }
+  }
+  return bytes;
+}
+
+function tooLarge(name, bytes) {
+  return new WorkerFail("too_large", `ember: ${name} is ${(bytes / 2 ** 30).toFixed(2)} GiB; the browser's ` +
+    `WebAssembly memory holds at most about ${(MAX_MODEL_BYTES / 2 ** 30).toFixed(1)} GiB of weights`);
+}
+
+async function load(msg, progress) {
+  const known = msg.files.reduce((s, f) => s + (f.size || (f.bytes ? f.bytes.byteLength : 0)), 0);
+  if (known > MAX_MODEL_BYTES) throw tooLarge(msg.tool, known);
+  const folder = `/models/${msg.tool}/${msg.key.replace(/[^A-Za-z0-9._-]/g, "_")}`;
+  pyodide.FS.mkdirTree(folder);
+  for (const f of msg.files) {
+    const bytes = f.bytes ? new Uint8Array(f.bytes) : await fetchCached(f, progress);
+    if (bytes) pyodide.FS.writeFile(`${folder}/${f.name.replace(/[\/\\]/g, "_")}`, bytes);
+  }
+  progress("load", msg.tool, 0, 1);
+  try {
+    return await callPy("load", { tool: msg.tool, folder, device });
+  } finally {
+    for (const name of pyodide.FS.readdir(folder)) // the weights now live in the model; free the file copies
+      if (name !== "." && name !== "..") pyodide.FS.unlink(`${folder}/${name}`);
+    progress("load", msg.tool, 1, 1);
+  }
+}
+
+// ------------------------------------------------------------------ runs
+
+async function run(msg) {
+  const { id, tool } = msg;
+  let input = msg.input;
+  if (input instanceof ArrayBuffer || ArrayBuffer.isView(input)) // one copy: JS heap -> Python bytes
+    input = new Uint8Array(input.buffer || input, input.byteOffset || 0, input.byteLength);
+  else if (input && input.rgba) input = { ...input, rgba: new Uint8Array(input.rgba.buffer || input.rgba) };
+  const onPartial = (...a) => post({ type: "partial", id, data: a.length === 1 ? a[0] : a });
+  return callPy(tool, { input, opts: msg.opts || {}, on_partial: onPartial });
+}
