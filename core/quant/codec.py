@@ -80,8 +80,10 @@ def dequantize_rows(rows, t) -> np.ndarray:
     if t.dequantize_blocks is None:
         raise NotImplementedError(f"ember: dequantizing {t.name} is not implemented")
     blocks = rows.reshape(-1, t.type_size)  # (n_blocks, type_size)
-    out = np.empty((blocks.shape[0], t.block_size), np.float32)
     with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN scales in a file decode as in C
+        if blocks.shape[0] <= CHUNK_BLOCKS:  # one call, no copy: the quantized-matmul slab path
+            return t.dequantize_blocks(blocks).reshape(r, n)
+        out = np.empty((blocks.shape[0], t.block_size), np.float32)
         for s in range(0, blocks.shape[0], CHUNK_BLOCKS):
             out[s:s + CHUNK_BLOCKS] = t.dequantize_blocks(blocks[s:s + CHUNK_BLOCKS])
     return out.reshape(r, n)
