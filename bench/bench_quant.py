@@ -5,8 +5,8 @@
 
 For each weight type: y = x @ W.T with W (n, n) held as GGML blocks (ember.quant.qmatmul, which
 dequantizes slabs of rows into a bounded scratch), against x @ W.T with W in float32. Times are the
-median and min of --repeat runs; "vs f32" compares min times; "extra MiB" is the tracemalloc peak during one call (the output
-included), "weight MiB" what W occupies. Quantize time is a single run.
+median and min of --repeat runs; "vs f32" compares min times; "extra MiB" is the tracemalloc peak
+during one call (the output included), "weight MiB" what W occupies. Quantize time is one run.
 """
 from __future__ import annotations
 
