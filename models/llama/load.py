@@ -102,7 +102,8 @@ def load_llama(src: str | None = None, device=None, tokenizer: str | None = None
         model, tok = load_hf(source, tokenizer)
     if device is not None:
         model = model.to(device)
-    return model.eval(), tok
+    # inference: parameters that do not require grad let the functional layer take its fused paths
+    return model.eval().requires_grad_(False), tok
 
 
 def load_hf(source: Source, tokenizer: str | None = None) -> tuple[Llama, LlamaTokenizer]:

@@ -62,15 +62,19 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, K, hd = self.n_heads, self.n_kv, self.hd
         qkv = self.qkv_proj(x).reshape(B, T, H + 2 * K, hd)            # (B, T, H + 2K, hd)
-        qk = rope(qkv[:, :, :H + K])                                    # (B, T, H + K, hd)
+        qk = rope(qkv.narrow(2, 0, H + K))                                    # (B, T, H + K, hd)
         # the G = H // K query heads of one kv head go along the sequence axis: (B, K, G * T, hd)
-        q = qk[:, :, :H].reshape(B, T, K, H // K, hd).permute(0, 2, 3, 1, 4).reshape(B, K, H // K * T, hd)
-        k = qk[:, :, H:].transpose(1, 2)                                # (B, K, T, hd)
-        v = qkv[:, :, H + K:].transpose(1, 2)                           # (B, K, T, hd)
+        # (for one token that is a plain reshape: decoding skips the permutes; narrow is the cheapest slice)
+        q = qk.narrow(2, 0, H)
+        q = q.reshape(B, K, H // K, hd) if T == 1 else \
+            q.reshape(B, T, K, H // K, hd).permute(0, 2, 3, 1, 4).reshape(B, K, H // K * T, hd)
+        k = qk.narrow(2, H, K).transpose(1, 2)                                # (B, K, T, hd)
+        v = qkv.narrow(2, H + K, K).transpose(1, 2)                           # (B, K, T, hd)
         if cache is not None:
             k, v = cache.update(layer, k, v)                            # (B, K, S, hd)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)     # (B, K, G * T, hd)
-        o = o.reshape(B, K, H // K, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, H * hd)
+        o = o.reshape(B, T, H * hd) if T == 1 else \
+            o.reshape(B, K, H // K, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, H * hd)
         return self.o_proj(o)                                           # (B, T, dim)
 
 
@@ -83,7 +87,7 @@ class MLP(nn.Module):
 
     def forward(self, x):
         gu = self.gate_up_proj(x)                                       # (B, T, 2 * hidden)
-        g, u = gu[..., :self.hidden], gu[..., self.hidden:]
+        g, u = gu.narrow(-1, 0, self.hidden), gu.narrow(-1, self.hidden, self.hidden)
         return self.down_proj(F.silu(g) * u)                            # (B, T, dim)
 
 
@@ -161,7 +165,7 @@ class Llama(nn.Module):
             cache.check_room(T)
         elif T > self.config.max_seq_len:
             raise ValueError(f"ember: {T} tokens exceed the context length {self.config.max_seq_len}")
-        rope = Rope(self.rope_cos[start:start + T], self.rope_sin[start:start + T], self.rope_rot)
+        rope = Rope(self.rope_cos.narrow(0, start, T), self.rope_sin.narrow(0, start, T), self.rope_rot)
         mask = self._mask(T, start, start + T)
         x = self.model.embed_tokens(tokens)                                               # (B, T, dim)
         for i, layer in enumerate(self.model.layers):
@@ -169,7 +173,7 @@ class Llama(nn.Module):
         if cache is not None:
             cache.pos += T
         if last_only and T > 1:
-            x = x[:, T - 1:]
+            x = x.narrow(1, T - 1, 1)
         x = self.model.norm(x)
         w = self.model.embed_tokens.weight if self.config.tie_embeddings else self.lm_head.weight
         return F.linear(x, w)                                                              # (B, T, vocab)

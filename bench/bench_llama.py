@@ -1,0 +1,179 @@
+"""Llama decode speed at the llama2.c stories15M shape (dim 288, 6 layers, 6 heads, vocab 32000, seq 256;
+random weights) — ember vs transformers eager (torch CPU) on the same weights in the same run, plus
+ember's per-op overhead on tiny tensors (what bounds a model this small).
+
+    python bench/bench_llama.py [--tokens 64] [--threads 1] [--json]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_llama.py
+
+Both sides run with the same BLAS/torch thread count (default 1: the bench machine is shared). Each side
+is timed `--repeats` times, interleaved, and the best run is reported (noise only ever slows a run down).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import numpy as np
+
+import ember
+from ember.models.llama import names
+from ember.models.llama.config import LlamaConfig
+from ember.models.llama.generate import SamplingParams, generate
+from ember.models.llama.model import Llama
+
+STORIES15M = dict(vocab_size=32000, dim=288, hidden_dim=768, n_layers=6, n_heads=6, n_kv_heads=6, max_seq_len=256,
+                  norm_eps=1e-5)
+
+
+def blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+        return [{k: b.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+                for b in threadpool_info() if b.get("user_api") == "blas"]
+    except ImportError:
+        return "threadpoolctl not installed"
+
+
+def random_model(seed=0):
+    ember.manual_seed(seed)
+    m = Llama(LlamaConfig(**STORIES15M)).eval()
+    rng = np.random.default_rng(seed)
+    for n, p in m.named_parameters():  # llama2.c-like magnitudes so greedy decoding is not degenerate
+        p.copy_(rng.normal(0, 0.05 if p.ndim == 2 else 0.1, p.shape).astype(np.float32) + (1.0 if p.ndim == 1 else 0))
+    return m.requires_grad_(False)  # as load_llama returns it: inference takes the fused paths
+
+
+def ember_decode(m, prompt, n):
+    g = generate(m, prompt, n, SamplingParams(temperature=0))
+    toks = list(g)
+    return toks, g.stats.tokens_per_s
+
+
+def torch_model(m):
+    import torch
+    import transformers
+    c = m.config
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**c.to_hf(), "attn_implementation": "eager"})).eval()
+    sd = names.to_hf({k: v for k, v in m.state_dict().items()}, c)
+    hf.load_state_dict({k: torch.from_numpy(v.numpy().copy()) for k, v in sd.items()})
+    return hf
+
+
+def torch_decode(hf, prompt, n):
+    import torch
+    with torch.no_grad():
+        out = hf(torch.tensor([prompt]), use_cache=True)
+        pkv, tok = out.past_key_values, int(out.logits[0, -1].argmax())
+        toks, t0 = [tok], time.perf_counter()
+        for _ in range(n - 1):
+            out = hf(torch.tensor([[tok]]), past_key_values=pkv, use_cache=True)
+            pkv, tok = out.past_key_values, int(out.logits[0, -1].argmax())
+            toks.append(tok)
+        return toks, (n - 1) / (time.perf_counter() - t0)
+
+
+def op_overheads(reps=2000):
+    """µs per call of ember ops on tiny tensors, next to the bare numpy call."""
+    a, w = ember.randn(1, 1, 288), ember.randn(288, 288)
+    an, wn = a.numpy(), w.numpy()
+    cache = ember.randn(1, 6, 100, 48)
+    k = ember.randn(1, 6, 1, 48)
+    cases = {"add": (lambda: a + a, lambda: an + an), "mul_scalar": (lambda: a * 0.5, lambda: an * np.float32(0.5)),
+             "matmul 1x288@288x288": (lambda: a @ w, lambda: an @ wn),
+             "linear (transpose+matmul)": (lambda: ember.nn.functional.linear(a, w), lambda: an @ wn.T),
+             "reshape": (lambda: a.reshape(1, 1, 6, 48), lambda: an.reshape(1, 1, 6, 48)),
+             "slice [..., :96]": (lambda: a[..., :96], lambda: an[..., :96]),
+             "transpose(1, 2)": (lambda: cache.transpose(1, 2), lambda: cache.numpy().swapaxes(1, 2)),
+             "cat (kv append)": (lambda: ember.cat([cache, k], 2), lambda: np.concatenate([cache.numpy(), k.numpy()], 2)),
+             "silu": (lambda: ember.nn.functional.silu(a), lambda: an / (1 + np.exp(-an))),
+             "rms_norm (fused)": (lambda: ember.nn.functional.rms_norm(a, (288,), None, 1e-5), lambda: an),
+             "softmax (fused)": (lambda: ember.nn.functional.softmax(a, -1), lambda: an)}
+    out = {}
+    for name, (f, g) in cases.items():
+        res = []
+        for fn in (f, g):
+            fn()
+            t = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            res.append((time.perf_counter() - t) / reps * 1e6)
+        out[name] = {"ember_us": round(res[0], 2), "numpy_us": round(res[1], 2)}
+    return out
+
+
+def count_ops(m, prompt):
+    """Primitive ops per decoded token (backend calls through the CPU device)."""
+    be = ember.device("cpu").backend
+    counts = {}
+    originals = {}
+    for name in ("unary", "binary", "where", "cast", "reduce", "reshape", "permute", "expand", "slice", "cat",
+                 "contiguous", "matmul", "index_select", "softmax", "rms_norm", "gather", "scatter", "full"):
+        orig = getattr(be, name)
+        originals[name] = orig
+
+        def wrap(*a, _n=name, _o=orig, **k):
+            counts[_n] = counts.get(_n, 0) + 1
+            return _o(*a, **k)
+        setattr(be, name, wrap)
+    try:
+        cache = m.new_cache()
+        with ember.no_grad():
+            m(ember.tensor([prompt]), cache)
+            counts.clear()
+            m(ember.tensor([[5]]), cache)
+    finally:
+        for name, orig in originals.items():
+            setattr(be, name, orig)
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])), sum(counts.values())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    from threadpoolctl import threadpool_limits
+    import torch
+    torch.set_num_threads(a.threads)
+    env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")}
+    prompt = [1, 450, 4996, 17354, 1701, 432, 17204, 975]
+    with threadpool_limits(a.threads):
+        m = random_model()
+        hf = torch_model(m)
+        ember_decode(m, prompt, 8), torch_decode(hf, prompt, 8)   # warm up
+        e_runs, t_runs = [], []
+        for _ in range(a.repeats):
+            e_toks, e = ember_decode(m, prompt, a.tokens)
+            t_toks, t = torch_decode(hf, prompt, a.tokens)
+            e_runs.append(e)
+            t_runs.append(t)
+        ops, n_ops = count_ops(m, prompt)
+        overhead = op_overheads()
+        blas = blas_info()
+    res = {"shape": "stories15M", "tokens": a.tokens, "threads": a.threads, "ember_tok_s": round(max(e_runs), 1),
+           "transformers_tok_s": round(max(t_runs), 1), "speedup": round(max(e_runs) / max(t_runs), 2),
+           "ember_runs": [round(x, 1) for x in e_runs], "transformers_runs": [round(x, 1) for x in t_runs],
+           "same_greedy_tokens": e_toks == t_toks, "ops_per_token": n_ops, "ops": ops, "op_overhead_us": overhead,
+           "blas": blas, "env": env, "numpy": np.__version__, "torch": torch.__version__,
+           "cpu": platform.processor() or platform.machine(), "loadavg": os.getloadavg()}
+    if a.json:
+        print(json.dumps(res))
+        return
+    print(f"decode tokens/s at stories15M shape ({a.tokens} tokens, {a.threads} thread(s), best of {a.repeats}):")
+    print(f"  ember        {res['ember_tok_s']:8.1f}   runs {res['ember_runs']}")
+    print(f"  transformers {res['transformers_tok_s']:8.1f}   runs {res['transformers_runs']}")
+    print(f"  speedup      {res['speedup']:8.2f}x   same greedy tokens: {res['same_greedy_tokens']}")
+    print(f"ember backend ops per decoded token: {n_ops} {ops}")
+    print("per-op overhead (µs, ember vs bare numpy):")
+    for k, v in overhead.items():
+        print(f"  {k:28s} {v['ember_us']:8.2f} {v['numpy_us']:8.2f}")
+    print(f"BLAS: {blas}\nenv: {env}\nloadavg: {res['loadavg']}")
+
+
+if __name__ == "__main__":
+    main()
