@@ -6,6 +6,7 @@ Text: CPython's own documentation (pydoc_data.topics: prose and code). Tokenizer
 tiny.en and all-MiniLM-L6-v2 (real tokenizer.json files, fetched like the tests do) and the
 Llama-2-style BPE the tests train. "cold" includes filling the per-word cache; "warm" is a
 second pass over the same text; native is one `encode` call (single-threaded in Rust).
+CPython numbers are CPU time; the Pyodide numbers are wall time inside Node.
 """
 import argparse
 import json
@@ -23,9 +24,11 @@ from ember.tokenizers import Tokenizer  # noqa: E402
 
 
 def timed(fn):
-    start = time.perf_counter()
+    """CPU seconds of this process: steadier than wall time on a shared machine (both
+    sides run single-threaded here)."""
+    start = time.process_time()
     out = fn()
-    return out, time.perf_counter() - start
+    return out, time.process_time() - start
 
 
 def bench_cpython(name: str, json_text: str, text: str) -> None:

@@ -418,6 +418,14 @@ def test_auto_backend_picks_native_and_python_is_forced(configs):
         Tokenizer.from_str(text, backend="rust")
 
 
+def test_auto_backend_without_tokenizers_is_python(configs, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # as in Pyodide: import fails
+    text = json.dumps(configs["minilm"])
+    assert Tokenizer.from_str(text).backend == "python"
+    with pytest.raises(TokenizerError, match=r"backend='native' needs the `tokenizers` package"):
+        Tokenizer.from_str(text, backend="native")
+
+
 def test_import_does_not_load_tokenizers():
     code = "import sys, ember.tokenizers; assert 'tokenizers' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
