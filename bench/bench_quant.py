@@ -55,14 +55,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.pyodide:
         return _in_pyodide([a for a in (sys.argv[1:] if argv is None else argv) if a != "--pyodide"])
-    if args.threads and platform.machine() != "wasm32":
+    wasm = platform.machine() == "wasm32"  # no threads, no BLAS
+    if args.threads and not wasm:
         from threadpoolctl import threadpool_limits  # bench-only dependency
         threadpool_limits(args.threads)
     rng = np.random.default_rng(0)
     n = args.n
     w = rng.standard_normal((n, n)).astype(np.float32)  # (out, in)
     print(f"# {platform.python_implementation()} {platform.python_version()}, numpy {np.__version__}, "
-          f"{platform.machine()}; W {n}x{n}; {args.repeat} runs; BLAS threads: {args.threads or 'default'}")
+          f"{platform.machine()}; W {n}x{n}; {args.repeat} runs; BLAS threads: {'n/a' if wasm else args.threads or 'default'}")
     print(f"{'type':6} {'batch':>5} {'median ms':>10} {'min ms':>8} {'vs f32':>7} {'extra MiB':>10} "
           f"{'weight MiB':>11} {'quantize s':>11}")
     rows = [("f32", None, None)]
