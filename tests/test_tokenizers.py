@@ -356,7 +356,22 @@ def _variants(configs):
     fallback["decoder"] = {"type": "Sequence", "decoders": [
         {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}]}
     out["unigram_byte_fallback"] = fallback
+    out["bpe_prefix_suffix"] = bpe_prefix_suffix_config()
     return out
+
+
+def bpe_prefix_suffix_config() -> dict:
+    """A BPE with "##" continuing-subword prefix and "</w>" end-of-word suffix (CLIP/GPT-1
+    style), with an [UNK] for characters it never saw."""
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+    tok = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##",
+                                          end_of_word_suffix="</w>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.BPEDecoder(suffix="</w>")
+    tok.train_from_iterator(llama_training_text()[:2000], trainers.BpeTrainer(
+        vocab_size=800, special_tokens=["[UNK]"], continuing_subword_prefix="##",
+        end_of_word_suffix="</w>", show_progress=False))
+    return json.loads(tok.to_str())
 
 
 def test_component_variants_match_tokenizers(configs):
