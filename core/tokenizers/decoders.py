@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .byte_level import from_byte_chars
 from .errors import TokenizerError, component_type, unsupported
-from .normalizers import _pattern
+from .normalizers import pattern_regex
 
 
 def byte_level(tokens: list[str]) -> list[str]:
@@ -83,7 +83,7 @@ class Strip:
 
 class Replace:
     def __init__(self, pattern, content):
-        self.regex, self.content = _pattern(pattern, "decoder Replace"), content
+        self.regex, self.content = pattern_regex(pattern, "decoder Replace"), content
 
     def __call__(self, tokens):
         return [self.regex.sub(lambda _: self.content, t) for t in tokens]

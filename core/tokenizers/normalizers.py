@@ -118,7 +118,7 @@ _KEEP_TAB_NL_CR = str.maketrans("\t\n\r", "   ")  # controls clean_text keeps (a
 
 class Replace:
     def __init__(self, pattern, content):
-        self.regex = _pattern(pattern, "Replace")
+        self.regex = pattern_regex(pattern, "Replace")
         self.content = content
 
     def __call__(self, piece: Piece) -> None:
@@ -127,7 +127,7 @@ class Replace:
             piece.replace(matches, self.content)
 
 
-def _pattern(spec, where: str) -> re.Pattern:
+def pattern_regex(spec, where: str) -> re.Pattern:
     """A tokenizer.json pattern {"String": s} (literal) or {"Regex": r} (Oniguruma)."""
     if isinstance(spec, dict) and isinstance(spec.get("String"), str):
         return re.compile(re.escape(spec["String"]))

@@ -6,7 +6,7 @@ import re
 from .byte_level import gpt2_regex, to_byte_chars
 from .errors import TokenizerError, component_type, unsupported
 from .normalized import BEHAVIORS, Piece, split_piece
-from .normalizers import _pattern
+from .normalizers import pattern_regex
 from .unicode_regex import one_char_regex
 
 
@@ -37,6 +37,7 @@ class Metaspace:
             raise TokenizerError(f"tokenizer.json pre_tokenizer Metaspace: prepend_scheme "
                                  f"{prepend_scheme!r} is not always/never/first")
         self.replacement, self.prepend_scheme, self.split = replacement, prepend_scheme, split
+        self.split_regex = re.compile(re.escape(replacement))
 
     def __call__(self, pieces: list[Piece]) -> list[Piece]:
         out, rep = [], self.replacement
@@ -47,7 +48,7 @@ class Metaspace:
                     self.prepend_scheme == "always"
                     or (self.prepend_scheme == "first" and piece.orig_start == 0)):
                 piece.prepend(rep)
-            out.extend(split_piece(piece, re.compile(re.escape(rep)), "MergedWithNext")
+            out.extend(split_piece(piece, self.split_regex, "MergedWithNext")
                        if self.split else [piece])
         return out
 
@@ -89,7 +90,7 @@ class Sequence:
 
 def _whitespace():
     # tokenizers' Whitespace: keep runs of \w+ and of [^\w\s]+, drop the rest
-    return Split(_pattern({"Regex": r"\w+|[^\w\s]+"}, "pre_tokenizer Whitespace"), "Removed",
+    return Split(pattern_regex({"Regex": r"\w+|[^\w\s]+"}, "pre_tokenizer Whitespace"), "Removed",
                  invert=True)
 
 
@@ -114,7 +115,7 @@ def build_pre_tokenizer(spec, where="pre_tokenizer"):
                 scheme = "always" if spec.get("add_prefix_space", True) else "never"
             return Metaspace(spec.get("replacement", "\u2581"), scheme, spec.get("split", True))
         if kind == "Split":
-            return Split(_pattern(spec["pattern"], "pre_tokenizer Split"), spec["behavior"],
+            return Split(pattern_regex(spec["pattern"], "pre_tokenizer Split"), spec["behavior"],
                          spec.get("invert", False))
         if kind == "Whitespace":
             return _whitespace()
