@@ -78,7 +78,7 @@ def test_losses_and_batch_norm_with_device_tensors():
 
 # ------------------------------------------------------------------ matmul kernels and strided views
 
-@pytest.mark.parametrize("kernel", ["tiled", "rows"])
+@pytest.mark.parametrize("kernel", ["tiled", "regs"])
 def test_matmul_kernels_strided_and_broadcast(kernel, monkeypatch):
     monkeypatch.setattr(BE, "matmul_kernel", kernel)
     a, b = rnd(3, 67, 45), rnd(45, 130, seed=1)

@@ -147,6 +147,10 @@ class BrowserAdapter:
         if self._pending >= _BATCH:
             self.flush()
 
+    def wait(self):
+        self.flush()
+        _sync(self._queue.onSubmittedWorkDone(), "synchronize")
+
     def flush(self):
         if self._enc is not None:
             enc, self._enc, self._pending = self._enc, None, 0

@@ -12,6 +12,7 @@ wgpu-py here and over `navigator.gpu` in a Pyodide page (adapter_browser.py). Th
   pipeline(wgsl) -> handle              compile a compute pipeline (entry point `main`)
   dispatch(pipeline, handles, groups)    record one dispatch; handles bind to bindings 0..n-1
   flush()                               submit the recorded dispatches
+  wait()                                flush and block until the GPU is idle
 
 Dispatches are recorded into one command encoder and submitted in batches: per-op submits
 are the dominant overhead for small ops. A write must not overtake recorded work that still
@@ -69,6 +70,7 @@ class NativeAdapter:
         self._enc = None
         self._pending = 0
         self._usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        self._probe = self.buffer(16)
 
     def _lost(self, what, e):
         return AdapterError(f"ember: webgpu {what} failed on {self.info} (device lost?): {e}; "
@@ -132,6 +134,13 @@ class NativeAdapter:
         self._pending += 1
         if self._pending >= _BATCH:
             self.flush()
+
+    def wait(self):
+        """Submit pending work and block until the GPU has finished it."""
+        self.flush()
+        # a tiny readback waits for everything queued before it (wgpu-py 0.32's
+        # on_submitted_work_done_sync fails with a cffi signature error)
+        self.read(self._probe, 4)
 
     def flush(self):
         if self._enc is not None:

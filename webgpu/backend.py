@@ -92,7 +92,7 @@ class WebGPUBackend(ComputeMixin, Backend):
         self.host_uploads = 0  # CPU arrays passed to primitives (see _dev)
         self.has_f16 = "shader-f16" in self.adapter.features
         self.available = True
-        self.matmul_kernel = "rows" if "CPU" in self.adapter.info else "tiled"
+        self.matmul_kernel = "tiled"  # or "regs" (no shared memory); bench/bench_webgpu.py measures both
 
     def __repr__(self):
         return f"WebGPUBackend({self.adapter.info})"
@@ -248,7 +248,7 @@ class WebGPUBackend(ComputeMixin, Backend):
         return x.dtype
 
     def synchronize(self):
-        self.adapter.flush()
+        self.adapter.wait()
 
     # ============================================================== elementwise
     def _map(self, out_dtype, expr, inputs, scalar=None, fix=True):

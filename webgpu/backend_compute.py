@@ -136,9 +136,10 @@ class ComputeMixin:
         bv, bsb = self._batched(b, bshape)
         meta = [M, N, K, av.offset, asb, av.strides[-2], av.strides[-1],
                 bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
-        kind = self.matmul_kernel if M <= 65535 else "tiled"
+        kind = self.matmul_kernel
         p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt], T=wt, FIX=fix or "")
-        groups = (-(-N // 64), -(-M // 64), B) if kind == "tiled" else (-(-N // 256), M, B)
+        t = 64 if kind == "tiled" else 32  # output tile edge per workgroup
+        groups = (-(-N // t), -(-M // t), B)
         self._run(p, meta, out, [av, bv], groups)
         return out
 

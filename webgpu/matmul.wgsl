@@ -2,91 +2,100 @@
 // transposed weights and broadcast batches need no copy.
 // prm: [0] M [1] N [2] K [3] a_off [4] a_sb [5] a_sm [6] a_sk [7] b_off [8] b_sb [9] b_sk [10] b_sn
 
-fn a_at(b: u32, m: u32, k: u32) -> $T {
-    return $T(in0[bitcast<i32>(prm[3]) + i32(b) * bitcast<i32>(prm[4]) + i32(m) * bitcast<i32>(prm[5])
-                  + i32(k) * bitcast<i32>(prm[6])]);
+struct Mat { off: i32, sb: i32, s0: i32, s1: i32 }
+
+fn mat(base: u32, bt: u32) -> Mat {
+    let sb = bitcast<i32>(prm[base + 1u]);
+    return Mat(bitcast<i32>(prm[base]) + i32(bt) * sb, sb, bitcast<i32>(prm[base + 2u]), bitcast<i32>(prm[base + 3u]));
 }
-fn b_at(b: u32, k: u32, n: u32) -> $T {
-    return $T(in1[bitcast<i32>(prm[7]) + i32(b) * bitcast<i32>(prm[8]) + i32(k) * bitcast<i32>(prm[9])
-                  + i32(n) * bitcast<i32>(prm[10])]);
+
+// the 4 elements (m..m+3, k) of A or (k, n..n+3) of B, zero outside the matrix; unrolled
+// with masks instead of branches so CPU-emulated adapters keep the lanes vectorised
+// (reads past the matrix stay inside the buffer or are clamped by WebGPU's robust access)
+fn a4(a: Mat, m: u32, k: u32, M: u32, K: u32) -> vec4<$T> {
+    let p = a.off + i32(m) * a.s0 + i32(k) * a.s1;
+    let v = vec4<$T>($T(in0[p]), $T(in0[p + a.s0]), $T(in0[p + 2 * a.s0]), $T(in0[p + 3 * a.s0]));
+    let ok = vec4<bool>(m < M, m + 1u < M, m + 2u < M, m + 3u < M) & vec4<bool>(k < K);
+    return select(vec4<$T>($T(0)), v, ok);
+}
+fn b4(b: Mat, k: u32, n: u32, K: u32, N: u32) -> vec4<$T> {
+    let p = b.off + i32(k) * b.s0 + i32(n) * b.s1;
+    let v = vec4<$T>($T(in1[p]), $T(in1[p + b.s1]), $T(in1[p + 2 * b.s1]), $T(in1[p + 3 * b.s1]));
+    let ok = vec4<bool>(n < N, n + 1u < N, n + 2u < N, n + 3u < N) & vec4<bool>(k < K);
+    return select(vec4<$T>($T(0)), v, ok);
+}
+
+fn store4x4(bt: u32, m: u32, n: u32, M: u32, N: u32, c: array<vec4<$T>, 4>) {
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (m + i >= M) { return; }
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            if (n + j < N) { out[(bt * M + m + i) * N + n + j] = $FIX($OT(c[i][j])); }
+        }
+    }
 }
 
 //! kernel matmul_tiled
-// 64x64 output tile per workgroup, 4x4 register block per invocation, K in steps of 16
-// through shared memory: fast on real GPUs
-var<workgroup> As: array<$T, 1024>;  // [k][m]
-var<workgroup> Bs: array<$T, 1024>;  // [k][n]
+// 64x64 output tile per workgroup of 16x16 invocations, each a 4x4 register block (vec4
+// rows); K in steps of 16 through shared memory: the layout that is fast on real GPUs
+var<workgroup> As: array<vec4<$T>, 256>;  // [k][m / 4]: 4 rows of A at one k
+var<workgroup> Bs: array<vec4<$T>, 256>;  // [k][n / 4]: 4 columns of B at one k
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
     let M = prm[0];
     let N = prm[1];
     let K = prm[2];
     let bt = wid.z;
+    let a = mat(3u, bt);
+    let b = mat(7u, bt);
     let row0 = wid.y * 64u;
     let col0 = wid.x * 64u;
     let lid = l.y * 16u + l.x;
-    var acc: array<$T, 16>;
-    for (var i = 0u; i < 16u; i = i + 1u) { acc[i] = $T(0); }
+    var c0 = vec4<$T>($T(0));
+    var c1 = vec4<$T>($T(0));
+    var c2 = vec4<$T>($T(0));
+    var c3 = vec4<$T>($T(0));
     for (var k0 = 0u; k0 < K; k0 = k0 + 16u) {
-        for (var e = lid; e < 1024u; e = e + 256u) {
-            let am = e / 16u;
-            let ak = e % 16u;
-            var av = $T(0);
-            if (row0 + am < M && k0 + ak < K) { av = a_at(bt, row0 + am, k0 + ak); }
-            As[ak * 64u + am] = av;
-            let bk = e / 64u;
-            let bn = e % 64u;
-            var bv = $T(0);
-            if (k0 + bk < K && col0 + bn < N) { bv = b_at(bt, k0 + bk, col0 + bn); }
-            Bs[bk * 64u + bn] = bv;
-        }
+        As[(lid % 16u) * 16u + lid / 16u] = a4(a, row0 + (lid / 16u) * 4u, k0 + lid % 16u, M, K);
+        Bs[lid] = b4(b, k0 + lid / 16u, col0 + (lid % 16u) * 4u, K, N);
         workgroupBarrier();
         for (var kk = 0u; kk < 16u; kk = kk + 1u) {
-            var av: array<$T, 4>;
-            var bv: array<$T, 4>;
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                av[i] = As[kk * 64u + l.y + 16u * i];
-                bv[i] = Bs[kk * 64u + l.x + 16u * i];
-            }
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                for (var j = 0u; j < 4u; j = j + 1u) {
-                    acc[i * 4u + j] = acc[i * 4u + j] + av[i] * bv[j];
-                }
-            }
+            let av = As[kk * 16u + l.y];
+            let bv = Bs[kk * 16u + l.x];
+            c0 = c0 + av.x * bv;
+            c1 = c1 + av.y * bv;
+            c2 = c2 + av.z * bv;
+            c3 = c3 + av.w * bv;
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let m = row0 + l.y + 16u * i;
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let n = col0 + l.x + 16u * j;
-            if (m < M && n < N) { out[(bt * M + m) * N + n] = $FIX($OT(acc[i * 4u + j])); }
-        }
-    }
+    store4x4(bt, row0 + l.y * 4u, col0 + l.x * 4u, M, N, array<vec4<$T>, 4>(c0, c1, c2, c3));
 }
 
-//! kernel matmul_rows
-// no shared memory: each invocation computes 4 adjacent outputs of one row straight from
-// memory; on CPU-emulated adapters (lavapipe, SwiftShader) barriers cost more than they save
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+//! kernel matmul_regs
+// the same 4x4 register blocks straight from memory, no shared memory or barriers: on
+// CPU-emulated adapters (lavapipe, SwiftShader) barriers cost more than the reuse saves
+@compute @workgroup_size(8, 8)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
     let M = prm[0];
     let N = prm[1];
     let K = prm[2];
     let bt = wid.z;
-    let m = wid.y;
-    let n0 = (wid.x * 64u + lid) * 4u;
-    if (n0 >= N) { return; }
-    var acc = vec4<$T>($T(0));
-    let n1 = min(n0 + 1u, N - 1u);
-    let n2 = min(n0 + 2u, N - 1u);
-    let n3 = min(n0 + 3u, N - 1u);
+    let a = mat(3u, bt);
+    let b = mat(7u, bt);
+    let m = (wid.y * 8u + l.y) * 4u;
+    let n = (wid.x * 8u + l.x) * 4u;
+    if (m >= M || n >= N) { return; }
+    var c0 = vec4<$T>($T(0));
+    var c1 = vec4<$T>($T(0));
+    var c2 = vec4<$T>($T(0));
+    var c3 = vec4<$T>($T(0));
     for (var k = 0u; k < K; k = k + 1u) {
-        let a = a_at(bt, m, k);
-        acc = acc + a * vec4<$T>(b_at(bt, k, n0), b_at(bt, k, n1), b_at(bt, k, n2), b_at(bt, k, n3));
+        let av = a4(a, m, k, M, K);
+        let bv = b4(b, k, n, K, N);
+        c0 = c0 + av.x * bv;
+        c1 = c1 + av.y * bv;
+        c2 = c2 + av.z * bv;
+        c3 = c3 + av.w * bv;
     }
-    let base = (bt * M + m) * N;
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        if (n0 + j < N) { out[base + n0 + j] = $FIX($OT(acc[j])); }
-    }
+    store4x4(bt, m, n, M, N, array<vec4<$T>, 4>(c0, c1, c2, c3));
 }
