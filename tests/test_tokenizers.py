@@ -299,9 +299,10 @@ def _variants(configs):
     w, m, ll = configs["whisper"], configs["minilm"], configs["llama"]
     out = {}
     llama3 = copy.deepcopy(w)  # Llama-3 layout: Split regex + ByteLevel without regex
+    llama3_regex = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
     llama3["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"},
-         "behavior": "Isolated", "invert": False},
+        {"type": "Split", "pattern": {"Regex": llama3_regex}, "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
     llama3["post_processor"] = {"type": "Sequence", "processors": [
         {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
