@@ -107,9 +107,10 @@ def test_greedy_and_beam_match_transformers(real):
         want = hf_generate(ref, mel)[0].tolist()
         got = transcribe(model, tok, clip, **GREEDY)
         assert [t for s in got["segments"] for t in s["tokens"]] == want
-        heard = set(words(got["text"]))
-        assert sum(w in heard for w in words(SHORT[i])) >= 0.6 * len(words(SHORT[i]))
-        if i < 2:  # beam search: slower, two clips
+        if i < 2:  # tiny.en hears espeak's third sentence poorly (transformers hears the same)
+            heard = set(words(got["text"]))
+            assert sum(w in heard for w in words(SHORT[i])) >= 0.6 * len(words(SHORT[i])), got["text"]
+            # beam search (slower): the first two clips
             want5 = [t for t in hf_generate(ref, mel, num_beams=5)[0].tolist() if t != tok.eot]
             got5 = transcribe(model, tok, clip, beam_size=5, **GREEDY)
             assert got5["segments"][0]["tokens"] == want5, (tok.decode(want5), got5["text"])
