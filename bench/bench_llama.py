@@ -89,8 +89,10 @@ def op_overheads(reps=2000):
              "transpose(1, 2)": (lambda: cache.transpose(1, 2), lambda: cache.numpy().swapaxes(1, 2)),
              "cat (kv append)": (lambda: ember.cat([cache, k], 2), lambda: np.concatenate([cache.numpy(), k.numpy()], 2)),
              "silu": (lambda: ember.nn.functional.silu(a), lambda: an / (1 + np.exp(-an))),
-             "rms_norm (fused)": (lambda: ember.nn.functional.rms_norm(a, (288,), None, 1e-5), lambda: an),
-             "softmax (fused)": (lambda: ember.nn.functional.softmax(a, -1), lambda: an)}
+             "rms_norm (fused)": (lambda: ember.nn.functional.rms_norm(a, (288,), None, 1e-5),
+                                  lambda: an * (1 / np.sqrt((an * an).mean(-1, keepdims=True) + 1e-5))),
+             "softmax (fused)": (lambda: ember.nn.functional.softmax(a, -1),
+                                 lambda: np.exp(an - an.max(-1, keepdims=True)) / np.exp(an - an.max(-1, keepdims=True)).sum(-1, keepdims=True))}
     out = {}
     for name, (f, g) in cases.items():
         res = []

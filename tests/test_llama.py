@@ -30,9 +30,9 @@ CONFIGS = {
 }
 
 
-def hf_model(kind, seed=0):
+def hf_model(kind, seed=0, **override):
     torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(**CONFIGS[kind], attn_implementation="eager")
+    cfg = transformers.LlamaConfig(**{**CONFIGS[kind], **override}, attn_implementation="eager")
     m = transformers.LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # unit-norm weights hide norm bugs: randomise them
         for n, p in m.named_parameters():
@@ -97,8 +97,8 @@ def test_kv_cache_is_bounded_by_context():
 
 # ============================================================================ llama2.c
 
-def _hf_to_llama2c_model(kind, tmp_path):
-    hf = hf_model(kind, seed=5)
+def _hf_to_llama2c_model(kind, tmp_path, **override):
+    hf = hf_model(kind, seed=5, **override)
     c = LlamaConfig.from_hf(hf.config.to_dict())
     path = tmp_path / "model.bin"
     write_llama2c(path, c, {k: v.detach().numpy() for k, v in hf.state_dict().items()})
@@ -195,3 +195,28 @@ def test_hf_names_round_trip():
     assert set(back) == set(sd) - {"lm_head.weight"}
     for k, v in back.items():
         np.testing.assert_array_equal(v.numpy(), sd[k].numpy())
+
+
+def test_llama2c_bin_with_tokenizer_bin_via_load_llama(tmp_path):
+    """load_llama(model.bin) picks up tokenizer.bin beside it (run.c's format: max_token_length, then per
+    token a float32 score, an int32 length and the bytes)."""
+    import struct
+
+    from ember.models.llama.load import load_llama
+    hf, c, path = _hf_to_llama2c_model("llama2", tmp_path, vocab_size=300)
+    pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n"] + [f"<0x{i:02X}>".encode() for i in range(256)]
+    words = [b" the", b" for", b" statement", b"The", b" is", b"st", b"at", b"em", b"ent", b" ", b"e", b"t",
+             b"a", b"s", b"m", b"n", b"f", b"o", b"r", b"h", b"i", b"T"]
+    pieces += words + [b"x%d" % i for i in range(c.vocab_size - len(pieces) - len(words))]
+    pieces = pieces[:c.vocab_size]
+    with open(tmp_path / "tokenizer.bin", "wb") as f:
+        f.write(struct.pack("<i", max(len(p) for p in pieces)))
+        for i, p in enumerate(pieces):
+            f.write(struct.pack("<fi", -float(i), len(p)) + p)
+    model, tok = load_llama(str(path))
+    ids = tok.encode("The for statement", bos=True)
+    assert ids[0] == 1 and tok.decode(ids) == "The for statement"
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids])).logits.numpy()
+    with ember.no_grad():
+        np.testing.assert_allclose(model(ember.tensor([ids])).numpy(), ref, atol=TOL, rtol=0)

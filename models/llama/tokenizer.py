@@ -8,9 +8,10 @@ class LlamaTokenizer:
         self.impl, self.bos_id, self.eos_ids, self.kind = impl, bos_id, list(eos_ids), kind
 
     @classmethod
-    def from_json(cls, text: str, bos_id=None, eos_ids=()):
+    def from_json(cls, text: str, bos_id=None, eos_ids=(), backend: str = "auto"):
+        """backend: "auto" (the `tokenizers` package when installed), "native" or "python" (Pyodide)."""
         from ember.tokenizers import Tokenizer
-        tok = Tokenizer.from_str(text)
+        tok = Tokenizer.from_str(text, backend=backend)
         bos = bos_id if bos_id is not None else tok.token_to_id("<s>")
         eos = list(eos_ids) or [i for i in (tok.token_to_id("</s>"),) if i is not None]
         return cls(tok, bos, eos, "json")
