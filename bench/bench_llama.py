@@ -16,9 +16,8 @@ import os
 import platform
 import time
 
-import numpy as np
-
 import ember
+import numpy as np
 from ember.models.llama import names
 from ember.models.llama.config import LlamaConfig
 from ember.models.llama.generate import SamplingParams, generate
@@ -75,24 +74,30 @@ def torch_decode(hf, prompt, n):
         return toks, (n - 1) / (time.perf_counter() - t0)
 
 
+def _np_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
 def op_overheads(reps=2000):
     """µs per call of ember ops on tiny tensors, next to the bare numpy call."""
     a, w = ember.randn(1, 1, 288), ember.randn(288, 288)
     an, wn = a.numpy(), w.numpy()
     cache = ember.randn(1, 6, 100, 48)
     k = ember.randn(1, 6, 1, 48)
+    cn, kn = cache.numpy(), k.numpy()
     cases = {"add": (lambda: a + a, lambda: an + an), "mul_scalar": (lambda: a * 0.5, lambda: an * np.float32(0.5)),
              "matmul 1x288@288x288": (lambda: a @ w, lambda: an @ wn),
              "linear (transpose+matmul)": (lambda: ember.nn.functional.linear(a, w), lambda: an @ wn.T),
              "reshape": (lambda: a.reshape(1, 1, 6, 48), lambda: an.reshape(1, 1, 6, 48)),
              "slice [..., :96]": (lambda: a[..., :96], lambda: an[..., :96]),
              "transpose(1, 2)": (lambda: cache.transpose(1, 2), lambda: cache.numpy().swapaxes(1, 2)),
-             "cat (kv append)": (lambda: ember.cat([cache, k], 2), lambda: np.concatenate([cache.numpy(), k.numpy()], 2)),
+             "cat (kv append)": (lambda: ember.cat([cache, k], 2), lambda: np.concatenate([cn, kn], 2)),
              "silu": (lambda: ember.nn.functional.silu(a), lambda: an / (1 + np.exp(-an))),
              "rms_norm (fused)": (lambda: ember.nn.functional.rms_norm(a, (288,), None, 1e-5),
                                   lambda: an * (1 / np.sqrt((an * an).mean(-1, keepdims=True) + 1e-5))),
              "softmax (fused)": (lambda: ember.nn.functional.softmax(a, -1),
-                                 lambda: np.exp(an - an.max(-1, keepdims=True)) / np.exp(an - an.max(-1, keepdims=True)).sum(-1, keepdims=True))}
+                                 lambda: _np_softmax(an))}
     out = {}
     for name, (f, g) in cases.items():
         res = []
@@ -139,8 +144,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    from threadpoolctl import threadpool_limits
     import torch
+    from threadpoolctl import threadpool_limits
     torch.set_num_threads(a.threads)
     env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")}
     prompt = [1, 450, 4996, 17354, 1701, 432, 17204, 975]

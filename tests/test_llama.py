@@ -2,10 +2,9 @@
 every incremental decode step through the KV cache, greedy generation; llama2.c .bin round trip; bad input."""
 from __future__ import annotations
 
+import ember
 import numpy as np
 import pytest
-
-import ember
 from ember.models.llama import names
 from ember.models.llama.config import LlamaConfig
 from ember.models.llama.generate import SamplingParams, generate
@@ -180,7 +179,8 @@ def test_checkpoint_config_mismatch_names_tensor():
     hf = hf_model("llama2")
     c = LlamaConfig.from_hf({**hf.config.to_dict(), "intermediate_size": 120})
     sd = {k: ember.tensor(v.detach().numpy()) for k, v in hf.state_dict().items()}
-    with pytest.raises(LlamaWeightsError, match=r"model.layers.0.mlp.gate_proj.weight: checkpoint \(112, 64\) vs config \(120, 64\)"):
+    want = r"model.layers.0.mlp.gate_proj.weight: checkpoint \(112, 64\) vs config \(120, 64\)"
+    with pytest.raises(LlamaWeightsError, match=want):
         from_hf_state_dict(sd, c)
     del sd["model.norm.weight"]
     with pytest.raises(LlamaWeightsError, match="missing.*model.norm.weight"):

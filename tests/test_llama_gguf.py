@@ -3,10 +3,9 @@ the interleaved rotary layout, tokenizer in tokenizer.ggml.*): F32 matches trans
 tolerance, Q8_0 within a stated bound, and the embedded BPE vocabulary tokenizes like the original."""
 from __future__ import annotations
 
+import ember
 import numpy as np
 import pytest
-
-import ember
 from ember.models.llama.load import load_llama
 
 torch = pytest.importorskip("torch")

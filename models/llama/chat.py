@@ -14,10 +14,11 @@ def _fold_system(messages: list[dict]) -> list[dict]:
     if messages[0]["role"] == "system":
         if len(messages) < 2:
             raise ValueError("ember: a system message must be followed by a user message")
-        first = {"role": messages[1]["role"], "content": B_SYS + messages[0]["content"] + E_SYS + messages[1]["content"]}
+        content = B_SYS + messages[0]["content"] + E_SYS + messages[1]["content"]
+        first = {"role": messages[1]["role"], "content": content}
         messages = [first] + list(messages[2:])
     roles = [m["role"] for m in messages]
-    if roles[::2] != ["user"] * len(roles[::2]) or roles[1::2] != ["assistant"] * len(roles[1::2]) or roles[-1] != "user":
+    if any(r != "user" for r in roles[::2]) or any(r != "assistant" for r in roles[1::2]) or roles[-1] != "user":
         raise ValueError(f"ember: chat roles must alternate user/assistant and end with user, got {roles}")
     return messages
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 import ember
+import numpy as np
 
 
 @dataclass

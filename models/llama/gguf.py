@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
-
 import ember
+import numpy as np
 
 from .config import LlamaConfig
 from .llama2c import _to_half_layout
@@ -31,7 +30,7 @@ def config_from_metadata(md: dict, where: str) -> LlamaConfig:
     arch = md.get("general.architecture")
     if arch != "llama":
         raise LlamaWeightsError(f"ember: {where} holds a {arch!r} model, not 'llama'")
-    g = lambda k, d=None: md.get(f"llama.{k}", d)  # noqa: E731
+    g = lambda k, d=None: md.get(f"llama.{k}", d)
     need = ["embedding_length", "block_count", "feed_forward_length", "attention.head_count"]
     missing = [f"llama.{k}" for k in need if g(k) is None]
     if missing:
@@ -48,7 +47,8 @@ def config_from_metadata(md: dict, where: str) -> LlamaConfig:
                        norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
                        rope_theta=float(g("rope.freq_base", 10000.0)), rope_scaling=scaling,
                        head_dim=g("attention.key_length"), tie_embeddings=False,
-                       bos_token_id=md.get("tokenizer.ggml.bos_token_id", 1), eos_token_ids=[] if eos is None else [eos])
+                       bos_token_id=md.get("tokenizer.ggml.bos_token_id", 1),
+                       eos_token_ids=[] if eos is None else [eos])
 
 
 def state_dict_from_gguf(tensors: dict, c: LlamaConfig, where: str) -> tuple[dict, LlamaConfig]:
@@ -107,8 +107,9 @@ def tokenizer_from_metadata(md: dict, vocab_size: int):
 def load_gguf(path):
     """(Llama, LlamaTokenizer | None) from a .gguf file."""
     where = os.fspath(path)
-    from .load import from_hf_state_dict
     from ember.io import metadata  # (ember.io via the lazy attribute recurses: reported to the lead)
+
+    from .load import from_hf_state_dict
     md = metadata(path)
     c = config_from_metadata(md, where)
     sd, c = state_dict_from_gguf(ember.load(path), c, where)

@@ -10,9 +10,8 @@ from __future__ import annotations
 import os
 import struct
 
-import numpy as np
-
 import ember
+import numpy as np
 
 from .config import LlamaConfig
 from .names import LlamaWeightsError
@@ -55,7 +54,8 @@ def _to_pair_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 def read_header(data: bytes, where: str) -> tuple[LlamaConfig, bool]:
     if len(data) < HEADER.size:
-        raise LlamaWeightsError(f"ember: {where} is {len(data)} bytes, shorter than the llama2.c header ({HEADER.size})")
+        raise LlamaWeightsError(f"ember: {where} is {len(data)} bytes, shorter than the llama2.c header "
+                                f"({HEADER.size})")
     if struct.unpack_from("<I", data)[0] == MAGIC_V1:
         raise LlamaWeightsError(f"ember: {where} is a llama2.c version 1/2 export ('ak42' magic); ember reads the "
                                 f"legacy version 0 layout (export.py --version 0)")
@@ -65,7 +65,8 @@ def read_header(data: bytes, where: str) -> tuple[LlamaConfig, bool]:
                         n_kv_heads=kv_heads, max_seq_len=seq, norm_eps=1e-5, tie_embeddings=vocab > 0,
                         bos_token_id=1, eos_token_ids=[2])
     except ValueError as e:
-        raise LlamaWeightsError(f"ember: {where} has an invalid llama2.c header {HEADER.unpack_from(data)}: {e}") from None
+        raise LlamaWeightsError(f"ember: {where} has an invalid llama2.c header {HEADER.unpack_from(data)}: "
+                                f"{e}") from None
     if dim != heads * c.head_dim:
         raise LlamaWeightsError(f"ember: {where}: dim {dim} is not a multiple of n_heads {heads}")
     return c, vocab > 0
@@ -104,7 +105,7 @@ def write_llama2c(path, c: LlamaConfig, sd: dict):
     """{HF name: array} -> a version-0 llama2.c file (the inverse of read_llama2c; for tests and export)."""
     a = {k: np.asarray(v, np.float32) for k, v in sd.items()}
     L = range(c.n_layers)
-    lay = lambda n: np.stack([a[f"model.layers.{i}.{n}"] for i in L])  # noqa: E731
+    lay = lambda n: np.stack([a[f"model.layers.{i}.{n}"] for i in L])
     freqs = np.arange(c.max_seq_len)[:, None] * c.inv_freq()[None, :]
     parts = [a["model.embed_tokens.weight"], lay("input_layernorm.weight"),
              np.stack([_to_pair_layout(a[f"model.layers.{i}.self_attn.q_proj.weight"], c.n_heads) for i in L]),

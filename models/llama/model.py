@@ -2,16 +2,15 @@
 the rotate-half layout, grouped-query attention with an explicit KV cache, SwiGLU MLP.
 
 Small models are bound by per-op overhead, so each layer runs few, large ops: one fused q/k/v matmul, one
-fused gate/up matmul, rotary embeddings applied to q and k together from precomputed cos/sin tables, and
+fused gate/up matmul, rotary embeddings applied to q and k together (one rotation matmul per decoded token), and
 grouped-query attention without repeating k/v (the query heads that share a kv head are stacked along the
 sequence axis instead). Parameter names follow Hugging Face's, except the fused `qkv_proj` and `gate_up_proj`
 (load.py converts). Nothing here names a backend: the model runs on whichever device its weights live on.
 """
 from __future__ import annotations
 
-import numpy as np
-
 import ember
+import numpy as np
 from ember import nn
 from ember.nn import functional as F
 
@@ -113,13 +112,16 @@ class Backbone(nn.Module):
 
 
 class Rope:
-    """Rotary embedding for positions [start, start + T): x * cos + rotate_half(x) * sin, where
-    rotate_half is one matmul with a signed permutation (cheaper than slice/neg/cat per call)."""
+    """Rotary embedding for positions [start, start + T): x * cos + rotate_half(x) * sin, with rotate_half one
+    matmul by a signed permutation. Decoding one token folds it all into one (hd, hd) rotation matrix
+    diag(cos) + R diag(sin), built on the host: one op per layer instead of four."""
 
-    def __init__(self, cos, sin, rot):
-        self.cos, self.sin, self.rot = cos, sin, rot  # (T, 1, hd), (T, 1, hd), (hd, hd)
+    def __init__(self, cos=None, sin=None, rot=None, matrix=None):
+        self.cos, self.sin, self.rot, self.matrix = cos, sin, rot, matrix  # (T, 1, hd) x2, (hd, hd) | (hd, hd)
 
     def __call__(self, x):                                              # (B, T, heads, hd)
+        if self.matrix is not None:
+            return x @ self.matrix
         return x * self.cos + (x @ self.rot) * self.sin
 
 
@@ -136,6 +138,7 @@ class Llama(nn.Module):
         rot = np.zeros((c.head_dim, c.head_dim), np.float32)
         rot[np.arange(half) + half, np.arange(half)] = -1.0   # out[:half] = -x[half:]
         rot[np.arange(half), np.arange(half) + half] = 1.0    # out[half:] = x[:half]
+        self._cos, self._sin, self._rot = np.cos(ang[:, 0]), np.sin(ang[:, 0]), rot                    # host copies
         self.register_buffer("rope_cos", ember.tensor(np.cos(ang)), persistent=False)
         self.register_buffer("rope_sin", ember.tensor(np.sin(ang)), persistent=False)
         self.register_buffer("rope_rot", ember.tensor(rot), persistent=False)
@@ -159,13 +162,17 @@ class Llama(nn.Module):
     def forward(self, tokens, cache: KVCache | None = None, last_only: bool = False):
         """tokens (B, T) int64 -> logits (B, T, vocab) (or (B, 1, vocab) with last_only); with a cache the
         tokens continue the cached sequence and the cache advances by T."""
-        B, T = tokens.shape
+        T = tokens.shape[1]                                                               # tokens (B, T)
         start = cache.pos if cache is not None else 0
         if cache is not None:
             cache.check_room(T)
         elif T > self.config.max_seq_len:
             raise ValueError(f"ember: {T} tokens exceed the context length {self.config.max_seq_len}")
-        rope = Rope(self.rope_cos.narrow(0, start, T), self.rope_sin.narrow(0, start, T), self.rope_rot)
+        if T == 1:
+            m = np.diag(self._cos[start]) + self._rot * self._sin[start][None, :]                   # (hd, hd)
+            rope = Rope(matrix=ember.tensor(m.astype(np.float32), device=self.device))
+        else:
+            rope = Rope(self.rope_cos.narrow(0, start, T), self.rope_sin.narrow(0, start, T), self.rope_rot)
         mask = self._mask(T, start, start + T)
         x = self.model.embed_tokens(tokens)                                               # (B, T, dim)
         for i, layer in enumerate(self.model.layers):

@@ -19,8 +19,10 @@ def hf_shapes(c: LlamaConfig) -> dict:
         s["lm_head.weight"] = (c.vocab_size, d)
     for i in range(c.n_layers):
         p = f"model.layers.{i}."
-        s.update({p + "self_attn.q_proj.weight": (c.n_heads * hd, d), p + "self_attn.k_proj.weight": (c.n_kv_heads * hd, d),
-                  p + "self_attn.v_proj.weight": (c.n_kv_heads * hd, d), p + "self_attn.o_proj.weight": (d, c.n_heads * hd),
+        s.update({p + "self_attn.q_proj.weight": (c.n_heads * hd, d),
+                  p + "self_attn.k_proj.weight": (c.n_kv_heads * hd, d),
+                  p + "self_attn.v_proj.weight": (c.n_kv_heads * hd, d),
+                  p + "self_attn.o_proj.weight": (d, c.n_heads * hd),
                   p + "mlp.gate_proj.weight": (c.hidden_dim, d), p + "mlp.up_proj.weight": (c.hidden_dim, d),
                   p + "mlp.down_proj.weight": (d, c.hidden_dim),
                   p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,)})
@@ -51,7 +53,7 @@ def from_hf(sd: dict, c: LlamaConfig, source: str = "checkpoint") -> dict:
     for i in range(c.n_layers):
         p = f"model.layers.{i}."
         a, m = p + "self_attn.", p + "mlp."
-        out[a + "qkv_proj.weight"] = ember.cat([sd[a + "q_proj.weight"], sd[a + "k_proj.weight"], sd[a + "v_proj.weight"]], 0)
+        out[a + "qkv_proj.weight"] = ember.cat([sd[a + n + "_proj.weight"] for n in "qkv"], 0)
         out[a + "o_proj.weight"] = sd[a + "o_proj.weight"]
         out[m + "gate_up_proj.weight"] = ember.cat([sd[m + "gate_proj.weight"], sd[m + "up_proj.weight"]], 0)
         out[m + "down_proj.weight"] = sd[m + "down_proj.weight"]
@@ -68,7 +70,8 @@ def to_hf(sd: dict, c: LlamaConfig) -> dict:
     for k, t in sd.items():
         if k.endswith("qkv_proj.weight"):
             p = k[: -len("qkv_proj.weight")]
-            out[p + "q_proj.weight"], out[p + "k_proj.weight"], out[p + "v_proj.weight"] = t[:nq], t[nq:nq + nk], t[nq + nk:]
+            out[p + "q_proj.weight"], out[p + "k_proj.weight"] = t[:nq], t[nq:nq + nk]
+            out[p + "v_proj.weight"] = t[nq + nk:]
         elif k.endswith("gate_up_proj.weight"):
             p = k[: -len("gate_up_proj.weight")]
             out[p + "gate_proj.weight"], out[p + "up_proj.weight"] = t[:c.hidden_dim], t[c.hidden_dim:]

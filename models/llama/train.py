@@ -13,9 +13,8 @@ import math
 import os
 import time
 
-import numpy as np
-
 import ember
+import numpy as np
 from ember.nn import functional as F
 
 from .config import LlamaConfig
