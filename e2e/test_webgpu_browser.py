@@ -8,6 +8,7 @@ http.server on 127.0.0.1, which counts as a secure context for navigator.gpu.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import json
@@ -75,30 +76,53 @@ json.dumps({"sync": sync, "diff_sync": diff_sync, "diff_async": diff_async, "ada
 """
 
 
-@pytest.fixture(scope="module")
-def page():
+@contextlib.contextmanager
+def open_page(timeout_ms=600_000):
+    """A headless Chromium page with Pyodide, numpy and the ember wheel loaded (window.py).
+    Raises LookupError when Chromium or playwright is missing (the bench reuses this)."""
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not installed")
-    sync_api = pytest.importorskip("playwright.sync_api")
+        raise LookupError(f"{CHROMIUM} not installed")
+    try:
+        from playwright import sync_api
+    except ImportError as e:
+        raise LookupError(f"playwright not installed: {e}") from e
     from ember.wasm.assets import build_wheel, ensure_pyodide
     root = Path(tempfile.mkdtemp(prefix="ember-e2e-"))
+    server = None
     try:
         os.symlink(ensure_pyodide(), root / "pyodide")
         wheel = build_wheel(root)
-        handler = functools.partial(_Quiet, directory=str(root))
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         with sync_api.sync_playwright() as pw:
+            # launch() (not a persistent context) starts from a fresh temporary profile
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            ctx = browser.new_context()
-            pg = ctx.new_page()
-            pg.goto(f"http://127.0.0.1:{server.server_address[1]}/")  # the folder listing: just an origin
-            pg.evaluate(LOAD, wheel.name)
-            yield pg
-            browser.close()
-        server.shutdown()
+            try:
+                pg = browser.new_page()
+                pg.set_default_timeout(timeout_ms)
+                pg.goto(f"http://127.0.0.1:{server.server_address[1]}/")  # the folder listing: just an origin
+                pg.evaluate(LOAD, wheel.name)
+                yield pg
+            finally:
+                browser.close()
     finally:
+        if server is not None:
+            server.shutdown()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def run_python(page, code):
+    """Run code under runPythonAsync (so JSPI can suspend) and return its last expression."""
+    return page.evaluate("async (code) => await window.py.runPythonAsync(code)", code)
+
+
+@pytest.fixture(scope="module")
+def page():
+    try:
+        with open_page() as pg:
+            yield pg
+    except LookupError as e:
+        pytest.skip(str(e))
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -111,7 +135,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 def test_ops_and_model_on_page_webgpu_equal_cpu(page):
-    out = json.loads(page.evaluate("async (code) => await window.py.runPythonAsync(code)", SNIPPET))
+    out = json.loads(run_python(page, SNIPPET))
     assert out["on_gpu"]
     assert out["sync"], "Chromium has JSPI: run_sync readback must be available under runPythonAsync"
     for path in ("diff_sync", "diff_async"):

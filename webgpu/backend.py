@@ -261,7 +261,10 @@ class WebGPUBackend(ComputeMixin, Backend):
         views = [(x.offset, self._bstrides(x, shape)) for x in inputs]
         mshape, views = merge_dims(shape, views)
         names = "abc"
-        loads = [f"let {names[k]} = in{k}[view_index(i, {k}u)];" for k in range(len(inputs))]
+        cs = contiguous_strides(mshape)
+        # a view that walks its buffer in order is read at i directly: no index loop in the kernel
+        loads = [f"let {names[k]} = in{k}[{'i' if (off == 0 and st == cs) else f'view_index(i, {k}u)'}];"
+                 for k, (off, st) in enumerate(views)]
         if scalar is not None:
             loads.append(f"let {names[len(inputs)]} = bitcast<{scalar[0]}>(prm[3]);")
         ofix = WORD[out_dtype][2] if fix else None
