@@ -21,8 +21,11 @@ def _check_index(idx, size, what):
         raise IndexError(f"ember: {what}: index {hi if hi >= size else lo} is out of bounds for size {size}")
 
 
-def _long_index(idx, size, what):
-    """Validate and wrap negative indices; returns an int64 tensor."""
+def _long_index(idx, size, what, device=None):
+    """Validate and wrap negative indices; returns an int64 tensor (on `device`: like torch, index
+    tensors may live on the CPU while the indexed tensor is on a GPU)."""
+    if device is not None and idx.device != device:
+        idx = idx.to(device)
     if idx.dtype is D.bool_:
         raise IndexError(f"ember: {what}: boolean index used where integer indices are expected")
     if idx.dtype.is_float:
@@ -38,7 +41,7 @@ def index_select(x, dim, index):
     d = norm_dim(dim, x.ndim)
     if index.ndim > 1:
         raise IndexError(f"ember: index_select index must be 1-D, got shape {index.shape}")
-    index = _long_index(index.reshape(-1), x.shape[d], "index_select")
+    index = _long_index(index.reshape(-1), x.shape[d], "index_select", x.device)
     return A.prim_index_select(x, d, index)
 
 
@@ -49,7 +52,7 @@ def gather(x, dim, index):
     for i, (a, b) in enumerate(zip(index.shape, x.shape)):
         if i != d and a > b:
             raise ValueError(f"ember: gather index shape {index.shape} exceeds input shape {x.shape} at dim {i}")
-    index = _long_index(index, x.shape[d], "gather")
+    index = _long_index(index, x.shape[d], "gather", x.device)
     if any(i != d and a != b for i, (a, b) in enumerate(zip(index.shape, x.shape))):
         x = A.prim_slice(x, [0] * x.ndim, [b if i == d else a for i, (a, b) in enumerate(zip(index.shape, x.shape))],
                          [1] * x.ndim)
@@ -63,9 +66,11 @@ def take_along_dim(x, indices, dim):
 
 def _scatter(x, dim, index, src, reduce):
     d = norm_dim(dim, x.ndim)
-    index = _long_index(index, x.shape[d], "scatter")
+    index = _long_index(index, x.shape[d], "scatter", x.device)
     if not isinstance(src, _Tensor):
         src = x.new_full(index.shape, src)
+    elif src.device != x.device:
+        raise ValueError(f"ember: scatter: src on {src.device}, input on {x.device}")
     src = A.prim_cast(src, x.dtype)
     if src.shape != index.shape:
         src = A.prim_slice(src, [0] * src.ndim, list(index.shape), [1] * src.ndim)
@@ -84,7 +89,7 @@ def scatter_add(x, dim, index, src):
 
 def index_add(x, dim, index, source, alpha=1):
     d = norm_dim(dim, x.ndim)
-    index = _long_index(index, x.shape[d], "index_add")
+    index = _long_index(index, x.shape[d], "index_add", x.device)
     shape = [1] * source.ndim
     shape[d] = index.shape[0]
     full_idx = A.prim_expand(A.prim_reshape(index, shape), source.shape)
@@ -93,7 +98,7 @@ def index_add(x, dim, index, source, alpha=1):
 
 def index_fill(x, dim, index, value):
     d = norm_dim(dim, x.ndim)
-    index = _long_index(index, x.shape[d], "index_fill")
+    index = _long_index(index, x.shape[d], "index_fill", x.device)
     shape = [1] * x.ndim
     shape[d] = index.shape[0]
     tgt = list(x.shape)
@@ -256,7 +261,7 @@ def _advanced(y, adv):
     """y has one dim per kept entry; adv: [(dim in y, index tensor, size)]."""
     from .ops_movement import broadcast_shapes
     pos = [p for p, _, _ in adv]
-    idxs = [_long_index(t, size, "index") for _, t, size in adv]
+    idxs = [_long_index(t, size, "index", y.device) for _, t, size in adv]
     bshape = broadcast_shapes(*[t.shape for t in idxs])
     idxs = [t.expand(*bshape) for t in idxs]
     adjacent = pos == list(range(pos[0], pos[0] + len(pos)))
