@@ -53,3 +53,25 @@ def test_tiny_run_learns():
     losses = train(m, tokens, steps=60, batch=8, seq=16, lr=1e-2, warmup=5, seed=0)
     assert losses[0] > 2.0                      # ~ln(16) at init
     assert np.mean(losses[-5:]) < 0.3, losses[-10:]
+
+
+def test_train_llama_cli_writes_a_loadable_checkpoint(tmp_path):
+    """`ember train-llama` on a small corpus: the checkpoint, config and tokenizer it writes load back."""
+    pytest.importorskip("tokenizers")
+    import json
+
+    from ember.cli import main as cli_main
+    from ember.models.llama.corpus import train_tokenizer
+    from ember.models.llama.load import load_llama
+    text = "The pass statement is a null operation. It is useful as a placeholder.\n" * 40
+    (tmp_path / "corpus.txt").write_text(text)
+    (tmp_path / "tokenizer.json").write_text(train_tokenizer(text, vocab_size=300))
+    out = tmp_path / "out"
+    rc = cli_main(["train-llama", "--data", str(tmp_path), "--out", str(out), "--dim", "32", "--layers", "1",
+                   "--heads", "2", "--kv-heads", "1", "--hidden", "64", "--seq", "16", "--batch", "4", "--steps", "30",
+                   "--lr", "1e-2", "--save-every", "0", "--log", str(tmp_path / "log.jsonl"), "--dtype", "float32"])
+    assert rc == 0
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert len(log) == 30 and log[-1]["loss"] < log[0]["loss"] - 1.0
+    model, tok = load_llama(str(out))
+    assert model.config.n_kv_heads == 1 and tok.decode(tok.encode("The pass statement")) == "The pass statement"
