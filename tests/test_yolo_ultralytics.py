@@ -1,0 +1,98 @@
+"""YOLOv8 against Ultralytics itself (8.4.190), run in a separate venv because ultralytics needs a
+torchvision that does not load beside this environment's torch 2.13:
+
+    python -m venv --system-site-packages ~/.cache/ember/venv-ultra
+    ~/.cache/ember/venv-ultra/bin/pip install ultralytics==8.4.190   # pulls torch/torchvision/opencv into the venv
+
+One module fixture runs tests/yolo_reference.py there once (arrays in and out via .npz): its
+LetterBox and cv2.resize, random seeded yolov8n and yolov8n-pose models (BatchNorm statistics
+randomized, saved as .pt checkpoints that ember converts), its non_max_suppression, and
+YOLO(best.pt).predict on the test images.
+"""
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ember.models.yolo.fetch import ensure_file
+from ember.models.yolo.image import letterbox, load_image, preprocess, resize_linear
+from ember.models.yolo.load import load_model
+from ember.models.yolo.nms import postprocess
+from ember.models.yolo.predict import detect, run_model
+
+VENV_PY = Path.home() / ".cache" / "ember" / "venv-ultra" / "bin" / "python"
+IMAGES = ("bus", "zidane")
+RESIZES = [((1080, 810), (640, 480)), ((720, 1280), (360, 640)), ((37, 53), (64, 91)),
+           ((500, 333), (640, 426)), ((101, 203), (40, 81)), ((5, 640), (3, 320)), ((2, 3), (7, 5))]
+X_SHAPE = (2, 3, 64, 96)  # a batch of two, non-square, small enough for software WebGPU adapters
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory):
+    if not VENV_PY.is_file():
+        pytest.skip(f"no ultralytics venv at {VENV_PY} (see this file's docstring)")
+    ort = pytest.importorskip("onnxruntime")
+    work = tmp_path_factory.mktemp("ultra")
+    rng = np.random.default_rng(0)
+    inp = {"images": ",".join(IMAGES), "fall_pt": str(ensure_file("best.pt")), "n_resize": len(RESIZES),
+           "x": rng.random(X_SHAPE, dtype=np.float32)}
+    for name in IMAGES:
+        inp[f"img_{name}"] = load_image(ensure_file(f"{name}.jpg"))
+    for i, (src, dst) in enumerate(RESIZES):
+        inp[f"resize_src{i}"] = rng.integers(0, 256, src + (3,), dtype=np.uint8)
+        inp[f"resize_to{i}"] = np.array(dst)
+    sess = ort.InferenceSession(str(ensure_file("best_fp16.onnx")), providers=["CPUExecutionProvider"])
+    inp["onnx_out"] = sess.run(None, {"images": preprocess(inp["img_bus"])[0]})[0]
+    np.savez(work / "in.npz", **inp)
+    env = dict(os.environ, YOLO_OFFLINE="1", YOLO_VERBOSE="False")
+    r = subprocess.run([str(VENV_PY), str(Path(__file__).with_name("yolo_reference.py")), str(work / "in.npz"),
+                        str(work / "out.npz"), str(work)], capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return dict(inp=inp, out=dict(np.load(work / "out.npz")), work=work)
+
+
+@pytest.mark.parametrize("i", range(len(RESIZES)))
+def test_resize_is_cv2_inter_linear(ref, i):
+    src, dst = ref["inp"][f"resize_src{i}"], RESIZES[i][1]
+    np.testing.assert_array_equal(resize_linear(src, *dst), ref["out"][f"resize_{i}"])
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_letterbox_matches_ultralytics(ref, name):
+    got, _ = letterbox(ref["inp"][f"img_{name}"], 640)
+    np.testing.assert_array_equal(got, ref["out"][f"letterbox_{name}"])
+
+
+@pytest.mark.parametrize("key", ["yolov8n", "yolov8n_pose"])
+def test_random_model_raw_outputs(ref, key, device):
+    model = load_model(ref["work"] / f"{key}.pt", device=device)
+    assert (model.cfg.nc, model.cfg.kpt_shape) == ((80, None) if key == "yolov8n" else (1, (17, 3)))
+    want = ref["out"][f"raw_{key}"]                                    # (2, 4 + nc [+ 51], 126)
+    got = run_model(model, ref["inp"]["x"])
+    assert got.shape == want.shape
+    # boxes/keypoints in input pixels, class scores as probabilities; BN folded in float64 here, float32 there
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
+    assert np.abs(want[:, :4]).max() > 10 and want[:, 4:84].std() > 0  # non-trivial outputs
+
+
+@pytest.mark.parametrize("conf,iou", [(0.25, 0.45), (0.05, 0.7)])
+def test_nms_matches_ultralytics(ref, conf, iou):
+    got = postprocess(ref["inp"]["onnx_out"][0], conf, iou)
+    want = ref["out"][f"nms_{conf}_{iou}"]                            # (n, 6) xyxy, score, class
+    assert got.shape == want.shape and len(want) > 0
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_end_to_end_matches_ultralytics_predict(ref, name):
+    model = load_model(ensure_file("best.pt"))
+    dets = detect(model, ref["inp"][f"img_{name}"], conf=0.25, iou=0.45)
+    want = ref["out"][f"pred_{name}"]                                 # (n, 6) xyxy, score, class
+    assert len(dets) == len(want) > 0
+    np.testing.assert_array_equal([d["class"] for d in dets], want[:, 5])
+    np.testing.assert_allclose([d["score"] for d in dets], want[:, 4], atol=1e-4)
+    np.testing.assert_allclose([d["box"] for d in dets], want[:, :4], atol=0.05)
