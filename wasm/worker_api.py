@@ -61,7 +61,6 @@ def _one_file(folder: str, suffixes: tuple[str, ...], tool: str) -> str:
 
 def load(tool: str, folder: str, device: str = "cpu") -> dict:
     """Load `tool`'s model from the files in `folder`; -> {"tool", "device", "parameters", "bytes"}."""
-    import ember
     if tool not in TOOLS:
         raise WorkerError(f"ember: unknown tool {tool!r}; expected one of {TOOLS}", "bad_request")
     _MODELS.pop(tool, None)  # free the old model before the new one claims memory

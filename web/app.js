@@ -157,7 +157,7 @@ function addSegment(seg) {
   $("#whisper-empty").hidden = true;
   const li = document.createElement("li");
   li.innerHTML = `<span class="ts"></span><span class="seg-text"></span>`;
-  $(".ts", li).textContent = `${fmt(seg.start).slice(3, 9)} → ${fmt(seg.end).slice(3, 9)}`;
+  $(".ts", li).textContent = `${fmt(seg.start).slice(3, 10)} → ${fmt(seg.end).slice(3, 10)}`;
   $(".seg-text", li).textContent = seg.text.trim();
   $("#transcript").append(li);
 }
@@ -191,6 +191,7 @@ async function transcribeFile(file) {
     player.hidden = false;
     await ensureModel("whisper");
     state.segments = [];
+    delete $("#transcript").dataset.json;
     $("#transcript").replaceChildren();
     $("#whisper-empty").hidden = false;
     $("#whisper-stats").textContent = "Transcribing…";
@@ -198,6 +199,7 @@ async function transcribeFile(file) {
     if (!state.segments.length) r.segments.forEach(addSegment);
     $("#whisper-stats").textContent = `${r.duration.toFixed(1)} s of audio in ${(r.ms / 1000).toFixed(1)} s on ${state.ember.device.toUpperCase()}`;
     $("#transcript").dataset.text = r.text;
+    $("#transcript").dataset.json = JSON.stringify(r);
     for (const b of ["#copy-text", "#download-txt", "#download-srt"]) $(b).disabled = false;
     if (!r.segments.length) $("#whisper-empty").textContent = "No speech found.";
   } catch (e) {
@@ -254,6 +256,7 @@ $("#generate").addEventListener("click", async () => {
   };
   try {
     await ensureModel("llama");
+    delete out.dataset.json;
     out.replaceChildren(Object.assign(document.createElement("span"), { className: "prompt-echo", textContent: $("#prompt").value }));
     const gen = document.createElement("span");
     gen.className = "gen";
@@ -267,6 +270,7 @@ $("#generate").addEventListener("click", async () => {
     }));
     gen.textContent = r.text;
     out.dataset.text = r.text;
+    out.dataset.json = JSON.stringify(r);
     $("#llama-stats").textContent = `${r.tokens.length} tokens · ${r.tokens_per_s.toFixed(1)} tokens/s on ` +
       `${state.ember.device.toUpperCase()}${r.stopped === "cancelled" ? " · stopped" : ""}`;
   } catch (e) {
@@ -296,6 +300,7 @@ async function detectImage(file) {
       throw new EmberError("unsupported_file", `ember: ${file.name || "image"} is not an image this browser can read`);
     }
     await ensureModel("yolo");
+    delete $("#detections").dataset.json;
     $("#yolo-stats").textContent = "Detecting…";
     const dets = await withBusy(() => state.ember.detect(file, { conf: Number($("#conf").value) }));
     drawDetections(bitmap, dets);
@@ -362,7 +367,7 @@ async function start() {
   const params = new URLSearchParams(location.search);
   const want = params.get("device") || localStorage.getItem("ember-device") || "auto";
   try {
-    state.ember = await createEmber({ device: want, onProgress: setProgress });
+    state.ember = await createEmber({ device: want, onProgress: setProgress, hubURL: params.get("hub") || undefined });
   } catch (e) {
     setStatus("Runtime failed", "bad");
     showError(e);

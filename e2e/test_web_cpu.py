@@ -1,0 +1,131 @@
+"""The app on the CPU (numpy in wasm) in Chromium, from a `build-web` site on a plain static server: each
+tool's output equals the native Python API's on the same model and input; errors are shown and the app
+stays usable; a reload reads the weights from the Cache API; cancel stops a generation. One browser and
+one page for the whole module (tests run in file order and build on each other's loaded models)."""
+from __future__ import annotations
+
+import pytest
+from conftest import (RUN_S, App, assert_same_detections, llama_reference, whisper_reference,
+                      yolo_reference)
+
+PROMPT = "The for statement"
+
+
+@pytest.fixture(scope="module")
+def app(playwright_session, server):
+    a = App(playwright_session, f"{server.url}?device=cpu&hub={server.url}hub")
+    yield a
+    a.close()
+
+
+def test_ready_on_cpu_with_progress_at_100(app):
+    assert app.page.inner_text("#status") == "Ready · CPU"
+    assert app.page.get_attribute("#progress", "aria-valuenow") == "100"
+    assert app.page.input_value("#device") == "cpu"
+
+
+def test_bad_audio_file_shows_message_then_good_file_matches_native(app, tmp_path, clip_wav, native_whisper):
+    bad = tmp_path / "notes.wav"
+    bad.write_text("this is not audio")
+    app.page.set_input_files("#audio-file", str(bad))
+    app.page.wait_for_selector("#message:not([hidden])", timeout=30_000)
+    assert "can't be used" in app.message() and "notes.wav" in app.message()
+
+    app.page.set_input_files("#audio-file", str(clip_wav))
+    got = app.wait_result("#transcript")
+    assert got is not None, app.message()
+    assert app.message() == ""
+    ref = whisper_reference(native_whisper, clip_wav)
+    assert got["text"] == ref["text"]
+    assert got["segments"] == ref["segments"]
+    assert "fox" in got["text"].lower()  # and it is the real speech, not just equal garbage
+    shown = app.page.inner_text("#transcript")
+    assert all(s["text"].strip() in shown for s in ref["segments"])
+    assert app.page.get_attribute("#progress", "aria-valuenow") == "100"
+    app.screenshot("whisper-cpu.png")
+
+
+def test_llama_greedy_matches_native_and_streams(app, native_llama):
+    app.generate(PROMPT, 24)
+    got = app.wait_result("#llama-output")
+    assert got is not None, app.message()
+    ref = llama_reference(native_llama, PROMPT, 24)
+    assert got["prompt_tokens"] == ref["prompt_tokens"]
+    assert got["tokens"] == ref["tokens"]
+    assert got["text"] == ref["text"]
+    assert "tokens/s" in app.page.inner_text("#llama-stats")
+    assert app.page.inner_text("#llama-output .gen") == ref["text"]
+    app.screenshot("llama-cpu.png")
+
+
+def test_cancel_stops_generation_midway(app):
+    app.generate(PROMPT, 400, temperature=0.8)
+    app.page.wait_for_function("/^[1-9]\\d* tokens/.test(document.querySelector('#llama-stats').textContent)",
+                               timeout=RUN_S * 1000)
+    app.page.click("#stop")
+    got = app.wait_result("#llama-output")
+    assert got["stopped"] == "cancelled"
+    assert 0 < len(got["tokens"]) < 400
+    assert "stopped" in app.page.inner_text("#llama-stats")
+    assert app.page.is_enabled("#generate")
+
+
+def test_hub_id_resolves_to_resolve_main_urls(app, server, native_llama):
+    picker = "#picker-llama"
+    app.page.select_option(f"{picker} .kind", "hub")
+    app.page.fill(f"{picker} .hub", "ember-test/llama")
+    app.page.click(f"{picker} .load")
+    app.page.wait_for_function(f"/Loaded/.test(document.querySelector('{picker} .model-status').textContent)"
+                               " || !document.querySelector('#message').hidden", timeout=RUN_S * 1000)
+    assert app.message() == ""
+    assert "/hub/ember-test/llama/resolve/main/model.safetensors" in server.requests
+    app.generate(PROMPT, 8)
+    got = app.wait_result("#llama-output")
+    assert got["tokens"] == llama_reference(native_llama, PROMPT, 8)["tokens"]
+
+
+def test_missing_hub_model_shows_download_message(app):
+    picker = "#picker-llama"
+    app.page.fill(f"{picker} .hub", "ember-test/no-such-model")
+    app.page.click(f"{picker} .load")
+    app.page.wait_for_selector("#message:not([hidden])", timeout=60_000)
+    assert "Couldn't download the model" in app.message() and "404" in app.message()
+    app.page.select_option(f"{picker} .kind", "demo")  # usable again with the demo
+    app.generate(PROMPT, 4)
+    assert app.wait_result("#llama-output")["tokens"]
+
+
+def test_yolo_bad_image_then_bus_matches_native(app, tmp_path, bus_png, native_yolo):
+    app.page.click("#tab-yolo")
+    bad = tmp_path / "photo.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"broken" * 10)
+    app.page.set_input_files("#image-file", str(bad))
+    app.page.wait_for_selector("#message:not([hidden])", timeout=30_000)
+    assert "can't be used" in app.message()
+
+    app.page.set_input_files("#image-file", str(bus_png))
+    got = app.wait_result("#detections")
+    assert got is not None, app.message()
+    assert_same_detections(got, yolo_reference(native_yolo, bus_png))
+    rows = app.page.locator("#detections tbody tr").count()
+    assert rows == len(got) > 0
+    assert "ms per image" in app.page.inner_text("#yolo-stats")
+    app.screenshot("yolo-cpu.png")
+
+
+def test_reload_reads_weights_from_cache(app, server):
+    before = len(server.requests)
+    app.open()  # reload: the runtime restarts; the Cache API keeps the weights
+    for tool in ("whisper", "llama", "yolo"):
+        app.page.click(f"#picker-{tool} .load")
+    app.page.wait_for_function("['whisper', 'llama', 'yolo'].every(t => /Loaded/.test(document.querySelector("
+                               "`#picker-${t} .model-status`).textContent))", timeout=RUN_S * 1000)
+    weights = [p for p in server.requests[before:] if p.startswith("/models/") and not p.endswith("manifest.json")]
+    assert weights == [], f"weights downloaded again after a reload: {weights}"
+    assert app.page.get_attribute("#progress", "aria-valuenow") == "100"
+
+
+def test_no_console_errors(app):
+    # the one expected entry: Chromium logs the deliberate 404 of test_missing_hub_model_shows_download_message
+    unexpected = [e for e in app.errors if not ("404" in e and "Failed to load resource" in e)]
+    assert unexpected == []

@@ -1,0 +1,75 @@
+"""The app on WebGPU in Chromium (ember's WebGPU backend over navigator.gpu): outputs equal the native
+Python API's, and the device switch works both ways. On this CI machine the adapter is Chromium's software
+one (SwiftShader on 2 cores), so the two big models (Whisper tiny.en's 30 s window, YOLOv8s at 640) take
+minutes there: those runs are marked slow; Llama runs always."""
+from __future__ import annotations
+
+import pytest
+from conftest import App, assert_same_detections, llama_reference, whisper_reference, yolo_reference
+
+PROMPT = "The for statement"
+SLOW_RUN_S = 900
+
+
+@pytest.fixture(scope="module")
+def app(playwright_session, server):
+    a = App(playwright_session, f"{server.url}?device=webgpu")
+    if a.page.input_value("#device") != "webgpu":
+        reason = a.page.inner_text("#device-note")
+        a.close()
+        pytest.fail(f"Chromium with --enable-unsafe-webgpu gave no usable WebGPU device: {reason}")
+    yield a
+    a.close()
+
+
+def test_ready_on_webgpu(app):
+    assert app.page.inner_text("#status") == "Ready · WebGPU"
+    assert app.page.is_hidden("#device-note")
+
+
+def test_llama_greedy_matches_native(app, native_llama):
+    app.generate(PROMPT, 16)
+    got = app.wait_result("#llama-output")
+    assert got is not None, app.message()
+    ref = llama_reference(native_llama, PROMPT, 16)
+    assert got["tokens"] == ref["tokens"] and got["text"] == ref["text"]
+    assert "on WEBGPU" in app.page.inner_text("#llama-stats")
+    app.screenshot("llama-webgpu.png")
+
+
+def test_switch_to_cpu_and_back(app, native_llama):
+    ref = llama_reference(native_llama, PROMPT, 6)["tokens"]
+    for dev, label in (("cpu", "CPU"), ("webgpu", "WebGPU")):
+        app.page.select_option("#device", dev)
+        app.page.wait_for_function(f"document.querySelector('#status').textContent === 'Ready · {label}'",
+                                   timeout=60_000)
+        app.generate(PROMPT, 6)
+        got = app.wait_result("#llama-output")
+        assert got is not None, app.message()
+        assert got["tokens"] == ref
+        assert f"on {dev.upper()}" in app.page.inner_text("#llama-stats")
+
+
+@pytest.mark.slow
+def test_whisper_matches_native(app, clip_wav, native_whisper):
+    app.page.click("#tab-whisper")
+    app.page.set_input_files("#audio-file", str(clip_wav))
+    got = app.wait_result("#transcript", SLOW_RUN_S)
+    assert got is not None, app.message()
+    ref = whisper_reference(native_whisper, clip_wav)
+    assert got["text"] == ref["text"] and got["segments"] == ref["segments"]
+    app.screenshot("whisper-webgpu.png")
+
+
+@pytest.mark.slow
+def test_yolo_matches_native(app, bus_png, native_yolo):
+    app.page.click("#tab-yolo")
+    app.page.set_input_files("#image-file", str(bus_png))
+    got = app.wait_result("#detections", SLOW_RUN_S)
+    assert got is not None, app.message()
+    assert_same_detections(got, yolo_reference(native_yolo, bus_png))
+    app.screenshot("yolo-webgpu.png")
+
+
+def test_no_console_errors(app):
+    assert app.errors == []

@@ -1,0 +1,109 @@
+"""`ember build-web` / `ember serve` output, without a browser: the site's layout, manifest, config and Space
+README; cheap rebuilds; the static server's types; the CLI wiring."""
+import argparse
+import hashlib
+import json
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from ember.wasm import serve
+
+
+@pytest.fixture(scope="module")
+def fake_models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    (d / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    (d / "config.json").write_text("{}")
+    return {"yolo": {"id": "tiny-yolo", "label": "tiny", "files": {"model.safetensors": d / "model.safetensors"}},
+            "llama": {"id": "tiny-llama", "label": "tiny llama",
+                      "files": {"config.json": d / "config.json", "model.safetensors": d / "model.safetensors"}}}
+
+
+def test_cdn_site_layout_manifest_and_space_readme(tmp_path, fake_models):
+    out = serve.build_site(tmp_path / "site", pyodide="cdn", models=fake_models)
+    for name in serve.APP_FILES:
+        assert (out / name).is_file(), name
+    config = json.loads((out / "config.json").read_text())
+    assert config["pyodideURL"] == "https://cdn.jsdelivr.net/pyodide/v0.27.7/full/"
+    assert not (out / "pyodide").exists()
+    wheel = out / config["wheelURL"]
+    assert wheel.is_file() and wheel.name.endswith("-py3-none-any.whl")
+    manifest = json.loads((out / "models" / "manifest.json").read_text())
+    assert set(manifest) == {"yolo", "llama"}
+    for tool, (entry,) in manifest.items():
+        for f in entry["files"]:
+            data = (out / "models" / f["url"]).read_bytes()
+            assert f["size"] == len(data) and f["sha256"] == hashlib.sha256(data).hexdigest()
+        assert entry["bytes"] == sum(f["size"] for f in entry["files"])
+    readme = (out / "README.md").read_text()
+    assert readme.startswith("---\n") and "\nsdk: static\n" in readme.split("---")[1]
+    assert "app_file: index.html" in readme
+
+
+def test_local_site_carries_verified_pyodide_and_rebuild_is_cheap(tmp_path, fake_models):
+    from ember.wasm.assets import verify_wheel
+    out = serve.build_site(tmp_path / "site", pyodide="local", models=fake_models)
+    config = json.loads((out / "config.json").read_text())
+    assert config["pyodideURL"] == "pyodide/"
+    lock = json.loads((out / "pyodide" / "pyodide-lock.json").read_text())
+    for pkg in serve.PYODIDE_PACKAGES:
+        entry = lock["packages"][pkg]
+        verify_wheel(out / "pyodide" / entry["file_name"], entry)
+    assert (out / "pyodide" / "pyodide.asm.wasm").stat().st_size > 5_000_000
+    stamp = (out / config["wheelURL"]).stat().st_mtime_ns
+    t0 = time.perf_counter()
+    serve.build_site(out, pyodide="local", models=fake_models)
+    assert time.perf_counter() - t0 < 5.0  # no wheel build, no copies: only hashes and links
+    assert (out / config["wheelURL"]).stat().st_mtime_ns == stamp
+    # switching to the CDN drops the local copy; dropping a model drops its files
+    serve.build_site(out, pyodide="cdn", models={"yolo": fake_models["yolo"]})
+    assert not (out / "pyodide").exists() and not (out / "models" / "tiny-llama").exists()
+
+
+def test_bad_pyodide_setting_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="^ember: --pyodide must be 'local' or 'cdn'"):
+        serve.build_site(tmp_path, pyodide="unpkg", models={})
+
+
+def test_server_serves_the_site_with_module_and_wasm_types(tmp_path, fake_models):
+    out = serve.build_site(tmp_path / "site", pyodide="cdn", models=fake_models)
+    (out / "x.wasm").write_bytes(b"\0asm")
+    server = serve.make_server(out, 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
+        with urllib.request.urlopen(base) as r:
+            assert b"<title>ember" in r.read()
+        for name, ctype in (("worker.js", "text/javascript"), ("x.wasm", "application/wasm"),
+                            ("config.json", "application/json")):
+            with urllib.request.urlopen(base + name) as r:
+                assert r.headers["Content-Type"] == ctype, name
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_cli_registers_serve_and_build_web():
+    parser = argparse.ArgumentParser()
+    serve.add_parser(parser.add_subparsers(dest="command"))
+    a = parser.parse_args(["serve", "--port", "8123"])
+    assert a.func is serve.main_serve and a.port == 8123 and a.pyodide == "local"
+    b = parser.parse_args(["build-web", "out", "--pyodide", "cdn"])
+    assert b.func is serve.main_build and b.out == "out" and b.pyodide == "cdn"
+
+
+def test_source_hash_follows_the_sources(tmp_path, monkeypatch):
+    first = serve.source_hash()
+    assert first == serve.source_hash()
+    fake = tmp_path / "root"
+    for folder in serve.WHEEL_SOURCES:
+        (fake / folder).mkdir(parents=True)
+        (fake / folder / "a.py").write_text("x = 1\n")
+    (fake / "pyproject.toml").write_text("")
+    monkeypatch.setattr(serve, "ROOT", fake)
+    h1 = serve.source_hash()
+    (fake / "core" / "a.py").write_text("x = 2\n")
+    assert serve.source_hash() != h1

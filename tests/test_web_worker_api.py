@@ -1,0 +1,142 @@
+"""wasm/worker_api.py (the Python side of the web worker) run in CPython: the answers equal the model
+APIs' own, cancel stops a generation, and every bad request comes back as an error code + message
+instead of an exception (the worker must stay alive)."""
+import asyncio
+import struct
+
+import numpy as np
+import pytest
+
+import ember
+from ember.wasm import worker_api as W
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    from ember.models.llama.config import LlamaConfig
+    from ember.models.llama.load import save_pretrained
+    from ember.models.llama.model import Llama
+    tok = pytest.importorskip("tokenizers")
+    d = tmp_path_factory.mktemp("llama")
+    t = tok.Tokenizer(tok.models.BPE())
+    t.pre_tokenizer = tok.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = tok.decoders.ByteLevel()
+    t.train_from_iterator(["the for statement is used to iterate over a sequence"] * 20,
+                          tok.trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                                  initial_alphabet=tok.pre_tokenizers.ByteLevel.alphabet()))
+    t.save(str(d / "src.json"))
+    ember.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=t.get_vocab_size(), dim=32, hidden_dim=64, n_layers=1, n_heads=2,
+                      n_kv_heads=1, max_seq_len=128, bos_token_id=0, eos_token_ids=[1])
+    save_pretrained(Llama(cfg), str(d / "m"), tokenizer_json=str(d / "src.json"))
+    return d / "m"
+
+
+def test_llama_greedy_equals_generate(llama_dir):
+    from ember.models.llama.generate import SamplingParams, generate
+    from ember.models.llama.load import load_llama
+    info = W.load("llama", str(llama_dir))
+    assert info["tool"] == "llama" and info["device"] == "cpu" and info["parameters"] > 0
+    pieces = []
+    r = run(W.handle("llama", {"input": "the for", "opts": {"temperature": 0, "max_new_tokens": 12, "seed": 0},
+                               "on_partial": lambda piece, n, tps: pieces.append((piece, n))}))
+    assert "ok" in r, r
+    model, tok = load_llama(str(llama_dir))
+    ids = tok.encode("the for", bos=True)
+    ref = list(generate(model, ids, 12, SamplingParams(0.0, 0, 0.9, 1.0, 0), tok.eos_ids))
+    assert r["ok"]["prompt_tokens"] == ids
+    assert r["ok"]["tokens"] == ref
+    assert "".join(p for p, _ in pieces) == r["ok"]["text"]
+    assert [n for _, n in pieces] == sorted(n for _, n in pieces)  # streamed in order
+
+
+def test_cancel_stops_at_the_next_token(llama_dir):
+    W.load("llama", str(llama_dir))
+    seen = []
+
+    def on_token(piece, n, tps):
+        seen.append(n)
+        if n >= 3:
+            W.cancel()  # as worker.js does when the page's cancel message arrives
+    r = run(W.handle("llama", {"input": "the", "opts": {"temperature": 1.0, "max_new_tokens": 100, "seed": 1},
+                               "on_partial": on_token}))
+    assert r["ok"]["stopped"] == "cancelled"
+    assert 3 <= len(r["ok"]["tokens"]) < 10
+    # the flag is reset: the next run goes to the end
+    r2 = run(W.handle("llama", {"input": "the", "opts": {"temperature": 0, "max_new_tokens": 5}}))
+    assert r2["ok"]["stopped"] != "cancelled"
+
+
+@pytest.mark.parametrize("op,args,code", [
+    ("llama", {"input": "x", "opts": {"top_p": 0}}, "bad_request"),
+    ("llama", {"input": "x", "opts": {"max_new_tokens": 0}}, "bad_request"),
+    ("nope", {}, "bad_request"),
+    ("load", {"tool": "bert", "folder": "/"}, "bad_request"),
+    ("device", {"device": "tpu"}, "bad_request"),
+])
+def test_bad_requests_come_back_as_codes(llama_dir, op, args, code):
+    W.load("llama", str(llama_dir))
+    r = run(W.handle(op, args))
+    assert r["error"] == code and r["message"].startswith("ember: ")
+
+
+def test_run_before_load_and_bad_model_files(tmp_path):
+    W._MODELS.pop("yolo", None)
+    r = run(W.handle("yolo", {"input": b"\x89PNG"}))
+    assert r["error"] == "not_loaded"
+    (tmp_path / "readme.txt").write_text("hi")
+    r = run(W.handle("load", {"tool": "yolo", "folder": str(tmp_path)}))
+    assert r["error"] == "unsupported_file" and "readme.txt" in r["message"]
+    (tmp_path / "model.safetensors").write_bytes(b"garbage!" * 4)
+    r = run(W.handle("load", {"tool": "yolo", "folder": str(tmp_path)}))
+    assert r["error"] == "bad_model" and r["message"].startswith("ember: ")
+
+
+def _wav(samples: np.ndarray, rate: int) -> bytes:
+    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * 2, 2, 16)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", 16) + fmt + b"data" + struct.pack("<I", len(pcm)) + pcm
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def test_audio_inputs_wav_bytes_as_the_cli_and_float32_samples():
+    from ember.models.whisper.transcribe import load_input
+    rate = 22050
+    x = np.sin(np.linspace(0, 400, rate)).astype(np.float32) * 0.5
+    wav = _wav(x, rate)
+    np.testing.assert_array_equal(W._samples(wav), load_input(wav))  # resampled to 16 kHz as the CLI does
+    f32 = np.arange(8, dtype=np.float32) / 8
+    np.testing.assert_array_equal(W._samples(f32.tobytes()), f32)
+    for bad, what in ((b"abc", "multiple of 4"), (np.float32([np.nan]).tobytes(), "NaN"), (b"", "shape")):
+        with pytest.raises(W.WorkerError, match=what) as e:
+            W._samples(bad)
+        assert e.value.code == "unsupported_file"
+
+
+def test_rgba_pixels_and_their_size_check():
+    rgba = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    img = W._image({"rgba": rgba.tobytes(), "width": 3, "height": 2})
+    np.testing.assert_array_equal(img, rgba[:, :, :3])
+    with pytest.raises(W.WorkerError, match="does not match 4x2"):
+        W._image({"rgba": rgba.tobytes(), "width": 4, "height": 2})
+
+
+def test_yolo_detections_equal_the_cli(tmp_path):
+    from ember.models.yolo.cli import _rounded
+    from ember.models.yolo.fetch import ensure_demo_model, ensure_file
+    from ember.models.yolo.load import load_model
+    from ember.models.yolo.predict import detect
+    weights = ensure_demo_model()
+    (tmp_path / "model.safetensors").symlink_to(weights)
+    W.load("yolo", str(tmp_path))
+    image = ensure_file("bus.jpg")
+    r = run(W.handle("yolo", {"input": image.read_bytes(), "opts": {"conf": 0.25}}))
+    ref = [_rounded(d) for d in detect(load_model(weights), str(image))]
+    assert r["ok"]["detections"] == ref and len(ref) > 0
+    assert (r["ok"]["width"], r["ok"]["height"]) == (810, 1080)
+    r = run(W.handle("yolo", {"input": b"not an image"}))
+    assert r["error"] == "unsupported_file"
