@@ -120,6 +120,16 @@ def test_low_precision_values_round_like_numpy():
     assert np.isinf(big.float().numpy()).all()
 
 
+def test_float16_storage_follows_the_adapter():
+    x = gpu(np.arange(1000, dtype=np.float16), "float16")
+    bytes_per = x._data.storage.nbytes / 1000
+    if BE.has_f16 and BE.words[ember.float16][0] == "f16":
+        assert bytes_per < 2.1, "shader-f16 adapters store float16 natively (2 bytes)"
+    else:
+        assert bytes_per >= 4, "without shader-f16, float16 is widened to f32 words"
+    np.testing.assert_array_equal((x * 3).numpy(), np.arange(1000, dtype=np.float16) * np.float16(3))
+
+
 def test_int64_storage_and_limits():
     i = gpu(np.array([3, -2**31, 2**31 - 1], np.int64))
     np.testing.assert_array_equal(i.numpy(), [3, -2**31, 2**31 - 1])

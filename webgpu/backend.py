@@ -19,13 +19,13 @@ from ember.primitives import Backend
 
 from . import kernels
 from .backend_compute import ComputeMixin
-from .buffers import WORD, BufferPool, GArray, Storage, contiguous_strides
+from .buffers import F16_NATIVE, WORD, BufferPool, GArray, Storage, compute_type, contiguous_strides
 
 MAXD = 8  # dims a view may have after merging (meta layout in common.wgsl)
 _META_CACHE_MAX = 4096
 _SETTINGS = {"power_preference": os.environ.get("EMBER_WEBGPU_POWER", "high-performance"),
              "backend": os.environ.get("EMBER_WEBGPU_BACKEND") or None}
-_KIND = {"f32": "f", "i32": "i", "u32": "u"}
+_KIND = {"f32": "f", "f16": "f", "i32": "i", "u32": "u"}
 _CMP = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"}
 
 
@@ -91,6 +91,9 @@ class WebGPUBackend(ComputeMixin, Backend):
         self.dispatches = 0
         self.host_uploads = 0  # CPU arrays passed to primitives (see _dev)
         self.has_f16 = "shader-f16" in self.adapter.features
+        self.words = dict(WORD)
+        if self.has_f16 and os.environ.get("EMBER_WEBGPU_F16", "1") != "0":
+            self.words[D.float16] = F16_NATIVE
         self.available = True
         self.matmul_kernel = "tiled"  # or "regs" (no shared memory); bench/bench_webgpu.py measures both
 
@@ -99,11 +102,11 @@ class WebGPUBackend(ComputeMixin, Backend):
 
     def supports(self, dtype):
         """float64 has no WGSL type; every other ember dtype is stored in 4-byte words."""
-        return dtype in WORD
+        return dtype in self.words
 
     # ============================================================== plumbing
     def _word(self, dtype):
-        w = WORD.get(dtype)
+        w = self.words.get(dtype)
         if w is None:
             raise TypeError(f"ember: webgpu has no {dtype.name} (WGSL lacks 64-bit floats); "
                             f"cast to float32 first (backend.supports(dtype) tells ahead)")
@@ -120,8 +123,12 @@ class WebGPUBackend(ComputeMixin, Backend):
 
     def _new(self, shape, dtype):
         shape = tuple(int(s) for s in shape)
-        n = math.prod(shape)
-        return GArray(Storage(self.pool, max(n, 1) * 4), shape, contiguous_strides(shape), 0, dtype)
+        return GArray(Storage(self.pool, self._nbytes(math.prod(shape), dtype)), shape,
+                      contiguous_strides(shape), 0, dtype)
+
+    def _nbytes(self, n, dtype):
+        size = np.dtype(self._word(dtype)[1]).itemsize * max(n, 1)
+        return (size + 3) & ~3  # buffers and copies come in 4-byte units
 
     def _meta_handle(self, words):
         words = np.asarray(words, dtype=np.int64).astype(np.uint32)  # i32 values wrap to their bits
@@ -158,7 +165,7 @@ class WebGPUBackend(ComputeMixin, Backend):
     def _bits(self, value, dtype):
         """A Python scalar as the 32-bit word pattern of dtype's GPU storage."""
         wt, wnp, fix = self._word(dtype)
-        if wt == "f32":
+        if wt in ("f32", "f16"):
             v = np.float32(value)
             if dtype is D.float16:
                 v = np.float32(np.float16(v))
@@ -190,14 +197,17 @@ class WebGPUBackend(ComputeMixin, Backend):
             w = a.astype(wnp, copy=False)
         out = self._new(a.shape, dtype)
         if w.size:
-            self.adapter.write(out.storage.handle, np.ascontiguousarray(w).reshape(-1))
+            w = np.ascontiguousarray(w).reshape(-1)
+            if w.nbytes % 4:  # copies move whole 4-byte units (odd-length f16 arrays)
+                w = np.concatenate([w, np.zeros(1, w.dtype)])
+            self.adapter.write(out.storage.handle, w)
         return out
 
     def _words(self, x):
         x = self.contiguous(x)
-        n = x.size
-        raw = self.adapter.read(x.storage.handle, max(n, 1) * 4)[: n * 4]
-        return raw.view(WORD[x.dtype][1]).reshape(x.shape)
+        wnp = np.dtype(self._word(x.dtype)[1])
+        raw = self.adapter.read(x.storage.handle, self._nbytes(x.size, x.dtype))[: x.size * wnp.itemsize]
+        return raw.view(wnp).reshape(x.shape)
 
     def _from_words(self, w, dtype):
         if dtype is D.bfloat16:
@@ -212,9 +222,9 @@ class WebGPUBackend(ComputeMixin, Backend):
     async def to_numpy_async(self, x):
         """Readback that awaits the GPU instead of blocking (the page's path without JSPI)."""
         x = self.contiguous(x)
-        n = x.size
-        raw = (await self.adapter.read_async(x.storage.handle, max(n, 1) * 4))[: n * 4]
-        return self._from_words(raw.view(WORD[x.dtype][1]).reshape(x.shape), x.dtype)
+        wnp = np.dtype(self._word(x.dtype)[1])
+        raw = (await self.adapter.read_async(x.storage.handle, self._nbytes(x.size, x.dtype)))[: x.size * wnp.itemsize]
+        return self._from_words(raw.view(wnp).reshape(x.shape), x.dtype)
 
     def full(self, shape, value, dtype):
         out = self._new(shape, dtype)
@@ -227,7 +237,8 @@ class WebGPUBackend(ComputeMixin, Backend):
             return
         wt = self._word(view.dtype)[0]
         shape, views = merge_dims(view.shape, [(view.offset, view.strides)])
-        p = self.pipelines.get("copy", "fill", wt, [])
+        val = "f16(bitcast<f32>(prm[3]))" if wt == "f16" else f"bitcast<{wt}>(prm[3])"
+        p = self.pipelines.get("copy", "fill", wt, [], VAL=val)
         self._run(p, self._view_meta(n, shape, views, [self._bits(value, view.dtype)]), view, [], _groups(n))
 
     def arange(self, start, stop, step, dtype):
@@ -235,9 +246,10 @@ class WebGPUBackend(ComputeMixin, Backend):
         out = self._new((n,), dtype)
         if n:
             wt, _, fix = self._word(dtype)
-            p = self.pipelines.get("copy", "arange", wt, [], FIX=fix or "")
-            self._run(p, [n, 0, 0, self._bits(start, D.float32 if wt == "f32" else dtype),
-                          self._bits(step, D.float32 if wt == "f32" else dtype)], out, [], _groups(n))
+            ct = compute_type(wt)
+            p = self.pipelines.get("copy", "arange", wt, [], FIX=fix or "", CT=ct)
+            sd = D.float32 if ct == "f32" else dtype
+            self._run(p, [n, 0, 0, self._bits(start, sd), self._bits(step, sd)], out, [], _groups(n))
         return out
 
     # ============================================================== meta
@@ -263,14 +275,17 @@ class WebGPUBackend(ComputeMixin, Backend):
         names = "abc"
         cs = contiguous_strides(mshape)
         # a view that walks its buffer in order is read at i directly: no index loop in the kernel
-        loads = [f"let {names[k]} = in{k}[{'i' if (off == 0 and st == cs) else f'view_index(i, {k}u)'}];"
+        wts = [self._word(x.dtype)[0] for x in inputs]
+        loads = [f"let {names[k]} = {compute_type(wts[k])}(in{k}[{'i' if (off == 0 and st == cs) else f'view_index(i, {k}u)'}]);"
                  for k, (off, st) in enumerate(views)]
         if scalar is not None:
             loads.append(f"let {names[len(inputs)]} = bitcast<{scalar[0]}>(prm[3]);")
-        ofix = WORD[out_dtype][2] if fix else None
-        wt = WORD[out_dtype][0]
-        p = self.pipelines.get("elementwise", "map", wt, [WORD[x.dtype][0] for x in inputs],
-                               LOADS="\n    ".join(loads), EXPR=f"{ofix}({expr})" if ofix else expr)
+        wt, _, ofix = self._word(out_dtype)
+        if ofix and fix:
+            expr = f"{ofix}({expr})"
+        if wt == "f16":
+            expr = f"f16({expr})"
+        p = self.pipelines.get("elementwise", "map", wt, wts, LOADS="\n    ".join(loads), EXPR=expr)
         self._run(p, self._view_meta(n, mshape, views, [] if scalar is None else [scalar[1]]),
                   out, inputs, _groups(n))
         return out
@@ -301,9 +316,10 @@ class WebGPUBackend(ComputeMixin, Backend):
         if isinstance(b, GArray):
             args, scalar = [a, b], None
         else:
-            if op == "pow" and wt != "f32" and b < 0:
+            ct = compute_type(wt)
+            if op == "pow" and ct != "f32" and b < 0:
                 raise ValueError("ember: integer tensor to a negative integer power")
-            args, scalar = [a], (wt, self._bits(b, D.float32 if wt == "f32" else a.dtype))
+            args, scalar = [a], (ct, self._bits(b, D.float32 if ct == "f32" else a.dtype))
         expr = f"select(0u, 1u, {fn}(a, b))" if cmp else f"{fn}(a, b)"
         return self._map(D.bool_ if cmp else a.dtype, expr, args, scalar)
 
@@ -311,13 +327,13 @@ class WebGPUBackend(ComputeMixin, Backend):
         cond = self._dev(cond)
         if isinstance(b, GArray):
             return self._map(a.dtype, "select(c, b, a != 0u)", [cond, a, b], fix=False)
-        wt = self._word(a.dtype)[0]
-        return self._map(a.dtype, "select(c, b, a != 0u)", [cond, a], (wt, self._bits(b, a.dtype)), fix=False)
+        ct = compute_type(self._word(a.dtype)[0])
+        return self._map(a.dtype, "select(c, b, a != 0u)", [cond, a], (ct, self._bits(b, a.dtype)), fix=False)
 
     def cast(self, x, dtype):
         if x.dtype is dtype:
             return x
-        sw, dw = self._word(x.dtype)[0], self._word(dtype)[0]
+        sw, dw = compute_type(self._word(x.dtype)[0]), compute_type(self._word(dtype)[0])
         zero = {"f32": "0.0", "i32": "0", "u32": "0u"}[sw]
         if dtype is D.bool_:
             return self._map(dtype, f"select(0u, 1u, a != {zero})", [x])

@@ -11,7 +11,7 @@ import numpy as np
 
 from ember import dtypes as D
 
-from .buffers import WORD, GArray
+from .buffers import GArray, compute_type
 
 _INIT = {("sum", "f32"): "0.0", ("prod", "f32"): "1.0", ("max", "f32"): "-f_inf()", ("min", "f32"): "f_inf()",
          ("sum", "i32"): "0", ("prod", "i32"): "1", ("max", "i32"): "i32(-2147483648)", ("min", "i32"): "2147483647",
@@ -56,9 +56,10 @@ class ComputeMixin:
                 raise ValueError(f"ember: {op} over an empty axis of a {x.shape} tensor")
             self._fill(out, 0 if op == "sum" else 1)
             return out
-        prop = "true" if (wt == "f32" and op in ("max", "min")) else "false"
-        p = self.pipelines.get("reduce", "reduce", wt, [wt], T=wt, OP=op, INIT=_INIT[(op, wt)], NAN=_NAN[wt],
-                               NANVAL="f_nan()" if wt == "f32" else f"{wt}(0)", PROPAGATE=prop, FIX=fix or "")
+        ct = compute_type(wt)
+        prop = "true" if (ct == "f32" and op in ("max", "min")) else "false"
+        p = self.pipelines.get("reduce", "reduce", wt, [wt], T=ct, OP=op, INIT=_INIT[(op, ct)], NAN=_NAN[ct],
+                               NANVAL="f_nan()" if ct == "f32" else f"{ct}(0)", PROPAGATE=prop, FIX=fix or "")
         self._run(p, [rows, n], out, [xr], _row_groups(rows))
         return out
 
@@ -70,7 +71,8 @@ class ComputeMixin:
         out = self._new(kept, D.int64)
         rows = math.prod(kept)
         if rows:
-            p = self.pipelines.get("reduce", "arg_reduce", "i32", [wt], T=wt, NAN=_NAN[wt],
+            ct = compute_type(wt)
+            p = self.pipelines.get("reduce", "arg_reduce", "i32", [wt], T=ct, NAN=_NAN[ct],
                                    CMP=">" if op == "argmax" else "<")
             self._run(p, [rows, n], out, [xr], _row_groups(rows))
         if keepdim:
@@ -85,7 +87,7 @@ class ComputeMixin:
             n = xc.shape[-1] if xc.shape else 1
             rows = xc.size // max(n, 1)
             if xc.size:
-                p = self.pipelines.get("reduce", "cumsum", wt, [wt], T=wt, FIX=fix or "")
+                p = self.pipelines.get("reduce", "cumsum", wt, [wt], T=compute_type(wt), FIX=fix or "")
                 self._run(p, [rows, n], out, [xc], self._groups(rows))
             return out
         return self._last_axis(x, axis, run)
@@ -97,7 +99,7 @@ class ComputeMixin:
             out = self._new(xc.shape, D.int64)
             n = xc.shape[-1] if xc.shape else 1
             if xc.size:
-                p = self.pipelines.get("reduce", "argsort", "i32", [wt], T=wt, NAN=_NAN[wt],
+                p = self.pipelines.get("reduce", "argsort", "i32", [wt], T=compute_type(wt), NAN=_NAN[compute_type(wt)],
                                        CMP=">" if descending else "<")
                 self._run(p, [xc.size // n, n], out, [xc], self._groups(xc.size))
             return out
@@ -137,7 +139,7 @@ class ComputeMixin:
         meta = [M, N, K, av.offset, asb, av.strides[-2], av.strides[-1],
                 bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
         kind = self.matmul_kernel
-        p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt], T=wt, FIX=fix or "")
+        p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt], T=compute_type(wt), FIX=fix or "")
         t = 64 if kind == "tiled" else 32  # output tile edge per workgroup
         groups = (-(-N // t), -(-M // t), B)
         self._run(p, meta, out, [av, bv], groups)
@@ -146,7 +148,7 @@ class ComputeMixin:
     # ------------------------------------------------------------------ conv
     def conv(self, x, w, stride, padding, dilation, groups):
         wt, _, fix = self._word(x.dtype)
-        if wt != "f32":
+        if compute_type(wt) != "f32":
             raise TypeError(f"ember: webgpu conv needs a float tensor, got {x.dtype.name}")
         nd = len(x.shape) - 2
         if nd > 3:
@@ -200,6 +202,9 @@ class ComputeMixin:
     def scatter(self, x, axis, idx, src, reduce):
         wt, _, fix = self._word(x.dtype)
         idx, src = self._dev(idx), self._dev(src)
+        if wt == "f16" and reduce is not None:  # no 16-bit atomics: accumulate in float32 words
+            f = D.float32
+            return self.cast(self.scatter(self.cast(x, f), axis, idx, self.cast(src, f), reduce), x.dtype)
         out = self._new(x.shape, x.dtype)
         self._copy_into(out, x)
         if idx.size == 0:
@@ -230,9 +235,12 @@ class ComputeMixin:
 
     def _float_rows(self, x, what):
         wt, _, fix = self._word(x.dtype)
-        if wt != "f32":
+        if compute_type(wt) != "f32":
             raise TypeError(f"ember: webgpu {what} needs a float tensor, got {x.dtype.name}")
         return fix or ""
+
+    def _wt(self, x):
+        return self._word(x.dtype)[0]
 
     def softmax(self, x, axis, log=False):
         fix = self._float_rows(x, "softmax")
@@ -242,7 +250,8 @@ class ComputeMixin:
             n = xc.shape[-1] if xc.shape else 1
             rows = xc.size // max(n, 1)
             if rows and n:
-                p = self.pipelines.get("norm", "softmax", "f32", ["f32"], FIX=fix, LOG="true" if log else "false")
+                p = self.pipelines.get("norm", "softmax", self._wt(x), [self._wt(x)], FIX=fix,
+                                       LOG="true" if log else "false")
                 self._run(p, [rows, n], out, [xc], _row_groups(rows))
             return out
         return self._last_axis(x, axis, run)
@@ -260,7 +269,8 @@ class ComputeMixin:
             flags = (1 if w is not None else 0) | (2 if b is not None else 0)
             ins = [xc, self.contiguous(w) if w is not None else self._dummy(),
                    self.contiguous(b) if b is not None else self._dummy()]
-            p = self.pipelines.get("norm", "norm", "f32", ["f32"] * 3, FIX=fix, RMS="true" if rms else "false")
+            p = self.pipelines.get("norm", "norm", self._wt(x), [self._wt(t) for t in ins], FIX=fix,
+                                   RMS="true" if rms else "false")
             self._run(p, [rows, n, self._bits(eps, D.float32), flags], out, ins, _row_groups(rows))
         return out
 
@@ -274,6 +284,11 @@ class ComputeMixin:
         """softmax(q k^T * scale + mask) v as three kernels: QK^T matmul, fused
         scale+mask+causal softmax over score rows, PV matmul."""
         fix = self._float_rows(q, "attention")
+        if self._wt(q) == "f16":  # scores and probabilities in float32 words, rounded once at the end
+            f = D.float32
+            m = None if mask is None else self.cast(mask, f)
+            y = self.attention(self.cast(q, f), self.cast(k, f), self.cast(v, f), m, scale, causal)
+            return self.cast(y, q.dtype)
         nd = len(q.shape)
         s = self.matmul(q, self.permute(k, list(range(nd - 2)) + [nd - 1, nd - 2]))  # (..., L, S)
         L, S = s.shape[-2:]

@@ -8,6 +8,8 @@ dtype and views never split a word:
   int64, int32, int8         -> i32 words (int64: range-checked on upload; arithmetic wraps at 32 bits)
   uint32, uint8, bool        -> u32 words (uint8 masked to 8 bits, bool is 0/1)
 float64 has no WGSL type: `WebGPUBackend.supports(float64)` is False and uploads raise.
+Where the adapter has `shader-f16`, float16 is stored natively instead (F16_NATIVE: 2-byte f16
+words, computed in f32 inside kernels and converted on store).
 """
 from __future__ import annotations
 
@@ -24,6 +26,12 @@ WORD = {
     D.int64: ("i32", np.int32, None), D.int32: ("i32", np.int32, None), D.int8: ("i32", np.int32, "fix_i8"),
     D.uint32: ("u32", np.uint32, None), D.uint8: ("u32", np.uint32, "fix_u8"), D.bool_: ("u32", np.uint32, None),
 }
+F16_NATIVE = ("f16", np.float16, None)
+
+
+def compute_type(word):
+    """Kernels compute f16 words in f32."""
+    return "f32" if word == "f16" else word
 
 
 class Storage:

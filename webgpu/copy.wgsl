@@ -18,15 +18,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) lid: u32) {
     let i = flat_id(wid, nwg, lid);
     if (i >= prm[0]) { return; }
-    out[view_index(i, 0u)] = bitcast<$OT>(prm[3]);
+    out[view_index(i, 0u)] = $VAL;
 }
 
 //! kernel arange
-// prm[3], prm[4]: start and step bits in the word type
+// prm[3], prm[4]: start and step bits in the compute type $CT
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let i = flat_id(wid, nwg, lid);
     if (i >= prm[0]) { return; }
-    out[i] = $FIX(bitcast<$OT>(prm[3]) + $OT(i) * bitcast<$OT>(prm[4]));
+    out[i] = $OT($FIX(bitcast<$CT>(prm[3]) + $CT(i) * bitcast<$CT>(prm[4])));
 }

@@ -29,7 +29,8 @@ def has_function(family, fname):
 def source(family, kernel, out_type, in_types, atomic_out=False, **subs):
     """Full WGSL of one specialised kernel; `subs` fill the $placeholders."""
     shared, kernels = _family(family)
-    lines = ["@group(0) @binding(0) var<storage, read> prm: array<u32>;"]
+    lines = ["enable f16;"] if "f16" in (out_type, *in_types) else []
+    lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
     out_elem = f"atomic<{out_type}>" if atomic_out else out_type
     lines.append(f"@group(0) @binding(1) var<storage, read_write> out: array<{out_elem}>;")
     for k, t in enumerate(in_types):

@@ -41,15 +41,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (row >= prm[0]) { return; }  // uniform per workgroup, so the barriers below stay valid
     let base = row * n;
     var m = -f_inf();
-    for (var r = lid; r < n; r = r + 256u) { m = max(m, in0[base + r]); }
+    for (var r = lid; r < n; r = r + 256u) { m = max(m, f32(in0[base + r])); }
     m = tree_max(lid, m);
     var s = 0.0;
-    for (var r = lid; r < n; r = r + 256u) { s = s + exp(in0[base + r] - m); }
+    for (var r = lid; r < n; r = r + 256u) { s = s + exp(f32(in0[base + r]) - m); }
     s = tree_sum(lid, s);
     let ls = log(s);
     for (var r = lid; r < n; r = r + 256u) {
-        let z = in0[base + r] - m;
-        out[base + r] = $FIX(select(exp(z) / s, z - ls, $LOG));
+        let z = f32(in0[base + r]) - m;
+        out[base + r] = $OT($FIX(select(exp(z) / s, z - ls, $LOG)));
     }
 }
 
@@ -65,21 +65,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var mu = 0.0;
     if (!$RMS) {
         var s = 0.0;
-        for (var r = lid; r < n; r = r + 256u) { s = s + in0[base + r]; }
+        for (var r = lid; r < n; r = r + 256u) { s = s + f32(in0[base + r]); }
         mu = tree_sum(lid, s) / f32(n);
     }
     var q = 0.0;
     for (var r = lid; r < n; r = r + 256u) {
-        let d = in0[base + r] - mu;
+        let d = f32(in0[base + r]) - mu;
         q = q + d * d;
     }
     let inv = 1.0 / sqrt(tree_sum(lid, q) / f32(n) + bitcast<f32>(prm[2]));
     let flags = prm[3];
     for (var r = lid; r < n; r = r + 256u) {
-        var y = (in0[base + r] - mu) * inv;
-        if ((flags & 1u) != 0u) { y = y * in1[r]; }
-        if ((flags & 2u) != 0u) { y = y + in2[r]; }
-        out[base + r] = $FIX(y);
+        var y = (f32(in0[base + r]) - mu) * inv;
+        if ((flags & 1u) != 0u) { y = y * f32(in1[r]); }
+        if ((flags & 2u) != 0u) { y = y + f32(in2[r]); }
+        out[base + r] = $OT($FIX(y));
     }
 }
 
@@ -100,8 +100,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let mstep = bitcast<i32>(prm[9]);
     var m = -f_inf();
     for (var r = lid; r < n; r = r + 256u) {
-        var v = in0[base + r] * scale;
-        if ((flags & 4u) != 0u) { v = v + in1[mbase + i32(r) * mstep]; }
+        var v = f32(in0[base + r]) * scale;
+        if ((flags & 4u) != 0u) { v = v + f32(in1[mbase + i32(r) * mstep]); }
         if ((flags & 8u) != 0u && r > l + prm[7]) { v = -f_inf(); }
         out[base + r] = v;
         m = max(m, v);

@@ -85,7 +85,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc: $T = $T(0);
     for (var r = 0u; r < n; r = r + 1u) {
         acc = acc + $T(in0[row * n + r]);
-        out[row * n + r] = $FIX(acc);  // accumulate unrounded, as numpy's f16 cumsum in f32
+        out[row * n + r] = $OT($FIX(acc));  // accumulate unrounded, as numpy's f16 cumsum in f32
     }
 }
 
