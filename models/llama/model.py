@@ -61,14 +61,14 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, K, hd = self.n_heads, self.n_kv, self.hd
         qkv = self.qkv_proj(x).reshape(B, T, H + 2 * K, hd)            # (B, T, H + 2K, hd)
-        qk = rope(qkv.narrow(2, 0, H + K))                                    # (B, T, H + K, hd)
+        qk = rope(qkv.narrow(2, 0, H + K))                              # (B, T, H + K, hd)
         # the G = H // K query heads of one kv head go along the sequence axis: (B, K, G * T, hd)
         # (for one token that is a plain reshape: decoding skips the permutes; narrow is the cheapest slice)
         q = qk.narrow(2, 0, H)
         q = q.reshape(B, K, H // K, hd) if T == 1 else \
             q.reshape(B, T, K, H // K, hd).permute(0, 2, 3, 1, 4).reshape(B, K, H // K * T, hd)
-        k = qk.narrow(2, H, K).transpose(1, 2)                                # (B, K, T, hd)
-        v = qkv.narrow(2, H + K, K).transpose(1, 2)                           # (B, K, T, hd)
+        k = qk.narrow(2, H, K).transpose(1, 2)                          # (B, K, T, hd)
+        v = qkv.narrow(2, H + K, K).transpose(1, 2)                     # (B, K, T, hd)
         if cache is not None:
             k, v = cache.update(layer, k, v)                            # (B, K, S, hd)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)     # (B, K, G * T, hd)
@@ -147,6 +147,9 @@ class Llama(nn.Module):
     def device(self):
         return self.model.embed_tokens.weight.device
 
+    def _dtype(self):  # host-built constants (mask, rotation) follow the weights' dtype
+        return self.model.embed_tokens.weight.dtype
+
     def new_cache(self, max_len: int | None = None) -> KVCache:
         return KVCache(self.config, max_len)
 
@@ -157,7 +160,7 @@ class Llama(nn.Module):
         allowed = np.arange(S)[None, :] <= (start + np.arange(T))[:, None]              # (T, S)
         m = np.where(allowed, 0.0, -np.inf).astype(np.float32)
         m = np.tile(m, (self.config.n_heads // self.config.n_kv_heads, 1))              # (G * T, S)
-        return ember.tensor(m, device=self.device)
+        return ember.tensor(m, dtype=self._dtype(), device=self.device)
 
     def forward(self, tokens, cache: KVCache | None = None, last_only: bool = False):
         """tokens (B, T) int64 -> logits (B, T, vocab) (or (B, 1, vocab) with last_only); with a cache the
@@ -170,7 +173,7 @@ class Llama(nn.Module):
             raise ValueError(f"ember: {T} tokens exceed the context length {self.config.max_seq_len}")
         if T == 1:
             m = np.diag(self._cos[start]) + self._rot * self._sin[start][None, :]                   # (hd, hd)
-            rope = Rope(matrix=ember.tensor(m.astype(np.float32), device=self.device))
+            rope = Rope(matrix=ember.tensor(m, dtype=self._dtype(), device=self.device))
         else:
             rope = Rope(self.rope_cos.narrow(0, start, T), self.rope_sin.narrow(0, start, T), self.rope_rot)
         mask = self._mask(T, start, start + T)
