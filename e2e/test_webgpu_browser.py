@@ -57,7 +57,7 @@ def ops(dev):
     return {"matmul": x @ y, "softmax": F.softmax(x, -1), "layer_norm": F.layer_norm(x, (20,)),
             "gelu": F.gelu(x), "sum": x.sum(0), "argmax": x.argmax(1), "conv2d": F.conv2d(T(img), T(w), padding=1),
             "index": x[T(idx)], "cat": ember.cat([x, x * 2], 1), "where": ember.where(x > 0, x, x.exp()),
-            "cumsum": x.cumsum(1), "attention": F.scaled_dot_product_attention(x[None], x[None], x[None], is_causal=True)}
+            "cumsum": x.cumsum(1), "half_matmul": (x.half() @ y.half()).float(), "attention": F.scaled_dot_product_attention(x[None], x[None], x[None], is_causal=True)}
 
 
 ember.manual_seed(0)

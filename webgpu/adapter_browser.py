@@ -71,10 +71,22 @@ class BrowserAdapter:
         self._enc = None
         self._pending = 0
         import pyodide_js
+        from pyodide.ffi import create_proxy
         self._module = pyodide_js._module
+        self.lost = None
+        device.lost.then(create_proxy(self._on_lost))
+
+    def _on_lost(self, info):
+        self.lost = f"{info.reason}: {info.message}"
+
+    def _check(self, what):
+        if self.lost is not None:
+            raise AdapterError(f"ember: webgpu {what} failed: the page's GPU device was lost ({self.lost}); "
+                               f"tensors on 'cpu' keep working")
 
     # -- resources ------------------------------------------------------------------------------
     def buffer(self, nbytes):
+        self._check("allocation")
         return self.device.createBuffer(_obj({"size": nbytes, "usage": self._usage}))
 
     def meta(self, words):
@@ -122,17 +134,23 @@ class BrowserAdapter:
         return out
 
     def read(self, handle, nbytes):
+        self._check("readback")
         staging = self._stage(handle, nbytes)
         _sync(staging.mapAsync(self._js.GPUMapMode.READ), "readback")
         return self._take(staging, nbytes)
 
     async def read_async(self, handle, nbytes):
+        self._check("readback")
         staging = self._stage(handle, nbytes)
         await staging.mapAsync(self._js.GPUMapMode.READ)
         return self._take(staging, nbytes)
 
     # -- work -----------------------------------------------------------------------------------
+    def release(self, handle):
+        handle.destroy()  # free GPU memory now rather than at the proxy's garbage collection
+
     def dispatch(self, pipeline, handles, groups):
+        self._check("dispatch")
         if self._enc is None:
             self._enc = self.device.createCommandEncoder()
         bg = self.device.createBindGroup(_obj({

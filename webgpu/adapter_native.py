@@ -6,6 +6,7 @@ wgpu-py here and over `navigator.gpu` in a Pyodide page (adapter_browser.py). Th
   info, limits (dict, WebGPU names), features (set of str)
   buffer(nbytes) -> handle              storage buffer usable as copy source/destination
   meta(words: np.uint32 array) -> handle small read-only parameter buffer (cached by the caller)
+  release(handle)                       a buffer the pool no longer keeps
   write(handle, np_array)               upload a C-contiguous array at offset 0
   read(handle, nbytes) -> np.uint8 array   synchronous readback (flushes pending work)
   read_async(handle, nbytes)             awaitable readback
@@ -88,6 +89,9 @@ class NativeAdapter:
             return self.device.create_buffer_with_data(data=words, usage=self._wgpu.BufferUsage.STORAGE)
         except Exception as e:
             raise self._lost("allocating a parameter buffer", e) from e
+
+    def release(self, handle):
+        pass  # wgpu-py frees the buffer when its last reference (ours or a pending command's) goes
 
     def pipeline(self, wgsl):
         module = self.device.create_shader_module(code=wgsl)

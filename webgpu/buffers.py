@@ -118,3 +118,5 @@ class BufferPool:
         if self.pooled + size <= self.max_pooled:
             self.free.setdefault(size, []).append(handle)
             self.pooled += size
+        else:
+            self.adapter.release(handle)
