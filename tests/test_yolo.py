@@ -204,7 +204,7 @@ def test_annotate_draws_boxes_and_labels(use_pillow):
     assert tuple(out[75, 20]) == c and tuple(out[110, 60]) == c      # left and bottom edges
     assert tuple(out[75, 60]) == (0, 0, 0)                           # inside stays untouched
     label = out[:40, 20:100]
-    assert (label == 255).all(-1).sum() > 10                         # white text on the label bar
+    assert (label.min(-1) > 200).sum() > 10                          # white (antialiased) text on the label bar
     assert (img == 0).all()                                          # input not modified
 
 

@@ -83,9 +83,8 @@ def _annotate_numpy(img, detections):
         ty = y1 - gh - 2 * scale if y1 - gh - 2 * scale >= 0 else y1
         bh, bw = min(gh + 2 * scale, h - ty), min(gw + 2 * scale, w - x1)
         out[ty:ty + bh, x1:x1 + bw] = c
-        region = out[ty + scale:ty + bh, x1 + scale:x1 + bw]
-        ink = glyphs[:region.shape[0], :region.shape[1]]
-        region[ink] = 255
+        region = out[ty + scale:ty + scale + gh, x1 + scale:x1 + scale + gw]  # clipped at the image edge
+        region[glyphs[:region.shape[0], :region.shape[1]]] = 255
     return out
 
 
