@@ -136,6 +136,8 @@ def hub_dir(tmp_path_factory, site) -> Path:
     demo = next((site / "models").glob("llama-*"))
     for f in demo.iterdir():
         shutil.copy(f, main / f.name)
+    with open(hub / "huge.safetensors", "wb") as f:  # 2 GiB, sparse: costs no disk
+        f.truncate(2 << 30)
     return hub
 
 

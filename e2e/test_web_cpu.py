@@ -95,6 +95,17 @@ def test_missing_hub_model_shows_download_message(app):
     assert app.wait_result("#llama-output")["tokens"]
 
 
+def test_too_large_model_is_refused_before_download(app, server):
+    picker = "#picker-yolo"
+    app.page.click("#tab-yolo")
+    app.page.select_option(f"{picker} .kind", "url")
+    app.page.fill(f"{picker} .url", f"{server.url}hub/huge.safetensors")
+    app.page.click(f"{picker} .load")
+    app.page.wait_for_selector("#message:not([hidden])", timeout=60_000)
+    assert "too large for the browser's memory" in app.message() and "2.00 GiB" in app.message()
+    app.page.select_option(f"{picker} .kind", "demo")
+
+
 def test_yolo_bad_image_then_bus_matches_native(app, tmp_path, bus_png, native_yolo):
     app.page.click("#tab-yolo")
     bad = tmp_path / "photo.png"
@@ -117,6 +128,7 @@ def test_reload_reads_weights_from_cache(app, server):
     before = len(server.requests)
     app.open()  # reload: the runtime restarts; the Cache API keeps the weights
     for tool in ("whisper", "llama", "yolo"):
+        app.page.click(f"#tab-{tool}")
         app.page.click(f"#picker-{tool} .load")
     app.page.wait_for_function("['whisper', 'llama', 'yolo'].every(t => /Loaded/.test(document.querySelector("
                                "`#picker-${t} .model-status`).textContent))", timeout=RUN_S * 1000)

@@ -44,8 +44,8 @@ function setProgress(p) {
   $("#progress-text").textContent = p.stage === "download"
     ? `Downloading ${p.file}: ${mb(p.done)} / ${p.total ? mb(p.total) : "?"} MB (${pct} %)`
     : p.stage === "runtime" ? `Starting runtime: ${p.file} (${pct} %)` : `Loading ${p.file} (${pct} %)`;
-  if (pct === 100 && p.stage !== "download") setTimeout(() => { if ($("#progress").getAttribute("aria-valuenow") === "100") wrap.classList.add("done"); }, 600);
-  else wrap.classList.remove("done");
+  clearTimeout(state.progressTimer); // the bar leaves once a load has finished (its value stays at 100)
+  if (pct === 100 && p.stage !== "download") state.progressTimer = setTimeout(() => { wrap.hidden = true; }, 800);
 }
 
 function setStatus(text, kind) {
@@ -304,7 +304,7 @@ async function detectImage(file) {
     $("#yolo-stats").textContent = "Detecting…";
     const dets = await withBusy(() => state.ember.detect(file, { conf: Number($("#conf").value) }));
     drawDetections(bitmap, dets);
-    $("#yolo-stats").textContent = `${dets.length} detection${dets.length === 1 ? "" : "s"} · ${dets.ms.toFixed(0)} ms per image on ${state.ember.device.toUpperCase()}`;
+    $("#yolo-stats").textContent = `${dets.length} detection${dets.length === 1 ? "" : "s"} · ${Math.round(dets.ms).toLocaleString("en")} ms per image on ${state.ember.device.toUpperCase()}`;
     $("#detections").dataset.json = JSON.stringify(dets);
   } catch (e) {
     $("#yolo-stats").textContent = "";
@@ -331,9 +331,10 @@ function drawDetections(bitmap, dets) {
     const label = `${d.label} ${(d.score * 100).toFixed(0)}%`;
     const w = g.measureText(label).width + lw * 4, h = lw * 10;
     g.fillStyle = c;
-    g.fillRect(x1 - lw / 2, Math.max(0, y1 - h), w, h);
+    const lx = Math.max(0, Math.min(x1 - lw / 2, bitmap.width - w)), ly = Math.max(0, y1 - h); // kept inside the image
+    g.fillRect(lx, ly, w, h);
     g.fillStyle = "#fff";
-    g.fillText(label, x1 + lw * 1.5, Math.max(0, y1 - h) + h - lw * 2.5);
+    g.fillText(label, lx + lw * 2, ly + h - lw * 2.5);
     const tr = body.insertRow();
     for (const v of [i + 1, d.label, d.score.toFixed(3), d.box.map((b) => b.toFixed(1)).join(", ")]) tr.insertCell().textContent = v;
     tr.cells[1].style.setProperty("--c", c);

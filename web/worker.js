@@ -130,7 +130,10 @@ async function fetchCached(file, progress) {
   if (resp.status === 404 && file.optional) return null;
   if (!resp.ok) throw new WorkerFail("download", `ember: downloading ${file.url} failed: HTTP ${resp.status} ${resp.statusText}`);
   const total = Number(resp.headers.get("content-length")) || file.size || 0;
-  if (total > MAX_MODEL_BYTES) throw tooLarge(file.name, total);
+  if (total > MAX_MODEL_BYTES) {
+    resp.body.cancel(); // refuse before downloading a byte of it
+    throw tooLarge(file.name, total);
+  }
   const chunks = [];
   let done = 0;
   const reader = resp.body.getReader();

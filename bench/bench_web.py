@@ -1,0 +1,151 @@
+"""Web app benchmark in one run: page load to ready (cold and warm cache), per-tool latency in the page
+(webgpu, cpu) against the native Python API on the same machine, and the download size of the built site.
+
+    python bench/bench_web.py [--devices cpu,webgpu] [--tools whisper,llama,yolo] [--site DIR]
+
+Inputs: an espeak-ng sentence (Whisper), "The for statement" greedy 32 tokens (Llama), bus.jpg re-encoded
+as PNG (YOLO). Uses Debian's Chromium via Playwright, as the e2e tests do. Figures go to stdout as a table
+and to bench/results/web.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "e2e"))
+
+from conftest import ARGS, CHROMIUM, SPEECH, Server, _test_llama  # noqa: E402
+
+PROMPT, N_TOKENS = "The for statement", 32
+
+
+def inputs(tmp: Path) -> tuple[Path, Path]:
+    from PIL import Image
+
+    from ember.models.yolo.fetch import ensure_file
+    raw, wav, png = tmp / "raw.wav", tmp / "speech.wav", tmp / "bus.png"
+    subprocess.run(["espeak-ng", "-w", str(raw), SPEECH], check=True)
+    subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)], check=True)
+    with Image.open(ensure_file("bus.jpg")) as im:
+        im.convert("RGB").save(png)
+    return wav, png
+
+
+def native(site: Path, tools, wav: Path, png: Path) -> dict:
+    """Seconds per run through the Python API on the CPU (what the CLI does after loading), best of 2."""
+    out = {}
+    models = site / "models"
+    if "whisper" in tools:
+        from ember.models.whisper.load import load_whisper
+        from ember.models.whisper.transcribe import transcribe
+        m, _, tok = load_whisper(next(models.glob("whisper-*")))
+        out["whisper"] = best(lambda: transcribe(m, tok, str(wav), timestamps=True))
+    if "llama" in tools:
+        from ember.models.llama.generate import SamplingParams, generate
+        from ember.models.llama.load import load_llama
+        m, tok = load_llama(str(next(models.glob("llama-*"))))
+        ids = tok.encode(PROMPT, bos=True)
+        out["llama"] = best(lambda: list(generate(m, ids, N_TOKENS, SamplingParams(0.0, 0, 0.9, 1.0, 0), tok.eos_ids)))
+    if "yolo" in tools:
+        from ember.models.yolo.load import load_model
+        from ember.models.yolo.predict import detect
+        m = load_model(next(models.glob("yolov8s-*")) / "model.safetensors")
+        out["yolo"] = best(lambda: detect(m, str(png)))
+    return out
+
+
+def best(fn, n=2) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def in_page(pw, url: str, device: str, tools) -> dict:
+    """Load times (cold: fresh profile; warm: reload with the caches filled) and per-tool seconds per run,
+    timed in the page around the JS API call (second run, after the model is loaded and warmed up). The
+    inputs are served from the server's /hub/ folder (the bench's scratch folder)."""
+    profile = tempfile.mkdtemp(prefix="ember-bench-")
+    ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS)
+    page = ctx.new_page()
+    page.set_default_timeout(1_800_000)
+    res = {}
+    try:
+        for phase in ("cold", "warm"):
+            t0 = time.perf_counter()
+            page.goto(f"{url}?device={device}")
+            page.wait_for_selector("body[data-ready=true]")
+            res[f"load_{phase}_s"] = time.perf_counter() - t0
+        res["device"] = page.input_value("#device")
+        page.goto(url + "config.json")  # a bare page of the site: one runtime, driven through ember.js
+        page.evaluate(f"""async () => {{ const m = await import('./ember.js');
+            window.__ember = await m.createEmber({{device: {json.dumps(device)}}}); }}""")
+        for tool in tools:
+            call = {"whisper": "e.transcribe(await (await fetch('hub/speech.wav')).blob())",
+                    "llama": f"e.generate({json.dumps(PROMPT)}, {{temperature: 0, max_new_tokens: {N_TOKENS}}})",
+                    "yolo": "e.detect(await (await fetch('hub/bus.png')).blob())"}[tool]
+            page.evaluate(f"async () => window.__ember.loadModel({json.dumps(tool)}, 'demo')")
+            for _ in range(2):  # the first run warms pipelines/caches; the second is reported
+                res[tool] = page.evaluate(f"""async () => {{ const e = window.__ember; const t0 = performance.now();
+                    await {call}; return (performance.now() - t0) / 1000; }}""")
+    finally:
+        ctx.close()
+        shutil.rmtree(profile, ignore_errors=True)
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--devices", default="cpu,webgpu")
+    ap.add_argument("--tools", default="whisper,llama,yolo")
+    ap.add_argument("--site", default=None, help="an existing build-web folder (default: build one)")
+    a = ap.parse_args(argv)
+    tools, devices = a.tools.split(","), a.devices.split(",")
+    from playwright.sync_api import sync_playwright
+
+    from ember.wasm.serve import build_site, demo_models, site_size
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        site = Path(a.site) if a.site else None
+        if site is None:
+            models = demo_models()
+            if "llama" not in models:
+                d = _test_llama(Path.home() / ".cache" / "ember" / "e2e" / "llama-test")
+                models["llama"] = {"id": "llama-test", "label": "test",
+                                   "files": {n: d / n for n in ("config.json", "model.safetensors", "tokenizer.json")}}
+            site = build_site(tmp / "site", models=models)
+        wav, png = inputs(tmp)
+        sizes = site_size(site)
+        report = {"site_bytes": sizes, "native_cpu_s": native(site, tools, wav, png), "page": {}}
+        server = Server(site, tmp)
+        try:
+            with sync_playwright() as pw:
+                for dev in devices:
+                    report["page"][dev] = in_page(pw, server.url, dev, tools)
+        finally:
+            server.close()
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "web.json").write_text(json.dumps(report, indent=1))
+    print(f"site: {sum(sizes.values()) / 1e6:.1f} MB total (" +
+          ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1]) if v > 1e5) + ")")
+    for dev, r in report["page"].items():
+        print(f"page load on {dev} (actual device {r['device']}): cold {r['load_cold_s']:.1f} s, warm {r['load_warm_s']:.1f} s")
+    print(f"{'tool':8s} {'native cpu':>11s} " + " ".join(f"{'page ' + d:>12s}" for d in report["page"]))
+    for t in tools:
+        print(f"{t:8s} {report['native_cpu_s'][t]:10.2f}s " +
+              " ".join(f"{r[t]:11.2f}s" for r in report["page"].values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
