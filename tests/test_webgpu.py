@@ -90,6 +90,11 @@ def test_matmul_kernels_strided_and_broadcast(kernel, monkeypatch):
     np.testing.assert_allclose(got, a @ b, atol=1e-4, rtol=1e-5)
     np.testing.assert_allclose(got_t, a @ bt.T, atol=1e-4, rtol=1e-5)
     np.testing.assert_allclose(got_b, a[:1] @ rnd(4, 1, 45, 9, seed=3), atol=1e-4, rtol=1e-5)
+    # K and N multiples of 4: the vec4 kernel (under "tiled"), B row-major and transposed
+    a4, b4, w4 = rnd(3, 21, 48, seed=4), rnd(48, 36, seed=5), rnd(36, 48, seed=6)
+    with ember.no_grad():
+        np.testing.assert_allclose((gpu(a4) @ gpu(b4)).numpy(), a4 @ b4, atol=1e-4, rtol=1e-5)
+        np.testing.assert_allclose(ember.nn.functional.linear(gpu(a4), gpu(w4)).numpy(), a4 @ w4.T, atol=1e-4, rtol=1e-5)
 
 
 def test_views_are_zero_copy_and_read_in_place():

@@ -138,12 +138,35 @@ class ComputeMixin:
         bv, bsb = self._batched(b, bshape)
         meta = [M, N, K, av.offset, asb, av.strides[-2], av.strides[-1],
                 bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
-        kind = self.matmul_kernel
-        p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt], T=compute_type(wt), FIX=fix or "")
-        t = 64 if kind == "tiled" else 32  # output tile edge per workgroup
+        ct = compute_type(wt)
+        vec = self._vec4_layout(meta, K, N) if (ct == "f32" and self.matmul_kernel != "regs") else None
+        if vec is not None:  # 16-byte loads: the fast path for contiguous activations and weights
+            meta, bk = vec
+            p = self.pipelines.get("matmul_vec4", "matmul_vec4", wt, [f"vec4<{wt}>"] * 2, T=ct, FIX=fix or "",
+                                   BK="true" if bk else "false")
+            t = 32
+        else:
+            kind = self.matmul_kernel
+            p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt], T=ct, FIX=fix or "")
+            t = 64 if kind == "tiled" else 32  # output tile edge per workgroup
         groups = (-(-N // t), -(-M // t), B)
         self._run(p, meta, out, [av, bv], groups)
         return out
+
+    @staticmethod
+    def _vec4_layout(meta, K, N):
+        """meta in vec4 units when A runs along k and B along k or n in aligned 4-blocks, else None."""
+        _, _, _, ao, asb, asm, ask, bo, bsb, bsk, bsn = meta
+        if K % 4 or N % 4 or ask != 1 or any(v % 4 for v in (ao, asb, asm, bo, bsb)):
+            return None
+        if bsk == 1 and bsn % 4 == 0:
+            bk = True
+        elif bsn == 1 and bsk % 4 == 0:
+            bk = False
+        else:
+            return None
+        return meta[:3] + [ao // 4, asb // 4, asm // 4, 1, bo // 4, bsb // 4, bsk // 4 if not bk else 1,
+                           bsn // 4 if bk else 1], bk
 
     # ------------------------------------------------------------------ conv
     def conv(self, x, w, stride, padding, dilation, groups):

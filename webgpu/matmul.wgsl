@@ -99,3 +99,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: 
     }
     store4x4(bt, m, n, M, N, array<vec4<$T>, 4>(c0, c1, c2, c3));
 }
+
