@@ -78,7 +78,7 @@ def test_losses_and_batch_norm_with_device_tensors():
 
 # ------------------------------------------------------------------ matmul kernels and strided views
 
-@pytest.mark.parametrize("kernel", ["tiled", "regs"])
+@pytest.mark.parametrize("kernel", ["auto", "tiled", "regs"])
 def test_matmul_kernels_strided_and_broadcast(kernel, monkeypatch):
     monkeypatch.setattr(BE, "matmul_kernel", kernel)
     a, b = rnd(3, 67, 45), rnd(45, 130, seed=1)
@@ -90,7 +90,7 @@ def test_matmul_kernels_strided_and_broadcast(kernel, monkeypatch):
     np.testing.assert_allclose(got, a @ b, atol=1e-4, rtol=1e-5)
     np.testing.assert_allclose(got_t, a @ bt.T, atol=1e-4, rtol=1e-5)
     np.testing.assert_allclose(got_b, a[:1] @ rnd(4, 1, 45, 9, seed=3), atol=1e-4, rtol=1e-5)
-    # K and N multiples of 4: the vec4 kernel (under "tiled"), B row-major and transposed
+    # K and N multiples of 4: the vec4 kernel (under "auto"), B row-major and transposed
     a4, b4, w4 = rnd(3, 21, 48, seed=4), rnd(48, 36, seed=5), rnd(36, 48, seed=6)
     with ember.no_grad():
         np.testing.assert_allclose((gpu(a4) @ gpu(b4)).numpy(), a4 @ b4, atol=1e-4, rtol=1e-5)

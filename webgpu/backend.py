@@ -95,7 +95,9 @@ class WebGPUBackend(ComputeMixin, Backend):
         if self.has_f16 and os.environ.get("EMBER_WEBGPU_F16", "1") != "0":
             self.words[D.float16] = F16_NATIVE
         self.available = True
-        self.matmul_kernel = "tiled"  # or "regs" (no shared memory); bench/bench_webgpu.py measures both
+        # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
+        # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three
+        self.matmul_kernel = "auto"
 
     def __repr__(self):
         return f"WebGPUBackend({self.adapter.info})"

@@ -139,14 +139,14 @@ class ComputeMixin:
         meta = [M, N, K, av.offset, asb, av.strides[-2], av.strides[-1],
                 bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
         ct = compute_type(wt)
-        vec = self._vec4_layout(meta, K, N) if (ct == "f32" and self.matmul_kernel != "regs") else None
+        vec = self._vec4_layout(meta, K, N) if (ct == "f32" and self.matmul_kernel == "auto") else None
         if vec is not None:  # 16-byte loads: the fast path for contiguous activations and weights
             meta, bk = vec
             p = self.pipelines.get("matmul_vec4", "matmul_vec4", wt, [f"vec4<{wt}>"] * 2, T=ct, FIX=fix or "",
                                    BK="true" if bk else "false")
             t = 32
         else:
-            kind = self.matmul_kernel
+            kind = "tiled" if self.matmul_kernel == "auto" else self.matmul_kernel
             p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt], T=ct, FIX=fix or "")
             t = 64 if kind == "tiled" else 32  # output tile edge per workgroup
         groups = (-(-N // t), -(-M // t), B)
