@@ -287,3 +287,18 @@ def test_not_a_yolo_safetensors(tmp_path):
     ember.save({"w": ember.zeros(2)}, p)
     with pytest.raises(YoloConfigError, match="not an ember YOLOv8 file"):
         load_model(p)
+
+
+def test_nms_edge_cases():
+    empty = postprocess(np.zeros((6, 10), np.float32), 0.25, 0.45)
+    assert empty.shape == (0, 6)
+    same = np.tile(np.array([[50], [50], [20], [20], [0.9], [0.1]], np.float32), (1, 4))  # 4 identical boxes
+    same[4] = [0.9, 0.8, 0.7, 0.6]
+    assert postprocess(same, 0.25, 0.45)[:, 4].tolist() == [pytest.approx(0.9)]   # one class: one survivor
+    two_cls = same.copy()
+    two_cls[4:, 1::2] = two_cls[4:, 1::2][::-1]                                   # boxes 1, 3 become class 1
+    assert sorted(postprocess(two_cls, 0.25, 0.45)[:, 5].tolist()) == [0.0, 1.0]  # classes never suppress each other
+    assert postprocess(two_cls, 0.25, 0.45, agnostic=True).shape[0] == 1
+    apart = np.array([[10, 100, 200], [10, 100, 200], [5, 5, 5], [5, 5, 5], [0.5, 0.7, 0.6], [0, 0, 0]], np.float32)
+    got = postprocess(apart, 0.25, 0.45, max_det=2)
+    assert got[:, 4].tolist() == pytest.approx([0.7, 0.6])                        # best first, truncated

@@ -15,21 +15,30 @@ def xywh_to_xyxy(b: np.ndarray) -> np.ndarray:
     return np.concatenate([xy - half, xy + half], -1)
 
 
-def nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> np.ndarray:
+def nms(boxes: np.ndarray, scores: np.ndarray, iou: float, max_keep: int | None = None) -> np.ndarray:
     """Greedy NMS: indices of kept boxes, highest score first. (N, 4) xyxy, (N,) scores.
-    One vectorized IoU row per kept box (memory stays O(N) even with thousands of candidates)."""
+    Boxes sorted once, coordinates as contiguous columns; each kept box updates an `alive` mask of the
+    boxes after it in one vectorized step (memory O(N)). Stopping after max_keep boxes equals running
+    to the end and truncating."""
     order = np.argsort(-scores, kind="stable")
-    area = np.prod(boxes[:, 2:] - boxes[:, :2], -1)
-    keep = []
-    while len(order):
-        i, rest = order[0], order[1:]
+    x1, y1, x2, y2 = (np.ascontiguousarray(boxes[order, k]) for k in range(4))
+    area = (x2 - x1) * (y2 - y1)
+    alive = np.ones(len(order), bool)
+    keep, i, n = [], 0, len(order)
+    max_keep = n if max_keep is None else max_keep
+    while i < n and len(keep) < max_keep:
         keep.append(i)
-        lt = np.maximum(boxes[i, :2], boxes[rest, :2])
-        rb = np.minimum(boxes[i, 2:], boxes[rest, 2:])
-        inter = np.prod(np.clip(rb - lt, 0, None), -1)
+        j = slice(i + 1, n)
+        w = np.clip(np.minimum(x2[i], x2[j]) - np.maximum(x1[i], x1[j]), 0, None)
+        h = np.clip(np.minimum(y2[i], y2[j]) - np.maximum(y1[i], y1[j]), 0, None)
+        inter = w * h
         with np.errstate(invalid="ignore", divide="ignore"):  # 0/0 for empty boxes: NaN, kept as torchvision does
-            order = rest[~(inter / (area[i] + area[rest] - inter) > iou)]
-    return np.array(keep, np.int64)
+            alive[j] &= ~(inter / (area[i] + area[j] - inter) > iou)
+        nxt = alive[j].argmax() if i + 1 < n else 0
+        if i + 1 >= n or not alive[i + 1 + nxt]:
+            break
+        i += 1 + nxt
+    return order[np.array(keep, np.int64)]
 
 
 def postprocess(pred: np.ndarray, conf: float = 0.25, iou: float = 0.45, nc: int | None = None,
@@ -47,6 +56,6 @@ def postprocess(pred: np.ndarray, conf: float = 0.25, iou: float = 0.45, nc: int
         p, score, cls = p[top], score[top], cls[top]
     boxes = xywh_to_xyxy(p[:, :4])
     offset = 0 if agnostic else cls[:, None].astype(boxes.dtype) * MAX_WH
-    idx = nms(boxes + offset, score, iou)[:max_det]
+    idx = nms(boxes + offset, score, iou, max_det)
     return np.concatenate([boxes[idx], score[idx, None], cls[idx, None].astype(boxes.dtype),
                            p[idx, 4 + nc:]], 1)
