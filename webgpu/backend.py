@@ -124,7 +124,7 @@ class WebGPUBackend(ComputeMixin, Backend):
         return self.from_numpy(a, D.FROM_NP[a.dtype] if a.dtype != np.uint16 else D.bfloat16)
 
     def _new(self, shape, dtype):
-        shape = tuple(int(s) for s in shape)
+        shape = tuple(map(int, shape))
         return GArray(Storage(self.pool, self._nbytes(math.prod(shape), dtype)), shape,
                       contiguous_strides(shape), 0, dtype)
 
@@ -133,14 +133,14 @@ class WebGPUBackend(ComputeMixin, Backend):
         return (size + 3) & ~3  # buffers and copies come in 4-byte units
 
     def _meta_handle(self, words):
-        words = np.asarray(words, dtype=np.int64).astype(np.uint32)  # i32 values wrap to their bits
-        key = words.tobytes()
+        key = tuple(words)
         h = self._meta.get(key)
         if h is None:
             if len(self._meta) >= _META_CACHE_MAX:
                 self.adapter.flush()
                 self._meta.clear()
-            h = self._meta[key] = self.adapter.meta(words)
+            # i32 values wrap to their bits
+            h = self._meta[key] = self.adapter.meta(np.asarray(words, dtype=np.int64).astype(np.uint32))
         return h
 
     def _run(self, pipeline, meta, out, inputs, groups):
@@ -363,7 +363,7 @@ class WebGPUBackend(ComputeMixin, Backend):
                       x.offset, x.dtype)
 
     def expand(self, x, shape):
-        shape = tuple(int(s) for s in shape)
+        shape = tuple(map(int, shape))
         return GArray(x.storage, shape, self._bstrides(x, shape), x.offset, x.dtype)
 
     def slice(self, x, starts, stops, steps):

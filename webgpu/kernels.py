@@ -22,8 +22,15 @@ def _family(name):
     return f
 
 
+_HAS: dict = {}
+
+
 def has_function(family, fname):
-    return re.search(rf"\bfn {fname}\(", _family(family)[0]) is not None
+    key = (family, fname)
+    r = _HAS.get(key)
+    if r is None:  # memoised: asked on every elementwise op
+        r = _HAS[key] = re.search(rf"\bfn {fname}\(", _family(family)[0]) is not None
+    return r
 
 
 def source(family, kernel, out_type, in_types, atomic_out=False, **subs):
