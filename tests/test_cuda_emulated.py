@@ -149,6 +149,9 @@ class EmulatedKernels(FusedKernels):
                 assert type(arg) is dt, (kernel, i, type(arg), dt)
         assert all(0 < g < 2 ** 31 for g in grid) and len(grid) <= 2 and (len(grid) < 2 or grid[1] <= 65535)
         self.launches.append(kernel)
+        self._run(kernel, grid, block, args)
+
+    def _run(self, kernel, grid, block, args):
         _emulate(kernel, grid, block, args)
 
 

@@ -6,8 +6,8 @@ GPU path shares is checked on machines without a GPU. Semantics follow the numpy
 (numpy_backend.py, the reference): storage dtypes (bfloat16 = uint16 bits, computed in float32 and
 rounded back to nearest even), float16 reductions/matmuls accumulating in float32, torch's NaN rules.
 
-Only calls that numpy and CuPy both provide with the same meaning appear here; the three that
-differ (erf, scatter-add, the device -> host copy) are small hooks a subclass overrides.
+Only calls that numpy and CuPy both provide with the same meaning appear here; the two that
+differ (erf, the device -> host copy) are small hooks a subclass overrides.
 """
 from __future__ import annotations
 
@@ -50,10 +50,6 @@ class ArrayModuleBackend(Backend):
     def _erf(self, x):
         from .numpy_backend import _erf  # the reference's float32 fit (numpy has no erf)
         return _erf(x)
-
-    def _add_at(self, out, index, src):
-        """out[index] += src with repeated indices accumulating (numpy's ufunc.at)."""
-        self.xp.add.at(out, index, src)
 
     def _host(self, x):
         return np.array(x, copy=True)
@@ -170,7 +166,7 @@ class ArrayModuleBackend(Backend):
         y = xp.argmax(x, axis=axis) if op == "argmax" else xp.argmin(x, axis=axis)
         if x.dtype.kind == "f":  # torch: NaN is the max and the min; branch-free (no device sync)
             nan = xp.isnan(x)
-            y = xp.where(nan.any(axis=axis), xp.argmax(nan, axis=axis), y)
+            y = xp.where(nan.any(axis=axis), xp.argmax(nan.astype(xp.int8), axis=axis), y)
         y = xp.asarray(y).astype(xp.int64, copy=False)
         return xp.expand_dims(y, axis) if keepdim else y
 
@@ -289,10 +285,10 @@ class ArrayModuleBackend(Backend):
             return out
         if x.dtype in (_BF16, _F16):  # accumulate in float32, round once
             acc = self._up(x).astype(xp.float32)
-            self._add_at(acc, index, self._up(src).astype(xp.float32))
+            self.xp.add.at(acc, index, self._up(src).astype(xp.float32))
             return self._down(acc) if x.dtype == _BF16 else acc.astype(xp.float16)
         out = x.copy()
-        self._add_at(out, index, src)
+        self.xp.add.at(out, index, src)  # repeated indices accumulate
         return out
 
     # -- fused (optional) -------------------------------------------------------------------------

@@ -66,7 +66,7 @@ __device__ void attention_row(const typename IO::T* q, const typename IO::T* k, 
 #pragma unroll
     for (int i = 0; i < ATT_MAX_D / 32; ++i) {
         const int d = lane + 32 * i;
-        if (d < Dv) orow[d] = IO::st(lsum > 0.0f ? acc[i] * inv : __uint_as_float(0x7FC00000u));
+        if (d < Dv) orow[d] = IO::st(lsum > 0.0f ? acc[i] * inv : bits_as_float(0x7FC00000u));
     }
 }
 

@@ -7,7 +7,27 @@ typedef unsigned short u16;
 typedef unsigned char u8;
 typedef long long i64;  // 64-bit on every host (long is 32-bit on Windows)
 
-// ---------------------------------------------------------------- float16 / bfloat16 bits
+// ---------------------------------------------------------------- bit casts, float16 / bfloat16 bits
+__host__ __device__ inline float bits_as_float(unsigned u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    union { unsigned u; float f; } v;
+    v.u = u;
+    return v.f;
+#endif
+}
+
+__host__ __device__ inline unsigned float_as_bits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    union { float f; unsigned u; } v;
+    v.f = f;
+    return v.u;
+#endif
+}
+
 __host__ __device__ inline float f16_bits_to_f32(u16 h) {
 #ifdef __CUDA_ARCH__
     float f;
@@ -28,16 +48,37 @@ __host__ __device__ inline float f16_bits_to_f32(u16 h) {
 #endif
 }
 
-__device__ inline u16 f32_to_f16_bits(float f) {
+__host__ __device__ inline u16 f32_to_f16_bits(float f) {
+#ifdef __CUDA_ARCH__
     u16 h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
+#else  // host build (tests run the kernels on the CPU): round to nearest even, as cvt.rn
+    union { float f; unsigned u; } v;
+    v.f = f;
+    const unsigned sign = (v.u >> 16) & 0x8000u, m = v.u & 0x7FFFFFu;
+    const int e = (int)((v.u >> 23) & 0xFF), he = e - 112;  // float16 exponent field
+    if (e == 255) return (u16)(sign | 0x7C00u | (m ? 0x200u : 0u));
+    if (he >= 31) return (u16)(sign | 0x7C00u);
+    if (he <= 0) {  // float16 subnormal (or zero): mantissa with its implicit bit, shifted into place
+        if (he < -10) return (u16)sign;
+        const unsigned full = m | 0x800000u, shift = (unsigned)(14 - he), half = 1u << (shift - 1);
+        unsigned hm = full >> shift;
+        const unsigned rem = full & ((1u << shift) - 1);
+        if (rem > half || (rem == half && (hm & 1))) ++hm;
+        return (u16)(sign | hm);
+    }
+    unsigned h = sign | ((unsigned)he << 10) | (m >> 13);
+    const unsigned rem = m & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;  // a carry rolls into the exponent, as it should
+    return (u16)h;
+#endif
 }
 
-__device__ inline float bf16_bits_to_f32(u16 b) { return __uint_as_float(((unsigned)b) << 16); }
+__host__ __device__ inline float bf16_bits_to_f32(u16 b) { return bits_as_float(((unsigned)b) << 16); }
 
-__device__ inline u16 f32_to_bf16_bits(float f) {  // round to nearest even; NaN stays quiet NaN
-    unsigned u = __float_as_uint(f);
+__host__ __device__ inline u16 f32_to_bf16_bits(float f) {  // round to nearest even; NaN stays quiet NaN
+    const unsigned u = float_as_bits(f);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u16)((u >> 16) | 0x40);
     return (u16)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
@@ -59,7 +100,7 @@ struct io_bf16 {
     static __device__ T st(float f) { return f32_to_bf16_bits(f); }
 };
 
-#define EMBER_NEG_INF __uint_as_float(0xFF800000u)
+#define EMBER_NEG_INF bits_as_float(0xFF800000u)
 
 // ---------------------------------------------------------------- reductions
 __device__ inline float warp_sum(float v) {
