@@ -16,8 +16,9 @@ import os
 import platform
 import time
 
-import ember
 import numpy as np
+
+import ember
 from ember.models.llama import names
 from ember.models.llama.config import LlamaConfig
 from ember.models.llama.generate import SamplingParams, generate

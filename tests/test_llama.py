@@ -2,9 +2,10 @@
 every incremental decode step through the KV cache, greedy generation; llama2.c .bin round trip; bad input."""
 from __future__ import annotations
 
-import ember
 import numpy as np
 import pytest
+
+import ember
 from ember.models.llama import names
 from ember.models.llama.config import LlamaConfig
 from ember.models.llama.generate import SamplingParams, generate

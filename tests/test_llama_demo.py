@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import re
 
-import ember
 import numpy as np
 import pytest
+
+import ember
 from ember.models.llama.corpus import build_corpus
 from ember.models.llama.generate import SamplingParams, generate
 from ember.models.llama.load import DEMO_DIR, load_llama

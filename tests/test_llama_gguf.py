@@ -3,10 +3,12 @@ the interleaved rotary layout, tokenizer in tokenizer.ggml.*): F32 matches trans
 tolerance, Q8_0 within a stated bound, and the embedded BPE vocabulary tokenizes like the original."""
 from __future__ import annotations
 
-import ember
 import numpy as np
 import pytest
+
+import ember
 from ember.models.llama.load import load_llama
+from ember.quant import QLinear
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -33,7 +35,8 @@ def _llamacpp_permute(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _write(path, hf, tok, qtype):
+def _write(path, hf, tok, qtype, f16=()):
+    """qtype for every matrix except the HF layer names in f16 (stored float16, as mixed llama.cpp files do)."""
     c = hf.config
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_context_length(c.max_position_embeddings)
@@ -73,7 +76,9 @@ def _write(path, hf, tok, qtype):
                 a = _llamacpp_permute(a, c.num_attention_heads)
             elif base == "self_attn.k_proj":
                 a = _llamacpp_permute(a, c.num_key_value_heads)
-        if qtype == "q8_0" and a.ndim == 2:
+        if any(k.endswith(f"{b}.weight") for b in f16):
+            w.add_tensor(n, a.astype(np.float16))
+        elif qtype == "q8_0" and a.ndim == 2:
             w.add_tensor(n, gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0),
                          raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         else:
@@ -84,8 +89,9 @@ def _write(path, hf, tok, qtype):
     w.close()
 
 
-@pytest.mark.parametrize("qtype,tol", [("f32", 2e-5), ("q8_0", 2e-2)])
-def test_gguf_llama_matches_transformers(tmp_path, qtype, tol):
+@pytest.mark.parametrize("qtype,f16,tol", [("f32", (), 2e-5), ("q8_0", (), 2e-2),
+                                           ("q8_0", ("v_proj", "up_proj"), 2e-2)])
+def test_gguf_llama_matches_transformers(tmp_path, qtype, f16, tol):
     tok = _tokenizer()
     torch.manual_seed(0)
     hc = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
@@ -97,8 +103,13 @@ def test_gguf_llama_matches_transformers(tmp_path, qtype, tol):
         for p in hf.parameters():
             p.mul_(4.0) if p.ndim == 2 else p.copy_(1 + 0.2 * torch.randn_like(p))
     path = tmp_path / f"tiny-{qtype}.gguf"
-    _write(path, hf, tok, qtype)
+    _write(path, hf, tok, qtype, f16)
     model, etok = load_llama(str(path))
+    qkv = model.model.layers[0].self_attn.qkv_proj
+    # quantized matrices stay quantized; a fused projection with a float part falls back to float32
+    assert isinstance(qkv, QLinear) == (qtype == "q8_0" and not f16)
+    assert isinstance(model.model.layers[1].mlp.down_proj, QLinear) == (qtype == "q8_0")
+    assert isinstance(model.lm_head, QLinear) == (qtype == "q8_0")
     assert model.config.n_kv_heads == 2 and not model.config.tie_embeddings
     text = "The for statement is used for repeated execution"
     ids = etok.encode(text, bos=True)

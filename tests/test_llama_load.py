@@ -9,9 +9,10 @@ import subprocess
 import sys
 import threading
 
-import ember
 import numpy as np
 import pytest
+
+import ember
 from ember.models.llama.config import LlamaConfig
 from ember.models.llama.load import load_llama, save_pretrained
 from ember.models.llama.model import Llama

@@ -1,9 +1,10 @@
 """Llama sampling filters vs transformers' logits processors, seeded determinism, streaming, chat format."""
 from __future__ import annotations
 
-import ember
 import numpy as np
 import pytest
+
+import ember
 from ember.models.llama.chat import chat_prompt_ids, format_chat
 from ember.models.llama.config import LlamaConfig
 from ember.models.llama.generate import (

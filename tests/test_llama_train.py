@@ -2,9 +2,10 @@
 tiny run learns a repetitive token stream."""
 from __future__ import annotations
 
-import ember
 import numpy as np
 import pytest
+
+import ember
 from ember.models.llama import names
 from ember.models.llama.config import LlamaConfig
 from ember.models.llama.model import Llama

@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import ember
 import numpy as np
+
+import ember
 
 
 @dataclass

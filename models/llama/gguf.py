@@ -1,7 +1,7 @@
 """Llama from a GGUF file (llama.cpp's convert_hf_to_gguf.py layout): config from `llama.*` metadata,
-tensors from `token_embd` / `blk.N.*` / `output*` (F32, F16, BF16 or any GGML quant type, dequantized to
-float32 on load), and the tokenizer from `tokenizer.ggml.*` (SentencePiece-style "llama" vocabularies
-through llama2.c's tokenizer, byte-level "gpt2" BPE through a tokenizer.json built here).
+tensors from `token_embd` / `blk.N.*` / `output*` (F32, F16, BF16 or any GGML quant type; quantized matrices
+stay quantized, in QLinear layers), and the tokenizer from `tokenizer.ggml.*` (SentencePiece-style "llama"
+vocabularies through llama2.c's tokenizer, byte-level "gpt2" BPE through a tokenizer.json built here).
 
 llama.cpp stores q/k rows in the interleaved-pair rotary layout (it permutes HF's on conversion); they are
 permuted back to HF's rotate-half layout here.
@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 import os
 
-import ember
 import numpy as np
 
+import ember
+from ember.quant import QTensor
+
+from . import names
 from .config import LlamaConfig
 from .llama2c import _to_half_layout
+from .model import Llama
 from .names import LlamaWeightsError
 from .tokenizer import LlamaTokenizer
 
@@ -51,14 +55,32 @@ def config_from_metadata(md: dict, where: str) -> LlamaConfig:
                        eos_token_ids=[] if eos is None else [eos])
 
 
+def _permute_rows(t, n_heads):
+    """Interleaved-pair rows -> rotate-half rows; a QTensor's rows are whole quantized blocks, so its raw
+    rows are reordered without dequantizing."""
+    perm = _to_half_layout(np.arange(t.shape[0])[:, None], n_heads)[:, 0]
+    if isinstance(t, QTensor):
+        return QTensor(t.data[perm], t.ggml_type, t.shape, t.name)
+    return t[perm]
+
+
+def _cat_rows(ts):
+    """Fuse q/k/v or gate/up: raw block rows when all share one quant type, else float32 numpy."""
+    if all(isinstance(t, QTensor) for t in ts) and len({t.ggml_type for t in ts}) == 1:
+        shape = (sum(t.shape[0] for t in ts), ts[0].shape[1])
+        return QTensor(np.concatenate([t.data for t in ts]), ts[0].ggml_type, shape)
+    return np.concatenate([t.numpy() if isinstance(t, QTensor) else t for t in ts])
+
+
 def state_dict_from_gguf(tensors: dict, c: LlamaConfig, where: str) -> tuple[dict, LlamaConfig]:
-    """{GGUF name: Tensor | QTensor} -> ({HF name: float32 Tensor}, config with tie_embeddings settled)."""
+    """{GGUF name: Tensor | QTensor} -> ({HF name: numpy float32 | QTensor (2-d quantized)}, config with
+    tie_embeddings settled)."""
     if "rope_freqs.weight" in tensors:
         raise LlamaWeightsError(f"ember: {where} carries Llama 3 'rope_freqs.weight' rope factors, which ember's "
                                 f"GGUF loader does not apply yet")
     sd = {}
     for name, t in tensors.items():
-        a = t.numpy() if hasattr(t, "ggml_type") else t.float().numpy()   # QTensor dequantizes
+        a = t if isinstance(t, QTensor) and t.ndim == 2 else np.asarray(t.numpy(), np.float32)
         if name in _TOP:
             sd[_TOP[name]] = a
             continue
@@ -66,15 +88,15 @@ def state_dict_from_gguf(tensors: dict, c: LlamaConfig, where: str) -> tuple[dic
         if len(parts) == 4 and parts[0] == "blk" and parts[2] in _LAYER and parts[3] == "weight":
             hf = _LAYER[parts[2]]
             if hf == "self_attn.q_proj":
-                a = _to_half_layout(a, c.n_heads)
+                a = _permute_rows(a, c.n_heads)
             elif hf == "self_attn.k_proj":
-                a = _to_half_layout(a, c.n_kv_heads)
+                a = _permute_rows(a, c.n_kv_heads)
             sd[f"model.layers.{parts[1]}.{hf}.weight"] = a
         else:
             raise LlamaWeightsError(f"ember: {where}: unexpected tensor {name!r} {tuple(t.shape)}")
     if "lm_head.weight" not in sd:
         c = c.replace(tie_embeddings=True)  # llama.cpp omits output.weight when the embedding is tied
-    return {k: ember.tensor(np.ascontiguousarray(v, np.float32)) for k, v in sd.items()}, c
+    return sd, c
 
 
 def tokenizer_from_metadata(md: dict, vocab_size: int):
@@ -105,12 +127,15 @@ def tokenizer_from_metadata(md: dict, vocab_size: int):
 
 
 def load_gguf(path):
-    """(Llama, LlamaTokenizer | None) from a .gguf file."""
-    where = os.fspath(path)
+    """(Llama, LlamaTokenizer | None) from a .gguf file. Quantized matrices stay quantized (QLinear layers
+    computing with ember.quant's matmul); embeddings, norms and F16/BF16 weights become float32."""
     from ember.io import metadata  # (ember.io via the lazy attribute recurses: reported to the lead)
-
-    from .load import from_hf_state_dict
+    from ember.quant import load_quantized
+    where = os.fspath(path)
     md = metadata(path)
     c = config_from_metadata(md, where)
     sd, c = state_dict_from_gguf(ember.load(path), c, where)
-    return from_hf_state_dict(sd, c, source=where), tokenizer_from_metadata(md, c.vocab_size)
+    sd = names.from_hf(sd, c, where, cat_rows=_cat_rows)
+    model = Llama(c)
+    load_quantized(model, {k: v if isinstance(v, QTensor) else ember.tensor(v) for k, v in sd.items()})
+    return model, tokenizer_from_metadata(md, c.vocab_size)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import struct
 
-import ember
 import numpy as np
+
+import ember
 
 from .config import LlamaConfig
 from .names import LlamaWeightsError

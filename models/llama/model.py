@@ -9,8 +9,9 @@ sequence axis instead). Parameter names follow Hugging Face's, except the fused 
 """
 from __future__ import annotations
 
-import ember
 import numpy as np
+
+import ember
 from ember import nn
 from ember.nn import functional as F
 
@@ -185,5 +186,6 @@ class Llama(nn.Module):
         if last_only and T > 1:
             x = x.narrow(1, T - 1, 1)
         x = self.model.norm(x)
-        w = self.model.embed_tokens.weight if self.config.tie_embeddings else self.lm_head.weight
-        return F.linear(x, w)                                                              # (B, T, vocab)
+        if self.config.tie_embeddings:
+            return F.linear(x, self.model.embed_tokens.weight)                             # (B, T, vocab)
+        return self.lm_head(x)                                                             # (B, T, vocab)

@@ -44,8 +44,13 @@ def check_hf(sd: dict, c: LlamaConfig, source: str = "checkpoint"):
         raise LlamaWeightsError(f"ember: {source} does not match the llama config: " + "; ".join(parts))
 
 
-def from_hf(sd: dict, c: LlamaConfig, source: str = "checkpoint") -> dict:
-    """HF names -> ember Llama names (q/k/v and gate/up concatenated along the output axis)."""
+def _cat_rows(ts):
+    return ember.cat(ts, 0)
+
+
+def from_hf(sd: dict, c: LlamaConfig, source: str = "checkpoint", cat_rows=_cat_rows) -> dict:
+    """HF names -> ember Llama names (q/k/v and gate/up concatenated along the output axis by `cat_rows`,
+    which GGUF loading replaces to keep quantized weights quantized)."""
     check_hf(sd, c, source)
     out = {"model.embed_tokens.weight": sd["model.embed_tokens.weight"], "model.norm.weight": sd["model.norm.weight"]}
     if not c.tie_embeddings:
@@ -53,9 +58,9 @@ def from_hf(sd: dict, c: LlamaConfig, source: str = "checkpoint") -> dict:
     for i in range(c.n_layers):
         p = f"model.layers.{i}."
         a, m = p + "self_attn.", p + "mlp."
-        out[a + "qkv_proj.weight"] = ember.cat([sd[a + n + "_proj.weight"] for n in "qkv"], 0)
+        out[a + "qkv_proj.weight"] = cat_rows([sd[a + n + "_proj.weight"] for n in "qkv"])
         out[a + "o_proj.weight"] = sd[a + "o_proj.weight"]
-        out[m + "gate_up_proj.weight"] = ember.cat([sd[m + "gate_proj.weight"], sd[m + "up_proj.weight"]], 0)
+        out[m + "gate_up_proj.weight"] = cat_rows([sd[m + "gate_proj.weight"], sd[m + "up_proj.weight"]])
         out[m + "down_proj.weight"] = sd[m + "down_proj.weight"]
         for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
             out[p + n] = sd[p + n]

@@ -13,8 +13,9 @@ import math
 import os
 import time
 
-import ember
 import numpy as np
+
+import ember
 from ember.nn import functional as F
 
 from .config import LlamaConfig
