@@ -151,44 +151,32 @@ def ge(a, b):
     return binary("ge", a, b)
 
 
-def logical_and(a, b):
-    return binary("and", A.prim_cast(a, D.bool_), A.prim_cast(_as_tensor(b, a), D.bool_))
+def _logical(op):
+    def f(a, b):
+        return binary(op, A.prim_cast(a, D.bool_), A.prim_cast(_as_tensor(b, a), D.bool_))
+    f.__name__ = f"logical_{op}"
+    return f
 
 
-def logical_or(a, b):
-    return binary("or", A.prim_cast(a, D.bool_), A.prim_cast(_as_tensor(b, a), D.bool_))
-
-
-def logical_xor(a, b):
-    return binary("xor", A.prim_cast(a, D.bool_), A.prim_cast(_as_tensor(b, a), D.bool_))
+logical_and, logical_or, logical_xor = _logical("and"), _logical("or"), _logical("xor")
 
 
 def logical_not(a):
     return A.prim_unary("not", A.prim_cast(a, D.bool_))
 
 
-def bitwise_and(a, b):
-    if a.dtype is D.bool_:
-        return logical_and(a, b)
-    raise TypeError(f"ember: bitwise ops are supported on bool tensors only, got {a.dtype}")
+def _bool_only(fn, what):
+    def f(a, *b):
+        if a.dtype is not D.bool_:
+            raise TypeError(f"ember: {what} is supported on bool tensors only, got {a.dtype}")
+        return fn(a, *b)
+    return f
 
 
-def bitwise_or(a, b):
-    if a.dtype is D.bool_:
-        return logical_or(a, b)
-    raise TypeError(f"ember: bitwise ops are supported on bool tensors only, got {a.dtype}")
-
-
-def bitwise_xor(a, b):
-    if a.dtype is D.bool_:
-        return logical_xor(a, b)
-    raise TypeError(f"ember: bitwise ops are supported on bool tensors only, got {a.dtype}")
-
-
-def invert(a):
-    if a.dtype is D.bool_:
-        return logical_not(a)
-    raise TypeError(f"ember: ~ is supported on bool tensors only, got {a.dtype}")
+bitwise_and = _bool_only(logical_and, "bitwise and (&)")
+bitwise_or = _bool_only(logical_or, "bitwise or (|)")
+bitwise_xor = _bool_only(logical_xor, "bitwise xor (^)")
+invert = _bool_only(logical_not, "~")
 
 
 def _unary(op, float_only=True):
