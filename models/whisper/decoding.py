@@ -31,6 +31,7 @@ class DecodingOptions:
     suppress_tokens: tuple | None = None   # None: the checkpoint's suppress_tokens
     max_initial_timestamp_index: int | None = None  # None: the checkpoint's (50 = 1.0 s)
     max_length: int | None = None          # roughly the tokens generated; None: the checkpoint's
+    sample_len: int | None = None          # at most this many new tokens (overrides max_length)
     prompt: tuple = ()                     # previous-text tokens, sent after <|startofprev|>
     seed: int | None = None                # sampling
 
@@ -171,6 +172,8 @@ class WindowDecoder:
         # prompt, capped by the decoder's context
         limit = opts.max_length or self.tokenizer.config.max_length or self.n_ctx
         max_length = min(limit + min(self.n_ctx // 2 - 1, len(prompt)), self.n_ctx)
+        if opts.sample_len is not None:
+            max_length = min(len(prompt) + opts.sample_len, self.n_ctx)
         if len(prompt) >= max_length:
             raise ValueError(f"ember: the decoder prompt has {len(prompt)} tokens, max_length is {max_length}")
         sot_index = prompt.index(self.tokenizer.sot)
