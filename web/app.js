@@ -184,6 +184,7 @@ async function audioInput(file) {
 async function transcribeFile(file) {
   if (state.busy) return;
   $("#message").hidden = true;
+  delete $("#transcript").dataset.json; // a stale result must not look like this run's
   try {
     const input = await audioInput(file);
     const player = $("#audio-player");
@@ -191,7 +192,6 @@ async function transcribeFile(file) {
     player.hidden = false;
     await ensureModel("whisper");
     state.segments = [];
-    delete $("#transcript").dataset.json;
     $("#transcript").replaceChildren();
     $("#whisper-empty").hidden = false;
     $("#whisper-stats").textContent = "Transcribing…";
@@ -249,6 +249,7 @@ $("#generate").addEventListener("click", async () => {
   if (state.busy) return;
   $("#message").hidden = true;
   const out = $("#llama-output");
+  delete out.dataset.json;
   const opts = {
     temperature: Number($("#temperature").value), top_p: Number($("#top-p").value),
     max_new_tokens: Number($("#max-tokens").value),
@@ -256,7 +257,6 @@ $("#generate").addEventListener("click", async () => {
   };
   try {
     await ensureModel("llama");
-    delete out.dataset.json;
     out.replaceChildren(Object.assign(document.createElement("span"), { className: "prompt-echo", textContent: $("#prompt").value }));
     const gen = document.createElement("span");
     gen.className = "gen";
@@ -292,6 +292,7 @@ const COLORS = ["#22c55e", "#ef4444", "#3b82f6", "#f59e0b", "#a855f7", "#14b8a6"
 async function detectImage(file) {
   if (state.busy) return;
   $("#message").hidden = true;
+  delete $("#detections").dataset.json;
   try {
     let bitmap;
     try {
@@ -300,7 +301,6 @@ async function detectImage(file) {
       throw new EmberError("unsupported_file", `ember: ${file.name || "image"} is not an image this browser can read`);
     }
     await ensureModel("yolo");
-    delete $("#detections").dataset.json;
     $("#yolo-stats").textContent = "Detecting…";
     const dets = await withBusy(() => state.ember.detect(file, { conf: Number($("#conf").value) }));
     drawDetections(bitmap, dets);
