@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 
-import ember
 from ember import dtypes as D
 from ember.backends import cuda_kernels as K
 from ember.backends.cuda_backend import FusedKernels
@@ -218,6 +217,15 @@ def test_attention_kernel_matches_torch(case):
     np.testing.assert_allclose(_f(got), want.numpy(), atol=TOL[dtype] * 4, rtol=TOL[dtype])
     used_kernel = any(n.startswith("attention_") for n in BE.launches[n0:])
     assert used_kernel == (case != "head_dim_300")
+
+
+def test_attention_mask_with_more_batch_dims_broadcasts_the_output():
+    q, k, v, m = rnd(4, 8), rnd(6, 8, seed=1), rnd(6, 8, seed=2), rnd(2, 1, 4, 6, seed=3)
+    got = BE.attention(q, k, v, m, 0.25, False)
+    tq, tk, tv, tm = (torch.tensor(a) for a in (q, k, v, m))  # torch's sdpa will not broadcast here; the math does
+    want = torch.softmax(tq @ tk.T * 0.25 + tm, -1) @ tv
+    assert got.shape == (2, 1, 4, 8) == tuple(want.shape)
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-5, rtol=1e-5)
 
 
 def test_attention_all_masked_row_is_nan_as_composed():

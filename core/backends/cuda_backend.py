@@ -146,7 +146,8 @@ class FusedKernels(ArrayModuleBackend):
         xp = self.xp
         suf = self._suffix(q)
         L, S, D, Dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-        batch = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+        batch = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2],
+                                          () if mask is None else mask.shape[:-2]))  # as the composed path
         bh = math.prod(batch)
         if suf is None or D > _ATT_MAX_D or Dv > _ATT_MAX_D or min(L, S, D, bh) == 0 or bh > _MAX_GRID_Y \
                 or k.dtype != q.dtype or v.dtype != q.dtype:
