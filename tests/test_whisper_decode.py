@@ -55,7 +55,7 @@ def words(text):
 def random_pair(tmp_path_factory):
     folder = make_random_folder(tmp_path_factory.mktemp("whisper-rnd"), max_length=20, seed=3)
     model, cfg, tok = load_whisper(folder)
-    return model, tok, hf_model(folder)
+    return model, tok, hf_model(folder), folder
 
 
 # (3, True) is left out: transformers grows generation_config.max_length by the prompt length on
@@ -64,7 +64,7 @@ def random_pair(tmp_path_factory):
 def test_random_model_search_matches_transformers(random_pair, beams, timestamps):
     """Random logits end few windows with <|endoftext|>: generation stops at max_length (20), and
     with timestamps the window is re-entered at the last complete pair, as in transformers."""
-    model, tok, ref = random_pair
+    model, tok, ref, _ = random_pair
     rng = np.random.default_rng(4)
     for _ in range(1 if timestamps else 2):
         mel = rng.standard_normal((1, 80, 3000)).astype(np.float32)
@@ -77,6 +77,16 @@ def test_random_model_search_matches_transformers(random_pair, beams, timestamps
         if timestamps:
             assert tokens[0] >= tok.timestamp_begin  # the rules force a first timestamp
             assert len(got["segments"]) > 1
+
+
+def test_decoding_runs_on_every_device(random_pair, device):
+    """The same search on the model moved to `device`: greedy and beam tokens as on cpu."""
+    model, tok, _, folder = random_pair
+    mel = np.random.default_rng(7).standard_normal((80, 3000)).astype(np.float32)
+    want = [transcribe_features(model, tok, mel, beam_size=b)["segments"][0]["tokens"] for b in (1, 2)]
+    moved, _, tok2 = load_whisper(folder, device=device)
+    got = [transcribe_features(moved, tok2, mel, beam_size=b)["segments"][0]["tokens"] for b in (1, 2)]
+    assert got == want
 
 
 # ---------------------------------------------------------------------------------------------
