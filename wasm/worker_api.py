@@ -38,6 +38,12 @@ async def pick_device(name: str) -> dict:
         return {"device": "cpu", "reason": ""}
     if name != "webgpu":
         raise WorkerError(f"ember: unknown device {name!r}; expected 'webgpu' or 'cpu'", "bad_request")
+    import sys
+    if sys.platform == "emscripten":
+        from pyodide.ffi import can_run_sync
+        if not can_run_sync():  # the models read GPU results synchronously (sampling, NMS on the host)
+            return {"device": "cpu", "reason": "this browser lacks JavaScript Promise Integration (JSPI), which "
+                                               "ember needs to read WebGPU results synchronously"}
     try:
         import ember.webgpu as wg
         await wg.init_async()

@@ -126,6 +126,10 @@ async function ensureModel(tool, force = false) {
   });
 }
 
+function notBusy() {
+  showMessage("Another model is still running; try again when it has finished.", "info");
+}
+
 async function withBusy(fn) {
   state.busy = true;
   document.body.classList.add("busy");
@@ -182,7 +186,7 @@ async function audioInput(file) {
 }
 
 async function transcribeFile(file) {
-  if (state.busy) return;
+  if (state.busy) return notBusy();
   $("#message").hidden = true;
   delete $("#transcript").dataset.json; // a stale result must not look like this run's
   try {
@@ -246,7 +250,7 @@ $("#record").addEventListener("click", async () => {
 for (const id of ["temperature", "top-p"]) $(`#${id}`).addEventListener("input", (e) => { $(`#${id}-out`).value = e.target.value; });
 
 $("#generate").addEventListener("click", async () => {
-  if (state.busy) return;
+  if (state.busy) return notBusy();
   $("#message").hidden = true;
   const out = $("#llama-output");
   delete out.dataset.json;
@@ -290,7 +294,7 @@ $("#conf").addEventListener("input", (e) => { $("#conf-out").value = e.target.va
 const COLORS = ["#22c55e", "#ef4444", "#3b82f6", "#f59e0b", "#a855f7", "#14b8a6"];
 
 async function detectImage(file) {
-  if (state.busy) return;
+  if (state.busy) return notBusy();
   $("#message").hidden = true;
   delete $("#detections").dataset.json;
   try {

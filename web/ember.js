@@ -78,7 +78,6 @@ class Ember {
       device: this.options.device || "auto" });
     this.device = r.device;
     this.deviceReason = r.reason || "";
-    this.jspi = r.jspi;
   }
 
   /** Switch to "webgpu" or "cpu"; -> the device in use (cpu, with `deviceReason`, if WebGPU is unusable).

@@ -1,7 +1,7 @@
 // ember's Web Worker: Pyodide + numpy + the ember wheel run here, so the page never freezes.
 //
 // Protocol (every message carries the `id` of the request it belongs to):
-//   page -> worker  {type: "init", pyodideURL, wheelURL, device}      -> {type: "ready", device, reason, jspi}
+//   page -> worker  {type: "init", pyodideURL, wheelURL, device}      -> {type: "ready", device, reason}
 //                   {type: "device", device}                          -> {type: "result", data: {device, reason}}
 //                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?} | {name, bytes}]}
 //                   {type: "run", tool, input, opts}                  -> {type: "partial", data} ... {type: "result"}
@@ -66,12 +66,11 @@ async function init(msg, progress) {
   await pyodide.loadPackage(new URL(msg.wheelURL, self.location.href).href, { messageCallback: () => {} });
   pyodide.runPython("import ember, ember.wasm.worker_api");
   progress("runtime", "device", 3, 4);
-  const jspi = pyodide.runPython("from pyodide.ffi import can_run_sync\ncan_run_sync()") ? true : false;
   const want = msg.device === "cpu" ? "cpu" : "webgpu";
   const picked = self.navigator.gpu || want === "cpu" ? await setDevice(want)
     : { device: "cpu", reason: "this browser has no WebGPU (navigator.gpu is missing)" };
   progress("runtime", "ready", 4, 4);
-  return { ...picked, jspi, pyodide: pyodide.version };
+  return { ...picked, pyodide: pyodide.version };
 }
 
 async function setDevice(name) {
