@@ -176,7 +176,12 @@ def _ct2_folder(dest):
 def test_text_matches_faster_whisper(real, tmp_path):
     fw = pytest.importorskip("faster_whisper")
     model, tok = real["model"], real["tok"]
-    fw_model = fw.WhisperModel(str(_ct2_folder(tmp_path / "ct2")), device="cpu", compute_type="float32")
+    ct2 = _ct2_folder(tmp_path / "ct2")
+    fw_model = fw.WhisperModel(str(ct2), device="cpu", compute_type="float32")
+    # ember loads the same CT2 folder too (converted once into a cache): the same weights
+    from_ct2, _, _ = load_whisper(ct2, cache=tmp_path / "converted")
+    for name, t in from_ct2.state_dict().items():
+        np.testing.assert_array_equal(t.numpy(), model.state_dict()[name].numpy(), err_msg=name)
     for i, clip in enumerate(real["clips"]):
         samples = audio.load_audio(clip)
         segs, _ = fw_model.transcribe(samples, beam_size=1, temperature=0.0, without_timestamps=True,

@@ -4,6 +4,7 @@ tokenizer.json with WhisperForConditionalGeneration names) by local folder, URL 
     model, config, tokenizer = load_whisper("openai/whisper-tiny.en")   # hub id
     load_whisper("https://host/path/to/folder")                          # any server with that layout
     load_whisper("/local/folder")                                        # or a folder on disk
+    load_whisper("/ct2/folder")           # CTranslate2 (model.bin): converted once into the cache
     load_whisper(None)                                                   # bundled demo: tiny.en
 
 Downloads go through urllib to ~/.cache/ember/hub/<host>/<path>/<file>, written to a temporary
@@ -48,12 +49,28 @@ def resolve(source: str | os.PathLike | None, cache: str | os.PathLike | None = 
     if text.startswith(("http://", "https://")):
         return _download_folder(text.rstrip("/"), cache, progress)
     if os.path.isdir(text):
-        return Path(text)
+        folder = Path(text)
+        if (folder / "model.bin").is_file() and not (folder / "model.safetensors").is_file():
+            return _converted_ct2(folder, cache)
+        return folder
     if _HUB_ID.match(text) and not os.path.exists(text):
         base = (endpoint or os.environ.get("HF_ENDPOINT") or HUB_ENDPOINT).rstrip("/")
         return _download_folder(f"{base}/{text}/resolve/{revision}", cache, progress)
     raise WhisperLoadError(f"ember: Whisper model {text!r} is neither a folder, an http(s) URL nor a hub id "
                            f"like 'openai/whisper-tiny.en'")
+
+
+def _converted_ct2(folder: Path, cache) -> Path:
+    """A CTranslate2 Whisper folder (model.bin, config.json, tokenizer.json), converted once to
+    Hugging Face layout under <cache>/ct2/<folder path>."""
+    from .ct2 import convert_ct2_whisper
+    root = Path(cache) if cache is not None else hub_cache().parent / "ct2"
+    dest = root.joinpath(*[re.sub(r"[^\w.-]", "_", p) for p in folder.resolve().parts[1:]])
+    stamp = dest / ".ember-complete"
+    if not stamp.is_file() or stamp.stat().st_mtime < (folder / "model.bin").stat().st_mtime:
+        convert_ct2_whisper(folder, dest)
+        stamp.write_text(str(folder.resolve()))
+    return dest
 
 
 def _download_folder(base_url: str, cache, progress) -> Path:
