@@ -52,6 +52,23 @@ def test_swiglu_mlp_with_fused_gate_up_matches_dense(world):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_fused_qkv_shards_hold_whole_heads():
+    """Llama's fused q|k|v projection split per segment: shard r gets query heads [rH/w, (r+1)H/w) and the
+    matching kv heads, so each shard can run attention on its own heads (o_proj then row-parallel)."""
+    H, K, hd, dim, world = 4, 2, 3, 8, 2
+    g = ShardGroup(["cpu"] * world)
+    qkv = _linear(dim, (H + 2 * K) * hd, 7, bias=False)
+    x = _x(1, 5, dim)
+    with ember.no_grad():
+        full = qkv(x).numpy().reshape(1, 5, H + 2 * K, hd)              # heads: H query, K key, K value
+        parts = ColumnParallelLinear(qkv, g, segments=(H * hd, K * hd, K * hd), gather_output=False)(x)
+    h, k = H // world, K // world
+    for r, p in enumerate(parts):
+        want = np.concatenate([full[:, :, r * h:(r + 1) * h], full[:, :, H + r * k:H + (r + 1) * k],
+                               full[:, :, H + K + r * k:H + K + (r + 1) * k]], axis=2)
+        np.testing.assert_allclose(p.numpy().reshape(1, 5, h + 2 * k, hd), want, rtol=1e-6, atol=1e-6)
+
+
 def test_one_device_group_is_a_no_op():
     g = ShardGroup(["cpu"])
     parts = [_x(4)]
