@@ -79,6 +79,12 @@ def test_random_model_raw_outputs(ref, key, device):
     assert np.abs(want[:, :4]).max() > 10 and want[:, 4:84].std() > 0  # non-trivial outputs
 
 
+def test_segmentation_checkpoint_is_refused(ref):
+    from ember.models.yolo.config import YoloConfigError
+    with pytest.raises(YoloConfigError, match="yolov8n_seg.pt: not a YOLOv8 detect/pose model.*Segment"):
+        load_model(ref["work"] / "yolov8n_seg.pt")
+
+
 @pytest.mark.parametrize("conf,iou", [(0.25, 0.45), (0.05, 0.7)])
 def test_nms_matches_ultralytics(ref, conf, iou):
     got = postprocess(ref["inp"]["onnx_out"][0], conf, iou)

@@ -5,7 +5,7 @@ IN keys: `images` (names, comma-joined) + `img_<name>` RGB uint8 arrays; `fall_p
 `n_resize`, `resize_src<i>` / `resize_to<i>` (cv2.resize INTER_LINEAR cases);
 `onnx_out` (raw ONNX head output to run through ultralytics' NMS); `x` (a model input batch).
 OUT: letterboxed images, random yolov8n / yolov8n-pose checkpoints (written to WORKDIR) and their raw
-outputs on `x`, ultralytics' NMS of `onnx_out`, and YOLO(best.pt).predict on each image.
+outputs on `x`, a yolov8n-seg checkpoint (a head ember refuses), ultralytics' NMS of `onnx_out`, and YOLO(best.pt).predict on each image.
 """
 import sys
 
@@ -49,6 +49,7 @@ def main(inp, outp, workdir):
         torch.save({"model": m, "ema": None}, f"{workdir}/{key}.pt")
         with torch.no_grad():
             out[f"raw_{key}"] = m(x)[0].numpy()
+    torch.save({"model": YOLO("yolov8n-seg.yaml").model}, f"{workdir}/yolov8n_seg.pt")  # unsupported head
     for conf, iou in ((0.25, 0.45), (0.05, 0.7)):
         det = non_max_suppression(torch.from_numpy(d["onnx_out"]), conf, iou)[0].numpy()
         out[f"nms_{conf}_{iou}"] = det

@@ -18,6 +18,9 @@ import numpy as np
 from .config import HEAD_INDEX, YoloConfig, YoloConfigError
 
 _SILU = ("torch.nn.modules.activation", "SiLU")
+# yolov8.yaml's layer classes, by index (the head, 22, is Detect or Pose)
+_V8_LAYERS = ("Conv", "Conv", "C2f", "Conv", "C2f", "Conv", "C2f", "Conv", "C2f", "SPPF", "Upsample", "Concat",
+              "C2f", "Upsample", "Concat", "C2f", "Conv", "Concat", "C2f", "Conv", "Concat", "C2f")
 
 
 def convert(src, out) -> str:
@@ -83,6 +86,11 @@ def from_checkpoint(path) -> tuple[dict, YoloConfig]:
         else (8, 16, 32)
     cfg = YoloConfig.from_yaml_dict(st["yaml"], names=names, strides=strides)
     modules = dict(_walk(model, _module_state))
+    layers = tuple(getattr(modules.get(f"model.{i}"), "name", None) for i in range(HEAD_INDEX + 1))
+    if layers[:HEAD_INDEX] != _V8_LAYERS or layers[HEAD_INDEX] not in ("Detect", "Pose") \
+            or f"model.{HEAD_INDEX + 1}" in modules:
+        raise YoloConfigError(f"ember: {path}: not a YOLOv8 detect/pose model; its layers are {layers} "
+                              f"(ember runs yolov8.yaml / yolov8-pose.yaml: {_V8_LAYERS + ('Detect|Pose',)})")
     return _fuse(modules, path), cfg
 
 
