@@ -204,3 +204,25 @@ def test_device_lost_is_a_clear_error_and_cpu_keeps_working():
     with pytest.raises(AdapterError, match="device lost"):
         be.full((3,), 1.0, ember.float32)
     np.testing.assert_array_equal((ember.ones(3) * 2).numpy(), [2, 2, 2])
+
+
+# ------------------------------------------------------------------ a real model, unchanged
+
+def test_llama_prefill_and_cached_decode_match_cpu():
+    """Model code never names a backend: the same tiny Llama (GQA, rope, KV cache) on webgpu."""
+    llama = pytest.importorskip("ember.models.llama.model")
+    from ember.models.llama.config import LlamaConfig
+    cfg = LlamaConfig(vocab_size=300, dim=64, hidden_dim=160, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=64)
+    ember.manual_seed(0)
+    m = llama.Llama(cfg)
+    toks = np.array([[1, 5, 9, 33, 200, 7, 3, 2]])
+    out = {}
+    with ember.no_grad():
+        for dev in ("cpu", "webgpu"):
+            m.to(dev)
+            cache = m.new_cache()
+            prefill = m(ember.tensor(toks, device=dev), cache).numpy()
+            step = m(ember.tensor(np.array([[4]]), device=dev), cache).numpy()
+            out[dev] = (prefill, step)
+    np.testing.assert_allclose(out["webgpu"][0], out["cpu"][0], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(out["webgpu"][1], out["cpu"][1], atol=1e-5, rtol=1e-5)
