@@ -349,6 +349,23 @@ class NumpyBackend(Backend):
             y += b
         return y
 
+    def attention(self, q, k, v, mask, scale, causal):
+        if q.dtype in (_BF16, _F16):
+            f = (lambda a: None if a is None else _up(a).astype(np.float32))
+            y = self.attention(f(q), f(k), f(v), f(mask), scale, causal)
+            return _down(y) if q.dtype is _BF16 else y.astype(np.float16)
+        s = np.matmul(q, np.swapaxes(k, -1, -2))                      # (..., L, S)
+        s *= scale
+        if causal:  # top-left aligned, as torch
+            L, S = s.shape[-2:]
+            s[..., np.triu(np.ones((L, S), bool), 1)] = -np.inf
+        if mask is not None:
+            s = s + mask
+        s -= s.max(axis=-1, keepdims=True)
+        np.exp(s, out=s)
+        s /= s.sum(axis=-1, keepdims=True)
+        return np.matmul(s, v)                                         # (..., L, Ev)
+
     def rms_norm(self, x, w, eps):
         if x.dtype in (_BF16, _F16):
             y = self.rms_norm(_up(x).astype(np.float32), None if w is None else _up(w).astype(np.float32), eps)

@@ -17,9 +17,12 @@ from ..ops_movement import norm_dim
 from .conv_grad import conv_transpose as _conv_transpose
 
 
-def _fused(x, name):
+def _fused(x, name, *params):
+    """The backend's fused kernel, when it has one and no gradient is being recorded through x or params."""
     f = getattr(x.device.backend, name, None)
-    return f if (f is not None and not (A._GRAD[0] and x.requires_grad)) else None
+    if f is None or (A._GRAD[0] and (x.requires_grad or any(p is not None and p.requires_grad for p in params))):
+        return None
+    return f
 
 
 def _tuple(v, n, what):
@@ -59,7 +62,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     ns = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
     if tuple(x.shape[-len(ns):]) != ns:
         raise ValueError(f"ember: layer_norm normalized_shape {ns} does not match input shape {x.shape}")
-    if len(ns) == 1 and not any(t is not None and t.requires_grad for t in (weight, bias)) and _fused(x, "layer_norm"):
+    if len(ns) == 1 and _fused(x, "layer_norm", weight, bias):
         return A.prim_fused("layer_norm", x, None if weight is None else weight._data,
                             None if bias is None else bias._data, eps)
     axes = tuple(range(x.ndim - len(ns), x.ndim))
@@ -80,7 +83,7 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     if eps is None:
         eps = 1.1920928955078125e-07 if x.dtype is D.float32 else float(__import__("numpy").finfo("float16").eps) \
             if x.dtype is D.float16 else 0.0078125
-    if len(ns) == 1 and not (weight is not None and weight.requires_grad) and _fused(x, "rms_norm"):
+    if len(ns) == 1 and _fused(x, "rms_norm", weight):
         return A.prim_fused("rms_norm", x, None if weight is None else weight._data, eps)
     axes = tuple(range(x.ndim - len(ns), x.ndim))
     xf = x.float() if x.dtype in (D.float16, D.bfloat16) else x
@@ -384,8 +387,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     """q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev)."""
     L, S = q.shape[-2], k.shape[-2]
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    fused = getattr(q.device.backend, "attention", None)
-    if fused is not None and dropout_p == 0 and not (A._GRAD[0] and (q.requires_grad or k.requires_grad or v.requires_grad)):
+    fused = _fused(q, "attention", k, v, attn_mask)
+    if fused is not None and dropout_p == 0 and q.dtype is k.dtype is v.dtype:
         if attn_mask is None or attn_mask.dtype is not D.bool_:
             m = None if attn_mask is None else attn_mask.to(q.dtype)._data
             return A._wrap(fused(q._data, k._data, v._data, m, scale, is_causal), q.device)
