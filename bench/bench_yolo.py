@@ -19,8 +19,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 
 def blas_info():
     try:
@@ -69,7 +67,6 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args(argv)
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     import onnxruntime as ort
 
     from ember.models.yolo.fetch import ensure_demo_model, ensure_file

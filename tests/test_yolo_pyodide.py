@@ -11,7 +11,7 @@ from pyodide_runner import PyodideSession, node_path, pyodide_dist, unavailable 
 import ember
 from ember.models.yolo.config import YoloConfig
 from ember.models.yolo.draw import encode_png
-from ember.models.yolo.image import letterbox, load_image
+from ember.models.yolo.image import letterbox
 from ember.models.yolo.model import YOLOv8
 from ember.models.yolo.nms import postprocess
 from ember.models.yolo.predict import run_model

@@ -56,7 +56,7 @@ class YoloConfig:
         return "pose" if self.kpt_shape else "detect"
 
     @classmethod
-    def from_scale(cls, scale: str, **kw) -> "YoloConfig":
+    def from_scale(cls, scale: str, **kw) -> YoloConfig:
         if scale not in SCALES:
             raise YoloConfigError(f"ember: unknown YOLOv8 scale {scale!r} (one of {', '.join(SCALES)})")
         d, w, mc = SCALES[scale]
@@ -81,7 +81,7 @@ class YoloConfig:
                 "ember.yolo.names": json.dumps({str(k): v for k, v in names.items()})}
 
     @classmethod
-    def from_metadata(cls, meta: dict, where: str = "weights") -> "YoloConfig":
+    def from_metadata(cls, meta: dict, where: str = "weights") -> YoloConfig:
         if meta.get("ember.arch") != ARCH or "ember.yolo.config" not in meta:
             raise YoloConfigError(f"ember: {where}: not an ember YOLOv8 file (metadata ember.arch="
                                   f"{meta.get('ember.arch')!r}); convert a checkpoint with `ember convert yolo`")
@@ -95,7 +95,7 @@ class YoloConfig:
             raise YoloConfigError(f"ember: {where}: bad YOLOv8 metadata: {e}") from None
 
     @classmethod
-    def from_yaml_dict(cls, y: dict, **kw) -> "YoloConfig":
+    def from_yaml_dict(cls, y: dict, **kw) -> YoloConfig:
         """An ultralytics model yaml dict (as pickled in a checkpoint's model.yaml)."""
         if y.get("scales"):
             scale = y.get("scale") or next(iter(y["scales"]))
@@ -107,7 +107,7 @@ class YoloConfig:
                    max_channels=float(mc), kpt_shape=tuple(kpt) if kpt else None, **kw)
 
     @classmethod
-    def infer(cls, shapes: dict, where: str = "weights", **kw) -> "YoloConfig":
+    def infer(cls, shapes: dict, where: str = "weights", **kw) -> YoloConfig:
         """Config from weight shapes alone (ONNX exports carry no yaml): the class count from the class
         head, keypoints from the pose head, and the standard scale whose layer shapes all match."""
         p = f"model.{HEAD_INDEX}."
