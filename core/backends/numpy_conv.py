@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
+
+_NO_BLAS = sys.platform == "emscripten"  # see numpy_backend.matmul
 
 
 def conv(x, w, stride, padding, dilation, groups):
@@ -32,5 +35,6 @@ def conv(x, w, stride, padding, dilation, groups):
         perm = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
         cols = win.transpose(perm).reshape(n, g, cg * math.prod(k), p)    # (N, g, Cg*K, P) copy
     wm = w.reshape(g, og, -1)                                              # (g, Og, Cg*K)
-    y = np.matmul(wm[None], cols)                                          # (N, g, Og, P)
+    y = np.einsum("...ij,...jk->...ik", wm[None], cols) if _NO_BLAS and cols.dtype == np.float32 else \
+        np.matmul(wm[None], cols)                                          # (N, g, Og, P)
     return y.reshape((n, o) + out)
