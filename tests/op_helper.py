@@ -23,21 +23,21 @@ def make(shape, dtype="float32", low=-2.0, high=2.0, rng=None, transpose=False):
     elif dtype in ("int64", "int32", "uint8"):
         a = rng.integers(0 if dtype == "uint8" else int(low), int(high) + 1, size=shape).astype(dtype)
     else:
-        a = rng.uniform(low, high, size=shape).astype(np.float32)
+        a = np.asarray(rng.uniform(low, high, size=shape), dtype=np.float32)
     if transpose and len(shape) >= 2:  # a non-contiguous view with the requested shape
         a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
     return a
 
 
 def _to_torch(a, dtype, grad):
-    t = torch.tensor(np.ascontiguousarray(a)).to(TORCH_DTYPES[dtype])
+    t = torch.tensor(np.array(a)).to(TORCH_DTYPES[dtype])  # (np.ascontiguousarray would turn 0-d into 1-d)
     if grad:
         t.requires_grad_(True)
     return t
 
 
 def _to_ember(a, dtype, grad, device, transpose):
-    t = ember.tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+    t = ember.tensor(np.array(a), dtype=dtype, device=device)
     if transpose and t.ndim >= 2:  # feed ember a real strided view too
         t = ember.tensor(np.ascontiguousarray(np.swapaxes(a, -1, -2)), dtype=dtype, device=device).transpose(-1, -2)
         t = t.detach()
