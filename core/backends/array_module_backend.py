@@ -49,7 +49,7 @@ class ArrayModuleBackend(Backend):
     # -- hooks where numpy and CuPy differ ---------------------------------------------------------
     def _erf(self, x):
         from .numpy_backend import _erf  # the reference's float32 fit (numpy has no erf)
-        return _erf(x)
+        return _erf(x.reshape(1)).reshape(()) if x.ndim == 0 else _erf(x)  # (it uses out= buffers: no 0-d)
 
     def _host(self, x):
         return np.array(x, copy=True)
