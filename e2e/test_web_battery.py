@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ARGS, CHROMIUM
+from web_app import ARGS, CHROMIUM
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 BATTERY = TESTS / "pyodide_battery.py"

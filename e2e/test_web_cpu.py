@@ -5,7 +5,7 @@ one page for the whole module (tests run in file order and build on each other's
 from __future__ import annotations
 
 import pytest
-from conftest import (RUN_S, App, assert_same_detections, llama_reference, whisper_reference,
+from web_app import (RUN_S, App, assert_same_detections, llama_reference, whisper_reference,
                       yolo_reference)
 
 PROMPT = "The for statement"

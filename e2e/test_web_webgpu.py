@@ -5,7 +5,7 @@ minutes there: those runs are marked slow; Llama runs always."""
 from __future__ import annotations
 
 import pytest
-from conftest import App, assert_same_detections, llama_reference, whisper_reference, yolo_reference
+from web_app import App, assert_same_detections, llama_reference, whisper_reference, yolo_reference
 
 PROMPT = "The for statement"
 SLOW_RUN_S = 900

@@ -1,0 +1,157 @@
+"""Helpers for the browser tests and bench/bench_web.py: the static server that logs requests, one app page in
+Debian's Chromium under Playwright (never `playwright install`), the seeded Llama stand-in, and the native
+references each page result is compared with (the Python API doing what the CLI's --json prints)."""
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--enable-unsafe-webgpu", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+CACHE = Path.home() / ".cache" / "ember" / "e2e"
+ARTIFACTS = Path(__file__).with_name("artifacts")
+READY_S = 240      # Pyodide start under heavy load took ~15-30 s; generous, but it fails clearly
+RUN_S = 420        # one model run on the CPU in wasm (Whisper tiny.en or YOLOv8s: ~100 s here)
+SPEECH = "The quick brown fox jumps over the lazy dog."
+
+
+
+def seeded_llama_folder(folder: Path) -> Path:
+    """A small seeded Llama in Hugging Face layout (the stand-in when no demo model is shipped)."""
+    import ember
+    from ember.models.llama.config import LlamaConfig
+    from ember.models.llama.corpus import build_corpus, train_tokenizer
+    from ember.models.llama.load import save_pretrained
+    from ember.models.llama.model import Llama
+    if (folder / "model.safetensors").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "src-tokenizer.json").write_text(train_tokenizer(build_corpus()[:200_000], 512))
+    ember.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=512, dim=64, hidden_dim=172, n_layers=2, n_heads=4, n_kv_heads=2,
+                      max_seq_len=512, bos_token_id=0, eos_token_ids=[1])
+    save_pretrained(Llama(cfg), str(folder), tokenizer_json=str(folder / "src-tokenizer.json"))
+    (folder / "src-tokenizer.json").unlink()
+    return folder
+
+
+class Server:
+    """python's http.server over the site (a plain static host), logging every path requested. /hub/ maps to
+    a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>)."""
+
+    def __init__(self, root: Path, hub: Path):
+        from ember.wasm.serve import Handler
+        self.requests: list[str] = []
+        log = self.requests
+
+        class Logged(Handler):
+            def translate_path(self, path):
+                if path.startswith("/hub/"):
+                    return str(hub / path[len("/hub/"):].split("?")[0])
+                return super().translate_path(path)
+
+            def do_GET(self):
+                log.append(self.path)
+                super().do_GET()
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Logged, directory=str(root)))
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class App:
+    """One page of the app in a fresh Chromium profile, with its console errors collected."""
+
+    def __init__(self, pw, url: str):
+        self.profile = tempfile.mkdtemp(prefix="ember-e2e-")
+        self.ctx = pw.chromium.launch_persistent_context(self.profile, executable_path=CHROMIUM, headless=True,
+                                                         args=ARGS, viewport={"width": 1200, "height": 900})
+        self.page = self.ctx.new_page()
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.url = url
+        self.open()
+
+    def open(self):
+        t0 = time.perf_counter()
+        self.page.goto(self.url)
+        self.page.wait_for_selector("body[data-ready=true]", timeout=READY_S * 1000)
+        self.ready_s = time.perf_counter() - t0
+
+    def wait_result(self, selector: str, timeout_s: float = RUN_S) -> dict | None:
+        """The JSON result the app put on `selector`, or None when it showed a message instead."""
+        self.page.wait_for_function(
+            f"document.querySelector('{selector}').dataset.json !== undefined || !document.querySelector('#message').hidden",
+            timeout=timeout_s * 1000)
+        raw = self.page.eval_on_selector(selector, "e => e.dataset.json")
+        return None if raw is None else json.loads(raw)
+
+    def message(self) -> str:
+        return "" if self.page.is_hidden("#message") else self.page.inner_text("#message .text")
+
+    def set_range(self, selector: str, value):
+        self.page.eval_on_selector(selector, f"e => {{ e.value = '{value}'; e.dispatchEvent(new Event('input')); }}")
+
+    def generate(self, prompt: str, max_tokens: int, temperature=0, seed=0):
+        self.page.click("#tab-llama")
+        self.page.fill("#prompt", prompt)
+        self.set_range("#temperature", temperature)
+        self.page.fill("#max-tokens", str(max_tokens))
+        self.page.fill("#seed", str(seed))
+        self.page.click("#generate")
+
+    def screenshot(self, name: str):
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+    def close(self):
+        self.ctx.close()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def whisper_reference(native_whisper, wav: Path) -> dict:
+    """What `ember whisper --json --timestamps` prints, via the Python API."""
+    from ember.models.whisper.transcribe import transcribe
+    model, tok = native_whisper
+    r = transcribe(model, tok, str(wav), timestamps=True)
+    return {"text": r["text"].strip(), "segments": [{k: s[k] for k in ("start", "end", "text", "tokens")}
+                                                    for s in r["segments"]]}
+
+
+def llama_reference(native_llama, prompt: str, max_tokens: int) -> dict:
+    """What `ember llama PROMPT --temperature 0 --seed 0 -n N --json` prints, via the Python API."""
+    from ember.models.llama.generate import SamplingParams, TextStream, generate
+    model, tok = native_llama
+    ids = tok.encode(prompt, bos=True)
+    stream = TextStream(generate(model, ids, max_tokens, SamplingParams(0.0, 0, 0.9, 1.0, 0), tok.eos_ids), tok)
+    text = "".join(stream)
+    return {"prompt_tokens": ids, "tokens": list(stream.stats.tokens), "text": text}
+
+
+def yolo_reference(native_yolo, image: Path) -> list[dict]:
+    """What `ember yolo IMAGE --json` prints, via the Python API."""
+    from ember.models.yolo.cli import _rounded
+    from ember.models.yolo.predict import detect
+    return [_rounded(d) for d in detect(native_yolo, str(image))]
+
+
+def assert_same_detections(got: list[dict], ref: list[dict]):
+    """Same boxes, classes and order; numbers within float32 summation-order noise (wasm numpy has no
+    BLAS, so sums run in another order than native numpy's)."""
+    assert [d["label"] for d in got] == [d["label"] for d in ref], (got, ref)
+    assert [d["class"] for d in got] == [d["class"] for d in ref]
+    for g, r in zip(got, ref):
+        assert abs(g["score"] - r["score"]) < 2e-3, (g, r)
+        assert max(abs(a - b) for a, b in zip(g["box"], r["box"])) < 0.5, (g, r)
