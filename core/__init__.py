@@ -57,6 +57,9 @@ def __getattr__(name):
     if name == "Tokenizer":
         from .tokenizers import Tokenizer
         return Tokenizer
+    if name == "cuda":  # the module itself, so `ember.cuda.allow_tf32 = True` takes effect
+        import importlib
+        return importlib.import_module("ember.backends.cuda_backend")
     if name in ("QTensor", "quantize"):
         from . import quant
         return getattr(quant, name)
