@@ -95,6 +95,20 @@ def test_missing_hub_model_shows_download_message(app):
     assert app.wait_result("#llama-output")["tokens"]
 
 
+def test_local_files_load_and_match_native(app, site, native_llama):
+    picker = "#picker-llama"
+    files = sorted(str(f) for f in next((site / "models").glob("llama-*")).iterdir())
+    app.page.click("#tab-llama")
+    app.page.select_option(f"{picker} .kind", "file")
+    app.page.set_input_files(f"{picker} .files", files)
+    app.generate(PROMPT, 8)
+    got = app.wait_result("#llama-output")
+    assert got is not None, app.message()
+    assert "Loaded local files" in app.page.inner_text(f"{picker} .model-status")
+    assert got["tokens"] == llama_reference(native_llama, PROMPT, 8)["tokens"]
+    app.page.select_option(f"{picker} .kind", "demo")
+
+
 def test_too_large_model_is_refused_before_download(app, server):
     picker = "#picker-yolo"
     app.page.click("#tab-yolo")

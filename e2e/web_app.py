@@ -18,7 +18,7 @@ ARGS = ["--enable-unsafe-webgpu", "--no-sandbox", "--disable-background-networki
 CACHE = Path.home() / ".cache" / "ember" / "e2e"
 ARTIFACTS = Path(__file__).with_name("artifacts")
 READY_S = 240      # Pyodide start under heavy load took ~15-30 s; generous, but it fails clearly
-RUN_S = 420        # one model run on the CPU in wasm (Whisper tiny.en or YOLOv8s: ~100 s here)
+RUN_S = 420        # one model run on the CPU in wasm (Whisper tiny.en, YOLOv8s: ~10 s idle, ~110 s at load 15)
 SPEECH = "The quick brown fox jumps over the lazy dog."
 
 
