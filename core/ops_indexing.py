@@ -187,8 +187,15 @@ def getitem(x, key):
     kc = key.__class__
     if kc is int or kc is slice:
         return _basic_getitem(x, (key,))
-    if kc is tuple and all(k.__class__ is int or k.__class__ is slice for k in key):
-        return _basic_getitem(x, key)
+    if kc is tuple:
+        if all(k.__class__ is int or k.__class__ is slice for k in key):
+            return _basic_getitem(x, key)
+        if all(k.__class__ is int or k.__class__ is slice or k is Ellipsis for k in key) and \
+                sum(k is Ellipsis for k in key) == 1:  # (identity tests: == on a Tensor is elementwise)
+            i = next(j for j, k in enumerate(key) if k is Ellipsis)  # x[..., :n]: expand into full slices
+            fill = len(x.shape) - (len(key) - 1)
+            if fill >= 0:
+                return _basic_getitem(x, key[:i] + (slice(None),) * fill + key[i + 1:])
     from .tensor import tensor
     key = _expand_key(x, key)
     # 1) basic indexing: slices, ints, None -> one slice + reshape; collect advanced indices

@@ -183,6 +183,13 @@ def unbind(x, dim=0):
 
 
 def cat(tensors, dim=0):
+    if tensors.__class__ in (list, tuple) and len(tensors) == 2:  # hot path (KV-cache appends)
+        a, b = tensors
+        sa, sb = a.shape, b.shape
+        if a.dtype is b.dtype and a.device is b.device and len(sa) == len(sb) and sa and sb:
+            d = norm_dim(dim, len(sa))
+            if sa[:d] == sb[:d] and sa[d + 1:] == sb[d + 1:]:
+                return A.prim_cat([a, b], d)
     tensors = [t for t in tensors]
     if not tensors:
         raise ValueError("ember: cat() needs at least one tensor")
