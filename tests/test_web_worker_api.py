@@ -3,6 +3,7 @@ APIs' own, cancel stops a generation, and every bad request comes back as an err
 instead of an exception (the worker must stay alive)."""
 import asyncio
 import struct
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -12,7 +13,10 @@ from ember.wasm import worker_api as W
 
 
 def run(coro):
-    return asyncio.run(coro)
+    """Run a worker coroutine on its own loop, in a thread: Playwright's sync API (e2e, same pytest process)
+    keeps an event loop running in the main thread, where asyncio.run would refuse."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 @pytest.fixture(scope="module")
