@@ -108,7 +108,7 @@ def _record(out, kind, inputs, arg=None, saved=None):
 def prim_unary(op, x):
     out = _wrap(x.device._backend.unary(op, x._data), x.device)
     if _GRAD[0] and x.requires_grad and x.dtype.is_float:
-        _record(out, "unary", (x,), op, out)
+        _record(out, "unary", (x,), op, out._data)  # the raw array: saving `out` would be a ref cycle
     return out
 
 
@@ -117,7 +117,7 @@ def prim_binary(op, a, b):
     bt = b.__class__ is _Tensor or isinstance(b, _Tensor)
     out = _wrap(a.device._backend.binary(op, a._data, b._data if bt else b), a.device)
     if _GRAD[0] and (a.requires_grad or (bt and b.requires_grad)) and op not in _NO_GRAD_BINARY:
-        _record(out, "binary", (a, b if bt else None), (op, None if bt else b), out)
+        _record(out, "binary", (a, b if bt else None), (op, None if bt else b), out._data)
     return out
 
 
@@ -143,7 +143,7 @@ def prim_cast(x, dtype):
 def prim_reduce(op, x, axes, keepdim):
     out = _wrap(x.device._backend.reduce(op, x._data, axes, keepdim), x.device)
     if _GRAD[0] and x.requires_grad:
-        _record(out, "reduce", (x,), (op, axes, keepdim), out)
+        _record(out, "reduce", (x,), (op, axes, keepdim), out._data)
     return out
 
 
@@ -273,7 +273,8 @@ def unbroadcast(g, shape):
 
 
 def _bw_unary(n, g):
-    op, x, y = n.arg, n.inputs[0], n.saved
+    op, x = n.arg, n.inputs[0]
+    y = _wrap(n.saved, x.device)
     if op == "neg":
         return (-g,)
     if op == "exp":
@@ -302,7 +303,8 @@ def _bw_unary(n, g):
 
 
 def _bw_binary(n, g):
-    (op, scalar), (a, b), y = n.arg, n.inputs, n.saved
+    (op, scalar), (a, b) = n.arg, n.inputs
+    y = _wrap(n.saved, a.device)
     bv = b if b is not None else scalar
     ga = gb = None
     if op == "add":
@@ -350,7 +352,8 @@ def _bw_cast(n, g):
 
 
 def _bw_reduce(n, g):
-    (op, axes, keepdim), x, y = n.arg, n.inputs[0], n.saved
+    (op, axes, keepdim), x = n.arg, n.inputs[0]
+    y = _wrap(n.saved, x.device)
     kshape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
     if not keepdim:
         g, y = prim_reshape(g, kshape), prim_reshape(y, kshape)

@@ -62,7 +62,7 @@ def quantize(model: Module, ggml_type="q4_0", include=None) -> Module:
     if t.quantize_blocks is None:
         raise ValueError(f"ember: cannot quantize to {t.name}; supported: {', '.join(T.supported_quant_types())}")
     for parent, name, qname, child in _children(model):
-        if type(child) is Linear and child.in_features % t.block_size == 0 and (include is None or include(qname, child)):
+        if isinstance(child, Linear) and child.in_features % t.block_size == 0 and (include is None or include(qname, child)):
             setattr(parent, name, QLinear.from_linear(child, t))
     return model
 
