@@ -77,9 +77,10 @@ json.dumps({"sync": sync, "diff_sync": diff_sync, "diff_async": diff_async, "ada
 
 
 @contextlib.contextmanager
-def open_page(timeout_ms=600_000):
+def open_page(timeout_ms=600_000, pw=None):
     """A headless Chromium page with Pyodide, numpy and the ember wheel loaded (window.py).
-    Raises LookupError when Chromium or playwright is missing (the bench reuses this)."""
+    Raises LookupError when Chromium or playwright is missing (the bench reuses this). Pass the
+    session's Playwright as `pw`: Playwright's sync API cannot be started twice in one thread."""
     if not Path(CHROMIUM).exists():
         raise LookupError(f"{CHROMIUM} not installed")
     try:
@@ -94,7 +95,9 @@ def open_page(timeout_ms=600_000):
         wheel = build_wheel(root)
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        with sync_api.sync_playwright() as pw:
+        with contextlib.ExitStack() as stack:
+            if pw is None:
+                pw = stack.enter_context(sync_api.sync_playwright())
             # launch() (not a persistent context) starts from a fresh temporary profile
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             try:
@@ -117,9 +120,9 @@ def run_python(page, code):
 
 
 @pytest.fixture(scope="module")
-def page():
+def page(playwright_session):
     try:
-        with open_page() as pg:
+        with open_page(pw=playwright_session) as pg:
             yield pg
     except LookupError as e:
         pytest.skip(str(e))
