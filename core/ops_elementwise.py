@@ -115,40 +115,15 @@ def remainder(a, b):
     return a - binary("floordiv", a, b) * b
 
 
-def fmod(a, b):
-    return binary("fmod", a, b)
+def _named_binary(op):
+    def f(a, b):
+        return binary(op, a, b)
+    f.__name__ = op
+    return f
 
 
-def maximum(a, b):
-    return binary("maximum", a, b)
-
-
-def minimum(a, b):
-    return binary("minimum", a, b)
-
-
-def eq(a, b):
-    return binary("eq", a, b)
-
-
-def ne(a, b):
-    return binary("ne", a, b)
-
-
-def lt(a, b):
-    return binary("lt", a, b)
-
-
-def le(a, b):
-    return binary("le", a, b)
-
-
-def gt(a, b):
-    return binary("gt", a, b)
-
-
-def ge(a, b):
-    return binary("ge", a, b)
+fmod, maximum, minimum = _named_binary("fmod"), _named_binary("maximum"), _named_binary("minimum")
+eq, ne, lt, le, gt, ge = (_named_binary(op) for op in ("eq", "ne", "lt", "le", "gt", "ge"))
 
 
 def _logical(op):
