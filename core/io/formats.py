@@ -159,3 +159,20 @@ def to_stored(name: str, x) -> Stored:
             raise TypeError(f"ember: tensor {name!r}: {str(e)[len('ember: '):]}") from None
         return Stored(contiguous(x), d)
     raise TypeError(f"ember: tensor {name!r} is a {type(x).__name__}; expected an ember Tensor or numpy array")
+
+
+class LazyFile:
+    """Close/context-manager plumbing shared by the lazy readers (safetensors.safe_open, GGUFReader):
+    subclasses set `self._file` to the open file (None for bytes sources)."""
+
+    _file = None
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()  # a memmap keeps its own mapping alive for arrays that use it
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from ..quant import ggml_types as T
-from .formats import FormatError, Stored, describe, is_bytes, to_stored, to_tensor
+from .formats import FormatError, LazyFile, Stored, describe, is_bytes, to_stored, to_tensor
 
 MAGIC = b"GGUF"
 VERSION = 3
@@ -157,7 +157,7 @@ class _Cursor:
         return v, ARRAY, sub
 
 
-class GGUFReader:
+class GGUFReader(LazyFile):
     """Lazy GGUF reader: header, metadata and tensor infos on open; tensor data only when asked.
 
         with GGUFReader("model.gguf") as f:
@@ -321,15 +321,6 @@ class GGUFReader:
         v = self.get_stored(name)
         return to_tensor(v) if isinstance(v, Stored) else v
 
-    def close(self):
-        if self._file is not None:
-            self._file.close()  # a memmap keeps its own mapping alive for arrays that use it
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         return f"GGUFReader({self.where!r}, v{self.version}, {len(self.tensor_infos)} tensors, {len(self.fields)} keys)"

@@ -18,7 +18,7 @@ import struct
 import numpy as np
 
 from .. import dtypes
-from .formats import FormatError, Stored, describe, is_bytes, to_stored, to_tensor
+from .formats import FormatError, LazyFile, Stored, describe, is_bytes, to_stored, to_tensor
 
 MAX_HEADER = 100_000_000  # the safetensors package refuses larger headers too
 MAX_NDIM = 64  # numpy's limit
@@ -114,7 +114,7 @@ def _check_tiling(entries, data_len, where):
 
 # ---------------------------------------------------------------- reading
 
-class safe_open:
+class safe_open(LazyFile):
     """Lazy reader: `keys()`, `metadata()`, `get_tensor(name)`, `get_stored(name)`; also a context manager.
 
     src is a path or a bytes-like object. From bytes, tensors are zero-copy views (read-only for immutable
@@ -205,15 +205,6 @@ class safe_open:
     def get_tensor(self, name):
         return to_tensor(self.get_stored(name))
 
-    def close(self):
-        if self._file is not None:
-            self._file.close()  # a memmap keeps its own mapping alive for tensors that use it
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def _try_memmap(f, start, required):
