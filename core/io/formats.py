@@ -161,6 +161,17 @@ def to_stored(name: str, x) -> Stored:
     raise TypeError(f"ember: tensor {name!r} is a {type(x).__name__}; expected an ember Tensor or numpy array")
 
 
+def try_memmap(f, start, required):
+    """The file from `start` on as a copy-on-write uint8 memmap, or None where mapping is unavailable
+    (Pyodide, special files); with `required` the failure propagates instead."""
+    try:
+        return np.memmap(f, np.uint8, mode="c", offset=start)
+    except (ImportError, OSError, ValueError, AttributeError):
+        if required:
+            raise
+        return None
+
+
 class LazyFile:
     """Close/context-manager plumbing shared by the lazy readers (safetensors.safe_open, GGUFReader):
     subclasses set `self._file` to the open file (None for bytes sources)."""

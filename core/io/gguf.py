@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from ..quant import ggml_types as T
-from .formats import FormatError, LazyFile, Stored, describe, is_bytes, to_stored, to_tensor
+from .formats import FormatError, LazyFile, Stored, try_memmap, describe, is_bytes, to_stored, to_tensor
 
 MAGIC = b"GGUF"
 VERSION = 3
@@ -333,15 +333,15 @@ def _plain(v: GGUFValue):
 
 
 def _try_memmap(f, start, required):
-    """The data section as a copy-on-write uint8 memmap, or None where mapping is unavailable (Pyodide)."""
+    """The data section as a memmap (formats.try_memmap); None for an empty data section."""
     try:
         if os.fstat(f.fileno()).st_size <= start:
             return None
-        return np.memmap(f, np.uint8, mode="c", offset=start)
-    except (ImportError, OSError, ValueError, AttributeError):
+    except (OSError, AttributeError):
         if required:
             raise
         return None
+    return try_memmap(f, start, required)
 
 
 def load(src, mmap=None) -> dict:

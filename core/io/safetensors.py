@@ -18,7 +18,7 @@ import struct
 import numpy as np
 
 from .. import dtypes
-from .formats import FormatError, LazyFile, Stored, describe, is_bytes, to_stored, to_tensor
+from .formats import FormatError, LazyFile, Stored, try_memmap, describe, is_bytes, to_stored, to_tensor
 
 MAX_HEADER = 100_000_000  # the safetensors package refuses larger headers too
 MAX_NDIM = 64  # numpy's limit
@@ -144,7 +144,7 @@ class safe_open(LazyFile):
         try:
             self._entries, self._meta = parse_header(raw, total - self._start, self.where)
             if self._file is not None and mmap is not False and total > self._start:
-                self._map = _try_memmap(self._file, self._start, mmap)
+                self._map = try_memmap(self._file, self._start, mmap)
         except BaseException:
             self.close()
             raise
@@ -205,16 +205,6 @@ class safe_open(LazyFile):
     def get_tensor(self, name):
         return to_tensor(self.get_stored(name))
 
-
-
-def _try_memmap(f, start, required):
-    """The data buffer as a copy-on-write uint8 memmap, or None where mapping is unavailable."""
-    try:
-        return np.memmap(f, np.uint8, mode="c", offset=start)
-    except (ImportError, OSError, ValueError, AttributeError):
-        if required:
-            raise
-        return None
 
 
 def read(src, mmap=None) -> dict:
