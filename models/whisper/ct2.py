@@ -234,26 +234,20 @@ def whisper_state_dict(model: CT2Model) -> tuple[dict[str, np.ndarray], dict]:
         n.left.pop(name, None)
     heads = {s: int(n.take(f"{s}/num_heads")) for s in ("encoder", "decoder")}
 
-    for i in range(_layer_indices(model, "encoder")):
-        src, dst = f"encoder/layer_{i}", f"model.encoder.layers.{i}"
-        n.layer_norm(f"{src}/self_attention/layer_norm", f"{dst}.self_attn_layer_norm")
-        n.fused(f"{src}/self_attention/linear_0", [f"{dst}.self_attn.{p}_proj" for p in "qkv"])
-        n.linear(f"{src}/self_attention/linear_1", f"{dst}.self_attn.out_proj")
-        n.layer_norm(f"{src}/ffn/layer_norm", f"{dst}.final_layer_norm")
-        n.linear(f"{src}/ffn/linear_0", f"{dst}.fc1")
-        n.linear(f"{src}/ffn/linear_1", f"{dst}.fc2")
-    for i in range(_layer_indices(model, "decoder")):
-        src, dst = f"decoder/layer_{i}", f"model.decoder.layers.{i}"
-        n.layer_norm(f"{src}/self_attention/layer_norm", f"{dst}.self_attn_layer_norm")
-        n.fused(f"{src}/self_attention/linear_0", [f"{dst}.self_attn.{p}_proj" for p in "qkv"])
-        n.linear(f"{src}/self_attention/linear_1", f"{dst}.self_attn.out_proj")
-        n.layer_norm(f"{src}/attention/layer_norm", f"{dst}.encoder_attn_layer_norm")
-        n.linear(f"{src}/attention/linear_0", f"{dst}.encoder_attn.q_proj")
-        n.fused(f"{src}/attention/linear_1", [f"{dst}.encoder_attn.{p}_proj" for p in "kv"])
-        n.linear(f"{src}/attention/linear_2", f"{dst}.encoder_attn.out_proj")
-        n.layer_norm(f"{src}/ffn/layer_norm", f"{dst}.final_layer_norm")
-        n.linear(f"{src}/ffn/linear_0", f"{dst}.fc1")
-        n.linear(f"{src}/ffn/linear_1", f"{dst}.fc2")
+    for stack in ("encoder", "decoder"):  # the same layer layout, plus cross-attention in the decoder
+        for i in range(_layer_indices(model, stack)):
+            src, dst = f"{stack}/layer_{i}", f"model.{stack}.layers.{i}"
+            n.layer_norm(f"{src}/self_attention/layer_norm", f"{dst}.self_attn_layer_norm")
+            n.fused(f"{src}/self_attention/linear_0", [f"{dst}.self_attn.{p}_proj" for p in "qkv"])
+            n.linear(f"{src}/self_attention/linear_1", f"{dst}.self_attn.out_proj")
+            if stack == "decoder":
+                n.layer_norm(f"{src}/attention/layer_norm", f"{dst}.encoder_attn_layer_norm")
+                n.linear(f"{src}/attention/linear_0", f"{dst}.encoder_attn.q_proj")
+                n.fused(f"{src}/attention/linear_1", [f"{dst}.encoder_attn.{p}_proj" for p in "kv"])
+                n.linear(f"{src}/attention/linear_2", f"{dst}.encoder_attn.out_proj")
+            n.layer_norm(f"{src}/ffn/layer_norm", f"{dst}.final_layer_norm")
+            n.linear(f"{src}/ffn/linear_0", f"{dst}.fc1")
+            n.linear(f"{src}/ffn/linear_1", f"{dst}.fc2")
     for conv in ("conv1", "conv2"):  # (d_model, in_channels, 3) in both
         n.linear(f"encoder/{conv}", f"model.encoder.{conv}")
     for stack in ("encoder", "decoder"):
