@@ -41,8 +41,9 @@ def random_model(seed=0):
     ember.manual_seed(seed)
     m = Llama(LlamaConfig(**STORIES15M)).eval()
     rng = np.random.default_rng(seed)
-    for n, p in m.named_parameters():  # llama2.c-like magnitudes so greedy decoding is not degenerate
-        p.copy_(rng.normal(0, 0.05 if p.ndim == 2 else 0.1, p.shape).astype(np.float32) + (1.0 if p.ndim == 1 else 0))
+    sd = {n: rng.normal(0, 0.05 if p.ndim == 2 else 0.1, p.shape).astype(np.float32) + (1.0 if p.ndim == 1 else 0)
+          for n, p in m.named_parameters()}  # llama2.c-like magnitudes so greedy decoding is not degenerate
+    m.load_state_dict(sd)  # as load_llama does (weights re-stored in the backend's preferred layout)
     return m.requires_grad_(False)  # as load_llama returns it: inference takes the fused paths
 
 

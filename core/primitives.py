@@ -19,7 +19,7 @@ Families (29 primitives):
   movement     reshape, permute, expand, slice, pad, cat, contiguous
   compute      matmul, conv
   indexing     gather, index_select, scatter
-  meta         shape, dtype_of, synchronize, supports
+  meta         shape, dtype_of, synchronize, supports, weight_layout (default: unchanged)
   optional     softmax, log_softmax, layer_norm, rms_norm, attention  (fused; None = compose)
 """
 from __future__ import annotations
@@ -70,6 +70,11 @@ class Backend:
     def supports(self, dtype):
         """Whether arrays of this ember dtype can live on the device (e.g. WebGPU has no float64)."""
         return True
+
+    def weight_layout(self, w):
+        """A linear layer's (out, in) weight, re-stored for the `x @ w.T` reads of every forward: same
+        values and shape, any memory layout. Called once after loading weights; default unchanged."""
+        return w
 
     # -- elementwise ----------------------------------------------------------------------
     def unary(self, op, x):

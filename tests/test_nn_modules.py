@@ -92,6 +92,33 @@ def test_strict_loading_reports_everything():
     assert m[0].weight.dtype is ember.float32 and float(m[0].weight.sum()) == 12.0  # cast into the param dtype
 
 
+def test_loaded_linear_weights_keep_values_in_backend_layout(device, tmp_path):
+    """After loading, Linear weights may be re-stored (cpu: input-major, so x @ w.T reads contiguous rows);
+    values, forward results, gradients, state_dict and saved files must not change."""
+    rng = np.random.default_rng(0)
+    sd = {"weight": rng.standard_normal((200, 96)).astype(np.float32), "bias": rng.standard_normal(200).astype(np.float32)}
+    m = nn.Linear(96, 200, device=device)
+    m.load_state_dict(sd)
+    if device == "cpu":
+        assert m.weight._data.T.flags.c_contiguous  # the layout the numpy backend chose
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    ref = torch.nn.functional.linear(torch.tensor(x), torch.tensor(sd["weight"]), torch.tensor(sd["bias"]))
+    xe = ember.tensor(x, device=device, requires_grad=True)
+    y = m(xe)
+    np.testing.assert_allclose(y.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
+    y.sum().backward()
+    np.testing.assert_allclose(m.weight.grad.numpy(), np.broadcast_to(x.sum(0), (200, 96)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(m.state_dict()["weight"].numpy(), sd["weight"])
+    from ember.io import safetensors
+    safetensors.save(m.state_dict(), tmp_path / "m.safetensors")
+    np.testing.assert_array_equal(np.asarray(safetensors.load(tmp_path / "m.safetensors")["weight"]), sd["weight"])
+    emb = nn.Embedding(500, 96, device=device)  # index_select on an input-major table (Llama's tied lm_head)
+    emb.load_state_dict({"weight": rng.standard_normal((500, 96)).astype(np.float32)})
+    nn.relayout_linear_weight(emb.weight)
+    idx = np.array([[3, 499, 0]])
+    np.testing.assert_array_equal(emb(ember.tensor(idx, device=device)).numpy(), emb.weight.numpy()[idx])
+
+
 def test_module_api():
     class Net(nn.Module):
         def __init__(self):

@@ -3,5 +3,5 @@ from . import functional, init  # noqa: F401
 from .layers import (ELU, GELU, AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d,  # noqa: F401
                      ConvTranspose1d, ConvTranspose2d, Dropout, Embedding, Flatten, GroupNorm, Hardswish, Identity,
                      LayerNorm, LeakyReLU, Linear, LogSoftmax, MaxPool2d, Mish, ModuleDict, ModuleList, ReLU, ReLU6,
-                     RMSNorm, Sequential, Sigmoid, SiLU, Softmax, Softplus, Tanh, Upsample)
+                     RMSNorm, Sequential, Sigmoid, SiLU, Softmax, Softplus, Tanh, Upsample, relayout_linear_weight)
 from .module import Module, Parameter, StateDictError  # noqa: F401

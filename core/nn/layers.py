@@ -14,6 +14,11 @@ class Identity(Module):
         return x
 
 
+def relayout_linear_weight(w):
+    """Re-store an (out, in) weight that F.linear reads, in its backend's preferred layout (same values)."""
+    w._data = w.device.backend.weight_layout(w._data)
+
+
 class Linear(Module):
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
@@ -30,6 +35,9 @@ class Linear(Module):
 
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
+
+    def _after_load(self):
+        relayout_linear_weight(self.weight)
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

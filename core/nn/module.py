@@ -169,6 +169,9 @@ class Module:
                 else:
                     src = src.to(device=t.device, dtype=t.dtype)
                 t._data = src._data  # safe to share: tensors never mutate backend arrays in place
+        for m in self.modules():  # e.g. Linear re-stores its weight the way its backend reads it fastest
+            if hasattr(m, "_after_load"):
+                m._after_load()
         return missing, unexpected
 
     # ------------------------------------------------------------------ modes / devices

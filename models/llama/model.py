@@ -148,6 +148,10 @@ class Llama(nn.Module):
     def device(self):
         return self.model.embed_tokens.weight.device
 
+    def _after_load(self):  # a tied embedding is also the lm_head's weight: store it the way F.linear reads it
+        if self.config.tie_embeddings:
+            nn.relayout_linear_weight(self.model.embed_tokens.weight)
+
     def _dtype(self):  # host-built constants (mask, rotation) follow the weights' dtype
         return self.model.embed_tokens.weight.dtype
 
