@@ -343,12 +343,21 @@ def elu(x, alpha=1.0):
     return where(x > 0, x, (exp(x) - 1) * alpha)
 
 
-def gelu(x, approximate="none"):
+def _gelu_composed(x, approximate):
     if approximate == "tanh":
         return x * 0.5 * (1 + tanh((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)))
     if approximate != "none":
         raise ValueError(f"ember: gelu approximate must be 'none' or 'tanh', got {approximate!r}")
     return x * 0.5 * (1 + erf(x * (1 / math.sqrt(2))))
+
+
+def gelu(x, approximate="none"):
+    """GELU, exact (erf) or tanh-approximated; the backend's fused kernel when no gradient is recorded."""
+    f = getattr(x.device.backend, "gelu", None)
+    if f is not None and x.dtype.is_floating_point and not (A._GRAD[0] and x.requires_grad) and \
+            approximate in ("none", "tanh"):
+        return A.prim_fused("gelu", x, approximate)
+    return _gelu_composed(x, approximate)
 
 
 def silu(x):

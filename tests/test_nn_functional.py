@@ -126,6 +126,21 @@ def test_sdpa(device, causal, grad):
           [(1, 4, 8), (1, 6, 8), (1, 6, 8), (4, 6)], device=device, atol=1e-5)
 
 
+@pytest.mark.parametrize("grad", [True, False], ids=["composed", "fused"])
+def test_sdpa_long_sequences(device, grad):
+    # past 2**19 scores per head the cpu backend computes a block of query rows at a time (Whisper's encoder)
+    check(lambda m, q, k, v: F(m).scaled_dot_product_attention(q, k, v),
+          [(1, 2, 800, 16), (1, 2, 700, 16), (1, 2, 700, 8)], device=device, atol=1e-5, grad=grad)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_linear_fused_without_grad(device, dtype):
+    # no gradient recorded: the backend's fused linear (cpu: bias added in place) must equal torch's
+    check(lambda m, x, w, b: F(m).linear(x, w, b), [(2, 5, 7), (4, 7), (4,)], device=device, dtype=dtype, grad=False)
+    check(lambda m, x, w, b: F(m).linear(x, w, b), [(3, 7), (4, 7), (4,)], device=device, dtype=dtype, grad=False,
+          transpose=True)
+
+
 def test_losses(device):
     tgt = np.array([1, 0, 3, 3, 2])
     check(lambda m, x: F(m).cross_entropy(x, m.tensor(tgt)), [(5, 4)], device=device)

@@ -44,6 +44,14 @@ def test_unary_low_precision(device, name, dtype):
     check(fn, [(4, 6)], device=device, dtype=dtype, low=lo, high=hi)
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gelu_fused_without_grad(device, approximate, dtype):
+    # no gradient recorded: the backend's fused GELU runs (chunked on cpu; this size spans chunk edges)
+    check(lambda m, x: m.nn.functional.gelu(x, approximate=approximate), [(3, 40000)], device=device, dtype=dtype,
+          grad=False, low=-6, high=6)
+
+
 def test_unary_non_contiguous(device):
     check(lambda m, x: x.exp() * 2, [(4, 5)], device=device, transpose=True)
 

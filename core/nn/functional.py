@@ -142,6 +142,8 @@ def linear(x, weight, bias=None):
         raise ValueError(f"ember: linear: input features {xs[-1]} != weight in_features {ws[-1]} "
                          f"(input {xs}, weight {ws})")
     if len(ws) == 2 and len(xs) >= 2 and x.dtype is weight.dtype and x.device is weight.device:
+        if bias is not None and bias.dtype is x.dtype and bias.shape == ws[:1] and _fused(x, "linear", weight, bias):
+            return A.prim_fused("linear", x, weight._data, bias._data)
         y = A.prim_matmul(x, A.prim_permute(weight, (1, 0)))  # the hot path of every model: two primitives
     else:
         y = x @ weight.transpose(-1, -2)
