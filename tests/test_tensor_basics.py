@@ -1,4 +1,5 @@
 """Tensor creation, dtypes (exact bfloat16), conversion, devices, grad mode and import hygiene."""
+import os
 import subprocess
 import sys
 
@@ -147,3 +148,22 @@ def test_import_is_light_and_fast():
             "'ember.models', 'ember.tokenizers', 'ember.quant', 'PIL', 'scipy') if m in sys.modules]; print(bad, dt)")
     out = subprocess.check_output([sys.executable, "-c", code], text=True).split()
     assert out[0] == "[]", f"import ember pulled in: {out}"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc tuning is Linux-only")
+def test_freed_activations_are_reused_without_page_faults():
+    # the cpu backend keeps freed blocks in the heap: a model's next activation of the same size must not
+    # fault in fresh pages (glibc's default trims them, ~2 us per 4 KB page); EMBER_MALLOC_TUNING=0 opts out
+    code = ("import resource, numpy as np, ember\n"
+            "ember.ones(2)\n"
+            "def refill():\n"
+            "    a = [np.ones(2 << 20, np.float32) for _ in range(4)]; del a\n"
+            "    f = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+            "    b = [np.ones(2 << 20, np.float32) for _ in range(4)]\n"
+            "    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f\n"
+            "refill(); print(refill())")
+    tuned = int(subprocess.check_output([sys.executable, "-c", code], text=True))
+    env = {**os.environ, "EMBER_MALLOC_TUNING": "0"}
+    default = int(subprocess.check_output([sys.executable, "-c", code], text=True, env=env))
+    assert tuned < 50, f"{tuned} page faults refilling 32 MB of freed activations ({default} untuned)"
+    assert default > 500, f"this glibc did not trim the heap untuned ({default} faults): the test shows nothing"
