@@ -40,6 +40,23 @@ def timed(fn, repeat):
     return statistics.median(ts), min(ts)
 
 
+def timed_pair(fa, fb, repeat, rounds=3):
+    """(median, min) of each over `rounds` alternating blocks of `repeat` calls, a pause between blocks.
+    This VM slows down under sustained load (the same forward drifts from 0.26 to 0.34 s over a minute),
+    so one block after the other would favour the first; alternating single calls would let
+    onnxruntime's spinning worker threads steal the core from numpy's BLAS thread."""
+    fa(), fb()
+    ta, tb = [], []
+    for _ in range(rounds):
+        for f, ts in ((fa, ta), (fb, tb)):
+            time.sleep(0.3)
+            for _ in range(repeat):
+                t = time.perf_counter()
+                f()
+                ts.append(time.perf_counter() - t)
+    return (statistics.median(ta), min(ta)), (statistics.median(tb), min(tb))
+
+
 def breakdown(fn):
     """Seconds of one call spent inside the numpy backend's conv (im2col copies included) and its
     sigmoid, and everything else (bias adds, SiLU products, concats, head), from cProfile cumtimes."""
@@ -61,7 +78,7 @@ def breakdown(fn):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="BLAS and onnxruntime threads (default: library default)")
     ap.add_argument("--device", default="cpu", help="ember device for the forward (cpu, webgpu, cuda)")
     ap.add_argument("--json", default=None, help="also write the results here")
@@ -86,8 +103,8 @@ def main(argv=None):
         so.intra_op_num_threads = args.threads
     sess = ort.InferenceSession(str(ensure_file("best_fp16.onnx")), so, providers=["CPUExecutionProvider"])
 
-    ember_med, ember_min = timed(lambda: run_model(model, x), args.repeat)
-    ort_med, ort_min = timed(lambda: sess.run(None, {"images": x}), args.repeat)
+    (ember_med, ember_min), (ort_med, ort_min) = timed_pair(lambda: run_model(model, x),
+                                                            lambda: sess.run(None, {"images": x}), args.repeat)
     e2e_med, _ = timed(lambda: detect(model, img), max(1, args.repeat // 2))
     res = {
         "model": "yolov8s (2 classes) 640x640, batch 1",

@@ -361,6 +361,10 @@ def gelu(x, approximate="none"):
 
 
 def silu(x):
+    """x * sigmoid(x); the backend's fused kernel when no gradient is recorded."""
+    if x.dtype.is_floating_point and getattr(x.device.backend, "silu", None) is not None and \
+            not (A._GRAD[0] and x.requires_grad):
+        return A.prim_fused("silu", x)
     return x * sigmoid(x)
 
 

@@ -20,7 +20,8 @@ Families (29 primitives):
   compute      matmul, conv
   indexing     gather, index_select, scatter
   meta         shape, dtype_of, synchronize, supports, weight_layout (default: unchanged)
-  optional     softmax, log_softmax, layer_norm, rms_norm, attention, gelu, linear  (fused; None = compose)
+  optional     softmax, log_softmax, layer_norm, rms_norm, attention, gelu, silu, linear, conv_bias
+               (fused; None = compose)
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ BINARY_OPS = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "
               "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor")
 REDUCE_OPS = ("sum", "max", "min", "prod")
 ARG_REDUCE_OPS = ("argmax", "argmin")
-FUSED_OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "attention", "gelu", "linear")
+FUSED_OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "attention", "gelu", "silu", "linear",
+             "conv_bias")
 
 
 class Backend:
@@ -165,4 +167,6 @@ class Backend:
     rms_norm = None      # (x, weight|None, eps) over the last axis
     attention = None     # (q, k, v, mask|None, scale, causal) -> softmax(q k^T * scale + mask) v
     gelu = None          # (x, approximate) -> x * Phi(x); approximate 'none' (erf) or 'tanh'
+    silu = None          # (x) -> x * sigmoid(x)
     linear = None        # (x, w, b) -> x @ w.T + b, w (out, in), b (out,)
+    conv_bias = None     # (x, w, b, stride, padding, dilation, groups) -> conv(...) + b per output channel

@@ -65,6 +65,16 @@ def test_conv2d(device, kw):
           device=device, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_conv_bias_fused_without_grad(device, dtype):
+    # no gradient recorded: the backend's fused conv + bias (cpu: bias added in place) must equal torch's
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == "float32" else {}
+    check(lambda m, x, w, b: F(m).conv2d(x, w, b, padding=1, groups=2), [(2, 4, 7, 8), (6, 2, 3, 3), (6,)],
+          device=device, dtype=dtype, grad=False, **tol)
+    check(lambda m, x, w, b: F(m).conv1d(x, w, b, stride=2), [(2, 4, 11), (6, 4, 3), (6,)], device=device, dtype=dtype,
+          grad=False, **tol)
+
+
 def test_conv2d_1x1_and_low_precision(device):
     check(lambda m, x, w: F(m).conv2d(x, w, stride=2), [(2, 3, 5, 5), (4, 3, 1, 1)], device=device, atol=1e-5)
     check(lambda m, x, w: F(m).conv2d(x, w, padding=1), [(1, 3, 6, 6), (4, 3, 3, 3)], device=device,

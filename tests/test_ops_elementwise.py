@@ -52,6 +52,12 @@ def test_gelu_fused_without_grad(device, approximate, dtype):
           grad=False, low=-6, high=6)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_silu_fused_without_grad(device, dtype):
+    check(lambda m, x: m.nn.functional.silu(x), [(3, 4000)], device=device, dtype=dtype, grad=False, low=-20, high=20)
+    check(lambda m, x: m.nn.functional.silu(x), [(5, 6)], device=device, dtype=dtype, grad=False, transpose=True)
+
+
 def test_unary_non_contiguous(device):
     check(lambda m, x: x.exp() * 2, [(4, 5)], device=device, transpose=True)
 

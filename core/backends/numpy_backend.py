@@ -452,6 +452,22 @@ class NumpyBackend(Backend):
         y += b  # in place into the fresh product: a new (..., out) array's page faults cost as much as the add
         return y
 
+    def conv_bias(self, x, w, b, stride, padding, dilation, groups):
+        y = self.conv(x, w, stride, padding, dilation, groups)             # (N, O, *out), a fresh array
+        b = b.reshape((-1,) + (1,) * (y.ndim - 2))
+        if y.dtype not in (_F32, np.dtype(np.float64)):  # bf16 bits / f16: the rounding add of `binary`
+            return self.binary("add", y, b)
+        y += b  # in place, as linear
+        return y
+
+    def silu(self, x):
+        if x.dtype in (_BF16, _F16):
+            y = self.silu(_up(x).astype(np.float32))
+            return _down(y) if x.dtype is _BF16 else y.astype(np.float16)
+        out = _sigmoid(x)  # one fresh array, then in place (YOLO: every conv is followed by a SiLU)
+        out *= x
+        return out
+
     def gelu(self, x, approximate):
         if x.dtype in (_BF16, _F16):
             y = self.gelu(_up(x).astype(np.float32), approximate)

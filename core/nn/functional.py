@@ -185,6 +185,8 @@ def _conv(x, weight, bias, stride, padding, dilation, groups, nd):
         else:
             raise ValueError(f"ember: unknown padding mode {padding!r}")
     padding = _tuple(padding, nd, "padding")
+    if bias is not None and bias.dtype is x.dtype and _fused(x, "conv_bias", weight, bias):
+        return A.prim_fused("conv_bias", x, weight._data, bias._data, stride, padding, dilation, groups)
     y = A.prim_conv(x, weight, stride, padding, dilation, groups)
     return y + bias.reshape(1, -1, *([1] * nd)) if bias is not None else y
 
