@@ -50,6 +50,8 @@ def test_gelu_fused_without_grad(device, approximate, dtype):
     # no gradient recorded: the backend's fused GELU runs (chunked on cpu; this size spans chunk edges)
     check(lambda m, x: m.nn.functional.gelu(x, approximate=approximate), [(3, 40000)], device=device, dtype=dtype,
           grad=False, low=-6, high=6)
+    check(lambda m, x: m.nn.functional.gelu(x, approximate=approximate), [(5, 6)], device=device, dtype=dtype,
+          grad=False, transpose=True)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

@@ -472,20 +472,22 @@ class NumpyBackend(Backend):
         if x.dtype in (_BF16, _F16):
             y = self.gelu(_up(x).astype(np.float32), approximate)
             return _down(y) if x.dtype is _BF16 else y.astype(np.float16)
-        # in L2-sized chunks: erf's ~20 passes then stay in cache (2x faster on Whisper's (1500, 1536) MLP)
-        out = np.empty_like(x)
-        xf, of = x.reshape(-1), out.reshape(-1)
-        half = x.dtype.type(0.5)
-        for i in range(0, xf.size, _GELU_CHUNK):
-            xc = xf[i:i + _GELU_CHUNK]
+        # in cache-sized chunks: erf's ~20 passes stay in L2 (2x faster on Whisper's (1500, 1536) MLP).
+        # (Splitting the chunks across threads gains little in a model: OpenBLAS's workers spin ~0.1 s
+        # after every matmul and keep the other core.)
+        xf = np.ascontiguousarray(x).reshape(-1)
+        of = np.empty_like(xf)
+        t = x.dtype.type
+        for a in range(0, xf.size, _GELU_CHUNK):
+            xc = xf[a:a + _GELU_CHUNK]
             if approximate == "tanh":
-                e = np.tanh((xc + x.dtype.type(0.044715) * xc * xc * xc) * x.dtype.type(math.sqrt(2 / math.pi)))
+                e = np.tanh((xc + t(0.044715) * xc * xc * xc) * t(math.sqrt(2 / math.pi)))
             else:
-                e = _erf(xc * x.dtype.type(1 / math.sqrt(2)))
+                e = _erf(xc * t(1 / math.sqrt(2)))
             e += 1
             e *= xc
-            np.multiply(e, half, out=of[i:i + _GELU_CHUNK])
-        return out
+            np.multiply(e, t(0.5), out=of[a:a + _GELU_CHUNK])
+        return of.reshape(x.shape)
 
     def rms_norm(self, x, w, eps):
         if x.dtype in (_BF16, _F16):
