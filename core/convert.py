@@ -2,13 +2,14 @@
 
     ember convert model.safetensors model.gguf --qtype q4_0   # quantize (and .gguf -> .safetensors back)
     ember convert ct2-whisper CT2_DIR OUT_DIR                  # CTranslate2 Whisper -> Hugging Face layout
+    ember convert whisper-gguf HF_DIR OUT_DIR --qtype q8_0     # Whisper folder with quantized model.gguf
     ember convert yolo best.pt OUT.safetensors                 # Ultralytics .pt / .onnx -> ember YOLO weights
 """
 from __future__ import annotations
 
 import argparse
 
-KINDS = ("ct2-whisper", "yolo")
+KINDS = ("ct2-whisper", "whisper-gguf", "yolo")
 
 
 def add_parser(sub):
@@ -29,6 +30,9 @@ def main(args):
         if kind == "ct2-whisper":
             from .models.whisper.ct2 import convert_ct2_whisper
             out = convert_ct2_whisper(src, dst)
+        elif kind == "whisper-gguf":
+            from .models.whisper.gguf import convert_to_gguf
+            out = convert_to_gguf(src, dst, args.qtype)
         else:
             from .models.yolo.convert import convert
             out = convert(src, dst)

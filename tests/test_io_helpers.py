@@ -1,5 +1,6 @@
 """Shared by the tests/test_io_*.py files (no tests here): reference tensors built in torch, bit-exact comparison."""
 import numpy as np
+import pytest
 import torch
 
 # every dtype ember and the safetensors/torch formats share
@@ -43,3 +44,28 @@ def assert_same(e, t: torch.Tensor, name=""):
     assert e.dtype.name == dtype_name(t), name
     a, b = e._storage_numpy(), storage_bits(t)
     assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+
+
+@pytest.mark.parametrize("ext", [".safetensors", ".gguf", ".npz", ".pt"])
+def test_saving_over_a_lazily_loaded_file_keeps_the_loaded_tensors(tmp_path, ext):
+    # a lazy load may memory-map the file: writing the new file in place would truncate the mapping
+    # under the loaded tensors (SIGBUS on the next read); saving goes to a temporary name, then replaces
+    import ember
+    path = tmp_path / f"w{ext}"
+    a = np.arange(1 << 16, dtype=np.float32).reshape(256, 256)
+    ember.save({"a": ember.tensor(a), "b": ember.ones(3)}, path)
+    loaded = ember.load(path)
+    ember.save({"a": ember.zeros(2)}, path)  # over the same file, the old tensors still alive
+    np.testing.assert_array_equal(np.asarray(loaded["a"]), a)
+    assert ember.load(path)["a"].shape == (2,)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no temporary left behind
+
+
+def test_a_failed_save_leaves_the_old_file(tmp_path):
+    import ember
+    path = tmp_path / "w.safetensors"
+    ember.save({"a": ember.ones(4)}, path)
+    with pytest.raises(TypeError):
+        ember.save({"a": ember.ones(4), 5: ember.ones(1)}, path)  # a bad name fails half-way
+    np.testing.assert_array_equal(np.asarray(ember.load(path)["a"]), np.ones(4, np.float32))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]

@@ -6,6 +6,7 @@ as uint16 bits) so the formats do not depend on the Tensor core; `load` converts
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -187,3 +188,20 @@ class LazyFile:
 
     def __exit__(self, *exc):
         self.close()
+
+
+@contextlib.contextmanager
+def atomic_write(path):
+    """A binary file object that replaces `path` only once fully written (temporary name in the same
+    folder, then os.replace). Saving over a file that is still memory-mapped by a lazy load (or was
+    being read) then never truncates it under the reader, and a failed write leaves the old file."""
+    path = os.fspath(path)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

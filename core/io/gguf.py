@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from ..quant import ggml_types as T
-from .formats import FormatError, LazyFile, Stored, try_memmap, describe, is_bytes, to_stored, to_tensor
+from .formats import FormatError, LazyFile, Stored, atomic_write, try_memmap, describe, is_bytes, to_stored, to_tensor
 
 MAGIC = b"GGUF"
 VERSION = 3
@@ -504,7 +504,7 @@ def _chunks(tensors: dict, metadata: dict | None, alignment: int | None):
 
 def save(tensors: dict, path, metadata: dict | None = None, alignment: int | None = None):
     """{name: Tensor | ndarray | QTensor} -> a GGUF v3 file. metadata values: see `_infer`, or GGUFValue."""
-    with open(path, "wb") as f:
+    with atomic_write(path) as f:
         for chunk in _chunks(tensors, metadata, alignment):
             f.write(chunk)
 

@@ -14,6 +14,7 @@ import numpy as np
 from .. import dtypes
 from .formats import (
     FormatError,
+    atomic_write,
     Stored,
     check_member_size,
     contiguous,
@@ -121,5 +122,5 @@ def save(tensors: dict, path, metadata: dict | None = None):
             bf16.append(name)
     if bf16 or metadata:
         arrays[MARK] = np.array(json.dumps({"bfloat16": bf16, "metadata": dict(metadata or {})}))
-    with open(path, "wb") as f:  # a file object, so numpy does not append '.npz' to the name
+    with atomic_write(path) as f:  # a file object, so numpy does not append '.npz' to the name
         np.savez(f, **arrays)

@@ -18,7 +18,7 @@ import struct
 import numpy as np
 
 from .. import dtypes
-from .formats import FormatError, LazyFile, Stored, try_memmap, describe, is_bytes, to_stored, to_tensor
+from .formats import FormatError, LazyFile, Stored, atomic_write, try_memmap, describe, is_bytes, to_stored, to_tensor
 
 MAX_HEADER = 100_000_000  # the safetensors package refuses larger headers too
 MAX_NDIM = 64  # numpy's limit
@@ -235,7 +235,7 @@ def dumps(tensors: dict, metadata: dict | None = None) -> bytes:
 
 
 def save(tensors: dict, path, metadata: dict | None = None):
-    with open(path, "wb") as f:
+    with atomic_write(path) as f:
         for chunk in _chunks(tensors, metadata):
             f.write(chunk)
 

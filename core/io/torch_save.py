@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from .formats import to_stored
+from .formats import atomic_write, to_stored
 
 _STORAGE = {"float32": "FloatStorage", "float64": "DoubleStorage", "float16": "HalfStorage",
             "bfloat16": "BFloat16Storage", "int64": "LongStorage", "int32": "IntStorage", "int8": "CharStorage",
@@ -64,7 +64,7 @@ def save(tensors: dict, path, metadata: dict | None = None):
         stored[str(i)] = to_stored(name, x)
         pkl.append(_str(name) + _tensor(str(i), stored[str(i)]))
     pkl.append(b"u.")
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+    with atomic_write(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
         z.writestr("archive/data.pkl", b"".join(pkl))
         z.writestr("archive/byteorder", "little")
         for key, s in stored.items():

@@ -87,7 +87,7 @@ def load_quantized(model: Module, tensors, strict: bool = True):
         from ..io import gguf
         tensors = gguf.load(tensors)
     plain = {}
-    linears = {q: (p, n, c) for p, n, q, c in _children(model) if type(c) in (Linear, QLinear)}
+    linears = {q: (p, n, c) for p, n, q, c in _children(model) if isinstance(c, (Linear, QLinear))}
     for key, v in tensors.items():
         if not isinstance(v, QTensor):
             plain[key] = v

@@ -1,5 +1,7 @@
 """Load Whisper from a Hugging Face layout (config.json, generation_config.json, model.safetensors,
-tokenizer.json with WhisperForConditionalGeneration names) by local folder, URL or hub id.
+tokenizer.json with WhisperForConditionalGeneration names) by local folder, URL or hub id. The weights
+may instead be model.gguf: the same names in GGUF, quantized linear weights staying quantized (QLinear);
+`ember convert whisper-gguf SRC OUT --qtype q8_0` makes such a folder.
 
     model, config, tokenizer = load_whisper("openai/whisper-tiny.en")   # hub id
     load_whisper("https://host/path/to/folder")                          # any server with that layout
@@ -25,7 +27,8 @@ from .config import WhisperConfig
 from .model import Whisper
 
 HUB_ENDPOINT = "https://huggingface.co"
-REQUIRED = ("config.json", "model.safetensors", "tokenizer.json")
+REQUIRED = ("config.json", "tokenizer.json")
+WEIGHTS = ("model.safetensors", "model.gguf")  # one of them, the first found wins
 OPTIONAL = ("generation_config.json",)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -50,7 +53,7 @@ def resolve(source: str | os.PathLike | None, cache: str | os.PathLike | None = 
         return _download_folder(text.rstrip("/"), cache, progress)
     if os.path.isdir(text):
         folder = Path(text)
-        if (folder / "model.bin").is_file() and not (folder / "model.safetensors").is_file():
+        if (folder / "model.bin").is_file() and not any((folder / w).is_file() for w in WEIGHTS):
             return _converted_ct2(folder, cache)
         return folder
     if _HUB_ID.match(text) and not os.path.exists(text):
@@ -81,6 +84,8 @@ def _download_folder(base_url: str, cache, progress) -> Path:
     folder = folder.joinpath(*rel)
     for name in REQUIRED + OPTIONAL:
         download(f"{base_url}/{name}", folder / name, progress, required=name in REQUIRED)
+    if not any(download(f"{base_url}/{name}", folder / name, progress, required=False) for name in WEIGHTS):
+        raise WhisperLoadError(f"ember: {base_url} has none of {', '.join(WEIGHTS)}")
     return folder
 
 
@@ -123,8 +128,9 @@ def download(url: str, dest: Path, progress=None, required: bool = True, chunk: 
 
 
 def load_state(model: Whisper, path: Path) -> None:
-    """Copy model.safetensors (HF names) into `model`, upcast to its dtype; a missing, extra or
-    mis-shaped tensor is a WhisperLoadError naming it and the file."""
+    """Copy model.safetensors or model.gguf (HF names) into `model`, upcast to its dtype (quantized GGUF
+    linear weights stay quantized: those layers become QLinear); a missing, extra or mis-shaped tensor
+    is a WhisperLoadError naming it and the file."""
     try:
         raw = ember.load(path)
     except (OSError, ValueError) as e:
@@ -145,10 +151,22 @@ def load_state(model: Whisper, path: Path) -> None:
     if problems:
         raise WhisperLoadError(f"ember: {path}: not a Whisper checkpoint for its config.json: "
                                + "; ".join(problems))
+    from ember.quant import QTensor, load_quantized
     for name, t in state.items():
-        if not t.dtype.is_float:
+        if not isinstance(t, QTensor) and not t.dtype.is_float:
             raise WhisperLoadError(f"ember: {path}: tensor {name} has dtype {t.dtype}, expected a float type")
-    model.load_state_dict(state, strict=True)
+    if any(isinstance(t, QTensor) for t in state.values()):
+        load_quantized(model, state, strict=True)
+    else:
+        model.load_state_dict(state, strict=True)
+
+
+def weights_file(folder: Path) -> Path:
+    for name in WEIGHTS:
+        if (folder / name).is_file():
+            return folder / name
+    raise WhisperLoadError(f"ember: {folder} has none of {', '.join(WEIGHTS)}; a Whisper folder needs one, "
+                           f"plus {', '.join(REQUIRED)}")
 
 
 def load_whisper(source=None, device: str = "cpu", dtype=None, cache=None, progress=None,
@@ -159,12 +177,12 @@ def load_whisper(source=None, device: str = "cpu", dtype=None, cache=None, progr
     for name in REQUIRED:
         if not (folder / name).is_file():
             raise WhisperLoadError(f"ember: {folder / name} not found; a Whisper folder needs "
-                                   f"{', '.join(REQUIRED)}")
+                                   f"{', '.join(REQUIRED)} and one of {', '.join(WEIGHTS)}")
     config = WhisperConfig.from_folder(folder)
     model = Whisper(config.dims)
     if dtype is not None:
         model.to(dtype)
-    load_state(model, folder / "model.safetensors")
+    load_state(model, weights_file(folder))
     model.to(device).eval()
     tokenizer = WhisperTokenizer(folder / "tokenizer.json", config, backend=tokenizer_backend)
     return model, config, tokenizer
