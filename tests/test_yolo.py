@@ -302,3 +302,27 @@ def test_nms_edge_cases():
     apart = np.array([[10, 100, 200], [10, 100, 200], [5, 5, 5], [5, 5, 5], [0.5, 0.7, 0.6], [0, 0, 0]], np.float32)
     got = postprocess(apart, 0.25, 0.45, max_det=2)
     assert got[:, 4].tolist() == pytest.approx([0.7, 0.6])                        # best first, truncated
+
+
+@pytest.mark.parametrize("kpt_shape", [None, (17, 3)], ids=["detect", "pose"])
+def test_merged_head_convs_equal_the_branches_and_follow_weight_changes(kpt_shape):
+    # without gradients the head runs each level's first branch convs as one merged conv
+    from ember.models.yolo.model import YOLOv8
+    ember.manual_seed(0)
+    model = YOLOv8(YoloConfig.from_scale("n", nc=3, kpt_shape=kpt_shape)).eval()
+    x = ember.tensor(np.random.default_rng(0).random((1, 3, 64, 96), np.float32))
+
+    def branches():  # the plain path: gradients recorded
+        with ember.enable_grad():
+            return model(x.detach().requires_grad_()).detach().numpy()
+    with ember.no_grad():
+        merged = model(x).numpy()
+    np.testing.assert_allclose(merged, branches(), rtol=1e-5, atol=1e-5)
+    head = model.model[22]
+    conv = head.cv3[1][0].conv
+    head.load_state_dict({**head.state_dict(), "cv3.1.0.conv.weight": conv.weight.detach() * 4,
+                          "cv3.1.0.conv.bias": conv.bias.detach() + 2})
+    with ember.no_grad():
+        changed = model(x).numpy()
+    assert np.abs(changed - merged).max() > 1e-2  # the merged weights were rebuilt ...
+    np.testing.assert_allclose(changed, branches(), rtol=1e-5, atol=1e-5)  # ... from the new ones
