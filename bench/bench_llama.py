@@ -1,5 +1,6 @@
 """Llama decode speed at the llama2.c stories15M shape (dim 288, 6 layers, 6 heads, vocab 32000, seq 256;
-random weights) — ember vs transformers eager (torch CPU) on the same weights in the same run, plus
+random weights) — ember vs transformers eager (torch CPU) on the same weights in the same run, and vs
+llama.cpp (llama-cpp-python, f32 GGUF of the same weights, f32 KV cache) when it is installed, plus
 ember's per-op overhead on tiny tensors (what bounds a model this small).
 
     python bench/bench_llama.py [--tokens 64] [--threads 1] [--json]
@@ -14,6 +15,8 @@ import argparse
 import json
 import os
 import platform
+import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -74,6 +77,66 @@ def torch_decode(hf, prompt, n):
             pkv, tok = out.past_key_values, int(out.logits[0, -1].argmax())
             toks.append(tok)
         return toks, (n - 1) / (time.perf_counter() - t0)
+
+
+def llamacpp_model(m, folder):
+    """The same weights as a llama.cpp GGUF (convert_hf_to_gguf layout, f32; a placeholder SentencePiece-style
+    vocabulary of the right size, since only ids go in) loaded by llama-cpp-python; None if not installed."""
+    try:
+        import gguf
+        import llama_cpp
+    except ImportError:
+        return None
+    c = m.config
+    path = os.path.join(folder, "stories15m-shape.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    for add, v in ((w.add_context_length, c.max_seq_len), (w.add_embedding_length, c.dim),
+                   (w.add_block_count, c.n_layers), (w.add_feed_forward_length, c.hidden_dim),
+                   (w.add_head_count, c.n_heads), (w.add_head_count_kv, c.n_kv_heads),
+                   (w.add_layer_norm_rms_eps, c.norm_eps), (w.add_rope_freq_base, 10000.0)):
+        add(v)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokens += [f"\u2581t{i}" for i in range(c.vocab_size - len(tokens))]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    layer = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+
+    def permute(a, heads):  # convert_hf_to_gguf's LlamaModel.permute: rotate-half rows -> interleaved pairs
+        return a.reshape(heads, 2, a.shape[0] // heads // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
+    for k, v in names.to_hf(dict(m.state_dict()), c).items():
+        a = np.ascontiguousarray(v.numpy(), np.float32)
+        if k in top:
+            w.add_tensor(top[k], a)
+            continue
+        _, _, i, *rest = k.split(".")
+        base = ".".join(rest[:-1])
+        if base == "self_attn.q_proj":
+            a = permute(a, c.n_heads)
+        elif base == "self_attn.k_proj":
+            a = permute(a, c.n_kv_heads)
+        w.add_tensor(f"blk.{i}.{layer[base]}.weight", np.ascontiguousarray(a))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    return path, llama_cpp
+
+
+def llamacpp_decode(ref, prompt, n, threads):
+    path, llama_cpp = ref
+    llm = llama_cpp.Llama(path, n_ctx=256, n_threads=threads, n_threads_batch=threads, logits_all=True,
+                          verbose=False, type_k=0, type_v=0)  # float32 KV cache, as ember's
+    llm.eval(prompt)
+    toks, t0 = [int(np.argmax(llm.scores[llm.n_tokens - 1]))], time.perf_counter()
+    for _ in range(n - 1):
+        llm.eval([toks[-1]])
+        toks.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+    return toks, (n - 1) / (time.perf_counter() - t0)
 
 
 def _np_softmax(x):
@@ -154,20 +217,28 @@ def main():
     with threadpool_limits(a.threads):
         m = random_model()
         hf = torch_model(m)
+        tmp = tempfile.mkdtemp(prefix="bench-llama-")
+        lcpp = llamacpp_model(m, tmp)
         ember_decode(m, prompt, 8), torch_decode(hf, prompt, 8)   # warm up
-        e_runs, t_runs = [], []
+        e_runs, t_runs, l_runs, l_toks = [], [], [], None
         for _ in range(a.repeats):
             e_toks, e = ember_decode(m, prompt, a.tokens)
             t_toks, t = torch_decode(hf, prompt, a.tokens)
             e_runs.append(e)
             t_runs.append(t)
+            if lcpp:
+                l_toks, l = llamacpp_decode(lcpp, prompt, a.tokens, a.threads)
+                l_runs.append(l)
+        shutil.rmtree(tmp, ignore_errors=True)
         ops, n_ops = count_ops(m, prompt)
         overhead = op_overheads()
         blas = blas_info()
     res = {"shape": "stories15M", "tokens": a.tokens, "threads": a.threads, "ember_tok_s": round(max(e_runs), 1),
            "transformers_tok_s": round(max(t_runs), 1), "speedup": round(max(e_runs) / max(t_runs), 2),
            "ember_runs": [round(x, 1) for x in e_runs], "transformers_runs": [round(x, 1) for x in t_runs],
-           "same_greedy_tokens": e_toks == t_toks, "ops_per_token": n_ops, "ops": ops, "op_overhead_us": overhead,
+           "same_greedy_tokens": e_toks == t_toks, "ops_per_token": n_ops,
+           "llamacpp_tok_s": round(max(l_runs), 1) if l_runs else None,
+           "llamacpp_runs": [round(x, 1) for x in l_runs], "same_tokens_as_llamacpp": e_toks == l_toks if l_runs else None, "ops": ops, "op_overhead_us": overhead,
            "blas": blas, "env": env, "numpy": np.__version__, "torch": torch.__version__,
            "cpu": platform.processor() or platform.machine(), "loadavg": os.getloadavg()}
     if a.json:
@@ -177,6 +248,9 @@ def main():
     print(f"  ember        {res['ember_tok_s']:8.1f}   runs {res['ember_runs']}")
     print(f"  transformers {res['transformers_tok_s']:8.1f}   runs {res['transformers_runs']}")
     print(f"  speedup      {res['speedup']:8.2f}x   same greedy tokens: {res['same_greedy_tokens']}")
+    if l_runs:
+        print(f"  llama.cpp    {res['llamacpp_tok_s']:8.1f}   runs {res['llamacpp_runs']}   (ember / llama.cpp "
+              f"{max(e_runs) / max(l_runs):.2f}x, same greedy tokens: {res['same_tokens_as_llamacpp']})")
     print(f"ember backend ops per decoded token: {n_ops} {ops}")
     print("per-op overhead (µs, ember vs bare numpy):")
     for k, v in overhead.items():
