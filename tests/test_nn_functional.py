@@ -75,6 +75,16 @@ def test_conv_bias_fused_without_grad(device, dtype):
           grad=False, **tol)
 
 
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=1), dict(dilation=2, padding=(2, 1))], ids=str)
+def test_conv2d_in_bands_of_output_rows(device, kw, monkeypatch):
+    # the cpu backend runs im2col + matmul a band of output rows at a time; small bands force many,
+    # with a partial last one, over a batch of two
+    from ember.backends import numpy_conv
+    monkeypatch.setattr(numpy_conv, "_BAND", 5000)
+    check(lambda m, x, w, b: F(m).conv2d(x, w, b, **kw), [(2, 5, 23, 19), (4, 5, 3, 3), (4,)], device=device,
+          atol=1e-4, rtol=1e-4)
+
+
 def test_conv2d_1x1_and_low_precision(device):
     check(lambda m, x, w: F(m).conv2d(x, w, stride=2), [(2, 3, 5, 5), (4, 3, 1, 1)], device=device, atol=1e-5)
     check(lambda m, x, w: F(m).conv2d(x, w, padding=1), [(1, 3, 6, 6), (4, 3, 3, 3)], device=device,
