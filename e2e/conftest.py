@@ -66,7 +66,8 @@ def site(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def hub_dir(tmp_path_factory, site) -> Path:
-    """A hub-layout copy of the Llama demo under ember-test/llama/resolve/main/."""
+    """A hub-layout copy of the Llama demo under ember-test/llama/resolve/main/, and the Whisper demo with
+    q8_0 GGUF weights under ember-test/whisper-q8/resolve/main/."""
     hub = tmp_path_factory.mktemp("hub")
     main = hub / "ember-test" / "llama" / "resolve" / "main"
     main.mkdir(parents=True)
@@ -75,6 +76,9 @@ def hub_dir(tmp_path_factory, site) -> Path:
         shutil.copy(f, main / f.name)
     with open(hub / "huge.safetensors", "wb") as f:  # 2 GiB, sparse: costs no disk
         f.truncate(2 << 30)
+    from ember.models.whisper.gguf import convert_to_gguf  # and tiny.en quantized: a model.gguf folder
+    convert_to_gguf(next((site / "models").glob("whisper-*")), hub / "ember-test" / "whisper-q8" / "resolve" / "main",
+                    "q8_0")
     return hub
 
 

@@ -45,6 +45,27 @@ def test_bad_audio_file_shows_message_then_good_file_matches_native(app, tmp_pat
     app.screenshot("whisper-cpu.png")
 
 
+def test_quantized_whisper_from_the_hub_matches_native(app, server, hub_dir, clip_wav):
+    # a folder with model.gguf instead of model.safetensors: the page asks for the safetensors (404,
+    # optional), then the GGUF, and transcribes as the Python API does on the same folder
+    from ember.models.whisper.load import load_whisper
+    picker = "#picker-whisper"
+    app.load_hub("whisper", "ember-test/whisper-q8")
+    assert app.message() == ""
+    assert "/hub/ember-test/whisper-q8/resolve/main/model.gguf" in server.requests
+    app.page.set_input_files("#audio-file", str(clip_wav))
+    got = app.wait_result("#transcript")
+    assert got is not None, app.message()
+    model, _, tok = load_whisper(hub_dir / "ember-test" / "whisper-q8" / "resolve" / "main")
+    ref = whisper_reference((model, tok), clip_wav)
+    assert got["text"] == ref["text"] and got["segments"] == ref["segments"]
+    assert "fox" in got["text"].lower()
+    app.page.select_option(f"{picker} .kind", "demo")
+    app.page.click(f"{picker} .load")  # back to the demo for the tests after this one
+    app.page.wait_for_function(f"(t => /Loaded/.test(t) && !/whisper-q8/.test(t))(document.querySelector("
+                               f"'{picker} .model-status').textContent)", timeout=RUN_S * 1000)
+
+
 def test_llama_greedy_matches_native_and_streams(app, native_llama):
     app.generate(PROMPT, 24)
     got = app.wait_result("#llama-output")
@@ -71,12 +92,7 @@ def test_cancel_stops_generation_midway(app):
 
 
 def test_hub_id_resolves_to_resolve_main_urls(app, server, native_llama):
-    picker = "#picker-llama"
-    app.page.select_option(f"{picker} .kind", "hub")
-    app.page.fill(f"{picker} .hub", "ember-test/llama")
-    app.page.click(f"{picker} .load")
-    app.page.wait_for_function(f"/Loaded/.test(document.querySelector('{picker} .model-status').textContent)"
-                               " || !document.querySelector('#message').hidden", timeout=RUN_S * 1000)
+    app.load_hub("llama", "ember-test/llama")
     assert app.message() == ""
     assert "/hub/ember-test/llama/resolve/main/model.safetensors" in server.requests
     app.generate(PROMPT, 8)

@@ -98,6 +98,15 @@ class App:
         raw = self.page.eval_on_selector(selector, "e => e.dataset.json")
         return None if raw is None else json.loads(raw)
 
+    def load_hub(self, tool: str, hub_id: str):
+        """Load `tool`'s model from a hub id through its picker; returns once it is loaded or a message shows."""
+        picker = f"#picker-{tool}"
+        self.page.select_option(f"{picker} .kind", "hub")
+        self.page.fill(f"{picker} .hub", hub_id)
+        self.page.click(f"{picker} .load")
+        self.page.wait_for_function(f"/Loaded/.test(document.querySelector('{picker} .model-status').textContent)"
+                                    " || !document.querySelector('#message').hidden", timeout=RUN_S * 1000)
+
     def message(self) -> str:
         return "" if self.page.is_hidden("#message") else self.page.inner_text("#message .text")
 

@@ -17,7 +17,9 @@ const HUB = "https://huggingface.co";
 
 // The files each tool reads from a folder (Hugging Face layout); optional ones may be missing.
 export const TOOL_FILES = {
-  whisper: [["config.json"], ["generation_config.json", true], ["model.safetensors"], ["tokenizer.json"]],
+  // [name, optional, fetched only when this other file is missing]: Whisper weights are either file
+  whisper: [["config.json"], ["generation_config.json", true], ["model.safetensors", true],
+            ["model.gguf", true, "model.safetensors"], ["tokenizer.json"]],
   llama: [["config.json"], ["model.safetensors"], ["tokenizer.json"]],
   yolo: [["model.safetensors"]],
 };
@@ -129,7 +131,8 @@ class Ember {
       if (tool === "llama" && /\.safetensors$/i.test(name)) files.push(...["config.json", "tokenizer.json"].map((n) => ({ name: n, url: base.replace(/[^/]+$/, n) })));
       return { key: base, files };
     }
-    return { key: base, files: TOOL_FILES[tool].map(([name, optional]) => ({ name, url: `${base}/${name}`, optional: !!optional })) };
+    return { key: base, files: TOOL_FILES[tool].map(([name, optional, unless]) =>
+      ({ name, url: `${base}/${name}`, optional: !!optional, ...(unless ? { unless } : {}) })) };
   }
 
   /** Download (or read from the cache) and load a model for `tool`; -> {tool, device, parameters, bytes}. */

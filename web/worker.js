@@ -3,7 +3,7 @@
 // Protocol (every message carries the `id` of the request it belongs to):
 //   page -> worker  {type: "init", pyodideURL, wheelURL, device}      -> {type: "ready", device, reason}
 //                   {type: "device", device}                          -> {type: "result", data: {device, reason}}
-//                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?} | {name, bytes}]}
+//                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
 //                   {type: "run", tool, input, opts}                  -> {type: "partial", data} ... {type: "result"}
 //                   {type: "cancel"}                                  (no reply: the running request ends "cancelled")
 //   worker -> page  {type: "progress", stage, file, done, total}       bytes for downloads, 0..1 otherwise
@@ -176,9 +176,14 @@ async function load(msg, progress) {
   if (known > MAX_MODEL_BYTES) throw tooLarge(msg.tool, known);
   const folder = `/models/${msg.tool}/${msg.key.replace(/[^A-Za-z0-9._-]/g, "_")}`;
   pyodide.FS.mkdirTree(folder);
+  const got = new Set();
   for (const f of msg.files) {
+    if (f.unless && got.has(f.unless)) continue; // an alternative to a file we already have
     const bytes = f.bytes ? new Uint8Array(f.bytes) : await fetchCached(f, progress);
-    if (bytes) pyodide.FS.writeFile(`${folder}/${f.name.replace(/[\/\\]/g, "_")}`, bytes);
+    if (bytes) {
+      pyodide.FS.writeFile(`${folder}/${f.name.replace(/[\/\\]/g, "_")}`, bytes);
+      got.add(f.name);
+    }
   }
   progress("load", msg.tool, 0, 1);
   try {
