@@ -1,10 +1,11 @@
 """Whisper tiny.en on an ~18 s espeak-ng clip, CPU: ember vs transformers vs faster-whisper.
 
 Each engine transcribes the same WAV greedily (temperature 0, no timestamps) end to end — WAV to
-text, features included — after one warm-up run, and reports the median of --repeats runs. Every
-engine runs in a fresh process, --rounds times, interleaved: on this 2-core VM a process's BLAS
-threads land well or badly for its whole life (the same encoder takes 0.35 or 0.47 s), so the best
-round per engine is reported, with ratios to ember. Run it as
+text, features included — after one warm-up run, and reports the median of --repeats runs, plus the
+encoder alone and the rest per generated token. Every engine runs in a fresh process (no engine's
+threads or caches left behind for the next), --rounds times, interleaved: the development VM slows
+down for a while under sustained load (the same encoder takes 0.33 or 0.47 s), so the best round per
+engine is reported, with ratios to ember. Run it as
     python bench/bench_whisper.py
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_whisper.py
 (the BLAS library, version, kernel and threads are printed via threadpoolctl).
@@ -62,8 +63,14 @@ def blas_info() -> str:
 ENGINES = ("ember", "transformers", "faster-whisper")
 
 
+def split_times(total, encode, repeats, tokens):
+    """{"encoder_s", "decoder_ms_per_token"}: the encoder alone (median of `repeats`), the rest per token."""
+    enc = timed(encode, repeats)[0]
+    return {"encoder_s": round(enc, 3), "tokens": tokens, "decoder_ms_per_token": round((total - enc) / tokens * 1e3, 2)}
+
+
 def measure(engine: str, clip: Path, threads: int, repeats: int):
-    """(median seconds, text) of one engine in this process."""
+    """(median seconds, text, encoder/decoder split or None) of one engine in this process."""
     from ember.models.whisper import audio
     from ember.models.whisper.fetch import WHEEL_MODEL_DIR, WHEEL_NAME, default_cache, ensure_tiny_en
     from ember.models.whisper.load import load_whisper
@@ -75,9 +82,14 @@ def measure(engine: str, clip: Path, threads: int, repeats: int):
         threadpool_limits(threads)
     except ImportError:
         pass
+    mel = audio.log_mel_spectrogram(audio.load_audio(clip))[None]                  # (1, 80, 3000)
     if engine == "ember":
+        import ember
         model, _, tok = load_whisper(folder)
-        return timed(lambda: transcribe(model, tok, clip, temperature=0.0)["text"], repeats)
+        t, text = timed(lambda: transcribe(model, tok, clip, temperature=0.0)["text"], repeats)
+        n = sum(len(s["tokens"]) for s in transcribe(model, tok, clip, temperature=0.0)["segments"])
+        with ember.no_grad():
+            return t, text, split_times(t, lambda: model.embed_audio(ember.tensor(mel)), repeats, n)
     if engine == "transformers":
         import torch
         from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
@@ -92,7 +104,10 @@ def measure(engine: str, clip: Path, threads: int, repeats: int):
             with torch.no_grad():
                 ids = hf.generate(feats)[0]
             return tok.decode(ids.tolist())
-        return timed(run_hf, repeats)
+        t, text = timed(run_hf, repeats)
+        with torch.no_grad():
+            n = len(hf.generate(torch.from_numpy(mel))[0])
+            return t, text, split_times(t, lambda: hf.model.encoder(torch.from_numpy(mel)), repeats, n)
     from faster_whisper import WhisperModel
     ct2 = Path(tempfile.mkdtemp(prefix="bench-whisper-ct2-"))
     with zipfile.ZipFile(default_cache() / "dl" / WHEEL_NAME) as zf:
@@ -105,7 +120,7 @@ def measure(engine: str, clip: Path, threads: int, repeats: int):
                                 condition_on_previous_text=False, vad_filter=False)
         return "".join(s.text for s in segs)
     try:
-        return timed(run_fw, repeats)
+        return (*timed(run_fw, repeats), None)
     finally:
         shutil.rmtree(ct2, ignore_errors=True)
 
@@ -121,8 +136,8 @@ def main(argv=None):
     ap.add_argument("--clip", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.engine:
-        t, text = measure(args.engine, Path(args.clip), args.threads, args.repeats)
-        print(json.dumps({"seconds": t, "text": text}))
+        t, text, split = measure(args.engine, Path(args.clip), args.threads, args.repeats)
+        print(json.dumps({"seconds": t, "text": text, "split": split}))
         return 0
 
     import ember
@@ -135,7 +150,7 @@ def main(argv=None):
     env = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")}
     engines = [e for e in ENGINES if e != "faster-whisper" or _has("faster_whisper")]
     rounds = {e: [] for e in engines}
-    texts = {}
+    texts, splits = {}, {}
     for _ in range(args.rounds):
         for e in engines:
             out = subprocess.run([sys.executable, __file__, "--engine", e, "--clip", str(clip), "--threads",
@@ -144,6 +159,8 @@ def main(argv=None):
             res = json.loads(out.strip().splitlines()[-1])
             rounds[e].append(round(res["seconds"], 3))
             texts[e] = res["text"].strip()
+            if res["split"] and res["seconds"] <= min(rounds[e]):
+                splits[e] = res["split"]  # from the best process
     shutil.rmtree(tmp, ignore_errors=True)
 
     best = {e: min(v) for e, v in rounds.items()}
@@ -151,7 +168,7 @@ def main(argv=None):
               "threads": args.threads, "blas": blas_info(), "env": env, "numpy": np.__version__,
               "ember": ember.__version__, "seconds": best, "rounds": rounds,
               "ember_over": {e: round(best["ember"] / t, 3) for e, t in best.items() if e != "ember"},
-              "text": texts}
+              "split": splits, "text": texts}
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -160,6 +177,9 @@ def main(argv=None):
         for name, t in best.items():
             ratio = f"  (ember / {name} = {report['ember_over'][name]:.2f}x)" if name in report["ember_over"] else ""
             print(f"  {name:15s} {t:7.3f} s{ratio}   rounds {rounds[name]}")
+        for name, sp in splits.items():
+            print(f"  {name:15s} encoder {sp['encoder_s']:.3f} s, decoder {sp['decoder_ms_per_token']:.2f} ms/token "
+                  f"({sp['tokens']} tokens, features and decoding logic included)")
         for name, text in texts.items():
             print(f"  {name:15s} {text!r}")
     return 0
