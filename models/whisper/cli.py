@@ -12,7 +12,8 @@ def add_parser(sub):
     p.add_argument("audio", help="WAV file (PCM 8/16/24/32-bit or float)")
     p.add_argument("--model", default=None,
                    help="folder, http(s) URL of a folder, or hub id (e.g. openai/whisper-tiny.en) in Hugging "
-                        "Face layout; default: the bundled tiny.en demo model")
+                        "Face layout (model.safetensors, or model.gguf from `ember convert whisper-gguf`); "
+                        "default: the bundled tiny.en demo model")
     p.add_argument("--device", default="cpu", help="cpu (default), webgpu or cuda")
     p.add_argument("--beam", type=int, default=None, metavar="N", help="beam search with N beams (default greedy)")
     p.add_argument("--timestamps", action="store_true", help="predict segment timestamps (always on past 30 s)")
