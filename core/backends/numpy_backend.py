@@ -385,8 +385,9 @@ class NumpyBackend(Backend):
             if _NO_BLAS:
                 return np.einsum("...ij,...jk->...ik", a, b)
             if a.shape[-2] == 1 and b.ndim == 2 and 16384 <= b.size <= _EINSUM_MAX and not b.flags.c_contiguous:
-                # row vector x weight matrix (token-by-token decoding): memory-bound, and numpy's SIMD
-                # einsum loop streams the weight ~1.4-2.2x faster than OpenBLAS's M=1 gemm (bench_llama)
+                # row vector x an (out, in) weight's transposed view (one not re-stored by weight_layout,
+                # e.g. while training): memory-bound, and numpy's SIMD einsum loop streams that layout
+                # ~1.4-2.2x faster than OpenBLAS's M=1 gemm (bench_llama)
                 return np.einsum("...ij,jk->...ik", a, b)
         return np.matmul(a, b)
 
