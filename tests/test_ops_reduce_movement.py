@@ -107,3 +107,14 @@ def test_matmul_non_contiguous_and_low_precision(device):
         check(lambda m, a, b: a @ b, [(8, 16), (16, 4)], device=device, dtype=dt, atol=5e-2, rtol=2e-2)
     check(lambda m, a, b: a @ b, None, device=device, inputs=[make((3, 4), "int64"), make((4, 2), "int64")],
           dtypes=["int64", "int64"])
+
+
+def test_einsum_matmul_splits_rows_past_the_wasm_iterator_limit(monkeypatch):
+    # Pyodide multiplies with einsum, whose iterator (batch x M x K x N) must fit a 32-bit intp: larger
+    # products go a block of rows at a time, or to np.matmul when one row is already too large
+    from ember.backends import numpy_backend as NB
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 7, 5)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+    for limit in (10 ** 6, 2 * 5 * 3 * 2, 2 * 5 * 3 - 1):  # one call, blocks of 2 rows, np.matmul
+        monkeypatch.setattr(NB, "_EINSUM_ITER_MAX", limit)
+        np.testing.assert_allclose(NB.einsum_matmul(a, b), a @ b, rtol=1e-6, atol=1e-6)

@@ -152,3 +152,17 @@ def test_op_battery_in_pyodide_matches_cpython(pyodide_session):
             if err > 1e-6 * max(1.0, float(np.abs(ref).max())):
                 mismatches.append(f"{name}: max abs error {err:.3g}")
     assert not mismatches, "Pyodide differs from CPython: " + "; ".join(mismatches)
+
+
+def test_large_matmul_in_pyodide_past_the_einsum_iterator_limit(pyodide_session):
+    # 64 x 1024 x 33000 = 2.2e9 > 2**31: one einsum raised "iterator is too large" in wasm
+    out = pyodide_session.run(
+        "import numpy as np, ember\n"
+        "rng = np.random.default_rng(0)\n"
+        "a = rng.standard_normal((64, 1024)).astype(np.float32)\n"
+        "b = rng.standard_normal((1024, 33000)).astype(np.float32)\n"
+        "y = (ember.tensor(a) @ ember.tensor(b)).numpy()\n"
+        "rows = [0, 31, 63]\n"
+        "want = np.stack([np.einsum('j,jk->k', a[r], b) for r in rows])\n"
+        "result = [list(y.shape), float(np.abs(y[rows] - want).max())]\n", timeout=300)["result"]
+    assert out[0] == [64, 33000] and out[1] < 1e-3
