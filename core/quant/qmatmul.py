@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ggml_types as T
+from ..backends.numpy_backend import mm
 from .codec import check_raw, dequantize_rows
 
 SCRATCH_BYTES = 1 << 20  # float32 slab per step: 1 MiB (64 rows of a 4096-wide weight); stays in cache,
@@ -44,5 +45,5 @@ def qmatmul(x, raw, qtype, shape, scratch_bytes: int = SCRATCH_BYTES, name: str 
     step = slab_rows(in_f, scratch_bytes)
     for s in range(0, out_f, step):
         w = dequantize_rows(rows[s:s + step], t)  # (step, in_features) float32 slab
-        np.matmul(w, x2.T, out=yt[s:s + step])
+        mm(w, x2.T, out=yt[s:s + step])  # (einsum under Pyodide, which has no BLAS)
     return np.ascontiguousarray(yt.T).reshape(*lead, out_f)
