@@ -3,10 +3,11 @@ random weights) — ember vs transformers eager (torch CPU) on the same weights 
 llama.cpp (llama-cpp-python, f32 GGUF of the same weights, f32 KV cache) when it is installed, plus
 ember's per-op overhead on tiny tensors (what bounds a model this small).
 
-    python bench/bench_llama.py [--tokens 64] [--threads 1] [--json]
+    python bench/bench_llama.py [--tokens 64] [--threads N] [--json]
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_llama.py
 
-Both sides run with the same BLAS/torch thread count (default 1: the bench machine is shared). Each side
+Every engine runs with the same BLAS/torch/llama.cpp thread count (default: all cores, as each library
+does by itself; --threads 1 for the single-core figure). Each side
 is timed `--repeats` times, interleaved, and the best run is reported (noise only ever slows a run down).
 """
 from __future__ import annotations
@@ -206,7 +207,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     import torch
