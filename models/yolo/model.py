@@ -124,7 +124,7 @@ class Detect(nn.Module):
             return [c(x) for c in heads]
         src = tuple(t._data for c in heads for t in (c.conv.weight, c.conv.bias))
         cached = self._stems.get(level)
-        if cached is None or len(cached[0]) != len(src) or any(a is not b for a, b in zip(cached[0], src)):
+        if cached is None or any(a is not b for a, b in zip(cached[0], src)):
             w = ember.cat([c.conv.weight.detach() for c in heads], 0)           # (sum c_mid, c_in, 3, 3)
             bias = ember.cat([c.conv.bias.detach() for c in heads], 0)
             cached = self._stems[level] = (src, w, bias)
