@@ -88,3 +88,25 @@ def test_tiny_en_q8_0_transcribes_as_transformers_on_the_same_weights(tmp_path):
                      no_speech_threshold=None)
     assert [t for s in got["segments"] for t in s["tokens"]] == want
     assert "stella" in got["text"].lower()
+
+
+def test_gguf_folder_by_url_then_offline_from_the_cache(random_folder, tmp_path):
+    import functools
+    import http.server
+    import threading
+    from test_whisper_model import _Quiet
+    convert_to_gguf(random_folder, tmp_path / "www" / "q8", "q8_0")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_Quiet, directory=str(tmp_path / "www")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/q8"
+    seen = []
+    try:
+        model, _, _ = load_whisper(url, cache=tmp_path / "cache", progress=lambda f, d, t: seen.append(f))
+    finally:
+        server.shutdown()
+        server.server_close()  # refused from now on
+    assert "model.gguf" in seen and "model.safetensors" not in seen  # the 404 is skipped, the GGUF fetched
+    assert isinstance(model.decoder.layers[0].fc1, QLinear)
+    again, _, _ = load_whisper(url, cache=tmp_path / "cache")  # server gone: the cached folder is enough
+    assert isinstance(again.decoder.layers[0].fc1, QLinear)

@@ -84,6 +84,8 @@ def _download_folder(base_url: str, cache, progress) -> Path:
     folder = folder.joinpath(*rel)
     for name in REQUIRED + OPTIONAL:
         download(f"{base_url}/{name}", folder / name, progress, required=name in REQUIRED)
+    if any((folder / name).is_file() for name in WEIGHTS):  # cached already: no request (works offline)
+        return folder
     if not any(download(f"{base_url}/{name}", folder / name, progress, required=False) for name in WEIGHTS):
         raise WhisperLoadError(f"ember: {base_url} has none of {', '.join(WEIGHTS)}")
     return folder
