@@ -104,11 +104,9 @@ def llamacpp_model(m, folder):
     w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259))
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
-    layer = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
-    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-           "lm_head.weight": "output.weight"}
+    from ember.models.llama.gguf import _LAYER, _TOP  # ember's reader maps GGUF -> HF names: invert them
+    layer = {hf: g for g, hf in _LAYER.items()}
+    top = {hf: g for g, hf in _TOP.items()}
 
     def permute(a, heads):  # convert_hf_to_gguf's LlamaModel.permute: rotate-half rows -> interleaved pairs
         return a.reshape(heads, 2, a.shape[0] // heads // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)

@@ -507,20 +507,20 @@ class NumpyBackend(Backend):
         out /= s.sum(axis=-1, keepdims=True)
         return out
 
-    def linear(self, x, w, b):
-        y = self.matmul(x, w.T)
-        if y.dtype not in (_F32, np.dtype(np.float64)):  # bf16 bits / f16: the rounding add of `binary`
+    def _add_bias(self, y, b):
+        """y + b for a fresh product y: in place (a new array's page faults cost as much as the add),
+        except bf16 bits / f16, which take the rounding add of `binary`."""
+        if y.dtype not in (_F32, np.dtype(np.float64)):
             return self.binary("add", y, b)
-        y += b  # in place into the fresh product: a new (..., out) array's page faults cost as much as the add
+        y += b
         return y
 
+    def linear(self, x, w, b):
+        return self._add_bias(self.matmul(x, w.T), b)                      # (..., out)
+
     def conv_bias(self, x, w, b, stride, padding, dilation, groups):
-        y = self.conv(x, w, stride, padding, dilation, groups)             # (N, O, *out), a fresh array
-        b = b.reshape((-1,) + (1,) * (y.ndim - 2))
-        if y.dtype not in (_F32, np.dtype(np.float64)):  # bf16 bits / f16: the rounding add of `binary`
-            return self.binary("add", y, b)
-        y += b  # in place, as linear
-        return y
+        y = self.conv(x, w, stride, padding, dilation, groups)             # (N, O, *out)
+        return self._add_bias(y, b.reshape((-1,) + (1,) * (y.ndim - 2)))
 
     def silu(self, x):
         if x.dtype in (_BF16, _F16):

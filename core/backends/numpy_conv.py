@@ -6,7 +6,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from .numpy_backend import _NO_BLAS, einsum_matmul  # (loaded first: it imports this module lazily)
+from .numpy_backend import _NO_BLAS, mm  # (loaded first: it imports this module lazily)
 
 
 def conv(x, w, stride, padding, dilation, groups):
@@ -36,8 +36,7 @@ def conv(x, w, stride, padding, dilation, groups):
         perm = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
         cols = win.transpose(perm).reshape(n, g, cg * math.prod(k), p)    # (N, g, Cg*K, P) copy
     wm = w.reshape(g, og, -1)                                              # (g, Og, Cg*K)
-    y = einsum_matmul(wm[None], cols) if _NO_BLAS and cols.dtype == np.float32 else \
-        np.matmul(wm[None], cols)                                          # (N, g, Og, P)
+    y = mm(wm[None], cols)                                                 # (N, g, Og, P)
     return y.reshape((n, o) + out)
 
 
