@@ -13,7 +13,6 @@ from .dtypes import (DType, bfloat16, bool_, double, float16, float32, float64, 
 from .tensor import (Tensor, arange, empty, empty_like, eye, from_numpy, full, full_like, linspace,  # noqa: E402,F401
                      manual_seed, multinomial, ones, ones_like, rand, rand_like, randint, randn, randn_like,
                      randperm, tensor, zeros, zeros_like)
-from . import tensor_methods as _tm  # noqa: E402,F401  (binds ops onto Tensor)
 from .ops_elementwise import (abs, ceil, clamp, clip, cos, div, eq, erf, exp, floor, fmod, ge, gt, isfinite,  # noqa: E402,F401
                               isinf, isnan, le, lerp, log, log1p, log2, logical_and, logical_not, logical_or,
                               logical_xor, lt, maximum, minimum, mul, nan_to_num, ne, neg, pow, reciprocal,
@@ -23,8 +22,8 @@ from .ops_elementwise import add  # noqa: E402,F401
 from .ops_movement import (broadcast_shapes, broadcast_to, cat, chunk, flatten, flip, hstack, movedim,  # noqa: E402,F401
                            narrow, permute, repeat_interleave, reshape, roll, split, squeeze, stack, transpose,
                            tril, triu, unbind, unsqueeze, vstack)
-from .ops_reduce import (all, amax, amin, any, argmax, argmin, argsort, cumsum, logsumexp, max, mean,  # noqa: E402,F401
-                         min, prod, sort, std, sum, topk, var)
+from .ops_reduce import (all, amax, amin, any, argmax, argmin, argsort, cumsum, log_softmax, logsumexp,  # noqa: E402,F401
+                         max, mean, min, prod, softmax, sort, std, sum, topk, var)
 from .ops_indexing import (gather, index_add, index_select, masked_select, nonzero, scatter,  # noqa: E402,F401
                            scatter_add, take_along_dim)
 from .linalg import bmm, dot, matmul, mm, outer  # noqa: E402,F401
@@ -32,10 +31,6 @@ from . import nn, optim  # noqa: E402,F401
 
 bool = bool_  # noqa: A001  (torch spells it torch.bool)
 concat = concatenate = cat
-
-
-def softmax(x, dim=-1):
-    return nn.functional.softmax(x, dim)
 
 
 def load(src, **kwargs):

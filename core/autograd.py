@@ -50,21 +50,18 @@ class set_grad_enabled(no_grad):
         pass
 
 
-_Tensor = None  # set by tensor.py (avoids an import cycle)
+class TensorBase:
+    """The fields autograd reads and rebinds on every tensor: a backend array, its device, and
+    (when recording) the Node that produced it. tensor.Tensor subclasses this with the API; the
+    ops below the Tensor class test `isinstance(v, TensorBase)` and make outputs with `x._new(array)`."""
 
-
-def _wrap(data, device):
-    # every tensor's device has its backend loaded (making the tensor needed it), so the prims
-    # below read `device._backend` directly
-    t = object.__new__(_Tensor)
-    t._data, t.device, t.requires_grad, t.grad, t._ctx = data, device, False, None, None
-    return t
+    __slots__ = ("_data", "device", "requires_grad", "grad", "_ctx", "__weakref__")
 
 
 def snapshot(t):
     """A new handle on t's current value and graph position, so t itself can be rebound in place
     (x += y, x[i] = v) without making its own graph point back at it."""
-    s = _wrap(t._data, t.device)
+    s = t._new(t._data)
     s.requires_grad, s._ctx = t.requires_grad, t._ctx
     return s
 
@@ -104,9 +101,11 @@ def _record(out, kind, inputs, arg=None, saved=None):
 
 
 # ============================================================================ primitives
+# Outputs are made with `x._new(array)` (a plain Tensor on x's device). Every tensor's device has
+# its backend loaded (making the tensor needed it), so the prims read `device._backend` directly.
 
 def prim_unary(op, x):
-    out = _wrap(x.device._backend.unary(op, x._data), x.device)
+    out = x._new(x.device._backend.unary(op, x._data))
     if _GRAD[0] and x.requires_grad and x.dtype.is_float:
         _record(out, "unary", (x,), op, out._data)  # the raw array: saving `out` would be a ref cycle
     return out
@@ -114,8 +113,8 @@ def prim_unary(op, x):
 
 def prim_binary(op, a, b):
     """b is a Tensor of a's dtype/device or a Python scalar."""
-    bt = b.__class__ is _Tensor or isinstance(b, _Tensor)
-    out = _wrap(a.device._backend.binary(op, a._data, b._data if bt else b), a.device)
+    bt = isinstance(b, TensorBase)
+    out = a._new(a.device._backend.binary(op, a._data, b._data if bt else b))
     if _GRAD[0] and (a.requires_grad or (bt and b.requires_grad)) and op not in _NO_GRAD_BINARY:
         _record(out, "binary", (a, b if bt else None), (op, None if bt else b), out._data)
     return out
@@ -125,7 +124,7 @@ _NO_GRAD_BINARY = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "x
 
 
 def prim_where(c, a, b):
-    out = _wrap(a.device._backend.where(c._data, a._data, b._data), a.device)
+    out = a._new(a.device._backend.where(c._data, a._data, b._data))
     if _GRAD[0] and (a.requires_grad or b.requires_grad):
         _record(out, "where", (a, b), None, c)
     return out
@@ -134,29 +133,29 @@ def prim_where(c, a, b):
 def prim_cast(x, dtype):
     if x.dtype is dtype:
         return x
-    out = _wrap(x.device._backend.cast(x._data, dtype), x.device)
+    out = x._new(x.device._backend.cast(x._data, dtype))
     if _GRAD[0] and x.requires_grad and dtype.is_float and x.dtype.is_float:
         _record(out, "cast", (x,), x.dtype)
     return out
 
 
 def prim_reduce(op, x, axes, keepdim):
-    out = _wrap(x.device._backend.reduce(op, x._data, axes, keepdim), x.device)
+    out = x._new(x.device._backend.reduce(op, x._data, axes, keepdim))
     if _GRAD[0] and x.requires_grad:
         _record(out, "reduce", (x,), (op, axes, keepdim), out._data)
     return out
 
 
 def prim_arg_reduce(op, x, axis, keepdim):
-    return _wrap(x.device._backend.arg_reduce(op, x._data, axis, keepdim), x.device)
+    return x._new(x.device._backend.arg_reduce(op, x._data, axis, keepdim))
 
 
 def prim_argsort(x, axis, descending):
-    return _wrap(x.device._backend.argsort(x._data, axis, descending), x.device)
+    return x._new(x.device._backend.argsort(x._data, axis, descending))
 
 
 def prim_cumsum(x, axis):
-    out = _wrap(x.device._backend.cumsum(x._data, axis), x.device)
+    out = x._new(x.device._backend.cumsum(x._data, axis))
     if _GRAD[0] and x.requires_grad:
         _record(out, "cumsum", (x,), axis)
     return out
@@ -166,14 +165,14 @@ def prim_reshape(x, shape):
     shape = tuple(shape)
     if x.shape == shape:
         return x
-    out = _wrap(x.device._backend.reshape(x._data, shape), x.device)
+    out = x._new(x.device._backend.reshape(x._data, shape))
     if _GRAD[0] and x.requires_grad:
         _record(out, "reshape", (x,), x.shape)
     return out
 
 
 def prim_permute(x, order):
-    out = _wrap(x.device._backend.permute(x._data, tuple(order)), x.device)
+    out = x._new(x.device._backend.permute(x._data, tuple(order)))
     if _GRAD[0] and x.requires_grad:
         _record(out, "permute", (x,), tuple(order))
     return out
@@ -183,21 +182,21 @@ def prim_expand(x, shape):
     shape = tuple(shape)
     if x.shape == shape:
         return x
-    out = _wrap(x.device._backend.expand(x._data, shape), x.device)
+    out = x._new(x.device._backend.expand(x._data, shape))
     if _GRAD[0] and x.requires_grad:
         _record(out, "expand", (x,), x.shape)
     return out
 
 
 def prim_slice(x, starts, stops, steps):
-    out = _wrap(x.device._backend.slice(x._data, starts, stops, steps), x.device)
+    out = x._new(x.device._backend.slice(x._data, starts, stops, steps))
     if _GRAD[0] and x.requires_grad:
         _record(out, "slice", (x,), (x.shape, tuple(starts), tuple(steps)))
     return out
 
 
 def prim_pad(x, pads, value):
-    out = _wrap(x.device._backend.pad(x._data, tuple(pads), value), x.device)
+    out = x._new(x.device._backend.pad(x._data, tuple(pads), value))
     if _GRAD[0] and x.requires_grad:
         _record(out, "pad", (x,), tuple(pads))
     return out
@@ -205,57 +204,66 @@ def prim_pad(x, pads, value):
 
 def prim_cat(xs, axis):
     dev = xs[0].device
-    out = _wrap(dev._backend.cat([t._data for t in xs], axis), dev)
+    out = xs[0]._new(dev._backend.cat([t._data for t in xs], axis))
     if _GRAD[0] and any(t.requires_grad for t in xs):
         _record(out, "cat", tuple(xs), axis)
     return out
 
 
 def prim_contiguous(x):
-    out = _wrap(x.device._backend.contiguous(x._data), x.device)
+    out = x._new(x.device._backend.contiguous(x._data))
     if _GRAD[0] and x.requires_grad:
         _record(out, "identity", (x,))
     return out
 
 
 def prim_matmul(a, b):
-    out = _wrap(a.device._backend.matmul(a._data, b._data), a.device)
+    out = a._new(a.device._backend.matmul(a._data, b._data))
     if _GRAD[0] and (a.requires_grad or b.requires_grad):
         _record(out, "matmul", (a, b))
     return out
 
 
 def prim_conv(x, w, stride, padding, dilation, groups):
-    out = _wrap(x.device._backend.conv(x._data, w._data, stride, padding, dilation, groups), x.device)
+    out = x._new(x.device._backend.conv(x._data, w._data, stride, padding, dilation, groups))
     if _GRAD[0] and (x.requires_grad or w.requires_grad):
         _record(out, "conv", (x, w), (stride, padding, dilation, groups))
     return out
 
 
 def prim_gather(x, axis, idx):
-    out = _wrap(x.device._backend.gather(x._data, axis, idx._data), x.device)
+    out = x._new(x.device._backend.gather(x._data, axis, idx._data))
     if _GRAD[0] and x.requires_grad:
         _record(out, "gather", (x,), axis, idx)
     return out
 
 
 def prim_index_select(x, axis, idx):
-    out = _wrap(x.device._backend.index_select(x._data, axis, idx._data), x.device)
+    out = x._new(x.device._backend.index_select(x._data, axis, idx._data))
     if _GRAD[0] and x.requires_grad:
         _record(out, "index_select", (x,), axis, idx)
     return out
 
 
 def prim_scatter(x, axis, idx, src, reduce):
-    out = _wrap(x.device._backend.scatter(x._data, axis, idx._data, src._data, reduce), x.device)
+    out = x._new(x.device._backend.scatter(x._data, axis, idx._data, src._data, reduce))
     if _GRAD[0] and (x.requires_grad or src.requires_grad):
         _record(out, "scatter", (x, src), (axis, reduce), idx)
     return out
 
 
+def prim_to_device(x, device):
+    """Copy to another device through host memory (the storage array, so bfloat16 bits survive)."""
+    out = x._new(device.backend.from_numpy(x._storage_numpy(), x.dtype))
+    out.device = device
+    if _GRAD[0] and x.requires_grad:
+        _record(out, "to_device", (x,), x.device)
+    return out
+
+
 def prim_fused(name, x, *args):
     """Fused primitives run only without gradient recording; callers compose otherwise."""
-    return _wrap(getattr(x.device._backend, name)(x._data, *args), x.device)
+    return x._new(getattr(x.device._backend, name)(x._data, *args))
 
 
 # ============================================================================ backward rules
@@ -274,7 +282,7 @@ def unbroadcast(g, shape):
 
 def _bw_unary(n, g):
     op, x = n.arg, n.inputs[0]
-    y = _wrap(n.saved, x.device)
+    y = x._new(n.saved)
     if op == "neg":
         return (-g,)
     if op == "exp":
@@ -304,7 +312,7 @@ def _bw_unary(n, g):
 
 def _bw_binary(n, g):
     (op, scalar), (a, b) = n.arg, n.inputs
-    y = _wrap(n.saved, a.device)
+    y = a._new(n.saved)
     bv = b if b is not None else scalar
     ga = gb = None
     if op == "add":
@@ -353,7 +361,7 @@ def _bw_cast(n, g):
 
 def _bw_reduce(n, g):
     (op, axes, keepdim), x = n.arg, n.inputs[0]
-    y = _wrap(n.saved, x.device)
+    y = x._new(n.saved)
     kshape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
     if not keepdim:
         g, y = prim_reshape(g, kshape), prim_reshape(y, kshape)
@@ -446,12 +454,15 @@ def _bw_matmul(n, g):
 
 
 def _bw_conv(n, g):
-    from .nn import conv_grad
     x, w = n.inputs
     stride, padding, dilation, groups = n.arg
-    gx = conv_grad.input_grad(g, w, x.shape, stride, padding, dilation, groups) if x.requires_grad else None
-    gw = conv_grad.weight_grad(g, x, w.shape, stride, padding, dilation, groups) if w.requires_grad else None
+    gx = conv_input_grad(g, w, x.shape, stride, padding, dilation, groups) if x.requires_grad else None
+    gw = conv_weight_grad(g, x, w.shape, stride, padding, dilation, groups) if w.requires_grad else None
     return gx, gw
+
+
+def _bw_to_device(n, g):
+    return (prim_to_device(g, n.arg),)
 
 
 def _bw_gather(n, g):
@@ -478,12 +489,86 @@ def _bw_scatter(n, g):
     return gx, gsrc
 
 
+# ---------------------------------------------------------------------------- conv backward
+# The transposed convolution and conv's gradients, composed from the conv/pad/slice/cat
+# primitives: a backend implements one `conv` and gets conv_transpose and training for free.
+
+def _dilate(x, factors):
+    """Insert (f - 1) zeros between elements along each spatial dim: L -> (L - 1) * f + 1."""
+    for i, f in enumerate(factors):
+        ax = 2 + i
+        L = x.shape[ax]
+        if f == 1 or L == 0:
+            continue
+        z = x.zeros_like().unsqueeze(ax + 1)
+        parts = [x.unsqueeze(ax + 1)] + [z] * (f - 1)
+        shp = list(x.shape)
+        shp[ax] = L * f
+        x = prim_cat(parts, ax + 1).reshape(*shp).narrow(ax, 0, (L - 1) * f + 1)
+    return x
+
+
+def _pad_or_crop(x, pads):
+    """pads: [(left, right)] per spatial dim; negative values crop."""
+    if all(l >= 0 and r >= 0 for l, r in pads):
+        if any(l or r for l, r in pads):
+            x = prim_pad(x, [(0, 0), (0, 0)] + [tuple(p) for p in pads], 0.0)
+        return x
+    grow = [(max(l, 0), max(r, 0)) for l, r in pads]
+    if any(l or r for l, r in grow):
+        x = prim_pad(x, [(0, 0), (0, 0)] + grow, 0.0)
+    starts = [0, 0] + [max(-l, 0) for l, _ in pads]
+    stops = list(x.shape[:2]) + [x.shape[2 + i] - max(-r, 0) for i, (_, r) in enumerate(pads)]
+    return prim_slice(x, starts, stops, [1] * x.ndim)
+
+
+def conv_transpose(x, w, stride, padding, output_padding, dilation, groups):
+    """x (N, Cin, *L), w (Cin, Cout // groups, *K) -> (N, Cout, *Lout), as torch.conv_transposeNd."""
+    nd = x.ndim - 2
+    k = w.shape[2:]
+    cin, cout_g = w.shape[0], w.shape[1]
+    g = groups
+    xu = _dilate(x, stride)
+    pads = [(dilation[i] * (k[i] - 1) - padding[i], dilation[i] * (k[i] - 1) - padding[i] + output_padding[i])
+            for i in range(nd)]
+    xu = _pad_or_crop(xu, pads)
+    # (Cin, Cout/g, *K) -> (Cout, Cin/g, *K), flipped spatially
+    wt = w.reshape(g, cin // g, cout_g, *k).transpose(1, 2).reshape(g * cout_g, cin // g, *k)
+    wt = wt.flip(*range(2, 2 + nd))
+    return prim_conv(xu, wt, (1,) * nd, (0,) * nd, tuple(dilation), g)
+
+
+def conv_input_grad(g, w, x_shape, stride, padding, dilation, groups):
+    nd = len(x_shape) - 2
+    k = w.shape[2:]
+    op = [x_shape[2 + i] - ((g.shape[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (k[i] - 1) + 1)
+          for i in range(nd)]
+    return conv_transpose(g, w, stride, padding, op, dilation, groups)
+
+
+def conv_weight_grad(g, x, w_shape, stride, padding, dilation, groups):
+    nd = x.ndim - 2
+    n, c = x.shape[:2]
+    o, k = w_shape[0], w_shape[2:]
+    cg = c // groups
+    if any(padding):
+        x = prim_pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding], 0.0)
+    sp = x.shape[2:]
+    # channels of x' are (group, batch): conv over the batch with dy as the kernel
+    xr = x.reshape(n, groups, cg, *sp).permute(2, 1, 0, *range(3, 3 + nd)).reshape(cg, groups * n, *sp)
+    gr = g.transpose(0, 1)                                            # (O, N, *Lout)
+    dw = prim_conv(xr, gr, tuple(dilation), (0,) * nd, tuple(stride), groups)  # (Cg, O, *K')
+    if tuple(dw.shape[2:]) != tuple(k):
+        dw = prim_slice(dw, [0] * dw.ndim, list(dw.shape[:2]) + list(k), [1] * dw.ndim)
+    return dw.transpose(0, 1)                                         # (O, Cg, *K)
+
+
 _BACKWARD = {
     "unary": _bw_unary, "binary": _bw_binary, "where": _bw_where, "cast": _bw_cast,
     "reduce": _bw_reduce, "cumsum": _bw_cumsum, "reshape": _bw_reshape, "permute": _bw_permute,
     "expand": _bw_expand, "slice": _bw_slice, "pad": _bw_pad, "cat": _bw_cat,
     "identity": _bw_identity, "matmul": _bw_matmul, "conv": _bw_conv, "gather": _bw_gather,
-    "index_select": _bw_index_select, "scatter": _bw_scatter,
+    "index_select": _bw_index_select, "scatter": _bw_scatter, "to_device": _bw_to_device,
 }
 
 

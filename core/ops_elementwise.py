@@ -5,15 +5,14 @@ import math
 import numbers
 
 from . import autograd as A
+from .autograd import TensorBase  # (isinstance checks: tensor.Tensor subclasses it)
 from . import dtypes as D
-
-_Tensor = None  # set by __init__ wiring (tensor.Tensor)
 
 
 def _as_tensor(v, like):
-    from .tensor import tensor
-    if isinstance(v, _Tensor):
+    if isinstance(v, TensorBase):
         return v
+    from .tensor import tensor
     return tensor(v, device=like.device)
 
 
@@ -25,7 +24,7 @@ def _check_device(a, b):
 def binary(op, a, b, reverse=False):
     """a: Tensor; b: Tensor, Python scalar or array-like. Promotes dtypes as torch."""
     bc = b.__class__
-    if bc is _Tensor or isinstance(b, _Tensor):  # (identity check first: the hot path)
+    if isinstance(b, TensorBase):
         if a.device is not b.device and a.device != b.device:
             _check_device(a, b)
         da, db = a.dtype, b.dtype
@@ -80,7 +79,7 @@ def mul(a, b):
 
 def div(a, b, rounding_mode=None):
     if rounding_mode is None:
-        if not a.dtype.is_float and not (isinstance(b, _Tensor) and b.dtype.is_float) and not isinstance(b, float):
+        if not a.dtype.is_float and not (isinstance(b, TensorBase) and b.dtype.is_float) and not isinstance(b, float):
             a = A.prim_cast(a, D.float32)
         return binary("div", a, b)
     if rounding_mode == "floor":
@@ -257,19 +256,19 @@ def clamp(x, min=None, max=None):
 
 def where(cond, a, b):
     """torch.where(cond, a, b): a and b are tensors or scalars; promotes like a binary op."""
-    if not isinstance(cond, _Tensor):
+    if not isinstance(cond, TensorBase):
         raise TypeError("ember: where() condition must be a tensor")
-    like = a if isinstance(a, _Tensor) else b if isinstance(b, _Tensor) else cond
-    if not isinstance(a, _Tensor) or not isinstance(b, _Tensor):
+    like = a if isinstance(a, TensorBase) else b if isinstance(b, TensorBase) else cond
+    if not isinstance(a, TensorBase) or not isinstance(b, TensorBase):
         from .tensor import full
-        if isinstance(a, _Tensor):
+        if isinstance(a, TensorBase):
             dt = D.promote_scalar(a.dtype, b)
-        elif isinstance(b, _Tensor):
+        elif isinstance(b, TensorBase):
             dt = D.promote_scalar(b.dtype, a)
         else:
             dt = D.promote(D.scalar_dtype(a), D.scalar_dtype(b))
-        a = A.prim_cast(a, dt) if isinstance(a, _Tensor) else full((), a, dt, like.device)
-        b = A.prim_cast(b, dt) if isinstance(b, _Tensor) else full((), b, dt, like.device)
+        a = A.prim_cast(a, dt) if isinstance(a, TensorBase) else full((), a, dt, like.device)
+        b = A.prim_cast(b, dt) if isinstance(b, TensorBase) else full((), b, dt, like.device)
     elif a.dtype is not b.dtype:
         dt = D.promote(a.dtype, b.dtype)
         a, b = A.prim_cast(a, dt), A.prim_cast(b, dt)
@@ -286,11 +285,11 @@ def tensor_where(x, cond, other):
 
 
 def masked_fill(x, mask, value):
-    if isinstance(value, _Tensor):
+    if isinstance(value, TensorBase):
         value = value.to(x.dtype)
     elif isinstance(value, float) and not x.dtype.is_float:
         raise TypeError(f"ember: masked_fill with a float value on a {x.dtype} tensor")
-    return where(mask, value, x) if isinstance(value, _Tensor) else where(mask, _scalar_like(value, x), x)
+    return where(mask, value, x) if isinstance(value, TensorBase) else where(mask, _scalar_like(value, x), x)
 
 
 def _scalar_like(v, x):

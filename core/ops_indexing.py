@@ -7,10 +7,9 @@ import numbers
 import numpy as np
 
 from . import autograd as A
+from .autograd import TensorBase  # (isinstance checks: tensor.Tensor subclasses it)
 from . import dtypes as D
 from .ops_movement import norm_dim
-
-_Tensor = None  # wired by tensor binding
 
 
 def _check_index(idx, size, what):
@@ -67,7 +66,7 @@ def take_along_dim(x, indices, dim):
 def _scatter(x, dim, index, src, reduce):
     d = norm_dim(dim, x.ndim)
     index = _long_index(index, x.shape[d], "scatter", x.device)
-    if not isinstance(src, _Tensor):
+    if not isinstance(src, TensorBase):
         src = x.new_full(index.shape, src)
     elif src.device != x.device:
         raise ValueError(f"ember: scatter: src on {src.device}, input on {x.device}")
@@ -138,8 +137,8 @@ def _expand_key(x, key):
     if not isinstance(key, tuple):
         key = (key,)
     n_real = sum(1 for k in key if k is not None and k is not Ellipsis
-                 and not (isinstance(k, _Tensor) and k.dtype is D.bool_))
-    n_real += sum(k.ndim for k in key if isinstance(k, _Tensor) and k.dtype is D.bool_)
+                 and not (isinstance(k, TensorBase) and k.dtype is D.bool_))
+    n_real += sum(k.ndim for k in key if isinstance(k, TensorBase) and k.dtype is D.bool_)
     if sum(1 for k in key if k is Ellipsis) > 1:
         raise IndexError("ember: an index can only have a single ellipsis")
     if n_real > x.ndim:
@@ -151,7 +150,7 @@ def _expand_key(x, key):
         else:
             out.append(k)
     out += [slice(None)] * (x.ndim - sum(1 for k in out if k is not None) - sum(
-        k.ndim - 1 for k in out if isinstance(k, _Tensor) and k.dtype is D.bool_))
+        k.ndim - 1 for k in out if isinstance(k, TensorBase) and k.dtype is D.bool_))
     return out
 
 
@@ -207,8 +206,8 @@ def getitem(x, key):
         if k is None:
             kept.append(None)
             continue
-        if isinstance(k, (list, np.ndarray)) or (isinstance(k, _Tensor)):
-            k = k if isinstance(k, _Tensor) else tensor(np.asarray(k), device=x.device)
+        if isinstance(k, (list, np.ndarray)) or (isinstance(k, TensorBase)):
+            k = k if isinstance(k, TensorBase) else tensor(np.asarray(k), device=x.device)
             if k.dtype is D.bool_:
                 if k.shape != x.shape[dim:dim + k.ndim]:
                     raise IndexError(f"ember: boolean index of shape {k.shape} does not match indexed shape "
@@ -238,7 +237,7 @@ def getitem(x, key):
             stops.append(max(e, s))
             steps.append(st)
             kept.append(("dim", dim))
-        elif isinstance(k, numbers.Integral) or (isinstance(k, _Tensor) and k.ndim == 0):
+        elif isinstance(k, numbers.Integral) or (isinstance(k, TensorBase) and k.ndim == 0):
             i = int(k)
             if not -size <= i < size:
                 raise IndexError(f"ember: index {i} is out of bounds for dim {dim} with size {size}")
@@ -297,7 +296,7 @@ def setitem(x, key, value):
         raise RuntimeError("ember: in-place assignment to a leaf tensor that requires grad")
     n = x.numel()
     pos = getitem(arange(n, device=x.device).reshape(*x.shape), key)  # flat positions selected
-    if not isinstance(value, _Tensor):
+    if not isinstance(value, TensorBase):
         value = tensor(value, dtype=x.dtype, device=x.device)
     value = A.prim_cast(value, x.dtype).expand(*pos.shape)
     flat = A.prim_reshape(A.snapshot(x), (n,))

@@ -1,8 +1,10 @@
 """ember.Tensor: a backend array handle plus device, with PyTorch's names and semantics.
 
-This file holds the class, creation, conversion and operators. The composed ops live in
-ops_elementwise.py, ops_reduce.py, ops_movement.py and ops_indexing.py and are bound here as
-methods; all of them bottom out in the primitives of autograd.py.
+This file holds the class with every method and operator, and the creation functions. The
+methods are thin: they call the composed ops of ops_elementwise.py, ops_movement.py,
+ops_reduce.py, ops_indexing.py and linalg.py, which bottom out in the primitives of autograd.py.
+Those modules sit below this one: they never import it at module level (they test
+`isinstance(v, autograd.TensorBase)` and make outputs with `x._new(array)`).
 """
 from __future__ import annotations
 
@@ -12,11 +14,18 @@ import numpy as np
 
 from . import autograd as A
 from . import dtypes as D
-from .device import CPU, Device, device as _device
+from . import linalg as L
+from . import ops_elementwise as E
+from . import ops_indexing as I
+from . import ops_movement as M
+from . import ops_reduce as R
+from .device import CPU, device as _device
+
+_new_object = object.__new__
 
 
-class Tensor:
-    __slots__ = ("_data", "device", "requires_grad", "grad", "_ctx", "__weakref__")
+class Tensor(A.TensorBase):
+    __slots__ = ()  # (the fields are TensorBase's)
     __array_priority__ = 1000  # numpy scalars/arrays defer to our reflected operators
 
     def __init__(self, data, dtype=None, device=None, requires_grad=False):
@@ -27,6 +36,12 @@ class Tensor:
             self.requires_grad_(True)
 
     # ------------------------------------------------------------------ internals
+    def _new(self, data):
+        """A new plain Tensor (even for a Parameter) on self's device holding backend array `data`."""
+        t = _new_object(Tensor)
+        t._data, t.device, t.requires_grad, t.grad, t._ctx = data, self.device, False, None, None
+        return t
+
     @staticmethod
     def _from_storage(a, dtype, device=None):
         """numpy storage array (dtype.np; bfloat16 as uint16 bits) -> Tensor, no value change."""
@@ -35,7 +50,7 @@ class Tensor:
         a = np.asarray(a)
         if a.dtype != dtype.np:
             raise TypeError(f"ember: storage array of dtype {a.dtype} does not match {dtype} (expects {dtype.np})")
-        return A._wrap(dev.backend.from_numpy(a, dtype), dev)
+        return _wrap(dev.backend.from_numpy(a, dtype), dev)
 
     def _storage_numpy(self):
         """numpy storage array (bfloat16 as uint16 bits); a copy for non-CPU devices."""
@@ -162,7 +177,7 @@ class Tensor:
         if device is not None:
             dev = _device(device)
             if dev != t.device:
-                t = _transfer(t, dev)
+                t = A.prim_to_device(t, dev)
         if dtype is not None:
             t = A.prim_cast(t, D.get(dtype))
         if copy and t is self:
@@ -210,7 +225,7 @@ class Tensor:
         A.backward(self, gradient)
 
     def detach(self):
-        return A._wrap(self._data, self.device)
+        return self._new(self._data)
 
     def detach_(self):
         self._ctx, self.requires_grad = None, False
@@ -259,22 +274,147 @@ class Tensor:
         return full(self.shape, 1, dtype=self.dtype, device=self.device)
 
 
-A._Tensor = Tensor
+    # ------------------------------------------------------------------ arithmetic operators
+    def __add__(self, other):
+        return E.binary("add", self, other)
+
+    def __radd__(self, other):
+        return E.binary("add", self, other)
+
+    def __sub__(self, other):
+        return E.binary("sub", self, other)
+
+    def __rsub__(self, other):
+        return E.binary("sub", self, other, reverse=True)
+
+    def __mul__(self, other):
+        return E.binary("mul", self, other)
+
+    def __rmul__(self, other):
+        return E.binary("mul", self, other)
+
+    def __floordiv__(self, other):
+        return E.binary("floordiv", self, other)
+
+    def __rfloordiv__(self, other):
+        return E.binary("floordiv", self, other, reverse=True)
+
+    def __rpow__(self, other):
+        a = A.prim_cast(self, D.float32) if not self.dtype.is_float and isinstance(other, float) else self
+        return E.binary("pow", a, other, reverse=True)
+
+    def __pos__(self):
+        return self
+
+    def __matmul__(self, other):
+        return L.matmul(self, other if isinstance(other, Tensor) else E._as_tensor(other, self))
+
+    def __rmatmul__(self, other):
+        return L.matmul(E._as_tensor(other, self), self)
+
+    def add(self, other, alpha=1):
+        return E.add(self, other, alpha)
+
+    def sub(self, other, alpha=1):
+        return E.sub(self, other, alpha)
+
+    def mul(self, other):
+        return E.binary("mul", self, other)
+
+    __truediv__ = div = E.div
+    __rtruediv__ = E.rdiv
+    __mod__ = remainder = E.remainder
+    __pow__ = pow = E.pow
+    __neg__ = neg = negative = E.neg
+    __abs__ = abs = E.abs
+    matmul = __matmul__
+
+    # ------------------------------------------------------------------ comparisons and logic
+    __eq__ = eq = E.eq
+    __ne__ = ne = E.ne
+    __lt__ = lt = E.lt
+    __le__ = le = E.le
+    __gt__ = gt = E.gt
+    __ge__ = ge = E.ge
+    __and__ = __rand__ = bitwise_and = E.bitwise_and
+    __or__ = __ror__ = bitwise_or = E.bitwise_or
+    __xor__ = __rxor__ = bitwise_xor = E.bitwise_xor
+    __invert__ = bitwise_not = E.invert
+    logical_and, logical_or, logical_xor, logical_not = E.logical_and, E.logical_or, E.logical_xor, E.logical_not
+
+    # ------------------------------------------------------------------ in-place (rebinds the data: backend buffers never mutate)
+    def _arith_(self, op, other):
+        if self.requires_grad and self._ctx is None and A._GRAD[0]:
+            raise RuntimeError("ember: in-place operation on a leaf tensor that requires grad")
+        cur = A.snapshot(self)
+        out = E.div(cur, other) if op == "div" else E.binary(op, cur, other)
+        return A.rebind(self, A.prim_cast(out, self.dtype))
+
+    def add_(self, other, alpha=1):
+        return self._arith_("add", other if alpha == 1 else other * alpha)
+
+    def sub_(self, other, alpha=1):
+        return self._arith_("sub", other if alpha == 1 else other * alpha)
+
+    def mul_(self, other, alpha=1):
+        return self._arith_("mul", other if alpha == 1 else other * alpha)
+
+    def div_(self, other, alpha=1):
+        return self._arith_("div", other)
+
+    __iadd__, __isub__, __imul__, __itruediv__ = add_, sub_, mul_, div_
+
+    def clamp_(self, min=None, max=None):
+        return A.rebind(self, E.clamp(A.snapshot(self), min, max))
+
+    def masked_fill_(self, mask, value):
+        return A.rebind(self, E.masked_fill(A.snapshot(self), mask, value))
+
+    # ------------------------------------------------------------------ elementwise functions (ops_elementwise.py)
+    exp, log, log2, log10, log1p, expm1, exp2 = E.exp, E.log, E.log2, E.log10, E.log1p, E.expm1, E.exp2
+    sin, cos, tan, sinh, cosh, tanh = E.sin, E.cos, E.tan, E.sinh, E.cosh, E.tanh
+    sqrt, rsqrt, square, reciprocal, erf, sign = E.sqrt, E.rsqrt, E.square, E.reciprocal, E.erf, E.sign
+    floor, ceil, round, trunc, frac = E.floor, E.ceil, E.round, E.trunc, E.frac
+    fmod, maximum, minimum, lerp = E.fmod, E.maximum, E.minimum, E.lerp
+    clamp = clip = E.clamp
+    masked_fill, where = E.masked_fill, E.tensor_where
+    isnan, isinf, isfinite, nan_to_num = E.isnan, E.isinf, E.isfinite, E.nan_to_num
+    relu, sigmoid, softplus = E.relu, E.sigmoid, E.softplus
+
+    # ------------------------------------------------------------------ movement (ops_movement.py)
+    reshape = view = M.reshape
+    flatten, unflatten, permute, t = M.flatten, M.unflatten, M.permute, M.t
+    transpose = swapaxes = swapdims = M.transpose
+    unsqueeze, squeeze, movedim = M.unsqueeze, M.squeeze, M.movedim
+    expand, expand_as, broadcast_to = M.expand, M.expand_as, M.broadcast_to
+    narrow, chunk, split, unbind, unfold = M.narrow, M.chunk, M.split, M.unbind, M.unfold
+    flip, roll, repeat, repeat_interleave = M.flip, M.roll, M.repeat, M.repeat_interleave
+    tril, triu = M.tril, M.triu
+
+    def view_as(self, other):
+        return M.reshape(self, *other.shape)
+
+    reshape_as = view_as
+
+    # ------------------------------------------------------------------ reductions (ops_reduce.py)
+    sum, prod, mean, var, std = R.sum, R.prod, R.mean, R.var, R.std
+    amax, amin, max, min, argmax, argmin = R.amax, R.amin, R.max, R.min, R.argmax, R.argmin
+    all, any, count_nonzero, cumsum = R.all, R.any, R.count_nonzero, R.cumsum
+    logsumexp, norm, softmax, log_softmax = R.logsumexp, R.norm, R.softmax, R.log_softmax
+    argsort, sort, topk = R.argsort, R.sort, R.topk
+
+    # ------------------------------------------------------------------ indexing (ops_indexing.py)
+    __getitem__, __setitem__ = I.getitem, I.setitem
+    index_select, gather, take_along_dim = I.index_select, I.gather, I.take_along_dim
+    scatter, scatter_add, index_add, index_fill = I.scatter, I.scatter_add, I.index_add, I.index_fill
+    nonzero, masked_select = I.nonzero, I.masked_select
 
 
-def _transfer(t, dev: Device):
-    a = t._storage_numpy()
-    out = A._wrap(dev.backend.from_numpy(a, t.dtype), dev)
-    if A._GRAD[0] and t.requires_grad:
-        A._record(out, "to_device", (t,), t.device)
-    return out
-
-
-def _bw_to_device(n, g):
-    return (_transfer(g, n.arg),)
-
-
-A._BACKWARD["to_device"] = _bw_to_device
+def _wrap(data, device) -> Tensor:
+    """A new Tensor holding backend array `data` on `device` (the creation functions below)."""
+    t = _new_object(Tensor)
+    t._data, t.device, t.requires_grad, t.grad, t._ctx = data, device, False, None, None
+    return t
 
 
 # ====================================================================== creation
@@ -309,7 +449,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
             elif a.dtype.kind == "b":
                 dt = D.bool_
             elif a.dtype == object and a.size and all(isinstance(x, Tensor) for x in a.flat):
-                return stack([tensor(x) for x in data]).to(device=device, dtype=dtype)
+                return M.stack([tensor(x) for x in data]).to(device=device, dtype=dtype)
             else:
                 raise TypeError(f"ember: cannot make a tensor from {type(data).__name__} with numpy dtype {a.dtype}")
         if dt is D.bfloat16:
@@ -319,7 +459,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
         else:
             st = np.trunc(a).astype(dt.np)
         dev = _device(device) if device is not None else CPU
-        t = A._wrap(dev.backend.from_numpy(st if st.flags.c_contiguous else st.copy(), dt), dev)  # (0-d stays 0-d)
+        t = _wrap(dev.backend.from_numpy(st if st.flags.c_contiguous else st.copy(), dt), dev)  # (0-d stays 0-d)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -328,7 +468,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
 def from_numpy(a: np.ndarray) -> Tensor:
     """Shares memory on CPU (as torch.from_numpy); float64 stays float64."""
     a = np.asarray(a)
-    return A._wrap(CPU.backend.from_numpy(a, _infer_dtype(a)), CPU)
+    return _wrap(CPU.backend.from_numpy(a, _infer_dtype(a)), CPU)
 
 
 def _shape(size):
@@ -346,7 +486,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tens
         dtype = D.scalar_dtype(fill_value)
     dt = D.get(dtype)
     dev = _device(device) if device is not None else CPU
-    t = A._wrap(dev.backend.full(size, fill_value, dt), dev)
+    t = _wrap(dev.backend.full(size, fill_value, dt), dev)
     return t.requires_grad_(True) if requires_grad else t
 
 
@@ -386,7 +526,7 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
     if step == 0:
         raise ValueError("ember: arange step must be non-zero")
     dev = _device(device) if device is not None else CPU
-    return A._wrap(dev.backend.arange(start, end, step, D.get(dtype)), dev)
+    return _wrap(dev.backend.arange(start, end, step, D.get(dtype)), dev)
 
 
 def linspace(start, end, steps, dtype=None, device=None) -> Tensor:
@@ -445,5 +585,3 @@ def multinomial(probs, num_samples=1):
     out = np.stack([_rng[0].choice(p.shape[-1], size=num_samples, p=row) for row in p])
     return tensor(out[0] if squeeze else out, dtype=D.int64, device=probs.device)
 
-
-from .ops_movement import stack  # noqa: E402  (composed op used by tensor() above)

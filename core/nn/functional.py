@@ -10,11 +10,12 @@ import numbers
 
 from .. import autograd as A
 from .. import dtypes as D
+from ..autograd import conv_transpose as _conv_transpose
 from ..ops_elementwise import (elu, gelu, hardsigmoid, hardswish, leaky_relu, logsigmoid, mish,  # noqa: F401
                                relu, relu6, sigmoid, silu, softplus, tanh)
 from ..ops_indexing import one_hot  # noqa: F401
 from ..ops_movement import norm_dim
-from .conv_grad import conv_transpose as _conv_transpose
+from ..ops_reduce import log_softmax, softmax  # noqa: F401  (reductions, also Tensor methods)
 
 
 def _fused(x, name, *params):
@@ -32,28 +33,6 @@ def _tuple(v, n, what):
     if len(v) != n:
         raise ValueError(f"ember: {what} needs {n} values, got {v}")
     return v
-
-
-# ------------------------------------------------------------------ softmax family
-
-def softmax(x, dim=-1, dtype=None):
-    if dtype is not None:
-        x = x.to(dtype)
-    d = norm_dim(dim, x.ndim)
-    if _fused(x, "softmax"):
-        return A.prim_fused("softmax", x, d)
-    e = (x - x.amax(d, keepdim=True).detach()).exp()
-    return e / e.sum(d, keepdim=True)
-
-
-def log_softmax(x, dim=-1, dtype=None):
-    if dtype is not None:
-        x = x.to(dtype)
-    d = norm_dim(dim, x.ndim)
-    if _fused(x, "log_softmax"):
-        return A.prim_fused("log_softmax", x, d)
-    s = x - x.amax(d, keepdim=True).detach()
-    return s - s.exp().sum(d, keepdim=True).log()
 
 
 # ------------------------------------------------------------------ normalization
@@ -399,7 +378,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     if fused is not None and dropout_p == 0 and q.dtype is k.dtype is v.dtype:
         if attn_mask is None or attn_mask.dtype is not D.bool_:
             m = None if attn_mask is None else attn_mask.to(q.dtype)._data
-            return A._wrap(fused(q._data, k._data, v._data, m, scale, is_causal), q.device)
+            return q._new(fused(q._data, k._data, v._data, m, scale, is_causal))
     s = (q @ k.transpose(-1, -2)) * scale                                 # (..., L, S)
     if is_causal:
         from ..tensor import ones
