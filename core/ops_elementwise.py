@@ -51,8 +51,7 @@ def binary(op, a, b, reverse=False):
         elif bc is int and dt is D.bool_ and op not in ("and", "or", "xor", "eq", "ne"):
             a = A.prim_cast(a, D.int64)
         if reverse:
-            from .tensor import full
-            b = full((), b, dtype=a.dtype, device=a.device)
+            b = a.new_full((), b)
     else:
         return binary(op, a, _as_tensor(b, a), reverse)
     if reverse:
@@ -260,15 +259,14 @@ def where(cond, a, b):
         raise TypeError("ember: where() condition must be a tensor")
     like = a if isinstance(a, TensorBase) else b if isinstance(b, TensorBase) else cond
     if not isinstance(a, TensorBase) or not isinstance(b, TensorBase):
-        from .tensor import full
         if isinstance(a, TensorBase):
             dt = D.promote_scalar(a.dtype, b)
         elif isinstance(b, TensorBase):
             dt = D.promote_scalar(b.dtype, a)
         else:
             dt = D.promote(D.scalar_dtype(a), D.scalar_dtype(b))
-        a = A.prim_cast(a, dt) if isinstance(a, TensorBase) else full((), a, dt, like.device)
-        b = A.prim_cast(b, dt) if isinstance(b, TensorBase) else full((), b, dt, like.device)
+        a = A.prim_cast(a, dt) if isinstance(a, TensorBase) else like.new_full((), a, dt)
+        b = A.prim_cast(b, dt) if isinstance(b, TensorBase) else like.new_full((), b, dt)
     elif a.dtype is not b.dtype:
         dt = D.promote(a.dtype, b.dtype)
         a, b = A.prim_cast(a, dt), A.prim_cast(b, dt)
@@ -293,8 +291,7 @@ def masked_fill(x, mask, value):
 
 
 def _scalar_like(v, x):
-    from .tensor import full
-    return full((), v, x.dtype, x.device)
+    return x.new_full((), v)
 
 
 def lerp(a, b, w):

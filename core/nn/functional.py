@@ -14,7 +14,7 @@ from ..autograd import conv_transpose as _conv_transpose
 from ..ops_elementwise import (elu, gelu, hardsigmoid, hardswish, leaky_relu, logsigmoid, mish,  # noqa: F401
                                relu, relu6, sigmoid, silu, softplus, tanh)
 from ..ops_indexing import one_hot  # noqa: F401
-from ..ops_movement import norm_dim
+from ..ops_movement import norm_dim, stack
 from ..ops_reduce import log_softmax, softmax  # noqa: F401  (reductions, also Tensor methods)
 
 
@@ -268,8 +268,8 @@ def adaptive_avg_pool2d(x, output_size):
     for i in range(oh):
         h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
         cols = [x[..., h0:h1, (j * w) // ow: -(-((j + 1) * w) // ow)].mean((-2, -1)) for j in range(ow)]
-        rows.append(__import__("ember").stack(cols, -1))
-    return __import__("ember").stack(rows, -2)
+        rows.append(stack(cols, -1))
+    return stack(rows, -2)
 
 
 def _nearest_index(n_in, n_out, scale, device):
