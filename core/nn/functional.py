@@ -14,7 +14,7 @@ from ..autograd import conv_transpose as _conv_transpose
 from ..ops_elementwise import (elu, gelu, hardsigmoid, hardswish, leaky_relu, logsigmoid, mish,  # noqa: F401
                                relu, relu6, sigmoid, silu, softplus, tanh)
 from ..ops_indexing import one_hot  # noqa: F401
-from ..ops_movement import norm_dim, stack
+from ..ops_movement import stack
 from ..ops_reduce import log_softmax, softmax  # noqa: F401  (reductions, also Tensor methods)
 
 
