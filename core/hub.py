@@ -18,6 +18,7 @@ Layer: stdlib only (io/quant/hub layer); `import ember` does not import this mod
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import re
 import shutil
@@ -117,11 +118,14 @@ def download(url: str, dest: str | os.PathLike, sha256: str | None = None, progr
                 if progress:
                     progress(dest.name, done, total)
                 with open(part, "ab" if offset else "wb") as out:
-                    while block := resp.read(chunk):
-                        out.write(block)
-                        done += len(block)
-                        if progress:
-                            progress(dest.name, done, total)
+                    try:
+                        while block := resp.read(chunk):
+                            out.write(block)
+                            done += len(block)
+                            if progress:
+                                progress(dest.name, done, total)
+                    except http.client.HTTPException:  # IncompleteRead: the server closed early
+                        pass  # reported below with the byte counts; the .part stays for a resume
         except urllib.error.HTTPError as e:
             if e.code == 416 and offset:  # the .part is not a prefix the server can continue: start over
                 part.unlink(missing_ok=True)
