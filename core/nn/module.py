@@ -181,8 +181,9 @@ class Module:
         unexpected key or shape mismatch raises one StateDictError listing all of them (its message
         names `source`, e.g. the checkpoint file, when given)."""
         own = self.state_dict()
+        source = None if source is None else os.fspath(source)
         missing, unexpected = check_state_dict({k: tuple(v.shape) for k, v in own.items()}, state_dict, strict,
-                                               None if source is None else os.fspath(source), type(self).__name__)
+                                               source, type(self).__name__)
         with A.no_grad():
             for k, t in own.items():
                 if k not in state_dict:

@@ -102,17 +102,18 @@ def load_state(model: Whisper, path: Path) -> None:
         state[key], file_name[key] = t, name
     for name, t in state.items():
         if not isinstance(t, QTensor) and not t.dtype.is_float:
-            raise WhisperLoadError(f"ember: {path}: tensor {file_name[name]} has dtype {t.dtype}, expected a float type")
+            raise WhisperLoadError(f"ember: {path}: tensor {file_name[name]} has dtype {t.dtype}, "
+                                   f"expected a float type")
     try:
         if any(isinstance(t, QTensor) for t in state.values()):
             load_quantized(model, state, strict=True)
         else:
             model.load_state_dict(state, strict=True, source=path)
     except StateDictError as e:  # the same check, reported in the file's (HF) names
+        shapes = [f"model.{k} {got} (model wants {want})" for k, want, got in e.mismatched]
         problems = ([f"missing tensor {', '.join(f'model.{k}' for k in e.missing)}"] if e.missing else []) + \
                    ([f"unexpected tensor {', '.join(file_name[k] for k in e.unexpected)}"] if e.unexpected else []) + \
-                   ([f"wrong shape: " + ", ".join(f"model.{k} {got} (model wants {want})" for k, want, got in e.mismatched)]
-                    if e.mismatched else [])
+                   ([f"wrong shape: {', '.join(shapes)}"] if shapes else [])
         raise WhisperLoadError(f"ember: {path}: not a Whisper checkpoint for its config.json: "
                                + "; ".join(problems)) from e
     except ValueError as e:  # a quantized weight that does not fit its Linear (load_quantized names it)
