@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "e2e"))
 
-from web_app import ARGS, CHROMIUM, SPEECH, Server, seeded_llama_folder  # noqa: E402
+from web_app import ARGS, CACHE, CHROMIUM, SPEECH, Server, seeded_llama_folder  # noqa: E402
 
 PROMPT, N_TOKENS = "The for statement", 32
 
@@ -122,7 +122,7 @@ def main(argv=None):
         if site is None:
             models = demo_models()
             if "llama" not in models:
-                d = seeded_llama_folder(Path.home() / ".cache" / "ember" / "e2e" / "llama-test")
+                d = seeded_llama_folder(CACHE / "llama-test")
                 models["llama"] = {"id": "llama-test", "label": "test",
                                    "files": {n: d / n for n in ("config.json", "model.safetensors", "tokenizer.json")}}
             site = build_site(tmp / "site", models=models)

@@ -12,10 +12,12 @@ import threading
 import time
 from pathlib import Path
 
+from ember.hub import cache_dir
+
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--enable-unsafe-webgpu", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
-CACHE = Path.home() / ".cache" / "ember" / "e2e"
+CACHE = cache_dir("e2e")
 ARTIFACTS = Path(__file__).with_name("artifacts")
 READY_S = 240      # Pyodide start under heavy load took ~15-30 s; generous, but it fails clearly
 RUN_S = 420        # one model run on the CPU in wasm (Whisper tiny.en, YOLOv8s: ~10 s idle, ~110 s at load 15)

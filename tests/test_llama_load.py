@@ -114,3 +114,22 @@ def test_cli_json(hub):
     want = list(generate(m, tok.encode("def f"), 5, SamplingParams(temperature=0), tok.eos_ids))
     assert r["prompt_tokens"] == tok.encode("def f") and r["tokens"] == want
     assert r["text"] == tok.decode(want) and r["tokens_per_s"] >= 0
+
+
+def test_format_readers_never_import_the_dispatcher():
+    """load.py dispatches on the format to gguf.py / llama2c.py; they and the modules they share must not
+    import load.py back (that circle, gguf -> llama2c -> load -> gguf, is gone)."""
+    import ast
+    from pathlib import Path
+
+    import ember.models.llama as pkg
+    folder = Path(pkg.__file__).parent
+    for name in ("gguf", "llama2c", "names", "model", "config", "tokenizer"):
+        tree = ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = node.module or ""
+                relative = node.level == 1 and (target == "load" or (not target and
+                                                                     any(a.name == "load" for a in node.names)))
+                bad = relative or target == "ember.models.llama.load"
+                assert not bad, f"models/llama/{name}.py imports load.py (line {node.lineno})"

@@ -14,12 +14,9 @@ the scale +0.0 in Q4_0 etc.); gguf-py can differ there in the sign of the zero s
 from __future__ import annotations
 
 import ctypes
-import os
 import shutil
 import subprocess
-import sys
 import tarfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,17 +104,16 @@ def _ggml_reference_lib():
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler to build the ggml-quants.c reference")
-    cache = Path(os.environ.get("EMBER_CACHE", Path.home() / ".cache" / "ember")) / "llama-cpp"
+    from ember import hub
+    cache = hub.cache_dir("llama-cpp")
     lib = cache / f"libggml_quants_ref-{LLAMA_CPP_PY}.so"
     if lib.exists():
         return ctypes.CDLL(str(lib))
     cache.mkdir(parents=True, exist_ok=True)
-    sdist = cache / f"llama_cpp_python-{LLAMA_CPP_PY}.tar.gz"
-    if not sdist.exists():
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(cache),
-                            f"llama-cpp-python=={LLAMA_CPP_PY}"], capture_output=True, timeout=600)
-        if r.returncode or not sdist.exists():
-            pytest.skip("cannot download the llama-cpp-python sdist for the ggml C reference")
+    try:
+        sdist = hub.fetch_pypi("llama-cpp-python", LLAMA_CPP_PY, sdist=True, timeout=600)
+    except hub.HubError:
+        pytest.skip("cannot download the llama-cpp-python sdist for the ggml C reference")
     root = f"llama_cpp_python-{LLAMA_CPP_PY}/vendor/llama.cpp/ggml"
     src = cache / "ggml-src"
     with tarfile.open(sdist) as tf:

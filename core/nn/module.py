@@ -1,6 +1,7 @@
 """nn.Module and Parameter: torch-like registration, strict state-dict loading (as MLX reports it)."""
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 
 from .. import autograd as A
@@ -29,10 +30,46 @@ class Parameter(Tensor):
 
 
 class StateDictError(KeyError):
-    """load_state_dict(strict=True) found missing, unexpected or mis-shaped keys."""
+    """load_state_dict(strict=True) found missing, unexpected or mis-shaped keys.
+
+    Fields: `missing` and `unexpected` (lists of names), `mismatched` (list of (name, expected shape,
+    got shape)), `source` (the file or other origin of the tensors, or None), `owner` (what was loaded into)."""
+
+    def __init__(self, message, missing=(), unexpected=(), mismatched=(), source=None, owner=None):
+        super().__init__(message)
+        self.missing, self.unexpected, self.mismatched = list(missing), list(unexpected), list(mismatched)
+        self.source, self.owner = source, owner
 
     def __str__(self):
         return self.args[0]
+
+
+SHOW_KEYS = 20  # names listed per kind in a StateDictError message; the fields hold all of them
+
+
+def check_state_dict(expected: dict, state_dict, strict=True, source=None, owner="model"):
+    """Compare `state_dict` ({name: tensor-like with .shape}) with `expected` ({name: shape}); raise one
+    StateDictError listing every problem (shape mismatches always, missing/unexpected keys when strict).
+    Returns (missing, unexpected). The one strict check: Module.load_state_dict and the model loaders
+    that check names before mapping them (models/llama/names.py) both call it."""
+    missing = [k for k in expected if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in expected]
+    mismatched = [(k, tuple(expected[k]), tuple(state_dict[k].shape)) for k in expected
+                  if k in state_dict and tuple(state_dict[k].shape) != tuple(expected[k])]
+    if mismatched or (strict and (missing or unexpected)):
+        where = f" from {source}" if source is not None else ""
+        lines = [f"ember: error loading state dict{where} into {owner}:"]
+        more = lambda keys: f"{', '.join(keys[:SHOW_KEYS])}{' ...' if len(keys) > SHOW_KEYS else ''}"
+        if missing:
+            lines.append(f"  missing keys ({len(missing)}): {more(missing)}")
+        if unexpected:
+            lines.append(f"  unexpected keys ({len(unexpected)}): {more(unexpected)}")
+        for k, want, got in mismatched[:SHOW_KEYS]:
+            lines.append(f"  shape mismatch for {k}: checkpoint {got}, model {want}")
+        if len(mismatched) > SHOW_KEYS:
+            lines.append(f"  ... and {len(mismatched) - SHOW_KEYS} more shape mismatches")
+        raise StateDictError("\n".join(lines), missing, unexpected, mismatched, source, owner)
+    return missing, unexpected
 
 
 class Module:
@@ -139,23 +176,14 @@ class Module:
                     out[f"{mp}.{n}" if mp else n] = b
         return out
 
-    def load_state_dict(self, state_dict, strict=True, assign=False):
+    def load_state_dict(self, state_dict, strict=True, assign=False, source=None):
         """Copy tensors into parameters/buffers by name. With strict=True, any missing key,
-        unexpected key or shape mismatch raises one StateDictError listing all of them."""
+        unexpected key or shape mismatch raises one StateDictError listing all of them (its message
+        names `source`, e.g. the checkpoint file, when given)."""
         own = self.state_dict()
-        missing = [k for k in own if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in own]
-        mismatched = [(k, tuple(state_dict[k].shape), tuple(own[k].shape)) for k in own
-                      if k in state_dict and tuple(state_dict[k].shape) != tuple(own[k].shape)]
-        if mismatched or (strict and (missing or unexpected)):
-            lines = [f"ember: error loading state dict into {type(self).__name__}:"]
-            if missing:
-                lines.append(f"  missing keys ({len(missing)}): {', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''}")
-            if unexpected:
-                lines.append(f"  unexpected keys ({len(unexpected)}): {', '.join(unexpected[:20])}{' ...' if len(unexpected) > 20 else ''}")
-            for k, got, want in mismatched[:20]:
-                lines.append(f"  shape mismatch for {k}: checkpoint {got}, model {want}")
-            raise StateDictError("\n".join(lines))
+        source = None if source is None else os.fspath(source)
+        missing, unexpected = check_state_dict({k: tuple(v.shape) for k, v in own.items()}, state_dict, strict,
+                                               source, type(self).__name__)
         with A.no_grad():
             for k, t in own.items():
                 if k not in state_dict:

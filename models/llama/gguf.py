@@ -18,9 +18,8 @@ from ember.quant import QTensor
 
 from . import names
 from .config import LlamaConfig
-from .llama2c import _to_half_layout
 from .model import Llama
-from .names import LlamaWeightsError
+from .names import LlamaWeightsError, to_half_layout
 from .tokenizer import LlamaTokenizer
 
 _LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "attn_q": "self_attn.q_proj",
@@ -58,7 +57,7 @@ def config_from_metadata(md: dict, where: str) -> LlamaConfig:
 def _permute_rows(t, n_heads):
     """Interleaved-pair rows -> rotate-half rows; a QTensor's rows are whole quantized blocks, so its raw
     rows are reordered without dequantizing."""
-    perm = _to_half_layout(np.arange(t.shape[0])[:, None], n_heads)[:, 0]
+    perm = to_half_layout(np.arange(t.shape[0])[:, None], n_heads)[:, 0]
     if isinstance(t, QTensor):
         return QTensor(t.data[perm], t.ggml_type, t.shape, t.name)
     return t[perm]

@@ -15,7 +15,7 @@ import numpy as np
 import ember
 
 from .config import LlamaConfig
-from .names import LlamaWeightsError
+from .names import LlamaWeightsError, from_hf_state_dict, to_half_layout, to_pair_layout
 
 HEADER = struct.Struct("<7i")
 MAGIC_V1 = 0x616B3432  # "ak42": export.py's version 1/2 files, which carry a different header
@@ -40,17 +40,6 @@ def layout(c: LlamaConfig, shared: bool) -> list[tuple[str, tuple]]:
     if not shared:
         out.append(("wcls", (c.vocab_size, d)))                   # (vocab, dim)
     return out
-
-
-def _to_half_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """Interleaved-pair rows -> rotate-half rows, per head: (n_heads * hd, dim) -> same shape."""
-    rows, dim = w.shape
-    return w.reshape(n_heads, rows // n_heads // 2, 2, dim).transpose(0, 2, 1, 3).reshape(rows, dim)
-
-
-def _to_pair_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
-    rows, dim = w.shape
-    return w.reshape(n_heads, 2, rows // n_heads // 2, dim).transpose(0, 2, 1, 3).reshape(rows, dim)
 
 
 def read_header(data: bytes, where: str) -> tuple[LlamaConfig, bool]:
@@ -94,8 +83,8 @@ def read_llama2c(data: bytes, where: str = "llama2.c checkpoint") -> tuple[Llama
         p = f"model.layers.{i}."
         sd.update({p + "input_layernorm.weight": raw["rms_att_weight"][i],
                    p + "post_attention_layernorm.weight": raw["rms_ffn_weight"][i],
-                   p + "self_attn.q_proj.weight": _to_half_layout(raw["wq"][i], c.n_heads),
-                   p + "self_attn.k_proj.weight": _to_half_layout(raw["wk"][i], c.n_kv_heads),
+                   p + "self_attn.q_proj.weight": to_half_layout(raw["wq"][i], c.n_heads),
+                   p + "self_attn.k_proj.weight": to_half_layout(raw["wk"][i], c.n_kv_heads),
                    p + "self_attn.v_proj.weight": raw["wv"][i], p + "self_attn.o_proj.weight": raw["wo"][i],
                    p + "mlp.gate_proj.weight": raw["w1"][i], p + "mlp.down_proj.weight": raw["w2"][i],
                    p + "mlp.up_proj.weight": raw["w3"][i]})
@@ -109,8 +98,8 @@ def write_llama2c(path, c: LlamaConfig, sd: dict):
     lay = lambda n: np.stack([a[f"model.layers.{i}.{n}"] for i in L])
     freqs = np.arange(c.max_seq_len)[:, None] * c.inv_freq()[None, :]
     parts = [a["model.embed_tokens.weight"], lay("input_layernorm.weight"),
-             np.stack([_to_pair_layout(a[f"model.layers.{i}.self_attn.q_proj.weight"], c.n_heads) for i in L]),
-             np.stack([_to_pair_layout(a[f"model.layers.{i}.self_attn.k_proj.weight"], c.n_kv_heads) for i in L]),
+             np.stack([to_pair_layout(a[f"model.layers.{i}.self_attn.q_proj.weight"], c.n_heads) for i in L]),
+             np.stack([to_pair_layout(a[f"model.layers.{i}.self_attn.k_proj.weight"], c.n_kv_heads) for i in L]),
              lay("self_attn.v_proj.weight"), lay("self_attn.o_proj.weight"), lay("post_attention_layernorm.weight"),
              lay("mlp.gate_proj.weight"), lay("mlp.down_proj.weight"), lay("mlp.up_proj.weight"),
              a["model.norm.weight"], np.cos(freqs), np.sin(freqs)]
@@ -125,7 +114,6 @@ def write_llama2c(path, c: LlamaConfig, sd: dict):
 
 def load_llama2c(path, tokenizer_path=None):
     """(Llama, LlamaTokenizer | None) from a .bin and, if given, llama2.c's tokenizer.bin."""
-    from .load import from_hf_state_dict
     from .tokenizer import LlamaTokenizer
     with open(path, "rb") as f:
         data = f.read()

@@ -1,23 +1,24 @@
 """Load a Llama and its tokenizer from a Hugging Face folder (config.json + safetensors, sharded with
 model.safetensors.index.json too, + tokenizer.json), a llama2.c checkpoint (.bin + tokenizer.bin) or a
-GGUF file — by local path, URL, or hub id (https://huggingface.co/<id>/resolve/main/<file>; the host
-follows $HF_ENDPOINT). Downloads are cached under ~/.cache/ember/hub/.
+GGUF file — by local path, URL, or hub id (<endpoint>/<id>/resolve/main/<file>; ember.hub resolves the
+source, downloads into its cache and picks the endpoint: $EMBER_HUB_ENDPOINT, else $HF_ENDPOINT).
 
     model, tok = load_llama("models/llama/demo")          # or "stories15M.bin", "x.gguf", "owner/name"
+
+This module dispatches on the format; the format readers (gguf.py, llama2c.py, the HF folder reader
+below) share names.py and never import this module.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import urllib.error
-import urllib.request
 
 import ember
 
 from . import names
 from .config import LlamaConfig
 from .model import Llama
+from .names import from_hf_state_dict  # noqa: F401  (its home was here; kept importable)
 from .tokenizer import LlamaTokenizer
 
 DEMO_DIR = os.path.join(os.path.dirname(__file__), "demo")
@@ -25,65 +26,13 @@ DEMO_DIR = os.path.join(os.path.dirname(__file__), "demo")
 
 # ============================================================================ sources: path, URL, hub id
 
-class Source:
-    """A folder-like place files are read from: a local directory or an http(s) base URL."""
-
-    def __init__(self, base: str, remote: bool):
-        self.base, self.remote = base, remote
-
-    def path(self, name: str, required: bool = True) -> str | None:
-        """Local path of `name` (downloaded into the cache first when remote); None if absent and optional."""
-        if not self.remote:
-            p = os.path.join(self.base, name)
-            if os.path.exists(p):
-                return p
-            if required:
-                raise FileNotFoundError(f"ember: {p} not found")
-            return None
-        return _download(self.base.rstrip("/") + "/" + name, required)
-
-
-def _cache_dir() -> str:
-    return os.path.join(os.environ.get("EMBER_CACHE", os.path.expanduser("~/.cache/ember")), "hub")
-
-
-def _download(url: str, required: bool) -> str | None:
-    dest = os.path.join(_cache_dir(), hashlib.sha256(url.encode()).hexdigest()[:24], os.path.basename(url))
-    if os.path.exists(dest):
-        return dest
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    try:
-        with urllib.request.urlopen(url, timeout=60) as r, open(dest + ".part", "wb") as f:
-            while chunk := r.read(1 << 20):
-                f.write(chunk)
-    except urllib.error.HTTPError as e:
-        if e.code == 404 and not required:
-            return None
-        raise FileNotFoundError(f"ember: cannot fetch {url}: HTTP {e.code}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise ConnectionError(f"ember: cannot fetch {url}: {getattr(e, 'reason', e)}") from None
-    os.replace(dest + ".part", dest)
-    return dest
-
-
-def resolve(src: str) -> tuple[Source, str | None]:
-    """src -> (where its files are, the single file's name for .bin/.gguf sources, else None)."""
-    src = os.fspath(src)
-    if src.startswith(("http://", "https://")):
-        if src.endswith((".gguf", ".bin")):
-            base, name = src.rsplit("/", 1)
-            return Source(base, True), name
-        return Source(src, True), None
-    if os.path.isdir(src):
-        return Source(src, False), None
-    if os.path.isfile(src):
-        return Source(os.path.dirname(os.path.abspath(src)), False), os.path.basename(src)
-    parts = src.split("/")
-    if len(parts) in (2, 3) and not src.startswith((".", "/")) and all(parts):
-        endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-        repo, name = "/".join(parts[:2]), (parts[2] if len(parts) == 3 else None)
-        return Source(f"{endpoint}/{repo}/resolve/main", True), name
-    raise FileNotFoundError(f"ember: llama model {src!r} is neither a file, a folder, a URL nor a hub id (owner/name)")
+def resolve(src: str):
+    """src -> (an ember.hub.Source where its files are, the single file's name for .bin/.gguf sources, else
+    None: a folder, or the folder of any other file named)."""
+    from ember import hub
+    source = hub.resolve(src)
+    name = source.file if source.file is not None and source.file.endswith((".gguf", ".bin")) else None
+    return source, name
 
 
 # ============================================================================ loaders
@@ -106,7 +55,8 @@ def load_llama(src: str | None = None, device=None, tokenizer: str | None = None
     return model.eval().requires_grad_(False), tok
 
 
-def load_hf(source: Source, tokenizer: str | None = None) -> tuple[Llama, LlamaTokenizer]:
+def load_hf(source, tokenizer: str | None = None) -> tuple[Llama, LlamaTokenizer]:
+    """A Hugging Face folder (an ember.hub.Source): config.json, model.safetensors or shards + index, tokenizer.json."""
     with open(source.path("config.json"), encoding="utf-8") as f:
         config = LlamaConfig.from_hf(json.load(f))
     index = source.path("model.safetensors.index.json", required=False)
@@ -118,21 +68,13 @@ def load_hf(source: Source, tokenizer: str | None = None) -> tuple[Llama, LlamaT
             sd.update(ember.load(source.path(s)))
     else:
         sd = ember.load(source.path("model.safetensors"))
-    model = from_hf_state_dict(sd, config, source=f"{source.base} safetensors")
+    model = names.from_hf_state_dict(sd, config, source=f"{source.base} safetensors")
     tok_path = tokenizer or source.path("tokenizer.json", required=False)
     tok = None
     if tok_path is not None:
         with open(tok_path, encoding="utf-8") as f:
             tok = LlamaTokenizer.from_json(f.read(), config.bos_token_id, config.eos_token_ids)
     return model, tok
-
-
-def from_hf_state_dict(sd: dict, config: LlamaConfig, source: str = "checkpoint") -> Llama:
-    """A Llama holding HF-named weights (any float dtype is computed in float32)."""
-    sd = {k: (v.float() if v.dtype is not ember.float32 else v) for k, v in sd.items()}
-    model = Llama(config)
-    model.load_state_dict(names.from_hf(sd, config, source))
-    return model
 
 
 def save_pretrained(model: Llama, out_dir: str, tokenizer_json: str | None = None, dtype: str = "float32"):

@@ -55,8 +55,9 @@ class Attention(nn.Module):
     def __init__(self, c: LlamaConfig):
         super().__init__()
         self.n_heads, self.n_kv, self.hd = c.n_heads, c.n_kv_heads, c.head_dim
+        # (n_heads * head_dim + 2 * n_kv_heads * head_dim, dim): q, k, v rows stacked
         self.qkv_proj = nn.Linear(c.dim, (c.n_heads + 2 * c.n_kv_heads) * c.head_dim, bias=False)
-        self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.dim, bias=False)
+        self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.dim, bias=False)  # (dim, n_heads * head_dim)
 
     def forward(self, x, rope, mask, cache, layer):
         B, T, _ = x.shape
@@ -82,8 +83,8 @@ class MLP(nn.Module):
     def __init__(self, c: LlamaConfig):
         super().__init__()
         self.hidden = c.hidden_dim
-        self.gate_up_proj = nn.Linear(c.dim, 2 * c.hidden_dim, bias=False)
-        self.down_proj = nn.Linear(c.hidden_dim, c.dim, bias=False)
+        self.gate_up_proj = nn.Linear(c.dim, 2 * c.hidden_dim, bias=False)  # (2 * hidden_dim, dim): gate | up
+        self.down_proj = nn.Linear(c.hidden_dim, c.dim, bias=False)  # (dim, hidden_dim)
 
     def forward(self, x):
         gu = self.gate_up_proj(x)                                       # (B, T, 2 * hidden)
@@ -96,8 +97,8 @@ class Block(nn.Module):
         super().__init__()
         self.self_attn = Attention(c)
         self.mlp = MLP(c)
-        self.input_layernorm = nn.RMSNorm(c.dim, eps=c.norm_eps)
-        self.post_attention_layernorm = nn.RMSNorm(c.dim, eps=c.norm_eps)
+        self.input_layernorm = nn.RMSNorm(c.dim, eps=c.norm_eps)  # (dim,)
+        self.post_attention_layernorm = nn.RMSNorm(c.dim, eps=c.norm_eps)  # (dim,)
 
     def forward(self, x, rope, mask, cache, layer):
         x = x + self.self_attn(self.input_layernorm(x), rope, mask, cache, layer)
@@ -107,9 +108,9 @@ class Block(nn.Module):
 class Backbone(nn.Module):
     def __init__(self, c: LlamaConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(c.vocab_size, c.dim)
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.dim)  # (vocab_size, dim)
         self.layers = nn.ModuleList([Block(c) for _ in range(c.n_layers)])
-        self.norm = nn.RMSNorm(c.dim, eps=c.norm_eps)
+        self.norm = nn.RMSNorm(c.dim, eps=c.norm_eps)  # (dim,)
 
 
 class Rope:
@@ -132,7 +133,7 @@ class Llama(nn.Module):
         self.config = c = config
         self.model = Backbone(c)
         if not c.tie_embeddings:
-            self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
+            self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)  # (vocab_size, dim)
         pos = np.arange(c.max_seq_len, dtype=np.float32)[:, None] * c.inv_freq()[None, :]   # (seq, hd / 2)
         ang = np.concatenate([pos, pos], -1)[:, None, :]                                        # (seq, 1, hd)
         half = c.head_dim // 2

@@ -1,10 +1,15 @@
 """Weight-name mapping between Hugging Face LlamaForCausalLM and ember's Llama (fused qkv_proj and
-gate_up_proj), with shape checks that name the tensor."""
+gate_up_proj), with shape checks that name the tensor; the rotary row layouts of llama.cpp / llama2.c.
+Every format reader (load.py's HF folders, gguf.py, llama2c.py) produces HF names and builds its Llama with
+from_hf_state_dict here; the readers import this module, never load.py (which dispatches to them)."""
 from __future__ import annotations
+
+import numpy as np
 
 import ember
 
 from .config import LlamaConfig
+from .model import Llama
 
 
 class LlamaWeightsError(ValueError):
@@ -30,19 +35,36 @@ def hf_shapes(c: LlamaConfig) -> dict:
 
 
 def check_hf(sd: dict, c: LlamaConfig, source: str = "checkpoint"):
-    """Raise LlamaWeightsError naming each missing / mis-shaped tensor (an lm_head equal to a tied
-    embedding is tolerated; rotary inv_freq buffers are ignored)."""
-    want = hf_shapes(c)
-    missing = [k for k in want if k not in sd]
-    bad = [f"{k}: checkpoint {tuple(sd[k].shape)} vs config {want[k]}" for k in want
-           if k in sd and tuple(sd[k].shape) != want[k]]
-    extra = [k for k in sd if k not in want and not k.endswith("rotary_emb.inv_freq") and
-             not (k == "lm_head.weight" and c.tie_embeddings)]
-    if missing or bad or extra:
-        parts = ([f"missing {missing[:8]}"] if missing else []) + ([f"mis-shaped {bad[:8]}"] if bad else []) + \
-                ([f"unexpected {extra[:8]}"] if extra else [])
-        raise LlamaWeightsError(f"ember: {source} does not match the llama config: " + "; ".join(parts))
+    """Raise LlamaWeightsError naming each missing / mis-shaped / unexpected tensor (an lm_head beside a
+    tied embedding and rotary inv_freq buffers are ignored). The check is nn's one strict check
+    (check_state_dict, as load_state_dict runs it), on the HF names before they are fused."""
+    from ember.nn.module import StateDictError, check_state_dict
+    sd = {k: v for k, v in sd.items()
+          if not k.endswith("rotary_emb.inv_freq") and not (k == "lm_head.weight" and c.tie_embeddings)}
+    try:
+        check_state_dict(hf_shapes(c), sd, strict=True, source=source, owner="Llama")
+    except StateDictError as e:
+        bad = [f"{k}: checkpoint {got} vs config {want}" for k, want, got in e.mismatched]
+        parts = ([f"missing {e.missing[:8]}"] if e.missing else []) + ([f"mis-shaped {bad[:8]}"] if bad else []) + \
+                ([f"unexpected {e.unexpected[:8]}"] if e.unexpected else [])
+        raise LlamaWeightsError(f"ember: {source} does not match the llama config: " + "; ".join(parts)) from e
 
+
+# ============================================================================ rotary row layouts
+
+def to_half_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Interleaved-pair rows -> rotate-half rows, per head: (n_heads * hd, dim) -> same shape."""
+    rows, dim = w.shape
+    return w.reshape(n_heads, rows // n_heads // 2, 2, dim).transpose(0, 2, 1, 3).reshape(rows, dim)
+
+
+def to_pair_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Rotate-half rows -> interleaved-pair rows (the inverse of to_half_layout)."""
+    rows, dim = w.shape
+    return w.reshape(n_heads, 2, rows // n_heads // 2, dim).transpose(0, 2, 1, 3).reshape(rows, dim)
+
+
+# ============================================================================ HF names <-> ember names
 
 def _cat_rows(ts):
     return ember.cat(ts, 0)
@@ -83,3 +105,11 @@ def to_hf(sd: dict, c: LlamaConfig) -> dict:
         else:
             out[k] = t
     return out
+
+
+def from_hf_state_dict(sd: dict, config: LlamaConfig, source: str = "checkpoint") -> Llama:
+    """A Llama holding HF-named weights (any float dtype is computed in float32)."""
+    sd = {k: (v.float() if v.dtype is not ember.float32 else v) for k, v in sd.items()}
+    model = Llama(config)
+    model.load_state_dict(from_hf(sd, config, source), source=source)
+    return model

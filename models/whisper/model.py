@@ -43,9 +43,9 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.n_head = n_head
         self.q_proj = Linear(n_state, n_state)  # (n_state, n_state)
-        self.k_proj = Linear(n_state, n_state, bias=False)  # Whisper's key has no bias
-        self.v_proj = Linear(n_state, n_state)
-        self.out_proj = Linear(n_state, n_state)
+        self.k_proj = Linear(n_state, n_state, bias=False)  # (n_state, n_state); Whisper's key has no bias
+        self.v_proj = Linear(n_state, n_state)  # (n_state, n_state)
+        self.out_proj = Linear(n_state, n_state)  # (n_state, n_state)
 
     def split_heads(self, x):  # (batch, seq, n_state) -> (batch, n_head, seq, head_dim)
         b, t, d = x.shape
@@ -75,13 +75,13 @@ class ResidualAttentionBlock(nn.Module):
     def __init__(self, n_state: int, n_head: int, n_ffn: int, cross_attention: bool):
         super().__init__()
         self.self_attn = MultiHeadAttention(n_state, n_head)
-        self.self_attn_layer_norm = nn.LayerNorm(n_state)
+        self.self_attn_layer_norm = nn.LayerNorm(n_state)  # (n_state,) weight and bias
         if cross_attention:
             self.encoder_attn = MultiHeadAttention(n_state, n_head)
-            self.encoder_attn_layer_norm = nn.LayerNorm(n_state)
+            self.encoder_attn_layer_norm = nn.LayerNorm(n_state)  # (n_state,)
         self.fc1 = Linear(n_state, n_ffn)  # (n_ffn, n_state)
         self.fc2 = Linear(n_ffn, n_state)  # (n_state, n_ffn)
-        self.final_layer_norm = nn.LayerNorm(n_state)
+        self.final_layer_norm = nn.LayerNorm(n_state)  # (n_state,)
 
     def forward(self, x, cache: KV | None = None, mask=None, cross: KV | None = None):
         a, cache = self.self_attn(self.self_attn_layer_norm(x), cache, mask)
@@ -102,7 +102,7 @@ class AudioEncoder(nn.Module):
         self.embed_positions = Embedding(dims.n_audio_ctx, d)  # (1500, d), sinusoids in the file
         self.layers = nn.ModuleList(ResidualAttentionBlock(d, dims.n_audio_head, dims.n_audio_ffn, False)
                                     for _ in range(dims.n_audio_layer))
-        self.layer_norm = nn.LayerNorm(d)
+        self.layer_norm = nn.LayerNorm(d)  # (d,)
 
     def forward(self, mel):
         """mel (batch, n_mels, 2 * n_audio_ctx) -> audio features (batch, n_audio_ctx, d)."""
@@ -127,7 +127,7 @@ class TextDecoder(nn.Module):
         self.embed_positions = Embedding(dims.n_text_ctx, d)  # (448, d)
         self.layers = nn.ModuleList(ResidualAttentionBlock(d, dims.n_text_head, dims.n_text_ffn, True)
                                     for _ in range(dims.n_text_layer))
-        self.layer_norm = nn.LayerNorm(d)
+        self.layer_norm = nn.LayerNorm(d)  # (d,)
 
     def cross_kv(self, audio_features) -> list[KV]:
         """Each layer's cross-attention keys/values for audio features (batch, 1500, d), computed

