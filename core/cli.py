@@ -40,15 +40,14 @@ def main_info(args=None):
                       f"threads={lib.get('num_threads')}")
     except ImportError:
         pass
+    from ember.device import _NOT_DEVICES, _REGISTRY, device_status
     print("devices:")
-    for name in ("cpu", "webgpu", "cuda"):
-        try:
-            be = ember.device(name).backend
-            desc = getattr(be, "description", "") or ""
-            print(f"  {name:7s} available {desc}".rstrip())
-        except Exception as e:  # show why a device is missing, never crash `info`
-            msg = str(e).replace("ember: ", "")
-            print(f"  {name:7s} not available ({msg.splitlines()[0][:120]})")
+    for name in _REGISTRY:
+        ok, why = device_status(name)  # only "library or hardware missing" is reported; other errors raise
+        print(f"  {name}: {'available' if ok else 'unavailable'} ({why})")
+    print("not device names (ember has no device aliases):")
+    for name, hint in _NOT_DEVICES.items():
+        print(f"  {name}: {hint}")
     return 0
 
 
