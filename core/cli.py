@@ -42,13 +42,21 @@ def main_info(args=None):
         pass
     from ember.device import _NOT_DEVICES, _REGISTRY, device_status
     print("devices:")
+    broken = 0
     for name in _REGISTRY:
-        ok, why = device_status(name)  # only "library or hardware missing" is reported; other errors raise
+        try:
+            ok, why = device_status(name)  # False: its library or hardware is missing here
+        except Exception:  # anything else is a bug in ember or the backend: show it and fail
+            import traceback
+            broken += 1
+            print(f"  {name}: BROKEN (not a missing library or GPU; ember.devices() raises this):")
+            print("    " + traceback.format_exc().rstrip().replace("\n", "\n    "))
+            continue
         print(f"  {name}: {'available' if ok else 'unavailable'} ({why})")
     print("not device names (ember has no device aliases):")
     for name, hint in _NOT_DEVICES.items():
         print(f"  {name}: {hint}")
-    return 0
+    return 1 if broken else 0
 
 
 def build_parser(argv):

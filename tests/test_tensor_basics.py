@@ -146,7 +146,7 @@ def test_gpu_names_that_are_not_devices_say_which_is(name):
         ember.device(name)
 
 
-def test_a_broken_backend_is_loud_not_unavailable(monkeypatch):
+def test_a_broken_backend_is_loud_not_unavailable(monkeypatch, capsys):
     # only "library or hardware missing" drops a device from ember.devices() (and the parity suite)
     D = sys.modules["ember.device"]  # (ember.device is the function)
     monkeypatch.setattr(D, "_REGISTRY", dict(D._REGISTRY))
@@ -164,6 +164,11 @@ def test_a_broken_backend_is_loud_not_unavailable(monkeypatch):
     D.register_backend("buggygpu", "ember_test_buggy_backend", "Backend")
     with pytest.raises(ZeroDivisionError):
         ember.devices()
+    from ember.cli import main_info
+    assert main_info() == 1  # ember info shows the other devices, the traceback, and fails
+    out = capsys.readouterr().out
+    assert "  buggygpu: BROKEN" in out and "ZeroDivisionError: a bug in the backend's constructor" in out
+    assert "  cpu: available" in out
 
 
 def test_info_shows_each_device_and_why_not(capsys):
