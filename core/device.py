@@ -83,7 +83,7 @@ def _load_backend(type: str, index: int):
 
 
 def _is_ember_module(name) -> bool:
-    return name is None or name == "ember" or name.startswith("ember.")
+    return name is not None and (name == "ember" or name.startswith("ember."))
 
 
 def device(spec="cpu") -> Device:
@@ -139,9 +139,8 @@ def device_status(name: str) -> tuple[bool, str]:
         return False, str(e).replace("ember: ", "").splitlines()[0]
     if not getattr(be, "available", True):
         return False, getattr(be, "unavailable_reason", "the backend reports itself unavailable")
-    adapter = getattr(be, "adapter", None)
-    plain = type(be).__repr__ is object.__repr__
-    return True, getattr(be, "description", "") or getattr(adapter, "info", "") or (type(be).__name__ if plain else repr(be))
+    desc = getattr(be, "description", "") or getattr(getattr(be, "adapter", None), "info", "")  # webgpu: the adapter
+    return True, desc or (type(be).__name__ if type(be).__repr__ is object.__repr__ else repr(be))
 
 
 def devices() -> list[str]:
