@@ -40,16 +40,23 @@ def main_info(args=None):
                       f"threads={lib.get('num_threads')}")
     except ImportError:
         pass
+    from ember.device import _NOT_DEVICES, _REGISTRY, device_status
     print("devices:")
-    for name in ("cpu", "webgpu", "cuda"):
+    broken = 0
+    for name in _REGISTRY:
         try:
-            be = ember.device(name).backend
-            desc = getattr(be, "description", "") or ""
-            print(f"  {name:7s} available {desc}".rstrip())
-        except Exception as e:  # show why a device is missing, never crash `info`
-            msg = str(e).replace("ember: ", "")
-            print(f"  {name:7s} not available ({msg.splitlines()[0][:120]})")
-    return 0
+            ok, why = device_status(name)  # False: its library or hardware is missing here
+        except Exception:  # anything else is a bug in ember or the backend: show it and fail
+            import traceback
+            broken += 1
+            print(f"  {name}: BROKEN (not a missing library or GPU; ember.devices() raises this):")
+            print("    " + traceback.format_exc().rstrip().replace("\n", "\n    "))
+            continue
+        print(f"  {name}: {'available' if ok else 'unavailable'} ({why})")
+    print("not device names (ember has no device aliases):")
+    for name, hint in _NOT_DEVICES.items():
+        print(f"  {name}: {hint}")
+    return 1 if broken else 0
 
 
 def build_parser(argv):

@@ -13,13 +13,23 @@ _REGISTRY = {
     "webgpu": ("ember.webgpu.backend", "WebGPUBackend", "ember[webgpu]  (pip install wgpu)"),
     "cuda": ("ember.backends.cuda_backend", "CudaBackend", "ember[cuda]  (pip install cupy-cuda12x)"),
 }
-_ALIASES = {"metal": "webgpu", "wgpu": "webgpu", "gpu": "webgpu"}
+# Exceptions a backend's constructor raises when its library or hardware is missing on this machine,
+# besides DeviceError: webgpu's adapters raise AdapterError ("needs the `wgpu` package", "no WebGPU
+# adapter found"). Named by path so that listing devices imports no GPU module that is not asked for.
+_UNAVAILABLE_ERRORS = {"webgpu": ("ember.webgpu.adapter_native", "AdapterError")}
+# Names that are not devices, with what to say instead. There are no aliases: one name per backend.
+_NOT_DEVICES = {
+    "metal": "use 'webgpu' (it runs on Metal through wgpu on macOS)",
+    "wgpu": "use 'webgpu'",
+    "gpu": "use 'webgpu' or 'cuda'",
+    "mps": "use 'webgpu' (it runs on Metal through wgpu on macOS)",
+}
 _BACKENDS: dict = {}  # (type, index) -> backend instance
 _DEVICES: dict = {}
 
 
 class DeviceError(RuntimeError):
-    """A device was asked for whose library or hardware is missing."""
+    """A device was asked for whose library or hardware is missing (or a name that is no device)."""
 
 
 def register_backend(name: str, module: str, attr: str, extra: str | None = None) -> None:
@@ -63,11 +73,17 @@ def _load_backend(type: str, index: int):
     try:
         mod = importlib.import_module(mod_name)
     except ImportError as e:
+        if _is_ember_module(e.name):  # a module of ember itself is broken: a bug, not a missing library
+            raise
         hint = f"; install {extra}" if extra else ""
         raise DeviceError(f"ember: device '{type}' is not available: {e}{hint}") from e
     be = getattr(mod, attr)(index)
     _BACKENDS[key] = be
     return be
+
+
+def _is_ember_module(name) -> bool:
+    return name is not None and (name == "ember" or name.startswith("ember."))
 
 
 def device(spec="cpu") -> Device:
@@ -80,7 +96,9 @@ def device(spec="cpu") -> Device:
     if not isinstance(spec, str):
         raise TypeError(f"ember: device must be a string or ember.device, got {type(spec).__name__}")
     name, _, idx = spec.partition(":")
-    name = _ALIASES.get(name.strip().lower(), name.strip().lower())
+    name = name.strip().lower()
+    if name in _NOT_DEVICES:
+        raise DeviceError(f"ember: '{spec}' is not a device name; {_NOT_DEVICES[name]}")
     if name not in _REGISTRY:
         raise DeviceError(f"ember: unknown device '{spec}'; known: {', '.join(_REGISTRY)}")
     try:
@@ -94,14 +112,38 @@ def device(spec="cpu") -> Device:
 CPU = device("cpu")
 
 
-def devices() -> list[str]:
-    """Names of the devices that work on this machine (tries each backend; never raises)."""
-    found = []
-    for name in _REGISTRY:
+def _unavailable_errors(name) -> tuple:
+    errors = [DeviceError]
+    where = _UNAVAILABLE_ERRORS.get(name)
+    if where:
         try:
-            be = device(name).backend
-            if getattr(be, "available", True):
-                found.append(name)
-        except Exception:  # a missing library or adapter just means "not available"
-            pass
-    return found
+            errors.append(getattr(importlib.import_module(where[0]), where[1]))
+        except ImportError as e:
+            if _is_ember_module(e.name):
+                raise
+    return tuple(errors)
+
+
+def device_status(name: str) -> tuple[bool, str]:
+    """(True, description) when `name` works here; (False, why not) when its library or hardware is missing.
+
+    Only the backend's "not available" signals count as unavailable: DeviceError (a missing library, no
+    GPU) and the errors named in _UNAVAILABLE_ERRORS (webgpu: no wgpu, no adapter). Anything else -- a
+    broken ember module, a bug in a backend's constructor -- raises, so it cannot silently drop a device.
+    """
+    try:
+        be = device(name).backend
+    except Exception as e:
+        if not isinstance(e, _unavailable_errors(name)):
+            raise
+        return False, str(e).replace("ember: ", "").splitlines()[0]
+    if not getattr(be, "available", True):
+        return False, getattr(be, "unavailable_reason", "the backend reports itself unavailable")
+    desc = getattr(be, "description", "") or getattr(getattr(be, "adapter", None), "info", "")  # webgpu: the adapter
+    return True, desc or (type(be).__name__ if type(be).__repr__ is object.__repr__ else repr(be))
+
+
+def devices() -> list[str]:
+    """Names of the devices that work on this machine. A device whose library or hardware is missing is
+    left out (`ember info` shows why); any other error while building a backend raises."""
+    return [name for name in _REGISTRY if device_status(name)[0]]

@@ -76,10 +76,20 @@ class _EmberOn:
         return ember.tensor(data, **kw)
 
 
+def _is_float(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dtype.is_floating_point
+
+
 def check(fn, shapes, device="cpu", dtype="float32", grad=True, atol=None, rtol=None, low=-2.0, high=2.0,
           inputs=None, transpose=False, grad_atol=None, dtypes=None):
-    """Forward and (for float dtypes) backward parity of fn against torch."""
-    dtypes = dtypes or [dtype] * len(shapes if inputs is None else inputs)
+    """Forward and (for float dtypes) backward parity of fn against torch.
+
+    Strict on purpose: ember must return as many outputs as torch, every float output torch can
+    differentiate takes part in the backward pass (a random weighted sum of all of them), and an input
+    gradient ember produces where torch has none must be all zeros."""
+    n_in = len(shapes if inputs is None else inputs)
+    dtypes = dtypes or [dtype] * n_in
+    assert len(dtypes) == n_in, f"test bug: {len(dtypes)} dtypes for {n_in} inputs"
     arrays = inputs if inputs is not None else [make(s, d, low, high, transpose=transpose) for s, d in zip(shapes, dtypes)]
     a0, r0 = TOL.get(dtype, (0, 0))
     atol, rtol = atol if atol is not None else a0, rtol if rtol is not None else r0
@@ -88,26 +98,42 @@ def check(fn, shapes, device="cpu", dtype="float32", grad=True, atol=None, rtol=
     et = [_to_ember(a, d, g, device, transpose) for a, d, g in zip(arrays, dtypes, grads)]
     want = fn(torch, *tt)
     got = fn(_EmberOn(device), *et)
-    outs_w = want if isinstance(want, (tuple, list)) else [want]
-    outs_g = got if isinstance(got, (tuple, list)) else [got]
-    for i, (g, w) in enumerate(zip(outs_g, outs_w)):
+    many_w, many_g = isinstance(want, (tuple, list)), isinstance(got, (tuple, list))
+    assert many_w == many_g, f"torch returns {type(want).__name__}, ember {type(got).__name__}"
+    outs_w = list(want) if many_w else [want]
+    outs_g = list(got) if many_g else [got]
+    assert len(outs_g) == len(outs_w), f"ember returns {len(outs_g)} outputs, torch {len(outs_w)}"
+    for i, (g, w) in enumerate(zip(outs_g, outs_w, strict=True)):
         compare(g, w, atol, rtol, f"forward output {i}")
         if isinstance(w, torch.Tensor):
             assert str(g.dtype).replace("ember.", "") == str(w.dtype).replace("torch.", ""), \
-                f"dtype {g.dtype} != torch {w.dtype}"
+                f"output {i}: dtype {g.dtype} != torch {w.dtype}"
     if not any(grads):
         return got
-    w0, g0 = outs_w[0], outs_g[0]
-    if not (isinstance(w0, torch.Tensor) and w0.requires_grad):
+    # every output torch can differentiate, weighted by its own random upstream gradient
+    diff = [i for i, w in enumerate(outs_w) if _is_float(w) and w.requires_grad]
+    if not diff:
         return got
     rng = np.random.default_rng(1)
-    up = rng.uniform(-1, 1, size=tuple(w0.shape)).astype(np.float32)
-    w0.backward(torch.tensor(up).to(w0.dtype))
-    g0.backward(ember.tensor(up, dtype=g0.dtype, device=device))
+    loss_w = loss_g = 0
+    for i in diff:
+        w, g = outs_w[i], outs_g[i]
+        assert g.requires_grad, f"output {i}: torch can differentiate it, ember's has no gradient graph"
+        up = rng.uniform(-1, 1, size=tuple(w.shape)).astype(np.float32)
+        loss_w = loss_w + (w.float() * torch.tensor(up)).sum()
+        loss_g = loss_g + (g.float() * ember.tensor(up, device=device)).sum()
+    loss_w.backward()
+    loss_g.backward()
     ga = grad_atol if grad_atol is not None else atol * 10
-    for i, (e, t) in enumerate(zip(et, tt)):
-        if t.grad is None:
+    for i, (e, t) in enumerate(zip(et, tt, strict=True)):
+        if t.grad is None:  # torch: not differentiable here / not reached; ember may only say the same
+            if e.grad is not None:
+                eg = _np(e.grad)
+                assert not np.any(eg), (f"input {i}: torch has no gradient, ember's is nonzero "
+                                        f"(max |g| {np.max(np.abs(eg)):.3g})")
             continue
         assert e.grad is not None, f"input {i}: torch has a gradient, ember has none"
+        assert str(e.grad.dtype).replace("ember.", "") == str(t.grad.dtype).replace("torch.", ""), \
+            f"gradient of input {i}: dtype {e.grad.dtype} != torch {t.grad.dtype}"
         compare(e.grad, t.grad, ga, rtol * 10, f"gradient of input {i}")
     return got

@@ -23,6 +23,7 @@ import pytest
 
 from ember.quant import codec
 from ember.quant import ggml_types as T
+from expected_skips import missing
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as G  # noqa: E402
@@ -103,7 +104,7 @@ def _ggml_reference_lib():
     """Compile ggml-quants.c (from the llama-cpp-python sdist, cached under ~/.cache/ember) into a .so."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler to build the ggml-quants.c reference")
+        missing("no C compiler to build the ggml-quants.c reference")
     from ember import hub
     cache = hub.cache_dir("llama-cpp")
     lib = cache / f"libggml_quants_ref-{LLAMA_CPP_PY}.so"
@@ -113,7 +114,7 @@ def _ggml_reference_lib():
     try:
         sdist = hub.fetch_pypi("llama-cpp-python", LLAMA_CPP_PY, sdist=True, timeout=600)
     except hub.HubError:
-        pytest.skip("cannot download the llama-cpp-python sdist for the ggml C reference")
+        missing("cannot download the llama-cpp-python sdist for the ggml C reference")
     root = f"llama_cpp_python-{LLAMA_CPP_PY}/vendor/llama.cpp/ggml"
     src = cache / "ggml-src"
     with tarfile.open(sdist) as tf:
@@ -133,7 +134,7 @@ def _ggml_reference_lib():
                         str(src / "src" / "ggml-quants.c"), str(stubs), "-lm", "-o", str(lib)],
                        capture_output=True, text=True, timeout=300)
     if r.returncode:
-        pytest.skip(f"cannot compile ggml-quants.c: {r.stderr[-500:]}")
+        missing(f"cannot compile ggml-quants.c: {r.stderr[-500:]}")
     return ctypes.CDLL(str(lib))
 
 

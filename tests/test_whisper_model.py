@@ -20,6 +20,7 @@ from ember.models.whisper import audio
 from ember.models.whisper.config import WhisperConfig, WhisperConfigError
 from ember.models.whisper.load import WhisperLoadError, load_state, load_whisper
 from ember.models.whisper.model import Whisper, WhisperShapeError
+from expected_skips import missing
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -30,7 +31,7 @@ def tiny_en():
     try:
         return ensure_tiny_en()
     except WhisperFetchError as e:
-        pytest.skip(f"tiny.en not available: {e}")
+        missing(f"tiny.en not available: {e}")
 
 
 def make_random_folder(folder, max_length=24, seed=0):
