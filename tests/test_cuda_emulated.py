@@ -332,3 +332,30 @@ def test_qtensor_matmul_fused_on_a_device_with_qmatmul_composed_on_cpu(qtype, m)
     assert str(fused.device) == "cudaemu" and fused.dtype == ember.float32 and fused.shape == (2, m, 48)
     np.testing.assert_allclose(fused.numpy(), composed.numpy(), rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(composed.numpy(), x @ w.numpy().T, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_rotary_embedding_fused_rope_matches_composed(dtype):
+    import ember
+    from ember.nn import functional as F
+    ember.register_backend("cudaemu", __name__, "EmulatedKernels")
+    B, Tn, H, Dh = 2, 6, 3, 8
+    x = rnd(B, Tn, H, Dh)
+    ang = np.outer(np.arange(Tn), 1.0 / 10000 ** (np.arange(0, Dh, 2) / Dh)).astype(np.float32)  # (T, D/2)
+    cos, sin = np.cos(ang), np.sin(ang)
+    composed = F.rotary_embedding(ember.tensor(x, dtype=dtype), ember.tensor(cos), ember.tensor(sin))  # cpu: no rope
+    be = ember.device("cudaemu").backend
+    n0 = len(be.launches)
+    fused = F.rotary_embedding(ember.tensor(x, dtype=dtype, device="cudaemu"), ember.tensor(cos, device="cudaemu"),
+                               ember.tensor(sin, device="cudaemu"))
+    assert be.launches[n0:] == ["rope_" + {"float32": "f32", "bfloat16": "bf16"}[dtype]]
+    assert fused.dtype == composed.dtype == D.get(dtype) and fused.shape == (B, Tn, H, Dh)
+    tx = _ref(x, dtype)
+    c2, s2 = (torch.tensor(np.concatenate([a, a], -1))[None, :, None] for a in (cos, sin))     # (1, T, 1, D)
+    want = (tx * c2 + torch.cat([-tx[..., Dh // 2:], tx[..., : Dh // 2]], -1) * s2).numpy()  # HF rotate_half
+    for got in (fused, composed):
+        np.testing.assert_allclose(got.float().numpy(), want, atol=TOL[dtype] * 4, rtol=TOL[dtype])
+    xg = ember.tensor(x, device="cudaemu", requires_grad=True)      # recording a gradient: composed, differentiable
+    n0 = len(be.launches)
+    F.rotary_embedding(xg, ember.tensor(cos, device="cudaemu"), ember.tensor(sin, device="cudaemu")).sum().backward()
+    assert not any(k.startswith("rope_") for k in be.launches[n0:]) and xg.grad.shape == xg.shape
