@@ -45,7 +45,7 @@ class ArrayModuleBackend(Backend):
     on_host = False  # True where reading a value back is free (numpy): branch on data instead of computing both
 
     def __init__(self, xp, index=0):
-        self.xp, self.index, self._ndarray = xp, index, xp.ndarray
+        self.xp, self.index, self._ndarray, self._asarray = xp, index, xp.ndarray, xp.asarray
         self._unary = {k: getattr(xp, v) for k, v in _UNARY.items()}
         self._unary.update(rsqrt=self._rsqrt, erf=self._erf, sign=self._sign, sigmoid=self._sigmoid,
                            recip=self._recip)
@@ -160,12 +160,12 @@ class ArrayModuleBackend(Backend):
         barr = b.__class__ is self._ndarray
         if a.dtype is _BF16:
             y = self._binary[op](self._up(a), self._up(b) if barr else b)
-            return self.xp.asarray(y) if op in _CMP else self._down(y)
+            return self._asarray(y) if op in _CMP else self._down(y)
         if op == "pow" and a.dtype.kind in "iu" and not barr and b < 0:
             raise ValueError("ember: integer tensor to a negative integer power")
         y = self._binary[op](a, b)
         if y.__class__ is not self._ndarray:  # ufuncs on 0-d arrays return numpy scalars
-            y = self.xp.asarray(y)
+            y = self._asarray(y)
         return y if y.dtype is a.dtype or op in _CMP else y.astype(a.dtype)
 
     def where(self, cond, a, b):
@@ -192,7 +192,7 @@ class ArrayModuleBackend(Backend):
     def reduce(self, op, x, axes, keepdim):
         f = self._reduce[op]
         if x.dtype is _F32:
-            return self.xp.asarray(f(x, axis=axes, keepdims=keepdim))
+            return self._asarray(f(x, axis=axes, keepdims=keepdim))
         if x.dtype is _BF16:
             return self._down(f(self._up(x), axis=axes, keepdims=keepdim))
         if x.dtype is _F16 and op in ("sum", "prod"):

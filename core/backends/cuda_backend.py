@@ -33,7 +33,6 @@ except Exception as e:  # ImportError, or a CuPy build whose CUDA libraries fail
 
 allow_tf32 = False  # float32 matmuls may use TF32 tensor cores (10-bit mantissa) only when set True
 
-_FLOAT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 _ROW_MAX_THREADS = 1024
 _ATT_WARPS, _ATT_MAX_D = 4, 256        # as attention.cu
 _QMV_MAX_M, _QMV_WARPS = 8, 4          # as quant.cu
@@ -62,7 +61,7 @@ class FusedKernels(ArrayModuleBackend):
         raise NotImplementedError
 
     def _suffix(self, x):
-        return _FLOAT.get(self.dtype_of(x).name)
+        return K.SUFFIX.get(self.dtype_of(x).name)
 
     # -- softmax family and norms: one block per row of the last axis --------------------------------
     def _rows(self, x, axis):

@@ -16,6 +16,7 @@ import numpy as np
 from .. import dtypes as D
 from .array_module_backend import _BF16, _F16, _F32, _HALF, ArrayModuleBackend
 from .cpu_matmul import NO_BLAS, einsum_matmul, mm
+from .numpy_conv import conv as _conv_im2col
 
 _ATTN_BLOCK = 1 << 19  # (L, S) scores above this many elements are computed a block of query rows at a time
 _GELU_CHUNK = 1 << 15  # elements per chunk of the fused GELU
@@ -70,8 +71,7 @@ class NumpyBackend(ArrayModuleBackend):
         return np.matmul(a, b)
 
     def _conv(self, x, w, stride, padding, dilation, groups):
-        from .numpy_conv import conv  # sliding windows, bands of output rows, one BLAS call per band
-        return conv(x, w, stride, padding, dilation, groups)
+        return _conv_im2col(x, w, stride, padding, dilation, groups)  # sliding windows, bands of rows, BLAS
 
     # -- fused (optional) ---------------------------------------------------------------------------
     def attention(self, q, k, v, mask, scale, causal):
