@@ -28,6 +28,8 @@ def import_time(mod):
 
 
 def main():
+    from ember.backends.cpu_malloc import keep_freed_memory
+    keep_freed_memory()  # as the ember CLI does (EMBER_MALLOC_TUNING=0 opts out)
     import torch
 
     import ember

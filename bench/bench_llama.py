@@ -202,6 +202,8 @@ def count_ops(m, prompt):
 
 
 def main():
+    from ember.backends.cpu_malloc import keep_freed_memory
+    keep_freed_memory()  # as the ember CLI does (EMBER_MALLOC_TUNING=0 opts out)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)

@@ -43,6 +43,8 @@ def _peak_mib(fn):
 
 
 def main(argv=None):
+    from ember.backends.cpu_malloc import keep_freed_memory
+    keep_freed_memory()  # as the ember CLI does (EMBER_MALLOC_TUNING=0 opts out)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])

@@ -126,6 +126,8 @@ def measure(engine: str, clip: Path, threads: int, repeats: int):
 
 
 def main(argv=None):
+    from ember.backends.cpu_malloc import keep_freed_memory
+    keep_freed_memory()  # as the ember CLI does (EMBER_MALLOC_TUNING=0 opts out)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per process (median)")
     ap.add_argument("--rounds", type=int, default=3, help="fresh processes per engine (best reported)")

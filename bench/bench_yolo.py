@@ -58,7 +58,7 @@ def timed_pair(fa, fb, repeat, rounds=3):
 
 
 def breakdown(fn):
-    """Seconds of one call spent inside the numpy backend's conv (im2col copies included) and its
+    """Seconds of one call spent inside the cpu backend's conv (im2col copies included) and its
     sigmoid, and everything else (bias adds, SiLU products, concats, head), from cProfile cumtimes."""
     pr = cProfile.Profile()
     t = time.perf_counter()
@@ -70,13 +70,15 @@ def breakdown(fn):
     for (path, _, name), (_, _, _, cum, _) in pstats.Stats(pr).stats.items():
         if path.endswith("numpy_conv.py") and name == "conv":
             parts["conv"] += cum
-        elif path.endswith("numpy_backend.py") and "sigmoid" in name:
+        elif path.endswith("array_module_backend.py") and "sigmoid" in name:
             parts["sigmoid"] += cum
     parts["other"] = total - parts["conv"] - parts["sigmoid"]
     return {k: round(v, 3) for k, v in parts.items()}
 
 
 def main(argv=None):
+    from ember.backends.cpu_malloc import keep_freed_memory
+    keep_freed_memory()  # as the ember CLI does (EMBER_MALLOC_TUNING=0 opts out)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="BLAS and onnxruntime threads (default: library default)")

@@ -549,7 +549,7 @@ def conv_input_grad(g, w, x_shape, stride, padding, dilation, groups):
 def conv_weight_grad(g, x, w_shape, stride, padding, dilation, groups):
     nd = x.ndim - 2
     n, c = x.shape[:2]
-    o, k = w_shape[0], w_shape[2:]
+    k = w_shape[2:]
     cg = c // groups
     if any(padding):
         x = prim_pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding], 0.0)

@@ -89,6 +89,8 @@ def main(argv=None):
     if func is None:
         parser.parse_args([args.command, "--help"])
         return 2
+    from .backends.cpu_malloc import keep_freed_memory
+    keep_freed_memory()  # an application's choice, not the library's: EMBER_MALLOC_TUNING=0 opts out
     try:
         return func(args) or 0
     except KeyboardInterrupt:

@@ -2,26 +2,26 @@
 
 Every user-facing op in ember (Tensor methods, ember.nn.functional) is composed in the tensor
 layer from these primitives, so a new backend (webgpu, cuda, ...) only writes this list.
-Backend arrays are opaque handles; the tensor layer never looks inside them. The numpy backend
-(ember/backends/numpy_backend.py) is the reference and documents each primitive's semantics in code.
+Backend arrays are opaque handles; the tensor layer never looks inside them. The array-module backend
+(ember/backends/array_module_backend.py, run by the CPU backend over numpy and the CUDA backend over CuPy)
+is the reference and documents each primitive's semantics in code.
 
 Conventions
 - `x`, `a`, `b`, ... are backend arrays; shapes are tuples of ints; axes are non-negative ints.
 - dtypes are `ember.dtypes.DType`; bfloat16 arrays compute in float32 and round back (RNE).
 - Elementwise ops broadcast with numpy rules; `b` of `binary` may be a Python scalar.
-- Movement ops may return views; results are never written to in place by the tensor layer,
-  except through `setitem_flat`'s explicit copy.
+- Movement ops may return views; results are never written to in place by the tensor layer.
 
-Families (29 primitives):
-  transfer     from_numpy, to_numpy, full, arange
+Families (29 primitives, 40 with the optional fused ones; to_numpy_async is to_numpy's awaitable form):
+  transfer     from_numpy, to_numpy (+ to_numpy_async, default: to_numpy), full, arange
   elementwise  unary(op), binary(op), where, cast
   reduce       reduce(op), arg_reduce(op), cumsum, argsort
   movement     reshape, permute, expand, slice, pad, cat, contiguous
   compute      matmul, conv
   indexing     gather, index_select, scatter
   meta         shape, dtype_of, synchronize, supports, weight_layout (default: unchanged)
-  optional     softmax, log_softmax, layer_norm, rms_norm, attention, gelu, silu, linear, conv_bias
-               (fused; None = compose)
+  optional     softmax, log_softmax, layer_norm, rms_norm, attention, gelu, silu, linear, conv_bias,
+               qmatmul, rope (fused; None = compose)
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ BINARY_OPS = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "
 REDUCE_OPS = ("sum", "max", "min", "prod")
 ARG_REDUCE_OPS = ("argmax", "argmin")
 FUSED_OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "attention", "gelu", "silu", "linear",
-             "conv_bias")
+             "conv_bias", "qmatmul", "rope")
 
 
 class Backend:
@@ -52,6 +52,11 @@ class Backend:
     def to_numpy(self, x):
         """backend array -> numpy storage array (bf16 as uint16 bits); a copy the caller may keep."""
         self._missing("to_numpy")
+
+    async def to_numpy_async(self, x):
+        """to_numpy as an awaitable, for backends whose reads are asynchronous (WebGPU in a page without
+        JSPI overrides it); the default reads synchronously."""
+        return self.to_numpy(x)
 
     def full(self, shape, value, dtype):
         self._missing("full")
@@ -170,3 +175,9 @@ class Backend:
     silu = None          # (x) -> x * sigmoid(x)
     linear = None        # (x, w, b) -> x @ w.T + b, w (out, in), b (out,)
     conv_bias = None     # (x, w, b, stride, padding, dilation, groups) -> conv(...) + b per output channel
+    qmatmul = None       # (x, raw, qtype, shape) -> float32 (..., N) = x @ dequantize(W).T for x (..., K) float;
+    #                      W (N, K) as GGML blocks: raw uint8 (N, row_bytes) host array, qtype the
+    #                      ember.quant.GGMLType descriptor (name, block_size, type_size, row_bytes(),
+    #                      dequantize_rows()); composed: ember.quant.qmatmul on the host
+    rope = None          # (x, cos, sin) -> rotate-half rotary embedding of x (B, T, H, D) in x's dtype,
+    #                      cos/sin (T, D / 2) float32: [x1 c - x2 s, x2 c + x1 s] with x1, x2 the halves of D

@@ -288,13 +288,19 @@ def _suite(files, select=()):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, EMBER_TEST_DEVICES="cpu,cudaemu",
                PYTHONPATH=os.pathsep.join([os.path.join(root, "tests"), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-c", _RUN, "-q", "-rf", "-p", "no:cacheprovider", *select, *files],
+    r = subprocess.run([sys.executable, "-c", _RUN, "-q", "-rA", "-p", "no:cacheprovider", *select, *files],
                        cwd=root, env=env, capture_output=True, text=True, timeout=1800)
-    assert r.returncode in (0, 1), r.stdout[-4000:] + r.stderr[-2000:]  # 1: some test failed, judged below
-    failed = {line.split()[1] for line in r.stdout.splitlines() if line.startswith("FAILED ")}
+    # 1: some test failed, judged below; anything else (2 collection error, 5 no tests ran, ...) fails here
+    assert r.returncode in (0, 1), f"exit {r.returncode}\n" + r.stdout[-4000:] + r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    errors = [line for line in lines if line.startswith("ERROR ")]
+    assert not errors, "errors (setup, teardown or collection) in the parity run:\n" + "\n".join(errors[:20])
+    failed = {line.split()[1] for line in lines if line.startswith("FAILED ")}
     on_emu = {f.replace("[cudaemu", "[DEV") for f in failed if "[cudaemu" in f}
     on_cpu = {f.replace("[cpu", "[DEV") for f in failed if "[cpu" in f}
     assert on_emu <= on_cpu, f"fail on the emulated cuda backend only: {sorted(on_emu - on_cpu)}\n{r.stdout[-3000:]}"
+    passed_emu = [line for line in lines if line.startswith("PASSED ") and "[cudaemu" in line]
+    assert passed_emu, "no test ran on the emulated cuda backend:\n" + r.stdout[-2000:]
     assert re.search(r"\d+ passed", r.stdout), r.stdout[-2000:]
 
 
@@ -305,3 +311,51 @@ def test_fused_op_parity_on_emulated_cuda_backend():
 @pytest.mark.slow
 def test_full_op_parity_suite_on_emulated_cuda_backend():
     _suite(_SUITE_SLOW)
+
+
+# ------------------------------------------------------------------ qmatmul through the tensor layer's dispatch
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_k"])
+@pytest.mark.parametrize("m", [1, 40])
+def test_qtensor_matmul_fused_on_a_device_with_qmatmul_composed_on_cpu(qtype, m):
+    import ember
+    ember.register_backend("cudaemu", __name__, "EmulatedKernels")
+    w = QTensor.quantize(rnd(48, 256, seed=11), qtype)
+    x = rnd(2, m, 256, seed=12)
+    assert getattr(ember.device("cpu").backend, "qmatmul", None) is None
+    composed = w.matmul_t(ember.tensor(x))                          # cpu: no fused op, on the host
+    xd = ember.tensor(x, device="cudaemu")
+    be = xd.device.backend
+    n0 = len(be.launches)
+    fused = w.matmul_t(xd)                                          # (2, m, 48) through CudaBackend's qmatmul code
+    assert be.launches[n0:] and all(k == ("qmatvec_" if 2 * m <= 32 else "dequant_") + qtype for k in be.launches[n0:])
+    assert str(fused.device) == "cudaemu" and fused.dtype == ember.float32 and fused.shape == (2, m, 48)
+    np.testing.assert_allclose(fused.numpy(), composed.numpy(), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(composed.numpy(), x @ w.numpy().T, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_rotary_embedding_fused_rope_matches_composed(dtype):
+    import ember
+    from ember.nn import functional as F
+    ember.register_backend("cudaemu", __name__, "EmulatedKernels")
+    B, Tn, H, Dh = 2, 6, 3, 8
+    x = rnd(B, Tn, H, Dh)
+    ang = np.outer(np.arange(Tn), 1.0 / 10000 ** (np.arange(0, Dh, 2) / Dh)).astype(np.float32)  # (T, D/2)
+    cos, sin = np.cos(ang), np.sin(ang)
+    composed = F.rotary_embedding(ember.tensor(x, dtype=dtype), ember.tensor(cos), ember.tensor(sin))  # cpu: no rope
+    be = ember.device("cudaemu").backend
+    n0 = len(be.launches)
+    fused = F.rotary_embedding(ember.tensor(x, dtype=dtype, device="cudaemu"), ember.tensor(cos, device="cudaemu"),
+                               ember.tensor(sin, device="cudaemu"))
+    assert be.launches[n0:] == ["rope_" + {"float32": "f32", "bfloat16": "bf16"}[dtype]]
+    assert fused.dtype == composed.dtype == D.get(dtype) and fused.shape == (B, Tn, H, Dh)
+    tx = _ref(x, dtype)
+    c2, s2 = (torch.tensor(np.concatenate([a, a], -1))[None, :, None] for a in (cos, sin))     # (1, T, 1, D)
+    want = (tx * c2 + torch.cat([-tx[..., Dh // 2:], tx[..., : Dh // 2]], -1) * s2).numpy()  # HF rotate_half
+    for got in (fused, composed):
+        np.testing.assert_allclose(got.float().numpy(), want, atol=TOL[dtype] * 4, rtol=TOL[dtype])
+    xg = ember.tensor(x, device="cudaemu", requires_grad=True)      # recording a gradient: composed, differentiable
+    n0 = len(be.launches)
+    F.rotary_embedding(xg, ember.tensor(cos, device="cudaemu"), ember.tensor(sin, device="cudaemu")).sum().backward()
+    assert not any(k.startswith("rope_") for k in be.launches[n0:]) and xg.grad.shape == xg.shape

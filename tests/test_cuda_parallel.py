@@ -9,7 +9,7 @@ import ember
 import ember.nn.functional as F
 from ember import nn
 from ember.backends import cuda_backend as C
-from ember.backends.cuda_parallel import ColumnParallelLinear, RowParallelLinear, ShardGroup
+from ember.nn.parallel import ColumnParallelLinear, RowParallelLinear, ShardGroup
 
 
 def _linear(i, o, seed, bias=True):
@@ -113,3 +113,10 @@ def test_nccl_tensor_parallel_on_two_gpus():
         got = RowParallelLinear(lin, g)(x.to("cuda")).numpy()
     assert g._comms is not None, "NCCL did not load: the summing fallback ran instead"
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_parallel_is_nn_code_not_imported_by_ember():
+    import subprocess
+    import sys
+    code = "import sys, ember; ember.zeros(2); assert 'ember.nn.parallel' not in sys.modules, 'imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -205,10 +205,12 @@ def test_import_is_light():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc tuning is Linux-only")
 def test_freed_activations_are_reused_without_page_faults():
-    # the cpu backend keeps freed blocks in the heap: a model's next activation of the same size must not
-    # fault in fresh pages (glibc's default trims them, ~2 us per 4 KB page); EMBER_MALLOC_TUNING=0 opts out
+    # keep_freed_memory (called by the CLI and benchmarks, never on import) keeps freed blocks in the heap: a
+    # model's next activation of the same size must not fault in fresh pages (glibc's default trims them,
+    # ~2 us per 4 KB page); EMBER_MALLOC_TUNING=0 opts out
     code = ("import resource, numpy as np, ember\n"
-            "ember.ones(2)\n"
+            "from ember.backends.cpu_malloc import keep_freed_memory\n"
+            "ember.ones(2); keep_freed_memory()\n"
             "def refill():\n"
             "    a = [np.ones(2 << 20, np.float32) for _ in range(4)]; del a\n"
             "    f = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
@@ -220,3 +222,5 @@ def test_freed_activations_are_reused_without_page_faults():
     default = int(subprocess.check_output([sys.executable, "-c", code], text=True, env=env))
     assert tuned < 50, f"{tuned} page faults refilling 32 MB of freed activations ({default} untuned)"
     assert default > 500, f"this glibc did not trim the heap untuned ({default} faults): the test shows nothing"
+    untouched = int(subprocess.check_output([sys.executable, "-c", code.replace("; keep_freed_memory()", "")], text=True))
+    assert untouched > 500, f"import ember or the cpu backend tuned malloc by itself ({untouched} faults)"

@@ -1,9 +1,10 @@
 """The CUDA backend: ember's primitives on NVIDIA GPUs through CuPy (`pip install ember[cuda]`).
 
-Everything numpy-shaped runs through ArrayModuleBackend with `xp = cupy` (cuBLAS for matmul,
+Everything numpy-shaped runs through the reference ArrayModuleBackend with `xp = cupy` (cuBLAS for matmul,
 CuPy's memory pool for allocations); the heavy composites run as fused CUDA kernels from
 core/backends/cuda/*.cu: softmax, log_softmax, layer_norm, rms_norm, a flash-style attention, rotary
-embeddings and quantized matmul over GGML blocks (Q4_0, Q8_0, Q4_K, Q6_K).
+embeddings and quantized matmul over GGML blocks (Q4_0, Q8_0, Q4_K, Q6_K; the block layout comes with the
+call, as a GGML type descriptor, so this layer does not import ember.quant).
 
 `FusedKernels` holds the Python side of those kernels (argument layout, launch geometry, fallbacks)
 and launches through one method, so CPU tests can run it over numpy with the kernels emulated;
@@ -32,7 +33,6 @@ except Exception as e:  # ImportError, or a CuPy build whose CUDA libraries fail
 
 allow_tf32 = False  # float32 matmuls may use TF32 tensor cores (10-bit mantissa) only when set True
 
-_FLOAT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 _ROW_MAX_THREADS = 1024
 _ATT_WARPS, _ATT_MAX_D = 4, 256        # as attention.cu
 _QMV_MAX_M, _QMV_WARPS = 8, 4          # as quant.cu
@@ -61,7 +61,7 @@ class FusedKernels(ArrayModuleBackend):
         raise NotImplementedError
 
     def _suffix(self, x):
-        return _FLOAT.get(self.dtype_of(x).name)
+        return K.SUFFIX.get(self.dtype_of(x).name)
 
     # -- softmax family and norms: one block per row of the last axis --------------------------------
     def _rows(self, x, axis):
@@ -117,7 +117,7 @@ class FusedKernels(ArrayModuleBackend):
                      (xr, self._param(w, x, n, 1.0), y, _i32(n), np.float32(eps)))
         return y
 
-    # -- rotary embedding (not yet in the primitive interface: a model or the lead can call it) ------
+    # -- rotary embedding -----------------------------------------------------------------------------
     def rope(self, x, cos, sin):
         """x (B, T, H, D) rotate-half rotary embedding; cos, sin (T, D/2) -> (B, T, H, D) in x's dtype."""
         xp = self.xp
@@ -151,7 +151,7 @@ class FusedKernels(ArrayModuleBackend):
         bh = math.prod(batch)
         if suf is None or D > _ATT_MAX_D or Dv > _ATT_MAX_D or min(L, S, D, bh) == 0 or bh > _MAX_GRID_Y \
                 or k.dtype != q.dtype or v.dtype != q.dtype:
-            return self._attention_composed(q, k, v, mask, scale, causal)
+            return ArrayModuleBackend.attention(self, q, k, v, mask, scale, causal)  # the composed math
         qc = xp.ascontiguousarray(xp.broadcast_to(q, batch + (L, D))).reshape(bh, L, D)
         kc = xp.ascontiguousarray(xp.broadcast_to(k, batch + (S, D))).reshape(bh, S, D)
         vc = xp.ascontiguousarray(xp.broadcast_to(v, batch + (S, Dv))).reshape(bh, S, Dv)
@@ -169,26 +169,14 @@ class FusedKernels(ArrayModuleBackend):
                       *(_i64(st) for st in strides)))
         return out.reshape(batch + (L, Dv))
 
-    def _attention_composed(self, q, k, v, mask, scale, causal):
-        """The same math from primitives (head dims over 256, float64, huge batches)."""
-        xp = self.xp
-        s = self.binary("mul", self.matmul(q, xp.swapaxes(k, -1, -2)), scale)    # (..., L, S)
-        if causal:
-            L, S = q.shape[-2], k.shape[-2]
-            keep = xp.tril(xp.ones((L, S), bool))
-            s = self.where(keep, s, self.full((), float("-inf"), self.dtype_of(s)))
-        if mask is not None:
-            s = self.binary("add", s, mask)
-        return self.matmul(ArrayModuleBackend.softmax(self, s, s.ndim - 1), v)
-
     # -- quantized matmul over GGML blocks --------------------------------------------------------------
-    def qmatmul(self, x, raw, ggml_type, shape):
+    def qmatmul(self, x, raw, qtype, shape):
         """x (..., K) float -> (..., N) float32 = x @ dequantize(W).T; W (N, K) as GGML blocks `raw`
-        (uint8 (N, row_bytes), host or device). Q4_0/Q8_0/Q4_K/Q6_K dequantize inside the kernels;
-        other types are dequantized on the host once and kept on the device as float32."""
-        from ..quant import ggml_types as T
+        (uint8 (N, row_bytes), host or device) of the GGML type descriptor `qtype` (ember.quant.GGMLType).
+        Q4_0/Q8_0/Q4_K/Q6_K dequantize inside the kernels; other types are dequantized on the host once
+        (by the descriptor's own dequantize_rows) and kept on the device as float32."""
         xp = self.xp
-        t = T.get(ggml_type)
+        t = qtype
         n_out, k_in = (int(s) for s in shape)
         if x.shape[-1] != k_in:
             raise ValueError(f"ember: quantized matmul: input of shape {tuple(x.shape)} does not match the "
@@ -224,7 +212,6 @@ class FusedKernels(ArrayModuleBackend):
 
     def _device_weight(self, raw, t, shape, dequantize):
         """The weight's blocks (or float32 values) on this device, uploaded once per host array."""
-        from ..quant.codec import check_raw, dequantize_rows
         if not isinstance(raw, np.ndarray):  # already a device array
             if not dequantize:
                 return raw
@@ -234,8 +221,12 @@ class FusedKernels(ArrayModuleBackend):
         hit = cache.get(key)
         if hit is not None and hit[0]() is raw:
             return hit[1]
-        rows = check_raw(np.asarray(raw), t, shape, "quantized weight")        # (N, row_bytes) uint8
-        dev = self.xp.array(dequantize_rows(rows, t) if dequantize else rows, copy=True)
+        rows = np.asarray(raw)                                                  # (N, row_bytes) uint8
+        want = (int(shape[0]), t.row_bytes(int(shape[1])))
+        if rows.dtype != np.uint8 or rows.shape != want:
+            raise ValueError(f"ember: quantized matmul: {t.name} weight of shape {tuple(shape)} needs uint8 blocks "
+                             f"of shape {want}, got {rows.dtype} {rows.shape}")
+        dev = self.xp.array(t.dequantize_rows(rows) if dequantize else rows, copy=True)
         cache[key] = (weakref.ref(raw, lambda _, c=cache, k=key: c.pop(k, None)), dev)
         return dev
 
@@ -268,6 +259,10 @@ class CudaBackend(FusedKernels):
         self._device = cupy.cuda.Device(index)
         with self._device:
             self._stream = cupy.cuda.Stream(non_blocking=True)
+            probe = cupy.empty(0, cupy.uint16)
+        if probe.dtype is not np.dtype(np.uint16) or type(probe) is not cupy.ndarray:  # what the reference's `is` tests assume
+            raise DeviceError(f"ember: this CuPy ({cupy.__version__}) gives arrays of {type(probe).__name__} with "
+                              "non-singleton dtypes, which ember's cuda backend does not support")
         self._tf32 = None  # compute type last set for float32 GEMMs
 
     def __repr__(self):
@@ -288,12 +283,20 @@ class CudaBackend(FusedKernels):
         self._stream.synchronize()
 
     # -- cuBLAS ---------------------------------------------------------------------------------------
-    def matmul(self, a, b):
-        from cupy._core import _routines_linalg as blas
-        if self._tf32 is not allow_tf32:  # (re)apply the user's TF32 choice before float32 GEMMs
+    def _gemm_mode(self):
+        """(Re)apply the user's TF32 choice before float32 GEMMs."""
+        if self._tf32 is not allow_tf32:
+            from cupy._core import _routines_linalg as blas
             blas.set_compute_type(cupy.float32, blas.COMPUTE_TYPE_TF32 if allow_tf32 else blas.COMPUTE_TYPE_FP32)
             blas.set_compute_type(cupy.float16, blas.COMPUTE_TYPE_FP32)  # f16 in, f32 accumulate, as torch
             self._tf32 = allow_tf32
+
+    def _mm(self, a, b, out=None):
+        self._gemm_mode()
+        return cupy.matmul(a, b, out=out)
+
+    def matmul(self, a, b):
+        self._gemm_mode()
         if a.dtype == np.float16:
             return cupy.matmul(a, b)  # tensor cores, float32 accumulation (compute type above)
         return ArrayModuleBackend.matmul(self, a, b)  # float32 direct; bfloat16 through float32

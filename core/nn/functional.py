@@ -392,6 +392,23 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     return p @ v
 
 
+def rotary_embedding(x, cos, sin):
+    """Rotate-half rotary embedding (Hugging Face Llama / GPT-NeoX layout): x (B, T, H, D), cos and sin
+    (T, D / 2) -> [x1 cos - x2 sin, x2 cos + x1 sin], x1 and x2 the halves of D; the backend's fused `rope`
+    when it has one, composed otherwise (not a torch function: torch models spell it out)."""
+    T, half = x.shape[1], x.shape[-1] // 2
+    if x.ndim == 4 and x.shape[-1] % 2 == 0 and cos.shape == sin.shape == (T, half) and x.dtype.is_floating_point \
+            and _fused(x, "rope", cos, sin):
+        return A.prim_fused("rope", x, cos._data, sin._data)
+    from ..ops_movement import cat
+    c = cat([cos, cos], -1).reshape(T, 1, 2 * half)                      # (T, 1, D)
+    s = cat([sin, sin], -1).reshape(T, 1, 2 * half)
+    if c.dtype is not x.dtype:  # in x's dtype, as the fused op
+        c, s = c.to(x.dtype), s.to(x.dtype)
+    x1, x2 = x.narrow(-1, 0, half), x.narrow(-1, half, half)
+    return x * c + cat([-x2, x1], -1) * s                                 # (B, T, H, D)
+
+
 # ------------------------------------------------------------------ losses
 
 def _reduce_loss(loss, reduction, weight_sum=None):

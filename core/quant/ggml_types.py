@@ -47,6 +47,13 @@ class GGMLType:
                              f"block size {self.block_size}")
         return n // self.block_size * self.type_size
 
+    def dequantize_rows(self, rows) -> np.ndarray:
+        """uint8 rows (r, row_bytes) of this type -> float32 (r, row elements), a bounded number of blocks at
+        a time (codec.dequantize_rows). Backends that take a GGML type descriptor call this: they do not
+        import ember.quant."""
+        from .codec import dequantize_rows  # (codec imports this table)
+        return dequantize_rows(rows, self)
+
     def nbytes(self, shape, what: str = "tensor") -> int:
         """Bytes of a tensor of this type with numpy-order shape (last axis = GGML ne[0])."""
         if len(shape) == 0:

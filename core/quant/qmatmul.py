@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ggml_types as T
-from ..backends.numpy_backend import mm
+from ..backends.cpu_matmul import mm
 from .codec import check_raw, dequantize_rows
 
 SCRATCH_BYTES = 1 << 20  # float32 slab per step: 1 MiB (64 rows of a 4096-wide weight); stays in cache,

@@ -61,9 +61,20 @@ class QTensor:
 
     def matmul_t(self, x):
         """x @ self.T for a 2-d quantized weight (out, in): x (..., in) -> (..., out), float32.
-        x is an ndarray (returns an ndarray) or an ember Tensor (returns a Tensor on x's device)."""
+        x is an ndarray (returns an ndarray) or an ember Tensor (returns a Tensor on x's device): through
+        the device's fused `qmatmul` primitive where it has one, otherwise composed on the host (no
+        gradient either way: QLinear differentiates through the dequantized weight)."""
         if isinstance(x, np.ndarray):
             return qmatmul(x, self.data, self.ggml_type, self.shape, name=self._what())
+        if getattr(x.device.backend, "qmatmul", None) is not None:
+            if len(self.shape) != 2:
+                raise ValueError(f"ember: quantized matmul needs a 2-d weight, {self._what()} has shape {self.shape}")
+            from ..autograd import prim_fused
+            return prim_fused("qmatmul", x, self.data, self.ggml_type, self.shape)  # (..., out) float32
+        return self._matmul_t_host(x)
+
+    def _matmul_t_host(self, x):
+        """The composed fallback: x to the host, slab-wise dequantize + BLAS (ember.quant.qmatmul), back."""
         from ..dtypes import float32
         from ..tensor import Tensor
         y = qmatmul(x.numpy(), self.data, self.ggml_type, self.shape, name=self._what())

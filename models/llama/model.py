@@ -114,17 +114,17 @@ class Backbone(nn.Module):
 
 
 class Rope:
-    """Rotary embedding for positions [start, start + T): x * cos + rotate_half(x) * sin, with rotate_half one
-    matmul by a signed permutation. Decoding one token folds it all into one (hd, hd) rotation matrix
-    diag(cos) + R diag(sin), built on the host: one op per layer instead of four."""
+    """Rotary embedding for positions [start, start + T): F.rotary_embedding (the backend's fused rope where
+    it has one). Decoding one token folds it all into one (hd, hd) rotation matrix diag(cos) + R diag(sin),
+    R the rotate-half signed permutation, built on the host: one op per layer instead of four."""
 
-    def __init__(self, cos=None, sin=None, rot=None, matrix=None):
-        self.cos, self.sin, self.rot, self.matrix = cos, sin, rot, matrix  # (T, 1, hd) x2, (hd, hd) | (hd, hd)
+    def __init__(self, cos=None, sin=None, matrix=None):
+        self.cos, self.sin, self.matrix = cos, sin, matrix               # (T, hd / 2) x2 | (hd, hd)
 
     def __call__(self, x):                                              # (B, T, heads, hd)
         if self.matrix is not None:
             return x @ self.matrix
-        return x * self.cos + (x @ self.rot) * self.sin
+        return F.rotary_embedding(x, self.cos, self.sin)
 
 
 class Llama(nn.Module):
@@ -141,9 +141,8 @@ class Llama(nn.Module):
         rot[np.arange(half) + half, np.arange(half)] = -1.0   # out[:half] = -x[half:]
         rot[np.arange(half), np.arange(half) + half] = 1.0    # out[half:] = x[:half]
         self._cos, self._sin, self._rot = np.cos(ang[:, 0]), np.sin(ang[:, 0]), rot                    # host copies
-        self.register_buffer("rope_cos", ember.tensor(np.cos(ang)), persistent=False)
-        self.register_buffer("rope_sin", ember.tensor(np.sin(ang)), persistent=False)
-        self.register_buffer("rope_rot", ember.tensor(rot), persistent=False)
+        self.register_buffer("rope_cos", ember.tensor(np.cos(pos)), persistent=False)                # (seq, hd / 2)
+        self.register_buffer("rope_sin", ember.tensor(np.sin(pos)), persistent=False)
 
     @property
     def device(self):
@@ -181,7 +180,7 @@ class Llama(nn.Module):
             m = np.diag(self._cos[start]) + self._rot * self._sin[start][None, :]                   # (hd, hd)
             rope = Rope(matrix=ember.tensor(m, dtype=self._dtype(), device=self.device))
         else:
-            rope = Rope(self.rope_cos.narrow(0, start, T), self.rope_sin.narrow(0, start, T), self.rope_rot)
+            rope = Rope(self.rope_cos.narrow(0, start, T), self.rope_sin.narrow(0, start, T))
         mask = self._mask(T, start, start + T)
         x = self.model.embed_tokens(tokens)                                               # (B, T, dim)
         for i, layer in enumerate(self.model.layers):

@@ -1,4 +1,4 @@
-"""Tensor parallelism for Linear layers across GPUs (Megatron-style, as Candle's multi-GPU Llama).
+"""ember.nn.parallel: tensor parallelism for Linear layers across GPUs (Megatron-style, as Candle's multi-GPU Llama).
 
 A ShardGroup is an ordered list of devices, one shard per device, driven from one process:
 
@@ -17,16 +17,15 @@ A ShardGroup is an ordered list of devices, one shard per device, driven from on
 
 The all-reduce uses NCCL through cupy.cuda.nccl when the group is several distinct CUDA GPUs and
 NCCL loads; otherwise it sums through the first device (any backend, e.g. `ShardGroup(["cpu"] * 4)`
-simulates four shards on the numpy backend, which is how the sharding math is tested without GPUs).
+simulates four shards on the cpu backend, which is how the sharding math is tested without GPUs).
 A group of one device is a no-op: the layers reduce to a plain Linear. Inference only: shards are
 plain tensors, outside autograd and state_dict.
 """
 from __future__ import annotations
 
-from .. import autograd as A
 from ..device import device as _device
-from ..nn import functional as F
-from ..nn.module import Module
+from . import functional as F
+from .module import Module
 
 # ncclDataType_t codes (nccl.h) for ember dtypes; ncclSum = 0
 _NCCL_DTYPE = {"uint8": 1, "int32": 2, "int64": 4, "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
@@ -105,7 +104,7 @@ class ShardGroup:
                     x = be.contiguous(p._data)
                     y = be.xp.empty_like(x)
                     comm.allReduce(x.data.ptr, y.data.ptr, x.size, code, _NCCL_SUM, be._stream.ptr)
-                outs.append(A._wrap(y, dev))
+                outs.append(p._new(y))  # (p lives on dev)
         finally:
             nccl.groupEnd()
         return outs
