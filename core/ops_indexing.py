@@ -198,7 +198,7 @@ def getitem(x, key):
     from .tensor import tensor
     key = _expand_key(x, key)
     # 1) basic indexing: slices, ints, None -> one slice + reshape; collect advanced indices
-    starts, stops, steps, out_shape = [], [], [], []
+    starts, stops, steps = [], [], []
     adv = []  # (position in result-before-adv dims, index tensor)
     dim = 0
     kept = []  # result dims: ('dim', source dim) or ('new',)

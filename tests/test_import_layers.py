@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # bottom-up; a module's layer is that of the first pattern it matches (so specific ones come first)
 LAYERS = [
-    ("base", "the contract and pure tables: dtypes, the primitive interface, the device registry "
-             "(backends named by module path, DeviceError), GGML's block-layout table",
-     ["ember.dtypes", "ember.primitives", "ember.device", "ember.quant.ggml_types"]),
+    ("base", "the contract: dtypes, the primitive interface, the device registry "
+             "(backends named by module path, DeviceError)",
+     ["ember.dtypes", "ember.primitives", "ember.device"]),
     ("backends", "one module per device: numpy/array-module/cuda, webgpu", ["ember.backends", "ember.backends.*",
                                                                            "ember.webgpu", "ember.webgpu.*"]),
     ("tensor", "autograd primitives, Tensor, composed ops", ["ember.autograd", "ember.tensor", "ember.ops_*",

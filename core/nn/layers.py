@@ -6,6 +6,7 @@ import math
 from . import functional as F
 from . import init
 from .module import Module, Parameter
+from ..autograd import no_grad
 from ..tensor import empty, ones, zeros
 
 
@@ -50,7 +51,7 @@ class Embedding(Module):
         self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype, device=device))
         init.normal_(self.weight)
         if padding_idx is not None:
-            with __import__("ember").no_grad():
+            with no_grad():
                 self.weight[padding_idx] = 0.0
 
     def forward(self, idx):
