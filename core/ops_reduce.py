@@ -156,7 +156,6 @@ def logsumexp(x, dim, keepdim=False):
     return out if keepdim else out.squeeze(_axes(x, dim))
 
 
-
 def _fused_ok(x, name):
     """The backend has the fused kernel and no gradient is being recorded through x."""
     return getattr(x.device.backend, name, None) is not None and not (A._GRAD[0] and x.requires_grad)
@@ -180,6 +179,7 @@ def log_softmax(x, dim=-1, dtype=None):
         return A.prim_fused("log_softmax", x, d)
     s = x - x.amax(d, keepdim=True).detach()
     return s - s.exp().sum(d, keepdim=True).log()
+
 
 def norm(x, p=2, dim=None, keepdim=False):
     if p == 2 or p == "fro":
