@@ -147,7 +147,7 @@ def _layer_table():
     by_layer = defaultdict(list)
     for m in sorted(MODULES):
         by_layer[layer_of(m)].append(m)
-    lines = ["import layers, bottom-up (a module may import its own layer and those above it in this list):"]
+    lines = ["import layers, bottom-up (a module may import its own layer and the ones listed before it):"]
     for i, (name, what, _) in enumerate(LAYERS):
         mods = by_layer.get(name, [])
         lines.append(f"  {i} {name:9s} {len(mods):3d} modules  {what}")
