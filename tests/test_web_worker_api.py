@@ -141,6 +141,43 @@ def test_yolo_detections_equal_the_cli(tmp_path):
     r = run(W.handle("yolo", {"input": image.read_bytes(), "opts": {"conf": 0.25}}))
     ref = [_rounded(d) for d in detect(load_model(weights), str(image))]
     assert r["ok"]["detections"] == ref and len(ref) > 0
-    assert (r["ok"]["width"], r["ok"]["height"]) == (810, 1080)
+    assert (r["ok"]["width"], r["ok"]["height"], r["ok"]["input"]) == (810, 1080, [640, 480])
+    r = run(W.handle("yolo", {"input": image.read_bytes(), "opts": {"square": True, "iou": 0.45}}))
+    ref = [_rounded(d) for d in detect(load_model(weights), str(image), iou=0.45, square=True)]
+    assert r["ok"]["detections"] == ref and r["ok"]["input"] == [640, 640]
     r = run(W.handle("yolo", {"input": b"not an image"}))
     assert r["error"] == "unsupported_file"
+
+
+def test_yolo_progress_and_cancel(tmp_path):
+    """Progress per stage up to done == total; a cancel during the model stage stops the run with
+    stopped: "cancelled", and the next run works."""
+    from ember.models.yolo.fetch import ensure_demo_model, ensure_file
+    (tmp_path / "model.safetensors").symlink_to(ensure_demo_model())
+    W.load("yolo", str(tmp_path))
+    image = ensure_file("bus.jpg").read_bytes()
+    seen = []
+    r = run(W.handle("yolo", {"input": image, "on_progress": seen.append}))
+    assert [p["stage"] for p in seen] == ["preprocess", "model", "nms", "done"]
+    assert seen[-1]["done"] == seen[-1]["total"] == 3 and r["ok"]["stopped"] == "done"
+
+    def cancel_in_model_stage(p):
+        if p["stage"] == "model":
+            W.cancel()
+        seen.append(p)
+    seen.clear()
+    r = run(W.handle("yolo", {"input": image, "on_progress": cancel_in_model_stage}))
+    assert r["ok"]["stopped"] == "cancelled" and r["ok"]["detections"] == []
+    assert [p["stage"] for p in seen] == ["preprocess", "model"]
+    r = run(W.handle("yolo", {"input": image}))
+    assert r["ok"]["stopped"] == "done" and len(r["ok"]["detections"]) > 0
+
+
+@pytest.mark.parametrize("opts,match", [({"max_det": 0}, "max_det"), ({"iou": 2}, "iou"),
+                                        ({"conf": "x"}, "bad YOLO option")])
+def test_yolo_bad_options(tmp_path, opts, match):
+    from ember.models.yolo.fetch import ensure_demo_model
+    (tmp_path / "model.safetensors").symlink_to(ensure_demo_model())
+    W.load("yolo", str(tmp_path))
+    r = run(W.handle("yolo", {"input": b"x", "opts": opts}))
+    assert r["error"] == "bad_request" and match in r["message"]

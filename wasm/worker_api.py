@@ -215,29 +215,51 @@ def _image(image):
     return bytes(image)
 
 
-async def run_yolo(image, opts: dict | None = None) -> dict:
+async def run_yolo(image, opts: dict | None = None, on_progress=None) -> dict:
     """-> {"detections": [{"class", "label", "score", "box"}] rounded as `ember yolo --json`, "ms", "width",
-    "height"}."""
+    "height", "input": [H, W] the model saw, "stopped": "done" | "cancelled"}. Options as the CLI's:
+    conf, iou, max_det, square. on_progress({"stage", "done", "total"}) before each stage and at the end."""
     from ember.models.yolo.cli import _rounded
-    from ember.models.yolo.image import load_image
-    from ember.models.yolo.predict import detect
+    from ember.models.yolo.image import input_shape, load_image
+    from ember.models.yolo.predict import CONF, IOU, MAX_DET, STAGES, detect_steps
     opts = dict(opts or {})
     m = loaded("yolo")
     _CANCEL["flag"] = False
-    conf, iou = float(opts.get("conf", 0.25)), float(opts.get("iou", 0.45))
+    try:
+        conf, iou = float(opts.get("conf", CONF)), float(opts.get("iou", IOU))
+        max_det, square = int(opts.get("max_det", MAX_DET)), bool(opts.get("square", False))
+    except (TypeError, ValueError) as e:
+        raise WorkerError(f"ember: bad YOLO option ({e})", "bad_request") from None
     for name, v in (("conf", conf), ("iou", iou)):
         if not 0.0 <= v <= 1.0:
             raise WorkerError(f"ember: {name} must be between 0 and 1, got {v}", "bad_request")
+    if not 1 <= max_det <= 10000:
+        raise WorkerError(f"ember: max_det must be between 1 and 10000, got {max_det}", "bad_request")
     try:
         img = load_image(_image(image))
     except ValueError as e:
         raise WorkerError(str(e), "unsupported_file") from None
     t0 = time.perf_counter()
-    dets = detect(m["model"], img, conf=conf, iou=iou)
+    steps = detect_steps(m["model"], img, conf, iou, max_det, square)
+    dets, stopped = [], "done"
+    try:
+        while True:
+            name = next(steps)
+            if on_progress is not None:
+                on_progress({"stage": name, "done": STAGES.index(name), "total": len(STAGES)})
+            await _checkpoint()  # a cancel sent during the previous stage lands here
+    except StopIteration as done:
+        dets = done.value
+    except asyncio.CancelledError:
+        steps.close()
+        stopped = "cancelled"
     ms = (time.perf_counter() - t0) * 1000
-    await _checkpoint()
-    return {"detections": [_rounded(d) for d in dets], "ms": round(ms, 1),
-            "width": int(img.shape[1]), "height": int(img.shape[0])}
+    if on_progress is not None and stopped == "done":
+        on_progress({"stage": "done", "done": len(STAGES), "total": len(STAGES)})
+    cfg = m["model"].cfg
+    return {"detections": [_rounded(d) for d in dets], "ms": round(ms, 1), "stopped": stopped,
+            "width": int(img.shape[1]), "height": int(img.shape[0]),
+            "input": list(input_shape(*img.shape[:2], cfg.imgsz, square, max(cfg.strides)))}
 
 
 # ---------------------------------------------------------------------------- the worker's entry point
@@ -256,7 +278,7 @@ async def handle(op: str, args: dict) -> dict:
         if op == "llama":
             return {"ok": await run_llama(args["input"], args.get("opts"), args.get("on_partial"))}
         if op == "yolo":
-            return {"ok": await run_yolo(args["input"], args.get("opts"))}
+            return {"ok": await run_yolo(args["input"], args.get("opts"), args.get("on_progress"))}
         raise WorkerError(f"ember: unknown request {op!r}", "bad_request")
     except WorkerError as e:
         return {"error": e.code, "message": str(e)}
