@@ -139,10 +139,13 @@ def _samples(audio) -> np.ndarray:
     return samples
 
 
-async def run_whisper(audio, opts: dict | None = None, on_segment=None) -> dict:
+async def run_whisper(audio, opts: dict | None = None, on_segment=None, on_progress=None) -> dict:
     """-> {"text", "language", "segments": [{"start", "end", "text", "tokens"}]} as `ember whisper --json
-    --timestamps` (plus "ms", "duration"). on_segment(segment) as each segment is decoded."""
-    from ember.models.whisper.transcribe import transcribe
+    --timestamps` (plus "ms", "duration", "stopped": "done" | "cancelled"). on_segment(segment) as each
+    segment is decoded; on_progress({"stage": "window", "done": seconds, "total": seconds}) before each
+    30 s window and at the end. A cancel lands between windows and segments; the result then holds the
+    segments decoded so far."""
+    from ember.models.whisper.transcribe import transcribe_steps
     opts = dict(opts or {})
     m = loaded("whisper")
     _CANCEL["flag"] = False
@@ -151,22 +154,30 @@ async def run_whisper(audio, opts: dict | None = None, on_segment=None) -> dict:
     except ValueError as e:
         raise WorkerError(str(e), "unsupported_file") from None
     t0 = time.perf_counter()
-    segs = []
-
-    def seg_cb(s):
-        seg = {k: s[k] for k in ("start", "end", "text", "tokens")}
-        segs.append(seg)
-        if on_segment is not None:
-            on_segment(seg)
-
     temps = 0.0 if opts.get("fallback") is False else (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the CLI's default
-    result = transcribe(m["model"], m["tokenizer"], samples, language=opts.get("language"),
-                        timestamps=bool(opts.get("timestamps", True)), beam_size=opts.get("beam"),
-                        temperature=temps, on_segment=seg_cb)
-    await _checkpoint()
-    return {"text": result["text"].strip(), "language": result["language"],
-            "segments": [{k: s[k] for k in ("start", "end", "text", "tokens")} for s in result["segments"]],
-            "ms": round((time.perf_counter() - t0) * 1000, 1), "duration": round(samples.size / 16000, 3)}
+    steps = transcribe_steps(m["model"], m["tokenizer"], samples, language=opts.get("language"),
+                             timestamps=bool(opts.get("timestamps", True)), beam_size=opts.get("beam"),
+                             temperature=temps)
+    segs, language, stopped = [], None, "done"
+    try:
+        while True:
+            step = next(steps)
+            if step[0] == "segment":
+                seg = {k: step[1][k] for k in ("start", "end", "text", "tokens")}
+                segs.append(seg)
+                if on_segment is not None:
+                    on_segment(seg)
+            elif on_progress is not None:
+                on_progress({"stage": "window", "done": round(step[1], 2), "total": round(step[2], 2)})
+            await _checkpoint()
+    except StopIteration as done:
+        language = done.value["language"]
+    except asyncio.CancelledError:
+        steps.close()
+        stopped = "cancelled"
+    return {"text": "".join(s["text"] for s in segs).strip(), "language": language, "segments": segs,
+            "ms": round((time.perf_counter() - t0) * 1000, 1), "duration": round(samples.size / 16000, 3),
+            "stopped": stopped}
 
 
 async def run_llama(prompt: str, opts: dict | None = None, on_token=None) -> dict:
@@ -274,7 +285,8 @@ async def handle(op: str, args: dict) -> dict:
         if op == "load":
             return {"ok": load(args["tool"], args["folder"], args.get("device", "cpu"))}
         if op == "whisper":
-            return {"ok": await run_whisper(args["input"], args.get("opts"), args.get("on_partial"))}
+            return {"ok": await run_whisper(args["input"], args.get("opts"), args.get("on_partial"),
+                                            args.get("on_progress"))}
         if op == "llama":
             return {"ok": await run_llama(args["input"], args.get("opts"), args.get("on_partial"))}
         if op == "yolo":
