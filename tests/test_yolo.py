@@ -44,7 +44,7 @@ def models(files):
 
 @pytest.fixture(scope="module")
 def bus_input(files):
-    x, lb = preprocess(load_image(files["bus.jpg"]))
+    x, lb = preprocess(load_image(files["bus.jpg"]), square=True)   # the ONNX export's fixed 640x640
     return x, lb
 
 
@@ -134,8 +134,8 @@ def test_nms_matches_plain_reference(ort_session, bus_input, conf, iou):
 @pytest.mark.parametrize("image", ["bus.jpg", "zidane.jpg"])
 def test_detections_match_onnx_through_same_nms(models, ort_session, files, image):
     img = load_image(files[image])
-    dets = detect(models["pt"], img, conf=0.25, iou=0.45)
-    x, lb = preprocess(img)
+    dets = detect(models["pt"], img, conf=0.25, iou=0.45, square=True)
+    x, lb = preprocess(img, square=True)
     rows = postprocess(_ort(ort_session, x)[0], 0.25, 0.45)
     ref_boxes = lb.to_original(rows[:, :4])
     assert len(dets) == len(rows) > 0
@@ -185,6 +185,21 @@ def test_cli_json_and_png(converted, files, tmp_path, capsys):
         drawn = np.asarray(im.convert("RGB"))
     x1, y1, x2, y2 = (int(round(v)) for v in dets[0]["box"])
     assert tuple(drawn[(y1 + y2) // 2, x1 + 1]) == draw.color(dets[0]["class"])  # the box's left edge
+
+
+def test_cli_defaults_are_ultralytics_predict_and_square_is_the_fixed_input(converted, files, capsys):
+    import argparse
+    p = argparse.ArgumentParser()
+    cli.add_parser(p.add_subparsers())
+    args = p.parse_args(["yolo", str(files["bus.jpg"]), "--model", str(converted)])
+    assert (args.conf, args.iou, args.max_det, args.square, args.agnostic) == (0.25, 0.7, 300, False, False)
+    model = load_model(converted)
+    for extra, kw in (([], {}), (["--square"], {"square": True}), (["--iou", "0.45", "--max-det", "1"],
+                                                                   {"iou": 0.45, "max_det": 1})):
+        assert cli.main(p.parse_args(["yolo", str(files["bus.jpg"]), "--model", str(converted), "--json"] + extra)) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert got == [cli._rounded(d) for d in detect(model, str(files["bus.jpg"]), **kw)] and got
+    assert len(got) == 1
 
 
 def test_cli_rejects_bad_threshold(converted, files):

@@ -35,7 +35,7 @@ model = YOLOv8(YoloConfig.from_scale("n", nc=3)).eval()
 weights = {{k: v.numpy().tobytes().hex()[:64] for k, v in list(model.state_dict().items())[:3]}}
 raw = run_model(model, boxed.transpose(2, 0, 1)[None].astype(np.float32) / np.float32(255))
 decoded = load_image(base64.b64decode({png!r}))
-result = {{"boxed": boxed.tobytes().hex(), "lb": [lb.ratio, lb.left, lb.top],
+result = {{"boxed": boxed.tobytes().hex(), "lb": [*lb.new_shape, lb.left, lb.top],
            "nms": postprocess(pred, 0.25, 0.45).tolist(), "weights": weights, "raw": raw.tolist(),
            "png": encode_png(img).hex(), "decoded": decoded.tobytes().hex()}}
 """
@@ -63,7 +63,7 @@ def test_yolo_in_pyodide_matches_cpython(session):
 
     boxed, lb = letterbox(img, 96)
     assert out["boxed"] == boxed.tobytes().hex()
-    assert out["lb"] == [lb.ratio, lb.left, lb.top]
+    assert out["lb"] == [*lb.new_shape, lb.left, lb.top]
     np.testing.assert_allclose(np.array(out["nms"]), postprocess(pred, 0.25, 0.45), rtol=1e-6)
     assert out["png"] == encode_png(img).hex()
     assert out["decoded"] == img.tobytes().hex()  # Pyodide's Pillow decodes a PNG to the same pixels

@@ -7,7 +7,8 @@ torchvision that does not load beside this environment's torch 2.13:
 One module fixture runs tests/yolo_reference.py there once (arrays in and out via .npz): its
 LetterBox and cv2.resize, random seeded yolov8n and yolov8n-pose models (BatchNorm statistics
 randomized, saved as .pt checkpoints that ember converts), its non_max_suppression, and
-YOLO(best.pt).predict on the test images.
+YOLO(...).predict on the test images with predict's own defaults (rect letterbox, iou 0.7) and with
+rect=False (ember's --square).
 """
 import os
 import subprocess
@@ -27,7 +28,8 @@ VENV_PY = cache_dir("venv-ultra", "bin", "python")
 IMAGES = ("bus", "zidane")
 RESIZES = [((1080, 810), (640, 480)), ((720, 1280), (360, 640)), ((37, 53), (64, 91)),
            ((500, 333), (640, 426)), ((101, 203), (40, 81)), ((5, 640), (3, 320)), ((2, 3), (7, 5))]
-X_SHAPE = (2, 3, 64, 96)  # a batch of two, non-square, small enough for software WebGPU adapters
+X_SHAPE = (2, 3, 64, 96)
+POSE_CONF = 0.01  # the random pose model scores at most ~0.013 on bus.jpg; this keeps a handful
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +42,7 @@ def ref(tmp_path_factory):
     work = tmp_path_factory.mktemp("ultra")
     rng = np.random.default_rng(0)
     inp = {"images": ",".join(IMAGES), "fall_pt": str(ensure_file("best.pt")), "n_resize": len(RESIZES),
+           "pose_conf": POSE_CONF,
            "x": rng.random(X_SHAPE, dtype=np.float32)}
     for name in IMAGES:
         inp[f"img_{name}"] = load_image(ensure_file(f"{name}.jpg"))
@@ -47,7 +50,7 @@ def ref(tmp_path_factory):
         inp[f"resize_src{i}"] = rng.integers(0, 256, src + (3,), dtype=np.uint8)
         inp[f"resize_to{i}"] = np.array(dst)
     sess = ort.InferenceSession(str(ensure_file("best_fp16.onnx")), providers=["CPUExecutionProvider"])
-    inp["onnx_out"] = sess.run(None, {"images": preprocess(inp["img_bus"])[0]})[0]
+    inp["onnx_out"] = sess.run(None, {"images": preprocess(inp["img_bus"], square=True)[0]})[0]
     np.savez(work / "in.npz", **inp)
     env = dict(os.environ, YOLO_OFFLINE="1", YOLO_VERBOSE="False")
     r = subprocess.run([str(VENV_PY), str(Path(__file__).with_name("yolo_reference.py")), str(work / "in.npz"),
@@ -62,10 +65,13 @@ def test_resize_is_cv2_inter_linear(ref, i):
     np.testing.assert_array_equal(resize_linear(src, *dst), ref["out"][f"resize_{i}"])
 
 
+@pytest.mark.parametrize("square", [False, True], ids=["rect", "square"])
 @pytest.mark.parametrize("name", IMAGES)
-def test_letterbox_matches_ultralytics(ref, name):
-    got, _ = letterbox(ref["inp"][f"img_{name}"], 640)
-    np.testing.assert_array_equal(got, ref["out"][f"letterbox_{name}"])
+def test_letterbox_matches_ultralytics(ref, name, square):
+    got, _ = letterbox(ref["inp"][f"img_{name}"], 640, square=square)
+    want = ref["out"][f"letterbox_{'square_' if square else ''}{name}"]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("key", ["yolov8n", "yolov8n_pose"])
@@ -94,12 +100,37 @@ def test_nms_matches_ultralytics(ref, conf, iou):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", IMAGES)
-def test_end_to_end_matches_ultralytics_predict(ref, name):
-    model = load_model(ensure_file("best.pt"))
-    dets = detect(model, ref["inp"][f"img_{name}"], conf=0.25, iou=0.45)
-    want = ref["out"][f"pred_{name}"]                                 # (n, 6) xyxy, score, class
+def _assert_same_detections(dets, want, box_atol=1.0):
+    """ember's detections vs ultralytics' (n, 6) [x1, y1, x2, y2, score, class] rows, both best first."""
     assert len(dets) == len(want) > 0
     np.testing.assert_array_equal([d["class"] for d in dets], want[:, 5])
-    np.testing.assert_allclose([d["score"] for d in dets], want[:, 4], atol=1e-4)
-    np.testing.assert_allclose([d["box"] for d in dets], want[:, :4], atol=0.05)
+    np.testing.assert_allclose([d["score"] for d in dets], want[:, 4], atol=1e-3)
+    np.testing.assert_allclose([d["box"] for d in dets], want[:, :4], atol=box_atol)
+
+
+@pytest.mark.parametrize("square", [False, True], ids=["predict_defaults", "rect_false"])
+@pytest.mark.parametrize("name", IMAGES)
+def test_end_to_end_matches_ultralytics_predict(ref, name, square):
+    """`YOLO(best.pt).predict(img)` with its defaults equals ember's defaults; rect=False equals square."""
+    model = load_model(ensure_file("best.pt"))
+    dets = detect(model, ref["inp"][f"img_{name}"], square=square)
+    _assert_same_detections(dets, ref["out"][f"pred_{'square_' if square else ''}{name}"])
+
+
+def test_rect_input_is_smaller_than_square(ref):
+    from ember.models.yolo.image import input_shape
+    assert input_shape(*ref["inp"]["img_bus"].shape[:2]) == (640, 480)      # 1080x810 portrait
+    assert input_shape(*ref["inp"]["img_zidane"].shape[:2]) == (384, 640)   # 720x1280 landscape
+    assert input_shape(1080, 810, square=True) == (640, 640)
+
+
+def test_pose_predict_matches_ultralytics(ref):
+    """Boxes and keypoints of the random pose model, mapped back from the rect input. Its untrained
+    head scores many degenerate boxes alike (to 1e-6) from the 7th on, where NMS order is a coin toss:
+    compare the best five, and the count."""
+    model = load_model(ref["work"] / "yolov8n_pose.pt")
+    dets = detect(model, ref["inp"][f"img_{IMAGES[0]}"], conf=POSE_CONF)
+    want, kpts = ref["out"]["pose_boxes"], ref["out"]["pose_kpts"]                 # (n, 6), (n, 17, 3)
+    assert abs(len(dets) - len(want)) <= 0.2 * len(want)
+    _assert_same_detections(dets[:5], want[:5])
+    np.testing.assert_allclose([d["keypoints"] for d in dets[:5]], kpts[:5], atol=1.0)

@@ -3,9 +3,12 @@
 
 IN keys: `images` (names, comma-joined) + `img_<name>` RGB uint8 arrays; `fall_pt` (path of best.pt);
 `n_resize`, `resize_src<i>` / `resize_to<i>` (cv2.resize INTER_LINEAR cases);
-`onnx_out` (raw ONNX head output to run through ultralytics' NMS); `x` (a model input batch).
-OUT: letterboxed images, random yolov8n / yolov8n-pose checkpoints (written to WORKDIR) and their raw
-outputs on `x`, a yolov8n-seg checkpoint (a head ember refuses), ultralytics' NMS of `onnx_out`, and YOLO(best.pt).predict on each image.
+`onnx_out` (raw ONNX head output to run through ultralytics' NMS); `x` (a model input batch);
+`pose_conf` (threshold for the random pose model's predict).
+OUT: letterboxed images (rect and square), random yolov8n / yolov8n-pose checkpoints (written to
+WORKDIR) and their raw outputs on `x`, a yolov8n-seg checkpoint (a head ember refuses), ultralytics'
+NMS of `onnx_out`, YOLO(best.pt).predict on each image (its defaults, and rect=False), and the random
+pose model's predict on the first image.
 """
 import sys
 
@@ -35,7 +38,8 @@ def main(inp, outp, workdir):
     names = str(d["images"]).split(",")
     for name in names:
         bgr = np.ascontiguousarray(d[f"img_{name}"][:, :, ::-1])
-        out[f"letterbox_{name}"] = LetterBox((640, 640), auto=False)(image=bgr)[:, :, ::-1]
+        out[f"letterbox_{name}"] = LetterBox((640, 640), auto=True, stride=32)(image=bgr)[:, :, ::-1]
+        out[f"letterbox_square_{name}"] = LetterBox((640, 640), auto=False)(image=bgr)[:, :, ::-1]
     for i in range(int(d["n_resize"])):
         src, (h, w) = d[f"resize_src{i}"], d[f"resize_to{i}"]
         out[f"resize_{i}"] = cv2.resize(src, (int(w), int(h)), interpolation=cv2.INTER_LINEAR)
@@ -56,9 +60,16 @@ def main(inp, outp, workdir):
     fall = YOLO(str(d["fall_pt"]))
     for name in names:
         bgr = np.ascontiguousarray(d[f"img_{name}"][:, :, ::-1])
-        r = fall.predict(bgr, conf=0.25, iou=0.45, imgsz=640, rect=False, device="cpu", verbose=False)[0]
-        b = r.boxes
-        out[f"pred_{name}"] = np.concatenate([b.xyxy.numpy(), b.conf.numpy()[:, None], b.cls.numpy()[:, None]], 1)
+        # predict's own defaults (rect letterbox, conf 0.25, iou 0.7, max_det 300), then the square input
+        for key, kw in (("pred", {}), ("pred_square", {"rect": False})):
+            b = fall.predict(bgr, device="cpu", verbose=False, **kw)[0].boxes
+            out[f"{key}_{name}"] = np.concatenate([b.xyxy.numpy(), b.conf.numpy()[:, None], b.cls.numpy()[:, None]], 1)
+    pose = YOLO(f"{workdir}/yolov8n_pose.pt")
+    bgr = np.ascontiguousarray(d[f"img_{names[0]}"][:, :, ::-1])
+    r = pose.predict(bgr, device="cpu", verbose=False, conf=float(d["pose_conf"]))[0]
+    out["pose_boxes"] = np.concatenate([r.boxes.xyxy.numpy(), r.boxes.conf.numpy()[:, None],
+                                        r.boxes.cls.numpy()[:, None]], 1)
+    out["pose_kpts"] = r.keypoints.data.numpy()                       # (n, 17, 3)
     np.savez(outp, **out)
 
 

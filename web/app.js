@@ -43,9 +43,19 @@ function setProgress(p) {
   const mb = (b) => (b / 1e6).toFixed(1);
   $("#progress-text").textContent = p.stage === "download"
     ? `Downloading ${p.file}: ${mb(p.done)} / ${p.total ? mb(p.total) : "?"} MB (${pct} %)`
-    : p.stage === "runtime" ? `Starting runtime: ${p.file} (${pct} %)` : `Loading ${p.file} (${pct} %)`;
+    : p.stage === "runtime" ? `Starting runtime: ${p.file} (${pct} %)`
+    : p.stage === "load" ? `Loading ${p.file} (${pct} %)` : runProgressText(p, pct);
   clearTimeout(state.progressTimer); // the bar leaves once a load has finished (its value stays at 100)
   if (pct === 100 && p.stage !== "download") state.progressTimer = setTimeout(() => { wrap.hidden = true; }, 800);
+}
+
+// A run's progress (worker_api: Whisper per 30 s window in seconds of audio, YOLO per stage) with the
+// time since the run started.
+function runProgressText(p, pct) {
+  const secs = state.runStart ? ((performance.now() - state.runStart) / 1000).toFixed(1) : "0.0";
+  const what = p.stage === "window" ? `Transcribing: ${p.done.toFixed(0)} / ${p.total.toFixed(0)} s of audio`
+    : `Detecting: ${p.stage === "done" ? "done" : p.stage}`;
+  return `${what} (${pct} %), ${secs} s elapsed`;
 }
 
 function setStatus(text, kind) {
@@ -132,6 +142,7 @@ function notBusy() {
 
 async function withBusy(fn) {
   state.busy = true;
+  state.runStart = performance.now();
   document.body.classList.add("busy");
   try { return await fn(); } finally { state.busy = false; document.body.classList.remove("busy"); }
 }

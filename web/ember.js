@@ -162,14 +162,17 @@ class Ember {
   }
 
   /** Image (Blob/File/ArrayBuffer of an encoded image, or ImageData) -> detections like `ember yolo --json`:
-   *  [{class, label, score, box: [x1, y1, x2, y2]}], with .ms, .width and .height set on the array. */
+   *  [{class, label, score, box: [x1, y1, x2, y2]}], with .ms, .width, .height, .input ([H, W] the model
+   *  saw) and .stopped ("done" | "cancelled") set on the array. opts as Ultralytics predict's defaults:
+   *  conf 0.25, iou 0.7, max_det 300, and square: true for the fixed imgsz x imgsz input (rect=False).
+   *  The instance's onProgress sees {stage, file: "yolo", done, total} per stage; `cancel()` stops between stages. */
   async detect(image, opts = {}) {
     let input = image;
     if (typeof Blob !== "undefined" && image instanceof Blob) input = await image.arrayBuffer();
     else if (typeof ImageData !== "undefined" && image instanceof ImageData)
       input = { rgba: image.data.slice().buffer, width: image.width, height: image.height };
     const r = await this._run("yolo", input, opts);
-    return Object.assign(r.detections, { ms: r.ms, width: r.width, height: r.height });
+    return Object.assign(r.detections, { ms: r.ms, width: r.width, height: r.height, input: r.input, stopped: r.stopped });
   }
 
   /** Stop the running request at its next step (a token, a segment). */

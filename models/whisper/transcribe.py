@@ -91,43 +91,68 @@ def split_segments(tokens, time_offset, window_frames, timestamp_begin):
     return segments, (tokens[last - 2] - timestamp_begin) * INPUT_STRIDE
 
 
-def transcribe(model, tokenizer, source, *, language: str | None = None, task: str = "transcribe",
-               timestamps: bool = False, beam_size: int | None = None,
-               temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0), compression_ratio_threshold: float | None = 2.4,
-               logprob_threshold: float | None = -1.0, no_speech_threshold: float | None = 0.6,
-               condition_on_previous_text: bool = False, seed: int | None = 0, on_segment=None) -> dict:
+def transcribe(model, tokenizer, source, *, on_segment=None, **options) -> dict:
     """Audio (WAV path/bytes or 16 kHz samples) -> {"text", "language", "segments": [{"id", "seek",
     "start", "end", "text", "tokens", "avg_logprob", "compression_ratio", "no_speech_prob",
-    "temperature"}]}. Audio over 30 s is decoded with timestamps (seeking needs them).
+    "temperature"}]}. Audio over 30 s is decoded with timestamps (seeking needs them). Options (language,
+    task, timestamps, beam_size, temperature, thresholds, ...) as transcribe_steps.
     on_segment(segment) is called as each segment is finished."""
+    return _drive(transcribe_steps(model, tokenizer, source, **options), on_segment)
+
+
+def transcribe_steps(model, tokenizer, source, *, language: str | None = None, task: str = "transcribe",
+                     timestamps: bool = False, beam_size: int | None = None,
+                     temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0), compression_ratio_threshold: float | None = 2.4,
+                     logprob_threshold: float | None = -1.0, no_speech_threshold: float | None = 0.6,
+                     condition_on_previous_text: bool = False, seed: int | None = 0):
+    """transcribe() as a generator, so a caller can show progress and stop between steps (the page's
+    worker awaits between them; closing the generator cancels the rest). Yields
+    ("window", seek_seconds, duration_seconds) before each 30 s window and ("segment", segment) as each
+    segment is finished; returns transcribe()'s result."""
     samples = load_input(source)
+    duration = samples.size / A.SAMPLE_RATE
+    yield ("window", 0.0, duration)
     mel, long_form = features(samples, tokenizer.config.dims.n_mels)
-    return transcribe_features(model, tokenizer, mel, samples.size / A.SAMPLE_RATE,
-                               language=language, task=task, timestamps=timestamps or long_form,
-                               beam_size=beam_size, temperature=temperature,
-                               compression_ratio_threshold=compression_ratio_threshold,
-                               logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
-                               condition_on_previous_text=condition_on_previous_text, seed=seed,
-                               on_segment=on_segment)
+    return (yield from seek_loop(model, tokenizer, mel, duration, language=language, task=task,
+                                 timestamps=timestamps or long_form, beam_size=beam_size, temperature=temperature,
+                                 compression_ratio_threshold=compression_ratio_threshold,
+                                 logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
+                                 condition_on_previous_text=condition_on_previous_text, seed=seed))
 
 
-def transcribe_features(model, tokenizer, mel, duration: float | None = None, *, language=None,
-                        task="transcribe", timestamps=False, beam_size=None, temperature=0.0,
-                        compression_ratio_threshold=None, logprob_threshold=None, no_speech_threshold=None,
-                        condition_on_previous_text=False, seed=0, on_segment=None) -> dict:
+def _drive(steps, on_segment=None) -> dict:
+    while True:
+        try:
+            step = next(steps)
+        except StopIteration as done:
+            return done.value
+        if step[0] == "segment" and on_segment:
+            on_segment(step[1])
+
+
+def transcribe_features(model, tokenizer, mel, duration: float | None = None, *, on_segment=None, **options) -> dict:
     """The seek loop over a log-mel (n_mels, frames): 3000 frames (a clip padded to 30 s) or the
-    whole signal's; `duration` (s) caps the end of segments without timestamps."""
+    whole signal's; `duration` (s) caps the end of segments without timestamps. Options as seek_loop."""
+    return _drive(seek_loop(model, tokenizer, mel, duration, **options), on_segment)
+
+
+def seek_loop(model, tokenizer, mel, duration: float | None = None, *, language=None, task="transcribe",
+              timestamps=False, beam_size=None, temperature=0.0, compression_ratio_threshold=None,
+              logprob_threshold=None, no_speech_threshold=None, condition_on_previous_text=False, seed=0):
+    """transcribe_features as a generator of ("window", seek_s, total_s) / ("segment", seg) steps."""
     cfg = tokenizer.config
     temps = (float(temperature),) if np.isscalar(temperature) else tuple(float(t) for t in temperature)
     options = DecodingOptions(task=task, language=language, beam_size=beam_size, timestamps=timestamps, seed=seed)
     device = model.encoder.conv1.weight.device
     max_frames = mel.shape[1]
+    total_s = duration if duration is not None else max_frames * FRAME_SECONDS
     seek, segments, history = 0, [], []
     with ember.no_grad():
         while seek < max_frames:
             window_frames = min(max_frames - seek, A.N_FRAMES)
-            window = A.pad_or_trim(mel[:, seek:seek + window_frames], A.N_FRAMES)  # (n_mels, 3000)
             time_offset = seek * FRAME_SECONDS
+            yield ("window", min(time_offset, total_s), total_s)
+            window = A.pad_or_trim(mel[:, seek:seek + window_frames], A.N_FRAMES)  # (n_mels, 3000)
             audio_features = model.encoder(ember.tensor(window[None], device=device))  # (1, 1500, d)
             if language is None:
                 language = detect_language(model, tokenizer, audio_features)[0] if cfg.multilingual else "en"
@@ -154,7 +179,7 @@ def transcribe_features(model, tokenizer, mel, duration: float | None = None, *,
                        "no_speech_prob": result.no_speech_prob, "temperature": result.temperature}
                 segments.append(seg)
                 history.extend(seg["tokens"])
-                if on_segment:
-                    on_segment(seg)
+                yield ("segment", seg)
             seek += max(int(advance), 1)
+    yield ("window", total_s, total_s)
     return {"text": "".join(s["text"] for s in segments), "language": language, "segments": segments}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from .predict import CONF, IOU, MAX_DET
+
 
 def add_parser(sub):
     p = sub.add_parser("yolo", help="detect objects in an image with YOLOv8",
@@ -14,8 +16,13 @@ def add_parser(sub):
     p.add_argument("image", help="image file")
     p.add_argument("--model", default=None,
                    help="ember YOLOv8 .safetensors (from `ember convert yolo`), or an Ultralytics .pt / .onnx")
-    p.add_argument("--conf", type=float, default=0.25, help="confidence threshold (default 0.25)")
-    p.add_argument("--iou", type=float, default=0.45, help="NMS IoU threshold (default 0.45)")
+    p.add_argument("--conf", type=float, default=CONF, help=f"confidence threshold (default {CONF})")
+    p.add_argument("--iou", type=float, default=IOU, help=f"NMS IoU threshold (default {IOU})")
+    p.add_argument("--max-det", type=int, default=MAX_DET, help=f"at most this many detections (default {MAX_DET})")
+    p.add_argument("--square", action="store_true",
+                   help="pad to the fixed imgsz x imgsz input (Ultralytics rect=False, what fixed-size ONNX "
+                        "exports expect); default: the smallest stride-32 rectangle, as `yolo predict`")
+    p.add_argument("--agnostic", action="store_true", help="class-agnostic NMS (default off)")
     p.add_argument("--device", default="cpu", help="cpu (default), webgpu or cuda")
     p.add_argument("--json", action="store_true",
                    help='print a JSON list of {"class", "label", "score", "box": [x1, y1, x2, y2]}')
@@ -33,13 +40,16 @@ def main(args) -> int:
         v = getattr(args, name)
         if not 0.0 <= v <= 1.0:
             raise ValueError(f"ember: --{name} must be between 0 and 1, got {v}")
+    if args.max_det < 1:
+        raise ValueError(f"ember: --max-det must be at least 1, got {args.max_det}")
     src = args.model
     if src is None:
         from .fetch import ensure_demo_model
         src = ensure_demo_model()
     model = load_model(src, device=args.device)
     img = load_image(args.image)
-    dets = detect(model, img, conf=args.conf, iou=args.iou)
+    dets = detect(model, img, conf=args.conf, iou=args.iou, max_det=args.max_det, square=args.square,
+                  agnostic=args.agnostic)
     if args.json:
         print("[" + ",".join("\n " + json.dumps(_rounded(d)) for d in dets) + ("\n]" if dets else "]"))
     else:

@@ -104,37 +104,56 @@ def resize_linear(img: np.ndarray, new_h: int, new_w: int) -> np.ndarray:
 
 @dataclass
 class Letterbox:
-    """How an (h0, w0) image was placed in the model input: scale r, then `left`/`top` pixels of padding."""
+    """How an (h0, w0) image was placed in the model input: resized to (new_h, new_w), then `left`/`top`
+    pixels of padding. Ultralytics maps back with per-axis gains new/old (ops.scale_boxes), not the one
+    ratio the resize used: the two differ by the rounding of each side."""
     orig_shape: tuple
-    ratio: float
+    new_shape: tuple  # (new_h, new_w) of the resized image, padding excluded
     left: int
     top: int
 
-    def to_original(self, boxes: np.ndarray) -> np.ndarray:
-        """(N, 4) xyxy boxes in model-input pixels -> original-image pixels, clipped to the image."""
-        b = (boxes - np.array([self.left, self.top, self.left, self.top], boxes.dtype)) / self.ratio
-        h, w = self.orig_shape
-        b[:, [0, 2]] = b[:, [0, 2]].clip(0, w)
-        b[:, [1, 3]] = b[:, [1, 3]].clip(0, h)
+    @property
+    def gain(self) -> tuple[float, float]:
+        """(gain_x, gain_y): model-input pixels per original pixel."""
+        return self.new_shape[1] / self.orig_shape[1], self.new_shape[0] / self.orig_shape[0]
+
+    def to_original(self, xy: np.ndarray) -> np.ndarray:
+        """(..., 2k) x, y pairs (xyxy boxes, keypoints) in model-input pixels -> original-image pixels,
+        clipped to the image."""
+        (gx, gy), (h, w) = self.gain, self.orig_shape
+        b = np.array(xy, dtype=np.float64 if xy.dtype == np.float64 else np.float32)
+        b[..., 0::2] = ((b[..., 0::2] - self.left) / gx).clip(0, w)
+        b[..., 1::2] = ((b[..., 1::2] - self.top) / gy).clip(0, h)
         return b
 
 
-def letterbox(img: np.ndarray, size: int = 640) -> tuple[np.ndarray, Letterbox]:
-    """ultralytics LetterBox((size, size), auto=False): keep the aspect ratio, centre, pad with 114.
-    (H, W, 3) uint8 -> (size, size, 3) uint8 and the placement."""
+def input_shape(h: int, w: int, size: int = 640, square: bool = False, stride: int = 32) -> tuple[int, int]:
+    """The model input (H, W) for an (h, w) image: `size` on the long side, the short side padded only up
+    to the next multiple of `stride` (ultralytics predict: LetterBox(auto=True)); square: (size, size)."""
+    if square:
+        return size, size
+    r = min(size / h, size / w)
+    nw, nh = max(round(w * r), 1), max(round(h * r), 1)
+    return nh + (size - nh) % stride, nw + (size - nw) % stride
+
+
+def letterbox(img: np.ndarray, size: int = 640, square: bool = False, stride: int = 32) -> tuple[np.ndarray, Letterbox]:
+    """ultralytics LetterBox((size, size), auto=not square, stride): keep the aspect ratio, centre, pad
+    with 114. (H, W, 3) uint8 -> (H', W', 3) uint8 (see input_shape) and the placement."""
     h, w = img.shape[:2]
     r = min(size / h, size / w)
     nw, nh = max(round(w * r), 1), max(round(h * r), 1)
-    dw, dh = (size - nw) / 2, (size - nh) / 2
-    top, bottom = round(dh - 0.1), round(dh + 0.1)
-    left, right = round(dw - 0.1), round(dw + 0.1)
-    out = np.full((nh + top + bottom, nw + left + right, img.shape[2]), PAD_VALUE, np.uint8)
+    out_h, out_w = input_shape(h, w, size, square, stride)
+    dw, dh = (out_w - nw) / 2, (out_h - nh) / 2
+    top, left = round(dh - 0.1), round(dw - 0.1)
+    out = np.full((out_h, out_w, img.shape[2]), PAD_VALUE, np.uint8)
     out[top:top + nh, left:left + nw] = resize_linear(img, nh, nw)
-    return out, Letterbox((h, w), r, left, top)
+    return out, Letterbox((h, w), (nh, nw), left, top)
 
 
-def preprocess(img: np.ndarray, size: int = 640) -> tuple[np.ndarray, Letterbox]:
-    """RGB uint8 image -> (1, 3, size, size) float32 in [0, 1] (the model input) and the placement."""
-    boxed, lb = letterbox(as_rgb(img), size)
-    x = boxed.transpose(2, 0, 1)[None].astype(np.float32) / np.float32(255)   # (1, 3, size, size)
+def preprocess(img: np.ndarray, size: int = 640, square: bool = False,
+               stride: int = 32) -> tuple[np.ndarray, Letterbox]:
+    """RGB uint8 image -> (1, 3, H', W') float32 in [0, 1] (the model input) and the placement."""
+    boxed, lb = letterbox(as_rgb(img), size, square, stride)
+    x = boxed.transpose(2, 0, 1)[None].astype(np.float32) / np.float32(255)   # (1, 3, H', W')
     return x, lb

@@ -1,10 +1,15 @@
-"""Image in, detections out: load -> letterbox -> model -> NMS -> boxes in original-image pixels."""
+"""Image in, detections out: load -> letterbox -> model -> NMS -> boxes in original-image pixels.
+The defaults are Ultralytics `predict`'s: a rectangular letterbox (long side imgsz, short side padded
+to the next multiple of the stride), conf 0.25, iou 0.7, max_det 300, class-aware NMS."""
 from __future__ import annotations
 
 import numpy as np
 
 from .image import load_image, preprocess
 from .nms import postprocess
+
+CONF, IOU, MAX_DET = 0.25, 0.7, 300
+STAGES = ("preprocess", "model", "nms")  # what detect_steps yields, in order
 
 
 def run_model(model, x: np.ndarray) -> np.ndarray:
@@ -15,22 +20,41 @@ def run_model(model, x: np.ndarray) -> np.ndarray:
         return model(ember.tensor(x, device=dev)).numpy()
 
 
-def detect(model, image, conf: float = 0.25, iou: float = 0.45, max_det: int = 300) -> list[dict]:
+def detect(model, image, conf: float = CONF, iou: float = IOU, max_det: int = MAX_DET, square: bool = False,
+           agnostic: bool = False) -> list[dict]:
     """image: path, encoded bytes or (H, W, 3) uint8 RGB array. Returns detections, highest score first:
     {"class", "label", "score", "box": [x1, y1, x2, y2]} (+ "keypoints": [[x, y(, visibility)], ...] for
-    pose models), coordinates in original-image pixels."""
+    pose models), coordinates in original-image pixels. square: pad to (imgsz, imgsz) as a fixed-size
+    ONNX export needs (Ultralytics rect=False)."""
+    steps = detect_steps(model, image, conf, iou, max_det, square, agnostic)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def detect_steps(model, image, conf: float = CONF, iou: float = IOU, max_det: int = MAX_DET,
+                 square: bool = False, agnostic: bool = False):
+    """detect() as a generator: yields each stage's name ("preprocess", "model", "nms") before running it
+    and returns the detections, so a caller can report progress and stop between stages (the page's
+    worker awaits between them; closing the generator cancels the rest)."""
     cfg = model.cfg
+    yield "preprocess"
     img = load_image(image)
-    x, lb = preprocess(img, cfg.imgsz)                                          # (1, 3, S, S)
-    rows = postprocess(run_model(model, x)[0], conf, iou, cfg.nc, max_det=max_det)  # (n, 6 + nk)
+    x, lb = preprocess(img, cfg.imgsz, square=square, stride=max(cfg.strides))   # (1, 3, H', W')
+    yield "model"
+    raw = run_model(model, x)[0]                                                   # (4 + nc [+ nk], A)
+    yield "nms"
+    rows = postprocess(raw, conf, iou, cfg.nc, agnostic=agnostic, max_det=max_det)  # (n, 6 + nk)
     boxes = lb.to_original(rows[:, :4])
     out = []
     for r, box in zip(rows, boxes):
         d = {"class": int(r[5]), "label": cfg.label(r[5]), "score": float(r[4]), "box": [float(v) for v in box]}
         if cfg.kpt_shape:
             k = r[6:].reshape(cfg.kpt_shape).astype(np.float64)                 # (K, 2|3)
-            k[:, 0] = ((k[:, 0] - lb.left) / lb.ratio).clip(0, lb.orig_shape[1])
-            k[:, 1] = ((k[:, 1] - lb.top) / lb.ratio).clip(0, lb.orig_shape[0])
+            k[:, :2] = lb.to_original(k[:, :2])
             d["keypoints"] = k.tolist()
         out.append(d)
     return out
+
