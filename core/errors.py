@@ -23,12 +23,15 @@ class LimitError(FormatError):
     """A value in an input exceeds ember's resource budget (see ember.limits).
 
     where: the file (or '<N bytes>'); field: what was too big; value, limit: the two numbers;
-    setting: the attribute of ember.limits.budget (and its environment variable) that raises the limit."""
+    below: the value is under a minimum; setting: the attribute of ember.limits.budget (and its environment variable) that raises the limit."""
 
-    def __init__(self, where: str, field: str, value, limit, setting: str | None = None, unit: str = ""):
+    def __init__(self, where: str, field: str, value, limit, setting: str | None = None, unit: str = "",
+                 below: bool = False):
         self.where, self.field, self.value, self.limit, self.setting = where, field, value, limit, setting
         how = ""
         if setting:
             from .limits import env_name
-            how = f" (raise ember.limits.budget.{setting} or ${env_name(setting)} if the file is trusted)"
-        super().__init__(f"ember: {where}: {field} is {value}{unit}, over the limit of {limit}{unit}{how}")
+            how = (f" ({'lower' if below else 'raise'} ember.limits.budget.{setting} or ${env_name(setting)} "
+                   "if the input is trusted)")
+        side = "under the minimum" if below else "over the limit"
+        super().__init__(f"ember: {where}: {field} is {value}{unit}, {side} of {limit}{unit}{how}")
