@@ -81,3 +81,17 @@ class Meter:
         if self.used > self.limit:
             raise LimitError(self.where, f"{what}: materialised bytes", self.used, self.limit, "load_allowance",
                              unit=" bytes")
+
+
+# config.json fields by what they size: positions, vocabulary, layers, widths
+_CONFIG_LIMITS = {"context": "max_context", "vocab": "max_vocab", "layers": "max_layers", "width": "max_width"}
+
+
+def check_config(where: str, kind: str, **values):
+    """Bound config values of one kind ('context' | 'vocab' | 'layers' | 'width') before a model is
+    sized from them: check_config("config.json", "layers", num_hidden_layers=32)."""
+    setting = _CONFIG_LIMITS[kind]
+    limit = getattr(budget, setting)
+    for field, v in values.items():
+        if isinstance(v, int) and v > limit:
+            raise LimitError(where, f"config field {field}", v, limit, setting)

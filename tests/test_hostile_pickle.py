@@ -52,7 +52,7 @@ def test_a_million_deep_tuple_is_a_limit_error_not_a_crash(where):
         except ember.LimitError as e:
             print("LIMIT", e)
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
     assert r.stdout.startswith("LIMIT ember: <"), r.stdout + r.stderr[-2000:]
     assert "pickle nesting depth" in r.stdout and "over the limit of 200" in r.stdout
