@@ -7,6 +7,7 @@ __version__ = "0.1.0"
 
 from . import dtypes  # noqa: E402
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
+from .errors import EmberError, FormatError, LimitError  # noqa: E402,F401
 from .device import Device, DeviceError, device, devices, register_backend  # noqa: E402,F401
 from .dtypes import (DType, bfloat16, bool_, double, float16, float32, float64, half, int8, int32,  # noqa: E402,F401
                      int64, long, uint8, uint32)
@@ -46,7 +47,7 @@ def save(tensors, path, metadata=None):
 
 def __getattr__(name):
     # heavy or optional parts load on first use, keeping `import ember` fast
-    if name in ("io", "quant", "tokenizers", "models", "hub"):
+    if name in ("io", "quant", "tokenizers", "models", "hub", "limits"):
         import importlib
         return importlib.import_module(f"ember.{name}")  # (`from . import` would re-enter this hook)
     if name == "Tokenizer":

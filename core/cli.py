@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> (module providing add_parser(subparsers) and main(args), one-line help)
@@ -57,6 +58,24 @@ def main_info(args=None):
     for name, hint in _NOT_DEVICES.items():
         print(f"  {name}: {hint}")
     return 1 if broken else 0
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a bad value is a usage error (exit 2) before any model loads."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def existing_file(text: str) -> str:
+    """An argparse type: an input file that is missing fails (exit 2) before the model is loaded."""
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return text
 
 
 def build_parser(argv):

@@ -241,8 +241,9 @@ def test_cli_json(real, capsys):
     want = hf_generate(real["ref"], mel, return_timestamps=True, return_segments=True)
     assert [s["tokens"] for s in out["segments"]] == [s["tokens"].tolist() for s in want["segments"][0]]
     assert out["text"] == "".join(s["text"] for s in out["segments"]).strip()
-    assert main(["whisper", str(clip) + ".missing", "--model", str(real["folder"])]) == 1
-    assert "ember:" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # a missing input is a usage error, found before the model loads
+        main(["whisper", str(clip) + ".missing", "--model", str(real["folder"])])
+    assert e.value.code == 2 and "no such file" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,10 +12,7 @@ import os
 import numpy as np
 
 from .. import dtypes
-
-
-class FormatError(ValueError):
-    """A weights file is malformed, unsupported, or unsafe; the message names file, tensor, dtype."""
+from ..errors import FormatError, LimitError  # noqa: F401  (re-exported: readers import them from here)
 
 
 class Stored:

@@ -7,11 +7,21 @@ only through `resolve(module, name)`, supplied by the caller: it returns a pytho
 vouches for, or None, in which case the global becomes an inert `PickleRecord`. Calling a record
 (REDUCE/NEWOBJ) makes another record that keeps the arguments; BUILD stores the state on it.
 Every failure is a FormatError; reads never go past the data, so sizes stay bounded by the input.
+
+Depth: the machine itself never recurses, but Python does on what it builds: hashing a tuple nested a
+million deep (as a dict key or set member) overflows the C stack (SIGSEGV), and repr/compare raise
+RecursionError. So every container the machine makes carries its nesting depth, and one deeper than
+ember.limits.budget.pickle_depth is a LimitError at the opcode that builds it. Tuples and frozensets
+(the only containers that get hashed) are immutable and built bottom-up, so their depth is exact; a
+list or dict deepened after being nested only makes its own depth grow, which can under-count its
+parents, but those are unhashable and every ember walk over the tree is iterative.
 """
 from __future__ import annotations
 
 import struct
 
+from ..errors import LimitError
+from ..limits import budget
 from .formats import FormatError
 
 
@@ -46,6 +56,7 @@ class Machine:
         self.data, self.pos, self.where = data, 0, where
         self.resolve, self.persistent_load = resolve, persistent_load
         self.stack, self.memo = [], {}
+        self.depths, self.max_depth = {}, budget.pickle_depth  # id(container) -> (container, nesting depth)
         self.ops = {op: getattr(self, "op_" + name) for op, name in _OPCODES.items()}
 
     # ---- plumbing
@@ -88,6 +99,24 @@ class Machine:
                 del self.stack[i:]
                 return items
         raise self.fail("pickle has no MARK to pop to")
+
+    def depth(self, v) -> int:
+        e = self.depths.get(id(v))
+        return e[1] if e is not None and e[0] is v else 0
+
+    def nest(self, obj, children, grow=False):
+        """Record obj as a container of children (grow: children added to an existing one) -> obj."""
+        d = 1 + max(map(self.depth, children), default=0)
+        if grow:
+            d = max(d, self.depth(obj))
+        if d > self.max_depth:
+            raise LimitError(self.where, f"pickle nesting depth (at pickle byte {self.pos})", d, self.max_depth,
+                             "pickle_depth")
+        self.depths[id(obj)] = (obj, d)  # holds obj, so its id is never reused by another object
+        return obj
+
+    def push(self, obj, children=()):
+        self.stack.append(self.nest(obj, children))
 
     def run(self):
         try:
@@ -237,24 +266,27 @@ class Machine:
         self.stack.append([])
 
     def op_list(self):
-        self.stack.append(self.pop_mark())
+        items = self.pop_mark()
+        self.push(items, items)
 
     def op_empty_tuple(self):
         self.stack.append(())
 
     def op_tuple(self):
-        self.stack.append(tuple(self.pop_mark()))
+        items = tuple(self.pop_mark())
+        self.push(items, items)
 
     def op_tuple1(self):
-        self.stack.append((self.pop(),))
+        t = (self.pop(),)
+        self.push(t, t)
 
     def op_tuple2(self):
         b, a = self.pop(), self.pop()
-        self.stack.append((a, b))
+        self.push((a, b), (a, b))
 
     def op_tuple3(self):
         c, b, a = self.pop(), self.pop(), self.pop()
-        self.stack.append((a, b, c))
+        self.push((a, b, c), (a, b, c))
 
     def op_empty_dict(self):
         self.stack.append({})
@@ -263,15 +295,19 @@ class Machine:
         items = self.pop_mark()
         if len(items) % 2:
             raise self.fail("DICT with an odd number of items")
-        self.stack.append(dict(zip(items[::2], items[1::2])))
+        self.nest(items, items)  # checked before hashing the keys
+        self.push(dict(zip(items[::2], items[1::2])), items)
 
     def op_empty_set(self):
         self.stack.append(set())
 
     def op_frozenset(self):
-        self.stack.append(frozenset(self.pop_mark()))
+        items = self.pop_mark()
+        self.nest(items, items)
+        self.push(frozenset(items), items)
 
     def _extend(self, target, values):
+        self.nest(target, values, grow=True)
         if isinstance(target, list):
             target.extend(values)
         elif isinstance(target, PickleRecord):
@@ -290,6 +326,7 @@ class Machine:
     def _setitems(self, target, kv):
         if len(kv) % 2:
             raise self.fail("SETITEMS with an odd number of items")
+        self.nest(target, kv, grow=True)  # before hashing the keys
         pairs = list(zip(kv[::2], kv[1::2]))
         if isinstance(target, dict):
             target.update(pairs)
@@ -311,6 +348,7 @@ class Machine:
         target = self.top()
         if not isinstance(target, set):
             raise self.fail(f"ADDITEMS onto a {type(target).__name__}")
+        self.nest(target, items, grow=True)
         target.update(items)
 
     # ---- globals, calls, state: only through resolve(); everything else stays a record
@@ -331,11 +369,14 @@ class Machine:
     def _call(self, f, args, kwargs=None):
         if not isinstance(args, tuple) or not (kwargs is None or isinstance(kwargs, dict)):
             raise self.fail("call arguments are not a tuple")
+        children = (args, kwargs)
         if isinstance(f, PickleRecord):
-            return PickleRecord(f.module, f.name, args if not kwargs else args + (kwargs,))
+            return self.nest(PickleRecord(f.module, f.name, args if not kwargs else args + (kwargs,)), children)
         if not callable(f) or not getattr(f, "_pickle_safe", False):
             raise self.fail(f"pickle calls a {type(f).__name__}, which is not a class or function")
-        return f(*args, **(kwargs or {}))
+        self.nest(args, args)  # the arguments are checked before f hashes them (set, frozenset)
+        out = f(*args, **(kwargs or {}))
+        return self.nest(out, children) if isinstance(out, (tuple, list, dict, set, frozenset, slice)) else out
 
     def op_reduce(self):
         args, f = self.pop(), self.pop()
@@ -353,6 +394,7 @@ class Machine:
         state = self.pop()
         inst = self.top()
         if isinstance(inst, PickleRecord):
+            self.nest(inst, (state,), grow=True)
             inst.state = state
         elif not isinstance(inst, dict):  # OrderedDict state (e.g. a state_dict's _metadata) is dropped
             raise self.fail(f"BUILD on a {type(inst).__name__}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
+from ..limits import Meter
 from .formats import (
     FormatError,
     Stored,
@@ -38,7 +39,6 @@ _STORAGES = {"FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage
 _TORCH_ONLY_DTYPES = {"int16", "short", "uint16", "uint64", "complex32", "complex64", "complex128", "cfloat",
                       "cdouble", "chalf", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
                       "float8_e8m0fnu", "qint8", "quint8", "qint32", "quint4x2"}
-_MAX_OVERLAP_BYTES = 64 << 20  # an expanded (stride-0) tensor may materialize at most this much beyond its storage
 
 
 class _TorchDType:
@@ -67,6 +67,7 @@ class _Checkpoint:
     def __init__(self, src, make_tensor):
         self.where, self.size, self.make_tensor = describe(src), source_size(src), make_tensor
         self.storages = {}
+        self.meter = Meter(self.where, self.size)  # every tensor's bytes, against the file's budget
         self.zip = open_zip(src)
         try:
             pkls = [n for n in self.zip.namelist() if n.endswith("data.pkl") and n.count("/") <= 1]
@@ -181,9 +182,9 @@ class _Checkpoint:
             raise FormatError(f"ember: {where}: tensor of size {size} stride {tuple(stride)} at offset {offset} "
                               f"reaches element {last}, past the storage's {elems.size}")
         nbytes = d.itemsize * int(np.prod(size, dtype=object))
-        if nbytes > max(storage.raw.nbytes, _MAX_OVERLAP_BYTES):
-            raise FormatError(f"ember: {where}: tensor of size {size} with stride {tuple(stride)} expands to "
-                              f"{nbytes} bytes from a {storage.raw.nbytes}-byte storage")
+        # overlapping strides (stride 0, or views of one storage) may materialise more than the file holds
+        self.meter.take(nbytes, f"storage {self.prefix}data/{storage.key}: tensor of size {size} with "
+                                f"stride {tuple(stride)} expands to {nbytes} bytes; all tensors so far")
         view = np.lib.stride_tricks.as_strided(elems[offset:], size, [s * d.itemsize for s in stride])
         out = contiguous(view, d.np)  # no copy for a contiguous little-endian view
         return self.make_tensor(Stored(out, d))

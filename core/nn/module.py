@@ -5,6 +5,7 @@ import os
 from collections import OrderedDict
 
 from .. import autograd as A
+from ..errors import EmberError
 from ..tensor import Tensor
 
 
@@ -29,7 +30,7 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
-class StateDictError(KeyError):
+class StateDictError(EmberError, KeyError):
     """load_state_dict(strict=True) found missing, unexpected or mis-shaped keys.
 
     Fields: `missing` and `unexpected` (lists of names), `mismatched` (list of (name, expected shape,

@@ -1,7 +1,10 @@
 """The one error type the tokenizer runtime raises for bad files, components and ids."""
 
 
-class TokenizerError(ValueError):
+from ..errors import EmberError
+
+
+class TokenizerError(EmberError, ValueError):
     """A malformed tokenizer file, an unsupported component, or a bad id. Messages start with
     "ember:" and name the file/component/id involved."""
 

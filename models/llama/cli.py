@@ -4,13 +4,15 @@ from __future__ import annotations
 import json
 import sys
 
+from ...cli import positive_int
+
 
 def add_parser(sub):
     p = sub.add_parser("llama", help="generate text with a Llama model")
     p.add_argument("prompt")
     p.add_argument("--model", default=None, help="folder, .bin, .gguf, URL or hub id (default: the shipped demo model)")
     p.add_argument("--tokenizer", default=None, help="tokenizer.json / tokenizer.bin when not beside the model")
-    p.add_argument("-n", "--max-new-tokens", type=int, default=128)
+    p.add_argument("-n", "--max-new-tokens", type=positive_int, default=128)
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=0.9)

@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...errors import FormatError
+from ...limits import check_config
 
-class LlamaConfigError(ValueError):
+
+class LlamaConfigError(FormatError):
     """A config that cannot describe a Llama model (names the offending field)."""
 
 
@@ -40,6 +43,12 @@ class LlamaConfig:
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or v <= 0:
                 raise LlamaConfigError(f"ember: llama config field {name!r} must be a positive int, got {v!r}")
+        where = "llama config"
+        check_config(where, "vocab", vocab_size=self.vocab_size)
+        check_config(where, "width", dim=self.dim, hidden_dim=self.hidden_dim, n_heads=self.n_heads,
+                     head_dim=self.head_dim)
+        check_config(where, "layers", n_layers=self.n_layers)
+        check_config(where, "context", max_seq_len=self.max_seq_len)  # sizes the rope tables and KV cache
         if self.n_heads % self.n_kv_heads:
             raise LlamaConfigError(f"ember: llama config n_heads={self.n_heads} is not a multiple of "
                                    f"n_kv_heads={self.n_kv_heads}")
@@ -99,6 +108,16 @@ class LlamaConfig:
                        eos_token_ids=list(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos]))
         except KeyError as e:
             raise LlamaConfigError(f"ember: llama config.json lacks the field {e.args[0]!r}") from None
+
+    def check_weights(self, shapes: dict, where: str):
+        """Refuse a config that sizes a model far bigger than the weights file (name -> shape) before the model
+        is built: a forged config.json would otherwise allocate for layers no file holds. Exact shape
+        mismatches are left to the strict loader, which lists them all."""
+        present = sum(int(np.prod(s, dtype=np.int64)) for s in shapes.values())
+        if self.n_params > 2 * present + (1 << 20):
+            raise LlamaConfigError(f"ember: {where}: config.json describes {self.n_params} parameters, the weights "
+                                   f"hold {present} (vocab_size={self.vocab_size}, hidden_size={self.dim}, "
+                                   f"num_hidden_layers={self.n_layers}, intermediate_size={self.hidden_dim})")
 
     def to_hf(self) -> dict:
         """The config.json transformers' LlamaForCausalLM reads."""

@@ -68,6 +68,7 @@ def load_hf(source, tokenizer: str | None = None) -> tuple[Llama, LlamaTokenizer
             sd.update(ember.load(source.path(s)))
     else:
         sd = ember.load(source.path("model.safetensors"))
+    config.check_weights({k: v.shape for k, v in sd.items()}, str(source.base))
     model = names.from_hf_state_dict(sd, config, source=f"{source.base} safetensors")
     tok_path = tokenizer or source.path("tokenizer.json", required=False)
     tok = None

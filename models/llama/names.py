@@ -8,11 +8,12 @@ import numpy as np
 
 import ember
 
+from ...errors import FormatError
 from .config import LlamaConfig
 from .model import Llama
 
 
-class LlamaWeightsError(ValueError):
+class LlamaWeightsError(FormatError):
     """Checkpoint tensors that do not fit the config: missing, unexpected or mis-shaped (named)."""
 
 

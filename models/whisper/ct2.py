@@ -21,6 +21,7 @@ import numpy as np
 from ember import dtypes
 from ember.io import save
 from ember.io.formats import Stored
+from ...errors import FormatError
 
 SUPPORTED_VERSION = 6
 # CTranslate2 DataType ids (include/ctranslate2/types.h). bfloat16 has no numpy type: it is kept
@@ -28,7 +29,7 @@ SUPPORTED_VERSION = 6
 CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16, 5: np.uint16}
 
 
-class CT2FormatError(ValueError):
+class CT2FormatError(FormatError):
     """A CTranslate2 model.bin that is malformed, truncated or of an unsupported version."""
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import ember
 
+from ...errors import FormatError
 from .config import WhisperConfig
 from .model import Whisper
 
@@ -28,7 +29,7 @@ WEIGHTS = ("model.safetensors", "model.gguf")  # one of them, the first found wi
 OPTIONAL = ("generation_config.json",)
 
 
-class WhisperLoadError(ValueError):
+class WhisperLoadError(FormatError):
     """A Whisper source could not be fetched, or its files do not make a Whisper model."""
 
 

@@ -13,17 +13,25 @@ from math import gcd
 
 import numpy as np
 
+from ...errors import LimitError
+from ...limits import budget
+
 KAISER_BETA = 5.0
 HALF_LEN_PER_RATE = 10  # filter half-length, in units of max(up, down)
+_SLICE = 1 << 16  # taps computed at a time
 
 
 def _lowpass(up: int, down: int) -> tuple[np.ndarray, int]:
-    """Kaiser-windowed sinc low-pass for the up-sampled rate -> (taps (2*half+1,), half)."""
+    """Kaiser-windowed sinc low-pass for the up-sampled rate -> (taps (2*half+1,), half).
+    Built in slices so an odd rate ratio (millions of taps) needs the taps' memory and no more."""
     max_rate = max(up, down)
     half = HALF_LEN_PER_RATE * max_rate
-    m = np.arange(-half, half + 1, dtype=np.float64)  # tap offsets, centred on 0
     cutoff = 1.0 / max_rate  # as a fraction of the up-sampled Nyquist rate
-    h = cutoff * np.sinc(cutoff * m) * np.kaiser(2 * half + 1, KAISER_BETA)
+    h = np.empty(2 * half + 1, np.float64)
+    for start in range(0, len(h), _SLICE):
+        m = np.arange(start - half, min(len(h), start + _SLICE) - half, dtype=np.float64)  # tap offsets
+        window = np.i0(KAISER_BETA * np.sqrt(1.0 - (m / half) ** 2.0)) / np.i0(KAISER_BETA)  # np.kaiser's formula
+        h[start:start + len(m)] = cutoff * np.sinc(cutoff * m) * window
     h *= up / h.sum()  # unit DC gain per phase after zero-stuffing by `up`
     return h, half
 
@@ -41,6 +49,9 @@ def resample(x: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
         return x.astype(np.float32)
     g = gcd(int(orig_sr), int(target_sr))
     up, down = int(target_sr) // g, int(orig_sr) // g
+    if max(up, down) > budget.max_sample_rate:  # the filter has 20 * max(up, down) taps
+        raise LimitError(f"resample {orig_sr} -> {target_sr} Hz", "reduced rate ratio term", max(up, down),
+                         budget.max_sample_rate, "max_sample_rate")
     h, half = _lowpass(up, down)
     n_in = len(x)
     n_out = -(-n_in * up // down)

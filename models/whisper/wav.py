@@ -12,6 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ...errors import FormatError, LimitError
+from ...limits import budget
+
 FORMAT_PCM, FORMAT_FLOAT, FORMAT_EXTENSIBLE = 0x0001, 0x0003, 0xFFFE
 # The last 14 bytes shared by every KSDATAFORMAT_SUBTYPE GUID; the first 2 are the format tag.
 _GUID_TAIL = bytes.fromhex("000000001000800000aa00389b71")
@@ -19,7 +22,7 @@ _GUID_TAIL = bytes.fromhex("000000001000800000aa00389b71")
 _UNKNOWN_SIZES = (0, 0xFFFFFFFF)
 
 
-class WavError(ValueError):
+class WavError(FormatError):
     """A file that is not a readable WAV: malformed, truncated or an unsupported encoding."""
 
 
@@ -126,6 +129,14 @@ def read_wav(source: str | os.PathLike | bytes | bytearray | memoryview,
         _fail(name, "no data chunk")
 
     tag, channels, rate, block_align, bits = fmt
+    # header values that drive decoding and resampling memory, bounded before either runs
+    if channels > budget.max_channels:
+        raise LimitError(name, "fmt chunk: channels", channels, budget.max_channels, "max_channels")
+    if rate > budget.max_sample_rate:
+        raise LimitError(name, "fmt chunk: sample rate", rate, budget.max_sample_rate, "max_sample_rate", " Hz")
+    if rate < budget.min_sample_rate:  # upsampling to 16 kHz multiplies the samples by 16000 / rate
+        raise LimitError(name, "fmt chunk: sample rate", rate, budget.min_sample_rate, "min_sample_rate", " Hz",
+                         below=True)
     if bits == 0 or bits % 8:
         _fail(name, f"bits per sample {bits} is not a whole number of bytes")
     if block_align != channels * bits // 8:
@@ -133,6 +144,10 @@ def read_wav(source: str | os.PathLike | bytes | bytearray | memoryview,
     if len(samples) % block_align:
         _fail(name, f"truncated: {len(samples)} data bytes is not a whole number of "
                     f"{block_align}-byte frames")
+    seconds = len(samples) // block_align / rate
+    if seconds > budget.max_audio_seconds:
+        raise LimitError(name, "data chunk: duration", round(seconds, 1), budget.max_audio_seconds,
+                         "max_audio_seconds", " s")
     x = _decode(samples, tag, bits, name).reshape(-1, channels)  # (n_samples, channels)
     if not np.all(np.isfinite(x)):
         _fail(name, "float samples contain NaN or infinity")

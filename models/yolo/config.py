@@ -11,6 +11,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from ...errors import FormatError
+
 # ultralytics/cfg/models/v8/yolov8.yaml `scales`: (depth_multiple, width_multiple, max_channels)
 SCALES = {
     "n": (0.33, 0.25, 1024),
@@ -24,7 +26,7 @@ REG_MAX = 16  # DFL bins per box side
 HEAD_INDEX = 22  # the Detect/Pose layer's index in yolov8.yaml
 
 
-class YoloConfigError(ValueError):
+class YoloConfigError(FormatError):
     """A checkpoint or metadata that does not describe a YOLOv8 model ember can build."""
 
 

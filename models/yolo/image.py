@@ -15,11 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import FormatError, LimitError
+from ...limits import budget
+
 PAD_VALUE = 114  # ultralytics' letterbox grey
 _COEF_SCALE = 2048  # OpenCV INTER_RESIZE_COEF_SCALE (11 fractional bits)
 
 
-class ImageError(ValueError):
+class ImageError(FormatError):
     """An image that cannot be read or used."""
 
 
@@ -46,12 +49,23 @@ def load_image(src) -> np.ndarray:
     import io
     try:
         with Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else where) as im:
+            _check_pixels(where, *im.size)  # the header's size, before any pixel is decoded
             im = ImageOps.exif_transpose(im)
             return np.asarray(im.convert("RGB"), dtype=np.uint8).copy()
+    except LimitError:
+        raise
+    except Image.DecompressionBombError:  # Pillow's own limit (~179 MP) fires inside open()
+        raise LimitError(where, "image size", f"over {2 * Image.MAX_IMAGE_PIXELS}", budget.max_pixels,
+                         "max_pixels", " pixels") from None
     except FileNotFoundError:
         raise ImageError(f"ember: image file not found: {where}") from None
     except (OSError, SyntaxError, ValueError) as e:  # Pillow's UnidentifiedImageError is an OSError
         raise ImageError(f"ember: {where}: not a readable image ({type(e).__name__}: {e})") from None
+
+
+def _check_pixels(where: str, w: int, h: int):
+    if w * h > budget.max_pixels:
+        raise LimitError(where, f"image size {w}x{h}", w * h, budget.max_pixels, "max_pixels", " pixels")
 
 
 def as_rgb(a: np.ndarray) -> np.ndarray:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import FormatError
+
 # TensorProto.DataType -> numpy dtype (the types a weights file can hold)
 _DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
            9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
 _BFLOAT16 = 16
 
 
-class OnnxFormatError(ValueError):
+class OnnxFormatError(FormatError):
     """The file is not a readable ONNX ModelProto (truncated, malformed, or using unsupported features)."""
 
 
