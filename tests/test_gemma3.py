@@ -84,3 +84,20 @@ def test_gguf_config_errors_name_the_field():
         Gemma3Config.from_gguf({"general.architecture": "llama"}, "x.gguf")
     with pytest.raises(Gemma3ConfigError, match="n_kv_heads"):
         Gemma3Config.from_gguf({**md, "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 3}, "x.gguf")
+
+
+def test_gguf_tokenizer_rejects_inconsistent_metadata():
+    from ember.tokenizers.errors import TokenizerError
+    from ember.tokenizers.gguf_spm import SpmTokenizer
+    md = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["<pad>", "a", "b", "ab"],
+          "tokenizer.ggml.scores": [0.0, -1.0, -1.0, -0.5], "tokenizer.ggml.token_type": [3, 1, 1, 1]}
+    with pytest.raises(TokenizerError, match="token_type"):
+        SpmTokenizer.from_gguf_metadata({**md, "tokenizer.ggml.token_type": [1]}, "x.gguf")
+    with pytest.raises(TokenizerError, match="bos_token_id 9"):
+        SpmTokenizer.from_gguf_metadata({**md, "tokenizer.ggml.bos_token_id": 9}, "x.gguf")
+    with pytest.raises(TokenizerError, match="'gpt2'"):
+        SpmTokenizer.from_gguf_metadata({**md, "tokenizer.ggml.model": "gpt2"}, "x.gguf")
+    tok = SpmTokenizer.from_gguf_metadata({**md, "tokenizer.ggml.add_space_prefix": False}, "x.gguf")
+    assert tok.encode("abab", bos=False) == [3, 3]
+    with pytest.raises(TokenizerError, match="no byte token"):  # 'c' is neither a piece nor a <0x63> byte token
+        tok.encode("c", bos=False)

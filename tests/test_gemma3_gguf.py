@@ -3,8 +3,8 @@ llama.cpp (llama-cpp-python) on the same file: the GGUF tokenizer token for toke
 strings, the weights kept quantized, and greedy continuations token for token with the logits gap bounded.
 
 llama.cpp quantizes the activations to 8 bits for its Q4_K/Q5_0/Q6_K/Q8_0 dot products; ember multiplies float32
-activations by the dequantized weights. The logits differ by up to ~6% of their range (measured: 1.24 on a
-range of 22.6 for the first prompt); the bound below is 10%, and the greedy tokens must still be identical."""
+activations by the dequantized weights. The logits differ by up to ~6% of their range (up to ~3 logits): greedy
+continuations are identical where no step is a near-tie, and every step with a clear winner agrees."""
 from __future__ import annotations
 
 import numpy as np
@@ -105,19 +105,57 @@ def _greedy_llamacpp(llm, prompt, n):
     return out, first
 
 
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
+# free-running greedy: identical for all 32 tokens on these (llama.cpp's top-2 margin stays >= 0.27 throughout)
+EXACT = ["def fibonacci(n):", "Water boils at"]
+# teacher-forced on llama.cpp's continuation: near-ties flip under llama.cpp's 8-bit activations (measured: every
+# disagreement at a top-2 margin <= 0.44; "The capital of France is" continues "...the country." in llama.cpp
+# with a float32 KV cache, "...the country of France." in ember, a 0.44 margin at step 5)
+FORCED = ["The capital of France is", "Once upon a time, in a small village,", "import numpy as np\n"]
+MARGIN = 0.5  # logits: a step whose llama.cpp top-2 gap is wider must pick the same token
+GAP = 0.08    # max |ember - llama.cpp| logit / llama.cpp's logit range, per step (measured: <= 0.058)
 
 
 @pytest.mark.slow
 def test_greedy_tokens_match_llamacpp(loaded, llm):
     from ember.models.llama.generate import SamplingParams, generate
     model, tok = loaded
-    for text in PROMPTS:
+    for text in EXACT:
         prompt = tok.encode(text)
-        want, ref = _greedy_llamacpp(llm, prompt, 32)
-        with ember.no_grad():
-            got_logits = model(ember.tensor([prompt]), last_only=True).numpy()[0, -1]
-        gap = np.abs(got_logits - ref).max() / (ref.max() - ref.min())
-        assert gap < 0.10, (text, gap)
+        want, _ = _greedy_llamacpp(llm, prompt, 32)
         mine = list(generate(model, prompt, 32, SamplingParams(temperature=0)))
         assert mine == want, (text, tok.decode(mine), tok.decode(want))
+
+
+@pytest.mark.slow
+def test_logits_follow_llamacpp_step_by_step(loaded, llm):
+    model, tok = loaded
+    for text in FORCED:
+        prompt = tok.encode(text)
+        want, _ = _greedy_llamacpp(llm, prompt, 32)
+        seq = prompt + want
+        llm.reset()
+        llm.eval(seq)
+        ref = np.asarray(llm.scores[len(prompt) - 1:len(seq) - 1])                 # (32, vocab)
+        with ember.no_grad():
+            got = model(ember.tensor([seq])).numpy()[0, len(prompt) - 1:len(seq) - 1]
+        gap = np.abs(got - ref).max(1) / (ref.max(1) - ref.min(1))
+        assert gap.max() < GAP, (text, gap.max())
+        top2 = np.sort(ref, 1)[:, -2:]
+        clear = top2[:, 1] - top2[:, 0] >= MARGIN
+        assert clear.sum() >= 16, (text, clear.sum())  # at least half the steps have a clear winner
+        assert (got.argmax(1) == np.asarray(want))[clear].all(), (text, np.nonzero(got.argmax(1) != want)[0])
+
+
+def test_cli_generate_json(path, llm):
+    import json
+    import os
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "ember", "generate", "The capital of France is", "--model", str(path),
+                        "-n", "4", "--json"], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(out) >= {"prompt_tokens", "tokens", "text", "tokens_per_s", "stopped"}
+    assert out["prompt_tokens"] == llm.tokenize(b"The capital of France is", add_bos=True)
+    assert out["tokens"] == _greedy_llamacpp(llm, out["prompt_tokens"], 4)[0]
+    assert out["stopped"] == "length" and out["text"]
