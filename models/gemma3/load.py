@@ -1,0 +1,122 @@
+"""Load Gemma 3 (text) and its tokenizer from a GGUF file (llama.cpp's `gemma3` layout) or a Hugging Face
+folder (Gemma3ForCausalLM names: config.json, model.safetensors, tokenizer.json), by path, URL or hub id.
+
+    model, tok = load_gemma3("gemma-3-270m-q4_k_m.gguf")     # or a folder, "owner/name", a URL
+
+From GGUF every quantized matrix stays quantized (QLinear), the embedding too (read by row, multiplied quantized
+for the tied output); norms are F32. Gemma's RMSNorm multiplies by (1 + w): GGUF already stores 1 + w
+(convert_hf_to_gguf adds it), a Hugging Face checkpoint stores w, so 1 is added here for that source.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+import ember
+from ember.quant import QTensor, load_quantized
+
+from .config import Gemma3Config
+from .model import Gemma3
+
+_LAYER = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+          "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+          "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+          "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+          "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
+EMBED = "model.embed_tokens.weight"
+
+
+class Gemma3WeightsError(ValueError):
+    """Weights that do not describe the configured Gemma 3 model (names the file and the tensor)."""
+
+
+def hf_names_from_gguf(tensors: dict, where: str) -> dict:
+    """{GGUF name: Tensor | QTensor} -> {HF name: Tensor | QTensor}; quantized matrices untouched."""
+    sd = {}
+    for name, t in tensors.items():
+        if name in _TOP:
+            sd[_TOP[name]] = t
+            continue
+        parts = name.split(".")
+        if len(parts) == 4 and parts[0] == "blk" and parts[2] in _LAYER and parts[3] == "weight":
+            sd[f"model.layers.{parts[1]}.{_LAYER[parts[2]]}.weight"] = t
+        elif name == "output.weight":
+            raise Gemma3WeightsError(f"ember: {where}: an untied 'output.weight' {tuple(t.shape)}: Gemma 3 ties "
+                                     f"its output to token_embd")
+        else:
+            raise Gemma3WeightsError(f"ember: {where}: unexpected tensor {name!r} {tuple(t.shape)}")
+    return sd
+
+
+def build(config: Gemma3Config, sd: dict, where: str) -> Gemma3:
+    """A Gemma3 from {HF name: Tensor | QTensor | ndarray} with effective (1 + w) norm weights."""
+    if EMBED not in sd:
+        raise Gemma3WeightsError(f"ember: {where} has no token embedding ({EMBED!r} / 'token_embd.weight')")
+    model = Gemma3(config)
+    sd = dict(sd)
+    emb = sd[EMBED]
+    try:
+        model.model.embed_tokens.load_table(emb)
+    except ValueError as e:
+        raise Gemma3WeightsError(f"ember: {where}: {e}") from None
+    if isinstance(emb, QTensor):
+        del sd[EMBED]  # kept quantized, outside the state dict (as QLinear weights are)
+    load_quantized(model, {k: v if isinstance(v, (QTensor, ember.Tensor)) else ember.tensor(v) for k, v in sd.items()})
+    return model.eval().requires_grad_(False)
+
+
+def load_gguf(path, tokenizer: bool = True):
+    """(Gemma3, GGUF tokenizer | None) from a .gguf file."""
+    from ember.io.gguf import metadata
+    where = os.fspath(path)
+    md = metadata(path)
+    config = Gemma3Config.from_gguf(md, where)
+    model = build(config, hf_names_from_gguf(ember.load(path), where), where)
+    tok = None
+    if tokenizer and "tokenizer.ggml.tokens" in md:
+        from ember.tokenizers.gguf_spm import SpmTokenizer
+        tok = SpmTokenizer.from_gguf_metadata(md, where)
+    return model, tok
+
+
+def from_hf_state_dict(sd: dict, config: Gemma3Config, where: str) -> Gemma3:
+    """Gemma3ForCausalLM names (optionally under 'model.language_model.'), norms stored as w: 1 is added."""
+    out = {}
+    for k, v in sd.items():
+        k = k.replace("model.language_model.", "model.")
+        if k == "lm_head.weight":
+            continue  # tied to the embedding
+        if k.endswith("norm.weight"):
+            v = np.asarray(v.numpy() if hasattr(v, "numpy") else v, np.float32) + np.float32(1.0)
+        out[k] = v
+    return build(config, out, where)
+
+
+def load_hf(source, tokenizer: bool = True):
+    with open(source.path("config.json"), encoding="utf-8") as f:
+        config = Gemma3Config.from_hf(json.load(f), str(source.path("config.json")))
+    weights = source.path("model.safetensors")
+    model = from_hf_state_dict(ember.load(weights), config, os.fspath(weights))
+    tok = None
+    tok_path = source.path("tokenizer.json", required=False) if tokenizer else None
+    if tok_path is not None:
+        from ember.models.llama.tokenizer import LlamaTokenizer
+        with open(tok_path, encoding="utf-8") as f:
+            tok = LlamaTokenizer.from_json(f.read(), config.bos_token_id, config.eos_token_ids)
+    return model, tok
+
+
+def load_gemma3(src: str, device=None):
+    """(model in eval mode, tokenizer) from a .gguf path/URL/hub file or a Hugging Face folder/hub id."""
+    from ember import hub
+    source = hub.resolve(src)
+    if source.file is not None and source.file.endswith(".gguf"):
+        model, tok = load_gguf(source.path(source.file))
+    else:
+        model, tok = load_hf(source)
+    if device is not None:
+        model = model.to(device)
+    return model, tok

@@ -1,0 +1,103 @@
+"""Gemma 3 (text) against transformers' Gemma3ForCausalLM on a random-weight config built offline: the sliding
+window (4) is shorter than the prompts, so sliding and global layers, their two rope bases, q/k norms, the
+(1 + w) norms, GeGLU and the tied, sqrt(d)-scaled embedding all matter. Also the KV cache (sliding layers keep
+only window - 1 tokens) against the full forward, and hostile GGUF metadata."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember.models.gemma3.config import GLOBAL, SLIDING, Gemma3Config, Gemma3ConfigError
+from ember.models.gemma3.load import from_hf_state_dict
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+WINDOW = 4
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.manual_seed(0)
+    layer_types = [SLIDING, SLIDING, GLOBAL, SLIDING, GLOBAL]
+    hc = transformers.Gemma3TextConfig(
+        vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=5, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=24, sliding_window=WINDOW,
+        layer_types=layer_types, max_position_embeddings=64, rms_norm_eps=1e-6,
+        rope_parameters={GLOBAL: {"rope_type": "default", "rope_theta": 1_000_000.0},
+                         SLIDING: {"rope_type": "default", "rope_theta": 10_000.0}},
+        attn_implementation="eager", tie_word_embeddings=True)
+    hf = transformers.Gemma3ForCausalLM(hc).eval()
+    with torch.no_grad():  # larger weights than the 0.02 init so every part carries signal
+        for name, p in hf.named_parameters():
+            p.copy_(0.3 * torch.randn_like(p) if "norm" in name else 4.0 * p)
+    sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+    model = from_hf_state_dict(sd, Gemma3Config.from_hf(hc.to_dict()), "random gemma3")
+    return hf, model
+
+
+def _ref(hf, ids):
+    with torch.no_grad():
+        return hf(torch.tensor([ids])).logits[0].numpy()                        # (T, vocab)
+
+
+def test_config_from_hf_reads_both_rope_bases_and_layer_kinds(pair):
+    _, model = pair
+    c = model.config
+    assert (c.rope_theta, c.rope_local_theta, c.sliding_window) == (1_000_000.0, 10_000.0, WINDOW)
+    assert c.layer_types == [SLIDING, SLIDING, GLOBAL, SLIDING, GLOBAL]
+    assert c.query_pre_attn_scalar == 24
+
+
+def test_logits_match_transformers(pair):
+    hf, model = pair
+    ids = list(np.random.default_rng(1).integers(0, 97, 13))                   # 13 > window 4
+    ref = _ref(hf, ids)
+    with ember.no_grad():
+        got = model(ember.tensor([ids])).numpy()[0]
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max(), np.abs(got - ref).max()
+
+
+def test_kv_cache_decoding_matches_full_forward(pair):
+    hf, model = pair
+    ids = list(np.random.default_rng(2).integers(0, 97, 15))
+    ref = _ref(hf, ids)
+    cache = model.new_cache()
+    rows = []
+    with ember.no_grad():
+        rows.append(model(ember.tensor([ids[:6]]), cache).numpy()[0])           # prefill 6, then 1 + 3 + 5
+        for a, b in ((6, 7), (7, 10), (10, 15)):
+            rows.append(model(ember.tensor([ids[a:b]]), cache).numpy()[0])
+    got = np.concatenate(rows)
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
+    # a sliding layer holds window - 1 tokens, a global layer every token
+    assert cache.k[0].shape[2] == WINDOW - 1 and cache.k[2].shape[2] == 15
+
+
+def test_gguf_config_errors_name_the_field():
+    md = {"general.architecture": "gemma3", "gemma3.embedding_length": 64, "gemma3.block_count": 2,
+          "gemma3.feed_forward_length": 96}
+    with pytest.raises(Gemma3ConfigError, match="gemma3.attention.head_count"):
+        Gemma3Config.from_gguf(md, "x.gguf")
+    with pytest.raises(Gemma3ConfigError, match="'llama'"):
+        Gemma3Config.from_gguf({"general.architecture": "llama"}, "x.gguf")
+    with pytest.raises(Gemma3ConfigError, match="n_kv_heads"):
+        Gemma3Config.from_gguf({**md, "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 3}, "x.gguf")
+
+
+def test_gguf_tokenizer_rejects_inconsistent_metadata():
+    from ember.tokenizers.errors import TokenizerError
+    from ember.tokenizers.gguf_spm import SpmTokenizer
+    md = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["<pad>", "a", "b", "ab"],
+          "tokenizer.ggml.scores": [0.0, -1.0, -1.0, -0.5], "tokenizer.ggml.token_type": [3, 1, 1, 1]}
+    with pytest.raises(TokenizerError, match="token_type"):
+        SpmTokenizer.from_gguf_metadata({**md, "tokenizer.ggml.token_type": [1]}, "x.gguf")
+    with pytest.raises(TokenizerError, match="bos_token_id 9"):
+        SpmTokenizer.from_gguf_metadata({**md, "tokenizer.ggml.bos_token_id": 9}, "x.gguf")
+    with pytest.raises(TokenizerError, match="'gpt2'"):
+        SpmTokenizer.from_gguf_metadata({**md, "tokenizer.ggml.model": "gpt2"}, "x.gguf")
+    tok = SpmTokenizer.from_gguf_metadata({**md, "tokenizer.ggml.add_space_prefix": False}, "x.gguf")
+    assert tok.encode("abab", bos=False) == [3, 3]
+    with pytest.raises(TokenizerError, match="no byte token"):  # 'c' is neither a piece nor a <0x63> byte token
+        tok.encode("c", bos=False)
