@@ -103,10 +103,9 @@ def _mod(ctx, ins, at):
 
 @op("BitShift", since=11)
 def _bitshift(ctx, ins, at):
-    x, s = ins
-    if at.s("direction") == "LEFT":
-        return x * E.binary("pow", x.new_full((), 2), s)
-    return prim_binary("floordiv", x, E.binary("pow", x.new_full((), 2), s))
+    x, s = ins  # unsigned ints: a shift is a product or quotient by 2**s (computed exactly in float64)
+    p = cast(E.exp2(cast(s, D.float64)), x.dtype)
+    return x * p if at.s("direction") == "LEFT" else prim_binary("floordiv", x, p)
 
 
 def _variadic(combine):

@@ -30,7 +30,7 @@ def _shape(ctx, ins, at):
 
 @op("Size")
 def _size(ctx, ins, at):
-    return ctx.const(np.array(int(np.prod(ins[0].shape)), np.int64))
+    return ctx.const(np.array(int(np.prod(ins[0].shape)), np.int64).reshape(()))
 
 
 def _reshape_to(x, shape, allowzero, ctx):

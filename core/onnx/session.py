@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes as D
 from ..autograd import no_grad
 from ..device import device as as_device
 from ..tensor import Tensor, tensor
@@ -47,11 +48,13 @@ class NodeArg:
 def to_tensor(a, dev) -> Tensor:
     """A numpy array as an ember Tensor on `dev` (int16/uint16/uint64 widened, see WIDER)."""
     a = np.asarray(a)
+    if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (what onnx's numpy_helper returns): keep the bits
+        return Tensor._from_storage(a.copy().view(np.uint16), D.bfloat16, dev)
     if a.dtype in WIDER:
         a = a.astype(WIDER[a.dtype])
     if a.dtype == np.object_:
         raise OnnxFormatError("ember: string tensors are not supported")
-    return tensor(np.ascontiguousarray(a), device=dev)
+    return tensor(a if a.flags.c_contiguous else a.copy(), device=dev)  # (ascontiguousarray makes 0-d 1-d)
 
 
 class Context:
