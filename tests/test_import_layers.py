@@ -37,7 +37,8 @@ LAYERS = [
     ("facade", "`import ember`: re-exports tensor/nn/optim, io/quant/tokenizers on first use", ["ember"]),
     ("models", "one folder per family", ["ember.models", "ember.models.*"]),
     ("app", "entry points: CLIs, the browser worker", ["ember.cli", "ember.__main__", "ember.convert",
-                                                        "ember.models.*.cli", "ember.wasm", "ember.wasm.*"]),
+                                                        "ember.models.*.cli", "ember.onnx.cli", "ember.wasm",
+                                                        "ember.wasm.*"]),
 ]
 LAYER_INDEX = {name: i for i, (name, _, _) in enumerate(LAYERS)}
 # most specific first: exact names, then longer patterns

@@ -91,3 +91,21 @@ def test_opset_selects_attribute_form():
                             opset_imports=[helper.make_opsetid("", 13)])
     for m in (old, new):
         assert InferenceSession(m.SerializeToString()).run(None, {"x": x})[0].shape == (3, 1)
+
+
+def test_cli_runs_model(tmp_path, rng, capsys):
+    import json
+
+    import onnxruntime as ort
+
+    from ember.cli import main
+    model = tmp_path / "cnn.onnx"
+    model.write_bytes(_small_cnn(rng))
+    x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["onnx", str(model), "--input", f"x={tmp_path / 'x.npy'}", "--output", "prob", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(["prob"], {"x": x})[0]
+    assert got["prob"]["shape"] == [1, 5]
+    np.testing.assert_allclose(np.array(got["prob"]["values"], np.float32), want, rtol=1e-4, atol=1e-6)
+    assert main(["onnx", str(model), "--input", "x"]) == 1  # not NAME=FILE: an ember error, exit 1
