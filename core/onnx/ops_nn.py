@@ -440,3 +440,46 @@ class _Asym:
     def i(self, name, default=None):
         return default
 
+
+
+@op("RMSNormalization", since=23)
+def _rmsnorm(ctx, ins, at):
+    x, scale = ins
+    ax = axis(at.i("axis", -1), x.ndim, ctx)
+    xf = cast(x, D.float32) if x.dtype.itemsize < 4 else x  # stash_type float32
+    axes = tuple(range(ax, x.ndim))
+    inv = E.rsqrt(R.mean(xf * xf, dim=axes, keepdim=True) + at.f("epsilon", 1e-5))
+    return cast(xf * inv, x.dtype) * scale
+
+
+# ====================================================================== losses
+
+def _nll(ctx, logp, target, weight, at):
+    """NegativeLogLikelihoodLoss on (N, C, *d) log-probabilities and (N, *d) class targets."""
+    ignore = at.i("ignore_index")
+    reduction = at.s("reduction", "mean")
+    target = cast(target, D.int64)
+    valid = target != ignore if ignore is not None else None
+    safe = E.where(valid, target, target * 0) if valid is not None else target
+    picked = M.squeeze(I.gather(logp, 1, M.unsqueeze(safe, 1)), 1)  # (N, *d)
+    w = I.index_select(weight, 0, M.reshape(safe, -1)).reshape(*safe.shape) if weight is not None else None
+    if valid is not None:
+        mask = cast(valid, logp.dtype)
+        w = mask if w is None else w * mask
+    loss = -picked if w is None else -picked * w
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return R.sum(loss)
+    return R.sum(loss) / R.sum(w) if w is not None else R.mean(loss)
+
+
+@op("NegativeLogLikelihoodLoss", since=12)
+def _nll_loss(ctx, ins, at):
+    return _nll(ctx, ins[0], ins[1], ins[2] if len(ins) > 2 else None, at)
+
+
+@op("SoftmaxCrossEntropyLoss", since=12)
+def _sce_loss(ctx, ins, at):
+    logp = R.log_softmax(ins[0], 1)
+    return [_nll(ctx, logp, ins[1], ins[2] if len(ins) > 2 else None, at), logp]
