@@ -14,6 +14,7 @@ COMMANDS = {
     "train-llama": ("ember.models.llama.cli", "train a small Llama on a text corpus"),
     "generate": ("ember.models.gemma3.cli", "complete text with a language model (default: Gemma 3 270M)"),
     "yolo": ("ember.models.yolo.cli", "detect objects in an image"),
+    "onnx": ("ember.onnx.cli", "run an ONNX model on .npy inputs (cpu, webgpu, cuda)"),
     "convert": ("ember.convert", "convert weights between formats (ct2-whisper, yolo, gguf, safetensors)"),
     "serve": ("ember.wasm.serve", "build what is missing and serve the web app on 127.0.0.1"),
     "build-web": ("ember.wasm.serve", "write the static web app (deployable as a Hugging Face static Space)"),

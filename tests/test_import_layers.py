@@ -31,12 +31,14 @@ LAYERS = [
     ("tensor", "autograd primitives, Tensor, composed ops", ["ember.autograd", "ember.tensor", "ember.ops_*",
                                                              "ember.linalg"]),
     ("nn", "modules, functional, optimizers", ["ember.nn", "ember.nn.*", "ember.optim"]),
-    ("io", "weight formats, quantization, tokenizers, hub", ["ember.io", "ember.io.*", "ember.quant", "ember.quant.*",
-                                                              "ember.tokenizers", "ember.tokenizers.*", "ember.hub"]),
+    ("io", "weight formats, quantization, tokenizers, hub, onnx", ["ember.io", "ember.io.*", "ember.quant", "ember.quant.*",
+                                                              "ember.tokenizers", "ember.tokenizers.*", "ember.hub",
+                                                              "ember.onnx", "ember.onnx.*"]),
     ("facade", "`import ember`: re-exports tensor/nn/optim, io/quant/tokenizers on first use", ["ember"]),
     ("models", "one folder per family", ["ember.models", "ember.models.*"]),
     ("app", "entry points: CLIs, the browser worker", ["ember.cli", "ember.__main__", "ember.convert",
-                                                        "ember.models.*.cli", "ember.wasm", "ember.wasm.*"]),
+                                                        "ember.models.*.cli", "ember.onnx.cli", "ember.wasm",
+                                                        "ember.wasm.*"]),
 ]
 LAYER_INDEX = {name: i for i, (name, _, _) in enumerate(LAYERS)}
 # most specific first: exact names, then longer patterns

@@ -1,0 +1,374 @@
+"""ONNX elementwise math, comparisons, reductions and matrix products on ember Tensors."""
+from __future__ import annotations
+
+from .. import dtypes as D
+from .. import ops_elementwise as E
+from .. import ops_reduce as R
+from ..autograd import prim_binary, prim_unary
+from ..linalg import matmul
+from .registry import op
+from .values import axis, cast, ember_dtype, host_ints
+
+# ====================================================================== elementwise
+
+_UNARY = {"Abs": E.abs, "Neg": E.neg, "Exp": E.exp, "Log": E.log, "Sqrt": E.sqrt, "Reciprocal": E.reciprocal,
+          "Floor": E.floor, "Ceil": E.ceil, "Sin": E.sin, "Cos": E.cos, "Tan": E.tan, "Tanh": E.tanh,
+          "Sinh": E.sinh, "Cosh": E.cosh, "Erf": E.erf, "Sigmoid": E.sigmoid, "Relu": E.relu, "Sign": E.sign,
+          "Not": E.logical_not, "IsNaN": E.isnan}
+for _name, _fn in _UNARY.items():
+    op(_name)(lambda ctx, ins, at, _fn=_fn: _fn(ins[0]))
+
+
+@op("Round", since=11)
+def _round(ctx, ins, at):
+    return prim_unary("round", ins[0])  # half to even, as ONNX
+
+
+@op("Identity")
+def _identity(ctx, ins, at):
+    return ins[0]
+
+
+@op("Asinh", since=9)
+def _asinh(ctx, ins, at):
+    x = ins[0]
+    return E.sign(x) * E.log(E.abs(x) + E.sqrt(x * x + 1.0))
+
+
+@op("Acosh", since=9)
+def _acosh(ctx, ins, at):
+    x = ins[0]
+    return E.log(x + E.sqrt(x * x - 1.0))
+
+
+@op("Atanh", since=9)
+def _atanh(ctx, ins, at):
+    x = ins[0]
+    return 0.5 * E.log((1.0 + x) / (1.0 - x))
+
+
+@op("IsInf", since=10)
+def _isinf(ctx, ins, at):
+    x = ins[0]
+    pos, neg = at.i("detect_positive", 1), at.i("detect_negative", 1)
+    inf = E.isinf(x)
+    if pos and neg:
+        return inf
+    if pos:
+        return E.logical_and(inf, x > 0)
+    if neg:
+        return E.logical_and(inf, x < 0)
+    return inf & False
+
+
+def _arith(name):
+    def f(ctx, ins, at):
+        return E.binary(name, ins[0], ins[1])
+    return f
+
+
+for _name, _p in {"Add": "add", "Sub": "sub", "Mul": "mul"}.items():
+    op(_name, since=7)(_arith(_p))
+
+for _name, _fn in {"Equal": E.eq, "Less": E.lt, "Greater": E.gt, "LessOrEqual": E.le, "GreaterOrEqual": E.ge,
+                   "And": E.logical_and, "Or": E.logical_or, "Xor": E.logical_xor}.items():
+    op(_name, since=7)(lambda ctx, ins, at, _fn=_fn: _fn(ins[0], ins[1]))
+
+
+@op("Div", since=7)
+def _div(ctx, ins, at):
+    a, b = ins
+    if a.dtype.is_float:
+        return E.binary("div", a, b)
+    return E.div(a, b, rounding_mode="trunc")  # integer Div truncates (C semantics)
+
+
+@op("Pow", since=7)
+def _pow(ctx, ins, at):
+    a, b = ins  # the exponent may have another type (opset 12+); the result has the base's
+    if a.dtype.is_float:
+        return E.binary("pow", a, cast(b, a.dtype))
+    if b.dtype.is_float:
+        return cast(E.binary("pow", cast(a, b.dtype), b), a.dtype)
+    return E.binary("pow", a, cast(b, a.dtype))
+
+
+@op("Mod", since=10)
+def _mod(ctx, ins, at):
+    a, b = ins
+    if at.i("fmod", 0) or a.dtype.is_float:
+        return prim_binary("fmod", a, b)   # fmod=1 (required for floats): sign of the dividend
+    return a - prim_binary("floordiv", a, b) * b  # integer Mod: sign of the divisor, as Python
+
+
+@op("BitShift", since=11)
+def _bitshift(ctx, ins, at):
+    x, s = ins  # unsigned ints: a shift is a product or quotient by 2**s (computed exactly in float64)
+    p = cast(E.exp2(cast(s, D.float64)), x.dtype)
+    return x * p if at.s("direction") == "LEFT" else prim_binary("floordiv", x, p)
+
+
+def _variadic(combine):
+    def f(ctx, ins, at):
+        out = ins[0]
+        for x in ins[1:]:
+            out = combine(out, x)
+        return out
+    return f
+
+
+op("Max", since=8)(_variadic(E.maximum))
+op("Min", since=8)(_variadic(E.minimum))
+op("Sum", since=8)(_variadic(lambda a, b: a + b))
+
+
+@op("Mean", since=8)
+def _mean(ctx, ins, at):
+    return _variadic(lambda a, b: a + b)(ctx, ins, at) / float(len(ins))
+
+
+@op("Where", since=9)
+def _where(ctx, ins, at):
+    return E.where(ins[0], ins[1], ins[2])
+
+
+@op("Cast", since=6)
+def _cast(ctx, ins, at):
+    return cast(ins[0], ember_dtype(at.i("to"), ctx.where))
+
+
+@op("CastLike", since=15)
+def _cast_like(ctx, ins, at):
+    return cast(ins[0], ins[1].dtype)
+
+
+@op("Clip", since=6)
+def _clip_attrs(ctx, ins, at):
+    return E.clamp(ins[0], at.f("min", -3.4028234663852886e38), at.f("max", 3.4028234663852886e38))
+
+
+@op("Clip", since=11)
+def _clip(ctx, ins, at):
+    x = ins[0]
+    lo = ins[1] if len(ins) > 1 else None
+    hi = ins[2] if len(ins) > 2 else None
+    if lo is not None:
+        x = E.maximum(x, cast(lo, x.dtype))
+    if hi is not None:
+        x = E.minimum(x, cast(hi, x.dtype))
+    return x
+
+
+# ====================================================================== activations
+
+@op("LeakyRelu", since=6)
+def _leaky(ctx, ins, at):
+    x = ins[0]
+    return E.where(x >= 0, x, x * at.f("alpha", 0.01))
+
+
+@op("PRelu", since=7)
+def _prelu(ctx, ins, at):
+    x, slope = ins
+    return E.where(x >= 0, x, x * slope)
+
+
+@op("Elu", since=6)
+def _elu(ctx, ins, at):
+    x = ins[0]
+    return E.where(x >= 0, x, (E.exp(x) - 1.0) * at.f("alpha", 1.0))
+
+
+@op("Selu", since=6)
+def _selu(ctx, ins, at):
+    x = ins[0]
+    alpha, gamma = at.f("alpha", 1.67326319217681884765625), at.f("gamma", 1.05070102214813232421875)
+    return E.where(x > 0, x, (E.exp(x) - 1.0) * alpha) * gamma
+
+
+@op("Celu", since=12)
+def _celu(ctx, ins, at):
+    x, alpha = ins[0], at.f("alpha", 1.0)
+    return E.maximum(x, 0.0) + E.minimum((E.exp(x / alpha) - 1.0) * alpha, 0.0)
+
+
+@op("ThresholdedRelu", since=10)
+def _thresholded(ctx, ins, at):
+    x = ins[0]
+    return E.where(x > at.f("alpha", 1.0), x, x * 0.0)
+
+
+@op("HardSigmoid", since=6)
+def _hardsigmoid(ctx, ins, at):
+    return E.clamp(ins[0] * at.f("alpha", 0.2) + at.f("beta", 0.5), 0.0, 1.0)
+
+
+@op("HardSwish", since=14)
+def _hardswish(ctx, ins, at):
+    x = ins[0]
+    return x * E.clamp(x * (1 / 6) + 0.5, 0.0, 1.0)
+
+
+@op("Softplus")
+def _softplus(ctx, ins, at):
+    x = ins[0]
+    return E.maximum(x, 0.0) + E.log1p(E.exp(-E.abs(x)))  # log(1 + e^x) without overflow
+
+
+@op("Softsign")
+def _softsign(ctx, ins, at):
+    x = ins[0]
+    return x / (E.abs(x) + 1.0)
+
+
+@op("Mish", since=18)
+def _mish(ctx, ins, at):
+    x = ins[0]
+    return x * E.tanh(_softplus(ctx, ins, at))
+
+
+@op("Gelu", since=20)
+def _gelu(ctx, ins, at):
+    return E.gelu(ins[0], approximate=at.s("approximate", "none"))
+
+
+@op("Shrink", since=9)
+def _shrink(ctx, ins, at):
+    x, bias, lambd = ins[0], at.f("bias", 0.0), at.f("lambd", 0.5)
+    zero = x * 0
+    return E.where(x < -lambd, x + bias, E.where(x > lambd, x - bias, zero))
+
+
+# ====================================================================== reductions
+
+def _reduce_axes(ctx, ins, at, axes_input: bool):
+    x = ins[0]
+    if axes_input:
+        axes = host_ints(ins[1]) if len(ins) > 1 and ins[1] is not None else []
+    else:
+        axes = at.ints("axes", [])
+    if not axes:
+        return x, None if at.i("noop_with_empty_axes", 0) else tuple(range(x.ndim))
+    return x, tuple(sorted({axis(a, x.ndim, ctx) for a in axes}))
+
+
+def _reduction(kernel, axes_input_since):
+    def make(axes_input):
+        def f(ctx, ins, at):
+            x, axes = _reduce_axes(ctx, ins, at, axes_input)
+            if axes is None:
+                return kernel(x, None, None, noop=True)
+            return kernel(x, axes, bool(at.i("keepdims", 1)), noop=False)
+        return f
+    return make(False), make(True), axes_input_since
+
+
+def _keep_dtype(fn):
+    def k(x, axes, keep, noop):
+        if noop:
+            return x
+        if not axes:
+            return x  # a rank-0 input: nothing to reduce
+        return cast(fn(x, axes, keep), x.dtype)
+    return k
+
+
+def _sum(x, axes, keep):
+    return R.sum(x, dim=axes, keepdim=keep)
+
+
+def _log_sum_exp(x, axes, keep):
+    m = R.amax(x, dim=axes, keepdim=True)
+    m = E.where(E.isinf(m), m * 0.0, m)
+    out = E.log(R.sum(E.exp(x - m), dim=axes, keepdim=True)) + m
+    return out if keep else _squeeze(out, axes)
+
+
+def _squeeze(x, axes):
+    from ..ops_movement import squeeze
+    for a in sorted(axes, reverse=True):
+        x = squeeze(x, a)
+    return x
+
+
+_REDUCTIONS = {
+    "ReduceSum": (_sum, 13),
+    "ReduceMean": (lambda x, a, k: R.mean(x, dim=a, keepdim=k), 18),
+    "ReduceMax": (lambda x, a, k: R.amax(x, dim=a, keepdim=k), 18),
+    "ReduceMin": (lambda x, a, k: R.amin(x, dim=a, keepdim=k), 18),
+    "ReduceProd": (lambda x, a, k: R.prod(x, dim=a, keepdim=k), 18),
+    "ReduceL1": (lambda x, a, k: R.sum(E.abs(x), dim=a, keepdim=k), 18),
+    "ReduceL2": (lambda x, a, k: E.sqrt(cast(R.sum(x * x, dim=a, keepdim=k), D.float32)) if not x.dtype.is_float
+                 else E.sqrt(R.sum(x * x, dim=a, keepdim=k)), 18),
+    "ReduceSumSquare": (lambda x, a, k: R.sum(x * x, dim=a, keepdim=k), 18),
+    "ReduceLogSum": (lambda x, a, k: E.log(R.sum(x, dim=a, keepdim=k)), 18),
+    "ReduceLogSumExp": (_log_sum_exp, 18),
+}
+for _name, (_fn, _since) in _REDUCTIONS.items():
+    _attr_form, _input_form, _ = _reduction(_keep_dtype(_fn), _since)
+    op(_name, since=1)(_attr_form)
+    op(_name, since=_since)(_input_form)
+
+
+def _arg(kind):
+    def f(ctx, ins, at):
+        x = ins[0]
+        ax, keep = axis(at.i("axis", 0), x.ndim, ctx), bool(at.i("keepdims", 1))
+        if at.i("select_last_index", 0):  # the last of equal values: search the flipped axis
+            from ..ops_movement import flip
+            i = (R.argmax if kind == "max" else R.argmin)(flip(x, ax), dim=ax, keepdim=keep)
+            return (x.shape[ax] - 1) - i
+        return (R.argmax if kind == "max" else R.argmin)(x, dim=ax, keepdim=keep)
+    return f
+
+
+op("ArgMax")(_arg("max"))
+op("ArgMin")(_arg("min"))
+
+
+# ====================================================================== matrix products
+
+@op("MatMul")
+def _matmul(ctx, ins, at):
+    return matmul(ins[0], ins[1])
+
+
+@op("Gemm", since=7)
+def _gemm(ctx, ins, at):
+    a, b = ins[0], ins[1]
+    c = ins[2] if len(ins) > 2 else None
+    if at.i("transA", 0):
+        a = a.T
+    if at.i("transB", 0):
+        b = b.T
+    y = matmul(a, b)
+    alpha, beta = at.f("alpha", 1.0), at.f("beta", 1.0)
+    if alpha != 1.0:
+        y = y * alpha
+    if c is not None and beta != 0.0:
+        y = y + (c * beta if beta != 1.0 else c)
+    return y
+
+
+@op("Einsum", since=12)
+def _einsum(ctx, ins, at):
+    from .einsum import einsum
+    return einsum(at.s("equation"), ins, ctx)
+
+
+@op("Constant", since=1)
+def _constant(ctx, ins, at):
+    import numpy as np
+    for name, conv in (("value", None), ("value_float", np.float32), ("value_floats", np.float32),
+                       ("value_int", np.int64), ("value_ints", np.int64)):
+        if name in at:
+            if conv is None:
+                return ctx.const(at.tensor("value", ctx.session.model.base_dir))
+            a = at.by_name[name]
+            vals = {"value_float": a.f, "value_int": a.i}.get(name)
+            if vals is None:
+                vals = at.floats(name) if name == "value_floats" else at.ints(name)
+            return ctx.const(np.asarray(vals, conv))
+    raise ValueError(f"ember: {ctx.where}: Constant node has no value attribute ember supports "
+                     f"({sorted(at.by_name)})")
+

@@ -1,0 +1,485 @@
+"""ONNX neural-network operators on ember Tensors: convolution, pooling, normalization, softmax, resize.
+
+Pooling is composed from strided slices (one per kernel offset) so it runs on any backend and in
+any rank; convolution uses the conv primitive, asymmetric padding padding the input first.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .. import ops_elementwise as E
+from .. import ops_indexing as I
+from .. import dtypes as D
+from .. import ops_movement as M
+from .. import ops_reduce as R
+from ..autograd import conv_transpose, prim_conv, prim_pad
+from .registry import op
+from .values import axis, cast, host
+
+# ====================================================================== convolution
+
+
+def _auto_pads(at, in_sp, k, s, d, ctx):
+    """ONNX pads [b1, b2, ..., e1, e2, ...] for this input, honouring auto_pad."""
+    n = len(in_sp)
+    mode = at.s("auto_pad", "NOTSET")
+    if mode in ("NOTSET", ""):
+        return at.ints("pads", [0] * (2 * n))
+    if mode == "VALID":
+        return [0] * (2 * n)
+    begin, end = [], []
+    for i in range(n):
+        out = -(-in_sp[i] // s[i])
+        total = max((out - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in_sp[i], 0)
+        small, big = total // 2, total - total // 2
+        b, e = (small, big) if mode == "SAME_UPPER" else (big, small)
+        begin.append(b)
+        end.append(e)
+    return begin + end
+
+
+def _pad_input(x, pads, value=0.0):
+    n = len(pads) // 2
+    if not any(pads):
+        return x
+    spec = [(0, 0), (0, 0)] + [(pads[i], pads[i + n]) for i in range(n)]
+    return prim_pad(x, tuple(spec), value)
+
+
+@op("Conv")
+def _conv(ctx, ins, at):
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    n = x.ndim - 2
+    k = at.ints("kernel_shape", list(w.shape[2:]))
+    s, d = at.ints("strides", [1] * n), at.ints("dilations", [1] * n)
+    pads = _auto_pads(at, x.shape[2:], k, s, d, ctx)
+    sym = pads[:n] == pads[n:]
+    if not sym:
+        x = _pad_input(x, pads)
+    y = prim_conv(x, w, tuple(s), tuple(pads[:n]) if sym else (0,) * n, tuple(d), at.i("group", 1))
+    if b is not None:
+        y = y + M.reshape(b, 1, -1, *([1] * n))
+    return y
+
+
+@op("ConvTranspose")
+def _conv_transpose(ctx, ins, at):
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    n = x.ndim - 2
+    k = at.ints("kernel_shape", list(w.shape[2:]))
+    s, d = at.ints("strides", [1] * n), at.ints("dilations", [1] * n)
+    op_ = at.ints("output_padding", [0] * n)
+    in_sp = x.shape[2:]
+    full = [(in_sp[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 for i in range(n)]
+    out_shape = at.ints("output_shape")
+    mode = at.s("auto_pad", "NOTSET")
+    if out_shape is not None or mode in ("SAME_UPPER", "SAME_LOWER"):
+        target = out_shape[-n:] if out_shape is not None else [in_sp[i] * s[i] for i in range(n)]
+        total = [full[i] + op_[i] - target[i] for i in range(n)]
+        if mode == "SAME_UPPER" or (out_shape is not None and mode != "SAME_LOWER"):
+            begin = [t // 2 for t in total]
+        else:
+            begin = [t - t // 2 for t in total]
+        pads = begin + [total[i] - begin[i] for i in range(n)]
+    elif mode == "VALID":
+        pads = [0] * (2 * n)
+    else:
+        pads = at.ints("pads", [0] * (2 * n))
+    y = conv_transpose(x, w, tuple(s), (0,) * n, (0,) * n, tuple(d), at.i("group", 1))  # (N, O, *full)
+    key = [slice(None), slice(None)]
+    extra = []
+    for i in range(n):
+        stop = full[i] - pads[n + i] + op_[i]
+        key.append(slice(pads[i], min(stop, full[i])))
+        extra.append(max(stop - full[i], 0))
+    y = y[tuple(key)]
+    if any(extra):  # output_padding past the last input's reach: zeros (plus the bias)
+        y = prim_pad(y, ((0, 0), (0, 0)) + tuple((0, e) for e in extra), 0.0)
+    if b is not None:
+        y = y + M.reshape(b, 1, -1, *([1] * n))
+    return y
+
+
+# ====================================================================== pooling
+
+def _windows(x, k, s, d, pads, ceil_mode, fill):
+    """Yield one strided view per kernel offset, each (N, C, *out): the pool's inputs."""
+    n = len(k)
+    sp = x.shape[2:]
+    out = []
+    for i in range(n):
+        span = sp[i] + pads[i] + pads[i + n] - ((k[i] - 1) * d[i] + 1)
+        o = (-(-span // s[i]) if ceil_mode else span // s[i]) + 1
+        if ceil_mode and (o - 1) * s[i] >= sp[i] + pads[i]:
+            o -= 1  # the last window must start inside the input or its left padding
+        out.append(max(o, 0))
+    # extra right padding so every window of the ceil-mode output is in bounds
+    need = [(out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - (sp[i] + pads[i] + pads[i + n]) for i in range(n)]
+    full = list(pads[:n]) + [pads[n + i] + max(need[i], 0) for i in range(n)]
+    xp = _pad_input(x, full, fill)
+    for off in itertools.product(*[range(ki) for ki in k]):
+        key = [slice(None), slice(None)]
+        for i in range(n):
+            st = off[i] * d[i]
+            key.append(slice(st, st + (out[i] - 1) * s[i] + 1, s[i]))
+        yield xp[tuple(key)]
+
+
+def _pool_params(at, x, ctx, kernel=None):
+    n = x.ndim - 2
+    k = kernel or at.ints("kernel_shape")
+    s = at.ints("strides", [1] * n)
+    d = at.ints("dilations", [1] * n)
+    pads = _auto_pads(at, x.shape[2:], k, s, d, ctx)
+    return k, s, d, pads, bool(at.i("ceil_mode", 0))
+
+
+@op("MaxPool")
+def _maxpool(ctx, ins, at):
+    x = ins[0]
+    k, s, d, pads, ceil = _pool_params(at, x, ctx)
+    low = -np.inf if x.dtype.is_float else np.iinfo(x.dtype.np).min
+    y = None
+    for win in _windows(x, k, s, d, pads, ceil, low):
+        y = win if y is None else E.maximum(y, win)
+    return y
+
+
+@op("AveragePool")
+def _avgpool(ctx, ins, at):
+    x = ins[0]
+    k, s, d, pads, ceil = _pool_params(at, x, ctx)
+    total = None
+    for win in _windows(x, k, s, d, pads, ceil, 0.0):
+        total = win if total is None else total + win
+    # divisor: the window cells inside the input (count_include_pad=0) or inside input + pads
+    n = len(k)
+    ones = M.expand(ctx.const(np.ones((1, 1) + tuple(x.shape[2:]), x.dtype.np)), 1, 1, *x.shape[2:])
+    if at.i("count_include_pad", 0):
+        ones = _pad_input(ones, pads, 1.0)
+        pads = [0] * (2 * n)
+    count = None
+    for win in _windows(ones, k, s, d, pads, ceil, 0.0):
+        count = win if count is None else count + win
+    return total / count
+
+
+@op("LpPool", since=11)
+def _lppool(ctx, ins, at):
+    x, p = ins[0], at.i("p", 2)
+    k, s, d, pads, ceil = _pool_params(at, x, ctx)
+    total = None
+    for win in _windows(E.abs(x) ** p, k, s, d, pads, ceil, 0.0):
+        total = win if total is None else total + win
+    return total ** (1.0 / p)
+
+
+def _global(reduce):
+    def f(ctx, ins, at):
+        x = ins[0]
+        return reduce(x, tuple(range(2, x.ndim)))
+    return f
+
+
+op("GlobalAveragePool")(_global(lambda x, a: R.mean(x, dim=a, keepdim=True)))
+op("GlobalMaxPool")(_global(lambda x, a: R.amax(x, dim=a, keepdim=True)))
+
+
+@op("GlobalLpPool", since=2)
+def _global_lp(ctx, ins, at):
+    x, p = ins[0], at.i("p", 2)
+    return R.sum(E.abs(x) ** p, dim=tuple(range(2, x.ndim)), keepdim=True) ** (1.0 / p)
+
+
+# ====================================================================== normalization
+
+def _per_channel(v, ndim):
+    return M.reshape(v, 1, -1, *([1] * (ndim - 2)))
+
+
+@op("BatchNormalization", since=9)
+def _batchnorm(ctx, ins, at):
+    x, scale, bias, mean, var = ins[:5]
+    eps = at.f("epsilon", 1e-5)
+    inv = E.rsqrt(var + eps) * scale
+    return x * _per_channel(inv, x.ndim) + _per_channel(bias - mean * inv, x.ndim)
+
+
+@op("InstanceNormalization", since=6)
+def _instancenorm(ctx, ins, at):
+    x, scale, bias = ins
+    axes = tuple(range(2, x.ndim))
+    mean = R.mean(x, dim=axes, keepdim=True)
+    var = R.mean((x - mean) * (x - mean), dim=axes, keepdim=True)
+    y = (x - mean) * E.rsqrt(var + at.f("epsilon", 1e-5))
+    return y * _per_channel(scale, x.ndim) + _per_channel(bias, x.ndim)
+
+
+@op("LayerNormalization", since=17)
+def _layernorm(ctx, ins, at):
+    x, scale = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    ax = axis(at.i("axis", -1), x.ndim, ctx)
+    eps = at.f("epsilon", 1e-5)
+    axes = tuple(range(ax, x.ndim))
+    xf = cast(x, D.float32) if not x.dtype.is_float or x.dtype.itemsize < 4 else x  # stash_type float32
+    mean = R.mean(xf, dim=axes, keepdim=True)
+    var = R.mean((xf - mean) * (xf - mean), dim=axes, keepdim=True)
+    inv = E.rsqrt(var + eps)
+    y = cast((xf - mean) * inv, x.dtype) * scale
+    if bias is not None:
+        y = y + bias
+    return [y, mean, inv]
+
+
+@op("GroupNormalization", since=18)
+def _groupnorm(ctx, ins, at):
+    x, scale, bias = ins
+    g, eps = at.i("num_groups"), at.f("epsilon", 1e-5)
+    n, c = x.shape[:2]
+    xg = M.reshape(x, n, g, -1)
+    mean = R.mean(xg, dim=2, keepdim=True)
+    var = R.mean((xg - mean) * (xg - mean), dim=2, keepdim=True)
+    y = M.reshape((xg - mean) * E.rsqrt(var + eps), *x.shape)
+    if ctx.opset < 21 and scale.shape[0] == g:  # opset 18: scale and bias per group
+        scale, bias = M.repeat_interleave(scale, c // g), M.repeat_interleave(bias, c // g)
+    return y * _per_channel(scale, x.ndim) + _per_channel(bias, x.ndim)
+
+
+@op("LRN")
+def _lrn(ctx, ins, at):
+    x = ins[0]
+    size, alpha, beta, bias = at.i("size"), at.f("alpha", 1e-4), at.f("beta", 0.75), at.f("bias", 1.0)
+    sq = x * x
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    padded = prim_pad(sq, ((0, 0), (lo, hi)) + ((0, 0),) * (x.ndim - 2), 0.0)
+    c = x.shape[1]
+    total = None
+    for i in range(size):
+        win = M.narrow(padded, 1, i, c)
+        total = win if total is None else total + win
+    return x / (total * (alpha / size) + bias) ** beta
+
+
+@op("MeanVarianceNormalization", since=9)
+def _mvn(ctx, ins, at):
+    x = ins[0]
+    axes = tuple(axis(a, x.ndim, ctx) for a in at.ints("axes", [0, 2, 3]))
+    mean = R.mean(x, dim=axes, keepdim=True)
+    var = R.mean(x * x, dim=axes, keepdim=True) - mean * mean
+    return (x - mean) / (E.sqrt(var) + 1e-9)
+
+
+@op("LpNormalization")
+def _lpnorm(ctx, ins, at):
+    x = ins[0]
+    ax, p = axis(at.i("axis", -1), x.ndim, ctx), at.i("p", 2)
+    norm = R.sum(E.abs(x), dim=ax, keepdim=True) if p == 1 else E.sqrt(R.sum(x * x, dim=ax, keepdim=True))
+    return x / norm
+
+
+# ====================================================================== softmax family
+
+def _coerced(fn):
+    """Opsets before 13 flatten the input to 2-D at `axis` (default 1) and apply along the second."""
+    def f(ctx, ins, at):
+        x = ins[0]
+        ax = axis(at.i("axis", 1), x.ndim, ctx)
+        y = fn(M.reshape(x, int(np.prod(x.shape[:ax])), -1), 1)
+        return M.reshape(y, *x.shape)
+    return f
+
+
+def _hardmax(x, ax):
+    idx = R.argmax(x, dim=ax, keepdim=True)
+    r = M.reshape(_arange(x, ax), *[x.shape[ax] if i == ax else 1 for i in range(x.ndim)])
+    return cast(r == idx, x.dtype)
+
+
+def _arange(x, ax):
+    return x.new_tensor(np.arange(x.shape[ax], dtype=np.int64))
+
+
+for _name, _fn in {"Softmax": R.softmax, "LogSoftmax": R.log_softmax, "Hardmax": _hardmax}.items():
+    op(_name, since=1)(_coerced(lambda x, a, _fn=_fn: _fn(x, a)))
+    op(_name, since=13)(lambda ctx, ins, at, _fn=_fn: _fn(ins[0], axis(at.i("axis", -1), ins[0].ndim, ctx)))
+
+
+# ====================================================================== resize
+
+def _resize_axis(x, ax, n_out, scale, roi, mode, at, ctx):
+    """Resample axis `ax` of x to n_out samples (separable: nearest, linear and cubic all are)."""
+    n_in = x.shape[ax]
+    coord = at.s("coordinate_transformation_mode", "half_pixel")
+    o = np.arange(n_out, dtype=np.float64)
+    if coord == "asymmetric":
+        src = o / scale
+    elif coord == "align_corners":
+        src = o * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(o)
+    elif coord == "pytorch_half_pixel":
+        src = (o + 0.5) / scale - 0.5 if n_out > 1 else np.zeros_like(o)
+    elif coord == "tf_crop_and_resize":
+        start, end = roi
+        src = (start * (n_in - 1) + o * (end - start) * (n_in - 1) / (n_out - 1) if n_out > 1
+               else np.full_like(o, 0.5 * (start + end) * (n_in - 1)))
+    elif coord == "half_pixel_symmetric":
+        adj = n_out / (scale * n_in)
+        center = n_in / 2
+        src = center * (1 - adj) + (o + 0.5) / scale - 0.5
+    else:  # half_pixel
+        src = (o + 0.5) / scale - 0.5
+    if mode == "nearest":
+        nm = at.s("nearest_mode", "round_prefer_floor")
+        if nm == "floor":
+            idx = np.floor(src)
+        elif nm == "ceil":
+            idx = np.ceil(src)
+        elif nm == "round_prefer_ceil":
+            idx = np.floor(src + 0.5)
+        else:
+            idx = np.ceil(src - 0.5)
+        idx = np.clip(idx, 0, n_in - 1).astype(np.int64)
+        return I.index_select(x, ax, ctx.const(idx))
+    if mode == "linear":
+        if coord != "tf_crop_and_resize":
+            src = np.clip(src, 0, n_in - 1)
+        lo = np.floor(src)
+        frac = src - lo
+        taps = [(lo, 1 - frac), (lo + 1, frac)]
+    else:  # cubic
+        a = at.f("cubic_coeff_a", -0.75)
+        lo = np.floor(src)
+        t = src - lo
+        def w(z):
+            z = np.abs(z)
+            return np.where(z <= 1, (a + 2) * z ** 3 - (a + 3) * z ** 2 + 1,
+                            np.where(z < 2, a * z ** 3 - 5 * a * z ** 2 + 8 * a * z - 4 * a, 0.0))
+        taps = [(lo + j, w(t - j)) for j in (-1, 0, 1, 2)]
+        if at.i("exclude_outside", 0):
+            inside = [((i >= 0) & (i <= n_in - 1)) for i, _ in taps]
+            total = sum(wt * m for (_, wt), m in zip(taps, inside))
+            taps = [(i, wt * m / total) for (i, wt), m in zip(taps, inside)]
+    out = None
+    shape = [1] * x.ndim
+    shape[ax] = n_out
+    outside = None
+    if coord == "tf_crop_and_resize":
+        outside = (src < 0) | (src > n_in - 1)
+    for i, wt in taps:
+        sel = I.index_select(x, ax, ctx.const(np.clip(i, 0, n_in - 1).astype(np.int64)))
+        term = sel * ctx.const(wt.reshape(shape).astype(x.dtype.np))
+        out = term if out is None else out + term
+    if outside is not None and outside.any():
+        keep = ctx.const(~outside.reshape(shape))
+        out = E.where(keep, out, out * 0 + at.f("extrapolation_value", 0.0))
+    return out
+
+
+@op("Resize", since=10)
+def _resize(ctx, ins, at):
+    x = ins[0]
+    if ctx.opset < 11:  # Resize-10: (X, scales)
+        roi, scales, sizes = None, ins[1], None
+    else:
+        roi = ins[1] if len(ins) > 1 else None
+        scales = ins[2] if len(ins) > 2 else None
+        sizes = ins[3] if len(ins) > 3 else None
+    mode = at.s("mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ValueError(f"ember: {ctx.where}: Resize mode {mode!r}")
+    n = x.ndim
+    axes = at.ints("axes", list(range(n)))
+    axes = [axis(a, n, ctx) for a in axes]
+    roi_v = host(roi).astype(np.float64).reshape(-1) if roi is not None and np.prod(roi.shape) else None
+    sc = host(scales).astype(np.float64).reshape(-1) if scales is not None and np.prod(scales.shape) else None
+    sz = [int(v) for v in host(sizes).reshape(-1)] if sizes is not None and np.prod(sizes.shape) else None
+    if sz is not None:
+        policy = at.s("keep_aspect_ratio_policy", "stretch")
+        in_dims = [x.shape[a] for a in axes]
+        if policy != "stretch":
+            r = [s / d for s, d in zip(sz, in_dims)]
+            ratio = min(r) if policy == "not_larger" else max(r)
+            sz = [int(np.floor(d * ratio + 0.5)) for d in in_dims]
+            sc = np.array([ratio] * len(axes))
+        else:
+            sc = np.array([s / d for s, d in zip(sz, in_dims)])
+    else:
+        sz = [int(np.floor(x.shape[a] * s)) for a, s in zip(axes, sc)]
+    for j, a in enumerate(axes):
+        if sz[j] == x.shape[a] and sc[j] == 1.0 and at.s("coordinate_transformation_mode", "") != "tf_crop_and_resize":
+            continue
+        roi_a = (roi_v[j], roi_v[j + len(axes)]) if roi_v is not None and len(roi_v) == 2 * len(axes) else (0.0, 1.0)
+        x = _resize_axis(x, a, sz[j], sc[j], roi_a, mode, at, ctx)
+    return x
+
+
+@op("Upsample", since=9)
+def _upsample(ctx, ins, at):
+    x, scales = ins[0], host(ins[1]).astype(np.float64).reshape(-1)
+    mode = at.s("mode", "nearest")
+    for a, s in enumerate(scales):
+        n_out = int(np.floor(x.shape[a] * s))
+        if n_out != x.shape[a]:
+            x = _resize_axis(x, a, n_out, s, None, mode, _Asym(), ctx)
+    return x
+
+
+class _Asym:
+    """Upsample's fixed choices, read through Resize's attribute getters."""
+
+    def s(self, name, default=None):
+        return {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}.get(name, default)
+
+    def f(self, name, default=None):
+        return default
+
+    def i(self, name, default=None):
+        return default
+
+
+
+@op("RMSNormalization", since=23)
+def _rmsnorm(ctx, ins, at):
+    x, scale = ins
+    ax = axis(at.i("axis", -1), x.ndim, ctx)
+    xf = cast(x, D.float32) if x.dtype.itemsize < 4 else x  # stash_type float32
+    axes = tuple(range(ax, x.ndim))
+    inv = E.rsqrt(R.mean(xf * xf, dim=axes, keepdim=True) + at.f("epsilon", 1e-5))
+    return cast(xf * inv, x.dtype) * scale
+
+
+# ====================================================================== losses
+
+def _nll(ctx, logp, target, weight, at):
+    """NegativeLogLikelihoodLoss on (N, C, *d) log-probabilities and (N, *d) class targets."""
+    ignore = at.i("ignore_index")
+    reduction = at.s("reduction", "mean")
+    target = cast(target, D.int64)
+    valid = target != ignore if ignore is not None else None
+    safe = E.where(valid, target, target * 0) if valid is not None else target
+    picked = M.squeeze(I.gather(logp, 1, M.unsqueeze(safe, 1)), 1)  # (N, *d)
+    w = I.index_select(weight, 0, M.reshape(safe, -1)).reshape(*safe.shape) if weight is not None else None
+    if valid is not None:
+        mask = cast(valid, logp.dtype)
+        w = mask if w is None else w * mask
+    loss = -picked if w is None else -picked * w
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return R.sum(loss)
+    return R.sum(loss) / R.sum(w) if w is not None else R.mean(loss)
+
+
+@op("NegativeLogLikelihoodLoss", since=12)
+def _nll_loss(ctx, ins, at):
+    return _nll(ctx, ins[0], ins[1], ins[2] if len(ins) > 2 else None, at)
+
+
+@op("SoftmaxCrossEntropyLoss", since=12)
+def _sce_loss(ctx, ins, at):
+    logp = R.log_softmax(ins[0], 1)
+    return [_nll(ctx, logp, ins[1], ins[2] if len(ins) > 2 else None, at), logp]

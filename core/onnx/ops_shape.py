@@ -1,0 +1,435 @@
+"""ONNX shape, movement, indexing and creation operators on ember Tensors.
+
+Shape-like inputs (shape, axes, starts, pads, repeats) are read on the host: they are small and
+decide the output's shape, which every backend needs before it can run.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as D
+from .. import ops_elementwise as E
+from .. import ops_indexing as I
+from .. import ops_movement as M
+from .. import ops_reduce as R
+from ..autograd import prim_pad
+from .registry import op
+from .values import axis, cast, host, host_ints
+
+# ====================================================================== shape
+
+@op("Shape")
+def _shape(ctx, ins, at):
+    dims = list(ins[0].shape)
+    n = len(dims)
+    start, end = at.i("start", 0), at.i("end", n)
+    start = min(max(start + n if start < 0 else start, 0), n)
+    end = min(max(end + n if end < 0 else end, 0), n)
+    return ctx.const(np.array(dims[start:end], np.int64))
+
+
+@op("Size")
+def _size(ctx, ins, at):
+    return ctx.const(np.array(int(np.prod(ins[0].shape)), np.int64).reshape(()))
+
+
+def _reshape_to(x, shape, allowzero, ctx):
+    out = []
+    for i, d in enumerate(shape):
+        out.append(x.shape[i] if d == 0 and not allowzero else d)
+    if out.count(-1) > 1:
+        raise ValueError(f"ember: {ctx.where}: Reshape to {shape}: at most one -1")
+    return M.reshape(x, *out)
+
+
+@op("Reshape", since=1)
+def _reshape_attr(ctx, ins, at):
+    return _reshape_to(ins[0], at.ints("shape", []), 0, ctx)
+
+
+@op("Reshape", since=5)
+def _reshape(ctx, ins, at):
+    return _reshape_to(ins[0], host_ints(ins[1]), at.i("allowzero", 0), ctx)
+
+
+@op("Flatten")
+def _flatten(ctx, ins, at):
+    x = ins[0]
+    a = at.i("axis", 1)
+    a = a + x.ndim if a < 0 else a
+    outer = int(np.prod(x.shape[:a]))
+    return M.reshape(x, outer, int(np.prod(x.shape[a:])))
+
+
+@op("Transpose")
+def _transpose(ctx, ins, at):
+    x = ins[0]
+    perm = at.ints("perm", list(range(x.ndim))[::-1])
+    return M.permute(x, *perm)
+
+
+def _squeeze(x, axes, ctx):
+    if axes is None:
+        axes = [i for i, d in enumerate(x.shape) if d == 1]
+    axes = sorted({axis(a, x.ndim, ctx) for a in axes})
+    shape = [d for i, d in enumerate(x.shape) if i not in axes]
+    return M.reshape(x, *shape)
+
+
+def _unsqueeze(x, axes, ctx):
+    n = x.ndim + len(axes)
+    axes = sorted(axis(a, n, ctx) for a in axes)
+    shape, it = [], iter(x.shape)
+    for i in range(n):
+        shape.append(1 if i in axes else next(it))
+    return M.reshape(x, *shape)
+
+
+op("Squeeze", since=1)(lambda ctx, ins, at: _squeeze(ins[0], at.ints("axes"), ctx))
+op("Squeeze", since=13)(lambda ctx, ins, at: _squeeze(
+    ins[0], host_ints(ins[1]) if len(ins) > 1 and ins[1] is not None else None, ctx))
+op("Unsqueeze", since=1)(lambda ctx, ins, at: _unsqueeze(ins[0], at.ints("axes"), ctx))
+op("Unsqueeze", since=13)(lambda ctx, ins, at: _unsqueeze(ins[0], host_ints(ins[1]), ctx))
+
+
+@op("Concat", since=4)
+def _concat(ctx, ins, at):
+    xs = [x for x in ins if x is not None]
+    ax = axis(at.i("axis"), xs[0].ndim, ctx)
+    xs = [x for x in xs if x.shape[ax] != 0] or xs[:1]
+    return M.cat(xs, ax) if len(xs) > 1 else xs[0]
+
+
+def _split(x, ax, sizes, n_out):
+    if sizes is None:
+        d = x.shape[ax]
+        chunk = -(-d // n_out)
+        sizes = [min(chunk, d - i * chunk) for i in range(n_out)]
+    outs, start = [], 0
+    for s in sizes:
+        outs.append(M.narrow(x, ax, start, s))
+        start += s
+    return outs
+
+
+@op("Split", since=2)
+def _split_attr(ctx, ins, at):
+    x = ins[0]
+    return _split(x, axis(at.i("axis", 0), x.ndim, ctx), at.ints("split"), len(ctx_outputs(at)))
+
+
+@op("Split", since=13)
+def _split_in(ctx, ins, at):
+    x = ins[0]
+    sizes = host_ints(ins[1]) if len(ins) > 1 and ins[1] is not None else None
+    n = at.i("num_outputs", len(ctx_outputs(at)))
+    return _split(x, axis(at.i("axis", 0), x.ndim, ctx), sizes, n)
+
+
+def ctx_outputs(at):
+    return at.node.output
+
+
+def _slice(x, starts, ends, axes, steps, ctx):
+    axes = list(range(len(starts))) if axes is None else [axis(a, x.ndim, ctx) for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    key = [slice(None)] * x.ndim
+    flips = []
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        n = x.shape[a]
+        if st == 0:
+            raise ValueError(f"ember: {ctx.where}: Slice step 0 on axis {a}")
+        s, e, st = slice(s, e, st).indices(n)
+        if st < 0:  # walk the flipped axis forwards: index i -> n - 1 - i
+            s, e, st = n - 1 - s, n - 1 - e, -st
+            flips.append(a)
+        key[a] = slice(s, max(e, s), st)
+    if flips:
+        x = M.flip(x, *flips)
+    return x[tuple(key)]
+
+
+@op("Slice", since=1)
+def _slice_attr(ctx, ins, at):
+    return _slice(ins[0], at.ints("starts"), at.ints("ends"), at.ints("axes"), None, ctx)
+
+
+@op("Slice", since=10)
+def _slice_in(ctx, ins, at):
+    opt = [host_ints(v) if v is not None else None for v in (list(ins[3:5]) + [None, None])[:2]]
+    return _slice(ins[0], host_ints(ins[1]), host_ints(ins[2]), opt[0], opt[1], ctx)
+
+
+@op("Expand", since=8)
+def _expand(ctx, ins, at):
+    x, shape = ins[0], host_ints(ins[1])
+    out = M.broadcast_shapes(tuple(x.shape), tuple(shape))  # ONNX broadcasts both ways
+    return M.expand(x, *out) if tuple(out) != tuple(x.shape) else x
+
+
+@op("Tile", since=6)
+def _tile(ctx, ins, at):
+    return M.repeat(ins[0], *host_ints(ins[1]))
+
+
+_PAD_MODES = {"constant", "reflect", "edge", "wrap"}
+
+
+def _pad(ctx, x, pads, value, mode, axes=None):
+    n = x.ndim
+    axes = list(range(n)) if axes is None else [axis(a, n, ctx) for a in axes]
+    k = len(axes)
+    before, after = [0] * n, [0] * n
+    for j, a in enumerate(axes):
+        before[a], after[a] = pads[j], pads[j + k]
+    if mode not in _PAD_MODES:
+        raise ValueError(f"ember: {ctx.where}: Pad mode {mode!r} is not one of {sorted(_PAD_MODES)}")
+    # negative pads crop
+    key = tuple(slice(-b if b < 0 else 0, x.shape[i] + a if a < 0 else None)
+                for i, (b, a) in enumerate(zip(before, after)))
+    x = x[key]
+    before, after = [max(b, 0) for b in before], [max(a, 0) for a in after]
+    if mode == "constant":
+        return prim_pad(x, tuple(zip(before, after)), value) if any(before) or any(after) else x
+    for i in range(n):
+        b, a, d = before[i], after[i], x.shape[i]
+        if not (b or a):
+            continue
+        idx = np.arange(-b, d + a)
+        if mode == "edge":
+            idx = np.clip(idx, 0, d - 1)
+        elif mode == "wrap":
+            idx = idx % d
+        else:  # reflect, without repeating the edge
+            period = 2 * (d - 1) if d > 1 else 1
+            idx = np.abs(idx) % period
+            idx = np.where(idx >= d, period - idx, idx)
+        x = I.index_select(x, i, ctx.const(idx.astype(np.int64)))
+    return x
+
+
+@op("Pad", since=2)
+def _pad_attr(ctx, ins, at):
+    return _pad(ctx, ins[0], at.ints("pads"), at.f("value", 0.0), at.s("mode", "constant"))
+
+
+@op("Pad", since=11)
+def _pad_in(ctx, ins, at):
+    x = ins[0]
+    value = 0
+    if len(ins) > 2 and ins[2] is not None:
+        v = host(ins[2]).reshape(-1)
+        value = v[0].item() if v.size else 0
+    axes = host_ints(ins[3]) if len(ins) > 3 and ins[3] is not None else None
+    return _pad(ctx, x, host_ints(ins[1]), value, at.s("mode", "constant"), axes)
+
+
+# ====================================================================== indexing
+
+def _positive(idx, n):
+    """Negative indices count from the end (ONNX); computed on the device."""
+    return E.where(idx < 0, idx + n, idx)
+
+
+@op("Gather")
+def _gather(ctx, ins, at):
+    x, idx = ins
+    ax = axis(at.i("axis", 0), x.ndim, ctx)
+    idx = _positive(cast(idx, D.int64), x.shape[ax])
+    flat = I.index_select(x, ax, M.reshape(idx, -1))
+    return M.reshape(flat, *x.shape[:ax], *idx.shape, *x.shape[ax + 1:])
+
+
+@op("GatherElements", since=11)
+def _gather_elements(ctx, ins, at):
+    x, idx = ins
+    ax = axis(at.i("axis", 0), x.ndim, ctx)
+    return I.gather(x, ax, _positive(cast(idx, D.int64), x.shape[ax]))
+
+
+def _flat_nd_index(x_shape, idx, batch_dims, ctx):
+    """GatherND/ScatterND: (..., k) index tuples -> flat row numbers into x viewed as (rows, rest)."""
+    k = idx.shape[-1]
+    dims = x_shape[batch_dims:batch_dims + k]
+    strides = np.cumprod((list(dims[1:]) + [1])[::-1])[::-1].astype(np.int64)
+    idx = _positive(cast(idx, D.int64), ctx.const(np.array(dims, np.int64)))
+    return R.sum(idx * ctx.const(strides), dim=-1), k
+
+
+@op("GatherND", since=11)
+def _gather_nd(ctx, ins, at):
+    x, idx = ins
+    b = at.i("batch_dims", 0)
+    rows, k = _flat_nd_index(x.shape, idx, b, ctx)  # (*idx.shape[:-1])
+    bshape = list(x.shape[:b])
+    nb = int(np.prod(bshape)) if b else 1
+    rest = list(x.shape[b + k:])
+    per = int(np.prod(x.shape[b:b + k]))
+    xr = M.reshape(x, nb * per, *rest)  # (batch * indexed rows, *rest)
+    rows = M.reshape(rows, nb, -1) + ctx.const((np.arange(nb, dtype=np.int64) * per)[:, None])
+    out = I.index_select(xr, 0, M.reshape(rows, -1))
+    return M.reshape(out, *idx.shape[:-1], *rest)
+
+
+@op("ScatterND", since=11)
+def _scatter_nd(ctx, ins, at):
+    x, idx, upd = ins
+    rows, k = _flat_nd_index(x.shape, idx, 0, ctx)
+    rest = list(x.shape[k:])
+    n_rows = int(np.prod(x.shape[:k]))
+    xr = M.reshape(x, n_rows, -1)
+    u = M.reshape(upd, -1, xr.shape[1])
+    r = M.expand(M.reshape(rows, -1, 1), u.shape[0], xr.shape[1])
+    red = at.s("reduction", "none")
+    if red == "none":
+        out = I.scatter(xr, 0, r, u)
+    elif red == "add":
+        out = I.scatter_add(xr, 0, r, u)
+    elif red == "mul":
+        out = xr * I.scatter(M.reshape(xr * 0 + 1, *xr.shape), 0, r, u)  # one update per row
+    else:
+        hit = I.scatter(M.reshape(xr * 0, *xr.shape).bool(), 0, r, M.expand(u.bool() | True, *u.shape))
+        val = I.scatter(xr, 0, r, u)
+        out = E.where(hit, (E.maximum if red == "max" else E.minimum)(xr, val), xr)
+    return M.reshape(out, *x.shape[:k], *rest)
+
+
+@op("ScatterElements", since=11)
+def _scatter_elements(ctx, ins, at):
+    x, idx, upd = ins
+    ax = axis(at.i("axis", 0), x.ndim, ctx)
+    idx = _positive(cast(idx, D.int64), x.shape[ax])
+    red = at.s("reduction", "none")
+    if red == "add":
+        return I.scatter_add(x, ax, idx, upd)
+    if red == "none":
+        return I.scatter(x, ax, idx, upd)
+    val = I.scatter(x, ax, idx, upd)
+    if red == "mul":
+        return x * I.scatter(x * 0 + 1, ax, idx, upd)
+    return (E.maximum if red == "max" else E.minimum)(x, val)
+
+
+op("Scatter", since=9)(_scatter_elements)
+
+
+@op("Compress", since=9)
+def _compress(ctx, ins, at):
+    x, cond = ins
+    keep = np.nonzero(host(cond).astype(bool))[0].astype(np.int64)
+    if "axis" not in at:
+        x, ax = M.reshape(x, -1), 0
+    else:
+        ax = axis(at.i("axis"), x.ndim, ctx)
+    keep = keep[keep < x.shape[ax]]
+    return I.index_select(x, ax, ctx.const(keep))
+
+
+@op("NonZero", since=9)
+def _nonzero(ctx, ins, at):
+    a = host(ins[0])
+    return ctx.const(np.array(np.nonzero(a), np.int64).reshape(a.ndim, -1))
+
+
+@op("TopK", since=10)
+def _topk(ctx, ins, at):
+    x = ins[0]
+    k = host_ints(ins[1])[0]
+    ax = axis(at.i("axis", -1), x.ndim, ctx)
+    largest = bool(at.i("largest", 1))
+    # a stable sort keeps equal values in index order, as ONNX asks
+    order = R.argsort(x, dim=ax, descending=largest, stable=True)
+    idx = M.narrow(order, ax, 0, k)
+    return [I.gather(x, ax, idx), idx]
+
+
+@op("TopK", since=1)
+def _topk_attr(ctx, ins, at):
+    return _topk(ctx, [ins[0], ctx.const(np.array([at.i("k")], np.int64))], at)
+
+
+
+@op("CumSum", since=11)
+def _cumsum(ctx, ins, at):
+    x = ins[0]
+    ax = axis(host_ints(ins[1])[0], x.ndim, ctx)
+    if at.i("reverse", 0):
+        x = M.flip(x, ax)
+    y = cast(R.cumsum(x, ax), x.dtype)
+    if at.i("exclusive", 0):
+        y = y - x
+    return M.flip(y, ax) if at.i("reverse", 0) else y
+
+
+@op("Trilu", since=14)
+def _trilu(ctx, ins, at):
+    x = ins[0]
+    k = host_ints(ins[1])[0] if len(ins) > 1 and ins[1] is not None else 0
+    return M.triu(x, k) if at.i("upper", 1) else M.tril(x, k)
+
+
+@op("OneHot", since=9)
+def _onehot(ctx, ins, at):
+    idx, depth, values = ins
+    d = int(host(depth).reshape(-1)[0])
+    vals = values
+    ax = at.i("axis", -1)
+    idx = cast(idx, D.int64)
+    idx = E.where(idx < 0, idx + d, idx)
+    n = idx.ndim + 1
+    ax = ax + n if ax < 0 else ax
+    r = M.reshape(ctx.const(np.arange(d, dtype=np.int64)), *([1] * ax + [d] + [1] * (n - ax - 1)))
+    hot = M.unsqueeze(idx, ax) == r
+    return E.where(hot, vals[1], vals[0])
+
+
+@op("EyeLike", since=9)
+def _eyelike(ctx, ins, at):
+    from .values import ember_dtype
+    x = ins[0]
+    n, m = x.shape
+    a = np.eye(n, m, at.i("k", 0))
+    out = ctx.const(a)
+    return cast(out, ember_dtype(at.i("dtype"), ctx.where) if "dtype" in at else x.dtype)
+
+
+@op("DepthToSpace", since=11)
+def _depth_to_space(ctx, ins, at):
+    x, b = ins[0], at.i("blocksize")
+    n, c, h, w = x.shape
+    if at.s("mode", "DCR") == "DCR":
+        y = M.permute(M.reshape(x, n, b, b, c // (b * b), h, w), 0, 3, 4, 1, 5, 2)
+    else:
+        y = M.permute(M.reshape(x, n, c // (b * b), b, b, h, w), 0, 1, 4, 2, 5, 3)
+    return M.reshape(y, n, c // (b * b), h * b, w * b)
+
+
+@op("SpaceToDepth")
+def _space_to_depth(ctx, ins, at):
+    x, b = ins[0], at.i("blocksize")
+    n, c, h, w = x.shape
+    y = M.permute(M.reshape(x, n, c, h // b, b, w // b, b), 0, 3, 5, 1, 2, 4)
+    return M.reshape(y, n, c * b * b, h // b, w // b)
+
+
+# ====================================================================== creation
+
+@op("ConstantOfShape", since=9)
+def _constant_of_shape(ctx, ins, at):
+    shape = host_ints(ins[0])
+    value = at.tensor("value")
+    value = np.zeros(1, np.float32) if value is None else value.reshape(-1)
+    return ctx.const(np.full(shape, value[0], value.dtype))
+
+
+@op("Range", since=11)
+def _range(ctx, ins, at):
+    start, limit, delta = (host(v).reshape(()) for v in ins)
+    n = max(int(np.ceil((limit - start) / delta)), 0)
+    return ctx.const((start + np.arange(n) * delta).astype(start.dtype))
+
+
+@op("Dropout", since=1)
+def _dropout(ctx, ins, at):
+    x = ins[0]  # inference: identity, the mask all true
+    return [x, M.expand(ctx.const(np.ones((), np.bool_)), *x.shape)]

@@ -1,0 +1,176 @@
+"""InferenceSession: onnxruntime's API over ember. Loads the model, checks every operator against the
+registry up front, puts initializers on the device and runs the graph node by node."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as D
+from ..autograd import no_grad
+from ..device import device as as_device
+from ..tensor import Tensor, tensor
+from .proto import load_model
+from .registry import Attrs, lookup
+from .tensor_data import BFLOAT16, NAMES, NP_OF, STRING, to_numpy
+from .wire import OnnxFormatError
+from . import ops_math, ops_nn, ops_shape, ops_control  # noqa: F401  (they fill the registry)
+
+# numpy dtypes ember lacks run in a wider one; outputs are cast back to the declared ONNX type
+WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32, np.dtype(np.uint64): np.int64}
+
+
+class UnsupportedOperatorError(OnnxFormatError):
+    """The model uses operators (at its opsets) that ember does not implement; `.missing` lists them."""
+
+    def __init__(self, where, missing):
+        self.missing = missing
+        listed = ", ".join(f"{d + '.' if d else ''}{op} (opset {v})" for d, op, v in missing)
+        super().__init__(f"ember: {where}: unsupported ONNX operators: {listed}")
+
+
+class NodeArg:
+    """One graph input or output, as onnxruntime describes it: name, shape (ints, strings or None), type."""
+    __slots__ = ("name", "shape", "type")
+
+    def __init__(self, vi):
+        tt = vi.type.tensor_type if vi.type is not None else None
+        self.name = vi.name
+        if tt is None:
+            self.shape, self.type = None, "unknown"
+            return
+        self.type = f"tensor({NAMES.get(tt.elem_type, tt.elem_type)})"
+        self.shape = None if tt.shape is None else [
+            d.dim_value if d.dim_param == "" and d.dim_value else (d.dim_param or None) for d in tt.shape.dim]
+
+    def __repr__(self):
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
+
+
+def to_tensor(a, dev) -> Tensor:
+    """A numpy array as an ember Tensor on `dev` (int16/uint16/uint64 widened, see WIDER)."""
+    a = np.asarray(a)
+    if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (what onnx's numpy_helper returns): keep the bits
+        return Tensor._from_storage(a.copy().view(np.uint16), D.bfloat16, dev)
+    if a.dtype in WIDER:
+        a = a.astype(WIDER[a.dtype])
+    if a.dtype == np.object_:
+        raise OnnxFormatError("ember: string tensors are not supported")
+    return tensor(a if a.flags.c_contiguous else a.copy(), device=dev)  # (ascontiguousarray makes 0-d 1-d)
+
+
+class Context:
+    """What an operator may need besides its inputs: the device, the opset, subgraph execution."""
+
+    def __init__(self, session, opset):
+        self.session, self.opset = session, opset
+        self.device, self.where = session.device, session.where
+        self.scope = {}
+
+    def const(self, a, dtype=None):
+        return to_tensor(np.asarray(a, dtype), self.device)
+
+    def run_graph(self, graph, feeds: dict, outer: dict):
+        return self.session._run_graph(graph, feeds, outer)
+
+
+def _output_type(vi):
+    tt = vi.type.tensor_type if vi.type is not None else None
+    return tt.elem_type if tt is not None and tt.elem_type else None
+
+
+class InferenceSession:
+    def __init__(self, path_or_bytes, device="cpu", providers=None):
+        self.model = load_model(path_or_bytes)
+        self.where, self.device = self.model.where, as_device(device)
+        self.opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in self.model.opset_import}
+        self.opsets.setdefault("", 1)
+        graph = self.model.graph
+        self._plans = {}
+        missing = []
+        self._plan(graph, missing)
+        if missing:
+            raise UnsupportedOperatorError(self.where, sorted(set(missing)))
+        with no_grad():
+            self._initializers = {t.name: to_tensor(to_numpy(t, self.where, self.model.base_dir, "initializer"),
+                                                    self.device) for t in graph.initializer}
+        for sp in graph.sparse_initializer:
+            raise OnnxFormatError(f"ember: {self.where}: sparse initializer {sp.values.name!r} is not supported")
+        self._inputs = [NodeArg(v) for v in graph.input if v.name not in self._initializers]
+        self._outputs = [NodeArg(v) for v in graph.output]
+
+    # -------------------------------------------------------------- load: resolve every node once
+    def _plan(self, graph, missing):
+        plan = []
+        for node in graph.node:
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            version = self.opsets.get(domain)
+            fn = lookup(domain, node.op_type, version) if version is not None else None
+            if fn is None:
+                missing.append((domain, node.op_type, version or 0))
+            attrs = Attrs(node, self.where)
+            plan.append((node, fn, attrs, Context(self, version)))
+            for a in node.attribute:  # subgraphs (If/Loop/Scan bodies) are checked now too
+                for g in ([a.g] if a.g is not None else []) + list(a.graphs):
+                    self._plan(g, missing)
+        self._plans[id(graph)] = plan
+
+    def get_inputs(self):
+        return list(self._inputs)
+
+    def get_outputs(self):
+        return list(self._outputs)
+
+    def get_modelmeta(self):
+        return {e.key: e.value for e in self.model.metadata_props}
+
+    # -------------------------------------------------------------- run
+    def run(self, output_names, input_feed: dict, run_options=None):
+        graph = self.model.graph
+        feeds = {}
+        for arg in self._inputs:
+            if arg.name not in input_feed:
+                raise ValueError(f"ember: {self.where}: missing input {arg.name!r} ({arg.type}, shape {arg.shape})")
+        with no_grad():
+            for name, a in input_feed.items():
+                feeds[name] = a if isinstance(a, (Tensor, list)) or a is None else to_tensor(a, self.device)
+            values = self._run_graph(graph, feeds, {}, output_names)
+        names = [o.name for o in graph.output] if output_names is None else list(output_names)
+        types = {o.name: _output_type(o) for o in graph.output}
+        return [self._to_numpy(values[n], types.get(n)) for n in names]
+
+    def _run_graph(self, graph, feeds, outer, wanted=None):
+        env = dict(outer)
+        if graph is self.model.graph:
+            env.update(self._initializers)
+        else:
+            with no_grad():
+                for t in graph.initializer:
+                    env[t.name] = to_tensor(to_numpy(t, self.where, self.model.base_dir, "initializer"), self.device)
+        env.update(feeds)
+        for node, fn, attrs, ctx in self._plans[id(graph)]:
+            try:
+                ins = [env[n] if n else None for n in node.input]
+            except KeyError as e:
+                raise OnnxFormatError(f"ember: {self.where}: node {node.name or node.op_type!r} ({node.op_type}) "
+                                      f"reads {e.args[0]!r}, which no earlier node, input or initializer makes") from None
+            ctx.scope = env  # what a subgraph of this node sees
+            outs = fn(ctx, ins, attrs)
+            if not isinstance(outs, (list, tuple)):
+                outs = [outs]
+            for n, v in zip(node.output, outs):
+                if n:
+                    env[n] = v
+        out_names = [o.name for o in graph.output] if wanted is None else wanted
+        missing = [n for n in out_names if n not in env]
+        if missing:
+            raise OnnxFormatError(f"ember: {self.where}: graph {graph.name!r}: outputs {missing} are never produced")
+        return env if graph is self.model.graph else [env[n] for n in out_names]
+
+    @staticmethod
+    def _to_numpy(v, onnx_type):
+        if v is None:
+            return None
+        if isinstance(v, list):
+            return [InferenceSession._to_numpy(x, onnx_type) for x in v]
+        a = v.numpy()  # bfloat16 comes back as float32 values
+        want = NP_OF.get(onnx_type) if onnx_type not in (BFLOAT16, STRING) else None
+        return a.astype(want) if want is not None and a.dtype != want else a
