@@ -249,3 +249,11 @@ def test_op_battery_with_every_matmul_on_the_kernels(pyodide_session):
             if err > 1e-6 * max(1.0, float(np.abs(ref).max())):
                 bad.append(f"{name}: max abs error {err:.3g}")
     assert not bad, "Pyodide with the kernels differs from CPython: " + "; ".join(bad)
+
+
+def test_the_page_and_ember_info_report_the_kernels(pyodide_session):
+    out = pyodide_session.run(
+        "from ember.wasm import worker_api\nfrom ember.cli import main_info\n"
+        "main_info()\nresult = await worker_api.pick_device('cpu')\n", timeout=120)
+    assert out["result"] == {"device": "cpu", "reason": "", "kernels": "wasm-simd128"}
+    assert "cpu matmul: wasm-simd128\n" in out["stdout"]
