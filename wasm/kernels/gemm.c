@@ -10,9 +10,15 @@
 
 #define MR 4
 #define NR 8
+#ifndef KC                  // (overridable with -D for tuning runs)
 #define KC 256              // a packed A panel (MR x KC) and a B panel (KC x NR) stay in L1
+#endif
+#ifndef MC
 #define MC 128              // the packed A block (MC x KC, 128 KiB) stays in L2
+#endif
+#ifndef NC
 #define NC 1024             // the packed B block (KC x NC, 1 MiB) stays in L3
+#endif
 
 // floats of scratch ember_sgemm needs: the packed A block then the packed B block
 #define SCRATCH_FLOATS (MC * KC + KC * NC)
