@@ -49,7 +49,7 @@ class NumpyBackend(ArrayModuleBackend):
     def weight_layout(self, w):
         # input-major storage makes w.T C-contiguous: OpenBLAS then streams a decoding step's
         # row-vector x weight product 1.2-2x faster than from the (out, in) rows (bench_llama)
-        # (not under Pyodide: there the wasm kernels' dot-product loop and einsum read the (out, in) rows as fast)
+        # (not under Pyodide: no BLAS to feed there, and the wasm kernels read either layout)
         if not NO_BLAS and w.ndim == 2 and w.dtype.kind == "f" and w.flags.c_contiguous and w.size >= 16384:
             return np.ascontiguousarray(w.T).T
         return w
