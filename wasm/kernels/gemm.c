@@ -187,6 +187,10 @@ void ember_sgemm(int m, int n, int k, const float *a, int rsa, int csa, const fl
         gemv(n, k, a, csa, b, rsb, csb, c, accumulate);
         return;
     }
+    if (n == 1 && rsc == 1) {  // matrix x column vector (the quantized matmul's slabs when decoding): c^T = b^T a^T
+        gemv(m, k, b, rsb, a, csa, rsa, c, accumulate);
+        return;
+    }
     float *pa = scratch, *pb = scratch + MC * KC;
     for (int j0 = 0; j0 < n; j0 += NC) {
         int nc = n - j0 < NC ? n - j0 : NC;
