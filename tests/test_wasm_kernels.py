@@ -257,3 +257,12 @@ def test_the_page_and_ember_info_report_the_kernels(pyodide_session):
         "main_info()\nresult = await worker_api.pick_device('cpu')\n", timeout=120)
     assert out["result"] == {"device": "cpu", "reason": "", "kernels": "wasm-simd128"}
     assert "cpu matmul: wasm-simd128\n" in out["stdout"]
+
+
+def test_addresses_past_2gib_pass_as_signed_c_ints():
+    # the kernels take pointers as C ints (the cheap ctypes call): the same 32 bits, signed
+    from ember.backends.cpu_wasm_kernels import _i32
+    for address in (0, 16, (1 << 31) - 4, 1 << 31, (1 << 31) + 12, (1 << 32) - 4):
+        signed = _i32(address)
+        assert -(1 << 31) <= signed < (1 << 31) and signed % (1 << 32) == address
+    assert _i32(_i32(3 << 30) + 64) == _i32((3 << 30) + 64)  # offsets added to a wrapped base

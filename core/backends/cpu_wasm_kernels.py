@@ -76,12 +76,18 @@ class WasmKernels:
             self._sgemm_batched(c.shape[0], m, n, k, *base, self._strides_ptr, self._scratch_ptr, 0)
             return
         for idx in np.ndindex(*c.shape[:-3]):
-            pa, pb, pc = (p + sum(i * s for i, s in zip(idx, x.strides)) for p, x in zip(base, (a, b, c)))
+            pa, pb, pc = (_i32(p + sum(i * s for i, s in zip(idx, x.strides))) for p, x in zip(base, (a, b, c)))
             self._sgemm_batched(c.shape[-3], m, n, k, pa, pb, pc, self._strides_ptr, self._scratch_ptr, 0)
 
 
 def _ptr(x: np.ndarray) -> int:
-    return x.__array_interface__["data"][0]  # (cheaper than x.ctypes.data under Pyodide: 6 vs 9 us)
+    return _i32(x.__array_interface__["data"][0])  # (cheaper than x.ctypes.data under Pyodide: 6 vs 9 us)
+
+
+def _i32(address: int) -> int:
+    """A wasm32 address as the signed C int ctypes passes without argtypes: a heap grown past 2 GiB has
+    addresses >= 2**31, which ctypes refuses to convert ("int too long"); the bits are the same."""
+    return ((address + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
 
 
 def _unit_columns(x: np.ndarray) -> bool:
