@@ -266,3 +266,37 @@ def test_addresses_past_2gib_pass_as_signed_c_ints():
         signed = _i32(address)
         assert -(1 << 31) <= signed < (1 << 31) and signed % (1 << 32) == address
     assert _i32(_i32(3 << 30) + 64) == _i32((3 << 30) + 64)  # offsets added to a wrapped base
+
+
+def test_silu_kernel_matches_float64_and_the_composed_path(pyodide_session):
+    got = _run(pyodide_session, '''
+import ember, ember.nn.functional as F
+k = cpu_matmul.wasm_kernels()
+rng = np.random.default_rng(6)
+special = np.array([0.0, -0.0, 1e-30, -1e-30, 1.0, -1.0, 20.0, -20.0, 80.0, -80.0, 87.5, -87.5, 88.8, -88.8,
+                    100.0, -100.0, 1e30, -1e30, np.inf, -np.inf, np.nan], np.float32)
+result = {}
+for name, x in {"special": special, "normal": rng.standard_normal(1001).astype(np.float32) * 6,
+                "odd_tail": rng.standard_normal(7).astype(np.float32), "one": np.array([0.5], np.float32),
+                "strided": (rng.standard_normal((30, 41)).astype(np.float32) * 10)[::3, ::2]}.items():
+    y = k.silu(x)
+    x64 = x.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = x64 / (1 + np.exp(-x64))   # float64: silu(-inf) is NaN, as torch
+    err = np.abs(y - ref)
+    ok = np.isnan(ref) == np.isnan(y)
+    finite = np.isfinite(ref)
+    result[name] = [list(y.shape) == list(x.shape), bool(ok.all()),
+                    bool((y[~finite & ~np.isnan(ref)] == ref[~finite & ~np.isnan(ref)]).all()),
+                    # elements off by more than 1e-6 relative (~2 ulp of exp and the division's rounding),
+                    # or 1e-35 absolute where silu underflows (x < -87: the kernel gives -0 or a denormal)
+                    int((err[finite] > 1e-6 * np.abs(ref[finite]) + 1e-35).sum())]
+x = ember.tensor(rng.standard_normal((4, 33)).astype(np.float32) * 4)
+fused = F.silu(x).numpy()
+result["dispatch"] = [float(np.abs(fused - k.silu(x.numpy())).max()),
+                      float(np.abs(fused - x.numpy() / (1 + np.exp(-x.numpy().astype(np.float64)))).max())]
+''')
+    for name in ("special", "normal", "odd_tail", "one", "strided"):
+        shape_ok, nans_ok, infs_ok, off = got[name]
+        assert shape_ok and nans_ok and infs_ok and off == 0, (name, got[name])
+    assert got["dispatch"][0] == 0.0 and got["dispatch"][1] < 1e-5  # F.silu went through the kernel

@@ -30,7 +30,8 @@ _SIMD_PROBE = bytes([0x00, 0x61, 0x73, 0x6D, 0x01, 0x00, 0x00, 0x00,    # magic,
 
 
 class WasmKernels:
-    """The loaded module: `matmul(a, b, out)` for float32 arrays of any strides, batched and broadcast."""
+    """The loaded module: `matmul(a, b, out)` for float32 arrays of any strides, batched and broadcast;
+    `silu(x)`."""
 
     def __init__(self, lib: ctypes.CDLL):
         # no argtypes: Python ints go through as C ints, the cheapest call Pyodide's ctypes makes
@@ -39,6 +40,15 @@ class WasmKernels:
         self._scratch_ptr = _ptr(self._scratch)
         self._strides = np.empty(8, np.int32)  # the batched call's stride block
         self._strides_ptr = _ptr(self._strides)
+        self._silu = lib.ember_silu_f32
+
+    def silu(self, x: np.ndarray) -> np.ndarray:
+        """x * sigmoid(x) for float32 (~2 ulp exp), a fresh C-contiguous array of x's shape."""
+        x = np.ascontiguousarray(x)
+        out = np.empty_like(x)
+        if x.size:
+            self._silu(_ptr(x), _ptr(out), x.size)
+        return out
 
     def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """a (..., M, K) @ b (..., K, N) -> (..., M, N) float32, into `out` when given (any strides)."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import dtypes as D
 from .array_module_backend import _BF16, _F16, _F32, _HALF, ArrayModuleBackend
-from .cpu_matmul import NO_BLAS, mm
+from .cpu_matmul import NO_BLAS, mm, wasm_kernels
 from .numpy_conv import conv as _conv_im2col
 
 _ATTN_BLOCK = 1 << 19  # (L, S) scores above this many elements are computed a block of query rows at a time
@@ -98,6 +98,8 @@ class NumpyBackend(ArrayModuleBackend):
     def silu(self, x):
         if x.dtype in _HALF:
             return self._back(self.silu(self._f32(x)), x.dtype)
+        if NO_BLAS and x.dtype is _F32 and wasm_kernels() is not None:
+            return wasm_kernels().silu(x)  # numpy's exp is scalar in wasm: 20% of YOLOv8s went there
         out = self._sigmoid(x)  # one fresh array, then in place (YOLO: every conv is followed by a SiLU)
         out *= x
         return out
