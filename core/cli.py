@@ -43,6 +43,8 @@ def main_info(args=None):
                       f"threads={lib.get('num_threads')}")
     except ImportError:
         pass
+    from ember.backends.cpu_matmul import matmul_path
+    print(f"cpu matmul: {matmul_path()}")  # blas; in Pyodide wasm-simd128 or einsum (why)
     from ember.device import _NOT_DEVICES, _REGISTRY, device_status
     print("devices:")
     broken = 0

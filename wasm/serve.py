@@ -112,7 +112,7 @@ def source_hash() -> str:
     h = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
     for folder in WHEEL_SOURCES:
         for p in sorted((ROOT / folder).rglob("*")):
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".wgsl", ".cu", ".json", ".txt"):
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".wgsl", ".cu", ".json", ".txt", ".c", ".wasm"):
                 h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes())
     return h.hexdigest()[:16]
 

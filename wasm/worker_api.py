@@ -31,8 +31,14 @@ class WorkerError(ValueError):
 # ---------------------------------------------------------------------------- device
 
 async def pick_device(name: str) -> dict:
-    """Make `name` ("webgpu" or "cpu") usable; -> {"device", "reason"}. A missing WebGPU adapter is not an
-    error: the answer says "cpu" and why, and the page shows it."""
+    """Make `name` ("webgpu" or "cpu") usable; -> {"device", "reason", "kernels"}. A missing WebGPU adapter
+    is not an error: the answer says "cpu" and why, and the page shows it. "kernels" is the CPU's matmul
+    path: "wasm-simd128", or "einsum (why the SIMD kernels are not used)"."""
+    from ember.backends.cpu_matmul import matmul_path
+    return {**await _pick_device(name), "kernels": matmul_path()}
+
+
+async def _pick_device(name: str) -> dict:
     import ember
     if name == "cpu":
         return {"device": "cpu", "reason": ""}

@@ -1,8 +1,10 @@
-"""The CPU matmul kernel every numpy hot path calls (`mm`): BLAS's np.matmul, or under Pyodide, which has
-no BLAS, float32 einsum (its kernels beat np.matmul's fallback loop there ~1.5-6x, same bits).
+"""The CPU matmul kernel every numpy hot path calls (`mm`): BLAS's np.matmul natively; under Pyodide,
+which has no BLAS, the WebAssembly SIMD128 GEMM (cpu_wasm_kernels.py) when it loads, else float32
+einsum (its kernels beat np.matmul's fallback loop there ~1.5-6x, same bits).
 
 Shared by the numpy backend (matmul, attention), its convolution (numpy_conv.py) and ember.quant's
-slab-wise quantized matmul, so the BLAS / no-BLAS switch is made in one place.
+slab-wise quantized matmul, so the BLAS / kernels / einsum switch is made in one place.
+`matmul_path()` says which one runs here and why (`ember info`, the page's device note).
 """
 from __future__ import annotations
 
@@ -11,8 +13,40 @@ import sys
 
 import numpy as np
 
+from . import cpu_wasm_kernels
+
 NO_BLAS = sys.platform == "emscripten"
 _EINSUM_ITER_MAX = (1 << 31) - 1  # numpy's einsum iterator (batch x M x K x N) counts in intp: 32-bit in wasm
+_F32 = np.dtype(np.float32)
+# batch x M x K x N below which einsum's call (~10 us) beats the kernels' ~50-70 us of ctypes and pointer
+# overhead under Pyodide: einsum does 32^3 in ~70 us there (bench/bench_wasm_kernels.py measures both)
+_KERNEL_MIN_MNK = 1 << 15
+_kernels: list = []  # [(WasmKernels or None, reason)] once loaded: loading is deferred to the first matmul
+
+
+def wasm_kernels():
+    """The loaded WebAssembly kernels under Pyodide, or None (matmul_path() says why)."""
+    if not _kernels:
+        _kernels.append(cpu_wasm_kernels.load() if NO_BLAS else (None, "not running under Pyodide"))
+    return _kernels[0][0]
+
+
+def use_wasm_kernels(path=None):
+    """(Re)load the kernels, from `path` instead of the shipped module when given; returns matmul_path().
+    For the page's settings and the tests (a broken module must fall back to einsum with its reason)."""
+    _kernels.clear()
+    if NO_BLAS:
+        _kernels.append(cpu_wasm_kernels.load(*(() if path is None else (path,))))
+    return matmul_path()
+
+
+def matmul_path() -> str:
+    """'blas' natively; under Pyodide 'wasm-simd128', or 'einsum (why the kernels are not used)'."""
+    if not NO_BLAS:
+        return "blas"
+    wasm_kernels()
+    kernels, why = _kernels[0]
+    return why if kernels is not None else f"einsum ({why})"
 
 
 def einsum_matmul(a, b):
@@ -33,7 +67,12 @@ def einsum_matmul(a, b):
 
 
 def mm(a, b, out=None):
-    """np.matmul; under Pyodide float32 einsum instead (1.6x faster there on attention, see einsum_matmul)."""
-    if NO_BLAS and a.dtype == np.float32 and b.dtype == np.float32:
+    """np.matmul; under Pyodide the wasm SIMD GEMM for float32 (matrices, batched, broadcast, any strides)
+    but the smallest products, else float32 einsum (1.6x faster there than np.matmul on attention, see einsum_matmul)."""
+    if NO_BLAS and a.dtype == _F32 and b.dtype == _F32:
+        kernels = wasm_kernels()
+        if kernels is not None and a.ndim >= 2 and b.ndim >= 2 \
+                and max(a.size * b.shape[-1], b.size * a.shape[-2]) >= _KERNEL_MIN_MNK:
+            return kernels.matmul(a, b, out)
         return einsum_matmul(a, b) if out is None else np.einsum("...ij,...jk->...ik", a, b, out=out)
     return np.matmul(a, b, out=out)

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import dtypes as D
 from .array_module_backend import _BF16, _F16, _F32, _HALF, ArrayModuleBackend
-from .cpu_matmul import NO_BLAS, einsum_matmul, mm
+from .cpu_matmul import NO_BLAS, mm, wasm_kernels
 from .numpy_conv import conv as _conv_im2col
 
 _ATTN_BLOCK = 1 << 19  # (L, S) scores above this many elements are computed a block of query rows at a time
@@ -49,7 +49,7 @@ class NumpyBackend(ArrayModuleBackend):
     def weight_layout(self, w):
         # input-major storage makes w.T C-contiguous: OpenBLAS then streams a decoding step's
         # row-vector x weight product 1.2-2x faster than from the (out, in) rows (bench_llama)
-        # (not under Pyodide: there einsum reads the (out, in) rows as fast, the 32000-word head 20% faster)
+        # (not under Pyodide: no BLAS to feed there, and the wasm kernels read either layout)
         if not NO_BLAS and w.ndim == 2 and w.dtype.kind == "f" and w.flags.c_contiguous and w.size >= 16384:
             return np.ascontiguousarray(w.T).T
         return w
@@ -62,7 +62,7 @@ class NumpyBackend(ArrayModuleBackend):
             return mm(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
         if a.dtype is _F32:
             if NO_BLAS:
-                return einsum_matmul(a, b)
+                return mm(a, b)  # the wasm SIMD kernels, or einsum
             if a.shape[-2] == 1 and b.ndim == 2 and 16384 <= b.size <= _EINSUM_MAX and not b.flags.c_contiguous:
                 # row vector x an (out, in) weight's transposed view (one not re-stored by weight_layout,
                 # e.g. while training): memory-bound, and numpy's SIMD einsum loop streams that layout
@@ -98,6 +98,8 @@ class NumpyBackend(ArrayModuleBackend):
     def silu(self, x):
         if x.dtype in _HALF:
             return self._back(self.silu(self._f32(x)), x.dtype)
+        if NO_BLAS and x.dtype is _F32 and wasm_kernels() is not None:
+            return wasm_kernels().silu(x)  # numpy's exp is scalar in wasm: 20% of YOLOv8s went there
         out = self._sigmoid(x)  # one fresh array, then in place (YOLO: every conv is followed by a SiLU)
         out *= x
         return out

@@ -6,7 +6,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from .cpu_matmul import NO_BLAS, mm
+from .cpu_matmul import NO_BLAS, mm, wasm_kernels
 
 
 def conv(x, w, stride, padding, dilation, groups):
@@ -23,7 +23,7 @@ def conv(x, w, stride, padding, dilation, groups):
                          f"dilated kernel {tuple(dilation[i] * (k[i] - 1) + 1 for i in range(nd))}")
     g, cg, og = groups, c // groups, o // groups
     p = math.prod(out)
-    if nd == 2 and g == 1 and not NO_BLAS and any(v != 1 for v in k):
+    if nd == 2 and g == 1 and (not NO_BLAS or wasm_kernels() is not None) and any(v != 1 for v in k):
         return _conv2d_bands(x, w, stride, dilation, out)
     if all(v == 1 for v in k):  # 1x1: a plain matmul over (strided) pixels
         xs = x[(slice(None), slice(None)) + tuple(slice(0, stride[i] * (out[i] - 1) + 1, stride[i]) for i in range(nd))]
@@ -63,5 +63,5 @@ def _conv2d_bands(x, w, stride, dilation, out_hw):
             cols = buf[:ck * m * wo].reshape(c, kh, kw, m, wo)
             np.copyto(cols, win[b, :, :, :, r:r + m])
             band = as_strided(y[b, :, r:], shape=(o, m * wo), strides=(y.strides[1], y.strides[3]))  # rows r:r+m
-            np.matmul(wm, cols.reshape(ck, m * wo), out=band)
+            mm(wm, cols.reshape(ck, m * wo), out=band)
     return y

@@ -1,0 +1,140 @@
+"""The CPU backend's WebAssembly SIMD128 kernels, for Pyodide (whose numpy has no BLAS).
+
+`cpu_wasm_kernels.wasm` beside this file is a Pyodide side module built from `wasm/kernels/*.c` by
+`python -m ember.wasm.kernels.build` (clang-19 + lld-19) and shipped as package data, so a `pip install` needs no
+compiler and the wheel stays py3-none-any; CI rebuilds it and fails when the bytes differ from the
+committed file (tests/test_wasm_kernels_build.py). Pyodide's `ctypes.CDLL` loads it (emscripten's
+dlopen), and the kernels compute in place on numpy's buffers through `arr.ctypes.data`.
+
+`load()` says whether the kernels can be used here and why not: not under Pyodide, switched off
+with EMBER_WASM_KERNELS=0, a browser without WebAssembly SIMD, or a module that fails to load.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+MODULE = Path(__file__).with_name("cpu_wasm_kernels.wasm")
+_F32 = np.dtype(np.float32)
+
+# The smallest module using a SIMD instruction (a function returning v128.const 0), the probe
+# wasm-feature-detect uses: a browser without SIMD128 refuses to validate it.
+_SIMD_PROBE = bytes([0x00, 0x61, 0x73, 0x6D, 0x01, 0x00, 0x00, 0x00,    # magic, version 1
+                     0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7B,          # type: () -> v128
+                     0x03, 0x02, 0x01, 0x00,                            # one function of that type
+                     0x0A, 0x16, 0x01, 0x14, 0x00, 0xFD, 0x0C] + [0] * 16 + [0x0B])  # v128.const 0
+
+
+class WasmKernels:
+    """The loaded module: `matmul(a, b, out)` for float32 arrays of any strides, batched and broadcast;
+    `silu(x)`."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        # no argtypes: Python ints go through as C ints, the cheapest call Pyodide's ctypes makes
+        self._sgemm, self._sgemm_batched = lib.ember_sgemm, lib.ember_sgemm_batched
+        self._scratch = np.empty(lib.ember_sgemm_scratch_floats(), _F32)  # packed A and B blocks
+        self._scratch_ptr = _ptr(self._scratch)
+        self._strides = np.empty(8, np.int32)  # the batched call's stride block
+        self._strides_ptr = _ptr(self._strides)
+        self._silu = lib.ember_silu_f32
+
+    def silu(self, x: np.ndarray) -> np.ndarray:
+        """x * sigmoid(x) for float32 (~2 ulp exp), a fresh C-contiguous array of x's shape."""
+        x = np.ascontiguousarray(x)
+        out = np.empty_like(x)
+        if x.size:
+            self._silu(_ptr(x), _ptr(out), x.size)
+        return out
+
+    def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """a (..., M, K) @ b (..., K, N) -> (..., M, N) float32, into `out` when given (any strides)."""
+        (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+        if k2 != k:
+            raise ValueError(f"ember: matmul shapes {a.shape} and {b.shape} do not match (K {k} vs {k2})")
+        batch = () if a.ndim == b.ndim == 2 else np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        shape = batch + (m, n)
+        target = out
+        if out is None or out.dtype != _F32 or out.shape != shape or not _unit_columns(out):
+            target = np.empty(shape, _F32)
+        if m and n:
+            a, b = _element_strided(a), _element_strided(b)
+            if not batch:
+                sa, sb = a.strides, b.strides
+                self._sgemm(m, n, k, _ptr(a), sa[0] >> 2, sa[1] >> 2, _ptr(b), sb[0] >> 2, sb[1] >> 2,
+                            _ptr(target), target.strides[0] >> 2, self._scratch_ptr, 0)
+            else:
+                if a.shape[:-2] != batch:
+                    a = np.broadcast_to(a, batch + (m, k))
+                if b.shape[:-2] != batch:
+                    b = np.broadcast_to(b, batch + (k, n))
+                self._batched(a, b, target)
+        if out is not None and target is not out:
+            np.copyto(out, target)
+            return out
+        return target
+
+    def _batched(self, a, b, c):
+        """One C call per matrix of the leading batch dims; the last batch dim is looped in C."""
+        m, k, n = a.shape[-2], a.shape[-1], c.shape[-1]
+        self._strides[:] = [s >> 2 for s in a.strides[-3:] + b.strides[-3:] + c.strides[-3:-1]]
+        base = _ptr(a), _ptr(b), _ptr(c)
+        if c.ndim == 3:  # (np.ndindex alone costs 30 us under Pyodide)
+            self._sgemm_batched(c.shape[0], m, n, k, *base, self._strides_ptr, self._scratch_ptr, 0)
+            return
+        for idx in np.ndindex(*c.shape[:-3]):
+            pa, pb, pc = (_i32(p + sum(i * s for i, s in zip(idx, x.strides))) for p, x in zip(base, (a, b, c)))
+            self._sgemm_batched(c.shape[-3], m, n, k, pa, pb, pc, self._strides_ptr, self._scratch_ptr, 0)
+
+
+def _ptr(x: np.ndarray) -> int:
+    return _i32(x.__array_interface__["data"][0])  # (cheaper than x.ctypes.data under Pyodide: 6 vs 9 us)
+
+
+def _i32(address: int) -> int:
+    """A wasm32 address as the signed C int ctypes passes without argtypes: a heap grown past 2 GiB has
+    addresses >= 2**31, which ctypes refuses to convert ("int too long"); the bits are the same."""
+    return ((address + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def _unit_columns(x: np.ndarray) -> bool:
+    """C is written through (pointer, row stride) with unit column stride, element-aligned strides."""
+    return x.ndim >= 2 and (x.strides[-1] == 4 or x.shape[-1] == 1) and all(s % 4 == 0 for s in x.strides)
+
+
+def _element_strided(x: np.ndarray) -> np.ndarray:
+    """The kernels address operands in float strides: a view whose byte strides are not multiples of 4
+    (as_strided over raw bytes) is copied."""
+    return x if all(s % 4 == 0 for s in x.strides) else np.ascontiguousarray(x)
+
+
+def _simd_reason() -> str | None:
+    """Why this JavaScript engine cannot run the module (None when it can)."""
+    try:
+        import js
+        from pyodide.ffi import to_js
+    except ImportError:
+        return None  # not a browser-like host: let the load itself tell
+    if not js.WebAssembly.validate(to_js(_SIMD_PROBE)):
+        return "this browser has no WebAssembly SIMD128"
+    return None
+
+
+def load(path: str | os.PathLike = MODULE) -> tuple[WasmKernels | None, str]:
+    """(kernels, "wasm-simd128") when they run here, else (None, why not)."""
+    if sys.platform != "emscripten":
+        return None, "not running under Pyodide"
+    if os.environ.get("EMBER_WASM_KERNELS", "1") == "0":
+        return None, "switched off by EMBER_WASM_KERNELS=0"
+    why = _simd_reason()
+    if why:
+        return None, why
+    if not Path(path).is_file():
+        return None, f"kernel module {path} is missing from this install"
+    try:
+        return WasmKernels(ctypes.CDLL(str(path))), "wasm-simd128"
+    except Exception as exc:  # a truncated or foreign module: dlopen's OSError, a missing symbol ...
+        return None, f"kernel module {path} failed to load: {type(exc).__name__}: {exc}"

@@ -1,0 +1,228 @@
+// f32 GEMM for the CPU backend under Pyodide (WebAssembly SIMD128): C = A B (or C += A B).
+//
+// Freestanding: no libc, no malloc; the caller passes every buffer, the packing scratch included.
+// Every operand is addressed by (pointer, row stride, column stride) in elements, so A B, A B^T,
+// A^T B, negative strides (flipped views) and unaligned pointers are all the same call; C needs
+// unit column stride. The structure is the usual one (Goto / BLIS): cache blocks of KC x NC of B
+// and MC x KC of A are packed into contiguous panels (NR columns / MR rows wide, zero-padded at the
+// edges), and a 4 x 8 register-blocked micro-kernel (8 f32x4 accumulators) runs over the panels.
+#include <wasm_simd128.h>
+
+#define MR 4
+#define NR 8
+#ifndef KC                  // (overridable with -D for tuning runs)
+#define KC 256              // a packed A panel (MR x KC) and a B panel (KC x NR) stay in L1
+#endif
+#ifndef MC
+#define MC 128              // the packed A block (MC x KC, 128 KiB) stays in L2
+#endif
+#ifndef NC
+#define NC 1024             // the packed B block (KC x NC, 1 MiB) stays in L3
+#endif
+
+// floats of scratch ember_sgemm needs: the packed A block then the packed B block
+#define SCRATCH_FLOATS (MC * KC + KC * NC)
+
+__attribute__((export_name("ember_sgemm_scratch_floats")))
+int ember_sgemm_scratch_floats(void) { return SCRATCH_FLOATS; }
+
+// ---------------------------------------------------------------------------- packing
+
+// A[i0:i0+mc, k0:k0+kc] -> panels of MR rows, each stored k-major: dst[p][k][r]; missing rows are 0
+static void pack_a(int mc, int kc, const float *a, int rsa, int csa, float *dst) {
+    for (int i = 0; i < mc; i += MR) {
+        int rows = mc - i < MR ? mc - i : MR;
+        const float *src = a + (long)i * rsa;
+        if (rows == MR && csa == 1) {
+            const float *r0 = src, *r1 = src + rsa, *r2 = src + 2 * (long)rsa, *r3 = src + 3 * (long)rsa;
+            for (int k = 0; k < kc; k++) {
+                dst[0] = r0[k]; dst[1] = r1[k]; dst[2] = r2[k]; dst[3] = r3[k];
+                dst += MR;
+            }
+        } else {
+            for (int k = 0; k < kc; k++) {
+                for (int r = 0; r < MR; r++)
+                    dst[r] = r < rows ? src[(long)r * rsa + (long)k * csa] : 0.0f;
+                dst += MR;
+            }
+        }
+    }
+}
+
+// B[k0:k0+kc, j0:j0+nc] -> panels of NR columns, each stored k-major: dst[p][k][c]; missing columns are 0
+static void pack_b(int kc, int nc, const float *b, int rsb, int csb, float *dst) {
+    for (int j = 0; j < nc; j += NR) {
+        int cols = nc - j < NR ? nc - j : NR;
+        const float *src = b + (long)j * csb;
+        if (cols == NR && csb == 1) {
+            for (int k = 0; k < kc; k++) {
+                const float *row = src + (long)k * rsb;
+                wasm_v128_store(dst, wasm_v128_load(row));
+                wasm_v128_store(dst + 4, wasm_v128_load(row + 4));
+                dst += NR;
+            }
+        } else if (cols == NR && rsb == 1) {  // B is a transposed row-major matrix: gather NR rows of it
+            const float *c0 = src;
+            for (int k = 0; k < kc; k++) {
+                for (int c = 0; c < NR; c++) dst[c] = c0[(long)c * csb + k];
+                dst += NR;
+            }
+        } else {
+            for (int k = 0; k < kc; k++) {
+                for (int c = 0; c < NR; c++)
+                    dst[c] = c < cols ? src[(long)k * rsb + (long)c * csb] : 0.0f;
+                dst += NR;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------- micro-kernel
+
+// acc (MR x NR) = sum over k of pa[k][:] (outer) pb[k][:]; then C[0:rows, 0:cols] (+)= acc
+static void micro_4x8(int kc, const float *pa, const float *pb, float *c, int rsc, int rows, int cols,
+                      int accumulate) {
+    v128_t c00 = wasm_f32x4_splat(0), c01 = c00, c10 = c00, c11 = c00;
+    v128_t c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    for (int k = 0; k < kc; k++) {
+        v128_t b0 = wasm_v128_load(pb), b1 = wasm_v128_load(pb + 4);
+        v128_t a0 = wasm_v128_load32_splat(pa), a1 = wasm_v128_load32_splat(pa + 1);
+        v128_t a2 = wasm_v128_load32_splat(pa + 2), a3 = wasm_v128_load32_splat(pa + 3);
+        c00 = wasm_f32x4_add(c00, wasm_f32x4_mul(a0, b0)); c01 = wasm_f32x4_add(c01, wasm_f32x4_mul(a0, b1));
+        c10 = wasm_f32x4_add(c10, wasm_f32x4_mul(a1, b0)); c11 = wasm_f32x4_add(c11, wasm_f32x4_mul(a1, b1));
+        c20 = wasm_f32x4_add(c20, wasm_f32x4_mul(a2, b0)); c21 = wasm_f32x4_add(c21, wasm_f32x4_mul(a2, b1));
+        c30 = wasm_f32x4_add(c30, wasm_f32x4_mul(a3, b0)); c31 = wasm_f32x4_add(c31, wasm_f32x4_mul(a3, b1));
+        pa += MR;
+        pb += NR;
+    }
+    v128_t acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
+    if (rows == MR && cols == NR) {
+        for (int r = 0; r < MR; r++) {
+            float *row = c + (long)r * rsc;
+            v128_t v0 = acc[r][0], v1 = acc[r][1];
+            if (accumulate) {
+                v0 = wasm_f32x4_add(v0, wasm_v128_load(row));
+                v1 = wasm_f32x4_add(v1, wasm_v128_load(row + 4));
+            }
+            wasm_v128_store(row, v0);
+            wasm_v128_store(row + 4, v1);
+        }
+        return;
+    }
+    float tile[MR * NR];
+    for (int r = 0; r < MR; r++) {
+        wasm_v128_store(tile + r * NR, acc[r][0]);
+        wasm_v128_store(tile + r * NR + 4, acc[r][1]);
+    }
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++)
+            c[(long)r * rsc + j] = accumulate ? c[(long)r * rsc + j] + tile[r * NR + j] : tile[r * NR + j];
+}
+
+// ---------------------------------------------------------------------------- row vector x matrix
+
+// c[0:n] (+)= a[0:k] B (decode steps: M = 1). Memory-bound, so B is streamed once, unpacked.
+static void gemv(int n, int k, const float *a, int csa, const float *b, int rsb, int csb, float *c,
+                 int accumulate) {
+    if (csb == 1) {  // B row-major: c += a[k] * B[k, :], vectorised along n, 16 columns at a time
+        int j = 0;
+        for (; j + 16 <= n; j += 16) {
+            v128_t s0 = wasm_f32x4_splat(0), s1 = s0, s2 = s0, s3 = s0;
+            for (int p = 0; p < k; p++) {
+                const float *row = b + (long)p * rsb + j;
+                v128_t av = wasm_f32x4_splat(a[(long)p * csa]);
+                s0 = wasm_f32x4_add(s0, wasm_f32x4_mul(av, wasm_v128_load(row)));
+                s1 = wasm_f32x4_add(s1, wasm_f32x4_mul(av, wasm_v128_load(row + 4)));
+                s2 = wasm_f32x4_add(s2, wasm_f32x4_mul(av, wasm_v128_load(row + 8)));
+                s3 = wasm_f32x4_add(s3, wasm_f32x4_mul(av, wasm_v128_load(row + 12)));
+            }
+            v128_t s[4] = {s0, s1, s2, s3};
+            for (int q = 0; q < 4; q++) {
+                v128_t v = accumulate ? wasm_f32x4_add(s[q], wasm_v128_load(c + j + 4 * q)) : s[q];
+                wasm_v128_store(c + j + 4 * q, v);
+            }
+        }
+        for (; j < n; j++) {
+            float s = 0;
+            for (int p = 0; p < k; p++) s += a[(long)p * csa] * b[(long)p * rsb + j];
+            c[j] = accumulate ? c[j] + s : s;
+        }
+        return;
+    }
+    // B column-major (an (out, in) weight's transpose): c[j] = dot(a, B[:, j]), vectorised along k
+    for (int j = 0; j < n; j++) {
+        const float *col = b + (long)j * csb;
+        float s = 0;
+        int p = 0;
+        if (rsb == 1 && csa == 1) {
+            v128_t s0 = wasm_f32x4_splat(0), s1 = s0;
+            for (; p + 8 <= k; p += 8) {
+                s0 = wasm_f32x4_add(s0, wasm_f32x4_mul(wasm_v128_load(a + p), wasm_v128_load(col + p)));
+                s1 = wasm_f32x4_add(s1, wasm_f32x4_mul(wasm_v128_load(a + p + 4), wasm_v128_load(col + p + 4)));
+            }
+            s0 = wasm_f32x4_add(s0, s1);
+            s = wasm_f32x4_extract_lane(s0, 0) + wasm_f32x4_extract_lane(s0, 1)
+              + wasm_f32x4_extract_lane(s0, 2) + wasm_f32x4_extract_lane(s0, 3);
+        }
+        for (; p < k; p++) s += a[(long)p * csa] * col[(long)p * rsb];
+        c[j] = accumulate ? c[j] + s : s;
+    }
+}
+
+// ---------------------------------------------------------------------------- entry points
+
+// C (m x n, row stride rsc, unit column stride) = A (m x k) B (k x n), or += when accumulate.
+// scratch: ember_sgemm_scratch_floats() floats, any alignment.
+__attribute__((export_name("ember_sgemm")))
+void ember_sgemm(int m, int n, int k, const float *a, int rsa, int csa, const float *b, int rsb, int csb,
+                 float *c, int rsc, float *scratch, int accumulate) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {  // an empty sum
+        if (!accumulate)
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) c[(long)i * rsc + j] = 0.0f;
+        return;
+    }
+    if (m == 1) {
+        gemv(n, k, a, csa, b, rsb, csb, c, accumulate);
+        return;
+    }
+    if (n == 1 && rsc == 1) {  // matrix x column vector (the quantized matmul's slabs when decoding): c^T = b^T a^T
+        gemv(m, k, b, rsb, a, csa, rsa, c, accumulate);
+        return;
+    }
+    float *pa = scratch, *pb = scratch + MC * KC;
+    for (int j0 = 0; j0 < n; j0 += NC) {
+        int nc = n - j0 < NC ? n - j0 : NC;
+        for (int k0 = 0; k0 < k; k0 += KC) {
+            int kc = k - k0 < KC ? k - k0 : KC;
+            int acc = accumulate || k0 > 0;
+            pack_b(kc, nc, b + (long)k0 * rsb + (long)j0 * csb, rsb, csb, pb);
+            for (int i0 = 0; i0 < m; i0 += MC) {
+                int mc = m - i0 < MC ? m - i0 : MC;
+                pack_a(mc, kc, a + (long)i0 * rsa + (long)k0 * csa, rsa, csa, pa);
+                for (int j = 0; j < nc; j += NR) {
+                    int cols = nc - j < NR ? nc - j : NR;
+                    for (int i = 0; i < mc; i += MR) {
+                        int rows = mc - i < MR ? mc - i : MR;
+                        micro_4x8(kc, pa + i * kc, pb + j * kc, c + (long)(i0 + i) * rsc + j0 + j, rsc,
+                                  rows, cols, acc);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// batch products; strides: 8 element strides {batch, row, column of A; of B; batch, row of C} (a batch
+// stride of 0 broadcasts). Passed as an array because Pyodide's ctypes calls a function of more than
+// 13 arguments ~20x slower (29 us against 1.5 us).
+__attribute__((export_name("ember_sgemm_batched")))
+void ember_sgemm_batched(int batch, int m, int n, int k, const float *a, const float *b, float *c,
+                         const int *strides, float *scratch, int accumulate) {
+    int bsa = strides[0], rsa = strides[1], csa = strides[2], bsb = strides[3], rsb = strides[4];
+    int csb = strides[5], bsc = strides[6], rsc = strides[7];
+    for (int t = 0; t < batch; t++)
+        ember_sgemm(m, n, k, a + (long)t * bsa, rsa, csa, b + (long)t * bsb, rsb, csb, c + (long)t * bsc,
+                    rsc, scratch, accumulate);
+}
