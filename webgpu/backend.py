@@ -19,6 +19,7 @@ from ember.primitives import Backend
 
 from . import kernels
 from .backend_compute import ComputeMixin
+from .backend_quant import QuantMixin
 from .buffers import F16_NATIVE, WORD, BufferPool, GArray, Storage, compute_type, contiguous_strides
 
 MAXD = 8  # dims a view may have after merging (meta layout in common.wgsl)
@@ -78,7 +79,7 @@ def merge_dims(shape, views):
     return tuple(s for s, _ in out), [(v[0], tuple(st[k] for _, st in out)) for k, v in enumerate(views)]
 
 
-class WebGPUBackend(ComputeMixin, Backend):
+class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
     name = "webgpu"
     _groups = staticmethod(_groups)
 
@@ -88,8 +89,12 @@ class WebGPUBackend(ComputeMixin, Backend):
         self.pool = BufferPool(self.adapter)
         self.pipelines = kernels.PipelineCache(self.adapter)
         self._meta: dict = {}
+        # what crossed between host and GPU (counters(); tests assert a decode step stays on the GPU)
         self.dispatches = 0
         self.host_uploads = 0  # CPU arrays passed to primitives (see _dev)
+        self.bytes_uploaded = 0
+        self.bytes_read = 0
+        self.readbacks = 0
         self.has_f16 = "shader-f16" in self.adapter.features
         self.words = dict(WORD)
         if self.has_f16 and os.environ.get("EMBER_WEBGPU_F16", "1") != "0":
@@ -164,6 +169,21 @@ class WebGPUBackend(ComputeMixin, Backend):
         m[8:8 + len(shape)] = shape
         return m
 
+    def counters(self):
+        """Dispatches recorded, arrays uploaded from CPU arrays handed to primitives, bytes
+        uploaded and read back, readbacks: since this backend was made (diff two calls)."""
+        return {"dispatches": self.dispatches, "host_uploads": self.host_uploads,
+                "bytes_uploaded": self.bytes_uploaded, "bytes_read": self.bytes_read, "readbacks": self.readbacks}
+
+    def _upload(self, view, words):
+        """Write a contiguous word array to the start of a fresh buffer view, counting the bytes."""
+        self.adapter.write(view.storage.handle, words)
+        self.bytes_uploaded += words.nbytes
+
+    def _count_read(self, nbytes):
+        self.bytes_read += nbytes
+        self.readbacks += 1
+
     def _bits(self, value, dtype):
         """A Python scalar as the 32-bit word pattern of dtype's GPU storage."""
         wt, wnp, fix = self._word(dtype)
@@ -202,13 +222,15 @@ class WebGPUBackend(ComputeMixin, Backend):
             w = np.ascontiguousarray(w).reshape(-1)
             if w.nbytes % 4:  # copies move whole 4-byte units (odd-length f16 arrays)
                 w = np.concatenate([w, np.zeros(1, w.dtype)])
-            self.adapter.write(out.storage.handle, w)
+            self._upload(out, w)
         return out
 
     def _words(self, x):
         x = self.contiguous(x)
         wnp = np.dtype(self._word(x.dtype)[1])
-        raw = self.adapter.read(x.storage.handle, self._nbytes(x.size, x.dtype))[: x.size * wnp.itemsize]
+        nb = self._nbytes(x.size, x.dtype)
+        self._count_read(nb)
+        raw = self.adapter.read(x.storage.handle, nb)[: x.size * wnp.itemsize]
         return raw.view(wnp).reshape(x.shape)
 
     def _from_words(self, w, dtype):
@@ -225,7 +247,9 @@ class WebGPUBackend(ComputeMixin, Backend):
         """Readback that awaits the GPU instead of blocking (the page's path without JSPI)."""
         x = self.contiguous(x)
         wnp = np.dtype(self._word(x.dtype)[1])
-        raw = (await self.adapter.read_async(x.storage.handle, self._nbytes(x.size, x.dtype)))[: x.size * wnp.itemsize]
+        nb = self._nbytes(x.size, x.dtype)
+        self._count_read(nb)
+        raw = (await self.adapter.read_async(x.storage.handle, nb))[: x.size * wnp.itemsize]
         return self._from_words(raw.view(wnp).reshape(x.shape), x.dtype)
 
     def full(self, shape, value, dtype):
