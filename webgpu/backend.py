@@ -103,6 +103,8 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
         # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
         # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three
         self.matmul_kernel = "auto"
+        # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py)
+        self.qmatvec_split = 8
 
     def __repr__(self):
         return f"WebGPUBackend({self.adapter.info})"

@@ -46,12 +46,13 @@ class QuantMixin:
         if m == 0 or n_out == 0 or m > _MATVEC_MAX_M:
             return self.reshape(self._q_prefill(x2, w, decoder, n_out, k_in, row_bytes), lead + (n_out,))
         y = self._new((m, n_out), D.float32)                                     # (M, N)
-        p = self.pipelines.get("quant", "qmatvec", "f32", ["u32", "f32"], DECODE=decoder)
+        tpc = self.qmatvec_split
+        p = self.pipelines.get("quant", "qmatvec", "f32", ["u32", "f32"], DECODE=decoder, TPC=str(tpc))
         for m0 in range(0, m, _MATVEC_ROWS):
             rows = min(_MATVEC_ROWS, m - m0)
             # x rows from element prm[4] of x's buffer, out rows from element prm[5] of y's
             meta = [rows, n_out, k_in, row_bytes, x2.offset + m0 * k_in, m0 * n_out]
-            self._run(p, meta, y, [w, x2], _col_groups(n_out))
+            self._run(p, meta, y, [w, x2], _col_groups(-(-n_out // (64 // tpc))))
         return self.reshape(y, lead + (n_out,))
 
     def _q_prefill(self, x2, w, decoder, n_out, k_in, row_bytes):

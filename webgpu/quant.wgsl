@@ -100,9 +100,11 @@ fn decode_q6_k(row: u32, c: u32) {
 }
 
 //! kernel qmatvec
-// Decode shape: out (M, N) = x (M, K) @ W^T for M <= 8. One workgroup per output column n:
-// its 64 threads split K by chunks (each weight chunk decoded once, used for all M rows), then
-// sum their partials through shared memory. $DECODE names the block decoder above.
+// Decode shape: out (M, N) = x (M, K) @ W^T for M <= 8. A workgroup of 64 threads serves
+// 64 / $TPC output columns; the $TPC threads of a column split K by chunks (each weight chunk
+// decoded once, used for all M rows) and sum their partials through shared memory. $TPC 1
+// (no barriers) suits CPU-emulated adapters; wider splits suit GPUs (more loads in flight).
+// $DECODE names the block decoder above.
 var<workgroup> part: array<f32, 512>;  // (8 rows, 64 threads)
 
 @compute @workgroup_size(64)
@@ -111,28 +113,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let M = prm[0];
     let N = prm[1];
     let K = prm[2];
-    let n = wid.y * nwg.x + wid.x;
-    if (n >= N) { return; }  // uniform per workgroup: the barriers below stay valid
+    let t = lid % ${TPC}u;
+    let n = (wid.y * nwg.x + wid.x) * (64u / ${TPC}u) + lid / ${TPC}u;
+    let live = n < N;
     let row = n * prm[3];
     var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    for (var c = lid; c < K / 32u; c = c + 64u) {
-        $DECODE(row, c);
-        for (var m = 0u; m < M; m = m + 1u) {
-            let xb = prm[4] + m * K + c * 32u;
-            var s = 0.0;
-            for (var i = 0u; i < 32u; i = i + 1u) { s = s + wv[i] * f32(in1[xb + i]); }
-            acc[m] = acc[m] + s;
+    if (live) {
+        for (var c = t; c < K / 32u; c = c + ${TPC}u) {
+            $DECODE(row, c);
+            for (var m = 0u; m < M; m = m + 1u) {
+                let xb = prm[4] + m * K + c * 32u;
+                var s = 0.0;
+                for (var i = 0u; i < 32u; i = i + 4u) {
+                    s = s + dot(vec4<f32>(wv[i], wv[i + 1u], wv[i + 2u], wv[i + 3u]),
+                                vec4<f32>(in1[xb + i], in1[xb + i + 1u], in1[xb + i + 2u], in1[xb + i + 3u]));
+                }
+                acc[m] = acc[m] + s;
+            }
         }
     }
-    for (var m = 0u; m < 8u; m = m + 1u) { part[m * 64u + lid] = acc[m]; }
-    workgroupBarrier();
-    for (var st = 32u; st > 0u; st = st >> 1u) {
-        if (lid < st) {
-            for (var m = 0u; m < M; m = m + 1u) { part[m * 64u + lid] = part[m * 64u + lid] + part[m * 64u + lid + st]; }
-        }
+    if (${TPC}u > 1u) {
+        for (var m = 0u; m < 8u; m = m + 1u) { part[m * 64u + lid] = acc[m]; }
         workgroupBarrier();
+        for (var st = ${TPC}u / 2u; st > 0u; st = st >> 1u) {
+            if (t < st) {
+                for (var m = 0u; m < M; m = m + 1u) { part[m * 64u + lid] = part[m * 64u + lid] + part[m * 64u + lid + st]; }
+            }
+            workgroupBarrier();
+        }
+        for (var m = 0u; m < 8u; m = m + 1u) { acc[m] = part[m * 64u + lid - t]; }
     }
-    if (lid < M) { out[prm[5] + lid * N + n] = part[lid * 64u]; }
+    if (live) {
+        for (var m = t; m < M; m = m + ${TPC}u) { out[prm[5] + m * N + n] = acc[m]; }
+    }
 }
 
 //! kernel dequant
