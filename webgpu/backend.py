@@ -18,6 +18,7 @@ from ember import dtypes as D
 from ember.primitives import Backend
 
 from . import kernels
+from .adapter_choice import describe
 from .backend_compute import ComputeMixin
 from .backend_quant import QuantMixin
 from .buffers import F16_NATIVE, WORD, BufferPool, GArray, Storage, compute_type, contiguous_strides
@@ -108,6 +109,11 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
 
     def __repr__(self):
         return f"WebGPUBackend({self.adapter.info})"
+
+    @property
+    def description(self):
+        """The adapter, vendor/architecture, key limits, f16, and whether `auto` skips it (`ember info`)."""
+        return describe(self.adapter.details, self.adapter.limits, self.adapter.features)
 
     def supports(self, dtype):
         """float64 has no WGSL type; every other ember dtype is stored in 4-byte words."""
