@@ -39,8 +39,8 @@ def _size(n):
 
 def describe(details: dict, limits: dict, features) -> str:
     """One line for `ember info` and the page: the adapter, its vendor/architecture, key limits."""
-    who = details.get("device") or details.get("description") or "unknown adapter"
-    parts = [who]
+    who = details.get("device") or details.get("description")  # browsers often hide both
+    parts = [who] if who else []
     va = " / ".join(str(details[k]) for k in ("vendor", "architecture") if details.get(k))
     if va:
         parts.append(f"vendor/architecture {va}")
