@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -47,6 +48,12 @@ def test_describe_names_vendor_architecture_limits_and_auto():
     assert "'auto' uses the CPU" in describe({"device": "SwiftShader Device"}, {}, set())
 
 
+def _run(coro):
+    """asyncio.run in a thread: Playwright (e2e, same pytest process) keeps a loop in the main thread."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 needs_webgpu = pytest.mark.skipif(not _OK, reason=f"webgpu unavailable: {_WHY}")
 
 
@@ -55,8 +62,8 @@ def test_auto_follows_the_adapter_here_and_webgpu_still_forces_it():
     from ember.wasm.worker_api import pick_device
     be = ember.device("webgpu").backend
     name, why = auto_device()
-    auto = asyncio.run(pick_device("auto"))
-    forced = asyncio.run(pick_device("webgpu"))
+    auto = _run(pick_device("auto"))
+    forced = _run(pick_device("webgpu"))
     assert forced["device"] == "webgpu" and forced["adapter"] == be.description
     if be.adapter.software is None:   # a hardware adapter (a real GPU machine)
         assert (name, why) == ("webgpu", "") and auto["device"] == "webgpu"
@@ -65,7 +72,7 @@ def test_auto_follows_the_adapter_here_and_webgpu_still_forces_it():
         assert auto["device"] == "cpu" and be.adapter.software in auto["reason"]
         assert auto["adapter"] == be.description
     with pytest.raises(Exception, match="expected 'auto', 'webgpu' or 'cpu'"):
-        asyncio.run(pick_device("tpu"))
+        _run(pick_device("tpu"))
 
 
 @needs_webgpu
