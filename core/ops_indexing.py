@@ -24,7 +24,9 @@ def _long_index(idx, size, what, device=None):
     """Validate and wrap negative indices; returns an int64 tensor (on `device`: like torch, index
     tensors may live on the CPU while the indexed tensor is on a GPU)."""
     if device is not None and idx.device != device:
-        idx = idx.to(device)
+        # check (and wrap) on the index's own device, then move it: a host index for a GPU tensor
+        # costs the GPU no readback (a decode step feeds its token this way)
+        return _long_index(idx, size, what).to(device)
     if idx.dtype is D.bool_:
         raise IndexError(f"ember: {what}: boolean index used where integer indices are expected")
     if idx.dtype.is_float:

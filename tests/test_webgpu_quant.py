@@ -142,3 +142,22 @@ def test_quantized_llama_from_gguf_same_greedy_tokens(tmp_path, qtype):
         tokens[dev] = _greedy(m.to(dev), prompt, 12)
     assert len(set(tokens["cpu"])) > 2, tokens      # a degenerate model would match trivially
     assert tokens["webgpu"] == tokens["cpu"]
+
+
+def test_quantized_llama_decode_reads_back_only_logits():
+    """After loading, generation on webgpu reads back one thing per token, the logits; nothing is
+    uploaded per token but the token id and the position's rotation (no weight, no activation)."""
+    from ember.models.llama.generate import SamplingParams, generate
+    model = quantize(_tiny_llama(), "q4_0").to("webgpu")
+    vocab = model.config.vocab_size
+    hd = model.config.head_dim
+    _greedy(model, [1, 2], 2)                       # warm-up: weights uploaded, pipelines compiled
+    c0 = BE.counters()
+    toks = list(generate(model, [3, 17, 42], 6, SamplingParams(temperature=0.0)))
+    c1 = BE.counters()
+    d = {k: c1[k] - c0[k] for k in c0}
+    assert len(toks) == 6
+    assert d["readbacks"] == len(toks) and d["bytes_read"] == len(toks) * vocab * 4, d   # the logits, once per token
+    assert d["host_uploads"] == 0, d
+    # per token: its id and the (head_dim, head_dim) rotation; the prompt adds its ids and causal mask
+    assert d["bytes_uploaded"] < len(toks) * (hd * hd * 4 + 1024), d
