@@ -291,6 +291,31 @@ def _advanced(y, adv):
     return A.prim_reshape(out, y.shape[:p0] + bshape + y.shape[p0 + 1:])
 
 
+def copy_into(dst, src, starts):
+    """dst[s0:s0 + src.shape[0], s1:s1 + src.shape[1], ...] = src, in place; returns dst. The backend's
+    copy_into writes dst's buffer where it can (cpu, cuda, webgpu: views of dst then see the write, as
+    after torch's `dst.narrow(...).copy_(src)`); otherwise, and while recording gradients, it is the
+    composed `dst[slices] = src`. A preallocated KV cache writes each new token's row this way."""
+    starts = tuple(int(a) for a in starts)
+    if src.ndim != dst.ndim or len(starts) != dst.ndim:
+        raise ValueError(f"ember: copy_into: src of shape {src.shape} and starts {starts} must match the "
+                         f"{dst.ndim} dims of dst {dst.shape}")
+    for d, (a, n, size) in enumerate(zip(starts, src.shape, dst.shape)):
+        if a < 0 or a + n > size:
+            raise IndexError(f"ember: copy_into: src of shape {src.shape} at starts {starts} does not fit dst "
+                             f"of shape {dst.shape} (dim {d}: {a} + {n} > {size})")
+    if src.device != dst.device:
+        raise ValueError(f"ember: copy_into: src is on {src.device}, dst on {dst.device}")
+    src = A.prim_cast(src, dst.dtype)
+    f = getattr(dst.device.backend, "copy_into", None)
+    if f is None or (A.is_grad_enabled() and (dst.requires_grad or src.requires_grad)):
+        setitem(dst, tuple(slice(a, a + n) for a, n in zip(starts, src.shape)), src)
+        return dst
+    if src.numel():
+        dst._data = f(dst._data, src._data, starts)  # no graph: the fused path runs only without gradients
+    return dst
+
+
 def setitem(x, key, value):
     """x[key] = value, written as a scatter into a copy that then replaces x's data."""
     from .tensor import arange, tensor

@@ -416,6 +416,12 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
         p = self.pipelines.get("copy", "copy", wt, [wt])
         self._run(p, self._view_meta(n, shape, views), dst, [src], _groups(n))
 
+    def copy_into(self, dst, src, starts):
+        """src written into dst's buffer at `starts` (one copy dispatch, in place)."""
+        stops = [a + n for a, n in zip(starts, src.shape)]
+        self._copy_into(self.slice(dst, starts, stops, [1] * len(starts)), src)
+        return dst
+
     def contiguous(self, x):
         if x.contiguous:
             return x
