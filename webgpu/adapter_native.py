@@ -47,12 +47,14 @@ class NativeAdapter:
         try:
             if backend is None:
                 adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
-            else:  # an explicit backend ("vulkan", "metal", "d3d12", "gl"): pick by its name
+            else:  # an explicit backend ("vulkan", "metal", "d3d12", "gl"): pick by its name, hardware first
+                found = []
                 for a in wgpu.gpu.enumerate_adapters_sync():
                     tried.append(f"{a.info['device']} ({a.info['backend_type']})")
                     if a.info["backend_type"].lower() == backend.lower():
-                        adapter = a
-                        break
+                        found.append(a)
+                found.sort(key=lambda a: software_reason(dict(a.info)) is not None)  # (stable: driver order)
+                adapter = found[0] if found else None
         except Exception as e:  # wgpu raises plain RuntimeErrors when no driver is present
             tried.append(f"request_adapter({power_preference!r}) failed: {e}")
         if adapter is None:
