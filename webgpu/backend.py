@@ -106,6 +106,8 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
         self.matmul_kernel = "auto"
         # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py)
         self.qmatvec_split = 8
+        # "flash": one online-softmax kernel (attention.wgsl); "composed": QK^T, softmax, PV kernels
+        self.attention_kernel = "flash"
 
     def __repr__(self):
         return f"WebGPUBackend({self.adapter.info})"
