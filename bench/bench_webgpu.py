@@ -166,6 +166,34 @@ def quant_matvec(n, k, qtypes=("q8_0", "q4_0", "q4_k", "q6_k")):
     return rows
 
 
+def attention(shapes=((1, 8, 1, 512, 64), (1, 8, 128, 128, 64))):
+    """Fused (one online-softmax kernel) vs composed (QK^T, softmax, PV) attention, interleaved."""
+    be = ember.device("webgpu").backend
+    rows = []
+    for B, H, L, S, D in shapes:
+        rng = np.random.default_rng(0)
+        q, k, v = (ember.tensor(rng.standard_normal(sh, dtype=np.float32), device="webgpu")
+                   for sh in ((B, H, L, D), (B, H, S, D), (B, H, S, D)))
+        ts = {"flash": [], "composed": []}
+        with ember.no_grad():
+            for _ in range(4):
+                for kern in ts:
+                    be.attention_kernel = kern
+                    F.scaled_dot_product_attention(q, k, v)
+                    be.synchronize()
+
+                    def run():
+                        F.scaled_dot_product_attention(q, k, v)
+                        be.synchronize()
+                    ts[kern].append(best(run, 1))
+        be.attention_kernel = "composed"
+        row = {"shape": [B, H, L, S, D], "flash_ms": min(ts["flash"]) * 1e3, "composed_ms": min(ts["composed"]) * 1e3}
+        rows.append(row)
+        print(f"  attention (B, H, L, S, D) = {(B, H, L, S, D)}: fused {row['flash_ms']:.2f} ms, composed "
+              f"{row['composed_ms']:.2f} ms", flush=True)
+    return rows
+
+
 def llama_decode(qtype="q8_0", tokens=8):
     """A quantized Llama (dim 512, 4 layers) decoding on webgpu: per token ms, dispatches, bytes moved."""
     from ember.models.llama.config import LlamaConfig
@@ -264,6 +292,7 @@ def main(argv=None):
         print(f"  adapter: {res['native']['adapter']}")
         res["transformer_block"] = transformer_block(args.seq)
     res["quant_matvec"] = quant_matvec(args.qn, args.qk)
+    res["attention"] = attention()
     res["llama_decode"] = [llama_decode(qt) for qt in ("q8_0", "q4_0")]
     if not (args.no_browser or args.only_quant):
         print("headless Chromium:", flush=True)

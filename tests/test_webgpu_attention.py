@@ -1,5 +1,6 @@
 """The fused WebGPU attention kernel (attention.wgsl: online softmax over blocks of 64 keys, one
-dispatch) against torch and against the backend's three-kernel composed path: odd head sizes, one
+dispatch; opt-in through backend.attention_kernel = "flash") against torch and against the backend's
+three-kernel composed path (the default): odd head sizes, one
 query (decode), key counts across block edges, broadcast batch dims, strided views, causal and
 additive masks."""
 from __future__ import annotations
@@ -27,14 +28,14 @@ def _gpu(a):
 
 
 def _run(kernel, q, k, v, **kw):
-    BE.attention_kernel = kernel
+    was, BE.attention_kernel = BE.attention_kernel, kernel
     try:
         with ember.no_grad():
             before = BE.dispatches
             y = F.scaled_dot_product_attention(q, k, v, **kw).numpy()
             return y, BE.dispatches - before
     finally:
-        BE.attention_kernel = "flash"
+        BE.attention_kernel = was
 
 
 @pytest.mark.parametrize("L,S,D,Dv", [(1, 1, 8, 8), (1, 130, 64, 64), (5, 64, 80, 48), (7, 65, 256, 256),
