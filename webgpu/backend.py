@@ -4,7 +4,9 @@ Arrays (buffers.GArray) stay on the GPU between ops; data crosses to the host on
 `to_numpy` / `to_numpy_async`. Movement ops (reshape of dense arrays, permute, expand, slice)
 are zero-copy views; every kernel reads strided views directly. The adapter (native wgpu or
 the browser's navigator.gpu) is picked at first use; `configure()` chooses power preference
-and native backend before that. Nothing falls back to the CPU.
+and native backend before that. Nothing falls back to the CPU: quantized weights are uploaded
+once as GGML blocks and decoded in WGSL (backend_quant.py); `counters()` reports dispatches and
+bytes moved, so tests can assert that a decode step reads back only its logits.
 """
 from __future__ import annotations
 
