@@ -1,6 +1,8 @@
 """WebGPU benchmark, one run: matmul GFLOP/s natively (webgpu's three matmul kernels vs numpy on
 the same machine) and in headless Chromium (webgpu on the page's adapter vs Pyodide's numpy),
-and a transformer block forward (d=384) on webgpu vs cpu.
+a transformer block forward (d=384) on webgpu vs cpu, quantized matvec GB/s (GGML blocks decoded
+in WGSL vs an f32 weight on the GPU vs the host-composed path) and a quantized Llama decode step
+(ms, dispatches and bytes moved per token, with the GPU qmatmul and with the host-composed one).
 
     python bench/bench_webgpu.py [--sizes 512 1024 2048] [--no-browser] [--json out.json]
 
@@ -110,6 +112,124 @@ def transformer_block(seq):
     return out
 
 
+# ---------------------------------------------------------------------- quantized matvec
+
+def _host_qmatmul(be):
+    """Context: the backend without its qmatmul primitive, so QTensor.matmul_t composes on the host."""
+    class Ctx:
+        def __enter__(self):
+            be.qmatmul = None           # an instance attribute hides the method
+        def __exit__(self, *a):
+            del be.qmatmul
+    return Ctx()
+
+
+def quant_matvec(n, k, qtypes=("q8_0", "q4_0", "q4_k", "q6_k")):
+    """One row x (1, K) @ W.T (N, K): GB/s of weight bytes read, three ways, interleaved per type."""
+    from ember.quant import QTensor
+    be = ember.device("webgpu").backend
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    x = ember.tensor(rng.standard_normal((1, k), dtype=np.float32), device="webgpu")
+    wf = ember.tensor(w, device="webgpu")
+    rows = []
+    for qt in qtypes:
+        q = QTensor.quantize(w, qt)
+        want = x.numpy().astype(np.float64) @ q.numpy().T
+        with ember.no_grad():
+            err = float(np.abs(q.matmul_t(x).numpy() - want).max() / np.abs(want).max())
+            ts = {"gpu": [], "f32": [], "host": []}
+
+            def gpu():
+                q.matmul_t(x)
+                be.synchronize()
+
+            def f32():
+                x @ wf.T
+                be.synchronize()
+
+            def host():
+                with _host_qmatmul(be):
+                    q.matmul_t(x).numpy()
+            f32()
+            for _ in range(5):                         # interleaved: the VM's speed drifts
+                for name, fn in (("gpu", gpu), ("f32", f32), ("host", host)):
+                    ts[name].append(best(fn, 1))
+        row = {"qtype": qt, "n": n, "k": k, "rel_err": err, "weight_bytes": q.nbytes,
+               "gpu_GBps": q.nbytes / min(ts["gpu"]) / 1e9, "f32_GBps": 4 * n * k / min(ts["f32"]) / 1e9,
+               "host_composed_GBps": q.nbytes / min(ts["host"]) / 1e9,
+               "gpu_ms": min(ts["gpu"]) * 1e3, "f32_ms": min(ts["f32"]) * 1e3, "host_ms": min(ts["host"]) * 1e3}
+        rows.append(row)
+        print(f"  qmatvec {qt} ({n}x{k}): webgpu blocks {row['gpu_ms']:.2f} ms ({row['gpu_GBps']:.2f} GB/s), "
+              f"webgpu f32 weight {row['f32_ms']:.2f} ms ({row['f32_GBps']:.2f} GB/s), host-composed "
+              f"{row['host_ms']:.2f} ms (rel err {err:.1e})", flush=True)
+    return rows
+
+
+def attention(shapes=((1, 8, 1, 512, 64), (1, 8, 128, 128, 64))):
+    """Fused (one online-softmax kernel) vs composed (QK^T, softmax, PV) attention, interleaved."""
+    be = ember.device("webgpu").backend
+    rows = []
+    for B, H, L, S, D in shapes:
+        rng = np.random.default_rng(0)
+        q, k, v = (ember.tensor(rng.standard_normal(sh, dtype=np.float32), device="webgpu")
+                   for sh in ((B, H, L, D), (B, H, S, D), (B, H, S, D)))
+        ts = {"flash": [], "composed": []}
+        with ember.no_grad():
+            for _ in range(4):
+                for kern in ts:
+                    be.attention_kernel = kern
+                    F.scaled_dot_product_attention(q, k, v)
+                    be.synchronize()
+
+                    def run():
+                        F.scaled_dot_product_attention(q, k, v)
+                        be.synchronize()
+                    ts[kern].append(best(run, 1))
+        be.attention_kernel = "composed"
+        row = {"shape": [B, H, L, S, D], "flash_ms": min(ts["flash"]) * 1e3, "composed_ms": min(ts["composed"]) * 1e3}
+        rows.append(row)
+        print(f"  attention (B, H, L, S, D) = {(B, H, L, S, D)}: fused {row['flash_ms']:.2f} ms, composed "
+              f"{row['composed_ms']:.2f} ms", flush=True)
+    return rows
+
+
+def llama_decode(qtype="q8_0", tokens=8):
+    """A quantized Llama (dim 512, 4 layers) decoding on webgpu: per token ms, dispatches, bytes moved."""
+    from ember.models.llama.config import LlamaConfig
+    from ember.models.llama.model import Llama
+    from ember.quant import quantize
+    be = ember.device("webgpu").backend
+    ember.manual_seed(0)
+    c = LlamaConfig(vocab_size=4096, dim=512, hidden_dim=1536, n_layers=4, n_heads=8, n_kv_heads=8,
+                    max_seq_len=256)
+    model = quantize(Llama(c), qtype).eval().requires_grad_(False).to("webgpu")
+    out = {"qtype": qtype, "config": "dim 512, ffn 1536, 4 layers, vocab 4096"}
+    with ember.no_grad():
+        for way in ("host", "gpu", "host", "gpu"):      # interleaved, best of two
+            cache = model.new_cache()
+            model(ember.tensor([[1, 2, 3]]), cache).numpy()      # host ids, as generate() feeds them
+            t0, c0 = time.perf_counter(), be.counters()
+            for i in range(tokens):
+                if way == "host":
+                    with _host_qmatmul(be):
+                        model(ember.tensor([[5 + i]]), cache).numpy()
+                else:
+                    model(ember.tensor([[5 + i]]), cache).numpy()
+            ms = (time.perf_counter() - t0) * 1e3 / tokens
+            c1 = be.counters()
+            per = {k: (c1[k] - c0[k]) / tokens for k in c1}
+            if f"{way}_ms" not in out or ms < out[f"{way}_ms"]:
+                out[f"{way}_ms"] = ms
+            out[f"{way}_per_token"] = per
+    for way in ("host", "gpu"):
+        p = out[f"{way}_per_token"]
+        print(f"  llama {qtype} decode, qmatmul {'on the GPU' if way == 'gpu' else 'composed on the host'}: "
+              f"{out[f'{way}_ms']:.1f} ms/token, {p['dispatches']:.0f} dispatches, {p['readbacks']:.0f} readbacks, "
+              f"{p['bytes_uploaded'] / 1e3:.1f} kB up, {p['bytes_read'] / 1e3:.1f} kB read back per token", flush=True)
+    return out
+
+
 # ---------------------------------------------------------------------- browser
 
 PAGE_BENCH = """
@@ -159,15 +279,22 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048])
     ap.add_argument("--seq", type=int, default=128, help="transformer block sequence length")
+    ap.add_argument("--qn", type=int, default=4096, help="quantized matvec output size N")
+    ap.add_argument("--qk", type=int, default=4096, help="quantized matvec input size K")
+    ap.add_argument("--only-quant", action="store_true", help="just the quantized matvec and Llama decode")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     res = {}
     print("native (wgpu):", flush=True)
-    res["native"] = native_matmul(args.sizes)
-    print(f"  adapter: {res['native']['adapter']}")
-    res["transformer_block"] = transformer_block(args.seq)
-    if not args.no_browser:
+    if not args.only_quant:
+        res["native"] = native_matmul(args.sizes)
+        print(f"  adapter: {res['native']['adapter']}")
+        res["transformer_block"] = transformer_block(args.seq)
+    res["quant_matvec"] = quant_matvec(args.qn, args.qk)
+    res["attention"] = attention()
+    res["llama_decode"] = [llama_decode(qt) for qt in ("q8_0", "q4_0")]
+    if not (args.no_browser or args.only_quant):
         print("headless Chromium:", flush=True)
         try:
             res["browser"] = browser_matmul(args.sizes)

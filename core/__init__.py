@@ -25,8 +25,8 @@ from .ops_movement import (broadcast_shapes, broadcast_to, cat, chunk, flatten, 
                            tril, triu, unbind, unsqueeze, vstack)
 from .ops_reduce import (all, amax, amin, any, argmax, argmin, argsort, cumsum, log_softmax, logsumexp,  # noqa: E402,F401
                          max, mean, min, prod, softmax, sort, std, sum, topk, var)
-from .ops_indexing import (gather, index_add, index_select, masked_select, nonzero, scatter,  # noqa: E402,F401
-                           scatter_add, take_along_dim)
+from .ops_indexing import (copy_into, gather, index_add, index_select, masked_select, nonzero,  # noqa: E402,F401
+                           scatter, scatter_add, take_along_dim)
 from .linalg import bmm, dot, matmul, mm, outer  # noqa: E402,F401
 from . import nn, optim  # noqa: E402,F401
 

@@ -24,7 +24,9 @@ def _long_index(idx, size, what, device=None):
     """Validate and wrap negative indices; returns an int64 tensor (on `device`: like torch, index
     tensors may live on the CPU while the indexed tensor is on a GPU)."""
     if device is not None and idx.device != device:
-        idx = idx.to(device)
+        # check (and wrap) on the index's own device, then move it: a host index for a GPU tensor
+        # costs the GPU no readback (a decode step feeds its token this way)
+        return _long_index(idx, size, what).to(device)
     if idx.dtype is D.bool_:
         raise IndexError(f"ember: {what}: boolean index used where integer indices are expected")
     if idx.dtype.is_float:
@@ -287,6 +289,31 @@ def _advanced(y, adv):
     y = A.prim_reshape(y, y.shape[:p0] + (total,) + y.shape[p0 + len(pos):])
     out = A.prim_index_select(y, p0, A.prim_reshape(lin, (lin.numel(),)))
     return A.prim_reshape(out, y.shape[:p0] + bshape + y.shape[p0 + 1:])
+
+
+def copy_into(dst, src, starts):
+    """dst[s0:s0 + src.shape[0], s1:s1 + src.shape[1], ...] = src, in place; returns dst. The backend's
+    copy_into writes dst's buffer where it can (cpu, cuda, webgpu: views of dst then see the write, as
+    after torch's `dst.narrow(...).copy_(src)`); otherwise, and while recording gradients, it is the
+    composed `dst[slices] = src`. A preallocated KV cache writes each new token's row this way."""
+    starts = tuple(int(a) for a in starts)
+    if src.ndim != dst.ndim or len(starts) != dst.ndim:
+        raise ValueError(f"ember: copy_into: src of shape {src.shape} and starts {starts} must match the "
+                         f"{dst.ndim} dims of dst {dst.shape}")
+    for d, (a, n, size) in enumerate(zip(starts, src.shape, dst.shape)):
+        if a < 0 or a + n > size:
+            raise IndexError(f"ember: copy_into: src of shape {src.shape} at starts {starts} does not fit dst "
+                             f"of shape {dst.shape} (dim {d}: {a} + {n} > {size})")
+    if src.device != dst.device:
+        raise ValueError(f"ember: copy_into: src is on {src.device}, dst on {dst.device}")
+    src = A.prim_cast(src, dst.dtype)
+    f = getattr(dst.device.backend, "copy_into", None)
+    if f is None or (A.is_grad_enabled() and (dst.requires_grad or src.requires_grad)):
+        setitem(dst, tuple(slice(a, a + n) for a, n in zip(starts, src.shape)), src)
+        return dst
+    if src.numel():
+        dst._data = f(dst._data, src._data, starts)  # no graph: the fused path runs only without gradients
+    return dst
 
 
 def setitem(x, key, value):

@@ -12,7 +12,7 @@ Conventions
 - Elementwise ops broadcast with numpy rules; `b` of `binary` may be a Python scalar.
 - Movement ops may return views; results are never written to in place by the tensor layer.
 
-Families (29 primitives, 40 with the optional fused ones; to_numpy_async is to_numpy's awaitable form):
+Families (29 primitives, 41 with the optional fused ones; to_numpy_async is to_numpy's awaitable form):
   transfer     from_numpy, to_numpy (+ to_numpy_async, default: to_numpy), full, arange
   elementwise  unary(op), binary(op), where, cast
   reduce       reduce(op), arg_reduce(op), cumsum, argsort
@@ -21,7 +21,7 @@ Families (29 primitives, 40 with the optional fused ones; to_numpy_async is to_n
   indexing     gather, index_select, scatter
   meta         shape, dtype_of, synchronize, supports, weight_layout (default: unchanged)
   optional     softmax, log_softmax, layer_norm, rms_norm, attention, gelu, silu, linear, conv_bias,
-               qmatmul, rope (fused; None = compose)
+               qmatmul, rope (fused; None = compose), copy_into (slice assignment, in place where it can)
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ BINARY_OPS = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "
 REDUCE_OPS = ("sum", "max", "min", "prod")
 ARG_REDUCE_OPS = ("argmax", "argmin")
 FUSED_OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "attention", "gelu", "silu", "linear",
-             "conv_bias", "qmatmul", "rope")
+             "conv_bias", "qmatmul", "rope", "copy_into")
 
 
 class Backend:
@@ -179,5 +179,8 @@ class Backend:
     #                      W (N, K) as GGML blocks: raw uint8 (N, row_bytes) host array, qtype the
     #                      ember.quant.GGMLType descriptor (name, block_size, type_size, row_bytes(),
     #                      dequantize_rows()); composed: ember.quant.qmatmul on the host
+    copy_into = None     # (dst, src, starts) -> dst with src (same dtype and ndim) written at offsets `starts`, in place
+    #                      where the backend can (views of dst then see it, as after torch's in-place ops); the
+    #                      tensor layer rebinds dst to the result; composed: x[slices] = src (a scatter into a copy)
     rope = None          # (x, cos, sin) -> rotate-half rotary embedding of x (B, T, H, D) in x's dtype,
     #                      cos/sin (T, D / 2) float32: [x1 c - x2 s, x2 c + x1 s] with x1, x2 the halves of D

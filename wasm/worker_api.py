@@ -31,9 +31,11 @@ class WorkerError(ValueError):
 # ---------------------------------------------------------------------------- device
 
 async def pick_device(name: str) -> dict:
-    """Make `name` ("webgpu" or "cpu") usable; -> {"device", "reason", "kernels"}. A missing WebGPU adapter
-    is not an error: the answer says "cpu" and why, and the page shows it. "kernels" is the CPU's matmul
-    path: "wasm-simd128", or "einsum (why the SIMD kernels are not used)"."""
+    """Make `name` ("auto", "webgpu" or "cpu") usable; -> {"device", "reason", "adapter", "kernels"}. A missing
+    WebGPU adapter is not an error: the answer says "cpu" and why, and the page shows it. "auto" also takes
+    the CPU when the only adapter is a software renderer (SwiftShader, llvmpipe: slower than the CPU
+    backend); "webgpu" uses any adapter that works. "kernels" is the CPU's matmul path: "wasm-simd128", or
+    "einsum (why the SIMD kernels are not used)"."""
     from ember.backends.cpu_matmul import matmul_path
     return {**await _pick_device(name), "kernels": matmul_path()}
 
@@ -41,24 +43,30 @@ async def pick_device(name: str) -> dict:
 async def _pick_device(name: str) -> dict:
     import ember
     if name == "cpu":
-        return {"device": "cpu", "reason": ""}
-    if name != "webgpu":
-        raise WorkerError(f"ember: unknown device {name!r}; expected 'webgpu' or 'cpu'", "bad_request")
+        return {"device": "cpu", "reason": "", "adapter": ""}
+    if name not in ("webgpu", "auto"):
+        raise WorkerError(f"ember: unknown device {name!r}; expected 'auto', 'webgpu' or 'cpu'", "bad_request")
     import sys
     if sys.platform == "emscripten":
         from pyodide.ffi import can_run_sync
         if not can_run_sync():  # the models read GPU results synchronously (sampling, NMS on the host)
-            return {"device": "cpu", "reason": "this browser lacks JavaScript Promise Integration (JSPI), which "
-                                               "ember needs to read WebGPU results synchronously"}
+            return {"device": "cpu", "adapter": "",
+                    "reason": "this browser lacks JavaScript Promise Integration (JSPI), which "
+                              "ember needs to read WebGPU results synchronously"}
     try:
         import ember.webgpu as wg
         await wg.init_async()
+        be = ember.device("webgpu").backend
+        adapter = be.description
+        if name == "auto" and be.adapter.software is not None:
+            return {"device": "cpu", "adapter": adapter,
+                    "reason": f"{be.adapter.software}, slower than ember's CPU backend; choose WebGPU to force it"}
         x = ember.arange(4, dtype=ember.float32, device="webgpu")
         if float((x * 2).sum().item()) != 12.0:  # a device that computes wrong is worse than none
             raise RuntimeError("a test reduction returned a wrong value")
-        return {"device": "webgpu", "reason": ""}
+        return {"device": "webgpu", "reason": "", "adapter": adapter}
     except Exception as e:  # noqa: BLE001 - any failure means "no usable WebGPU here"
-        return {"device": "cpu", "reason": str(e).replace("ember: ", "")[:300]}
+        return {"device": "cpu", "reason": str(e).replace("ember: ", "")[:300], "adapter": ""}
 
 
 # ---------------------------------------------------------------------------- loading

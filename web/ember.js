@@ -66,6 +66,7 @@ class Ember {
     this.onProgress = opts.onProgress || (() => {});
     this.device = "cpu";
     this.deviceReason = "";
+    this.deviceAdapter = ""; // the WebGPU adapter, vendor/architecture and limits, when one was tried
     this.models = {}; // tool -> {source, device, parameters, bytes}
     this._next = 1;
     this._pending = new Map();
@@ -80,14 +81,17 @@ class Ember {
       device: this.options.device || "auto" });
     this.device = r.device;
     this.deviceReason = r.reason || "";
+    this.deviceAdapter = r.adapter || "";
   }
 
-  /** Switch to "webgpu" or "cpu"; -> the device in use (cpu, with `deviceReason`, if WebGPU is unusable).
+  /** Switch to "auto", "webgpu" or "cpu"; -> the device in use (cpu, with `deviceReason`, if WebGPU is unusable
+   *  or, for "auto", a software renderer).
    *  Loaded models are dropped: load them again on the new device. */
   async setDevice(name) {
     const r = await this._request({ type: "device", device: name });
     this.device = r.device;
     this.deviceReason = r.reason || "";
+    this.deviceAdapter = r.adapter || "";
     this.models = {};
     return this.device;
   }

@@ -1,8 +1,8 @@
 // ember's Web Worker: Pyodide + numpy + the ember wheel run here, so the page never freezes.
 //
 // Protocol (every message carries the `id` of the request it belongs to):
-//   page -> worker  {type: "init", pyodideURL, wheelURL, device}      -> {type: "ready", device, reason}
-//                   {type: "device", device}                          -> {type: "result", data: {device, reason}}
+//   page -> worker  {type: "init", pyodideURL, wheelURL, device}      -> {type: "ready", device, reason, adapter}
+//                   {type: "device", device}                          -> {type: "result", data: {device, reason, adapter}}
 //                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
 //                   {type: "run", tool, input, opts}                  -> {type: "partial", data} ... {type: "result"}
 //                   {type: "cancel"}                                  (no reply: the running request ends "cancelled")
@@ -66,7 +66,7 @@ async function init(msg, progress) {
   await pyodide.loadPackage(new URL(msg.wheelURL, self.location.href).href, { messageCallback: () => {} });
   pyodide.runPython("import ember, ember.wasm.worker_api");
   progress("runtime", "device", 3, 4);
-  const want = msg.device === "cpu" ? "cpu" : "webgpu";
+  const want = msg.device === "cpu" || msg.device === "webgpu" ? msg.device : "auto";  // auto skips software adapters
   const picked = self.navigator.gpu || want === "cpu" ? await setDevice(want)
     : { device: "cpu", reason: "this browser has no WebGPU (navigator.gpu is missing)" };
   progress("runtime", "ready", 4, 4);

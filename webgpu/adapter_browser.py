@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .adapter_choice import software_reason
 from .adapter_native import _BATCH, AdapterError
 
 # WebGPU limit names as the JS API spells them -> the names the backend reads
@@ -66,6 +67,11 @@ class BrowserAdapter:
         self.limits = {ours: int(getattr(device.limits, theirs)) for theirs, ours in _LIMITS.items()}
         info = getattr(adapter, "info", None)
         self.info = (f"{info.vendor} {info.architecture} {info.description}".strip() if info else "browser") + " (navigator.gpu)"
+        self.details = {k: str(getattr(info, k, "") or "") for k in ("vendor", "architecture", "device", "description")}
+        self.details["backend_type"] = "navigator.gpu"
+        # GPUAdapterInfo.isFallbackAdapter (Chrome 136+), earlier GPUAdapter.isFallbackAdapter
+        self.details["fallback"] = bool(getattr(info, "isFallbackAdapter", False) or getattr(adapter, "isFallbackAdapter", False))
+        self.software = software_reason(self.details)
         self._queue = device.queue
         self._usage = js.GPUBufferUsage.STORAGE | js.GPUBufferUsage.COPY_SRC | js.GPUBufferUsage.COPY_DST
         self._enc = None

@@ -4,6 +4,7 @@ An adapter is the whole surface the backend touches, so the backend runs unchang
 wgpu-py here and over `navigator.gpu` in a Pyodide page (adapter_browser.py). The interface:
 
   info, limits (dict, WebGPU names), features (set of str)
+  details (vendor, architecture, device, description, ...), software (why it is a software renderer, or None)
   buffer(nbytes) -> handle              storage buffer usable as copy source/destination
   meta(words: np.uint32 array) -> handle small read-only parameter buffer (cached by the caller)
   release(handle)                       a buffer the pool no longer keeps
@@ -22,6 +23,8 @@ reads a recycled buffer, so `write` flushes first.
 from __future__ import annotations
 
 import numpy as np
+
+from .adapter_choice import software_reason
 
 _BATCH = 128  # dispatches per submit: bounds the encoder's size without per-op submits
 
@@ -44,12 +47,14 @@ class NativeAdapter:
         try:
             if backend is None:
                 adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
-            else:  # an explicit backend ("vulkan", "metal", "d3d12", "gl"): pick by its name
+            else:  # an explicit backend ("vulkan", "metal", "d3d12", "gl"): pick by its name, hardware first
+                found = []
                 for a in wgpu.gpu.enumerate_adapters_sync():
                     tried.append(f"{a.info['device']} ({a.info['backend_type']})")
                     if a.info["backend_type"].lower() == backend.lower():
-                        adapter = a
-                        break
+                        found.append(a)
+                found.sort(key=lambda a: software_reason(dict(a.info)) is not None)  # (stable: driver order)
+                adapter = found[0] if found else None
         except Exception as e:  # wgpu raises plain RuntimeErrors when no driver is present
             tried.append(f"request_adapter({power_preference!r}) failed: {e}")
         if adapter is None:
@@ -67,6 +72,9 @@ class NativeAdapter:
         self.limits = dict(self.device.limits)
         info = adapter.info
         self.info = f"{info['device']} ({info['backend_type']}, {info['adapter_type']})"
+        self.details = {k: info.get(k, "") for k in ("vendor", "architecture", "device", "description",
+                                                     "backend_type", "adapter_type")}
+        self.software = software_reason(self.details)  # None for hardware; `auto` skips software adapters
         self._queue = self.device.queue
         self._enc = None
         self._pending = 0

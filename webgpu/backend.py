@@ -4,7 +4,9 @@ Arrays (buffers.GArray) stay on the GPU between ops; data crosses to the host on
 `to_numpy` / `to_numpy_async`. Movement ops (reshape of dense arrays, permute, expand, slice)
 are zero-copy views; every kernel reads strided views directly. The adapter (native wgpu or
 the browser's navigator.gpu) is picked at first use; `configure()` chooses power preference
-and native backend before that. Nothing falls back to the CPU.
+and native backend before that. Nothing falls back to the CPU: quantized weights are uploaded
+once as GGML blocks and decoded in WGSL (backend_quant.py); `counters()` reports dispatches and
+bytes moved, so tests can assert that a decode step reads back only its logits.
 """
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from ember import dtypes as D
 from ember.primitives import Backend
 
 from . import kernels
+from .adapter_choice import describe
 from .backend_compute import ComputeMixin
+from .backend_quant import QuantMixin
 from .buffers import F16_NATIVE, WORD, BufferPool, GArray, Storage, compute_type, contiguous_strides
 
 MAXD = 8  # dims a view may have after merging (meta layout in common.wgsl)
@@ -78,7 +82,7 @@ def merge_dims(shape, views):
     return tuple(s for s, _ in out), [(v[0], tuple(st[k] for _, st in out)) for k, v in enumerate(views)]
 
 
-class WebGPUBackend(ComputeMixin, Backend):
+class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
     name = "webgpu"
     _groups = staticmethod(_groups)
 
@@ -88,8 +92,12 @@ class WebGPUBackend(ComputeMixin, Backend):
         self.pool = BufferPool(self.adapter)
         self.pipelines = kernels.PipelineCache(self.adapter)
         self._meta: dict = {}
+        # what crossed between host and GPU (counters(); tests assert a decode step stays on the GPU)
         self.dispatches = 0
         self.host_uploads = 0  # CPU arrays passed to primitives (see _dev)
+        self.bytes_uploaded = 0
+        self.bytes_read = 0
+        self.readbacks = 0
         self.has_f16 = "shader-f16" in self.adapter.features
         self.words = dict(WORD)
         if self.has_f16 and os.environ.get("EMBER_WEBGPU_F16", "1") != "0":
@@ -98,9 +106,19 @@ class WebGPUBackend(ComputeMixin, Backend):
         # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
         # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three
         self.matmul_kernel = "auto"
+        # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py)
+        self.qmatvec_split = 8
+        # "flash": one online-softmax kernel (attention.wgsl); "composed": QK^T, softmax, PV kernels. Composed
+        # by default: on lavapipe the fused kernel is 4-9x slower (bench/bench_webgpu.py); not yet measured on a GPU
+        self.attention_kernel = "composed"
 
     def __repr__(self):
         return f"WebGPUBackend({self.adapter.info})"
+
+    @property
+    def description(self):
+        """The adapter, vendor/architecture, key limits, f16, and whether `auto` skips it (`ember info`)."""
+        return describe(self.adapter.details, self.adapter.limits, self.adapter.features)
 
     def supports(self, dtype):
         """float64 has no WGSL type; every other ember dtype is stored in 4-byte words."""
@@ -164,6 +182,21 @@ class WebGPUBackend(ComputeMixin, Backend):
         m[8:8 + len(shape)] = shape
         return m
 
+    def counters(self):
+        """Dispatches recorded, arrays uploaded from CPU arrays handed to primitives, bytes
+        uploaded and read back, readbacks: since this backend was made (diff two calls)."""
+        return {"dispatches": self.dispatches, "host_uploads": self.host_uploads,
+                "bytes_uploaded": self.bytes_uploaded, "bytes_read": self.bytes_read, "readbacks": self.readbacks}
+
+    def _upload(self, view, words):
+        """Write a contiguous word array to the start of a fresh buffer view, counting the bytes."""
+        self.adapter.write(view.storage.handle, words)
+        self.bytes_uploaded += words.nbytes
+
+    def _count_read(self, nbytes):
+        self.bytes_read += nbytes
+        self.readbacks += 1
+
     def _bits(self, value, dtype):
         """A Python scalar as the 32-bit word pattern of dtype's GPU storage."""
         wt, wnp, fix = self._word(dtype)
@@ -202,13 +235,15 @@ class WebGPUBackend(ComputeMixin, Backend):
             w = np.ascontiguousarray(w).reshape(-1)
             if w.nbytes % 4:  # copies move whole 4-byte units (odd-length f16 arrays)
                 w = np.concatenate([w, np.zeros(1, w.dtype)])
-            self.adapter.write(out.storage.handle, w)
+            self._upload(out, w)
         return out
 
     def _words(self, x):
         x = self.contiguous(x)
         wnp = np.dtype(self._word(x.dtype)[1])
-        raw = self.adapter.read(x.storage.handle, self._nbytes(x.size, x.dtype))[: x.size * wnp.itemsize]
+        nb = self._nbytes(x.size, x.dtype)
+        self._count_read(nb)
+        raw = self.adapter.read(x.storage.handle, nb)[: x.size * wnp.itemsize]
         return raw.view(wnp).reshape(x.shape)
 
     def _from_words(self, w, dtype):
@@ -225,7 +260,9 @@ class WebGPUBackend(ComputeMixin, Backend):
         """Readback that awaits the GPU instead of blocking (the page's path without JSPI)."""
         x = self.contiguous(x)
         wnp = np.dtype(self._word(x.dtype)[1])
-        raw = (await self.adapter.read_async(x.storage.handle, self._nbytes(x.size, x.dtype)))[: x.size * wnp.itemsize]
+        nb = self._nbytes(x.size, x.dtype)
+        self._count_read(nb)
+        raw = (await self.adapter.read_async(x.storage.handle, nb))[: x.size * wnp.itemsize]
         return self._from_words(raw.view(wnp).reshape(x.shape), x.dtype)
 
     def full(self, shape, value, dtype):
@@ -383,6 +420,12 @@ class WebGPUBackend(ComputeMixin, Backend):
         shape, views = merge_dims(src.shape, [(dst.offset, dst.strides), (src.offset, src.strides)])
         p = self.pipelines.get("copy", "copy", wt, [wt])
         self._run(p, self._view_meta(n, shape, views), dst, [src], _groups(n))
+
+    def copy_into(self, dst, src, starts):
+        """src written into dst's buffer at `starts` (one copy dispatch, in place)."""
+        stops = [a + n for a, n in zip(starts, src.shape)]
+        self._copy_into(self.slice(dst, starts, stops, [1] * len(starts)), src)
+        return dst
 
     def contiguous(self, x):
         if x.contiguous:

@@ -259,6 +259,14 @@ class ArrayModuleBackend(Backend):
     def contiguous(self, x):
         return x if x.flags.c_contiguous else x.copy()  # (ascontiguousarray would make 0-d 1-d)
 
+    def copy_into(self, dst, src, starts):
+        """src written into dst at `starts`, in place; a read-only dst (a memory map, a broadcast view) is
+        copied first."""
+        if not getattr(dst.flags, "writeable", True):
+            dst = dst.copy()
+        dst[tuple(slice(a, a + n) for a, n in zip(starts, src.shape))] = src
+        return dst
+
     # -- compute ----------------------------------------------------------------------------------
     def matmul(self, a, b):
         xp = self.xp

@@ -120,10 +120,11 @@ class Generation:
         if len(self.prompt) >= cache.max_len:
             raise ValueError(f"ember: the prompt has {len(self.prompt)} tokens; the context length is {cache.max_len}")
         seen = list(self.prompt)
-        dev = model.device
         with ember.no_grad():
             t0 = time.perf_counter()
-            logits = model(ember.tensor([self.prompt], device=dev), cache, last_only=True)   # (1, 1, vocab)
+            # token ids stay host tensors: the embedding checks them on the host and uploads them, so a GPU
+            # decode step reads back nothing but its logits
+            logits = model(ember.tensor([self.prompt]), cache, last_only=True)               # (1, 1, vocab)
             for i in range(self.max_new):
                 if self._aborted:
                     st.stopped = "abort"
@@ -147,7 +148,7 @@ class Generation:
                 if cache.pos >= cache.max_len:
                     st.stopped = "context"
                     break
-                logits = model(ember.tensor([[tok]], device=dev), cache)                   # (1, 1, vocab)
+                logits = model(ember.tensor([[tok]]), cache)                                   # (1, 1, vocab)
 
 
 def generate(model, prompt_ids, max_new_tokens=64, params: SamplingParams | None = None, stop_ids=()) -> Generation:

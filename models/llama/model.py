@@ -19,12 +19,17 @@ from .config import LlamaConfig
 
 
 class KVCache:
-    """Keys and values seen so far, per layer, (batch, n_kv_heads, length, head_dim) each; bounded by
-    `max_len` (the context length). Passed explicitly in and out of the model, as MLX's llama does."""
+    """Keys and values seen so far, per layer, in preallocated (batch, n_kv_heads, capacity, head_dim) buffers
+    bounded by `max_len` (the context length); each token's rows are written in place (ember.copy_into),
+    so decoding copies one row per layer, not the whole cache. Capacity starts at 256 positions and
+    doubles when full (one copy then), so a short chat does not hold the whole context's memory. Passed
+    explicitly in and out of the model, as MLX's llama does."""
+
+    MIN_CAPACITY = 256
 
     def __init__(self, config: LlamaConfig, max_len: int | None = None):
         self.max_len = min(max_len or config.max_seq_len, config.max_seq_len)
-        self.k = [None] * config.n_layers
+        self.k = [None] * config.n_layers  # (batch, n_kv_heads, capacity, head_dim) each
         self.v = [None] * config.n_layers
         self.pos = 0  # tokens already in the cache
         self._per_token = 2 * config.n_layers * config.n_kv_heads * config.head_dim
@@ -34,16 +39,36 @@ class KVCache:
             raise ValueError(f"ember: KV cache full: {self.pos} cached + {n_new} new tokens exceed the context "
                              f"length {self.max_len}")
 
+    def _room(self, layer, k, end):
+        """Buffers for `layer` holding at least `end` positions (grown by doubling, old rows copied once)."""
+        old_k, old_v = self.k[layer], self.v[layer]
+        if old_k is not None and old_k.shape[2] >= end:
+            return
+        have = 0 if old_k is None else old_k.shape[2]
+        cap = min(self.max_len, max(end, 2 * have, self.MIN_CAPACITY))
+        B, K, _, hd = k.shape
+        self.k[layer] = ember.zeros(B, K, cap, hd, dtype=k.dtype, device=k.device)
+        self.v[layer] = ember.zeros(B, K, cap, hd, dtype=k.dtype, device=k.device)
+        if old_k is not None and self.pos:
+            ember.copy_into(self.k[layer], old_k.narrow(2, 0, self.pos), (0, 0, 0, 0))
+            ember.copy_into(self.v[layer], old_v.narrow(2, 0, self.pos), (0, 0, 0, 0))
+
     def update(self, layer: int, k, v):
-        """Append k, v (batch, n_kv_heads, T, head_dim); return the whole (batch, n_kv_heads, pos + T, head_dim)."""
-        if self.k[layer] is not None:
-            k = ember.cat([self.k[layer], k], 2)
-            v = ember.cat([self.v[layer], v], 2)
-        self.k[layer], self.v[layer] = k, v
-        return k, v
+        """Write k, v (batch, n_kv_heads, T, head_dim) at the current position; return views of the whole
+        (batch, n_kv_heads, pos + T, head_dim)."""
+        end = self.pos + k.shape[2]
+        self._room(layer, k, end)
+        ember.copy_into(self.k[layer], k, (0, 0, self.pos, 0))
+        ember.copy_into(self.v[layer], v, (0, 0, self.pos, 0))
+        return self.k[layer].narrow(2, 0, end), self.v[layer].narrow(2, 0, end)
 
     def nbytes(self) -> int:
-        """Bytes held now."""
+        """Bytes of the cached positions (capacity_nbytes: of the buffers)."""
+        k = self.k[0]
+        return 0 if k is None else self.pos * self._per_token * k.element_size() * k.shape[0]
+
+    def capacity_nbytes(self) -> int:
+        """Bytes of the preallocated buffers."""
         return sum(t.numel() * t.element_size() for t in self.k + self.v if t is not None)
 
     def max_nbytes(self, itemsize: int = 4, batch: int = 1) -> int:

@@ -1,0 +1,79 @@
+// Fused attention, one kernel: out = softmax(q k^T * scale + mask) v with an online softmax over blocks
+// of 64 keys (flash-attention style), so the (L, S) scores never reach memory. One workgroup per
+// (batch, query row); its 64 threads score one key each per block, then each accumulates up to 4 of
+// the Dv output columns, rescaled whenever the running maximum grows.
+// prm: [0] L  [1] S  [2] D  [3] Dv  [4] scale bits  [5] flags (1 mask, 2 causal: key s <= query l)
+//      [6..9] q offset, batch, row, column strides   [10..13] k   [14..17] v   [18..21] mask (i32 bits)
+// in0 q, in1 k, in2 v, in3 mask (float, additive); out (batch, L, Dv) contiguous. D, Dv <= 256.
+
+var<workgroup> qs: array<f32, 256>;
+var<workgroup> p: array<f32, 64>;
+var<workgroup> stat: array<f32, 2>;  // block max, correction factor
+
+fn at(base: u32, b: u32, r: u32, c: u32) -> i32 {
+    return bitcast<i32>(prm[base]) + i32(b) * bitcast<i32>(prm[base + 1u]) + i32(r) * bitcast<i32>(prm[base + 2u])
+        + i32(c) * bitcast<i32>(prm[base + 3u]);
+}
+
+//! kernel flash
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let L = prm[0];
+    let S = prm[1];
+    let D = prm[2];
+    let Dv = prm[3];
+    let scale = bitcast<f32>(prm[4]);
+    let flags = prm[5];
+    let l = wid.x;
+    let b = wid.y;
+    for (var d = t; d < D; d = d + 64u) { qs[d] = f32(in0[at(6u, b, l, d)]); }
+    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    var m = -f_inf();   // running maximum (the same in every thread)
+    var sum = 0.0;      // running sum of exp(score - m)
+    var stop = S;
+    if ((flags & 2u) != 0u) { stop = min(S, l + 1u); }
+    workgroupBarrier();
+    for (var s0 = 0u; s0 < stop; s0 = s0 + 64u) {
+        let s = s0 + t;
+        var z = -f_inf();
+        if (s < stop) {
+            var dotv = 0.0;
+            for (var d = 0u; d < D; d = d + 1u) { dotv = dotv + qs[d] * f32(in1[at(10u, b, s, d)]); }
+            z = dotv * scale;
+            if ((flags & 1u) != 0u) { z = z + f32(in3[at(18u, b, l, s)]); }
+        }
+        p[t] = z;
+        workgroupBarrier();
+        if (t == 0u) {
+            var bm = m;
+            for (var j = 0u; j < 64u; j = j + 1u) { bm = max(bm, p[j]); }
+            stat[0] = bm;
+            stat[1] = select(exp(m - bm), 1.0, bm == -f_inf());
+        }
+        workgroupBarrier();
+        let nm = stat[0];
+        let corr = stat[1];
+        let e = select(exp(z - nm), 0.0, z == -f_inf());
+        workgroupBarrier();
+        p[t] = e;
+        workgroupBarrier();
+        var bs = 0.0;
+        for (var j = 0u; j < 64u; j = j + 1u) { bs = bs + p[j]; }
+        sum = sum * corr + bs;
+        m = nm;
+        let n = min(64u, stop - s0);
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let c = t + 64u * i;
+            if (c < Dv) {
+                var a = acc[i] * corr;
+                for (var j = 0u; j < n; j = j + 1u) { a = a + p[j] * f32(in2[at(14u, b, s0 + j, c)]); }
+                acc[i] = a;
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let c = t + 64u * i;
+        if (c < Dv) { out[(b * L + l) * Dv + c] = $FIX(acc[i] / sum); }
+    }
+}

@@ -1,0 +1,98 @@
+"""The WebGPU backend's quantized matmul: GGML blocks uploaded once per weight, decoded in WGSL.
+
+A mixin of WebGPUBackend. Q4_0, Q8_0, Q4_K and Q6_K weights go to the GPU as their raw blocks
+(quant.wgsl decodes them); any other GGML type is dequantized on the host once (by the type
+descriptor's own dequantize_rows: no backend imports ember.quant) and kept as float32.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+
+from ember import dtypes as D
+
+from .buffers import GArray, Storage
+
+_DECODERS = {"Q4_0": "decode_q4_0", "Q8_0": "decode_q8_0", "Q4_K": "decode_q4_k", "Q6_K": "decode_q6_k"}
+_MATVEC_ROWS = 8                 # input rows one qmatvec dispatch serves (its accumulators)
+_MATVEC_MAX_M = 4 * _MATVEC_ROWS  # past this, dequantize slabs and use the tiled matmul
+_SLAB_BYTES = 32 << 20           # float32 bytes of one dequantized slab of weight rows
+
+
+def _col_groups(n):
+    """One workgroup per output column; 2-D past the 65535-per-dimension limit."""
+    return (n, 1, 1) if n <= 65535 else (65535, -(-n // 65535), 1)
+
+
+class QuantMixin:
+    def qmatmul(self, x, raw, qtype, shape):
+        """x (..., K) float -> (..., N) float32 = x @ dequantize(W).T, W (N, K) as GGML blocks
+        `raw` (uint8 (N, row_bytes) host array) of the GGML type descriptor `qtype`."""
+        n_out, k_in = (int(s) for s in shape)
+        if x.shape[-1] != k_in:
+            raise ValueError(f"ember: quantized matmul: input of shape {tuple(x.shape)} does not match the "
+                             f"weight of shape {(n_out, k_in)} (last dim must be {k_in})")
+        lead = tuple(x.shape[:-1])
+        m = math.prod(lead)
+        x2 = self.contiguous(self.reshape(self.cast(x, D.float32), (m, k_in)))  # (M, K)
+        decoder = _DECODERS.get(qtype.name)
+        if decoder is None:
+            w = self._device_weight(raw, qtype, shape, dequantize=True)          # (N, K) float32
+            return self.reshape(self.matmul(x2, self.permute(w, [1, 0])), lead + (n_out,))
+        w = self._device_weight(raw, qtype, shape, dequantize=False)             # raw blocks as u32 words
+        row_bytes = qtype.row_bytes(k_in)
+        if m == 0 or n_out == 0 or m > _MATVEC_MAX_M:
+            return self.reshape(self._q_prefill(x2, w, decoder, n_out, k_in, row_bytes), lead + (n_out,))
+        y = self._new((m, n_out), D.float32)                                     # (M, N)
+        tpc = self.qmatvec_split
+        p = self.pipelines.get("quant", "qmatvec", "f32", ["u32", "f32"], DECODE=decoder, TPC=str(tpc))
+        for m0 in range(0, m, _MATVEC_ROWS):
+            rows = min(_MATVEC_ROWS, m - m0)
+            # x rows from element prm[4] of x's buffer, out rows from element prm[5] of y's
+            meta = [rows, n_out, k_in, row_bytes, x2.offset + m0 * k_in, m0 * n_out]
+            self._run(p, meta, y, [w, x2], _col_groups(-(-n_out // (64 // tpc))))
+        return self.reshape(y, lead + (n_out,))
+
+    def _q_prefill(self, x2, w, decoder, n_out, k_in, row_bytes):
+        """Many input rows: dequantize slabs of weight rows on the GPU, multiply with the tiled matmul."""
+        m = x2.shape[0]
+        if m == 0 or n_out == 0:
+            return self._new((m, n_out), D.float32)
+        p = self.pipelines.get("quant", "dequant", "f32", ["u32"], DECODE=decoder)
+        step = max(1, _SLAB_BYTES // (4 * k_in))
+        y = None if step >= n_out else self._new((m, n_out), D.float32)          # (M, N)
+        for r0 in range(0, n_out, step):
+            rows = min(step, n_out - r0)
+            slab = self._new((rows, k_in), D.float32)                              # (rows, K)
+            self._run(p, [rows, n_out, k_in, row_bytes, r0], slab, [w], self._groups(rows * (k_in // 32)))
+            part = self.matmul(x2, self.permute(slab, [1, 0]))                     # (M, rows)
+            if y is None:
+                return part
+            self._copy_into(self.slice(y, [0, r0], [m, r0 + rows], [1, 1]), part)
+        return y
+
+    def _device_weight(self, raw, qtype, shape, dequantize):
+        """The weight on this device, uploaded once per host array: raw blocks as u32 words (plus
+        one spare word for quant.wgsl's unaligned reads) or, dequantize=True, float32 (N, K)."""
+        cache = self.__dict__.setdefault("_qweights", {})
+        key = (id(raw), dequantize)
+        hit = cache.get(key)
+        if hit is not None and hit[0]() is raw:
+            return hit[1]
+        rows = np.asarray(raw)                                                   # (N, row_bytes) uint8
+        want = (int(shape[0]), qtype.row_bytes(int(shape[1])))
+        if rows.dtype != np.uint8 or rows.shape != want:
+            raise ValueError(f"ember: quantized matmul: {qtype.name} weight of shape {tuple(shape)} needs uint8 "
+                             f"blocks of shape {want}, got {rows.dtype} {rows.shape}")
+        if dequantize:
+            dev = self.from_numpy(qtype.dequantize_rows(rows).reshape(want[0], -1), D.float32)
+        else:
+            flat = np.zeros(-(-rows.size // 4) * 4 + 4, np.uint8)
+            flat[:rows.size] = rows.reshape(-1)
+            words = flat.view(np.uint32)
+            dev = GArray(Storage(self.pool, words.nbytes), (words.size,), (1,), 0, D.uint32)
+            self._upload(dev, words)
+        cache[key] = (weakref.ref(raw, lambda _, c=cache, k=key: c.pop(k, None)), dev)
+        return dev
