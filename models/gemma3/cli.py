@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 
 def add_parser(sub):
@@ -52,26 +51,9 @@ def load(src: str | None, device=None):
 
 
 def main(args):
-    from ember.models.llama.generate import SamplingParams, TextStream, generate
+    from ember.models.llama.cli import print_generation
     model, tok = load(args.model, device=args.device)
     if tok is None:
         raise ValueError("ember: the model carries no tokenizer")
     prompt_ids = tok.encode(args.prompt, bos=True)
-    params = SamplingParams(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
-    text = TextStream(generate(model, prompt_ids, args.max_new_tokens, params, tok.eos_ids), tok)
-    pieces = []
-    if not args.json:
-        print(args.prompt, end="", flush=True)
-    for piece in text:
-        pieces.append(piece)
-        if not args.json:
-            print(piece, end="", flush=True)
-    st = text.stats
-    if args.json:
-        print(json.dumps({"prompt_tokens": prompt_ids, "tokens": st.tokens, "text": "".join(pieces),
-                          "tokens_per_s": round(st.tokens_per_s, 2), "stopped": st.stopped,
-                          "kv_cache_bytes": st.kv_cache_bytes}))
-    else:
-        print(f"\n\n{len(st.tokens)} tokens, {st.tokens_per_s:.1f} tokens/s (prompt {len(prompt_ids)} tokens in "
-              f"{st.prompt_s * 1000:.0f} ms, KV cache {st.kv_cache_bytes / 1024:.0f} KiB)", file=sys.stderr)
-    return 0
+    return print_generation(model, tok, args.prompt, prompt_ids, args)

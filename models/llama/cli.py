@@ -32,7 +32,6 @@ def add_parser(sub):
 
 def main(args):
     from .chat import chat_prompt_ids
-    from .generate import SamplingParams, TextStream, generate
     from .load import load_llama
     model, tok = load_llama(args.model, device=args.device, tokenizer=args.tokenizer)
     if tok is None:
@@ -43,11 +42,18 @@ def main(args):
         prompt_ids = chat_prompt_ids(tok, msgs)
     else:
         prompt_ids = tok.encode(args.prompt, bos=True)
+    return print_generation(model, tok, args.prompt, prompt_ids, args)
+
+
+def print_generation(model, tok, prompt: str, prompt_ids: list[int], args) -> int:
+    """Generate from `prompt_ids` with the sampling flags in `args`, streaming text to stdout (or one JSON
+    object with --json); shared by `ember llama` and `ember generate`."""
+    from .generate import SamplingParams, TextStream, generate
     params = SamplingParams(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
     text = TextStream(generate(model, prompt_ids, args.max_new_tokens, params, tok.eos_ids), tok)
     pieces = []
     if not args.json:
-        print(args.prompt, end="", flush=True)
+        print(prompt, end="", flush=True)
     for piece in text:
         pieces.append(piece)
         if not args.json:
