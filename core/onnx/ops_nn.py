@@ -14,7 +14,8 @@ from .. import ops_indexing as I
 from .. import dtypes as D
 from .. import ops_movement as M
 from .. import ops_reduce as R
-from ..autograd import conv_transpose, prim_conv, prim_pad
+from ..autograd import conv_transpose, prim_pad
+from ..nn.functional import _conv as conv_nd
 from .registry import op
 from .values import axis, cast, host
 
@@ -59,10 +60,8 @@ def _conv(ctx, ins, at):
     sym = pads[:n] == pads[n:]
     if not sym:
         x = _pad_input(x, pads)
-    y = prim_conv(x, w, tuple(s), tuple(pads[:n]) if sym else (0,) * n, tuple(d), at.i("group", 1))
-    if b is not None:
-        y = y + M.reshape(b, 1, -1, *([1] * n))
-    return y
+    # nn.functional's conv: the backend's fused conv + bias where it has one (YOLO's every layer)
+    return conv_nd(x, w, b, tuple(s), tuple(pads[:n]) if sym else (0,) * n, tuple(d), at.i("group", 1), n)
 
 
 @op("ConvTranspose")
