@@ -56,7 +56,22 @@ def binary(op, a, b, reverse=False):
         return binary(op, a, _as_tensor(b, a), reverse)
     if reverse:
         a, b = b, a
+    if op in _INT_DIVISION and not a.dtype.is_float:
+        _check_divisor(op, a, b)
     return A.prim_binary(op, a, b)
+
+
+_INT_DIVISION = ("floordiv", "fmod")
+
+
+def _check_divisor(op, a, b):
+    """Integer division by zero has no value (numpy returns 0 with a warning): torch raises, so does ember.
+    Checking a tensor divisor reads one bool back from the device."""
+    scalar = isinstance(b, (int, bool))
+    if (b == 0) if scalar else bool((b == 0).any().item()):
+        divisor = "0" if scalar else f"a {b.dtype.name} tensor of shape {tuple(b.shape)} holding 0"
+        raise ZeroDivisionError(f"ember: integer division by zero ({op}): a {a.dtype.name} tensor of shape "
+                                f"{tuple(a.shape)} divided by {divisor}")
 
 
 def _check_broadcast(a, b):
@@ -84,6 +99,8 @@ def div(a, b, rounding_mode=None):
     if rounding_mode == "floor":
         return binary("floordiv", a, b)
     if rounding_mode == "trunc":
+        if not a.dtype.is_float and not isinstance(b, float) and not (isinstance(b, TensorBase) and b.dtype.is_float):
+            _check_divisor("floordiv", a, b)
         q = div(a, b)
         return trunc(q) if a.dtype.is_float else A.prim_cast(trunc(q), a.dtype)
     raise ValueError(f"ember: unknown rounding_mode {rounding_mode!r}")

@@ -12,48 +12,56 @@ from . import dtypes as D
 from .ops_movement import norm_dim
 
 
-def _check_index(idx, size, what):
+def _check_index(idx, size, what, negative):
     if idx.numel() == 0:
         return
     lo, hi = int(idx.min().item()), int(idx.max().item())
-    if lo < -size or hi >= size:
-        raise IndexError(f"ember: {what}: index {hi if hi >= size else lo} is out of bounds for size {size}")
+    if lo < (-size if negative else 0) or hi >= size:
+        bad = hi if hi >= size else lo
+        valid = f"[{-size}, {size - 1}]" if negative else f"[0, {size - 1}]"
+        raise IndexError(f"ember: {what}: index {bad} is out of bounds for size {size} (valid: {valid})")
 
 
-def _long_index(idx, size, what, device=None):
-    """Validate and wrap negative indices; returns an int64 tensor (on `device`: like torch, index
-    tensors may live on the CPU while the indexed tensor is on a GPU)."""
+def _long_index(idx, size, what, device=None, negative=False):
+    """Validate indices into a dimension of `size`; returns an int64 tensor (on `device`: like torch, index
+    tensors may live on the CPU while the indexed tensor is on a GPU). With `negative` (indexing,
+    take_along_dim, index_fill), -1 means the last element, as in torch; elsewhere (index_select,
+    gather, scatter, index_add, embedding) torch refuses negative indices, and so does ember."""
     if device is not None and idx.device != device:
         # check (and wrap) on the index's own device, then move it: a host index for a GPU tensor
         # costs the GPU no readback (a decode step feeds its token this way)
-        return _long_index(idx, size, what).to(device)
+        return _long_index(idx, size, what, negative=negative).to(device)
     if idx.dtype is D.bool_:
         raise IndexError(f"ember: {what}: boolean index used where integer indices are expected")
     if idx.dtype.is_float:
         raise IndexError(f"ember: {what}: indices must be integers, got {idx.dtype}")
     idx = A.prim_cast(idx, D.int64)
-    _check_index(idx, size, what)
-    if idx.numel() and int(idx.min().item()) < 0:
+    _check_index(idx, size, what, negative)
+    if negative and idx.numel() and int(idx.min().item()) < 0:
         idx = A.prim_where(idx < 0, idx + size, idx)
     return idx
 
 
-def index_select(x, dim, index):
+def index_select(x, dim, index, what="index_select"):
     d = norm_dim(dim, x.ndim)
     if index.ndim > 1:
-        raise IndexError(f"ember: index_select index must be 1-D, got shape {index.shape}")
-    index = _long_index(index.reshape(-1), x.shape[d], "index_select", x.device)
+        raise IndexError(f"ember: {what}: index must be 1-D, got shape {index.shape}")
+    index = _long_index(index.reshape(-1), x.shape[d], what, x.device)
     return A.prim_index_select(x, d, index)
 
 
 def gather(x, dim, index):
+    return _gather(x, dim, index, "gather", negative=False)
+
+
+def _gather(x, dim, index, what, negative):
     d = norm_dim(dim, x.ndim)
     if index.ndim != x.ndim:
-        raise ValueError(f"ember: gather index has {index.ndim} dims, input has {x.ndim}")
+        raise ValueError(f"ember: {what} index has {index.ndim} dims, input has {x.ndim}")
     for i, (a, b) in enumerate(zip(index.shape, x.shape)):
         if i != d and a > b:
-            raise ValueError(f"ember: gather index shape {index.shape} exceeds input shape {x.shape} at dim {i}")
-    index = _long_index(index, x.shape[d], "gather", x.device)
+            raise ValueError(f"ember: {what} index shape {index.shape} exceeds input shape {x.shape} at dim {i}")
+    index = _long_index(index, x.shape[d], what, x.device, negative)
     if any(i != d and a != b for i, (a, b) in enumerate(zip(index.shape, x.shape))):
         x = A.prim_slice(x, [0] * x.ndim, [b if i == d else a for i, (a, b) in enumerate(zip(index.shape, x.shape))],
                          [1] * x.ndim)
@@ -61,8 +69,9 @@ def gather(x, dim, index):
 
 
 def take_along_dim(x, indices, dim):
-    return gather(x, dim, indices.expand(*[s if i == norm_dim(dim, x.ndim) else max(s, t)
-                                           for i, (s, t) in enumerate(zip(indices.shape, x.shape))]))
+    d = norm_dim(dim, x.ndim)
+    indices = indices.expand(*[s if i == d else max(s, t) for i, (s, t) in enumerate(zip(indices.shape, x.shape))])
+    return _gather(x, dim, indices, "take_along_dim", negative=True)
 
 
 def _scatter(x, dim, index, src, reduce):
@@ -99,7 +108,7 @@ def index_add(x, dim, index, source, alpha=1):
 
 def index_fill(x, dim, index, value):
     d = norm_dim(dim, x.ndim)
-    index = _long_index(index, x.shape[d], "index_fill", x.device)
+    index = _long_index(index, x.shape[d], "index_fill", x.device, negative=True)
     shape = [1] * x.ndim
     shape[d] = index.shape[0]
     tgt = list(x.shape)
@@ -113,7 +122,7 @@ def one_hot(t, num_classes=-1):
         raise TypeError("ember: one_hot needs an integer tensor")
     if num_classes < 0:
         num_classes = int(t.max().item()) + 1
-    _check_index(t, num_classes, "one_hot")
+    _check_index(t, num_classes, "one_hot", negative=False)
     from .tensor import arange
     return (t.unsqueeze(-1) == arange(num_classes, device=t.device)).long()
 
@@ -269,7 +278,7 @@ def _advanced(y, adv):
     """y has one dim per kept entry; adv: [(dim in y, index tensor, size)]."""
     from .ops_movement import broadcast_shapes
     pos = [p for p, _, _ in adv]
-    idxs = [_long_index(t, size, "index", y.device) for _, t, size in adv]
+    idxs = [_long_index(t, size, "index", y.device, negative=True) for _, t, size in adv]
     bshape = broadcast_shapes(*[t.shape for t in idxs])
     idxs = [t.expand(*bshape) for t in idxs]
     adjacent = pos == list(range(pos[0], pos[0] + len(pos)))

@@ -348,7 +348,7 @@ class Tensor(A.TensorBase):
             raise RuntimeError("ember: in-place operation on a leaf tensor that requires grad")
         cur = A.snapshot(self)
         out = E.div(cur, other) if op == "div" else E.binary(op, cur, other)
-        return A.rebind(self, A.prim_cast(out, self.dtype))
+        return A.rebind(self, A.prim_cast(_same_shape(self, out, f"{op}_"), self.dtype))
 
     def add_(self, other, alpha=1):
         return self._arith_("add", other if alpha == 1 else other * alpha)
@@ -365,10 +365,10 @@ class Tensor(A.TensorBase):
     __iadd__, __isub__, __imul__, __itruediv__ = add_, sub_, mul_, div_
 
     def clamp_(self, min=None, max=None):
-        return A.rebind(self, E.clamp(A.snapshot(self), min, max))
+        return A.rebind(self, E.clamp(A.snapshot(self), min, max))  # (elementwise: the shape is kept)
 
     def masked_fill_(self, mask, value):
-        return A.rebind(self, E.masked_fill(A.snapshot(self), mask, value))
+        return A.rebind(self, _same_shape(self, E.masked_fill(A.snapshot(self), mask, value), "masked_fill_"))
 
     # ------------------------------------------------------------------ elementwise functions (ops_elementwise.py)
     exp, log, log2, log10, log1p, expm1, exp2 = E.exp, E.log, E.log2, E.log10, E.log1p, E.expm1, E.exp2
@@ -408,6 +408,14 @@ class Tensor(A.TensorBase):
     index_select, gather, take_along_dim = I.index_select, I.gather, I.take_along_dim
     scatter, scatter_add, index_add, index_fill = I.scatter, I.scatter_add, I.index_add, I.index_fill
     nonzero, masked_select = I.nonzero, I.masked_select
+
+
+def _same_shape(t, out, op):
+    """An in-place op cannot grow its tensor: x(1,3).add_(y(2,3)) broadcasts to (2,3), which torch refuses."""
+    if out.shape != t.shape:
+        raise RuntimeError(f"ember: {op}: the result has shape {tuple(out.shape)} (broadcast with the other "
+                           f"operand), but the tensor updated in place has shape {tuple(t.shape)}")
+    return out
 
 
 def _wrap(data, device) -> Tensor:

@@ -107,9 +107,16 @@ def open_zip(src):
     import io
     import zipfile
     try:
-        return zipfile.ZipFile(io.BytesIO(src) if is_bytes(src) else src)
+        z = zipfile.ZipFile(io.BytesIO(src) if is_bytes(src) else src)
     except zip_errors() as e:
         raise FormatError(f"ember: {describe(src)} is a damaged zip file: {e}") from None
+    seen = set()
+    for name in z.namelist():  # zipfile keeps both entries and a lookup silently takes the last
+        if name in seen:
+            z.close()
+            raise FormatError(f"ember: {describe(src)}: zip entry {name!r} is stored twice")
+        seen.add(name)
+    return z
 
 
 def source_size(src) -> int:
@@ -192,13 +199,59 @@ def atomic_write(path):
     """A binary file object that replaces `path` only once fully written (temporary name in the same
     folder, then os.replace). Saving over a file that is still memory-mapped by a lazy load (or was
     being read) then never truncates it under the reader, and a failed write leaves the old file."""
-    path = os.fspath(path)
+    path = os.path.realpath(os.fspath(path))  # through a symlink: replace its target, keep the link
+    folder, base = os.path.split(path)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"ember: cannot save {path}: folder {folder} does not exist")
+    _remove_stale_temps(folder, base)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "wb") as f:
             yield f
+        _copy_owner_and_mode(path, tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename == tmp:  # name what the caller asked for, not the temp file
+            raise type(e)(e.errno, f"ember: cannot save {path}: {e.strerror}") from None
         raise
+
+
+def _copy_owner_and_mode(path: str, tmp: str):
+    """Give the new file the old one's mode (a 0600 file stays 0600) and, where allowed, its owner."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    os.chmod(tmp, st.st_mode & 0o7777)
+    if hasattr(os, "chown") and (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
+        with contextlib.suppress(PermissionError):  # only root (or the owner, for the group) may
+            os.chown(tmp, st.st_uid, st.st_gid)
+
+
+def _remove_stale_temps(folder: str, base: str):
+    """Delete `base.<pid>.tmp` files left by a save that was killed, when that pid no longer runs."""
+    import re
+    pattern = re.compile(re.escape(base) + r"\.(\d+)\.tmp")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        m = pattern.fullmatch(name)
+        if m and not _pid_alive(int(m.group(1))):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, AttributeError):  # someone else's process, or no kill (Pyodide)
+        return True
+    return True

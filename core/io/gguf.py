@@ -256,6 +256,10 @@ class GGUFReader(LazyFile):
         if tid not in T.BY_ID:
             raise c.fail(f"tensor {name!r} has unknown GGML type id {tid}")
         t = T.BY_ID[tid]
+        if t.is_quantized and t.dequantize_blocks is None:  # refused here, not at the first matmul
+            raise c.fail(f"tensor {name!r} has GGML type {t.name}, which ember cannot dequantize "
+                         f"(supported: {', '.join(T.supported_quant_types())}); re-quantize the model "
+                         "to one of those with llama.cpp's llama-quantize")
         offset = c.u64(f"the data offset of tensor {name!r}")
         shape = tuple(reversed(ne))
         n = 1

@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 
 from .. import dtypes
+from ..limits import Meter
 from .formats import (
     FormatError,
     atomic_write,
@@ -61,14 +62,17 @@ def read(src) -> tuple[dict, dict]:
     """.npz -> ({name: Stored}, metadata)."""
     import tokenize  # numpy tokenizes .npy headers, and raises its errors on garbage
     where, size = describe(src), source_size(src)
-    arrays = {}
+    arrays, meter = {}, Meter(where, size)
     with open_zip(src) as z:
         try:
             for zinfo in z.infolist():
                 if not zinfo.filename.endswith(".npy"):
                     continue
+                name = zinfo.filename[:-4]
                 check_member_size(zinfo, size, where)
-                arrays[zinfo.filename[:-4]] = _read_npy(z, zinfo, where)
+                # one deflated entry listed many times in the directory decompresses once per listing
+                meter.take(zinfo.file_size, f"array {name!r}")
+                arrays[name] = _read_npy(z, zinfo, where)
         except zip_errors() + (SyntaxError, tokenize.TokenError) as e:  # the last two: a garbled .npy header
             if isinstance(e, FormatError):
                 raise

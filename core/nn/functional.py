@@ -13,6 +13,7 @@ from .. import dtypes as D
 from ..autograd import conv_transpose as _conv_transpose
 from ..ops_elementwise import (elu, gelu, hardsigmoid, hardswish, leaky_relu, logsigmoid, mish,  # noqa: F401
                                relu, relu6, sigmoid, silu, softplus, tanh)
+from .. import ops_indexing as I
 from ..ops_indexing import one_hot  # noqa: F401
 from ..ops_movement import stack
 from ..ops_reduce import log_softmax, softmax  # noqa: F401  (reductions, also Tensor methods)
@@ -133,7 +134,7 @@ def embedding(idx, weight, padding_idx=None):
     if idx.dtype.is_float:
         raise TypeError(f"ember: embedding indices must be integers, got {idx.dtype}")
     flat = idx.reshape(-1)
-    out = weight.index_select(0, flat)
+    out = I.index_select(weight, 0, flat, what="embedding")
     return out.reshape(*idx.shape, weight.shape[-1])
 
 
@@ -145,7 +146,7 @@ def _conv(x, weight, bias, stride, padding, dilation, groups, nd):
     if x.shape[1] != weight.shape[1] * groups:
         raise ValueError(f"ember: conv{nd}d: input has {x.shape[1]} channels, weight {weight.shape} with "
                          f"groups={groups} expects {weight.shape[1] * groups}")
-    if weight.shape[0] % groups:
+    if groups < 1 or weight.shape[0] % groups:
         raise ValueError(f"ember: conv{nd}d: out channels {weight.shape[0]} not divisible by groups {groups}")
     if x.dtype is not weight.dtype:
         raise TypeError(f"ember: conv{nd}d: input dtype {x.dtype} != weight dtype {weight.dtype}")
@@ -164,10 +165,25 @@ def _conv(x, weight, bias, stride, padding, dilation, groups, nd):
         else:
             raise ValueError(f"ember: unknown padding mode {padding!r}")
     padding = _tuple(padding, nd, "padding")
+    _check_conv_args(f"conv{nd}d", weight, bias, stride, padding, dilation)
     if bias is not None and bias.dtype is x.dtype and _fused(x, "conv_bias", weight, bias):
         return A.prim_fused("conv_bias", x, weight._data, bias._data, stride, padding, dilation, groups)
     y = A.prim_conv(x, weight, stride, padding, dilation, groups)
     return y + bias.reshape(1, -1, *([1] * nd)) if bias is not None else y
+
+
+def _check_conv_args(what, weight, bias, stride, padding, dilation, output_padding=None, out_channels=None):
+    """torch's checks, before any backend divides by a stride or pads by a negative amount."""
+    for name, v, least in (("stride", stride, 1), ("dilation", dilation, 1), ("padding", padding, 0)):
+        if any(i < least for i in v):
+            raise ValueError(f"ember: {what}: {name} {v} must be {'positive' if least else 'non-negative'}")
+    if output_padding is not None and any(op < 0 or op >= max(s, d) for op, s, d in zip(output_padding, stride, dilation)):
+        raise ValueError(f"ember: {what}: output_padding {output_padding} must be non-negative and smaller than "
+                         f"the stride {stride} or the dilation {dilation}")
+    n_out = weight.shape[0] if out_channels is None else out_channels
+    if bias is not None and tuple(bias.shape) != (n_out,):
+        raise ValueError(f"ember: {what}: weight of shape {tuple(weight.shape)} expects a bias of shape ({n_out},), "
+                         f"got {tuple(bias.shape)}")
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -183,6 +199,11 @@ def _conv_t(x, weight, bias, stride, padding, output_padding, groups, dilation, 
         raise ValueError(f"ember: conv_transpose{nd}d: input {x.shape} does not match weight {weight.shape}")
     stride, padding = _tuple(stride, nd, "stride"), _tuple(padding, nd, "padding")
     output_padding, dilation = _tuple(output_padding, nd, "output_padding"), _tuple(dilation, nd, "dilation")
+    if groups < 1 or weight.shape[0] % groups:
+        raise ValueError(f"ember: conv_transpose{nd}d: groups={groups} must be positive and divide the "
+                         f"{weight.shape[0]} input channels")
+    _check_conv_args(f"conv_transpose{nd}d", weight, bias, stride, padding, dilation, output_padding,
+                     weight.shape[1] * groups)
     y = _conv_transpose(x, weight, stride, padding, output_padding, dilation, groups)
     return y + bias.reshape(1, -1, *([1] * nd)) if bias is not None else y
 

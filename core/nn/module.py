@@ -53,12 +53,19 @@ def check_state_dict(expected: dict, state_dict, strict=True, source=None, owner
     StateDictError listing every problem (shape mismatches always, missing/unexpected keys when strict).
     Returns (missing, unexpected). The one strict check: Module.load_state_dict and the model loaders
     that check names before mapping them (models/llama/names.py) both call it."""
+    where = f" from {source}" if source is not None else ""
+    if not hasattr(state_dict, "keys") or not hasattr(state_dict, "__getitem__"):
+        raise StateDictError(f"ember: state dict{where} for {owner} is a {type(state_dict).__name__}, not a mapping "
+                             "of names to tensors", [], [], [], source, owner)
+    for k in expected:
+        if k in state_dict and getattr(state_dict[k], "shape", None) is None:
+            raise StateDictError(f"ember: state dict{where}: {k!r} is a {type(state_dict[k]).__name__}, not a tensor "
+                                 f"(loading into {owner})", [], [], [], source, owner)
     missing = [k for k in expected if k not in state_dict]
     unexpected = [k for k in state_dict if k not in expected]
     mismatched = [(k, tuple(expected[k]), tuple(state_dict[k].shape)) for k in expected
                   if k in state_dict and tuple(state_dict[k].shape) != tuple(expected[k])]
     if mismatched or (strict and (missing or unexpected)):
-        where = f" from {source}" if source is not None else ""
         lines = [f"ember: error loading state dict{where} into {owner}:"]
         more = lambda keys: f"{', '.join(keys[:SHOW_KEYS])}{' ...' if len(keys) > SHOW_KEYS else ''}"
         if missing:
