@@ -6,6 +6,8 @@ import importlib
 import os
 import sys
 
+from .errors import EmberError
+
 # name -> (module providing add_parser(subparsers) and main(args), one-line help)
 COMMANDS = {
     "info": ("ember.cli", "version, numpy, BLAS and the devices that work here"),
@@ -64,22 +66,85 @@ def main_info(args=None):
     return 1 if broken else 0
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a bad value is a usage error (exit 2) before any model loads."""
+# argparse types: a bad value is a usage error (exit 2) before any model loads
+
+def _number(text: str, cast, what: str):
     try:
-        v = int(text)
+        v = cast(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    v = _number(text, int, "a positive integer")
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
     return v
 
 
+def non_negative_int(text: str) -> int:
+    v = _number(text, int, "an integer >= 0")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {v}")
+    return v
+
+
+def non_negative_float(text: str) -> float:
+    v = _number(text, float, "a number >= 0")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {v}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    v = _number(text, float, "a number > 0")
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {v}")
+    return v
+
+
+def unit_interval(text: str) -> float:
+    v = _number(text, float, "a number between 0 and 1")
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {v}")
+    return v
+
+
 def existing_file(text: str) -> str:
-    """An argparse type: an input file that is missing fails (exit 2) before the model is loaded."""
+    """An input file that is missing fails before the model is loaded."""
     if not os.path.isfile(text):
         raise argparse.ArgumentTypeError(f"no such file: {text}")
     return text
+
+
+def existing_folder(text: str) -> str:
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"no such folder: {text}")
+    return text
+
+
+def writable_file(text: str) -> str:
+    """An output file whose folder exists, so a long run does not fail only when it writes."""
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: folder {folder} does not exist")
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: it is a folder")
+    return text
+
+
+def add_sampling_arguments(p, max_new_tokens: int, temperature: float, top_p: float):
+    """The generation flags `ember llama` and `ember generate` share."""
+    p.add_argument("-n", "--max-new-tokens", type=positive_int, default=max_new_tokens,
+                   help="at most this many new tokens (also capped by the model's context length)")
+    p.add_argument("--temperature", type=non_negative_float, default=temperature, help="0 = greedy")
+    p.add_argument("--top-k", type=non_negative_int, default=0, help="0 = off")
+    p.add_argument("--top-p", type=unit_interval, default=top_p)
+    p.add_argument("--repetition-penalty", type=positive_float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
 
 
 def build_parser(argv):
@@ -118,8 +183,8 @@ def main(argv=None):
         return func(args) or 0
     except KeyboardInterrupt:
         return 130
-    except (ValueError, TypeError, OSError, RuntimeError, KeyError) as e:
-        msg = str(e) if str(e).startswith("ember") else f"ember: {e}"
+    except (EmberError, ValueError, TypeError, OSError, RuntimeError, KeyError, MemoryError) as e:
+        msg = str(e) if str(e).startswith("ember") else f"ember: {type(e).__name__}: {e}"
         print(msg, file=sys.stderr)
         return 1
 

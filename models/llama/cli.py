@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ...cli import positive_int
+from ...cli import add_sampling_arguments
 
 
 def add_parser(sub):
@@ -12,12 +12,7 @@ def add_parser(sub):
     p.add_argument("prompt")
     p.add_argument("--model", default=None, help="folder, .bin, .gguf, URL or hub id (default: the shipped demo model)")
     p.add_argument("--tokenizer", default=None, help="tokenizer.json / tokenizer.bin when not beside the model")
-    p.add_argument("-n", "--max-new-tokens", type=positive_int, default=128)
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    add_sampling_arguments(p, max_new_tokens=128, temperature=0.8, top_p=0.9)
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the Llama-2 chat format")
     p.add_argument("--system", default=None, help="system message for --chat")
     p.add_argument("--device", default="cpu", help="cpu | webgpu | cuda")
@@ -49,6 +44,13 @@ def print_generation(model, tok, prompt: str, prompt_ids: list[int], args) -> in
     """Generate from `prompt_ids` with the sampling flags in `args`, streaming text to stdout (or one JSON
     object with --json); shared by `ember llama` and `ember generate`."""
     from .generate import SamplingParams, TextStream, generate
+    room = model.config.max_seq_len - len(prompt_ids)
+    if room < 1:
+        raise ValueError(f"ember: the prompt has {len(prompt_ids)} tokens, which fills the model's context of "
+                         f"{model.config.max_seq_len} positions")
+    if args.max_new_tokens > room:
+        print(f"ember: -n {args.max_new_tokens} is capped at {room} new tokens: the model's context is "
+              f"{model.config.max_seq_len} positions and the prompt takes {len(prompt_ids)}", file=sys.stderr)
     params = SamplingParams(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
     text = TextStream(generate(model, prompt_ids, args.max_new_tokens, params, tok.eos_ids), tok)
     pieces = []

