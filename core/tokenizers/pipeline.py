@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from . import validate as V
 from .added_tokens import AddedVocabulary
 from .bpe import build_bpe
 from .decoders import build_decoder
@@ -50,23 +51,24 @@ class PythonTokenizer:
         if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
             raise TokenizerError(f"{source}: not a tokenizer.json (no \"model\" object)")
         kind = _model_type(config["model"])
-        if kind not in _MODELS:
+        if not isinstance(kind, str) or kind not in _MODELS:
             raise TokenizerError(f"{source} model: unsupported type {kind!r} "
-                                 f"(ember supports {', '.join(_MODELS)})")
+                                 f"(ember supports {', '.join(_MODELS)})"[:300])
         try:
             self.model = _MODELS[kind](config["model"])
         except (KeyError, TypeError, AttributeError) as exc:
-            raise TokenizerError(f"{source} model ({kind}): missing or bad field {exc}") from None
-        self.normalizer = build_normalizer(config.get("normalizer"))
-        self.pre_tokenizer = build_pre_tokenizer(config.get("pre_tokenizer"))
-        self.post_processor = build_processor(config.get("post_processor"))
-        self.decoder = build_decoder(config.get("decoder"))
+            raise TokenizerError(f"{source} model ({kind}): missing or bad field {exc}"[:300]) from None
+        self.normalizer = V.build(source, "normalizer", build_normalizer, config.get("normalizer"))
+        self.pre_tokenizer = V.build(source, "pre_tokenizer", build_pre_tokenizer, config.get("pre_tokenizer"))
+        self.post_processor = V.build(source, "post_processor", build_processor, config.get("post_processor"))
+        self.decoder = V.build(source, "decoder", build_decoder, config.get("decoder"))
         added = config.get("added_tokens") or []
         if not isinstance(added, list):
             raise TokenizerError(f"{source} added_tokens: expected a list")
-        self.added = AddedVocabulary(added, self.model, self.normalizer)
-        self.truncation = config.get("truncation")
-        self.padding = config.get("padding")
+        self.added = V.build(source, "added_tokens", AddedVocabulary, added, self.model, self.normalizer)
+        self.truncation = V.check_truncation(config.get("truncation"), source)
+        self.padding = V.check_padding(config.get("padding"), source)
+        V.probe(self, source)
 
     @classmethod
     def from_str(cls, text: str, source: str = "tokenizer.json") -> PythonTokenizer:
@@ -74,6 +76,8 @@ class PythonTokenizer:
             config = json.loads(text, parse_float=serde_json_float)
         except json.JSONDecodeError as exc:
             raise TokenizerError(f"{source}: malformed JSON ({exc})") from None
+        except RecursionError:  # json recurses once per nesting level
+            raise TokenizerError(f"{source}: JSON nested too deeply") from None
         return cls(config, source)
 
     # ------------------------------------------------------------------ encode
@@ -176,9 +180,9 @@ class PythonTokenizer:
 
     def enable_truncation(self, max_length: int, stride: int = 0, strategy: str = "longest_first",
                           direction: str = "right") -> None:
-        self.truncation = {"max_length": max_length, "stride": stride,
-                           "strategy": "".join(w.title() for w in strategy.split("_")),
-                           "direction": direction.title()}
+        self.truncation = V.check_truncation({"max_length": max_length, "stride": stride,
+                                              "strategy": "".join(w.title() for w in strategy.split("_")),
+                                              "direction": direction.title()}, "enable_truncation:")
 
     def no_truncation(self) -> None:
         self.truncation = None
@@ -186,10 +190,10 @@ class PythonTokenizer:
     def enable_padding(self, direction: str = "right", pad_id: int = 0, pad_type_id: int = 0,
                        pad_token: str = "[PAD]", length: int | None = None,
                        pad_to_multiple_of: int | None = None) -> None:
-        self.padding = {"strategy": "BatchLongest" if length is None else {"Fixed": length},
-                        "direction": direction.title(), "pad_id": pad_id,
-                        "pad_type_id": pad_type_id, "pad_token": pad_token,
-                        "pad_to_multiple_of": pad_to_multiple_of}
+        self.padding = V.check_padding({"strategy": "BatchLongest" if length is None else {"Fixed": length},
+                                        "direction": direction.title(), "pad_id": pad_id,
+                                        "pad_type_id": pad_type_id, "pad_token": pad_token,
+                                        "pad_to_multiple_of": pad_to_multiple_of}, "enable_padding:")
 
     def no_padding(self) -> None:
         self.padding = None

@@ -6,10 +6,13 @@ Both give the same ids, tokens and offsets; encodings expose .ids/.tokens/.offse
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 
 from .errors import TokenizerError
 from .pipeline import PythonTokenizer, check_text
+from .validate import check_for_native
 
 BACKENDS = ("auto", "native", "python")
 
@@ -24,6 +27,19 @@ def _native_module(required: bool):
                                  "for ember's own runtime") from None
         return None
     return tokenizers
+
+
+@contextlib.contextmanager
+def _as_tokenizer_error(source: str, what: str):
+    """The errors of both runtimes as TokenizerError: the Rust side raises bare Exceptions and, on a panic,
+    pyo3's PanicException, which derives from BaseException; the Python runtime's own bugs on a file its
+    load-time checks let through would be TypeErrors and the like."""
+    try:
+        yield
+    except (TokenizerError, KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        raise TokenizerError(f"{source}: {what} failed ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
 class DecodeStream:
@@ -56,8 +72,8 @@ class DecodeStream:
 class Tokenizer:
     """`from_file`/`from_str` then `encode`, `encode_batch`, `decode`, `decode_stream`, ..."""
 
-    def __init__(self, impl, backend: str):
-        self._impl, self.backend = impl, backend
+    def __init__(self, impl, backend: str, source: str = "tokenizer.json"):
+        self._impl, self.backend, self.source = impl, backend, source
 
     @classmethod
     def from_str(cls, json_text: str, backend: str = "auto",
@@ -66,11 +82,14 @@ class Tokenizer:
             raise TokenizerError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
         native = _native_module(required=backend == "native") if backend != "python" else None
         if native is None:
-            return cls(PythonTokenizer.from_str(json_text, source), "python")
+            return cls(PythonTokenizer.from_str(json_text, source), "python", source)
         try:
-            return cls(native.Tokenizer.from_str(json_text), "native")
-        except Exception as exc:  # the Rust side raises a bare Exception
-            raise TokenizerError(f"{source}: tokenizers could not load it ({exc})") from None
+            config = json.loads(json_text)
+        except (ValueError, RecursionError) as exc:
+            raise TokenizerError(f"{source}: malformed JSON ({str(exc)[:200]})") from None
+        check_for_native(config, source)
+        with _as_tokenizer_error(source, "load"):
+            return cls(native.Tokenizer.from_str(json_text), "native", source)
 
     @classmethod
     def from_file(cls, path, backend: str = "auto") -> Tokenizer:
@@ -99,7 +118,8 @@ class Tokenizer:
             check_text(sequence, "sequence")
             if pair is not None:
                 check_text(pair, "pair")
-        return self._impl.encode(sequence, pair, add_special_tokens=add_special_tokens)
+        with _as_tokenizer_error(self.source, "encode"):
+            return self._impl.encode(sequence, pair, add_special_tokens=add_special_tokens)
 
     def encode_batch(self, inputs, add_special_tokens: bool = True) -> list:
         inputs = list(inputs)
@@ -107,7 +127,8 @@ class Tokenizer:
             for item in inputs:
                 for text in (item if isinstance(item, (tuple, list)) else (item,)):
                     check_text(text, "batch item")
-        return self._impl.encode_batch(inputs, add_special_tokens=add_special_tokens)
+        with _as_tokenizer_error(self.source, "encode_batch"):
+            return self._impl.encode_batch(inputs, add_special_tokens=add_special_tokens)
 
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         ids = [int(i) for i in ids]
@@ -116,7 +137,8 @@ class Tokenizer:
             bad = [i for i in ids if i < 0 or self._impl.id_to_token(i) is None]
             if bad:
                 raise TokenizerError(f"decode: id {bad[0]} is out of range (vocabulary size {size})")
-        return self._impl.decode(ids, skip_special_tokens=skip_special_tokens)
+        with _as_tokenizer_error(self.source, "decode"):
+            return self._impl.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def decode_batch(self, sequences, skip_special_tokens: bool = True) -> list[str]:
         return [self.decode(ids, skip_special_tokens) for ids in sequences]

@@ -182,9 +182,92 @@ def translate(pattern: str) -> str:
     return "".join(out)
 
 
+_QUANTIFIER = re.compile(r"[*+?]|\{(\d*)(,?)(\d*)\}")
+
+
+def _quantifier_at(pattern: str, i: int):
+    """(end, repeats more than once, repeats a variable number of times) for a quantifier at i, or None."""
+    m = _QUANTIFIER.match(pattern, i)
+    if m is None or (m.group(0).startswith("{") and not (m.group(1) or m.group(3))):
+        return None
+    q = m.group(0)
+    if q in "*+":
+        lo, hi = (0 if q == "*" else 1), None
+    elif q == "?":
+        lo, hi = 0, 1
+    else:
+        lo = int(m.group(1) or 0)
+        hi = None if m.group(2) and not m.group(3) else int(m.group(3) or m.group(1))
+    end = m.end()
+    if end < len(pattern) and pattern[end] in "?+":  # lazy / possessive modifiers
+        end += 1
+    return end, hi is None or hi > 1, hi is None or hi != lo
+
+
+def nested_quantifier(pattern: str) -> str | None:
+    """The first group that repeats something which itself repeats a variable number of times, such as
+    `(a+)+` or `(?:x*y?)*`, or None. Those make a backtracking engine (Python's re, Oniguruma) take time
+    exponential in the text length on a near miss, so ember refuses them when a tokenizer is loaded.
+    Real pre-tokenizer patterns (GPT-2, Llama 3, Qwen, o200k ...) have none."""
+    stack = [[0, False]]  # per open group: start index, holds a variable quantifier
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            if not in_class:
+                q = _quantifier_at(pattern, i)
+                if q:
+                    stack[-1][1] |= q[2]
+                    i = q[0]
+            continue
+        if in_class:
+            in_class = c != "]"
+            i += 1
+            if not in_class:
+                q = _quantifier_at(pattern, i)
+                if q:
+                    stack[-1][1] |= q[2]
+                    i = q[0]
+            continue
+        if c == "[":
+            in_class, i = True, i + 1
+            i += pattern.startswith("^", i)
+            i += pattern.startswith("]", i)  # a literal ']' first in the class
+            continue
+        if c == "(":
+            stack.append([i, False])
+            i += 1
+            continue
+        if c == ")" and len(stack) > 1:
+            start, inner = stack.pop()
+            q = _quantifier_at(pattern, i + 1)
+            if q and inner and q[1]:
+                return pattern[start:q[0]]
+            stack[-1][1] |= inner or bool(q and q[2])
+            i = q[0] if q else i + 1
+            continue
+        q = _quantifier_at(pattern, i + 1)
+        if q:
+            stack[-1][1] |= q[2]
+            i = q[0]
+            continue
+        i += 1
+    return None
+
+
 @functools.cache
 def compile_onig(pattern: str) -> re.Pattern:
+    from ..limits import budget
+    if len(pattern) > budget.max_regex_chars:
+        from ..errors import LimitError
+        raise LimitError("tokenizer.json", f"regex {pattern[:40]!r}...: length", len(pattern),
+                         budget.max_regex_chars, "max_regex_chars", " characters")
+    bad = nested_quantifier(pattern)
+    if bad is not None:
+        raise TokenizerError(f"regex {pattern!r}: the group {bad!r} repeats a repetition (a nested quantifier), "
+                             "which can take exponential time on some texts; ember refuses such patterns")
     try:
         return re.compile(translate(pattern))
-    except re.error as exc:
+    except (re.error, RecursionError, OverflowError) as exc:
         raise TokenizerError(f"regex {pattern!r}: cannot be compiled for Python's re ({exc})") from None
