@@ -132,6 +132,24 @@ def check_member_size(zinfo, archive_size: int, where: str):
                           f"more than the archive can hold")
 
 
+def read_json_object(path) -> dict:
+    """A config file (config.json, index files) as a dict; anything else is a FormatError naming the file."""
+    import json
+    where = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            obj = json.loads(f.read().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise FormatError(f"ember: {where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise FormatError(f"ember: {where}: malformed JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise FormatError(f"ember: {where}: JSON nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise FormatError(f"ember: {where}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
 # ---------------------------------------------------------------- Tensor hand-off
 
 def contiguous(a: np.ndarray, dtype=None) -> np.ndarray:

@@ -42,6 +42,8 @@ def _read_npy(z, zinfo, where):
             warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
             read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
             shape, fortran, dt = read_header(f)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise FormatError(f"ember: {where}: array {name!r} has shape {shape!r}, not a tuple of sizes")
         if dt.hasobject or dt.itemsize == 0 or dt.fields is not None:
             raise FormatError(f"ember: {where}: array {name!r} has dtype {dt}, which is not a plain numeric dtype")
         count = 1

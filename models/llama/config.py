@@ -55,6 +55,8 @@ class LlamaConfig:
         if self.head_dim % 2:
             raise LlamaConfigError(f"ember: llama config head_dim={self.head_dim} must be even for rotary embeddings")
         if self.rope_scaling is not None:
+            if not isinstance(self.rope_scaling, dict):
+                raise LlamaConfigError(f"ember: llama config rope_scaling must be an object, got {self.rope_scaling!r}")
             kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
             if kind not in ("llama3", "linear", "default"):
                 raise LlamaConfigError(f"ember: llama rope_scaling type {kind!r} is not supported (llama3, linear)")
@@ -108,6 +110,10 @@ class LlamaConfig:
                        eos_token_ids=list(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos]))
         except KeyError as e:
             raise LlamaConfigError(f"ember: llama config.json lacks the field {e.args[0]!r}") from None
+        except (TypeError, ValueError, OverflowError) as e:  # e.g. "rope_theta": [1], "eos_token_id": {}
+            if isinstance(e, LlamaConfigError):
+                raise
+            raise LlamaConfigError(f"ember: llama config.json holds a value of the wrong type ({e})") from None
 
     def check_weights(self, shapes: dict, where: str):
         """Refuse a config that sizes a model far bigger than the weights file (name -> shape) before the model

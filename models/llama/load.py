@@ -14,6 +14,7 @@ import json
 import os
 
 import ember
+from ember.io.formats import read_json_object
 
 from . import names
 from .config import LlamaConfig
@@ -57,8 +58,7 @@ def load_llama(src: str | None = None, device=None, tokenizer: str | None = None
 
 def load_hf(source, tokenizer: str | None = None) -> tuple[Llama, LlamaTokenizer]:
     """A Hugging Face folder (an ember.hub.Source): config.json, model.safetensors or shards + index, tokenizer.json."""
-    with open(source.path("config.json"), encoding="utf-8") as f:
-        config = LlamaConfig.from_hf(json.load(f))
+    config = LlamaConfig.from_hf(read_json_object(source.path("config.json")))
     index = source.path("model.safetensors.index.json", required=False)
     if index is not None:
         with open(index, encoding="utf-8") as f:
