@@ -214,8 +214,8 @@ def run_format(fmt: str, base_for_format: dict, n: int, tmp_path: Path, out_dir:
         if current is not None and rc != 0:  # died inside an input: a crash (a signal, or the C stack)
             counts["crash"] += 1
             found.append((current, "crash", f"exit {rc}: {p.stderr.read()[-300:]}"))
-        elif current is None and rc != 0 and i == 0 and sum(counts.values()) == 0:
-            raise RuntimeError(f"fuzz worker for {fmt} failed to start: {p.stderr.read()[-2000:]}")
+        elif rc != 0:  # the worker itself failed between inputs: a bug in the harness, not a finding
+            raise RuntimeError(f"fuzz worker for {fmt} failed (exit {rc}): {p.stderr.read()[-3000:]}")
         p.stderr.close()
         p.stdout.close()
         i = (current + 1) if current is not None else end

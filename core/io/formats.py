@@ -232,7 +232,9 @@ def atomic_write(path):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(e, OSError) and e.filename == tmp:  # name what the caller asked for, not the temp file
-            raise type(e)(e.errno, f"ember: cannot save {path}: {e.strerror}") from None
+            err = type(e)(f"ember: cannot save {path}: {e.strerror}")
+            err.errno = e.errno
+            raise err from None
         raise
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 SPECIAL_BYTES = [0, 1, 0x7F, 0x80, 0xFF, ord("{"), ord('"'), ord("9"), ord("-"), ord("["), ord("]")]
 HOSTILE_VALUES = [None, True, False, 0, -1, 1, 2 ** 31, 2 ** 63, -(2 ** 63), 10 ** 9, 1e308, -0.5, 1.5, "", "x",
@@ -56,11 +57,8 @@ def mutate_json(rng, obj):
             parent[key] = rng.choice(HOSTILE_VALUES)
         elif kind < 0.7 and isinstance(parent, dict):
             del parent[key]
-        elif kind < 0.8:
-            v = parent[key]
-            for _ in range(rng.choice([50, 800])):  # deep nesting
-                v = [v]
-            parent[key] = v
+        elif kind < 0.8:  # deep nesting, spliced in as text by dumps (json.dumps itself would recurse)
+            parent[key] = f"{DEEP}{rng.choice([50, 2000, 100_000])}"
         elif kind < 0.9 and isinstance(parent[key], (int, float)) and not isinstance(parent[key], bool):
             parent[key] = parent[key] * rng.choice([-1, 10 ** 6, 2 ** 40]) + rng.choice([0, 1, -1])
         elif isinstance(parent[key], str):
@@ -70,8 +68,17 @@ def mutate_json(rng, obj):
     return obj
 
 
+DEEP = "\x00deep:"
+_DEEP = re.compile(r'"\\u0000deep:(\d+)"')
+
+
+def dumps(obj) -> bytes:
+    """json.dumps, with each DEEP marker replaced by that many nested lists."""
+    return _DEEP.sub(lambda m: "[" * int(m.group(1)) + "]" * int(m.group(1)), json.dumps(obj)).encode()
+
+
 def json_bytes(rng, obj) -> bytes:
     """Structure-aware most of the time, raw byte damage of the serialised text otherwise."""
     if rng.random() < 0.7:
-        return json.dumps(mutate_json(rng, obj)).encode()
+        return dumps(mutate_json(rng, obj))
     return mutate_bytes(rng, json.dumps(obj).encode())

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from formats import FORMATS  # noqa: E402
 
-TIME_LIMIT_S = float(os.environ.get("FUZZ_TIME_LIMIT_S", "5"))
+TIME_LIMIT_S = float(os.environ.get("FUZZ_TIME_LIMIT_S", "10"))
 MEMORY_CAP = int(os.environ.get("FUZZ_MEMORY_CAP", str(1536 << 20)))  # above what the worker holds at start
 
 

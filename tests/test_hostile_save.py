@@ -1,0 +1,101 @@
+"""Saving (issue #17): a save replaces the file only once written, keeps the old file's mode and owner,
+writes through a symlink to its target, removes temp files a killed save left behind, and names the real
+destination when it fails. Every format's save goes through one atomic_write."""
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import ember
+
+FORMATS = [".safetensors", ".npz", ".pt", ".gguf"]
+T = {"w": ember.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))}
+
+
+def _same(path):
+    np.testing.assert_array_equal(ember.load(path)["w"].numpy(), T["w"].numpy())
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_resave_keeps_the_mode(ext, tmp_path):
+    p = tmp_path / f"m{ext}"
+    ember.save(T, p)
+    os.chmod(p, 0o600)
+    ember.save(T, p)
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
+    _same(p)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="only root can give files away")
+def test_resave_keeps_the_owner_when_root(tmp_path):
+    p = tmp_path / "m.safetensors"
+    ember.save(T, p)
+    os.chown(p, 12345, 23456)
+    ember.save(T, p)
+    assert (os.stat(p).st_uid, os.stat(p).st_gid) == (12345, 23456)
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_save_through_a_symlink_writes_its_target(ext, tmp_path):
+    target = tmp_path / "store" / f"real{ext}"
+    target.parent.mkdir()
+    ember.save({"w": ember.zeros(1)}, target)
+    link = tmp_path / f"link{ext}"
+    link.symlink_to(target)
+    ember.save(T, link)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    _same(target)
+
+
+def test_a_killed_save_leaves_nothing_behind_the_next_save(tmp_path):
+    p = tmp_path / "m.safetensors"
+    code = textwrap.dedent(f"""
+        import os, signal, ember
+        from ember.io.formats import atomic_write
+        with atomic_write({str(p)!r}) as f:
+            f.write(b"partial")
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False)
+    assert r.returncode == -signal.SIGKILL
+    orphans = [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    assert len(orphans) == 1 and orphans[0].startswith("m.safetensors.")  # what SIGKILL leaves (no cleanup runs)
+    ember.save(T, p)
+    assert sorted(os.listdir(tmp_path)) == ["m.safetensors"]
+    _same(p)
+
+
+def test_a_live_saves_temp_file_is_left_alone(tmp_path):
+    p = tmp_path / "m.safetensors"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        busy = tmp_path / f"m.safetensors.{other.pid}.tmp"  # another process's save in progress
+        busy.write_bytes(b"x")
+        ember.save(T, p)
+        assert busy.exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_save_into_a_missing_folder_names_the_destination(ext, tmp_path):
+    p = tmp_path / "nope" / f"m{ext}"
+    with pytest.raises(FileNotFoundError) as e:
+        ember.save(T, p)
+    assert str(p) in str(e.value) and ".tmp" not in str(e.value)
+
+
+def test_a_failed_write_keeps_the_old_file_and_names_the_destination(tmp_path):
+    p = tmp_path / "m.safetensors"
+    ember.save(T, p)
+    (tmp_path / f"m.safetensors.{os.getpid()}.tmp").mkdir()  # the temp file cannot be created, even by root
+    with pytest.raises(OSError) as e:
+        ember.save({"w": ember.zeros(1)}, p)
+    assert str(e.value).startswith(f"ember: cannot save {p}") and ".tmp" not in str(e.value)
+    _same(p)
