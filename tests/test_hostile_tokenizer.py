@@ -62,7 +62,8 @@ CATASTROPHIC = {"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Is
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_nested_quantifier_regex_is_refused_at_load(backend):
-    # the pattern takes seconds on 26 a's and a '!' in Python's re (doubling per character) and in Oniguruma
+    # the pattern takes seconds on 26 a's and a '!' in Python's re (doubling per character) and in Oniguruma;
+    # (a|a)*$ (found by the fuzzer) took 50 s on the same text
     with pytest.raises(TokenizerError, match=re.escape("regex '(a+)+$': the group '(a+)+' repeats a repetition")):
         Tokenizer.from_str(config(pre_tokenizer=CATASTROPHIC), backend=backend)
 
@@ -75,7 +76,8 @@ def test_nested_quantifier_regex_is_refused_at_load(backend):
     (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
      None),  # Llama 3
     (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?", None),
-    ("(\\s+)?x", None), ("(ab){2}+", None), (r"(a\+)+", None), ("[(]a+[)]+", None), ("(a|b)*", None),
+    ("(a|a)*$", "(a|a)*"), ("(?:\\r\\n|\\n)+", "(?:\\r\\n|\\n)+"),
+    ("(\\s+)?x", None), ("(ab){2}+", None), (r"(a\+)+", None), ("[(]a+[)]+", None), ("(?:'s|'t)?x", None),
 ])
 def test_nested_quantifier_detection(pattern, group):
     assert nested_quantifier(pattern) == group

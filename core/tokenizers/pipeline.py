@@ -56,8 +56,11 @@ class PythonTokenizer:
                                  f"(ember supports {', '.join(_MODELS)})"[:300])
         try:
             self.model = _MODELS[kind](config["model"])
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise TokenizerError(f"{source} model ({kind}): missing or bad field {exc}"[:300]) from None
+        except V.RUNTIME_ERRORS as exc:
+            if isinstance(exc, TokenizerError):
+                raise
+            raise TokenizerError(f"{source} model ({kind}): missing or bad field ({type(exc).__name__}: "
+                                 f"{str(exc)[:200]})") from None
         self.normalizer = V.build(source, "normalizer", build_normalizer, config.get("normalizer"))
         self.pre_tokenizer = V.build(source, "pre_tokenizer", build_pre_tokenizer, config.get("pre_tokenizer"))
         self.post_processor = V.build(source, "post_processor", build_processor, config.get("post_processor"))

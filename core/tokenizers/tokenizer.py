@@ -36,9 +36,11 @@ def _as_tokenizer_error(source: str, what: str):
     load-time checks let through would be TypeErrors and the like."""
     try:
         yield
-    except (TokenizerError, KeyboardInterrupt, SystemExit, GeneratorExit):
+    except TokenizerError:
         raise
     except BaseException as exc:
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise  # KeyboardInterrupt, SystemExit, a caller's timeout: not the tokenizer's to report
         raise TokenizerError(f"{source}: {what} failed ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 

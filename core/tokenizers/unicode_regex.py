@@ -205,11 +205,12 @@ def _quantifier_at(pattern: str, i: int):
 
 
 def nested_quantifier(pattern: str) -> str | None:
-    """The first group that repeats something which itself repeats a variable number of times, such as
-    `(a+)+` or `(?:x*y?)*`, or None. Those make a backtracking engine (Python's re, Oniguruma) take time
-    exponential in the text length on a near miss, so ember refuses them when a tokenizer is loaded.
-    Real pre-tokenizer patterns (GPT-2, Llama 3, Qwen, o200k ...) have none."""
-    stack = [[0, False]]  # per open group: start index, holds a variable quantifier
+    """The first group that is repeated (more than once) and holds a variable repetition or an alternation,
+    such as `(a+)+`, `(?:x*y?)*` or `(a|a)*`, or None. Those let a backtracking engine (Python's re,
+    Oniguruma) split a text in exponentially many ways, so a near miss takes time exponential in its length;
+    ember refuses them when a tokenizer is loaded (a static check works in Pyodide and in threads, where a
+    time limit could not). Real pre-tokenizer patterns (GPT-2, Llama 3, Qwen, o200k ...) have none."""
+    stack = [[0, False]]  # per open group: start index, holds a variable quantifier or an alternation
     i, in_class = 0, False
     while i < len(pattern):
         c = pattern[i]
@@ -237,6 +238,10 @@ def nested_quantifier(pattern: str) -> str | None:
             continue
         if c == "(":
             stack.append([i, False])
+            i += 1
+            continue
+        if c == "|":
+            stack[-1][1] = True
             i += 1
             continue
         if c == ")" and len(stack) > 1:

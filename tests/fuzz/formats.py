@@ -150,7 +150,7 @@ def gen_pt(rng, base):
         pkl = b"\x80\x02}(" + b"".join(_str(f"t{i}") + t for i in range(many)) + b"u."
         return _pt_with_pickle(pkl, {"0": b"\0" * (4 * n)})
     if kind < 0.35:  # deep nesting: tuples/lists/dicts, as a value, a dict key or a set member
-        depth = rng.choice([100, 1000, 10 ** 4, 10 ** 5] * 3 + [10 ** 6])  # 1e6: the SIGSEGV
+        depth = rng.choice([100, 1000, 10 ** 4, 10 ** 5] * 8 + [10 ** 6])  # 1e6: the SIGSEGV
         body = rng.choice([b"]" * depth + b"a" * (depth - 1),       # lists in lists (EMPTY_LIST, APPEND)
                            b")" + b"\x85" * depth,                   # tuples in tuples (TUPLE1)
                            b"}" + b")" + b"\x85" * depth + b"K\x01s",  # a deep tuple as a dict key
