@@ -202,6 +202,9 @@ def run_format(fmt: str, base_for_format: dict, n: int, tmp_path: Path, out_dir:
             if not line:
                 break
             kind, case, *rest = line.rstrip("\n").split(" ", 2)
+            if kind == "peak":
+                counts["peak_rss_mib"] = max(counts.get("peak_rss_mib", 0), int(case) // 1024)
+                continue
             if kind == "case":
                 current = int(case)
             else:
@@ -242,6 +245,16 @@ def test_fuzz(fmt, base, tmp_path):
     bad = [f for f in counts["found"]]
     assert not bad, f"{fmt}: {len(bad)} inputs ended otherwise than a load or an ember error " \
                     f"(saved in {found_dir}):\n" + "\n".join(f"  case {c}: {o} {d}" for c, o, d in bad[:20])
+
+
+def test_the_harness_tells_every_outcome_apart(tmp_path, monkeypatch):
+    """A loader that allocates past the cap, spins, segfaults or raises a raw error is caught as such."""
+    monkeypatch.setenv("FUZZ_TIME_LIMIT_S", "1")
+    cases = [b"ok", b"ember", b"other", b"memory", b"hang", b"crash"]
+    counts = run_format("selftest", {"files": cases, "valid": b"ok"}, len(cases), tmp_path, "-")
+    assert {k: counts[k] for k in ("ok", "ember", "other", "memory", "hang", "crash")} == dict.fromkeys(
+        ("ok", "ember", "other", "memory", "hang", "crash"), 1), counts
+    assert [c for c, _, _ in counts["found"]] == [2, 3, 4, 5]
 
 
 def test_fuzz_regressions(base, tmp_path):

@@ -301,7 +301,31 @@ def gen_image(rng, base):
     return mutate_bytes(rng, rng.choice([base["image.png"], base["image.jpg"]]), lo=rng.choice([0, 8, 16]))
 
 
+def load_selftest(raw):
+    """The harness's own check: one input per outcome it must tell apart."""
+    import signal
+
+    import numpy as np
+    from ember.errors import FormatError
+    if raw == b"ember":
+        raise FormatError("ember: refused")
+    if raw == b"other":
+        raise TypeError("a raw error")
+    if raw == b"memory":
+        return np.ones(8 << 30, np.uint8)  # past the address-space cap
+    if raw == b"hang":
+        while True:
+            pass
+    if raw == b"crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def gen_selftest(rng, base):
+    return base["cases"][rng.randrange(len(base["cases"]))]
+
+
 FORMATS = {  # name -> (loader, generator)
+    "selftest": (load_selftest, gen_selftest),
     "safetensors": (load_safetensors, gen_safetensors),
     "gguf": (load_gguf, gen_gguf),
     "npz": (load_npz, gen_npz),

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from formats import FORMATS  # noqa: E402
 
 TIME_LIMIT_S = float(os.environ.get("FUZZ_TIME_LIMIT_S", "10"))
-MEMORY_CAP = int(os.environ.get("FUZZ_MEMORY_CAP", str(1536 << 20)))  # above what the worker holds at start
+MEMORY_CAP = int(os.environ.get("FUZZ_MEMORY_CAP", str(1 << 30)))  # above what the worker holds at start
 
 
 class Hang(BaseException):  # not an Exception: the code under test must not be able to swallow it
@@ -74,6 +74,7 @@ def main():
             with open(os.path.join(out_dir, f"{fmt}-{i}.bin"), "wb") as f:
                 f.write(raw)
         print(f"done {i} {outcome} {detail[:400]!r}", flush=True)
+    print(f"peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)  # KiB, this worker's maximum
 
 
 if __name__ == "__main__":
