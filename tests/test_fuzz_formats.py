@@ -186,9 +186,9 @@ def run_format(fmt: str, base_for_format: dict, n: int, tmp_path: Path, out_dir:
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     while i < n:
         count = min(CHUNK, n - i)
+        err = open(tmp_path / f"{fmt}.stderr", "w+")  # a file, not a pipe nobody reads until the end
         p = subprocess.Popen([sys.executable, str(HERE / "worker.py"), fmt, str(i), str(count), str(SEED),
-                              str(base_file), out_dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=env)
+                              str(base_file), out_dir], stdout=subprocess.PIPE, stderr=err, text=True, env=env)
         current, end = None, i + count
         while True:
             ready, _, _ = select.select([p.stdout], [], [], STALL_S)
@@ -216,14 +216,19 @@ def run_format(fmt: str, base_for_format: dict, n: int, tmp_path: Path, out_dir:
         rc = p.wait()
         if current is not None and rc != 0:  # died inside an input: a crash (a signal, or the C stack)
             counts["crash"] += 1
-            found.append((current, "crash", f"exit {rc}: {p.stderr.read()[-300:]}"))
+            found.append((current, "crash", f"exit {rc}: {_tail(err, 300)}"))
         elif rc != 0:  # the worker itself failed between inputs: a bug in the harness, not a finding
-            raise RuntimeError(f"fuzz worker for {fmt} failed (exit {rc}): {p.stderr.read()[-3000:]}")
-        p.stderr.close()
+            raise RuntimeError(f"fuzz worker for {fmt} failed (exit {rc}): {_tail(err, 3000)}")
+        err.close()
         p.stdout.close()
         i = (current + 1) if current is not None else end
     counts["n"], counts["seconds"], counts["found"] = n, round(time.perf_counter() - t0, 1), found
     return counts
+
+
+def _tail(f, n: int) -> str:
+    f.seek(0)
+    return f.read()[-n:]
 
 
 FORMATS = ["safetensors", "gguf", "npz", "pt", "ct2", "onnx", "tokenizer", "tokenizer-native", "config", "wav", "image"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 FULL = os.environ.get("EMBER_SOAK") == "1"
-RUNS = {"llama": 1000 if FULL else 120, "whisper": 50 if FULL else 6, "yolo": 60 if FULL else 8}
+RUNS = {"llama": 1000 if FULL else 100, "whisper": 50 if FULL else 4, "yolo": 60 if FULL else 5}
 GROWTH_MIB = 24  # allowed growth from the end of warm-up to the last run
 
 

@@ -61,6 +61,7 @@ class PythonTokenizer:
                 raise
             raise TokenizerError(f"{source} model ({kind}): missing or bad field ({type(exc).__name__}: "
                                  f"{str(exc)[:200]})") from None
+        V.check_ids(self.model.vocab, source, "model.vocab")
         self.normalizer = V.build(source, "normalizer", build_normalizer, config.get("normalizer"))
         self.pre_tokenizer = V.build(source, "pre_tokenizer", build_pre_tokenizer, config.get("pre_tokenizer"))
         self.post_processor = V.build(source, "post_processor", build_processor, config.get("post_processor"))

@@ -67,6 +67,13 @@ def check_padding(spec, where: str):
     return spec
 
 
+def check_ids(vocab: dict, where: str, field: str):
+    """Every id in a token -> id map is a non-negative integer (a string id would surface at decode)."""
+    for token, tid in vocab.items():
+        if type(tid) is not int or tid < 0:
+            raise TokenizerError(f"{where} {field}: the id of {token!r} is {tid!r}, not a non-negative integer"[:300])
+
+
 def build(where: str, field: str, make, *args):
     """make(*args), with a runtime error from a malformed component reported as `where field`."""
     try:

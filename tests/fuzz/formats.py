@@ -26,7 +26,14 @@ def _u64_poke(rng, raw: bytes, end: int) -> bytes:
 # ---------------------------------------------------------------- weights files
 
 def load_safetensors(raw):
+    """From bytes, and every third input also from a file through a memory map (the lazy path)."""
     from ember.io import safetensors
+    if len(raw) % 3 == 0:
+        import tempfile
+        with tempfile.NamedTemporaryFile(suffix=".safetensors") as f:
+            f.write(raw)
+            f.flush()
+            return safetensors.load(f.name, mmap=True)
     return safetensors.load(raw)
 
 

@@ -54,7 +54,7 @@ def mutate_json(rng, obj):
             parent = parent[k]
         key, kind = path[-1], rng.random()
         if kind < 0.55:
-            parent[key] = rng.choice(HOSTILE_VALUES)
+            parent[key] = copy.deepcopy(rng.choice(HOSTILE_VALUES))  # a copy: later edits must not reach the list
         elif kind < 0.7 and isinstance(parent, dict):
             del parent[key]
         elif kind < 0.8:  # deep nesting, spliced in as text by dumps (json.dumps itself would recurse)
