@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import FormatError
+from ...errors import EmberError, FormatError
 from ...limits import check_config
 
 
@@ -111,7 +111,7 @@ class LlamaConfig:
         except KeyError as e:
             raise LlamaConfigError(f"ember: llama config.json lacks the field {e.args[0]!r}") from None
         except (TypeError, ValueError, OverflowError) as e:  # e.g. "rope_theta": [1], "eos_token_id": {}
-            if isinstance(e, LlamaConfigError):
+            if isinstance(e, EmberError):  # the checks' own errors (LimitError ...) pass through
                 raise
             raise LlamaConfigError(f"ember: llama config.json holds a value of the wrong type ({e})") from None
 
