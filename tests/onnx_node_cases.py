@@ -71,6 +71,10 @@ def close(got, want, rtol=1e-3, atol=1e-5) -> str | None:
         return f"shape {got.shape} != {want.shape}"
     if want.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: 8 mantissa bits
         want, rtol, atol = want.astype(np.float32), max(rtol, 1e-2), max(atol, 1e-2)
+    elif want.dtype.name.startswith(("float8", "float4")):  # ml_dtypes' narrow floats: compare the values
+        want = want.astype(np.float32)
+    elif want.dtype.name in ("int4", "uint4", "int2", "uint2"):
+        want = want.astype(np.int8 if want.dtype.name[0] == "i" else np.uint8)
     if want.dtype.kind in "fc":
         if not np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True):
             err = np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))

@@ -6,6 +6,7 @@ from .. import ops_elementwise as E
 from .. import ops_reduce as R
 from ..autograd import prim_binary, prim_unary
 from ..linalg import matmul
+from . import lowbit
 from .registry import op
 from .values import axis, cast, ember_dtype, host_ints
 
@@ -132,13 +133,22 @@ def _where(ctx, ins, at):
     return E.where(ins[0], ins[1], ins[2])
 
 
+def _cast_onnx(x, to, at, ctx):
+    if to in lowbit.LOWBIT:  # a type no backend stores: round to its values (held wide)
+        return lowbit.cast_to(x, to, bool(at.i("saturate", 1)))
+    return cast(x, ember_dtype(to, ctx.where))
+
+
 @op("Cast", since=6)
 def _cast(ctx, ins, at):
-    return cast(ins[0], ember_dtype(at.i("to"), ctx.where))
+    return _cast_onnx(ins[0], at.i("to"), at, ctx)
 
 
 @op("CastLike", since=15)
 def _cast_like(ctx, ins, at):
+    to = ctx.session.value_types.get(at.node.input[1])  # the declared type: float8 and int4 are held wide
+    if to in lowbit.LOWBIT:
+        return _cast_onnx(ins[0], to, at, ctx)
     return cast(ins[0], ins[1].dtype)
 
 

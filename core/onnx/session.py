@@ -11,8 +11,9 @@ from ..tensor import Tensor, tensor
 from .proto import load_model
 from .registry import Attrs, lookup
 from .tensor_data import BFLOAT16, NAMES, NP_OF, STRING, to_numpy
+from .lowbit import LOWBIT, ML_NAMES
 from .wire import OnnxFormatError
-from . import ops_math, ops_nn, ops_shape, ops_control  # noqa: F401  (they fill the registry)
+from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant  # noqa: F401  (they fill the registry)
 
 # numpy dtypes ember lacks run in a wider one; outputs are cast back to the declared ONNX type
 WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32, np.dtype(np.uint64): np.int64}
@@ -48,6 +49,8 @@ class NodeArg:
 def to_tensor(a, dev) -> Tensor:
     """A numpy array as an ember Tensor on `dev` (int16/uint16/uint64 widened, see WIDER)."""
     a = np.asarray(a)
+    if a.dtype.name in ML_NAMES:  # ml_dtypes' float8/int4/... (as onnx's numpy_helper returns them)
+        a = a.astype(ML_NAMES[a.dtype.name])
     if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (what onnx's numpy_helper returns): keep the bits
         return Tensor._from_storage(a.copy().view(np.uint16), D.bfloat16, dev)
     if a.dtype in WIDER:
@@ -85,6 +88,7 @@ class InferenceSession:
         self.opsets.setdefault("", 1)
         graph = self.model.graph
         self._plans = {}
+        self.value_types = {}  # value name -> declared ONNX elem type (CastLike's target when held wide)
         missing = []
         self._plan(graph, missing)
         if missing:
@@ -99,6 +103,12 @@ class InferenceSession:
 
     # -------------------------------------------------------------- load: resolve every node once
     def _plan(self, graph, missing):
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            t = _output_type(vi)
+            if t:
+                self.value_types[vi.name] = t
+        for t in graph.initializer:
+            self.value_types[t.name] = t.data_type
         plan = []
         for node in graph.node:
             domain = "" if node.domain == "ai.onnx" else node.domain
@@ -171,6 +181,6 @@ class InferenceSession:
             return None
         if isinstance(v, list):
             return [InferenceSession._to_numpy(x, onnx_type) for x in v]
-        a = v.numpy()  # bfloat16 comes back as float32 values
-        want = NP_OF.get(onnx_type) if onnx_type not in (BFLOAT16, STRING) else None
+        a = v.numpy()  # bfloat16 comes back as float32 values, float8/int4/... in their wide dtype
+        want = NP_OF.get(onnx_type) if onnx_type not in (BFLOAT16, STRING) and onnx_type not in LOWBIT else None
         return a.astype(want) if want is not None and a.dtype != want else a
