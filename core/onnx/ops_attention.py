@@ -63,7 +63,7 @@ def _attention(ctx, ins, at):
     bias = None
     if mask is not None:
         pad = kv_len - mask.shape[-1]
-        if mask.dtype is D.bool:
+        if mask.dtype is D.bool_:
             if pad > 0:
                 mask = prim_pad(mask, ((0, 0),) * (mask.ndim - 1) + ((0, pad),), False)
             zeros = q.new_zeros((1,))

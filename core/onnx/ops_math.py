@@ -382,3 +382,95 @@ def _constant(ctx, ins, at):
     raise ValueError(f"ember: {ctx.where}: Constant node has no value attribute ember supports "
                      f"({sorted(at.by_name)})")
 
+
+
+# ====================================================================== inverse trig (composed: no primitive)
+
+def _atan(x):
+    """atan to float32 precision from elementwise primitives: |x| > 1 folds to pi/2 - atan(1/|x|),
+    one half-angle step brings the argument under tan(pi/8), where the odd series converges fast."""
+    a = E.abs(x)
+    big = a > 1.0
+    t = E.where(big, 1.0 / E.maximum(a, 1e-30), a)
+    t = t / (1.0 + E.sqrt(1.0 + t * t))  # atan(t) = 2 atan(t / (1 + sqrt(1 + t^2)))
+    t2, term, total = t * t, t, t
+    for k in range(1, 9):
+        term = term * -t2
+        total = total + term / (2 * k + 1)
+    r = total * 2.0
+    r = E.where(big, 1.5707963267948966 - r, r)
+    return E.where(x < 0, -r, r)
+
+
+@op("Atan", since=7)
+def _atan_op(ctx, ins, at):
+    return _atan(ins[0])
+
+
+@op("Asin", since=7)
+def _asin(ctx, ins, at):
+    x = ins[0]  # asin x = atan(x / sqrt(1 - x^2)); +-1 map to +-pi/2 through atan(+-inf)
+    return _atan(x / E.sqrt(1.0 - x * x))
+
+
+@op("Acos", since=7)
+def _acos(ctx, ins, at):
+    return 1.5707963267948966 - _asin(ctx, ins, at)
+
+
+# ====================================================================== bitwise (integers, from their bits)
+
+def _bits(x):
+    """x's bits, lowest first, as 0/1 tensors of x's dtype (two's complement; the top bit of a signed
+    type is its sign)."""
+    n = x.dtype.itemsize * 8
+    signed = x.dtype.is_signed
+    out = []
+    for k in range(n - 1 if signed else n):
+        q = prim_binary("floordiv", x, 1 << k)
+        out.append(q - prim_binary("floordiv", q, 2) * 2)
+    if signed:
+        out.append(cast(x < 0, x.dtype))
+    return out, signed
+
+
+def _bitwise(combine):
+    def f(ctx, ins, at):
+        a, b = ins
+        if a.dtype is D.bool_:
+            return combine(a, b)
+        ba, signed = _bits(a)
+        bb, _ = _bits(b)
+        out = None
+        for k, (p, q) in enumerate(zip(ba, bb)):
+            bit = cast(combine(p > 0, q > 0), a.dtype)
+            weight = -(1 << k) if signed and k == len(ba) - 1 else 1 << k
+            term = bit * weight
+            out = term if out is None else out + term
+        return out
+    return f
+
+
+op("BitwiseAnd", since=18)(_bitwise(E.logical_and))
+op("BitwiseOr", since=18)(_bitwise(E.logical_or))
+op("BitwiseXor", since=18)(_bitwise(E.logical_xor))
+
+
+@op("BitwiseNot", since=18)
+def _bitwise_not(ctx, ins, at):
+    x = ins[0]
+    if not x.dtype.is_signed:  # unsigned n bits: (2^n - 1) - x
+        return ((1 << (8 * x.dtype.itemsize)) - 1) - x
+    return -x - 1  # two's complement
+
+
+@op("Swish", since=24)
+def _swish(ctx, ins, at):
+    x = ins[0]
+    return x * E.sigmoid(x * at.f("alpha", 1.0))
+
+
+@op("SwiGLU", since=26)
+def _swiglu(ctx, ins, at):
+    a, b = ins
+    return a * E.sigmoid(a * at.f("alpha", 1.0)) * b

@@ -433,3 +433,75 @@ def _range(ctx, ins, at):
 def _dropout(ctx, ins, at):
     x = ins[0]  # inference: identity, the mask all true
     return [x, M.expand(ctx.const(np.ones((), np.bool_)), *x.shape)]
+
+
+@op("CumProd", since=26)
+def _cumprod(ctx, ins, at):
+    """Inclusive/exclusive, forward/reverse running product: log2(n) doubling steps (Hillis-Steele),
+    each a product with the sequence shifted by 2^k (ones shifted in)."""
+    x = ins[0]
+    ax = axis(host_ints(ins[1])[0], x.ndim, ctx)
+    rev = at.i("reverse", 0)
+    if rev:
+        x = M.flip(x, ax)
+    n = x.shape[ax]
+
+    def shifted(y, k):
+        spec = tuple((k, 0) if i == ax else (0, 0) for i in range(y.ndim))
+        return M.narrow(prim_pad(y, spec, 1), ax, 0, n)
+
+    y = shifted(x, 1) if at.i("exclusive", 0) else x
+    k = 1
+    while k < n:
+        y = y * shifted(y, k)
+        k *= 2
+    return M.flip(y, ax) if rev else y
+
+
+def _window(kind):
+    def f(ctx, ins, at):
+        size = host_ints(ins[0])[0]
+        denom = size if at.i("periodic", 1) else size - 1
+        t = 2 * np.pi * np.arange(size) / max(denom, 1)
+        if kind == "hann":
+            w = 0.5 - 0.5 * np.cos(t)
+        elif kind == "hamming":
+            w = 25 / 46 - (1 - 25 / 46) * np.cos(t)
+        else:
+            w = 0.42 - 0.5 * np.cos(t) + 0.08 * np.cos(2 * t)
+        from .values import ember_dtype
+        return cast(ctx.const(w.astype(np.float32)), ember_dtype(at.i("output_datatype", 1), ctx.where))
+    return f
+
+
+op("HannWindow", since=17)(_window("hann"))
+op("HammingWindow", since=17)(_window("hamming"))
+op("BlackmanWindow", since=17)(_window("blackman"))
+
+
+@op("ReverseSequence", since=10)
+def _reverse_sequence(ctx, ins, at):
+    x, lens = ins[0], host(ins[1]).astype(np.int64).reshape(-1)
+    b_ax, t_ax = at.i("batch_axis", 1), at.i("time_axis", 0)
+    t = np.arange(x.shape[t_ax])[:, None]
+    idx = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)  # (time, batch)
+    if b_ax < t_ax:
+        idx = idx.T
+    shape = [1] * x.ndim
+    shape[t_ax], shape[b_ax] = x.shape[t_ax], x.shape[b_ax]
+    full = np.broadcast_to(idx.reshape(shape), x.shape)
+    return I.gather(x, t_ax, ctx.const(np.ascontiguousarray(full)))
+
+
+@op("CenterCropPad", since=18)
+def _center_crop_pad(ctx, ins, at):
+    x, target = ins[0], host_ints(ins[1])
+    axes = [axis(a, x.ndim, ctx) for a in at.ints("axes", list(range(x.ndim)))]
+    for a, want in zip(axes, target):
+        have = x.shape[a]
+        if want < have:
+            x = M.narrow(x, a, (have - want) // 2, want)
+        elif want > have:
+            before = (want - have) // 2
+            x = prim_pad(x, tuple((before, want - have - before) if i == a else (0, 0) for i in range(x.ndim)), 0)
+    return x
