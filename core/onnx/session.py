@@ -6,6 +6,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..autograd import no_grad
+from ..ops_elementwise import silu
 from ..device import device as as_device
 from ..tensor import Tensor, tensor
 from .proto import load_model
@@ -17,6 +18,10 @@ from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant
 
 # numpy dtypes ember lacks run in a wider one; outputs are cast back to the declared ONNX type
 WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32, np.dtype(np.uint64): np.int64}
+
+
+# operators whose outputs differ run to run: never folded into constants at load
+_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
 
 
 class UnsupportedOperatorError(OnnxFormatError):
@@ -80,6 +85,43 @@ def _output_type(vi):
     return tt.elem_type if tt is not None and tt.elem_type else None
 
 
+def _silu(ctx, ins, at):
+    return silu(ins[0])
+
+
+def _fuse_silu(plan, graph):
+    """Sigmoid(x) -> Mul(x, s), s used nowhere else: one silu (the backend's fused kernel where it has
+    one; every convolution of a YOLOv8 is followed by this pair)."""
+    uses = {}
+    for node, *_ in plan:
+        for n in node.input:
+            uses[n] = uses.get(n, 0) + 1
+    outputs = {o.name for o in graph.output}
+    sig = {node.output[0]: node.input[0] for node, *_ in plan
+           if node.op_type == "Sigmoid" and len(node.output) == 1 and node.domain in ("", "ai.onnx")}
+    fused, drop = [], set()
+    for node, fn, attrs, ctx in plan:
+        if node.op_type == "Mul" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
+            a, b = node.input
+            s, x = (b, a) if sig.get(b) == a else (a, b) if sig.get(a) == b else (None, None)
+            if s is not None and uses.get(s) == 1 and s not in outputs:
+                drop.add(s)
+                fused.append((_Renamed(node, [x]), _silu, attrs, ctx))
+                continue
+        fused.append((node, fn, attrs, ctx))
+    return [p for p in fused if not (p[0].op_type == "Sigmoid" and p[0].output[0] in drop)]
+
+
+class _Renamed:
+    """A node read through other inputs (a fused pattern's): everything else is the original's."""
+
+    def __init__(self, node, inputs):
+        self._node, self.input = node, inputs
+
+    def __getattr__(self, name):
+        return getattr(self._node, name)
+
+
 class InferenceSession:
     def __init__(self, path_or_bytes, device="cpu", providers=None):
         self.model = load_model(path_or_bytes)
@@ -99,6 +141,7 @@ class InferenceSession:
         for sp in graph.sparse_initializer:
             raise OnnxFormatError(f"ember: {self.where}: sparse initializer {sp.values.name!r} is not supported")
         self._inputs = [NodeArg(v) for v in graph.input if v.name not in self._initializers]
+        self._fold_constants(graph)
         self._outputs = [NodeArg(v) for v in graph.output]
 
     # -------------------------------------------------------------- load: resolve every node once
@@ -121,7 +164,34 @@ class InferenceSession:
             for a in node.attribute:  # subgraphs (If/Loop/Scan bodies) are checked now too
                 for g in ([a.g] if a.g is not None else []) + list(a.graphs):
                     self._plan(g, missing)
-        self._plans[id(graph)] = plan
+        self._plans[id(graph)] = _fuse_silu(plan, graph)
+
+    def _fold_constants(self, graph):
+        """Run, once at load, every node whose inputs are all initializers or folded values (int8 weights
+        dequantized, shapes of constants ...): their outputs become initializers and the nodes leave the
+        plan. Initializers that are also graph inputs may be fed, so they are not constants."""
+        fed = {v.name for v in graph.input}
+        known = {n for n in self._initializers if n not in fed}
+        kept = []
+        with no_grad():
+            for step in self._plans[id(graph)]:
+                node, fn, attrs, ctx = step
+                if (node.op_type in _NOT_FOLDED or any(a.g is not None or a.graphs for a in node.attribute)
+                        or not all(n in known for n in node.input if n)):
+                    kept.append(step)
+                    continue
+                ctx.scope = self._initializers
+                try:
+                    outs = fn(ctx, [self._initializers[n] if n else None for n in node.input], attrs)
+                except Exception:  # noqa: BLE001 (left to run time, which reports it with the feeds)
+                    kept.append(step)
+                    continue
+                outs = outs if isinstance(outs, (list, tuple)) else [outs]
+                for n, v in zip(node.output, outs):
+                    if n:
+                        self._initializers[n] = v
+                        known.add(n)
+        self._plans[id(graph)] = kept
 
     def get_inputs(self):
         return list(self._inputs)
