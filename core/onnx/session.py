@@ -65,6 +65,22 @@ def to_tensor(a, dev) -> Tensor:
     return tensor(a if a.flags.c_contiguous else a.copy(), device=dev)  # (ascontiguousarray makes 0-d 1-d)
 
 
+_I32 = np.iinfo(np.int32)
+
+
+def constant(a, dev) -> Tensor:
+    """A model's own int64 constant on `dev`; where the device keeps int64 as int32 (WebGPU), values past
+    int32 saturate: they are the sentinels exports use for "to the end" (Slice ends of INT64_MAX, ...),
+    which keep their meaning for every tensor a device can hold. Feeds never saturate."""
+    try:
+        return to_tensor(a, dev)
+    except ValueError:
+        a = np.asarray(a)
+        if a.dtype != np.int64:
+            raise
+        return to_tensor(np.clip(a, _I32.min, _I32.max), dev)
+
+
 class Context:
     """What an operator may need besides its inputs: the device, the opset, subgraph execution."""
 
@@ -74,7 +90,7 @@ class Context:
         self.scope = {}
 
     def const(self, a, dtype=None):
-        return to_tensor(np.asarray(a, dtype), self.device)
+        return constant(np.asarray(a, dtype), self.device)
 
     def run_graph(self, graph, feeds: dict, outer: dict):
         return self.session._run_graph(graph, feeds, outer)
@@ -136,7 +152,7 @@ class InferenceSession:
         if missing:
             raise UnsupportedOperatorError(self.where, sorted(set(missing)))
         with no_grad():
-            self._initializers = {t.name: to_tensor(to_numpy(t, self.where, self.model.base_dir, "initializer"),
+            self._initializers = {t.name: constant(to_numpy(t, self.where, self.model.base_dir, "initializer"),
                                                     self.device) for t in graph.initializer}
         for sp in graph.sparse_initializer:
             raise OnnxFormatError(f"ember: {self.where}: sparse initializer {sp.values.name!r} is not supported")
@@ -224,7 +240,7 @@ class InferenceSession:
         else:
             with no_grad():
                 for t in graph.initializer:
-                    env[t.name] = to_tensor(to_numpy(t, self.where, self.model.base_dir, "initializer"), self.device)
+                    env[t.name] = constant(to_numpy(t, self.where, self.model.base_dir, "initializer"), self.device)
         env.update(feeds)
         for node, fn, attrs, ctx in self._plans[id(graph)]:
             try:
