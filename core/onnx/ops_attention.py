@@ -142,3 +142,40 @@ def _rotary(ctx, ins, at):
         rot = M.cat([real, imag], -1)
     y = M.cat([rot, rest], -1) if rest.shape[3] else rot
     return M.reshape(y, *shape) if len(shape) == 3 else M.permute(y, 0, 2, 1, 3)
+
+
+@op("LinearAttention", since=27)
+def _linear_attention(ctx, ins, at):
+    """Recurrent linear attention (linear, gated, delta, gated_delta rules): a (d_k, d_v) state per KV
+    head, decayed by exp(decay), corrected toward v by beta (delta rules), read by each query."""
+    q, k, v = ins[:3]
+    past, decay, beta = (list(ins[3:6]) + [None] * 3)[:3]
+    hq, hkv = at.i("q_num_heads"), at.i("kv_num_heads")
+    rule = at.s("update_rule", "gated_delta")
+    out_dtype = q.dtype
+    b, t, _ = q.shape
+    q4, k4, v4 = (cast(_heads(x, h), D.float32) for x, h in ((q, hq), (k, hkv), (v, hkv)))
+    d_k, d_v = q4.shape[3], v4.shape[3]
+    group = hq // hkv
+    if decay is not None:
+        decay4 = (M.permute(M.reshape(decay, b, t, hkv, 1), 0, 2, 1, 3) if decay.shape[-1] == hkv
+                  else _heads(decay, hkv))
+        decay4 = cast(decay4, D.float32)
+    if beta is not None:
+        beta4 = cast(M.permute(M.reshape(beta, b, t, beta.shape[-1], 1), 0, 2, 1, 3), D.float32)
+    state_dtype = past.dtype if past is not None else out_dtype
+    state = cast(past, D.float32) if past is not None else q4.new_zeros((b, hkv, d_k, d_v))
+    scale = at.f("scale", 0.0) or 1.0 / np.sqrt(d_k)
+    outs = []
+    for i in range(t):
+        qt, kt, vt = q4[:, :, i, :], k4[:, :, i, :], v4[:, :, i, :]
+        if rule in ("gated", "gated_delta"):
+            state = state * M.unsqueeze(E.exp(decay4[:, :, i, :]), -1)
+        if rule in ("delta", "gated_delta"):
+            retrieved = M.squeeze(matmul(M.unsqueeze(kt, 2), state), 2)  # (B, H, d_v)
+            vt = beta4[:, :, i, :] * (vt - retrieved)
+        state = state + M.unsqueeze(kt, -1) * M.unsqueeze(vt, -2)
+        read = M.repeat_interleave(state, group, 1) if group > 1 else state
+        outs.append(M.squeeze(matmul(M.unsqueeze(qt, 2), read), 2) * scale)  # (B, Hq, d_v)
+    y = M.reshape(M.stack(outs, 1), b, t, hq * d_v)
+    return [cast(y, out_dtype), cast(state, state_dtype)]

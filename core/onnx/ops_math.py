@@ -97,16 +97,35 @@ def _pow(ctx, ins, at):
 @op("Mod", since=10)
 def _mod(ctx, ins, at):
     a, b = ins
-    if at.i("fmod", 0) or a.dtype.is_float:
-        return prim_binary("fmod", a, b)   # fmod=1 (required for floats): sign of the dividend
+    if at.i("fmod", 0):
+        return prim_binary("fmod", a, b)   # fmod=1: the sign of the dividend, as C's fmod
+    if a.dtype.is_float:  # fmod=0 on floats: the sign of the divisor, as numpy's mod
+        r = prim_binary("fmod", a, b)
+        fix = E.logical_and(r != 0, (r < 0) != (b < 0))
+        r = E.where(fix, r + b, r)
+        return E.where(E.logical_and(E.isinf(b), E.logical_not(E.isinf(a))), E.where((a < 0) != (b < 0), E.where(a == 0, a, b), a), r)
     return a - prim_binary("floordiv", a, b) * b  # integer Mod: sign of the divisor, as Python
 
 
 @op("BitShift", since=11)
 def _bitshift(ctx, ins, at):
-    x, s = ins  # unsigned ints: a shift is a product or quotient by 2**s (computed exactly in float64)
-    p = cast(E.exp2(cast(s, D.float64)), x.dtype)
-    return x * p if at.s("direction") == "LEFT" else prim_binary("floordiv", x, p)
+    """A shift is a product or floor quotient by 2**s (wrapping as the integer type does); a shift by a
+    negative count or by the bit width or more gives 0 (or -1: a negative value shifted right)."""
+    x, s = ins
+    width = 8 * x.dtype.itemsize
+    sf = cast(s, D.float32)
+    valid = E.logical_and(sf >= 0, sf < width)
+    sc = E.clamp(sf, 0.0, width - 1.0)
+    p = None  # 2**s exactly: the product of 2**(2**k) over s's set bits, in x's own (wrapping) type
+    for k in range(width.bit_length() - 1):
+        bit = E.floor(sc / float(1 << k)) - E.floor(sc / float(2 << k)) * 2.0
+        factor = cast(bit * float((1 << (1 << k)) - 1) + 1.0, x.dtype)
+        p = factor if p is None else p * factor
+    if at.s("direction") == "LEFT":
+        return E.where(valid, x * p, 0)
+    shifted = prim_binary("floordiv", x, p)
+    beyond = E.where(x < 0, -1, 0) if x.dtype.is_signed else 0
+    return E.where(valid, shifted, beyond)
 
 
 def _variadic(combine):
@@ -314,7 +333,29 @@ _REDUCTIONS = {
     "ReduceLogSum": (lambda x, a, k: E.log(R.sum(x, dim=a, keepdim=k)), 18),
     "ReduceLogSumExp": (_log_sum_exp, 18),
 }
+def _empty_aware(fn, identity):
+    """Max/min/log-sum-exp over an empty axis: the reduction's identity (-inf, +inf; for ints and bools
+    the type's extreme), as ONNX defines them, where the backend reduction refuses empty input."""
+    def k(x, axes, keep):
+        if not any(x.shape[a] == 0 for a in axes):
+            return fn(x, axes, keep)
+        import numpy as np
+        shape = [1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes]
+        if x.dtype.is_float:
+            v = identity
+        elif x.dtype is D.bool_:
+            v = identity > 0
+        else:
+            info = np.iinfo(x.dtype.np)
+            v = info.max if identity > 0 else info.min
+        return x.new_full(tuple(shape), v)
+    return k
+
+
+_EMPTY = {"ReduceMax": float("-inf"), "ReduceMin": float("inf"), "ReduceLogSumExp": float("-inf")}
 for _name, (_fn, _since) in _REDUCTIONS.items():
+    if _name in _EMPTY:
+        _fn = _empty_aware(_fn, _EMPTY[_name])
     _attr_form, _input_form, _ = _reduction(_keep_dtype(_fn), _since)
     op(_name, since=1)(_attr_form)
     op(_name, since=_since)(_input_form)

@@ -14,7 +14,7 @@ from .. import ops_indexing as I
 from .. import dtypes as D
 from .. import ops_movement as M
 from .. import ops_reduce as R
-from ..autograd import conv_transpose, prim_pad
+from ..autograd import conv_transpose, prim_pad, prim_unary
 from ..nn.functional import _conv as conv_nd
 from .registry import op
 from .values import axis, cast, host
@@ -482,3 +482,107 @@ def _nll_loss(ctx, ins, at):
 def _sce_loss(ctx, ins, at):
     logp = R.log_softmax(ins[0], 1)
     return [_nll(ctx, logp, ins[1], ins[2] if len(ins) > 2 else None, at), logp]
+
+
+@op("CausalConvWithState", since=27)
+def _causal_conv_with_state(ctx, ins, at):
+    """Depthwise causal 1-d conv over (B, C, L) with the last k-1 inputs carried as state; optional SiLU."""
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    past = ins[3] if len(ins) > 3 else None
+    n, c, _ = x.shape
+    k = w.shape[2]
+    if past is None:
+        padded = prim_pad(x, ((0, 0), (0, 0), (k - 1, 0)), 0.0) if k > 1 else x
+    else:
+        padded = M.cat([cast(past, x.dtype), x], 2)
+    y = conv_nd(padded, w, b, (1,), (0,), (1,), c, 1)
+    if at.s("activation", "none") in ("silu", "swish"):
+        y = cast(E.silu(cast(y, D.float32)), x.dtype)
+    state = M.narrow(padded, 2, padded.shape[2] - (k - 1), k - 1)
+    return [y, state]
+
+
+# ====================================================================== grid sampling
+
+def _reflect(v, lo, hi):
+    """Fold coordinates into [lo, hi] by reflecting at the near border (repeatedly)."""
+    rng = hi - lo
+    below, above = lo - v, v - hi
+    d = E.where(below > 0, below, E.where(above > 0, above, v * 0.0))
+    n = E.floor(d / rng)
+    r = d - n * rng
+    even = (n - E.floor(n / 2.0) * 2.0) == 0
+    from_below = E.where(even, lo + r, hi - r)
+    from_above = E.where(even, hi - r, lo + r)
+    return E.where(below > 0, from_below, E.where(above > 0, from_above, v))
+
+
+def _cubic_weights(t):
+    a = -0.75
+    def w(x):
+        x = E.abs(x)
+        near = ((a + 2) * x - (a + 3)) * x * x + 1
+        far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+        return E.where(x <= 1, near, far)
+    return [w(t + 1), w(t), w(1 - t), w(2 - t)]
+
+
+@op("GridSample", since=16)
+def _grid_sample(ctx, ins, at):
+    """Sample X (N, C, *S) at grid (N, *O, nd) coordinates in [-1, 1] (x first): nearest, (bi/tri)linear
+    or bicubic taps, each a gather from the flattened image, with zeros/border/reflection padding."""
+    x, grid = ins
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(at.s("mode", "linear"), at.s("mode", "linear"))
+    pad = at.s("padding_mode", "zeros")
+    align = bool(at.i("align_corners", 0))
+    n, c = x.shape[:2]
+    sp = list(x.shape[2:])
+    nd = len(sp)
+    out_sp = list(grid.shape[1:-1])
+    work = D.float64 if x.dtype is D.float64 or grid.dtype is D.float64 else D.float32
+    g = cast(grid, work)
+    taps_per_dim = []
+    for d in range(nd):
+        size = sp[d]
+        v = M.squeeze(M.narrow(g, -1, nd - 1 - d, 1), -1)  # (N, *O)
+        v = (v + 1) / 2.0 * (size - 1) if align else ((v + 1) * size - 1) / 2.0
+        lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+        if mode == "nearest":
+            v = prim_unary("round", v)
+        if pad == "border":
+            v = E.clamp(v, 0.0, size - 1.0)
+        elif pad == "reflection":
+            v = _reflect(v, lo, hi)
+        if mode == "nearest":
+            taps = [(v, None)]
+        else:
+            f = E.floor(v)
+            t = v - f
+            taps = ([(f, 1.0 - t), (f + 1.0, t)] if mode == "linear"
+                    else [(f + float(j - 1), wj) for j, wj in enumerate(_cubic_weights(t))])
+        dim_taps = []
+        for idx, w in taps:
+            if pad == "zeros":
+                ok = cast(E.logical_and(idx >= 0, idx <= size - 1), work)
+                w = ok if w is None else w * ok
+            elif pad == "reflection":
+                idx = E.trunc(_reflect(idx, lo, hi))
+            dim_taps.append((cast(E.clamp(idx, 0.0, size - 1.0), D.int64), w))
+        taps_per_dim.append(dim_taps)
+    flat_x = M.reshape(x, n, c, -1)
+    strides = [int(np.prod(sp[d + 1:])) for d in range(nd)]
+    total = None
+    for combo in itertools.product(*taps_per_dim):
+        flat, weight = None, None
+        for (idx, w), st in zip(combo, strides):
+            term = idx * st
+            flat = term if flat is None else flat + term
+            if w is not None:
+                weight = w if weight is None else weight * w
+        gathered = I.gather(flat_x, 2, M.expand(M.reshape(flat, n, 1, -1), n, c, int(np.prod(out_sp))))
+        val = cast(gathered, work)
+        if weight is not None:
+            val = val * M.reshape(weight, n, 1, -1)
+        total = val if total is None else total + val
+    return cast(M.reshape(total, n, c, *out_sp), x.dtype)
