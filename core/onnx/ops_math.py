@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import dtypes as D
 from .. import ops_elementwise as E
 from .. import ops_reduce as R
-from ..autograd import prim_binary, prim_unary
+from ..autograd import prim_binary, prim_pad, prim_unary
 from ..linalg import matmul
 from . import lowbit
 from .registry import op
@@ -515,3 +515,75 @@ def _swish(ctx, ins, at):
 def _swiglu(ctx, ins, at):
     a, b = ins
     return a * E.sigmoid(a * at.f("alpha", 1.0)) * b
+
+
+# ====================================================================== spectral
+
+def _dft(ctx, x, length, ax, inverse, onesided):
+    """DFT along `ax` of x (..., 1 | 2) (real, or real/imaginary pairs) as matmuls by cos/sin tables."""
+    import numpy as np
+    from .. import ops_movement as M
+    ax = ax % x.ndim
+    if ax == x.ndim - 1:
+        raise ValueError(f"ember: {ctx.where}: DFT axis {ax} is the complex axis")
+    n = x.shape[ax]
+    xr = M.movedim(M.narrow(x, -1, 0, 1), ax, -1)  # (..., 1, n) with the signal last
+    xi = M.movedim(M.narrow(x, -1, 1, 1), ax, -1) if x.shape[-1] == 2 else None
+    if length is None:
+        length = 2 * (n - 1) if inverse and onesided else n
+    bins = length // 2 + 1 if onesided else length
+    take = (bins if inverse and onesided else length)  # input samples the transform reads
+
+    def fit(v):  # zero-pad or truncate the signal axis to `take`
+        if v is None or v.shape[-1] == take:
+            return v
+        if v.shape[-1] > take:
+            return M.narrow(v, -1, 0, take)
+        return prim_pad(v, ((0, 0),) * (v.ndim - 1) + ((0, take - v.shape[-1]),), 0.0)
+    xr, xi = fit(xr), fit(xi)
+    j = np.arange(take)[:, None]
+    k = np.arange(length if inverse else bins)[None, :]
+    ang = 2 * np.pi * j * k / length
+    cos, sin = ctx.const(np.cos(ang), x.dtype.np), ctx.const(np.sin(ang), x.dtype.np)
+    if not inverse:
+        re = matmul(xr, cos) + (matmul(xi, sin) if xi is not None else 0.0)
+        im = -matmul(xr, sin) + (matmul(xi, cos) if xi is not None else 0.0)
+    elif not onesided:
+        re = (matmul(xr, cos) - (matmul(xi, sin) if xi is not None else 0.0)) / float(length)
+        im = (matmul(xr, sin) + (matmul(xi, cos) if xi is not None else 0.0)) / float(length)
+    else:  # irfft: the Hermitian spectrum's missing half counted twice
+        c = np.full((take, 1), 2.0)
+        c[0] = 1.0
+        if length % 2 == 0 and take > length // 2:
+            c[length // 2] = 1.0
+        cw, sw = ctx.const(c * np.cos(ang), x.dtype.np), ctx.const(c * np.sin(ang), x.dtype.np)
+        re = (matmul(xr, cw) - (matmul(xi, sw) if xi is not None else 0.0)) / float(length)
+        return M.movedim(re, -1, ax)
+    return M.cat([M.movedim(re, -1, ax), M.movedim(im, -1, ax)], -1)
+
+
+@op("DFT", since=17)
+def _dft17(ctx, ins, at):
+    length = host_ints(ins[1])[0] if len(ins) > 1 and ins[1] is not None else None
+    return _dft(ctx, ins[0], length, at.i("axis", 1), at.i("inverse", 0), at.i("onesided", 0))
+
+
+@op("DFT", since=20)
+def _dft20(ctx, ins, at):
+    length = host_ints(ins[1])[0] if len(ins) > 1 and ins[1] is not None and ins[1].numel() else None
+    ax = host_ints(ins[2])[0] if len(ins) > 2 and ins[2] is not None else -2
+    return _dft(ctx, ins[0], length, ax, at.i("inverse", 0), at.i("onesided", 0))
+
+
+@op("STFT", since=17)
+def _stft(ctx, ins, at):
+    """Frames of the signal (batch, length, 1 | 2), each windowed, through one DFT along the frame axis."""
+    from .. import ops_movement as M
+    x, step = ins[0], host_ints(ins[1])[0]
+    window = ins[2] if len(ins) > 2 else None
+    frame = host_ints(ins[3])[0] if len(ins) > 3 and ins[3] is not None else window.shape[0]
+    n_frames = (x.shape[1] - frame) // step + 1
+    frames = M.stack([M.narrow(x, 1, f * step, frame) for f in range(n_frames)], 1)  # (B, F, frame, c)
+    if window is not None:
+        frames = frames * M.reshape(cast(window, x.dtype), 1, 1, frame, 1)
+    return _dft(ctx, frames, frame, 2, 0, at.i("onesided", 1))
