@@ -103,7 +103,9 @@ def round_to(x, onnx_type: int, saturate: bool = True):
     q = E.exp2(E.maximum(e, emin) - mb)          # the grid spacing; subnormals share emin's
     y = prim_unary("round", a / q) * q           # half to even, as the formats round
     y = E.where(E.isinf(a), a, y)
-    if saturate or overflow == "sat":
+    if overflow == "sat":  # float4 e2m1: no inf, no NaN (a NaN becomes -0, as the reference casts it)
+        y = E.where(E.isnan(a), -0.0, E.minimum(y, top))
+    elif saturate:
         y = E.minimum(y, top)
     else:
         y = E.where(y > top, np.inf if overflow == "inf" else np.nan, y)

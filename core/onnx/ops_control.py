@@ -74,3 +74,20 @@ def _scan(ctx, ins, at):
             y = M.movedim(y, 0, a)
         stacked.append(y)
     return states + stacked
+
+
+@op("Optional", since=15)
+def _optional(ctx, ins, at):
+    return ins[0] if ins else None
+
+
+@op("OptionalHasElement", since=15)
+def _optional_has(ctx, ins, at):
+    return ctx.const(np.array(bool(ins) and ins[0] is not None))
+
+
+@op("OptionalGetElement", since=15)
+def _optional_get(ctx, ins, at):
+    if not ins or ins[0] is None:
+        raise ValueError(f"ember: {ctx.where}: OptionalGetElement of an empty optional")
+    return ins[0]

@@ -1,5 +1,6 @@
 """ONNX operators computed on the host: those whose output *shape* depends on the values
-(NonMaxSuppression, Unique) and BitCast, which reinterprets bits no backend primitive exposes.
+(NonMaxSuppression, Unique), BitCast, which reinterprets bits no backend primitive exposes, and Det
+(an LU factorization: pivoting is data-dependent control flow).
 
 Like NonZero, they read their inputs back (one transfer), compute in numpy and put the result on the
 input's device, so they run on every backend; models use them once per run (NMS at the end of a
@@ -88,3 +89,9 @@ def _bitcast(ctx, ins, at):
     if to.itemsize != x.dtype.itemsize:
         raise ValueError(f"ember: {ctx.where}: BitCast from {x.dtype} to {to} changes the element size")
     return ctx.const((x if x.flags.c_contiguous else x.copy()).view(to))  # (ascontiguousarray makes 0-d 1-d)
+
+
+@op("Det", since=11)
+def _det(ctx, ins, at):
+    x = host(ins[0])
+    return ctx.const(np.linalg.det(x.astype(np.float64)).astype(x.dtype))

@@ -15,6 +15,7 @@ from .. import dtypes as D
 from .. import ops_movement as M
 from .. import ops_reduce as R
 from ..autograd import conv_transpose, prim_pad, prim_unary
+from ..linalg import matmul
 from ..nn.functional import _conv as conv_nd
 from .registry import op
 from .values import axis, cast, host
@@ -145,7 +146,25 @@ def _maxpool(ctx, ins, at):
     y = None
     for win in _windows(x, k, s, d, pads, ceil, low):
         y = win if y is None else E.maximum(y, win)
-    return y
+    if len(at.node.output) < 2 or not at.node.output[1]:
+        return y
+    # Indices: the flat position (row-major, or column-major with storage_order=1) of each window's
+    # first maximum, windowed exactly as the values were
+    sp = x.shape[2:]
+    pos = np.arange(int(np.prod(sp)), dtype=np.int64).reshape(sp)
+    if at.i("storage_order", 0):
+        pos = np.arange(int(np.prod(sp)), dtype=np.int64).reshape(sp[::-1]).T
+    pos_t = ctx.const(pos.astype(np.float64 if x.dtype is D.float64 else np.float32).reshape((1, 1) + tuple(sp)))
+    best, idx = None, None
+    for win, p in zip(_windows(x, k, s, d, pads, ceil, low), _windows(pos_t, k, s, d, pads, ceil, -1.0)):
+        if best is None:
+            best, idx = win, M.expand(p, *win.shape)
+        else:
+            better = win > best
+            best, idx = E.where(better, win, best), E.where(better, p, idx)
+    base = (np.arange(x.shape[0] * x.shape[1], dtype=np.int64) * int(np.prod(sp))).reshape(x.shape[0], x.shape[1],
+                                                                                         *([1] * len(sp)))
+    return [y, cast(idx, D.int64) + ctx.const(base)]
 
 
 @op("AveragePool")
@@ -204,6 +223,14 @@ def _per_channel(v, ndim):
 def _batchnorm(ctx, ins, at):
     x, scale, bias, mean, var = ins[:5]
     eps = at.f("epsilon", 1e-5)
+    if at.i("training_mode", 0):  # batch statistics; running ones updated by momentum
+        axes = (0,) + tuple(range(2, x.ndim))
+        b_mean = R.mean(x, dim=axes)
+        b_var = R.mean((x - _per_channel(b_mean, x.ndim)) ** 2, dim=axes)
+        m = at.f("momentum", 0.9)
+        inv = E.rsqrt(b_var + eps) * scale
+        y = x * _per_channel(inv, x.ndim) + _per_channel(bias - b_mean * inv, x.ndim)
+        return [y, mean * m + b_mean * (1 - m), var * m + b_var * (1 - m)]
     inv = E.rsqrt(var + eps) * scale
     return x * _per_channel(inv, x.ndim) + _per_channel(bias - mean * inv, x.ndim)
 
@@ -586,3 +613,66 @@ def _grid_sample(ctx, ins, at):
             val = val * M.reshape(weight, n, 1, -1)
         total = val if total is None else total + val
     return cast(M.reshape(total, n, c, *out_sp), x.dtype)
+
+
+@op("MaxUnpool", since=9)
+def _max_unpool(ctx, ins, at):
+    """Each value back at its flat index (as MaxPool's Indices give it) in a zero tensor."""
+    x, idx = ins[0], ins[1]
+    k = at.ints("kernel_shape")
+    n = len(k)
+    s, pads = at.ints("strides", [1] * n), at.ints("pads", [0] * (2 * n))
+    inferred = list(x.shape[:2]) + [(x.shape[2 + i] - 1) * s[i] - (pads[i] + pads[n + i]) + k[i] for i in range(n)]
+    flat = x.new_zeros((int(np.prod(inferred)),))
+    y = M.reshape(I.scatter(flat, 0, M.reshape(cast(idx, D.int64), -1), M.reshape(x, -1)), *inferred)
+    if len(ins) > 2 and ins[2] is not None:
+        want = [int(v) for v in host(ins[2]).reshape(-1)]
+        extra = tuple((0, w - h) for w, h in zip(want, inferred))
+        if any(e for _, e in extra):
+            y = prim_pad(y, extra, 0.0)
+    return y
+
+
+@op("AffineGrid", since=20)
+def _affine_grid(ctx, ins, at):
+    """theta (N, 2, 3) | (N, 3, 4) applied to the normalized [-1, 1] grid of `size` -> (N, *S, nd)."""
+    theta, size = ins[0], [int(v) for v in host(ins[1]).reshape(-1)]
+    sp = size[2:]
+    align = at.i("align_corners", 0)
+    axes = []
+    for dim in sp:
+        if align:
+            a = np.linspace(-1.0, 1.0, dim) if dim > 1 else np.array([-1.0])
+        else:
+            a = (np.arange(dim) * 2.0 + 1.0) / dim - 1.0
+        axes.append(a)
+    mesh = np.meshgrid(*axes, indexing="ij")  # per spatial dim (D,) H, W
+    homo = np.stack([m.reshape(-1) for m in mesh[::-1]] + [np.ones(int(np.prod(sp)))], 1)  # (P, nd+1): x, y, (z), 1
+    grid = matmul(ctx.const(homo, theta.dtype.np), M.transpose(theta, 1, 2))  # (N, P, nd)
+    return M.reshape(grid, theta.shape[0], *sp, len(sp))
+
+
+@op("Col2Im", since=18)
+def _col2im(ctx, ins, at):
+    """Sum each column's entries into the image positions its block covers (the inverse of im2col)."""
+    x = ins[0]
+    img = [int(v) for v in host(ins[1]).reshape(-1)]
+    block = [int(v) for v in host(ins[2]).reshape(-1)]
+    n = len(img)
+    dil = at.ints("dilations", [1] * n)
+    pads = at.ints("pads", [0] * (2 * n))
+    st = at.ints("strides", [1] * n)
+    padded = [img[i] + pads[i] + pads[n + i] for i in range(n)]
+    outs = [(padded[i] - dil[i] * (block[i] - 1) - 1) // st[i] + 1 for i in range(n)]
+    kpos = np.stack(np.meshgrid(*[np.arange(b) for b in block], indexing="ij"), -1).reshape(-1, n)
+    lpos = np.stack(np.meshgrid(*[np.arange(o) for o in outs], indexing="ij"), -1).reshape(-1, n)
+    coord = kpos[:, None, :] * np.array(dil) + lpos[None, :, :] * np.array(st)  # (K, L, n) in the padded image
+    flat = np.ravel_multi_index(tuple(coord[..., i] for i in range(n)), padded)  # (K, L)
+    batch, ck, cols = x.shape
+    c = ck // int(np.prod(block))
+    idx = np.broadcast_to(flat.reshape(1, 1, -1), (batch, c, flat.size))
+    acc = x.new_zeros((batch, c, int(np.prod(padded))))
+    y = I.scatter_add(acc, 2, ctx.const(np.ascontiguousarray(idx)), M.reshape(x, batch, c, -1))
+    y = M.reshape(y, batch, c, *padded)
+    key = (slice(None), slice(None)) + tuple(slice(pads[i], pads[i] + img[i]) for i in range(n))
+    return y[key]

@@ -408,7 +408,8 @@ def _depth_to_space(ctx, ins, at):
 def _space_to_depth(ctx, ins, at):
     x, b = ins[0], at.i("blocksize")
     n, c, h, w = x.shape
-    y = M.permute(M.reshape(x, n, c, h // b, b, w // b, b), 0, 3, 5, 1, 2, 4)
+    order = (0, 1, 3, 5, 2, 4) if at.s("mode", "DCR") == "CRD" else (0, 3, 5, 1, 2, 4)
+    y = M.permute(M.reshape(x, n, c, h // b, b, w // b, b), *order)
     return M.reshape(y, n, c * b * b, h // b, w // b)
 
 
@@ -505,3 +506,20 @@ def _center_crop_pad(ctx, ins, at):
             before = (want - have) // 2
             x = prim_pad(x, tuple((before, want - have - before) if i == a else (0, 0) for i in range(x.ndim)), 0)
     return x
+
+
+@op("TensorScatter", since=24)
+def _tensor_scatter(ctx, ins, at):
+    """Write `update` into the cache along `axis` at each batch row's write index (circular: modulo)."""
+    cache, upd = ins[0], ins[1]
+    ax = axis(at.i("axis", -2), cache.ndim, ctx)
+    write = (host(ins[2]).astype(np.int64).reshape(-1) if len(ins) > 2 and ins[2] is not None
+             else np.zeros(cache.shape[0], np.int64))
+    seq, cap = upd.shape[ax], cache.shape[ax]
+    shape = [1] * upd.ndim
+    shape[0], shape[ax] = upd.shape[0], seq
+    pos = write.reshape(-1, *([1] * (upd.ndim - 1))) + np.arange(seq).reshape([seq if i == ax else 1 for i in range(upd.ndim)])
+    if at.s("mode", "linear") == "circular":
+        pos = pos % cap
+    idx = np.ascontiguousarray(np.broadcast_to(pos, upd.shape))
+    return I.scatter(cache, ax, ctx.const(idx), upd)

@@ -14,7 +14,7 @@ from .registry import Attrs, lookup
 from .tensor_data import BFLOAT16, NAMES, NP_OF, STRING, to_numpy
 from .lowbit import LOWBIT, ML_NAMES
 from .wire import OnnxFormatError
-from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant, ops_rnn, ops_host  # noqa: F401  (they fill the registry)
+from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant, ops_rnn, ops_host, ops_training  # noqa: F401  (they fill the registry)
 
 # numpy dtypes ember lacks run in a wider one; outputs are cast back to the declared ONNX type
 WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32, np.dtype(np.uint64): np.int64}
