@@ -179,3 +179,28 @@ def _linear_attention(ctx, ins, at):
         outs.append(M.squeeze(matmul(M.unsqueeze(qt, 2), read), 2) * scale)  # (B, Hq, d_v)
     y = M.reshape(M.stack(outs, 1), b, t, hq * d_v)
     return [cast(y, out_dtype), cast(state, state_dtype)]
+
+
+@op("FlexAttention", since=1, domain="ai.onnx.preview")
+def _flex_attention(ctx, ins, at):
+    """softmax(score_mod(Q·Kᵀ·scale)) then prob_mod, ·V; the mods are subgraphs of one tensor each."""
+    q, k, v = ins[:3]
+    work = D.float32 if q.dtype.itemsize < 4 else q.dtype
+    precision = at.i("softmax_precision")
+    if precision:
+        work = ember_dtype(precision, ctx.where)
+    if q.shape[1] != k.shape[1]:
+        reps = q.shape[1] // k.shape[1]
+        k, v = M.repeat_interleave(k, reps, 1), M.repeat_interleave(v, reps, 1)
+    scale = at.f("scale", 1.0 / np.sqrt(q.shape[3]))
+    root = float(np.sqrt(np.float32(scale)))
+    scores = cast(matmul(q * root, M.transpose(k * root, 2, 3)), work)
+
+    def mod(name, t):
+        g = at.graph(name)
+        if g is None:
+            return t
+        (out,) = ctx.run_graph(g, {g.input[0].name: t}, ctx.scope)
+        return cast(out, work)
+    probs = mod("prob_mod", R.softmax(mod("score_mod", scores), -1))
+    return cast(matmul(probs, cast(v, work)), v.dtype)

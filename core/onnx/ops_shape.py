@@ -285,12 +285,8 @@ def _scatter_nd(ctx, ins, at):
         out = I.scatter(xr, 0, r, u)
     elif red == "add":
         out = I.scatter_add(xr, 0, r, u)
-    elif red == "mul":
-        out = xr * I.scatter(M.reshape(xr * 0 + 1, *xr.shape), 0, r, u)  # one update per row
     else:
-        hit = I.scatter(M.reshape(xr * 0, *xr.shape).bool(), 0, r, M.expand(u.bool() | True, *u.shape))
-        val = I.scatter(xr, 0, r, u)
-        out = E.where(hit, (E.maximum if red == "max" else E.minimum)(xr, val), xr)
+        out = _scatter_reduce(ctx, xr, 0, r, u, red)
     return M.reshape(out, *x.shape[:k], *rest)
 
 
@@ -304,10 +300,36 @@ def _scatter_elements(ctx, ins, at):
         return I.scatter_add(x, ax, idx, upd)
     if red == "none":
         return I.scatter(x, ax, idx, upd)
-    val = I.scatter(x, ax, idx, upd)
-    if red == "mul":
-        return x * I.scatter(x * 0 + 1, ax, idx, upd)
-    return (E.maximum if red == "max" else E.minimum)(x, val)
+    return _scatter_reduce(ctx, x, ax, idx, upd, red)
+
+
+def _scatter_reduce(ctx, x, ax, idx, upd, red):
+    """Scatter with mul/max/min, exact under repeated indices: the updates go in rounds in which every
+    target is written at most once (the k-th update of a target in round k; read on the host), each
+    round's other updates parked in one extra slot past the end of `ax`, which is cut off after."""
+    n = x.shape[ax]
+    ih = host(idx).astype(np.int64)
+    others = np.indices(ih.shape).reshape(ih.ndim, -1)
+    others[ax] = ih.reshape(-1)
+    target = np.ravel_multi_index(tuple(others), ih.shape[:ax] + (n,) + ih.shape[ax + 1:])
+    order = np.argsort(target, kind="stable")
+    rank = np.empty_like(order)
+    sorted_t = target[order]
+    first = np.r_[0, np.flatnonzero(np.diff(sorted_t)) + 1]
+    starts = np.repeat(first, np.diff(np.r_[first, sorted_t.size]))
+    rank[order] = np.arange(sorted_t.size) - starts
+    rank = rank.reshape(ih.shape)
+    spec = tuple((0, 1) if i == ax else (0, 0) for i in range(x.ndim))
+    out = prim_pad(x, spec, 0)
+    for r in range(int(rank.max()) + 1 if rank.size else 0):
+        ir = ctx.const(np.where(rank == r, ih, n))
+        if red == "mul":
+            out = out * I.scatter(prim_pad(x * 0 + 1, spec, 1), ax, ir, upd)
+        else:
+            hit = I.scatter(prim_pad(x * 0, spec, 0).bool(), ax, ir, M.expand(upd.bool() | True, *upd.shape))
+            val = I.scatter(out, ax, ir, upd)
+            out = E.where(hit, (E.maximum if red == "max" else E.minimum)(out, val), out)
+    return M.narrow(out, ax, 0, n)
 
 
 op("Scatter", since=9)(_scatter_elements)
