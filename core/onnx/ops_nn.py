@@ -80,10 +80,11 @@ def _conv_transpose(ctx, ins, at):
     if out_shape is not None or mode in ("SAME_UPPER", "SAME_LOWER"):
         target = out_shape[-n:] if out_shape is not None else [in_sp[i] * s[i] for i in range(n)]
         total = [full[i] + op_[i] - target[i] for i in range(n)]
+        half = [int(t / 2) for t in total]  # C division: an output_shape past the full output pads the end
         if mode == "SAME_UPPER" or (out_shape is not None and mode != "SAME_LOWER"):
-            begin = [t // 2 for t in total]
+            begin = half
         else:
-            begin = [t - t // 2 for t in total]
+            begin = [t - h for t, h in zip(total, half)]
         pads = begin + [total[i] - begin[i] for i in range(n)]
     elif mode == "VALID":
         pads = [0] * (2 * n)
@@ -106,8 +107,9 @@ def _conv_transpose(ctx, ins, at):
 
 # ====================================================================== pooling
 
-def _windows(x, k, s, d, pads, ceil_mode, fill):
-    """Yield one strided view per kernel offset, each (N, C, *out): the pool's inputs."""
+def _windows(x, k, s, d, pads, ceil_mode, fill, overhang=None):
+    """Yield one strided view per kernel offset, each (N, C, *out): the pool's inputs. The pads hold
+    `fill`; the cells a ceil_mode window reaches past them hold `overhang` (default: `fill`)."""
     n = len(k)
     sp = x.shape[2:]
     out = []
@@ -119,8 +121,9 @@ def _windows(x, k, s, d, pads, ceil_mode, fill):
         out.append(max(o, 0))
     # extra right padding so every window of the ceil-mode output is in bounds
     need = [(out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - (sp[i] + pads[i] + pads[i + n]) for i in range(n)]
-    full = list(pads[:n]) + [pads[n + i] + max(need[i], 0) for i in range(n)]
-    xp = _pad_input(x, full, fill)
+    xp = _pad_input(x, pads, fill)
+    if any(v > 0 for v in need):
+        xp = _pad_input(xp, [0] * n + [max(v, 0) for v in need], fill if overhang is None else overhang)
     for off in itertools.product(*[range(ki) for ki in k]):
         key = [slice(None), slice(None)]
         for i in range(n):
@@ -177,11 +180,9 @@ def _avgpool(ctx, ins, at):
     # divisor: the window cells inside the input (count_include_pad=0) or inside input + pads
     n = len(k)
     ones = M.expand(ctx.const(np.ones((1, 1) + tuple(x.shape[2:]), x.dtype.np)), 1, 1, *x.shape[2:])
-    if at.i("count_include_pad", 0):
-        ones = _pad_input(ones, pads, 1.0)
-        pads = [0] * (2 * n)
+    pad_fill = 1.0 if at.i("count_include_pad", 0) else 0.0  # pads count or not; the ceil overhang never
     count = None
-    for win in _windows(ones, k, s, d, pads, ceil, 0.0):
+    for win in _windows(ones, k, s, d, pads, ceil, pad_fill, overhang=0.0):
         count = win if count is None else count + win
     return total / count
 
@@ -305,7 +306,7 @@ def _lpnorm(ctx, ins, at):
     x = ins[0]
     ax, p = axis(at.i("axis", -1), x.ndim, ctx), at.i("p", 2)
     norm = R.sum(E.abs(x), dim=ax, keepdim=True) if p == 1 else E.sqrt(R.sum(x * x, dim=ax, keepdim=True))
-    return x / norm
+    return E.where(norm == 0, 0.0, x / E.where(norm == 0, 1.0, norm))  # an all-zero slice stays zero
 
 
 # ====================================================================== softmax family
@@ -344,8 +345,9 @@ def _resize_axis(x, ax, n_out, scale, roi, mode, at, ctx):
     o = np.arange(n_out, dtype=np.float64)
     if coord == "asymmetric":
         src = o / scale
-    elif coord == "align_corners":
-        src = o * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(o)
+    elif coord == "align_corners":  # the unrounded output length n_in * scale, as the reference
+        span = n_in * scale - 1
+        src = o * (n_in - 1) / span if n_out > 1 and span > 0 else np.zeros_like(o)
     elif coord == "pytorch_half_pixel":
         src = (o + 0.5) / scale - 0.5 if n_out > 1 else np.zeros_like(o)
     elif coord == "tf_crop_and_resize":
