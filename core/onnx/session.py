@@ -146,6 +146,8 @@ class InferenceSession:
         self.opsets.setdefault("", 1)
         graph = self.model.graph
         self._plans = {}
+        self._sub_initializers = {}  # id(subgraph) -> its initializers (and folded constants) as tensors
+        self._subgraphs = []
         self.value_types = {}  # value name -> declared ONNX elem type (CastLike's target when held wide)
         missing = []
         self._plan(graph, missing)
@@ -157,7 +159,13 @@ class InferenceSession:
         for sp in graph.sparse_initializer:
             raise OnnxFormatError(f"ember: {self.where}: sparse initializer {sp.values.name!r} is not supported")
         self._inputs = [NodeArg(v) for v in graph.input if v.name not in self._initializers]
-        self._fold_constants(graph)
+        self._fold_constants(graph, self._initializers)
+        with no_grad():  # subgraphs too: their own initializers and Constant nodes, never outer values
+            for g in self._subgraphs:
+                inits = {t.name: constant(to_numpy(t, self.where, self.model.base_dir, "initializer"), self.device)
+                         for t in g.initializer}
+                self._fold_constants(g, inits)
+                self._sub_initializers[id(g)] = inits
         self._outputs = [NodeArg(v) for v in graph.output]
 
     # -------------------------------------------------------------- load: resolve every node once
@@ -179,15 +187,16 @@ class InferenceSession:
             plan.append((node, fn, attrs, Context(self, version)))
             for a in node.attribute:  # subgraphs (If/Loop/Scan bodies) are checked now too
                 for g in ([a.g] if a.g is not None else []) + list(a.graphs):
+                    self._subgraphs.append(g)
                     self._plan(g, missing)
         self._plans[id(graph)] = _fuse_silu(plan, graph)
 
-    def _fold_constants(self, graph):
+    def _fold_constants(self, graph, store):
         """Run, once at load, every node whose inputs are all initializers or folded values (int8 weights
         dequantized, shapes of constants ...): their outputs become initializers and the nodes leave the
         plan. Initializers that are also graph inputs may be fed, so they are not constants."""
         fed = {v.name for v in graph.input}
-        known = {n for n in self._initializers if n not in fed}
+        known = {n for n in store if n not in fed}
         kept = []
         with no_grad():
             for step in self._plans[id(graph)]:
@@ -196,16 +205,16 @@ class InferenceSession:
                         or not all(n in known for n in node.input if n)):
                     kept.append(step)
                     continue
-                ctx.scope = self._initializers
+                ctx.scope = store
                 try:
-                    outs = fn(ctx, [self._initializers[n] if n else None for n in node.input], attrs)
+                    outs = fn(ctx, [store[n] if n else None for n in node.input], attrs)
                 except Exception:  # noqa: BLE001 (left to run time, which reports it with the feeds)
                     kept.append(step)
                     continue
                 outs = outs if isinstance(outs, (list, tuple)) else [outs]
                 for n, v in zip(node.output, outs):
                     if n:
-                        self._initializers[n] = v
+                        store[n] = v
                         known.add(n)
         self._plans[id(graph)] = kept
 
@@ -237,10 +246,8 @@ class InferenceSession:
         env = dict(outer)
         if graph is self.model.graph:
             env.update(self._initializers)
-        else:
-            with no_grad():
-                for t in graph.initializer:
-                    env[t.name] = constant(to_numpy(t, self.where, self.model.base_dir, "initializer"), self.device)
+        else:  # a subgraph (If/Loop/Scan body): its initializers and folded constants, made at load
+            env.update(self._sub_initializers[id(graph)])
         env.update(feeds)
         for node, fn, attrs, ctx in self._plans[id(graph)]:
             try:
