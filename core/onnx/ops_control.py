@@ -91,3 +91,37 @@ def _optional_get(ctx, ins, at):
     if not ins or ins[0] is None:
         raise ValueError(f"ember: {ctx.where}: OptionalGetElement of an empty optional")
     return ins[0]
+
+
+@op("Scan", since=8)
+def _scan8(ctx, ins, at):
+    """Scan-8: a leading batch axis on every state and scan input (scanned along axis 1), and an optional
+    sequence_lens first input (every row runs the full length when it is omitted)."""
+    if ins[0] is not None:
+        lens = host(ins[0]).reshape(-1)
+        if (lens != lens[0]).any():
+            raise ValueError(f"ember: {ctx.where}: Scan-8 with unequal sequence_lens is not supported")
+    rest = list(ins[1:])
+    n_in = at.i("num_scan_inputs")
+    per_batch = []
+    for b in range(rest[0].shape[0]):
+        row = [M.squeeze(M.narrow(x, 0, b, 1), 0) for x in rest]
+        per_batch.append(_scan(ctx, row, _Scan9Attrs(at, n_in)))
+    return [M.stack([outs[k] for outs in per_batch], 0) for k in range(len(per_batch[0]))]
+
+
+class _Scan9Attrs:
+    """Scan-8's attributes read as Scan-9's (directions only; every axis is the sequence axis 0)."""
+
+    def __init__(self, at, n_in):
+        self._at, self.node = at, at.node
+        self._dirs = at.ints("directions", [0] * n_in)
+
+    def graph(self, name):
+        return self._at.graph(name)
+
+    def i(self, name, default=None):
+        return self._at.i(name, default)
+
+    def ints(self, name, default=None):
+        return self._dirs if name == "scan_input_directions" else default

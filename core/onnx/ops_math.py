@@ -587,3 +587,41 @@ def _stft(ctx, ins, at):
     if window is not None:
         frames = frames * M.reshape(cast(window, x.dtype), 1, 1, frame, 1)
     return _dft(ctx, frames, frame, 2, 0, at.i("onesided", 1))
+
+
+@op("MelWeightMatrix", since=17)
+def _mel_weight_matrix(ctx, ins, at):
+    """The (dft_length // 2 + 1, num_mel_bins) triangular mel filterbank, from scalars (a constant)."""
+    import numpy as np
+    n_mel, n_fft, rate = (host_ints(t)[0] for t in ins[:3])
+    lo, hi = (float(np.asarray(t.numpy()).reshape(-1)[0]) for t in ins[3:5])
+    mel = lambda f: 2595 * np.log1p(f / 700) / np.log(10)  # noqa: E731
+    pts = np.arange(n_mel + 2) * ((mel(hi) - mel(lo)) / (n_mel + 2)) + mel(lo)
+    bins = (((n_fft + 1) * (700 * np.expm1(pts / 2595 * np.log(10)))) // rate).astype(int)
+    out = np.zeros((n_fft // 2 + 1, n_mel))
+    for i in range(n_mel):
+        left, center, right = bins[i], bins[i + 1], bins[i + 2]
+        if center == left:
+            out[center, i] = 1
+        else:
+            out[left:center + 1, i] = (np.arange(left, center + 1) - left) / (center - left)
+        if right > center:
+            out[center:right, i] = (right - np.arange(center, right)) / (right - center)
+    return cast(ctx.const(out.astype(np.float32)), ember_dtype(at.i("output_datatype", 1), ctx.where))
+
+
+# ====================================================================== ai.onnx.ml (numeric ones)
+
+@op("Binarizer", since=1, domain="ai.onnx.ml")
+def _binarizer(ctx, ins, at):
+    x = ins[0]
+    return cast(x > at.f("threshold", 0.0), x.dtype)
+
+
+@op("ArrayFeatureExtractor", since=1, domain="ai.onnx.ml")
+def _array_feature_extractor(ctx, ins, at):
+    from .. import ops_indexing as I
+    from .. import ops_movement as M
+    x, idx = ins
+    picked = I.index_select(x, x.ndim - 1, M.reshape(cast(idx, D.int64), -1))
+    return M.reshape(picked, 1, -1) if x.ndim == 1 else picked
