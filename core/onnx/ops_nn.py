@@ -372,7 +372,9 @@ def _resize_axis(x, ax, n_out, scale, roi, mode, at, ctx):
             idx = np.ceil(src - 0.5)
         idx = np.clip(idx, 0, n_in - 1).astype(np.int64)
         return I.index_select(x, ax, ctx.const(idx))
-    if mode == "linear":
+    if mode in ("linear", "cubic") and at.i("antialias", 0) and scale < 1:
+        taps = _antialias_taps(src, n_in, scale, mode, at.f("cubic_coeff_a", -0.75), at.i("exclude_outside", 0))
+    elif mode == "linear":
         if coord != "tf_crop_and_resize":
             src = np.clip(src, 0, n_in - 1)
         lo = np.floor(src)
@@ -405,6 +407,39 @@ def _resize_axis(x, ax, n_out, scale, roi, mode, at, ctx):
         keep = ctx.const(~outside.reshape(shape))
         out = E.where(keep, out, out * 0 + at.f("extrapolation_value", 0.0))
     return out
+
+
+def _antialias_taps(src, n_in, scale, mode, a, exclude_outside):
+    """Downsampling with antialias=1: the linear (triangle) or cubic kernel stretched by 1/scale, each
+    output's weights normalized to 1; taps past the edges read the edge (as ONNX's reference does)."""
+    floor = np.floor(src)
+    ratio = np.where(src == floor, 1.0, src - floor)
+    if mode == "linear":
+        start = int(np.floor(-1 / scale) + 1)
+        offs = np.arange(start, 2 - start)
+        coeffs = np.clip(1 - np.abs((offs[None, :] - ratio[:, None]) * scale), 0, 1)
+    else:
+        start = int(np.floor(-2 / scale) + 1)
+        offs = np.arange(start, 2 - start)
+        z = np.abs(scale * (offs[None, :] - ratio[:, None]))
+        coeffs = np.where(z <= 1, (a + 2) * z ** 3 - (a + 3) * z ** 2 + 1,
+                          np.where(z < 2, a * z ** 3 - 5 * a * z ** 2 + 8 * a * z - 4 * a, 0.0))
+    coeffs = coeffs / coeffs.sum(1, keepdims=True)
+    n = coeffs.shape[1]
+    pad = int(np.ceil(n / 2))
+    xp = src + pad
+    p = np.floor(xp)
+    frac = xp - p
+    if n % 2 == 0:
+        off = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        off = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    idx = (p + off)[:, None] + np.arange(n)[None, :] - pad
+    if exclude_outside:
+        coeffs = np.where((idx < 0) | (idx >= n_in), 0.0, coeffs)
+        total = coeffs.sum(1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    return [(idx[:, j], coeffs[:, j]) for j in range(n)]
 
 
 @op("Resize", since=10)
