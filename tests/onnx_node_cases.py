@@ -156,7 +156,8 @@ def _reason(why: str, name: str = "") -> str:
     why = why.replace("ember: <onnx bytes>: ", "")
     if "unsupported ONNX operators:" in why:
         return "not implemented: " + why.split("unsupported ONNX operators:")[1].strip()
-    for key in ("cannot make a tensor from numpy dtype", "has no ember dtype", "string tensors"):
+    for key in ("cannot make a tensor from numpy dtype", "has no ember dtype", "string tensors", "has no float64",
+                "stores int64 as int32"):
         if key in why:
             return "dtype ember lacks: " + why.split(": ", 1)[-1]
     return why[:160]
