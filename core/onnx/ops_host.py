@@ -95,3 +95,41 @@ def _bitcast(ctx, ins, at):
 def _det(ctx, ins, at):
     x = host(ins[0])
     return ctx.const(np.linalg.det(x.astype(np.float64)).astype(x.dtype))
+
+
+@op("TfIdfVectorizer", since=9)
+def _tfidf(ctx, ins, at):
+    """Counts of the pooled n-grams (integer tokens; elements of an n-gram up to max_skip_count apart) per
+    row, as TF, IDF (the weight where present) or TFIDF. Token lookups are host work by nature."""
+    x = host(ins[0])
+    if x.dtype.kind not in "iu":
+        raise ValueError(f"ember: {ctx.where}: TfIdfVectorizer over strings is not supported")
+    pool = at.ints("pool_int64s", [])
+    starts = at.ints("ngram_counts") + [len(pool)]
+    cols = at.ints("ngram_indexes")
+    weights = at.floats("weights", None)
+    lo, hi, max_skip = at.i("min_gram_length"), at.i("max_gram_length"), at.i("max_skip_count", 0)
+    table = {}  # (n-gram tuple) -> output column
+    k = 0
+    for n in range(1, len(starts)):
+        for p in range(starts[n - 1], starts[n], n):
+            table[tuple(pool[p:p + n])] = cols[k]
+            k += 1
+    width = max(cols) + 1 if cols else 0
+    rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+    out = np.zeros((rows.shape[0], width), np.float32)
+    for r, row in enumerate(rows.tolist()):
+        for n in range(max(lo, 1), hi + 1):
+            for skip in range(max_skip + 1 if n > 1 else 1):
+                step = skip + 1
+                for s in range(len(row) - (n - 1) * step):
+                    col = table.get(tuple(row[s:s + (n - 1) * step + 1:step]))
+                    if col is not None:
+                        out[r, col] += 1
+    mode = at.s("mode", "TF")
+    if mode != "TF":
+        w = np.ones(width, np.float32)
+        if weights is not None:  # weights[i] belongs to the i-th pooled n-gram, i.e. column ngram_indexes[i]
+            w[np.asarray(cols)] = weights
+        out = (out > 0) * w if mode == "IDF" else out * w
+    return ctx.const(out.reshape(width) if x.ndim == 1 else out)
