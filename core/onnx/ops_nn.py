@@ -713,3 +713,48 @@ def _col2im(ctx, ins, at):
     y = M.reshape(y, batch, c, *padded)
     key = (slice(None), slice(None)) + tuple(slice(pads[i], pads[i] + img[i]) for i in range(n))
     return y[key]
+
+
+@op("DeformConv", since=19)
+def _deform_conv(ctx, ins, at):
+    """2-D deformable convolution: each kernel tap samples the input bilinearly (zeros outside) at its
+    grid position plus a learned offset, scaled by the mask; the samples are then one grouped matmul."""
+    x, w, offset = ins[:3]
+    b = ins[3] if len(ins) > 3 else None
+    mask = ins[4] if len(ins) > 4 else None
+    if x.ndim != 4:
+        raise ValueError(f"ember: {ctx.where}: DeformConv supports 2-D inputs, got {x.shape}")
+    n, c, h, wd = x.shape
+    o = w.shape[0]
+    kh, kw = at.ints("kernel_shape", list(w.shape[2:]))
+    sh, sw = at.ints("strides", [1, 1])
+    dh, dw = at.ints("dilations", [1, 1])
+    pads = at.ints("pads", [0, 0, 0, 0])
+    g, og = at.i("group", 1), at.i("offset_group", 1)
+    oh, ow = offset.shape[2:]
+    off = M.reshape(offset, n, og, kh, kw, 2, oh, ow)
+    hb = ctx.const((-pads[0] + sh * np.arange(oh)[None, :] + dh * np.arange(kh)[:, None]).reshape(1, 1, kh, 1, oh, 1),
+                   x.dtype.np)
+    wb = ctx.const((-pads[1] + sw * np.arange(ow)[None, :] + dw * np.arange(kw)[:, None]).reshape(1, 1, 1, kw, 1, ow),
+                   x.dtype.np)
+    ph = M.squeeze(M.narrow(off, 4, 0, 1), 4) + hb  # (N, OG, KH, KW, OH, OW)
+    pw = M.squeeze(M.narrow(off, 4, 1, 1), 4) + wb
+    per = c // og
+    flat_x = M.reshape(x, n, c, h * wd)
+    cols = None
+    for dy in (0, 1):
+        for dx in (0, 1):
+            yy, xx = E.floor(ph) + dy, E.floor(pw) + dx
+            weight = (1.0 - E.abs(ph - yy)) * (1.0 - E.abs(pw - xx))
+            ok = E.logical_and(E.logical_and(yy >= 0, yy <= h - 1), E.logical_and(xx >= 0, xx <= wd - 1))
+            weight = weight * cast(ok, x.dtype)
+            flat = cast(E.clamp(yy, 0.0, h - 1.0) * wd + E.clamp(xx, 0.0, wd - 1.0), D.int64)
+            idx = M.reshape(M.repeat_interleave(flat, per, 1), n, c, -1)       # each channel: its group's
+            val = I.gather(flat_x, 2, idx) * M.reshape(M.repeat_interleave(weight, per, 1), n, c, -1)
+            cols = val if cols is None else cols + val
+    if mask is not None:
+        cols = cols * M.reshape(M.repeat_interleave(M.reshape(mask, n, og, kh, kw, oh, ow), per, 1), n, c, -1)
+    cols = M.reshape(cols, n, g, (c // g) * kh * kw, oh * ow)
+    y = matmul(M.reshape(w, 1, g, o // g, -1), cols)  # (N, g, O/g, P)
+    y = M.reshape(y, n, o, oh, ow)
+    return y + M.reshape(b, 1, -1, 1, 1) if b is not None else y
