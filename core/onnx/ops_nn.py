@@ -758,3 +758,62 @@ def _deform_conv(ctx, ins, at):
     y = matmul(M.reshape(w, 1, g, o // g, -1), cols)  # (N, g, O/g, P)
     y = M.reshape(y, n, o, oh, ow)
     return y + M.reshape(b, 1, -1, 1, 1) if b is not None else y
+
+
+def _roi_taps(y, size):
+    """RoiAlign's bilinear taps along one axis for sample coordinates y: (low, high, weight_low, weight_high)
+    with samples beyond [-1, size] dropped (weights 0) and the last row/column clamped."""
+    out = (y < -1.0) | (y > size)
+    y = np.maximum(y, 0.0)
+    low = np.floor(y).astype(np.int64)
+    edge = low >= size - 1
+    low = np.where(edge, size - 1, low)
+    high = np.where(edge, size - 1, low + 1)
+    y = np.where(edge, low, y)
+    frac = y - low
+    return low, high, np.where(out, 0.0, 1.0 - frac), np.where(out, 0.0, frac)
+
+
+@op("RoiAlign", since=10)
+def _roi_align(ctx, ins, at):
+    """Average or max of bilinear samples over each ROI bin. The sample grid depends on the ROI boxes (read
+    on the host, they are few); the samples are gathers from the feature map on its device."""
+    x, rois, batch_idx = ins[0], host(ins[1]).astype(np.float64), host(ins[2]).astype(np.int64).reshape(-1)
+    n, c, h, w = x.shape
+    ph, pw = at.i("output_height", 1), at.i("output_width", 1)
+    ratio, scale = at.i("sampling_ratio", 0), at.f("spatial_scale", 1.0)
+    half = at.s("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    avg = at.s("mode", "avg") == "avg"
+    flat = M.reshape(x, n, c, h * w)
+    outs = []
+    for r, (box, b) in enumerate(zip(rois, batch_idx)):
+        x0, y0, x1, y1 = box * scale - (0.5 if half else 0.0)
+        rw, rh = x1 - x0, y1 - y0
+        if not half:
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        gh = ratio if ratio > 0 else int(np.ceil(rh / ph))
+        gw = ratio if ratio > 0 else int(np.ceil(rw / pw))
+        ys = y0 + (np.arange(ph)[:, None] + (np.arange(gh)[None, :] + 0.5) / gh) * (rh / ph)  # (PH, GH)
+        xs = x0 + (np.arange(pw)[:, None] + (np.arange(gw)[None, :] + 0.5) / gw) * (rw / pw)  # (PW, GW)
+        ylo, yhi, wylo, wyhi = _roi_taps(ys, h)
+        xlo, xhi, wxlo, wxhi = _roi_taps(xs, w)
+        # a sample off either axis weighs 0: its weights are products of the two axes' weights
+        taps = []
+        for yi, wy in ((ylo, wylo), (yhi, wyhi)):
+            for xi, wx in ((xlo, wxlo), (xhi, wxhi)):
+                pos = yi[:, None, :, None] * w + xi[None, :, None, :]   # (PH, PW, GH, GW)
+                wt = wy[:, None, :, None] * wx[None, :, None, :]
+                taps.append((pos, wt))
+        src = flat[int(b)]  # (C, H*W)
+        vals = []
+        for pos, wt in taps:
+            g = I.index_select(src, 1, ctx.const(pos.reshape(-1)))
+            vals.append(g * ctx.const(wt.reshape(1, -1), x.dtype.np))
+        if avg:
+            total = vals[0] + vals[1] + vals[2] + vals[3]
+            y = R.sum(M.reshape(total, c, ph, pw, gh * gw), dim=3) / float(max(gh * gw, 1))
+        else:
+            m = E.maximum(E.maximum(vals[0], vals[1]), E.maximum(vals[2], vals[3]))
+            y = R.amax(M.reshape(m, c, ph, pw, gh * gw), dim=3)
+        outs.append(y)
+    return M.stack(outs, 0) if outs else x.new_zeros((0, c, ph, pw))
