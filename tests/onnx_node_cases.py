@@ -71,6 +71,10 @@ def close(got, want, rtol=1e-3, atol=1e-5) -> str | None:
         return f"shape {got.shape} != {want.shape}"
     if want.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: 8 mantissa bits
         want, rtol, atol = want.astype(np.float32), max(rtol, 1e-2), max(atol, 1e-2)
+    elif want.dtype.name.startswith(("float8", "float4")):  # ml_dtypes' narrow floats: compare the values
+        want = want.astype(np.float32)
+    elif want.dtype.name in ("int4", "uint4", "int2", "uint2"):
+        want = want.astype(np.int8 if want.dtype.name[0] == "i" else np.uint8)
     if want.dtype.kind in "fc":
         if not np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True):
             err = np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))
@@ -139,12 +143,21 @@ def score(device: str, names=None, make_session=None) -> dict[str, str]:
     return fails
 
 
-def _reason(why: str) -> str:
+# causes the message alone does not tell, by case-name prefix
+KNOWN = {"test_training_dropout": "random: the reference's mask comes from numpy's RNG, not reproducible",
+         "test_swiglu_float16": "float16 rounding: the reference rounds after every op, the fused sigmoid once"}
+
+
+def _reason(why: str, name: str = "") -> str:
     """A failure message as a short, stable reason for the expected-failures file."""
+    for prefix, cause in KNOWN.items():
+        if name.startswith(prefix):
+            return f"{cause} ({why.split(': ', 1)[-1][:60]})"
     why = why.replace("ember: <onnx bytes>: ", "")
     if "unsupported ONNX operators:" in why:
         return "not implemented: " + why.split("unsupported ONNX operators:")[1].strip()
-    for key in ("cannot make a tensor from numpy dtype", "has no ember dtype", "string tensors"):
+    for key in ("cannot make a tensor from numpy dtype", "has no ember dtype", "string tensors", "has no float64",
+                "stores int64 as int32"):
         if key in why:
             return "dtype ember lacks: " + why.split(": ", 1)[-1]
     return why[:160]
@@ -162,10 +175,10 @@ def write_expected(devices=("cpu", "webgpu")):
     base = fails[devices[0]]
     for name in sorted(set().union(*fails.values())):
         if all(name in fails[d] for d in devices):
-            lines.append(f"{name} all {_reason(base[name])}")
+            lines.append(f"{name} all {_reason(base[name], name)}")
         for d in devices:
             if name in fails[d] and not all(name in fails[x] for x in devices):
-                lines.append(f"{name} {d} {_reason(fails[d][name])}")
+                lines.append(f"{name} {d} {_reason(fails[d][name], name)}")
     EXPECTED_FAILURES.write_text("\n".join(lines) + "\n")
     return {d: len(f) for d, f in fails.items()}
 

@@ -8,6 +8,9 @@
 //   const { text, tokens } = await ember.generate("Once upon", { temperature: 0, max_new_tokens: 32 }, (t) => ...);
 //   await ember.loadModel("yolo", "demo");
 //   const detections = await ember.detect(imageBlob);           // [{class, label, score, box: [x1, y1, x2, y2]}]
+//   const { inputs, outputs } = await ember.loadModel("onnx", "https://.../model.onnx");  // or a File
+//   const results = await ember.run({ input: { type: "float32", data: float32Array, dims: [1, 3, 224, 224] } });
+//   results.output.data, results.output.dims                     // typed arrays, as onnxruntime-web's tensors
 //
 // Everything runs in a Web Worker (worker.js): Pyodide, numpy and the ember wheel, on WebGPU when the
 // browser has an adapter and on the CPU otherwise. Results carry the same fields as the CLI's `--json`.
@@ -141,6 +144,7 @@ class Ember {
 
   /** Download (or read from the cache) and load a model for `tool`; -> {tool, device, parameters, bytes}. */
   async loadModel(tool, source = "demo") {
+    if (tool === "onnx") return this._loadOnnx(source); // ONNX (#18): see the block at the end of this file
     const { key, files } = await this.resolve(tool, source);
     const transfer = files.filter((f) => f.bytes).map((f) => f.bytes);
     const info = await this._request({ type: "load", tool, key, files }, null, transfer);
@@ -220,3 +224,64 @@ function fixName(name) {
     throw new EmberError("unsupported_file", `ember: ${name}: YOLO weights must be .safetensors (ember convert yolo), .onnx or .pt`);
   return name;
 }
+
+// ------------------------------------------------------------------ ONNX (issue #18; worker: onnx-load / onnx-run)
+// Tensors as onnxruntime-web's: {type, data: TypedArray, dims}. A bare typed array as a feed takes the model
+// input's declared shape when that is fully known (else 1-D), and its type from the array's class.
+
+const ONNX_ARRAYS = { float32: Float32Array, float64: Float64Array, float16: Uint16Array, int8: Int8Array,
+  uint8: Uint8Array, int16: Int16Array, uint16: Uint16Array, int32: Int32Array, uint32: Uint32Array,
+  int64: BigInt64Array, uint64: BigUint64Array, bool: Uint8Array };
+const ONNX_TYPE_OF = new Map([[Float32Array, "float32"], [Float64Array, "float64"], [Int8Array, "int8"],
+  [Uint8Array, "uint8"], [Int16Array, "int16"], [Uint16Array, "uint16"], [Int32Array, "int32"],
+  [Uint32Array, "uint32"], [BigInt64Array, "int64"], [BigUint64Array, "uint64"]]);
+
+/** Load an ONNX model: `source` is an http(s) URL of a .onnx file, a File/Blob, or an array of Files (the
+ *  .onnx plus its external-data files). -> {tool: "onnx", device, inputs, outputs: [{name, type, shape}]}.
+ *  Operators ember lacks are reported here (code bad_model, each op and opset named), not at run time. */
+Ember.prototype._loadOnnx = async function (source) {
+  let files, key;
+  if (typeof Blob !== "undefined" && source instanceof Blob) source = [source];
+  if (source && typeof source === "object" && typeof source.length === "number") {
+    files = await Promise.all(Array.from(source, async (f, i) => ({ name: f.name || (i ? `file${i}` : "model.onnx"),
+      bytes: await f.arrayBuffer() })));
+    key = "local-" + files.map((f) => f.name + f.bytes.byteLength).join("-");
+  } else {
+    const url = String(source).trim();
+    if (!/^https?:\/\//.test(url)) throw new EmberError("bad_request", `ember: "${url}" is not an http(s) URL of an .onnx file`);
+    files = [{ name: url.split("/").pop().split("?")[0] || "model.onnx", url }];
+    key = url;
+  }
+  const transfer = files.filter((f) => f.bytes).map((f) => f.bytes);
+  const info = await this._request({ type: "onnx-load", key, files }, null, transfer);
+  this.models.onnx = { tool: "onnx", ...info, source: typeof source === "string" ? source : key };
+  return this.models.onnx;
+};
+
+/** Run the loaded ONNX model: feeds {name: {type?, data, dims} | TypedArray}; outputNames optional.
+ *  -> {name: {type, data: TypedArray, dims}} (plus a non-enumerable `ms`). */
+Ember.prototype.run = async function (feeds, outputNames) {
+  const model = this.models.onnx;
+  if (!model) throw new EmberError("not_loaded", "ember: no ONNX model loaded; call loadModel('onnx', ...) first");
+  const msg = {}, transfer = [];
+  for (const [name, value] of Object.entries(feeds)) {
+    const t = ArrayBuffer.isView(value) ? { data: value } : value;
+    if (!t || !ArrayBuffer.isView(t.data)) throw new EmberError("bad_request", `ember: feed ${name} needs a typed array (data)`);
+    const type = t.type || ONNX_TYPE_OF.get(t.data.constructor);
+    if (!type) throw new EmberError("bad_request", `ember: feed ${name}: no ONNX type for ${t.data.constructor.name}`);
+    const decl = (model.inputs.find((i) => i.name === name) || {}).shape;
+    const dims = t.dims || (decl && decl.every((d) => typeof d === "number") ? decl : [t.data.length]);
+    const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength).slice(); // ours to transfer
+    transfer.push(bytes.buffer);
+    msg[name] = { type, dims: Array.from(dims, Number), bytes };
+  }
+  const r = await this._request({ type: "onnx-run", feeds: msg, outputs: outputNames || null }, null, transfer);
+  const out = {};
+  for (const [name, t] of Object.entries(r.outputs)) {
+    const b = t.bytes instanceof Uint8Array ? t.bytes : new Uint8Array(t.bytes);
+    const Arr = ONNX_ARRAYS[t.type] || Float32Array;
+    const data = new Arr(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
+    out[name] = { type: t.type, dims: Array.from(t.dims), data };
+  }
+  return Object.defineProperty(out, "ms", { value: r.ms, enumerable: false });
+};

@@ -41,6 +41,8 @@ async function serve(msg) {
     else if (msg.type === "device") post({ type: "result", id, data: await setDevice(msg.device) });
     else if (msg.type === "load") post({ type: "result", id, data: await load(msg, progress) });
     else if (msg.type === "run") post({ type: "result", id, data: await run(msg) });
+    else if (msg.type === "onnx-load") post({ type: "result", id, data: await onnxLoad(msg, progress) }); // ONNX (#18)
+    else if (msg.type === "onnx-run") post({ type: "result", id, data: await onnxRun(msg) });            // ONNX (#18)
     else throw new WorkerFail("bad_request", `ember: unknown message type ${msg.type}`);
   } catch (e) {
     const code = e.code || (e instanceof RangeError ? "out_of_memory" : "internal");
@@ -79,15 +81,16 @@ async function setDevice(name) {
   return r;
 }
 
-// Run worker_api.handle(op, args) under runPythonAsync (JSPI can suspend inside it) and unwrap its answer.
-async function callPy(op, args) {
+// Run worker_api.handle(op, args) (or another ember.wasm module's handle) under runPythonAsync (JSPI can
+// suspend inside it) and unwrap its answer.
+async function callPy(op, args, module = "worker_api") {
   const ns = pyodide.globals.get("dict")();
   const pyArgs = pyodide.toPy(args, { depth: 1 });
   try {
     ns.set("op", op);
     ns.set("args", pyArgs);
     const out = await pyodide.runPythonAsync(
-      "from ember.wasm.worker_api import handle\nawait handle(op, args)", { globals: ns });
+      `from ember.wasm.${module} import handle\nawait handle(op, args)`, { globals: ns });
     const r = out.toJs({ dict_converter: Object.fromEntries });
     out.destroy();
     if (r.error) throw new WorkerFail(r.error, r.message);
@@ -207,4 +210,35 @@ async function run(msg) {
   // {stage, done, total}: YOLO per stage, Whisper per 30 s window; the page draws a bar from it
   const onProgress = (p) => post({ type: "progress", id, stage: p.stage, file: tool, done: p.done, total: p.total });
   return callPy(tool, { input, opts: msg.opts || {}, on_partial: onPartial, on_progress: onProgress });
+}
+
+// ------------------------------------------------------------------ ONNX (issue #18; ember.wasm.onnx_api)
+// {type: "onnx-load", key, files: [{name, url} | {name, bytes}]}: the .onnx file plus any external-data files
+// beside it, written to one folder; the model reads them all at load, then the copies are freed.
+// {type: "onnx-run", feeds: {name: {type, dims, bytes}}, outputs?} -> {outputs: {name: {type, dims, bytes}}, ms}
+
+async function onnxLoad(msg, progress) {
+  const folder = `/models/onnx/${msg.key.replace(/[^A-Za-z0-9._-]/g, "_")}`;
+  pyodide.FS.mkdirTree(folder);
+  let model = null;
+  for (const f of msg.files) {
+    const bytes = f.bytes ? new Uint8Array(f.bytes) : await fetchCached(f, progress);
+    if (!bytes) continue;
+    const name = f.name.replace(/[\/\\]/g, "_");
+    pyodide.FS.writeFile(`${folder}/${name}`, bytes);
+    if (!model && /\.onnx$/i.test(name)) model = name;
+  }
+  if (!model) throw new WorkerFail("unsupported_file", `ember: no .onnx file among ${msg.files.map((f) => f.name)}`);
+  progress("load", "onnx", 0, 1);
+  try {
+    return await callPy("load", { path: `${folder}/${model}`, device }, "onnx_api");
+  } finally {
+    for (const name of pyodide.FS.readdir(folder))
+      if (name !== "." && name !== "..") pyodide.FS.unlink(`${folder}/${name}`);
+    progress("load", "onnx", 1, 1);
+  }
+}
+
+async function onnxRun(msg) {
+  return callPy("run", { feeds: msg.feeds, outputs: msg.outputs || null }, "onnx_api");
 }

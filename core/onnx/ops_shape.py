@@ -285,12 +285,8 @@ def _scatter_nd(ctx, ins, at):
         out = I.scatter(xr, 0, r, u)
     elif red == "add":
         out = I.scatter_add(xr, 0, r, u)
-    elif red == "mul":
-        out = xr * I.scatter(M.reshape(xr * 0 + 1, *xr.shape), 0, r, u)  # one update per row
     else:
-        hit = I.scatter(M.reshape(xr * 0, *xr.shape).bool(), 0, r, M.expand(u.bool() | True, *u.shape))
-        val = I.scatter(xr, 0, r, u)
-        out = E.where(hit, (E.maximum if red == "max" else E.minimum)(xr, val), xr)
+        out = _scatter_reduce(ctx, xr, 0, r, u, red)
     return M.reshape(out, *x.shape[:k], *rest)
 
 
@@ -304,10 +300,36 @@ def _scatter_elements(ctx, ins, at):
         return I.scatter_add(x, ax, idx, upd)
     if red == "none":
         return I.scatter(x, ax, idx, upd)
-    val = I.scatter(x, ax, idx, upd)
-    if red == "mul":
-        return x * I.scatter(x * 0 + 1, ax, idx, upd)
-    return (E.maximum if red == "max" else E.minimum)(x, val)
+    return _scatter_reduce(ctx, x, ax, idx, upd, red)
+
+
+def _scatter_reduce(ctx, x, ax, idx, upd, red):
+    """Scatter with mul/max/min, exact under repeated indices: the updates go in rounds in which every
+    target is written at most once (the k-th update of a target in round k; read on the host), each
+    round's other updates parked in one extra slot past the end of `ax`, which is cut off after."""
+    n = x.shape[ax]
+    ih = host(idx).astype(np.int64)
+    others = np.indices(ih.shape).reshape(ih.ndim, -1)
+    others[ax] = ih.reshape(-1)
+    target = np.ravel_multi_index(tuple(others), ih.shape[:ax] + (n,) + ih.shape[ax + 1:])
+    order = np.argsort(target, kind="stable")
+    rank = np.empty_like(order)
+    sorted_t = target[order]
+    first = np.r_[0, np.flatnonzero(np.diff(sorted_t)) + 1]
+    starts = np.repeat(first, np.diff(np.r_[first, sorted_t.size]))
+    rank[order] = np.arange(sorted_t.size) - starts
+    rank = rank.reshape(ih.shape)
+    spec = tuple((0, 1) if i == ax else (0, 0) for i in range(x.ndim))
+    out = prim_pad(x, spec, 0)
+    for r in range(int(rank.max()) + 1 if rank.size else 0):
+        ir = ctx.const(np.where(rank == r, ih, n))
+        if red == "mul":
+            out = out * I.scatter(prim_pad(x * 0 + 1, spec, 1), ax, ir, upd)
+        else:
+            hit = I.scatter(prim_pad(x * 0, spec, 0).bool(), ax, ir, M.expand(upd.bool() | True, *upd.shape))
+            val = I.scatter(out, ax, ir, upd)
+            out = E.where(hit, (E.maximum if red == "max" else E.minimum)(out, val), out)
+    return M.narrow(out, ax, 0, n)
 
 
 op("Scatter", since=9)(_scatter_elements)
@@ -408,7 +430,8 @@ def _depth_to_space(ctx, ins, at):
 def _space_to_depth(ctx, ins, at):
     x, b = ins[0], at.i("blocksize")
     n, c, h, w = x.shape
-    y = M.permute(M.reshape(x, n, c, h // b, b, w // b, b), 0, 3, 5, 1, 2, 4)
+    order = (0, 1, 3, 5, 2, 4) if at.s("mode", "DCR") == "CRD" else (0, 3, 5, 1, 2, 4)
+    y = M.permute(M.reshape(x, n, c, h // b, b, w // b, b), *order)
     return M.reshape(y, n, c * b * b, h // b, w // b)
 
 
@@ -433,3 +456,92 @@ def _range(ctx, ins, at):
 def _dropout(ctx, ins, at):
     x = ins[0]  # inference: identity, the mask all true
     return [x, M.expand(ctx.const(np.ones((), np.bool_)), *x.shape)]
+
+
+@op("CumProd", since=26)
+def _cumprod(ctx, ins, at):
+    """Inclusive/exclusive, forward/reverse running product: log2(n) doubling steps (Hillis-Steele),
+    each a product with the sequence shifted by 2^k (ones shifted in)."""
+    x = ins[0]
+    ax = axis(host_ints(ins[1])[0], x.ndim, ctx)
+    rev = at.i("reverse", 0)
+    if rev:
+        x = M.flip(x, ax)
+    n = x.shape[ax]
+
+    def shifted(y, k):
+        spec = tuple((k, 0) if i == ax else (0, 0) for i in range(y.ndim))
+        return M.narrow(prim_pad(y, spec, 1), ax, 0, n)
+
+    y = shifted(x, 1) if at.i("exclusive", 0) else x
+    k = 1
+    while k < n:
+        y = y * shifted(y, k)
+        k *= 2
+    return M.flip(y, ax) if rev else y
+
+
+def _window(kind):
+    def f(ctx, ins, at):
+        size = host_ints(ins[0])[0]
+        denom = size if at.i("periodic", 1) else size - 1
+        t = 2 * np.pi * np.arange(size) / max(denom, 1)
+        if kind == "hann":
+            w = 0.5 - 0.5 * np.cos(t)
+        elif kind == "hamming":
+            w = 25 / 46 - (1 - 25 / 46) * np.cos(t)
+        else:
+            w = 0.42 - 0.5 * np.cos(t) + 0.08 * np.cos(2 * t)
+        from .values import ember_dtype
+        return cast(ctx.const(w.astype(np.float32)), ember_dtype(at.i("output_datatype", 1), ctx.where))
+    return f
+
+
+op("HannWindow", since=17)(_window("hann"))
+op("HammingWindow", since=17)(_window("hamming"))
+op("BlackmanWindow", since=17)(_window("blackman"))
+
+
+@op("ReverseSequence", since=10)
+def _reverse_sequence(ctx, ins, at):
+    x, lens = ins[0], host(ins[1]).astype(np.int64).reshape(-1)
+    b_ax, t_ax = at.i("batch_axis", 1), at.i("time_axis", 0)
+    t = np.arange(x.shape[t_ax])[:, None]
+    idx = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)  # (time, batch)
+    if b_ax < t_ax:
+        idx = idx.T
+    shape = [1] * x.ndim
+    shape[t_ax], shape[b_ax] = x.shape[t_ax], x.shape[b_ax]
+    full = np.broadcast_to(idx.reshape(shape), x.shape)
+    return I.gather(x, t_ax, ctx.const(np.ascontiguousarray(full)))
+
+
+@op("CenterCropPad", since=18)
+def _center_crop_pad(ctx, ins, at):
+    x, target = ins[0], host_ints(ins[1])
+    axes = [axis(a, x.ndim, ctx) for a in at.ints("axes", list(range(x.ndim)))]
+    for a, want in zip(axes, target):
+        have = x.shape[a]
+        if want < have:
+            x = M.narrow(x, a, (have - want) // 2, want)
+        elif want > have:
+            before = (want - have) // 2
+            x = prim_pad(x, tuple((before, want - have - before) if i == a else (0, 0) for i in range(x.ndim)), 0)
+    return x
+
+
+@op("TensorScatter", since=24)
+def _tensor_scatter(ctx, ins, at):
+    """Write `update` into the cache along `axis` at each batch row's write index (circular: modulo)."""
+    cache, upd = ins[0], ins[1]
+    ax = axis(at.i("axis", -2), cache.ndim, ctx)
+    write = (host(ins[2]).astype(np.int64).reshape(-1) if len(ins) > 2 and ins[2] is not None
+             else np.zeros(cache.shape[0], np.int64))
+    seq, cap = upd.shape[ax], cache.shape[ax]
+    shape = [1] * upd.ndim
+    shape[0], shape[ax] = upd.shape[0], seq
+    pos = write.reshape(-1, *([1] * (upd.ndim - 1))) + np.arange(seq).reshape([seq if i == ax else 1 for i in range(upd.ndim)])
+    if at.s("mode", "linear") == "circular":
+        pos = pos % cap
+    idx = np.ascontiguousarray(np.broadcast_to(pos, upd.shape))
+    return I.scatter(cache, ax, ctx.const(idx), upd)

@@ -6,16 +6,22 @@ import numpy as np
 
 from .. import dtypes as D
 from ..autograd import no_grad
+from ..ops_elementwise import silu
 from ..device import device as as_device
 from ..tensor import Tensor, tensor
 from .proto import load_model
 from .registry import Attrs, lookup
 from .tensor_data import BFLOAT16, NAMES, NP_OF, STRING, to_numpy
+from .lowbit import LOWBIT, ML_NAMES
 from .wire import OnnxFormatError
-from . import ops_math, ops_nn, ops_shape, ops_control  # noqa: F401  (they fill the registry)
+from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant, ops_rnn, ops_host, ops_training  # noqa: F401  (they fill the registry)
 
 # numpy dtypes ember lacks run in a wider one; outputs are cast back to the declared ONNX type
 WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32, np.dtype(np.uint64): np.int64}
+
+
+# operators whose outputs differ run to run: never folded into constants at load
+_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
 
 
 class UnsupportedOperatorError(OnnxFormatError):
@@ -48,6 +54,8 @@ class NodeArg:
 def to_tensor(a, dev) -> Tensor:
     """A numpy array as an ember Tensor on `dev` (int16/uint16/uint64 widened, see WIDER)."""
     a = np.asarray(a)
+    if a.dtype.name in ML_NAMES:  # ml_dtypes' float8/int4/... (as onnx's numpy_helper returns them)
+        a = a.astype(ML_NAMES[a.dtype.name])
     if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (what onnx's numpy_helper returns): keep the bits
         return Tensor._from_storage(a.copy().view(np.uint16), D.bfloat16, dev)
     if a.dtype in WIDER:
@@ -55,6 +63,22 @@ def to_tensor(a, dev) -> Tensor:
     if a.dtype == np.object_:
         raise OnnxFormatError("ember: string tensors are not supported")
     return tensor(a if a.flags.c_contiguous else a.copy(), device=dev)  # (ascontiguousarray makes 0-d 1-d)
+
+
+_I32 = np.iinfo(np.int32)
+
+
+def constant(a, dev) -> Tensor:
+    """A model's own int64 constant on `dev`; where the device keeps int64 as int32 (WebGPU), values past
+    int32 saturate: they are the sentinels exports use for "to the end" (Slice ends of INT64_MAX, ...),
+    which keep their meaning for every tensor a device can hold. Feeds never saturate."""
+    try:
+        return to_tensor(a, dev)
+    except ValueError:
+        a = np.asarray(a)
+        if a.dtype != np.int64:
+            raise
+        return to_tensor(np.clip(a, _I32.min, _I32.max), dev)
 
 
 class Context:
@@ -66,7 +90,7 @@ class Context:
         self.scope = {}
 
     def const(self, a, dtype=None):
-        return to_tensor(np.asarray(a, dtype), self.device)
+        return constant(np.asarray(a, dtype), self.device)
 
     def run_graph(self, graph, feeds: dict, outer: dict):
         return self.session._run_graph(graph, feeds, outer)
@@ -77,6 +101,43 @@ def _output_type(vi):
     return tt.elem_type if tt is not None and tt.elem_type else None
 
 
+def _silu(ctx, ins, at):
+    return silu(ins[0])
+
+
+def _fuse_silu(plan, graph):
+    """Sigmoid(x) -> Mul(x, s), s used nowhere else: one silu (the backend's fused kernel where it has
+    one; every convolution of a YOLOv8 is followed by this pair)."""
+    uses = {}
+    for node, *_ in plan:
+        for n in node.input:
+            uses[n] = uses.get(n, 0) + 1
+    outputs = {o.name for o in graph.output}
+    sig = {node.output[0]: node.input[0] for node, *_ in plan
+           if node.op_type == "Sigmoid" and len(node.output) == 1 and node.domain in ("", "ai.onnx")}
+    fused, drop = [], set()
+    for node, fn, attrs, ctx in plan:
+        if node.op_type == "Mul" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
+            a, b = node.input
+            s, x = (b, a) if sig.get(b) == a else (a, b) if sig.get(a) == b else (None, None)
+            if s is not None and uses.get(s) == 1 and s not in outputs:
+                drop.add(s)
+                fused.append((_Renamed(node, [x]), _silu, attrs, ctx))
+                continue
+        fused.append((node, fn, attrs, ctx))
+    return [p for p in fused if not (p[0].op_type == "Sigmoid" and p[0].output[0] in drop)]
+
+
+class _Renamed:
+    """A node read through other inputs (a fused pattern's): everything else is the original's."""
+
+    def __init__(self, node, inputs):
+        self._node, self.input = node, inputs
+
+    def __getattr__(self, name):
+        return getattr(self._node, name)
+
+
 class InferenceSession:
     def __init__(self, path_or_bytes, device="cpu", providers=None):
         self.model = load_model(path_or_bytes)
@@ -85,20 +146,36 @@ class InferenceSession:
         self.opsets.setdefault("", 1)
         graph = self.model.graph
         self._plans = {}
+        self._sub_initializers = {}  # id(subgraph) -> its initializers (and folded constants) as tensors
+        self._subgraphs = []
+        self.value_types = {}  # value name -> declared ONNX elem type (CastLike's target when held wide)
         missing = []
         self._plan(graph, missing)
         if missing:
             raise UnsupportedOperatorError(self.where, sorted(set(missing)))
         with no_grad():
-            self._initializers = {t.name: to_tensor(to_numpy(t, self.where, self.model.base_dir, "initializer"),
+            self._initializers = {t.name: constant(to_numpy(t, self.where, self.model.base_dir, "initializer"),
                                                     self.device) for t in graph.initializer}
         for sp in graph.sparse_initializer:
             raise OnnxFormatError(f"ember: {self.where}: sparse initializer {sp.values.name!r} is not supported")
         self._inputs = [NodeArg(v) for v in graph.input if v.name not in self._initializers]
+        self._fold_constants(graph, self._initializers)
+        with no_grad():  # subgraphs too: their own initializers and Constant nodes, never outer values
+            for g in self._subgraphs:
+                inits = {t.name: constant(to_numpy(t, self.where, self.model.base_dir, "initializer"), self.device)
+                         for t in g.initializer}
+                self._fold_constants(g, inits)
+                self._sub_initializers[id(g)] = inits
         self._outputs = [NodeArg(v) for v in graph.output]
 
     # -------------------------------------------------------------- load: resolve every node once
     def _plan(self, graph, missing):
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            t = _output_type(vi)
+            if t:
+                self.value_types[vi.name] = t
+        for t in graph.initializer:
+            self.value_types[t.name] = t.data_type
         plan = []
         for node in graph.node:
             domain = "" if node.domain == "ai.onnx" else node.domain
@@ -110,8 +187,36 @@ class InferenceSession:
             plan.append((node, fn, attrs, Context(self, version)))
             for a in node.attribute:  # subgraphs (If/Loop/Scan bodies) are checked now too
                 for g in ([a.g] if a.g is not None else []) + list(a.graphs):
+                    self._subgraphs.append(g)
                     self._plan(g, missing)
-        self._plans[id(graph)] = plan
+        self._plans[id(graph)] = _fuse_silu(plan, graph)
+
+    def _fold_constants(self, graph, store):
+        """Run, once at load, every node whose inputs are all initializers or folded values (int8 weights
+        dequantized, shapes of constants ...): their outputs become initializers and the nodes leave the
+        plan. Initializers that are also graph inputs may be fed, so they are not constants."""
+        fed = {v.name for v in graph.input}
+        known = {n for n in store if n not in fed}
+        kept = []
+        with no_grad():
+            for step in self._plans[id(graph)]:
+                node, fn, attrs, ctx = step
+                if (node.op_type in _NOT_FOLDED or any(a.g is not None or a.graphs for a in node.attribute)
+                        or not all(n in known for n in node.input if n)):
+                    kept.append(step)
+                    continue
+                ctx.scope = store
+                try:
+                    outs = fn(ctx, [store[n] if n else None for n in node.input], attrs)
+                except Exception:  # noqa: BLE001 (left to run time, which reports it with the feeds)
+                    kept.append(step)
+                    continue
+                outs = outs if isinstance(outs, (list, tuple)) else [outs]
+                for n, v in zip(node.output, outs):
+                    if n:
+                        store[n] = v
+                        known.add(n)
+        self._plans[id(graph)] = kept
 
     def get_inputs(self):
         return list(self._inputs)
@@ -141,10 +246,8 @@ class InferenceSession:
         env = dict(outer)
         if graph is self.model.graph:
             env.update(self._initializers)
-        else:
-            with no_grad():
-                for t in graph.initializer:
-                    env[t.name] = to_tensor(to_numpy(t, self.where, self.model.base_dir, "initializer"), self.device)
+        else:  # a subgraph (If/Loop/Scan body): its initializers and folded constants, made at load
+            env.update(self._sub_initializers[id(graph)])
         env.update(feeds)
         for node, fn, attrs, ctx in self._plans[id(graph)]:
             try:
@@ -171,6 +274,6 @@ class InferenceSession:
             return None
         if isinstance(v, list):
             return [InferenceSession._to_numpy(x, onnx_type) for x in v]
-        a = v.numpy()  # bfloat16 comes back as float32 values
-        want = NP_OF.get(onnx_type) if onnx_type not in (BFLOAT16, STRING) else None
+        a = v.numpy()  # bfloat16 comes back as float32 values, float8/int4/... in their wide dtype
+        want = NP_OF.get(onnx_type) if onnx_type not in (BFLOAT16, STRING) and onnx_type not in LOWBIT else None
         return a.astype(want) if want is not None and a.dtype != want else a

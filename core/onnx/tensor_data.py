@@ -20,9 +20,10 @@ NP_OF = {FLOAT: np.float32, UINT8: np.uint8, INT8: np.int8, UINT16: np.uint16, I
 NAMES = {1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string",
          9: "bool", 10: "float16", 11: "double", 12: "uint32", 13: "uint64", 14: "complex64", 15: "complex128",
          16: "bfloat16", 17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz",
-         21: "uint4", 22: "int4", 23: "float4e2m1"}
+         21: "uint4", 22: "int4", 23: "float4e2m1", 24: "float8e8m0", 25: "uint2", 26: "int2"}
 ONNX_OF = {np.dtype(v): k for k, v in NP_OF.items() if k not in (BFLOAT16, STRING)}
 MAX_NDIM = 64  # numpy's limit
+LOWBIT_TYPES = set(range(17, 27))  # float8/float4/int4/int2 (lowbit.py): decoded to a wider dtype
 
 
 def dtype_name(t: int) -> str:
@@ -32,12 +33,11 @@ def dtype_name(t: int) -> str:
 def to_numpy(t, where: str, base_dir: str | None = None, what: str = "tensor") -> np.ndarray:
     """The TensorProto `t` as an ndarray (bfloat16 as uint16 bits)."""
     name = f"{what} {t.name!r}" if t.name else what
+    if t.data_type in LOWBIT_TYPES:
+        return _lowbit(t, name, where)
     if t.data_type not in NP_OF:
         raise OnnxFormatError(f"ember: {where}: {name}: data_type {dtype_name(t.data_type)} is not supported")
-    if len(t.dims) > MAX_NDIM or any(d < 0 for d in t.dims):
-        raise OnnxFormatError(f"ember: {where}: {name}: dims {t.dims[:8]} must be at most {MAX_NDIM} "
-                              "non-negative sizes")
-    dims = tuple(int(d) for d in t.dims)
+    dims = _dims(t, where, name)
     count = 1
     for d in dims:
         count *= d
@@ -57,6 +57,34 @@ def to_numpy(t, where: str, base_dir: str | None = None, what: str = "tensor") -
         raise OnnxFormatError(f"ember: {where}: {name}: {arr.size} values for shape {list(dims)} "
                               f"({dtype_name(t.data_type)})")
     return arr.reshape(dims)
+
+
+def _dims(t, where, name):
+    if len(t.dims) > MAX_NDIM or any(d < 0 for d in t.dims):
+        raise OnnxFormatError(f"ember: {where}: {name}: dims {t.dims[:8]} must be at most {MAX_NDIM} "
+                              "non-negative sizes")
+    return tuple(int(d) for d in t.dims)
+
+
+def _lowbit(t, name, where):
+    """A float8/float4/int4/int2 tensor: packed codes (raw_data, or one byte per int32_data entry)."""
+    from . import lowbit
+    dims = _dims(t, where, name)
+    count = 1
+    for d in dims:
+        count *= d
+    if t.data_location == 1:
+        raise OnnxFormatError(f"ember: {where}: {name}: external data of {dtype_name(t.data_type)} "
+                              "is not supported")
+    need = -(-count * lowbit.BITS[t.data_type] // 8)
+    if t.raw_data is not None:
+        packed = np.frombuffer(t.raw_data, np.uint8)
+    else:
+        packed = (numbers(t.int32_data, np.int64) & 0xFF).astype(np.uint8)  # one packed byte per entry
+    if packed.size != need:
+        raise OnnxFormatError(f"ember: {where}: {name}: shape {list(dims)} of {dtype_name(t.data_type)} "
+                              f"needs {need} bytes, has {packed.size}")
+    return lowbit.decode(t.data_type, packed, count).reshape(dims)
 
 
 def _typed(t, dt):

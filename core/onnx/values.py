@@ -16,6 +16,9 @@ def ember_dtype(onnx_type: int, where="") -> D.DType:
         return D.bfloat16
     if onnx_type in _WIDER:
         return _WIDER[onnx_type]
+    if 17 <= onnx_type <= 26:  # float8/float4/int4/int2: held wide (lowbit.py)
+        from .lowbit import wide_dtype
+        return wide_dtype(onnx_type)
     if onnx_type == STRING or onnx_type not in NP_OF:
         raise OnnxFormatError(f"ember: {where}: ONNX type {dtype_name(onnx_type)} has no ember dtype")
     return D.get(np.dtype(NP_OF[onnx_type]))

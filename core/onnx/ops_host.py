@@ -1,0 +1,135 @@
+"""ONNX operators computed on the host: those whose output *shape* depends on the values
+(NonMaxSuppression, Unique), BitCast, which reinterprets bits no backend primitive exposes, and Det
+(an LU factorization: pivoting is data-dependent control flow).
+
+Like NonZero, they read their inputs back (one transfer), compute in numpy and put the result on the
+input's device, so they run on every backend; models use them once per run (NMS at the end of a
+detector), not in inner loops.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import op
+from .values import ember_dtype, host
+
+
+def _boxes(b, center):
+    """(N, 4) boxes as (x1, y1, x2, y2) with min <= max (ONNX allows flipped corners)."""
+    b = b.astype(np.float64)
+    if center:  # (x_center, y_center, width, height)
+        return np.stack([b[:, 0] - b[:, 2] / 2, b[:, 1] - b[:, 3] / 2, b[:, 0] + b[:, 2] / 2, b[:, 1] + b[:, 3] / 2], 1)
+    y1, x1, y2, x2 = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
+    return np.stack([np.minimum(x1, x2), np.minimum(y1, y2), np.maximum(x1, x2), np.maximum(y1, y2)], 1)
+
+
+def _iou(box, others):
+    ix = np.minimum(box[2], others[:, 2]) - np.maximum(box[0], others[:, 0])
+    iy = np.minimum(box[3], others[:, 3]) - np.maximum(box[1], others[:, 1])
+    inter = np.where((ix > 0) & (iy > 0), ix * iy, 0.0)
+    a1 = (box[2] - box[0]) * (box[3] - box[1])
+    a2 = (others[:, 2] - others[:, 0]) * (others[:, 3] - others[:, 1])
+    union = a1 + a2 - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iou = np.where((inter > 0) & (a1 > 0) & (a2 > 0) & (union > 0), inter / union, 0.0)
+    return iou
+
+
+@op("NonMaxSuppression", since=10)
+def _nms(ctx, ins, at):
+    boxes, scores = host(ins[0]), host(ins[1])
+    opt = [host(v).reshape(-1) if v is not None else None for v in (list(ins[2:5]) + [None] * 3)[:3]]
+    max_out = int(opt[0][0]) if opt[0] is not None and opt[0].size else 0
+    iou_t = float(opt[1][0]) if opt[1] is not None and opt[1].size else 0.0
+    score_t = float(opt[2][0]) if opt[2] is not None and opt[2].size else None
+    center = at.i("center_point_box", 0)
+    picked = []
+    for b in range(boxes.shape[0]):
+        bx = _boxes(boxes[b], center)
+        for c in range(scores.shape[1]):
+            s = scores[b, c].astype(np.float64)
+            cand = np.arange(s.size) if score_t is None else np.nonzero(s > score_t)[0]
+            order = cand[np.lexsort((cand, -s[cand]))]  # best score first, then the lower index
+            kept = []
+            for i in order:
+                if len(kept) >= max_out:
+                    break
+                if not kept or not (_iou(bx[i], bx[kept]) > iou_t).any():
+                    kept.append(int(i))
+                    picked.append((b, c, int(i)))
+    return ctx.const(np.array(picked, np.int64).reshape(-1, 3))
+
+
+@op("Unique", since=11)
+def _unique(ctx, ins, at):
+    x = host(ins[0])
+    ax = at.i("axis")
+    if ax is None:
+        y, first, inverse, counts = np.unique(x.reshape(-1), return_index=True, return_inverse=True,
+                                              return_counts=True)
+    else:
+        ax = ax % x.ndim
+        y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True,
+                                              axis=ax)
+    if not at.i("sorted", 1):  # in order of first occurrence
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        first, counts, inverse = first[order], counts[order], rank[inverse.reshape(-1)]
+        y = x.reshape(-1)[first] if ax is None else np.take(x, first, axis=ax)
+    outs = [y, first, inverse.reshape(-1), counts]
+    return [ctx.const(o if o.flags.c_contiguous else o.copy()) if k == 0 else ctx.const(np.asarray(o, np.int64))
+            for k, o in enumerate(outs)][:max(len(at.node.output), 1)]
+
+
+@op("BitCast", since=26)
+def _bitcast(ctx, ins, at):
+    x = host(ins[0])
+    to = np.dtype(ember_dtype(at.i("to"), ctx.where).np)
+    if to.itemsize != x.dtype.itemsize:
+        raise ValueError(f"ember: {ctx.where}: BitCast from {x.dtype} to {to} changes the element size")
+    return ctx.const((x if x.flags.c_contiguous else x.copy()).view(to))  # (ascontiguousarray makes 0-d 1-d)
+
+
+@op("Det", since=11)
+def _det(ctx, ins, at):
+    x = host(ins[0])
+    return ctx.const(np.linalg.det(x.astype(np.float64)).astype(x.dtype))
+
+
+@op("TfIdfVectorizer", since=9)
+def _tfidf(ctx, ins, at):
+    """Counts of the pooled n-grams (integer tokens; elements of an n-gram up to max_skip_count apart) per
+    row, as TF, IDF (the weight where present) or TFIDF. Token lookups are host work by nature."""
+    x = host(ins[0])
+    if x.dtype.kind not in "iu":
+        raise ValueError(f"ember: {ctx.where}: TfIdfVectorizer over strings is not supported")
+    pool = at.ints("pool_int64s", [])
+    starts = at.ints("ngram_counts") + [len(pool)]
+    cols = at.ints("ngram_indexes")
+    weights = at.floats("weights", None)
+    lo, hi, max_skip = at.i("min_gram_length"), at.i("max_gram_length"), at.i("max_skip_count", 0)
+    table = {}  # (n-gram tuple) -> output column
+    k = 0
+    for n in range(1, len(starts)):
+        for p in range(starts[n - 1], starts[n], n):
+            table[tuple(pool[p:p + n])] = cols[k]
+            k += 1
+    width = max(cols) + 1 if cols else 0
+    rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+    out = np.zeros((rows.shape[0], width), np.float32)
+    for r, row in enumerate(rows.tolist()):
+        for n in range(max(lo, 1), hi + 1):
+            for skip in range(max_skip + 1 if n > 1 else 1):
+                step = skip + 1
+                for s in range(len(row) - (n - 1) * step):
+                    col = table.get(tuple(row[s:s + (n - 1) * step + 1:step]))
+                    if col is not None:
+                        out[r, col] += 1
+    mode = at.s("mode", "TF")
+    if mode != "TF":
+        w = np.ones(width, np.float32)
+        if weights is not None:  # weights[i] belongs to the i-th pooled n-gram, i.e. column ngram_indexes[i]
+            w[np.asarray(cols)] = weights
+        out = (out > 0) * w if mode == "IDF" else out * w
+    return ctx.const(out.reshape(width) if x.ndim == 1 else out)

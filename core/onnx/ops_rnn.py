@@ -1,0 +1,196 @@
+"""ONNX recurrent operators on ember Tensors: RNN, GRU, LSTM (every direction, layout, activation,
+clip, sequence_lens, peepholes, linear_before_reset, input_forget).
+
+The input projection of every time step is one matmul up front; the loop over time does the
+recurrent matmul and the gates. sequence_lens (read on the host: it sets the loop's shape) freezes a
+batch row's state after its last step and zeroes its later outputs; the reverse direction walks each
+row's own valid prefix backwards.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ops_elementwise as E
+from .. import ops_indexing as I
+from .. import ops_movement as M
+from ..linalg import matmul
+from .registry import op
+from .values import host
+
+
+def _activation(name, alpha, beta):
+    n = name.lower()
+    table = {
+        "relu": E.relu, "tanh": E.tanh, "sigmoid": E.sigmoid,
+        "affine": lambda x: x * alpha + beta,
+        "leakyrelu": lambda x: E.where(x >= 0, x, x * alpha),
+        "thresholdedrelu": lambda x: E.where(x > alpha, x, x * 0.0),
+        "scaledtanh": lambda x: E.tanh(x * beta) * alpha,
+        "hardsigmoid": lambda x: E.clamp(x * alpha + beta, 0.0, 1.0),
+        "elu": lambda x: E.where(x >= 0, x, (E.exp(x) - 1.0) * alpha),
+        "softsign": lambda x: x / (E.abs(x) + 1.0),
+        "softplus": lambda x: E.log1p(E.exp(x)),
+    }
+    if n not in table:
+        raise ValueError(f"ember: unsupported recurrent activation {name!r}")
+    return table[n]
+
+
+_ALPHA = {"affine": 1.0, "leakyrelu": 0.01, "thresholdedrelu": 1.0, "scaledtanh": 1.0, "hardsigmoid": 0.2, "elu": 1.0}
+_BETA = {"affine": 0.0, "scaledtanh": 1.0, "hardsigmoid": 0.5}
+
+
+def _activations(at, defaults, n_dirs):
+    names = at.strings("activations", defaults * n_dirs)
+    alphas, betas = at.floats("activation_alpha", []), at.floats("activation_beta", [])
+    fns, ai, bi = [], 0, 0
+    for name in names:
+        n = name.lower()
+        a = b = None
+        if n in _ALPHA:
+            a = alphas[ai] if ai < len(alphas) else _ALPHA[n]
+            ai += 1 if ai < len(alphas) else 0
+        if n in _BETA:
+            b = betas[bi] if bi < len(betas) else _BETA[n]
+            bi += 1 if bi < len(betas) else 0
+        fns.append(_activation(name, a, b))
+    k = len(defaults)
+    return [fns[d * k:(d + 1) * k] for d in range(n_dirs)]
+
+
+def _reverse_index(lens, seq, batch):
+    """idx[t, b]: the step a reverse pass reads at time t (each row reversed within its length)."""
+    t = np.arange(seq)[:, None]
+    return np.where(t < lens[None, :], lens[None, :] - 1 - t, t)
+
+
+def _recurrent(ctx, ins, at, kind):
+    x, w, r = ins[:3]
+    b = ins[3] if len(ins) > 3 else None
+    seq_lens = ins[4] if len(ins) > 4 else None
+    h0 = ins[5] if len(ins) > 5 else None
+    c0 = ins[6] if len(ins) > 6 and kind == "lstm" else None
+    peep = ins[7] if len(ins) > 7 and kind == "lstm" else None
+    layout = at.i("layout", 0)
+    if layout:  # (batch, seq, input) -> (seq, batch, input)
+        x = M.permute(x, 1, 0, 2)
+        h0 = M.permute(h0, 1, 0, 2) if h0 is not None else None
+        c0 = M.permute(c0, 1, 0, 2) if c0 is not None else None
+    seq, batch = x.shape[0], x.shape[1]
+    hidden = at.i("hidden_size", r.shape[-1])
+    direction = at.s("direction", "forward")
+    n_dirs = 2 if direction == "bidirectional" else 1
+    gates = {"rnn": 1, "gru": 3, "lstm": 4}[kind]
+    defaults = {"rnn": ["Tanh"], "gru": ["Sigmoid", "Tanh"], "lstm": ["Sigmoid", "Tanh", "Tanh"]}[kind]
+    acts = _activations(at, defaults, n_dirs)
+    clip = at.f("clip")
+    lens = host(seq_lens).astype(np.int64).reshape(-1) if seq_lens is not None else None
+    if lens is not None and (lens >= seq).all():
+        lens = None  # every row runs the whole sequence: no masking needed
+    zeros = x.new_zeros((batch, hidden))
+
+    ys, hs, cs = [], [], []
+    for d in range(n_dirs):
+        reverse = direction == "reverse" or d == 1
+        wd, rd = w[d], r[d]
+        xs = x
+        if reverse:
+            if lens is None:
+                xs = M.flip(x, 0)
+            else:
+                idx = ctx.const(_reverse_index(lens, seq, batch).reshape(seq, batch, 1))
+                xs = I.gather(x, 0, M.expand(idx, seq, batch, x.shape[2]))
+        proj = matmul(xs, M.transpose(wd, 0, 1))  # (seq, batch, gates*hidden)
+        rb = None
+        if b is not None:
+            wb, rb = M.narrow(b[d], 0, 0, gates * hidden), M.narrow(b[d], 0, gates * hidden, gates * hidden)
+            proj = proj + wb if kind == "gru" else proj + wb + rb
+        h = h0[d] if h0 is not None else zeros
+        c = c0[d] if c0 is not None else zeros
+        f, g = acts[d][0], acts[d][1] if len(acts[d]) > 1 else None
+        rt = M.transpose(rd, 0, 1)
+        out = []
+        for t in range(seq):
+            xt = proj[t]
+            if kind == "rnn":
+                pre = xt + matmul(h, rt)
+                h_new = f(E.clamp(pre, -clip, clip) if clip is not None else pre)
+            elif kind == "gru":
+                h_new = _gru_step(xt, h, rd, rb, hidden, f, g, clip, at.i("linear_before_reset", 0))
+            else:
+                h_new, c_new = _lstm_step(xt, h, c, rt, peep[d] if peep is not None else None, hidden,
+                                          f, g, acts[d][2], clip, at.i("input_forget", 0))
+            if lens is not None:
+                live = ctx.const((t < lens).reshape(batch, 1))
+                h_new = E.where(live, h_new, h)
+                if kind == "lstm":
+                    c_new = E.where(live, c_new, c)
+                out.append(E.where(live, h_new, zeros))
+            else:
+                out.append(h_new)
+            h = h_new
+            if kind == "lstm":
+                c = c_new
+        y = M.stack(out, 0)  # (seq, batch, hidden)
+        if reverse:
+            if lens is None:
+                y = M.flip(y, 0)
+            else:
+                idx = ctx.const(_reverse_index(lens, seq, batch).reshape(seq, batch, 1))
+                y = I.gather(y, 0, M.expand(idx, seq, batch, hidden))
+        ys.append(y)
+        hs.append(h)
+        cs.append(c)
+    y = M.stack(ys, 1)                    # (seq, dirs, batch, hidden)
+    y_h, y_c = M.stack(hs, 0), M.stack(cs, 0)  # (dirs, batch, hidden)
+    if layout:
+        y = M.permute(y, 2, 0, 1, 3)
+        y_h, y_c = M.permute(y_h, 1, 0, 2), M.permute(y_c, 1, 0, 2)
+    return [y, y_h, y_c] if kind == "lstm" else [y, y_h]
+
+
+def _clip(v, clip):
+    return E.clamp(v, -clip, clip) if clip is not None else v
+
+
+def _gru_step(xt, h, rd, rb, hidden, f, g, clip, linear_before_reset):
+    r_zr = M.narrow(rd, 0, 0, 2 * hidden)
+    r_h = M.narrow(rd, 0, 2 * hidden, hidden)
+    x_zr, x_h = M.narrow(xt, 1, 0, 2 * hidden), M.narrow(xt, 1, 2 * hidden, hidden)
+    zr = x_zr + matmul(h, M.transpose(r_zr, 0, 1))
+    if rb is not None:
+        zr = zr + M.narrow(rb, 0, 0, 2 * hidden)
+    rbh = M.narrow(rb, 0, 2 * hidden, hidden) if rb is not None else None
+    zr = f(_clip(zr, clip))
+    z, rg = M.narrow(zr, 1, 0, hidden), M.narrow(zr, 1, hidden, hidden)
+    if linear_before_reset:
+        hr = matmul(h, M.transpose(r_h, 0, 1))
+        if rbh is not None:
+            hr = hr + rbh
+        pre = x_h + rg * hr
+    else:
+        pre = x_h + matmul(rg * h, M.transpose(r_h, 0, 1))
+        if rbh is not None:
+            pre = pre + rbh
+    hh = g(_clip(pre, clip))
+    return (1.0 - z) * hh + z * h
+
+
+def _lstm_step(xt, h, c, rt, peep, hidden, f, g, hact, clip, input_forget):
+    pre = xt + matmul(h, rt)
+    i, o, fg, cc = (M.narrow(pre, 1, k * hidden, hidden) for k in range(4))
+    if peep is not None:
+        pi, po, pf = (M.narrow(peep, 0, k * hidden, hidden) for k in range(3))
+        i, fg = i + pi * c, fg + pf * c
+    i = f(_clip(i, clip))
+    fg = 1.0 - i if input_forget else f(_clip(fg, clip))
+    c_new = fg * c + i * g(_clip(cc, clip))
+    if peep is not None:
+        o = o + po * c_new
+    o = f(_clip(o, clip))
+    return o * hact(c_new), c_new
+
+
+op("RNN", since=7)(lambda ctx, ins, at: _recurrent(ctx, ins, at, "rnn"))
+op("GRU", since=7)(lambda ctx, ins, at: _recurrent(ctx, ins, at, "gru"))
+op("LSTM", since=7)(lambda ctx, ins, at: _recurrent(ctx, ins, at, "lstm"))
