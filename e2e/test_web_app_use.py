@@ -223,7 +223,7 @@ def test_jpeg_decoded_by_the_browser_scores_as_the_cli(app, native_yolo):
     assert_same_detections(got, ref)
     assert max(abs(g["score"] - r["score"]) for g, r in zip(got, ref)) < 1e-3
     assert app.page.get_attribute("#progress", "aria-valuenow") == "100"
-    assert "input 640×480" in app.page.inner_text("#yolo-stats")  # Ultralytics' rect letterbox
+    assert "input 480×640" in app.page.inner_text("#yolo-stats")  # width x height: the rect letterbox, not 640x640
     app.screenshot("yolo-bus-jpeg.png")
 
 

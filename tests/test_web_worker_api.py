@@ -75,6 +75,46 @@ def test_cancel_stops_at_the_next_token(llama_dir):
     assert r2["ok"]["stopped"] != "cancelled"
 
 
+def test_prompt_over_the_context_is_refused_and_the_context_stop_says_its_length(llama_dir):
+    W.load("llama", str(llama_dir))  # max_seq_len 128
+    r = run(W.handle("llama", {"input": "the for statement " * 200, "opts": {"max_new_tokens": 8}}))
+    assert r["error"] == "too_long"
+    assert "this model's context length is 128 tokens" in r["message"] and "shorten the prompt" in r["message"]
+    r = run(W.handle("llama", {"input": "the", "opts": {"temperature": 0, "max_new_tokens": 4096}}))
+    ok = r["ok"]
+    assert ok["context"] == 128
+    assert ok["stopped"] in ("context", "eos")
+    if ok["stopped"] == "context":  # the last generated token is never fed, so it may sit past the context
+        assert len(ok["prompt_tokens"]) + len(ok["tokens"]) in (128, 129)
+
+
+def test_a_piece_ending_in_a_split_character_waits_for_its_continuation(llama_dir, monkeypatch):
+    """A stream decoder that passes on U+FFFD (an incomplete UTF-8 sequence) must not reach the page as such:
+    the piece is held and sent with the next one; the result's text is still every piece joined."""
+    import importlib
+    G = importlib.import_module("ember.models.llama.generate")  # the module (the package exports a function of that name)
+    pieces = ["caf", "\ufffd", "\ufffd", "é au lait", " \ufffd"]
+
+    class Stream:
+        def __init__(self, gen, tok):
+            self.stats = G.GenerationStats(prompt_tokens=1)
+
+        def __iter__(self):
+            for i, p in enumerate(pieces):
+                self.stats.tokens.append(i)
+                yield p
+
+        def abort(self):
+            pass
+    monkeypatch.setattr(G, "TextStream", Stream)
+    W.load("llama", str(llama_dir))
+    sent = []
+    r = run(W.handle("llama", {"input": "the", "opts": {"max_new_tokens": 8},
+                               "on_partial": lambda piece, n, tps: sent.append(piece)}))
+    assert r["ok"]["text"] == "".join(pieces) == "".join(sent)
+    assert sent == ["caf", "\ufffd\ufffdé au lait", " \ufffd"]  # only the text's real end may end in U+FFFD
+
+
 @pytest.mark.parametrize("op,args,code", [
     ("llama", {"input": "x", "opts": {"top_p": 0}}, "bad_request"),
     ("llama", {"input": "x", "opts": {"max_new_tokens": 0}}, "bad_request"),

@@ -160,8 +160,8 @@ def _samples(audio) -> np.ndarray:
 async def run_whisper(audio, opts: dict | None = None, on_segment=None, on_progress=None) -> dict:
     """-> {"text", "language", "segments": [{"start", "end", "text", "tokens"}]} as `ember whisper --json
     --timestamps` (plus "ms", "duration", "stopped": "done" | "cancelled"). on_segment(segment) as each
-    segment is decoded; on_progress({"stage": "window", "done": seconds, "total": seconds}) before each
-    30 s window and at the end. A cancel lands between windows and segments; the result then holds the
+    segment is decoded; on_progress({"stage": "window" | "segment", "done": seconds, "total": seconds}) before
+    each 30 s window, after each segment (its end) and at the end. A cancel lands between windows and segments; the result then holds the
     segments decoded so far."""
     from ember.models.whisper.transcribe import transcribe_steps
     opts = dict(opts or {})
@@ -177,6 +177,7 @@ async def run_whisper(audio, opts: dict | None = None, on_segment=None, on_progr
                              timestamps=bool(opts.get("timestamps", True)), beam_size=opts.get("beam"),
                              temperature=temps)
     segs, language, stopped = [], None, "done"
+    total, done = samples.size / 16000, 0.0  # progress in seconds of audio, never going back
     try:
         while True:
             step = next(steps)
@@ -185,8 +186,11 @@ async def run_whisper(audio, opts: dict | None = None, on_segment=None, on_progr
                 segs.append(seg)
                 if on_segment is not None:
                     on_segment(seg)
-            elif on_progress is not None:
-                on_progress({"stage": "window", "done": round(step[1], 2), "total": round(step[2], 2)})
+                stage, done = "segment", max(done, min(seg["end"], total))
+            else:
+                stage, done = "window", max(done, step[1])
+            if on_progress is not None:
+                on_progress({"stage": stage, "done": round(done, 2), "total": round(total, 2)})
             await _checkpoint()
     except StopIteration as done:
         language = done.value["language"]

@@ -72,13 +72,13 @@ function setProgress(p) {
   if (pct === 100 && p.stage !== "download") state.progressTimer = setTimeout(() => { wrap.hidden = true; }, 800);
 }
 
-// A run's progress (worker_api: Whisper per 30 s window in seconds of audio, YOLO per stage, Llama per
-// token against Max tokens) with the time since the run started and an estimate of the time left: from
+// A run's progress (worker_api: Whisper per 30 s window and per segment in seconds of audio, YOLO per
+// stage, Llama per token against Max tokens) with the time since the run started and an estimate of the time left: from
 // the fraction done, or for YOLO (whose model stage is nearly all of it) from the previous run's time.
 function runProgressText(p, pct) {
   const secs = state.runStart ? (performance.now() - state.runStart) / 1000 : 0;
-  const what = p.stage === "window" ? `Transcribing: ${p.done.toFixed(0)} / ${p.total.toFixed(0)} s of audio`
-    : p.stage === "tokens" ? `Generating: ${p.done} / ${p.total} tokens at most`
+  const what = p.stage === "window" || p.stage === "segment" ? `Transcribing: ${p.done.toFixed(0)} / ${p.total.toFixed(0)} s of audio`
+    : p.stage === "tokens" ? (p.done === p.total ? `Generated ${p.done} tokens` : `Generating: ${p.done} / ${p.total} tokens at most`)
     : `Detecting: ${p.stage === "done" ? "done" : p.stage}`;
   const frac = p.total ? p.done / p.total : 0;
   const last = state.lastRunS[p.file];
@@ -414,7 +414,7 @@ $("#generate").addEventListener("click", async () => {
     gen.textContent = r.text;
     out.dataset.text = r.text;
     out.dataset.json = JSON.stringify(r);
-    if (r.stopped !== "cancelled") setProgress({ stage: "tokens", file: "llama", done: opts.max_new_tokens, total: opts.max_new_tokens });
+    if (r.stopped !== "cancelled") setProgress({ stage: "tokens", file: "llama", done: r.tokens.length, total: r.tokens.length });
     $("#llama-stats").textContent = `${r.tokens.length} tokens · ${r.tokens_per_s.toFixed(1)} tokens/s on ` +
       `${state.ember.device.toUpperCase()} · ${stopReason(r, opts.max_new_tokens)}`;
   } catch (e) {
@@ -455,6 +455,7 @@ async function decodeImage(file) {
 
 function clearYolo() {
   delete $("#detections").dataset.json;
+  delete $("#detections").dataset.stopped;
   $("#detections tbody").replaceChildren();
   const c = $("#yolo-canvas");
   c.getContext("2d").clearRect(0, 0, c.width, c.height);
@@ -470,7 +471,8 @@ async function detectImage(file) {
     await ensureModel("yolo");
     $("#yolo-stats").textContent = "Detecting…";
     const dets = await runTool("yolo", () => state.ember.detect(pixels, { conf: Number($("#conf").value) }));
-    $("#detections").dataset.json = JSON.stringify(dets);
+    $("#detections").dataset.json = JSON.stringify(dets); // the array; how it ended is beside it
+    $("#detections").dataset.stopped = dets.stopped;
     if (dets.stopped === "cancelled") {
       $("#yolo-stats").textContent = "Cancelled.";
       return;

@@ -205,7 +205,7 @@ async function run(msg) {
     input = new Uint8Array(input.buffer || input, input.byteOffset || 0, input.byteLength);
   else if (input && input.rgba) input = { ...input, rgba: new Uint8Array(input.rgba.buffer || input.rgba) };
   const onPartial = (...a) => post({ type: "partial", id, data: a.length === 1 ? a[0] : a });
-  // {stage, done, total}: YOLO per stage, Whisper per 30 s window; the page draws a bar from it
+  // {stage, done, total}: YOLO per stage, Whisper per 30 s window and segment; the page draws a bar from it
   const onProgress = (p) => post({ type: "progress", id, stage: p.stage, file: tool, done: p.done, total: p.total });
   const r = await callPy(tool, { input, opts: msg.opts || {}, on_partial: onPartial, on_progress: onProgress });
   // the wasm heap only grows: its size after a run is the peak the runtime has needed so far
