@@ -228,6 +228,7 @@ def test_jpeg_decoded_by_the_browser_scores_as_the_cli(app, native_yolo):
 
 
 def test_yolo_cancel_mid_run_then_rerun(app, bus_png, native_yolo):
+    app.page.click("#tab-yolo")
     app.page.set_input_files("#image-file", str(bus_png))
     wait_progress(app, "Detecting: model")
     app.page.click("#yolo-cancel")

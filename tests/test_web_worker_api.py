@@ -190,25 +190,29 @@ def test_yolo_detections_equal_the_cli(tmp_path):
 
 
 def test_yolo_progress_and_cancel(tmp_path):
-    """Progress per stage up to done == total; a cancel during the model stage stops the run with
-    stopped: "cancelled", and the next run works."""
+    """Progress per stage and per layer group of the model up to done == total; a cancel during the model
+    stage stops the run at the next layer group with stopped: "cancelled", and the next run works."""
     from ember.models.yolo.fetch import ensure_demo_model, ensure_file
     (tmp_path / "model.safetensors").symlink_to(ensure_demo_model())
     W.load("yolo", str(tmp_path))
     image = ensure_file("bus.jpg").read_bytes()
     seen = []
     r = run(W.handle("yolo", {"input": image, "on_progress": seen.append}))
-    assert [p["stage"] for p in seen] == ["preprocess", "model", "nms", "done"]
+    from ember.models.yolo.model import YOLOv8
+    stages = [p["stage"] for p in seen]
+    assert stages == ["preprocess"] + ["model"] * YOLOv8.FORWARD_STEPS + ["nms", "done"]  # the model per layer group
+    dones = [p["done"] for p in seen]
+    assert dones == sorted(dones) and len(set(dones)) == len(dones)
     assert seen[-1]["done"] == seen[-1]["total"] == 3 and r["ok"]["stopped"] == "done"
 
     def cancel_in_model_stage(p):
-        if p["stage"] == "model":
+        if p["stage"] == "model" and p["done"] > 1.2:  # after two layer groups: it stops before the third
             W.cancel()
         seen.append(p)
     seen.clear()
     r = run(W.handle("yolo", {"input": image, "on_progress": cancel_in_model_stage}))
     assert r["ok"]["stopped"] == "cancelled" and r["ok"]["detections"] == []
-    assert [p["stage"] for p in seen] == ["preprocess", "model"]
+    assert [p["stage"] for p in seen] == ["preprocess", "model", "model", "model"]
     r = run(W.handle("yolo", {"input": image}))
     assert r["ok"]["stopped"] == "done" and len(r["ok"]["detections"]) > 0
 

@@ -265,7 +265,9 @@ def _image(image):
 async def run_yolo(image, opts: dict | None = None, on_progress=None) -> dict:
     """-> {"detections": [{"class", "label", "score", "box"}] rounded as `ember yolo --json`, "ms", "width",
     "height", "input": [H, W] the model saw, "stopped": "done" | "cancelled"}. Options as the CLI's:
-    conf, iou, max_det, square. on_progress({"stage", "done", "total"}) before each stage and at the end."""
+    conf, iou, max_det, square. on_progress({"stage", "done", "total"}) before each stage, after each of the
+    model's layer groups (done fractional: 1.125 = an eighth of the model stage) and at the end; a cancel lands
+    at the next of them."""
     from ember.models.yolo.cli import _rounded
     from ember.models.yolo.image import input_shape, load_image
     from ember.models.yolo.predict import CONF, IOU, MAX_DET, STAGES, detect_steps
@@ -291,10 +293,10 @@ async def run_yolo(image, opts: dict | None = None, on_progress=None) -> dict:
     dets, stopped = [], "done"
     try:
         while True:
-            name = next(steps)
+            name, part = next(steps)
             if on_progress is not None:
-                on_progress({"stage": name, "done": STAGES.index(name), "total": len(STAGES)})
-            await _checkpoint()  # a cancel sent during the previous stage lands here
+                on_progress({"stage": name, "done": round(STAGES.index(name) + part, 3), "total": len(STAGES)})
+            await _checkpoint()  # a cancel sent during the previous stage or layer group lands here
     except StopIteration as done:
         dets = done.value
     except asyncio.CancelledError:
