@@ -45,9 +45,10 @@ def clip_wav() -> Path:
 
 @pytest.fixture(scope="session")
 def bus_png() -> Path:
-    """bus.jpg from the ultralytics wheel, re-encoded losslessly as PNG. Why not the JPEG itself: Pyodide's
-    Pillow 10.2 and the native Pillow decode JPEG differently (18 % of bus.jpg's pixels differ, by up to
-    46 levels), so a JPEG would compare two different images; PNG decodes bit-identically in both."""
+    """bus.jpg from the ultralytics wheel, re-encoded losslessly as PNG: it decodes bit-identically
+    everywhere. (Pyodide's Pillow 10.2 and the native Pillow decode the JPEG differently, 18 % of bus.jpg's
+    pixels by up to 46 levels; the app therefore decodes images with the browser, whose JPEG pixels equal
+    native Pillow's: e2e/test_web_app_use.py runs the JPEG itself.)"""
     from PIL import Image
 
     from ember.models.yolo.fetch import ensure_file

@@ -15,6 +15,9 @@ def test_auto_uses_cpu_on_a_software_adapter_and_says_why(playwright_session, se
         else:
             assert a.page.input_value("#device") == "cpu"
             assert "software renderer" in note and "force" in note, note
+            for tool in ("whisper", "llama", "yolo"):  # and each tool says what runs it, on which adapter, why
+                line = a.page.inner_text(f"#picker-{tool} .device-line")
+                assert line.startswith("Runs on the CPU") and "not WebGPU because" in line and "adapter: " in line, line
         assert not a.errors, a.errors
     finally:
         a.close()

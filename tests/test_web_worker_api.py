@@ -75,6 +75,46 @@ def test_cancel_stops_at_the_next_token(llama_dir):
     assert r2["ok"]["stopped"] != "cancelled"
 
 
+def test_prompt_over_the_context_is_refused_and_the_context_stop_says_its_length(llama_dir):
+    W.load("llama", str(llama_dir))  # max_seq_len 128
+    r = run(W.handle("llama", {"input": "the for statement " * 200, "opts": {"max_new_tokens": 8}}))
+    assert r["error"] == "too_long"
+    assert "this model's context length is 128 tokens" in r["message"] and "shorten the prompt" in r["message"]
+    r = run(W.handle("llama", {"input": "the", "opts": {"temperature": 0, "max_new_tokens": 4096}}))
+    ok = r["ok"]
+    assert ok["context"] == 128
+    assert ok["stopped"] in ("context", "eos")
+    if ok["stopped"] == "context":  # the last generated token is never fed, so it may sit past the context
+        assert len(ok["prompt_tokens"]) + len(ok["tokens"]) in (128, 129)
+
+
+def test_a_piece_ending_in_a_split_character_waits_for_its_continuation(llama_dir, monkeypatch):
+    """A stream decoder that passes on U+FFFD (an incomplete UTF-8 sequence) must not reach the page as such:
+    the piece is held and sent with the next one; the result's text is still every piece joined."""
+    import importlib
+    G = importlib.import_module("ember.models.llama.generate")  # the module (the package exports a function of that name)
+    pieces = ["caf", "\ufffd", "\ufffd", "é au lait", " \ufffd"]
+
+    class Stream:
+        def __init__(self, gen, tok):
+            self.stats = G.GenerationStats(prompt_tokens=1)
+
+        def __iter__(self):
+            for i, p in enumerate(pieces):
+                self.stats.tokens.append(i)
+                yield p
+
+        def abort(self):
+            pass
+    monkeypatch.setattr(G, "TextStream", Stream)
+    W.load("llama", str(llama_dir))
+    sent = []
+    r = run(W.handle("llama", {"input": "the", "opts": {"max_new_tokens": 8},
+                               "on_partial": lambda piece, n, tps: sent.append(piece)}))
+    assert r["ok"]["text"] == "".join(pieces) == "".join(sent)
+    assert sent == ["caf", "\ufffd\ufffdé au lait", " \ufffd"]  # only the text's real end may end in U+FFFD
+
+
 @pytest.mark.parametrize("op,args,code", [
     ("llama", {"input": "x", "opts": {"top_p": 0}}, "bad_request"),
     ("llama", {"input": "x", "opts": {"max_new_tokens": 0}}, "bad_request"),
@@ -150,25 +190,29 @@ def test_yolo_detections_equal_the_cli(tmp_path):
 
 
 def test_yolo_progress_and_cancel(tmp_path):
-    """Progress per stage up to done == total; a cancel during the model stage stops the run with
-    stopped: "cancelled", and the next run works."""
+    """Progress per stage and per layer group of the model up to done == total; a cancel during the model
+    stage stops the run at the next layer group with stopped: "cancelled", and the next run works."""
     from ember.models.yolo.fetch import ensure_demo_model, ensure_file
     (tmp_path / "model.safetensors").symlink_to(ensure_demo_model())
     W.load("yolo", str(tmp_path))
     image = ensure_file("bus.jpg").read_bytes()
     seen = []
     r = run(W.handle("yolo", {"input": image, "on_progress": seen.append}))
-    assert [p["stage"] for p in seen] == ["preprocess", "model", "nms", "done"]
+    from ember.models.yolo.model import YOLOv8
+    stages = [p["stage"] for p in seen]
+    assert stages == ["preprocess"] + ["model"] * YOLOv8.FORWARD_STEPS + ["nms", "done"]  # the model per layer group
+    dones = [p["done"] for p in seen]
+    assert dones == sorted(dones) and len(set(dones)) == len(dones)
     assert seen[-1]["done"] == seen[-1]["total"] == 3 and r["ok"]["stopped"] == "done"
 
     def cancel_in_model_stage(p):
-        if p["stage"] == "model":
+        if p["stage"] == "model" and p["done"] > 1.2:  # after two layer groups: it stops before the third
             W.cancel()
         seen.append(p)
     seen.clear()
     r = run(W.handle("yolo", {"input": image, "on_progress": cancel_in_model_stage}))
     assert r["ok"]["stopped"] == "cancelled" and r["ok"]["detections"] == []
-    assert [p["stage"] for p in seen] == ["preprocess", "model"]
+    assert [p["stage"] for p in seen] == ["preprocess", "model", "model", "model"]
     r = run(W.handle("yolo", {"input": image}))
     assert r["ok"]["stopped"] == "done" and len(r["ok"]["detections"]) > 0
 

@@ -62,7 +62,7 @@ def demo_models() -> dict[str, dict]:
         print(f"ember: no Llama demo model ({llama} has no model.safetensors)", file=sys.stderr)
     try:
         from ember.models.yolo.fetch import ensure_demo_model
-        out["yolo"] = {"id": "yolov8s-fall", "label": "YOLOv8s fall detection (Normal, Fall; AGPL-3.0 weights)",
+        out["yolo"] = {"id": "yolov8s-fall", "label": "YOLOv8s fall detector: 2 classes, Normal and Fall (AGPL-3.0 weights)",
                        "files": {"model.safetensors": ensure_demo_model()}}
     except (ValueError, OSError) as e:
         print(f"ember: no YOLO demo model ({e})", file=sys.stderr)

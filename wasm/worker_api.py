@@ -80,7 +80,8 @@ def _one_file(folder: str, suffixes: tuple[str, ...], tool: str) -> str:
 
 
 def load(tool: str, folder: str, device: str = "cpu") -> dict:
-    """Load `tool`'s model from the files in `folder`; -> {"tool", "device", "parameters", "bytes"}."""
+    """Load `tool`'s model from the files in `folder`; -> {"tool", "device", "parameters", "bytes"}, and for
+    YOLO "task" ("detect" | "pose") and "classes" (the label of each class index)."""
     if tool not in TOOLS:
         raise WorkerError(f"ember: unknown tool {tool!r}; expected one of {TOOLS}", "bad_request")
     _MODELS.pop(tool, None)  # free the old model before the new one claims memory
@@ -110,8 +111,11 @@ def load(tool: str, folder: str, device: str = "cpu") -> dict:
         raise WorkerError(msg, "bad_model") from None
     params = list(model.parameters())
     _MODELS[tool] = {"model": model, "tokenizer": tokenizer, "device": device}
-    return {"tool": tool, "device": device, "parameters": int(sum(p.numel() for p in params)),
+    info = {"tool": tool, "device": device, "parameters": int(sum(p.numel() for p in params)),
             "bytes": int(sum(p.numel() * p.dtype.itemsize for p in params))}
+    if tool == "yolo":  # what it detects: the page says so (the demo knows two classes only)
+        info.update(task=model.cfg.task, classes=[model.cfg.label(i) for i in range(model.cfg.nc)])
+    return info
 
 
 def loaded(tool: str) -> dict:
@@ -156,8 +160,8 @@ def _samples(audio) -> np.ndarray:
 async def run_whisper(audio, opts: dict | None = None, on_segment=None, on_progress=None) -> dict:
     """-> {"text", "language", "segments": [{"start", "end", "text", "tokens"}]} as `ember whisper --json
     --timestamps` (plus "ms", "duration", "stopped": "done" | "cancelled"). on_segment(segment) as each
-    segment is decoded; on_progress({"stage": "window", "done": seconds, "total": seconds}) before each
-    30 s window and at the end. A cancel lands between windows and segments; the result then holds the
+    segment is decoded; on_progress({"stage": "window" | "segment", "done": seconds, "total": seconds}) before
+    each 30 s window, after each segment (its end) and at the end. A cancel lands between windows and segments; the result then holds the
     segments decoded so far."""
     from ember.models.whisper.transcribe import transcribe_steps
     opts = dict(opts or {})
@@ -173,6 +177,7 @@ async def run_whisper(audio, opts: dict | None = None, on_segment=None, on_progr
                              timestamps=bool(opts.get("timestamps", True)), beam_size=opts.get("beam"),
                              temperature=temps)
     segs, language, stopped = [], None, "done"
+    total, done = samples.size / 16000, 0.0  # progress in seconds of audio, never going back
     try:
         while True:
             step = next(steps)
@@ -181,8 +186,11 @@ async def run_whisper(audio, opts: dict | None = None, on_segment=None, on_progr
                 segs.append(seg)
                 if on_segment is not None:
                     on_segment(seg)
-            elif on_progress is not None:
-                on_progress({"stage": "window", "done": round(step[1], 2), "total": round(step[2], 2)})
+                stage, done = "segment", max(done, min(seg["end"], total))
+            else:
+                stage, done = "window", max(done, step[1])
+            if on_progress is not None:
+                on_progress({"stage": stage, "done": round(done, 2), "total": round(total, 2)})
             await _checkpoint()
     except StopIteration as done:
         language = done.value["language"]
@@ -196,7 +204,10 @@ async def run_whisper(audio, opts: dict | None = None, on_segment=None, on_progr
 
 async def run_llama(prompt: str, opts: dict | None = None, on_token=None) -> dict:
     """Stream a completion; -> {"prompt_tokens", "tokens", "text", "tokens_per_s", "stopped"} as
-    `ember llama --json`. on_token(piece, n_tokens, tokens_per_s) per UTF-8-safe piece."""
+    `ember llama --json`, plus "context" (the model's context length, where "stopped": "context" ends).
+    on_token(piece, n_tokens, tokens_per_s) per piece; a piece ending in U+FFFD (a character split over
+    tokens, which a tokenizer's stream decoder may pass on) waits for the next one. A prompt that leaves
+    no room in the context is refused with code "too_long"."""
     from ember.models.llama.generate import SamplingParams, TextStream, generate
     opts = dict(opts or {})
     m = loaded("llama")
@@ -212,21 +223,32 @@ async def run_llama(prompt: str, opts: dict | None = None, on_token=None) -> dic
     if not 1 <= max_new <= 4096:
         raise WorkerError(f"ember: max tokens must be between 1 and 4096, got {max_new}", "bad_request")
     prompt_ids = tok.encode(prompt, bos=True)
+    context = int(m["model"].config.max_seq_len)
+    if len(prompt_ids) >= context:
+        raise WorkerError(f"ember: the prompt is {len(prompt_ids):,} tokens and this model's context length is "
+                          f"{context:,} tokens (prompt and reply together); shorten the prompt", "too_long")
     stream = TextStream(generate(m["model"], prompt_ids, max_new, params, tok.eos_ids), tok)
-    pieces, cancelled = [], False
+    pieces, held, cancelled = [], "", False
     try:
         for piece in stream:
             pieces.append(piece)
+            held += piece
+            if held.endswith("\ufffd"):  # the start of a character whose continuation bytes come next
+                continue
             if on_token is not None:
                 st = stream.stats
-                on_token(piece, len(st.tokens), round(st.tokens_per_s, 2))
+                on_token(held, len(st.tokens), round(st.tokens_per_s, 2))
+            held = ""
             await _checkpoint()
     except asyncio.CancelledError:
         stream.abort()
         cancelled = True
     st = stream.stats
+    if held and on_token is not None:  # what was held back is the text's real end
+        on_token(held, len(st.tokens), round(st.tokens_per_s, 2))
     return {"prompt_tokens": list(prompt_ids), "tokens": list(st.tokens), "text": "".join(pieces),
-            "tokens_per_s": round(st.tokens_per_s, 2), "stopped": "cancelled" if cancelled else st.stopped}
+            "tokens_per_s": round(st.tokens_per_s, 2), "stopped": "cancelled" if cancelled else st.stopped,
+            "context": context}
 
 
 def _image(image):
@@ -243,7 +265,9 @@ def _image(image):
 async def run_yolo(image, opts: dict | None = None, on_progress=None) -> dict:
     """-> {"detections": [{"class", "label", "score", "box"}] rounded as `ember yolo --json`, "ms", "width",
     "height", "input": [H, W] the model saw, "stopped": "done" | "cancelled"}. Options as the CLI's:
-    conf, iou, max_det, square. on_progress({"stage", "done", "total"}) before each stage and at the end."""
+    conf, iou, max_det, square. on_progress({"stage", "done", "total"}) before each stage, after each of the
+    model's layer groups (done fractional: 1.125 = an eighth of the model stage) and at the end; a cancel lands
+    at the next of them."""
     from ember.models.yolo.cli import _rounded
     from ember.models.yolo.image import input_shape, load_image
     from ember.models.yolo.predict import CONF, IOU, MAX_DET, STAGES, detect_steps
@@ -269,10 +293,10 @@ async def run_yolo(image, opts: dict | None = None, on_progress=None) -> dict:
     dets, stopped = [], "done"
     try:
         while True:
-            name = next(steps)
+            name, part = next(steps)
             if on_progress is not None:
-                on_progress({"stage": name, "done": STAGES.index(name), "total": len(STAGES)})
-            await _checkpoint()  # a cancel sent during the previous stage lands here
+                on_progress({"stage": name, "done": round(STAGES.index(name) + part, 3), "total": len(STAGES)})
+            await _checkpoint()  # a cancel sent during the previous stage or layer group lands here
     except StopIteration as done:
         dets = done.value
     except asyncio.CancelledError:

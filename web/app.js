@@ -3,7 +3,7 @@ import { createEmber, EmberError } from "./ember.js";
 
 const $ = (sel, root = document) => root.querySelector(sel);
 const TOOLS = ["whisper", "llama", "yolo"];
-const state = { ember: null, busy: false, loadedFrom: {}, segments: [], lastImage: null };
+const state = { ember: null, busy: false, loadedFrom: {}, segments: [], lastImage: null, lastRunS: {} };
 
 // ------------------------------------------------------------------ messages and progress
 
@@ -17,8 +17,29 @@ const HUMAN = {
   cancelled: "Stopped.",
 };
 
-function showMessage(text, kind = "error") {
+// The message's heading names the problem: first from what the detail says, else from the error's code.
+// Only an error nobody foresaw ("internal") reads "Something went wrong".
+const HEADINGS = [
+  [/not a WAV file|not a RIFF\/WAVE file|WAV format tag|-bit (PCM|float) WAV|fmt chunk|data chunk/, "Not a WAV file"],
+  [/not audio this browser can decode/, "Not an audio file"],
+  [/holds no audio samples/, "No audio in the file"],
+  [/max_audio_seconds/, "Audio too long"],
+  [/not an image|cannot identify image|image file is truncated|broken data stream/i, "Not an image"],
+  [/max_pixels/, "Image too large"],
+  [/the prompt is [\d,]+ tokens/, "Prompt too long"],
+  [/YOLO weights must be|not an Ultralytics \.pt/, "Not a YOLO checkpoint"],
+];
+const HEADS = {
+  download: "Download failed", too_large: "Model too large", out_of_memory: "Out of memory",
+  unsupported_file: "File can't be used", bad_model: "Not a model for this tool", not_loaded: "No model loaded",
+  bad_request: "Invalid setting", too_long: "Input too long", not_ready: "Runtime not ready",
+};
+const TOOL_NAMES = { whisper: "Whisper", llama: "Llama", yolo: "YOLO" };
+
+function showMessage(text, kind = "error", head = "") {
   const box = $("#message");
+  $(".head", box).textContent = head;
+  $(".head", box).hidden = !head;
   $(".text", box).textContent = text;
   box.className = `message ${kind}`;
   box.hidden = false;
@@ -30,8 +51,10 @@ function showError(err, tool) {
   const code = err instanceof EmberError ? err.code : "internal";
   if (code === "cancelled") return;
   const detail = String(err.message || err).replace(/^ember: /, "");
-  const head = HUMAN[code] || "Something went wrong.";
-  showMessage(`${tool ? tool[0].toUpperCase() + tool.slice(1) + ": " : ""}${head} (${detail})`);
+  const found = HEADINGS.find(([re]) => re.test(detail));
+  const head = found ? found[1] : HEADS[code] || "Something went wrong";
+  const who = tool ? `${TOOL_NAMES[tool]}: ` : "";
+  showMessage(`${who}${HUMAN[code] ? HUMAN[code] + " " : ""}(${detail})`, "error", head);
 }
 
 function setProgress(p) {
@@ -49,14 +72,22 @@ function setProgress(p) {
   if (pct === 100 && p.stage !== "download") state.progressTimer = setTimeout(() => { wrap.hidden = true; }, 800);
 }
 
-// A run's progress (worker_api: Whisper per 30 s window in seconds of audio, YOLO per stage) with the
-// time since the run started.
+// A run's progress (worker_api: Whisper per 30 s window and per segment in seconds of audio, YOLO per
+// stage, Llama per token against Max tokens) with the time since the run started and an estimate of the time left: from
+// the fraction done, or for YOLO (whose model stage is nearly all of it) from the previous run's time.
 function runProgressText(p, pct) {
-  const secs = state.runStart ? ((performance.now() - state.runStart) / 1000).toFixed(1) : "0.0";
-  const what = p.stage === "window" ? `Transcribing: ${p.done.toFixed(0)} / ${p.total.toFixed(0)} s of audio`
+  const secs = state.runStart ? (performance.now() - state.runStart) / 1000 : 0;
+  const what = p.stage === "window" || p.stage === "segment" ? `Transcribing: ${p.done.toFixed(0)} / ${p.total.toFixed(0)} s of audio`
+    : p.stage === "tokens" ? (p.done === p.total ? `Generated ${p.done} tokens` : `Generating: ${p.done} / ${p.total} tokens at most`)
     : `Detecting: ${p.stage === "done" ? "done" : p.stage}`;
-  return `${what} (${pct} %), ${secs} s elapsed`;
+  const frac = p.total ? p.done / p.total : 0;
+  const last = state.lastRunS[p.file];
+  const left = frac >= 1 ? null : p.file === "yolo" && last ? Math.max(0, last - secs)
+    : frac > 0.01 ? (secs * (1 - frac)) / frac : null;
+  return `${what} (${pct} %) · ${secs.toFixed(1)} s elapsed` + (left == null ? "" : ` · about ${duration(left)} left`);
 }
+
+const duration = (s) => (s < 60 ? `${Math.ceil(s)} s` : `${Math.floor(s / 60)} min ${String(Math.round(s % 60)).padStart(2, "0")} s`);
 
 function setStatus(text, kind) {
   const s = $("#status");
@@ -98,6 +129,12 @@ for (const slot of document.querySelectorAll(".picker-slot")) {
     for (const k of ["demo", "hub", "url", "file"]) $(`.where-${k}`, node).hidden = kind.value !== k;
   });
   $(".load", node).addEventListener("click", () => ensureModel(tool, true).catch((e) => showError(e, tool)));
+  if (tool === "yolo") { // one weights file: an Ultralytics checkpoint, an export or ember's conversion
+    $(".hub", node).placeholder = "owner/name or owner/name/best.pt";
+    $(".url", node).placeholder = "https://…/yolov8n.pt (.pt, .onnx or .safetensors)";
+    $(".files", node).accept = ".pt,.onnx,.safetensors";
+    $(".files", node).multiple = false;
+  }
   pickers[tool] = node;
 }
 
@@ -127,13 +164,19 @@ async function ensureModel(tool, force = false) {
       const info = await state.ember.loadModel(tool, source);
       state.loadedFrom[tool] = key + "@" + state.ember.device;
       status.textContent = `Loaded ${typeof source === "string" ? source.replace(/^demo:/, "") : "local files"}: ` +
-        `${(info.parameters / 1e6).toFixed(1)} M parameters on ${info.device.toUpperCase()}.`;
+        `${(info.parameters / 1e6).toFixed(1)} M parameters on ${info.device.toUpperCase()}.` + (info.classes ? " " + detects(info) : "");
     } catch (e) {
       delete state.loadedFrom[tool];
       status.textContent = "Not loaded.";
       throw e;
     }
   });
+}
+
+// "Detects 2 classes: Normal, Fall." (with the keypoints of a pose model)
+function detects(info) {
+  const n = info.classes.length, names = info.classes.slice(0, 8).join(", ") + (n > 8 ? ", …" : "");
+  return `${info.task === "pose" ? "Pose model (keypoints); detects" : "Detects"} ${n} class${n === 1 ? "" : "es"}: ${names}.`;
 }
 
 function notBusy() {
@@ -146,6 +189,30 @@ async function withBusy(fn) {
   document.body.classList.add("busy");
   try { return await fn(); } finally { state.busy = false; document.body.classList.remove("busy"); }
 }
+
+// A model run: its Cancel button is live while it runs (the worker stops at its next step and answers
+// with what it has, stopped: "cancelled"); the run's time feeds the next run's estimate.
+const CANCEL = { whisper: "#whisper-cancel", llama: "#stop", yolo: "#yolo-cancel" };
+async function runTool(tool, fn) {
+  const button = $(CANCEL[tool]);
+  button.disabled = false;
+  try {
+    const r = await withBusy(fn);
+    if (r.stopped === "cancelled") {
+      $("#progress-text").textContent = "Cancelled.";
+      clearTimeout(state.progressTimer);
+      state.progressTimer = setTimeout(() => { $("#progress-wrap").hidden = true; }, 800);
+    } else {
+      state.lastRunS[tool] = (performance.now() - state.runStart) / 1000;
+    }
+    return r;
+  } finally {
+    button.disabled = true;
+  }
+}
+for (const [tool, sel] of Object.entries(CANCEL)) $(sel).addEventListener("click", () => {
+  if (state.ember && state.busy) { state.ember.cancel(); $("#progress-text").textContent = `Cancelling ${TOOL_NAMES[tool]}…`; }
+});
 
 function dropZone(zone, input, onFile) {
   input.addEventListener("change", () => { if (input.files[0]) onFile(input.files[0]); input.value = ""; });
@@ -185,7 +252,10 @@ async function audioInput(file) {
   try {
     decoded = await new AudioContext().decodeAudioData(bytes.slice(0));
   } catch (e) {
-    throw new EmberError("unsupported_file", `ember: ${file.name || "recording"} is not audio this browser can decode`);
+    const name = file.name || "recording";
+    throw new EmberError("unsupported_file", /\.wav$/i.test(name)
+      ? `ember: ${name} is not a WAV file (it does not start with "RIFF") and not audio this browser can decode`
+      : `ember: ${name} is not audio this browser can decode`);
   }
   const frames = Math.ceil(decoded.duration * 16000);
   const ctx = new OfflineAudioContext(1, frames, 16000); // mixes to mono and resamples to 16 kHz
@@ -196,29 +266,48 @@ async function audioInput(file) {
   return (await ctx.startRendering()).getChannelData(0);
 }
 
+const WHISPER_EMPTY = "The transcript appears here segment by segment.";
+
+// Nothing of the previous file survives a new run: transcript, its buttons, the player, the stats.
+function clearWhisper() {
+  state.segments = [];
+  const t = $("#transcript");
+  t.replaceChildren();
+  delete t.dataset.json;
+  delete t.dataset.text;
+  $("#whisper-empty").textContent = WHISPER_EMPTY;
+  $("#whisper-empty").hidden = false;
+  $("#whisper-stats").textContent = "";
+  for (const b of ["#copy-text", "#download-txt", "#download-srt"]) $(b).disabled = true;
+  const player = $("#audio-player");
+  if (player.src) URL.revokeObjectURL(player.src);
+  player.removeAttribute("src");
+  player.load();
+  player.hidden = true;
+}
+
 async function transcribeFile(file) {
   if (state.busy) return notBusy();
   $("#message").hidden = true;
-  delete $("#transcript").dataset.json; // a stale result must not look like this run's
+  clearWhisper();
   try {
     const input = await audioInput(file);
-    const player = $("#audio-player");
+    await ensureModel("whisper");
+    $("#whisper-stats").textContent = "Transcribing…";
+    const r = await runTool("whisper", () => state.ember.transcribe(input, { timestamps: true }, addSegment));
+    if (!state.segments.length) r.segments.forEach(addSegment);
+    const player = $("#audio-player"); // only a file ember could read gets a player
     player.src = URL.createObjectURL(file);
     player.hidden = false;
-    await ensureModel("whisper");
-    state.segments = [];
-    $("#transcript").replaceChildren();
-    $("#whisper-empty").hidden = false;
-    $("#whisper-stats").textContent = "Transcribing…";
-    const r = await withBusy(() => state.ember.transcribe(input, { timestamps: true }, addSegment));
-    if (!state.segments.length) r.segments.forEach(addSegment);
-    $("#whisper-stats").textContent = `${r.duration.toFixed(1)} s of audio in ${(r.ms / 1000).toFixed(1)} s on ${state.ember.device.toUpperCase()}`;
+    $("#whisper-stats").textContent = r.stopped === "cancelled"
+      ? `Cancelled after ${(r.ms / 1000).toFixed(1)} s: ${r.segments.length} segment${r.segments.length === 1 ? "" : "s"} of ${r.duration.toFixed(1)} s of audio`
+      : `${r.duration.toFixed(1)} s of audio in ${(r.ms / 1000).toFixed(1)} s on ${state.ember.device.toUpperCase()}`;
     $("#transcript").dataset.text = r.text;
     $("#transcript").dataset.json = JSON.stringify(r);
-    for (const b of ["#copy-text", "#download-txt", "#download-srt"]) $(b).disabled = false;
-    if (!r.segments.length) $("#whisper-empty").textContent = "No speech found.";
+    for (const b of ["#copy-text", "#download-txt", "#download-srt"]) $(b).disabled = !r.segments.length;
+    if (!r.segments.length) $("#whisper-empty").textContent = r.stopped === "cancelled" ? "Cancelled before the first segment." : "No speech found.";
   } catch (e) {
-    $("#whisper-stats").textContent = "";
+    clearWhisper();
     showError(e, "whisper");
   }
 }
@@ -260,43 +349,81 @@ $("#record").addEventListener("click", async () => {
 
 for (const id of ["temperature", "top-p"]) $(`#${id}`).addEventListener("input", (e) => { $(`#${id}-out`).value = e.target.value; });
 
+// A number field checked in the page before a run: a whole number in [min, max] (empty allowed where
+// `optional`); anything else is refused with the field named, and the field is marked and focused.
+function numberField(sel, label, { min, max, optional = false }) {
+  const el = $(sel), raw = el.value.trim();
+  el.removeAttribute("aria-invalid");
+  if (optional && raw === "") return null;
+  const v = Number(raw);
+  if (raw === "" || !Number.isInteger(v) || v < min || v > max || el.validity.badInput) {
+    el.setAttribute("aria-invalid", "true");
+    el.focus();
+    throw new EmberError("bad_request", `ember: ${label} must be a whole number from ${min} to ${max.toLocaleString("en")}` +
+      `${optional ? " (or empty)" : ""}; got ${raw === "" ? (el.validity.badInput ? "something that is not a number" : "nothing") : `"${raw}"`}`);
+  }
+  return v;
+}
+
+// A huge prompt is echoed by its start and end only: the output box is for the generated text.
+const ECHO_HEAD = 300, ECHO_TAIL = 100;
+function promptEcho(prompt) {
+  if (prompt.length <= ECHO_HEAD + ECHO_TAIL + 100) return prompt;
+  const hidden = prompt.length - ECHO_HEAD - ECHO_TAIL;
+  return `${prompt.slice(0, ECHO_HEAD)} … [${hidden.toLocaleString("en")} characters of the prompt not shown] … ${prompt.slice(-ECHO_TAIL)}`;
+}
+
+// Why the generation ended, for the status line.
+function stopReason(r, maxTokens) {
+  return { cancelled: "stopped by you", length: `reached Max tokens (${maxTokens})`, eos: "the model ended the text",
+    context: `stopped at the context length (${r.context} tokens, prompt included)` }[r.stopped] || r.stopped;
+}
+
+function clearLlama(text = "Generated text streams in here.") {
+  const out = $("#llama-output");
+  delete out.dataset.json;
+  delete out.dataset.text;
+  out.replaceChildren(Object.assign(document.createElement("span"), { className: "muted empty", textContent: text }));
+  $("#llama-stats").textContent = "";
+}
+
 $("#generate").addEventListener("click", async () => {
   if (state.busy) return notBusy();
   $("#message").hidden = true;
   const out = $("#llama-output");
   delete out.dataset.json;
-  const opts = {
-    temperature: Number($("#temperature").value), top_p: Number($("#top-p").value),
-    max_new_tokens: Number($("#max-tokens").value),
-    seed: $("#seed").value === "" ? null : Number($("#seed").value),
-  };
   try {
+    const opts = {
+      temperature: Number($("#temperature").value), top_p: Number($("#top-p").value),
+      max_new_tokens: numberField("#max-tokens", "Max tokens", { min: 1, max: 4096 }),
+      seed: numberField("#seed", "Seed", { min: 0, max: 2 ** 32 - 1, optional: true }),
+    };
+    const prompt = $("#prompt").value;
     await ensureModel("llama");
-    out.replaceChildren(Object.assign(document.createElement("span"), { className: "prompt-echo", textContent: $("#prompt").value }));
+    out.replaceChildren(Object.assign(document.createElement("span"), { className: "prompt-echo", textContent: promptEcho(prompt) }));
     const gen = document.createElement("span");
     gen.className = "gen";
     out.append(gen);
     $("#generate").disabled = true;
-    $("#stop").disabled = false;
     $("#llama-stats").textContent = "Generating…";
-    const r = await withBusy(() => state.ember.generate($("#prompt").value, opts, (piece, n, tps) => {
+    const r = await runTool("llama", () => state.ember.generate(prompt, opts, (piece, n, tps) => {
       gen.textContent += piece;
       $("#llama-stats").textContent = `${n} tokens · ${tps.toFixed(1)} tokens/s`;
+      setProgress({ stage: "tokens", file: "llama", done: n, total: opts.max_new_tokens });
     }));
     gen.textContent = r.text;
     out.dataset.text = r.text;
     out.dataset.json = JSON.stringify(r);
+    if (r.stopped !== "cancelled") setProgress({ stage: "tokens", file: "llama", done: r.tokens.length, total: r.tokens.length });
     $("#llama-stats").textContent = `${r.tokens.length} tokens · ${r.tokens_per_s.toFixed(1)} tokens/s on ` +
-      `${state.ember.device.toUpperCase()}${r.stopped === "cancelled" ? " · stopped" : ""}`;
+      `${state.ember.device.toUpperCase()} · ${stopReason(r, opts.max_new_tokens)}`;
   } catch (e) {
-    $("#llama-stats").textContent = "";
+    clearLlama();
     showError(e, "llama");
   } finally {
     $("#generate").disabled = false;
-    $("#stop").disabled = true;
   }
 });
-$("#stop").addEventListener("click", () => state.ember && state.ember.cancel());
 $("#prompt").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) $("#generate").click(); });
 
 // ------------------------------------------------------------------ YOLO
@@ -304,25 +431,57 @@ $("#prompt").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ct
 $("#conf").addEventListener("input", (e) => { $("#conf-out").value = e.target.value; });
 const COLORS = ["#22c55e", "#ef4444", "#3b82f6", "#f59e0b", "#a855f7", "#14b8a6"];
 
+// The browser decodes the image and Python gets its RGBA pixels: Chromium's JPEG decoder gives the same
+// pixels as native Pillow's libjpeg-turbo (bus.jpg, zidane.jpg: max difference 0), which Pyodide's
+// Pillow 10.2 does not (bus.jpg differs by up to 46 levels and scores 0.6602 against the CLI's 0.6615).
+// EXIF orientation is applied as Pillow's exif_transpose does; no colour-profile conversion, no
+// premultiplied alpha (transparent pixels keep no colour in a canvas: such PNGs can differ from the CLI).
+const MAX_PIXELS = 50_000_000;
+async function decodeImage(file) {
+  let bitmap;
+  try {
+    bitmap = await createImageBitmap(file, { imageOrientation: "from-image", colorSpaceConversion: "none", premultiplyAlpha: "none" });
+  } catch (e) {
+    throw new EmberError("unsupported_file", `ember: ${file.name || "image"} is not an image this browser can read`);
+  }
+  if (bitmap.width * bitmap.height > MAX_PIXELS) // ember's budget.max_pixels, before a canvas claims the memory
+    throw new EmberError("unsupported_file", `ember: ${file.name || "image"} is ${bitmap.width}x${bitmap.height} = ` +
+      `${(bitmap.width * bitmap.height).toLocaleString("en")} pixels, over the limit of ${MAX_PIXELS.toLocaleString("en")} (max_pixels)`);
+  const canvas = new OffscreenCanvas(bitmap.width, bitmap.height);
+  const g = canvas.getContext("2d", { colorSpace: "srgb", willReadFrequently: true });
+  g.drawImage(bitmap, 0, 0);
+  return { bitmap, pixels: g.getImageData(0, 0, bitmap.width, bitmap.height) };
+}
+
+function clearYolo() {
+  delete $("#detections").dataset.json;
+  delete $("#detections").dataset.stopped;
+  $("#detections tbody").replaceChildren();
+  const c = $("#yolo-canvas");
+  c.getContext("2d").clearRect(0, 0, c.width, c.height);
+  $("#yolo-stats").textContent = "";
+}
+
 async function detectImage(file) {
   if (state.busy) return notBusy();
   $("#message").hidden = true;
-  delete $("#detections").dataset.json;
+  clearYolo();
   try {
-    let bitmap;
-    try {
-      bitmap = await createImageBitmap(file);
-    } catch (e) {
-      throw new EmberError("unsupported_file", `ember: ${file.name || "image"} is not an image this browser can read`);
-    }
+    const { bitmap, pixels } = await decodeImage(file);
     await ensureModel("yolo");
     $("#yolo-stats").textContent = "Detecting…";
-    const dets = await withBusy(() => state.ember.detect(file, { conf: Number($("#conf").value) }));
+    const dets = await runTool("yolo", () => state.ember.detect(pixels, { conf: Number($("#conf").value) }));
+    $("#detections").dataset.json = JSON.stringify(dets); // the array; how it ended is beside it
+    $("#detections").dataset.stopped = dets.stopped;
+    if (dets.stopped === "cancelled") {
+      $("#yolo-stats").textContent = "Cancelled.";
+      return;
+    }
     drawDetections(bitmap, dets);
-    $("#yolo-stats").textContent = `${dets.length} detection${dets.length === 1 ? "" : "s"} · ${Math.round(dets.ms).toLocaleString("en")} ms per image on ${state.ember.device.toUpperCase()}`;
-    $("#detections").dataset.json = JSON.stringify(dets);
+    $("#yolo-stats").textContent = `${dets.length} detection${dets.length === 1 ? "" : "s"} · ${Math.round(dets.ms).toLocaleString("en")} ms per image on ${state.ember.device.toUpperCase()}` +
+      ` · input ${dets.input[1]}×${dets.input[0]}`;
   } catch (e) {
-    $("#yolo-stats").textContent = "";
+    clearYolo();
     showError(e, "yolo");
   }
 }
@@ -343,6 +502,13 @@ function drawDetections(bitmap, dets) {
     g.strokeStyle = c;
     g.lineWidth = lw;
     g.strokeRect(x1, y1, x2 - x1, y2 - y1);
+    for (const [kx, ky, v] of d.keypoints || []) { // a pose model's keypoints: those it sees (visibility > 0.5)
+      if (v !== undefined && v < 0.5) continue;
+      g.fillStyle = c;
+      g.beginPath();
+      g.arc(kx, ky, lw * 1.5, 0, 2 * Math.PI);
+      g.fill();
+    }
     const label = `${d.label} ${(d.score * 100).toFixed(0)}%`;
     const w = g.measureText(label).width + lw * 4, h = lw * 10;
     g.fillStyle = c;
@@ -404,8 +570,17 @@ async function start() {
   document.body.dataset.ready = "true";
 }
 
+// What runs each tool, on which adapter, and why: the same line under every tool's model picker.
+function deviceLine(e) {
+  if (e.device === "webgpu") return `Runs on WebGPU · adapter: ${e.deviceAdapter || "unnamed"}.`;
+  const why = e.deviceReason ? `not WebGPU because ${e.deviceReason}` : "as chosen in Device";
+  return `Runs on the CPU: numpy in WebAssembly${e.deviceKernels ? ` (matmul: ${e.deviceKernels})` : ""}, ${why}` +
+    `${e.deviceAdapter && e.deviceReason ? ` · adapter: ${e.deviceAdapter}` : ""}.`;
+}
+
 function showDevice() {
   const e = state.ember;
+  for (const t of TOOLS) $(".device-line", pickers[t]).textContent = deviceLine(e);
   const dev = $("#device");
   dev.value = e.device;
   dev.disabled = false;

@@ -70,6 +70,7 @@ class Ember {
     this.device = "cpu";
     this.deviceReason = "";
     this.deviceAdapter = ""; // the WebGPU adapter, vendor/architecture and limits, when one was tried
+    this.deviceKernels = "";
     this.models = {}; // tool -> {source, device, parameters, bytes}
     this._next = 1;
     this._pending = new Map();
@@ -85,6 +86,7 @@ class Ember {
     this.device = r.device;
     this.deviceReason = r.reason || "";
     this.deviceAdapter = r.adapter || "";
+    this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128" or "einsum (why)"
   }
 
   /** Switch to "auto", "webgpu" or "cpu"; -> the device in use (cpu, with `deviceReason`, if WebGPU is unusable
@@ -95,6 +97,7 @@ class Ember {
     this.device = r.device;
     this.deviceReason = r.reason || "";
     this.deviceAdapter = r.adapter || "";
+    this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128" or "einsum (why)"
     this.models = {};
     return this.device;
   }
@@ -109,7 +112,8 @@ class Ember {
   }
 
   /** Resolve a source to the file list the worker downloads: "demo" / "demo:<id>", a hub id "owner/name",
-   *  an http(s) URL of a folder or of one weights file, a File, or an array/FileList of Files. */
+   *  "owner/name/file.pt" (one file of a hub repo), an http(s) URL of a folder or of one weights file, a File,
+   *  or an array/FileList of Files. */
   async resolve(tool, source) {
     if (!TOOL_FILES[tool]) throw new EmberError("bad_request", `ember: unknown tool ${tool}`);
     if (source == null || source === "demo" || (typeof source === "string" && source.startsWith("demo:"))) {
@@ -130,7 +134,11 @@ class Ember {
     let base;
     if (/^https?:\/\//.test(text)) base = text.replace(/\/$/, "");
     else if (/^[A-Za-z0-9][\w.-]*\/[\w.-]+$/.test(text)) base = `${this.hubURL}/${text}/resolve/main`;
-    else throw new EmberError("bad_request", `ember: "${text}" is neither a Hugging Face id (owner/name) nor an http(s) URL`);
+    else if (/^[A-Za-z0-9][\w.-]*\/[\w.-]+\/[\w./-]+$/.test(text) && SINGLE_FILE.test(text)) { // owner/name/file.pt
+      const [owner, name, ...path] = text.split("/");
+      base = `${this.hubURL}/${owner}/${name}/resolve/main/${path.join("/")}`;
+    }
+    else throw new EmberError("bad_request", `ember: "${text}" is neither a Hugging Face id (owner/name, or owner/name/file) nor an http(s) URL`);
     if (SINGLE_FILE.test(base)) {
       const name = base.split("/").pop().split("?")[0];
       const files = [{ name, url: base }];

@@ -5,6 +5,7 @@
 //                   {type: "device", device}                          -> {type: "result", data: {device, reason, adapter}}
 //                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
 //                   {type: "run", tool, input, opts}                  -> {type: "partial", data} ... {type: "result"}
+//                                                                        (data.wasm_memory_bytes: the heap after it)
 //                   {type: "cancel"}                                  (no reply: the running request ends "cancelled")
 //   worker -> page  {type: "progress", stage, file, done, total}       bytes for downloads, 0..1 otherwise
 //                   {type: "error", code, message}                    code picks the page's human message
@@ -207,9 +208,11 @@ async function run(msg) {
     input = new Uint8Array(input.buffer || input, input.byteOffset || 0, input.byteLength);
   else if (input && input.rgba) input = { ...input, rgba: new Uint8Array(input.rgba.buffer || input.rgba) };
   const onPartial = (...a) => post({ type: "partial", id, data: a.length === 1 ? a[0] : a });
-  // {stage, done, total}: YOLO per stage, Whisper per 30 s window; the page draws a bar from it
+  // {stage, done, total}: YOLO per stage, Whisper per 30 s window and segment; the page draws a bar from it
   const onProgress = (p) => post({ type: "progress", id, stage: p.stage, file: tool, done: p.done, total: p.total });
-  return callPy(tool, { input, opts: msg.opts || {}, on_partial: onPartial, on_progress: onProgress });
+  const r = await callPy(tool, { input, opts: msg.opts || {}, on_partial: onPartial, on_progress: onProgress });
+  // the wasm heap only grows: its size after a run is the peak the runtime has needed so far
+  return { ...r, wasm_memory_bytes: pyodide._module.HEAPU8.buffer.byteLength };
 }
 
 // ------------------------------------------------------------------ ONNX (issue #18; ember.wasm.onnx_api)

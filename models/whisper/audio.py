@@ -84,10 +84,15 @@ def mel_filters(n_mels: int, sr: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.nd
 def _power_spectrogram(audio: np.ndarray) -> np.ndarray:
     """|STFT|^2 as torch.stft(center=True, pad_mode='reflect', periodic Hann), last frame
     dropped -> float64 (n_fft // 2 + 1, len(audio) // HOP_LENGTH)."""
-    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)  # periodic Hann
     padded = np.pad(audio.astype(np.float64), N_FFT // 2, mode="reflect")
-    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH]  # (T+1, N_FFT)
-    spec = np.fft.rfft(frames[:-1] * window, axis=-1)  # (T, n_bins)
+    return _frames_power(padded, audio.size // HOP_LENGTH)
+
+
+def _frames_power(padded: np.ndarray, n_frames: int) -> np.ndarray:
+    """The first n_frames STFT frames of the reflect-padded signal `padded` -> float64 (n_bins, n_frames)."""
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)  # periodic Hann
+    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH][:n_frames]  # (T, N_FFT)
+    spec = np.fft.rfft(frames * window, axis=-1)  # (T, n_bins)
     return (spec.real ** 2 + spec.imag ** 2).T
 
 
@@ -121,3 +126,52 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, pad_to_30s: bool = 
     log_spec = np.log10(np.maximum(mel, 1e-10))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
     return ((log_spec + 4.0) / 4.0).astype(np.float32)
+
+
+class LongFormMel:
+    """log_mel_spectrogram(audio, n_mels, pad_to_30s=False, extra_hop=False) (transformers' long-form
+    features) computed a few frames at a time, so long audio never holds a whole-file spectrogram: an hour
+    is 360,000 frames, whose float64 STFT alone (~1.2 GB) overflows wasm32's 32-bit sizes in the page.
+
+    The max - 8 floor is over the whole file, so the constructor makes one pass over it in blocks of
+    N_FRAMES frames for the global maximum; `mel[:, a:b]` then computes frames a..b from the samples (each
+    frame is a window of 400 samples around frame * 160, reflected at the ends, as the whole-file STFT
+    takes it). Peak memory beyond the samples: one block's STFT (~10 MB for 3000 frames)."""
+
+    def __init__(self, audio: np.ndarray, n_mels: int = 80, block: int = N_FRAMES):
+        audio = np.asarray(audio)
+        if audio.ndim != 1:
+            raise ValueError(f"ember: LongFormMel expects mono audio (n_samples,), got shape {audio.shape}")
+        if audio.size < N_FFT // 2 + 1:  # reflect padding needs n_fft // 2 + 1 samples
+            raise ValueError(f"ember: log_mel_spectrogram needs at least {N_FFT // 2 + 1} samples, got {audio.size}")
+        self.audio, self.n_mels, self.block = audio, n_mels, block
+        self.shape = (n_mels, audio.size // HOP_LENGTH)
+        step = block * HOP_LENGTH
+        if not all(np.all(np.isfinite(audio[i:i + step])) for i in range(0, audio.size, step)):
+            raise ValueError("ember: log_mel_spectrogram got NaN or infinite samples")
+        peak = -np.inf
+        for a in range(0, self.shape[1], block):
+            peak = max(peak, float(self._log_mel(a, min(a + block, self.shape[1])).max()))
+        self.floor = peak - 8.0
+
+    def _log_mel(self, a: int, b: int) -> np.ndarray:
+        """log10 of the mel power of frames a..b (float64, before the floor)."""
+        n = self.audio.size
+        idx = np.arange(a * HOP_LENGTH - N_FFT // 2, (b - 1) * HOP_LENGTH + N_FFT // 2)  # sample of each padded position
+        idx = np.abs(idx)                                     # reflect at the start ...
+        idx = np.where(idx >= n, 2 * (n - 1) - idx, idx)      # ... and at the end (np.pad mode="reflect")
+        power = _frames_power(self.audio[idx].astype(np.float64), b - a)
+        mel = mel_filters(self.n_mels).astype(np.float64) @ power
+        return np.log10(np.maximum(mel, 1e-10))
+
+    def __getitem__(self, key) -> np.ndarray:
+        """mel[:, a:b] -> float32 (n_mels, b - a), equal to the whole-file log_mel_spectrogram's columns."""
+        rows, cols = key
+        if rows != slice(None) or not isinstance(cols, slice) or cols.step not in (None, 1):
+            raise TypeError("ember: LongFormMel supports mel[:, a:b] only")
+        a, b, _ = cols.indices(self.shape[1])
+        if b <= a:
+            return np.zeros((self.n_mels, 0), np.float32)
+        parts = [self._log_mel(s, min(s + self.block, b)) for s in range(a, b, self.block)]
+        log_spec = np.maximum(np.concatenate(parts, axis=1), self.floor)
+        return ((log_spec + 4.0) / 4.0).astype(np.float32)

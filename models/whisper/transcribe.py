@@ -3,9 +3,10 @@ fallback, segments with start/end times (openai/whisper transcribe.py v20240930,
 and segment rules of transformers' long-form Whisper generate so both give the same tokens).
 
 Clips up to 30 s give 3000 frames of features padded to 30 s (transformers' short-form input);
-longer audio one log-mel over the whole signal. Either is decoded window by window: with
-timestamps, a window's decoding ends at its last complete timestamp pair and the next window
-starts there (so a short clip can take more than one pass, as in transformers).
+longer audio one log-mel over the whole signal, computed a window at a time (audio.LongFormMel).
+Either is decoded window by window: with timestamps, a window's decoding ends at its last complete
+timestamp pair and the next window starts there (so a short clip can take more than one pass, as in
+transformers).
 """
 from __future__ import annotations
 
@@ -38,11 +39,12 @@ def load_input(source) -> np.ndarray:
     return samples
 
 
-def features(samples: np.ndarray, n_mels: int) -> tuple[np.ndarray, bool]:
-    """-> (log-mel (n_mels, frames), long_form). Short clips: padded to 30 s (3000 frames)."""
+def features(samples: np.ndarray, n_mels: int) -> tuple[np.ndarray | A.LongFormMel, bool]:
+    """-> (log-mel (n_mels, frames), long_form). Short clips: padded to 30 s (3000 frames). Longer audio:
+    the whole signal's log-mel, computed window by window as the seek loop asks for it (LongFormMel)."""
     if samples.size <= A.N_SAMPLES:
         return A.log_mel_spectrogram(samples, n_mels), False
-    return A.log_mel_spectrogram(samples, n_mels, pad_to_30s=False, extra_hop=False), True
+    return A.LongFormMel(samples, n_mels), True
 
 
 def decode_with_fallback(decoder: WindowDecoder, audio_features, language, temperatures,

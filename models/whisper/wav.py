@@ -20,6 +20,7 @@ FORMAT_PCM, FORMAT_FLOAT, FORMAT_EXTENSIBLE = 0x0001, 0x0003, 0xFFFE
 _GUID_TAIL = bytes.fromhex("000000001000800000aa00389b71")
 # Streaming writers (e.g. sox to a pipe) put these in the data size: "until end of file".
 _UNKNOWN_SIZES = (0, 0xFFFFFFFF)
+_BLOCK_FRAMES = 1 << 20  # frames decoded at a time (a 65 s block at 16 kHz)
 
 
 class WavError(FormatError):
@@ -148,8 +149,14 @@ def read_wav(source: str | os.PathLike | bytes | bytearray | memoryview,
     if seconds > budget.max_audio_seconds:
         raise LimitError(name, "data chunk: duration", round(seconds, 1), budget.max_audio_seconds,
                          "max_audio_seconds", " s")
-    x = _decode(samples, tag, bits, name).reshape(-1, channels)  # (n_samples, channels)
-    if not np.all(np.isfinite(x)):
-        _fail(name, "float samples contain NaN or infinity")
-    out = x.mean(axis=1) if mono else x
-    return out.astype(np.float32), rate
+    # decoded a block at a time into the float32 result: the float64 intermediates of a whole hour (460 MB
+    # per channel) would not fit beside the file in the page's wasm32 memory
+    n = len(samples) // block_align
+    out = np.empty((n,) if mono else (n, channels), np.float32)
+    for a in range(0, n, _BLOCK_FRAMES):
+        b = min(a + _BLOCK_FRAMES, n)
+        x = _decode(samples[a * block_align:b * block_align], tag, bits, name).reshape(-1, channels)
+        if not np.all(np.isfinite(x)):
+            _fail(name, "float samples contain NaN or infinity")
+        out[a:b] = x.mean(axis=1) if mono else x
+    return out, rate

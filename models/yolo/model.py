@@ -208,15 +208,37 @@ class YOLOv8(nn.Module):
 
     def forward(self, x):
         """x (b, 3, H, W) RGB in [0, 1], H and W multiples of 32 -> (b, 4 + nc [+ nk], H*W/64 + H*W/256 + H*W/1024)."""
+        steps = self.forward_steps(x)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    FORWARD_STEPS = 9  # what forward_steps yields: the 8 groups of layers below, then the head
+
+    def forward_steps(self, x):
+        """forward() as a generator that yields the number of layer groups done (1..FORWARD_STEPS) after each,
+        so a caller can report progress and stop between layers (the page's worker on a slow adapter)."""
         if x.ndim != 4 or x.shape[1] != 3 or x.shape[2] % 32 or x.shape[3] % 32:
             raise ValueError(f"ember: YOLOv8 expects (batch, 3, H, W) with H, W multiples of 32, got {tuple(x.shape)}")
         m = self.model
         x = m[1](m[0](x))                                                        # (b, c128, H/4, W/4)
+        yield 1
         p3 = m[4](m[3](m[2](x)))                                                 # (b, c256, H/8, W/8)
+        yield 2
         p4 = m[6](m[5](p3))                                                      # (b, c512, H/16, W/16)
+        yield 3
         p5 = m[9](m[8](m[7](p4)))                                                # (b, c1024, H/32, W/32)
+        yield 4
         h4 = m[12](ember.cat([_upsample2x(p5), p4], 1))                          # (b, c512, H/16, W/16)
+        yield 5
         o3 = m[15](ember.cat([_upsample2x(h4), p3], 1))                          # (b, c256, H/8, W/8)
+        yield 6
         o4 = m[18](ember.cat([m[16](o3), h4], 1))                                # (b, c512, H/16, W/16)
+        yield 7
         o5 = m[21](ember.cat([m[19](o4), p5], 1))                                # (b, c1024, H/32, W/32)
-        return m[22]([o3, o4, o5], self.cfg.strides)
+        yield 8
+        out = m[22]([o3, o4, o5], self.cfg.strides)
+        yield 9
+        return out

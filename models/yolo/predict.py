@@ -9,7 +9,7 @@ from .image import load_image, preprocess
 from .nms import postprocess
 
 CONF, IOU, MAX_DET = 0.25, 0.7, 300
-STAGES = ("preprocess", "model", "nms")  # what detect_steps yields, in order
+STAGES = ("preprocess", "model", "nms")  # the stages detect_steps goes through, in order
 
 
 def run_model(model, x: np.ndarray) -> np.ndarray:
@@ -36,16 +36,27 @@ def detect(model, image, conf: float = CONF, iou: float = IOU, max_det: int = MA
 
 def detect_steps(model, image, conf: float = CONF, iou: float = IOU, max_det: int = MAX_DET,
                  square: bool = False, agnostic: bool = False):
-    """detect() as a generator: yields each stage's name ("preprocess", "model", "nms") before running it
-    and returns the detections, so a caller can report progress and stop between stages (the page's
-    worker awaits between them; closing the generator cancels the rest)."""
+    """detect() as a generator: yields (stage, fraction of it done) with stage "preprocess", "model" or
+    "nms": (stage, 0.0) before each stage, and ("model", k / n) after each of the model's n layer groups;
+    returns the detections. A caller can report progress and stop between them (the page's worker awaits
+    at each; closing the generator cancels the rest)."""
+    import ember
     cfg = model.cfg
-    yield "preprocess"
+    yield "preprocess", 0.0
     img = load_image(image)
     x, lb = preprocess(img, cfg.imgsz, square=square, stride=max(cfg.strides))   # (1, 3, H', W')
-    yield "model"
-    raw = run_model(model, x)[0]                                                   # (4 + nc [+ nk], A)
-    yield "nms"
+    yield "model", 0.0
+    with ember.no_grad():
+        layers = model.forward_steps(ember.tensor(x, device=next(iter(model.parameters())).device))
+        while True:
+            try:
+                k = next(layers)
+            except StopIteration as done:
+                raw = done.value.numpy()[0]                                        # (4 + nc [+ nk], A)
+                break
+            if k < model.FORWARD_STEPS:
+                yield "model", k / model.FORWARD_STEPS
+    yield "nms", 0.0
     rows = postprocess(raw, conf, iou, cfg.nc, agnostic=agnostic, max_det=max_det)  # (n, 6 + nk)
     boxes = lb.to_original(rows[:, :4])
     out = []
