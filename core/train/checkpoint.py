@@ -23,7 +23,7 @@ def _jsonable(v):
     return v
 
 
-def save_checkpoint(path, model, optimizer=None, scheduler=None, trainer=None, mixed_precision=None,
+def save_checkpoint(path, model=None, optimizer=None, scheduler=None, trainer=None, mixed_precision=None,
                     step: int | None = None, extra: dict | None = None) -> str:
     """Write a checkpoint; -> its path. `trainer` (a Trainer) brings its model, optimizer, scheduler and
     mixed precision unless given, and its counters."""
@@ -60,7 +60,7 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, trainer=None, m
     return path
 
 
-def load_checkpoint(path, model, optimizer=None, scheduler=None, trainer=None, mixed_precision=None) -> dict:
+def load_checkpoint(path, model=None, optimizer=None, scheduler=None, trainer=None, mixed_precision=None) -> dict:
     """Restore what save_checkpoint wrote into the given objects (strict for the model); -> the metadata
     dict (step, extra, ...)."""
     from ..io.safetensors import load, metadata
