@@ -1,5 +1,5 @@
 """Train a small CNN on scikit-learn's 8x8 handwritten digits with ember.data and ember.train, and report
-the test accuracy (about 98 % after 4 epochs, a minute on a laptop's CPU).
+the test accuracy (about 99 % after 4 epochs of 23 steps; under a minute on a laptop's CPU).
 
     python examples/train_digits_cnn.py [--epochs 4] [--device cpu|webgpu] [--checkpoint digits.safetensors]
 

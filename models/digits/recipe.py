@@ -1,5 +1,5 @@
 """The digits recipe: scikit-learn's 1797 digits split 1437 / 360 by a seeded random_split, pixels
-scaled to [0, 1], AdamW with warmup + cosine decay, batches of 32."""
+scaled to [0, 1], AdamW with warmup + cosine decay, batches of 64."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -18,10 +18,10 @@ TEST_SIZE = 360
 @dataclass
 class TrainConfig:
     epochs: int = 4
-    batch_size: int = 32
-    lr: float = 5e-3
+    batch_size: int = 64
+    lr: float = 1e-2
     weight_decay: float = 1e-4
-    warmup: int = 20             # steps
+    warmup: int = 10             # steps
     seed: int = 0                # weights, split and shuffling
     device: str = "cpu"
 
