@@ -41,16 +41,17 @@ def digits_arrays(source=None) -> tuple[np.ndarray, np.ndarray]:
     return (x / np.float32(16.0))[:, None], y
 
 
-def digits_loaders(cfg: TrainConfig, source=None):
-    """(train loader shuffled by cfg.seed, test loader in order) over the fixed split."""
-    x, y = digits_arrays(source)
+def digits_loaders(cfg: TrainConfig, source=None, arrays=None):
+    """(train loader shuffled by cfg.seed, test loader in order) over the fixed split of the digits (from
+    `source`, or the `arrays` (x, y) already read)."""
+    x, y = arrays if arrays is not None else digits_arrays(source)
     train_set, test_set = random_split(TensorDataset(x, y), [len(y) - TEST_SIZE, TEST_SIZE], seed=cfg.seed)
     return (DataLoader(train_set, cfg.batch_size, shuffle=True, seed=cfg.seed, device=cfg.device),
             DataLoader(test_set, 256, device=cfg.device))
 
 
-def make_trainer(cfg: TrainConfig, source=None) -> Trainer:
-    train_loader, test_loader = digits_loaders(cfg, source)
+def make_trainer(cfg: TrainConfig, source=None, arrays=None) -> Trainer:
+    train_loader, test_loader = digits_loaders(cfg, source, arrays)
     model = DigitsCNN()
     init_weights(model, cfg.seed)
     model.to(cfg.device)
