@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from ..errors import FormatError
+from .source import read_source
 
 PIXELS = 3 * 32 * 32
 
@@ -26,12 +27,7 @@ def read_cifar100_coarse(src) -> np.ndarray:
 def _records(src, variant):
     if variant not in (10, 100):
         raise ValueError(f"ember: CIFAR variant must be 10 or 100, got {variant!r}")
-    if isinstance(src, (bytes, bytearray, memoryview)):
-        data, name = bytes(src), "<bytes>"
-    else:
-        name = os.fspath(src)
-        with open(name, "rb") as f:
-            data = f.read()
+    data, name = read_source(src, decompress=False)
     size = PIXELS + (1 if variant == 10 else 2)
     if not data or len(data) % size:
         raise FormatError(f"ember: {name}: {len(data)} bytes is not a whole number of CIFAR-{variant} records "

@@ -9,41 +9,15 @@ import struct
 import numpy as np
 
 from ..errors import FormatError, LimitError
-from ..limits import budget
+from .source import read_source
 
 # type byte -> big-endian numpy dtype
 IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
-def _read_bytes(src) -> tuple[bytes, str]:
-    if isinstance(src, (bytes, bytearray, memoryview)):
-        data, name = bytes(src), "<bytes>"
-    else:
-        name = os.fspath(src)
-        with open(name, "rb") as f:
-            data = f.read()
-    if data[:2] == b"\x1f\x8b":
-        data = gunzip(data, name)
-    return data, name
-
-
-def gunzip(data: bytes, name: str) -> bytes:
-    """gzip bytes, decompressed no further than the load budget allows (a few-KB gzip bomb stops here)."""
-    import zlib
-    limit = budget.load_bytes(len(data))
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = d.decompress(data, limit + 1)
-    except zlib.error as e:
-        raise FormatError(f"ember: {name}: broken gzip stream ({e})") from None
-    if len(out) > limit:
-        raise LimitError(name, "decompressed size", f"over {limit}", limit, "load_allowance", " bytes")
-    return out
-
-
 def read_idx(src) -> np.ndarray:
     """An IDX file (path or bytes, gzipped or not) -> its array, in native byte order."""
-    data, name = _read_bytes(src)
+    data, name = read_source(src)
     if len(data) < 4 or data[:2] != b"\0\0":
         raise FormatError(f"ember: {name}: not an IDX file (it must start with two zero bytes)")
     kind, ndim = data[2], data[3]

@@ -8,18 +8,11 @@ import os
 import numpy as np
 
 from ..errors import FormatError
-from .idx import gunzip
+from .source import read_source
 
 
 def _text(src) -> tuple[str, str]:
-    if isinstance(src, (bytes, bytearray)):
-        data, name = bytes(src), "<bytes>"
-    else:
-        name = os.fspath(src)
-        with open(name, "rb") as f:
-            data = f.read()
-    if data[:2] == b"\x1f\x8b":
-        data = gunzip(data, name)
+    data, name = read_source(src)
     try:
         return data.decode("utf-8-sig"), name
     except UnicodeDecodeError as e:
