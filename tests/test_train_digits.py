@@ -102,3 +102,16 @@ def test_example_reaches_97_percent_and_its_checkpoint_reloads(tmp_path):
     meta = load_checkpoint(ck, trainer=fresh)
     assert meta["step"] == 4 * len(fresh.loader) == 4 * 23
     assert fresh.evaluate(fresh.val_loader)["accuracy"] == pytest.approx(acc)
+
+
+def test_training_steps_agree_on_every_device(device):
+    """Two Trainer steps (batch 8) on `device` give the CPU's losses and weights: training code never names
+    a backend, so the page's WebGPU choice trains the same model."""
+    need_digits()
+    runs = {}
+    for dev in ("cpu", device):
+        t = make_trainer(TrainConfig(batch_size=8, device=dev))
+        batch = next(iter(t.loader))
+        runs[dev] = ([t.train_step(batch)[0] for _ in range(2)], t.model.fc1.weight.numpy())
+    np.testing.assert_allclose(runs[device][0], runs["cpu"][0], rtol=1e-5)
+    np.testing.assert_allclose(runs[device][1], runs["cpu"][1], atol=1e-5)
