@@ -47,7 +47,7 @@ def save(tensors, path, metadata=None):
 
 def __getattr__(name):
     # heavy or optional parts load on first use, keeping `import ember` fast
-    if name in ("io", "quant", "tokenizers", "models", "hub", "limits", "onnx"):
+    if name in ("io", "quant", "tokenizers", "models", "hub", "limits", "onnx", "data", "train"):
         import importlib
         return importlib.import_module(f"ember.{name}")  # (`from . import` would re-enter this hook)
     if name == "Tokenizer":

@@ -33,9 +33,36 @@ class Optimizer:
                 if p.grad is not None:
                     yield g, p, p.grad
 
+    def _indexed(self):
+        """(index, param) over every group in order: the numbering torch's state_dict uses."""
+        return enumerate(p for g in self.param_groups for p in g["params"])
+
     def state_dict(self):
-        return {"state": {i: s for i, s in enumerate(self.state.values())},
-                "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]}
+        """{"state": {param index: {name: Tensor or number}}, "param_groups": [{hyper-parameters, "params":
+        [indices]}]}, torch's layout: it refers to parameters by position, so it loads into a fresh
+        optimizer built over the same parameters."""
+        state = {i: dict(self.state[id(p)]) for i, p in self._indexed() if id(p) in self.state}
+        groups, at = [], 0
+        for g in self.param_groups:
+            n = len(g["params"])
+            groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": list(range(at, at + n))})
+            at += n
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(
+                len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
+            raise ValueError(f"ember: the optimizer state has groups of sizes {[len(g['params']) for g in groups]}, "
+                             f"this optimizer {[len(g['params']) for g in self.param_groups]}")
+        for mine, saved in zip(self.param_groups, groups):
+            mine.update({k: (tuple(v) if isinstance(mine.get(k), tuple) else v) for k, v in saved.items() if k != "params"})
+        params = dict(self._indexed())
+        self.state = {}
+        for i, st in state_dict["state"].items():
+            p = params[int(i)]
+            self.state[id(p)] = {k: (v.to(device=p.device) if hasattr(v, "shape") and hasattr(v, "to") else v)
+                                 for k, v in st.items()}
 
 
 class SGD(Optimizer):
@@ -115,6 +142,38 @@ class LRScheduler:
 
     def get_last_lr(self):
         return [g["lr"] for g in self.optimizer.param_groups]
+
+    def state_dict(self):
+        """Plain values only (a lambda schedule's function is code, rebuilt by whoever resumes)."""
+        return {k: v for k, v in self.__dict__.items() if k != "optimizer" and not callable(v)}
+
+    def load_state_dict(self, state_dict):
+        self.__dict__.update(state_dict)
+        for g, lr in zip(self.optimizer.param_groups, self.get_lr()):
+            g["lr"] = lr
+
+
+class StepLR(LRScheduler):
+    """lr = base * gamma ** (epoch // step_size) (closed form of torch's StepLR)."""
+
+    def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
+        self.step_size, self.gamma = int(step_size), gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [b * self.gamma ** (self.last_epoch // self.step_size) for b in self.base_lrs]
+
+
+class MultiStepLR(LRScheduler):
+    """lr = base * gamma ** (number of milestones <= epoch)."""
+
+    def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
+        self.milestones, self.gamma = sorted(int(m) for m in milestones), gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        k = sum(1 for m in self.milestones if m <= self.last_epoch)
+        return [b * self.gamma ** k for b in self.base_lrs]
 
 
 class CosineAnnealingLR(LRScheduler):

@@ -26,7 +26,8 @@ from .assets import PYODIDE_VERSION, build_wheel, ensure_pyodide
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
-APP_FILES = ("index.html", "app.js", "ember.js", "worker.js", "style.css", "favicon.svg")
+APP_FILES = ("index.html", "app.js", "ember.js", "worker.js", "style.css", "favicon.svg",
+             "train.js")  # the training tool's page code
 CDN = f"https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/"
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 PYODIDE_PACKAGES = ("numpy", "pillow")  # all the app loads; micropip/packaging are not needed in the page
@@ -66,6 +67,8 @@ def demo_models() -> dict[str, dict]:
                        "files": {"model.safetensors": ensure_demo_model()}}
     except (ValueError, OSError) as e:
         print(f"ember: no YOLO demo model ({e})", file=sys.stderr)
+    from .train_api import demo_data  # the training tool's data: scikit-learn's digits file
+    out.update(demo_data())
     return out
 
 

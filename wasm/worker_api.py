@@ -318,6 +318,11 @@ async def handle(op: str, args: dict) -> dict:
     so the page always gets an answer it can show."""
     try:
         args = {k: _from_js(v) for k, v in dict(args).items()}
+        # ---- the training tool (wasm/train_api.py): its data loads like a model, its runs are "train*"
+        if op in ("train", "train-predict") or (op == "load" and args.get("tool") == "train"):
+            from ember.wasm import train_api
+            return {"ok": await train_api.handle(op, args)}
+        # ---- end of the training tool
         if op == "device":
             return {"ok": await pick_device(args["device"])}
         if op == "load":

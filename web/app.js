@@ -606,4 +606,9 @@ $("#device").addEventListener("change", async (ev) => {
   showDevice();
 });
 
+// ------------------------------------------------------------------ training tool (web/train.js; one block so merges stay easy)
+
+import("./train.js").then((m) => m.mountTrainTool({ ember: () => state.ember, busy: () => state.busy, withBusy,
+  showError, showMessage }));
+
 start();

@@ -11,6 +11,7 @@
 //   const { inputs, outputs } = await ember.loadModel("onnx", "https://.../model.onnx");  // or a File
 //   const results = await ember.run({ input: { type: "float32", data: float32Array, dims: [1, 3, 224, 224] } });
 //   results.output.data, results.output.dims                     // typed arrays, as onnxruntime-web's tensors
+//   const { history } = await ember.train({ epochs: 4 }, (ev) => plot(ev));   // the digits CNN, in the page
 //
 // Everything runs in a Web Worker (worker.js): Pyodide, numpy and the ember wheel, on WebGPU when the
 // browser has an adapter and on the CPU otherwise. Results carry the same fields as the CLI's `--json`.
@@ -25,6 +26,7 @@ export const TOOL_FILES = {
             ["model.gguf", true, "model.safetensors"], ["tokenizer.json"]],
   llama: [["config.json"], ["model.safetensors"], ["tokenizer.json"]],
   yolo: [["model.safetensors"]],
+  train: [["digits.csv.gz"]], // the training tool's data (web/train.js), bundled by `ember build-web`
 };
 const SINGLE_FILE = /\.(safetensors|gguf|bin|onnx|pt)$/i; // a URL naming one weights file, not a folder
 
@@ -190,6 +192,25 @@ class Ember {
     const r = await this._run("yolo", input, opts);
     return Object.assign(r.detections, { ms: r.ms, width: r.width, height: r.height, input: r.input, stopped: r.stopped });
   }
+
+  // ---- the training tool (wasm/train_api.py; the page's UI is web/train.js)
+  /** Train the digits CNN here, in the browser, on this instance's device. config: {epochs, batch_size, lr,
+   *  weight_decay, warmup, seed, resume, data} (defaults: ember.models.digits.TrainConfig; data: the bundled
+   *  "demo" digits or a digits.csv.gz File/URL). onStep(event) after every step ({kind: "step", step, epoch,
+   *  batch, batches, loss, accuracy, lr}) and epoch ({kind: "epoch", loss, accuracy, val_loss, val_accuracy}).
+   *  -> {history, stopped: "done" | "paused", step, epoch, steps_per_s, seconds}. `cancel()` pauses at the next
+   *  step; train({...config, resume: true}) then continues exactly where it stopped. */
+  async train(config = {}, onStep) {
+    const { data, ...opts } = config;
+    if (!this.models.train || (data && this.models.train.source !== data)) await this.loadModel("train", data || "demo");
+    return this._run("train", null, { ...opts, device: this.device }, onStep);
+  }
+
+  /** Classify an 8x8 digit (64 values in [0, 1], row-major) with the model train() made -> {class, probs}. */
+  async predictDigit(pixels) {
+    return this._run("train-predict", Float32Array.from(pixels), {});
+  }
+  // ---- end of the training tool
 
   /** Stop the running request at its next step (a token, a segment). */
   cancel() { this._worker.postMessage({ type: "cancel" }); }

@@ -1,5 +1,5 @@
-"""ember.nn: Module, Parameter, layers, functional, init."""
-from . import functional, init  # noqa: F401
+"""ember.nn: Module, Parameter, layers, functional, init, utils (clipping, parameter vectors)."""
+from . import functional, init, utils  # noqa: F401
 from .layers import (ELU, GELU, AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d,  # noqa: F401
                      ConvTranspose1d, ConvTranspose2d, Dropout, Embedding, Flatten, GroupNorm, Hardswish, Identity,
                      LayerNorm, LeakyReLU, Linear, LogSoftmax, MaxPool2d, Mish, ModuleDict, ModuleList, ReLU, ReLU6,

@@ -1,4 +1,5 @@
-"""Train a small Llama with ember's own autograd and AdamW on a token stream (the demo model's recipe).
+"""Train a small Llama with ember's own autograd and AdamW on a token stream (the demo model's recipe):
+the stream is packed into blocks by ember.data, and ember.train's loop runs the steps.
 
     python -m ember.models.llama.train --data DIR --out models/llama/demo --minutes 20 --log train.log
 
@@ -16,25 +17,25 @@ import time
 import numpy as np
 
 import ember
-from ember.nn import functional as F
+from ember.data import DataLoader, TokenBlocks
+from ember.train import Trainer, classification_loss
 
 from .config import LlamaConfig
 from .model import Llama
 
 
-def batches(tokens: np.ndarray, batch: int, seq: int, rng: np.random.Generator):
-    """Endless random windows: inputs (batch, seq) and next-token targets (batch, seq), int64."""
-    if len(tokens) <= seq + 1:
-        raise ValueError(f"ember: the corpus has {len(tokens)} tokens, too few for windows of {seq + 1}")
-    while True:
-        starts = rng.integers(0, len(tokens) - seq - 1, size=batch)
-        w = np.stack([tokens[s:s + seq + 1] for s in starts])                    # (batch, seq + 1)
-        yield ember.tensor(w[:, :-1]), ember.tensor(w[:, 1:])
+def token_loader(tokens: np.ndarray, batch: int, seq: int, seed: int) -> DataLoader:
+    """The token stream packed into blocks of seq + 1 (inputs and next-token targets, ember.data.TokenBlocks),
+    batched and shuffled afresh each epoch from `seed`; a short last batch is dropped."""
+    blocks = TokenBlocks(tokens, seq)
+    if len(blocks) < batch:
+        raise ValueError(f"ember: the corpus has {len(tokens)} tokens: {len(blocks)} blocks of {seq + 1}, "
+                         f"fewer than one batch of {batch}")
+    return DataLoader(blocks, batch_size=batch, shuffle=True, seed=seed, drop_last=True)
 
 
 def lm_loss(model: Llama, x, y):
-    logits = model(x)                                                              # (B, T, vocab)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    return classification_loss(model(x), y)                                      # logits (B, T, vocab)
 
 
 def init_weights(model: Llama, seed: int, std: float = 0.02):
@@ -52,32 +53,29 @@ def init_weights(model: Llama, seed: int, std: float = 0.02):
 def train(model: Llama, tokens: np.ndarray, *, steps: int, batch: int, seq: int, lr: float = 3e-3,
           weight_decay: float = 0.1, warmup: int = 50, seed: int = 0, minutes: float | None = None,
           log=None, on_checkpoint=None, save_every: int = 0) -> list[float]:
-    """AdamW with warmup + cosine decay; returns the per-step losses. Stops early after `minutes`."""
-    rng = np.random.default_rng(seed)
+    """AdamW with warmup + cosine decay over epochs of shuffled token blocks (ember.train.Trainer); returns
+    the per-step losses. Stops early after `minutes`."""
     params = list(model.parameters())
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     opt = ember.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
     sched = ember.optim.warmup_cosine(opt, warmup, steps, min_ratio=0.1)
-    data = batches(tokens, batch, seq, rng)
+    loader = token_loader(tokens, batch, seq, seed)
+    trainer = Trainer(model, opt, loader, loss_fn=classification_loss, scheduler=sched)
     losses, t0 = [], time.time()
-    for step in range(steps):
-        x, y = next(data)
-        loss = lm_loss(model, x, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        losses.append(float(loss.item()))
+    for ev in trainer.steps(epochs=-(-steps // len(loader))):
+        if ev["kind"] != "step":
+            continue
+        losses.append(ev["loss"])
         elapsed = time.time() - t0
         if log is not None:
-            log.write(json.dumps({"step": step, "loss": round(losses[-1], 4), "lr": sched.get_last_lr()[0],
+            log.write(json.dumps({"step": len(losses) - 1, "loss": round(losses[-1], 4), "lr": sched.get_last_lr()[0],
                                   "s": round(elapsed, 1)}) + "\n")
             log.flush()
-        if on_checkpoint is not None and save_every and (step + 1) % save_every == 0:
-            on_checkpoint(step + 1)
-        if minutes is not None and elapsed > 60 * minutes:
+        if on_checkpoint is not None and save_every and len(losses) % save_every == 0:
+            on_checkpoint(len(losses))
+        if len(losses) >= steps or (minutes is not None and elapsed > 60 * minutes):
             break
     return losses
 

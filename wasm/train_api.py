@@ -1,0 +1,147 @@
+"""The Python side of the page's training tool: train the digits CNN (ember.models.digits) step by step in
+the worker, report every step to the page, pause and resume, and classify a drawn digit.
+
+web/ember.js `train(config, onStep)` sends {"type": "run", "tool": "train", opts: config}; worker_api.handle
+routes it here. The data is the digits file bundled into the site by `ember build-web` (demo_data() below:
+scikit-learn's digits.csv.gz, copied at build time), loaded like a model ("load" with tool "train").
+Between steps the loop awaits worker_api's checkpoint, so the page's cancel() lands at once: the run
+returns "paused" and keeps its state; train({..., resume: true}) continues from the next step with the
+loss curve an uninterrupted run has (same seeded loader, same optimizer state). Runs unchanged in
+CPython, which is how the e2e test gets its reference numbers.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import numpy as np
+
+DATA_FILE = "digits.csv.gz"
+_STATE: dict = {"data": None, "session": None}   # data: (x, y) arrays; session: a paused/finished run
+
+
+def demo_data() -> dict:
+    """The site's bundled training data, in serve.demo_models()'s shape: {"train": {"id", "label", "files"}}.
+    Taken from the installed scikit-learn's data folder (not imported); {} with a warning without it."""
+    import sys
+
+    from ember.data import sklearn_data_file
+    try:
+        path = sklearn_data_file(DATA_FILE)
+    except FileNotFoundError as e:
+        print(f"ember: no training data for the page ({e})", file=sys.stderr)
+        return {}
+    return {"train": {"id": "digits", "label": "scikit-learn digits (1797 8x8 images, BSD-3-Clause)",
+                      "files": {DATA_FILE: path}}}
+
+
+def load(folder: str) -> dict:
+    """Read the digits file the worker wrote into `folder` (it deletes the file afterwards)."""
+    from ember.models.digits.recipe import digits_arrays
+    from ember.wasm.worker_api import WorkerError
+    path = os.path.join(folder, DATA_FILE)
+    if not os.path.isfile(path):
+        raise WorkerError(f"ember: the training data needs {DATA_FILE}; got {sorted(os.listdir(folder))}",
+                          "unsupported_file")
+    try:
+        x, y = digits_arrays(path)
+    except ValueError as e:
+        raise WorkerError(str(e), "unsupported_file") from None
+    _STATE["data"] = (x, y)
+    return {"tool": "train", "device": "cpu", "parameters": 0, "bytes": int(x.nbytes + y.nbytes),
+            "samples": int(len(y))}
+
+
+def _config(opts: dict):
+    from ember.models.digits import TrainConfig
+    from ember.wasm.worker_api import WorkerError
+    opts = {k: v for k, v in dict(opts or {}).items() if k != "resume"}
+    try:
+        cfg = TrainConfig.from_dict(opts)
+        cfg = TrainConfig(epochs=int(cfg.epochs), batch_size=int(cfg.batch_size), lr=float(cfg.lr),
+                          weight_decay=float(cfg.weight_decay), warmup=int(cfg.warmup), seed=int(cfg.seed),
+                          device=str(cfg.device))
+    except (TypeError, ValueError) as e:
+        raise WorkerError(str(e) if str(e).startswith("ember") else f"ember: bad training option ({e})",
+                          "bad_request") from None
+    for name, v, lo, hi in (("epochs", cfg.epochs, 1, 100), ("batch_size", cfg.batch_size, 1, 1437),
+                            ("seed", cfg.seed, 0, 2 ** 31 - 1)):
+        if not lo <= v <= hi:
+            raise WorkerError(f"ember: {name} must be between {lo} and {hi}, got {v}", "bad_request")
+    if not 0 < cfg.lr <= 1:
+        raise WorkerError(f"ember: lr must be in (0, 1], got {cfg.lr}", "bad_request")
+    return cfg
+
+
+def _new_session(cfg) -> dict:
+    from ember.models.digits import make_trainer
+    trainer = make_trainer(cfg, arrays=_STATE["data"])
+    return {"cfg": cfg, "trainer": trainer, "seconds": 0.0}
+
+
+def _event(ev: dict) -> dict:
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in ev.items()}
+
+
+async def run_train(opts: dict | None = None, on_step=None) -> dict:
+    """Train (or, with opts["resume"], continue the paused run of the same config); -> {"history": one dict
+    per finished epoch, "stopped": "done" | "paused", "step", "epoch", "batch", "steps_per_s", "seconds",
+    "device"}. on_step(event) after every step ({"kind": "step", "step", "epoch", "batch", "batches",
+    "loss", "accuracy", "lr"}) and every epoch ({"kind": "epoch", "loss", "accuracy", "val_loss",
+    "val_accuracy", ...})."""
+    from ember.wasm.worker_api import WorkerError, _checkpoint, _CANCEL
+    if _STATE["data"] is None:
+        raise WorkerError("ember: no training data loaded yet; load the digits first", "not_loaded")
+    opts = dict(opts or {})
+    cfg = _config(opts)
+    s = _STATE["session"]
+    if not (opts.get("resume") and s is not None and s["cfg"] == cfg):
+        s = _STATE["session"] = _new_session(cfg)
+    trainer = s["trainer"]
+    _CANCEL["flag"] = False
+    stopped, t0, steps0 = "done", time.perf_counter(), trainer.step
+    try:
+        for ev in trainer.steps(cfg.epochs):
+            if on_step is not None:
+                on_step(_event(ev))
+            await _checkpoint()
+    except asyncio.CancelledError:
+        stopped = "paused"
+    secs = time.perf_counter() - t0
+    s["seconds"] += secs
+    return {"history": [_event(h) for h in trainer.history], "stopped": stopped, "step": trainer.step,
+            "epoch": trainer.epoch, "batch": trainer.batch, "device": cfg.device, "seconds": round(s["seconds"], 3),
+            "steps_per_s": round((trainer.step - steps0) / secs, 3) if secs > 0 else 0.0}
+
+
+def predict(pixels) -> dict:
+    """64 pixel values in [0, 1] (an 8x8 image, row-major; float32 bytes or a list) -> {"class", "probs"}
+    from the current (or paused) run's model."""
+    from ember.models.digits import predict as predict_probs
+    from ember.wasm.worker_api import WorkerError
+    if _STATE["session"] is None:
+        raise WorkerError("ember: train the model first, then draw a digit", "not_loaded")
+    if isinstance(pixels, (bytes, bytearray, memoryview)):
+        if len(pixels) != 64 * 4:
+            raise WorkerError(f"ember: a digit is 64 float32 values (256 bytes), got {len(pixels)} bytes",
+                              "bad_request")
+        x = np.frombuffer(bytes(pixels), np.float32)
+    else:
+        x = np.asarray(pixels, np.float32).reshape(-1)
+    if x.size != 64 or not np.isfinite(x).all():
+        raise WorkerError(f"ember: a digit is 8x8 = 64 finite values, got {x.size}", "bad_request")
+    probs = predict_probs(_STATE["session"]["trainer"].model, np.clip(x, 0, 1).reshape(1, 8, 8))[0]
+    return {"class": int(probs.argmax()), "probs": [round(float(p), 6) for p in probs]}
+
+
+async def handle(op: str, args: dict) -> dict:
+    """worker_api.handle's branch for this tool; raises WorkerError for the page's messages."""
+    if op == "load":
+        return load(args["folder"])
+    if op == "train":
+        return await run_train(args.get("opts"), args.get("on_partial"))
+    if op == "train-predict":
+        return predict(args["input"])
+    from ember.wasm.worker_api import WorkerError
+    raise WorkerError(f"ember: unknown training request {op!r}", "bad_request")
