@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ray_cluster import actor_resources, add_cluster_args, on_cluster
+
 
 def pydoc_paragraphs(limit: int | None = None) -> list[str]:
     """Paragraphs of CPython's help() topics: a corpus every Python has."""
@@ -37,7 +39,8 @@ def embed_corpus(out, corpus=None, model=None, family=None, actors: int = 2, bat
         ds = ds.limit(limit) if limit else ds
     weights = Embedder.share(model)
     ds = ds.map_batches(Embedder, fn_constructor_kwargs={"model": weights, "family": family, "device": device},
-                        batch_size=batch_size, concurrency=actors, num_cpus=0 if num_gpus else 1, num_gpus=num_gpus)
+                        batch_size=batch_size, compute=ray.data.ActorPoolStrategy(size=actors),
+                        **actor_resources(num_gpus))
     ds.write_parquet(str(out), ray_remote_args={"num_cpus": 0})
 
 
@@ -48,19 +51,10 @@ def main(argv=None):
     p.add_argument("--limit", type=int, default=None, help="embed only the first N documents")
     p.add_argument("--model", default=None, help="model source (default: the family's bundled model)")
     p.add_argument("--family", default=None, help="embedder family (ember.ray.EMBEDDERS; default from config.json)")
-    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local cluster)")
-    p.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local cluster")
-    p.add_argument("--actors", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default="cpu", help="cpu | cuda | webgpu")
-    p.add_argument("--num-gpus", type=float, default=0, help="GPUs per actor (1 with --device cuda)")
+    add_cluster_args(p, batch_size=64)
     a = p.parse_args(argv)
-    import ray
-    ray.init(address=a.address) if a.address else ray.init(num_cpus=a.num_cpus)
-    try:
-        embed_corpus(a.out, a.corpus, a.model, a.family, a.actors, a.batch_size, a.device, a.num_gpus, a.limit)
-    finally:
-        ray.shutdown()
+    on_cluster(a, lambda: embed_corpus(a.out, a.corpus, a.model, a.family, a.actors, a.batch_size, a.device,
+                                       a.num_gpus, a.limit))
     print(f"embeddings written to {a.out}")
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ray_cluster import actor_resources, add_cluster_args, on_cluster
+
 
 def transcribe_folder(folder, out, model=None, actors: int = 2, batch_size: int = 4, device: str = "cpu",
                       num_gpus: float = 0) -> int:
@@ -31,7 +33,8 @@ def transcribe_folder(folder, out, model=None, actors: int = 2, batch_size: int 
     ds = ray.data.from_items([{"path": p} for p in paths])
     schema = Transcriber.arrow_schema(ds.schema())       # typed even where a batch has no segments at all
     ds = ds.map_batches(Transcriber, fn_constructor_kwargs={"model": weights, "device": device},
-                        batch_size=batch_size, concurrency=actors, num_cpus=0 if num_gpus else 1, num_gpus=num_gpus)
+                        batch_size=batch_size, compute=ray.data.ActorPoolStrategy(size=actors),
+                        **actor_resources(num_gpus))
     ds.write_parquet(str(out), schema=schema, ray_remote_args={"num_cpus": 0})  # light: the cores go to the actors
     return len(paths)
 
@@ -41,19 +44,10 @@ def main(argv=None):
     p.add_argument("folder")
     p.add_argument("out", help="output folder for the Parquet files")
     p.add_argument("--model", default=None, help="Whisper folder, URL or hub id (default: the bundled tiny.en)")
-    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local cluster)")
-    p.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local cluster")
-    p.add_argument("--actors", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--device", default="cpu", help="cpu | cuda | webgpu")
-    p.add_argument("--num-gpus", type=float, default=0, help="GPUs per actor (1 with --device cuda)")
+    add_cluster_args(p, batch_size=4)
     a = p.parse_args(argv)
-    import ray
-    ray.init(address=a.address) if a.address else ray.init(num_cpus=a.num_cpus)
-    try:
-        n = transcribe_folder(a.folder, a.out, a.model, a.actors, a.batch_size, a.device, a.num_gpus)
-    finally:
-        ray.shutdown()
+    n = on_cluster(a, lambda: transcribe_folder(a.folder, a.out, a.model, a.actors, a.batch_size, a.device,
+                                                a.num_gpus))
     print(f"transcribed {n} files into {a.out}")
 
 

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -67,13 +68,16 @@ def test_page_code_runs(page, tmp_path):
         return
     (tmp_path / "blocks.json").write_text(json.dumps(todo))
     (tmp_path / "runner.py").write_text(RUNNER)
-    env = {**os.environ, "MPLBACKEND": "Agg", "EMBER_DOCS_ROOT": str(ROOT)}
+    # Ray's session folder: short (its socket paths must stay under 108 bytes) and removed afterwards
+    ray_tmp = tempfile.mkdtemp(prefix="ray-docs-")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
     work = tmp_path / "work"
     work.mkdir()
     for name in ("examples", "bench"):  # the book's commands name these as a checkout's folders
         (work / name).symlink_to(ROOT / name)
     r = subprocess.run([sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json"), f"docs/{page}"],
                        cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
     assert r.returncode == 0, f"a code block of docs/{page} failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
 
 

@@ -106,7 +106,7 @@ def test_embedder_with_shared_weights_matches_a_reference(cluster, tmp_path, mon
     weights = Embedder.share(None)
     ds = ray.data.from_items([{"text": t} for t in texts])
     rows = _by(ds.map_batches(Embedder, fn_constructor_kwargs={"model": weights}, batch_size=2,
-                              concurrency=2).take_all(), "text")
+                              compute=ray.data.ActorPoolStrategy(size=2)).take_all(), "text")
     table, tok = _demo_token_table()
     for t in texts:
         ids = tok.encode(t, add_special_tokens=False).ids
@@ -140,7 +140,7 @@ def test_generator_over_ray_equals_stream(cluster):
     prompts = ["The for statement", "A class definition", "The import system"]
     ds = ray.data.from_items([{"prompt": p} for p in prompts])
     rows = _by(ds.map_batches(Generator, fn_constructor_kwargs={"max_new_tokens": 12}, batch_size=2,
-                              concurrency=1).take_all(), "prompt")
+                              compute=ray.data.ActorPoolStrategy(size=1)).take_all(), "prompt")
     model, tok = load_llama(None)
     for p in prompts:
         assert rows[p]["error"] == ""

@@ -28,7 +28,7 @@ def build_book(dest: str | os.PathLike) -> Path:
     except ImportError:
         raise BookBuildError("ember: building the book needs mkdocs and mkdocs-material "
                              "(pip install mkdocs mkdocs-material)") from None
-    dest = Path(dest)
+    dest = Path(dest).resolve()  # mkdocs reads a relative -d against mkdocs.yml's folder
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".book-") as tmp:
         site = Path(tmp) / "site"

@@ -4,7 +4,8 @@ their model once per actor and map dict-of-numpy batches.
     import ray
     from ember.ray import Transcriber
     ds = ray.data.from_items([{"path": p} for p in wavs])
-    ds = ds.map_batches(Transcriber, fn_constructor_kwargs={"device": "cpu"}, batch_size=4, concurrency=2)
+    ds = ds.map_batches(Transcriber, fn_constructor_kwargs={"device": "cpu"}, batch_size=4,
+                        compute=ray.data.ActorPoolStrategy(size=2))
     ds.write_parquet("out/")                     # columns: path, text, segments, error
 
 | class | input column | adds |
