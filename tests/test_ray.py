@@ -163,12 +163,30 @@ def test_detector_without_ray_equals_detect():
         assert [d["label"] for d in got] == [d["label"] for d in want]
         np.testing.assert_allclose([d["box"] for d in got], [d["box"] for d in want], atol=1e-3)
     assert by_path["error"][0] == "" and "ImageError" in by_path["error"][1] and by_path["detections"][1] == []
+    import pyarrow as pa  # the Parquet type Detector.arrow_schema promises holds real detections
+    typed = pa.array(list(by_path["detections"]), type=Detector.arrow_types()["detections"]).to_pylist()
+    assert [[d["label"] for d in row] for row in typed] == [[d["label"] for d in want], []]
 
 
 def test_missing_input_column_names_the_ones_it_reads():
     from ember.ray import Embedder
     with pytest.raises(KeyError, match="needs a batch column named 'text'; the batch has \\['txt'\\]"):
         Embedder(embed_fn=lambda t: np.zeros((len(t), 1)))({"txt": np.array(["a"])})
+
+
+def test_arrow_schema_types_the_empty_lists():
+    import pyarrow as pa
+
+    from ember.ray import Detector, Embedder, Generator, Transcriber
+    inputs = pa.schema([("path", pa.string()), ("id", pa.int64())])
+    s = Transcriber.arrow_schema(inputs)
+    assert s.names == ["path", "id", "text", "segments", "error"]
+    segs = pa.array([[]], type=s.field("segments").type)                   # a batch with no segments at all
+    assert pa.array([[]]).cast(s.field("segments").type).equals(segs)
+    assert Detector.arrow_schema(inputs).field("detections").type.value_type.names == ["class", "label", "score", "box"]
+    assert Generator.arrow_schema(pa.schema([("prompt", pa.string())])).field("completion").type == pa.string()
+    with pytest.raises(TypeError, match="embedding column types come from the data"):
+        Embedder.arrow_schema(pa.schema([("text", pa.string())]))
 
 
 def test_model_files_materialize_once_per_digest(tmp_path):

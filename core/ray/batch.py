@@ -102,8 +102,12 @@ class BatchMapper:
         `ds.schema()`: a batch whose lists are all empty then still writes the same column types."""
         import pyarrow as pa
         fields = [pa.field(n, t) for n, t in zip(input_schema.names, input_schema.types) if n not in cls.outputs]
-        types = cls.arrow_types()
-        fields += [pa.field(n, types.get(n, pa.string())) for n in cls.outputs]
+        types = {n: pa.string() for n, v in cls.outputs.items() if v == ""} | cls.arrow_types()
+        missing = [n for n in cls.outputs if n not in types]
+        if missing:  # e.g. Embedder's vectors: their width is known from the data only, and never empty
+            raise TypeError(f"ember: {cls.__name__}'s {', '.join(missing)} column types come from the data; "
+                            "write it without a schema")
+        fields += [pa.field(n, types[n]) for n in cls.outputs]
         return pa.schema(fields + [pa.field("error", pa.string())])
 
     def failed(self) -> dict:
