@@ -36,7 +36,8 @@ LAYERS = [
       "ember.onnx", "ember.onnx.*", "ember.data", "ember.data.*", "ember.train", "ember.train.*"]),
     ("facade", "`import ember`: re-exports tensor/nn/optim, io/quant/tokenizers on first use", ["ember"]),
     ("models", "one folder per family", ["ember.models", "ember.models.*"]),
-    ("app", "entry points: CLIs, the browser worker", ["ember.cli", "ember.__main__", "ember.convert",
+    ("app", "entry points: CLIs, the browser worker, ember.ray's dataset mappers", ["ember.cli", "ember.__main__",
+                                                        "ember.convert", "ember.ray", "ember.ray.*",
                                                         "ember.models.*.cli", "ember.onnx.cli", "ember.wasm",
                                                         "ember.wasm.*"]),
 ]

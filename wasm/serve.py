@@ -287,11 +287,15 @@ def add_parser(sub):
     b.add_argument("out", help="output folder")
     b.add_argument("--pyodide", choices=("local", "cdn"), default="local",
                    help=f"copy the offline Pyodide {PYODIDE_VERSION} (default) or point at {CDN}")
+    b.add_argument("--docs", action="store_true", help="also build the ember book into OUT/docs/ (needs mkdocs)")
     b.set_defaults(func=main_build)
 
 
 def main_build(args) -> int:
     out = build_site(args.out, pyodide=args.pyodide)
+    if getattr(args, "docs", False):
+        from .book import build_book
+        build_book(out / "docs")
     sizes = site_size(out)
     print(f"wrote {out} ({sum(sizes.values()) / 1e6:.1f} MB: "
           + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])[:4]) + ")")
