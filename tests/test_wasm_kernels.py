@@ -366,3 +366,38 @@ except ValueError as e:
             assert v.startswith("ember: exp_rowmax needs float32 rows with unit column stride"), v
         else:
             assert v[0] and v[1] < 1e-6 and v[2], (name, v)
+
+
+def test_a_browser_without_simd_gets_einsum_with_the_reason(pyodide_session):
+    # The probe is what WebAssembly.validate sees; a browser without SIMD128 rejects its v128.const.
+    # Stand in for one with a probe that fails validation here, as the real one does there.
+    out = pyodide_session.run('''
+import numpy as np
+import ember, ember.nn.functional as F
+from ember.backends import cpu_matmul, cpu_wasm_kernels
+from ember.wasm import worker_api
+import js
+from pyodide.ffi import to_js
+real = cpu_wasm_kernels._SIMD_PROBE
+result = {"real_probe_validates": bool(js.WebAssembly.validate(to_js(real)))}
+cpu_wasm_kernels._SIMD_PROBE = real[:-18] + bytes([0xFF, 0x7F]) + real[-1:]  # v128.const cut short
+try:
+    result["bad_probe_validates"] = bool(js.WebAssembly.validate(to_js(cpu_wasm_kernels._SIMD_PROBE)))
+    result["path"] = cpu_matmul.use_wasm_kernels()
+    result["device"] = await worker_api.pick_device("cpu")
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((40, 96)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32)
+    img, cw = rng.standard_normal((1, 4, 9, 9)).astype(np.float32), rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    t = ember.tensor
+    result["linear"] = float(np.abs(F.linear(t(x), t(w)).numpy() - x.astype(np.float64) @ w.T).max())
+    result["silu"] = float(np.abs(F.silu(t(x)).numpy() - x / (1 + np.exp(-x.astype(np.float64)))).max())
+    result["conv"] = list(F.conv2d(t(img), t(cw), padding=1).shape)
+finally:
+    cpu_wasm_kernels._SIMD_PROBE = real
+    result["restored"] = cpu_matmul.use_wasm_kernels()
+''', timeout=120)["result"]
+    assert out["real_probe_validates"] and not out["bad_probe_validates"]
+    assert out["path"] == "einsum (this browser has no WebAssembly SIMD128)"
+    assert out["device"]["kernels"] == "einsum (this browser has no WebAssembly SIMD128)"
+    assert out["linear"] < 1e-4 and out["silu"] < 1e-5 and out["conv"] == [1, 8, 9, 9]
+    assert out["restored"] == "wasm-simd128"
