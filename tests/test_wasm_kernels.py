@@ -300,3 +300,104 @@ result["dispatch"] = [float(np.abs(fused - k.silu(x.numpy())).max()),
         shape_ok, nans_ok, infs_ok, off = got[name]
         assert shape_ok and nans_ok and infs_ok and off == 0, (name, got[name])
     assert got["dispatch"][0] == 0.0 and got["dispatch"][1] < 1e-5  # F.silu went through the kernel
+
+
+def test_gelu_kernel_matches_float64_and_the_composed_path(pyodide_session):
+    got = _run(pyodide_session, '''
+import math
+import ember, ember.nn.functional as F
+k = cpu_matmul.wasm_kernels()
+rng = np.random.default_rng(7)
+erf = np.vectorize(math.erf)
+special = np.array([0.0, -0.0, 1e-30, -1e-30, 1.0, -1.0, 5.0, -5.0, 10.0, -10.0, 13.0, -13.0, 20.0, -20.0,
+                    1e30, -1e30, np.inf, -np.inf, np.nan], np.float32)
+result = {}
+for name, x in {"special": special, "normal": rng.standard_normal(1001).astype(np.float32) * 4,
+                "odd_tail": rng.standard_normal(6).astype(np.float32), "one": np.array([-0.5], np.float32),
+                "strided": (rng.standard_normal((30, 41)).astype(np.float32) * 3)[::3, ::-2]}.items():
+    y = k.gelu(x)
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        ref = np.where(np.isinf(x64), np.where(x64 > 0, np.inf, np.nan), x64 * 0.5 * (1 + erf(x64 / math.sqrt(2))))
+    finite = np.isfinite(ref)
+    result[name] = [list(y.shape) == list(x.shape), bool((np.isnan(ref) == np.isnan(y)).all()),
+                    bool((y[np.isinf(ref)] == ref[np.isinf(ref)]).all()),
+                    # the A&S erf's 1.5e-7 absolute (times |x| in the tail) plus float32 rounding of x
+                    float((np.abs(y[finite] - ref[finite]) / (1 + np.abs(ref[finite]))).max(initial=0.0))]
+x = ember.tensor(rng.standard_normal((4, 33)).astype(np.float32) * 4)
+result["dispatch"] = [float(np.abs(F.gelu(x).numpy() - k.gelu(x.numpy())).max()),
+                      float(np.abs(F.gelu(x, approximate="tanh").numpy() - k.gelu(x.numpy())).max())]
+''')
+    for name in ("special", "normal", "odd_tail", "one", "strided"):
+        shape_ok, nans_ok, infs_ok, err = got[name]
+        assert shape_ok and nans_ok and infs_ok and err < 4e-7, (name, got[name])
+    # F.gelu went through the kernel; the tanh form did not (it differs from erf by ~1e-4 .. 1e-3)
+    assert got["dispatch"][0] == 0.0 and got["dispatch"][1] > 1e-5
+
+
+def test_exp_rowmax_kernel_matches_float64(pyodide_session):
+    got = _run(pyodide_session, '''
+k = cpu_matmul.wasm_kernels()
+rng = np.random.default_rng(8)
+result = {}
+for rows, cols in [(1, 1), (1, 3), (3, 4), (5, 7), (16, 1500), (2, 1031)]:
+    big = (rng.standard_normal((rows, cols + 5)) * 20).astype(np.float32)
+    s = big[:, 2:2 + cols]          # a row stride wider than the row, an offset not 16-aligned
+    x64 = s.astype(np.float64)
+    ref = np.exp(x64 - x64.max(-1, keepdims=True))
+    edges = big.copy()
+    y = k.exp_rowmax(s)
+    result[f"{rows}x{cols}"] = [y is s, float((np.abs(s - ref) / ref.max(-1, keepdims=True)).max()),
+                                bool((big[:, :2] == edges[:, :2]).all() and (big[:, 2 + cols:] == edges[:, 2 + cols:]).all())]
+nan_row = np.array([[1.0, np.nan, 2.0, 3.0, 4.0], [1.0, 2.0, -np.inf, 0.0, 5.0]], np.float32)
+k.exp_rowmax(nan_row)
+result["specials"] = [bool(np.isnan(nan_row[0]).all()), nan_row[1].tolist()]
+try:
+    k.exp_rowmax(np.ones((3, 4), np.float32).T)
+    result["transposed"] = "accepted"
+except ValueError as e:
+    result["transposed"] = str(e)
+''')
+    for name, v in got.items():
+        if name == "specials":
+            # (exp of anything below -87.3 is exp(-87.3), a denormal's neighbour: 0 to softmax)
+            assert v[0] and 0 <= v[1][2] < 1.2e-38 and v[1][4] == 1.0 and abs(v[1][0] - np.exp(-4.0)) < 1e-7, v
+        elif name == "transposed":
+            assert v.startswith("ember: exp_rowmax needs float32 rows with unit column stride"), v
+        else:
+            assert v[0] and v[1] < 1e-6 and v[2], (name, v)
+
+
+def test_a_browser_without_simd_gets_einsum_with_the_reason(pyodide_session):
+    # The probe is what WebAssembly.validate sees; a browser without SIMD128 rejects its v128.const.
+    # Stand in for one with a probe that fails validation here, as the real one does there.
+    out = pyodide_session.run('''
+import numpy as np
+import ember, ember.nn.functional as F
+from ember.backends import cpu_matmul, cpu_wasm_kernels
+from ember.wasm import worker_api
+import js
+from pyodide.ffi import to_js
+real = cpu_wasm_kernels._SIMD_PROBE
+result = {"real_probe_validates": bool(js.WebAssembly.validate(to_js(real)))}
+cpu_wasm_kernels._SIMD_PROBE = real[:-18] + bytes([0xFF, 0x7F]) + real[-1:]  # v128.const cut short
+try:
+    result["bad_probe_validates"] = bool(js.WebAssembly.validate(to_js(cpu_wasm_kernels._SIMD_PROBE)))
+    result["path"] = cpu_matmul.use_wasm_kernels()
+    result["device"] = await worker_api.pick_device("cpu")
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((40, 96)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32)
+    img, cw = rng.standard_normal((1, 4, 9, 9)).astype(np.float32), rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    t = ember.tensor
+    result["linear"] = float(np.abs(F.linear(t(x), t(w)).numpy() - x.astype(np.float64) @ w.T).max())
+    result["silu"] = float(np.abs(F.silu(t(x)).numpy() - x / (1 + np.exp(-x.astype(np.float64)))).max())
+    result["conv"] = list(F.conv2d(t(img), t(cw), padding=1).shape)
+finally:
+    cpu_wasm_kernels._SIMD_PROBE = real
+    result["restored"] = cpu_matmul.use_wasm_kernels()
+''', timeout=120)["result"]
+    assert out["real_probe_validates"] and not out["bad_probe_validates"]
+    assert out["path"] == "einsum (this browser has no WebAssembly SIMD128)"
+    assert out["device"]["kernels"] == "einsum (this browser has no WebAssembly SIMD128)"
+    assert out["linear"] < 1e-4 and out["silu"] < 1e-5 and out["conv"] == [1, 8, 9, 9]
+    assert out["restored"] == "wasm-simd128"

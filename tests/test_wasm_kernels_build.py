@@ -22,7 +22,8 @@ def test_module_is_a_pyodide_side_module_exporting_the_kernels(fresh):
     assert fresh[:8] == b"\0asm\1\0\0\0"
     # the first section is the custom "dylink.0" one emscripten's dlopen needs
     assert fresh[8] == 0 and fresh[10:19] == b"\x08dylink.0"
-    for name in (b"ember_sgemm", b"ember_sgemm_batched", b"ember_sgemm_scratch_floats"):
+    for name in (b"ember_sgemm", b"ember_sgemm_batched", b"ember_sgemm_scratch_floats", b"ember_silu_f32",
+                 b"ember_gelu_f32", b"ember_exp_rowmax_f32"):
         assert name in fresh
 
 

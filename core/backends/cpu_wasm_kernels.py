@@ -31,7 +31,7 @@ _SIMD_PROBE = bytes([0x00, 0x61, 0x73, 0x6D, 0x01, 0x00, 0x00, 0x00,    # magic,
 
 class WasmKernels:
     """The loaded module: `matmul(a, b, out)` for float32 arrays of any strides, batched and broadcast;
-    `silu(x)`."""
+    `silu(x)`, `gelu(x)` (erf form); `exp_rowmax(s)` (attention's unnormalised softmax, in place)."""
 
     def __init__(self, lib: ctypes.CDLL):
         # no argtypes: Python ints go through as C ints, the cheapest call Pyodide's ctypes makes
@@ -40,15 +40,33 @@ class WasmKernels:
         self._scratch_ptr = _ptr(self._scratch)
         self._strides = np.empty(8, np.int32)  # the batched call's stride block
         self._strides_ptr = _ptr(self._strides)
-        self._silu = lib.ember_silu_f32
+        self._silu, self._gelu, self._exp_rowmax = lib.ember_silu_f32, lib.ember_gelu_f32, lib.ember_exp_rowmax_f32
 
     def silu(self, x: np.ndarray) -> np.ndarray:
         """x * sigmoid(x) for float32 (~2 ulp exp), a fresh C-contiguous array of x's shape."""
+        return self._unary(self._silu, x)
+
+    def gelu(self, x: np.ndarray) -> np.ndarray:
+        """x Phi(x) for float32 (|abs err| < 3.5e-7, the numpy path's formula), a fresh C-contiguous array."""
+        return self._unary(self._gelu, x)
+
+    @staticmethod
+    def _unary(kernel, x):
         x = np.ascontiguousarray(x)
         out = np.empty_like(x)
         if x.size:
-            self._silu(_ptr(x), _ptr(out), x.size)
+            kernel(_ptr(x), _ptr(out), x.size)
         return out
+
+    def exp_rowmax(self, s: np.ndarray) -> np.ndarray:
+        """s[i] = exp(s[i] - max(s[i])) for each row of a float32 (rows, cols) array with unit column stride,
+        in place; returns s."""
+        if s.dtype != _F32 or s.ndim != 2 or not _unit_columns(s):
+            raise ValueError(f"ember: exp_rowmax needs float32 rows with unit column stride, got {s.dtype} "
+                             f"{s.shape} strides {s.strides}")
+        if s.size:
+            self._exp_rowmax(_ptr(s), s.shape[0], s.shape[1], s.strides[0] >> 2)
+        return s
 
     def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """a (..., M, K) @ b (..., K, N) -> (..., M, N) float32, into `out` when given (any strides)."""
