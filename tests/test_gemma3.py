@@ -101,3 +101,20 @@ def test_gguf_tokenizer_rejects_inconsistent_metadata():
     assert tok.encode("abab", bos=False) == [3, 3]
     with pytest.raises(TokenizerError, match="no byte token"):  # 'c' is neither a piece nor a <0x63> byte token
         tok.encode("c", bos=False)
+
+
+def test_loads_a_hugging_face_folder(pair, tmp_path):
+    # what save_pretrained writes (config.json + model.safetensors, Gemma3ForCausalLM names, norms stored as w),
+    # through the same entry point as `ember generate --model FOLDER`
+    from ember.models.gemma3.cli import _family
+    from ember.models.gemma3.load import load_gemma3
+    hf, _ = pair
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    assert _family(str(tmp_path)) == "gemma3"
+    model, tok = load_gemma3(str(tmp_path))
+    ids = list(np.random.default_rng(3).integers(0, 97, 11))
+    ref = _ref(hf, ids)
+    with ember.no_grad():
+        got = model(ember.tensor([ids])).numpy()[0]
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
+    assert tok is None  # no tokenizer.json in the folder
