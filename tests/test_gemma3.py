@@ -59,6 +59,22 @@ def test_logits_match_transformers(pair):
     assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max(), np.abs(got - ref).max()
 
 
+def test_logits_match_transformers_on_every_device(pair, device):
+    # the same weights on each device: the quantized-free float path through the device's attention/rope/norms
+    hf, _ = pair
+    sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+    model = from_hf_state_dict(sd, Gemma3Config.from_hf(hf.config.to_dict()), "random gemma3").to(device)
+    ids = list(np.random.default_rng(4).integers(0, 97, 9))                    # 9 > window 4
+    ref = _ref(hf, ids)
+    cache = model.new_cache()
+    with ember.no_grad():
+        got = model(ember.tensor([ids], device=device)).numpy()[0]
+        step = np.concatenate([model(ember.tensor([ids[:5]], device=device), cache).numpy()[0]] +
+                              [model(ember.tensor([[t]], device=device), cache).numpy()[0] for t in ids[5:]])
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max(), (device, np.abs(got - ref).max())
+    assert np.abs(step - ref).max() <= 1e-4 * np.abs(ref).max(), (device, np.abs(step - ref).max())
+
+
 def test_kv_cache_decoding_matches_full_forward(pair):
     hf, model = pair
     ids = list(np.random.default_rng(2).integers(0, 97, 15))
