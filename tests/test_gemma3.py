@@ -134,3 +134,14 @@ def test_loads_a_hugging_face_folder(pair, tmp_path):
         got = model(ember.tensor([ids])).numpy()[0]
     assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
     assert tok is None  # no tokenizer.json in the folder
+
+
+def test_kv_cache_bytes_the_page_reports(pair):
+    # wasm/gemma_api.kv_cache_bytes (the page's memory figure) is what the cache holds after that many tokens
+    from ember.wasm.gemma_api import kv_cache_bytes
+    _, model = pair
+    cache = model.new_cache()
+    with ember.no_grad():
+        model(ember.tensor([list(range(12))]), cache)
+    assert cache.nbytes() == kv_cache_bytes(model.config, 12)
+    assert kv_cache_bytes(model.config, 12) < kv_cache_bytes(model.config.replace(sliding_window=64), 12)

@@ -10,20 +10,19 @@ import tempfile
 
 import numpy as np
 import pytest
-from pyodide_runner import PyodideSession, pyodide_dist, unavailable  # noqa: F401  (fixture)
+from pyodide_runner import PyodideSession, node_path, pyodide_dist, unavailable  # noqa: F401  (fixture)
 
-from expected_skips import missing
+from gemma3_assets import gemma3_gguf
 
 PROMPT = "The capital of France is"
 N = 4  # few tokens: one decode step is ~0.3 s in Pyodide on a loaded 2-core machine
 SEED = 7
 
 SNIPPET = """
-import asyncio, json, time
+import time
 import ember
 from ember.backends import cpu_matmul
 from ember.wasm import worker_api
-from js import WebAssembly
 info = worker_api.load("llama", {folder!r})
 heap_loaded = int(__import__("pyodide_js")._module.HEAP8.length)
 runs = []
@@ -39,11 +38,7 @@ result = {{"info": info, "runs": runs, "path": cpu_matmul.matmul_path(), "heap_l
 
 @pytest.fixture(scope="module")
 def gguf():
-    from ember.models.gemma3.fetch import fetch_gemma3_270m
-    try:
-        return fetch_gemma3_270m()
-    except OSError as e:
-        missing(f"Gemma 3 270M GGUF not fetched: {e}")
+    return gemma3_gguf()
 
 
 def _native(path, prompt, opts):
@@ -61,11 +56,9 @@ def test_gemma_in_pyodide_generates_the_native_tokens(gguf, pyodide_dist):  # no
     with tempfile.TemporaryDirectory(prefix="ember-gemma-") as tmp:
         os.link(gguf, os.path.join(tmp, gguf.name)) if os.stat(gguf).st_dev == os.stat(tmp).st_dev \
             else shutil.copy(gguf, tmp)
-        try:
-            session = PyodideSession(dist=pyodide_dist, mounts={"/gemma": tmp})
-        except Exception as e:  # noqa: BLE001 - node missing: CI fails through unavailable()
-            unavailable(f"ember: Pyodide could not start: {e}")
-        with session:
+        if node_path() is None:
+            unavailable("ember: node not found on PATH; Pyodide tests need Node.js 20")
+        with PyodideSession(dist=pyodide_dist, mounts={"/gemma": tmp}) as session:
             out = session.run(SNIPPET.format(folder="/gemma", runs=runs, prompt=PROMPT), timeout=900)["result"]
     assert out["path"] == "wasm-simd128"
     assert out["info"]["parameters"] > 250e6 and out["info"]["bytes"] < 300e6  # quantized, not float32

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ember
-from expected_skips import missing
+from gemma3_assets import gemma3_gguf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -21,11 +21,7 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def path():
-    from ember.models.gemma3.fetch import fetch_gemma3_270m
-    try:
-        return fetch_gemma3_270m()
-    except OSError as e:
-        missing(f"Gemma 3 270M GGUF not fetched: {e}")
+    return gemma3_gguf()
 
 
 def _hf_config(c):
