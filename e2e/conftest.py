@@ -65,7 +65,7 @@ def bus_png() -> Path:
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
     from ember.wasm.serve import ROOT, build_site, demo_models
-    models = demo_models()
+    models = demo_models(extra=False)  # one demo per tool, the small ones (Gemma 3: e2e/test_web_gemma.py)
     if "llama" not in models:
         d = seeded_llama_folder(CACHE / "llama-test")
         models["llama"] = {"id": "llama-test", "label": "Llama test model (seeded, untrained)",

@@ -59,6 +59,22 @@ def test_logits_match_transformers(pair):
     assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max(), np.abs(got - ref).max()
 
 
+def test_logits_match_transformers_on_every_device(pair, device):
+    # the same weights on each device: the quantized-free float path through the device's attention/rope/norms
+    hf, _ = pair
+    sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+    model = from_hf_state_dict(sd, Gemma3Config.from_hf(hf.config.to_dict()), "random gemma3").to(device)
+    ids = list(np.random.default_rng(4).integers(0, 97, 9))                    # 9 > window 4
+    ref = _ref(hf, ids)
+    cache = model.new_cache()
+    with ember.no_grad():
+        got = model(ember.tensor([ids], device=device)).numpy()[0]
+        step = np.concatenate([model(ember.tensor([ids[:5]], device=device), cache).numpy()[0]] +
+                              [model(ember.tensor([[t]], device=device), cache).numpy()[0] for t in ids[5:]])
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max(), (device, np.abs(got - ref).max())
+    assert np.abs(step - ref).max() <= 1e-4 * np.abs(ref).max(), (device, np.abs(step - ref).max())
+
+
 def test_kv_cache_decoding_matches_full_forward(pair):
     hf, model = pair
     ids = list(np.random.default_rng(2).integers(0, 97, 15))
@@ -101,3 +117,31 @@ def test_gguf_tokenizer_rejects_inconsistent_metadata():
     assert tok.encode("abab", bos=False) == [3, 3]
     with pytest.raises(TokenizerError, match="no byte token"):  # 'c' is neither a piece nor a <0x63> byte token
         tok.encode("c", bos=False)
+
+
+def test_loads_a_hugging_face_folder(pair, tmp_path):
+    # what save_pretrained writes (config.json + model.safetensors, Gemma3ForCausalLM names, norms stored as w),
+    # through the same entry point as `ember generate --model FOLDER`
+    from ember.models.gemma3.cli import _family
+    from ember.models.gemma3.load import load_gemma3
+    hf, _ = pair
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    assert _family(str(tmp_path)) == "gemma3"
+    model, tok = load_gemma3(str(tmp_path))
+    ids = list(np.random.default_rng(3).integers(0, 97, 11))
+    ref = _ref(hf, ids)
+    with ember.no_grad():
+        got = model(ember.tensor([ids])).numpy()[0]
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
+    assert tok is None  # no tokenizer.json in the folder
+
+
+def test_kv_cache_bytes_the_page_reports(pair):
+    # wasm/gemma_api.kv_cache_bytes (the page's memory figure) is what the cache holds after that many tokens
+    from ember.wasm.gemma_api import kv_cache_bytes
+    _, model = pair
+    cache = model.new_cache()
+    with ember.no_grad():
+        model(ember.tensor([list(range(12))]), cache)
+    assert cache.nbytes() == kv_cache_bytes(model.config, 12)
+    assert kv_cache_bytes(model.config, 12) < kv_cache_bytes(model.config.replace(sliding_window=64), 12)

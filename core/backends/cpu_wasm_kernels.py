@@ -31,7 +31,8 @@ _SIMD_PROBE = bytes([0x00, 0x61, 0x73, 0x6D, 0x01, 0x00, 0x00, 0x00,    # magic,
 
 class WasmKernels:
     """The loaded module: `matmul(a, b, out)` for float32 arrays of any strides, batched and broadcast;
-    `silu(x)`, `gelu(x)` (erf form); `exp_rowmax(s)` (attention's unnormalised softmax, in place)."""
+    `silu(x)`, `gelu(x)` (erf form); `exp_rowmax(s)` (attention's unnormalised softmax, in place);
+    `qmatmul` / `qdequant` on GGML blocks (quant.c)."""
 
     def __init__(self, lib: ctypes.CDLL):
         # no argtypes: Python ints go through as C ints, the cheapest call Pyodide's ctypes makes
@@ -41,6 +42,28 @@ class WasmKernels:
         self._strides = np.empty(8, np.int32)  # the batched call's stride block
         self._strides_ptr = _ptr(self._strides)
         self._silu, self._gelu, self._exp_rowmax = lib.ember_silu_f32, lib.ember_gelu_f32, lib.ember_exp_rowmax_f32
+        self._qmatmul, self._qdequant = lib.ember_qmatmul, lib.ember_qdequant
+        self.qmatmul_types = frozenset(t for t in range(40) if lib.ember_qmatmul_supports(t))  # GGML type ids
+
+    def qmatmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
+        """x (m, k) float32 C-contiguous @ W.T -> (m, out_features) float32, W as uint8 GGML rows
+        (out_features, row_bytes) of a type in qmatmul_types, decoded in registers (quant.c)."""
+        m, k = x.shape
+        y = np.empty((m, out_features), _F32)
+        xsum = np.empty(max(1, m * k // 32), _F32)  # per-32 sums of x, for the types with a min
+        w = np.ascontiguousarray(w)
+        if m and out_features and self._qmatmul(type_id, m, out_features, k, _ptr(w), _ptr(x), k, _ptr(y),
+                                                 out_features, _ptr(xsum)) != 0:
+            raise ValueError(f"ember: wasm qmatmul: no kernel for GGML type {type_id} with rows of {k}")
+        return y
+
+    def qdequant(self, w: np.ndarray, type_id: int, k: int) -> np.ndarray:
+        """uint8 GGML rows (r, row_bytes) -> float32 (r, k), the values ember.quant's dequantize gives."""
+        w = np.ascontiguousarray(w)
+        out = np.empty((w.shape[0], k), _F32)
+        if w.shape[0] and self._qdequant(type_id, w.shape[0], k, _ptr(w), _ptr(out)) != 0:
+            raise ValueError(f"ember: wasm qdequant: no kernel for GGML type {type_id} with rows of {k}")
+        return out
 
     def silu(self, x: np.ndarray) -> np.ndarray:
         """x * sigmoid(x) for float32 (~2 ulp exp), a fresh C-contiguous array of x's shape."""

@@ -5,6 +5,8 @@ import numpy as np
 
 from . import ggml_types as T
 from .codec import check_raw, dequantize_rows, quantize
+from . import repack
+from ..backends.cpu_matmul import NO_BLAS
 from .qmatmul import qmatmul
 
 
@@ -19,13 +21,14 @@ class QTensor:
     data is a uint8 array (rows, row_bytes): one row of blocks per row of the tensor (GGUF layout).
     """
 
-    __slots__ = ("data", "ggml_type", "shape", "name")
+    __slots__ = ("data", "ggml_type", "shape", "name", "_levels")
 
     def __init__(self, data, ggml_type, shape, name: str | None = None):
         self.ggml_type = T.get(ggml_type)
         self.shape = tuple(int(s) for s in shape)
         self.name = name
         self.data = check_raw(data, self.ggml_type, self.shape, self._what())
+        self._levels = None  # repack.Levels, built at the first native host matmul
 
     @classmethod
     def quantize(cls, x, ggml_type, name: str | None = None) -> "QTensor":
@@ -65,7 +68,7 @@ class QTensor:
         the device's fused `qmatmul` primitive where it has one, otherwise composed on the host (no
         gradient either way: QLinear differentiates through the dequantized weight)."""
         if isinstance(x, np.ndarray):
-            return qmatmul(x, self.data, self.ggml_type, self.shape, name=self._what())
+            return qmatmul(x, self.data, self.ggml_type, self.shape, name=self._what(), levels=self._host_levels())
         if getattr(x.device.backend, "qmatmul", None) is not None:
             if len(self.shape) != 2:
                 raise ValueError(f"ember: quantized matmul needs a 2-d weight, {self._what()} has shape {self.shape}")
@@ -77,9 +80,16 @@ class QTensor:
         """The composed fallback: x to the host, slab-wise dequantize + BLAS (ember.quant.qmatmul), back."""
         from ..dtypes import float32
         from ..tensor import Tensor
-        y = qmatmul(x.numpy(), self.data, self.ggml_type, self.shape, name=self._what())
+        y = qmatmul(x.numpy(), self.data, self.ggml_type, self.shape, name=self._what(), levels=self._host_levels())
         out = Tensor._from_storage(y, float32)
         return out if str(x.device) == "cpu" else out.to(x.device)
+
+    def _host_levels(self):
+        """The weight as int8 levels + scales (repack.py) for numpy + BLAS, made once; None under Pyodide, whose
+        wasm kernels read the blocks themselves, and for types or shapes without a repack."""
+        if self._levels is None and not NO_BLAS and len(self.shape) == 2 and repack.supports(self.ggml_type):
+            self._levels = repack.repack(self.data, self.ggml_type)
+        return self._levels
 
     def __repr__(self):
         name = f", name={self.name!r}" if self.name else ""

