@@ -30,7 +30,8 @@ class Attention(nn.Module):
             setattr(self, names[0], nn.Linear(dim, H * hd, bias=bias))             # (H * hd, dim)
             setattr(self, names[1], nn.Linear(dim, K * hd, bias=bias))             # (K * hd, dim)
             setattr(self, names[2], nn.Linear(dim, K * hd, bias=bias))             # (K * hd, dim)
-        setattr(self, names[3], nn.Linear(H * hd, dim, bias=bias if out_bias is None else out_bias))  # (dim, H * hd)
+        if names[3] is not None:  # None: the caller projects the heads (BERT keeps it in another module)
+            setattr(self, names[3], nn.Linear(H * hd, dim, bias=bias if out_bias is None else out_bias))  # (dim, H * hd)
         self.qk_norm = qk_norm is not None
         if qk_norm is not None:
             self.q_norm, self.k_norm = qk_norm(hd), qk_norm(hd)                    # (hd,) each
@@ -69,4 +70,4 @@ class Attention(nn.Module):
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)  # (B, K, G * T, hd)
         o = o.reshape(B, T, H * hd) if T == 1 else \
             o.reshape(B, K, H // K, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, H * hd)
-        return getattr(self, self.names[3])(o)                                     # (B, T, dim)
+        return o if self.names[3] is None else getattr(self, self.names[3])(o)     # (B, T, dim)
