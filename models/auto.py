@@ -22,7 +22,7 @@ FAMILIES = {
     "gemma3": "ember.models.gemma3.load", "gemma3_text": "ember.models.gemma3.load",
     "bert": "ember.models.bert.load", "roberta": "ember.models.bert.load", "distilbert": "ember.models.bert.load",
     "gpt2": "ember.models.gpt2.model",
-    "gpt_bigcode": "ember.models.gpt_bigcode.model",
+    "gpt_bigcode": "ember.models.gpt2.model",
     "mistral": "ember.models.mistral.model", "qwen2": "ember.models.mistral.model",
     "starcoder2": "ember.models.starcoder2.model",
     "phi3": "ember.models.phi.phi3", "phi": "ember.models.phi.phi2",
@@ -95,3 +95,21 @@ def load_tokenizer(source):
     src = hub.resolve(source)
     path = src.path("tokenizer.json", required=False)
     return None if path is None else Tokenizer.from_file(path)
+
+
+def load_causal_lm(source, device=None, dtype=None):
+    """(causal LM, tokenizer for ember.models.common.generate | None) from any Hugging Face folder / hub id /
+    URL whose model_type ember has. The tokenizer adds what tokenizer.json's post-processor adds in front
+    (Llama's and Mistral's <s>; nothing for GPT-2 or Qwen2); eos ids come from config.json."""
+    from ember import hub
+    from ember.models.llama.tokenizer import LlamaTokenizer
+    src = hub.resolve(source)
+    config = read_config(src)
+    model = from_pretrained(source, device=device, dtype=dtype)
+    tok = load_tokenizer(source)
+    if tok is None:
+        return model, None
+    eos = config.get("eos_token_id")
+    eos = list(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos])
+    front = tok.encode("", add_special_tokens=True).ids
+    return model, LlamaTokenizer(tok, front[0] if front else None, eos, "json")
