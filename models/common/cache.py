@@ -68,14 +68,15 @@ class KVCache:
         self.k[layer], self.v[layer] = keep_k, keep_v
         return k, v
 
+    def kept(self, layer: int) -> int:
+        """Positions the layer holds (a sliding layer: at most window - 1)."""
+        k = self.k[layer]
+        return 0 if k is None else k.shape[2] if self.windows[layer] else self.pos
+
     def nbytes(self) -> int:
         """Bytes of the cached positions (capacity_nbytes: of the buffers)."""
-        total = 0
-        for layer, k in enumerate(self.k):
-            if k is not None:
-                kept = k.shape[2] if self.windows[layer] else self.pos
-                total += kept * self._per_token * k.element_size() * k.shape[0]
-        return total
+        return sum(self.kept(i) * self._per_token * k.element_size() * k.shape[0]
+                   for i, k in enumerate(self.k) if k is not None)
 
     def capacity_nbytes(self) -> int:
         """Bytes of the allocated buffers."""

@@ -57,6 +57,7 @@ class CausalLM(nn.Module):
 
     def setup(self, *, n_layers, n_heads, n_kv_heads, head_dim, max_seq_len, rope=None, windows=None,
               alibi: bool = False):
+        """rope: a RotaryEmbedding, one per layer (a list), or None; windows: per layer None or its window."""
         self.n_layers, self.n_heads, self.n_kv_heads, self.head_dim = n_layers, n_heads, n_kv_heads, head_dim
         self.max_seq_len, self.rope, self.alibi = max_seq_len, rope, alibi
         self.windows = list(windows) if windows is not None else [None] * n_layers
@@ -121,7 +122,8 @@ class CausalLM(nn.Module):
         else:
             positions = idx[None, :]                                            # (1, T)
         dtype, device = self._dtype(), self.device
-        rope = self.rope.at(positions, dtype, device) if self.rope is not None else None
+        ropes = self.rope if isinstance(self.rope, list) else [self.rope] * self.n_layers  # per layer (Gemma 3: 2 kinds)
+        steps = {id(r): r.at(positions, dtype, device) for r in ropes if r is not None}
         masks = {}
         x = self.embed(tokens, positions)                                       # (B, T, dim)
         for i, block in enumerate(self.blocks()):
@@ -133,7 +135,7 @@ class CausalLM(nn.Module):
                 masks[key] = build_mask(idx, kidx, window=self.windows[i], bias=bias,
                                         key_valid=None if valid is None else valid[:, kstart:],
                                         group=self.n_heads // self.n_kv_heads, dtype=dtype, device=device)
-            x = block(x, rope, masks[key], cache, i)
+            x = block(x, steps.get(id(ropes[i])), masks[key], cache, i)
         if cache is not None:
             cache.pos += T
         if last_only and T > 1:
