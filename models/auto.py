@@ -28,6 +28,8 @@ FAMILIES = {
     "phi3": "ember.models.phi.phi3", "phi": "ember.models.phi.phi2",
     "gemma": "ember.models.gemma.model",
     "falcon": "ember.models.falcon.model",
+    "vit": "ember.models.vit.model",
+    "clip": "ember.models.clip.model",
 }
 
 
