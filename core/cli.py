@@ -15,6 +15,8 @@ COMMANDS = {
     "llama": ("ember.models.llama.cli", "generate text with a Llama model"),
     "train-llama": ("ember.models.llama.cli", "train a small Llama on a text corpus"),
     "generate": ("ember.models.gemma3.cli", "complete text with a language model (default: Gemma 3 270M)"),
+    "embed": ("ember.models.bert.cli", "sentence embeddings (default: all-MiniLM-L6-v2)"),
+    "classify": ("ember.models.clip.cli", "classify an image (ViT, or CLIP zero-shot with --labels)"),
     "yolo": ("ember.models.yolo.cli", "detect objects in an image"),
     "onnx": ("ember.onnx.cli", "run an ONNX model on .npy inputs (cpu, webgpu, cuda)"),
     "convert": ("ember.convert", "convert weights between formats (ct2-whisper, yolo, gguf, safetensors)"),

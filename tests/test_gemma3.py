@@ -88,7 +88,7 @@ def test_kv_cache_decoding_matches_full_forward(pair):
     got = np.concatenate(rows)
     assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
     # a sliding layer holds window - 1 tokens, a global layer every token
-    assert cache.k[0].shape[2] == WINDOW - 1 and cache.k[2].shape[2] == 15
+    assert cache.kept(0) == WINDOW - 1 and cache.kept(2) == 15
 
 
 def test_gguf_config_errors_name_the_field():

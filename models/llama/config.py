@@ -3,13 +3,13 @@ metadata (Llama 2, and Llama 3's GQA / rope theta / llama3 rope scaling / tied e
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...errors import EmberError, FormatError
 from ...limits import check_config
+from ..common.positions import rope_inv_freq
 
 
 class LlamaConfigError(FormatError):
@@ -72,22 +72,7 @@ class LlamaConfig:
     # ------------------------------------------------------------------ rotary tables
     def inv_freq(self) -> np.ndarray:
         """(head_dim // 2,) rotary frequencies, with Llama 3 / linear scaling as transformers applies it."""
-        hd = self.head_dim
-        inv = 1.0 / (self.rope_theta ** (np.arange(0, hd, 2, dtype=np.int64).astype(np.float32) / hd))
-        rs = self.rope_scaling or {}
-        kind = rs.get("rope_type", rs.get("type", "default"))
-        if kind == "linear":
-            inv = inv / rs["factor"]
-        elif kind == "llama3":
-            factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
-            old = rs["original_max_position_embeddings"]
-            wavelen = 2 * math.pi / inv
-            scaled = np.where(wavelen > old / lo, inv / factor, inv)
-            smooth = (old / wavelen - lo) / (hi - lo)
-            smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-            medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
-            inv = np.where(medium, smoothed, scaled)
-        return inv.astype(np.float32)
+        return rope_inv_freq(self.head_dim, self.rope_theta, self.rope_scaling)[0]
 
     # ------------------------------------------------------------------ constructors
     @classmethod

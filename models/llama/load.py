@@ -14,7 +14,6 @@ import json
 import os
 
 import ember
-from ember.io.formats import read_json_object
 
 from . import names
 from .config import LlamaConfig
@@ -58,24 +57,22 @@ def load_llama(src: str | None = None, device=None, tokenizer: str | None = None
 
 def load_hf(source, tokenizer: str | None = None) -> tuple[Llama, LlamaTokenizer]:
     """A Hugging Face folder (an ember.hub.Source): config.json, model.safetensors or shards + index, tokenizer.json."""
-    config = LlamaConfig.from_hf(read_json_object(source.path("config.json")))
-    index = source.path("model.safetensors.index.json", required=False)
-    if index is not None:
-        with open(index, encoding="utf-8") as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
-        sd = {}
-        for s in shards:
-            sd.update(ember.load(source.path(s)))
-    else:
-        sd = ember.load(source.path("model.safetensors"))
-    config.check_weights({k: v.shape for k, v in sd.items()}, str(source.base))
-    model = names.from_hf_state_dict(sd, config, source=f"{source.base} safetensors")
+    from ..auto import read_config, read_state_dict
+    config = LlamaConfig.from_hf(read_config(source, require_type=False))
+    model = build_from_hf(config, read_state_dict(source), str(source.base))
     tok_path = tokenizer or source.path("tokenizer.json", required=False)
     tok = None
     if tok_path is not None:
         with open(tok_path, encoding="utf-8") as f:
             tok = LlamaTokenizer.from_json(f.read(), config.bos_token_id, config.eos_token_ids)
     return model, tok
+
+
+def build_from_hf(config, sd: dict, where: str) -> Llama:
+    """A Llama from a config.json (dict or LlamaConfig) and its Hugging Face state dict (ember.models.auto's entry)."""
+    config = config if isinstance(config, LlamaConfig) else LlamaConfig.from_hf(config)
+    config.check_weights({k: v.shape for k, v in sd.items()}, where)
+    return names.from_hf_state_dict(sd, config, source=f"{where} safetensors")
 
 
 def save_pretrained(model: Llama, out_dir: str, tokenizer_json: str | None = None, dtype: str = "float32"):

@@ -1,0 +1,1 @@
+"""BERT family encoders (BERT, RoBERTa, DistilBERT) and sentence-transformers embeddings (SentenceEncoder)."""

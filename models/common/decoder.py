@@ -1,0 +1,143 @@
+"""CausalLM: what every decoder-only language model of the zoo shares: positions (from the cache and a
+padding mask), rotary tables, causal / sliding-window / padding / ALiBi masks, the KV cache, the layer loop,
+last-token-only logits, a tied or separate output head. An architecture file subclasses it and supplies its
+modules (with the checkpoint's names), `embed`, and, when it differs from the common one, `head`.
+
+    class Mistral(CausalLM):
+        def __init__(self, c):
+            super().__init__()
+            self.model = ...; self.lm_head = ...
+            self.setup(n_layers=..., n_heads=..., n_kv_heads=..., head_dim=..., max_seq_len=..., rope=...)
+
+Blocks are called as block(x, rope, mask, cache, layer_index); DecoderBlock is the usual pre-norm one.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import ember
+from ember import nn
+from ember.nn import functional as F
+
+from .cache import KVCache
+from .masks import attention_mask as build_mask
+from .positions import alibi_bias
+
+
+class DecoderBlock(nn.Module):
+    """Pre-norm residual block. Sequential: x + attn(n1(x)), then + mlp(n2(x)). Parallel (GPT-J, Phi-2,
+    Falcon): x + attn(n1(x)) + mlp(n2(x) or n1(x) when there is one norm). names: the checkpoint's
+    (attention, mlp, first norm, second norm or None)."""
+
+    def __init__(self, attn, mlp, norm1, norm2=None, parallel: bool = False,
+                 names=("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")):
+        super().__init__()
+        self.parallel, self.names = parallel, names
+        setattr(self, names[0], attn)
+        setattr(self, names[1], mlp)
+        setattr(self, names[2], norm1)
+        if norm2 is not None:
+            setattr(self, names[3], norm2)
+        self.two_norms = norm2 is not None
+
+    def forward(self, x, rope, mask, cache, layer):
+        attn, mlp, n1 = (getattr(self, n) for n in self.names[:3])
+        h = n1(x)
+        a = attn(h, rope, mask, cache, layer)
+        if self.parallel:
+            return x + a + mlp(getattr(self, self.names[3])(x) if self.two_norms else h)
+        x = x + a
+        return x + mlp(getattr(self, self.names[3])(x))
+
+
+class CausalLM(nn.Module):
+    """Subclasses set modules, call setup(), and implement embed(tokens, positions) and blocks()."""
+
+    tie_embeddings = False
+
+    def setup(self, *, n_layers, n_heads, n_kv_heads, head_dim, max_seq_len, rope=None, windows=None,
+              alibi: bool = False):
+        """rope: a RotaryEmbedding, one per layer (a list), or None; windows: per layer None or its window."""
+        self.n_layers, self.n_heads, self.n_kv_heads, self.head_dim = n_layers, n_heads, n_kv_heads, head_dim
+        self.max_seq_len, self.rope, self.alibi = max_seq_len, rope, alibi
+        self.windows = list(windows) if windows is not None else [None] * n_layers
+
+    # ------------------------------------------------------------------ what an architecture supplies
+    def embed(self, tokens, positions):
+        """tokens (B, T) int64, positions (1 | B, T) numpy -> (B, T, dim)."""
+        raise NotImplementedError
+
+    def blocks(self):
+        return self.model.layers
+
+    def final_norm(self, x):
+        return self.model.norm(x)
+
+    def output_embedding(self):
+        """The (vocab, dim) weight the logits are read with when tied."""
+        return self.model.embed_tokens.weight
+
+    def head(self, x):                                                          # (B, T, dim) -> (B, T, vocab)
+        if self.tie_embeddings:
+            return F.linear(x, self.output_embedding())
+        return self.lm_head(x)
+
+    # ------------------------------------------------------------------ shared
+    @property
+    def device(self):
+        return next(iter(self.parameters())).device
+
+    def _dtype(self):  # host-built constants (masks, rotations) follow the weights' dtype
+        return next(iter(self.parameters())).dtype
+
+    def _after_load(self):  # a tied embedding is also the output weight: store it the way F.linear reads it
+        if self.tie_embeddings:
+            nn.relayout_linear_weight(self.output_embedding())
+
+    def new_cache(self, max_len: int | None = None) -> KVCache:
+        m = min(max_len or self.max_seq_len, self.max_seq_len)
+        return KVCache(self.n_layers, self.n_kv_heads, self.head_dim, m, self.windows)
+
+    def forward(self, tokens, cache: KVCache | None = None, last_only: bool = False, attention_mask=None):
+        """tokens (B, T) int64 -> logits (B, T, vocab) (or (B, 1, vocab) with last_only); with a cache the
+        tokens continue the cached sequence and the cache advances by T. attention_mask (B, cached + T)
+        0/1 (1: a real token) marks padding; positions then count real tokens only, as transformers'."""
+        T = tokens.shape[1]                                                     # tokens (B, T)
+        start = cache.pos if cache is not None else 0
+        if cache is not None:
+            cache.check_room(T)
+        elif T > self.max_seq_len:
+            raise ValueError(f"ember: {T} tokens exceed the context length {self.max_seq_len}")
+        idx = np.arange(start, start + T)
+        valid = None
+        if attention_mask is not None:
+            am = np.asarray(attention_mask.numpy() if hasattr(attention_mask, "numpy") else attention_mask)
+            if am.shape != (tokens.shape[0], start + T):
+                raise ValueError(f"ember: attention_mask {am.shape} does not cover the {start} cached + {T} "
+                                 f"new tokens of batch {tokens.shape[0]}")
+            valid = am.astype(bool)
+            positions = np.where(valid, np.cumsum(valid, -1) - 1, 1)[:, start:]  # (B, T)
+            if valid.all():
+                valid = None
+        else:
+            positions = idx[None, :]                                            # (1, T)
+        dtype, device = self._dtype(), self.device
+        ropes = self.rope if isinstance(self.rope, list) else [self.rope] * self.n_layers  # per layer (Gemma 3: 2 kinds)
+        steps = {id(r): r.at(positions, dtype, device) for r in ropes if r is not None}
+        masks = {}
+        x = self.embed(tokens, positions)                                       # (B, T, dim)
+        for i, block in enumerate(self.blocks()):
+            kstart = cache.start(i) if cache is not None else 0
+            key = (self.windows[i], kstart)
+            if key not in masks:
+                kidx = np.arange(kstart, start + T)
+                bias = alibi_bias(self.n_heads, kidx) if self.alibi else None
+                masks[key] = build_mask(idx, kidx, window=self.windows[i], bias=bias,
+                                        key_valid=None if valid is None else valid[:, kstart:],
+                                        group=self.n_heads // self.n_kv_heads, dtype=dtype, device=device)
+            x = block(x, steps.get(id(ropes[i])), masks[key], cache, i)
+        if cache is not None:
+            cache.pos += T
+        if last_only and T > 1:
+            x = x.narrow(1, T - 1, 1)
+        return self.head(self.final_norm(x))                                    # (B, T, vocab)

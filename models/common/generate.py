@@ -1,0 +1,256 @@
+"""Text generation for every causal LM of the zoo (anything with forward(tokens, cache, last_only,
+attention_mask) and new_cache()): the prompt in one batched forward, then one token at a time against the
+KV cache. Sampling runs on the host in numpy with transformers' semantics, in its order: repetition penalty,
+temperature, top-k, top-p (temperature 0 = greedy). `stream()` yields UTF-8-safe text pieces and stops at
+stop strings; `on_token` is called with each id as it is chosen; `generate_batch` left-pads prompts of
+different lengths and decodes them together.
+
+    for piece in stream(model, tok, "Once upon a time", max_new_tokens=64, temperature=0.8, top_p=0.9, seed=1):
+        print(piece, end="", flush=True)
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import ember
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0       # 0 -> greedy (argmax)
+    top_k: int = 0                 # 0 -> off
+    top_p: float = 1.0             # 1 -> off
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0 or self.repetition_penalty <= 0:
+            raise ValueError(f"ember: invalid sampling parameters {self}")
+
+
+# ============================================================================ logit filters (numpy)
+
+def apply_repetition_penalty(logits: np.ndarray, seen, penalty: float) -> np.ndarray:
+    """CTRL's penalty as transformers applies it: seen tokens' logits / p if positive, * p if negative."""
+    if penalty == 1.0 or len(seen) == 0:
+        return logits
+    out = logits.copy()
+    idx = np.unique(np.asarray(seen, np.int64))
+    v = out[idx]
+    out[idx] = np.where(v < 0, v * penalty, v / penalty)
+    return out
+
+
+def top_k_filter(logits: np.ndarray, k: int) -> np.ndarray:
+    """Keep the k largest logits (ties with the k-th kept), others -> -inf."""
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = np.partition(logits, -k)[-k]
+    return np.where(logits < kth, -np.inf, logits)
+
+
+def top_p_filter(logits: np.ndarray, p: float) -> np.ndarray:
+    """Nucleus filter: drop the least likely tokens whose cumulative probability is <= 1 - p (at least one kept)."""
+    if p >= 1.0:
+        return logits
+    order = np.argsort(logits, kind="stable")                       # ascending
+    s = logits[order].astype(np.float64)
+    probs = np.exp(s - s.max())
+    cum = np.cumsum(probs / probs.sum())
+    drop = cum <= 1 - p
+    drop[-1] = False
+    out = logits.copy()
+    out[order[drop]] = -np.inf
+    return out
+
+
+class Sampler:
+    def __init__(self, params: SamplingParams):
+        self.p = params
+        self.rng = np.random.default_rng(params.seed)
+
+    def __call__(self, logits: np.ndarray, seen) -> int:
+        """logits (vocab,) float -> next token id."""
+        logits = apply_repetition_penalty(logits.astype(np.float32), seen, self.p.repetition_penalty)
+        if self.p.temperature == 0:
+            return int(np.argmax(logits))
+        logits = top_p_filter(top_k_filter(logits / np.float32(self.p.temperature), self.p.top_k), self.p.top_p)
+        z = logits.astype(np.float64) - logits.max()
+        probs = np.exp(z)
+        probs /= probs.sum()
+        return int(self.rng.choice(len(probs), p=probs))
+
+
+# ============================================================================ generation
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    tokens: list = field(default_factory=list)
+    prompt_s: float = 0.0
+    decode_s: float = 0.0
+    stopped: str = ""              # "eos" | "stop" (a stop string) | "length" | "context" | "abort"
+    kv_cache_bytes: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode speed: generated tokens after the first, per second of incremental decoding."""
+        n = len(self.tokens) - 1
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+
+
+class Generation:
+    """An iterator of generated token ids with `.abort()` and `.stats`; see generate()."""
+
+    def __init__(self, model, prompt_ids, max_new_tokens, params, stop_ids, on_token=None):
+        if not prompt_ids:
+            raise ValueError("ember: generation needs at least one prompt token")
+        self.model, self.prompt = model, list(prompt_ids)
+        self.max_new, self.sampler = max_new_tokens, Sampler(params)
+        self.stop_ids, self.on_token = set(stop_ids), on_token
+        self.stats = GenerationStats(prompt_tokens=len(self.prompt))
+        self._aborted = False
+
+    def abort(self):
+        self._aborted = True
+
+    def __iter__(self):
+        model, st = self.model, self.stats
+        cache = model.new_cache()
+        if len(self.prompt) >= cache.max_len:
+            raise ValueError(f"ember: the prompt has {len(self.prompt)} tokens; the context length is {cache.max_len}")
+        seen = list(self.prompt)
+        with ember.no_grad():
+            t0 = time.perf_counter()
+            # token ids stay host tensors: the embedding checks them on the host and uploads them, so a GPU
+            # decode step reads back nothing but its logits
+            logits = model(ember.tensor([self.prompt]), cache, last_only=True)               # (1, 1, vocab)
+            for i in range(self.max_new):
+                if self._aborted:
+                    st.stopped = "abort"
+                    break
+                tok = self.sampler(logits.numpy()[0, -1], seen)
+                now = time.perf_counter()
+                if i == 0:
+                    st.prompt_s, t0 = now - t0, now
+                else:
+                    st.decode_s = now - t0
+                st.kv_cache_bytes = cache.nbytes()
+                if tok in self.stop_ids:
+                    st.stopped = "eos"
+                    break
+                st.tokens.append(tok)
+                seen.append(tok)
+                if self.on_token is not None:
+                    self.on_token(tok)
+                yield tok
+                if i + 1 == self.max_new:
+                    st.stopped = "length"
+                    break
+                if cache.pos >= cache.max_len:
+                    st.stopped = "context"
+                    break
+                logits = model(ember.tensor([[tok]]), cache)                                   # (1, 1, vocab)
+
+
+def generate(model, prompt_ids, max_new_tokens=64, params: SamplingParams | None = None, stop_ids=(),
+             on_token=None) -> Generation:
+    """Iterate over generated ids: `for t in generate(...)`; stops at a stop id, max_new_tokens or the context.
+    on_token(id) is called with each id before it is yielded (a streaming callback)."""
+    return Generation(model, prompt_ids, max_new_tokens, params or SamplingParams(), stop_ids, on_token)
+
+
+def generate_batch(model, prompts, max_new_tokens=64, params: SamplingParams | None = None, stop_ids=(),
+                   pad_id: int = 0, on_token=None) -> list[list[int]]:
+    """Generated ids per prompt (list of id lists of any lengths), decoded together: prompts are left-padded
+    with pad_id and masked (attention_mask), so each row gives what it gives alone. A row stops at a stop
+    id (not included) or max_new_tokens; on_token(row, id) streams. One sampler (one seed) serves all rows."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("ember: generate_batch needs prompts of at least one token each")
+    params = params or SamplingParams()
+    sampler, stop = Sampler(params), set(stop_ids)
+    B, L = len(prompts), max(len(p) for p in prompts)
+    cache = model.new_cache()
+    if L + max_new_tokens > cache.max_len:
+        max_new_tokens = cache.max_len - L
+        if max_new_tokens <= 0:
+            raise ValueError(f"ember: a prompt has {L} tokens; the context length is {cache.max_len}")
+    ids = np.full((B, L), pad_id, np.int64)
+    mask = np.zeros((B, L), np.int64)
+    for r, p in enumerate(prompts):
+        ids[r, L - len(p):], mask[r, L - len(p):] = p, 1
+    out, seen, done = [[] for _ in prompts], [list(p) for p in prompts], [False] * B
+    with ember.no_grad():
+        logits = model(ember.tensor(ids), cache, last_only=True, attention_mask=mask)      # (B, 1, vocab)
+        for i in range(max_new_tokens):
+            rows = logits.numpy()[:, -1]                                                   # (B, vocab)
+            step = np.full((B, 1), pad_id, np.int64)
+            for r in range(B):
+                if done[r]:
+                    continue
+                tok = sampler(rows[r], seen[r])
+                if tok in stop:
+                    done[r] = True
+                    continue
+                out[r].append(tok)
+                seen[r].append(tok)
+                step[r, 0] = tok
+                if on_token is not None:
+                    on_token(r, tok)
+            if all(done) or i + 1 == max_new_tokens:
+                break
+            # a finished row goes on with masked padding so the batch keeps one shape
+            mask = np.concatenate([mask, np.array([[0 if d else 1] for d in done], np.int64)], 1)
+            logits = model(ember.tensor(step), cache, attention_mask=mask)                 # (B, 1, vocab)
+    return out
+
+
+class TextStream:
+    """Iterates text pieces of a Generation; the tokenizer's stream decoder holds back partial UTF-8. With
+    stop strings, text that could still begin one is held back; at a stop string the stream ends (the stop
+    string and what follows it are not yielded) and stats.stopped is "stop"."""
+
+    def __init__(self, gen: Generation, tokenizer, stop=()):
+        self.gen, self.tok, self.stop = gen, tokenizer, [s for s in stop if s]
+
+    def abort(self):
+        self.gen.abort()
+
+    @property
+    def stats(self) -> GenerationStats:
+        return self.gen.stats
+
+    def __iter__(self):
+        dec = self.tok.decode_stream()
+        held = ""
+        for t in self.gen:
+            piece = dec.step(t)
+            if not piece:
+                continue
+            if not self.stop:
+                yield piece
+                continue
+            held += piece
+            hits = [i for i in (held.find(s) for s in self.stop) if i >= 0]
+            if hits:
+                if min(hits):
+                    yield held[:min(hits)]
+                self.gen.stats.stopped = "stop"
+                self.gen.abort()
+                return
+            keep = max((k for s in self.stop for k in range(1, len(s)) if held.endswith(s[:k])), default=0)
+            if len(held) > keep:
+                yield held[:len(held) - keep]
+                held = held[len(held) - keep:]
+        if held:
+            yield held
+
+
+def stream(model, tokenizer, prompt: str, max_new_tokens=64, temperature=1.0, top_k=0, top_p=1.0,
+           repetition_penalty=1.0, seed=None, bos=True, stop=(), on_token=None) -> TextStream:
+    params = SamplingParams(temperature, top_k, top_p, repetition_penalty, seed)
+    gen = generate(model, tokenizer.encode(prompt, bos=bos), max_new_tokens, params, tokenizer.eos_ids, on_token)
+    return TextStream(gen, tokenizer, stop)

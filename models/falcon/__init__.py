@@ -1,0 +1,1 @@
+"""Falcon from Hugging Face checkpoints."""

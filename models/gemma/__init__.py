@@ -1,0 +1,1 @@
+"""Gemma (1) from Hugging Face checkpoints."""

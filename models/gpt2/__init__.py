@@ -1,0 +1,1 @@
+"""GPT-2 and GPTBigCode (StarCoder 1) causal LMs."""

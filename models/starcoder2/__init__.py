@@ -1,0 +1,1 @@
+"""StarCoder2 from Hugging Face checkpoints."""

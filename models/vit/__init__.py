@@ -1,0 +1,1 @@
+"""ViT image classification from Hugging Face checkpoints."""

@@ -1,0 +1,122 @@
+"""The zoo's causal LMs against transformers on random-weight configs built here (offline, seconds): logits
+within 1e-4 relative, greedy tokens equal to transformers' generate (which decodes with its own KV cache, so
+ember's cache, sliding windows and rotary steps are checked too), a left-padded batch equal to each prompt
+alone, and `ember generate --model DIR`."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import ember
+from ember.models.auto import from_pretrained
+from ember.models.common.generate import SamplingParams, generate, generate_batch
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+V = 101
+SMALL = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             max_position_embeddings=64)
+
+
+def _configs():
+    t = transformers
+    return {
+        "mistral": lambda: t.MistralConfig(**SMALL, num_key_value_heads=2, sliding_window=6),
+        "qwen2": lambda: t.Qwen2Config(**SMALL, num_key_value_heads=2, use_sliding_window=True, sliding_window=6,
+                                       max_window_layers=1, tie_word_embeddings=True),
+        "gpt2": lambda: t.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+        "gpt_bigcode": lambda: t.GPTBigCodeConfig(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+        "phi3": lambda: t.Phi3Config(**SMALL, num_key_value_heads=2, pad_token_id=0, partial_rotary_factor=0.5),
+        "phi2": lambda: t.PhiConfig(**{**SMALL, "hidden_size": 64}, partial_rotary_factor=0.4, pad_token_id=0),
+        "gemma": lambda: t.GemmaConfig(**SMALL, num_key_value_heads=1, head_dim=16),
+        "starcoder2": lambda: t.Starcoder2Config(**SMALL, num_key_value_heads=2, sliding_window=6),
+        "falcon": lambda: t.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
+        "falcon_new": lambda: t.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                             new_decoder_architecture=True, num_kv_heads=2, bias=True),
+        "llama3": lambda: t.LlamaConfig(**SMALL, num_key_value_heads=2, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16}),
+        "qwen2_yarn": lambda: t.Qwen2Config(**SMALL, num_key_value_heads=2, rope_scaling={
+            "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
+    }
+
+
+CONFIGS = _configs()
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """kind -> (transformers model, folder it was saved to), built once per kind."""
+    out = {}
+
+    def get(kind):
+        if kind not in out:
+            torch.manual_seed(0)
+            cfg = CONFIGS[kind]()
+            cfg._attn_implementation = "eager"
+            ref = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+            folder = tmp_path_factory.mktemp(kind)
+            ref.save_pretrained(folder, safe_serialization=True)
+            out[kind] = ref, folder
+        return out[kind]
+    return get
+
+
+def _ids(n, seed=0, rows=1):
+    return np.random.default_rng(seed).integers(1, V, (rows, n))
+
+
+@pytest.mark.parametrize("kind", sorted(CONFIGS))
+def test_logits_match_transformers(saved, kind, device):
+    ref, folder = saved(kind)
+    model = from_pretrained(folder, device=device)
+    ids = _ids(13, rows=2)
+    with torch.no_grad():
+        want = ref(torch.tensor(ids)).logits.numpy()
+    got = model(ember.tensor(ids)).numpy()                                 # (2, 13, V)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("kind", sorted(CONFIGS))
+def test_greedy_tokens_match_transformers(saved, kind, device):
+    ref, folder = saved(kind)
+    model = from_pretrained(folder, device=device)
+    prompt = _ids(5, seed=1)
+    n = 12 if device == "cpu" else 6   # past the sliding window (6) on cpu
+    with torch.no_grad():
+        want = ref.generate(torch.tensor(prompt), max_new_tokens=n, do_sample=False, min_new_tokens=n,
+                            pad_token_id=0)[0, 5:].tolist()
+    got = list(generate(model, prompt[0].tolist(), n, SamplingParams(temperature=0)))
+    assert got == want
+
+
+@pytest.mark.parametrize("kind", ["mistral", "gpt2"])
+def test_left_padded_batch_equals_each_prompt_alone(saved, kind):
+    _, folder = saved(kind)
+    model = from_pretrained(folder)
+    prompts = [_ids(7, seed=2)[0].tolist(), _ids(3, seed=3)[0].tolist(), _ids(5, seed=4)[0].tolist()]
+    greedy = SamplingParams(temperature=0)
+    alone = [list(generate(model, p, 6, greedy)) for p in prompts]
+    streamed = []
+    batch = generate_batch(model, prompts, 6, greedy, on_token=lambda r, t: streamed.append((r, t)))
+    assert batch == alone
+    assert sorted(streamed) == sorted((r, t) for r, toks in enumerate(alone) for t in toks)
+
+
+def test_ember_generate_cli_takes_any_causal_lm_folder(saved, tmp_path, capsys):
+    """A folder with a tokenizer.json: `ember generate --model DIR --json` prints transformers' greedy ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    ref, folder = saved("gpt2")
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(V)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    from ember.cli import main
+    assert main(["generate", "w5 w17 w33", "--model", str(folder), "-n", "6", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    with torch.no_grad():
+        want = ref.generate(torch.tensor([[5, 17, 33]]), max_new_tokens=6, do_sample=False, min_new_tokens=6,
+                            pad_token_id=0)[0, 3:].tolist()
+    assert out["tokens"] == want
