@@ -26,12 +26,12 @@ from web_app import ARGS, CACHE, CHROMIUM, SPEECH, Server, seeded_llama_folder  
 PROMPT, N_TOKENS = "The for statement", 32
 
 
-def inputs(tmp: Path) -> tuple[Path, Path]:
+def inputs(tmp: Path, speech: str = SPEECH) -> tuple[Path, Path]:
     from PIL import Image
 
     from ember.models.yolo.fetch import ensure_file
     raw, wav, png = tmp / "raw.wav", tmp / "speech.wav", tmp / "bus.png"
-    subprocess.run(["espeak-ng", "-w", str(raw), SPEECH], check=True)
+    subprocess.run(["espeak-ng", "-w", str(raw), speech], check=True)
     subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)], check=True)
     with Image.open(ensure_file("bus.jpg")) as im:
         im.convert("RGB").save(png)
@@ -110,6 +110,8 @@ def main(argv=None):
     ap.add_argument("--webgpu-tools", default=None,
                     help="tools timed on webgpu (default: --tools; Chromium's software adapter needs minutes for "
                          "Whisper and more than 15 min for YOLOv8s on 2 cores)")
+    ap.add_argument("--speech", default=SPEECH, help="the sentence espeak-ng speaks for Whisper (issue #15's figure: "
+                    "an 18 s clip, e.g. bench/bench_wasm_models.py's SPEECH)")
     ap.add_argument("--site", default=None, help="an existing build-web folder (default: build one)")
     a = ap.parse_args(argv)
     tools, devices = a.tools.split(","), a.devices.split(",")
@@ -126,7 +128,7 @@ def main(argv=None):
                 models["llama"] = {"id": "llama-test", "label": "test",
                                    "files": {n: d / n for n in ("config.json", "model.safetensors", "tokenizer.json")}}
             site = build_site(tmp / "site", models=models)
-        wav, png = inputs(tmp)
+        wav, png = inputs(tmp, a.speech)
         sizes = site_size(site)
         report = {"site_bytes": sizes, "native_cpu_s": native(site, tools, wav, png), "page": {}}
         server = Server(site, tmp)
