@@ -7,6 +7,8 @@
 2. Latency of the real models on CPU (YOLOv8s best_fp16.onnx at 640x640, all-MiniLM-L6-v2 int8 on 128
    token ids, Silero VAD on one 512-sample chunk), ember and onnxruntime interleaved, best of --repeat,
    reported as the ratio ember / onnxruntime (this VM is noisy: only the ratio means anything).
+   On a machine with more runnable threads than cores, OpenBLAS's spinning worker threads make every
+   small matmul cost tens of ms; run with OPENBLAS_NUM_THREADS=1 there for figures that mean something.
 """
 from __future__ import annotations
 

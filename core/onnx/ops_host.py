@@ -1,6 +1,7 @@
 """ONNX operators computed on the host: those whose output *shape* depends on the values
 (NonMaxSuppression, Unique), BitCast, which reinterprets bits no backend primitive exposes, and Det
-(an LU factorization: pivoting is data-dependent control flow).
+(an LU factorization: pivoting is data-dependent control flow), and the random operators (numpy's
+generator, seeded by the `seed` attribute when a model sets one).
 
 Like NonZero, they read their inputs back (one transfer), compute in numpy and put the result on the
 input's device, so they run on every backend; models use them once per run (NMS at the end of a
@@ -133,3 +134,50 @@ def _tfidf(ctx, ins, at):
             w[np.asarray(cols)] = weights
         out = (out > 0) * w if mode == "IDF" else out * w
     return ctx.const(out.reshape(width) if x.ndim == 1 else out)
+
+
+# ---------------------------------------------------------------------------- random (numpy's generator)
+
+def _rng(at):
+    seed = at.f("seed")
+    return np.random.default_rng(None if seed is None else int(seed))
+
+
+def _random(kind, like):
+    def f(ctx, ins, at):
+        if like:
+            shape = tuple(ins[0].shape)
+            dtype = ember_dtype(at.i("dtype"), ctx.where).np if at.i("dtype") else ins[0].dtype.np
+        else:
+            shape, dtype = tuple(at.ints("shape")), ember_dtype(at.i("dtype", 1), ctx.where).np
+        g = _rng(at)
+        if kind == "normal":
+            v = g.normal(at.f("mean", 0.0), at.f("scale", 1.0), shape)
+        else:
+            v = g.uniform(at.f("low", 0.0), at.f("high", 1.0), shape)
+        return ctx.const(np.asarray(v, dtype))
+    return f
+
+
+op("RandomNormal", since=1)(_random("normal", False))
+op("RandomUniform", since=1)(_random("uniform", False))
+op("RandomNormalLike", since=1)(_random("normal", True))
+op("RandomUniformLike", since=1)(_random("uniform", True))
+
+
+@op("Bernoulli", since=15)
+def _bernoulli(ctx, ins, at):
+    p = host(ins[0])
+    dtype = ember_dtype(at.i("dtype"), ctx.where).np if at.i("dtype") else p.dtype
+    return ctx.const((_rng(at).random(p.shape) < p).astype(dtype))
+
+
+@op("Multinomial", since=7)
+def _multinomial(ctx, ins, at):
+    logits = host(ins[0]).astype(np.float64)  # (batch, classes), unnormalized log-probabilities
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    n = at.i("sample_size", 1)
+    g = _rng(at)
+    out = np.stack([g.choice(p.shape[1], n, p=row) for row in p]) if p.size else np.zeros((0, n))
+    return ctx.const(out.astype(ember_dtype(at.i("dtype", 6), ctx.where).np))
