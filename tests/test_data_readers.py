@@ -49,6 +49,9 @@ def test_mnist_layout_dataset(tmp_path):
     x, y = next(iter(DataLoader(ds, batch_size=4)))
     assert x.shape == (4, 1, 28, 28) and x.dtype == ember.uint8 and y.dtype == ember.int64
     assert np.array_equal(x.numpy()[:, 0], images[:4]) and np.array_equal(y.numpy(), labels[:4])
+    from ember.data.transforms import ToFloat
+    scaled = IDXDataset(tmp_path / "train-images-idx3-ubyte.gz", tmp_path / "train-labels-idx1-ubyte.gz", ToFloat())
+    assert scaled[2][0].dtype == np.float32 and np.array_equal(scaled[2][0][0], images[2] / np.float32(255))
 
 
 def test_idx_refuses_hostile_files(tmp_path, monkeypatch):

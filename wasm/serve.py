@@ -227,7 +227,8 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
                     print(f"ember:       {tool}: {m['label']}, {manifest[tool][-1]['bytes'] / 1e6:.1f} MB",
                           file=sys.stderr, flush=True)
         _replace_dir(out / "models", model_files)
-        st.note = f"{len(manifest)} of 3 ({', '.join(manifest) or 'none'})"
+        n_models = len([t for t in manifest if t != "train"])  # "train" is the training tool's data, not a model
+        st.note = f"{n_models} of 3 ({', '.join(manifest) or 'none'})"
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")

@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from ..errors import FormatError
+from .dataset import TensorDataset
 from .source import read_source
 
 PIXELS = 3 * 32 * 32
@@ -41,10 +42,14 @@ def _records(src, variant):
     return rec
 
 
-class CIFARDataset:
-    """A list of batch files -> `ds[i]` = (image (3, 32, 32) uint8, label)."""
+class CIFARDataset(TensorDataset):
+    """Batch files (one path or a list) -> `ds[i]` = (image (3, 32, 32) uint8, or transform(image), label)."""
 
-    def __new__(cls, files, variant: int = 10):
-        from .dataset import TensorDataset
+    def __init__(self, files, variant: int = 10, transform=None):
         parts = [read_cifar(f, variant) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
-        return TensorDataset(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        super().__init__(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        self.transform = transform
+
+    def __getitem__(self, index):
+        x, y = super().__getitem__(index)
+        return (self.transform(x) if self.transform else x), y

@@ -9,6 +9,7 @@ import struct
 import numpy as np
 
 from ..errors import FormatError, LimitError
+from .dataset import TensorDataset
 from .source import read_source
 
 # type byte -> big-endian numpy dtype
@@ -48,20 +49,17 @@ def write_idx(path, array) -> None:
         f.write(gzip.compress(out, mtime=0) if path.endswith(".gz") else out)
 
 
-class IDXDataset:
+class IDXDataset(TensorDataset):
     """An images file and a labels file (e.g. train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz):
-    `ds[i]` = (image (1, H, W) uint8 or transformed, label int64)."""
+    `ds[i]` = (image (1, H, W) uint8, or transform(image), label int64)."""
 
-    def __new__(cls, images, labels, transform=None):
-        from .dataset import TensorDataset
+    def __init__(self, images, labels, transform=None):
         x, y = read_idx(images), read_idx(labels).astype(np.int64)
         if x.shape[0] != y.shape[0]:
             raise FormatError(f"ember: {images} holds {x.shape[0]} images, {labels} {y.shape[0]} labels")
-        if x.ndim == 3:
-            x = x[:, None]  # (N, 1, H, W)
-        ds = TensorDataset(x, y)
-        if transform is None:
-            return ds
-        from .dataset import MapDataset
-        from .transforms import Field
-        return MapDataset(ds, Field(0, transform))
+        super().__init__(x[:, None] if x.ndim == 3 else x, y)  # (N, 1, H, W)
+        self.transform = transform
+
+    def __getitem__(self, index):
+        x, y = super().__getitem__(index)
+        return (self.transform(x) if self.transform else x), y

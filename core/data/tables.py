@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from ..errors import FormatError
+from .dataset import TensorDataset
 from .source import read_source
 
 
@@ -67,19 +68,19 @@ def read_npz(src) -> dict[str, np.ndarray]:
                           f"not a pickle-free npz ({e})") from None
 
 
-class TableDataset:
+class TableDataset(TensorDataset):
     """Rows of a CSV or NPZ as (features float32, target): the target is column `target` (default the last)
-    of a CSV, or the arrays named `x`/`y` of an NPZ (names configurable)."""
+    of a CSV, or the arrays named `x_key`/`y_key` of an NPZ."""
 
-    def __new__(cls, src, target: int = -1, x_key: str = "x", y_key: str = "y", target_dtype=np.int64):
-        from .dataset import TensorDataset
+    def __init__(self, src, target: int = -1, x_key: str = "x", y_key: str = "y", target_dtype=np.int64):
         name = os.fspath(src) if not isinstance(src, (bytes, bytearray)) else ""
         if name.endswith(".npz"):
             z = read_npz(src)
             missing = [k for k in (x_key, y_key) if k not in z]
             if missing:
                 raise FormatError(f"ember: {name}: no array named {missing[0]!r} (it holds {sorted(z)})")
-            return TensorDataset(z[x_key].astype(np.float32), z[y_key].astype(target_dtype))
+            super().__init__(z[x_key].astype(np.float32), z[y_key].astype(target_dtype))
+            return
         a, _ = read_csv(src)
         t = target % a.shape[1]
-        return TensorDataset(np.delete(a, t, axis=1).astype(np.float32), a[:, t].astype(target_dtype))
+        super().__init__(np.delete(a, t, axis=1).astype(np.float32), a[:, t].astype(target_dtype))
