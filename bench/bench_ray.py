@@ -10,7 +10,7 @@ overhead, in one run.
    wall time at n is reported too. Scaling = marginal items/s with 2 actors / with 1.
 2. Overhead: a trivial `Embedder(embed_fn=...)` (no model), one row per batch, 1 actor: Ray's marginal
    seconds per item (n to 4n rows) minus the plain loop's. The plain loops run before and after the Ray
-   jobs; the better of the two counts. What a map_batches row costs beyond the model's own work.
+   jobs (the better of the two counts) with as many BLAS threads as one actor has (--loop-threads 1). What a map_batches row costs beyond the model's own work.
 The machine's other load moves every figure; the ratios within one run are what to read.
 """
 from __future__ import annotations
@@ -46,6 +46,16 @@ def lengths(texts):  # the overhead workload: no model at all
     return np.array([[len(t)] for t in texts], np.float32)
 
 
+def blas_threads(n: int):
+    """BLAS limited to n threads (what Ray gives a 1-CPU actor: OMP_NUM_THREADS=1), via threadpoolctl."""
+    import contextlib
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(n)
+
+
 def ray_seconds(ray, cls, rows, actors, kwargs, repeats) -> float:
     """Best of `repeats` wall times of one map_batches job over `rows` (actor startup included)."""
     best = float("inf")
@@ -69,6 +79,7 @@ def main():
     ap.add_argument("--clips", type=int, default=8)
     ap.add_argument("--overhead-items", type=int, default=500, help="rows of the overhead job (then 4x as many)")
     ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--loop-threads", type=int, default=1, help="BLAS threads of the plain loop (an actor has 1)")
     ap.add_argument("--repeats", type=int, default=2, help="best of this many runs per Ray figure")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -84,6 +95,10 @@ def main():
         tr({"path": np.array(paths[:1])})                                   # warm-up
 
         def loop_seconds():  # per item: (Whisper, trivial embed_fn), one row per call as the actors get them
+            with blas_threads(a.loop_threads):
+                return _loop_seconds()
+
+        def _loop_seconds():
             t = time.perf_counter()
             for p in paths:
                 tr({"path": np.array([p])})
@@ -117,7 +132,7 @@ def main():
         print(json.dumps(res, indent=1))
         return
     print(f"Whisper tiny.en, {a.clips} clips, one per batch, local cluster of {a.cpus} CPUs")
-    print(f"  plain loop (this process)  {res['loop_items_per_s']:6.2f} items/s")
+    print(f"  plain loop (this process)  {res['loop_items_per_s']:6.2f} items/s   ({a.loop_threads} BLAS thread(s))")
     for k in (1, 2):
         print(f"  ray, {k} actor{'s' if k > 1 else ' '}             {res[f'ray_{k}_actor_items_per_s']:6.2f} items/s "
               f"marginal   ({res[f'ray_{k}_actor_wall_s']:.1f} s wall for {a.clips}, startup included)")
