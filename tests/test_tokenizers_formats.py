@@ -114,3 +114,20 @@ def test_whisper_vocabulary_matches_tokenizer_json(whisper_files):
     assert vocab.decode([50363, 1318, 51863]) == ref.decode([1318])  # timestamps are special
     with pytest.raises(TokenizerError, match=r"id 51864 is out of range for .*vocabulary.txt"):
         vocab.decode([51864])
+
+
+def test_gguf_stream_decoder_holds_partial_and_replaces_invalid_bytes():
+    # byte-fallback tokens stream one byte at a time: a partial UTF-8 sequence is held back, an invalid byte
+    # becomes U+FFFD at once and must not stall the text after it (it did: every later step returned None)
+    from ember.tokenizers.gguf_spm import SpmTokenizer
+    tokens = ["<unk>", "a"] + [f"<0x{b:02X}>" for b in range(256)]
+    md = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+          "tokenizer.ggml.scores": [0.0] * len(tokens), "tokenizer.ggml.token_type": [2, 1] + [6] * 256}
+    tok = SpmTokenizer.from_gguf_metadata(md, "x.gguf")
+    byte = lambda b: 2 + b  # noqa: E731
+    ids = [byte(0xE2), byte(0x82), byte(0xAC), byte(0xFF), 1, byte(0xF0), byte(0x9F), 1, byte(0xC3), byte(0xA9)]
+    stream = tok.decode_stream()
+    out = [stream.step(i) for i in ids]
+    assert out == [None, None, "€", "\ufffd", "a", None, None, "\ufffda", None, "é"]
+    raw = b"".join(tok.piece(i) for i in ids)
+    assert "".join(p for p in out if p) == raw.decode("utf-8", errors="replace") == tok.decode(ids)

@@ -16,6 +16,8 @@ Token types (llama_token_type): 1 normal, 2 unknown, 3 control, 4 user-defined, 
 """
 from __future__ import annotations
 
+import codecs
+
 import heapq
 
 from .errors import TokenizerError
@@ -177,19 +179,13 @@ class SpmTokenizer:
 
 
 class StreamDecoder:
-    """.step(id) -> the text completed by this token, or None; incomplete UTF-8 is held back."""
+    """.step(id) -> the text completed by this token, or None; an incomplete UTF-8 sequence is held back
+    until its continuation bytes arrive, and bytes that can never form a character become U+FFFD at once
+    (an invalid byte must not hold back everything after it)."""
 
     def __init__(self, tok: SpmTokenizer):
-        self.tok, self.pending = tok, b""
+        self.tok = tok
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def step(self, tid: int) -> str | None:
-        self.pending += self.tok.piece(int(tid))
-        for cut in range(len(self.pending), max(-1, len(self.pending) - 4), -1):
-            try:
-                text = self.pending[:cut].decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-            self.pending = self.pending[cut:]
-            return text or None
-        text, self.pending = self.pending.decode("utf-8", errors="replace"), b""  # not UTF-8 at all
-        return text
+        return self._utf8.decode(self.tok.piece(int(tid))) or None
