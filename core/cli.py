@@ -80,32 +80,19 @@ def _number(text: str, cast, what: str):
     return v
 
 
-def positive_int(text: str) -> int:
-    v = _number(text, int, "a positive integer")
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
+def _at_least(cast, least, what: str, strict: bool = False):
+    def parse(text: str):
+        v = _number(text, cast, what)
+        if v < least or (strict and v == least):
+            raise argparse.ArgumentTypeError(f"must be {'greater than' if strict else 'at least'} {least}, got {v}")
+        return v
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    v = _number(text, int, "an integer >= 0")
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {v}")
-    return v
-
-
-def non_negative_float(text: str) -> float:
-    v = _number(text, float, "a number >= 0")
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {v}")
-    return v
-
-
-def positive_float(text: str) -> float:
-    v = _number(text, float, "a number > 0")
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {v}")
-    return v
+positive_int = _at_least(int, 1, "a positive integer")
+non_negative_int = _at_least(int, 0, "an integer >= 0")
+non_negative_float = _at_least(float, 0, "a number >= 0")
+positive_float = _at_least(float, 0, "a number > 0", strict=True)
 
 
 def unit_interval(text: str) -> float:

@@ -206,8 +206,9 @@ def test_cli_rejects_bad_threshold(converted, files):
     import argparse
     p = argparse.ArgumentParser()
     cli.add_parser(p.add_subparsers())
-    with pytest.raises(ValueError, match="--conf"):
-        cli.main(p.parse_args(["yolo", str(files["bus.jpg"]), "--model", str(converted), "--conf", "2"]))
+    with pytest.raises(SystemExit) as e:  # a usage error (exit 2) from the argument parser, before any load
+        p.parse_args(["yolo", str(files["bus.jpg"]), "--model", str(converted), "--conf", "2"])
+    assert e.value.code == 2
 
 
 @pytest.mark.parametrize("use_pillow", [True, False])

@@ -211,53 +211,41 @@ def nested_quantifier(pattern: str) -> str | None:
     ember refuses them when a tokenizer is loaded (a static check works in Pyodide and in threads, where a
     time limit could not). Real pre-tokenizer patterns (GPT-2, Llama 3, Qwen, o200k ...) have none."""
     stack = [[0, False]]  # per open group: start index, holds a variable quantifier or an alternation
+
+    def after_atom(i: int) -> int:  # an atom ends before i: note a quantifier on it, return where it ends
+        q = _quantifier_at(pattern, i)
+        if q is None:
+            return i
+        stack[-1][1] |= q[2]
+        return q[0]
+
     i, in_class = 0, False
     while i < len(pattern):
         c = pattern[i]
         if c == "\\":
-            i += 2
-            if not in_class:
-                q = _quantifier_at(pattern, i)
-                if q:
-                    stack[-1][1] |= q[2]
-                    i = q[0]
-            continue
-        if in_class:
+            i = i + 2 if in_class else after_atom(i + 2)
+        elif in_class:
             in_class = c != "]"
-            i += 1
-            if not in_class:
-                q = _quantifier_at(pattern, i)
-                if q:
-                    stack[-1][1] |= q[2]
-                    i = q[0]
-            continue
-        if c == "[":
+            i = i + 1 if in_class else after_atom(i + 1)
+        elif c == "[":
             in_class, i = True, i + 1
             i += pattern.startswith("^", i)
             i += pattern.startswith("]", i)  # a literal ']' first in the class
-            continue
-        if c == "(":
+        elif c == "(":
             stack.append([i, False])
             i += 1
-            continue
-        if c == "|":
+        elif c == "|":
             stack[-1][1] = True
             i += 1
-            continue
-        if c == ")" and len(stack) > 1:
+        elif c == ")" and len(stack) > 1:
             start, inner = stack.pop()
             q = _quantifier_at(pattern, i + 1)
             if q and inner and q[1]:
                 return pattern[start:q[0]]
             stack[-1][1] |= inner or bool(q and q[2])
             i = q[0] if q else i + 1
-            continue
-        q = _quantifier_at(pattern, i + 1)
-        if q:
-            stack[-1][1] |= q[2]
-            i = q[0]
-            continue
-        i += 1
+        else:
+            i = after_atom(i + 1)
     return None
 
 
