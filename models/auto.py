@@ -31,6 +31,7 @@ FAMILIES = {
     "falcon": "ember.models.falcon.model",
     "vit": "ember.models.vit.model",
     "clip": "ember.models.clip.model",
+    "t5": "ember.models.t5.model",
 }
 
 

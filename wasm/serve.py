@@ -27,7 +27,8 @@ from .assets import PYODIDE_VERSION, build_wheel, ensure_pyodide
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
 APP_FILES = ("index.html", "app.js", "ember.js", "worker.js", "style.css", "favicon.svg",
-             "train.js")  # the training tool's page code
+             "train.js",  # the training tool's page code
+             "search.html", "search.js")  # the semantic-search tool (issue 19)
 CDN = f"https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/"
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 PYODIDE_PACKAGES = ("numpy", "pillow")  # all the app loads; micropip/packaging are not needed in the page

@@ -322,7 +322,7 @@ async def handle(op: str, args: dict) -> dict:
         # ---- end of the training tool
         if op == "device":
             return {"ok": await pick_device(args["device"])}
-        if op == "load":
+        if op == "load" and args.get("tool") != "embed":
             return {"ok": load(args["tool"], args["folder"], args.get("device", "cpu"))}
         if op == "whisper":
             return {"ok": await run_whisper(args["input"], args.get("opts"), args.get("on_partial"),
@@ -331,6 +331,19 @@ async def handle(op: str, args: dict) -> dict:
             return {"ok": await run_llama(args["input"], args.get("opts"), args.get("on_partial"))}
         if op == "yolo":
             return {"ok": await run_yolo(args["input"], args.get("opts"), args.get("on_progress"))}
+        # --- semantic search (issue 19): wasm/embed_api.py serves tool "embed" ---
+        if op == "embed" or (op == "load" and args.get("tool") == "embed"):
+            from . import embed_api
+            try:
+                if op == "load":
+                    return {"ok": embed_api.load(args["folder"], args.get("device", "cpu"))}
+                if args.get("opts", {}).get("split"):
+                    return {"ok": {"passages": embed_api.split_passages(args["input"])}}
+                return {"ok": embed_api.embed(args["input"])}
+            except (ValueError, KeyError, OSError) as e:
+                raise WorkerError(str(e) if str(e).startswith("ember") else f"ember: {e}", "bad_model"
+                                  if op == "load" else "bad_request") from None
+        # --- end semantic search ---
         raise WorkerError(f"ember: unknown request {op!r}", "bad_request")
     except WorkerError as e:
         return {"error": e.code, "message": str(e)}

@@ -27,6 +27,10 @@ export const TOOL_FILES = {
   llama: [["config.json"], ["model.safetensors"], ["tokenizer.json"]],
   yolo: [["model.safetensors"]],
   train: [["digits.csv.gz"]], // the training tool's data (web/train.js), bundled by `ember build-web`
+  // --- semantic search (issue 19): a sentence-transformers folder (all-MiniLM-L6-v2) ---
+  embed: [["config.json"], ["model.safetensors"], ["tokenizer.json"], ["modules.json", true],
+          ["sentence_bert_config.json", true]],
+  // --- end semantic search ---
 };
 const SINGLE_FILE = /\.(safetensors|gguf|bin|onnx|pt)$/i; // a URL naming one weights file, not a folder
 
@@ -211,6 +215,19 @@ class Ember {
     return this._run("train-predict", Float32Array.from(pixels), {});
   }
   // ---- end of the training tool
+
+  // --- semantic search (issue 19): embed(texts) -> Float32Array[] (unit vectors: dot product = cosine) ---
+  async embed(texts) {
+    const list = typeof texts === "string" ? [texts] : Array.from(texts);
+    const r = await this._run("embed", list, {});
+    const bytes = r.vectors instanceof Uint8Array ? r.vectors : new Uint8Array(r.vectors);
+    const all = new Float32Array(bytes.slice().buffer); // an aligned copy of the (count, dim) float32 rows
+    return Array.from({ length: r.count }, (_, i) => all.subarray(i * r.dim, (i + 1) * r.dim));
+  }
+
+  /** A document split into passages (paragraphs, long ones at sentence ends), as the search tool indexes it. */
+  async passages(text) { return (await this._run("embed", text, { split: true })).passages; }
+  // --- end semantic search ---
 
   /** Stop the running request at its next step (a token, a segment). */
   cancel() { this._worker.postMessage({ type: "cancel" }); }

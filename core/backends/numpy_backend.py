@@ -68,6 +68,10 @@ class NumpyBackend(ArrayModuleBackend):
                 # e.g. while training): memory-bound, and numpy's SIMD einsum loop streams that layout
                 # ~1.4-2.2x faster than OpenBLAS's M=1 gemm (bench_llama)
                 return np.einsum("...ij,jk->...ik", a, b)
+        if a.ndim > 2 and b.ndim == 2 and a.shape[-2] > 1:
+            # (..., M, K) x (K, N) as one 2-D gemm: numpy's stacked matmul runs ~20x slower than BLAS on the
+            # same rows (every linear layer of an encoder pass; bench_embed)
+            return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[-1],))
         return np.matmul(a, b)
 
     def _conv(self, x, w, stride, padding, dilation, groups):

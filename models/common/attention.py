@@ -46,11 +46,23 @@ class Attention(nn.Module):
         q, k, v = (getattr(self, n)(x) for n in self.names[:3])
         return q.reshape(B, T, H, hd), k.reshape(B, T, K, hd), v.reshape(B, T, K, hd)
 
-    def forward(self, x, rope=None, mask=None, cache=None, layer: int = 0):
-        """x (B, T, dim) -> (B, T, dim); with a cache, k/v are appended at the cache's position."""
+    def memory_kv(self, memory):
+        """Cross-attention keys and values (B, K, S, hd) of encoder states memory (B, S, dim): computed once
+        per input and passed as forward(kv=...) at every decoding step."""
+        B, S, _ = memory.shape
+        k, v = (getattr(self, n)(memory).reshape(B, S, self.n_kv, self.hd).transpose(1, 2) for n in self.names[1:3])
+        return k, v
+
+    def forward(self, x, rope=None, mask=None, cache=None, layer: int = 0, kv=None):
+        """x (B, T, dim) -> (B, T, dim); with a cache, k/v are appended at the cache's position; with kv
+        (memory_kv's), x attends to those instead (cross-attention: no rope, no cache)."""
         B, T, _ = x.shape
         H, K, hd = self.n_heads, self.n_kv, self.hd
-        if self.fused and not self.qk_norm and rope is not None:  # q and k rotated in one op
+        if kv is not None:
+            q = getattr(self, self.names[0])(x).reshape(B, T, H, hd)
+            k, v = kv
+            rope = cache = None
+        elif self.fused and not self.qk_norm and rope is not None:  # q and k rotated in one op
             qkv = getattr(self, self.fused)(x).reshape(B, T, H + 2 * K, hd)       # (B, T, H + 2K, hd)
             qk = rope(qkv.narrow(2, 0, H + K))                                     # (B, T, H + K, hd)
             q, k, v = qk.narrow(2, 0, H), qk.narrow(2, H, K), qkv.narrow(2, H + K, K)
@@ -60,11 +72,12 @@ class Attention(nn.Module):
                 q, k = self.q_norm(q), self.k_norm(k)
             if rope is not None:
                 q, k = rope(q), rope(k)                                            # (B, T, H | K, hd)
+        if kv is None:
+            k, v = k.transpose(1, 2), v.transpose(1, 2)                            # (B, K, T, hd)
         # the G = H // K query heads of one kv head go along the sequence axis: (B, K, G * T, hd)
         # (for one token that is a plain reshape: decoding skips the permutes)
         q = q.reshape(B, K, H // K, hd) if T == 1 else \
             q.reshape(B, T, K, H // K, hd).permute(0, 2, 3, 1, 4).reshape(B, K, H // K * T, hd)
-        k, v = k.transpose(1, 2), v.transpose(1, 2)                                # (B, K, T, hd)
         if cache is not None:
             k, v = cache.update(layer, k, v)                                       # (B, K, S, hd)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)  # (B, K, G * T, hd)

@@ -163,6 +163,25 @@ def alibi_bias(n_heads: int, key_positions: np.ndarray) -> np.ndarray:
     return (alibi_slopes(n_heads)[:, None, None] * np.asarray(key_positions, np.float32)[None, None, :])
 
 
+def t5_relative_bucket(relative: np.ndarray, bidirectional: bool, num_buckets: int = 32,
+                       max_distance: int = 128) -> np.ndarray:
+    """T5's relative position buckets of (key - query) offsets: exact for small distances, logarithmic up to
+    max_distance (transformers' T5Attention._relative_position_bucket)."""
+    rel = np.asarray(relative, np.int64)
+    out = np.zeros_like(rel)
+    if bidirectional:
+        num_buckets //= 2
+        out += (rel > 0) * num_buckets
+        rel = np.abs(rel)
+    else:
+        rel = -np.minimum(rel, 0)
+    exact = num_buckets // 2
+    with np.errstate(divide="ignore"):
+        large = exact + (np.log(np.maximum(rel, 1).astype(np.float32) / exact) / math.log(max_distance / exact)
+                         * (num_buckets - exact)).astype(np.int64)
+    return out + np.where(rel < exact, rel, np.minimum(large, num_buckets - 1))
+
+
 def sinusoidal_table(n_positions: int, dim: int, max_timescale: float = 10000.0) -> np.ndarray:
     """(n_positions, dim) float32 [sin | cos] table (Whisper's encoder, 'Attention is all you need')."""
     inc = math.log(max_timescale) / (dim // 2 - 1)
