@@ -98,14 +98,14 @@ function setStatus(text, kind) {
 // ------------------------------------------------------------------ tabs
 
 const tabs = TOOLS.map((t) => $(`#tab-${t}`));
-function selectTab(tool) {
+function selectTab(tool, keepHash = false) {
   for (const t of TOOLS) {
     const on = t === tool;
     $(`#tab-${t}`).setAttribute("aria-selected", String(on));
     $(`#tab-${t}`).tabIndex = on ? 0 : -1;
     $(`#panel-${t}`).hidden = !on;
   }
-  if (location.hash !== `#${tool}`) history.replaceState(null, "", `#${tool}`);
+  if (!keepHash && location.hash !== `#${tool}`) history.replaceState(null, "", `#${tool}`);
 }
 tabs.forEach((tab, i) => {
   tab.addEventListener("click", () => selectTab(TOOLS[i]));
@@ -114,7 +114,9 @@ tabs.forEach((tab, i) => {
     if (d) { const j = (i + d + 3) % 3; tabs[j].focus(); selectTab(TOOLS[j]); }
   });
 });
-selectTab(TOOLS.includes(location.hash.slice(1)) ? location.hash.slice(1) : "whisper");
+// #train belongs to the training tool (web/train.js, loaded last): keep it so that tool can open itself
+const startTool = location.hash.slice(1);
+selectTab(TOOLS.includes(startTool) ? startTool : "whisper", startTool === "train");
 
 // ------------------------------------------------------------------ model pickers
 
