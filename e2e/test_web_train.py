@@ -16,7 +16,7 @@ CONFIG = {"epochs": 1, "batch_size": 64, "lr": 0.01, "seed": 0}
 
 @pytest.fixture(scope="module")
 def app(playwright_session, server):
-    a = App(playwright_session, f"{server.url}?device=cpu")
+    a = App(playwright_session, f"{server.url}?device=cpu#train")  # a #train link opens the tool
     yield a
     a.close()
 
@@ -44,6 +44,7 @@ def native(site):
 def test_one_epoch_paused_and_resumed_matches_native(app, native):
     ref, ref_steps, _ = native
     page = app.page
+    page.wait_for_selector("#panel-train", state="visible", timeout=60_000)  # opened by the #train link
     page.click("#tab-train")
     assert page.is_visible("#panel-train") and page.is_hidden("#panel-whisper")
     for field, key in (("#train-epochs", "epochs"), ("#train-batch", "batch_size"), ("#train-lr", "lr"),
