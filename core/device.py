@@ -6,6 +6,7 @@ name as a module path and imported on first use, so `import ember` never imports
 from __future__ import annotations
 
 import importlib
+from .errors import EmberError
 
 # name -> (module path, attribute that builds the backend, extra to install if the import fails)
 _REGISTRY = {
@@ -28,7 +29,7 @@ _BACKENDS: dict = {}  # (type, index) -> backend instance
 _DEVICES: dict = {}
 
 
-class DeviceError(RuntimeError):
+class DeviceError(EmberError, RuntimeError):
     """A device was asked for whose library or hardware is missing (or a name that is no device)."""
 
 

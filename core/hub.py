@@ -31,6 +31,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
+from .errors import EmberError
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENDPOINT_VARS = ("EMBER_HUB_ENDPOINT", "HF_ENDPOINT")  # first one set wins
@@ -41,7 +42,7 @@ FILE_SUFFIXES = (".gguf", ".bin", ".safetensors", ".pt", ".pth", ".onnx", ".npz"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(/[\w.-]+)?$")
 
 
-class HubError(OSError):
+class HubError(EmberError, OSError):
     """A download, a checksum or a source that ember.hub could not satisfy; the message names the URL or file."""
 
 

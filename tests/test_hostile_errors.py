@@ -41,3 +41,24 @@ def test_the_budget_reads_the_environment(monkeypatch):
     monkeypatch.setenv("EMBER_MAX_PIXELS", "lots")
     with pytest.raises(ValueError, match="EMBER_MAX_PIXELS='lots' is not a number"):
         Budget()
+
+
+def test_every_error_class_is_an_ember_error():
+    # one hierarchy: a caller handling untrusted input (or a missing device/download) catches ember.EmberError
+    import importlib
+    from ember.errors import EmberError, FormatError
+    classes = {"ember.hub": ["HubError", "HubNotFoundError", "ChecksumError"], "ember.device": ["DeviceError"],
+               "ember.models.yolo.fetch": ["YoloFetchError"], "ember.models.whisper.fetch": ["WhisperFetchError"],
+               "ember.models.whisper.model": ["WhisperShapeError"], "ember.models.gemma3.config": ["Gemma3ConfigError"],
+               "ember.models.gemma3.load": ["Gemma3WeightsError"], "ember.wasm.worker_api": ["WorkerError"],
+               "ember.wasm.assets": ["PyodideAssetError", "PyodideFetchError"]}
+    for module, names in classes.items():
+        m = importlib.import_module(module)
+        for n in names:
+            assert issubclass(getattr(m, n), EmberError), f"{module}.{n}"
+    # the older bases stay, so code written against them keeps catching
+    from ember.device import DeviceError
+    from ember.hub import HubError
+    from ember.models.gemma3.config import Gemma3ConfigError
+    assert issubclass(DeviceError, RuntimeError) and issubclass(HubError, OSError)
+    assert issubclass(Gemma3ConfigError, FormatError) and issubclass(Gemma3ConfigError, ValueError)

@@ -25,6 +25,7 @@ import time
 import tomllib
 import zipfile
 from pathlib import Path
+from ember.errors import EmberError
 
 PYODIDE_VERSION = "0.27.7"
 NPM_SPEC = f"pyodide@{PYODIDE_VERSION}"
@@ -41,7 +42,7 @@ CORE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdli
 STAMP = ".ember-complete"  # written last: its presence means the folder is whole
 
 
-class PyodideAssetError(ValueError):
+class PyodideAssetError(EmberError, ValueError):
     """A Pyodide asset is missing, malformed, or failed verification."""
 
 

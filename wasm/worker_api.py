@@ -14,13 +14,14 @@ import os
 import time
 
 import numpy as np
+from ember.errors import EmberError
 
 TOOLS = ("whisper", "llama", "yolo")
 _MODELS: dict[str, dict] = {}   # tool -> {"model", "tokenizer", "source", "device"}
 _CANCEL = {"flag": False}
 
 
-class WorkerError(ValueError):
+class WorkerError(EmberError, ValueError):
     """A request the worker cannot serve; `code` tells the page which human message to show."""
 
     def __init__(self, message: str, code: str = "error"):

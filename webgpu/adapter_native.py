@@ -25,11 +25,12 @@ from __future__ import annotations
 import numpy as np
 
 from .adapter_choice import software_reason
+from ember.device import DeviceError
 
 _BATCH = 128  # dispatches per submit: bounds the encoder's size without per-op submits
 
 
-class AdapterError(RuntimeError):
+class AdapterError(DeviceError):
     """No usable GPU adapter, or the device was lost."""
 
 

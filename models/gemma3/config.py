@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..common.positions import rope_inv_freq
+from ember.errors import FormatError
 
 
-class Gemma3ConfigError(ValueError):
+class Gemma3ConfigError(FormatError):
     """A config that cannot describe a Gemma 3 model (names the source and the offending field)."""
 
 

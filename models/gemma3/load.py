@@ -19,6 +19,7 @@ from ember.quant import QTensor, load_quantized
 
 from .config import Gemma3Config
 from .model import Gemma3
+from ember.errors import FormatError
 
 _LAYER = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
           "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
@@ -29,7 +30,7 @@ _TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": 
 EMBED = "model.embed_tokens.weight"
 
 
-class Gemma3WeightsError(ValueError):
+class Gemma3WeightsError(FormatError):
     """Weights that do not describe the configured Gemma 3 model (names the file and the tensor)."""
 
 

