@@ -8,6 +8,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import sys
 
 KINDS = ("ct2-whisper", "whisper-gguf", "yolo")
 
@@ -21,8 +24,27 @@ def add_parser(sub):
     p.set_defaults(func=main)
 
 
+_REMOTE = re.compile(r"^[a-z][a-z0-9+.-]*://|^[A-Za-z0-9][\w.-]*/[\w.-]+(/[\w.-]+)?$")  # a URL or an owner/name hub id
+
+
+def _usage_error(a: list[str]) -> str | None:
+    """What is wrong with SRC/DST before any weights are read (exit 2), or None: a missing local source
+    that is no URL or hub id, or a destination file whose folder does not exist."""
+    src, dst = a[-2], a[-1]
+    if not os.path.exists(src) and not _REMOTE.match(src):
+        return f"no such file or folder: {src}"
+    folder = os.path.dirname(os.path.abspath(dst))
+    if os.path.splitext(dst)[1] and not os.path.isdir(folder):
+        return f"cannot write {dst}: folder {folder} does not exist"
+    return None
+
+
 def main(args):
     a = args.args
+    problem = _usage_error(a) if len(a) >= 2 else None
+    if problem:
+        print(f"ember convert: error: {problem}", file=sys.stderr)
+        return 2
     if a[0] in KINDS:
         if len(a) != 3:
             raise SystemExit(f"ember convert {a[0]}: expected SRC DST, got {' '.join(a[1:]) or 'nothing'}")

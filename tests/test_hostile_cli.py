@@ -32,6 +32,13 @@ def _ember(argv, tmp_path):
     (["onnx", "missing.onnx"], "argument model: no such file: missing.onnx"),
     (["onnx", "in.bin", "--input", "x=missing.npy"], "no such file: missing.npy"),
     (["onnx", "in.bin", "--input", "x"], "'x' must be NAME=FILE.npy"),
+    (["convert", "missing.safetensors", "out.gguf"], "no such file or folder: missing.safetensors"),
+    (["convert", "yolo", "missing.pt", "out.safetensors"], "no such file or folder: missing.pt"),
+    (["convert", "in.bin", "no/such/out.gguf"], "folder"),
+    (["train-llama", "--data", "missing", "--out", "o"], "argument --data: no such folder: missing"),
+    (["train-llama", "--data", ".", "--out", "o", "--steps", "0"], "argument --steps: must be at least 1, got 0"),
+    (["train-llama", "--data", ".", "--out", "o", "--lr", "-1"], "argument --lr: must be greater than 0"),
+    (["train-llama", "--data", ".", "--out", "o", "--dtype", "int8"], "argument --dtype: invalid choice"),
 ])
 def test_bad_arguments_exit_2_before_loading(argv, msg, tmp_path):
     (tmp_path / "in.bin").write_bytes(b"\0")

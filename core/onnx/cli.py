@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from ..cli import existing_file
+from ..argtypes import existing_file
 
 
 def _input_spec(spec: str) -> tuple[str, str]:

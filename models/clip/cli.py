@@ -11,7 +11,7 @@ import numpy as np
 
 
 def add_parser(sub):
-    from ...cli import existing_file
+    from ...argtypes import existing_file
     p = sub.add_parser("classify", help="classify an image (ViT, or CLIP zero-shot with --labels)")
     p.add_argument("image", type=existing_file)
     p.add_argument("--model", required=True, help="a ViT or CLIP folder, hub id or URL")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from ...cli import add_sampling_arguments
+from ...argtypes import add_sampling_arguments
 
 
 def add_parser(sub):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ...cli import add_sampling_arguments
+from ...argtypes import add_sampling_arguments
 
 
 def add_parser(sub):

@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 import ember
+from ember.argtypes import existing_folder, non_negative_int, positive_float, positive_int, writable_file
 from ember.data import DataLoader, TokenBlocks
 from ember.train import Trainer, classification_loss
 
@@ -87,22 +88,19 @@ def main(argv=None):
 
 
 def add_arguments(ap):
-    ap.add_argument("--data", required=True, help="folder with corpus.txt and tokenizer.json (corpus.py makes them)")
+    # validated before the corpus is read or a model is built: a bad value exits 2 with the flag named
+    ap.add_argument("--data", required=True, type=existing_folder,
+                    help="folder with corpus.txt and tokenizer.json (corpus.py makes them)")
     ap.add_argument("--out", required=True, help="output folder (HF layout)")
-    ap.add_argument("--dim", type=int, default=192)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=6)
-    ap.add_argument("--kv-heads", type=int, default=6)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
-    ap.add_argument("--save-every", type=int, default=100)
-    ap.add_argument("--dtype", default="float16", help="stored weight dtype")
+    for flag, default in (("--dim", 192), ("--layers", 4), ("--heads", 6), ("--kv-heads", 6), ("--hidden", 512),
+                          ("--seq", 128), ("--batch", 16), ("--steps", 1000)):
+        ap.add_argument(flag, type=positive_int, default=default)
+    ap.add_argument("--save-every", type=non_negative_int, default=100, help="0 = only at the end")
+    ap.add_argument("--lr", type=positive_float, default=3e-3)
+    ap.add_argument("--minutes", type=positive_float, default=None, help="stop after this many minutes")
+    ap.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"), help="stored weight dtype")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--log", default=None, help="JSON-lines loss log")
+    ap.add_argument("--log", type=writable_file, default=None, help="JSON-lines loss log")
 
 
 def run(a):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ...cli import existing_file, positive_int
+from ...argtypes import existing_file, positive_int
 
 
 def add_parser(sub):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ...cli import existing_file, positive_int, unit_interval, writable_file
+from ...argtypes import existing_file, positive_int, unit_interval, writable_file
 from .predict import CONF, IOU, MAX_DET
 
 
