@@ -205,3 +205,18 @@ def test_model_files_materialize_once_per_digest(tmp_path):
     assert one.materialize(tmp_path / "c").name == "w.bin" and one.digest != mf.digest
     with pytest.raises(FileNotFoundError, match="neither a file nor a folder"):
         ModelFiles.read(tmp_path / "nope")
+
+
+def test_embedder_bert_family_equals_sentence_transformers():
+    # all-MiniLM-L6-v2 (its config.json says model_type "bert"): the family comes from the folder, and the
+    # rows equal sentence-transformers' own embeddings of the same texts (without Ray: the wiring under test)
+    import sentence_transformers as st
+    from ember.models.bert.fetch import fetch_minilm
+    from ember.ray import Embedder
+    folder = fetch_minilm()
+    texts = ["a for loop", "The cat sat on the mat.", "classes and instances", "Ray runs actors"]
+    out = Embedder(folder)({"text": np.array(texts, object)})
+    assert list(out["error"]) == [""] * len(texts)
+    ref = st.SentenceTransformer(str(folder), device="cpu").encode(texts)
+    cos = (out["embedding"] * ref).sum(-1) / np.linalg.norm(ref, axis=-1)
+    assert out["embedding"].shape == ref.shape and cos.min() > 1 - 1e-5, cos

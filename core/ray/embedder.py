@@ -4,11 +4,14 @@ Which model embeds is a family in a small registry: `register_embedder(name, loa
 `load(source, device)` returns `embed(texts: list[str]) -> (n, dim) float32`. The family is the
 `family=` argument, else the source's config.json `model_type`. Built in:
 
+- "bert", "roberta", "distilbert": a sentence-transformers folder (ember.models.bert.SentenceEncoder: its
+  pooling and normalization), e.g. all-MiniLM-L6-v2 (`ember.models.bert.fetch.fetch_minilm()`); the real
+  sentence embeddings `ember embed` gives.
 - "llama": mean of a Llama's input token embeddings (its `embed_tokens` rows) over the tokens of each text,
-  L2-normalized: a bag-of-tokens vector, the simplest use of a model ember ships (the demo Llama).
+  L2-normalized: a bag-of-tokens vector, the simplest use of a model ember ships (the demo Llama, the
+  default: it needs no download).
 
-Encoder families (BERT, MiniLM) register themselves here as they land; `embed_fn=` takes any callable with
-the `embed` signature instead, for a model of your own.
+`embed_fn=` takes any callable with the `embed` signature instead, for a model of your own.
 """
 from __future__ import annotations
 
@@ -58,6 +61,16 @@ def _load_llama_tokens(source, device):
 
 
 register_embedder("llama", _load_llama_tokens)
+
+
+def _load_sentence_encoder(source, device):
+    from ember.models.bert.fetch import fetch_minilm
+    from ember.models.bert.sentence import SentenceEncoder
+    return SentenceEncoder(fetch_minilm() if source is None else os.fspath(source), device=device).encode
+
+
+for _family in ("bert", "roberta", "distilbert"):
+    register_embedder(_family, _load_sentence_encoder)
 
 
 class Embedder(BatchMapper):
