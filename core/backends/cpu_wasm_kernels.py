@@ -9,8 +9,9 @@ dlopen), and the kernels compute in place on numpy's buffers through `arr.ctypes
 `load()` says whether the kernels can be used here and why not: not under Pyodide, switched off
 with EMBER_WASM_KERNELS=0, a browser without WebAssembly SIMD, or a module that fails to load. Where the
 browser validates relaxed SIMD it loads `cpu_wasm_kernels_relaxed.wasm` instead (the same kernels with
-the GEMM's multiply-add as f32x4.relaxed_madd: a fused FMA, 1.3-1.9x the GEMM's GFLOP/s in V8 on an
-FMA CPU, bench/bench_wasm_kernels.py --relaxed), and the plain module when that one fails to load.
+the GEMM micro-kernel's multiply-add as f32x4.relaxed_madd, a fused FMA: 1.3-1.5x its GFLOP/s in
+Node 20, a median 1.2x in Chromium 156, bench/bench_wasm_kernels.py --relaxed [--chromium]), and the
+plain module when that one fails to load.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
 
 // c + a b, the micro-kernel's inner step. The relaxed-SIMD build (-mrelaxed-simd, cpu_wasm_kernels_relaxed.wasm,
 // loaded only where WebAssembly validates a relaxed instruction) lets the engine fuse it into one FMA
-// (one rounding instead of two): 1.3-1.4x the GEMM's GFLOP/s in V8. gemv keeps mul then add in both
+// (one rounding instead of two): 1.2-1.5x the GEMM's GFLOP/s in V8. gemv keeps mul then add in both
 // builds: its few accumulators make it latency-bound, and an FMA's longer latency made it slower.
 #ifdef __wasm_relaxed_simd__
 #define MADD(c, a, b) wasm_f32x4_relaxed_madd(a, b, c)
