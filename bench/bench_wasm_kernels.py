@@ -94,6 +94,11 @@ def in_node(snippet: str, relaxed: bool) -> dict:
         return s.run(snippet, timeout=1800)["result"]
 
 
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
 def in_chromium(snippet: str) -> dict:
     """`snippet`'s result from Pyodide on the main thread of a page in headless Chromium."""
     from playwright.sync_api import sync_playwright
@@ -113,9 +118,7 @@ try {{
   window.benchResult = await py.runPythonAsync(await (await fetch("snippet.py")).text());
 }} catch (e) {{ window.benchResult = JSON.stringify({{error: String(e)}}); }}
 </script>""")
-        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=tmp)
-        handler.func.log_message = lambda *args: None
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=tmp))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             with sync_playwright() as pw:
