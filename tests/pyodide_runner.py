@@ -64,7 +64,8 @@ class PyodideSession:
 
     def __init__(self, *, packages=("numpy",), install_ember: bool = True, wheels=(),
                  mounts: dict[str, str | os.PathLike] | None = None,
-                 dist: str | os.PathLike | None = None, timeout: float = SETUP_TIMEOUT):
+                 dist: str | os.PathLike | None = None, timeout: float = SETUP_TIMEOUT,
+                 node_args=()):
         node = node_path()
         if node is None:
             raise PyodideRunnerError("ember: node not found on PATH; Pyodide tests need "
@@ -74,7 +75,8 @@ class PyodideSession:
         config = {"indexURL": str(ensure_pyodide(dist)) + "/", "packages": list(packages),
                   "wheels": wheel_paths,
                   "mounts": {py: str(Path(host).resolve()) for py, host in (mounts or {}).items()}}
-        self._proc = subprocess.Popen([node, str(NODE_SCRIPT), json.dumps(config)],
+        # node_args: flags for Node / V8 before the script, e.g. --experimental-wasm-relaxed-simd
+        self._proc = subprocess.Popen([node, *node_args, str(NODE_SCRIPT), json.dumps(config)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, bufsize=1)
         self._lines: queue.Queue[str | None] = queue.Queue()

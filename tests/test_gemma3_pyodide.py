@@ -60,7 +60,7 @@ def test_gemma_in_pyodide_generates_the_native_tokens(gguf, pyodide_dist):  # no
             unavailable("ember: node not found on PATH; Pyodide tests need Node.js 20")
         with PyodideSession(dist=pyodide_dist, mounts={"/gemma": tmp}) as session:
             out = session.run(SNIPPET.format(folder="/gemma", runs=runs, prompt=PROMPT), timeout=900)["result"]
-    assert out["path"] == "wasm-simd128"
+    assert out["path"].startswith("wasm-simd128")
     assert out["info"]["parameters"] > 250e6 and out["info"]["bytes"] < 300e6  # quantized, not float32
     for opts, got in zip(runs, out["runs"]):
         ids, want = _native(gguf, PROMPT, opts)

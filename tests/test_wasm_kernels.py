@@ -13,6 +13,9 @@ import pytest
 from pyodide_runner import ember_wheel, pyodide_dist, pyodide_session  # noqa: F401
 
 BATTERY = Path(__file__).with_name("pyodide_battery.py")
+# the path in Node 20 without --experimental-wasm-relaxed-simd: the plain module (test_wasm_kernels_relaxed.py
+# runs the relaxed one)
+PLAIN = "wasm-simd128 (this browser has no relaxed SIMD)"
 
 # Error of a float32 dot product of length K against float64, relative to sum_k |a_ik b_kj|: a few
 # ulps times sqrt(K) for a blocked sum; 1e-6 sqrt(K) leaves ~8x headroom and still catches a wrong
@@ -44,7 +47,7 @@ def _run(session, body):
 
 def test_kernels_are_active_in_pyodide(pyodide_session):
     got = _run(pyodide_session, "result = cpu_matmul.matmul_path()\n")
-    assert got == "wasm-simd128"
+    assert got == PLAIN
 
 
 # (M, K, N): 1s, odd sizes, non-multiples of the 4x8 tile and of the 256 / 128 / 1024 cache blocks,
@@ -202,7 +205,35 @@ finally:
     assert why == "einsum (kernel module /tmp/nowhere.wasm is missing from this install)" and gone and err < 1e-5
     why, gone, err = got["off"]
     assert why == "einsum (switched off by EMBER_WASM_KERNELS=0)" and gone and err < 1e-5
-    assert got["restored"] == "wasm-simd128"
+    assert got["restored"] == PLAIN
+
+
+def test_a_relaxed_module_that_cannot_load_falls_back_to_the_plain_one(pyodide_session):
+    # Node 20 without --experimental-wasm-relaxed-simd: a probe forced to pass makes the relaxed module's
+    # compile fail inside dlopen, then a missing relaxed module; both leave the plain kernels, with the reason
+    got = _run(pyodide_session, '''
+from ember.backends import cpu_wasm_kernels as W
+rng = np.random.default_rng(6)
+a, b = rng.standard_normal((64, 80)).astype(np.float32), rng.standard_normal((80, 70)).astype(np.float32)
+real, shipped = W._validates, W.RELAXED_MODULE
+W._validates = lambda probe: True
+result = {}
+try:
+    for name, path in [("uncompilable", shipped), ("missing", "/tmp/nowhere_relaxed.wasm")]:
+        W.RELAXED_MODULE = path
+        why = cpu_matmul.use_wasm_kernels()
+        result[name] = [why, cpu_matmul.wasm_kernels() is not None, rel_err(cpu_matmul.mm(a, b), a, b)[0]]
+finally:
+    W._validates, W.RELAXED_MODULE = real, shipped
+    result["restored"] = cpu_matmul.use_wasm_kernels()
+result["shipped"] = str(shipped)
+''')
+    why, loaded, err = got["uncompilable"]
+    assert why.startswith(f"wasm-simd128 (relaxed module {got['shipped']} failed to load: ") and loaded and err < 1e-5, why
+    why, loaded, err = got["missing"]
+    assert why == "wasm-simd128 (relaxed module /tmp/nowhere_relaxed.wasm is missing from this install)"
+    assert loaded and err < 1e-5
+    assert got["restored"] == PLAIN
 
 
 def test_native_cpython_reports_blas():
@@ -211,9 +242,10 @@ def test_native_cpython_reports_blas():
 
 
 def test_wheel_ships_the_kernel_module():
-    from ember.backends.cpu_wasm_kernels import MODULE
+    from ember.backends.cpu_wasm_kernels import MODULE, RELAXED_MODULE
     with zipfile.ZipFile(ember_wheel()) as zf:
         assert zf.read("ember/backends/cpu_wasm_kernels.wasm") == MODULE.read_bytes()
+        assert zf.read("ember/backends/cpu_wasm_kernels_relaxed.wasm") == RELAXED_MODULE.read_bytes()
         assert "ember/wasm/kernels/gemm.c" in zf.namelist()
 
 
@@ -234,7 +266,7 @@ def test_op_battery_with_every_matmul_on_the_kernels(pyodide_session):
         path = pyodide_session.run("from ember.backends import cpu_matmul\nresult = cpu_matmul.matmul_path()")["result"]
     finally:
         pyodide_session.run("from ember.backends import cpu_matmul\ncpu_matmul._KERNEL_MIN_MNK = 1 << 15\n")
-    assert path == "wasm-simd128"
+    assert path == PLAIN
     assert got.keys() == expected.keys()
     bad = []
     for name in expected:
@@ -255,8 +287,8 @@ def test_the_page_and_ember_info_report_the_kernels(pyodide_session):
     out = pyodide_session.run(
         "from ember.wasm import worker_api\nfrom ember.cli import main_info\n"
         "main_info()\nresult = await worker_api.pick_device('cpu')\n", timeout=120)
-    assert out["result"] == {"device": "cpu", "reason": "", "adapter": "", "kernels": "wasm-simd128"}
-    assert "cpu matmul: wasm-simd128\n" in out["stdout"]
+    assert out["result"] == {"device": "cpu", "reason": "", "adapter": "", "kernels": PLAIN}
+    assert f"cpu matmul: {PLAIN}\n" in out["stdout"]
 
 
 def test_addresses_past_2gib_pass_as_signed_c_ints():
@@ -400,4 +432,4 @@ finally:
     assert out["path"] == "einsum (this browser has no WebAssembly SIMD128)"
     assert out["device"]["kernels"] == "einsum (this browser has no WebAssembly SIMD128)"
     assert out["linear"] < 1e-4 and out["silu"] < 1e-5 and out["conv"] == [1, 8, 9, 9]
-    assert out["restored"] == "wasm-simd128"
+    assert out["restored"] == PLAIN

@@ -112,7 +112,7 @@ result = cpu_matmul.matmul_path()
 @pytest.mark.slow
 def test_every_stage_matches_cpython_with_the_kernels(stages):
     path, native, page = stages
-    assert path == "wasm-simd128"
+    assert path.startswith("wasm-simd128")
     for name, ref in native.items():
         got = page[name]
         assert got["samples"].shape == ref["samples"].shape and got["mel"].shape == ref["mel"].shape, name

@@ -35,8 +35,8 @@ async def pick_device(name: str) -> dict:
     """Make `name` ("auto", "webgpu" or "cpu") usable; -> {"device", "reason", "adapter", "kernels"}. A missing
     WebGPU adapter is not an error: the answer says "cpu" and why, and the page shows it. "auto" also takes
     the CPU when the only adapter is a software renderer (SwiftShader, llvmpipe: slower than the CPU
-    backend); "webgpu" uses any adapter that works. "kernels" is the CPU's matmul path: "wasm-simd128", or
-    "einsum (why the SIMD kernels are not used)"."""
+    backend); "webgpu" uses any adapter that works. "kernels" is the CPU's matmul path:
+    "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)", or "einsum (why the SIMD kernels are not used)"."""
     from ember.backends.cpu_matmul import matmul_path
     return {**await _pick_device(name), "kernels": matmul_path()}
 

@@ -36,12 +36,13 @@ def use_wasm_kernels(path=None):
     For the page's settings and the tests (a broken module must fall back to einsum with its reason)."""
     _kernels.clear()
     if NO_BLAS:
-        _kernels.append(cpu_wasm_kernels.load(*(() if path is None else (path,))))
+        _kernels.append(cpu_wasm_kernels.load(path))
     return matmul_path()
 
 
 def matmul_path() -> str:
-    """'blas' natively; under Pyodide 'wasm-simd128', or 'einsum (why the kernels are not used)'."""
+    """'blas' natively; under Pyodide 'wasm-simd128+relaxed', 'wasm-simd128 (why not relaxed)', or
+    'einsum (why the kernels are not used)'."""
     if not NO_BLAS:
         return "blas"
     wasm_kernels()

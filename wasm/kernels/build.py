@@ -1,7 +1,11 @@
-"""Build the CPU backend's WebAssembly SIMD128 kernels: every wasm/kernels/*.c into one Pyodide side module.
+"""Build the CPU backend's WebAssembly SIMD128 kernels: every wasm/kernels/*.c into a Pyodide side module, twice.
 
-    python -m ember.wasm.kernels.build            # (re)write core/backends/cpu_wasm_kernels.wasm
+    python -m ember.wasm.kernels.build            # (re)write core/backends/cpu_wasm_kernels{,_relaxed}.wasm
     python -m ember.wasm.kernels.build --check    # rebuild into a temp dir; exit 1 if the committed bytes differ
+
+cpu_wasm_kernels.wasm is plain SIMD128; cpu_wasm_kernels_relaxed.wasm is the same sources with
+-mrelaxed-simd (the GEMM's multiply-add becomes f32x4.relaxed_madd, a fused FMA where the CPU has
+one), loaded only where the browser validates relaxed SIMD (cpu_wasm_kernels.py).
 
 The module is committed and shipped as package data of ember.backends, so `pip install` needs no
 compiler and the wheel stays py3-none-any. clang-19's output is byte-for-byte reproducible (no paths
@@ -17,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ember.backends.cpu_wasm_kernels import MODULE as TARGET  # package data of ember.backends
+from ember.backends.cpu_wasm_kernels import MODULE, RELAXED_MODULE  # package data of ember.backends
 
 HERE = Path(__file__).resolve().parent
 CLANG, LLD = "clang-19", "wasm-ld-19"  # Debian bookworm: apt-get install clang-19 lld-19
@@ -26,6 +30,8 @@ CLANG, LLD = "clang-19", "wasm-ld-19"  # Debian bookworm: apt-get install clang-
 FLAGS = ["--target=wasm32-unknown-emscripten", "-ffreestanding", "--sysroot=/nonexistent", "-msimd128",
          "-mbulk-memory", "-O3", "-fPIC", "-shared", "-nostdlib", "-fuse-ld=lld", "-Wall", "-Wextra", "-Werror",
          "-Wl,--experimental-pic", "-Wl,--no-entry", "-Wl,--export-dynamic"]
+# each shipped module and the flags it adds to FLAGS
+VARIANTS = {MODULE: [], RELAXED_MODULE: ["-mrelaxed-simd"]}
 
 
 class KernelBuildError(RuntimeError):
@@ -42,14 +48,16 @@ def compiler() -> str | None:
     return clang if clang and shutil.which(LLD) else None
 
 
-def build(out: str | Path = TARGET) -> Path:
+def build(out: str | Path = MODULE, target: Path = MODULE) -> Path:
+    """Compile the module `target` (a key of VARIANTS) into `out`; build it under target's file name, which
+    the module's name section records."""
     clang = compiler()
     if clang is None:
         raise KernelBuildError(f"ember: building the wasm kernels needs {CLANG} and {LLD} "
                                f"(Debian: apt-get install clang-19 lld-19)")
     out = Path(out)
     # relative source names, run from HERE: nothing of the checkout's location enters the module
-    cmd = [clang, *FLAGS, "-o", str(out.resolve()), *(s.name for s in sources())]
+    cmd = [clang, *FLAGS, *VARIANTS[target], "-o", str(out.resolve()), *(s.name for s in sources())]
     proc = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True)
     if proc.returncode != 0:
         raise KernelBuildError(f"ember: {' '.join(cmd)} failed:\n{proc.stderr}")
@@ -57,15 +65,17 @@ def build(out: str | Path = TARGET) -> Path:
 
 
 def check() -> str | None:
-    """None when a fresh build equals the committed module, else what differs."""
+    """None when fresh builds equal the committed modules, else what differs."""
+    problems = []
     with tempfile.TemporaryDirectory(prefix="ember-kernels-") as tmp:
-        fresh = build(Path(tmp) / TARGET.name).read_bytes()
-    if not TARGET.is_file():
-        return f"{TARGET} is missing; run python -m ember.wasm.kernels.build"
-    if fresh != TARGET.read_bytes():
-        return (f"{TARGET} differs from a fresh build of wasm/kernels/*.c "
-                f"({TARGET.stat().st_size} vs {len(fresh)} bytes); run python -m ember.wasm.kernels.build and commit it")
-    return None
+        for target in VARIANTS:
+            fresh = build(Path(tmp) / target.name, target).read_bytes()
+            if not target.is_file():
+                problems.append(f"{target} is missing; run python -m ember.wasm.kernels.build")
+            elif fresh != target.read_bytes():
+                problems.append(f"{target} differs from a fresh build of wasm/kernels/*.c ({target.stat().st_size} "
+                                f"vs {len(fresh)} bytes); run python -m ember.wasm.kernels.build and commit it")
+    return "\n".join(problems) or None
 
 
 def main(argv=None) -> int:
@@ -74,9 +84,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.check:
         problem = check()
-        print(problem or f"{TARGET.name}: up to date")
+        print(problem or f"{', '.join(t.name for t in VARIANTS)}: up to date")
         return 1 if problem else 0
-    print(f"wrote {build()} ({TARGET.stat().st_size} bytes)")
+    for target in VARIANTS:
+        print(f"wrote {build(target, target)} ({target.stat().st_size} bytes)")
     return 0
 
 
