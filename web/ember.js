@@ -92,7 +92,7 @@ class Ember {
     this.device = r.device;
     this.deviceReason = r.reason || "";
     this.deviceAdapter = r.adapter || "";
-    this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128" or "einsum (why)"
+    this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)" or "einsum (why)"
   }
 
   /** Switch to "auto", "webgpu" or "cpu"; -> the device in use (cpu, with `deviceReason`, if WebGPU is unusable
@@ -103,7 +103,7 @@ class Ember {
     this.device = r.device;
     this.deviceReason = r.reason || "";
     this.deviceAdapter = r.adapter || "";
-    this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128" or "einsum (why)"
+    this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)" or "einsum (why)"
     this.models = {};
     return this.device;
   }
