@@ -81,7 +81,8 @@ def _sentences(n):
 def test_minilm_matches_sentence_transformers(minilm, device):
     st = pytest.importorskip("sentence_transformers")
     from ember.models.bert.sentence import SentenceEncoder
-    texts = _sentences(300 if device == "cpu" else 24) + ["", "ünïcödé 🙂 text", "word " * 400]  # empty, non-ASCII, truncated
+    # a few hundred on cpu (plus a text truncated at 256 tokens), a handful on webgpu (lavapipe is slow)
+    texts = _sentences(300 if device == "cpu" else 6) + ["", "ünïcödé 🙂 text"] + (["word " * 400] if device == "cpu" else [])
     ref = st.SentenceTransformer(str(minilm), device="cpu").encode(texts, batch_size=32)
     got = SentenceEncoder(minilm, device=device).encode(texts)
     assert got.shape == ref.shape == (len(texts), 384)
