@@ -5,10 +5,10 @@ IN keys: `images` (names, comma-joined) + `img_<name>` RGB uint8 arrays; `fall_p
 `n_resize`, `resize_src<i>` / `resize_to<i>` (cv2.resize INTER_LINEAR cases);
 `onnx_out` (raw ONNX head output to run through ultralytics' NMS); `x` (a model input batch);
 `pose_conf` (threshold for the random pose model's predict).
-OUT: letterboxed images (rect and square), random yolov8n / yolov8n-pose checkpoints (written to
-WORKDIR) and their raw outputs on `x`, a yolov8n-seg checkpoint (a head ember refuses), ultralytics'
+OUT: letterboxed images (rect and square), random yolov8n / yolov8n-pose / yolo11n / yolo11n-pose
+checkpoints (written to WORKDIR) and their raw outputs on `x`, a yolov8n-seg checkpoint (a head ember refuses), ultralytics'
 NMS of `onnx_out`, YOLO(best.pt).predict on each image (its defaults, and rect=False), and the random
-pose model's predict on the first image.
+pose models' and the random yolo11n's predict on the first image.
 """
 import sys
 
@@ -44,7 +44,7 @@ def main(inp, outp, workdir):
         src, (h, w) = d[f"resize_src{i}"], d[f"resize_to{i}"]
         out[f"resize_{i}"] = cv2.resize(src, (int(w), int(h)), interpolation=cv2.INTER_LINEAR)
     x = torch.from_numpy(d["x"])
-    for cfg in ("yolov8n.yaml", "yolov8n-pose.yaml"):
+    for cfg in ("yolov8n.yaml", "yolov8n-pose.yaml", "yolo11n.yaml", "yolo11n-pose.yaml"):
         torch.manual_seed(0)
         y = YOLO(cfg)
         m = y.model.eval()
@@ -64,12 +64,13 @@ def main(inp, outp, workdir):
         for key, kw in (("pred", {}), ("pred_square", {"rect": False})):
             b = fall.predict(bgr, device="cpu", verbose=False, **kw)[0].boxes
             out[f"{key}_{name}"] = np.concatenate([b.xyxy.numpy(), b.conf.numpy()[:, None], b.cls.numpy()[:, None]], 1)
-    pose = YOLO(f"{workdir}/yolov8n_pose.pt")
     bgr = np.ascontiguousarray(d[f"img_{names[0]}"][:, :, ::-1])
-    r = pose.predict(bgr, device="cpu", verbose=False, conf=float(d["pose_conf"]))[0]
-    out["pose_boxes"] = np.concatenate([r.boxes.xyxy.numpy(), r.boxes.conf.numpy()[:, None],
-                                        r.boxes.cls.numpy()[:, None]], 1)
-    out["pose_kpts"] = r.keypoints.data.numpy()                       # (n, 17, 3)
+    for key in ("yolov8n_pose", "yolo11n", "yolo11n_pose"):
+        r = YOLO(f"{workdir}/{key}.pt").predict(bgr, device="cpu", verbose=False, conf=float(d["pose_conf"]))[0]
+        out[f"predict_{key}"] = np.concatenate([r.boxes.xyxy.numpy(), r.boxes.conf.numpy()[:, None],
+                                                r.boxes.cls.numpy()[:, None]], 1)
+        if r.keypoints is not None:
+            out[f"kpts_{key}"] = r.keypoints.data.numpy()               # (n, 17, 3)
     np.savez(outp, **out)
 
 
