@@ -6,8 +6,8 @@ IN keys: `images` (names, comma-joined) + `img_<name>` RGB uint8 arrays; `fall_p
 `onnx_out` (raw ONNX head output to run through ultralytics' NMS); `x` (a model input batch);
 `pose_conf` (threshold for the random pose model's predict).
 OUT: letterboxed images (rect and square), random yolov8n / yolov8n-pose checkpoints and calibrated
-random yolo11n / yolo11n-pose ones (see calibrate; all written to WORKDIR; `<key>_96.pt` calibrated on
-the first image letterboxed to 96, `letterbox96`) and their raw outputs on `x` (on `letterbox96` for yolo11), yolov8n-seg and yolo11n-seg checkpoints (a head ember refuses), ultralytics'
+random yolo11n / yolo11n-pose ones (see calibrate; all written to WORKDIR) and their raw outputs on `x`
+(on the letterboxed first image for the yolo11 ones), yolov8n-seg and yolo11n-seg checkpoints (a head ember refuses), ultralytics'
 NMS of `onnx_out`, YOLO(best.pt).predict on each image (its defaults, and rect=False), and the random
 v8 pose model's predict on the first image (conf `pose_conf`), the yolo11 ones' with predict's defaults.
 """
@@ -37,8 +37,8 @@ def calibrate(model, x, cls_bias=-5.0):
     """A random model whose detections depend on the image: BatchNorm statistics from one forward pass
     over x (each layer's output then varies over the image as a trained net's does, instead of fading
     to a near-constant map), and one class bias for all classes, so that predict's default conf 0.25
-    keeps a few dozen boxes with distinct scores. Inputs unlike x (uniform noise) meet the small
-    variances of some channels and give large, ill-conditioned activations: test it on x."""
+    keeps a few dozen boxes with distinct scores. Inputs unlike x (uniform noise, or x at another size)
+    meet the small variances of some channels and give large, ill-conditioned activations: test it on x."""
     for m in model.modules():
         if isinstance(m, torch.nn.BatchNorm2d):
             m.reset_running_stats()
@@ -64,24 +64,19 @@ def main(inp, outp, workdir):
         out[f"resize_{i}"] = cv2.resize(src, (int(w), int(h)), interpolation=cv2.INTER_LINEAR)
     x = torch.from_numpy(d["x"])
     bgr0 = np.ascontiguousarray(d[f"img_{names[0]}"][:, :, ::-1])
-    small = LetterBox((96, 96), auto=True, stride=32)(image=bgr0)[:, :, ::-1]    # a tiny input for every device
-    out["letterbox96"] = small
-    as_x = (lambda rgb: torch.from_numpy(np.ascontiguousarray(rgb.transpose(2, 0, 1)))[None] / 255.0)
+    rect = torch.from_numpy(np.ascontiguousarray(out[f"letterbox_{names[0]}"].transpose(2, 0, 1)))[None] / 255.0
     for cfg in ("yolov8n.yaml", "yolov8n-pose.yaml", "yolo11n.yaml", "yolo11n-pose.yaml"):
+        torch.manual_seed(0)
+        m = YOLO(cfg).model.eval()
+        v11 = cfg.startswith("yolo11")
+        if v11:
+            calibrate(m, rect)
+        else:
+            randomize_bn(m, torch.Generator().manual_seed(1))
         key = cfg.split(".")[0].replace("-", "_")
-        # yolo11: one model calibrated on the rect first image (predict), one on its tiny version (raw outputs)
-        for suffix, calib in ((("", out[f"letterbox_{names[0]}"]), ("_96", small)) if key.startswith("yolo11")
-                              else (("", None),)):
-            torch.manual_seed(0)
-            m = YOLO(cfg).model.eval()
-            if calib is None:
-                randomize_bn(m, torch.Generator().manual_seed(1))
-            else:
-                calibrate(m, as_x(calib))
-            torch.save({"model": m, "ema": None}, f"{workdir}/{key}{suffix}.pt")
-            if suffix or calib is None:
-                with torch.no_grad():  # the calibrated models only on the input they were calibrated on
-                    out[f"raw_{key}"] = m(x if calib is None else as_x(small))[0].numpy()
+        torch.save({"model": m, "ema": None}, f"{workdir}/{key}.pt")
+        with torch.no_grad():  # a calibrated model only on the input it was calibrated on
+            out[f"raw_{key}"] = m(rect if v11 else x)[0].numpy()
     for cfg in ("yolov8n-seg", "yolo11n-seg"):  # unsupported heads
         torch.save({"model": YOLO(f"{cfg}.yaml").model}, f"{workdir}/{cfg.replace('-', '_')}.pt")
     for conf, iou in ((0.25, 0.45), (0.05, 0.7)):
