@@ -13,7 +13,7 @@ from ember import nn
 from ember.nn import functional as F
 
 from .config import YoloConfig
-from .model import C2f, SPPF, YOLOv8, Bottleneck, Conv, Detect, _upsample2x
+from .model import C2f, SPPF, YOLOv8, Bottleneck, Conv, Detect
 
 
 class C3k(nn.Module):
@@ -90,7 +90,10 @@ class C2PSA(nn.Module):
 
 class YOLO11(YOLOv8):
     """Backbone (0-10), neck (11-22) and head (23), numbered as in yolo11.yaml; upsample and concat
-    layers are Identity placeholders that keep the numbering."""
+    layers are Identity placeholders that keep the numbering; YOLOv8.forward_steps runs it by index."""
+
+    P5_LAYERS = (7, 8, 9, 10)
+    NECK = (13, 16, 17, 19, 20, 22)
 
     @staticmethod
     def layers(cfg: YoloConfig) -> list:
@@ -119,27 +122,3 @@ class YOLO11(YOLOv8):
             C3k2(c512 + c1024, c1024, n, True),                  # 22 out P5/32
             Detect(cfg.nc, (c256, c512, c1024), cfg.reg_max, cfg.kpt_shape, dw_cls=True),  # 23
         ]
-
-    def forward_steps(self, x):
-        """As YOLOv8.forward_steps: FORWARD_STEPS groups of layers, yielding the count done after each."""
-        self.check_input(x)
-        m = self.model
-        x = m[1](m[0](x))                                                        # (b, c128, H/4, W/4)
-        yield 1
-        p3 = m[4](m[3](m[2](x)))                                                 # (b, c512, H/8, W/8)
-        yield 2
-        p4 = m[6](m[5](p3))                                                      # (b, c512, H/16, W/16)
-        yield 3
-        p5 = m[10](m[9](m[8](m[7](p4))))                                         # (b, c1024, H/32, W/32)
-        yield 4
-        h4 = m[13](ember.cat([_upsample2x(p5), p4], 1))                          # (b, c512, H/16, W/16)
-        yield 5
-        o3 = m[16](ember.cat([_upsample2x(h4), p3], 1))                          # (b, c256, H/8, W/8)
-        yield 6
-        o4 = m[19](ember.cat([m[17](o3), h4], 1))                                # (b, c512, H/16, W/16)
-        yield 7
-        o5 = m[22](ember.cat([m[20](o4), p5], 1))                                # (b, c1024, H/32, W/32)
-        yield 8
-        out = m[23]([o3, o4, o5], self.cfg.strides)
-        yield 9
-        return out

@@ -239,6 +239,10 @@ class YOLOv8(nn.Module):
             raise ValueError(f"ember: {type(self).__name__} expects (batch, 3, H, W) with H, W multiples of 32, "
                              f"got {tuple(x.shape)}")
 
+    # layer indices (see layers()): the P5 stage's layers, and the neck's C2f at P4 and P3, then the
+    # downsampling Conv and C2f at P4 and at P5
+    P5_LAYERS = (7, 8, 9)
+    NECK = (12, 15, 16, 18, 19, 21)
     FORWARD_STEPS = 9  # what forward_steps yields: the 8 groups of layers below, then the head
 
     def forward_steps(self, x):
@@ -246,22 +250,25 @@ class YOLOv8(nn.Module):
         so a caller can report progress and stop between layers (the page's worker on a slow adapter)."""
         self.check_input(x)
         m = self.model
+        top4, top3, down4, out4, down5, out5 = (m[i] for i in self.NECK)
         x = m[1](m[0](x))                                                        # (b, c128, H/4, W/4)
         yield 1
         p3 = m[4](m[3](m[2](x)))                                                 # (b, c256, H/8, W/8)
         yield 2
         p4 = m[6](m[5](p3))                                                      # (b, c512, H/16, W/16)
         yield 3
-        p5 = m[9](m[8](m[7](p4)))                                                # (b, c1024, H/32, W/32)
+        p5 = p4
+        for i in self.P5_LAYERS:
+            p5 = m[i](p5)                                                        # (b, c1024, H/32, W/32)
         yield 4
-        h4 = m[12](ember.cat([_upsample2x(p5), p4], 1))                          # (b, c512, H/16, W/16)
+        h4 = top4(ember.cat([_upsample2x(p5), p4], 1))                           # (b, c512, H/16, W/16)
         yield 5
-        o3 = m[15](ember.cat([_upsample2x(h4), p3], 1))                          # (b, c256, H/8, W/8)
+        o3 = top3(ember.cat([_upsample2x(h4), p3], 1))                           # (b, c256, H/8, W/8)
         yield 6
-        o4 = m[18](ember.cat([m[16](o3), h4], 1))                                # (b, c512, H/16, W/16)
+        o4 = out4(ember.cat([down4(o3), h4], 1))                                 # (b, c512, H/16, W/16)
         yield 7
-        o5 = m[21](ember.cat([m[19](o4), p5], 1))                                # (b, c1024, H/32, W/32)
+        o5 = out5(ember.cat([down5(o4), p5], 1))                                 # (b, c1024, H/32, W/32)
         yield 8
-        out = m[22]([o3, o4, o5], self.cfg.strides)
+        out = m[-1]([o3, o4, o5], self.cfg.strides)
         yield 9
         return out
