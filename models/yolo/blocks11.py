@@ -13,7 +13,7 @@ from ember import nn
 from ember.nn import functional as F
 
 from .config import YoloConfig
-from .model import C2f, SPPF, YOLOv8, Bottleneck, Conv, Detect
+from .model import SPPF, Bottleneck, C2f, Conv, Detect, YOLOv8
 
 
 class C3k(nn.Module):

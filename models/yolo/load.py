@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
+from .blocks11 import YOLO11
 from .config import YoloConfig
 from .convert import check_weights, read_weights
-from .blocks11 import YOLO11
 from .model import YOLOv8
 
 
