@@ -301,7 +301,7 @@ def test_wrong_class_count_in_metadata(converted, tmp_path):
 def test_not_a_yolo_safetensors(tmp_path):
     p = tmp_path / "other.safetensors"
     ember.save({"w": ember.zeros(2)}, p)
-    with pytest.raises(YoloConfigError, match="not an ember YOLOv8 file"):
+    with pytest.raises(YoloConfigError, match="not an ember YOLOv8 / YOLO11 file"):
         load_model(p)
 
 

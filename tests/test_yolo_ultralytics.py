@@ -6,9 +6,10 @@ torchvision that does not load beside this environment's torch 2.13:
 
 One module fixture runs tests/yolo_reference.py there once (arrays in and out via .npz): its
 LetterBox and cv2.resize, random seeded yolov8n and yolov8n-pose models (BatchNorm statistics
-randomized, saved as .pt checkpoints that ember converts), its non_max_suppression, and
-YOLO(...).predict on the test images with predict's own defaults (rect letterbox, iou 0.7) and with
-rect=False (ember's --square).
+randomized) and yolo11n and yolo11n-pose models (BatchNorm statistics from bus.jpg, so their
+detections depend on the image), saved as .pt checkpoints that ember converts, its
+non_max_suppression, and YOLO(...).predict on the test images with predict's own defaults (rect
+letterbox, conf 0.25, iou 0.7) and with rect=False (ember's --square).
 """
 import os
 import subprocess
@@ -74,22 +75,39 @@ def test_letterbox_matches_ultralytics(ref, name, square):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("key", ["yolov8n", "yolov8n_pose"])
-def test_random_model_raw_outputs(ref, key, device):
+RANDOM_MODELS = {"yolov8n": (8, 80, None), "yolov8n_pose": (8, 1, (17, 3)),   # (version, nc, kpt_shape)
+                 "yolo11n": (11, 80, None), "yolo11n_pose": (11, 80, (17, 3))}  # yolo11-pose.yaml says nc: 80
+
+
+def _assert_raw_outputs(ref, key, device, x):
     model = load_model(ref["work"] / f"{key}.pt", device=device)
-    assert (model.cfg.nc, model.cfg.kpt_shape) == ((80, None) if key == "yolov8n" else (1, (17, 3)))
-    want = ref["out"][f"raw_{key}"]                                    # (2, 4 + nc [+ 51], 126)
-    got = run_model(model, ref["inp"]["x"])
+    assert (model.cfg.version, model.cfg.nc, model.cfg.kpt_shape) == RANDOM_MODELS[key]
+    want = ref["out"][f"raw_{key}"]                                    # (b, 4 + nc [+ 51], anchors)
+    got = run_model(model, x)
     assert got.shape == want.shape
     # boxes/keypoints in input pixels, class scores as probabilities; BN folded in float64 here, float32 there
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
     assert np.abs(want[:, :4]).max() > 10 and want[:, 4:84].std() > 0  # non-trivial outputs
 
 
-def test_segmentation_checkpoint_is_refused(ref):
+@pytest.mark.parametrize("key", ["yolov8n", "yolov8n_pose"])
+def test_random_model_raw_outputs(ref, key, device):
+    _assert_raw_outputs(ref, key, device, ref["inp"]["x"])
+
+
+@pytest.mark.parametrize("key", ["yolo11n", "yolo11n_pose"])
+def test_yolo11_raw_outputs(ref, key):
+    """On the letterboxed bus.jpg the models were calibrated on (yolo_reference.calibrate); cpu only, as
+    640x480 is minutes on a software WebGPU adapter (the ops are the YOLOv8 ones plus attention)."""
+    x = ref["out"][f"letterbox_{IMAGES[0]}"].transpose(2, 0, 1)[None].astype(np.float32) / 255
+    _assert_raw_outputs(ref, key, "cpu", x)
+
+
+@pytest.mark.parametrize("key", ["yolov8n_seg", "yolo11n_seg"])
+def test_segmentation_checkpoint_is_refused(ref, key):
     from ember.models.yolo.config import YoloConfigError
-    with pytest.raises(YoloConfigError, match="yolov8n_seg.pt: not a YOLOv8 detect/pose model.*Segment"):
-        load_model(ref["work"] / "yolov8n_seg.pt")
+    with pytest.raises(YoloConfigError, match=f"{key}.pt: not a YOLOv8 / YOLO11 detect/pose model.*Segment"):
+        load_model(ref["work"] / f"{key}.pt")
 
 
 @pytest.mark.parametrize("conf,iou", [(0.25, 0.45), (0.05, 0.7)])
@@ -130,7 +148,43 @@ def test_pose_predict_matches_ultralytics(ref):
     compare the best five, and the count."""
     model = load_model(ref["work"] / "yolov8n_pose.pt")
     dets = detect(model, ref["inp"][f"img_{IMAGES[0]}"], conf=POSE_CONF)
-    want, kpts = ref["out"]["pose_boxes"], ref["out"]["pose_kpts"]                 # (n, 6), (n, 17, 3)
+    want, kpts = ref["out"]["predict_yolov8n_pose"], ref["out"]["kpts_yolov8n_pose"]  # (n, 6), (n, 17, 3)
     assert abs(len(dets) - len(want)) <= 0.2 * len(want)
     _assert_same_detections(dets[:5], want[:5])
     np.testing.assert_allclose([d["keypoints"] for d in dets[:5]], kpts[:5], atol=1.0)
+
+
+@pytest.mark.parametrize("key", ["yolo11n", "yolo11n_pose"])
+def test_yolo11_cli_matches_ultralytics_predict(ref, key, capsys):
+    """`ember yolo bus.jpg --model yolo11n.pt` equals `YOLO(yolo11n.pt).predict(bus.jpg)`, both with their
+    defaults: every detection's class, score and box (and keypoints for pose)."""
+    import argparse
+    import json
+
+    from ember.models.yolo import cli
+    p = argparse.ArgumentParser()
+    cli.add_parser(p.add_subparsers())
+    args = p.parse_args(["yolo", str(ensure_file(f"{IMAGES[0]}.jpg")), "--model", str(ref["work"] / f"{key}.pt"),
+                         "--json"])
+    assert cli.main(args) == 0
+    dets = json.loads(capsys.readouterr().out)
+    want = ref["out"][f"predict_{key}"]
+    assert len(want) >= 10 and len(np.unique(want[:, 5])) > 3  # many boxes of several classes
+    _assert_same_detections(dets, want)
+    if key.endswith("pose"):
+        np.testing.assert_allclose([d["keypoints"] for d in dets], ref["out"][f"kpts_{key}"], atol=1.0)
+
+
+def test_yolo11_converted_safetensors_round_trip(ref, tmp_path):
+    """`ember convert yolo` of a YOLO11 checkpoint: the file names its arch and loads to the same model."""
+    import ember
+    from ember.models.yolo.convert import convert
+    out = convert(ref["work"] / "yolo11n_pose.pt", tmp_path / "y11.safetensors")
+    assert ember.io.metadata(out)["ember.arch"] == "yolo11"
+    a, b = load_model(out), load_model(ref["work"] / "yolo11n_pose.pt")
+    assert type(a).__name__ == "YOLO11" and a.cfg == b.cfg
+    # ONNX exports carry no yaml: the same config follows from the weight names and shapes alone
+    from ember.models.yolo.config import YoloConfig
+    shapes = {k: tuple(v.shape) for k, v in ember.load(out).items()}
+    assert YoloConfig.infer(shapes, names=a.cfg.names) == a.cfg
+    np.testing.assert_array_equal(run_model(a, ref["inp"]["x"]), run_model(b, ref["inp"]["x"]))

