@@ -73,3 +73,35 @@ def test_yolo_matches_native(app, bus_png, native_yolo):
 
 def test_no_console_errors(app):
     assert app.errors == []
+
+
+def test_training_tool_on_webgpu_follows_the_native_curve(app, site):
+    # the digits CNN trained in the page on WebGPU (SwiftShader here): its first steps' losses equal the same
+    # seeded run in native Python (float32 sums in another order: a few 1e-4 relative)
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ember.wasm import train_api, worker_api
+    config = {"epochs": 1, "batch_size": 64, "lr": 0.01, "seed": 0}
+    call = lambda op, args: ThreadPoolExecutor(1).submit(  # noqa: E731  (Playwright holds this thread's loop)
+        lambda: asyncio.run(worker_api.handle(op, args))).result()
+    call("load", {"tool": "train", "folder": str(site / "models" / "digits")})
+    ref = []
+    call("train", {"opts": config, "on_partial": lambda ev: ev["kind"] == "step" and ref.append(ev["loss"])})
+    train_api._STATE.update(data=None, session=None)
+    page = app.page
+    page.click("#tab-train")
+    for field, key in (("#train-epochs", "epochs"), ("#train-batch", "batch_size"), ("#train-lr", "lr"),
+                       ("#train-seed", "seed")):
+        page.fill(field, str(config[key]))
+    page.click("#train-start")
+    page.wait_for_function("/step [3-9]\\//.test(document.querySelector('#train-stats').textContent)"
+                           " || !document.querySelector('#message').hidden", timeout=SLOW_RUN_S * 1000)
+    assert app.message() == ""
+    page.click("#train-pause")
+    got = app.wait_result("#train-plot", SLOW_RUN_S)
+    assert got is not None and got["stopped"] == "paused" and got["device"] == "webgpu", got
+    losses = got["losses"]
+    assert 3 <= len(losses) == got["step"] < len(ref) == 23
+    assert losses == pytest.approx(ref[:len(losses)], rel=2e-3)
+    assert "on WEBGPU" in page.inner_text("#train-stats")

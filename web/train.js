@@ -38,7 +38,7 @@ export function mountTrainTool(app) {
       const r = await app.withBusy(() => ember.train({ ...ui.config, resume }, onStep));
       ui.trained = true;
       ui.paused = r.stopped === "paused" && !ui.stopRequested;
-      $("#train-plot").dataset.json = JSON.stringify(r);
+      $("#train-plot").dataset.json = JSON.stringify({ ...r, losses: ui.steps.map((ev) => ev.loss) }); // the plotted curve
       const last = r.history[r.history.length - 1];
       $("#train-stats").textContent = (r.stopped === "paused" ? (ui.paused ? "Paused" : "Stopped") : "Done") +
         ` after ${r.step} steps · ${r.steps_per_s.toFixed(1)} steps/s on ${ember.device.toUpperCase()}` +
