@@ -3,7 +3,7 @@ tokens, as bench_web) on the CPU: Pyodide under
 Node with the wasm SIMD kernels against native CPython (one BLAS thread, and the default threads), in one run,
 and where the page's time goes: inside the kernels (ctypes calls included) vs the rest (Python, numpy, copies).
 
-    python bench/bench_wasm_models.py [--rounds 3] [--models whisper,whisper-q8_0,yolo] [--einsum]
+    python bench/bench_wasm_models.py [--rounds 3] [--models whisper,whisper-q8_0,yolo] [--einsum] [--relaxed]
 
 Rounds interleave the engines (this VM slows under sustained load); a figure is the best round. The page
 itself (Chromium, the worker) is bench/bench_web.py; this one isolates the engine from the app.
@@ -113,6 +113,8 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--models", default="whisper,whisper-q8_0,yolo,llama")
     p.add_argument("--einsum", action="store_true", help="also time Pyodide without the kernels (slow)")
+    p.add_argument("--relaxed", action="store_true",
+                   help="Node with --experimental-wasm-relaxed-simd, so the page loads the relaxed module as Chromium does")
     a = p.parse_args(argv)
     names = a.models.split(",")
     from threadpoolctl import threadpool_limits
@@ -136,7 +138,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         wav, png = inputs(Path(tmp))
         mounts = {"/whisper": whisper_dir, "/yolo": Path(yolo_file).parent, "/llama": llama_dir, "/in": Path(tmp)}
-        with PyodideSession(packages=("numpy", "pillow"), mounts=mounts) as s:
+        node_args = ("--experimental-wasm-relaxed-simd",) if a.relaxed else ()
+        with PyodideSession(packages=("numpy", "pillow"), mounts=mounts, node_args=node_args) as s:
             s.run(ENGINE + f'\nsetup("/whisper", "/yolo/{Path(yolo_file).name}", "/llama", {names!r})\n'
                   'import builtins; builtins._ember_bench = (MODELS, timed_call)\n', timeout=600)
             engines = ["page kernels"] + (["page einsum"] if a.einsum else [])
