@@ -123,7 +123,8 @@ class CausalLM(nn.Module):
             positions = idx[None, :]                                            # (1, T)
         dtype, device = self._dtype(), self.device
         ropes = self.rope if isinstance(self.rope, list) else [self.rope] * self.n_layers  # per layer (Gemma 3: 2 kinds)
-        steps = {id(r): r.at(positions, dtype, device) for r in ropes if r is not None}
+        # once per distinct rope (a comprehension over the layers would build, and upload, one per layer)
+        steps = {id(r): r.at(positions, dtype, device) for r in {id(r): r for r in ropes if r is not None}.values()}
         masks = {}
         x = self.embed(tokens, positions)                                       # (B, T, dim)
         for i, block in enumerate(self.blocks()):
