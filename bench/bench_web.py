@@ -122,7 +122,7 @@ def main(argv=None):
         tmp = Path(tmp)
         site = Path(a.site) if a.site else None
         if site is None:
-            models = demo_models()
+            models = demo_models(extra=False)  # one small demo per tool: the Llama demo on both sides (Gemma: bench_gemma.py)
             if "llama" not in models:
                 d = seeded_llama_folder(CACHE / "llama-test")
                 models["llama"] = {"id": "llama-test", "label": "test",
