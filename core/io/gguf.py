@@ -361,6 +361,22 @@ def metadata(src) -> dict:
 
 # ============================================================================ writing
 
+# the keys every transformer decoder's GGUF metadata carries (llama.cpp's LLM_KV names, under the architecture)
+DECODER_FIELDS = ("embedding_length", "block_count", "feed_forward_length", "attention.head_count")
+
+
+def arch_fields(md: dict, arch: str, where: str, required=DECODER_FIELDS, error=FormatError):
+    """The `{arch}.` metadata of a GGUF file as a getter g(key, default=None), after checking that
+    general.architecture is `arch` and that every key in `required` is there (else `error`, naming them)."""
+    found = md.get("general.architecture")
+    if found != arch:
+        raise error(f"ember: {where} holds a {found!r} model, not {arch!r}")
+    missing = [f"{arch}.{k}" for k in required if md.get(f"{arch}.{k}") is None]
+    if missing:
+        raise error(f"ember: {where} lacks the metadata {missing}")
+    return lambda key, default=None: md.get(f"{arch}.{key}", default)
+
+
 def _int_type(lo, hi, where):
     for t, (a, b) in ((UINT32, (0, 2**32 - 1)), (INT32, (-2**31, 2**31 - 1)), (INT64, (-2**63, 2**63 - 1)),
                       (UINT64, (0, 2**64 - 1))):

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..common.positions import rope_inv_freq
 from ember.errors import FormatError
+from ember.io.gguf import arch_fields
 
 
 class Gemma3ConfigError(FormatError):
@@ -77,14 +78,7 @@ class Gemma3Config:
 
     @classmethod
     def from_gguf(cls, md: dict, where: str) -> "Gemma3Config":
-        arch = md.get("general.architecture")
-        if arch != "gemma3":
-            raise Gemma3ConfigError(f"ember: {where} holds a {arch!r} model, not 'gemma3'")
-        g = lambda k, d=None: md.get(f"gemma3.{k}", d)
-        need = ["embedding_length", "block_count", "feed_forward_length", "attention.head_count"]
-        missing = [f"gemma3.{k}" for k in need if g(k) is None]
-        if missing:
-            raise Gemma3ConfigError(f"ember: {where} lacks the metadata {missing}")
+        g = arch_fields(md, "gemma3", where, error=Gemma3ConfigError)
         heads = int(g("attention.head_count"))
         dim = int(g("embedding_length"))
         window = g("attention.sliding_window", 512)

@@ -15,6 +15,7 @@ import numpy as np
 
 import ember
 from ember.quant import QTensor
+from ember.io.gguf import arch_fields
 
 from . import names
 from .config import LlamaConfig
@@ -30,14 +31,7 @@ _TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": 
 
 
 def config_from_metadata(md: dict, where: str) -> LlamaConfig:
-    arch = md.get("general.architecture")
-    if arch != "llama":
-        raise LlamaWeightsError(f"ember: {where} holds a {arch!r} model, not 'llama'")
-    g = lambda k, d=None: md.get(f"llama.{k}", d)
-    need = ["embedding_length", "block_count", "feed_forward_length", "attention.head_count"]
-    missing = [f"llama.{k}" for k in need if g(k) is None]
-    if missing:
-        raise LlamaWeightsError(f"ember: {where} lacks the metadata {missing}")
+    g = arch_fields(md, "llama", where, error=LlamaWeightsError)
     heads = int(g("attention.head_count"))
     scaling = None
     if g("rope.scaling.type") == "linear":
