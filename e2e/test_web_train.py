@@ -47,12 +47,7 @@ def test_one_epoch_paused_and_resumed_matches_native(app, native):
     page.wait_for_selector("#panel-train", state="visible", timeout=60_000)  # opened by the #train link
     page.click("#tab-train")
     assert page.is_visible("#panel-train") and page.is_hidden("#panel-whisper")
-    for field, key in (("#train-epochs", "epochs"), ("#train-batch", "batch_size"), ("#train-lr", "lr"),
-                       ("#train-seed", "seed")):
-        page.fill(field, str(CONFIG[key]))
-    page.click("#train-start")
-    page.wait_for_function("/step [3-9]\\//.test(document.querySelector('#train-stats').textContent)"
-                           " || !document.querySelector('#message').hidden", timeout=RUN_S * 1000)
+    app.train_until_step(CONFIG, 3)
     assert app.message() == ""
     page.click("#train-pause")
     paused = app.wait_result("#train-plot")

@@ -91,12 +91,7 @@ def test_training_tool_on_webgpu_follows_the_native_curve(app, site):
     train_api._STATE.update(data=None, session=None)
     page = app.page
     page.click("#tab-train")
-    for field, key in (("#train-epochs", "epochs"), ("#train-batch", "batch_size"), ("#train-lr", "lr"),
-                       ("#train-seed", "seed")):
-        page.fill(field, str(config[key]))
-    page.click("#train-start")
-    page.wait_for_function("/step [3-9]\\//.test(document.querySelector('#train-stats').textContent)"
-                           " || !document.querySelector('#message').hidden", timeout=SLOW_RUN_S * 1000)
+    app.train_until_step(config, 3, SLOW_RUN_S)
     assert app.message() == ""
     page.click("#train-pause")
     got = app.wait_result("#train-plot", SLOW_RUN_S)

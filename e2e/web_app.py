@@ -92,6 +92,17 @@ class App:
         self.page.wait_for_selector("body[data-ready=true]", timeout=READY_S * 1000)
         self.ready_s = time.perf_counter() - t0
 
+    def train_until_step(self, config: dict, step: int, timeout_s: float = RUN_S):
+        """Start the training tool with `config` (epochs, batch_size, lr, seed) and return once it reports a
+        step >= `step` (single digit) or shows a message; the caller pauses, stops or waits."""
+        page = self.page
+        for field, key in (("#train-epochs", "epochs"), ("#train-batch", "batch_size"), ("#train-lr", "lr"),
+                           ("#train-seed", "seed")):
+            page.fill(field, str(config[key]))
+        page.click("#train-start")
+        page.wait_for_function(f"/step [{step}-9]\\//.test(document.querySelector('#train-stats').textContent)"
+                               " || !document.querySelector('#message').hidden", timeout=timeout_s * 1000)
+
     def wait_result(self, selector: str, timeout_s: float = RUN_S) -> dict | None:
         """The JSON result the app put on `selector`, or None when it showed a message instead."""
         self.page.wait_for_function(
