@@ -3,8 +3,9 @@
 - the semantic-search tab with the real all-MiniLM-L6-v2 bundled by `build-web` as its demo: a pasted text is
   split into passages, embedded in the page, and a query ranks them; the page's vectors equal
   sentence-transformers' and native ember's (cosine >= 1 - 1e-5) and its ranking equals the native one;
-- the text-generation tool loading a causal LM that is not Llama (a tiny random GPT-2 folder with a byte-level
-  BPE tokenizer.json, served in the hub layout): its greedy tokens equal transformers' and native ember's."""
+- the text-generation tool loading a causal LM that is not Llama (a tiny random GPT-2 folder, sharded, with a
+  byte-level BPE tokenizer.json, served in the hub layout): its greedy tokens equal transformers' and native
+  ember's."""
 from __future__ import annotations
 
 import json
@@ -53,7 +54,8 @@ def gpt2_folder(tmp_path_factory):
     cfg = transformers.GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=64,
                                   bos_token_id=0, eos_token_id=0)
     ref = transformers.GPT2LMHeadModel(cfg).eval()
-    ref.save_pretrained(folder, safe_serialization=True)
+    ref.save_pretrained(folder, safe_serialization=True, max_shard_size="60KB")  # sharded: the page reads the index
+    assert (folder / "model.safetensors.index.json").is_file() and not (folder / "model.safetensors").exists()
     return hub, folder, ref
 
 
@@ -116,7 +118,7 @@ def test_search_tab_ranks_passages_with_the_page_vectors_equal_to_native(app, mi
     assert not app.errors, app.errors
 
 
-def test_a_gpt2_folder_loads_into_the_text_tool_and_generates_native_tokens(app, gpt2_folder):
+def test_a_sharded_gpt2_folder_loads_into_the_text_tool_and_generates_native_tokens(app, gpt2_folder, zoo_server):
     import torch
 
     from ember.models.auto import load_causal_lm
@@ -138,4 +140,6 @@ def test_a_gpt2_folder_loads_into_the_text_tool_and_generates_native_tokens(app,
     assert got["prompt_tokens"] == ids
     assert got["tokens"] == native == want[:len(native)], (got["tokens"], native, want)
     assert json.loads(app.page.eval_on_selector("#llama-output", "e => e.dataset.json"))["tokens"] == got["tokens"]
+    shards = sorted(p.name for p in folder.glob("model-*.safetensors"))
+    assert len(shards) > 1 and all(any(s in r for r in zoo_server.requests) for s in shards)
     assert not app.errors, app.errors

@@ -137,6 +137,16 @@ for (const slot of document.querySelectorAll(".picker-slot")) {
     $(".files", node).accept = ".pt,.onnx,.safetensors";
     $(".files", node).multiple = false;
   }
+  node.addEventListener("dragover", (e) => e.preventDefault()); // a model's files dropped here load as local files
+  node.addEventListener("drop", (e) => {
+    e.preventDefault();
+    if (!e.dataTransfer.files.length) return;
+    $(".files", node).files = e.dataTransfer.files;
+    kind.value = "file";
+    kind.dispatchEvent(new Event("change"));
+    ensureModel(tool, true).catch((err) => showError(err, tool));
+  });
+  if (tool === "llama") $(".hub", node).placeholder = "owner/name: Llama, Gemma, GPT-2, Mistral, Qwen2, Phi, Falcon …";
   pickers[tool] = node;
 }
 

@@ -24,7 +24,10 @@ export const TOOL_FILES = {
   // [name, optional, fetched only when this other file is missing]: Whisper weights are either file
   whisper: [["config.json"], ["generation_config.json", true], ["model.safetensors", true],
             ["model.gguf", true, "model.safetensors"], ["tokenizer.json"]],
-  llama: [["config.json"], ["model.safetensors"], ["tokenizer.json"]],
+  // any causal LM ember.models.auto loads (Llama, Gemma, GPT-2, Mistral, Qwen2, Phi ...): one weights file or the
+  // shards a model.safetensors.index.json names (worker.js fetches those it lists)
+  llama: [["config.json"], ["model.safetensors", true], ["model.safetensors.index.json", true, "model.safetensors"],
+          ["tokenizer.json"]],
   yolo: [["model.safetensors"]],
   train: [["digits.csv.gz"]], // the training tool's data (web/train.js), bundled by `ember build-web`
   // --- semantic search (issue 19): a sentence-transformers folder (all-MiniLM-L6-v2) ---

@@ -181,12 +181,17 @@ async function load(msg, progress) {
   const folder = `/models/${msg.tool}/${msg.key.replace(/[^A-Za-z0-9._-]/g, "_")}`;
   pyodide.FS.mkdirTree(folder);
   const got = new Set();
-  for (const f of msg.files) {
+  const files = [...msg.files];
+  let held = 0; // shards are known only once their index is read: the total is checked as they arrive
+  for (let i = 0; i < files.length; i++) {
+    const f = files[i];
     if (f.unless && got.has(f.unless)) continue; // an alternative to a file we already have
     const bytes = f.bytes ? new Uint8Array(f.bytes) : await fetchCached(f, progress);
     if (bytes) {
       pyodide.FS.writeFile(`${folder}/${f.name.replace(/[\/\\]/g, "_")}`, bytes);
       got.add(f.name);
+      if ((held += bytes.length) > MAX_MODEL_BYTES) throw tooLarge(msg.tool, held);
+      if (f.url && f.name === "model.safetensors.index.json") files.push(...shardFiles(f, bytes)); // issue 19
     }
   }
   progress("load", msg.tool, 0, 1);
@@ -197,6 +202,17 @@ async function load(msg, progress) {
       if (name !== "." && name !== "..") pyodide.FS.unlink(`${folder}/${name}`);
     progress("load", msg.tool, 1, 1);
   }
+}
+
+// The shards a fetched model.safetensors.index.json names, beside it (issue 19: sharded causal LMs). Only plain
+// file names: an index cannot point the worker at another folder or host.
+function shardFiles(index, bytes) {
+  let map;
+  try { map = JSON.parse(new TextDecoder().decode(bytes)).weight_map; } catch (e) { map = null; }
+  const shards = map && typeof map === "object" ? [...new Set(Object.values(map))] : [];
+  if (!shards.length || !shards.every((n) => typeof n === "string" && /^[\w.-]+\.safetensors$/.test(n) && !n.startsWith(".")))
+    throw new WorkerFail("bad_model", `ember: ${index.url}: weight_map must name .safetensors shards beside it`);
+  return shards.map((name) => ({ name, url: index.url.replace(/[^/]+$/, name) }));
 }
 
 // ------------------------------------------------------------------ runs
