@@ -3,6 +3,7 @@ all-MiniLM-L6-v2 folder as worker.js writes it (flat file names), handle("embed"
 sentence-transformers', passages split from a document, a cosine ranking, and bad requests answered with
 an error code (the worker stays alive)."""
 import asyncio
+import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,8 +22,9 @@ def run(coro):
 def flat_minilm(tmp_path_factory):
     from ember.models.bert.fetch import fetch_minilm
     src, d = fetch_minilm(), tmp_path_factory.mktemp("embed")
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "sentence_bert_config.json"):
-        shutil.copy(src / name, d / name)  # what ember.js's TOOL_FILES.embed fetches
+    from ember.wasm.serve import EMBED_FILES
+    for name in EMBED_FILES:  # what ember.js's TOOL_FILES.embed fetches, flat as worker.js writes it
+        shutil.copy(src / name, d / name.replace("/", "_"))
     return src, d
 
 
@@ -49,3 +51,26 @@ def test_worker_refuses_bad_embed_requests(flat_minilm):
     assert bad["error"] == "bad_request" and "1 to" in bad["message"]
     bad = run(W.handle("load", {"tool": "embed", "folder": "/nonexistent", "device": "cpu"}))
     assert bad["error"] == "bad_model"
+
+
+def test_worker_honours_the_flattened_pooling_config(flat_minilm, tmp_path):
+    """1_Pooling/config.json arrives as 1_Pooling_config.json: a CLS-pooling variant embeds as
+    sentence-transformers does with that config (not with the mean-pooling default), and the folder is left flat."""
+    st = pytest.importorskip("sentence_transformers")
+    src, flat = flat_minilm
+    nested, cls = tmp_path / "nested", tmp_path / "flat"
+    shutil.copytree(src, nested)
+    shutil.copytree(flat, cls)
+    pooling = json.loads((src / "1_Pooling" / "config.json").read_text())
+    pooling.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    for p in (nested / "1_Pooling" / "config.json", cls / "1_Pooling_config.json"):
+        p.write_text(json.dumps(pooling))
+    run(W.handle("load", {"tool": "embed", "folder": str(cls), "device": "cpu"}))["ok"]
+    assert sorted(p.name for p in cls.iterdir()) == sorted(p.name for p in flat.iterdir())
+    texts = ["a cat sleeps on the sofa", "interest rates rose again"]
+    out = run(W.handle("embed", {"input": texts}))["ok"]
+    v = np.frombuffer(out["vectors"], "<f4").reshape(out["count"], out["dim"])
+    ref = st.SentenceTransformer(str(nested), device="cpu").encode(texts)
+    mean = st.SentenceTransformer(str(src), device="cpu").encode(texts)
+    assert ((v * ref).sum(-1) / np.linalg.norm(ref, axis=-1)).min() > 1 - 1e-5
+    assert ((v * mean).sum(-1)).max() < 0.999  # CLS pooling differs from the default: the config was read

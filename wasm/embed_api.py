@@ -6,6 +6,8 @@ Vectors travel back as one little-endian float32 buffer (N * dim) plus dim: one 
 conversion into JS numbers."""
 from __future__ import annotations
 
+import json
+import os
 import re
 
 import numpy as np
@@ -15,10 +17,36 @@ MAX_CHARS = 100_000       # per text: longer ones are refused (the model reads 2
 _ENCODER: dict = {}
 
 
+def _unflatten(folder: str) -> list[str]:
+    """worker.js writes flat file names (1_Pooling/config.json arrives as 1_Pooling_config.json): put each module
+    config modules.json names back where SentenceEncoder reads it; -> the folders made (removed after loading)."""
+    try:
+        with open(os.path.join(folder, "modules.json"), encoding="utf-8") as f:
+            modules = json.load(f)
+    except (OSError, ValueError):
+        return []
+    made = []
+    for m in modules if isinstance(modules, list) else []:
+        path = m.get("path") if isinstance(m, dict) else None
+        flat = os.path.join(folder, f"{path}_config.json") if isinstance(path, str) and path else None
+        if flat and re.fullmatch(r"[\w.-]+", path) and not path.startswith(".") and os.path.isfile(flat) \
+                and not os.path.exists(os.path.join(folder, path)):
+            os.mkdir(os.path.join(folder, path))
+            os.replace(flat, os.path.join(folder, path, "config.json"))
+            made.append(os.path.join(folder, path))
+    return made
+
+
 def load(folder: str, device: str = "cpu") -> dict:
     from ember.models.bert.sentence import SentenceEncoder
     _ENCODER.clear()
-    enc = SentenceEncoder(folder, device=device)
+    made = _unflatten(folder)
+    try:
+        enc = SentenceEncoder(folder, device=device)
+    finally:  # the worker frees the folder's files after loading; leave it as flat as it wrote it
+        for d in made:
+            os.replace(os.path.join(d, "config.json"), f"{d}_config.json")
+            os.rmdir(d)
     _ENCODER["enc"] = enc
     params = list(enc.model.parameters())
     return {"tool": "embed", "device": device, "parameters": int(sum(p.numel() for p in params)),

@@ -33,9 +33,9 @@ CDN = f"https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/"
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 PYODIDE_PACKAGES = ("numpy", "pillow")  # all the app loads; micropip/packaging are not needed in the page
 WHEEL_SOURCES = ("core", "webgpu", "wasm", "models")
-# what ember.js's TOOL_FILES.embed names: the worker writes flat names, so the pooling config (1_Pooling/) stays
-# behind and SentenceEncoder takes mean pooling, which is what all-MiniLM-L6-v2's 1_Pooling/config.json says
-EMBED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "sentence_bert_config.json")
+# what ember.js's TOOL_FILES.embed names (the worker flattens 1_Pooling/config.json; embed_api puts it back)
+EMBED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "sentence_bert_config.json",
+               "1_Pooling/config.json")
 
 
 def cache_dir() -> Path:

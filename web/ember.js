@@ -32,7 +32,7 @@ export const TOOL_FILES = {
   train: [["digits.csv.gz"]], // the training tool's data (web/train.js), bundled by `ember build-web`
   // --- semantic search (issue 19): a sentence-transformers folder (all-MiniLM-L6-v2) ---
   embed: [["config.json"], ["model.safetensors"], ["tokenizer.json"], ["modules.json", true],
-          ["sentence_bert_config.json", true]],
+          ["sentence_bert_config.json", true], ["1_Pooling/config.json", true]], // the worker writes 1_Pooling_config.json
   // --- end semantic search ---
 };
 const SINGLE_FILE = /\.(safetensors|gguf|bin|onnx|pt)$/i; // a URL naming one weights file, not a folder
