@@ -72,6 +72,9 @@ def main():
         if ref:  # the page's texts are the first --page-sentences of the native ones: rates are comparable
             res["page_ratio_vs_sentence_transformers"] = {
                 d: round(r["sentences_per_s"] / rate[ref], 3) for d, r in res["page"].items()}
+        if "ember cpu" in rate:
+            res["page_ratio_vs_ember_cpu"] = {d: round(r["sentences_per_s"] / rate["ember cpu"], 3)
+                                              for d, r in res["page"].items()}
     print(json.dumps(res, indent=None if a.json else 1))
 
 
@@ -115,6 +118,7 @@ def page_rates(texts, batch_size, repeats, devices, ref=None) -> dict:
                 if ref is not None:
                     got["min_cosine"] = float((np.array(r["vectors"]) * ref[:len(texts)]).sum(-1).min())
                 out[dev] = got
+                print(f"page {dev}: {got}", file=sys.stderr, flush=True)  # a slow software adapter: say each as it ends
         finally:
             server.close()
     return out
