@@ -113,6 +113,7 @@ def test_search_tab_ranks_passages_with_the_page_vectors_equal_to_native(app, mi
     again = _search(app, "how do I make bread at home")  # live: a new query re-ranks the same vectors
     assert again["ranking"][0]["index"] == 4
     assert sum("all-MiniLM-L6-v2/model.safetensors" in r for r in zoo_server.requests) == 1
+    assert any("all-MiniLM-L6-v2/1_Pooling/config.json" in r for r in zoo_server.requests)  # its pooling config too
     assert "M parameters" in app.page.inner_text("#panel-search .search-status")
     app.screenshot("search-cpu.png")
     assert not app.errors, app.errors
