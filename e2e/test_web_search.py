@@ -143,4 +143,19 @@ def test_a_sharded_gpt2_folder_loads_into_the_text_tool_and_generates_native_tok
     assert json.loads(app.page.eval_on_selector("#llama-output", "e => e.dataset.json"))["tokens"] == got["tokens"]
     shards = sorted(p.name for p in folder.glob("model-*.safetensors"))
     assert len(shards) > 1 and all(any(s in r for r in zoo_server.requests) for s in shards)
+
+    # the same files dropped on the model picker load as local files and generate the same tokens
+    urls = [f"{zoo_server.url}hub/ember-test/gpt2-tiny/resolve/main/{p.name}" for p in sorted(folder.iterdir())]
+    app.page.evaluate("""async (urls) => {
+        const dt = new DataTransfer();
+        for (const u of urls) dt.items.add(new File([await (await fetch(u)).blob()], u.split("/").pop()));
+        document.querySelector("#picker-llama").dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true }));
+    }""", urls)
+    app.page.wait_for_function("/Loaded local files/.test(document.querySelector('#picker-llama .model-status')"
+                               ".textContent) || !document.querySelector('#message').hidden", timeout=120_000)
+    assert app.page.input_value("#picker-llama .kind") == "file", app.message()
+    app.page.eval_on_selector("#llama-output", "e => { delete e.dataset.json; }")
+    app.generate(PROMPT, N)
+    again = app.wait_result("#llama-output")
+    assert again is not None and again["tokens"] == native, app.message()
     assert not app.errors, app.errors
