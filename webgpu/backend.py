@@ -22,6 +22,7 @@ from ember.primitives import Backend
 from . import kernels
 from .adapter_choice import describe
 from .backend_compute import ComputeMixin
+from .backend_custom import CustomKernelMixin
 from .backend_quant import QuantMixin
 from .buffers import F16_NATIVE, WORD, BufferPool, GArray, Storage, compute_type, contiguous_strides
 
@@ -82,7 +83,7 @@ def merge_dims(shape, views):
     return tuple(s for s, _ in out), [(v[0], tuple(st[k] for _, st in out)) for k, v in enumerate(views)]
 
 
-class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
+class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Backend):
     name = "webgpu"
     _groups = staticmethod(_groups)
 
@@ -108,7 +109,8 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
         self.matmul_kernel = "auto"
         # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py)
         self.qmatvec_split = 8
-        # "flash": one online-softmax kernel (attention.wgsl); "composed": QK^T, softmax, PV kernels. Composed
+        # "flash": one online-softmax kernel (attention.wgsl, run as the custom op ember.nn.fused_ops.flash_attention
+        # by F.scaled_dot_product_attention); "composed": QK^T, softmax, PV kernels (the attention primitive). Composed
         # by default: on lavapipe the fused kernel is 4-9x slower (bench/bench_webgpu.py); not yet measured on a GPU
         self.attention_kernel = "composed"
 

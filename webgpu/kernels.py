@@ -22,6 +22,11 @@ def _family(name):
     return f
 
 
+def common_source():
+    """common.wgsl: the helpers every kernel gets (also prepended to ember.custom_op kernels)."""
+    return _family("common")[0]
+
+
 _HAS: dict = {}
 
 
