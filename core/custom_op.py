@@ -98,7 +98,8 @@ def custom_op(name, forward=None, backward=None, composed=None, output=None, rep
     """Declare a fused op and register it by name (`ember.custom_ops()` lists them); returns the callable.
 
     forward: {device type: kernel}; a kernel is a callable over backend arrays (for "cpu": numpy arrays,
-      bfloat16 given as float32 and the result rounded back) returning one array, or a WGSL / CUDA descriptor.
+      float16/bfloat16 given as float32 and the result rounded back) returning one array, or a WGSL / CUDA
+      descriptor.
     composed: fn(*tensors, **attrs) -> Tensor with ember ops: the fallback on other devices, and the
       gradient path when `backward` is None.
     backward: fn(ctx, grad) -> one gradient per input (a Tensor or None; a bare Tensor for one input).
@@ -215,9 +216,12 @@ class CustomOp:
         return data
 
     def _run_numpy(self, fn, arrays, shape, dtype, attrs, where):
-        """The cpu forward over numpy arrays (bfloat16 as float32), its result checked and stored as dtype."""
+        """The cpu forward over numpy arrays (float16 and bfloat16 as float32, as kernels compute them), its
+        result checked and stored as dtype (rounded once)."""
         def f32(a):
-            return D.bf16_bits_to_f32(a) if a is not None and a.dtype == np.uint16 else a
+            if a is not None and a.dtype == np.uint16:
+                return D.bf16_bits_to_f32(a)
+            return a.astype(np.float32) if a is not None and a.dtype == np.float16 else a
         res = np.asarray(fn(*[f32(a) for a in arrays], **attrs))
         if tuple(res.shape) != shape:
             raise CustomOpError(f"ember: custom op {self.name!r} ({where}): forward returned shape "
