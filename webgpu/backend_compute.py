@@ -17,6 +17,7 @@ _INIT = {("sum", "f32"): "0.0", ("prod", "f32"): "1.0", ("max", "f32"): "-f_inf(
          ("sum", "i32"): "0", ("prod", "i32"): "1", ("max", "i32"): "i32(-2147483648)", ("min", "i32"): "2147483647",
          ("sum", "u32"): "0u", ("prod", "u32"): "1u", ("max", "u32"): "0u", ("min", "u32"): "0xffffffffu"}
 _NAN = {"f32": "is_nan", "i32": "never_i", "u32": "never_u"}
+_HALF = ("f16", "bf16x2", "f16x2")  # 16-bit float words (native or packed)
 
 
 def _row_groups(rows):
@@ -139,7 +140,7 @@ class ComputeMixin:
         meta = [M, N, K, av.offset, asb, av.strides[-2], av.strides[-1],
                 bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
         ct = compute_type(wt)
-        vec = self._vec4_layout(meta, K, N) if (ct == "f32" and self.matmul_kernel == "auto") else None
+        vec = self._vec4_layout(meta, K, N) if (wt in ("f32", "f16") and self.matmul_kernel == "auto") else None
         if vec is not None:  # 16-byte loads: the fast path for contiguous activations and weights
             meta, bk = vec
             p = self.pipelines.get("matmul_vec4", "matmul_vec4", wt, [f"vec4<{wt}>"] * 2, T=ct, FIX=fix or "",
@@ -225,7 +226,7 @@ class ComputeMixin:
     def scatter(self, x, axis, idx, src, reduce):
         wt, _, fix = self._word(x.dtype)
         idx, src = self._dev(idx), self._dev(src)
-        if wt == "f16" and reduce is not None:  # no 16-bit atomics: accumulate in float32 words
+        if wt in _HALF and reduce is not None:  # no 16-bit atomics: accumulate in float32 words
             f = D.float32
             return self.cast(self.scatter(self.cast(x, f), axis, idx, self.cast(src, f), reduce), x.dtype)
         out = self._new(x.shape, x.dtype)
@@ -308,7 +309,7 @@ class ComputeMixin:
         score rows, PV matmul. (The one-kernel online-softmax form, attention.wgsl, is a custom op:
         ember.nn.fused_ops.flash_attention, chosen by attention_kernel = "flash".)"""
         fix = self._float_rows(q, "attention")
-        if self._wt(q) == "f16":  # scores and probabilities in float32 words, rounded once at the end
+        if self._wt(q) in _HALF:  # scores and probabilities in float32 words, rounded once at the end
             f = D.float32
             m = None if mask is None else self.cast(mask, f)
             y = self.attention(self.cast(q, f), self.cast(k, f), self.cast(v, f), m, scale, causal)

@@ -12,15 +12,12 @@ import re
 from ember import dtypes as D
 from ember.errors import CustomOpError
 
-from . import kernels
+from . import kernels, pack16
 from .buffers import compute_type
-
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-
 
 def binding_names(source):
     """The binding names (prm, out, in0, in1 ...) a WGSL source mentions outside comments."""
-    return set(re.findall(r"\b(prm|out|in\d+)\b", _COMMENTS.sub("", source)))
+    return set(re.findall(r"\b(prm|out|in\d+)\b", pack16.strip_comments(source)))
 
 
 def _word_bits(v):
@@ -88,11 +85,9 @@ class CustomKernelMixin:
         if use_prm:
             lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
             b = 1
-        lines.append(f"@group(0) @binding({b}) var<storage, read_write> out: array<{out_wt}>;")
-        for k, t in enumerate(in_wts):
-            lines.append(f"@group(0) @binding({b + 1 + k}) var<storage, read> in{k}: array<{t}>;")
-        lines.append(f"alias OT = {out_wt};")
-        lines += [f"alias T{k} = {t};" for k, t in enumerate(in_wts)]
+        lines += kernels.bindings(b, out_wt, in_wts)
+        lines.append(f"alias OT = {compute_type(out_wt)};")  # packed 16-bit words: values are f32
+        lines += [f"alias T{k} = {compute_type(t)};" for k, t in enumerate(in_wts)]
         common = kernels.common_source()
         if not use_prm:  # the shared view_index helper reads prm, which this kernel does not bind
             common = re.sub(r"\nfn view_index\(.*?\n}\n", "\n", common, flags=re.S)
@@ -103,4 +98,4 @@ class CustomKernelMixin:
         else:
             conv = f"{fix}(OT(v))" if fix else "OT(v)"
         to_out = f"fn to_out(v: f32) -> OT {{ return {conv}; }}\n"
-        return "\n".join(lines) + "\n" + common + to_out + user
+        return "\n".join(lines) + "\n" + common + to_out + kernels.packed_body(user, out_wt, in_wts)
