@@ -86,8 +86,10 @@ class CustomKernelMixin:
             lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
             b = 1
         lines += kernels.bindings(b, out_wt, in_wts)
-        lines.append(f"alias OT = {compute_type(out_wt)};")  # packed 16-bit words: values are f32
-        lines += [f"alias T{k} = {compute_type(t)};" for k, t in enumerate(in_wts)]
+        def elem(t):  # packed 16-bit words are read and written as f32 values (pack16.py)
+            return "f32" if t in pack16.PACKED else t
+        lines.append(f"alias OT = {elem(out_wt)};")
+        lines += [f"alias T{k} = {elem(t)};" for k, t in enumerate(in_wts)]
         common = kernels.common_source()
         if not use_prm:  # the shared view_index helper reads prm, which this kernel does not bind
             common = re.sub(r"\nfn view_index\(.*?\n}\n", "\n", common, flags=re.S)
