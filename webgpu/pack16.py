@@ -64,31 +64,18 @@ def helpers(out_type, in_types):
     return "\n".join(parts) + "\n"
 
 
-def _close(src, i):
-    """Index of the bracket closing the one opened just before position i."""
-    depth = 1
-    while True:
-        c = src[i]
-        if c in "[(":
-            depth += 1
-        elif c in "])":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-
-
-def _statement_end(src, i):
-    """Index of the ';' ending the expression that starts at i (outside brackets)."""
+def _scan(src, i, stop):
+    """Index of the first `stop` (']' closing the bracket opened just before i, or the ';' ending a statement)
+    at bracket depth 0 from position i."""
     depth = 0
     while True:
         c = src[i]
+        if c == stop and depth == 0:
+            return i
         if c in "[(":
             depth += 1
         elif c in "])":
             depth -= 1
-        elif c == ";" and depth == 0:
-            return i
         i += 1
 
 
@@ -108,14 +95,14 @@ def rewrite(body, packed_names):
         if m.start() < pos or m.group(1) not in packed_names:
             continue
         name, open_at = m.group(1), m.end()
-        close = _close(body, open_at)
+        close = _scan(body, open_at, "]")
         idx = rewrite(body[open_at:close], packed_names)
         out.append(body[pos:m.start()])
         rest = body[close + 1:]
         assign = re.match(r"\s*=(?!=)\s*", rest)
         if name == "out" and assign:
             start = close + 1 + assign.end()
-            end = _statement_end(body, start)
+            end = _scan(body, start, ";")
             out.append(f"st_out(u32({idx}), {rewrite(body[start:end], packed_names)})")
             pos = end
         else:
