@@ -8,6 +8,7 @@ mid-word), so the shapes are odd and views are offset."""
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import numpy as np
 import pytest
@@ -26,6 +27,10 @@ WORDS = {"wide": ("f32", "f32"), "packed": ("f16x2", "bf16x2"), "native": ("f16"
 
 @contextlib.contextmanager
 def storage(mode):
+    """The backend's 16-bit words set to `mode` while the block runs (no float16/bfloat16 array may outlive it:
+    kernels look words up by dtype)."""
+    gc.collect()
+    assert not BE._half_storages, "float16/bfloat16 webgpu arrays from an earlier test are still alive"
     saved = dict(BE.words), BE.f16_native, BE.pack16
     try:
         BE.f16_native = mode == "native"
@@ -37,6 +42,7 @@ def storage(mode):
         yield
     finally:
         BE.words, BE.f16_native, BE.pack16 = saved
+        gc.collect()
 
 
 def _pair(a, dtype):
@@ -144,6 +150,18 @@ def test_kv_cache_rows_written_in_place_at_odd_offsets(mode, dtype):
             cc = ember.copy_into(cc, cr, (0, t, 0))
         _same(gc, cc, what="cache")
         _same(gc[:, 3:8].sum(1), cc[:, 3:8].sum(1), atol=1e-2, rtol=1e-2, what="a read of the written rows")
+
+
+def test_switching_with_live_half_arrays_is_refused():
+    with storage("wide"):
+        x = ember.ones(3, dtype=ember.bfloat16, device="webgpu")
+        with pytest.raises(ember.EmberError, match=r"set_pack16\(True\): 1 float16/bfloat16 array\(s\)"):
+            BE.set_pack16(True)
+        BE.set_pack16(False)   # no change: allowed
+        del x
+        gc.collect()
+        BE.set_pack16(True)
+        assert BE.words[ember.bfloat16][0] == "bf16x2"
 
 
 def test_a_packed_custom_op_kernel():

@@ -144,8 +144,10 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Ba
 
     def _new(self, shape, dtype):
         shape = tuple(map(int, shape))
-        return GArray(Storage(self.pool, self._nbytes(math.prod(shape), dtype)), shape,
-                      contiguous_strides(shape), 0, dtype)
+        st = Storage(self.pool, self._nbytes(math.prod(shape), dtype))
+        if dtype in self.HALF_DTYPES:
+            self._half_storages.add(st)  # set_pack16 refuses while any is alive (backend_f16.py)
+        return GArray(st, shape, contiguous_strides(shape), 0, dtype)
 
     def _nbytes(self, n, dtype):
         size = np.dtype(self._word(dtype)[1]).itemsize * max(n, 1)
@@ -329,9 +331,12 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Ba
             expr = f"{ofix}({expr})"
         if wt == "f16":
             expr = f"f16({expr})"
+        meta = self._view_meta(n, mshape, views, [] if scalar is None else [scalar[1]])
+        if self._is_packed(out_dtype):  # into f32 words, then packed a word per thread: no atomic stores
+            p = self.pipelines.get("elementwise", "map", "f32", wts, LOADS="\n    ".join(loads), EXPR=expr)
+            return self._packed_from(out, lambda tmp: self._run(p, meta, tmp, inputs, _groups(n)))
         p = self.pipelines.get("elementwise", "map", wt, wts, LOADS="\n    ".join(loads), EXPR=expr)
-        self._run(p, self._view_meta(n, mshape, views, [] if scalar is None else [scalar[1]]),
-                  out, inputs, _groups(n))
+        self._run(p, meta, out, inputs, _groups(n))
         return out
 
     @staticmethod

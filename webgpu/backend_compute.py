@@ -140,7 +140,7 @@ class ComputeMixin:
         meta = [M, N, K, av.offset, asb, av.strides[-2], av.strides[-1],
                 bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
         ct = compute_type(wt)
-        vec = self._vec4_layout(meta, K, N) if (wt in ("f32", "f16") and self.matmul_kernel == "auto") else None
+        vec = self._vec4_layout(meta, K, N) if (wt in ("f32",) + _HALF and self.matmul_kernel == "auto") else None
         if vec is not None:  # 16-byte loads: the fast path for contiguous activations and weights
             meta, bk = vec
             p = self.pipelines.get("matmul_vec4", "matmul_vec4", wt, [f"vec4<{wt}>"] * 2, T=ct, FIX=fix or "",

@@ -58,18 +58,18 @@ def bindings(first, out_type, in_types, atomic_out=False):
     lines = [f"@group(0) @binding({first}) var<storage, read_write> out: array<{out_elem}>;"]
     for k, t in enumerate(in_types):
         lines.append(f"@group(0) @binding({first + 1 + k}) var<storage, read> in{k}: array<"
-                     f"{'u32' if t in pack16.PACKED else t}>;")
+                     f"{pack16.storage_type(t) if pack16.is_packed(t) else t}>;")
     return lines
 
 
 def packed_body(body, out_type, in_types):
     """body with its accesses of packed bindings rewritten, after the helpers they call (pack16.py)."""
-    names = {f"in{k}" for k, t in enumerate(in_types) if t in pack16.PACKED}
+    names = {f"in{k}" for k, t in enumerate(in_types) if pack16.is_packed(t)}
     if out_type in pack16.PACKED:
         names.add("out")
     if not names:
         return body
-    return pack16.helpers(out_type, in_types) + pack16.rewrite(pack16.strip_comments(body), names)
+    return _family("pack16")[0] + pack16.helpers(out_type, in_types) + pack16.rewrite(pack16.strip_comments(body), names)
 
 
 class PipelineCache:

@@ -7,8 +7,9 @@ unchanged: `inK[i]` -> `ldK(u32(i))` (load the word, take the half, widen to f32
 `ld_out(...)`, and `out[i] = v;` -> `st_out(u32(i), v);`. Two threads may own the two halves of one word,
 so the packed output is an array of atomic<u32> and a store clears and sets its own half with atomicAnd /
 atomicOr (the other half's bits are never touched: no lost update, no zero-initialised buffer needed).
-Stores round to the format (RNE) and conversions are written out bit by bit: WGSL leaves pack2x16float of
-inf / NaN indeterminate, and these must round-trip exactly as numpy's.
+Stores round to the format (RNE) and conversions are written out bit by bit (pack16.wgsl): WGSL leaves
+pack2x16float of inf / NaN indeterminate, and these must round-trip exactly as numpy's. Elementwise results,
+the commonest stores, skip the atomics: computed into f32 words, then packed a whole word per thread.
 """
 from __future__ import annotations
 
@@ -16,29 +17,18 @@ import re
 
 BF16, F16 = "bf16x2", "f16x2"  # word names in buffers.WORD / F16_PACKED
 PACKED = (BF16, F16)
+# 4 elements per load (matmul_vec4.wgsl binds its inputs as vec4 arrays): two words, a vec2<u32>
+VEC4 = {f"vec4<{w}>": w for w in PACKED}
 
-_CONVERT = """
-fn pk_f16_to_f32(h: u32) -> f32 {
-    let s = (h & 0x8000u) << 16u;
-    let e = (h >> 10u) & 0x1fu;
-    let m = h & 0x3ffu;
-    if (e == 0u) { return bitcast<f32>(s | bitcast<u32>(f32(m) * 5.9604644775390625e-08)); }  // m * 2^-24
-    if (e == 31u) { return bitcast<f32>(s | 0x7f800000u | (m << 13u)); }
-    return bitcast<f32>(s | ((e + 112u) << 23u) | (m << 13u));
-}
-fn pk_f32_to_f16(x: f32) -> u32 {
-    let v = fix_f16(x);                 // round to nearest even (overflow to inf) first: then exact below
-    let u = bitcast<u32>(v);
-    let s = (u >> 16u) & 0x8000u;
-    let a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) { return s | 0x7e00u; }
-    if (a >= 0x47800000u) { return s | 0x7c00u; }
-    if (a < 0x38800000u) { return s | u32(round(bitcast<f32>(a) * 16777216.0)); }
-    return s | (((a >> 23u) - 112u) << 10u) | ((a >> 13u) & 0x3ffu);
-}
-fn pk_bf16_to_f32(h: u32) -> f32 { return bitcast<f32>(h << 16u); }
-fn pk_f32_to_bf16(x: f32) -> u32 { return bitcast<u32>(fix_bf16(x)) >> 16u; }
-"""
+
+def is_packed(t):
+    return t in PACKED or t in VEC4
+
+
+def storage_type(t):
+    """The WGSL element type a packed binding is declared with."""
+    return "vec2<u32>" if t in VEC4 else "u32"
+
 
 
 def _half(word):
@@ -46,10 +36,14 @@ def _half(word):
 
 
 def helpers(out_type, in_types):
-    """WGSL helper functions for the packed bindings of one kernel."""
-    parts = [_CONVERT]
+    """WGSL helper functions for the packed bindings of one kernel (after pack16.wgsl's conversions)."""
+    parts = []
     for k, t in enumerate(in_types):
-        if t in PACKED:
+        if t in VEC4:
+            f = f"pk_{_half(VEC4[t])}_to_f32"
+            parts.append(f"fn ld{k}(i: u32) -> vec4<f32> {{ let w = in{k}[i]; return vec4<f32>({f}(w.x & 0xffffu), "
+                         f"{f}(w.x >> 16u), {f}(w.y & 0xffffu), {f}(w.y >> 16u)); }}")
+        elif t in PACKED:
             parts.append(f"fn ld{k}(i: u32) -> f32 {{ return pk_{_half(t)}_to_f32((in{k}[i >> 1u] >> ((i & 1u) * 16u)) "
                          f"& 0xffffu); }}")
     if out_type in PACKED:
