@@ -83,7 +83,7 @@ def test_storage_bytes_and_exact_round_trip(mode, dtype):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [1, 7, 1001])
+@pytest.mark.parametrize("n", [7, 1001])   # odd counts: the last word half-filled
 def test_elementwise_matches_numpy_backend(mode, dtype, n):
     dt = getattr(ember, dtype)
     with storage(mode), ember.no_grad():
@@ -100,7 +100,7 @@ def test_elementwise_matches_numpy_backend(mode, dtype, n):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M,K,N", [(1, 7, 5), (9, 33, 17), (4, 64, 8)])   # (4, 64, 8): the vec4 path where it applies
+@pytest.mark.parametrize("M,K,N", [(1, 33, 17), (4, 64, 8)])   # decode row, tiled; (4, 64, 8): the vec4 path
 def test_matmul_matches_numpy_backend(mode, dtype, M, K, N):
     dt = getattr(ember, dtype)
     with storage(mode), ember.no_grad():
