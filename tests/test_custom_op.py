@@ -208,3 +208,25 @@ def test_bad_wgsl_names_the_op(case):
     a = _t(np.ones(4, np.float32), device)
     with pytest.raises(ember.CustomOpError, match=f"custom op 'test_bad_{case}' \\(webgpu\\): .*{msg}"):
         op(a, a)
+
+
+def test_cuda_kernel_arguments_without_a_gpu():
+    """The CUDA backend's custom_kernel marshalling, over numpy with the launch emulated (no GPU here): the
+    argument order (out, inputs, long long n, params as int / float), contiguous inputs, the default grid."""
+    from ember.backends.cuda_backend import FusedKernels
+    launches = []
+
+    class Emulated(FusedKernels):
+        def _launch_source(self, kernel, grid, block, args):
+            launches.append((kernel.name, grid, block, [type(a) for a in args]))
+            out, x, y, n, a, flag = args
+            assert x.flags.c_contiguous and y.flags.c_contiguous and int(n) == out.size
+            out[...] = (a * x + y).astype(out.dtype) if flag else 0
+
+    k = ember.CUDA("/* never compiled here */", "axpy", block=128, params=lambda x, y, a: [float(a), 1])
+    be = Emulated(np)
+    x = np.arange(300, dtype=np.float32).reshape(3, 100)
+    y = np.ones((100, 3), np.float32).T                       # a transposed view: made contiguous first
+    got = be.custom_kernel(k, [x, y], (3, 100), ember.float32, {"a": 2.0})
+    np.testing.assert_array_equal(got, 2 * x + 1)
+    assert launches == [("axpy", (3,), (128,), [np.ndarray, np.ndarray, np.ndarray, np.int64, np.float32, np.int32])]
