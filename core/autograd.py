@@ -569,6 +569,7 @@ _BACKWARD = {
     "expand": _bw_expand, "slice": _bw_slice, "pad": _bw_pad, "cat": _bw_cat,
     "identity": _bw_identity, "matmul": _bw_matmul, "conv": _bw_conv, "gather": _bw_gather,
     "index_select": _bw_index_select, "scatter": _bw_scatter, "to_device": _bw_to_device,
+    "custom": lambda n, g: n.arg(n, g),  # ember.custom_op: the op's own rule, recorded as the node's arg
 }
 
 

@@ -24,6 +24,29 @@ COMMANDS = {
 }
 
 
+DEVICE_HELP = ("cpu (default), auto (a GPU that beats the CPU if one works here, else cpu; the choice and "
+               "why on stderr), webgpu or cuda")
+
+
+def resolve_device(name: str) -> str:
+    """A model command's --device as a device name. 'auto' is the honest choice: cuda when a CUDA GPU works,
+    else a hardware WebGPU adapter, else the CPU (a software adapter such as lavapipe or SwiftShader is
+    slower than ember's CPU backend, so auto never picks it); the choice and its reason go to stderr."""
+    if name != "auto":
+        return name
+    from .device import device_status
+    if device_status("cuda")[0]:
+        print("ember: device auto -> cuda", file=sys.stderr, flush=True)
+        return "cuda"
+    from .webgpu.adapter_choice import auto_device
+    chosen, why = auto_device()
+    if chosen == "webgpu":
+        from .device import device
+        why = device("webgpu").backend.adapter.info
+    print(f"ember: device auto -> {chosen} ({why})", file=sys.stderr, flush=True)
+    return chosen
+
+
 def add_parser(sub, name="info"):
     p = sub.add_parser("info", help=COMMANDS["info"][1])
     p.set_defaults(func=main_info)

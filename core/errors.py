@@ -35,3 +35,8 @@ class LimitError(FormatError):
                    "if the input is trusted)")
         side = "under the minimum" if below else "over the limit"
         super().__init__(f"ember: {where}: {field} is {value}{unit}, {side} of {limit}{unit}{how}")
+
+
+class CustomOpError(EmberError):
+    """An ember.custom_op that cannot run as declared: a kernel that fails to compile, a binding the kernel
+    never reads, an output of the wrong shape, a missing backward. The message names the op and the backend."""

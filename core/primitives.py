@@ -21,7 +21,8 @@ Families (29 primitives, 41 with the optional fused ones; to_numpy_async is to_n
   indexing     gather, index_select, scatter
   meta         shape, dtype_of, synchronize, supports, weight_layout (default: unchanged)
   optional     softmax, log_softmax, layer_norm, rms_norm, attention, gelu, silu, linear, conv_bias,
-               qmatmul, rope (fused; None = compose), copy_into (slice assignment, in place where it can)
+               qmatmul, rope (fused; None = compose), copy_into (slice assignment, in place where it can),
+               custom_kernel (ember.custom_op's user kernels)
 """
 from __future__ import annotations
 
@@ -184,3 +185,7 @@ class Backend:
     #                      tensor layer rebinds dst to the result; composed: x[slices] = src (a scatter into a copy)
     rope = None          # (x, cos, sin) -> rotate-half rotary embedding of x (B, T, H, D) in x's dtype,
     #                      cos/sin (T, D / 2) float32: [x1 c - x2 s, x2 c + x1 s] with x1, x2 the halves of D
+    custom_kernel = None  # (kernel, inputs, out_shape, out_dtype, attrs) -> a fresh array: run an ember.custom_op's
+    #                      kernel descriptor (ember.WGSL on webgpu, ember.CUDA on cuda; its params(*inputs, **attrs)
+    #                      and grid(...) are called with the inputs' arrays) over inputs (arrays or None); None =
+    #                      the backend runs no user kernels (custom_op then composes, or runs its cpu forward on the host)

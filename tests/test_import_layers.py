@@ -29,7 +29,7 @@ LAYERS = [
     ("backends", "one module per device: numpy/array-module/cuda, webgpu", ["ember.backends", "ember.backends.*",
                                                                            "ember.webgpu", "ember.webgpu.*"]),
     ("tensor", "autograd primitives, Tensor, composed ops", ["ember.autograd", "ember.tensor", "ember.ops_*",
-                                                             "ember.linalg"]),
+                                                             "ember.linalg", "ember.custom_op"]),
     ("nn", "modules, functional, optimizers", ["ember.nn", "ember.nn.*", "ember.optim"]),
     ("io", "weight formats, quantization, tokenizers, hub, onnx, datasets and loaders, the training loop",
      ["ember.io", "ember.io.*", "ember.quant", "ember.quant.*", "ember.tokenizers", "ember.tokenizers.*", "ember.hub",

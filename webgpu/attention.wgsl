@@ -1,32 +1,34 @@
-// Fused attention, one kernel: out = softmax(q k^T * scale + mask) v with an online softmax over blocks
+// ember.nn.fused_ops.flash_attention's WebGPU kernel, run through ember.custom_op (which prepends the
+// bindings and helpers). Fused attention, one kernel: out = softmax(q k^T * scale + mask) v with an online softmax over blocks
 // of 64 keys (flash-attention style), so the (L, S) scores never reach memory. One workgroup per
 // (batch, query row); its 64 threads score one key each per block, then each accumulates up to 4 of
-// the Dv output columns, rescaled whenever the running maximum grows.
-// prm: [0] L  [1] S  [2] D  [3] Dv  [4] scale bits  [5] flags (1 mask, 2 causal: key s <= query l)
-//      [6..9] q offset, batch, row, column strides   [10..13] k   [14..17] v   [18..21] mask (i32 bits)
-// in0 q, in1 k, in2 v, in3 mask (float, additive); out (batch, L, Dv) contiguous. D, Dv <= 256.
+// the Dv output columns, rescaled whenever the running maximum grows. Batch = (B1, B2) of strided views.
+// prm: [0] output elements  [1] L  [2] S  [3] D  [4] Dv  [5] scale bits  [6] flags (1 mask, 2 causal: key
+//      s <= query l)  [7] B2  [8..12] q offset, B1, B2, row, column strides  [13..17] k  [18..22] v
+//      [23..27] mask (i32 bits)
+// in0 q, in1 k, in2 v, in3 mask (float, additive); out (B1 * B2, L, Dv) contiguous. D, Dv <= 256.
 
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> p: array<f32, 64>;
 var<workgroup> stat: array<f32, 2>;  // block max, correction factor
 
 fn at(base: u32, b: u32, r: u32, c: u32) -> i32 {
-    return bitcast<i32>(prm[base]) + i32(b) * bitcast<i32>(prm[base + 1u]) + i32(r) * bitcast<i32>(prm[base + 2u])
-        + i32(c) * bitcast<i32>(prm[base + 3u]);
+    let b2 = prm[7];
+    return bitcast<i32>(prm[base]) + i32(b / b2) * bitcast<i32>(prm[base + 1u]) + i32(b % b2) * bitcast<i32>(prm[base + 2u])
+        + i32(r) * bitcast<i32>(prm[base + 3u]) + i32(c) * bitcast<i32>(prm[base + 4u]);
 }
 
-//! kernel flash
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let L = prm[0];
-    let S = prm[1];
-    let D = prm[2];
-    let Dv = prm[3];
-    let scale = bitcast<f32>(prm[4]);
-    let flags = prm[5];
+    let L = prm[1];
+    let S = prm[2];
+    let D = prm[3];
+    let Dv = prm[4];
+    let scale = bitcast<f32>(prm[5]);
+    let flags = prm[6];
     let l = wid.x;
     let b = wid.y;
-    for (var d = t; d < D; d = d + 64u) { qs[d] = f32(in0[at(6u, b, l, d)]); }
+    for (var d = t; d < D; d = d + 64u) { qs[d] = f32(in0[at(8u, b, l, d)]); }
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
     var m = -f_inf();   // running maximum (the same in every thread)
     var sum = 0.0;      // running sum of exp(score - m)
@@ -38,9 +40,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         var z = -f_inf();
         if (s < stop) {
             var dotv = 0.0;
-            for (var d = 0u; d < D; d = d + 1u) { dotv = dotv + qs[d] * f32(in1[at(10u, b, s, d)]); }
+            for (var d = 0u; d < D; d = d + 1u) { dotv = dotv + qs[d] * f32(in1[at(13u, b, s, d)]); }
             z = dotv * scale;
-            if ((flags & 1u) != 0u) { z = z + f32(in3[at(18u, b, l, s)]); }
+            if ((flags & 1u) != 0u) { z = z + f32(in3[at(23u, b, l, s)]); }
         }
         p[t] = z;
         workgroupBarrier();
@@ -66,7 +68,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let c = t + 64u * i;
             if (c < Dv) {
                 var a = acc[i] * corr;
-                for (var j = 0u; j < n; j = j + 1u) { a = a + p[j] * f32(in2[at(14u, b, s0 + j, c)]); }
+                for (var j = 0u; j < n; j = j + 1u) { a = a + p[j] * f32(in2[at(18u, b, s0 + j, c)]); }
                 acc[i] = a;
             }
         }
@@ -74,6 +76,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     for (var i = 0u; i < 4u; i = i + 1u) {
         let c = t + 64u * i;
-        if (c < Dv) { out[(b * L + l) * Dv + c] = $FIX(acc[i] / sum); }
+        if (c < Dv) { out[(b * L + l) * Dv + c] = to_out(acc[i] / sum); }
     }
 }

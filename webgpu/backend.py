@@ -22,14 +22,16 @@ from ember.primitives import Backend
 from . import kernels
 from .adapter_choice import describe
 from .backend_compute import ComputeMixin
+from .backend_custom import CustomKernelMixin
 from .backend_quant import QuantMixin
-from .buffers import F16_NATIVE, WORD, BufferPool, GArray, Storage, compute_type, contiguous_strides
+from .backend_f16 import Pack16Mixin
+from .buffers import BufferPool, GArray, Storage, compute_type, contiguous_strides
 
 MAXD = 8  # dims a view may have after merging (meta layout in common.wgsl)
 _META_CACHE_MAX = 4096
 _SETTINGS = {"power_preference": os.environ.get("EMBER_WEBGPU_POWER", "high-performance"),
              "backend": os.environ.get("EMBER_WEBGPU_BACKEND") or None}
-_KIND = {"f32": "f", "f16": "f", "i32": "i", "u32": "u"}
+_KIND = {"f32": "f", "f16": "f", "bf16x2": "f", "f16x2": "f", "i32": "i", "u32": "u"}
 _CMP = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"}
 
 
@@ -82,7 +84,7 @@ def merge_dims(shape, views):
     return tuple(s for s, _ in out), [(v[0], tuple(st[k] for _, st in out)) for k, v in enumerate(views)]
 
 
-class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
+class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Backend):
     name = "webgpu"
     _groups = staticmethod(_groups)
 
@@ -99,16 +101,15 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
         self.bytes_read = 0
         self.readbacks = 0
         self.has_f16 = "shader-f16" in self.adapter.features
-        self.words = dict(WORD)
-        if self.has_f16 and os.environ.get("EMBER_WEBGPU_F16", "1") != "0":
-            self.words[D.float16] = F16_NATIVE
+        self._init_words()  # dtype -> storage word (backend_f16.py)
         self.available = True
         # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
         # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three
         self.matmul_kernel = "auto"
         # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py)
         self.qmatvec_split = 8
-        # "flash": one online-softmax kernel (attention.wgsl); "composed": QK^T, softmax, PV kernels. Composed
+        # "flash": one online-softmax kernel (attention.wgsl, run as the custom op ember.nn.fused_ops.flash_attention
+        # by F.scaled_dot_product_attention); "composed": QK^T, softmax, PV kernels (the attention primitive). Composed
         # by default: on lavapipe the fused kernel is 4-9x slower (bench/bench_webgpu.py); not yet measured on a GPU
         self.attention_kernel = "composed"
 
@@ -143,8 +144,10 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
 
     def _new(self, shape, dtype):
         shape = tuple(map(int, shape))
-        return GArray(Storage(self.pool, self._nbytes(math.prod(shape), dtype)), shape,
-                      contiguous_strides(shape), 0, dtype)
+        st = Storage(self.pool, self._nbytes(math.prod(shape), dtype))
+        if dtype in self.HALF_DTYPES:
+            self._half_storages.add(st)  # set_pack16 refuses while any is alive (backend_f16.py)
+        return GArray(st, shape, contiguous_strides(shape), 0, dtype)
 
     def _nbytes(self, n, dtype):
         size = np.dtype(self._word(dtype)[1]).itemsize * max(n, 1)
@@ -200,7 +203,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
     def _bits(self, value, dtype):
         """A Python scalar as the 32-bit word pattern of dtype's GPU storage."""
         wt, wnp, fix = self._word(dtype)
-        if wt in ("f32", "f16"):
+        if compute_type(wt) == "f32":
             v = np.float32(value)
             if dtype is D.float16:
                 v = np.float32(np.float16(v))
@@ -218,7 +221,9 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
     def from_numpy(self, a, dtype):
         wt, wnp, fix = self._word(dtype)
         a = np.asarray(a)
-        if dtype is D.bfloat16:
+        if self._is_packed(dtype):
+            w = self._packed_bits(a, dtype)
+        elif dtype is D.bfloat16:
             w = D.bf16_bits_to_f32(a.astype(np.uint16, copy=False))
         elif dtype is D.int64 and a.size:
             lo, hi = int(a.min()), int(a.max())
@@ -247,6 +252,8 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
         return raw.view(wnp).reshape(x.shape)
 
     def _from_words(self, w, dtype):
+        if w.dtype == np.uint16:  # packed 16-bit words: their bits are the storage
+            return self._from_packed(w, dtype)
         if dtype is D.bfloat16:
             return D.f32_to_bf16_bits(w)
         if dtype is D.bool_:
@@ -276,7 +283,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
             return
         wt = self._word(view.dtype)[0]
         shape, views = merge_dims(view.shape, [(view.offset, view.strides)])
-        val = "f16(bitcast<f32>(prm[3]))" if wt == "f16" else f"bitcast<{wt}>(prm[3])"
+        val = "f16(bitcast<f32>(prm[3]))" if wt == "f16" else f"bitcast<{compute_type(wt)}>(prm[3])"
         p = self.pipelines.get("copy", "fill", wt, [], VAL=val)
         self._run(p, self._view_meta(n, shape, views, [self._bits(value, view.dtype)]), view, [], _groups(n))
 
@@ -324,9 +331,12 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
             expr = f"{ofix}({expr})"
         if wt == "f16":
             expr = f"f16({expr})"
+        meta = self._view_meta(n, mshape, views, [] if scalar is None else [scalar[1]])
+        if self._is_packed(out_dtype):  # into f32 words, then packed a word per thread: no atomic stores
+            p = self.pipelines.get("elementwise", "map", "f32", wts, LOADS="\n    ".join(loads), EXPR=expr)
+            return self._packed_from(out, lambda tmp: self._run(p, meta, tmp, inputs, _groups(n)))
         p = self.pipelines.get("elementwise", "map", wt, wts, LOADS="\n    ".join(loads), EXPR=expr)
-        self._run(p, self._view_meta(n, mshape, views, [] if scalar is None else [scalar[1]]),
-                  out, inputs, _groups(n))
+        self._run(p, meta, out, inputs, _groups(n))
         return out
 
     @staticmethod

@@ -11,14 +11,13 @@ import numpy as np
 
 from ember import dtypes as D
 
-_F32 = D.float32
-
 from .buffers import GArray, compute_type
 
 _INIT = {("sum", "f32"): "0.0", ("prod", "f32"): "1.0", ("max", "f32"): "-f_inf()", ("min", "f32"): "f_inf()",
          ("sum", "i32"): "0", ("prod", "i32"): "1", ("max", "i32"): "i32(-2147483648)", ("min", "i32"): "2147483647",
          ("sum", "u32"): "0u", ("prod", "u32"): "1u", ("max", "u32"): "0u", ("min", "u32"): "0xffffffffu"}
 _NAN = {"f32": "is_nan", "i32": "never_i", "u32": "never_u"}
+_HALF = ("f16", "bf16x2", "f16x2")  # 16-bit float words (native or packed)
 
 
 def _row_groups(rows):
@@ -141,7 +140,7 @@ class ComputeMixin:
         meta = [M, N, K, av.offset, asb, av.strides[-2], av.strides[-1],
                 bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
         ct = compute_type(wt)
-        vec = self._vec4_layout(meta, K, N) if (ct == "f32" and self.matmul_kernel == "auto") else None
+        vec = self._vec4_layout(meta, K, N) if (wt in ("f32",) + _HALF and self.matmul_kernel == "auto") else None
         if vec is not None:  # 16-byte loads: the fast path for contiguous activations and weights
             meta, bk = vec
             p = self.pipelines.get("matmul_vec4", "matmul_vec4", wt, [f"vec4<{wt}>"] * 2, T=ct, FIX=fix or "",
@@ -227,7 +226,7 @@ class ComputeMixin:
     def scatter(self, x, axis, idx, src, reduce):
         wt, _, fix = self._word(x.dtype)
         idx, src = self._dev(idx), self._dev(src)
-        if wt == "f16" and reduce is not None:  # no 16-bit atomics: accumulate in float32 words
+        if wt in _HALF and reduce is not None:  # no 16-bit atomics: accumulate in float32 words
             f = D.float32
             return self.cast(self.scatter(self.cast(x, f), axis, idx, self.cast(src, f), reduce), x.dtype)
         out = self._new(x.shape, x.dtype)
@@ -306,17 +305,15 @@ class ComputeMixin:
         return self._norm(x, w, None, eps, rms=True)
 
     def attention(self, q, k, v, mask, scale, causal):
-        """softmax(q k^T * scale + mask) v: one online-softmax kernel (attention.wgsl) for head sizes up
-        to 256, else three: QK^T matmul, fused scale+mask+causal softmax over score rows, PV matmul."""
+        """softmax(q k^T * scale + mask) v in three kernels: QK^T matmul, fused scale+mask+causal softmax over
+        score rows, PV matmul. (The one-kernel online-softmax form, attention.wgsl, is a custom op:
+        ember.nn.fused_ops.flash_attention, chosen by attention_kernel = "flash".)"""
         fix = self._float_rows(q, "attention")
-        if self._wt(q) == "f16":  # scores and probabilities in float32 words, rounded once at the end
+        if self._wt(q) in _HALF:  # scores and probabilities in float32 words, rounded once at the end
             f = D.float32
             m = None if mask is None else self.cast(mask, f)
             y = self.attention(self.cast(q, f), self.cast(k, f), self.cast(v, f), m, scale, causal)
             return self.cast(y, q.dtype)
-        flash = self._flash_attention(q, k, v, mask, scale, causal, fix)
-        if flash is not None:
-            return flash
         nd = len(q.shape)
         s = self.matmul(q, self.permute(k, list(range(nd - 2)) + [nd - 1, nd - 2]))  # (..., L, S)
         L, S = s.shape[-2:]
@@ -334,39 +331,3 @@ class ComputeMixin:
             pipe = self.pipelines.get("norm", "attn_softmax", "f32", ["f32", "f32"], FIX=fix)
             self._run(pipe, meta, p_, [s, mview], _row_groups(rows))
         return self.matmul(p_, v)
-
-    def _flash_attention(self, q, k, v, mask, scale, causal, fix):
-        """attention.wgsl over strided views of q (..., L, D), k (..., S, D), v (..., S, Dv) and the mask;
-        None where the kernel does not apply (head size past 256, grid limits)."""
-        L, hd = q.shape[-2:]
-        S, hv = v.shape[-2], v.shape[-1]
-        if self.attention_kernel != "flash" or hd > 256 or hv > 256 or L > 65535 or k.shape[-1] != hd or k.shape[-2] != S:
-            return None
-        shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if mask is None else [mask.shape[:-2]])
-        bshape = tuple(np.broadcast_shapes(*shapes))
-        B = math.prod(bshape)
-        if B > 65535:
-            return None
-        out = self._new(bshape + (L, hv), q.dtype)
-        if out.size == 0:
-            return out
-        if S == 0:
-            self._fill(out, float("nan"))  # softmax over no keys (the composed path's 0 / 0)
-            return out
-        views, meta = [], [L, S, hd, hv, self._bits(scale, _F32), 0]
-        for x in (q, k, v):
-            xv, sb = self._batched(x, bshape)
-            views.append(xv)
-            meta += [xv.offset, sb, xv.strides[-2], xv.strides[-1]]
-        if mask is not None:
-            mv, mb = self._batched(self.expand(mask, bshape + (L, S)), bshape)
-            meta[5] |= 1
-            meta += [mv.offset, mb, mv.strides[-2], mv.strides[-1]]
-        else:
-            mv = self._dummy()
-            meta += [0, 0, 0, 0]
-        if causal:
-            meta[5] |= 2
-        pipe = self.pipelines.get("attention", "flash", "f32", ["f32"] * 4, FIX=fix)
-        self._run(pipe, meta, out, views + [mv], (L, B, 1))
-        return out

@@ -9,7 +9,9 @@ dtype and views never split a word:
   uint32, uint8, bool        -> u32 words (uint8 masked to 8 bits, bool is 0/1)
 float64 has no WGSL type: `WebGPUBackend.supports(float64)` is False and uploads raise.
 Where the adapter has `shader-f16`, float16 is stored natively instead (F16_NATIVE: 2-byte f16
-words, computed in f32 inside kernels and converted on store).
+words, computed in f32 inside kernels and converted on store). With 16-bit packing on (WebGPUBackend's
+`pack16`, EMBER_WEBGPU_PACK16=1) bfloat16, and float16 without shader-f16, are stored two to a u32 word
+(BF16_PACKED, F16_PACKED) and unpacked in the kernels (pack16.py).
 """
 from __future__ import annotations
 
@@ -27,11 +29,15 @@ WORD = {
     D.uint32: ("u32", np.uint32, None), D.uint8: ("u32", np.uint32, "fix_u8"), D.bool_: ("u32", np.uint32, None),
 }
 F16_NATIVE = ("f16", np.float16, None)
+# two 16-bit elements per u32 word, unpacked in the kernels (pack16.py): bfloat16 always where packing is on,
+# float16 where packing is on and the adapter has no shader-f16
+BF16_PACKED = ("bf16x2", np.uint16, "fix_bf16")
+F16_PACKED = ("f16x2", np.uint16, "fix_f16")
 
 
 def compute_type(word):
-    """Kernels compute f16 words in f32."""
-    return "f32" if word == "f16" else word
+    """Kernels compute f16 and packed 16-bit words in f32."""
+    return "f32" if word in ("f16", "bf16x2", "f16x2") else word
 
 
 class Storage:

@@ -10,6 +10,8 @@ import re
 from importlib import resources
 from string import Template
 
+from . import pack16
+
 _FILES: dict = {}
 
 
@@ -20,6 +22,11 @@ def _family(name):
         parts = re.split(r"^//! kernel (\w+)\n", text, flags=re.M)
         f = _FILES[name] = (parts[0], dict(zip(parts[1::2], parts[2::2])))
     return f
+
+
+def common_source():
+    """common.wgsl: the helpers every kernel gets (also prepended to ember.custom_op kernels)."""
+    return _family("common")[0]
 
 
 _HAS: dict = {}
@@ -38,13 +45,31 @@ def source(family, kernel, out_type, in_types, atomic_out=False, **subs):
     shared, kernels = _family(family)
     lines = ["enable f16;"] if "f16" in (out_type, *in_types) else []
     lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
-    out_elem = f"atomic<{out_type}>" if atomic_out else out_type
-    lines.append(f"@group(0) @binding(1) var<storage, read_write> out: array<{out_elem}>;")
-    for k, t in enumerate(in_types):
-        lines.append(f"@group(0) @binding({k + 2}) var<storage, read> in{k}: array<{t}>;")
-    subs.setdefault("OT", out_type)
+    lines += bindings(1, out_type, in_types, atomic_out)
+    subs.setdefault("OT", "f32" if out_type in pack16.PACKED else out_type)
     body = Template(shared + kernels[kernel]).substitute(subs)
-    return "\n".join(lines) + "\n" + _family("common")[0] + body
+    return "\n".join(lines) + "\n" + _family("common")[0] + packed_body(body, out_type, in_types)
+
+
+def bindings(first, out_type, in_types, atomic_out=False):
+    """Declarations of out (binding `first`) and in0, in1 ...; packed 16-bit words as u32 (pack16.py)."""
+    packed_out = out_type in pack16.PACKED
+    out_elem = "atomic<u32>" if packed_out else (f"atomic<{out_type}>" if atomic_out else out_type)
+    lines = [f"@group(0) @binding({first}) var<storage, read_write> out: array<{out_elem}>;"]
+    for k, t in enumerate(in_types):
+        lines.append(f"@group(0) @binding({first + 1 + k}) var<storage, read> in{k}: array<"
+                     f"{pack16.storage_type(t) if pack16.is_packed(t) else t}>;")
+    return lines
+
+
+def packed_body(body, out_type, in_types):
+    """body with its accesses of packed bindings rewritten, after the helpers they call (pack16.py)."""
+    names = {f"in{k}" for k, t in enumerate(in_types) if pack16.is_packed(t)}
+    if out_type in pack16.PACKED:
+        names.add("out")
+    if not names:
+        return body
+    return _family("pack16")[0] + pack16.helpers(out_type, in_types) + pack16.rewrite(pack16.strip_comments(body), names)
 
 
 class PipelineCache:

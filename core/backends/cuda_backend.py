@@ -63,6 +63,26 @@ class FusedKernels(ArrayModuleBackend):
     def _suffix(self, x):
         return K.SUFFIX.get(self.dtype_of(x).name)
 
+    # -- ember.custom_op kernels ----------------------------------------------------------------------
+    def custom_kernel(self, kernel, inputs, out_shape, out_dtype, attrs):
+        """An ember.CUDA descriptor's kernel: (out, in0, ..., long long n, *params), inputs contiguous (None as
+        a one-element dummy), ints passed as int and floats as float; default grid one thread per element."""
+        xp = self.xp
+        inputs = [None if a is None else xp.ascontiguousarray(a) for a in inputs]
+        params = list(kernel.params(*inputs, **attrs)) if kernel.params is not None else []
+        grid = kernel.grid(out_shape, *inputs, **attrs) if kernel.grid is not None else None
+        arrays = [xp.zeros(1, xp.float32) if a is None else a for a in inputs]
+        out = xp.empty(tuple(out_shape), dtype=np.uint16 if out_dtype.name == "bfloat16" else out_dtype.np)
+        n = out.size
+        if n:
+            scalars = [np.float32(v) if isinstance(v, float) else _i32(v) for v in params]
+            blocks = tuple(grid) if grid is not None else (math.ceil(n / kernel.block),)
+            self._launch_source(kernel, blocks, (kernel.block,), (out, *arrays, _i64(n), *scalars))
+        return out
+
+    def _launch_source(self, kernel, grid, block, args):
+        raise NotImplementedError
+
     # -- softmax family and norms: one block per row of the last axis --------------------------------
     def _rows(self, x, axis):
         """x with `axis` moved last, contiguous -> (array, n, rows)."""
@@ -271,6 +291,15 @@ class CudaBackend(FusedKernels):
     def _launch(self, src, kernel, grid, block, args):
         K.function(cupy, self.index, src, kernel)(grid, block, args)
 
+    def _launch_source(self, kernel, grid, block, args):
+        from ..errors import CustomOpError
+        try:
+            fn = K.custom_function(cupy, self.index, kernel.source(), kernel.name)
+        except Exception as e:  # NVRTC's compile log, or a kernel name the source does not define
+            raise CustomOpError(f"ember: custom op {kernel.op!r} (cuda): kernel {kernel.name!r} failed to "
+                                f"compile: {e}") from e
+        fn(grid, block, args)
+
     # -- hooks ----------------------------------------------------------------------------------------
     def _erf(self, x):
         from cupyx.scipy.special import erf
@@ -305,7 +334,7 @@ class CudaBackend(FusedKernels):
 for _name in ("from_numpy", "to_numpy", "full", "arange", "unary", "binary", "where", "cast", "reduce",
               "arg_reduce", "cumsum", "argsort", "reshape", "permute", "expand", "slice", "pad", "cat",
               "contiguous", "matmul", "conv", "gather", "index_select", "scatter", "softmax", "log_softmax",
-              "layer_norm", "rms_norm", "attention", "rope", "qmatmul"):
+              "layer_norm", "rms_norm", "attention", "rope", "qmatmul", "custom_kernel"):
     setattr(CudaBackend, _name, _on_device(getattr(CudaBackend, _name)))
 
 

@@ -33,3 +33,17 @@ def module(cupy, device_index: int, name: str):
 def function(cupy, device_index: int, name: str, kernel: str):
     """One __global__ entry point, e.g. function(cupy, 0, "rows.cu", "softmax_f16")."""
     return module(cupy, device_index, name).get_function(kernel)
+
+
+_CUSTOM: dict = {}  # (device index, source, name) -> cupy.RawKernel of an ember.custom_op
+
+
+def custom_function(cupy, device_index: int, source_text: str, kernel: str):
+    """An ember.custom_op's CUDA kernel, compiled by NVRTC on first use and cached."""
+    key = (device_index, source_text, kernel)
+    fn = _CUSTOM.get(key)
+    if fn is None:
+        fn = cupy.RawKernel(source_text, kernel, options=("-std=c++14", f"-I{KERNEL_DIR}"))
+        fn.compile()  # raise here, with NVRTC's log, rather than at the first launch
+        _CUSTOM[key] = fn
+    return fn

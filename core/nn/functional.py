@@ -393,13 +393,20 @@ def dropout(x, p=0.5, training=True):
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
     """q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev)."""
-    L, S = q.shape[-2], k.shape[-2]
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    fused = _fused(q, "attention", k, v, attn_mask)
-    if fused is not None and dropout_p == 0 and q.dtype is k.dtype is v.dtype:
-        if attn_mask is None or attn_mask.dtype is not D.bool_:
+    if dropout_p == 0 and q.dtype is k.dtype is v.dtype:
+        if getattr(q.device.backend, "attention_kernel", None) == "flash":  # the backend's opt-in (webgpu)
+            from .fused_ops import flash_attention
+            return flash_attention(q, k, v, attn_mask, is_causal, scale)
+        fused = _fused(q, "attention", k, v, attn_mask)
+        if fused is not None and (attn_mask is None or attn_mask.dtype is not D.bool_):
             m = None if attn_mask is None else attn_mask.to(q.dtype)._data
             return q._new(fused(q._data, k._data, v._data, m, scale, is_causal))
+    return _sdpa_composed(q, k, v, attn_mask, dropout_p, is_causal, scale)
+
+
+def _sdpa_composed(q, k, v, attn_mask, dropout_p, is_causal, scale):
+    L, S = q.shape[-2], k.shape[-2]
     s = (q @ k.transpose(-1, -2)) * scale                                 # (..., L, S)
     if is_causal:
         from ..tensor import ones
@@ -415,19 +422,14 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
 
 def rotary_embedding(x, cos, sin):
     """Rotate-half rotary embedding (Hugging Face Llama / GPT-NeoX layout): x (B, T, H, D), cos and sin
-    (T, D / 2) -> [x1 cos - x2 sin, x2 cos + x1 sin], x1 and x2 the halves of D; the backend's fused `rope`
-    when it has one, composed otherwise (not a torch function: torch models spell it out)."""
+    (T, D / 2) -> [x1 cos - x2 sin, x2 cos + x1 sin], x1 and x2 the halves of D. A custom op
+    (ember.nn.fused_ops.rotary: one WGSL kernel on webgpu, the backend's `rope` on cuda, composed otherwise;
+    not a torch function: torch models spell it out)."""
+    from .fused_ops import rope_composed, rotary
     T, half = x.shape[1], x.shape[-1] // 2
-    if x.ndim == 4 and x.shape[-1] % 2 == 0 and cos.shape == sin.shape == (T, half) and x.dtype.is_floating_point \
-            and _fused(x, "rope", cos, sin):
-        return A.prim_fused("rope", x, cos._data, sin._data)
-    from ..ops_movement import cat
-    c = cat([cos, cos], -1).reshape(T, 1, 2 * half)                      # (T, 1, D)
-    s = cat([sin, sin], -1).reshape(T, 1, 2 * half)
-    if c.dtype is not x.dtype:  # in x's dtype, as the fused op
-        c, s = c.to(x.dtype), s.to(x.dtype)
-    x1, x2 = x.narrow(-1, 0, half), x.narrow(-1, half, half)
-    return x * c + cat([-x2, x1], -1) * s                                 # (B, T, H, D)
+    if x.ndim == 4 and x.shape[-1] % 2 == 0 and cos.shape == sin.shape == (T, half) and x.dtype.is_floating_point:
+        return rotary(x, cos, sin)
+    return rope_composed(x, cos, sin)
 
 
 # ------------------------------------------------------------------ losses

@@ -6,6 +6,7 @@ import json
 import sys
 
 from ..argtypes import existing_file
+from ..cli import DEVICE_HELP, resolve_device
 
 
 def _input_spec(spec: str) -> tuple[str, str]:
@@ -23,7 +24,7 @@ def add_parser(sub):
                    help="one graph input from a .npy file (repeat per input)")
     p.add_argument("--output", action="append", default=None, metavar="NAME", help="outputs to compute (default: all)")
     p.add_argument("--save", metavar="DIR", help="write each output to DIR/<name>.npy")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--json", action="store_true", help="print outputs as JSON (values included)")
     p.set_defaults(func=main)
 
@@ -34,7 +35,7 @@ def main(args):
     import numpy as np
 
     from . import InferenceSession
-    sess = InferenceSession(args.model, device=args.device)
+    sess = InferenceSession(args.model, device=resolve_device(args.device))
     feeds = {}
     for name, path in args.input:
         feeds[name] = np.load(path, allow_pickle=False)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import sys
 
+from ...cli import DEVICE_HELP, resolve_device
+
 
 def add_parser(sub):
     p = sub.add_parser("embed", help="sentence embeddings (default: all-MiniLM-L6-v2)")
     p.add_argument("texts", nargs="*", help="texts to embed (none: one per line from stdin)")
     p.add_argument("--model", default=None, help="a sentence-transformers / BERT folder, hub id or URL")
-    p.add_argument("--device", default="cpu", help="cpu | webgpu | cuda")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--json", action="store_true", help="print one JSON list of {text, embedding}")
     p.set_defaults(func=main)
@@ -26,7 +28,7 @@ def main(args):
     if src is None:
         from .fetch import fetch_minilm
         src = fetch_minilm(progress=True)
-    vecs = SentenceEncoder(src, device=args.device, batch_size=args.batch_size).encode(texts)
+    vecs = SentenceEncoder(src, device=resolve_device(args.device), batch_size=args.batch_size).encode(texts)
     if args.json:
         json.dump([{"text": t, "embedding": [float(x) for x in v]} for t, v in zip(texts, vecs)], sys.stdout)
         print()

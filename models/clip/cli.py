@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 
+from ...cli import DEVICE_HELP, resolve_device
+
 
 def add_parser(sub):
     from ...argtypes import existing_file
@@ -18,7 +20,7 @@ def add_parser(sub):
     p.add_argument("--labels", default=None, help="comma-separated labels (CLIP zero-shot)")
     p.add_argument("--no-template", action="store_true", help="use the labels as given, not 'a photo of ...'")
     p.add_argument("--top", type=int, default=5)
-    p.add_argument("--device", default="cpu", help="cpu | webgpu | cuda")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=main)
 
@@ -73,7 +75,8 @@ def classify(image, model_src, labels=None, template="a photo of {}", device=Non
 
 def main(args):
     labels = [x.strip() for x in args.labels.split(",") if x.strip()] if args.labels else None
-    out = classify(args.image, args.model, labels, None if args.no_template else "a photo of {}", args.device)
+    device = resolve_device(args.device)
+    out = classify(args.image, args.model, labels, None if args.no_template else "a photo of {}", device)
     out = out[:args.top]
     if args.json:
         json.dump([{"label": lab, "score": round(p, 6)} for lab, p in out], sys.stdout)

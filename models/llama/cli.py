@@ -5,6 +5,7 @@ import json
 import sys
 
 from ...argtypes import add_sampling_arguments
+from ...cli import DEVICE_HELP, resolve_device
 
 
 def add_parser(sub):
@@ -15,7 +16,7 @@ def add_parser(sub):
     add_sampling_arguments(p, max_new_tokens=128, temperature=0.8, top_p=0.9)
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the Llama-2 chat format")
     p.add_argument("--system", default=None, help="system message for --chat")
-    p.add_argument("--device", default="cpu", help="cpu | webgpu | cuda")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.set_defaults(func=main)
 
@@ -28,7 +29,7 @@ def add_parser(sub):
 def main(args):
     from .chat import chat_prompt_ids
     from .load import load_llama
-    model, tok = load_llama(args.model, device=args.device, tokenizer=args.tokenizer)
+    model, tok = load_llama(args.model, device=resolve_device(args.device), tokenizer=args.tokenizer)
     if tok is None:
         raise ValueError("ember: no tokenizer found beside the model; pass --tokenizer")
     if args.chat:

