@@ -23,6 +23,7 @@ from . import kernels
 from .adapter_choice import describe
 from .backend_compute import ComputeMixin
 from .backend_quant import QuantMixin
+from .fusion import FusionMixin, new_pending_set
 from .buffers import F16_NATIVE, WORD, BufferPool, GArray, Storage, compute_type, contiguous_strides
 
 MAXD = 8  # dims a view may have after merging (meta layout in common.wgsl)
@@ -82,7 +83,7 @@ def merge_dims(shape, views):
     return tuple(s for s, _ in out), [(v[0], tuple(st[k] for _, st in out)) for k, v in enumerate(views)]
 
 
-class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
+class WebGPUBackend(ComputeMixin, QuantMixin, FusionMixin, Backend):
     name = "webgpu"
     _groups = staticmethod(_groups)
 
@@ -103,6 +104,9 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
         if self.has_f16 and os.environ.get("EMBER_WEBGPU_F16", "1") != "0":
             self.words[D.float16] = F16_NATIVE
         self.available = True
+        # elementwise chains fused into one kernel each (fusion.py); 0 dispatches every op (bench: before/after)
+        self.fuse = os.environ.get("EMBER_WEBGPU_FUSE", "1") != "0"
+        self._pending = new_pending_set()
         # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
         # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three
         self.matmul_kernel = "auto"
@@ -305,8 +309,17 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
     def _map(self, out_dtype, expr, inputs, scalar=None, fix=True):
         """out = expr over broadcast inputs (a, b, c) and an optional scalar word s."""
         shape = tuple(np.broadcast_shapes(*[x.shape for x in inputs]))
+        n = math.prod(shape)
+        wt, _, ofix = self._word(out_dtype)
+        if ofix and fix:
+            expr = f"{ofix}({expr})"
+        if wt == "f16":
+            expr = f"f16({expr})"
+        if self.fuse and n:  # pending until read: a chain of elementwise ops becomes one kernel (fusion.py)
+            lazy = self._fused_map(shape, out_dtype, expr, inputs, scalar)
+            if lazy is not None:
+                return lazy
         out = self._new(shape, out_dtype)
-        n = out.size
         if n == 0:
             return out
         views = [(x.offset, self._bstrides(x, shape)) for x in inputs]
@@ -319,11 +332,6 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
                  for k, (off, st) in enumerate(views)]
         if scalar is not None:
             loads.append(f"let {names[len(inputs)]} = bitcast<{scalar[0]}>(prm[3]);")
-        wt, _, ofix = self._word(out_dtype)
-        if ofix and fix:
-            expr = f"{ofix}({expr})"
-        if wt == "f16":
-            expr = f"f16({expr})"
         p = self.pipelines.get("elementwise", "map", wt, wts, LOADS="\n    ".join(loads), EXPR=expr)
         self._run(p, self._view_meta(n, mshape, views, [] if scalar is None else [scalar[1]]),
                   out, inputs, _groups(n))
@@ -424,6 +432,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, Backend):
     def copy_into(self, dst, src, starts):
         """src written into dst's buffer at `starts` (one copy dispatch, in place)."""
         stops = [a + n for a, n in zip(starts, src.shape)]
+        self._flush_readers(dst.storage)  # a pending op reading dst must see it before this write
         self._copy_into(self.slice(dst, starts, stops, [1] * len(starts)), src)
         return dst
 

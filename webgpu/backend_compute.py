@@ -286,17 +286,31 @@ class ComputeMixin:
 
     def _norm(self, x, w, b, eps, rms):
         fix = self._float_rows(x, "rms_norm" if rms else "layer_norm")
-        xc = self.contiguous(x)
         out = self._new(x.shape, x.dtype)
         n = x.shape[-1]
         rows = x.size // max(n, 1)
         if rows and n:
             flags = (1 if w is not None else 0) | (2 if b is not None else 0)
-            ins = [xc, self.contiguous(w) if w is not None else self._dummy(),
+            ins = [self.contiguous(w) if w is not None else self._dummy(),
                    self.contiguous(b) if b is not None else self._dummy()]
-            p = self.pipelines.get("norm", "norm", self._wt(x), [self._wt(t) for t in ins], FIX=fix,
-                                   RMS="true" if rms else "false")
-            self._run(p, [rows, n, self._bits(eps, D.float32), flags], out, ins, _row_groups(rows))
+            node = self._norm_prologue(x) if self.fuse else None
+            meta = [rows, n, self._bits(eps, D.float32), flags]
+            pre, rw, inc = "", (), ()
+            if node is not None:  # x is a pending residual add: computed here, written to its buffer (fusion.py)
+                x.storage.node = None
+                self._pending.discard(x.storage)
+                loads, expr = self._leaf_loads(node, index="j", first=3, sbase=4)
+                pre = ("for (var r = lid; r < n; r = r + 256u) { let j = base + r; "
+                       + " ".join(loads) + f" in0[j] = {expr}; }}")
+                rw, inc, meta = (0,), ("elementwise",), meta + [bits for _, bits in node.scalars]
+                ins += node.leaves
+                node.leaves = node.views = ()
+            else:
+                x = self.contiguous(x)
+            ins = [x] + ins
+            p = self.pipelines.get("norm", "norm", self._wt(x), [self._wt(t) for t in ins], rw=rw, include=inc, FIX=fix,
+                                   RMS="true" if rms else "false", PRE=pre)
+            self._run(p, meta, out, ins, _row_groups(rows))
         return out
 
     def layer_norm(self, x, w, b, eps):

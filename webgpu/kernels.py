@@ -33,18 +33,22 @@ def has_function(family, fname):
     return r
 
 
-def source(family, kernel, out_type, in_types, atomic_out=False, **subs):
-    """Full WGSL of one specialised kernel; `subs` fill the $placeholders."""
+def source(family, kernel, out_type, in_types, atomic_out=False, rw=(), include=(), **subs):
+    """Full WGSL of one specialised kernel; `subs` fill the $placeholders; inputs numbered in `rw`
+    are bound read_write (a kernel that also writes an input's buffer); `include` names families whose
+    shared functions the kernel also calls (a fused elementwise prologue calls elementwise's op_*)."""
     shared, kernels = _family(family)
-    lines = ["enable f16;"] if "f16" in (out_type, *in_types) else []
+    subs.setdefault("OT", out_type)
+    body = Template(shared + kernels[kernel]).substitute(subs)
+    # a fused chain may hold an f16 value between two f32 words
+    lines = ["enable f16;"] if "f16" in (out_type, *in_types) or re.search(r"\bf16\(", body) else []
     lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
     out_elem = f"atomic<{out_type}>" if atomic_out else out_type
     lines.append(f"@group(0) @binding(1) var<storage, read_write> out: array<{out_elem}>;")
     for k, t in enumerate(in_types):
-        lines.append(f"@group(0) @binding({k + 2}) var<storage, read> in{k}: array<{t}>;")
-    subs.setdefault("OT", out_type)
-    body = Template(shared + kernels[kernel]).substitute(subs)
-    return "\n".join(lines) + "\n" + _family("common")[0] + body
+        mode = "read_write" if k in rw else "read"
+        lines.append(f"@group(0) @binding({k + 2}) var<storage, {mode}> in{k}: array<{t}>;")
+    return "\n".join(lines) + "\n" + _family("common")[0] + "".join(_family(f)[0] for f in include) + body
 
 
 class PipelineCache:
@@ -53,11 +57,12 @@ class PipelineCache:
     def __init__(self, adapter):
         self.adapter, self.cache = adapter, {}
 
-    def get(self, family, kernel, out_type, in_types, atomic_out=False, **subs):
-        key = (family, kernel, out_type, tuple(in_types), atomic_out, tuple(sorted(subs.items())))
+    def get(self, family, kernel, out_type, in_types, atomic_out=False, rw=(), include=(), **subs):
+        key = (family, kernel, out_type, tuple(in_types), atomic_out, tuple(rw), tuple(include),
+               tuple(sorted(subs.items())))
         p = self.cache.get(key)
         if p is None:
-            code = source(family, kernel, out_type, in_types, atomic_out, **subs)
+            code = source(family, kernel, out_type, in_types, atomic_out, rw, include, **subs)
             try:
                 p = self.adapter.pipeline(code)
             except Exception as e:
