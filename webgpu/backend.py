@@ -23,6 +23,7 @@ from . import kernels
 from .adapter_choice import describe
 from .backend_compute import ComputeMixin
 from .backend_quant import QuantMixin
+from .conv_gemm import ConvGemmMixin
 from .fusion import FusionMixin, new_pending_set
 from .buffers import F16_NATIVE, WORD, BufferPool, GArray, Storage, compute_type, contiguous_strides
 
@@ -83,7 +84,7 @@ def merge_dims(shape, views):
     return tuple(s for s, _ in out), [(v[0], tuple(st[k] for _, st in out)) for k, v in enumerate(views)]
 
 
-class WebGPUBackend(ComputeMixin, QuantMixin, FusionMixin, Backend):
+class WebGPUBackend(ComputeMixin, QuantMixin, FusionMixin, ConvGemmMixin, Backend):
     name = "webgpu"
     _groups = staticmethod(_groups)
 
@@ -115,6 +116,8 @@ class WebGPUBackend(ComputeMixin, QuantMixin, FusionMixin, Backend):
         # "flash": one online-softmax kernel (attention.wgsl); "composed": QK^T, softmax, PV kernels. Composed
         # by default: on lavapipe the fused kernel is 4-9x slower (bench/bench_webgpu.py); not yet measured on a GPU
         self.attention_kernel = "composed"
+        # "gemm": im2col on the GPU + the tiled matmul (conv_gemm.py); "direct": conv.wgsl, one thread per output
+        self.conv_kernel = "gemm"
 
     def __repr__(self):
         return f"WebGPUBackend({self.adapter.info})"

@@ -186,6 +186,8 @@ class ComputeMixin:
         if any(v <= 0 for v in osp):
             raise ValueError(f"ember: conv input spatial size {tuple(sp)} (padded by {tuple(padding)}) is smaller "
                              f"than the dilated kernel {tuple(dilation[i] * (k[i] - 1) + 1 for i in range(nd))}")
+        if self.conv_kernel == "gemm" and math.prod((n, o) + osp):  # im2col on the GPU + tiled matmul
+            return self._conv_gemm(x, w, stride, padding, dilation, groups, osp)
         out = self._new((n, o) + osp, x.dtype)
         total = out.size
         if total == 0:
