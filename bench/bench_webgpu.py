@@ -186,7 +186,7 @@ def attention(shapes=((1, 8, 1, 512, 64), (1, 8, 128, 128, 64))):
                         F.scaled_dot_product_attention(q, k, v)
                         be.synchronize()
                     ts[kern].append(best(run, 1))
-        be.attention_kernel = "composed"
+        be.attention_kernel = "auto"
         row = {"shape": [B, H, L, S, D], "flash_ms": min(ts["flash"]) * 1e3, "composed_ms": min(ts["composed"]) * 1e3}
         rows.append(row)
         print(f"  attention (B, H, L, S, D) = {(B, H, L, S, D)}: fused {row['flash_ms']:.2f} ms, composed "

@@ -113,9 +113,10 @@ class WebGPUBackend(ComputeMixin, QuantMixin, FusionMixin, ConvGemmMixin, Backen
         self.matmul_kernel = "auto"
         # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py)
         self.qmatvec_split = 8
-        # "flash": one online-softmax kernel (attention.wgsl); "composed": QK^T, softmax, PV kernels. Composed
-        # by default: on lavapipe the fused kernel is 4-9x slower (bench/bench_webgpu.py); not yet measured on a GPU
-        self.attention_kernel = "composed"
+        # "flash": one online-softmax kernel (attention.wgsl); "composed": QK^T, softmax, PV kernels; "auto": flash
+        # for a decode step's few query rows (one dispatch instead of three, faster on lavapipe too), composed
+        # past that: on lavapipe the fused kernel is 4-9x slower at prefill sizes (bench/bench_webgpu.py)
+        self.attention_kernel = "auto"
         # "gemm": im2col on the GPU + the tiled matmul (conv_gemm.py); "direct": conv.wgsl, one thread per output
         self.conv_kernel = "gemm"
 

@@ -12,6 +12,7 @@ import numpy as np
 from ember import dtypes as D
 
 _F32 = D.float32
+_FLASH_AUTO_ROWS = 16  # query rows (a decode step's heads stacked per kv head) up to which "auto" takes flash
 
 from .buffers import GArray, compute_type
 
@@ -356,7 +357,8 @@ class ComputeMixin:
         None where the kernel does not apply (head size past 256, grid limits)."""
         L, hd = q.shape[-2:]
         S, hv = v.shape[-2], v.shape[-1]
-        if self.attention_kernel != "flash" or hd > 256 or hv > 256 or L > 65535 or k.shape[-1] != hd or k.shape[-2] != S:
+        flash = self.attention_kernel == "flash" or (self.attention_kernel == "auto" and L <= _FLASH_AUTO_ROWS)
+        if not flash or hd > 256 or hv > 256 or L > 65535 or k.shape[-1] != hd or k.shape[-2] != S:
             return None
         shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if mask is None else [mask.shape[:-2]])
         bshape = tuple(np.broadcast_shapes(*shapes))
