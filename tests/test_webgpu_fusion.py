@@ -13,14 +13,10 @@ import ember
 import ember.nn.functional as F
 from ember.device import device_status
 
-_OK, _WHY = device_status("webgpu")
-if not _OK:  # under CI=true (webgpu pinned) this skip fails (tests/expected_skips.py)
-    pytest.skip(f"webgpu unavailable: {_WHY}", allow_module_level=True)
-BE = ember.device("webgpu").backend
+if not device_status("webgpu")[0]:  # under CI=true (webgpu pinned) this skip fails (tests/expected_skips.py)
+    pytest.skip(f"webgpu unavailable: {device_status('webgpu')[1]}", allow_module_level=True)
 
-
-def _rnd(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+from test_webgpu_quant import BE, _rnd  # noqa: E402  (the same backend and random inputs)
 
 
 def _both(fn, *arrays, dtype=ember.float32):
