@@ -129,8 +129,9 @@ def test_residual_add_is_computed_inside_the_norm(norm):
 # ------------------------------------------------------------------ whole models
 
 def test_quantized_llama_decode_dispatch_bound_and_tokens():
-    """Per decoded token, per layer: add+norm, qkv, rope, the cache's k and v writes, attention, o, add+norm,
-    gate/up, SiLU*up, down = 11 kernels (17 before fusion); plus the embedding, the final norm and the head."""
+    """Per decoded token, per layer: add+norm, qkv, rope, the cache's k and v writes, attention (one kernel:
+    at most 64 keys), o, add+norm, gate/up, SiLU*up, down = 11 kernels (17 before fusion); plus the
+    embedding, the final norm and the head."""
     from test_webgpu_quant import _greedy, _tiny_llama
     from ember.models.llama.generate import SamplingParams, generate
     from ember.quant import quantize

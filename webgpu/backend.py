@@ -114,8 +114,8 @@ class WebGPUBackend(ComputeMixin, QuantMixin, FusionMixin, ConvGemmMixin, Backen
         # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py)
         self.qmatvec_split = 8
         # "flash": one online-softmax kernel (attention.wgsl); "composed": QK^T, softmax, PV kernels; "auto": flash
-        # for a decode step's few query rows (one dispatch instead of three, faster on lavapipe too), composed
-        # past that: on lavapipe the fused kernel is 4-9x slower at prefill sizes (bench/bench_webgpu.py)
+        # for a decode step's few query rows over at most 64 keys (one dispatch instead of three), composed past
+        # that: on lavapipe the fused kernel is 3.5x slower at L=1, S=512 and 4-9x at prefill sizes (bench_webgpu.py)
         self.attention_kernel = "auto"
         # "gemm": im2col on the GPU + the tiled matmul (conv_gemm.py); "direct": conv.wgsl, one thread per output
         self.conv_kernel = "gemm"

@@ -12,7 +12,10 @@ import numpy as np
 from ember import dtypes as D
 
 _F32 = D.float32
-_FLASH_AUTO_ROWS = 16  # query rows (a decode step's heads stacked per kv head) up to which "auto" takes flash
+# "auto" takes the flash kernel for up to 16 query rows (a decode step's heads stacked per kv head) and 64 keys
+# (one block: one dispatch instead of three wins); past that its few workgroups lose on lavapipe (bench_webgpu.py:
+# L=1, S=512 fused 345 ms vs composed 97 ms, loaded machine). A split-K decode kernel would lift the key bound.
+_FLASH_AUTO_ROWS, _FLASH_AUTO_KEYS = 16, 64
 
 from .buffers import GArray, compute_type
 
@@ -357,7 +360,8 @@ class ComputeMixin:
         None where the kernel does not apply (head size past 256, grid limits)."""
         L, hd = q.shape[-2:]
         S, hv = v.shape[-2], v.shape[-1]
-        flash = self.attention_kernel == "flash" or (self.attention_kernel == "auto" and L <= _FLASH_AUTO_ROWS)
+        flash = self.attention_kernel == "flash" or (self.attention_kernel == "auto" and L <= _FLASH_AUTO_ROWS
+                                                     and S <= _FLASH_AUTO_KEYS)
         if not flash or hd > 256 or hv > 256 or L > 65535 or k.shape[-1] != hd or k.shape[-2] != S:
             return None
         shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if mask is None else [mask.shape[:-2]])
