@@ -162,6 +162,26 @@ class FusionMixin:
             if st.node is not None and st.node.reads(storage):
                 st.handle  # noqa: B018  (runs it)
 
+    def _matvec_prologue(self, x, k):
+        """(xv WGSL, leaves, meta words) for a kernel reading x (..., k) float32 as xv(m * k + c): a pending x
+        computed from its leaves (bound from in1, views in meta from word 8), or x itself (xv reads in1)."""
+        node = pending(x) if self.fuse else None
+        if node is None or node.dtype.name != "float32" or node.shape[-1] != k or node.scalars \
+                or len(node.leaves) > _MAX_LEAVES - 1:
+            return None
+        rows = _row_views(node, k)
+        if rows is None:
+            return None
+        lines = []
+        for i, (leaf, (off, rs, cs)) in enumerate(zip(node.leaves, rows)):
+            b = 8 + 3 * i
+            lines.append(f"let l{i} = {compute_type(self._word(leaf.dtype)[0])}(in{1 + i}[bitcast<i32>(prm[{b}]) + "
+                         f"i32(j / prm[2]) * bitcast<i32>(prm[{b + 1}]) + i32(j % prm[2]) * bitcast<i32>(prm[{b + 2}])]);")
+        expr = _TOK.sub(lambda m: "l" + m.group(2), node.expr)
+        xv = "fn xv(j: u32) -> f32 { " + " ".join(lines) + f" return f32({expr}); }}"
+        meta = [w for r in rows for w in r]
+        return xv, list(node.leaves), meta
+
     def _norm_prologue(self, x):
         """For a row kernel reading x: (node, loads, expr) when x is a pending result whose leaves are all
         read flat (contiguous, offset 0, x's shape), so the kernel can compute it and write it back; else None."""
@@ -172,6 +192,26 @@ class FusionMixin:
         if not all(v == (0, cs) for v in node.views):
             return None
         return node
+
+
+XV_PLAIN = "fn xv(j: u32) -> f32 { return in1[j]; }"
+
+
+def _row_views(node, k):
+    """Each leaf's view over node.shape as (offset, row stride, column stride) of an (M, k) matrix, or None."""
+    out = []
+    for off, st in node.views:
+        lead, cs = st[:-1], st[-1]
+        shape = node.shape[:-1]
+        dims = [(n, s) for n, s in zip(shape, lead) if n != 1]
+        rs = dims[-1][1] if dims else 0
+        acc = rs
+        for n, s in reversed(dims):                   # leading dims must merge into one row stride
+            if s != acc:
+                return None
+            acc = s * n
+        out.append((off, rs, cs))
+    return out
 
 
 def _fits(node, leaves, views, scalars):
