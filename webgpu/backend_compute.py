@@ -185,6 +185,8 @@ class ComputeMixin:
         if any(v <= 0 for v in osp):
             raise ValueError(f"ember: conv input spatial size {tuple(sp)} (padded by {tuple(padding)}) is smaller "
                              f"than the dilated kernel {tuple(dilation[i] * (k[i] - 1) + 1 for i in range(nd))}")
+        if self.conv_kernel == "gemm" and math.prod((n, o) + osp):  # im2col on the GPU + tiled matmul
+            return self._conv_gemm(x, w, stride, padding, dilation, groups, osp)
         out = self._new((n, o) + osp, x.dtype)
         total = out.size
         if total == 0:
@@ -285,17 +287,31 @@ class ComputeMixin:
 
     def _norm(self, x, w, b, eps, rms):
         fix = self._float_rows(x, "rms_norm" if rms else "layer_norm")
-        xc = self.contiguous(x)
         out = self._new(x.shape, x.dtype)
         n = x.shape[-1]
         rows = x.size // max(n, 1)
         if rows and n:
             flags = (1 if w is not None else 0) | (2 if b is not None else 0)
-            ins = [xc, self.contiguous(w) if w is not None else self._dummy(),
+            ins = [self.contiguous(w) if w is not None else self._dummy(),
                    self.contiguous(b) if b is not None else self._dummy()]
-            p = self.pipelines.get("norm", "norm", self._wt(x), [self._wt(t) for t in ins], FIX=fix,
-                                   RMS="true" if rms else "false")
-            self._run(p, [rows, n, self._bits(eps, D.float32), flags], out, ins, _row_groups(rows))
+            node = self._norm_prologue(x) if self.fuse else None
+            meta = [rows, n, self._bits(eps, D.float32), flags]
+            pre, rw, inc = "", (), ()
+            if node is not None:  # x is a pending residual add: computed here, written to its buffer (fusion.py)
+                x.storage.node = None
+                self._pending.discard(x.storage)
+                loads, expr = self._leaf_loads(node, index="j", first=3, sbase=4)
+                pre = ("for (var r = lid; r < n; r = r + 256u) { let j = base + r; "
+                       + " ".join(loads) + f" in0[j] = {expr}; }}")
+                rw, inc, meta = (0,), ("elementwise",), meta + [bits for _, bits in node.scalars]
+                ins += node.leaves
+                node.leaves = node.views = ()
+            else:
+                x = self.contiguous(x)
+            ins = [x] + ins
+            p = self.pipelines.get("norm", "norm", self._wt(x), [self._wt(t) for t in ins], rw=rw, include=inc, FIX=fix,
+                                   RMS="true" if rms else "false", PRE=pre)
+            self._run(p, meta, out, ins, _row_groups(rows))
         return out
 
     def layer_norm(self, x, w, b, eps):

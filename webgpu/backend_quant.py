@@ -14,6 +14,7 @@ import numpy as np
 from ember import dtypes as D
 
 from .buffers import GArray, Storage
+from .fusion import XV_PLAIN
 
 _DECODERS = {"Q4_0": "decode_q4_0", "Q8_0": "decode_q8_0", "Q4_K": "decode_q4_k", "Q6_K": "decode_q6_k"}
 _MATVEC_ROWS = 8                 # input rows one qmatvec dispatch serves (its accumulators)
@@ -36,8 +37,14 @@ class QuantMixin:
                              f"weight of shape {(n_out, k_in)} (last dim must be {k_in})")
         lead = tuple(x.shape[:-1])
         m = math.prod(lead)
-        x2 = self.contiguous(self.reshape(self.cast(x, D.float32), (m, k_in)))  # (M, K)
         decoder = _DECODERS.get(qtype.name)
+        pro = self._matvec_prologue(x, k_in) if decoder and 0 < m <= _MATVEC_MAX_M and n_out else None
+        if pro is not None:  # x is pending (SiLU(gate) * up): computed inside the matvec, never written
+            return self.reshape(self._qmatvec(pro[1], 0, m, w=self._device_weight(raw, qtype, shape, False),
+                                              decoder=decoder, n_out=n_out, k_in=k_in,
+                                              row_bytes=qtype.row_bytes(k_in), xv=pro[0], xmeta=pro[2]),
+                                lead + (n_out,))
+        x2 = self.contiguous(self.reshape(self.cast(x, D.float32), (m, k_in)))  # (M, K)
         if decoder is None:
             w = self._device_weight(raw, qtype, shape, dequantize=True)          # (N, K) float32
             return self.reshape(self.matmul(x2, self.permute(w, [1, 0])), lead + (n_out,))
@@ -45,15 +52,23 @@ class QuantMixin:
         row_bytes = qtype.row_bytes(k_in)
         if m == 0 or n_out == 0 or m > _MATVEC_MAX_M:
             return self.reshape(self._q_prefill(x2, w, decoder, n_out, k_in, row_bytes), lead + (n_out,))
+        y = self._qmatvec([x2], x2.offset, m, w, decoder, n_out, k_in, row_bytes)
+        return self.reshape(y, lead + (n_out,))
+
+    def _qmatvec(self, xs, x_off, m, w, decoder, n_out, k_in, row_bytes, xv=None, xmeta=()):
+        """(M, N) float32 from the blocks w and x: [x2] read at x_off + row * K, or the leaves of a pending
+        x whose element j xv (WGSL, fusion.py) computes from their views in xmeta."""
         y = self._new((m, n_out), D.float32)                                     # (M, N)
         tpc = self.qmatvec_split
-        p = self.pipelines.get("quant", "qmatvec", "f32", ["u32", "f32"], DECODE=decoder, TPC=str(tpc))
+        types = ["u32"] + [self._word(x.dtype)[0] for x in xs]
+        p = self.pipelines.get("quant", "qmatvec", "f32", types, include=("elementwise",) if xv else (),
+                               DECODE=decoder, TPC=str(tpc), XV=xv or XV_PLAIN)
         for m0 in range(0, m, _MATVEC_ROWS):
             rows = min(_MATVEC_ROWS, m - m0)
-            # x rows from element prm[4] of x's buffer, out rows from element prm[5] of y's
-            meta = [rows, n_out, k_in, row_bytes, x2.offset + m0 * k_in, m0 * n_out]
-            self._run(p, meta, y, [w, x2], _col_groups(-(-n_out // (64 // tpc))))
-        return self.reshape(y, lead + (n_out,))
+            # x rows from element prm[4] of x (its buffer, or the pending x's flat index), out rows from prm[5] of y's
+            meta = [rows, n_out, k_in, row_bytes, x_off + m0 * k_in, m0 * n_out, 0, 0] + list(xmeta)
+            self._run(p, meta, y, [w] + list(xs), _col_groups(-(-n_out // (64 // tpc))))
+        return y
 
     def _q_prefill(self, x2, w, decoder, n_out, k_in, row_bytes):
         """Many input rows: dequantize slabs of weight rows on the GPU, multiply with the tiled matmul."""

@@ -40,24 +40,30 @@ def has_function(family, fname):
     return r
 
 
-def source(family, kernel, out_type, in_types, atomic_out=False, **subs):
-    """Full WGSL of one specialised kernel; `subs` fill the $placeholders."""
+def source(family, kernel, out_type, in_types, atomic_out=False, rw=(), include=(), **subs):
+    """Full WGSL of one specialised kernel; `subs` fill the $placeholders; inputs numbered in `rw`
+    are bound read_write (a kernel that also writes an input's buffer); `include` names families whose
+    shared functions the kernel also calls (a fused elementwise prologue calls elementwise's op_*)."""
     shared, kernels = _family(family)
-    lines = ["enable f16;"] if "f16" in (out_type, *in_types) else []
-    lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
-    lines += bindings(1, out_type, in_types, atomic_out)
     subs.setdefault("OT", "f32" if out_type in pack16.PACKED else out_type)
     body = Template(shared + kernels[kernel]).substitute(subs)
-    return "\n".join(lines) + "\n" + _family("common")[0] + packed_body(body, out_type, in_types)
+    # a fused chain may hold an f16 value between two f32 words
+    lines = ["enable f16;"] if "f16" in (out_type, *in_types) or re.search(r"\bf16\(", body) else []
+    lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
+    lines += bindings(1, out_type, in_types, atomic_out, rw)
+    return ("\n".join(lines) + "\n" + _family("common")[0] + "".join(_family(f)[0] for f in include)
+            + packed_body(body, out_type, in_types))
 
 
-def bindings(first, out_type, in_types, atomic_out=False):
-    """Declarations of out (binding `first`) and in0, in1 ...; packed 16-bit words as u32 (pack16.py)."""
+def bindings(first, out_type, in_types, atomic_out=False, rw=()):
+    """Declarations of out (binding `first`) and in0, in1 ... (read_write where numbered in `rw`);
+    packed 16-bit words as u32 (pack16.py)."""
     packed_out = out_type in pack16.PACKED
     out_elem = "atomic<u32>" if packed_out else (f"atomic<{out_type}>" if atomic_out else out_type)
     lines = [f"@group(0) @binding({first}) var<storage, read_write> out: array<{out_elem}>;"]
     for k, t in enumerate(in_types):
-        lines.append(f"@group(0) @binding({first + 1 + k}) var<storage, read> in{k}: array<"
+        mode = "read_write" if k in rw else "read"
+        lines.append(f"@group(0) @binding({first + 1 + k}) var<storage, {mode}> in{k}: array<"
                      f"{pack16.storage_type(t) if pack16.is_packed(t) else t}>;")
     return lines
 
@@ -78,11 +84,12 @@ class PipelineCache:
     def __init__(self, adapter):
         self.adapter, self.cache = adapter, {}
 
-    def get(self, family, kernel, out_type, in_types, atomic_out=False, **subs):
-        key = (family, kernel, out_type, tuple(in_types), atomic_out, tuple(sorted(subs.items())))
+    def get(self, family, kernel, out_type, in_types, atomic_out=False, rw=(), include=(), **subs):
+        key = (family, kernel, out_type, tuple(in_types), atomic_out, tuple(rw), tuple(include),
+               tuple(sorted(subs.items())))
         p = self.cache.get(key)
         if p is None:
-            code = source(family, kernel, out_type, in_types, atomic_out, **subs)
+            code = source(family, kernel, out_type, in_types, atomic_out, rw, include, **subs)
             try:
                 p = self.adapter.pipeline(code)
             except Exception as e:

@@ -55,6 +55,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 //! kernel norm
 // $RMS: false = layer_norm (x - mean) / sqrt(var + eps), true = rms_norm x / sqrt(mean(x^2) + eps)
+// $PRE: empty, or a pass computing a pending elementwise x (fusion.py: a residual add) into in0 first
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -62,6 +63,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let n = prm[1];
     if (row >= prm[0]) { return; }  // uniform per workgroup, so the barriers below stay valid
     let base = row * n;
+    $PRE
     var mu = 0.0;
     if (!$RMS) {
         var s = 0.0;

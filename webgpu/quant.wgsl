@@ -105,7 +105,10 @@ fn decode_q6_k(row: u32, c: u32) {
 // decoded once, used for all M rows) and sum their partials through shared memory. $TPC 1
 // (no barriers) suits CPU-emulated adapters; wider splits suit GPUs (more loads in flight).
 // $DECODE names the block decoder above.
+// $XV defines xv(j), element j of x: in1[j], or a pending elementwise x computed from its leaves
+// (fusion.py: SiLU(gate) * up read straight from the gate/up output, never written)
 var<workgroup> part: array<f32, 512>;  // (8 rows, 64 threads)
+$XV
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -126,7 +129,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 var s = 0.0;
                 for (var i = 0u; i < 32u; i = i + 4u) {
                     s = s + dot(vec4<f32>(wv[i], wv[i + 1u], wv[i + 2u], wv[i + 3u]),
-                                vec4<f32>(in1[xb + i], in1[xb + i + 1u], in1[xb + i + 2u], in1[xb + i + 3u]));
+                                vec4<f32>(xv(xb + i), xv(xb + i + 1u), xv(xb + i + 2u), xv(xb + i + 3u)));
                 }
                 acc[m] = acc[m] + s;
             }

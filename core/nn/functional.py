@@ -395,7 +395,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     """q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev)."""
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if dropout_p == 0 and q.dtype is k.dtype is v.dtype:
-        if getattr(q.device.backend, "attention_kernel", None) == "flash":  # the backend's opt-in (webgpu)
+        if _wants_flash(q.device.backend, q.shape[-2], k.shape[-2]):
             from .fused_ops import flash_attention
             return flash_attention(q, k, v, attn_mask, is_causal, scale)
         fused = _fused(q, "attention", k, v, attn_mask)
@@ -403,6 +403,16 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
             m = None if attn_mask is None else attn_mask.to(q.dtype)._data
             return q._new(fused(q._data, k._data, v._data, m, scale, is_causal))
     return _sdpa_composed(q, k, v, attn_mask, dropout_p, is_causal, scale)
+
+
+def _wants_flash(backend, L, S):
+    """The backend's choice of the one-kernel attention (webgpu): "flash" always, "auto" for at most
+    flash_auto = (query rows, keys), where one dispatch beats three (bench_webgpu.py)."""
+    kind = getattr(backend, "attention_kernel", None)
+    if kind == "auto":
+        rows, keys = backend.flash_auto
+        return L <= rows and S <= keys
+    return kind == "flash"
 
 
 def _sdpa_composed(q, k, v, attn_mask, dropout_p, is_causal, scale):

@@ -139,7 +139,6 @@ class WindowDecoder:
             self.filters.append(ApplyTimestampRules(self.eot, cfg.special.no_timestamps,
                                                     cfg.special.timestamp_begin, mi))
         self.n_ctx = model.decoder.n_ctx
-        self.device = model.decoder.embed_tokens.weight.device
 
     def prompt(self, language):
         p = self.tokenizer.sot_sequence(language, self.options.task, self.options.timestamps)
@@ -149,13 +148,14 @@ class WindowDecoder:
         return p
 
     def step(self, tokens, cross, cache, positions=(-1,)):
-        """Feed tokens (batch, T) -> (logits (batch, len(positions), vocab) numpy float32, cache)."""
-        hidden, cache = self.model.decoder(ember.tensor(np.asarray(tokens, np.int64), device=self.device),
-                                           cross, cache)
+        """Feed tokens (batch, T) -> (logits (batch, len(positions), vocab) numpy float32, cache).
+        Index tensors stay on the host: their bounds are checked there and they are uploaded with the
+        lookup, so a step on a GPU reads back only its logits (a device index would read its min/max back)."""
+        hidden, cache = self.model.decoder(ember.tensor(np.asarray(tokens, np.int64)), cross, cache)
         if positions == (-1,):
             hidden = hidden[:, -1:]
         else:
-            hidden = hidden.index_select(1, ember.tensor(np.asarray(positions, np.int64), device=self.device))
+            hidden = hidden.index_select(1, ember.tensor(np.asarray(positions, np.int64)))
         logits = self.model.decoder.logits(hidden).float().numpy()
         return logits, cache
 
@@ -263,7 +263,7 @@ class WindowDecoder:
             unsatisfied = unsatisfied and bool(np.any(best_possible > worst_done))
             if not unsatisfied or hits.all() or cur_len >= max_length:
                 break
-            idx = ember.tensor(beam_of[sel].astype(np.int64), device=self.device)
+            idx = ember.tensor(beam_of[sel].astype(np.int64))  # host: checked once there (see step)
             cache = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in cache]
             logits, cache = self.step([[c[-1]] for c in running], cross, cache)
             logits = logits[:, -1]
@@ -280,7 +280,7 @@ def detect_language(model, tokenizer, audio_features) -> tuple[str, dict]:
     if not table:
         raise ValueError("ember: this checkpoint is English-only; it has no language tokens to detect")
     cross = model.decoder.cross_kv(audio_features)
-    hidden, _ = model.decoder(ember.tensor([[tokenizer.sot]], device=model.decoder.embed_tokens.weight.device), cross)
+    hidden, _ = model.decoder(ember.tensor([[tokenizer.sot]]), cross)  # a host index (see WindowDecoder.step)
     logits = model.decoder.logits(hidden[:, -1:]).float().numpy()[0, 0]
     ids = np.array(list(table.values()))
     logp = log_softmax(logits[ids][None])[0]
