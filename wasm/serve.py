@@ -6,7 +6,9 @@ The site is self-contained and needs no server logic, so it deploys to a Hugging
     OUT/index.html app.js ember.js worker.js style.css   the app and the public JS API (web/)
     OUT/config.json                                      where Pyodide, the wheel and the models are
     OUT/wheels/<hash>/ember-<v>-py3-none-any.whl         ember, built from this checkout
-    OUT/pyodide/                                         Pyodide 0.27.7 core + numpy + pillow (or the CDN)
+    OUT/pyodide/                                         Pyodide 0.27.7 core + numpy + pillow (or the CDN),
+                                                         python_stdlib.pyc.zip (bytecode.py: precompiled)
+    OUT/wheels/<hash>/pycache-cp312.zip                  numpy's and ember's precompiled __pycache__
     OUT/models/manifest.json + models/<id>/<files>       demo weights with sizes and sha256
     OUT/README.md                                        Space front matter (sdk: static)
 """
@@ -31,7 +33,8 @@ APP_FILES = ("index.html", "app.js", "ember.js", "worker.js", "style.css", "favi
              "search.html", "search.js")  # the semantic-search tool (issue 19)
 CDN = f"https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/"
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
-PYODIDE_PACKAGES = ("numpy", "pillow")  # all the app loads; micropip/packaging are not needed in the page
+PYODIDE_PACKAGES = ("numpy", "pillow")  # all the app loads (pillow only with YOLO); no micropip/packaging
+STDLIB_PYC, PYCACHE = "python_stdlib.pyc.zip", "pycache-cp312.zip"  # wasm/bytecode.py's two files
 WHEEL_SOURCES = ("core", "webgpu", "wasm", "models")
 
 
@@ -185,6 +188,7 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     step = _Steps(4, quiet)
+    boot = None
     with step("app files (web/)") as st:
         for name in APP_FILES:
             _put(WEB / name, out / name)
@@ -203,9 +207,14 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
             files = {n: dist / n for n in PYODIDE_FILES}
             files.update({lock["packages"][p]["file_name"]: dist / lock["packages"][p]["file_name"]
                           for p in PYODIDE_PACKAGES})
+            n_files, n_bytes = len(files), sum(f.stat().st_size for f in files.values())
+            boot = _bytecode(dist, wheel, dist / lock["packages"]["numpy"]["file_name"], quiet)
+            if boot:
+                files[STDLIB_PYC] = boot["stdlib"]
+                _put(boot["pycache"], out / "wheels" / wheel.parent.name / PYCACHE)
             _replace_dir(out / "pyodide", files)
-            st.note = (f"{len(files)} files, {sum(f.stat().st_size for f in files.values()) / 1e6:.0f} MB "
-                       f"(sha256-verified, with {' and '.join(PYODIDE_PACKAGES)})")
+            st.note = (f"{n_files} files, {n_bytes / 1e6:.0f} MB (sha256-verified, with {' and '.join(PYODIDE_PACKAGES)})"
+                       + (", precompiled bytecode" if boot else ""))
         else:
             if (out / "pyodide").exists():
                 shutil.rmtree(out / "pyodide")
@@ -230,11 +239,25 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
         _replace_dir(out / "models", model_files)
         n_models = len([t for t in manifest if t != "train"])  # "train" is the training tool's data, not a model
         st.note = f"{n_models} of 3 ({', '.join(manifest) or 'none'})"
+    (out / "models").mkdir(exist_ok=True)  # a build without demos still has a (empty) manifest
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}
+    if pyodide == "local" and boot:  # the page's boot without compiling Python (wasm/bytecode.py)
+        config.update(stdlibURL=f"pyodide/{STDLIB_PYC}", pycacheURL=f"wheels/{wheel.parent.name}/{PYCACHE}")
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "README.md").write_text(_space_readme(manifest))
     return out
+
+
+def _bytecode(dist: Path, wheel: Path, numpy_wheel: Path, quiet: bool) -> dict[str, Path] | None:
+    """The precompiled stdlib and numpy/ember bytecode (wasm/bytecode.py), or None with a warning."""
+    from .bytecode import BytecodeError, ensure_bytecode
+    try:
+        return ensure_bytecode(dist, wheel, numpy_wheel)
+    except BytecodeError as e:
+        if not quiet:
+            print(f"{e}; the page will compile its Python at every load (slower start)", file=sys.stderr)
+        return None
 
 
 def _replace_dir(folder: Path, files: dict[str, Path]) -> None:

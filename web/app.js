@@ -570,6 +570,7 @@ async function start() {
     }
   }
   document.body.dataset.ready = "true";
+  window.__emberStartup = Object.fromEntries(Object.entries(state.ember.startup).map(([k, t]) => [k, Math.round(t - performance.timeOrigin)]));
 }
 
 // What runs each tool, on which adapter, and why: the same line under every tool's model picker.

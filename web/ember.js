@@ -42,7 +42,8 @@ export class EmberError extends Error {
 
 /**
  * Start the runtime. options: pyodideURL (folder holding pyodide.mjs; default: the app's config.json, else
- * ./pyodide/), wheelURL, modelsURL (folder with manifest.json), hubURL (Hugging Face endpoint),
+ * ./pyodide/), wheelURL, modelsURL (folder with manifest.json), stdlibURL and pycacheURL (the precompiled
+ * bytecode `ember build-web` writes; optional), hubURL (Hugging Face endpoint),
  * device ("auto" | "webgpu" | "cpu"), onProgress({stage, file, done, total}).
  */
 export async function createEmber(options = {}) {
@@ -59,7 +60,8 @@ async function loadConfig(url) {
     if (r.ok) {
       const c = await r.json();
       const abs = (p) => (p ? new URL(p, url).href : p);
-      return { ...c, pyodideURL: abs(c.pyodideURL), wheelURL: abs(c.wheelURL), modelsURL: abs(c.modelsURL) };
+      return { ...c, pyodideURL: abs(c.pyodideURL), wheelURL: abs(c.wheelURL), modelsURL: abs(c.modelsURL),
+               stdlibURL: abs(c.stdlibURL), pycacheURL: abs(c.pycacheURL) }; // the last two: precompiled bytecode
     }
   } catch (e) { /* no config.json: defaults below */ }
   return {};
@@ -88,11 +90,12 @@ class Ember {
   async _init() {
     if (!this.wheelURL) throw new EmberError("bad_request", "ember: no wheelURL (the ember wheel); build the site with `ember build-web`");
     const r = await this._request({ type: "init", pyodideURL: this.pyodideURL, wheelURL: this.wheelURL,
-      device: this.options.device || "auto" });
+      stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL, device: this.options.device || "auto" });
     this.device = r.device;
     this.deviceReason = r.reason || "";
     this.deviceAdapter = r.adapter || "";
     this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)" or "einsum (why)"
+    this.startup = r.marks || {}; // {worker, pyodide, numpy, import, device}: epoch ms each boot stage ended
   }
 
   /** Switch to "auto", "webgpu" or "cpu"; -> the device in use (cpu, with `deviceReason`, if WebGPU is unusable
