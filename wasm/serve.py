@@ -244,6 +244,8 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
     config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}
     if pyodide == "local" and boot:  # the page's boot without compiling Python (wasm/bytecode.py)
         config.update(stdlibURL=f"pyodide/{STDLIB_PYC}", pycacheURL=f"wheels/{wheel.parent.name}/{PYCACHE}")
+    if pyodide == "local":  # fetched into the HTTP cache while Pyodide boots; loadPackage then reads it there
+        config["prefetch"] = [f"pyodide/{lock['packages']['numpy']['file_name']}"]
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "README.md").write_text(_space_readme(manifest))
     return out
@@ -303,6 +305,14 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".mjs": "text/javascript",
                       ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
                       ".whl": "application/zip", ".safetensors": "application/octet-stream"}
+
+    def end_headers(self):
+        # wheels/<source hash>/ never changes under its name; Pyodide's files change only with its version
+        # (a day, then a cheap 304); the app's own files are revalidated on every load (304 when unchanged)
+        path = self.path.split("?")[0]
+        self.send_header("Cache-Control", "public, max-age=31536000, immutable" if path.startswith("/wheels/")
+                         else "public, max-age=86400" if path.startswith("/pyodide/") else "no-cache")
+        super().end_headers()
 
     def log_message(self, fmt, *args):  # quiet: one line per error only
         if len(args) > 1 and str(args[1]).startswith(("4", "5")):

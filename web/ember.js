@@ -61,7 +61,8 @@ async function loadConfig(url) {
       const c = await r.json();
       const abs = (p) => (p ? new URL(p, url).href : p);
       return { ...c, pyodideURL: abs(c.pyodideURL), wheelURL: abs(c.wheelURL), modelsURL: abs(c.modelsURL),
-               stdlibURL: abs(c.stdlibURL), pycacheURL: abs(c.pycacheURL) }; // the last two: precompiled bytecode
+               stdlibURL: abs(c.stdlibURL), pycacheURL: abs(c.pycacheURL), // precompiled bytecode
+               prefetch: (c.prefetch || []).map(abs) }; // files the worker warms the HTTP cache with
     }
   } catch (e) { /* no config.json: defaults below */ }
   return {};
@@ -90,7 +91,9 @@ class Ember {
   async _init() {
     if (!this.wheelURL) throw new EmberError("bad_request", "ember: no wheelURL (the ember wheel); build the site with `ember build-web`");
     const r = await this._request({ type: "init", pyodideURL: this.pyodideURL, wheelURL: this.wheelURL,
-      stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL, device: this.options.device || "auto" });
+      stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL,
+      prefetch: this.options.prefetch || [],
+      device: this.options.device || "auto" });
     this.device = r.device;
     this.deviceReason = r.reason || "";
     this.deviceAdapter = r.adapter || "";

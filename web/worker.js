@@ -1,7 +1,7 @@
 // ember's Web Worker: Pyodide + numpy + the ember wheel run here, so the page never freezes.
 //
 // Protocol (every message carries the `id` of the request it belongs to):
-//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, device}
+//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, prefetch?, device}
 //                                                                     -> {type: "ready", device, reason, adapter, marks}
 //                   {type: "device", device}                          -> {type: "result", data: {device, reason, adapter}}
 //                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
@@ -64,6 +64,7 @@ async function init(msg, progress) {
   const wheel = fetchBytes(abs(msg.wheelURL), "the ember wheel");
   const pycache = msg.pycacheURL ? fetchBytes(abs(msg.pycacheURL), "precompiled bytecode") : null;
   for (const p of [wheel, pycache]) if (p) p.catch(() => {}); // awaited below; no "unhandled" report meanwhile
+  for (const u of msg.prefetch || []) fetch(abs(u)).then((r) => r.arrayBuffer()).catch(() => {}); // numpy's wheel
   progress("runtime", "pyodide", 0, 4);
   let loadPyodide;
   try {
