@@ -70,8 +70,12 @@ def ensure_bytecode(dist: Path, wheel: Path, numpy_wheel: Path) -> dict[str, Pat
     return want
 
 
+def _node() -> str | None:
+    return shutil.which("node")
+
+
 def _compile(dist: Path, wheel: Path, outputs: dict[str, Path]) -> None:
-    node = shutil.which("node")
+    node = _node()
     if node is None:
         raise BytecodeError("ember: no node on PATH to precompile the page's Python (install Node.js 20)")
     with tempfile.TemporaryDirectory(prefix="ember-bytecode-") as tmp:
