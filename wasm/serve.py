@@ -244,8 +244,10 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
     config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}
     if pyodide == "local" and boot:  # the page's boot without compiling Python (wasm/bytecode.py)
         config.update(stdlibURL=f"pyodide/{STDLIB_PYC}", pycacheURL=f"wheels/{wheel.parent.name}/{PYCACHE}")
-    if pyodide == "local":  # fetched into the HTTP cache while Pyodide boots; loadPackage then reads it there
-        config["prefetch"] = [f"pyodide/{lock['packages']['numpy']['file_name']}"]
+    if pyodide == "local":  # fetched into the HTTP cache as the worker starts, while pyodide.asm.js loads and
+        # Pyodide boots: Pyodide's own requests for them then read the cache (its headers: Handler below)
+        config["prefetch"] = [f"pyodide/{n}" for n in ("pyodide.asm.wasm", STDLIB_PYC if boot else "python_stdlib.zip",
+                                                       lock["packages"]["numpy"]["file_name"])]
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "README.md").write_text(_space_readme(manifest))
     return out

@@ -64,7 +64,8 @@ async function init(msg, progress) {
   const wheel = fetchBytes(abs(msg.wheelURL), "the ember wheel");
   const pycache = msg.pycacheURL ? fetchBytes(abs(msg.pycacheURL), "precompiled bytecode") : null;
   for (const p of [wheel, pycache]) if (p) p.catch(() => {}); // awaited below; no "unhandled" report meanwhile
-  for (const u of msg.prefetch || []) fetch(abs(u)).then((r) => r.arrayBuffer()).catch(() => {}); // numpy's wheel
+  // Pyodide's wasm, stdlib and numpy wheel, into the HTTP cache while pyodide.asm.js loads (config.json's list)
+  for (const u of msg.prefetch || []) fetch(abs(u)).then((r) => r.arrayBuffer()).catch(() => {});
   progress("runtime", "pyodide", 0, 4);
   let loadPyodide;
   try {
