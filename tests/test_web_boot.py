@@ -109,3 +109,12 @@ def test_local_site_config_names_the_bytecode_and_serve_sends_cache_headers(tmp_
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_page_wheel_leaves_out_the_llama_demo_and_its_record_says_so():
+    with zipfile.ZipFile(serve.ensure_wheel()) as z:
+        names = set(z.namelist())
+        record = z.read(next(n for n in names if n.endswith(".dist-info/RECORD"))).decode()
+    assert "ember/tensor.py" in names
+    assert not any(n.startswith(serve.PAGE_WHEEL_LEAVES_OUT) for n in names)
+    assert {ln.split(",")[0] for ln in record.splitlines() if ln} == names

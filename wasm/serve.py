@@ -141,11 +141,40 @@ def source_hash() -> str:
     return h.hexdigest()[:16]
 
 
+# What the page never reads from the wheel: the Llama demo's weights (4.3 MB of its 4.6 MB), which the site
+# serves under models/ like every demo; kept, the page downloaded and unpacked them at every start.
+PAGE_WHEEL_LEAVES_OUT = ("ember/models/llama/demo/",)
+
+
 def ensure_wheel() -> Path:
+    """The page's ember wheel for the current sources (built once per source_hash, without
+    PAGE_WHEEL_LEAVES_OUT; its RECORD says so)."""
     digest = source_hash()
     folder = cache_dir() / "wheels" / digest
     found = list(folder.glob("*.whl")) if folder.is_dir() else []
-    return found[0] if found else build_wheel(folder)
+    if found:
+        return found[0]
+    scratch = folder / f".build-{os.getpid()}"
+    built = build_wheel(scratch)
+    _leave_out(built, PAGE_WHEEL_LEAVES_OUT)
+    os.replace(built, folder / built.name)  # whole or absent: a concurrent build finds one or the other
+    shutil.rmtree(scratch, ignore_errors=True)
+    return folder / built.name
+
+
+def _leave_out(wheel: Path, prefixes: tuple[str, ...]) -> None:
+    import zipfile
+    tmp = wheel.with_name(wheel.name + ".tmp")
+    skip = tuple(p.encode() for p in prefixes)
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in src.infolist():
+            if info.filename.startswith(prefixes):
+                continue
+            data = src.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                data = b"".join(ln for ln in data.splitlines(keepends=True) if not ln.startswith(skip))
+            out.writestr(info, data)
+    os.replace(tmp, wheel)
 
 
 class _Steps:
