@@ -119,8 +119,12 @@ function ensureToolPackages(tool) {
   const want = TOOL_PACKAGES[tool];
   if (!want) return null;
   if (!toolPackages[tool]) {
-    toolPackages[tool] = pyodide.loadPackage(want, { messageCallback: () => {}, errorCallback: (s) => console.warn(s) });
-    toolPackages[tool].catch(() => { delete toolPackages[tool]; }); // a failed download is retried next time
+    toolPackages[tool] = pyodide.loadPackage(want, { messageCallback: () => {}, errorCallback: (s) => console.warn(s) })
+      .catch((e) => {
+        delete toolPackages[tool]; // a failed download is tried again next time
+        throw new WorkerFail("download", `ember: cannot load ${want.join(", ")} for ${tool} (${e.message})`);
+      });
+    toolPackages[tool].catch(() => {}); // the caller may fail first (weights refused) and never await it
   }
   return toolPackages[tool];
 }
