@@ -1,7 +1,9 @@
-"""Web app benchmark in one run: page load to ready (cold and warm cache), per-tool latency in the page
-(webgpu, cpu) against the native Python API on the same machine, and the download size of the built site.
+"""Web app benchmark in one run: page load, navigation start -> interactive (cold and warm cache, best of
+--load-runs, against the same site without its precompiled bytecode), per-tool latency in the page (webgpu,
+cpu) against the native Python API on the same machine, and the download size of the built site.
 
     python bench/bench_web.py [--devices cpu,webgpu] [--tools whisper,llama,yolo] [--webgpu-tools llama] [--site DIR]
+    python bench/bench_web.py --devices cpu --tools "" --load-runs 5     # page load only
 
 Inputs: an espeak-ng sentence (Whisper), "The for statement" greedy 32 tokens (Llama), bus.jpg re-encoded
 as PNG (YOLO). Uses Debian's Chromium via Playwright, as the e2e tests do. Figures go to stdout as a table
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -70,21 +73,54 @@ def best(fn, n=2) -> float:
     return min(times)
 
 
+def page_load(pw, url: str, device: str, runs: int) -> dict:
+    """Page load, navigation start -> interactive (the UI usable and the worker ready for a first job; model
+    weights load later, per tool): `runs` fresh profiles (cold: empty caches) each reloaded once (warm: HTTP
+    cache and V8's code cache filled), best of each, with the boot stages of the best cold run (ms after
+    navigation start: worker started, Pyodide booted, numpy + ember installed, imported, device picked)."""
+    cold, warm = [], []
+    for _ in range(runs):
+        profile = tempfile.mkdtemp(prefix="ember-bench-")
+        ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = ctx.new_page()
+            for phase in (cold, warm):
+                page.goto(f"{url}?device={device}")
+                page.wait_for_selector("body[data-ready=true]", timeout=600_000)
+                phase.append(page.evaluate("() => window.__emberStartup"))
+        finally:
+            ctx.close()
+            shutil.rmtree(profile, ignore_errors=True)
+    best = min(cold, key=lambda m: m["ready"])
+    return {"load_cold_s": best["ready"] / 1000, "load_warm_s": min(m["ready"] for m in warm) / 1000,
+            "cold_stages_ms": best, "load_runs": runs}
+
+
+def plain_site(site: Path, dest: Path) -> Path:
+    """The same site (hard links) with a config.json that names no precompiled bytecode or prefetch: the
+    page as it booted before wasm/bytecode.py, the reference the load figures are a ratio against."""
+    for p in site.rglob("*"):
+        if p.is_file() and p.name != "config.json":
+            (dest / p.relative_to(site)).parent.mkdir(parents=True, exist_ok=True)
+            os.link(p, dest / p.relative_to(site))
+    config = json.loads((site / "config.json").read_text())
+    for key in ("stdlibURL", "pycacheURL", "prefetch"):
+        config.pop(key, None)
+    (dest / "config.json").write_text(json.dumps(config))
+    return dest
+
+
 def in_page(pw, url: str, device: str, tools) -> dict:
-    """Load times (cold: fresh profile; warm: reload with the caches filled) and per-tool seconds per run,
-    timed in the page around the JS API call (second run, after the model is loaded and warmed up). The
-    inputs are served from the server's /hub/ folder (the bench's scratch folder)."""
+    """Per-tool seconds per run, timed in the page around the JS API call (second run, after the model is
+    loaded and warmed up). The inputs are served from the server's /hub/ folder (the bench's scratch folder)."""
     profile = tempfile.mkdtemp(prefix="ember-bench-")
     ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS)
     page = ctx.new_page()
     page.set_default_timeout(1_800_000)
     res = {}
     try:
-        for phase in ("cold", "warm"):
-            t0 = time.perf_counter()
-            page.goto(f"{url}?device={device}")
-            page.wait_for_selector("body[data-ready=true]")
-            res[f"load_{phase}_s"] = time.perf_counter() - t0
+        page.goto(f"{url}?device={device}")
+        page.wait_for_selector("body[data-ready=true]")
         res["device"] = page.input_value("#device")
         page.goto(url + "config.json")  # a bare page of the site: one runtime, driven through ember.js
         page.evaluate(f"""async () => {{ const m = await import('./ember.js');
@@ -113,8 +149,9 @@ def main(argv=None):
     ap.add_argument("--speech", default=SPEECH, help="the sentence espeak-ng speaks for Whisper (issue #15's figure: "
                     "an 18 s clip, e.g. bench/bench_wasm_models.py's SPEECH)")
     ap.add_argument("--site", default=None, help="an existing build-web folder (default: build one)")
+    ap.add_argument("--load-runs", type=int, default=3, help="fresh profiles per page-load figure (best of)")
     a = ap.parse_args(argv)
-    tools, devices = a.tools.split(","), a.devices.split(",")
+    tools, devices = [t for t in a.tools.split(",") if t], a.devices.split(",")
     from playwright.sync_api import sync_playwright
 
     from ember.wasm.serve import build_site, demo_models, site_size
@@ -128,24 +165,32 @@ def main(argv=None):
                 models["llama"] = {"id": "llama-test", "label": "test",
                                    "files": {n: d / n for n in ("config.json", "model.safetensors", "tokenizer.json")}}
             site = build_site(tmp / "site", models=models)
-        wav, png = inputs(tmp, a.speech)
+        wav, png = inputs(tmp, a.speech) if tools else (None, None)
         sizes = site_size(site)
         report = {"site_bytes": sizes, "native_cpu_s": native(site, tools, wav, png), "page": {}}
-        server = Server(site, tmp)
+        server, plain = Server(site, tmp), Server(plain_site(site, tmp / "plain"), tmp)
         try:
             with sync_playwright() as pw:
+                report["plain_load"] = page_load(pw, plain.url, "cpu", a.load_runs)
                 for dev in devices:
                     dev_tools = a.webgpu_tools.split(",") if dev == "webgpu" and a.webgpu_tools else tools
-                    report["page"][dev] = in_page(pw, server.url, dev, dev_tools)
+                    report["page"][dev] = {**page_load(pw, server.url, dev, a.load_runs),
+                                           **in_page(pw, server.url, dev, dev_tools)}
         finally:
             server.close()
+            plain.close()
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "web.json").write_text(json.dumps(report, indent=1))
     print(f"site: {sum(sizes.values()) / 1e6:.1f} MB total (" +
           ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1]) if v > 1e5) + ")")
+    p = report["plain_load"]
+    print(f"page load without precompiled bytecode (cpu, the reference): cold {p['load_cold_s']:.2f} s, "
+          f"warm {p['load_warm_s']:.2f} s (best of {p['load_runs']})")
     for dev, r in report["page"].items():
-        print(f"page load on {dev} (actual device {r['device']}): cold {r['load_cold_s']:.1f} s, warm {r['load_warm_s']:.1f} s")
+        print(f"page load on {dev} (actual device {r['device']}): cold {r['load_cold_s']:.2f} s, warm {r['load_warm_s']:.2f} s "
+              f"(best of {r['load_runs']}; {p['load_cold_s'] / r['load_cold_s']:.1f}x / {p['load_warm_s'] / r['load_warm_s']:.1f}x "
+              f"faster than the reference); cold stages, ms after navigation start: {r['cold_stages_ms']}")
     print(f"{'tool':8s} {'native cpu':>11s} " + " ".join(f"{'page ' + d:>12s}" for d in report["page"]))
     for t in tools:
         print(f"{t:8s} {report['native_cpu_s'][t]:10.2f}s " +

@@ -6,7 +6,9 @@ The site is self-contained and needs no server logic, so it deploys to a Hugging
     OUT/index.html app.js ember.js worker.js style.css   the app and the public JS API (web/)
     OUT/config.json                                      where Pyodide, the wheel and the models are
     OUT/wheels/<hash>/ember-<v>-py3-none-any.whl         ember, built from this checkout
-    OUT/pyodide/                                         Pyodide 0.27.7 core + numpy + pillow (or the CDN)
+    OUT/pyodide/                                         Pyodide 0.27.7 core + numpy + pillow (or the CDN),
+                                                         python_stdlib.pyc.zip (bytecode.py: precompiled)
+    OUT/wheels/<hash>/pycache-cp312.zip                  numpy's and ember's precompiled __pycache__
     OUT/models/manifest.json + models/<id>/<files>       demo weights with sizes and sha256
     OUT/README.md                                        Space front matter (sdk: static)
 """
@@ -31,7 +33,8 @@ APP_FILES = ("index.html", "app.js", "ember.js", "worker.js", "style.css", "favi
              "search.html", "search.js")  # the semantic-search tool (issue 19)
 CDN = f"https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/"
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
-PYODIDE_PACKAGES = ("numpy", "pillow")  # all the app loads; micropip/packaging are not needed in the page
+PYODIDE_PACKAGES = ("numpy", "pillow")  # all the app loads (pillow only with YOLO); no micropip/packaging
+STDLIB_PYC, PYCACHE = "python_stdlib.pyc.zip", "pycache-cp312.zip"  # wasm/bytecode.py's two files
 WHEEL_SOURCES = ("core", "webgpu", "wasm", "models")
 # what ember.js's TOOL_FILES.embed names (the worker flattens 1_Pooling/config.json; embed_api puts it back)
 EMBED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "sentence_bert_config.json",
@@ -157,11 +160,40 @@ def source_hash() -> str:
     return h.hexdigest()[:16]
 
 
+# What the page never reads from the wheel: the Llama demo's weights (4.3 MB of its 4.6 MB), which the site
+# serves under models/ like every demo; kept, the page downloaded and unpacked them at every start.
+PAGE_WHEEL_LEAVES_OUT = ("ember/models/llama/demo/",)
+
+
 def ensure_wheel() -> Path:
+    """The page's ember wheel for the current sources (built once per source_hash, without
+    PAGE_WHEEL_LEAVES_OUT; its RECORD says so)."""
     digest = source_hash()
     folder = cache_dir() / "wheels" / digest
     found = list(folder.glob("*.whl")) if folder.is_dir() else []
-    return found[0] if found else build_wheel(folder)
+    if found:
+        return found[0]
+    scratch = folder / f".build-{os.getpid()}"
+    built = build_wheel(scratch)
+    _leave_out(built, PAGE_WHEEL_LEAVES_OUT)
+    os.replace(built, folder / built.name)  # whole or absent: a concurrent build finds one or the other
+    shutil.rmtree(scratch, ignore_errors=True)
+    return folder / built.name
+
+
+def _leave_out(wheel: Path, prefixes: tuple[str, ...]) -> None:
+    import zipfile
+    tmp = wheel.with_name(wheel.name + ".tmp")
+    skip = tuple(p.encode() for p in prefixes)
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in src.infolist():
+            if info.filename.startswith(prefixes):
+                continue
+            data = src.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                data = b"".join(ln for ln in data.splitlines(keepends=True) if not ln.startswith(skip))
+            out.writestr(info, data)
+    os.replace(tmp, wheel)
 
 
 class _Steps:
@@ -204,6 +236,7 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     step = _Steps(4, quiet)
+    boot = None
     with step("app files (web/)") as st:
         for name in APP_FILES:
             _put(WEB / name, out / name)
@@ -222,9 +255,14 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
             files = {n: dist / n for n in PYODIDE_FILES}
             files.update({lock["packages"][p]["file_name"]: dist / lock["packages"][p]["file_name"]
                           for p in PYODIDE_PACKAGES})
+            n_files, n_bytes = len(files), sum(f.stat().st_size for f in files.values())
+            boot = _bytecode(dist, wheel, dist / lock["packages"]["numpy"]["file_name"], quiet)
+            if boot:
+                files[STDLIB_PYC] = boot["stdlib"]
+                _put(boot["pycache"], out / "wheels" / wheel.parent.name / PYCACHE)
             _replace_dir(out / "pyodide", files)
-            st.note = (f"{len(files)} files, {sum(f.stat().st_size for f in files.values()) / 1e6:.0f} MB "
-                       f"(sha256-verified, with {' and '.join(PYODIDE_PACKAGES)})")
+            st.note = (f"{n_files} files, {n_bytes / 1e6:.0f} MB (sha256-verified, with {' and '.join(PYODIDE_PACKAGES)})"
+                       + (", precompiled bytecode" if boot else ""))
         else:
             if (out / "pyodide").exists():
                 shutil.rmtree(out / "pyodide")
@@ -249,11 +287,29 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
         _replace_dir(out / "models", model_files)
         n_models = len([t for t in manifest if t != "train"])  # "train" is the training tool's data, not a model
         st.note = f"{n_models} of 4 ({', '.join(manifest) or 'none'})"
+    (out / "models").mkdir(exist_ok=True)  # a build without demos still has a (empty) manifest
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}
+    if pyodide == "local" and boot:  # the page's boot without compiling Python (wasm/bytecode.py)
+        config.update(stdlibURL=f"pyodide/{STDLIB_PYC}", pycacheURL=f"wheels/{wheel.parent.name}/{PYCACHE}")
+    if pyodide == "local":  # fetched into the HTTP cache as the worker starts, while pyodide.asm.js loads and
+        # Pyodide boots: Pyodide's own requests for them then read the cache (its headers: Handler below)
+        config["prefetch"] = [f"pyodide/{n}" for n in ("pyodide.asm.wasm", STDLIB_PYC if boot else "python_stdlib.zip",
+                                                       lock["packages"]["numpy"]["file_name"])]
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "README.md").write_text(_space_readme(manifest))
     return out
+
+
+def _bytecode(dist: Path, wheel: Path, numpy_wheel: Path, quiet: bool) -> dict[str, Path] | None:
+    """The precompiled stdlib and numpy/ember bytecode (wasm/bytecode.py), or None with a warning."""
+    from .bytecode import BytecodeError, ensure_bytecode
+    try:
+        return ensure_bytecode(dist, wheel, numpy_wheel)
+    except BytecodeError as e:
+        if not quiet:
+            print(f"{e}; the page will compile its Python at every load (slower start)", file=sys.stderr)
+        return None
 
 
 def _replace_dir(folder: Path, files: dict[str, Path]) -> None:
@@ -299,6 +355,14 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".mjs": "text/javascript",
                       ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
                       ".whl": "application/zip", ".safetensors": "application/octet-stream"}
+
+    def end_headers(self):
+        # wheels/<source hash>/ never changes under its name; Pyodide's files change only with its version
+        # (a day, then a cheap 304); the app's own files are revalidated on every load (304 when unchanged)
+        path = self.path.split("?")[0]
+        self.send_header("Cache-Control", "public, max-age=31536000, immutable" if path.startswith("/wheels/")
+                         else "public, max-age=86400" if path.startswith("/pyodide/") else "no-cache")
+        super().end_headers()
 
     def log_message(self, fmt, *args):  # quiet: one line per error only
         if len(args) > 1 and str(args[1]).startswith(("4", "5")):

@@ -3,7 +3,7 @@ the worker, report every step to the page, pause and resume, and classify a draw
 
 web/ember.js `train(config, onStep)` sends {"type": "run", "tool": "train", opts: config}; worker_api.handle
 routes it here. The data is the digits file bundled into the site by `ember build-web` (demo_data() below:
-scikit-learn's digits.csv.gz, copied at build time), loaded like a model ("load" with tool "train").
+scikit-learn's digits.csv.gz, from its PyPI wheel at build time), loaded like a model ("load" with tool "train").
 Between steps the loop awaits worker_api's checkpoint, so the page's cancel() lands at once: the run
 returns "paused" and keeps its state; train({..., resume: true}) continues from the next step with the
 loss curve an uninterrupted run has (same seeded loader, same optimizer state). Runs unchanged in
@@ -21,14 +21,36 @@ DATA_FILE = "digits.csv.gz"
 _STATE: dict = {"data": None, "session": None}   # data: (x, y) arrays; session: a paused/finished run
 
 
-def demo_data() -> dict:
-    """The site's bundled training data, in serve.demo_models()'s shape: {"train": {"id", "label", "files"}}.
-    Taken from the installed scikit-learn's data folder (not imported); {} with a warning without it."""
-    import sys
+# The digits file of scikit-learn's wheel on PyPI (any platform's wheel: the data file is the same bytes in
+# each), so the light `--app` install, which has no scikit-learn, still bundles the training data.
+DIGITS_WHEEL = ("scikit-learn", "1.9.1")
+DIGITS_MEMBER = "sklearn/datasets/data/" + DATA_FILE
+DIGITS_SHA256 = "09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22"  # 57523 bytes
 
+
+def digits_file():
+    """digits.csv.gz: fetched once from scikit-learn's PyPI wheel into the ember cache (ember.hub, checked
+    against DIGITS_SHA256), else an installed scikit-learn's copy; FileNotFoundError naming both otherwise."""
+    from pathlib import Path
+
+    from ember import hub
     from ember.data import sklearn_data_file
     try:
-        path = sklearn_data_file(DATA_FILE)
+        return hub.fetch_pypi_member(*DIGITS_WHEEL, DIGITS_MEMBER, member_sha256=DIGITS_SHA256)
+    except hub.HubError as e:
+        from_pypi = str(e)
+    try:
+        return Path(sklearn_data_file(DATA_FILE))
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{from_pypi}; and {e}") from None
+
+
+def demo_data() -> dict:
+    """The site's bundled training data, in serve.demo_models()'s shape: {"train": {"id", "label", "files"}};
+    {} with a warning when digits_file() finds none."""
+    import sys
+    try:
+        path = digits_file()
     except FileNotFoundError as e:
         print(f"ember: no training data for the page ({e})", file=sys.stderr)
         return {}

@@ -580,6 +580,10 @@ async function start() {
     }
   }
   document.body.dataset.ready = "true";
+  // ms after navigation start at which each boot stage ended (bench/bench_web.py reads it): the page is
+  // interactive at "ready"; model weights load later, per tool, with their own progress
+  window.__emberStartup = { ...Object.fromEntries(Object.entries(state.ember.startup)
+    .map(([k, t]) => [k, Math.round(t - performance.timeOrigin)])), ready: Math.round(performance.now()) };
 }
 
 // What runs each tool, on which adapter, and why: the same line under every tool's model picker.

@@ -45,7 +45,8 @@ export class EmberError extends Error {
 
 /**
  * Start the runtime. options: pyodideURL (folder holding pyodide.mjs; default: the app's config.json, else
- * ./pyodide/), wheelURL, modelsURL (folder with manifest.json), hubURL (Hugging Face endpoint),
+ * ./pyodide/), wheelURL, modelsURL (folder with manifest.json), stdlibURL and pycacheURL (the precompiled
+ * bytecode `ember build-web` writes; optional), hubURL (Hugging Face endpoint),
  * device ("auto" | "webgpu" | "cpu"), onProgress({stage, file, done, total}).
  */
 export async function createEmber(options = {}) {
@@ -62,7 +63,9 @@ async function loadConfig(url) {
     if (r.ok) {
       const c = await r.json();
       const abs = (p) => (p ? new URL(p, url).href : p);
-      return { ...c, pyodideURL: abs(c.pyodideURL), wheelURL: abs(c.wheelURL), modelsURL: abs(c.modelsURL) };
+      return { ...c, pyodideURL: abs(c.pyodideURL), wheelURL: abs(c.wheelURL), modelsURL: abs(c.modelsURL),
+               stdlibURL: abs(c.stdlibURL), pycacheURL: abs(c.pycacheURL), // precompiled bytecode
+               prefetch: (c.prefetch || []).map(abs) }; // files the worker warms the HTTP cache with
     }
   } catch (e) { /* no config.json: defaults below */ }
   return {};
@@ -91,11 +94,14 @@ class Ember {
   async _init() {
     if (!this.wheelURL) throw new EmberError("bad_request", "ember: no wheelURL (the ember wheel); build the site with `ember build-web`");
     const r = await this._request({ type: "init", pyodideURL: this.pyodideURL, wheelURL: this.wheelURL,
+      stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL,
+      prefetch: this.options.prefetch || [],
       device: this.options.device || "auto" });
     this.device = r.device;
     this.deviceReason = r.reason || "";
     this.deviceAdapter = r.adapter || "";
     this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)" or "einsum (why)"
+    this.startup = r.marks || {}; // {worker, pyodide, numpy, import, device}: epoch ms each boot stage ended
   }
 
   /** Switch to "auto", "webgpu" or "cpu"; -> the device in use (cpu, with `deviceReason`, if WebGPU is unusable

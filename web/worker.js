@@ -1,7 +1,8 @@
 // ember's Web Worker: Pyodide + numpy + the ember wheel run here, so the page never freezes.
 //
 // Protocol (every message carries the `id` of the request it belongs to):
-//   page -> worker  {type: "init", pyodideURL, wheelURL, device}      -> {type: "ready", device, reason, adapter}
+//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, prefetch?, device}
+//                                                                     -> {type: "ready", device, reason, adapter, marks}
 //                   {type: "device", device}                          -> {type: "result", data: {device, reason, adapter}}
 //                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
 //                   {type: "run", tool, input, opts}                  -> {type: "partial", data} ... {type: "result"}
@@ -54,7 +55,17 @@ async function serve(msg) {
 // ------------------------------------------------------------------ runtime
 
 async function init(msg, progress) {
-  const base = new URL(msg.pyodideURL, self.location.href).href.replace(/\/?$/, "/");
+  const marks = {}; // stage -> epoch ms, so the page can place each stage after its own navigation start
+  const mark = (name) => { marks[name] = performance.timeOrigin + performance.now(); };
+  mark("worker");
+  const abs = (u) => new URL(u, self.location.href).href;
+  const base = abs(msg.pyodideURL).replace(/\/?$/, "/");
+  // fetched while Pyodide boots: the ember wheel and (from `ember build-web`) numpy's and ember's bytecode
+  const wheel = fetchBytes(abs(msg.wheelURL), "the ember wheel");
+  const pycache = msg.pycacheURL ? fetchBytes(abs(msg.pycacheURL), "precompiled bytecode") : null;
+  for (const p of [wheel, pycache]) if (p) p.catch(() => {}); // awaited below; no "unhandled" report meanwhile
+  // Pyodide's wasm, stdlib and numpy wheel, into the HTTP cache while pyodide.asm.js loads (config.json's list)
+  for (const u of msg.prefetch || []) fetch(abs(u)).then((r) => r.arrayBuffer()).catch(() => {});
   progress("runtime", "pyodide", 0, 4);
   let loadPyodide;
   try {
@@ -62,18 +73,60 @@ async function init(msg, progress) {
   } catch (e) {
     throw new WorkerFail("download", `ember: cannot load Pyodide from ${base} (${e.message})`);
   }
-  pyodide = await loadPyodide({ indexURL: base, stdout: (s) => console.log(s), stderr: (s) => console.warn(s) });
+  pyodide = await loadPyodide({ indexURL: base, ...(msg.stdlibURL ? { stdLibURL: abs(msg.stdlibURL) } : {}),
+    stdout: (s) => console.log(s), stderr: (s) => console.warn(s) });
+  mark("pyodide");
   progress("runtime", "numpy", 1, 4);
-  await pyodide.loadPackage(["numpy", "pillow"], { messageCallback: () => {}, errorCallback: (s) => console.warn(s) });
+  const numpy = pyodide.loadPackage(["numpy"], { messageCallback: () => {}, errorCallback: (s) => console.warn(s) });
+  const site = pyodide.runPython("import sysconfig; sysconfig.get_path('purelib')");
+  pyodide.unpackArchive(await wheel, "wheel", { extractDir: site }); // pure Python: no loadPackage round trip
+  if (pycache) {
+    try {
+      pyodide.unpackArchive(await pycache, "zip", { extractDir: site }); // __pycache__ beside numpy's, ember's .py
+    } catch (e) {
+      console.warn(`ember: no precompiled bytecode (${e.message}); Python compiles at import instead`);
+    }
+  }
+  await numpy;
+  mark("numpy");
   progress("runtime", "ember", 2, 4);
-  await pyodide.loadPackage(new URL(msg.wheelURL, self.location.href).href, { messageCallback: () => {} });
   pyodide.runPython("import ember, ember.wasm.worker_api");
+  mark("import");
   progress("runtime", "device", 3, 4);
   const want = msg.device === "cpu" || msg.device === "webgpu" ? msg.device : "auto";  // auto skips software adapters
   const picked = self.navigator.gpu || want === "cpu" ? await setDevice(want)
     : { device: "cpu", reason: "this browser has no WebGPU (navigator.gpu is missing)" };
+  mark("device");
   progress("runtime", "ready", 4, 4);
-  return { ...picked, pyodide: pyodide.version };
+  return { ...picked, pyodide: pyodide.version, marks };
+}
+
+async function fetchBytes(url, what) {
+  let resp;
+  try {
+    resp = await fetch(url);
+  } catch (e) {
+    throw new WorkerFail("download", `ember: cannot download ${what} from ${url} (${e.message})`);
+  }
+  if (!resp.ok) throw new WorkerFail("download", `ember: downloading ${what} from ${url} failed: HTTP ${resp.status}`);
+  return new Uint8Array(await resp.arrayBuffer());
+}
+
+// Pyodide packages a tool needs beyond numpy, loaded on its first load/run so the page starts without them
+const TOOL_PACKAGES = { yolo: ["pillow"] }; // models/yolo/image.py decodes encoded images with Pillow
+const toolPackages = {};
+function ensureToolPackages(tool) {
+  const want = TOOL_PACKAGES[tool];
+  if (!want) return null;
+  if (!toolPackages[tool]) {
+    toolPackages[tool] = pyodide.loadPackage(want, { messageCallback: () => {}, errorCallback: (s) => console.warn(s) })
+      .catch((e) => {
+        delete toolPackages[tool]; // a failed download is tried again next time
+        throw new WorkerFail("download", `ember: cannot load ${want.join(", ")} for ${tool} (${e.message})`);
+      });
+    toolPackages[tool].catch(() => {}); // the caller may fail first (weights refused) and never await it
+  }
+  return toolPackages[tool];
 }
 
 async function setDevice(name) {
@@ -176,6 +229,7 @@ function tooLarge(name, bytes) {
 }
 
 async function load(msg, progress) {
+  const packages = ensureToolPackages(msg.tool); // downloads beside the weights
   const known = msg.files.reduce((s, f) => s + (f.size || (f.bytes ? f.bytes.byteLength : 0)), 0);
   if (known > MAX_MODEL_BYTES) throw tooLarge(msg.tool, known);
   const folder = `/models/${msg.tool}/${msg.key.replace(/[^A-Za-z0-9._-]/g, "_")}`;
@@ -194,6 +248,7 @@ async function load(msg, progress) {
       if (f.url && f.name === "model.safetensors.index.json") files.push(...shardFiles(f, bytes)); // issue 19
     }
   }
+  if (packages) await packages;
   progress("load", msg.tool, 0, 1);
   try {
     return await callPy("load", { tool: msg.tool, folder, device });
@@ -219,6 +274,7 @@ function shardFiles(index, bytes) {
 
 async function run(msg) {
   const { id, tool } = msg;
+  await ensureToolPackages(tool);
   let input = msg.input;
   if (input instanceof ArrayBuffer || ArrayBuffer.isView(input)) // one copy: JS heap -> Python bytes
     input = new Uint8Array(input.buffer || input, input.byteOffset || 0, input.byteLength);
