@@ -21,7 +21,7 @@ class QTensor:
     data is a uint8 array (rows, row_bytes): one row of blocks per row of the tensor (GGUF layout).
     """
 
-    __slots__ = ("data", "ggml_type", "shape", "name", "_levels")
+    __slots__ = ("data", "ggml_type", "shape", "name", "_levels", "_l1")
 
     def __init__(self, data, ggml_type, shape, name: str | None = None):
         self.ggml_type = T.get(ggml_type)
@@ -29,6 +29,7 @@ class QTensor:
         self.name = name
         self.data = check_raw(data, self.ggml_type, self.shape, self._what())
         self._levels = None  # repack.Levels, built at the first native host matmul
+        self._l1 = None  # the wasm argmax kernel's per-row bounds, built at its first use
 
     @classmethod
     def quantize(cls, x, ggml_type, name: str | None = None) -> "QTensor":
@@ -75,6 +76,27 @@ class QTensor:
             from ..autograd import prim_fused
             return prim_fused("qmatmul", x, self.data, self.ggml_type, self.shape)  # (..., out) float32
         return self._matmul_t_host(x)
+
+    def argmax_matmul_t(self, x) -> int:
+        """int(np.argmax(self.matmul_t(x))) for one row x (in,) or (1, ..., in): greedy decoding's pick from a
+        tied output. Under Pyodide a Q8_0 weight is bounded row by row in integers and only the rows that can
+        win are computed (wasm/kernels/quant.c ember_q8_0_argmax): the same index, a third of the work.
+        Elsewhere, every row is computed."""
+        n_in = self.shape[-1]
+        on_host = isinstance(x, np.ndarray) or str(x.device) == "cpu"
+        if on_host and NO_BLAS and len(self.shape) == 2 and self.ggml_type.name == "Q8_0" and \
+                int(np.prod(x.shape)) == n_in:
+            from ..backends.cpu_matmul import wasm_kernels
+            kernels = wasm_kernels()
+            if kernels is not None:
+                if self._l1 is None:
+                    self._l1 = kernels.q8_0_l1(self.data, n_in)
+                row = np.asarray(x if isinstance(x, np.ndarray) else x.numpy(), np.float32).reshape(n_in)
+                arg, _ = kernels.q8_0_argmax(self.data, self._l1, row)
+                if arg >= 0:
+                    return arg
+        y = self.matmul_t(x)
+        return int(np.argmax(y if isinstance(y, np.ndarray) else y.numpy()))
 
     def _matmul_t_host(self, x):
         """The composed fallback: x to the host, slab-wise dequantize + BLAS (ember.quant.qmatmul), back."""
