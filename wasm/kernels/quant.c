@@ -385,10 +385,10 @@ int ember_q8_0_argmax(int n, int k, const uint8_t *w, const float *l1, const flo
     float m = 0.0f;
     for (int i = 0; i < k; i++) {
         float a = x[i] < 0 ? -x[i] : x[i];
+        if (!(a <= 3.0e38f))
+            return -2;  // inf or NaN in x
         m = a > m ? a : m;
     }
-    if (!(m <= 3.0e38f))
-        return -2;  // inf or NaN in x
     float step = m / 127.0f, inv = m > 0 ? 127.0f / m : 0.0f, slack = 0.5f * step + 1e-4f * m;
     for (int i = 0; i < k; i++) {
         float v = x[i] * inv;  // |v| <= 127 (plus an ulp, which rounds back to 127)
