@@ -136,6 +136,21 @@ def test_loads_a_hugging_face_folder(pair, tmp_path):
     assert tok is None  # no tokenizer.json in the folder
 
 
+def test_loads_a_sharded_hugging_face_folder(pair, tmp_path):
+    # save_pretrained with a small shard size: model-0000k-of-0000n.safetensors + model.safetensors.index.json
+    from ember.models.gemma3.load import load_gemma3
+    hf, _ = pair
+    hf.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="40KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file() and not (tmp_path / "model.safetensors").exists()
+    assert len(list(tmp_path.glob("model-*.safetensors"))) > 2
+    model, _ = load_gemma3(str(tmp_path))
+    ids = list(np.random.default_rng(4).integers(0, 97, 9))
+    ref = _ref(hf, ids)
+    with ember.no_grad():
+        got = model(ember.tensor([ids])).numpy()[0]
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
 def test_kv_cache_bytes_the_page_reports(pair):
     # wasm/gemma_api.kv_cache_bytes (the page's memory figure) is what the cache holds after that many tokens
     from ember.wasm.gemma_api import kv_cache_bytes
