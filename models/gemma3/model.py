@@ -117,7 +117,10 @@ class Gemma3(CausalLM):
             nn.relayout_linear_weight(self.model.embed_tokens.weight)
 
     def embed(self, tokens, positions):
-        return self.model.embed_tokens(tokens) * self.embed_scale               # (B, T, dim)
+        x = self.model.embed_tokens(tokens)                                     # (B, T, dim)
+        if str(x.device) != str(self.device):  # quantized rows are read on the host, beside the (host) ids
+            x = x.to(self.device)
+        return x * self.embed_scale
 
     def head(self, x):
         logits = self.model.embed_tokens.logits(x)                              # (B, T, vocab)
