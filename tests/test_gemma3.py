@@ -128,12 +128,27 @@ def test_loads_a_hugging_face_folder(pair, tmp_path):
     hf.save_pretrained(tmp_path, safe_serialization=True)
     assert _family(str(tmp_path)) == "gemma3"
     model, tok = load_gemma3(str(tmp_path))
-    ids = list(np.random.default_rng(3).integers(0, 97, 11))
+    _assert_logits_match(hf, model, seed=3, n=11)
+    assert tok is None  # no tokenizer.json in the folder
+
+
+def _assert_logits_match(hf, model, seed, n):
+    ids = list(np.random.default_rng(seed).integers(0, 97, n))
     ref = _ref(hf, ids)
     with ember.no_grad():
         got = model(ember.tensor([ids])).numpy()[0]
     assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
-    assert tok is None  # no tokenizer.json in the folder
+
+
+def test_loads_a_sharded_hugging_face_folder(pair, tmp_path):
+    # save_pretrained with a small shard size: model-0000k-of-0000n.safetensors + model.safetensors.index.json
+    from ember.models.gemma3.load import load_gemma3
+    hf, _ = pair
+    hf.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="40KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file() and not (tmp_path / "model.safetensors").exists()
+    assert len(list(tmp_path.glob("model-*.safetensors"))) > 2
+    model, _ = load_gemma3(str(tmp_path))
+    _assert_logits_match(hf, model, seed=4, n=9)
 
 
 def test_kv_cache_bytes_the_page_reports(pair):

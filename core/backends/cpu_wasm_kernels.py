@@ -45,7 +45,7 @@ _RELAXED_PROBE = bytes([0x00, 0x61, 0x73, 0x6D, 0x01, 0x00, 0x00, 0x00,
 class WasmKernels:
     """The loaded module: `matmul(a, b, out)` for float32 arrays of any strides, batched and broadcast;
     `silu(x)`, `gelu(x)` (erf form); `exp_rowmax(s)` (attention's unnormalised softmax, in place);
-    `qmatmul` / `qdequant` on GGML blocks (quant.c)."""
+    `qmatmul` / `qdequant` on GGML blocks, `q8_0_argmax` (greedy decoding's output row) (quant.c)."""
 
     def __init__(self, lib: ctypes.CDLL):
         # no argtypes: Python ints go through as C ints, the cheapest call Pyodide's ctypes makes
@@ -57,6 +57,8 @@ class WasmKernels:
         self._silu, self._gelu, self._exp_rowmax = lib.ember_silu_f32, lib.ember_gelu_f32, lib.ember_exp_rowmax_f32
         self._qmatmul, self._qdequant = lib.ember_qmatmul, lib.ember_qdequant
         self.qmatmul_types = frozenset(t for t in range(40) if lib.ember_qmatmul_supports(t))  # GGML type ids
+        self._q8_0_l1, self._q8_0_argmax = lib.ember_q8_0_l1, lib.ember_q8_0_argmax
+        self._count = np.zeros(1, np.int32)  # rows ember_q8_0_argmax computed exactly
 
     def qmatmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
         """x (m, k) float32 C-contiguous @ W.T -> (m, out_features) float32, W as uint8 GGML rows
@@ -77,6 +79,27 @@ class WasmKernels:
         if w.shape[0] and self._qdequant(type_id, w.shape[0], k, _ptr(w), _ptr(out)) != 0:
             raise ValueError(f"ember: wasm qdequant: no kernel for GGML type {type_id} with rows of {k}")
         return out
+
+    def q8_0_l1(self, w: np.ndarray, k: int) -> np.ndarray:
+        """The per-row bound q8_0_argmax reads for Q8_0 rows w (n, row_bytes) of k elements: (n,) float32,
+        sum over blocks of |scale| * sum |levels| (made once per weight)."""
+        w = np.ascontiguousarray(w)
+        l1 = np.empty(w.shape[0], _F32)
+        if self._q8_0_l1(w.shape[0], k, _ptr(w), _ptr(l1)) != 0:
+            raise ValueError(f"ember: wasm q8_0_l1: rows of {k} are not whole Q8_0 blocks")
+        return l1
+
+    def q8_0_argmax(self, w: np.ndarray, l1: np.ndarray, x: np.ndarray) -> tuple[int, int]:
+        """(np.argmax of qmatmul(x, w), rows computed exactly) for one float32 row x (k,) and Q8_0 rows w
+        (C-contiguous) with their q8_0_l1; (-1, 0) where no bound holds (x or a scale not finite): the caller
+        computes every row."""
+        n, k = w.shape[0], x.shape[-1]
+        x = np.ascontiguousarray(x, _F32)
+        scratch = np.empty(n + k // 32 + k // 2, _F32)  # bounds, x sums, x as int16
+        arg = self._q8_0_argmax(n, k, _ptr(w), _ptr(l1), _ptr(x), _ptr(scratch), _ptr(self._count))
+        if arg == -1:
+            raise ValueError(f"ember: wasm q8_0_argmax: no kernel for {n} rows of {k}")
+        return (arg, int(self._count[0])) if arg >= 0 else (-1, 0)
 
     def silu(self, x: np.ndarray) -> np.ndarray:
         """x * sigmoid(x) for float32 (~2 ulp exp), a fresh C-contiguous array of x's shape."""

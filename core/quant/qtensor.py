@@ -9,6 +9,8 @@ from . import repack
 from ..backends.cpu_matmul import NO_BLAS
 from .qmatmul import qmatmul
 
+PART_BYTES = 64 << 20  # the largest block array a device multiplies by at once (see QTensor.device_parts)
+
 
 class QTensor:
     """Quantized weights (CPU, immutable).
@@ -21,7 +23,7 @@ class QTensor:
     data is a uint8 array (rows, row_bytes): one row of blocks per row of the tensor (GGUF layout).
     """
 
-    __slots__ = ("data", "ggml_type", "shape", "name", "_levels")
+    __slots__ = ("data", "ggml_type", "shape", "name", "_levels", "_l1", "_parts")
 
     def __init__(self, data, ggml_type, shape, name: str | None = None):
         self.ggml_type = T.get(ggml_type)
@@ -29,6 +31,8 @@ class QTensor:
         self.name = name
         self.data = check_raw(data, self.ggml_type, self.shape, self._what())
         self._levels = None  # repack.Levels, built at the first native host matmul
+        self._l1 = None  # the wasm argmax kernel's per-row bounds, built at its first use
+        self._parts = None  # row slices a device multiplies by one at a time (device_parts)
 
     @classmethod
     def quantize(cls, x, ggml_type, name: str | None = None) -> "QTensor":
@@ -73,8 +77,44 @@ class QTensor:
             if len(self.shape) != 2:
                 raise ValueError(f"ember: quantized matmul needs a 2-d weight, {self._what()} has shape {self.shape}")
             from ..autograd import prim_fused
-            return prim_fused("qmatmul", x, self.data, self.ggml_type, self.shape)  # (..., out) float32
+            parts = self.device_parts()
+            if len(parts) == 1:
+                return prim_fused("qmatmul", x, self.data, self.ggml_type, self.shape)  # (..., out) float32
+            from ..ops_movement import cat
+            return cat([prim_fused("qmatmul", x, p.data, p.ggml_type, p.shape) for p in parts], -1)
         return self._matmul_t_host(x)
+
+    def device_parts(self) -> list["QTensor"]:
+        """The weight as slices of whole rows of at most PART_BYTES each (itself when it fits), kept so a device
+        uploads each once: WebGPU binds at most 128 MiB per buffer by default (maxStorageBufferBindingSize),
+        less than a 262k-row tied embedding's blocks (178 MB for Gemma 3 270M's Q8_0)."""
+        if self._parts is None:
+            step = max(1, PART_BYTES // max(1, self.data.shape[1])) if len(self.shape) == 2 else self.shape[0]
+            self._parts = [self] if self.data.nbytes <= PART_BYTES else \
+                [QTensor(self.data[s:s + step], self.ggml_type, (min(step, self.shape[0] - s), self.shape[1]),
+                         self.name) for s in range(0, self.shape[0], step)]
+        return self._parts
+
+    def argmax_matmul_t(self, x) -> int:
+        """int(np.argmax(self.matmul_t(x))) for one row x (in,) or (1, ..., in): greedy decoding's pick from a
+        tied output. Under Pyodide a Q8_0 weight is bounded row by row in integers and only the rows that can
+        win are computed (wasm/kernels/quant.c ember_q8_0_argmax): the same index, a third of the work.
+        Elsewhere, every row is computed."""
+        n_in = self.shape[-1]
+        on_host = isinstance(x, np.ndarray) or str(x.device) == "cpu"
+        if on_host and NO_BLAS and len(self.shape) == 2 and self.ggml_type.name == "Q8_0" and \
+                int(np.prod(x.shape)) == n_in:
+            from ..backends.cpu_matmul import wasm_kernels
+            kernels = wasm_kernels()
+            if kernels is not None:
+                if self._l1 is None:
+                    self._l1 = kernels.q8_0_l1(self.data, n_in)
+                row = np.asarray(x if isinstance(x, np.ndarray) else x.numpy(), np.float32).reshape(n_in)
+                arg, _ = kernels.q8_0_argmax(self.data, self._l1, row)
+                if arg >= 0:
+                    return arg
+        y = self.matmul_t(x)
+        return int(np.argmax(y if isinstance(y, np.ndarray) else y.numpy()))
 
     def _matmul_t_host(self, x):
         """The composed fallback: x to the host, slab-wise dequantize + BLAS (ember.quant.qmatmul), back."""

@@ -98,10 +98,12 @@ class CausalLM(nn.Module):
         m = min(max_len or self.max_seq_len, self.max_seq_len)
         return KVCache(self.n_layers, self.n_kv_heads, self.head_dim, m, self.windows)
 
-    def forward(self, tokens, cache: KVCache | None = None, last_only: bool = False, attention_mask=None):
+    def forward(self, tokens, cache: KVCache | None = None, last_only: bool = False, attention_mask=None,
+                head=None):
         """tokens (B, T) int64 -> logits (B, T, vocab) (or (B, 1, vocab) with last_only); with a cache the
         tokens continue the cached sequence and the cache advances by T. attention_mask (B, cached + T)
-        0/1 (1: a real token) marks padding; positions then count real tokens only, as transformers'."""
+        0/1 (1: a real token) marks padding; positions then count real tokens only, as transformers'.
+        head: what replaces self.head on the final normed states (generate's greedy_head)."""
         T = tokens.shape[1]                                                     # tokens (B, T)
         start = cache.pos if cache is not None else 0
         if cache is not None:
@@ -141,4 +143,4 @@ class CausalLM(nn.Module):
             cache.pos += T
         if last_only and T > 1:
             x = x.narrow(1, T - 1, 1)
-        return self.head(self.final_norm(x))                                    # (B, T, vocab)
+        return (head or self.head)(self.final_norm(x))                          # (B, T, vocab)

@@ -72,6 +72,11 @@ class Sampler:
         self.p = params
         self.rng = np.random.default_rng(params.seed)
 
+    @property
+    def greedy(self) -> bool:
+        """The pick is argmax(logits) itself (no penalty, no sampling): a model's greedy_head may give it."""
+        return self.p.temperature == 0 and self.p.repetition_penalty == 1.0
+
     def __call__(self, logits: np.ndarray, seen) -> int:
         """logits (vocab,) float -> next token id."""
         logits = apply_repetition_penalty(logits.astype(np.float32), seen, self.p.repetition_penalty)
@@ -123,16 +128,20 @@ class Generation:
         if len(self.prompt) >= cache.max_len:
             raise ValueError(f"ember: the prompt has {len(self.prompt)} tokens; the context length is {cache.max_len}")
         seen = list(self.prompt)
+        # greedy with a model that picks the argmax itself (Gemma 3's tied 262k-row output): the head returns
+        # the id, and the logits are never formed
+        pick = getattr(model, "greedy_head", None) if self.sampler.greedy else None
+        kw = {} if pick is None else {"head": pick}
         with ember.no_grad():
             t0 = time.perf_counter()
             # token ids stay host tensors: the embedding checks them on the host and uploads them, so a GPU
             # decode step reads back nothing but its logits
-            logits = model(ember.tensor([self.prompt]), cache, last_only=True)               # (1, 1, vocab)
+            logits = model(ember.tensor([self.prompt]), cache, last_only=True, **kw)        # (1, 1, vocab)
             for i in range(self.max_new):
                 if self._aborted:
                     st.stopped = "abort"
                     break
-                tok = self.sampler(logits.numpy()[0, -1], seen)
+                tok = logits if pick is not None else self.sampler(logits.numpy()[0, -1], seen)
                 now = time.perf_counter()
                 if i == 0:
                     st.prompt_s, t0 = now - t0, now
@@ -153,7 +162,7 @@ class Generation:
                 if cache.pos >= cache.max_len:
                     st.stopped = "context"
                     break
-                logits = model(ember.tensor([[tok]]), cache)                                   # (1, 1, vocab)
+                logits = model(ember.tensor([[tok]]), cache, **kw)                             # (1, 1, vocab)
 
 
 def generate(model, prompt_ids, max_new_tokens=64, params: SamplingParams | None = None, stop_ids=(),

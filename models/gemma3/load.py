@@ -1,5 +1,6 @@
 """Load Gemma 3 (text) and its tokenizer from a GGUF file (llama.cpp's `gemma3` layout) or a Hugging Face
-folder (Gemma3ForCausalLM names: config.json, model.safetensors, tokenizer.json), by path, URL or hub id.
+folder (Gemma3ForCausalLM names: config.json, model.safetensors or the shards model.safetensors.index.json
+names, tokenizer.json), by path, URL or hub id.
 
     model, tok = load_gemma3("gemma-3-270m-q4_k_m.gguf")     # or a folder, "owner/name", a URL
 
@@ -99,8 +100,8 @@ def from_hf_state_dict(sd: dict, config: Gemma3Config, where: str) -> Gemma3:
 def load_hf(source, tokenizer: bool = True):
     with open(source.path("config.json"), encoding="utf-8") as f:
         config = Gemma3Config.from_hf(json.load(f), str(source.path("config.json")))
-    weights = source.path("model.safetensors")
-    model = from_hf_state_dict(ember.load(weights), config, os.fspath(weights))
+    from ember.models.auto import read_state_dict  # model.safetensors, or the shards an index names
+    model = from_hf_state_dict(read_state_dict(source), config, str(source.base))
     tok = None
     tok_path = source.path("tokenizer.json", required=False) if tokenizer else None
     if tok_path is not None:

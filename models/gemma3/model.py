@@ -54,6 +54,11 @@ class QEmbedding(nn.Module):
             return ember.tensor(rows.reshape(*tokens.shape, self.embedding_dim), device=tokens.device)
         return F.embedding(tokens, self.weight)                              # (B, T, dim)
 
+    def argmax_logits(self, x) -> int:                                       # (1, 1, dim) -> argmax of logits
+        if isinstance(self.weight, QTensor):
+            return self.weight.argmax_matmul_t(x)
+        return int(np.argmax(self.logits(x).numpy()))
+
     def logits(self, x):                                                     # (B, T, dim) -> (B, T, vocab)
         if isinstance(self.weight, QTensor):
             return self.weight.matmul_t(x)
@@ -112,9 +117,20 @@ class Gemma3(CausalLM):
             nn.relayout_linear_weight(self.model.embed_tokens.weight)
 
     def embed(self, tokens, positions):
-        return self.model.embed_tokens(tokens) * self.embed_scale               # (B, T, dim)
+        x = self.model.embed_tokens(tokens)                                     # (B, T, dim)
+        if str(x.device) != str(self.device):  # quantized rows are read on the host, beside the (host) ids
+            x = x.to(self.device)
+        return x * self.embed_scale
 
     def head(self, x):
         logits = self.model.embed_tokens.logits(x)                              # (B, T, vocab)
         cap = self.config.final_logit_softcap
         return (logits / cap).tanh() * cap if cap else logits
+
+    def greedy_head(self, x) -> int:
+        """The id head(x) has its largest logit at, for one position x (1, 1, dim): greedy decoding's pick
+        without the 262k logits where the embedding allows (QTensor.argmax_matmul_t). A soft cap (tanh) keeps
+        the order but can round distinct logits to one float, so with a cap every logit is computed."""
+        if self.config.final_logit_softcap:
+            return int(np.argmax(self.head(x).numpy()))
+        return self.model.embed_tokens.argmax_logits(x)

@@ -314,3 +314,120 @@ int ember_qdequant(int type, int rows, int k, const uint8_t *w, float *out) {
     }
     return 0;
 }
+
+// ---------------------------------------------------------------------------- greedy decoding's tied output
+// The exact argmax over rows of  y = W x  for a Q8_0 W (n rows of k), without computing most rows exactly: an
+// integer pass bounds every row, then only the rows whose upper bound reaches the best lower bound are computed
+// with the same code as ember_qmatmul, so the row chosen (lowest index on ties) is the one np.argmax of
+// ember_qmatmul's output gives. Greedy decoding's 262k-row tied output projection is most of a token's time;
+// the integer pass reads the same blocks but does a third of the work (no per-element float conversion).
+//
+// The bound: x quantized with one scale s to integers xq (|xq| <= 127, |x - s xq| <= s / 2), then
+//   approx_r = s sum_b d_rb (q_rb . xq_b)                    (integer dots, exact; d_rb the block's scale)
+//   |exact_r - approx_r| <= L1_r (s / 2 + 1e-4 max|x|) = e_r,  L1_r = sum_b |d_rb| |q_rb|_1
+// where the 1e-4 term covers the f32 rounding of both the exact kernel and this pass (each relative < 1e-5 of
+// sum |w| |x| for k <= 8192). L1_r is the per-row table ember_q8_0_l1 writes once per weight (n floats).
+
+static inline float half_fast(const uint8_t *p) {  // f16 -> f32 for finite halves (normals and subnormals)
+    uint32_t h = (uint32_t)p[0] | ((uint32_t)p[1] << 8), mag = (h & 0x7FFFu) << 13, bits;
+    float f;
+    __builtin_memcpy(&f, &mag, 4);
+    f *= 0x1p112f;  // rebias the exponent: exact, subnormal halves included
+    __builtin_memcpy(&bits, &f, 4);
+    bits |= (h & 0x8000u) << 16;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+}
+
+// l1 (n floats) = sum_b |d_rb| sum |q_rb| per row of W (Q8_0 rows of k). Returns 0, or -1 when k is not whole blocks.
+__attribute__((export_name("ember_q8_0_l1")))
+int ember_q8_0_l1(int n, int k, const uint8_t *w, float *l1) {
+    if (k % 32 != 0)
+        return -1;
+    int nb = k / 32;
+    for (int r = 0; r < n; r++) {
+        float t = 0.0f;
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *blk = w + ((long)r * nb + b) * 34;
+            int a = 0;
+            for (int i = 0; i < 32; i++) {
+                int q = (int8_t)blk[2 + i];
+                a += q < 0 ? -q : q;
+            }
+            float d = f16_to_f32(blk);
+            t += (d < 0 ? -d : d) * (float)a;
+        }
+        l1[r] = t * 1.00001f;  // rounded up past the f32 rounding of this sum
+    }
+    return 0;
+}
+
+static inline v128_t dot32_i16(const uint8_t *q, const int16_t *x) {  // 4 lanes of partial sums of q . x
+    v128_t lo = wasm_v128_load(q), hi = wasm_v128_load(q + 16);
+    v128_t s = wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(lo), wasm_v128_load(x));
+    s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(lo), wasm_v128_load(x + 8)));
+    s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(hi), wasm_v128_load(x + 16)));
+    return wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(hi), wasm_v128_load(x + 24)));
+}
+
+// The index of the largest of W x (W: n rows of k as Q8_0, l1 from ember_q8_0_l1), or -1 for k not whole blocks,
+// -2 when x or a bound is not finite (the caller then computes every row). scratch: n + k / 32 floats and k
+// int16; *exact_rows gets how many rows were computed exactly.
+__attribute__((export_name("ember_q8_0_argmax")))
+int ember_q8_0_argmax(int n, int k, const uint8_t *w, const float *l1, const float *x, float *scratch,
+                      int *exact_rows) {
+    if (k % 32 != 0 || n <= 0)
+        return -1;
+    int nb = k / 32;
+    long rb = (long)nb * 34;
+    float *hi = scratch, *xsum = scratch + n;
+    int16_t *xq = (int16_t *)(xsum + nb);
+    float m = 0.0f;
+    for (int i = 0; i < k; i++) {
+        float a = x[i] < 0 ? -x[i] : x[i];
+        if (!(a <= 3.0e38f))
+            return -2;  // inf or NaN in x
+        m = a > m ? a : m;
+    }
+    float step = m / 127.0f, inv = m > 0 ? 127.0f / m : 0.0f, slack = 0.5f * step + 1e-4f * m;
+    for (int i = 0; i < k; i++) {
+        float v = x[i] * inv;  // |v| <= 127 (plus an ulp, which rounds back to 127)
+        xq[i] = (int16_t)(v < 0 ? -(int)(0.5f - v) : (int)(v + 0.5f));
+    }
+    float best_lo = -3.4e38f;
+    for (int r = 0; r < n; r++) {
+        const uint8_t *p = w + (long)r * rb;
+        v128_t acc = wasm_f32x4_splat(0);
+        for (int b = 0; b < nb; b++) {
+            v128_t dot = wasm_f32x4_convert_i32x4(dot32_i16(p + 34 * b + 2, xq + 32 * b));
+            acc = wasm_f32x4_add(acc, wasm_f32x4_mul(dot, wasm_f32x4_splat(half_fast(p + 34 * b))));
+        }
+        float approx = hsum(acc) * step, e = l1[r] * slack;
+        hi[r] = approx + e;
+        best_lo = approx - e > best_lo ? approx - e : best_lo;
+    }
+    // the exact kernel's own x sums (Q8_0's offsets are zero, but ember_qmatmul forms 0 * xsum: keep it alike)
+    for (int b = 0; b < nb; b++) {
+        v128_t s = wasm_v128_load(x + 32 * b);
+        for (int v = 1; v < 8; v++)
+            s = wasm_f32x4_add(s, wasm_v128_load(x + 32 * b + 4 * v));
+        xsum[b] = hsum(s);
+    }
+    int arg = -1, count = 0;
+    float best = 0.0f;
+    for (int r = 0; r < n; r++) {
+        if (!(hi[r] <= 3.0e38f))
+            return -2;  // a non-finite scale (or bound): no bound holds
+        if (hi[r] < best_lo)
+            continue;
+        float y;
+        rows_q8_0(1, 1, k, w + (long)r * rb, x, k, &y, 1, xsum);
+        count++;
+        if (arg < 0 || y > best) {
+            arg = r;
+            best = y;
+        }
+    }
+    *exact_rows = count;
+    return arg;
+}
