@@ -1,6 +1,8 @@
 """ONNX elementwise math, comparisons, reductions and matrix products on ember Tensors."""
 from __future__ import annotations
 
+import numpy as np
+
 from .. import dtypes as D
 from .. import ops_elementwise as E
 from .. import ops_reduce as R
@@ -74,6 +76,14 @@ for _name, _p in {"Add": "add", "Sub": "sub", "Mul": "mul"}.items():
 for _name, _fn in {"Equal": E.eq, "Less": E.lt, "Greater": E.gt, "LessOrEqual": E.le, "GreaterOrEqual": E.ge,
                    "And": E.logical_and, "Or": E.logical_or, "Xor": E.logical_xor}.items():
     op(_name, since=7)(lambda ctx, ins, at, _fn=_fn: _fn(ins[0], ins[1]))
+
+
+@op("Equal", since=19)
+def _equal(ctx, ins, at):
+    a, b = ins
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):  # string tensors (held on the host)
+        return ctx.const(np.asarray(a == b, np.bool_))
+    return E.eq(a, b)
 
 
 @op("Div", since=7)
@@ -339,7 +349,6 @@ def _empty_aware(fn, identity):
     def k(x, axes, keep):
         if not any(x.shape[a] == 0 for a in axes):
             return fn(x, axes, keep)
-        import numpy as np
         shape = [1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes]
         if x.dtype.is_float:
             v = identity
@@ -409,7 +418,6 @@ def _einsum(ctx, ins, at):
 
 @op("Constant", since=1)
 def _constant(ctx, ins, at):
-    import numpy as np
     for name, conv in (("value", None), ("value_float", np.float32), ("value_floats", np.float32),
                        ("value_int", np.int64), ("value_ints", np.int64)):
         if name in at:
@@ -521,7 +529,6 @@ def _swiglu(ctx, ins, at):
 
 def _dft(ctx, x, length, ax, inverse, onesided):
     """DFT along `ax` of x (..., 1 | 2) (real, or real/imaginary pairs) as matmuls by cos/sin tables."""
-    import numpy as np
     from .. import ops_movement as M
     ax = ax % x.ndim
     if ax == x.ndim - 1:
@@ -592,7 +599,6 @@ def _stft(ctx, ins, at):
 @op("MelWeightMatrix", since=17)
 def _mel_weight_matrix(ctx, ins, at):
     """The (dft_length // 2 + 1, num_mel_bins) triangular mel filterbank, from scalars (a constant)."""
-    import numpy as np
     n_mel, n_fft, rate = (host_ints(t)[0] for t in ins[:3])
     lo, hi = (float(np.asarray(t.numpy()).reshape(-1)[0]) for t in ins[3:5])
     mel = lambda f: 2595 * np.log1p(f / 700) / np.log(10)  # noqa: E731

@@ -64,7 +64,7 @@ def _has_subgraph(node):
 
 def to_host(t):
     """A device tensor's CPU twin (same dtype and bits)."""
-    return t if t.device is CPU else Tensor._from_storage(t._storage_numpy(), t.dtype, CPU)
+    return t if not isinstance(t, Tensor) or t.device is CPU else Tensor._from_storage(t._storage_numpy(), t.dtype, CPU)
 
 
 def build(plan, graph, consts, host_context, is_main):

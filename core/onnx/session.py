@@ -14,9 +14,10 @@ from .proto import load_model
 from .registry import Attrs, lookup
 from .tensor_data import BFLOAT16, NAMES, NP_OF, STRING, to_numpy
 from .lowbit import LOWBIT, ML_NAMES
+from .ops_string import as_text
 from .values import cast
 from .wire import OnnxFormatError
-from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant, ops_rnn, ops_host, ops_training  # noqa: F401  (they fill the registry)
+from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant, ops_rnn, ops_host, ops_training, ops_string, ops_ml  # noqa: F401  (they fill the registry)
 
 # numpy dtypes ember lacks run in a wider one; outputs are cast back to the declared ONNX type
 WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32, np.dtype(np.uint64): np.int64}
@@ -54,7 +55,8 @@ class NodeArg:
 
 
 def to_tensor(a, dev) -> Tensor:
-    """A numpy array as an ember Tensor on `dev` (int16/uint16/uint64 widened, see WIDER)."""
+    """A numpy array as an ember Tensor on `dev` (int16/uint16/uint64 widened, see WIDER); strings as
+    the host array the string operators read."""
     a = np.asarray(a)
     if a.dtype.name in ML_NAMES:  # ml_dtypes' float8/int4/... (as onnx's numpy_helper returns them)
         a = a.astype(ML_NAMES[a.dtype.name])
@@ -62,8 +64,8 @@ def to_tensor(a, dev) -> Tensor:
         return Tensor._from_storage(a.copy().view(np.uint16), D.bfloat16, dev)
     if a.dtype in WIDER:
         a = a.astype(WIDER[a.dtype])
-    if a.dtype == np.object_:
-        raise OnnxFormatError("ember: string tensors are not supported")
+    if a.dtype.kind in "OUS":  # strings stay on the host as object arrays of str (ops_string.py)
+        return as_text(a)
     return tensor(a if a.flags.c_contiguous else a.copy(), device=dev)  # (ascontiguousarray makes 0-d 1-d)
 
 
@@ -252,6 +254,8 @@ class InferenceSession:
             return None
         if isinstance(v, list):
             return [InferenceSession._to_numpy(x, onnx_type) for x in v]
+        if isinstance(v, np.ndarray):  # a string tensor
+            return v
         a = v.numpy()  # bfloat16 comes back as float32 values, float8/int4/... in their wide dtype
         want = NP_OF.get(onnx_type) if onnx_type not in (BFLOAT16, STRING) and onnx_type not in LOWBIT else None
         return a.astype(want) if want is not None and a.dtype != want else a
