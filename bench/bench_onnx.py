@@ -12,7 +12,7 @@
    small matmul cost tens of ms; run with OPENBLAS_NUM_THREADS=1 there for figures that mean something.
 3. With --page: the same models in the page (headless Chromium, ember in Pyodide; webgpu is Chromium's
    SwiftShader adapter where the machine has no GPU) through `ember.loadModel("onnx", url)` +
-   `ember.run(feeds)`, best of --repeat after a warm run, timed in the page (typed arrays in and out,
+   `ember.run(feeds)`, best of --page-repeat after a warm run, timed in the page (typed arrays in and out,
    the worker's message round trip included), against the native runs of step 2: page / native.
 """
 from __future__ import annotations
@@ -176,13 +176,14 @@ def main():
     p.add_argument("--models", default="YOLO,MiniLM,Silero", help="which real models (label substrings)")
     p.add_argument("--page", default="", help="also time the page on these devices (cpu,webgpu)")
     p.add_argument("--page-models", default="MiniLM,Silero")
+    p.add_argument("--page-repeat", type=int, default=3, help="timed runs in the page (MiniLM on SwiftShader: ~40 s each)")
     a = p.parse_args()
     import ember
     if not a.skip_conformance:
         conformance([d for d in a.devices.split(",") if d in ember.devices()])
     native = latency(a.repeat, a.latency_device, a.ort_threads, a.models.split(","))
     if a.page:
-        page(a.page.split(","), a.repeat, a.page_models.split(","), native)
+        page(a.page.split(","), a.page_repeat, a.page_models.split(","), native)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,9 @@ def _feed(name: str, t) -> np.ndarray:
 
 def _result(a: np.ndarray) -> dict:
     a = np.asarray(a)
+    if a.dtype == object:  # ember.onnx's string tensors: typed arrays cannot carry them
+        raise WorkerError("ember: the model returns a string tensor; the page's ONNX API carries numeric "
+                          "typed arrays only (ember.onnx in Python returns strings)", "bad_model")
     if a.dtype not in NAME_OF:  # float8/int4 come back wide already; anything else as float32
         a = a.astype(np.float32)
     return {"type": NAME_OF[a.dtype], "dims": list(a.shape), "bytes": np.ascontiguousarray(a).astype(

@@ -5,6 +5,8 @@ import numpy as np
 
 from .. import dtypes as D
 from .. import ops_elementwise as E
+from .. import ops_indexing as I
+from .. import ops_movement as M
 from .. import ops_reduce as R
 from ..autograd import prim_binary, prim_pad, prim_unary
 from ..linalg import matmul
@@ -324,9 +326,8 @@ def _log_sum_exp(x, axes, keep):
 
 
 def _squeeze(x, axes):
-    from ..ops_movement import squeeze
     for a in sorted(axes, reverse=True):
-        x = squeeze(x, a)
+        x = M.squeeze(x, a)
     return x
 
 
@@ -375,8 +376,7 @@ def _arg(kind):
         x = ins[0]
         ax, keep = axis(at.i("axis", 0), x.ndim, ctx), bool(at.i("keepdims", 1))
         if at.i("select_last_index", 0):  # the last of equal values: search the flipped axis
-            from ..ops_movement import flip
-            i = (R.argmax if kind == "max" else R.argmin)(flip(x, ax), dim=ax, keepdim=keep)
+            i = (R.argmax if kind == "max" else R.argmin)(M.flip(x, ax), dim=ax, keepdim=keep)
             return (x.shape[ax] - 1) - i
         return (R.argmax if kind == "max" else R.argmin)(x, dim=ax, keepdim=keep)
     return f
@@ -529,7 +529,6 @@ def _swiglu(ctx, ins, at):
 
 def _dft(ctx, x, length, ax, inverse, onesided):
     """DFT along `ax` of x (..., 1 | 2) (real, or real/imaginary pairs) as matmuls by cos/sin tables."""
-    from .. import ops_movement as M
     ax = ax % x.ndim
     if ax == x.ndim - 1:
         raise ValueError(f"ember: {ctx.where}: DFT axis {ax} is the complex axis")
@@ -585,7 +584,6 @@ def _dft20(ctx, ins, at):
 @op("STFT", since=17)
 def _stft(ctx, ins, at):
     """Frames of the signal (batch, length, 1 | 2), each windowed, through one DFT along the frame axis."""
-    from .. import ops_movement as M
     x, step = ins[0], host_ints(ins[1])[0]
     window = ins[2] if len(ins) > 2 else None
     frame = host_ints(ins[3])[0] if len(ins) > 3 and ins[3] is not None else window.shape[0]
@@ -626,8 +624,6 @@ def _binarizer(ctx, ins, at):
 
 @op("ArrayFeatureExtractor", since=1, domain="ai.onnx.ml")
 def _array_feature_extractor(ctx, ins, at):
-    from .. import ops_indexing as I
-    from .. import ops_movement as M
     x, idx = ins
     picked = I.index_select(x, x.ndim - 1, M.reshape(cast(idx, D.int64), -1))
     return M.reshape(picked, 1, -1) if x.ndim == 1 else picked

@@ -240,7 +240,10 @@ def _gather(ctx, ins, at):
     if x.device is CPU and idx.device is CPU and idx.numel() <= 64:
         # a few indices on the CPU (a state's layer, a dim of a shape): made positive in numpy, not by 3 ops
         i = host(idx).astype(np.int64)
-        idx = tensor(np.where(i < 0, i + x.shape[ax], i))
+        i = np.where(i < 0, i + x.shape[ax], i)
+        if i.size == 1 and 0 <= i.item() < x.shape[ax]:  # one index: a view, no index_select
+            return M.reshape(M.narrow(x, ax, i.item(), 1), *x.shape[:ax], *i.shape, *x.shape[ax + 1:])
+        idx = tensor(i)
     else:
         idx = _positive(cast(idx, D.int64), x.shape[ax])
     flat = I.index_select(x, ax, M.reshape(idx, -1))
