@@ -94,3 +94,19 @@ def test_hostile_ml_attributes_are_ember_errors():
     strict = _model("OneHotEncoder", T.INT64, T.FLOAT, [2], [2, 2], cats_int64s=[1, 2], zeros=0)
     with pytest.raises(EmberError, match="category 5 is not in cats"):
         InferenceSession(strict).run(None, {"x": np.array([1, 5], np.int64)})
+
+
+def test_overlong_regex_is_a_limit_error():
+    onnx, _ = _onnx()
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    from ember.errors import LimitError
+    from ember.limits import budget
+    from ember.onnx import InferenceSession
+    node = helper.make_node("RegexFullMatch", ["s"], ["hit"], pattern="a" * (budget.max_regex_chars + 1))
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("s", T.STRING, [1])],
+                          [helper.make_tensor_value_info("hit", T.BOOL, [1])])
+    sess = InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString())
+    with pytest.raises(LimitError, match="max_regex_chars"):
+        sess.run(None, {"s": np.array(["a"], dtype=object)})

@@ -11,6 +11,7 @@ import unicodedata
 
 import numpy as np
 
+from ..limits import check
 from .registry import op
 from .wire import OnnxFormatError
 
@@ -47,6 +48,7 @@ def _string_concat(ctx, ins, at):
 def _regex_full_match(ctx, ins, at):
     x = _text(ctx, ins[0], "RegexFullMatch's input")
     pattern = at.s("pattern", "")
+    check(ctx.where, "RegexFullMatch pattern", len(pattern), "max_regex_chars", " chars")  # (a model's, untrusted)
     try:  # (RE2's syntax, which the patterns exports use share with Python's re)
         rx = re.compile(pattern)
     except re.error as e:

@@ -77,7 +77,7 @@ def build(plan, graph, consts, host_context, is_main):
         st = Step(node, fn, attrs, ctx)
         plain = node.domain in ("", "ai.onnx") and node.op_type not in _NOT_HOST and not _has_subgraph(node)
         real = [n for n in st.ins if n]
-        if plain and node.op_type in ("Shape", "Size") and len(real) == 1:
+        if plain and node.op_type in ("Shape", "Size") and len(st.ins) == 1 and real:
             st.host = st.of_shape = True
         elif plain and real and any(n in hostvals for n in real) and all(n in hostvals or n in known for n in real):
             st.host = True
@@ -130,8 +130,8 @@ def run(steps, env, hv, where, free=True):
     keys = {}
     for st in steps:
         if st.host:
-            if st.of_shape:
-                n = st.ins[0] if st.ins[0] else next(x for x in st.ins if x)
+            if st.of_shape:  # (Shape and Size have one input)
+                n = st.ins[0]
                 v = hv.get(n)
                 if v is None:
                     v = _read(env, n, st, where)
