@@ -124,7 +124,7 @@ PAGE_RUN = """async ([device, url, feeds, repeat]) => {
     best = Math.min(best, performance.now() - t0);
     inside = Math.min(inside, r.ms);  // the worker's time in InferenceSession.run alone
   }
-  return { device: ember.device, best_ms: best, run_ms: inside };
+  return { device: ember.device, kernels: ember.deviceKernels, best_ms: best, run_ms: inside };
 }"""
 
 
@@ -166,7 +166,7 @@ def page(devices, repeat, only, native):
                         found[dev][label] = (r["device"], s)
                         nat = native.get(label, {})
                         ratio = "".join(f"   page/{k} {s / v:6.1f}x" for k, v in nat.items())
-                        print(f"{label:28s} page {dev} (ran on {r['device']}) {s * 1e3:9.1f} ms "
+                        print(f"{label:28s} page {dev} (ran on {r['device']}, cpu matmul {r['kernels']}) {s * 1e3:9.1f} ms "
                               f"(in the worker's run: {r['run_ms']:.1f} ms){ratio}", flush=True)
                 browser.close()
         finally:
