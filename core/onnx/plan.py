@@ -26,11 +26,12 @@ HOST_READ = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "Unsqueeze": (1,), "
              "Upsample": (1,), "TopK": (1,), "Pad": (1, 2, 3), "Range": (0, 1, 2), "If": (0,),
              **{r: (1,) for r in _REDUCE}}
 
+# operators whose outputs differ run to run: never folded into constants at load, never cached
+RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
 # operators never run on the host: their values are not tensors (sequences, optionals) or differ run to run
 _NOT_HOST = {"SequenceConstruct", "SequenceInsert", "SequenceAt", "SequenceErase", "SequenceLength",
              "SequenceEmpty", "SequenceMap", "SplitToSequence", "ConcatFromSequence", "Optional",
-             "OptionalHasElement", "OptionalGetElement", "RandomNormal", "RandomUniform", "RandomNormalLike",
-             "RandomUniformLike", "Bernoulli", "Multinomial"}
+             "OptionalHasElement", "OptionalGetElement"} | RANDOM
 _CACHE_MAX = 16  # cached shape keys per host step (a model fed many shapes recomputes, never grows)
 
 

@@ -23,8 +23,6 @@ from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant
 WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32, np.dtype(np.uint64): np.int64}
 
 
-# operators whose outputs differ run to run: never folded into constants at load
-_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
 
 
 class UnsupportedOperatorError(OnnxFormatError):
@@ -192,7 +190,7 @@ class InferenceSession:
         with no_grad():
             for step in self._plans[id(graph)]:
                 node, fn, attrs, ctx = step
-                if (node.op_type in _NOT_FOLDED or any(a.g is not None or a.graphs for a in node.attribute)
+                if (node.op_type in P.RANDOM or any(a.g is not None or a.graphs for a in node.attribute)
                         or not all(n in known for n in node.input if n)):
                     kept.append(step)
                     continue
