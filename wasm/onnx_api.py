@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember.onnx.tensor_data import native
 from ember.wasm.worker_api import WorkerError
 
 # onnxruntime-web's tensor type names <-> numpy (float16 travels as its bits, as ort-web's Uint16Array)
@@ -54,7 +55,7 @@ def _feed(name: str, t) -> np.ndarray:
     if any(d < 0 for d in dims) or count * dt.itemsize != len(raw):
         raise WorkerError(f"ember: feed {name!r}: dims {dims} of {kind} need {count * dt.itemsize} bytes, "
                           f"got {len(raw)}", "bad_request")
-    return np.frombuffer(raw, dt).astype(dt.newbyteorder("="), copy=False).reshape(dims)
+    return native(np.frombuffer(raw, dt), np.dtype(TYPES[kind])).reshape(dims)
 
 
 def _result(a: np.ndarray) -> dict:
