@@ -70,13 +70,29 @@ def test_load_and_run_equal_onnxruntime(tmp_path):
 def test_unsupported_operator_is_named_at_load(tmp_path):
     onnx, _ = _deps()
     from onnx import TensorProto, helper
-    g = helper.make_graph([helper.make_node("StringNormalizer", ["s"], ["t"])], "g",
-                          [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
-                          [helper.make_tensor_value_info("t", TensorProto.STRING, [2])])
-    path = tmp_path / "strings.onnx"
-    path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    g = helper.make_graph([helper.make_node("ImageDecoder", ["s"], ["t"])], "g",
+                          [helper.make_tensor_value_info("s", TensorProto.UINT8, [100])],
+                          [helper.make_tensor_value_info("t", TensorProto.UINT8, [None, None, 3])])
+    path = tmp_path / "image.onnx"
+    path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString())
     r = call("load", {"path": str(path)})
-    assert r["error"] == "bad_model" and "StringNormalizer (opset 17)" in r["message"]
+    assert r["error"] == "bad_model" and "ImageDecoder (opset 20)" in r["message"]
+
+
+def test_string_output_is_a_clear_error(tmp_path):
+    """ember.onnx returns strings in Python; the page's typed arrays cannot, so run says so (not a crash)."""
+    onnx, _ = _deps()
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Constant", [], ["w"], value=helper.make_tensor("w", TensorProto.STRING, [1], [b"km"])),
+             helper.make_node("StringConcat", ["w", "w"], ["t"]), helper.make_node("Identity", ["x"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT64, [1])],
+                          [helper.make_tensor_value_info("t", TensorProto.STRING, [1]),
+                           helper.make_tensor_value_info("y", TensorProto.INT64, [1])])
+    path = tmp_path / "strings.onnx"
+    path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString())
+    assert "ok" in call("load", {"path": str(path)})
+    r = call("run", {"feeds": {"x": {"type": "int64", "dims": [1], "bytes": np.array([5], np.int64).tobytes()}}})
+    assert r["error"] == "bad_model" and "string tensor" in r["message"]
 
 
 @pytest.mark.parametrize("feed,why", [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember.onnx.tensor_data import native
 from ember.wasm.worker_api import WorkerError
 
 # onnxruntime-web's tensor type names <-> numpy (float16 travels as its bits, as ort-web's Uint16Array)
@@ -54,11 +55,14 @@ def _feed(name: str, t) -> np.ndarray:
     if any(d < 0 for d in dims) or count * dt.itemsize != len(raw):
         raise WorkerError(f"ember: feed {name!r}: dims {dims} of {kind} need {count * dt.itemsize} bytes, "
                           f"got {len(raw)}", "bad_request")
-    return np.frombuffer(raw, dt).astype(dt.newbyteorder("="), copy=False).reshape(dims)
+    return native(np.frombuffer(raw, dt), np.dtype(TYPES[kind])).reshape(dims)
 
 
 def _result(a: np.ndarray) -> dict:
     a = np.asarray(a)
+    if a.dtype == object:  # ember.onnx's string tensors: typed arrays cannot carry them
+        raise WorkerError("ember: the model returns a string tensor; the page's ONNX API carries numeric "
+                          "typed arrays only (ember.onnx in Python returns strings)", "bad_model")
     if a.dtype not in NAME_OF:  # float8/int4 come back wide already; anything else as float32
         a = a.astype(np.float32)
     return {"type": NAME_OF[a.dtype], "dims": list(a.shape), "bytes": np.ascontiguousarray(a).astype(

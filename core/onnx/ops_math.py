@@ -1,8 +1,12 @@
 """ONNX elementwise math, comparisons, reductions and matrix products on ember Tensors."""
 from __future__ import annotations
 
+import numpy as np
+
 from .. import dtypes as D
 from .. import ops_elementwise as E
+from .. import ops_indexing as I
+from .. import ops_movement as M
 from .. import ops_reduce as R
 from ..autograd import prim_binary, prim_pad, prim_unary
 from ..linalg import matmul
@@ -74,6 +78,14 @@ for _name, _p in {"Add": "add", "Sub": "sub", "Mul": "mul"}.items():
 for _name, _fn in {"Equal": E.eq, "Less": E.lt, "Greater": E.gt, "LessOrEqual": E.le, "GreaterOrEqual": E.ge,
                    "And": E.logical_and, "Or": E.logical_or, "Xor": E.logical_xor}.items():
     op(_name, since=7)(lambda ctx, ins, at, _fn=_fn: _fn(ins[0], ins[1]))
+
+
+@op("Equal", since=19)
+def _equal(ctx, ins, at):
+    a, b = ins
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):  # string tensors (held on the host)
+        return ctx.const(np.asarray(a == b, np.bool_))
+    return E.eq(a, b)
 
 
 @op("Div", since=7)
@@ -314,9 +326,8 @@ def _log_sum_exp(x, axes, keep):
 
 
 def _squeeze(x, axes):
-    from ..ops_movement import squeeze
     for a in sorted(axes, reverse=True):
-        x = squeeze(x, a)
+        x = M.squeeze(x, a)
     return x
 
 
@@ -339,7 +350,6 @@ def _empty_aware(fn, identity):
     def k(x, axes, keep):
         if not any(x.shape[a] == 0 for a in axes):
             return fn(x, axes, keep)
-        import numpy as np
         shape = [1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes]
         if x.dtype.is_float:
             v = identity
@@ -366,8 +376,7 @@ def _arg(kind):
         x = ins[0]
         ax, keep = axis(at.i("axis", 0), x.ndim, ctx), bool(at.i("keepdims", 1))
         if at.i("select_last_index", 0):  # the last of equal values: search the flipped axis
-            from ..ops_movement import flip
-            i = (R.argmax if kind == "max" else R.argmin)(flip(x, ax), dim=ax, keepdim=keep)
+            i = (R.argmax if kind == "max" else R.argmin)(M.flip(x, ax), dim=ax, keepdim=keep)
             return (x.shape[ax] - 1) - i
         return (R.argmax if kind == "max" else R.argmin)(x, dim=ax, keepdim=keep)
     return f
@@ -409,7 +418,6 @@ def _einsum(ctx, ins, at):
 
 @op("Constant", since=1)
 def _constant(ctx, ins, at):
-    import numpy as np
     for name, conv in (("value", None), ("value_float", np.float32), ("value_floats", np.float32),
                        ("value_int", np.int64), ("value_ints", np.int64)):
         if name in at:
@@ -521,8 +529,6 @@ def _swiglu(ctx, ins, at):
 
 def _dft(ctx, x, length, ax, inverse, onesided):
     """DFT along `ax` of x (..., 1 | 2) (real, or real/imaginary pairs) as matmuls by cos/sin tables."""
-    import numpy as np
-    from .. import ops_movement as M
     ax = ax % x.ndim
     if ax == x.ndim - 1:
         raise ValueError(f"ember: {ctx.where}: DFT axis {ax} is the complex axis")
@@ -578,7 +584,6 @@ def _dft20(ctx, ins, at):
 @op("STFT", since=17)
 def _stft(ctx, ins, at):
     """Frames of the signal (batch, length, 1 | 2), each windowed, through one DFT along the frame axis."""
-    from .. import ops_movement as M
     x, step = ins[0], host_ints(ins[1])[0]
     window = ins[2] if len(ins) > 2 else None
     frame = host_ints(ins[3])[0] if len(ins) > 3 and ins[3] is not None else window.shape[0]
@@ -592,7 +597,6 @@ def _stft(ctx, ins, at):
 @op("MelWeightMatrix", since=17)
 def _mel_weight_matrix(ctx, ins, at):
     """The (dft_length // 2 + 1, num_mel_bins) triangular mel filterbank, from scalars (a constant)."""
-    import numpy as np
     n_mel, n_fft, rate = (host_ints(t)[0] for t in ins[:3])
     lo, hi = (float(np.asarray(t.numpy()).reshape(-1)[0]) for t in ins[3:5])
     mel = lambda f: 2595 * np.log1p(f / 700) / np.log(10)  # noqa: E731
@@ -620,8 +624,6 @@ def _binarizer(ctx, ins, at):
 
 @op("ArrayFeatureExtractor", since=1, domain="ai.onnx.ml")
 def _array_feature_extractor(ctx, ins, at):
-    from .. import ops_indexing as I
-    from .. import ops_movement as M
     x, idx = ins
     picked = I.index_select(x, x.ndim - 1, M.reshape(cast(idx, D.int64), -1))
     return M.reshape(picked, 1, -1) if x.ndim == 1 else picked

@@ -16,7 +16,7 @@ from .. import ops_movement as M
 from .. import ops_reduce as R
 from ..autograd import conv_transpose, prim_pad, prim_unary
 from ..linalg import matmul
-from ..nn.functional import _conv as conv_nd
+from ..nn.functional import _conv as conv_nd, layer_norm
 from .registry import op
 from .values import axis, cast, host
 
@@ -252,6 +252,11 @@ def _layernorm(ctx, ins, at):
     bias = ins[2] if len(ins) > 2 else None
     ax = axis(at.i("axis", -1), x.ndim, ctx)
     eps = at.f("epsilon", 1e-5)
+    if ax == x.ndim - 1 and not any(at.node.output[1:]) and x.dtype is D.float32 and scale.dtype is D.float32 \
+            and tuple(scale.shape) == (x.shape[-1],) and (bias is None or tuple(bias.shape) == (x.shape[-1],)):
+        # over the last axis with no mean / inverse std wanted (every transformer export): the backend's
+        # fused layer norm, one pass where the composition below takes nine
+        return layer_norm(x, x.shape[-1], scale, bias, eps)
     axes = tuple(range(ax, x.ndim))
     xf = cast(x, D.float32) if not x.dtype.is_float or x.dtype.itemsize < 4 else x  # stash_type float32
     mean = R.mean(xf, dim=axes, keepdim=True)

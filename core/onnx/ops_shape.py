@@ -13,6 +13,8 @@ from .. import ops_indexing as I
 from .. import ops_movement as M
 from .. import ops_reduce as R
 from ..autograd import prim_pad
+from ..device import CPU
+from ..tensor import tensor
 from .registry import op
 from .values import axis, cast, host, host_ints
 
@@ -235,7 +237,15 @@ def _positive(idx, n):
 def _gather(ctx, ins, at):
     x, idx = ins
     ax = axis(at.i("axis", 0), x.ndim, ctx)
-    idx = _positive(cast(idx, D.int64), x.shape[ax])
+    if x.device is CPU and idx.device is CPU and idx.numel() <= 64:
+        # a few indices on the CPU (a state's layer, a dim of a shape): made positive in numpy, not by 3 ops
+        i = host(idx).astype(np.int64)
+        i = np.where(i < 0, i + x.shape[ax], i)
+        if i.size == 1 and 0 <= i.item() < x.shape[ax]:  # one index: a view, no index_select
+            return M.reshape(M.narrow(x, ax, i.item(), 1), *x.shape[:ax], *i.shape, *x.shape[ax + 1:])
+        idx = tensor(i)
+    else:
+        idx = _positive(cast(idx, D.int64), x.shape[ax])
     flat = I.index_select(x, ax, M.reshape(idx, -1))
     return M.reshape(flat, *x.shape[:ax], *idx.shape, *x.shape[ax + 1:])
 

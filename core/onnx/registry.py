@@ -43,6 +43,7 @@ class Attrs:
     def __init__(self, node, where):
         self.node, self.where = node, where
         self.by_name = {a.name: a for a in node.attribute}
+        self._decoded = {}  # (getter, name) -> the attribute's value, decoded on first read (ops run often)
 
     def __contains__(self, name):
         return name in self.by_name
@@ -67,16 +68,31 @@ class Attrs:
         return default if a is None else a.s.decode("utf-8", "replace")
 
     def ints(self, name, default=None):
-        a = self._get(name, (INTS,))
-        return default if a is None else [int(v) for v in a.ints]
+        v = self._decoded.get(("ints", name))
+        if v is None:
+            a = self._get(name, (INTS,))
+            if a is None:
+                return default
+            v = self._decoded[("ints", name)] = [int(v) for v in a.ints]
+        return list(v)  # a copy: callers may edit theirs
 
     def floats(self, name, default=None):
-        a = self._get(name, (FLOATS,))
-        return default if a is None else numbers(a.floats, np.float64).tolist()
+        v = self._decoded.get(("floats", name))
+        if v is None:
+            a = self._get(name, (FLOATS,))
+            if a is None:
+                return default
+            v = self._decoded[("floats", name)] = numbers(a.floats, np.float64).tolist()
+        return list(v)  # a copy: callers may edit theirs
 
     def strings(self, name, default=None):
-        a = self._get(name, (STRINGS,))
-        return default if a is None else [v.decode("utf-8", "replace") for v in a.strings]
+        v = self._decoded.get(("strings", name))
+        if v is None:
+            a = self._get(name, (STRINGS,))
+            if a is None:
+                return default
+            v = self._decoded[("strings", name)] = [v.decode("utf-8", "replace") for v in a.strings]
+        return list(v)  # a copy: callers may edit theirs
 
     def tensor(self, name, base_dir=None):
         a = self._get(name, (TENSOR,))

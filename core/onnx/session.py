@@ -6,22 +6,23 @@ import numpy as np
 
 from .. import dtypes as D
 from ..autograd import no_grad
-from ..ops_elementwise import silu
-from ..device import device as as_device
+from ..device import CPU, device as as_device
 from ..tensor import Tensor, tensor
+from . import plan as P
+from .fuse import fuse_gelu, fuse_silu
 from .proto import load_model
 from .registry import Attrs, lookup
 from .tensor_data import BFLOAT16, NAMES, NP_OF, STRING, to_numpy
 from .lowbit import LOWBIT, ML_NAMES
+from .ops_string import as_text
+from .values import cast
 from .wire import OnnxFormatError
-from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant, ops_rnn, ops_host, ops_training  # noqa: F401  (they fill the registry)
+from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant, ops_rnn, ops_host, ops_training, ops_string, ops_ml  # noqa: F401  (they fill the registry)
 
 # numpy dtypes ember lacks run in a wider one; outputs are cast back to the declared ONNX type
 WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32, np.dtype(np.uint64): np.int64}
 
 
-# operators whose outputs differ run to run: never folded into constants at load
-_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
 
 
 class UnsupportedOperatorError(OnnxFormatError):
@@ -52,7 +53,8 @@ class NodeArg:
 
 
 def to_tensor(a, dev) -> Tensor:
-    """A numpy array as an ember Tensor on `dev` (int16/uint16/uint64 widened, see WIDER)."""
+    """A numpy array as an ember Tensor on `dev` (int16/uint16/uint64 widened, see WIDER); strings as
+    the host array the string operators read."""
     a = np.asarray(a)
     if a.dtype.name in ML_NAMES:  # ml_dtypes' float8/int4/... (as onnx's numpy_helper returns them)
         a = a.astype(ML_NAMES[a.dtype.name])
@@ -60,8 +62,8 @@ def to_tensor(a, dev) -> Tensor:
         return Tensor._from_storage(a.copy().view(np.uint16), D.bfloat16, dev)
     if a.dtype in WIDER:
         a = a.astype(WIDER[a.dtype])
-    if a.dtype == np.object_:
-        raise OnnxFormatError("ember: string tensors are not supported")
+    if a.dtype.kind in "OUS":  # strings stay on the host as object arrays of str (ops_string.py)
+        return as_text(a)
     return tensor(a if a.flags.c_contiguous else a.copy(), device=dev)  # (ascontiguousarray makes 0-d 1-d)
 
 
@@ -95,47 +97,23 @@ class Context:
     def run_graph(self, graph, feeds: dict, outer: dict):
         return self.session._run_graph(graph, feeds, outer)
 
+    def on_host(self):
+        """This context with the CPU as its device: what shape-only steps run with (plan.py)."""
+        h = Context(self.session, self.opset)
+        h.device = CPU
+        return h
+
+    def on_device(self, t):
+        """A host step's value as the session's device holds it (what a tensor-reading consumer gets)."""
+        if self.session.device is CPU or not isinstance(t, Tensor):
+            return t
+        d = constant(t.numpy(), self.session.device)
+        return d if d.dtype is t.dtype else cast(d, t.dtype)
+
 
 def _output_type(vi):
     tt = vi.type.tensor_type if vi.type is not None else None
     return tt.elem_type if tt is not None and tt.elem_type else None
-
-
-def _silu(ctx, ins, at):
-    return silu(ins[0])
-
-
-def _fuse_silu(plan, graph):
-    """Sigmoid(x) -> Mul(x, s), s used nowhere else: one silu (the backend's fused kernel where it has
-    one; every convolution of a YOLOv8 is followed by this pair)."""
-    uses = {}
-    for node, *_ in plan:
-        for n in node.input:
-            uses[n] = uses.get(n, 0) + 1
-    outputs = {o.name for o in graph.output}
-    sig = {node.output[0]: node.input[0] for node, *_ in plan
-           if node.op_type == "Sigmoid" and len(node.output) == 1 and node.domain in ("", "ai.onnx")}
-    fused, drop = [], set()
-    for node, fn, attrs, ctx in plan:
-        if node.op_type == "Mul" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
-            a, b = node.input
-            s, x = (b, a) if sig.get(b) == a else (a, b) if sig.get(a) == b else (None, None)
-            if s is not None and uses.get(s) == 1 and s not in outputs:
-                drop.add(s)
-                fused.append((_Renamed(node, [x]), _silu, attrs, ctx))
-                continue
-        fused.append((node, fn, attrs, ctx))
-    return [p for p in fused if not (p[0].op_type == "Sigmoid" and p[0].output[0] in drop)]
-
-
-class _Renamed:
-    """A node read through other inputs (a fused pattern's): everything else is the original's."""
-
-    def __init__(self, node, inputs):
-        self._node, self.input = node, inputs
-
-    def __getattr__(self, name):
-        return getattr(self._node, name)
 
 
 class InferenceSession:
@@ -147,7 +125,7 @@ class InferenceSession:
         graph = self.model.graph
         self._plans = {}
         self._sub_initializers = {}  # id(subgraph) -> its initializers (and folded constants) as tensors
-        self._subgraphs = []
+        self._subgraphs, self._parent = [], {}  # every subgraph, nested ones too; id(subgraph) -> its graph
         self.value_types = {}  # value name -> declared ONNX elem type (CastLike's target when held wide)
         missing = []
         self._plan(graph, missing)
@@ -159,14 +137,21 @@ class InferenceSession:
         for sp in graph.sparse_initializer:
             raise OnnxFormatError(f"ember: {self.where}: sparse initializer {sp.values.name!r} is not supported")
         self._inputs = [NodeArg(v) for v in graph.input if v.name not in self._initializers]
-        self._fold_constants(graph, self._initializers)
-        with no_grad():  # subgraphs too: their own initializers and Constant nodes, never outer values
-            for g in self._subgraphs:
+        # the constants each graph sees: its own initializers and folded values, and its outer graphs'
+        # (a subgraph's weights are often the main graph's: Silero's LSTM slices them in an If branch)
+        visible = {id(graph): self._fold_constants(graph, self._initializers, {})}
+        with no_grad():
+            for g in self._subgraphs:  # (parents come before their subgraphs in this list)
                 inits = {t.name: constant(to_numpy(t, self.where, self.model.base_dir, "initializer"), self.device)
                          for t in g.initializer}
-                self._fold_constants(g, inits)
+                visible[id(g)] = self._fold_constants(g, inits, visible[id(self._parent[id(g)])])
                 self._sub_initializers[id(g)] = inits
         self._outputs = [NodeArg(v) for v in graph.output]
+        self._steps, self._host_consts = {}, {}
+        for g in [graph] + self._subgraphs:
+            plan = fuse_gelu(self._plans.pop(id(g)), g, visible[id(g)])
+            self._steps[id(g)], self._host_consts[id(g)] = P.build(
+                plan, g, visible[id(g)], lambda ctx: ctx.on_host(), is_main=g is graph)
 
     # -------------------------------------------------------------- load: resolve every node once
     def _plan(self, graph, missing):
@@ -188,35 +173,40 @@ class InferenceSession:
             for a in node.attribute:  # subgraphs (If/Loop/Scan bodies) are checked now too
                 for g in ([a.g] if a.g is not None else []) + list(a.graphs):
                     self._subgraphs.append(g)
+                    self._parent[id(g)] = graph
                     self._plan(g, missing)
-        self._plans[id(graph)] = _fuse_silu(plan, graph)
+        self._plans[id(graph)] = fuse_silu(plan, graph)
 
-    def _fold_constants(self, graph, store):
-        """Run, once at load, every node whose inputs are all initializers or folded values (int8 weights
-        dequantized, shapes of constants ...): their outputs become initializers and the nodes leave the
-        plan. Initializers that are also graph inputs may be fed, so they are not constants."""
+    def _fold_constants(self, graph, store, outer):
+        """Run, once at load, every node whose inputs are all constants (`store`: the graph's initializers,
+        `outer`: its outer graphs' constants) or folded values (int8 weights dequantized, shapes of
+        constants ...): their outputs join `store` and the nodes leave the plan. Initializers that are
+        also graph inputs may be fed, so they are not constants. Returns every constant the graph sees."""
         fed = {v.name for v in graph.input}
-        known = {n for n in store if n not in fed}
+        consts = {n: v for n, v in outer.items() if n not in fed}
+        consts.update((n, v) for n, v in store.items() if n not in fed)
+        known = set(consts)
         kept = []
         with no_grad():
             for step in self._plans[id(graph)]:
                 node, fn, attrs, ctx = step
-                if (node.op_type in _NOT_FOLDED or any(a.g is not None or a.graphs for a in node.attribute)
+                if (node.op_type in P.RANDOM or any(a.g is not None or a.graphs for a in node.attribute)
                         or not all(n in known for n in node.input if n)):
                     kept.append(step)
                     continue
-                ctx.scope = store
+                ctx.scope = consts
                 try:
-                    outs = fn(ctx, [store[n] if n else None for n in node.input], attrs)
+                    outs = fn(ctx, [consts[n] if n else None for n in node.input], attrs)
                 except Exception:  # noqa: BLE001 (left to run time, which reports it with the feeds)
                     kept.append(step)
                     continue
                 outs = outs if isinstance(outs, (list, tuple)) else [outs]
                 for n, v in zip(node.output, outs):
                     if n:
-                        store[n] = v
+                        store[n] = consts[n] = v
                         known.add(n)
         self._plans[id(graph)] = kept
+        return consts
 
     def get_inputs(self):
         return list(self._inputs)
@@ -244,29 +234,17 @@ class InferenceSession:
 
     def _run_graph(self, graph, feeds, outer, wanted=None):
         env = dict(outer)
-        if graph is self.model.graph:
-            env.update(self._initializers)
-        else:  # a subgraph (If/Loop/Scan body): its initializers and folded constants, made at load
-            env.update(self._sub_initializers[id(graph)])
+        main = graph is self.model.graph
+        # a subgraph (If/Loop/Scan body): its initializers and folded constants, made at load
+        env.update(self._initializers if main else self._sub_initializers[id(graph)])
         env.update(feeds)
-        for node, fn, attrs, ctx in self._plans[id(graph)]:
-            try:
-                ins = [env[n] if n else None for n in node.input]
-            except KeyError as e:
-                raise OnnxFormatError(f"ember: {self.where}: node {node.name or node.op_type!r} ({node.op_type}) "
-                                      f"reads {e.args[0]!r}, which no earlier node, input or initializer makes") from None
-            ctx.scope = env  # what a subgraph of this node sees
-            outs = fn(ctx, ins, attrs)
-            if not isinstance(outs, (list, tuple)):
-                outs = [outs]
-            for n, v in zip(node.output, outs):
-                if n:
-                    env[n] = v
         out_names = [o.name for o in graph.output] if wanted is None else wanted
+        free = wanted is None or set(wanted) <= {o.name for o in graph.output}
+        P.run(self._steps[id(graph)], env, dict(self._host_consts[id(graph)]), self.where, free)
         missing = [n for n in out_names if n not in env]
         if missing:
             raise OnnxFormatError(f"ember: {self.where}: graph {graph.name!r}: outputs {missing} are never produced")
-        return env if graph is self.model.graph else [env[n] for n in out_names]
+        return env if main else [env[n] for n in out_names]
 
     @staticmethod
     def _to_numpy(v, onnx_type):
@@ -274,6 +252,8 @@ class InferenceSession:
             return None
         if isinstance(v, list):
             return [InferenceSession._to_numpy(x, onnx_type) for x in v]
+        if isinstance(v, np.ndarray):  # a string tensor
+            return v
         a = v.numpy()  # bfloat16 comes back as float32 values, float8/int4/... in their wide dtype
         want = NP_OF.get(onnx_type) if onnx_type not in (BFLOAT16, STRING) and onnx_type not in LOWBIT else None
         return a.astype(want) if want is not None and a.dtype != want else a

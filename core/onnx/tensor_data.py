@@ -50,7 +50,7 @@ def to_numpy(t, where: str, base_dir: str | None = None, what: str = "tensor") -
         if len(t.raw_data) != count * dt.itemsize:
             raise OnnxFormatError(f"ember: {where}: {name}: shape {list(dims)} of {dtype_name(t.data_type)} "
                                   f"needs {count * dt.itemsize} bytes of raw_data, has {len(t.raw_data)}")
-        arr = np.frombuffer(t.raw_data, dt.newbyteorder("<")).astype(dt, copy=False)
+        arr = native(np.frombuffer(t.raw_data, dt.newbyteorder("<")), dt)
     else:
         arr = _typed(t, dt)
     if arr.size != count:
@@ -85,6 +85,14 @@ def _lowbit(t, name, where):
         raise OnnxFormatError(f"ember: {where}: {name}: shape {list(dims)} of {dtype_name(t.data_type)} "
                               f"needs {need} bytes, has {packed.size}")
     return lowbit.decode(t.data_type, packed, count).reshape(dims)
+
+
+def native(a, dt):
+    """Little-endian data `a` as dtype `dt` itself: a view where the host is little-endian. (astype(dt,
+    copy=False) keeps the `dt.newbyteorder("<")` dtype object, an equal but distinct instance that the
+    numpy backend's `dtype is float32` fast paths miss: in Pyodide every MatMul then ran numpy's
+    BLAS-less stacked loop, 20x slower than the SIMD kernels.)"""
+    return a.view(dt) if a.dtype == dt else a.astype(dt)
 
 
 def _typed(t, dt):
@@ -127,4 +135,4 @@ def _external(t, name, where, base_dir, count, dt):
     if offset < 0 or offset + nbytes > size:
         raise OnnxFormatError(f"ember: {where}: {name}: external data wants bytes {offset}..{offset + nbytes} "
                               f"of {path}, which has {size}")
-    return np.fromfile(path, dt.newbyteorder("<"), count, offset=offset).astype(dt, copy=False)
+    return native(np.fromfile(path, dt.newbyteorder("<"), count, offset=offset), dt)

@@ -34,7 +34,8 @@ def host(t) -> np.ndarray:
 
 
 def host_ints(t) -> list[int]:
-    return [int(v) for v in host(t).reshape(-1)]
+    a = host(t).reshape(-1)
+    return a.tolist() if a.dtype.kind in "iu" else [int(v) for v in a]
 
 
 def axis(a, ndim, ctx=None, what="axis"):

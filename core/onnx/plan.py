@@ -1,0 +1,188 @@
+"""The planned executor: what one graph runs, resolved once at load.
+
+Each node becomes a `Step` holding its implementation, attributes, input/output names and the values
+it frees. Two things make a run cheaper than walking the nodes:
+
+- Shape-only subgraphs (Shape/Size and every node computed from them and constants alone: the
+  Gather/Unsqueeze/Concat/Cast chains exports build Reshape targets from) run on the host, on CPU
+  tensors, and are cached by the input shapes they derive from: a second run with the same shapes
+  does none of them, and on a GPU device their values never make a round trip through the device
+  (a consumer that reads them as host ints, Reshape's shape or Slice's starts, is handed the host
+  tensor; any other consumer gets a device copy made once per cached entry).
+- A value is dropped from the run's environment after its last reader, so a large model holds only
+  the activations still needed (YOLOv8 at 640x640).
+"""
+from __future__ import annotations
+
+from ..device import CPU
+from ..tensor import Tensor
+from .wire import OnnxFormatError
+
+# op_type -> the input indices it reads only as host numbers (host_ints / host), never as a tensor
+_REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+HOST_READ = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "Unsqueeze": (1,), "Squeeze": (1,),
+             "Slice": (1, 2, 3, 4), "Split": (1,), "ConstantOfShape": (0,), "Resize": (1, 2, 3),
+             "Upsample": (1,), "TopK": (1,), "Pad": (1, 2, 3), "Range": (0, 1, 2), "If": (0,),
+             **{r: (1,) for r in _REDUCE}}
+
+# operators whose outputs differ run to run: never folded into constants at load, never cached
+RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+# operators never run on the host: their values are not tensors (sequences, optionals) or differ run to run
+_NOT_HOST = {"SequenceConstruct", "SequenceInsert", "SequenceAt", "SequenceErase", "SequenceLength",
+             "SequenceEmpty", "SequenceMap", "SplitToSequence", "ConcatFromSequence", "Optional",
+             "OptionalHasElement", "OptionalGetElement"} | RANDOM
+_CACHE_MAX = 16  # cached shape keys per host step (a model fed many shapes recomputes, never grows)
+
+
+class Step:
+    __slots__ = ("node", "fn", "attrs", "ctx", "ins", "outs", "host", "of_shape", "host_idx", "need_dev",
+                 "drop", "cache")
+
+    def __init__(self, node, fn, attrs, ctx):
+        self.node, self.fn, self.attrs, self.ctx = node, fn, attrs, ctx
+        self.ins, self.outs = tuple(node.input), tuple(node.output)
+        self.host = self.of_shape = False
+        self.host_idx, self.need_dev, self.drop, self.cache = (), (), (), {}
+
+
+def _subgraph_names(node):
+    """Every value name a node's subgraphs mention (an over-approximation of what they read from
+    the outer scope: enough to keep those values alive until the node has run)."""
+    names = set()
+    for a in node.attribute:
+        for g in ([a.g] if a.g is not None else []) + list(a.graphs):
+            for n in g.node:
+                names.update(n.input)
+                names.update(_subgraph_names(n))
+            names.update(o.name for o in g.output)
+    return names
+
+
+def _has_subgraph(node):
+    return any(a.g is not None or a.graphs for a in node.attribute)
+
+
+def to_host(t):
+    """A device tensor's CPU twin (same dtype and bits)."""
+    return t if not isinstance(t, Tensor) or t.device is CPU else Tensor._from_storage(t._storage_numpy(), t.dtype, CPU)
+
+
+def build(plan, graph, consts, host_context, is_main):
+    """Steps for `plan` [(node, fn, attrs, ctx)]; `consts` are the graph's load-time values (initializers
+    and folded nodes). Returns (steps, host_consts: CPU twins of the constants host steps read)."""
+    fed = {v.name for v in graph.input}
+    known = {n for n in consts if n not in fed}
+    hostvals, steps = set(), []
+    for node, fn, attrs, ctx in plan:
+        st = Step(node, fn, attrs, ctx)
+        plain = node.domain in ("", "ai.onnx") and node.op_type not in _NOT_HOST and not _has_subgraph(node)
+        real = [n for n in st.ins if n]
+        if plain and node.op_type in ("Shape", "Size") and len(st.ins) == 1 and real:
+            st.host = st.of_shape = True
+        elif plain and real and any(n in hostvals for n in real) and all(n in hostvals or n in known for n in real):
+            st.host = True
+        if st.host:
+            st.ctx = host_context(ctx)
+            hostvals.update(n for n in st.outs if n)
+        steps.append(st)
+    # who needs a device copy of a host value: a non-host reader at an index it reads as a tensor,
+    # a subgraph reading it from the outer scope, or the parent op (a subgraph's outputs)
+    need = {o.name for o in graph.output} if not is_main else set()
+    for st in steps:
+        if st.host:  # host steps read host values (Shape/Size of one, only its shape)
+            continue
+        hr = HOST_READ.get(st.node.op_type, ())
+        idx = []
+        for i, n in enumerate(st.ins):
+            if n in hostvals:
+                if i in hr:
+                    idx.append(i)
+                else:
+                    need.add(n)
+        st.host_idx = tuple(idx)
+        need.update(n for n in _subgraph_names(st.node) if n in hostvals)
+    for st in steps:
+        if st.host:
+            st.need_dev = tuple(bool(n) and n in need for n in st.outs)
+    host_consts = {n: to_host(consts[n]) for st in steps if st.host and not st.of_shape
+                   for n in st.ins if n in known}
+    # last readers: a value leaves the environment after the step that reads it last
+    last = {}
+    for i, st in enumerate(steps):
+        for n in st.ins:
+            if n:
+                last[n] = i
+        for n in _subgraph_names(st.node):
+            last[n] = i
+    keep = {o.name for o in graph.output} | known
+    drops = [[] for _ in steps]
+    for n, i in last.items():
+        if n not in keep:
+            drops[i].append(n)
+    for st, d in zip(steps, drops):
+        st.drop = tuple(d)
+    return steps, host_consts
+
+
+def run(steps, env, hv, where, free=True):
+    """Run `steps` over `env` (names -> values, holding constants, feeds and the outer scope) and `hv`
+    (names -> host values: the host constants at the start)."""
+    keys = {}
+    for st in steps:
+        if st.host:
+            if st.of_shape:  # (Shape and Size have one input)
+                n = st.ins[0]
+                v = hv.get(n)
+                if v is None:
+                    v = _read(env, n, st, where)
+                key = tuple(v.shape)
+                ins = (v,)
+            else:
+                key = tuple(keys.get(n) for n in st.ins)
+                ins = None
+            hit = st.cache.get(key)
+            if hit is None:
+                if ins is None:
+                    ins = [hv[n] if n else None for n in st.ins]
+                outs = st.fn(st.ctx, list(ins), st.attrs)
+                outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+                dev = [st.ctx.on_device(o) if need else o for o, need in zip(outs, st.need_dev)]
+                if len(st.cache) >= _CACHE_MAX:
+                    st.cache.clear()
+                st.cache[key] = hit = (outs, dev)
+            for n, h, d in zip(st.outs, hit[0], hit[1]):
+                if n:
+                    hv[n], env[n], keys[n] = h, d, key
+        else:
+            try:
+                ins = [env[n] if n else None for n in st.ins]
+            except KeyError as e:
+                raise _unknown(st, e.args[0], where) from None
+            for i in st.host_idx:
+                ins[i] = hv[st.ins[i]]
+            st.ctx.scope = env  # what a subgraph of this node sees
+            outs = st.fn(st.ctx, ins, st.attrs)
+            if isinstance(outs, (list, tuple)):
+                for n, v in zip(st.outs, outs):
+                    if n:
+                        env[n] = v
+            elif st.outs and st.outs[0]:
+                env[st.outs[0]] = outs
+        if free:
+            for n in st.drop:
+                env.pop(n, None)
+    return env
+
+
+def _read(env, n, st, where):
+    try:
+        return env[n]
+    except KeyError:
+        raise _unknown(st, n, where) from None
+
+
+def _unknown(st, name, where):
+    node = st.node
+    return OnnxFormatError(f"ember: {where}: node {node.name or node.op_type!r} ({node.op_type}) "
+                           f"reads {name!r}, which no earlier node, input or initializer makes")
