@@ -179,3 +179,11 @@ def test_malformed_files_raise_clear_errors(case, tmp_path):
             st.read(src)
         assert str(e.value).startswith("ember: ")
     assert "bad.safetensors" in str(pytest.raises(FormatError, st.read, path).value)
+
+
+def test_loaded_weights_carry_numpys_own_dtype_objects(ref_file):
+    """A reader's little-endian view makes an equal but distinct dtype object; the cpu backend's fast paths
+    test `dtype is float32` (BLAS, the wasm GEMM in the page), so a weight must arrive with numpy's own."""
+    for name, t in st.load(ref_file).items():
+        if t.dtype is not ember.bfloat16:
+            assert t._data.dtype is np.dtype(t.dtype.np), name

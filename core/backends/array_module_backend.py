@@ -105,6 +105,8 @@ class ArrayModuleBackend(Backend):
         a = np.asarray(a)
         if a.dtype != dtype.np:
             a = a.astype(dtype.np)
+        elif a.dtype is not dtype.np:  # an equal dtype but another object (a reader's newbyteorder("<")): the
+            a = a.view(dtype.np)       # backend's `dtype is float32` fast paths (BLAS, the wasm GEMM) need numpy's own
         return self._upload(a)
 
     def to_numpy(self, x):
