@@ -76,7 +76,13 @@ def test_logits_match_transformers(saved, kind, device):
     ids = _ids(13, rows=2)
     with torch.no_grad():
         want = ref(torch.tensor(ids)).logits.numpy()
-    got = model(ember.tensor(ids)).numpy()                                 # (2, 13, V)
+    got = model(input_ids=ids).logits.numpy()                              # (2, 13, V), as transformers' call
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    # the output is also the logits tensor itself (earlier callers), and a cache continues as past_key_values
+    first = model(ember.tensor(ids[:, :9]), use_cache=True)
+    rest = model(ids[:, 9:], past_key_values=first.past_key_values)
+    assert rest.past_key_values is first.past_key_values and rest.past_key_values.pos == 13
+    got = np.concatenate([first.numpy(), rest.numpy()], 1)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
