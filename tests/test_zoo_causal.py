@@ -12,6 +12,7 @@ import pytest
 import ember
 from ember.models.auto import from_pretrained
 from ember.models.common.generate import SamplingParams, generate, generate_batch
+from zoo_reference import causal_lm, saved_reference
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -58,13 +59,7 @@ def saved(tmp_path_factory):
 
     def get(kind):
         if kind not in out:
-            torch.manual_seed(0)
-            cfg = CONFIGS[kind]()
-            cfg._attn_implementation = "eager"
-            ref = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-            folder = tmp_path_factory.mktemp(kind)
-            ref.save_pretrained(folder, safe_serialization=True)
-            out[kind] = ref, folder
+            out[kind] = saved_reference(lambda: causal_lm(CONFIGS[kind]()), tmp_path_factory.mktemp(kind))
         return out[kind]
     return get
 

@@ -8,6 +8,7 @@ import pytest
 
 import ember
 from ember.models.auto import from_pretrained
+from zoo_reference import causal_lm, saved_reference
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -25,13 +26,7 @@ CONFIGS = {
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def pair(request, tmp_path_factory):
-    torch.manual_seed(0)
-    cfg = CONFIGS[request.param]()
-    cfg._attn_implementation = "eager"
-    ref = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    folder = tmp_path_factory.mktemp(request.param)
-    ref.save_pretrained(folder, safe_serialization=True)
-    return ref, folder
+    return saved_reference(lambda: causal_lm(CONFIGS[request.param]()), tmp_path_factory.mktemp(request.param))
 
 
 def test_ring_cache_decode_matches_transformers_past_the_window(pair, device):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ember.models.auto import from_pretrained
+from zoo_reference import saved_reference
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -19,14 +20,10 @@ CONFIGS = {
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def pair(request, tmp_path_factory):
-    torch.manual_seed(0)
     cfg = transformers.T5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3,
                                 num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=20,
                                 decoder_start_token_id=0, eos_token_id=1, pad_token_id=0, **CONFIGS[request.param])
-    ref = transformers.T5ForConditionalGeneration(cfg).eval()
-    folder = tmp_path_factory.mktemp(request.param)
-    ref.save_pretrained(folder, safe_serialization=True)
-    return ref, folder
+    return saved_reference(lambda: transformers.T5ForConditionalGeneration(cfg), tmp_path_factory.mktemp(request.param))
 
 
 def test_t5_logits_match_transformers(pair, device):

@@ -95,6 +95,15 @@ class KVCache:
             done += run
         return (ring_k, ring_v) if out is None else out
 
+    def reorder(self, rows):
+        """Beam search: row i of every buffer becomes the old row rows[i] (ints, or an int64 ember tensor)."""
+        live = [t for t in self.k if t is not None]
+        if not live:
+            return
+        idx = rows if isinstance(rows, ember.Tensor) else ember.tensor(np.asarray(rows, np.int64), device=live[0].device)
+        self.k = [None if t is None else t.index_select(0, idx) for t in self.k]
+        self.v = [None if t is None else t.index_select(0, idx) for t in self.v]
+
     def capacity(self, layer: int) -> int:
         """Slots the layer's buffer has (a sliding layer: its ring, at most the window)."""
         k = self.k[layer]
