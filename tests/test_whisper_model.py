@@ -95,10 +95,10 @@ def test_kv_cache_steps_equal_the_full_forward(random_folder, device):
         for t in tokens[3:]:
             h, cache = model.decoder(ember.tensor([[t]], device=device), cross, cache)
             steps.append(h)
-        assert cache[0][0].shape == (1, 4, 7, 16)  # (batch, heads, positions, head_dim)
-        # two new tokens over a cache of five: the causal mask must be offset by the cache
-        h2, _ = model.decoder(ember.tensor([tokens[5:]], device=device), cross,
-                              [(k[:, :, :5], v[:, :, :5]) for k, v in cache])
+        assert cache.pos == 7 and cache.k[0].shape[:2] == (1, 4) and cache.k[0].shape[3] == 16  # (batch, heads, capacity, head_dim)
+        # two new tokens over a cache of five (rewound): the causal mask must be offset by the cache
+        cache.pos = 5
+        h2, _ = model.decoder(ember.tensor([tokens[5:]], device=device), cross, cache)
     np.testing.assert_allclose(ember.cat(steps, 1).numpy(), full.numpy(), atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(h2.numpy(), full.numpy()[:, 5:], atol=1e-5, rtol=1e-5)
 
@@ -107,7 +107,8 @@ def test_bad_shapes_and_configs_are_named(random_folder):
     model, _, _ = load_whisper(random_folder)
     with pytest.raises(WhisperShapeError, match=r"\(batch, 80, 3000\), got \(1, 80, 2999\)"):
         model.encoder(ember.zeros(1, 80, 2999))
-    cache = [(ember.zeros(1, 4, 447, 16), ember.zeros(1, 4, 447, 16))] * 2
+    cache = model.decoder.new_cache()
+    cache.pos = 447
     with pytest.raises(WhisperShapeError, match="448 positions; got 447 cached \\+ 2 new"):
         model.decoder(ember.tensor([[1, 2]]), None, cache)
     cfg = json.loads((random_folder / "config.json").read_text())

@@ -12,6 +12,7 @@ import pytest
 import ember
 from ember.models.auto import from_pretrained
 from ember.models.common.generate import SamplingParams, generate, generate_batch
+from zoo_reference import causal_lm, saved_reference
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -27,11 +28,15 @@ def _configs():
         "mistral": lambda: t.MistralConfig(**SMALL, num_key_value_heads=2, sliding_window=6),
         "qwen2": lambda: t.Qwen2Config(**SMALL, num_key_value_heads=2, use_sliding_window=True, sliding_window=6,
                                        max_window_layers=1, tie_word_embeddings=True),
+        "qwen3": lambda: t.Qwen3Config(**SMALL, num_key_value_heads=2, head_dim=8, use_sliding_window=True,
+                                       sliding_window=6, max_window_layers=1, tie_word_embeddings=True),
         "gpt2": lambda: t.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64),
         "gpt_bigcode": lambda: t.GPTBigCodeConfig(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64),
         "phi3": lambda: t.Phi3Config(**SMALL, num_key_value_heads=2, pad_token_id=0, partial_rotary_factor=0.5),
         "phi2": lambda: t.PhiConfig(**{**SMALL, "hidden_size": 64}, partial_rotary_factor=0.4, pad_token_id=0),
         "gemma": lambda: t.GemmaConfig(**SMALL, num_key_value_heads=1, head_dim=16),
+        "glm": lambda: t.GlmConfig(**SMALL, num_key_value_heads=2, head_dim=8, pad_token_id=0),
+        "glm4": lambda: t.Glm4Config(**SMALL, num_key_value_heads=2, head_dim=8, pad_token_id=0),
         "starcoder2": lambda: t.Starcoder2Config(**SMALL, num_key_value_heads=2, sliding_window=6),
         "falcon": lambda: t.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
         "falcon_new": lambda: t.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -54,13 +59,7 @@ def saved(tmp_path_factory):
 
     def get(kind):
         if kind not in out:
-            torch.manual_seed(0)
-            cfg = CONFIGS[kind]()
-            cfg._attn_implementation = "eager"
-            ref = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-            folder = tmp_path_factory.mktemp(kind)
-            ref.save_pretrained(folder, safe_serialization=True)
-            out[kind] = ref, folder
+            out[kind] = saved_reference(lambda: causal_lm(CONFIGS[kind]()), tmp_path_factory.mktemp(kind))
         return out[kind]
     return get
 
@@ -76,7 +75,13 @@ def test_logits_match_transformers(saved, kind, device):
     ids = _ids(13, rows=2)
     with torch.no_grad():
         want = ref(torch.tensor(ids)).logits.numpy()
-    got = model(ember.tensor(ids)).numpy()                                 # (2, 13, V)
+    got = model(input_ids=ids).logits.numpy()                              # (2, 13, V), as transformers' call
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    # the output is also the logits tensor itself (earlier callers), and a cache continues as past_key_values
+    first = model(ember.tensor(ids[:, :9]), use_cache=True)
+    rest = model(ids[:, 9:], past_key_values=first.past_key_values)
+    assert rest.past_key_values is first.past_key_values and rest.past_key_values.pos == 13
+    got = np.concatenate([first.numpy(), rest.numpy()], 1)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ember.models.auto import from_pretrained
+from zoo_reference import saved_reference
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -19,14 +20,10 @@ CONFIGS = {
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def pair(request, tmp_path_factory):
-    torch.manual_seed(0)
     cfg = transformers.T5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3,
                                 num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=20,
                                 decoder_start_token_id=0, eos_token_id=1, pad_token_id=0, **CONFIGS[request.param])
-    ref = transformers.T5ForConditionalGeneration(cfg).eval()
-    folder = tmp_path_factory.mktemp(request.param)
-    ref.save_pretrained(folder, safe_serialization=True)
-    return ref, folder
+    return saved_reference(lambda: transformers.T5ForConditionalGeneration(cfg), tmp_path_factory.mktemp(request.param))
 
 
 def test_t5_logits_match_transformers(pair, device):
@@ -38,10 +35,11 @@ def test_t5_logits_match_transformers(pair, device):
     mask[1, 7:] = 0
     ids[mask == 0] = 0
     with torch.no_grad():
-        want = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
-                   decoder_input_ids=torch.tensor(dec)).logits.numpy()
-    got = model(ids, dec, attention_mask=mask).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        want = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), decoder_input_ids=torch.tensor(dec))
+    got = model(input_ids=ids, decoder_input_ids=dec, attention_mask=mask)      # transformers' field names
+    for field, rows in (("logits", ...), ("encoder_last_hidden_state", mask == 1)):  # padding rows: nobody's
+        w = getattr(want, field).numpy()[rows]
+        np.testing.assert_allclose(getattr(got, field).numpy()[rows], w, rtol=1e-4, atol=1e-4 * np.abs(w).max())
 
 
 def test_t5_greedy_generation_matches_transformers(pair):

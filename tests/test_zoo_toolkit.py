@@ -93,16 +93,32 @@ def test_mask_causal_window_padding_and_group():
     assert attention_mask(np.arange(4, 5), np.arange(0, 5)) is None            # one token sees everything
 
 
-def test_sliding_cache_keeps_window_minus_one(device):
+def test_sliding_cache_is_a_ring_written_in_place(device):
+    """A window-3 layer: a 4-token prompt then decoded tokens land in a 3-slot ring (position p in slot
+    p % 3) that is never reallocated; update returns what the new tokens attend to, in key_positions order."""
     cache = KVCache(2, 1, 4, 32, windows=[3, None])
-    for step in range(6):
-        k = ember.full((1, 1, 1, 4), float(step), device=device)
-        for layer in range(2):
-            kk, _ = cache.update(layer, k, k)
-            assert kk.shape[2] == (min(step, 2) + 1 if layer == 0 else step + 1)
-        cache.pos += 1
-    assert cache.k[0].numpy()[0, 0, :, 0].tolist() == [4.0, 5.0]
-    assert cache.start(0) == 4 and cache.start(1) == 0
+
+    def step(values):
+        k = ember.tensor(np.asarray(values, np.float32)[None, None, :, None].repeat(4, -1), device=device)
+        want = [cache.key_positions(layer, len(values)).tolist() for layer in range(2)]
+        got = [cache.update(layer, k, k)[0].numpy()[0, 0, :, 0].tolist() for layer in range(2)]
+        cache.pos += len(values)
+        return want, got
+
+    want, got = step([0, 1, 2, 3])                            # a prompt longer than the ring
+    assert want == got == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    ring = cache.k[0]
+    assert cache.capacity(0) == 3 and ring.numpy()[0, 0, :, 0].tolist() == [3, 1, 2]
+    for p in range(4, 12):
+        (want_ring, _), (got_ring, got_global) = step([p])
+        assert got_ring == want_ring and sorted(want_ring) == [p - 2, p - 1, p]  # itself and the window - 1 before
+        assert got_global == list(range(p + 1))
+    assert cache.k[0] is ring and cache.capacity(0) == 3       # bounded: the same 3-slot buffer throughout
+    assert cache.kept(0) == 2 and cache.kept(1) == 12
+    (want, _), (got, _) = step([12, 13])                       # several tokens again: the ring, then themselves
+    assert want == got == [9, 10, 11, 12, 13]
+    fresh = KVCache(1, 1, 4, 32, windows=[3])
+    assert fresh.key_positions(0, 1).tolist() == [0, -1, -1]   # unwritten slots: -1 (masked)
 
 
 def test_stop_strings_end_the_stream():

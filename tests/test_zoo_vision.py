@@ -63,13 +63,15 @@ def test_clip_features_and_zero_shot_match_transformers(clip, device):
     with torch.no_grad():
         t = ref.get_text_features(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
         i = ref.get_image_features(pixel_values=torch.tensor(px))
-        probs = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
-                    pixel_values=torch.tensor(px)).logits_per_image.softmax(-1).numpy()
+        out = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), pixel_values=torch.tensor(px))
     t = getattr(t, "pooler_output", t).numpy()
     i = getattr(i, "pooler_output", i).numpy()
     _close(model.get_text_features(ids, mask).numpy(), t)
     _close(model.get_image_features(px).numpy(), i)
-    np.testing.assert_allclose(model.zero_shot(px, ids, mask), probs, atol=1e-5)
+    got = model(input_ids=ids, pixel_values=px, attention_mask=mask)      # transformers' CLIPModel output fields
+    for field in ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"):
+        _close(getattr(got, field).numpy(), getattr(out, field).numpy())
+    np.testing.assert_allclose(model.zero_shot(px, ids, mask), out.logits_per_image.softmax(-1).numpy(), atol=1e-5)
 
 
 def test_clip_processor_matches_transformers():

@@ -5,8 +5,11 @@ Names are CLIPModel's; the heads and MLPs are the toolkit's.
 
     model.get_text_features(input_ids)       # (B, projection_dim)
     model.get_image_features(pixel_values)   # (B, projection_dim)
+    model(input_ids, pixel_values).logits_per_image  # (images, texts), as CLIPModel's forward
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,6 +22,14 @@ from ..common.attention import Attention
 from ..common.decoder import DecoderBlock
 from ..common.masks import attention_mask
 from ..common.mlp import MLP
+
+
+@dataclass
+class CLIPOutput:
+    logits_per_image: object       # (images, texts): logit_scale.exp() * cosine
+    logits_per_text: object        # (texts, images)
+    text_embeds: object            # (texts, proj) normalized
+    image_embeds: object           # (images, proj) normalized
 
 
 def _dims(d: dict, where: str) -> dict:
@@ -138,14 +149,16 @@ class CLIPModel(nn.Module):
         px = pixel_values if isinstance(pixel_values, ember.Tensor) else ember.tensor(np.asarray(pixel_values, np.float32))
         return self.visual_projection(self.vision_model(px.to(self.device)))           # (B, proj)
 
+    def forward(self, input_ids, pixel_values, attention_mask=None) -> CLIPOutput:
+        t = self.get_text_features(input_ids, attention_mask)                         # (texts, proj)
+        i = self.get_image_features(pixel_values)                                     # (images, proj)
+        t, i = t / t.norm(dim=-1, keepdim=True), i / i.norm(dim=-1, keepdim=True)
+        per_text = (t @ i.transpose(0, 1)) * self.logit_scale.exp()                  # (texts, images)
+        return CLIPOutput(per_text.transpose(0, 1), per_text, t, i)
+
     def zero_shot(self, pixel_values, input_ids, attention_mask=None) -> np.ndarray:
         """(images, labels) probabilities: softmax over labels of logit_scale.exp() * cosine."""
-        t = self.get_text_features(input_ids, attention_mask).numpy()
-        i = self.get_image_features(pixel_values).numpy()
-        t, i = t / np.linalg.norm(t, axis=-1, keepdims=True), i / np.linalg.norm(i, axis=-1, keepdims=True)
-        z = np.exp(float(self.logit_scale.numpy())) * i @ t.T                           # (images, labels)
-        z = np.exp(z - z.max(-1, keepdims=True))
-        return z / z.sum(-1, keepdims=True)
+        return self(input_ids, pixel_values, attention_mask).logits_per_image.softmax(-1).numpy()
 
 
 BUFFERS = ("text_model.embeddings.position_ids", "vision_model.embeddings.position_ids")

@@ -15,23 +15,25 @@ from ember.nn import functional as F
 
 class Attention(nn.Module):
     def __init__(self, dim: int, n_heads: int, n_kv_heads: int | None = None, head_dim: int | None = None, *,
-                 bias: bool = False, out_bias: bool | None = None, scale: float | None = None,
+                 bias: bool | tuple = False, out_bias: bool | None = None, scale: float | None = None,
                  names=("q_proj", "k_proj", "v_proj", "o_proj"), fused: str | None = None, qk_norm=None):
-        """fused: the name of one (n_heads + 2 n_kv_heads) * head_dim projection (q, k, v rows stacked) that
-        replaces names[:3]; qk_norm: a factory norm(head_dim) applied to q and k per head before rope."""
+        """bias: for q, k and v alike, or a (q, k, v) triple (Whisper's key has none); fused: the name of one
+        (n_heads + 2 n_kv_heads) * head_dim projection (q, k, v rows stacked) that replaces names[:3];
+        qk_norm: a factory norm(head_dim) applied to q and k per head before rope."""
         super().__init__()
         self.n_heads, self.n_kv = n_heads, n_kv_heads or n_heads
         self.hd = head_dim or dim // n_heads
         self.scale, self.names, self.fused = scale, names, fused
         H, K, hd = self.n_heads, self.n_kv, self.hd
+        qb, kb, vb = bias if isinstance(bias, tuple) else (bias,) * 3
         if fused:
-            setattr(self, fused, nn.Linear(dim, (H + 2 * K) * hd, bias=bias))      # ((H + 2K) * hd, dim)
+            setattr(self, fused, nn.Linear(dim, (H + 2 * K) * hd, bias=qb))        # ((H + 2K) * hd, dim)
         else:
-            setattr(self, names[0], nn.Linear(dim, H * hd, bias=bias))             # (H * hd, dim)
-            setattr(self, names[1], nn.Linear(dim, K * hd, bias=bias))             # (K * hd, dim)
-            setattr(self, names[2], nn.Linear(dim, K * hd, bias=bias))             # (K * hd, dim)
+            setattr(self, names[0], nn.Linear(dim, H * hd, bias=qb))               # (H * hd, dim)
+            setattr(self, names[1], nn.Linear(dim, K * hd, bias=kb))               # (K * hd, dim)
+            setattr(self, names[2], nn.Linear(dim, K * hd, bias=vb))               # (K * hd, dim)
         if names[3] is not None:  # None: the caller projects the heads (BERT keeps it in another module)
-            setattr(self, names[3], nn.Linear(H * hd, dim, bias=bias if out_bias is None else out_bias))  # (dim, H * hd)
+            setattr(self, names[3], nn.Linear(H * hd, dim, bias=qb if out_bias is None else out_bias))  # (dim, H * hd)
         self.qk_norm = qk_norm is not None
         if qk_norm is not None:
             self.q_norm, self.k_norm = qk_norm(hd), qk_norm(hd)                    # (hd,) each

@@ -21,6 +21,7 @@ from ember.nn import functional as F
 
 from .cache import KVCache
 from .masks import attention_mask as build_mask
+from .outputs import LMOutput
 from .positions import alibi_bias
 
 
@@ -94,16 +95,37 @@ class CausalLM(nn.Module):
         if self.tie_embeddings:
             nn.relayout_linear_weight(self.output_embedding())
 
+    def _mask(self, idx, kpos, window, valid, dtype, device):
+        """The additive mask of queries at positions idx over keys at kpos (-1: an unwritten ring slot)."""
+        empty = kpos < 0
+        if empty.any():  # an empty slot is masked as a future key would be
+            kpos = np.where(empty, idx[-1] + 1, kpos)
+        if valid is not None:
+            valid = valid[:, np.minimum(kpos, valid.shape[1] - 1)] & ~empty
+        bias = alibi_bias(self.n_heads, kpos) if self.alibi else None
+        return build_mask(idx, kpos, window=window, bias=bias, key_valid=valid,
+                          group=self.n_heads // self.n_kv_heads, dtype=dtype, device=device)
+
     def new_cache(self, max_len: int | None = None) -> KVCache:
         m = min(max_len or self.max_seq_len, self.max_seq_len)
         return KVCache(self.n_layers, self.n_kv_heads, self.head_dim, m, self.windows)
 
-    def forward(self, tokens, cache: KVCache | None = None, last_only: bool = False, attention_mask=None,
-                head=None):
-        """tokens (B, T) int64 -> logits (B, T, vocab) (or (B, 1, vocab) with last_only); with a cache the
-        tokens continue the cached sequence and the cache advances by T. attention_mask (B, cached + T)
+    def forward(self, input_ids, cache: KVCache | None = None, last_only: bool = False, attention_mask=None, *,
+                past_key_values: KVCache | None = None, use_cache: bool = False, head=None) -> LMOutput:
+        """input_ids (B, T) int64 (ember tensor, numpy or nested lists) -> logits (B, T, vocab) (or (B, 1, vocab)
+        with last_only) as an LMOutput: the logits tensor, also `.logits` and `.past_key_values` as
+        transformers'. With a cache (or past_key_values=, its transformers name; use_cache=True starts one)
+        the tokens continue the cached sequence and the cache advances by T. attention_mask (B, cached + T)
         0/1 (1: a real token) marks padding; positions then count real tokens only, as transformers'.
-        head: what replaces self.head on the final normed states (generate's greedy_head)."""
+        head: what replaces self.head on the final normed states, its result returned as is (generate's
+        greedy_head: the picked id)."""
+        cache = cache if cache is not None else past_key_values
+        if cache is None and use_cache:
+            cache = self.new_cache()
+        tokens = input_ids if isinstance(input_ids, ember.Tensor) else \
+            ember.tensor(np.asarray(input_ids, np.int64), device=self.device)
+        if tokens.ndim != 2:
+            raise ValueError(f"ember: input_ids must be (batch, T), got shape {tuple(tokens.shape)}")
         T = tokens.shape[1]                                                     # tokens (B, T)
         start = cache.pos if cache is not None else 0
         if cache is not None:
@@ -130,17 +152,15 @@ class CausalLM(nn.Module):
         masks = {}
         x = self.embed(tokens, positions)                                       # (B, T, dim)
         for i, block in enumerate(self.blocks()):
-            kstart = cache.start(i) if cache is not None else 0
-            key = (self.windows[i], kstart)
+            key = self.windows[i]  # the layers of one window see the same key positions at a step
             if key not in masks:
-                kidx = np.arange(kstart, start + T)
-                bias = alibi_bias(self.n_heads, kidx) if self.alibi else None
-                masks[key] = build_mask(idx, kidx, window=self.windows[i], bias=bias,
-                                        key_valid=None if valid is None else valid[:, kstart:],
-                                        group=self.n_heads // self.n_kv_heads, dtype=dtype, device=device)
+                masks[key] = self._mask(idx, cache.key_positions(i, T) if cache is not None else idx, key, valid,
+                                        dtype, device)
             x = block(x, steps.get(id(ropes[i])), masks[key], cache, i)
         if cache is not None:
             cache.pos += T
         if last_only and T > 1:
             x = x.narrow(1, T - 1, 1)
-        return (head or self.head)(self.final_norm(x))                          # (B, T, vocab)
+        if head is not None:
+            return head(self.final_norm(x))
+        return LMOutput.of(self.head(self.final_norm(x)), past_key_values=cache)  # (B, T, vocab)

@@ -122,3 +122,8 @@ def load_gemma3(src: str, device=None):
     if device is not None:
         model = model.to(device)
     return model, tok
+
+
+def build_from_hf(config: dict, sd: dict, where: str) -> Gemma3:
+    """ember.models.auto's entry: a Gemma3 from config.json (as a dict) and its Hugging Face state dict."""
+    return from_hf_state_dict(sd, Gemma3Config.from_hf(config, where), where)

@@ -17,6 +17,7 @@ from ..common.attention import Attention
 from ..common.cache import KVCache
 from ..common.masks import attention_mask, padding_mask
 from ..common.mlp import MLP, GatedMLP
+from ..common.outputs import LMOutput
 from ..common.positions import t5_relative_bucket
 
 
@@ -117,13 +118,20 @@ class T5ForConditionalGeneration(nn.Module):
         if self.config.tied:
             nn.relayout_linear_weight(self.shared.weight)
 
-    def encode(self, input_ids, attention_mask_=None):
+    def encoder_states(self, input_ids, attention_mask=None):
+        """(B, S, dim) encoder output (transformers' encoder_last_hidden_state) and the (B, S) bool mask or None."""
         ids = np.asarray(input_ids.numpy() if hasattr(input_ids, "numpy") else input_ids, np.int64)   # (B, S)
-        valid = None if attention_mask_ is None else np.asarray(attention_mask_, bool)
-        h = self.encoder(self.shared(ember.tensor(ids, device=self.device)), valid)  # (B, S, dim)
+        valid = None if attention_mask is None else np.asarray(
+            attention_mask.numpy() if hasattr(attention_mask, "numpy") else attention_mask, bool)
+        return self.encoder(self.shared(ember.tensor(ids, device=self.device)), valid), valid  # (B, S, dim)
+
+    def cross_memory(self, h, valid=None):
+        """Every decoder layer's cross-attention (k, v) of encoder states h, and their padding mask."""
         mem = [blk.layer[1].EncDecAttention.memory_kv(h) for blk in self.decoder.block]
-        mm = None if valid is None else padding_mask(valid, h.dtype, self.device)
-        return mem, mm
+        return mem, None if valid is None else padding_mask(valid, h.dtype, self.device)
+
+    def encode(self, input_ids, attention_mask=None):
+        return self.cross_memory(*self.encoder_states(input_ids, attention_mask))
 
     def decode(self, decoder_ids, memory, mem_mask, cache=None):
         x = self.shared(ember.tensor(np.asarray(decoder_ids, np.int64), device=self.device))
@@ -133,9 +141,10 @@ class T5ForConditionalGeneration(nn.Module):
             return F.linear(x * (self.config.dim ** -0.5) if self.config.scale_out else x, self.shared.weight)
         return self.lm_head(x)                                                       # (B, T, vocab)
 
-    def forward(self, input_ids, decoder_input_ids, attention_mask=None):
-        """Teacher-forced logits (B, T, vocab)."""
-        return self.decode(decoder_input_ids, *self.encode(input_ids, attention_mask))
+    def forward(self, input_ids, decoder_input_ids, attention_mask=None) -> LMOutput:
+        """Teacher-forced logits (B, T, vocab) as an LMOutput (also `.logits`, `.encoder_last_hidden_state`)."""
+        h, valid = self.encoder_states(input_ids, attention_mask)
+        return LMOutput.of(self.decode(decoder_input_ids, *self.cross_memory(h, valid)), encoder_last_hidden_state=h)
 
     def generate(self, input_ids, max_new_tokens: int = 32, params=None, attention_mask=None) -> list[list[int]]:
         """Generated ids per row (decoder start token excluded, stopped at eos), greedy by default."""

@@ -263,8 +263,7 @@ class WindowDecoder:
             unsatisfied = unsatisfied and bool(np.any(best_possible > worst_done))
             if not unsatisfied or hits.all() or cur_len >= max_length:
                 break
-            idx = ember.tensor(beam_of[sel].astype(np.int64))  # host: checked once there (see step)
-            cache = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in cache]
+            cache.reorder(beam_of[sel])  # each running beam continues its parent's keys and values (host index)
             logits, cache = self.step([[c[-1]] for c in running], cross, cache)
             logits = logits[:, -1]
         best = done_tokens[0] if done_flag[0] else running[0]

@@ -1,16 +1,22 @@
 """Whisper encoder-decoder in ember, after openai/whisper model.py (v20240930), with parameter
 names of transformers' WhisperModel so Hugging Face checkpoints load strictly.
 
-The decoder's self-attention KV cache is passed in and returned explicitly (no hooks), and the
-cross-attention K/V of a 30 s window are computed once by `Decoder.cross_kv`. No I/O, no backend
-names: the same code runs on any ember device (numpy in CPython and Pyodide, WebGPU, CUDA).
+The attention is the zoo toolkit's (ember.models.common): the decoder's self-attention writes an explicit
+KVCache passed in and returned (no hooks), and the cross-attention K/V of a 30 s window are computed once
+by `TextDecoder.cross_kv`. No I/O, no backend names: the same code runs on any ember device (numpy in
+CPython and Pyodide, WebGPU, CUDA).
 """
 from __future__ import annotations
+
+import numpy as np
 
 import ember
 import ember.nn as nn
 import ember.nn.functional as F
 
+from ..common.attention import Attention
+from ..common.cache import KVCache
+from ..common.masks import attention_mask
 from .config import ModelDimensions
 from ember.errors import FormatError
 
@@ -21,7 +27,7 @@ class WhisperShapeError(FormatError):
     """An input to the model has the wrong shape or is out of the model's range."""
 
 
-# Every weight comes from a checkpoint, so the layers skip torch-style random initialisation
+# Every weight comes from a checkpoint, so the MLP and tables skip torch-style random initialisation
 # (drawing nn.Embedding's 20M normal samples alone takes seconds).
 class Linear(nn.Linear):
     def reset_parameters(self):
@@ -39,35 +45,10 @@ class Embedding(nn.Module):
         return F.embedding(idx, self.weight)
 
 
-class MultiHeadAttention(nn.Module):
-    def __init__(self, n_state: int, n_head: int):
-        super().__init__()
-        self.n_head = n_head
-        self.q_proj = Linear(n_state, n_state)  # (n_state, n_state)
-        self.k_proj = Linear(n_state, n_state, bias=False)  # (n_state, n_state); Whisper's key has no bias
-        self.v_proj = Linear(n_state, n_state)  # (n_state, n_state)
-        self.out_proj = Linear(n_state, n_state)  # (n_state, n_state)
-
-    def split_heads(self, x):  # (batch, seq, n_state) -> (batch, n_head, seq, head_dim)
-        b, t, d = x.shape
-        return x.reshape(b, t, self.n_head, d // self.n_head).transpose(1, 2)
-
-    def kv(self, x) -> KV:
-        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
-
-    def attend(self, x, k, v, mask=None):
-        q = self.split_heads(self.q_proj(x))  # (batch, n_head, T, head_dim)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (batch, n_head, T, head_dim)
-        b, h, t, hd = o.shape
-        return self.out_proj(o.transpose(1, 2).reshape(b, t, h * hd))
-
-    def forward(self, x, cache: KV | None = None, mask=None):
-        """Self-attention of x (batch, T, n_state) over the cached keys plus its own ->
-        (output (batch, T, n_state), cache grown by T)."""
-        k, v = self.kv(x)
-        if cache is not None:
-            k, v = ember.cat([cache[0], k], 2), ember.cat([cache[1], v], 2)  # (batch, n_head, S, hd)
-        return self.attend(x, k, v, mask), (k, v)
+def _attention(n_state: int, n_head: int) -> Attention:
+    # Whisper's key projection has no bias; q, v and out do
+    return Attention(n_state, n_head, bias=(True, False, True), out_bias=True,
+                     names=("q_proj", "k_proj", "v_proj", "out_proj"))
 
 
 class ResidualAttentionBlock(nn.Module):
@@ -75,22 +56,20 @@ class ResidualAttentionBlock(nn.Module):
 
     def __init__(self, n_state: int, n_head: int, n_ffn: int, cross_attention: bool):
         super().__init__()
-        self.self_attn = MultiHeadAttention(n_state, n_head)
+        self.self_attn = _attention(n_state, n_head)
         self.self_attn_layer_norm = nn.LayerNorm(n_state)  # (n_state,) weight and bias
         if cross_attention:
-            self.encoder_attn = MultiHeadAttention(n_state, n_head)
+            self.encoder_attn = _attention(n_state, n_head)
             self.encoder_attn_layer_norm = nn.LayerNorm(n_state)  # (n_state,)
         self.fc1 = Linear(n_state, n_ffn)  # (n_ffn, n_state)
         self.fc2 = Linear(n_ffn, n_state)  # (n_state, n_ffn)
         self.final_layer_norm = nn.LayerNorm(n_state)  # (n_state,)
 
-    def forward(self, x, cache: KV | None = None, mask=None, cross: KV | None = None):
-        a, cache = self.self_attn(self.self_attn_layer_norm(x), cache, mask)
-        x = x + a
+    def forward(self, x, mask=None, cache: KVCache | None = None, layer: int = 0, cross: KV | None = None):
+        x = x + self.self_attn(self.self_attn_layer_norm(x), None, mask, cache, layer)
         if cross is not None:
-            x = x + self.encoder_attn.attend(self.encoder_attn_layer_norm(x), *cross)
-        x = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
-        return x, cache
+            x = x + self.encoder_attn(self.encoder_attn_layer_norm(x), kv=cross)
+        return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
 
 
 class AudioEncoder(nn.Module):
@@ -115,7 +94,7 @@ class AudioEncoder(nn.Module):
         x = F.gelu(self.conv2(x)).transpose(1, 2)  # (batch, 1500, d)
         x = x + self.embed_positions.weight
         for layer in self.layers:
-            x, _ = layer(x)
+            x = layer(x)
         return self.layer_norm(x)
 
 
@@ -123,7 +102,7 @@ class TextDecoder(nn.Module):
     def __init__(self, dims: ModelDimensions):
         super().__init__()
         d = dims.n_text_state
-        self.n_ctx = dims.n_text_ctx
+        self.n_ctx, self.n_head, self.head_dim = dims.n_text_ctx, dims.n_text_head, d // dims.n_text_head
         self.embed_tokens = Embedding(dims.n_vocab, d)  # (n_vocab, d), also the output projection
         self.embed_positions = Embedding(dims.n_text_ctx, d)  # (448, d)
         self.layers = nn.ModuleList(ResidualAttentionBlock(d, dims.n_text_head, dims.n_text_ffn, True)
@@ -135,25 +114,26 @@ class TextDecoder(nn.Module):
         once per 30 s window and reused for every token. Stored contiguous per head: every decoded token
         reads all of them, and whole (1500, head_dim) blocks stream from memory ~1.6x faster than the
         head-interleaved rows of the projection's output."""
-        return [tuple(t.contiguous() for t in layer.encoder_attn.kv(audio_features)) for layer in self.layers]
+        return [tuple(t.contiguous() for t in layer.encoder_attn.memory_kv(audio_features)) for layer in self.layers]
 
-    def forward(self, tokens, cross: list[KV], cache: list[KV] | None = None):
-        """tokens (batch, T) following the `cache` positions -> (hidden (batch, T, d), new cache)."""
-        offset = 0 if cache is None else cache[0][0].shape[2]
-        t = tokens.shape[1]
+    def new_cache(self) -> KVCache:
+        return KVCache(len(self.layers), self.n_head, self.head_dim, self.n_ctx)
+
+    def forward(self, tokens, cross: list[KV], cache: KVCache | None = None):
+        """tokens (batch, T) following the `cache` positions -> (hidden (batch, T, d), the cache advanced by T;
+        a new one when None)."""
+        cache = self.new_cache() if cache is None else cache
+        offset, t = cache.pos, tokens.shape[1]
         if offset + t > self.n_ctx:
             raise WhisperShapeError(f"ember: Whisper decoder holds {self.n_ctx} positions; got {offset} cached "
                                     f"+ {t} new tokens")
         x = self.embed_tokens(tokens) + self.embed_positions.weight[offset:offset + t]  # (batch, T, d)
-        mask = None
-        if t > 1:  # causal over the new tokens; every cached position stays visible
-            keep = ember.ones(t, offset + t, dtype=ember.bool_, device=x.device).tril(offset)
-            mask = ember.zeros(t, offset + t, dtype=x.dtype, device=x.device).masked_fill(~keep, float("-inf"))
-        new_cache = []
+        # causal over the new tokens; every cached position stays visible (None for one token)
+        mask = attention_mask(np.arange(offset, offset + t), np.arange(offset + t), dtype=x.dtype, device=x.device)
         for i, layer in enumerate(self.layers):
-            x, kv = layer(x, None if cache is None else cache[i], mask, cross[i])
-            new_cache.append(kv)
-        return self.layer_norm(x), new_cache
+            x = layer(x, mask, cache, i, cross[i])
+        cache.pos += t
+        return self.layer_norm(x), cache
 
     def _after_load(self):  # the tied embedding is also the output projection: store it as F.linear reads it
         nn.relayout_linear_weight(self.embed_tokens.weight)

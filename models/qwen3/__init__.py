@@ -1,0 +1,1 @@
+"""Qwen3 (the llama layout with per-head q/k RMSNorm)."""
