@@ -1,5 +1,6 @@
-"""The zoo's pure-Python path inside Pyodide under Node (issue 19): random-weight BERT, RoBERTa, GPT-2, Mistral
-(GQA, rotary, sliding window), T5 (relative bias, generation), ViT and CLIP folders built here with transformers
+"""The zoo's pure-Python path inside Pyodide under Node (issue 19): random-weight BERT, RoBERTa, DistilBERT, every
+causal LM of test_zoo_causal (GPT-2, GPTBigCode, Mistral, Qwen2/3, Phi-2/3, Gemma, GLM, StarCoder2, Falcon, Llama 3
+scaling ...), T5 (relative bias, generation), ViT and CLIP folders built here with transformers
 load through ember.models.auto.from_pretrained in Pyodide and give CPython's outputs: the same code (MODELS
 below) runs on both sides; hidden states, logits and features within float32 summation-order noise (Pyodide's
 matmuls run on the wasm SIMD128 kernels, CPython's on BLAS), greedy tokens equal. One Node process, one snippet."""
@@ -8,6 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from pyodide_runner import PyodideSession, node_path, pyodide_dist, unavailable  # noqa: F401  (fixture)
+from test_bert import CONFIGS as ENCODERS
+from test_zoo_causal import CONFIGS as CAUSAL
+from zoo_reference import causal_lm
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -23,9 +27,8 @@ def _configs():
     return {
         "bert": lambda: t.BertModel(t.BertConfig(**ENC, max_position_embeddings=64)),
         "roberta": lambda: t.RobertaModel(t.RobertaConfig(**ENC, max_position_embeddings=70, pad_token_id=1)),
-        "gpt2": lambda: t.GPT2LMHeadModel(t.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64)),
-        "mistral": lambda: t.MistralForCausalLM(t.MistralConfig(**ENC, num_key_value_heads=2, sliding_window=6,
-                                                                max_position_embeddings=64)),
+        "distilbert": lambda: t.DistilBertModel(ENCODERS["distilbert"]()),
+        **{f"causal-{k}": (lambda make=make: causal_lm(make())) for k, make in CAUSAL.items()},
         "t5": lambda: t.T5ForConditionalGeneration(t.T5Config(
             vocab_size=V, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=2, num_heads=4,
             relative_attention_num_buckets=8, feed_forward_proj="gated-gelu", tie_word_embeddings=False,
@@ -45,7 +48,7 @@ import ember
 from ember.models.auto import from_pretrained
 from ember.models.common.generate import SamplingParams, generate
 
-def run_zoo(root):
+def run_zoo(root, kinds):
     rng = np.random.default_rng(0)
     ids = rng.integers(2, 98, (2, 9))
     mask = np.ones_like(ids)
@@ -54,10 +57,10 @@ def run_zoo(root):
     logits = lambda out: getattr(out, "logits", out).numpy()
     out = {}
     with ember.no_grad():
-        for kind in ("bert", "roberta"):
+        for kind in ("bert", "roberta", "distilbert"):
             m = from_pretrained(f"{root}/{kind}")
             out[kind] = {"hidden": m(ids, attention_mask=mask).last_hidden_state.numpy()}
-        for kind in ("gpt2", "mistral"):
+        for kind in (k for k in kinds if k.startswith("causal-")):
             m = from_pretrained(f"{root}/{kind}")
             out[kind] = {"logits": logits(m(ember.tensor(ids))),
                          "greedy": np.array(list(generate(m, ids[0].tolist(), 6, SamplingParams(0.0))))}
@@ -83,11 +86,11 @@ def zoo(tmp_path_factory):
 def test_zoo_in_pyodide_gives_the_cpython_outputs(zoo, pyodide_dist):  # noqa: F811
     ns = {}
     exec(MODELS, ns)
-    want = ns["run_zoo"](str(zoo))
+    want = ns["run_zoo"](str(zoo), sorted(_configs()))
     if node_path() is None:
         unavailable("ember: node not found on PATH; Pyodide tests need Node.js 20")
     with PyodideSession(dist=pyodide_dist, mounts={"/zoo": zoo}) as session:
-        got = session.run(MODELS + "\nresult = run_zoo('/zoo')", timeout=600)["result"]
+        got = session.run(MODELS + f"\nresult = run_zoo('/zoo', {sorted(_configs())!r})", timeout=600)["result"]
     assert got.keys() == want.keys() == set(_configs())
     for kind, outs in want.items():
         for name, w in outs.items():
