@@ -112,3 +112,16 @@ def test_silero_vad_sequence_lstm_matches_onnxruntime(device):
     for g, w in zip(got, want):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, atol=1e-4)
+
+
+def test_real_models_on_the_cuda_backend_emulated():
+    """The CUDA backend's Python side (CudaBackend with its fused kernels emulated in numpy, each launch checked
+    against the .cu signature: test_cuda_emulated.py) runs MiniLM int8 and Silero VAD to onnxruntime's answers;
+    the kernels' own arithmetic is checked on a GPU by test_cuda_gpu.py."""
+    import ember
+    ember.register_backend("cudaemu", "test_cuda_emulated", "EmulatedKernels")
+    be = ember.device("cudaemu").backend
+    n0 = len(be.launches)
+    test_minilm_int8_matches_onnxruntime("cudaemu")
+    test_silero_vad_matches_onnxruntime("cudaemu", "silero_vad.onnx")
+    assert len(be.launches) > n0, "no fused CUDA kernel was launched"
