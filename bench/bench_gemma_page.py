@@ -3,7 +3,10 @@ fused output pick (greedy decoding's argmax over the 262k-row tied Q8_0 output w
 quant.c ember_q8_0_argmax) against every logit computed (the sampler's path), in one run, interleaved, best
 round; and where a token's time goes (the output pick, the layers' quantized matmuls, the rest: Python, numpy).
 
-    python bench/bench_gemma_page.py [--tokens 16] [--rounds 3] [--json]
+    python bench/bench_gemma_page.py [--tokens 16] [--rounds 3] [--baseline main|module.wasm] [--json]
+
+--baseline also times the fused pick with another kernel module (cpu_wasm_kernels.wasm as committed at a git
+revision, or a file) in the same interleaved rounds: a kernel change's tok/s before and after in one run.
 
 The tokens of both paths must be equal (the pick is exact); the page in Chromium is e2e/test_web_gemma.py.
 """
@@ -12,11 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_wasm_qmatmul import baseline_module  # noqa: E402
 from pyodide_runner import PyodideSession  # noqa: E402
 
 PROMPT = "The capital of France is a city that has been at the centre of European history for centuries, and"
@@ -27,6 +33,7 @@ import numpy as np
 import ember
 from ember.models.gemma3.load import load_gguf
 from ember.models.llama.generate import SamplingParams, generate
+from ember.backends import cpu_matmul
 from ember.quant import QTensor, qlinear
 
 model, tok = load_gguf({path!r})
@@ -47,7 +54,9 @@ qlinear.QLinear.forward = timed("qmatmul", qlinear.QLinear.forward)
 fused_pick = model.greedy_head
 best = {{}}
 for r in range({rounds}):
-    for name, pick in (("fused pick", fused_pick), ("all logits", None)):
+    for name, pick, module in (("fused pick", fused_pick, None), ("all logits", None, None),
+                               *((("fused pick, baseline kernels", fused_pick, {baseline!r}),) if {baseline!r} else ())):
+        cpu_matmul.use_wasm_kernels(module)  # None: the shipped module, as the page loads it
         model.greedy_head = pick
         first = []
 
@@ -73,17 +82,27 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--baseline", help="also the fused pick with this kernel module: a git revision or a .wasm file")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     from ember.models.gemma3.fetch import fetch_gemma3_270m
     path = fetch_gemma3_270m(progress=True)
-    with PyodideSession(mounts={"/gemma": str(path.parent)}) as s:
-        best = s.run(ENGINE.format(path=f"/gemma/{path.name}", prompt=PROMPT, tokens=a.tokens, rounds=a.rounds),
-                     timeout=3600)["result"]
+    with tempfile.TemporaryDirectory(prefix="ember-gemma-bench-") as tmp:
+        mounts, baseline = {"/gemma": str(path.parent)}, None
+        if a.baseline:
+            base = baseline_module(a.baseline, Path(tmp))
+            mounts["/base"], baseline = str(base.parent), f"/base/{base.name}"
+        with PyodideSession(mounts=mounts) as s:
+            best = s.run(ENGINE.format(path=f"/gemma/{path.name}", prompt=PROMPT, tokens=a.tokens, rounds=a.rounds,
+                                       baseline=baseline), timeout=3600)["result"]
     f, full = best["fused pick"], best["all logits"]
     res = {"new_tokens": a.tokens, "same_tokens": f["tokens"] == full["tokens"],
            **{name: {k: round(v, 2) for k, v in r.items() if k != "tokens"} for name, r in best.items()},
            "speedup": round(f["tok_s"] / full["tok_s"], 2)}
+    if a.baseline:
+        b = best["fused pick, baseline kernels"]
+        res["same_tokens_as_baseline_kernels"] = b["tokens"] == f["tokens"]
+        res["kernels_speedup_vs_baseline"] = round(f["tok_s"] / b["tok_s"], 2)
     print(json.dumps(res) if a.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
 
 

@@ -24,25 +24,27 @@
 #define Q6_K 14
 
 typedef struct {
-    v128_t q[8];          // the 32 levels as f32, element order
-    float s0, s1, off;    // w = s0 * q (elements 0-15), s1 * q (16-31), minus off
+    v128_t q[8];  // the 32 levels of one chunk as f32, element order
 } chunk_t;
+
+typedef struct {   // one block's scales, decoded once per block (8 chunks of a K super-block share 12 bytes)
+    float s[16];   // w = s[2 j] q (elements 0-15 of chunk j), s[2 j + 1] q (16-31) ...
+    float off[8];  // ... minus off[j] (only the types with a min)
+} scales_t;
 
 // ---------------------------------------------------------------------------- helpers
 
-static inline float f16_to_f32(const uint8_t *p) {  // IEEE half at p (little-endian), subnormals/inf/NaN kept
-    uint32_t h = (uint32_t)p[0] | ((uint32_t)p[1] << 8);
-    uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, bits;
+// IEEE half at p (little-endian) -> f32, branch-free: the 15 bits shifted into an f32's exponent and mantissa
+// are the value times 2^-112 (subnormal halves become normal f32s), so one exact multiply rebiases them; an
+// all-ones exponent (inf, NaN) lands on 143 and is or-ed up to 255, mantissa (the NaN payload) kept.
+static inline float f16_to_f32(const uint8_t *p) {
+    uint32_t h = (uint32_t)p[0] | ((uint32_t)p[1] << 8), mag = (h & 0x7FFFu) << 13, bits;
     float f;
-    if (exp == 0x1F) {
-        bits = sign | 0x7F800000u | (man << 13);
-    } else if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in f32
-        f = (float)man * 5.9604644775390625e-8f;
-        __builtin_memcpy(&bits, &f, 4);
-        bits |= sign;
-    } else {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    }
+    __builtin_memcpy(&f, &mag, 4);
+    f *= 0x1p112f;
+    __builtin_memcpy(&bits, &f, 4);
+    bits |= (0u - (uint32_t)((h & 0x7C00u) == 0x7C00u)) & 0x7F800000u;
+    bits |= (h & 0x8000u) << 16;
     __builtin_memcpy(&f, &bits, 4);
     return f;
 }
@@ -65,6 +67,12 @@ static inline void i8_levels(v128_t lo, v128_t hi, chunk_t *c) {  // 32 signed b
     }
 }
 
+// (v >> shift) & mask in every byte, for masks that drop the bits a 16-bit shift carries over from the next
+// byte: wasm has no 8-bit shift on x86 (V8 emulates i8x16.shr in several instructions), 16-bit shifts are one
+static inline v128_t bits_at(v128_t v, int shift, int mask) {
+    return wasm_v128_and(wasm_u16x8_shr(v, shift), wasm_i8x16_splat(mask));
+}
+
 // bit j of the 16 bits (b0 | b1 << 8), as 0x10 or 0 in byte j: the 5th bit of Q5_0 / Q5_1 levels
 static inline v128_t fifth_bits(uint8_t b0, uint8_t b1) {
     v128_t v = wasm_i8x16_swizzle(wasm_i16x8_splat((int16_t)(b0 | (b1 << 8))),
@@ -83,104 +91,99 @@ static inline void scale_min_k4(const uint8_t *s, int j, int *sc, int *mn) {  //
     }
 }
 
-// ---------------------------------------------------------------------------- one chunk of each type
-// row: the weight row's first block; c: chunk index along the row (32 elements each)
+// ---------------------------------------------------------------------------- each type: scales, levels
+// scales_T(b, sc): block b's scales; levels_T(b, j, ch): its chunk j's levels (j < elements per block / 32)
 
-static inline void chunk_q8_0(const uint8_t *row, int c, chunk_t *ch) {  // f16 d | 32 x i8
-    const uint8_t *b = row + 34 * c;
+static inline void one_scale(float d, float off, scales_t *sc) {  // the 32-element types: one chunk a block
+    sc->s[0] = sc->s[1] = d;
+    sc->off[0] = off;
+}
+
+static inline void scales_q8_0(const uint8_t *b, scales_t *sc) { one_scale(f16_to_f32(b), 0.0f, sc); }
+static inline void levels_q8_0(const uint8_t *b, int j, chunk_t *ch) {  // f16 d | 32 x i8
+    (void)j;
     i8_levels(wasm_v128_load(b + 2), wasm_v128_load(b + 18), ch);
-    ch->s0 = ch->s1 = f16_to_f32(b);
-    ch->off = 0.0f;
 }
 
-static inline void chunk_q4_0(const uint8_t *row, int c, chunk_t *ch) {  // f16 d | 16 B nibbles, q - 8
-    const uint8_t *b = row + 18 * c;
+static inline void scales_q4_0(const uint8_t *b, scales_t *sc) { one_scale(f16_to_f32(b), 0.0f, sc); }
+static inline void levels_q4_0(const uint8_t *b, int j, chunk_t *ch) {  // f16 d | 16 B nibbles, q - 8
+    (void)j;
     v128_t qs = wasm_v128_load(b + 2), eight = wasm_i8x16_splat(8);
-    i8_levels(wasm_i8x16_sub(wasm_v128_and(qs, wasm_i8x16_splat(0xF)), eight),
-              wasm_i8x16_sub(wasm_u8x16_shr(qs, 4), eight), ch);
-    ch->s0 = ch->s1 = f16_to_f32(b);
-    ch->off = 0.0f;
+    i8_levels(wasm_i8x16_sub(bits_at(qs, 0, 0xF), eight), wasm_i8x16_sub(bits_at(qs, 4, 0xF), eight), ch);
 }
 
-static inline void chunk_q4_1(const uint8_t *row, int c, chunk_t *ch) {  // f16 d | f16 m | 16 B nibbles
-    const uint8_t *b = row + 20 * c;
+static inline void scales_q4_1(const uint8_t *b, scales_t *sc) { one_scale(f16_to_f32(b), -f16_to_f32(b + 2), sc); }
+static inline void levels_q4_1(const uint8_t *b, int j, chunk_t *ch) {  // f16 d | f16 m | 16 B nibbles
+    (void)j;
     v128_t qs = wasm_v128_load(b + 4);
-    u8_levels(wasm_v128_and(qs, wasm_i8x16_splat(0xF)), wasm_u8x16_shr(qs, 4), ch);
-    ch->s0 = ch->s1 = f16_to_f32(b);
-    ch->off = -f16_to_f32(b + 2);
+    u8_levels(bits_at(qs, 0, 0xF), bits_at(qs, 4, 0xF), ch);
 }
 
-static inline void chunk_q5_0(const uint8_t *row, int c, chunk_t *ch) {  // f16 d | u32 5th bits | nibbles, q - 16
-    const uint8_t *b = row + 22 * c;
+static inline void scales_q5_0(const uint8_t *b, scales_t *sc) { one_scale(f16_to_f32(b), 0.0f, sc); }
+static inline void levels_q5_0(const uint8_t *b, int j, chunk_t *ch) {  // f16 d | u32 5th bits | nibbles, q - 16
+    (void)j;
     v128_t qs = wasm_v128_load(b + 6), sixteen = wasm_i8x16_splat(16);
-    v128_t lo = wasm_v128_or(wasm_v128_and(qs, wasm_i8x16_splat(0xF)), fifth_bits(b[2], b[3]));
-    v128_t hi = wasm_v128_or(wasm_u8x16_shr(qs, 4), fifth_bits(b[4], b[5]));
+    v128_t lo = wasm_v128_or(bits_at(qs, 0, 0xF), fifth_bits(b[2], b[3]));
+    v128_t hi = wasm_v128_or(bits_at(qs, 4, 0xF), fifth_bits(b[4], b[5]));
     i8_levels(wasm_i8x16_sub(lo, sixteen), wasm_i8x16_sub(hi, sixteen), ch);
-    ch->s0 = ch->s1 = f16_to_f32(b);
-    ch->off = 0.0f;
 }
 
-static inline void chunk_q5_1(const uint8_t *row, int c, chunk_t *ch) {  // f16 d | f16 m | u32 | nibbles
-    const uint8_t *b = row + 24 * c;
+static inline void scales_q5_1(const uint8_t *b, scales_t *sc) { one_scale(f16_to_f32(b), -f16_to_f32(b + 2), sc); }
+static inline void levels_q5_1(const uint8_t *b, int j, chunk_t *ch) {  // f16 d | f16 m | u32 | nibbles
+    (void)j;
     v128_t qs = wasm_v128_load(b + 8);
-    u8_levels(wasm_v128_or(wasm_v128_and(qs, wasm_i8x16_splat(0xF)), fifth_bits(b[4], b[5])),
-              wasm_v128_or(wasm_u8x16_shr(qs, 4), fifth_bits(b[6], b[7])), ch);
-    ch->s0 = ch->s1 = f16_to_f32(b);
-    ch->off = -f16_to_f32(b + 2);
+    u8_levels(wasm_v128_or(bits_at(qs, 0, 0xF), fifth_bits(b[4], b[5])),
+              wasm_v128_or(bits_at(qs, 4, 0xF), fifth_bits(b[6], b[7])), ch);
 }
 
-// Q4_K / Q5_K: f16 d | f16 dmin | 12 B of 6-bit scales and mins | (Q5_K: qh[32]) | qs[128]; sub-block s of a
-// block is the low (s even) or high (s odd) nibbles of qs[32 (s / 2) ...], w = (d sc) q - (dmin mn)
-static inline void k4_scales(const uint8_t *b, int s, chunk_t *ch) {
-    int sc, mn;
-    scale_min_k4(b + 4, s, &sc, &mn);
-    ch->s0 = ch->s1 = f16_to_f32(b) * (float)sc;
-    ch->off = f16_to_f32(b + 2) * (float)mn;
+// Q4_K / Q5_K: f16 d | f16 dmin | 12 B of 6-bit scales and mins | (Q5_K: qh[32]) | qs[128]; sub-block j of a
+// block is the low (j even) or high (j odd) nibbles of qs[32 (j / 2) ...], w = (d sc) q - (dmin mn)
+static inline void scales_k4(const uint8_t *b, scales_t *out) {
+    float d = f16_to_f32(b), dmin = f16_to_f32(b + 2);
+    for (int j = 0; j < 8; j++) {
+        int sc, mn;
+        scale_min_k4(b + 4, j, &sc, &mn);
+        out->s[2 * j] = out->s[2 * j + 1] = d * (float)sc;
+        out->off[j] = dmin * (float)mn;
+    }
 }
 
-static inline void chunk_q4_k(const uint8_t *row, int c, chunk_t *ch) {
-    const uint8_t *b = row + 144 * (c >> 3);
-    int s = c & 7;
-    const uint8_t *qs = b + 16 + 32 * (s >> 1);
-    int shift = (s & 1) * 4;
-    v128_t m = wasm_i8x16_splat(0xF);
-    u8_levels(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qs), shift), m),
-              wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qs + 16), shift), m), ch);
-    k4_scales(b, s, ch);
+static inline void scales_q4_k(const uint8_t *b, scales_t *sc) { scales_k4(b, sc); }
+static inline void levels_q4_k(const uint8_t *b, int j, chunk_t *ch) {
+    const uint8_t *qs = b + 16 + 32 * (j >> 1);
+    int shift = (j & 1) * 4;
+    u8_levels(bits_at(wasm_v128_load(qs), shift, 0xF), bits_at(wasm_v128_load(qs + 16), shift, 0xF), ch);
 }
 
-static inline void chunk_q5_k(const uint8_t *row, int c, chunk_t *ch) {
-    const uint8_t *b = row + 176 * (c >> 3);
-    int s = c & 7;
-    const uint8_t *qs = b + 48 + 32 * (s >> 1);
-    int shift = (s & 1) * 4;
-    v128_t m = wasm_i8x16_splat(0xF), one = wasm_i8x16_splat(1);
-    v128_t h0 = wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(b + 16), s), one), 4);
-    v128_t h1 = wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(b + 32), s), one), 4);
-    u8_levels(wasm_v128_or(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qs), shift), m), h0),
-              wasm_v128_or(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qs + 16), shift), m), h1), ch);
-    k4_scales(b, s, ch);
+static inline void scales_q5_k(const uint8_t *b, scales_t *sc) { scales_k4(b, sc); }
+static inline void levels_q5_k(const uint8_t *b, int j, chunk_t *ch) {
+    const uint8_t *qs = b + 48 + 32 * (j >> 1);
+    int shift = (j & 1) * 4;
+    v128_t h0 = wasm_i16x8_shl(bits_at(wasm_v128_load(b + 16), j, 1), 4);  // (bytes < 2: no 16-bit carry)
+    v128_t h1 = wasm_i16x8_shl(bits_at(wasm_v128_load(b + 32), j, 1), 4);
+    u8_levels(wasm_v128_or(bits_at(wasm_v128_load(qs), shift, 0xF), h0),
+              wasm_v128_or(bits_at(wasm_v128_load(qs + 16), shift, 0xF), h1), ch);
 }
 
-// Q6_K: ql[128] | qh[64] | i8 scales[16] | f16 d. Chunk s (of 8) of a block: half h = s / 4, quarter r = s % 4;
+// Q6_K: ql[128] | qh[64] | i8 scales[16] | f16 d. Chunk j (of 8) of a block: half h = j / 4, quarter r = j % 4;
 // low 4 bits from ql[64 h + 32 (r & 1) ...] (low nibble for r < 2, high for r >= 2), 2 high bits from
-// qh[32 h ...] >> 2 r; levels q - 32; one scale per 16: scales[8 h + 2 r], scales[8 h + 2 r + 1]
-static inline void chunk_q6_k(const uint8_t *row, int c, chunk_t *ch) {
-    const uint8_t *b = row + 210 * (c >> 3);
-    int s = c & 7, h = s >> 2, r = s & 3;
+// qh[32 h ...] >> 2 r; levels q - 32; one scale per 16: scales[8 h + 2 r] = scales[2 j], scales[2 j + 1]
+static inline void scales_q6_k(const uint8_t *b, scales_t *out) {
+    float d = f16_to_f32(b + 208);
+    for (int i = 0; i < 16; i++)
+        out->s[i] = d * (float)((const int8_t *)b)[192 + i];
+}
+
+static inline void levels_q6_k(const uint8_t *b, int j, chunk_t *ch) {
+    int h = j >> 2, r = j & 3;
     const uint8_t *ql = b + 64 * h + 32 * (r & 1), *qh = b + 128 + 32 * h;
     int shift = (r >> 1) * 4;
-    v128_t m = wasm_i8x16_splat(0xF), three = wasm_i8x16_splat(3), off = wasm_i8x16_splat(32);
-    v128_t lo = wasm_v128_or(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(ql), shift), m),
-                             wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qh), 2 * r), three), 4));
-    v128_t hi = wasm_v128_or(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(ql + 16), shift), m),
-                             wasm_i8x16_shl(wasm_v128_and(wasm_u8x16_shr(wasm_v128_load(qh + 16), 2 * r), three), 4));
+    v128_t off = wasm_i8x16_splat(32);  // (the 2 high bits: bytes < 4 before the shift, no 16-bit carry)
+    v128_t lo = wasm_v128_or(bits_at(wasm_v128_load(ql), shift, 0xF),
+                             wasm_i16x8_shl(bits_at(wasm_v128_load(qh), 2 * r, 3), 4));
+    v128_t hi = wasm_v128_or(bits_at(wasm_v128_load(ql + 16), shift, 0xF),
+                             wasm_i16x8_shl(bits_at(wasm_v128_load(qh + 16), 2 * r, 3), 4));
     i8_levels(wasm_i8x16_sub(lo, off), wasm_i8x16_sub(hi, off), ch);
-    const int8_t *sc = (const int8_t *)(b + 192) + 8 * h + 2 * r;
-    float d = f16_to_f32(b + 208);
-    ch->s0 = d * (float)sc[0];
-    ch->s1 = d * (float)sc[1];
-    ch->off = 0.0f;
 }
 
 // ---------------------------------------------------------------------------- the kernels, per type
@@ -190,31 +193,40 @@ static inline float hsum(v128_t v) {
            (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));
 }
 
-// y[i][o] for R (1 or 4, a constant after inlining) rows of x and every output o
-#define DEFINE_ROWS(T, BLOCK, TSIZE)                                                                           \
+// y[i][o] for R (1 or 4, a constant after inlining) rows of x and every output o. A block's scales are decoded
+// once (not once per chunk); OFF (a constant) is whether the type has a min, so the others skip its term (it
+// would add 0 * xsum: the same sums but for the sign of a zero).
+#define DEFINE_ROWS(T, BLOCK, TSIZE, OFF)                                                                      \
     static inline __attribute__((always_inline)) void rows_##T(int R, int n, int k, const uint8_t *w,           \
                                                                const float *x, int ldx, float *y, int ldy,      \
                                                                const float *xsum) {                            \
-        int chunks = k / 32;                                                                                    \
-        long rb = (long)(k / BLOCK) * TSIZE;                                                                    \
+        int chunks = k / 32, blocks = k / BLOCK;                                                                \
+        long rb = (long)blocks * TSIZE;                                                                         \
         for (int o = 0; o < n; o++) {                                                                           \
             const uint8_t *wr = w + o * rb;                                                                     \
             v128_t acc[4] = {wasm_f32x4_splat(0), wasm_f32x4_splat(0), wasm_f32x4_splat(0), wasm_f32x4_splat(0)}; \
             float off[4] = {0, 0, 0, 0};                                                                        \
-            for (int c = 0; c < chunks; c++) {                                                                  \
-                chunk_t ch;                                                                                     \
-                chunk_##T(wr, c, &ch);                                                                          \
-                v128_t s0 = wasm_f32x4_splat(ch.s0), s1 = wasm_f32x4_splat(ch.s1);                              \
-                for (int r = 0; r < R; r++) {                                                                   \
-                    const float *xr = x + (long)r * ldx + 32 * c;                                               \
-                    v128_t t0 = wasm_f32x4_mul(ch.q[0], wasm_v128_load(xr));                                    \
-                    v128_t t1 = wasm_f32x4_mul(ch.q[4], wasm_v128_load(xr + 16));                               \
-                    for (int v = 1; v < 4; v++) {                                                               \
-                        t0 = wasm_f32x4_add(t0, wasm_f32x4_mul(ch.q[v], wasm_v128_load(xr + 4 * v)));           \
-                        t1 = wasm_f32x4_add(t1, wasm_f32x4_mul(ch.q[4 + v], wasm_v128_load(xr + 16 + 4 * v)));  \
+            for (int bi = 0; bi < blocks; bi++) {                                                               \
+                const uint8_t *b = wr + (long)bi * TSIZE;                                                       \
+                scales_t sc;                                                                                    \
+                scales_##T(b, &sc);                                                                             \
+                for (int j = 0; j < BLOCK / 32; j++) {                                                          \
+                    int c = bi * (BLOCK / 32) + j;                                                              \
+                    chunk_t ch;                                                                                 \
+                    levels_##T(b, j, &ch);                                                                      \
+                    v128_t s0 = wasm_f32x4_splat(sc.s[2 * j]), s1 = wasm_f32x4_splat(sc.s[2 * j + 1]);          \
+                    for (int r = 0; r < R; r++) {                                                               \
+                        const float *xr = x + (long)r * ldx + 32 * c;                                           \
+                        v128_t t0 = wasm_f32x4_mul(ch.q[0], wasm_v128_load(xr));                                \
+                        v128_t t1 = wasm_f32x4_mul(ch.q[4], wasm_v128_load(xr + 16));                           \
+                        for (int v = 1; v < 4; v++) {                                                           \
+                            t0 = wasm_f32x4_add(t0, wasm_f32x4_mul(ch.q[v], wasm_v128_load(xr + 4 * v)));       \
+                            t1 = wasm_f32x4_add(t1, wasm_f32x4_mul(ch.q[4 + v], wasm_v128_load(xr + 16 + 4 * v))); \
+                        }                                                                                       \
+                        acc[r] = wasm_f32x4_add(acc[r], wasm_f32x4_add(wasm_f32x4_mul(s0, t0), wasm_f32x4_mul(s1, t1))); \
+                        if (OFF)                                                                                \
+                            off[r] += sc.off[j] * xsum[(long)r * chunks + c];                                   \
                     }                                                                                           \
-                    acc[r] = wasm_f32x4_add(acc[r], wasm_f32x4_add(wasm_f32x4_mul(s0, t0), wasm_f32x4_mul(s1, t1))); \
-                    off[r] += ch.off * xsum[(long)r * chunks + c];                                              \
                 }                                                                                               \
             }                                                                                                   \
             for (int r = 0; r < R; r++)                                                                         \
@@ -230,29 +242,34 @@ static inline float hsum(v128_t v) {
             rows_##T(1, n, k, w, x + (long)i * ldx, ldx, y + (long)i * ldy, ldy, xsum + (long)i * chunks);      \
     }                                                                                                           \
     static void dequant_##T(int rows, int k, const uint8_t *w, float *out) {                                   \
-        int chunks = k / 32;                                                                                    \
-        long rb = (long)(k / BLOCK) * TSIZE;                                                                    \
-        for (int o = 0; o < rows; o++)                                                                          \
-            for (int c = 0; c < chunks; c++) {                                                                  \
+        int blocks = k / BLOCK;                                                                                 \
+        for (long bi = 0; bi < (long)rows * blocks; bi++) {                                                     \
+            const uint8_t *b = w + bi * TSIZE;                                                                  \
+            scales_t sc;                                                                                        \
+            scales_##T(b, &sc);                                                                                 \
+            for (int j = 0; j < BLOCK / 32; j++) {                                                              \
                 chunk_t ch;                                                                                     \
-                chunk_##T(w + o * rb, c, &ch);                                                                  \
-                float *dst = out + (long)o * k + 32 * c;                                                        \
-                v128_t off = wasm_f32x4_splat(ch.off);                                                          \
+                levels_##T(b, j, &ch);                                                                          \
+                float *dst = out + bi * BLOCK + 32 * j;                                                         \
+                v128_t off = wasm_f32x4_splat(OFF ? sc.off[j] : 0.0f);                                          \
                 for (int v = 0; v < 8; v++) {                                                                   \
-                    v128_t s = wasm_f32x4_splat(v < 4 ? ch.s0 : ch.s1);                                         \
+                    v128_t s = wasm_f32x4_splat(sc.s[2 * j + (v >= 4)]);                                        \
                     wasm_v128_store(dst + 4 * v, wasm_f32x4_sub(wasm_f32x4_mul(ch.q[v], s), off));              \
                 }                                                                                               \
             }                                                                                                   \
+        }                                                                                                       \
     }
 
-DEFINE_ROWS(q4_0, 32, 18)
-DEFINE_ROWS(q4_1, 32, 20)
-DEFINE_ROWS(q5_0, 32, 22)
-DEFINE_ROWS(q5_1, 32, 24)
-DEFINE_ROWS(q8_0, 32, 34)
-DEFINE_ROWS(q4_k, 256, 144)
-DEFINE_ROWS(q5_k, 256, 176)
-DEFINE_ROWS(q6_k, 256, 210)
+DEFINE_ROWS(q4_0, 32, 18, 0)
+DEFINE_ROWS(q4_1, 32, 20, 1)
+DEFINE_ROWS(q5_0, 32, 22, 0)
+DEFINE_ROWS(q5_1, 32, 24, 1)
+DEFINE_ROWS(q8_0, 32, 34, 0)
+DEFINE_ROWS(q4_k, 256, 144, 1)
+DEFINE_ROWS(q5_k, 256, 176, 1)
+DEFINE_ROWS(q6_k, 256, 210, 0)
+
+static int has_offset(int type) { return type == Q4_1 || type == Q5_1 || type == Q4_K || type == Q5_K; }
 
 static int block_of(int type) {  // elements per block, 0 for a type without a kernel here
     switch (type) {
@@ -275,7 +292,7 @@ int ember_qmatmul(int type, int m, int n, int k, const uint8_t *w, const float *
     if (block == 0 || k % block != 0)
         return -1;
     int chunks = k / 32;
-    for (int i = 0; i < m; i++)
+    for (int i = 0; i < m && has_offset(type); i++)
         for (int c = 0; c < chunks; c++) {
             const float *p = x + (long)i * ldx + 32 * c;
             v128_t s = wasm_v128_load(p);
@@ -328,17 +345,6 @@ int ember_qdequant(int type, int rows, int k, const uint8_t *w, float *out) {
 // where the 1e-4 term covers the f32 rounding of both the exact kernel and this pass (each relative < 1e-5 of
 // sum |w| |x| for k <= 8192). L1_r is the per-row table ember_q8_0_l1 writes once per weight (n floats).
 
-static inline float half_fast(const uint8_t *p) {  // f16 -> f32 for finite halves (normals and subnormals)
-    uint32_t h = (uint32_t)p[0] | ((uint32_t)p[1] << 8), mag = (h & 0x7FFFu) << 13, bits;
-    float f;
-    __builtin_memcpy(&f, &mag, 4);
-    f *= 0x1p112f;  // rebias the exponent: exact, subnormal halves included
-    __builtin_memcpy(&bits, &f, 4);
-    bits |= (h & 0x8000u) << 16;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-}
-
 // l1 (n floats) = sum_b |d_rb| sum |q_rb| per row of W (Q8_0 rows of k). Returns 0, or -1 when k is not whole blocks.
 __attribute__((export_name("ember_q8_0_l1")))
 int ember_q8_0_l1(int n, int k, const uint8_t *w, float *l1) {
@@ -380,8 +386,8 @@ int ember_q8_0_argmax(int n, int k, const uint8_t *w, const float *l1, const flo
         return -1;
     int nb = k / 32;
     long rb = (long)nb * 34;
-    float *hi = scratch, *xsum = scratch + n;
-    int16_t *xq = (int16_t *)(xsum + nb);
+    float *hi = scratch;  // (then nb floats the exact kernel once took for x sums: Q8_0 has no offset)
+    int16_t *xq = (int16_t *)(scratch + n + nb);
     float m = 0.0f;
     for (int i = 0; i < k; i++) {
         float a = x[i] < 0 ? -x[i] : x[i];
@@ -400,18 +406,11 @@ int ember_q8_0_argmax(int n, int k, const uint8_t *w, const float *l1, const flo
         v128_t acc = wasm_f32x4_splat(0);
         for (int b = 0; b < nb; b++) {
             v128_t dot = wasm_f32x4_convert_i32x4(dot32_i16(p + 34 * b + 2, xq + 32 * b));
-            acc = wasm_f32x4_add(acc, wasm_f32x4_mul(dot, wasm_f32x4_splat(half_fast(p + 34 * b))));
+            acc = wasm_f32x4_add(acc, wasm_f32x4_mul(dot, wasm_f32x4_splat(f16_to_f32(p + 34 * b))));
         }
         float approx = hsum(acc) * step, e = l1[r] * slack;
         hi[r] = approx + e;
         best_lo = approx - e > best_lo ? approx - e : best_lo;
-    }
-    // the exact kernel's own x sums (Q8_0's offsets are zero, but ember_qmatmul forms 0 * xsum: keep it alike)
-    for (int b = 0; b < nb; b++) {
-        v128_t s = wasm_v128_load(x + 32 * b);
-        for (int v = 1; v < 8; v++)
-            s = wasm_f32x4_add(s, wasm_v128_load(x + 32 * b + 4 * v));
-        xsum[b] = hsum(s);
     }
     int arg = -1, count = 0;
     float best = 0.0f;
@@ -421,7 +420,7 @@ int ember_q8_0_argmax(int n, int k, const uint8_t *w, const float *l1, const flo
         if (hi[r] < best_lo)
             continue;
         float y;
-        rows_q8_0(1, 1, k, w + (long)r * rb, x, k, &y, 1, xsum);
+        rows_q8_0(1, 1, k, w + (long)r * rb, x, k, &y, 1, 0);
         count++;
         if (arg < 0 || y > best) {
             arg = r;
