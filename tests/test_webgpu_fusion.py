@@ -178,24 +178,39 @@ def test_quantized_llama_decode_dispatch_bound_and_tokens():
 
 
 def test_whisper_decode_reads_back_only_logits(tmp_path):
-    """Greedy decoding of a random Whisper on webgpu: one readback per step (its logits), the cpu's tokens."""
+    """Greedy decoding of a random Whisper on webgpu (under no_grad, as transcribe runs it): one readback per
+    step (its logits), the cpu's tokens, and per step after the prompt's, per decoder layer: 3 norms (each
+    with its residual add), q k v, the self-attention cache's k and v writes, self-attention, o, cross q,
+    cross-attention, cross o, fc1, GELU, fc2 = 16 kernels, every bias inside its linear's matmul (22 when
+    each bias add was a kernel of its own); plus the token lookup, the position add, the final norm, the head."""
     pytest.importorskip("transformers")
     from test_whisper_model import make_random_folder
     from ember.models.whisper.decoding import DecodingOptions, WindowDecoder
     from ember.models.whisper.load import load_whisper
     folder = make_random_folder(tmp_path / "w", max_length=12, seed=3)
     feats = _rnd(1, 24, 64, seed=12) * 2                # encoder output of a short window
-    tokens = {}
+    tokens, per_step = {}, []
     for dev in ("cpu", "webgpu"):
         model, _, tok = load_whisper(folder, device=dev)
         dec = WindowDecoder(model, tok, DecodingOptions())
         f = ember.tensor(feats, device=dev)
-        if dev == "webgpu":
-            dec.run(f)                                  # warm-up
-            c0 = BE.counters()
-        tokens[dev] = dec.run(f).tokens
+        with ember.no_grad():
+            if dev == "webgpu":
+                dec.run(f)                              # warm-up
+                step = dec.step
+
+                def counted(*a, **k):
+                    d0 = BE.dispatches
+                    r = step(*a, **k)
+                    per_step.append(BE.dispatches - d0)
+                    return r
+                dec.step = counted
+                c0 = BE.counters()
+            tokens[dev] = dec.run(f).tokens
     c1 = BE.counters()
     d = {k: c1[k] - c0[k] for k in c0}
     steps = len(tokens["webgpu"]) + 1                   # each generated token, and the step that ends
     assert tokens["webgpu"] == tokens["cpu"] and len(tokens["cpu"]) > 2
     assert d["readbacks"] <= steps and d["host_uploads"] == 0, d
+    bound = 16 * model.dims.n_text_layer + 4
+    assert len(per_step) > 2 and max(per_step[1:]) <= bound, (per_step, bound)
