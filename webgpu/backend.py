@@ -450,13 +450,13 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
             return
         wt = self._word(src.dtype)[0]
         shape, views = merge_dims(src.shape, [(dst.offset, dst.strides), (src.offset, src.strides)])
-        p = self.pipelines.get("copy", "copy", wt, [wt])
+        p = self.pipelines.get("copy", "copy", wt, [wt], PAIR="")
         self._run(p, self._view_meta(n, shape, views), dst, [src], _groups(n))
 
     def copy_into(self, dst, src, starts):
         """src written into dst's buffer at `starts`, in place. The write waits for the next one: a KV cache's
-        k row and v row (same shape, other buffers) go in one dispatch (copy2); anything else that dispatches
-        or reads back first runs it alone (_flush_write), so every kernel sees the writes in program order."""
+        k row and v row (same shape, other buffers) go in one dispatch (copy.wgsl, $PAIR); anything else that
+        dispatches or reads back first runs it alone (_flush_write): kernels see the writes in program order."""
         stops = [a + n for a, n in zip(starts, src.shape)]
         self._flush_readers(dst.storage)  # a pending op reading dst must see it before this write
         view = self.slice(dst, starts, stops, [1] * len(starts))
@@ -492,7 +492,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         wt = self._word(s0.dtype)[0]
         shape, views = merge_dims(s0.shape, [(d0.offset, d0.strides), (s0.offset, s0.strides),
                                              (d1.offset, d1.strides), (s1.offset, s1.strides)])
-        p = self.pipelines.get("copy", "copy2", wt, [wt, wt, wt], rw=(1,))
+        p = self.pipelines.get("copy", "copy", wt, [wt, wt, wt], rw=(1,), PAIR="in1[view_index(i, 2u)] = in2[view_index(i, 3u)];")
         self._run(p, self._view_meta(s0.size, shape, views), d0, [s0, d1, s1], _groups(s0.size))
 
     def contiguous(self, x):
