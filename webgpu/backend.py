@@ -27,6 +27,7 @@ from .backend_quant import QuantMixin
 from .backend_f16 import Pack16Mixin
 from .conv_gemm import ConvGemmMixin
 from .fusion import FusionMixin, new_pending_set
+from .pack16 import PACKED
 from .buffers import BufferPool, GArray, Storage, compute_type, contiguous_strides
 
 MAXD = 8  # dims a view may have after merging (meta layout in common.wgsl)
@@ -108,6 +109,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         # elementwise chains fused into one kernel each (fusion.py); 0 dispatches every op (bench: before/after)
         self.fuse = os.environ.get("EMBER_WEBGPU_FUSE", "1") != "0"
         self._pending = new_pending_set()
+        self._held_write = None  # a copy_into waiting to share its dispatch with the next one (copy_into)
         # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
         # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three
         self.matmul_kernel = "auto"
@@ -174,6 +176,8 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         return h
 
     def _run(self, pipeline, meta, out, inputs, groups):
+        if self._held_write is not None:
+            self._flush_write()
         self.adapter.dispatch(pipeline, [self._meta_handle(meta), out.storage.handle]
                               + [x.storage.handle for x in inputs], groups)
         self.dispatches += 1
@@ -253,6 +257,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         return out
 
     def _words(self, x):
+        self._flush_write()
         x = self.contiguous(x)
         wnp = np.dtype(self._word(x.dtype)[1])
         nb = self._nbytes(x.size, x.dtype)
@@ -274,6 +279,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
 
     async def to_numpy_async(self, x):
         """Readback that awaits the GPU instead of blocking (the page's path without JSPI)."""
+        self._flush_write()
         x = self.contiguous(x)
         wnp = np.dtype(self._word(x.dtype)[1])
         nb = self._nbytes(x.size, x.dtype)
@@ -315,6 +321,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         return x.dtype
 
     def synchronize(self):
+        self._flush_write()
         self.adapter.wait()
 
     # ============================================================== elementwise
@@ -443,15 +450,50 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
             return
         wt = self._word(src.dtype)[0]
         shape, views = merge_dims(src.shape, [(dst.offset, dst.strides), (src.offset, src.strides)])
-        p = self.pipelines.get("copy", "copy", wt, [wt])
+        p = self.pipelines.get("copy", "copy", wt, [wt], PAIR="")
         self._run(p, self._view_meta(n, shape, views), dst, [src], _groups(n))
 
     def copy_into(self, dst, src, starts):
-        """src written into dst's buffer at `starts` (one copy dispatch, in place)."""
+        """src written into dst's buffer at `starts`, in place. The write waits for the next one: a KV cache's
+        k row and v row (same shape, other buffers) go in one dispatch (copy.wgsl, $PAIR); anything else that
+        dispatches or reads back first runs it alone (_flush_write): kernels see the writes in program order."""
         stops = [a + n for a, n in zip(starts, src.shape)]
         self._flush_readers(dst.storage)  # a pending op reading dst must see it before this write
-        self._copy_into(self.slice(dst, starts, stops, [1] * len(starts)), src)
+        view = self.slice(dst, starts, stops, [1] * len(starts))
+        held, self._held_write = self._held_write, None
+        if held is not None and self._pairs(held, view, src):
+            self._copy_pair(held, (view, src))
+        else:
+            if held is not None:
+                self._copy_into(*held)
+            if src.size and self.fuse and self._word(src.dtype)[0] not in PACKED:
+                self._held_write = (view, src)
+            else:
+                self._copy_into(view, src)
         return dst
+
+    def _flush_write(self):
+        """Run the held copy_into (before any other dispatch or readback)."""
+        held, self._held_write = self._held_write, None
+        if held is not None:
+            self._copy_into(*held)
+
+    @staticmethod
+    def _pairs(held, view, src):
+        """Whether two writes can run in one kernel: same shape and dtype, other buffers, and neither reads
+        what the other writes; src not pending (computing it now could read the held write's buffer early)."""
+        hv, hs = held
+        return (hs.shape == src.shape and hs.dtype is src.dtype and hv.storage is not view.storage
+                and src.storage is not hv.storage and hs.storage is not view.storage
+                and getattr(src.storage, "node", None) is None)
+
+    def _copy_pair(self, first, second):
+        (d0, s0), (d1, s1) = first, second
+        wt = self._word(s0.dtype)[0]
+        shape, views = merge_dims(s0.shape, [(d0.offset, d0.strides), (s0.offset, s0.strides),
+                                             (d1.offset, d1.strides), (s1.offset, s1.strides)])
+        p = self.pipelines.get("copy", "copy", wt, [wt, wt, wt], rw=(1,), PAIR="in1[view_index(i, 2u)] = in2[view_index(i, 3u)];")
+        self._run(p, self._view_meta(s0.size, shape, views), d0, [s0, d1, s1], _groups(s0.size))
 
     def contiguous(self, x):
         if x.contiguous:

@@ -119,7 +119,8 @@ class ComputeMixin:
             st = [v.strides[len(bshape) - 1]] if bshape else []
         return v, (st[-1] if st else 0)
 
-    def matmul(self, a, b):
+    def matmul(self, a, b, bias=None):
+        """a @ b (+ bias (N,) added to every row before the store's one rounding: the linear primitive)."""
         wt, _, fix = self._word(a.dtype)
         M, K = a.shape[-2:]
         N = b.shape[-1]
@@ -132,7 +133,7 @@ class ComputeMixin:
             return out
         if K == 0:
             self._fill(out, 0)
-            return out
+            return out if bias is None else self.binary("add", out, bias)
         if B > 65535:
             raise ValueError(f"ember: webgpu matmul batch {B} exceeds maxComputeWorkgroupsPerDimension (65535)")
         av, asb = self._batched(a, bshape)
@@ -141,18 +142,30 @@ class ComputeMixin:
                 bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
         ct = compute_type(wt)
         vec = self._vec4_layout(meta, K, N) if (wt in ("f32",) + _HALF and self.matmul_kernel == "auto") else None
+        ins, extra, add = [av, bv], [], ""
+        if bias is not None:
+            if bias.strides[0] != 1 and N > 1:  # read at an offset as it is, copied only when strided
+                bias = self.contiguous(bias)
+            ins, extra, add = ins + [bias], [wt], f" + {ct}(in2[prm[11] + n + j])"
         if vec is not None:  # 16-byte loads: the fast path for contiguous activations and weights
             meta, bk = vec
-            p = self.pipelines.get("matmul_vec4", "matmul_vec4", wt, [f"vec4<{wt}>"] * 2, T=ct, FIX=fix or "",
-                                   BK="true" if bk else "false")
+            p = self.pipelines.get("matmul_vec4", "matmul_vec4", wt, [f"vec4<{wt}>"] * 2 + extra, T=ct, FIX=fix or "",
+                                   BK="true" if bk else "false", BIAS=add)
             t = 32
         else:
             kind = "tiled" if self.matmul_kernel == "auto" else self.matmul_kernel
-            p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt], T=ct, FIX=fix or "")
+            p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt] + extra, T=ct, FIX=fix or "", BIAS=add)
             t = 64 if kind == "tiled" else 32  # output tile edge per workgroup
+        if bias is not None:
+            meta = meta + [bias.offset]
         groups = (-(-N // t), -(-M // t), B)
-        self._run(p, meta, out, [av, bv], groups)
+        self._run(p, meta, out, ins, groups)
         return out
+
+    def linear(self, x, w, b):
+        """x (..., in) @ w.T + b in one dispatch (the bias is the matmul's epilogue), where the composed
+        form is a matmul and an add kernel (or an add pending until the next op reads it)."""
+        return self.matmul(x, self.permute(w, [1, 0]), bias=b)
 
     @staticmethod
     def _vec4_layout(meta, K, N):

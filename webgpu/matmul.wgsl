@@ -1,6 +1,8 @@
 // Matmul family: C (batch, M, N) = A (batch, M, K) @ B (batch, K, N) with arbitrary strides, so
 // transposed weights and broadcast batches need no copy.
 // prm: [0] M [1] N [2] K [3] a_off [4] a_sb [5] a_sm [6] a_sk [7] b_off [8] b_sb [9] b_sk [10] b_sn
+// [11] bias offset: with a bias (F.linear), $BIAS adds in2[prm[11] + column] to the accumulator before
+// the one rounding of the store, so `x @ W^T + b` is one dispatch (empty $BIAS: plain matmul, no in2)
 
 struct Mat { off: i32, sb: i32, s0: i32, s1: i32 }
 
@@ -29,7 +31,7 @@ fn store4x4(bt: u32, m: u32, n: u32, M: u32, N: u32, c: array<vec4<$T>, 4>) {
     for (var i = 0u; i < 4u; i = i + 1u) {
         if (m + i >= M) { return; }
         for (var j = 0u; j < 4u; j = j + 1u) {
-            if (n + j < N) { out[(bt * M + m + i) * N + n + j] = $FIX($OT(c[i][j])); }
+            if (n + j < N) { out[(bt * M + m + i) * N + n + j] = $FIX($OT(c[i][j]$BIAS)); }
         }
     }
 }

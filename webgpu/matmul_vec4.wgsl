@@ -1,6 +1,6 @@
 // Matmul with 16-byte loads (the fast path; matmul.wgsl has the general strided kernels):
 // C (batch, M, N) = A (batch, M, K) @ B (batch, K, N); inputs are bound as vec4 arrays.
-// prm as in matmul.wgsl, strides in vec4 units.
+// prm as in matmul.wgsl (bias too), strides in vec4 units; the bias in2 is bound as scalar words.
 
 struct Mat { off: i32, sb: i32, s0: i32, s1: i32 }
 
@@ -13,7 +13,7 @@ fn store4x4(bt: u32, m: u32, n: u32, M: u32, N: u32, c: array<vec4<$T>, 4>) {
     for (var i = 0u; i < 4u; i = i + 1u) {
         if (m + i >= M) { return; }
         for (var j = 0u; j < 4u; j = j + 1u) {
-            if (n + j < N) { out[(bt * M + m + i) * N + n + j] = $FIX($OT(c[i][j])); }
+            if (n + j < N) { out[(bt * M + m + i) * N + n + j] = $FIX($OT(c[i][j]$BIAS)); }
         }
     }
 }
