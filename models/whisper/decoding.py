@@ -165,7 +165,12 @@ class WindowDecoder:
         return logits
 
     def run(self, audio_features, language=None, temperature=None) -> DecodingResult:
-        """audio_features (1, 1500, d) of one window -> DecodingResult."""
+        """audio_features (1, 1500, d) of one window -> DecodingResult. Records no gradients: a caller outside
+        no_grad would otherwise take the recording paths (on webgpu unfused: 1,455 dispatches vs 453 for 12 tokens)."""
+        with ember.no_grad():
+            return self._run(audio_features, language, temperature)
+
+    def _run(self, audio_features, language, temperature) -> DecodingResult:
         opts = self.options
         temperature = opts.temperature if temperature is None else temperature
         cross = self.model.decoder.cross_kv(audio_features)  # once per window
