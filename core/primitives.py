@@ -12,7 +12,7 @@ Conventions
 - Elementwise ops broadcast with numpy rules; `b` of `binary` may be a Python scalar.
 - Movement ops may return views; results are never written to in place by the tensor layer.
 
-Families (29 primitives, 41 with the optional fused ones; to_numpy_async is to_numpy's awaitable form):
+Families (29 primitives; 42 with the 12 optional fused ones and custom_kernel; to_numpy_async is to_numpy's awaitable form):
   transfer     from_numpy, to_numpy (+ to_numpy_async, default: to_numpy), full, arange
   elementwise  unary(op), binary(op), where, cast
   reduce       reduce(op), arg_reduce(op), cumsum, argsort
