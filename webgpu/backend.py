@@ -176,10 +176,14 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         return h
 
     def _run(self, pipeline, meta, out, inputs, groups):
+        self._dispatch(pipeline, [self._meta_handle(meta), out.storage.handle] + [x.storage.handle for x in inputs],
+                       groups)
+
+    def _dispatch(self, pipeline, handles, groups):
+        """Every dispatch goes through here: a held copy_into runs first (copy_into), and it is counted."""
         if self._held_write is not None:
             self._flush_write()
-        self.adapter.dispatch(pipeline, [self._meta_handle(meta), out.storage.handle]
-                              + [x.storage.handle for x in inputs], groups)
+        self.adapter.dispatch(pipeline, handles, groups)
         self.dispatches += 1
 
     def _view_meta(self, n, shape, views, scalars=()):

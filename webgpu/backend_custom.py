@@ -75,9 +75,7 @@ class CustomKernelMixin:
         groups = tuple(grid) if grid is not None else self._groups(n, kernel.workgroup_size)
         handles = ([self._meta_handle(words)] if use_prm else []) + [out.storage.handle] + \
             [x.storage.handle for x in arrays]
-        self._flush_write()  # a held copy_into first (backend.copy_into)
-        self.adapter.dispatch(pipe, handles, groups)
-        self.dispatches += 1
+        self._dispatch(pipe, handles, groups)  # after a held copy_into (backend.copy_into)
         return out
 
     def _custom_source(self, user, out_dtype, out_wt, in_wts, use_prm):
