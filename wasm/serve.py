@@ -236,7 +236,7 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     step = _Steps(4, quiet)
-    boot = None
+    boot = numpy_file = None
     with step("app files (web/)") as st:
         for name in APP_FILES:
             _put(WEB / name, out / name)
@@ -256,7 +256,8 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
             files.update({lock["packages"][p]["file_name"]: dist / lock["packages"][p]["file_name"]
                           for p in PYODIDE_PACKAGES})
             n_files, n_bytes = len(files), sum(f.stat().st_size for f in files.values())
-            boot = _bytecode(dist, wheel, dist / lock["packages"]["numpy"]["file_name"], quiet)
+            numpy_file = lock["packages"]["numpy"]["file_name"]
+            boot = _bytecode(dist, wheel, dist / numpy_file, quiet)
             if boot:
                 files[STDLIB_PYC] = boot["stdlib"]
                 _put(boot["pycache"], out / "wheels" / wheel.parent.name / PYCACHE)
@@ -295,7 +296,7 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
     if pyodide == "local":  # fetched into the HTTP cache as the worker starts, while pyodide.asm.js loads and
         # Pyodide boots: Pyodide's own requests for them then read the cache (its headers: Handler below)
         config["prefetch"] = [f"pyodide/{n}" for n in ("pyodide.asm.wasm", STDLIB_PYC if boot else "python_stdlib.zip",
-                                                       lock["packages"]["numpy"]["file_name"])]
+                                                       numpy_file)]
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "README.md").write_text(_space_readme(manifest))
     return out
