@@ -38,6 +38,10 @@ class Budget:
     # tokenizer.json: padding/truncation lengths, pre-tokenizer regex length
     max_tokens: int = 1 << 20
     max_regex_chars: int = 4096
+    # ONNX graphs: a tensor whose size the model's data decides (ConstantOfShape, Expand, Tile, Range, Pad,
+    # Resize, OneHot, StringSplit ... and broadcasting), and Loop iterations (real models: thousands)
+    max_tensor_bytes: int = 8 << 30
+    max_loop_iterations: int = 1 << 20
 
     def __post_init__(self):
         for f in fields(self):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ops_movement as M
+from .guard import iterations
 from .registry import op
 from .values import host
 
@@ -30,6 +31,7 @@ def _loop(ctx, ins, at):
     scans = None
     i = 0
     while cond and (trip is None or i < trip):
+        iterations(at, i + 1)
         feeds = dict(zip(names, [ctx.const(np.array(i, np.int64)), ctx.const(np.array(cond))] + carried))
         outs = ctx.run_graph(body, feeds, ctx.scope)
         cond = bool(host(outs[0]).reshape(-1)[0])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .guard import sized
 from .registry import op
 from .values import ember_dtype, host
 
@@ -150,6 +151,7 @@ def _random(kind, like):
             dtype = ember_dtype(at.i("dtype"), ctx.where).np if at.i("dtype") else ins[0].dtype.np
         else:
             shape, dtype = tuple(at.ints("shape")), ember_dtype(at.i("dtype", 1), ctx.where).np
+        shape = sized(at, "shape", shape, 8)  # (numpy draws float64)
         g = _rng(at)
         if kind == "normal":
             v = g.normal(at.f("mean", 0.0), at.f("scale", 1.0), shape)
@@ -178,6 +180,7 @@ def _multinomial(ctx, ins, at):
     p = np.exp(logits - logits.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     n = at.i("sample_size", 1)
+    sized(at, "sample_size", [p.shape[0], n], 8)
     g = _rng(at)
     out = np.stack([g.choice(p.shape[1], n, p=row) for row in p]) if p.size else np.zeros((0, n))
     return ctx.const(out.astype(ember_dtype(at.i("dtype", 6), ctx.where).np))

@@ -11,6 +11,7 @@ from .. import ops_reduce as R
 from ..autograd import prim_binary, prim_pad, prim_unary
 from ..linalg import matmul
 from . import lowbit
+from .guard import sized
 from .registry import op
 from .values import axis, cast, ember_dtype, host_ints
 
@@ -527,7 +528,7 @@ def _swiglu(ctx, ins, at):
 
 # ====================================================================== spectral
 
-def _dft(ctx, x, length, ax, inverse, onesided):
+def _dft(ctx, at, x, length, ax, inverse, onesided):
     """DFT along `ax` of x (..., 1 | 2) (real, or real/imaginary pairs) as matmuls by cos/sin tables."""
     ax = ax % x.ndim
     if ax == x.ndim - 1:
@@ -539,6 +540,7 @@ def _dft(ctx, x, length, ax, inverse, onesided):
         length = 2 * (n - 1) if inverse and onesided else n
     bins = length // 2 + 1 if onesided else length
     take = (bins if inverse and onesided else length)  # input samples the transform reads
+    sized(at, "dft_length", [take, bins], 8)  # (the float64 cos / sin tables)
 
     def fit(v):  # zero-pad or truncate the signal axis to `take`
         if v is None or v.shape[-1] == take:
@@ -571,14 +573,14 @@ def _dft(ctx, x, length, ax, inverse, onesided):
 @op("DFT", since=17)
 def _dft17(ctx, ins, at):
     length = host_ints(ins[1])[0] if len(ins) > 1 and ins[1] is not None else None
-    return _dft(ctx, ins[0], length, at.i("axis", 1), at.i("inverse", 0), at.i("onesided", 0))
+    return _dft(ctx, at, ins[0], length, at.i("axis", 1), at.i("inverse", 0), at.i("onesided", 0))
 
 
 @op("DFT", since=20)
 def _dft20(ctx, ins, at):
     length = host_ints(ins[1])[0] if len(ins) > 1 and ins[1] is not None and ins[1].numel() else None
     ax = host_ints(ins[2])[0] if len(ins) > 2 and ins[2] is not None else -2
-    return _dft(ctx, ins[0], length, ax, at.i("inverse", 0), at.i("onesided", 0))
+    return _dft(ctx, at, ins[0], length, ax, at.i("inverse", 0), at.i("onesided", 0))
 
 
 @op("STFT", since=17)
@@ -587,17 +589,21 @@ def _stft(ctx, ins, at):
     x, step = ins[0], host_ints(ins[1])[0]
     window = ins[2] if len(ins) > 2 else None
     frame = host_ints(ins[3])[0] if len(ins) > 3 and ins[3] is not None else window.shape[0]
+    if step <= 0 or frame <= 0:
+        raise ValueError(f"ember: {ctx.where}: STFT frame_step {step} and frame_length {frame} must be positive")
     n_frames = (x.shape[1] - frame) // step + 1
+    sized(at, "frame_step", [x.shape[0], max(n_frames, 0), frame, x.shape[-1]], x.dtype.itemsize)
     frames = M.stack([M.narrow(x, 1, f * step, frame) for f in range(n_frames)], 1)  # (B, F, frame, c)
     if window is not None:
         frames = frames * M.reshape(cast(window, x.dtype), 1, 1, frame, 1)
-    return _dft(ctx, frames, frame, 2, 0, at.i("onesided", 1))
+    return _dft(ctx, at, frames, frame, 2, 0, at.i("onesided", 1))
 
 
 @op("MelWeightMatrix", since=17)
 def _mel_weight_matrix(ctx, ins, at):
     """The (dft_length // 2 + 1, num_mel_bins) triangular mel filterbank, from scalars (a constant)."""
     n_mel, n_fft, rate = (host_ints(t)[0] for t in ins[:3])
+    sized(at, "dft_length and num_mel_bins", [n_fft // 2 + 1, n_mel], 8)
     lo, hi = (float(np.asarray(t.numpy()).reshape(-1)[0]) for t in ins[3:5])
     mel = lambda f: 2595 * np.log1p(f / 700) / np.log(10)  # noqa: E731
     pts = np.arange(n_mel + 2) * ((mel(hi) - mel(lo)) / (n_mel + 2)) + mel(lo)

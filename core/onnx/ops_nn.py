@@ -17,6 +17,7 @@ from .. import ops_reduce as R
 from ..autograd import conv_transpose, prim_pad, prim_unary
 from ..linalg import matmul
 from ..nn.functional import _conv as conv_nd, layer_norm
+from .guard import sized
 from .registry import op
 from .values import axis, cast, host
 
@@ -476,7 +477,11 @@ def _resize(ctx, ins, at):
         else:
             sc = np.array([s / d for s, d in zip(sz, in_dims)])
     else:
-        sz = [int(np.floor(x.shape[a] * s)) for a, s in zip(axes, sc)]
+        sz = [int(np.floor(x.shape[a] * s)) if np.isfinite(s) else -1 for a, s in zip(axes, sc)]
+    out = list(x.shape)
+    for j, a in enumerate(axes):
+        out[a] = sz[j]
+    sized(at, "sizes" if sizes is not None else "scales", out, x.dtype.itemsize)
     for j, a in enumerate(axes):
         if sz[j] == x.shape[a] and sc[j] == 1.0 and at.s("coordinate_transformation_mode", "") != "tf_crop_and_resize":
             continue
@@ -488,6 +493,8 @@ def _resize(ctx, ins, at):
 @op("Upsample", since=9)
 def _upsample(ctx, ins, at):
     x, scales = ins[0], host(ins[1]).astype(np.float64).reshape(-1)
+    sized(at, "scales", [int(np.floor(d * s)) if np.isfinite(s) else -1 for d, s in zip(x.shape, scales)],
+          x.dtype.itemsize)
     mode = at.s("mode", "nearest")
     for a, s in enumerate(scales):
         n_out = int(np.floor(x.shape[a] * s))
@@ -680,6 +687,7 @@ def _affine_grid(ctx, ins, at):
     """theta (N, 2, 3) | (N, 3, 4) applied to the normalized [-1, 1] grid of `size` -> (N, *S, nd)."""
     theta, size = ins[0], [int(v) for v in host(ins[1]).reshape(-1)]
     sp = size[2:]
+    sized(at, "size", [theta.shape[0], *sp, len(sp) + 1], 8)  # (the float64 grid made on the host)
     align = at.i("align_corners", 0)
     axes = []
     for dim in sp:
@@ -706,6 +714,8 @@ def _col2im(ctx, ins, at):
     st = at.ints("strides", [1] * n)
     padded = [img[i] + pads[i] + pads[n + i] for i in range(n)]
     outs = [(padded[i] - dil[i] * (block[i] - 1) - 1) // st[i] + 1 for i in range(n)]
+    sized(at, "image_shape", [x.shape[0], x.shape[1] // max(int(np.prod(block)), 1), *padded], x.dtype.itemsize)
+    sized(at, "block_shape", [int(np.prod(block)), *outs, n], 8)  # (the host index grids)
     kpos = np.stack(np.meshgrid(*[np.arange(b) for b in block], indexing="ij"), -1).reshape(-1, n)
     lpos = np.stack(np.meshgrid(*[np.arange(o) for o in outs], indexing="ij"), -1).reshape(-1, n)
     coord = kpos[:, None, :] * np.array(dil) + lpos[None, :, :] * np.array(st)  # (K, L, n) in the padded image

@@ -15,6 +15,8 @@ from .. import ops_reduce as R
 from ..autograd import prim_pad
 from ..device import CPU
 from ..tensor import tensor
+from .guard import sized
+from .wire import OnnxFormatError
 from .registry import op
 from .values import axis, cast, host, host_ints
 
@@ -166,18 +168,23 @@ def _slice_in(ctx, ins, at):
 def _expand(ctx, ins, at):
     x, shape = ins[0], host_ints(ins[1])
     out = M.broadcast_shapes(tuple(x.shape), tuple(shape))  # ONNX broadcasts both ways
+    sized(at, "shape", out, x.dtype.itemsize)
     return M.expand(x, *out) if tuple(out) != tuple(x.shape) else x
 
 
 @op("Tile", since=6)
 def _tile(ctx, ins, at):
-    return M.repeat(ins[0], *host_ints(ins[1]))
+    reps = host_ints(ins[1])
+    x = ins[0]
+    if len(reps) == x.ndim:
+        sized(at, "repeats", [d * r for d, r in zip(x.shape, reps)], x.dtype.itemsize)
+    return M.repeat(x, *reps)
 
 
 _PAD_MODES = {"constant", "reflect", "edge", "wrap"}
 
 
-def _pad(ctx, x, pads, value, mode, axes=None):
+def _pad(ctx, at, x, pads, value, mode, axes=None):
     n = x.ndim
     axes = list(range(n)) if axes is None else [axis(a, n, ctx) for a in axes]
     k = len(axes)
@@ -186,6 +193,7 @@ def _pad(ctx, x, pads, value, mode, axes=None):
         before[a], after[a] = pads[j], pads[j + k]
     if mode not in _PAD_MODES:
         raise ValueError(f"ember: {ctx.where}: Pad mode {mode!r} is not one of {sorted(_PAD_MODES)}")
+    sized(at, "pads", [max(d + b + a, 0) for d, b, a in zip(x.shape, before, after)], x.dtype.itemsize)
     # negative pads crop
     key = tuple(slice(-b if b < 0 else 0, x.shape[i] + a if a < 0 else None)
                 for i, (b, a) in enumerate(zip(before, after)))
@@ -212,7 +220,7 @@ def _pad(ctx, x, pads, value, mode, axes=None):
 
 @op("Pad", since=2)
 def _pad_attr(ctx, ins, at):
-    return _pad(ctx, ins[0], at.ints("pads"), at.f("value", 0.0), at.s("mode", "constant"))
+    return _pad(ctx, at, ins[0], at.ints("pads"), at.f("value", 0.0), at.s("mode", "constant"))
 
 
 @op("Pad", since=11)
@@ -223,7 +231,7 @@ def _pad_in(ctx, ins, at):
         v = host(ins[2]).reshape(-1)
         value = v[0].item() if v.size else 0
     axes = host_ints(ins[3]) if len(ins) > 3 and ins[3] is not None else None
-    return _pad(ctx, x, host_ints(ins[1]), value, at.s("mode", "constant"), axes)
+    return _pad(ctx, at, x, host_ints(ins[1]), value, at.s("mode", "constant"), axes)
 
 
 # ====================================================================== indexing
@@ -404,6 +412,7 @@ def _trilu(ctx, ins, at):
 def _onehot(ctx, ins, at):
     idx, depth, values = ins
     d = int(host(depth).reshape(-1)[0])
+    sized(at, "depth", list(idx.shape) + [d], values.dtype.itemsize)
     vals = values
     ax = at.i("axis", -1)
     idx = cast(idx, D.int64)
@@ -452,13 +461,17 @@ def _constant_of_shape(ctx, ins, at):
     shape = host_ints(ins[0])
     value = at.tensor("value")
     value = np.zeros(1, np.float32) if value is None else value.reshape(-1)
-    return ctx.const(np.full(shape, value[0], value.dtype))
+    return ctx.const(np.full(sized(at, "shape", shape, value.dtype.itemsize), value[0], value.dtype))
 
 
 @op("Range", since=11)
 def _range(ctx, ins, at):
     start, limit, delta = (host(v).reshape(()) for v in ins)
-    n = max(int(np.ceil((limit - start) / delta)), 0)
+    span = (float(limit) - float(start)) / float(delta) if delta != 0 else float("nan")
+    if not np.isfinite(span):
+        raise OnnxFormatError(f"ember: {ctx.where}: Range({start}, {limit}, {delta}) has no finite length")
+    n = max(int(np.ceil(span)), 0)
+    sized(at, "(limit - start) / delta", [n], start.dtype.itemsize)
     return ctx.const((start + np.arange(n) * delta).astype(start.dtype))
 
 
@@ -535,6 +548,7 @@ def _center_crop_pad(ctx, ins, at):
         if want < have:
             x = M.narrow(x, a, (have - want) // 2, want)
         elif want > have:
+            sized(at, "shape", [want if i == a else d for i, d in enumerate(x.shape)], x.dtype.itemsize)
             before = (want - have) // 2
             x = prim_pad(x, tuple((before, want - have - before) if i == a else (0, 0) for i in range(x.ndim)), 0)
     return x

@@ -12,6 +12,7 @@ import unicodedata
 import numpy as np
 
 from ..limits import check
+from .guard import sized
 from .registry import op
 from .wire import OnnxFormatError
 
@@ -44,6 +45,37 @@ def _string_concat(ctx, ins, at):
     return out
 
 
+def _re2_check(pattern):
+    """(why the pattern is not RE2, or None; whether `re` could backtrack exponentially on it). ONNX
+    specifies RE2: no backreferences or lookaround, and linear-time matching, which `re` does not give
+    for a repeated part that itself repeats or alternates, as in (a+)+ or (a|aa)*."""
+    from .linear_regex import C, P
+    nested = {C.MAX_REPEAT, C.MIN_REPEAT, C.BRANCH}
+    refused = {C.GROUPREF: "a backreference", C.GROUPREF_EXISTS: "a conditional group",
+               C.ASSERT: "a lookahead/lookbehind", C.ASSERT_NOT: "a negative lookahead/lookbehind"}
+    risky = False
+
+    def walk(items, repeated):
+        nonlocal risky
+        for opcode, av in items:
+            if opcode in refused:
+                return f"{refused[opcode]}, which RE2 (the syntax ONNX specifies) does not have"
+            risky = risky or (repeated and opcode in nested)
+            if opcode in (C.MAX_REPEAT, C.MIN_REPEAT):
+                why = walk(av[2], repeated or av[1] > 1)
+            elif opcode == C.BRANCH:
+                why = next((w for w in (walk(b, repeated) for b in av[1]) if w), None)
+            elif opcode == C.SUBPATTERN:
+                why = walk(av[-1], repeated)
+            else:
+                why = None
+            if why:
+                return why
+        return None
+
+    return walk(P.parse(pattern), False), risky
+
+
 @op("RegexFullMatch", since=20)
 def _regex_full_match(ctx, ins, at):
     x = _text(ctx, ins[0], "RegexFullMatch's input")
@@ -53,7 +85,19 @@ def _regex_full_match(ctx, ins, at):
         rx = re.compile(pattern)
     except re.error as e:
         raise OnnxFormatError(f"ember: {ctx.where}: RegexFullMatch pattern {pattern!r}: {e}") from None
-    return ctx.const(np.array([rx.fullmatch(s) is not None for s in x.reshape(-1)], np.bool_).reshape(x.shape))
+    why, risky = _re2_check(pattern)
+    if why:
+        raise OnnxFormatError(f"ember: {ctx.where}: RegexFullMatch pattern {pattern!r} has {why}")
+    if risky:  # matched as RE2 does, in linear time (re could take exponential time on it)
+        from .linear_regex import LinearRegex, Unsupported
+        try:
+            full = LinearRegex(pattern).fullmatch
+        except Unsupported as e:
+            raise OnnxFormatError(f"ember: {ctx.where}: RegexFullMatch pattern {pattern!r}: {e} is not supported "
+                                  "in a pattern that repeats a repeated part") from None
+    else:
+        full = lambda s: rx.fullmatch(s) is not None  # noqa: E731
+    return ctx.const(np.array([full(s) for s in x.reshape(-1)], np.bool_).reshape(x.shape))
 
 
 @op("StringSplit", since=20)
@@ -64,6 +108,7 @@ def _string_split(ctx, ins, at):
     maxsplit = at.i("maxsplit", -1)
     parts = [s.split(sep, maxsplit) for s in x.reshape(-1)]
     width = max((len(p) for p in parts), default=0)
+    sized(at, "the longest split", list(x.shape) + [width], 8)  # (an object array: a pointer per piece)
     out = np.full((len(parts), width), "", object)
     for i, p in enumerate(parts):
         out[i, :len(p)] = p

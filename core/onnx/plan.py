@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..device import CPU
 from ..tensor import Tensor
+from .guard import BROADCAST, broadcast_check, out_of_memory
 from .wire import OnnxFormatError
 
 # op_type -> the input indices it reads only as host numbers (host_ints / host), never as a tensor
@@ -37,13 +38,14 @@ _CACHE_MAX = 16  # cached shape keys per host step (a model fed many shapes reco
 
 class Step:
     __slots__ = ("node", "fn", "attrs", "ctx", "ins", "outs", "host", "of_shape", "host_idx", "need_dev",
-                 "drop", "cache")
+                 "drop", "cache", "broadcasts")
 
     def __init__(self, node, fn, attrs, ctx):
         self.node, self.fn, self.attrs, self.ctx = node, fn, attrs, ctx
         self.ins, self.outs = tuple(node.input), tuple(node.output)
         self.host = self.of_shape = False
         self.host_idx, self.need_dev, self.drop, self.cache = (), (), (), {}
+        self.broadcasts = node.op_type in BROADCAST and node.domain in ("", "ai.onnx")
 
 
 def _subgraph_names(node):
@@ -129,49 +131,55 @@ def run(steps, env, hv, where, free=True):
     """Run `steps` over `env` (names -> values, holding constants, feeds and the outer scope) and `hv`
     (names -> host values: the host constants at the start)."""
     keys = {}
-    for st in steps:
-        if st.host:
-            if st.of_shape:  # (Shape and Size have one input)
-                n = st.ins[0]
-                v = hv.get(n)
-                if v is None:
-                    v = _read(env, n, st, where)
-                key = tuple(v.shape)
-                ins = (v,)
-            else:
-                key = tuple(keys.get(n) for n in st.ins)
-                ins = None
-            hit = st.cache.get(key)
-            if hit is None:
-                if ins is None:
-                    ins = [hv[n] if n else None for n in st.ins]
-                outs = st.fn(st.ctx, list(ins), st.attrs)
-                outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-                dev = [st.ctx.on_device(o) if need else o for o, need in zip(outs, st.need_dev)]
-                if len(st.cache) >= _CACHE_MAX:
-                    st.cache.clear()
-                st.cache[key] = hit = (outs, dev)
-            for n, h, d in zip(st.outs, hit[0], hit[1]):
-                if n:
-                    hv[n], env[n], keys[n] = h, d, key
-        else:
-            try:
-                ins = [env[n] if n else None for n in st.ins]
-            except KeyError as e:
-                raise _unknown(st, e.args[0], where) from None
-            for i in st.host_idx:
-                ins[i] = hv[st.ins[i]]
-            st.ctx.scope = env  # what a subgraph of this node sees
-            outs = st.fn(st.ctx, ins, st.attrs)
-            if isinstance(outs, (list, tuple)):
-                for n, v in zip(st.outs, outs):
+    st = None
+    try:
+        for st in steps:
+            if st.host:
+                if st.of_shape:  # (Shape and Size have one input)
+                    n = st.ins[0]
+                    v = hv.get(n)
+                    if v is None:
+                        v = _read(env, n, st, where)
+                    key = tuple(v.shape)
+                    ins = (v,)
+                else:
+                    key = tuple(keys.get(n) for n in st.ins)
+                    ins = None
+                hit = st.cache.get(key)
+                if hit is None:
+                    if ins is None:
+                        ins = [hv[n] if n else None for n in st.ins]
+                    outs = st.fn(st.ctx, list(ins), st.attrs)
+                    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+                    dev = [st.ctx.on_device(o) if need else o for o, need in zip(outs, st.need_dev)]
+                    if len(st.cache) >= _CACHE_MAX:
+                        st.cache.clear()
+                    st.cache[key] = hit = (outs, dev)
+                for n, h, d in zip(st.outs, hit[0], hit[1]):
                     if n:
-                        env[n] = v
-            elif st.outs and st.outs[0]:
-                env[st.outs[0]] = outs
-        if free:
-            for n in st.drop:
-                env.pop(n, None)
+                        hv[n], env[n], keys[n] = h, d, key
+            else:
+                try:
+                    ins = [env[n] if n else None for n in st.ins]
+                except KeyError as e:
+                    raise _unknown(st, e.args[0], where) from None
+                for i in st.host_idx:
+                    ins[i] = hv[st.ins[i]]
+                st.ctx.scope = env  # what a subgraph of this node sees
+                if st.broadcasts:
+                    broadcast_check(st.attrs, ins)
+                outs = st.fn(st.ctx, ins, st.attrs)
+                if isinstance(outs, (list, tuple)):
+                    for n, v in zip(st.outs, outs):
+                        if n:
+                            env[n] = v
+                elif st.outs and st.outs[0]:
+                    env[st.outs[0]] = outs
+            if free:
+                for n in st.drop:
+                    env.pop(n, None)
+    except MemoryError as e:  # past what guard.py's checks bound: still ember's error, naming the node
+        raise out_of_memory(where, st.node, e) from None
     return env
 
 
