@@ -76,3 +76,32 @@ def test_train_llama_cli_writes_a_loadable_checkpoint(tmp_path):
     assert len(log) == 30 and log[-1]["loss"] < log[0]["loss"] - 1.0
     model, tok = load_llama(str(out))
     assert model.config.n_kv_heads == 1 and tok.decode(tok.encode("The pass statement")) == "The pass statement"
+
+
+def test_train_llama_on_webgpu_follows_cpu(tmp_path):
+    """`ember train-llama --device webgpu`: the batches go to the model's device (Trainer), and the first
+    steps' losses follow the cpu run's from the same seed (float32 on both; the GPU sums in another order)."""
+    pytest.importorskip("tokenizers")
+    import json
+
+    from ember.cli import main as cli_main
+    from ember.device import device_status
+    from ember.models.llama.corpus import train_tokenizer
+    from expected_skips import missing
+    if not device_status("webgpu")[0]:
+        missing(f"webgpu: {device_status('webgpu')[1]}")
+    text = "Simple is better than complex. Flat is better than nested.\n" * 30
+    (tmp_path / "corpus.txt").write_text(text)
+    (tmp_path / "tokenizer.json").write_text(train_tokenizer(text, vocab_size=200))
+    logs = {}
+    for dev in ("cpu", "webgpu"):
+        log = tmp_path / f"{dev}.jsonl"
+        rc = cli_main(["train-llama", "--data", str(tmp_path), "--out", str(tmp_path / dev), "--dim", "32",
+                       "--layers", "1", "--heads", "2", "--kv-heads", "1", "--hidden", "64", "--seq", "16",
+                       "--batch", "4", "--steps", "6", "--lr", "1e-2", "--save-every", "0", "--log", str(log),
+                       "--dtype", "float32", "--device", dev])
+        assert rc == 0
+        logs[dev] = [json.loads(line)["loss"] for line in log.read_text().splitlines()]
+    np.testing.assert_allclose(logs["webgpu"], logs["cpu"], rtol=2e-3)
+    from ember.models.llama.load import load_llama
+    assert load_llama(str(tmp_path / "webgpu"))[0].config.dim == 32

@@ -45,12 +45,22 @@ class Trainer:
         self._sums = [0.0, 0, 0, 0]                      # this epoch so far: loss * n, correct, counted, n
         self.history: list[dict] = []
         self._t0 = None
+        first = next(iter(model.parameters()), None)
+        self.device = first.device if first is not None else None  # batches move to the model's device
+
+    def _batch(self, batch):
+        x, y = _split(batch)
+        dev = self.device
+        if dev is not None:
+            x = x if getattr(x, "device", dev) is dev else x.to(dev)
+            y = y if getattr(y, "device", dev) is dev else y.to(dev)
+        return x, y
 
     # ------------------------------------------------------------------ one step
 
     def train_step(self, batch) -> tuple[float, int | None, int]:
         """Forward, backward, update -> (loss, correct predictions or None, batch size)."""
-        x, y = _split(batch)
+        x, y = self._batch(batch)
         if self.mp is not None:
             x = self.mp.cast(x)
         out = self.model(x)
@@ -79,7 +89,7 @@ class Trainer:
         self.model.eval()
         total, correct, counted, n = 0.0, 0, 0, 0
         for batch in loader:
-            x, y = _split(batch)
+            x, y = self._batch(batch)
             if self.mp is not None:
                 x = self.mp.cast(x)
             out = self.model(x)

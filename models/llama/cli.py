@@ -74,5 +74,6 @@ def print_generation(model, tok, prompt: str, prompt_ids: list[int], args) -> in
 
 def main_train(args):
     from .train import run
+    args.device = resolve_device(args.device)
     run(args)
     return 0

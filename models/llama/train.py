@@ -100,6 +100,8 @@ def add_arguments(ap):
     ap.add_argument("--minutes", type=positive_float, default=None, help="stop after this many minutes")
     ap.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"), help="stored weight dtype")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="where the model trains: cpu (default), auto (see ember llama "
+                    "--help), webgpu, cuda")
     ap.add_argument("--log", type=writable_file, default=None, help="JSON-lines loss log")
 
 
@@ -116,7 +118,8 @@ def run(a):
                       tie_embeddings=True, bos_token_id=tok.token_to_id("<s>"), eos_token_ids=[tok.token_to_id("</s>")])
     model = Llama(cfg)
     init_weights(model, a.seed)
-    print(f"{cfg.n_params / 1e6:.2f}M parameters, {len(tokens)} corpus tokens")
+    model.to(a.device)
+    print(f"{cfg.n_params / 1e6:.2f}M parameters, {len(tokens)} corpus tokens, on {a.device}")
 
     def save(step):
         save_pretrained(model, a.out, tokenizer_json=tok_path, dtype=a.dtype)
