@@ -55,7 +55,7 @@ def test_flash_matches_torch_and_composed(L, S, D, Dv, mask):
     ref, n_composed = _run("composed", _gpu(q), _gpu(k), _gpu(v), **kw)
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
     np.testing.assert_allclose(got, ref, atol=2e-5, rtol=1e-4)
-    assert n == 1 and n_composed >= 3   # one kernel instead of QK^T, softmax, PV
+    assert n == (1 if S <= 64 else 2) and n_composed >= 3  # QK^T, softmax, PV in one kernel (two: split keys)
 
 
 def test_flash_broadcast_batch_and_strided_views():

@@ -3,10 +3,14 @@
 // of 64 keys (flash-attention style), so the (L, S) scores never reach memory. One workgroup per
 // (batch, query row); its 64 threads score one key each per block, then each accumulates up to 4 of
 // the Dv output columns, rescaled whenever the running maximum grows. Batch = (B1, B2) of strided views.
+// Split keys (flash-decoding, flag 4): for few query rows and many keys, the keys are cut into chunks, one
+// workgroup per (query row, batch, chunk), each writing its unnormalized output row with its running
+// maximum and sum; a second kernel (fused_ops._COMBINE_WGSL) merges the chunks.
 // prm: [0] output elements  [1] L  [2] S  [3] D  [4] Dv  [5] scale bits  [6] flags (1 mask, 2 causal: key
-//      s <= query l)  [7] B2  [8..12] q offset, B1, B2, row, column strides  [13..17] k  [18..22] v
-//      [23..27] mask (i32 bits)
-// in0 q, in1 k, in2 v, in3 mask (float, additive); out (B1 * B2, L, Dv) contiguous. D, Dv <= 256.
+//      s <= query l, 4 split)  [7] B2  [8..12] q offset, B1, B2, row, column strides  [13..17] k  [18..22] v
+//      [23..27] mask (i32 bits)  [28] keys per chunk (a multiple of 64; S unsplit)  [29] chunks
+// in0 q, in1 k, in2 v, in3 mask (float, additive); out (B1 * B2, L, Dv) contiguous, or split:
+// (B1 * B2, L, chunks, Dv + 2) f32 rows of acc[0..Dv), max, sum. D, Dv <= 256.
 
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> p: array<f32, 64>;
@@ -28,19 +32,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let flags = prm[6];
     let l = wid.x;
     let b = wid.y;
+    let part = wid.z;       // the key chunk
+    let chunk = prm[28];
     for (var d = t; d < D; d = d + 64u) { qs[d] = f32(in0[at(8u, b, l, d)]); }
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
     var m = -f_inf();   // running maximum (the same in every thread)
     var sum = 0.0;      // running sum of exp(score - m)
     var stop = S;
     if ((flags & 2u) != 0u) { stop = min(S, l + 1u); }
+    stop = min(stop, (part + 1u) * chunk);
     workgroupBarrier();
-    for (var s0 = 0u; s0 < stop; s0 = s0 + 64u) {
+    for (var s0 = part * chunk; s0 < stop; s0 = s0 + 64u) {
         let s = s0 + t;
         var z = -f_inf();
         if (s < stop) {
             var dotv = 0.0;
-            for (var d = 0u; d < D; d = d + 1u) { dotv = dotv + qs[d] * f32(in1[at(13u, b, s, d)]); }
+            let kr = at(13u, b, s, 0u);             // key row s; then column steps
+            let kc = bitcast<i32>(prm[17]);
+            for (var d = 0u; d < D; d = d + 1u) { dotv = dotv + qs[d] * f32(in1[kr + i32(d) * kc]); }
             z = dotv * scale;
             if ((flags & 1u) != 0u) { z = z + f32(in3[at(23u, b, l, s)]); }
         }
@@ -68,11 +77,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let c = t + 64u * i;
             if (c < Dv) {
                 var a = acc[i] * corr;
-                for (var j = 0u; j < n; j = j + 1u) { a = a + p[j] * f32(in2[at(18u, b, s0 + j, c)]); }
+                let vr = at(18u, b, s0, c);         // value row s0, column c; then row steps
+                let vs = bitcast<i32>(prm[21]);
+                for (var j = 0u; j < n; j = j + 1u) { a = a + p[j] * f32(in2[vr + i32(j) * vs]); }
                 acc[i] = a;
             }
         }
         workgroupBarrier();
+    }
+    if ((flags & 4u) != 0u) {
+        let row = ((b * L + l) * prm[29] + part) * (Dv + 2u);
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let c = t + 64u * i;
+            if (c < Dv) { out[row + c] = to_out(acc[i]); }
+        }
+        if (t == 0u) {
+            out[row + Dv] = to_out(m);
+            out[row + Dv + 1u] = to_out(sum);
+        }
+        return;
     }
     for (var i = 0u; i < 4u; i = i + 1u) {
         let c = t + 64u * i;

@@ -78,14 +78,15 @@ def _view_words(a):
     return [a.offset, *a.strides]
 
 
-def _flash_params(q, k, v, mask, scale, causal):
+def _flash_params(q, k, v, mask, scale, causal, chunk=0):
     L, hd = q.shape[-2:]
     S, hv = v.shape[-2:]
-    flags = (1 if mask is not None else 0) | (2 if causal else 0)
+    flags = (1 if mask is not None else 0) | (2 if causal else 0) | (4 if chunk else 0)
     words = [L, S, hd, hv, float(scale), flags, q.shape[1]]
     for a in (q, k, v):
         words += _view_words(a)
-    return words + (_view_words(mask) if mask is not None else [0] * 5)
+    words += _view_words(mask) if mask is not None else [0] * 5
+    return words + ([chunk, -(-S // chunk)] if chunk else [S, 1])
 
 
 def _flash_composed(q, k, v, mask, scale, causal):
@@ -93,13 +94,100 @@ def _flash_composed(q, k, v, mask, scale, causal):
     return _sdpa_composed(q, k, v, mask, 0.0, causal, scale)
 
 
+def _attention_wgsl():
+    return resources.files("ember.webgpu").joinpath("attention.wgsl").read_text()
+
+
 _flash = custom_op(
     "ember.flash_attention",
-    forward={"webgpu": WGSL(lambda: resources.files("ember.webgpu").joinpath("attention.wgsl").read_text(),
-                            workgroup_size=64, params=_flash_params, views=True,
+    forward={"webgpu": WGSL(_attention_wgsl, workgroup_size=64, params=_flash_params, views=True,
                             grid=lambda out, q, k, v, mask, scale, causal: (q.shape[2], q.shape[0] * q.shape[1], 1))},
     composed=_flash_composed,
     output=lambda q, k, v, mask, scale, causal: q.shape[:2] + (q.shape[2], v.shape[-1]))
+
+
+# split keys (flash-decoding): few query rows, many keys. Pass 1, the same kernel with flag 4: per chunk
+# of `chunk` keys, the unnormalized output row, its maximum and its sum, (B1, B2, L, chunks, Dv + 2) f32.
+
+def _split_composed(q, k, v, mask, scale, causal, chunk):
+    """Pass 1 in Tensor ops (other devices, gradients, and the reference the kernel is tested against)."""
+    from . import functional as F
+    from ..ops_movement import cat
+    from ..tensor import ones
+    L, S = q.shape[-2], k.shape[-2]
+    n = -(-S // chunk)
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale                # (B1, B2, L, S)
+    if causal:
+        s = s.masked_fill(~ones(L, S, dtype=D.bool_, device=q.device).tril(), float("-inf"))
+    if mask is not None:
+        s = s + mask.float()
+    s = F.pad(s, (0, n * chunk - S), value=float("-inf")).reshape(s.shape[:3] + (n, chunk))
+    m = s.amax(-1, keepdim=True)                                         # (B1, B2, L, n, 1)
+    e = (s - m.masked_fill(m == float("-inf"), 0.0)).exp()               # exp(-inf) = 0 where a chunk has no key
+    vv = F.pad(v.float(), (0, 0, 0, n * chunk - S)).reshape(v.shape[:2] + (n, chunk, v.shape[-1]))
+    acc = (e.unsqueeze(-2) @ vv.unsqueeze(2)).squeeze(-2)                # (B1, B2, L, n, Dv)
+    return cat([acc, m, e.sum(-1, keepdim=True)], -1)
+
+
+_flash_split = custom_op(
+    "ember.flash_attention_split",
+    forward={"webgpu": WGSL(_attention_wgsl, workgroup_size=64, params=_flash_params, views=True,
+                            grid=lambda out, q, k, v, mask, scale, causal, chunk:
+                            (q.shape[2], q.shape[0] * q.shape[1], -(-k.shape[2] // chunk)))},
+    composed=_split_composed,
+    output=lambda q, k, v, mask, scale, causal, chunk:
+    (q.shape[:3] + (-(-k.shape[2] // chunk), v.shape[-1] + 2), D.float32))
+
+# pass 2: out[..., c] = sum_j acc_j[c] exp(m_j - M) / sum_j sum_j exp(m_j - M), M the largest chunk maximum
+_COMBINE_WGSL = """
+// in0 (rows, n, Dv + 2) chunk rows from attention.wgsl's split pass -> out (rows, Dv): one thread per output
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = flat_id(wid, nwg, lid);
+    if (i >= prm[0]) { return; }
+    let n = prm[1];
+    let Dv = prm[2];
+    let base = (i / Dv) * n * (Dv + 2u);
+    let c = i % Dv;
+    var big = -f_inf();
+    for (var j = 0u; j < n; j = j + 1u) { big = max(big, f32(in0[base + j * (Dv + 2u) + Dv])); }
+    var num = 0.0;
+    var den = 0.0;
+    for (var j = 0u; j < n; j = j + 1u) {
+        let row = base + j * (Dv + 2u);
+        let m = f32(in0[row + Dv]);
+        let w = select(exp(m - big), 0.0, m == -f_inf());
+        num = num + w * f32(in0[row + c]);
+        den = den + w * f32(in0[row + Dv + 1u]);
+    }
+    out[i] = to_out(num / den);
+}
+"""
+
+
+def _combine_composed(part, dtype):
+    dv = part.shape[-1] - 2
+    m = part.narrow(-1, dv, 1)
+    big = m.amax(-2, keepdim=True)
+    w = (m - big.masked_fill(big == float("-inf"), 0.0)).exp()           # (B1, B2, L, n, 1)
+    num = (part.narrow(-1, 0, dv) * w).sum(-2)
+    return (num / (part.narrow(-1, dv + 1, 1) * w).sum(-2)).to(dtype)
+
+
+_flash_combine = custom_op(
+    "ember.flash_attention_combine",
+    forward={"webgpu": WGSL(_COMBINE_WGSL, params=lambda part, dtype: [part.shape[-2], part.shape[-1] - 2])},
+    composed=_combine_composed,
+    output=lambda part, dtype: (part.shape[:3] + (part.shape[-1] - 2,), dtype))
+
+SPLIT_KEYS = 64     # more keys than this: the split pass (one workgroup per query row would walk them all)
+_CHUNKS = 32        # about this many chunks per query row, each a multiple of 64 keys
+
+
+def split_chunk(S):
+    """Keys per chunk of the split pass for S keys (0: one pass)."""
+    return 0 if S <= SPLIT_KEYS else 64 * -(-S // (64 * _CHUNKS))
 
 _FLASH_MAX_HEAD = 256  # attention.wgsl keeps one query row (D) in workgroup memory and 4 output columns a thread
 _MAX_GROUPS = 65535
@@ -123,5 +211,10 @@ def flash_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
     b2 = (1,) * (2 - len(bshape)) + tuple(bshape)                        # (B1, B2)
     q4, k4, v4 = q.expand(b2 + (L, hd)), k.expand(b2 + (S, hd)), v.expand(b2 + (S, hv))
     m4 = None if attn_mask is None else attn_mask.to(q.dtype).expand(b2 + (L, S))
-    y = _flash(q4, k4, v4, m4, scale=scale, causal=bool(is_causal))      # (B1, B2, L, Dv)
+    chunk = split_chunk(S)
+    if chunk:
+        part = _flash_split(q4, k4, v4, m4, scale=scale, causal=bool(is_causal), chunk=chunk)
+        y = _flash_combine(part, dtype=q.dtype)                          # (B1, B2, L, Dv)
+    else:
+        y = _flash(q4, k4, v4, m4, scale=scale, causal=bool(is_causal))  # (B1, B2, L, Dv)
     return y.reshape(tuple(bshape) + (L, hv))
