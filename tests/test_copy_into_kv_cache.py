@@ -129,3 +129,27 @@ def test_kv_cache_writes_in_place_on_webgpu():
         c1 = be.counters()
     assert cache.k[0]._data.storage is buf                   # same buffer: no per-token reallocation
     assert c1["readbacks"] == c0["readbacks"]
+
+
+@pytest.mark.parametrize("window", [None, 4])
+def test_kv_cache_reorder_moves_the_written_rows(device, window):
+    """Beam search's reorder: every written slot of beam i comes from beam rows[i] (as index_select of the whole
+    buffer gives), a global layer's unwritten capacity is not read, and the identity order leaves the buffers
+    as they are (no copy)."""
+    from ember.models.common.cache import KVCache as Cache
+    cache = Cache(1, 2, 3, 64, windows=[window])
+    ks, vs = _rnd(3, 2, 6, 3), _rnd(3, 2, 6, 3, seed=1)
+    with ember.no_grad():
+        for t in range(6):  # six tokens: the ring of 4 has wrapped, the global buffer holds 6 of 64
+            cache.update(0, ember.tensor(ks[:, :, t:t + 1], device=device), ember.tensor(vs[:, :, t:t + 1], device=device))
+            cache.pos += 1
+        k0, cap = cache.k[0], cache.capacity(0)
+        cache.reorder([0, 1, 2])
+        assert cache.k[0] is k0
+        filled = min(6, cache.capacity(0))
+        before_k, before_v = cache.k[0].numpy()[:, :, :filled], cache.v[0].numpy()[:, :, :filled]
+        rows = [2, 0, 0]
+        cache.reorder(rows)
+    np.testing.assert_array_equal(cache.k[0].numpy()[:, :, :filled], before_k[rows])
+    np.testing.assert_array_equal(cache.v[0].numpy()[:, :, :filled], before_v[rows])
+    assert cache.capacity(0) == cap == (4 if window else 64)

@@ -96,15 +96,30 @@ class KVCache:
         return (ring_k, ring_v) if out is None else out
 
     def reorder(self, rows):
-        """Beam search: row i of every buffer becomes the old row rows[i] (ints, or an int64 ember tensor)."""
+        """Beam search: row i of every buffer becomes the old row rows[i] (ints, or an int64 ember tensor).
+        Only the slots written so far are copied (a buffer's capacity runs ahead of its positions), and an
+        order that keeps every row where it is copies nothing."""
         live = [t for t in self.k if t is not None]
         if not live:
             return
+        if not isinstance(rows, ember.Tensor):
+            rows = np.asarray(rows, np.int64)
+            if rows.shape == (live[0].shape[0],) and (rows == np.arange(len(rows))).all():
+                return
         # a host index: its bounds are checked on the host and it goes up with the lookup (a device index would
         # be read back for the check: a round trip per step on webgpu)
-        idx = rows if isinstance(rows, ember.Tensor) else ember.tensor(np.asarray(rows, np.int64))
-        self.k = [None if t is None else t.index_select(0, idx) for t in self.k]
-        self.v = [None if t is None else t.index_select(0, idx) for t in self.v]
+        idx = rows if isinstance(rows, ember.Tensor) else ember.tensor(rows)
+        self.k = [self._rows(t, idx) for t in self.k]
+        self.v = [self._rows(t, idx) for t in self.v]
+
+    def _rows(self, t, idx):
+        if t is None:
+            return None
+        filled = min(self.pos, t.shape[2])
+        if filled == t.shape[2]:
+            return t.index_select(0, idx)
+        out = ember.zeros(idx.shape[0], *t.shape[1:], dtype=t.dtype, device=t.device)
+        return ember.copy_into(out, t.narrow(2, 0, filled).index_select(0, idx), (0, 0, 0, 0))
 
     def capacity(self, layer: int) -> int:
         """Slots the layer's buffer has (a sliding layer: its ring, at most the window)."""
