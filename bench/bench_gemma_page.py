@@ -1,14 +1,15 @@
-"""Gemma 3 270M (the Q4_K_M GGUF) greedy decode in Pyodide under Node, the page's CPU engine: tokens/s with the
+"""Gemma 3 270M (the Q4_K_M GGUF) decode in Pyodide under Node, the page's CPU engine: tokens/s with the
 fused output pick (greedy decoding's argmax over the 262k-row tied Q8_0 output without its logits,
-quant.c ember_q8_0_argmax) against every logit computed (the sampler's path), in one run, interleaved, best
-round; and where a token's time goes (the output pick, the layers' quantized matmuls, the rest: Python, numpy).
+quant.c ember_q8_0_argmax) against every logit computed, and sampled (temperature 0.8, top-k 40, top-p 0.9)
+with the bounded top-k (ember_q8_0_rows_above) against every logit, in one run, interleaved, best round; and
+where a token's time goes (the output pick, the layers' quantized matmuls, the rest: Python, numpy).
 
     python bench/bench_gemma_page.py [--tokens 16] [--rounds 3] [--baseline main|module.wasm] [--json]
 
 --baseline also times the fused pick with another kernel module (cpu_wasm_kernels.wasm as committed at a git
 revision, or a file) in the same interleaved rounds: a kernel change's tok/s before and after in one run.
 
-The tokens of both paths must be equal (the pick is exact); the page in Chromium is e2e/test_web_gemma.py.
+The tokens of both paths must be equal (the pick and the top-k are exact); the page in Chromium is e2e/test_web_gemma.py.
 """
 from __future__ import annotations
 
@@ -50,14 +51,18 @@ def timed(key, fn):
     return wrapper
 
 QTensor.argmax_matmul_t = timed("pick", QTensor.argmax_matmul_t)
+QTensor.topk_matmul_t = timed("pick", QTensor.topk_matmul_t)
 qlinear.QLinear.forward = timed("qmatmul", qlinear.QLinear.forward)
-fused_pick = model.greedy_head
+fused_pick, topk_head = model.greedy_head, model.topk_head
+GREEDY, SAMPLED = SamplingParams(temperature=0), SamplingParams(0.8, 40, 0.9, 1.0, 7)
 best = {{}}
 for r in range({rounds}):
-    for name, pick, module in (("fused pick", fused_pick, None), ("all logits", None, None),
-                               *((("fused pick, baseline kernels", fused_pick, {baseline!r}),) if {baseline!r} else ())):
+    for name, pick, module, params in (
+            ("fused pick", fused_pick, None, GREEDY), ("all logits", None, None, GREEDY),
+            ("sampled top-40, bounded", topk_head, None, SAMPLED), ("sampled top-40, all logits", None, None, SAMPLED),
+            *((("fused pick, baseline kernels", fused_pick, {baseline!r}, GREEDY),) if {baseline!r} else ())):
         cpu_matmul.use_wasm_kernels(module)  # None: the shipped module, as the page loads it
-        model.greedy_head = pick
+        model.greedy_head = model.topk_head = pick
         first = []
 
         def start_decode(t):  # the first token comes from the prompt's forward: time the steps after it
@@ -66,7 +71,7 @@ for r in range({rounds}):
                 for k in timers:
                     timers[k] = 0.0
 
-        gen = generate(model, ids, {tokens}, SamplingParams(temperature=0), on_token=start_decode)
+        gen = generate(model, ids, {tokens}, params, on_token=start_decode)
         toks = list(gen)
         st = gen.stats
         steps = len(toks) - 1
@@ -96,9 +101,11 @@ def main():
             best = s.run(ENGINE.format(path=f"/gemma/{path.name}", prompt=PROMPT, tokens=a.tokens, rounds=a.rounds,
                                        baseline=baseline), timeout=3600)["result"]
     f, full = best["fused pick"], best["all logits"]
+    sb, sf = best["sampled top-40, bounded"], best["sampled top-40, all logits"]
     res = {"new_tokens": a.tokens, "same_tokens": f["tokens"] == full["tokens"],
+           "same_sampled_tokens": sb["tokens"] == sf["tokens"],
            **{name: {k: round(v, 2) for k, v in r.items() if k != "tokens"} for name, r in best.items()},
-           "speedup": round(f["tok_s"] / full["tok_s"], 2)}
+           "speedup": round(f["tok_s"] / full["tok_s"], 2), "sampled_speedup": round(sb["tok_s"] / sf["tok_s"], 2)}
     if a.baseline:
         b = best["fused pick, baseline kernels"]
         res["same_tokens_as_baseline_kernels"] = b["tokens"] == f["tokens"]
