@@ -100,19 +100,12 @@ class QTensor:
         tied output. Under Pyodide a Q8_0 weight is bounded row by row in integers and only the rows that can
         win are computed (wasm/kernels/quant.c ember_q8_0_argmax): the same index, a third of the work.
         Elsewhere, every row is computed."""
-        n_in = self.shape[-1]
-        on_host = isinstance(x, np.ndarray) or str(x.device) == "cpu"
-        if on_host and NO_BLAS and len(self.shape) == 2 and self.ggml_type.name == "Q8_0" and \
-                int(np.prod(x.shape)) == n_in:
-            from ..backends.cpu_matmul import wasm_kernels
-            kernels = wasm_kernels()
-            if kernels is not None:
-                if self._l1 is None:
-                    self._l1 = kernels.q8_0_l1(self.data, n_in)
-                row = np.asarray(x if isinstance(x, np.ndarray) else x.numpy(), np.float32).reshape(n_in)
-                arg, _ = kernels.q8_0_argmax(self.data, self._l1, row)
-                if arg >= 0:
-                    return arg
+        bounded = self._bounded_row(x)
+        if bounded is not None:
+            kernels, row = bounded
+            arg, _ = kernels.q8_0_argmax(self.data, self._l1, row)
+            if arg >= 0:
+                return arg
         y = self.matmul_t(x)
         return int(np.argmax(y if isinstance(y, np.ndarray) else y.numpy()))
 
@@ -122,22 +115,30 @@ class QTensor:
         entries of it: sampling's top-k from a tied output. Under Pyodide a Q8_0 weight is bounded in integers
         and only the rows that can reach the k-th largest are computed (quant.c ember_q8_0_rows_above);
         elsewhere every row is (ids = all of them)."""
-        n_in = self.shape[-1]
-        on_host = isinstance(x, np.ndarray) or str(x.device) == "cpu"
-        if on_host and NO_BLAS and len(self.shape) == 2 and self.ggml_type.name == "Q8_0" and \
-                int(np.prod(x.shape)) == n_in and 0 < k <= self.shape[0]:
-            from ..backends.cpu_matmul import wasm_kernels
-            kernels = wasm_kernels()
-            if kernels is not None:
-                if self._l1 is None:
-                    self._l1 = kernels.q8_0_l1(self.data, n_in)
-                row = np.asarray(x if isinstance(x, np.ndarray) else x.numpy(), np.float32).reshape(n_in)
-                got = kernels.q8_0_topk(self.data, self._l1, row, k)
-                if got is not None:
-                    return got
+        bounded = self._bounded_row(x) if 0 < k <= self.shape[0] else None
+        if bounded is not None:
+            kernels, row = bounded
+            got = kernels.q8_0_topk(self.data, self._l1, row, k)
+            if got is not None:
+                return got
         y = self.matmul_t(x)
         y = np.asarray(y if isinstance(y, np.ndarray) else y.numpy(), np.float32).reshape(-1)
         return np.arange(y.size, dtype=np.int64), y
+
+    def _bounded_row(self, x):
+        """(the wasm kernels, x as one float32 row) where the bounded Q8_0 output kernels apply (Pyodide, a 2-d
+        Q8_0 weight, one row of x on the host), with the weight's per-row bounds made at the first use; else None."""
+        n_in = self.shape[-1]
+        if not (NO_BLAS and len(self.shape) == 2 and self.ggml_type.name == "Q8_0" and int(np.prod(x.shape)) == n_in
+                and (isinstance(x, np.ndarray) or str(x.device) == "cpu")):
+            return None
+        from ..backends.cpu_matmul import wasm_kernels
+        kernels = wasm_kernels()
+        if kernels is None:
+            return None
+        if self._l1 is None:
+            self._l1 = kernels.q8_0_l1(self.data, n_in)
+        return kernels, np.asarray(x if isinstance(x, np.ndarray) else x.numpy(), np.float32).reshape(n_in)
 
     def _matmul_t_host(self, x):
         """The composed fallback: x to the host, slab-wise dequantize + BLAS (ember.quant.qmatmul), back."""
