@@ -126,10 +126,12 @@ class App:
     def set_range(self, selector: str, value):
         self.page.eval_on_selector(selector, f"e => {{ e.value = '{value}'; e.dispatchEvent(new Event('input')); }}")
 
-    def generate(self, prompt: str, max_tokens: int, temperature=0, seed=0):
+    def generate(self, prompt: str, max_tokens: int, temperature=0, seed=0, top_k=None):
         self.page.click("#tab-llama")
         self.page.fill("#prompt", prompt)
         self.set_range("#temperature", temperature)
+        if top_k is not None:  # else the page's default
+            self.page.fill("#top-k", str(top_k))
         self.page.fill("#max-tokens", str(max_tokens))
         self.page.fill("#seed", str(seed))
         self.page.click("#generate")

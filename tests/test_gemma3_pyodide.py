@@ -1,6 +1,7 @@
 """Gemma 3 270M (the real Q4_K_M GGUF) inside Pyodide under Node, through the page's own code path
 (wasm/worker_api.py load + run_llama, with the wasm quantized-matmul kernels): the same prompt ids and the same
-tokens as native CPython for the same prompt and seed, greedy and sampled. Also reports what the page
+tokens as native CPython for the same prompt and seed, greedy, sampled, and sampled from the top k (bounded in
+the page, from every logit natively). Also reports what the page
 would: tokens/s in Pyodide and the wasm heap after loading and generating (printed, never asserted on speed)."""
 from __future__ import annotations
 
@@ -52,7 +53,9 @@ def _native(path, prompt, opts):
 
 def test_gemma_in_pyodide_generates_the_native_tokens(gguf, pyodide_dist):  # noqa: F811
     runs = [{"temperature": 0.0, "top_p": 1.0, "max_new_tokens": N},
-            {"temperature": 0.8, "top_p": 0.9, "max_new_tokens": N, "seed": SEED}]
+            {"temperature": 0.8, "top_p": 0.9, "max_new_tokens": N, "seed": SEED},
+            # top-k: the page computes only the rows that can be among the 40 largest logits, natively all
+            {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "max_new_tokens": N, "seed": SEED}]
     with tempfile.TemporaryDirectory(prefix="ember-gemma-") as tmp:
         os.link(gguf, os.path.join(tmp, gguf.name)) if os.stat(gguf).st_dev == os.stat(tmp).st_dev \
             else shutil.copy(gguf, tmp)

@@ -121,6 +121,8 @@ cases = {
     "bcast_b": ((3, 2, 8, 12), (12, 5)),
     "bcast_mixed": ((3, 1, 6, 8), (1, 4, 8, 9)),
     "row_vectors": ((6, 1, 64), (6, 64, 30)),       # a decoding step's q @ k^T per head
+    "unit_batch": ((1, 1, 4, 64), (1, 1, 64, 30)),  # batch 1 x 1 kv head (one GEMM, not the batched loop)
+    "unit_bcast": ((1, 1, 4, 64), (64, 64)),        # decode's rope: x @ rotation
 }
 result = {}
 for name, (sa, sb) in cases.items():
@@ -130,6 +132,17 @@ for name, (sa, sb) in cases.items():
 a, b = rng.standard_normal((4, 8, 20)).astype(np.float32), rng.standard_normal((4, 11, 20)).astype(np.float32)
 bt = b.transpose(0, 2, 1)  # batched A B^T through strides
 result["batched_nt"] = [list(k.matmul(a, bt).shape), *rel_err(k.matmul(a, bt), a, bt)]
+# views into the one-GEMM paths: k^T of a cache slice (strided), a non-contiguous a with a 2-d b, into `out`
+cache = rng.standard_normal((1, 1, 50, 64)).astype(np.float32)
+q = rng.standard_normal((1, 1, 4, 64)).astype(np.float32)
+kt = cache[:, :, :30].swapaxes(-1, -2)
+result["unit_batch_view"] = [list(k.matmul(q, kt).shape), *rel_err(k.matmul(q, kt), q, kt)]
+at = rng.standard_normal((3, 2, 12, 8)).astype(np.float32).swapaxes(-1, -2)
+w = rng.standard_normal((12, 5)).astype(np.float32)
+result["bcast_b_view"] = [list(k.matmul(at, w).shape), *rel_err(k.matmul(at, w), at, w)]
+out = np.zeros((1, 1, 8, 30), np.float32)[:, :, ::2]  # every other row: a strided out
+y = k.matmul(q, kt, out=out)
+result["unit_batch_out"] = [list(y.shape) if y is out else None, *rel_err(out, q, kt)]
 ''')
     for name, (shape, err, ref_shape) in got.items():
         assert shape == ref_shape and err < 1e-5, (name, shape, ref_shape, err)

@@ -407,6 +407,7 @@ $("#generate").addEventListener("click", async () => {
   try {
     const opts = {
       temperature: Number($("#temperature").value), top_p: Number($("#top-p").value),
+      top_k: numberField("#top-k", "Top-k", { min: 0, max: 1000 }),
       max_new_tokens: numberField("#max-tokens", "Max tokens", { min: 1, max: 4096 }),
       seed: numberField("#seed", "Seed", { min: 0, max: 2 ** 32 - 1, optional: true }),
     };

@@ -16,6 +16,7 @@ plain module when that one fails to load.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import sys
 from pathlib import Path
@@ -45,7 +46,8 @@ _RELAXED_PROBE = bytes([0x00, 0x61, 0x73, 0x6D, 0x01, 0x00, 0x00, 0x00,
 class WasmKernels:
     """The loaded module: `matmul(a, b, out)` for float32 arrays of any strides, batched and broadcast;
     `silu(x)`, `gelu(x)` (erf form); `exp_rowmax(s)` (attention's unnormalised softmax, in place);
-    `qmatmul` / `qdequant` on GGML blocks, `q8_0_argmax` (greedy decoding's output row) (quant.c)."""
+    `qmatmul` / `qdequant` on GGML blocks, `q8_0_argmax` (greedy decoding's output row), `q8_0_topk` (sampling's
+    top-k candidates) (quant.c)."""
 
     def __init__(self, lib: ctypes.CDLL):
         # no argtypes: Python ints go through as C ints, the cheapest call Pyodide's ctypes makes
@@ -58,17 +60,23 @@ class WasmKernels:
         self._qmatmul, self._qdequant = lib.ember_qmatmul, lib.ember_qdequant
         self.qmatmul_types = frozenset(t for t in range(40) if lib.ember_qmatmul_supports(t))  # GGML type ids
         self._q8_0_l1, self._q8_0_argmax = lib.ember_q8_0_l1, lib.ember_q8_0_argmax
+        self._q8_0_bounds, self._q8_0_rows_above = lib.ember_q8_0_bounds, lib.ember_q8_0_rows_above
         self._count = np.zeros(1, np.int32)  # rows ember_q8_0_argmax computed exactly
+        self._xsum = np.empty(256, _F32)  # qmatmul's scratch, grown on demand
+        self._xsum_ptr = _ptr(self._xsum)
 
     def qmatmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
         """x (m, k) float32 C-contiguous @ W.T -> (m, out_features) float32, W as uint8 GGML rows
         (out_features, row_bytes) of a type in qmatmul_types, decoded in registers (quant.c)."""
         m, k = x.shape
         y = np.empty((m, out_features), _F32)
-        xsum = np.empty(max(1, m * k // 32), _F32)  # per-32 sums of x, for the types with a min
-        w = np.ascontiguousarray(w)
+        if self._xsum.size < m * k // 32:  # per-32 sums of x, for the types with a min: kept between calls
+            self._xsum = np.empty(m * k // 32, _F32)
+            self._xsum_ptr = _ptr(self._xsum)
+        if not w.flags.c_contiguous:
+            w = np.ascontiguousarray(w)
         if m and out_features and self._qmatmul(type_id, m, out_features, k, _ptr(w), _ptr(x), k, _ptr(y),
-                                                 out_features, _ptr(xsum)) != 0:
+                                                 out_features, self._xsum_ptr) != 0:
             raise ValueError(f"ember: wasm qmatmul: no kernel for GGML type {type_id} with rows of {k}")
         return y
 
@@ -100,6 +108,27 @@ class WasmKernels:
         if arg == -1:
             raise ValueError(f"ember: wasm q8_0_argmax: no kernel for {n} rows of {k}")
         return (arg, int(self._count[0])) if arg >= 0 else (-1, 0)
+
+    def q8_0_topk(self, w: np.ndarray, l1: np.ndarray, x: np.ndarray, top_k: int):
+        """(ids, logits): every row of qmatmul(x, w) that can be among its top_k largest (a superset of them:
+        ascending int64 ids, the rows' float32 values as qmatmul gives them), for one float32 row x (k,) and
+        Q8_0 rows w (C-contiguous) with their q8_0_l1; None where no bound holds (x or a scale not finite)."""
+        n, k = w.shape[0], x.shape[-1]
+        if not 0 < top_k <= n:
+            raise ValueError(f"ember: wasm q8_0_topk: top_k {top_k} is not in 1..{n}")
+        x = np.ascontiguousarray(x, _F32)
+        bounds = np.empty((2, n), _F32)  # lo, hi
+        xq = np.empty(k, np.int16)
+        rc = self._q8_0_bounds(n, k, _ptr(w), _ptr(l1), _ptr(x), _ptr(xq), _ptr(bounds), _ptr(bounds[1]))
+        if rc == -1:
+            raise ValueError(f"ember: wasm q8_0_topk: no kernel for {n} rows of {k}")
+        if rc != 0:
+            return None
+        # the k-th largest lower bound: a floor under the k-th largest value (bounds[0] is scratch after this)
+        floor = np.partition(bounds[0], n - top_k)[n - top_k:n - top_k + 1].copy()
+        ids, y = np.empty(n, np.int32), bounds[0]
+        count = self._q8_0_rows_above(n, k, _ptr(w), _ptr(bounds[1]), _ptr(floor), _ptr(x), _ptr(ids), _ptr(y))
+        return ids[:count].astype(np.int64), y[:count].copy()
 
     def silu(self, x: np.ndarray) -> np.ndarray:
         """x * sigmoid(x) for float32 (~2 ulp exp), a fresh C-contiguous array of x's shape."""
@@ -139,10 +168,17 @@ class WasmKernels:
             target = np.empty(shape, _F32)
         if m and n:
             a, b = _element_strided(a), _element_strided(b)
-            if not batch:
+            if batch and b.ndim == 2 and a.flags.c_contiguous and target.flags.c_contiguous:
+                # (..., M, K) @ (K, N): one GEMM over all of a's rows (decode's rope, a linear layer)
+                a, c = a.reshape(-1, k), target.reshape(-1, n)
+            elif batch and math.prod(batch) == 1:  # (1, .., 1, M, K) (decode's attention): the batched loop's
+                a, b, c = a.reshape(m, k), b.reshape(k, n), target.reshape(m, n)  # overhead is most of its time
+            else:
+                c = None if batch else target
+            if c is not None:
                 sa, sb = a.strides, b.strides
-                self._sgemm(m, n, k, _ptr(a), sa[0] >> 2, sa[1] >> 2, _ptr(b), sb[0] >> 2, sb[1] >> 2,
-                            _ptr(target), target.strides[0] >> 2, self._scratch_ptr, 0)
+                self._sgemm(a.shape[0], n, k, _ptr(a), sa[0] >> 2, sa[1] >> 2, _ptr(b), sb[0] >> 2, sb[1] >> 2,
+                            _ptr(c), c.strides[0] >> 2, self._scratch_ptr, 0)
             else:
                 if a.shape[:-2] != batch:
                     a = np.broadcast_to(a, batch + (m, k))

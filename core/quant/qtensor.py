@@ -7,7 +7,7 @@ from . import ggml_types as T
 from .codec import check_raw, dequantize_rows, quantize
 from . import repack
 from ..backends.cpu_matmul import NO_BLAS
-from .qmatmul import qmatmul
+from .qmatmul import FUSED_ROWS, qmatmul
 
 PART_BYTES = 64 << 20  # the largest block array a device multiplies by at once (see QTensor.device_parts)
 
@@ -100,29 +100,71 @@ class QTensor:
         tied output. Under Pyodide a Q8_0 weight is bounded row by row in integers and only the rows that can
         win are computed (wasm/kernels/quant.c ember_q8_0_argmax): the same index, a third of the work.
         Elsewhere, every row is computed."""
-        n_in = self.shape[-1]
-        on_host = isinstance(x, np.ndarray) or str(x.device) == "cpu"
-        if on_host and NO_BLAS and len(self.shape) == 2 and self.ggml_type.name == "Q8_0" and \
-                int(np.prod(x.shape)) == n_in:
-            from ..backends.cpu_matmul import wasm_kernels
-            kernels = wasm_kernels()
-            if kernels is not None:
-                if self._l1 is None:
-                    self._l1 = kernels.q8_0_l1(self.data, n_in)
-                row = np.asarray(x if isinstance(x, np.ndarray) else x.numpy(), np.float32).reshape(n_in)
-                arg, _ = kernels.q8_0_argmax(self.data, self._l1, row)
-                if arg >= 0:
-                    return arg
+        bounded = self._bounded_row(x)
+        if bounded is not None:
+            kernels, row = bounded
+            arg, _ = kernels.q8_0_argmax(self.data, self._l1, row)
+            if arg >= 0:
+                return arg
         y = self.matmul_t(x)
         return int(np.argmax(y if isinstance(y, np.ndarray) else y.numpy()))
+
+    def topk_matmul_t(self, x, k: int):
+        """(ids, values) for one row x (in,) or (1, ..., in): ids (ascending int64) of rows of self.matmul_t(x)
+        that include every row among its k largest (ties with the k-th too), values those rows' float32
+        entries of it: sampling's top-k from a tied output. Under Pyodide a Q8_0 weight is bounded in integers
+        and only the rows that can reach the k-th largest are computed (quant.c ember_q8_0_rows_above);
+        elsewhere every row is (ids = all of them)."""
+        bounded = self._bounded_row(x) if 0 < k <= self.shape[0] else None
+        if bounded is not None:
+            kernels, row = bounded
+            got = kernels.q8_0_topk(self.data, self._l1, row, k)
+            if got is not None:
+                return got
+        y = self.matmul_t(x)
+        y = np.asarray(y if isinstance(y, np.ndarray) else y.numpy(), np.float32).reshape(-1)
+        return np.arange(y.size, dtype=np.int64), y
+
+    def _bounded_row(self, x):
+        """(the wasm kernels, x as one float32 row) where the bounded Q8_0 output kernels apply (Pyodide, a 2-d
+        Q8_0 weight, one row of x on the host), with the weight's per-row bounds made at the first use; else None."""
+        n_in = self.shape[-1]
+        if not (NO_BLAS and len(self.shape) == 2 and self.ggml_type.name == "Q8_0" and int(np.prod(x.shape)) == n_in
+                and (isinstance(x, np.ndarray) or str(x.device) == "cpu")):
+            return None
+        from ..backends.cpu_matmul import wasm_kernels
+        kernels = wasm_kernels()
+        if kernels is None:
+            return None
+        if self._l1 is None:
+            self._l1 = kernels.q8_0_l1(self.data, n_in)
+        return kernels, np.asarray(x if isinstance(x, np.ndarray) else x.numpy(), np.float32).reshape(n_in)
 
     def _matmul_t_host(self, x):
         """The composed fallback: x to the host, slab-wise dequantize + BLAS (ember.quant.qmatmul), back."""
         from ..dtypes import float32
         from ..tensor import Tensor
-        y = qmatmul(x.numpy(), self.data, self.ggml_type, self.shape, name=self._what(), levels=self._host_levels())
+        xn = x.numpy()
+        y = self._wasm_fused(xn) if NO_BLAS else None
+        if y is None:
+            y = qmatmul(xn, self.data, self.ggml_type, self.shape, name=self._what(), levels=self._host_levels())
         out = Tensor._from_storage(y, float32)
         return out if str(x.device) == "cpu" else out.to(x.device)
+
+    def _wasm_fused(self, x: np.ndarray):
+        """qmatmul's in-register wasm product for a few rows of x (decode) without its checks of the blocks,
+        which the constructor made: a decode step makes 7 of these calls per layer, and the checks were a
+        third of each small one's Python cost. None where qmatmul's own path applies."""
+        if len(self.shape) != 2 or x.shape[-1:] != self.shape[1:]:
+            return None
+        from ..backends.cpu_matmul import wasm_kernels
+        kernels = wasm_kernels()
+        x2 = x.reshape(-1, self.shape[1])
+        if kernels is None or self.ggml_type.id not in kernels.qmatmul_types or x2.shape[0] > FUSED_ROWS:
+            return None
+        if x2.dtype != np.float32 or not x2.flags.c_contiguous:
+            x2 = np.ascontiguousarray(x2, np.float32)
+        return kernels.qmatmul(x2, self.data, self.ggml_type.id, self.shape[0]).reshape(*x.shape[:-1], self.shape[0])
 
     def _host_levels(self):
         """The weight as int8 levels + scales (repack.py) for numpy + BLAS, made once; None under Pyodide, whose

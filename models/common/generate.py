@@ -77,16 +77,37 @@ class Sampler:
         """The pick is argmax(logits) itself (no penalty, no sampling): a model's greedy_head may give it."""
         return self.p.temperature == 0 and self.p.repetition_penalty == 1.0
 
+    @property
+    def top_k_only(self) -> int:
+        """k when the draw depends on the k largest logits alone (top-k on, no penalty: a penalty moves logits
+        after the top k are known), else 0: a model's topk_head may then compute just those (and a few more)."""
+        return self.p.top_k if self.p.temperature > 0 and self.p.repetition_penalty == 1.0 else 0
+
     def __call__(self, logits: np.ndarray, seen) -> int:
         """logits (vocab,) float -> next token id."""
         logits = apply_repetition_penalty(logits.astype(np.float32), seen, self.p.repetition_penalty)
         if self.p.temperature == 0:
             return int(np.argmax(logits))
-        logits = top_p_filter(top_k_filter(logits / np.float32(self.p.temperature), self.p.top_k), self.p.top_p)
+        return self.draw(np.arange(logits.shape[-1]), logits)
+
+    def draw(self, ids: np.ndarray, logits: np.ndarray) -> int:
+        """Sample among the tokens `ids` (ascending) with these logits: all of the vocabulary, or (top_k_only)
+        a subset holding at least every token among the k largest (Gemma's topk_head). The filters run on the
+        kept tokens alone, in id order, so both give the same token for a seed: the same float64 sums, and one
+        uniform number drawn either way."""
+        logits = logits.astype(np.float32) / np.float32(self.p.temperature)
+        k = self.p.top_k
+        if 0 < k < logits.shape[-1]:  # keep the k largest (ties with the k-th kept), as top_k_filter
+            keep = logits >= np.partition(logits, -k)[-k]
+            ids, logits = ids[keep], logits[keep]
+        if self.p.top_p < 1.0:
+            logits = top_p_filter(logits, self.p.top_p)
+            keep = logits > -np.inf
+            ids, logits = ids[keep], logits[keep]
         z = logits.astype(np.float64) - logits.max()
         probs = np.exp(z)
         probs /= probs.sum()
-        return int(self.rng.choice(len(probs), p=probs))
+        return int(ids[self.rng.choice(len(probs), p=probs)])
 
 
 # ============================================================================ generation
@@ -132,6 +153,12 @@ class Generation:
         # the id, and the logits are never formed
         pick = getattr(model, "greedy_head", None) if self.sampler.greedy else None
         kw = {} if pick is None else {"head": pick}
+        # sampling from the k largest with a model that finds them without every logit (the same model): its
+        # head returns (ids, logits) of a superset of the top k
+        top_k, topk_head = self.sampler.top_k_only, getattr(model, "topk_head", None)
+        bounded = pick is None and top_k and topk_head is not None
+        if bounded:
+            kw = {"head": lambda x: topk_head(x, top_k)}
         with ember.no_grad():
             t0 = time.perf_counter()
             # token ids stay host tensors: the embedding checks them on the host and uploads them, so a GPU
@@ -141,7 +168,12 @@ class Generation:
                 if self._aborted:
                     st.stopped = "abort"
                     break
-                tok = logits if pick is not None else self.sampler(logits.numpy()[0, -1], seen)
+                if pick is not None:
+                    tok = logits
+                elif bounded:
+                    tok = self.sampler.draw(*logits)
+                else:
+                    tok = self.sampler(logits.numpy()[0, -1], seen)
                 now = time.perf_counter()
                 if i == 0:
                     st.prompt_s, t0 = now - t0, now

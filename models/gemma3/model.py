@@ -59,6 +59,13 @@ class QEmbedding(nn.Module):
             return self.weight.argmax_matmul_t(x)
         return int(np.argmax(self.logits(x).numpy()))
 
+    def topk_logits(self, x, k: int):                                       # (1, 1, dim) -> (ids, logits)
+        """The logits of a set of ids holding every one among the k largest (QTensor.topk_matmul_t)."""
+        if isinstance(self.weight, QTensor):
+            return self.weight.topk_matmul_t(x, k)
+        y = self.logits(x).numpy().reshape(-1)
+        return np.arange(y.size, dtype=np.int64), y
+
     def logits(self, x):                                                     # (B, T, dim) -> (B, T, vocab)
         if isinstance(self.weight, QTensor):
             return self.weight.matmul_t(x)
@@ -134,3 +141,12 @@ class Gemma3(CausalLM):
         if self.config.final_logit_softcap:
             return int(np.argmax(self.head(x).numpy()))
         return self.model.embed_tokens.argmax_logits(x)
+
+    def topk_head(self, x, k: int):
+        """(ids, logits) of head(x) for one position x (1, 1, dim), over a set of ids that holds every one among
+        the k largest logits: sampling's top-k without the 262k logits where the embedding allows it
+        (QTensor.topk_matmul_t). With a soft cap every logit is computed (as greedy_head)."""
+        if self.config.final_logit_softcap:
+            y = self.head(x).numpy().reshape(-1)
+            return np.arange(y.size, dtype=np.int64), y
+        return self.model.embed_tokens.topk_logits(x, k)

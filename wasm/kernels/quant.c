@@ -381,18 +381,12 @@ static inline v128_t dot32_i16(const uint8_t *q, const int16_t *x) {  // 4 lanes
     return wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(hi), wasm_v128_load(x + 24)));
 }
 
-// The index of the largest of W x (W: n rows of k as Q8_0, l1 from ember_q8_0_l1), or -1 for k not whole blocks,
-// -2 when x or a bound is not finite (the caller then computes every row). scratch: n + k / 32 floats and k
-// int16; *exact_rows gets how many rows were computed exactly.
-__attribute__((export_name("ember_q8_0_argmax")))
-int ember_q8_0_argmax(int n, int k, const uint8_t *w, const float *l1, const float *x, float *scratch,
-                      int *exact_rows) {
-    if (k % 32 != 0 || n <= 0)
-        return -1;
+// The integer pass: lo[r] <= (W x)_r <= hi[r] for every row (W: n rows of k as Q8_0, l1 from ember_q8_0_l1), and
+// the largest lo; 0, or -2 when x or a bound is not finite (no bound holds). xq: k int16 of scratch.
+static int q8_0_bounds(int n, int k, const uint8_t *w, const float *l1, const float *x, int16_t *xq, float *lo,
+                       float *hi, float *best_lo) {
     int nb = k / 32;
     long rb = (long)nb * 34;
-    float *hi = scratch;  // (then nb floats the exact kernel once took for x sums: Q8_0 has no offset)
-    int16_t *xq = (int16_t *)(scratch + n + nb);
     float m = 0.0f;
     for (int i = 0; i < k; i++) {
         float a = x[i] < 0 ? -x[i] : x[i];
@@ -405,7 +399,7 @@ int ember_q8_0_argmax(int n, int k, const uint8_t *w, const float *l1, const flo
         float v = x[i] * inv;  // |v| <= 127 (plus an ulp, which rounds back to 127)
         xq[i] = (int16_t)(v < 0 ? -(int)(0.5f - v) : (int)(v + 0.5f));
     }
-    float best_lo = -3.4e38f;
+    float top = -3.4e38f;
     for (int r = 0; r < n; r++) {
         const uint8_t *p = w + (long)r * rb;
         v128_t acc = wasm_f32x4_splat(0);
@@ -415,13 +409,31 @@ int ember_q8_0_argmax(int n, int k, const uint8_t *w, const float *l1, const flo
         }
         float approx = hsum(acc) * step, e = l1[r] * slack;
         hi[r] = approx + e;
-        best_lo = approx - e > best_lo ? approx - e : best_lo;
+        if (!(hi[r] <= 3.0e38f))
+            return -2;  // a non-finite scale (or bound)
+        if (lo != 0)
+            lo[r] = approx - e;
+        top = approx - e > top ? approx - e : top;
     }
+    *best_lo = top;
+    return 0;
+}
+
+// The index of the largest of W x (W: n rows of k as Q8_0, l1 from ember_q8_0_l1), or -1 for k not whole blocks,
+// -2 when x or a bound is not finite (the caller then computes every row). scratch: n + k / 32 floats and k
+// int16; *exact_rows gets how many rows were computed exactly.
+__attribute__((export_name("ember_q8_0_argmax")))
+int ember_q8_0_argmax(int n, int k, const uint8_t *w, const float *l1, const float *x, float *scratch,
+                      int *exact_rows) {
+    if (k % 32 != 0 || n <= 0)
+        return -1;
+    long rb = (long)(k / 32) * 34;
+    float *hi = scratch, best_lo;  // (then k / 32 floats the exact kernel once took for x sums: Q8_0 has no offset)
+    if (q8_0_bounds(n, k, w, l1, x, (int16_t *)(scratch + n + k / 32), 0, hi, &best_lo) != 0)
+        return -2;
     int arg = -1, count = 0;
     float best = 0.0f;
     for (int r = 0; r < n; r++) {
-        if (!(hi[r] <= 3.0e38f))
-            return -2;  // a non-finite scale (or bound): no bound holds
         if (hi[r] < best_lo)
             continue;
         float y;
@@ -434,4 +446,37 @@ int ember_q8_0_argmax(int n, int k, const uint8_t *w, const float *l1, const flo
     }
     *exact_rows = count;
     return arg;
+}
+
+// Sampling's top-k over the same output: every row whose logit can reach the k-th largest, computed exactly.
+// The k-th largest lower bound t is a floor under the k-th largest logit (k rows lie at or above their lo), so
+// each row with hi < t is below the k-th largest and cannot be kept; the others (ids, ascending, and their
+// logits, the values ember_qmatmul gives) go to the caller, which picks the top k among them as it would among
+// all rows. threshold: t (one float: a pointer, as ctypes passes no floats untyped), found by the caller from
+// lo (a partition); ids and y: room for n. Returns how many rows were computed, -1 for k not whole blocks.
+__attribute__((export_name("ember_q8_0_rows_above")))
+int ember_q8_0_rows_above(int n, int k, const uint8_t *w, const float *hi, const float *threshold, const float *x,
+                          int *ids, float *y) {
+    if (k % 32 != 0 || n <= 0)
+        return -1;
+    long rb = (long)(k / 32) * 34;
+    int count = 0;
+    for (int r = 0; r < n; r++) {
+        if (hi[r] < *threshold)
+            continue;
+        rows_q8_0(1, 1, k, w + (long)r * rb, x, k, y + count, 1, 0);
+        ids[count++] = r;
+    }
+    return count;
+}
+
+// lo, hi (n floats each) = the integer pass's bounds of each row of W x (see q8_0_bounds); scratch: k int16.
+// Returns 0, -1 for k not whole blocks, -2 when x or a bound is not finite (the caller computes every row).
+__attribute__((export_name("ember_q8_0_bounds")))
+int ember_q8_0_bounds(int n, int k, const uint8_t *w, const float *l1, const float *x, int16_t *scratch, float *lo,
+                      float *hi) {
+    if (k % 32 != 0 || n <= 0)
+        return -1;
+    float best_lo;
+    return q8_0_bounds(n, k, w, l1, x, scratch, lo, hi, &best_lo);
 }
