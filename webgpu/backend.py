@@ -27,6 +27,7 @@ from .backend_quant import QuantMixin
 from .backend_f16 import Pack16Mixin
 from .conv_gemm import ConvGemmMixin
 from .fusion import FusionMixin, new_pending_set
+from .norm_prologue import NormPrologueMixin
 from .pack16 import PACKED
 from .buffers import BufferPool, GArray, Storage, compute_type, contiguous_strides
 
@@ -87,7 +88,8 @@ def merge_dims(shape, views):
     return tuple(s for s, _ in out), [(v[0], tuple(st[k] for _, st in out)) for k, v in enumerate(views)]
 
 
-class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, FusionMixin, ConvGemmMixin, Backend):
+class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, FusionMixin, NormPrologueMixin,
+                    ConvGemmMixin, Backend):
     name = "webgpu"
     _groups = staticmethod(_groups)
 

@@ -38,11 +38,10 @@ class QuantMixin:
         lead = tuple(x.shape[:-1])
         m = math.prod(lead)
         decoder = _DECODERS.get(qtype.name)
-        pro = self._matvec_prologue(x, k_in) if decoder and 0 < m <= _MATVEC_MAX_M and n_out else None
-        if pro is not None:  # x is pending (SiLU(gate) * up): computed inside the matvec, never written
-            return self.reshape(self._qmatvec(pro[1], 0, m, w=self._device_weight(raw, qtype, shape, False),
-                                              decoder=decoder, n_out=n_out, k_in=k_in,
-                                              row_bytes=qtype.row_bytes(k_in), xv=pro[0], xmeta=pro[2]),
+        pro = self._fused_input(x, k_in) if decoder and 0 < m <= _MATVEC_MAX_M and n_out else None
+        if pro is not None:  # x is pending (a norm, SiLU(gate) * up): computed inside the matvec, never written
+            return self.reshape(self._qmatvec(m=m, w=self._device_weight(raw, qtype, shape, False), decoder=decoder,
+                                              n_out=n_out, k_in=k_in, row_bytes=qtype.row_bytes(k_in), **pro),
                                 lead + (n_out,))
         x2 = self.contiguous(self.reshape(self.cast(x, D.float32), (m, k_in)))  # (M, K)
         if decoder is None:
@@ -55,20 +54,52 @@ class QuantMixin:
         y = self._qmatvec([x2], x2.offset, m, w, decoder, n_out, k_in, row_bytes)
         return self.reshape(y, lead + (n_out,))
 
-    def _qmatvec(self, xs, x_off, m, w, decoder, n_out, k_in, row_bytes, xv=None, xmeta=()):
-        """(M, N) float32 from the blocks w and x: [x2] read at x_off + row * K, or the leaves of a pending
-        x whose element j xv (WGSL, fusion.py) computes from their views in xmeta."""
+    def _fused_input(self, x, k):
+        """The qmatvec pieces (xs, x_off, xv, pro, rw, xmeta, eps) that compute a pending x (..., k) inside it:
+        a norm (norm_prologue.py) or an elementwise chain such as SiLU(gate) * up (fusion.py); None otherwise."""
+        if not self.fuse:
+            return None
+        pro = self._norm_matvec(x, k)
+        if pro is not None:
+            return pro
+        ew = self._matvec_prologue(x, k)
+        return None if ew is None else dict(xs=ew[1], x_off=0, xv=ew[0], xmeta=ew[2])
+
+    def _qmatvec(self, xs, x_off, m, w, decoder, n_out, k_in, row_bytes, xv=None, xmeta=(), pro="", rw=(), eps=0):
+        """(M, N) float32 from the blocks w and x: [x2] read at x_off + row * K, or the inputs of a pending x
+        whose element j xv (WGSL, fusion.py / norm_prologue.py) computes from them (views in xmeta), after
+        `pro` (a norm's row statistics); inputs numbered in rw (from 1) are written (a residual sum)."""
+        if pro and m > _MATVEC_ROWS:
+            raise ValueError(f"ember: a norm prologue serves at most {_MATVEC_ROWS} rows, got {m}")
         y = self._new((m, n_out), D.float32)                                     # (M, N)
         tpc = self.qmatvec_split
         types = ["u32"] + [self._word(x.dtype)[0] for x in xs]
         p = self.pipelines.get("quant", "qmatvec", "f32", types, include=("elementwise",) if xv else (),
-                               DECODE=decoder, TPC=str(tpc), XV=xv or XV_PLAIN)
+                               rw=rw, DECODE=decoder, TPC=str(tpc), XV=xv or XV_PLAIN, PRO=pro)
         for m0 in range(0, m, _MATVEC_ROWS):
             rows = min(_MATVEC_ROWS, m - m0)
             # x rows from element prm[4] of x (its buffer, or the pending x's flat index), out rows from prm[5] of y's
-            meta = [rows, n_out, k_in, row_bytes, x_off + m0 * k_in, m0 * n_out, 0, 0] + list(xmeta)
+            meta = [rows, n_out, k_in, row_bytes, x_off + m0 * k_in, m0 * n_out, eps, 0] + list(xmeta)
             self._run(p, meta, y, [w] + list(xs), _col_groups(-(-n_out // (64 // tpc))))
         return y
+
+    def _f32_matvec(self, a, b):
+        """a (..., M, K) @ b (K, N) as the qmatvec over float32 rows (decode_f32) when a is pending (a norm, an
+        elementwise chain) and computed inside it, M <= 32, b the transposed view of a contiguous (N, K)
+        weight (F.linear's) with K a multiple of 32; else None (matmul dispatches as usual)."""
+        if len(b.shape) != 2 or not b.shape[0] or b.offset or b.strides != (1, b.shape[0]) or a.dtype is not D.float32 \
+                or b.dtype is not D.float32 or b.shape[0] % 32:
+            return None
+        k_in, n_out = b.shape
+        m = a.size // max(k_in, 1)
+        if not (0 < m <= _MATVEC_MAX_M and n_out):
+            return None
+        pro = self._fused_input(a, k_in)
+        if pro is None:
+            return None
+        w = GArray(b.storage, (b.size,), (1,), 0, D.uint32)                     # (N * K) f32 words, as u32
+        y = self._qmatvec(m=m, w=w, decoder="decode_f32", n_out=n_out, k_in=k_in, row_bytes=4 * k_in, **pro)
+        return self.reshape(y, a.shape[:-1] + (n_out,))
 
     def _q_prefill(self, x2, w, decoder, n_out, k_in, row_bytes):
         """Many input rows: dequantize slabs of weight rows on the GPU, multiply with the tiled matmul."""

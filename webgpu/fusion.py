@@ -80,7 +80,7 @@ def pending(x):
     """x's pending node when x reads a whole pending result in its natural layout, else None."""
     st = x.storage
     node = getattr(st, "node", None)
-    if node is None or x.offset != 0 or x.shape != node.shape or x.strides != contiguous_strides(x.shape):
+    if not isinstance(node, Pending) or x.offset != 0 or x.shape != node.shape or x.strides != contiguous_strides(x.shape):
         return None
     return node
 
@@ -162,10 +162,10 @@ class FusionMixin:
             if st.node is not None and st.node.reads(storage):
                 st.handle  # noqa: B018  (runs it)
 
-    def _matvec_prologue(self, x, k):
-        """(xv WGSL, leaves, meta words) for a kernel reading x (..., k) float32 as xv(m * k + c): a pending x
-        computed from its leaves (bound from in1, views in meta from word 8), or x itself (xv reads in1)."""
-        node = pending(x) if self.fuse else None
+    def _matvec_prologue(self, x, k, name="xv", node=None):
+        """(WGSL of fn `name`, leaves, meta words) for a kernel reading x (..., k) float32 as name(m * k + c): a
+        pending x computed from its leaves (bound from in1, views in meta from word 8); None when x is not one."""
+        node = node or (pending(x) if self.fuse else None)
         if node is None or node.dtype.name != "float32" or node.shape[-1] != k or node.scalars \
                 or len(node.leaves) > _MAX_LEAVES - 1:
             return None
@@ -178,7 +178,7 @@ class FusionMixin:
             lines.append(f"let l{i} = {compute_type(self._word(leaf.dtype)[0])}(in{1 + i}[bitcast<i32>(prm[{b}]) + "
                          f"i32(j / prm[2]) * bitcast<i32>(prm[{b + 1}]) + i32(j % prm[2]) * bitcast<i32>(prm[{b + 2}])]);")
         expr = _TOK.sub(lambda m: "l" + m.group(2), node.expr)
-        xv = "fn xv(j: u32) -> f32 { " + " ".join(lines) + f" return f32({expr}); }}"
+        xv = f"fn {name}(j: u32) -> f32 {{ " + " ".join(lines) + f" return f32({expr}); }}"
         meta = [w for r in rows for w in r]
         return xv, list(node.leaves), meta
 

@@ -442,6 +442,13 @@ def rotary_embedding(x, cos, sin):
     return rope_composed(x, cos, sin)
 
 
+def rope_append_attention(qkv, rot, k_cache, v_cache, mask, *, n_heads, slot, length, scale=None):
+    """One decoded token's attention from its fused q | k | v projection, with its KV cache row written in place
+    (ember.nn.fused_ops.rope_append_attention: one WGSL kernel on webgpu, composed elsewhere)."""
+    from .fused_ops import rope_append_attention as fused
+    return fused(qkv, rot, k_cache, v_cache, mask, n_heads=n_heads, slot=slot, length=length, scale=scale)
+
+
 # ------------------------------------------------------------------ losses
 
 def _reduce_loss(loss, reduction, weight_sum=None):
