@@ -84,13 +84,20 @@ class QuantMixin:
         return y
 
     def _f32_matvec(self, a, b):
-        """a (..., M, K) @ b (K, N) as the qmatvec over float32 rows (decode_f32) when a is pending (a norm, an
-        elementwise chain) and computed inside it, M <= 32, b the transposed view of a contiguous (N, K)
-        weight (F.linear's) with K a multiple of 32; else None (matmul dispatches as usual)."""
-        if len(b.shape) != 2 or not b.shape[0] or b.offset or b.strides != (1, b.shape[0]) or a.dtype is not D.float32 \
-                or b.dtype is not D.float32 or b.shape[0] % 32:
+        """a (..., M, K) @ b (K, N) as the qmatvec over float32 weights when a is pending (a norm, an
+        elementwise chain) and computed inside it, M <= 32, K a multiple of 32, b the transposed view of a
+        contiguous (N, K) weight (F.linear's: decode_f32) or a contiguous (K, N) matrix (a rope step's
+        rotation: decode_f32t); else None (matmul dispatches as usual)."""
+        if len(b.shape) != 2 or not b.shape[0] or b.offset or a.dtype is not D.float32 or b.dtype is not D.float32 \
+                or b.shape[0] % 32:
             return None
         k_in, n_out = b.shape
+        if b.strides == (1, k_in):
+            decoder, row_bytes = "decode_f32", 4 * k_in
+        elif b.strides == (n_out, 1):
+            decoder, row_bytes = "decode_f32t", 4
+        else:
+            return None
         m = a.size // max(k_in, 1)
         if not (0 < m <= _MATVEC_MAX_M and n_out):
             return None
@@ -98,7 +105,7 @@ class QuantMixin:
         if pro is None:
             return None
         w = GArray(b.storage, (b.size,), (1,), 0, D.uint32)                     # (N * K) f32 words, as u32
-        y = self._qmatvec(m=m, w=w, decoder="decode_f32", n_out=n_out, k_in=k_in, row_bytes=4 * k_in, **pro)
+        y = self._qmatvec(m=m, w=w, decoder=decoder, n_out=n_out, k_in=k_in, row_bytes=row_bytes, **pro)
         return self.reshape(y, a.shape[:-1] + (n_out,))
 
     def _q_prefill(self, x2, w, decoder, n_out, k_in, row_bytes):

@@ -68,7 +68,7 @@ class NormPrologueMixin:
         src = node.x
         add = pending(src)
         lines = None
-        if add is not None and not add.scalars and len(add.leaves) <= 2 and add.dtype is D.float32:
+        if add is not None and len(add.leaves) <= 2 and add.dtype is D.float32:
             lines = self._matvec_prologue(src, k, name="xr", node=add)
         if lines is not None:  # x + a computed here from its leaves; workgroup 0 writes it to src's buffer
             xr, xs, xmeta = lines

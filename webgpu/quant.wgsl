@@ -28,6 +28,12 @@ fn decode_f32(row: u32, c: u32) {
     for (var i = 0u; i < 32u; i = i + 1u) { wv[i] = bitcast<f32>(in0[b + i]); }
 }
 
+// a (K, N) float32 matrix read by columns (decode_f32t: row_bytes = 4, so row / 4 is the column n)
+fn decode_f32t(row: u32, c: u32) {
+    let n = row >> 2u;
+    for (var i = 0u; i < 32u; i = i + 1u) { wv[i] = bitcast<f32>(in0[(c * 32u + i) * prm[1] + n]); }
+}
+
 fn byte_at(a: u32) -> u32 { return (in0[a >> 2u] >> ((a & 3u) * 8u)) & 255u; }
 
 // Q8_0: f16 d | 32 int8
