@@ -126,8 +126,8 @@ class ComputeMixin:
         N = b.shape[-1]
         if b.shape[-2] != K:
             raise ValueError(f"ember: matmul shapes {a.shape} @ {b.shape} do not align")
-        if bias is None and self.fuse:  # a decode row that is still pending (a norm): computed in a matvec
-            y = self._f32_matvec(a, b)
+        if self.fuse:  # a decode row that is still pending (a norm, GELU): computed in a matvec
+            y = self._f32_matvec(a, b, bias)
             if y is not None:
                 return y
         bshape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))

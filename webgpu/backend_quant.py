@@ -54,36 +54,48 @@ class QuantMixin:
         y = self._qmatvec([x2], x2.offset, m, w, decoder, n_out, k_in, row_bytes)
         return self.reshape(y, lead + (n_out,))
 
-    def _fused_input(self, x, k):
+    def _fused_input(self, x, k, extra=0):
         """The qmatvec pieces (xs, x_off, xv, pro, rw, xmeta, eps) that compute a pending x (..., k) inside it:
-        a norm (norm_prologue.py) or an elementwise chain such as SiLU(gate) * up (fusion.py); None otherwise."""
+        a norm (norm_prologue.py) or an elementwise chain such as SiLU(gate) * up (fusion.py), within the
+        device's storage bindings with `extra` more (a bias); None otherwise."""
         if not self.fuse:
             return None
-        pro = self._norm_matvec(x, k)
+        pro = self._norm_matvec(x, k, extra)
         if pro is not None:
             return pro
         ew = self._matvec_prologue(x, k)
-        return None if ew is None else dict(xs=ew[1], x_off=0, xv=ew[0], xmeta=ew[2])
+        if ew is None or len(ew[1]) > self._bindings_left(3 + extra):
+            return None
+        return dict(xs=ew[1], x_off=0, xv=ew[0], xmeta=ew[2])
 
-    def _qmatvec(self, xs, x_off, m, w, decoder, n_out, k_in, row_bytes, xv=None, xmeta=(), pro="", rw=(), eps=0):
+    def _qmatvec(self, xs, x_off, m, w, decoder, n_out, k_in, row_bytes, xv=None, xmeta=(), pro="", rw=(), eps=0,
+                 bias=None, tail=(), tail_wgsl=""):
         """(M, N) float32 from the blocks w and x: [x2] read at x_off + row * K, or the inputs of a pending x
         whose element j xv (WGSL, fusion.py / norm_prologue.py) computes from them (views in xmeta), after
-        `pro` (a norm's row statistics); inputs numbered in rw (from 1) are written (a residual sum)."""
+        `pro` (a norm's row statistics); inputs numbered in rw (from 1) are written (a residual sum). bias: a
+        (N,) bias added to each row; or `tail` inputs bound after xs, read by `tail_wgsl` (which may define
+        the decoder and `bias_of(n)`: _f32_matvecs)."""
         if pro and m > _MATVEC_ROWS:
             raise ValueError(f"ember: a norm prologue serves at most {_MATVEC_ROWS} rows, got {m}")
         y = self._new((m, n_out), D.float32)                                     # (M, N)
         tpc = self.qmatvec_split
+        xs = list(xs) + ([] if bias is None else [bias]) + list(tail)
         types = ["u32"] + [self._word(x.dtype)[0] for x in xs]
+        add = "" if bias is None else f" + in{len(xs)}[prm[7] + n]"            # prm[7]: the bias's offset
+        if "fn bias_of(" in tail_wgsl:
+            add = " + bias_of(n)"
         p = self.pipelines.get("quant", "qmatvec", "f32", types, include=("elementwise",) if xv else (),
-                               rw=rw, DECODE=decoder, TPC=str(tpc), XV=xv or XV_PLAIN, PRO=pro)
+                               rw=rw, DECODE=decoder, TPC=str(tpc), XV=(xv or XV_PLAIN) + "\n" + tail_wgsl, PRO=pro,
+                               BIAS=add)
         for m0 in range(0, m, _MATVEC_ROWS):
             rows = min(_MATVEC_ROWS, m - m0)
             # x rows from element prm[4] of x (its buffer, or the pending x's flat index), out rows from prm[5] of y's
-            meta = [rows, n_out, k_in, row_bytes, x_off + m0 * k_in, m0 * n_out, eps, 0] + list(xmeta)
-            self._run(p, meta, y, [w] + list(xs), _col_groups(-(-n_out // (64 // tpc))))
+            meta = [rows, n_out, k_in, row_bytes, x_off + m0 * k_in, m0 * n_out, eps,
+                    0 if bias is None else bias.offset] + list(xmeta)
+            self._run(p, meta, y, [w] + xs, _col_groups(-(-n_out // (64 // tpc))))
         return y
 
-    def _f32_matvec(self, a, b):
+    def _f32_matvec(self, a, b, bias=None):
         """a (..., M, K) @ b (K, N) as the qmatvec over float32 weights when a is pending (a norm, an
         elementwise chain) and computed inside it, M <= 32, K a multiple of 32, b the transposed view of a
         contiguous (N, K) weight (F.linear's: decode_f32) or a contiguous (K, N) matrix (a rope step's
@@ -101,12 +113,55 @@ class QuantMixin:
         m = a.size // max(k_in, 1)
         if not (0 < m <= _MATVEC_MAX_M and n_out):
             return None
-        pro = self._fused_input(a, k_in)
+        if bias is not None and bias.dtype is not D.float32:
+            return None
+        pro = self._fused_input(a, k_in, extra=0 if bias is None else 1)
         if pro is None:
             return None
+        if bias is not None:
+            if bias.strides[0] != 1 and n_out > 1:
+                bias = self.contiguous(bias)
+            pro["bias"] = bias
         w = GArray(b.storage, (b.size,), (1,), 0, D.uint32)                     # (N * K) f32 words, as u32
         y = self._qmatvec(m=m, w=w, decoder=decoder, n_out=n_out, k_in=k_in, row_bytes=row_bytes, **pro)
         return self.reshape(y, a.shape[:-1] + (n_out,))
+
+    def linears(self, x, ws, bs):
+        """x (..., K) @ [w0 | w1 | ...].T + [b0 | b1 | ...] -> (..., sum N) in one qmatvec reading each (N_i, K)
+        float32 weight where it lies (no concatenated copy), when x is a pending decode row (a norm: q, k and v
+        of one attention from one layer norm); None otherwise (F.linears composes one linear per weight)."""
+        k_in = x.shape[-1]
+        m = x.size // max(k_in, 1)
+        if not (self.fuse and 0 < m <= _MATVEC_MAX_M and k_in and k_in % 32 == 0 and x.dtype is D.float32) or any(
+                w.dtype is not D.float32 or not w.contiguous or len(w.shape) != 2 or w.shape[1] != k_in for w in ws) \
+                or any(b is not None and (b.dtype is not D.float32 or b.shape != w.shape[:1]) for w, b in zip(ws, bs)):
+            return None
+        biases = [self.contiguous(b) for b in bs if b is not None]
+        tail = list(ws[1:]) + biases
+        pro = self._fused_input(x, k_in, extra=len(tail))
+        if pro is None:
+            return None
+        first = 1 + len(pro["xs"])                                              # tail bindings start here
+        ends, e = [], 0
+        for w in ws:
+            e += w.shape[0]
+            ends.append(e)
+        branches, bias_lines, bi = [], [], first + len(ws) - 1
+        for i, (w, b) in enumerate(zip(ws, bs)):
+            start = ends[i] - w.shape[0]
+            buf = "in0" if i == 0 else f"in{first + i - 1}"
+            branches.append(f"if (n < {ends[i]}u) {{ let o = (n - {start}u) * K + c * 32u; "
+                            f"for (var i = 0u; i < 32u; i = i + 1u) {{ wv[i] = bitcast<f32>({buf}[o + i]); }} return; }}")
+            if b is not None:
+                bias_lines.append(f"if (n >= {start}u && n < {ends[i]}u) {{ return in{bi}[n - {start}u]; }}")
+                bi += 1
+        # row = n * prm[3] with prm[3] = 4 (decode_f32t's convention): the column n selects the weight
+        src = ("fn decode_cat(row: u32, c: u32) { let n = row >> 2u; let K = prm[2]; " + " ".join(branches) + " }\n"
+               + ("fn bias_of(n: u32) -> f32 { " + " ".join(bias_lines) + " return 0.0; }" if bias_lines else ""))
+        w0 = GArray(ws[0].storage, (ws[0].size,), (1,), 0, D.uint32)
+        y = self._qmatvec(m=m, w=w0, decoder="decode_cat", n_out=ends[-1], k_in=k_in, row_bytes=4, tail=tail,
+                          tail_wgsl=src, **pro)
+        return self.reshape(y, x.shape[:-1] + (ends[-1],))
 
     def _q_prefill(self, x2, w, decoder, n_out, k_in, row_bytes):
         """Many input rows: dequantize slabs of weight rows on the GPU, multiply with the tiled matmul."""

@@ -58,9 +58,14 @@ class NormPrologueMixin:
         self._pending.add(st)
         return GArray(st, x.shape, contiguous_strides(x.shape), 0, D.float32)
 
-    def _norm_matvec(self, x, k):
-        """For a matvec reading x (..., k): when x is a whole pending norm, the kernel pieces computing it:
-        dict(xs, x_off, xv, pro, rw, xmeta, eps) (see quant.wgsl's $PRO / $XV), else None."""
+    def _bindings_left(self, used):
+        """Storage bindings a kernel may still add to `used` (the device's limit: 8 by default, more where the
+        adapter has them and the device asked for them, as adapter_native / adapter_browser do)."""
+        return int(self.adapter.limits.get("max-storage-buffers-per-shader-stage", 8)) - used
+
+    def _norm_matvec(self, x, k, extra=0):
+        """For a matvec reading x (..., k) (and `extra` more bindings: a bias): when x is a whole pending norm,
+        the kernel pieces computing it: dict(xs, x_off, xv, pro, rw, xmeta, eps) (quant.wgsl's PRO / XV), else None."""
         node = getattr(x.storage, "node", None)
         if not isinstance(node, PendingNorm) or x.offset or x.size != _size(node.shape) \
                 or node.shape[-1] != k or x.strides != contiguous_strides(x.shape):
@@ -68,8 +73,12 @@ class NormPrologueMixin:
         src = node.x
         add = pending(src)
         lines = None
-        if add is not None and len(add.leaves) <= 2 and add.dtype is D.float32:
+        params = sum(t is not None for t in (node.w, node.b))
+        if add is not None and add.dtype is D.float32 and \
+                len(add.leaves) + params + 1 <= self._bindings_left(3 + extra):  # prm, out, weight; the sum's buffer
             lines = self._matvec_prologue(src, k, name="xr", node=add)
+        if lines is None and 1 + params > self._bindings_left(3 + extra):
+            return None
         if lines is not None:  # x + a computed here from its leaves; workgroup 0 writes it to src's buffer
             xr, xs, xmeta = lines
             src.storage.node = None

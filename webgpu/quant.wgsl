@@ -119,7 +119,8 @@ fn decode_q6_k(row: u32, c: u32) {
 // $DECODE names the block decoder above.
 // XV (substituted below) defines xv(j), element j of x: in1[j], or a pending elementwise x computed from its leaves
 // (fusion.py: SiLU(gate) * up read straight from the gate/up output, never written), or a pending norm
-// (norm_prologue.py) whose row statistics PRO computes first in every workgroup (prm[6]: eps bits)
+// (norm_prologue.py) whose row statistics PRO computes first in every workgroup (prm[6]: eps bits);
+// BIAS: empty, or a linear's bias added to each column (F.linear's, float32 weights)
 var<workgroup> part: array<f32, 512>;  // (8 rows, 64 threads)
 $XV
 
@@ -173,7 +174,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var m = 0u; m < 8u; m = m + 1u) { acc[m] = part[m * 64u + lid - t]; }
     }
     if (live) {
-        for (var m = t; m < M; m = m + ${TPC}u) { out[prm[5] + m * N + n] = acc[m]; }
+        for (var m = t; m < M; m = m + ${TPC}u) { out[prm[5] + m * N + n] = acc[m]${BIAS}; }
     }
 }
 

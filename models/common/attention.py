@@ -45,7 +45,11 @@ class Attention(nn.Module):
         if self.fused:
             qkv = getattr(self, self.fused)(x).reshape(B, T, H + 2 * K, hd)       # (B, T, H + 2K, hd)
             return qkv.narrow(2, 0, H), qkv.narrow(2, H, K), qkv.narrow(2, H + K, K)
-        q, k, v = (getattr(self, n)(x) for n in self.names[:3])
+        mods = [getattr(self, n) for n in self.names[:3]]
+        if all(type(m) is nn.Linear for m in mods):  # float weights: the backend may run the three as one kernel
+            q, k, v = F.linears(x, [m.weight for m in mods], [m.bias for m in mods])
+        else:
+            q, k, v = (m(x) for m in mods)
         return q.reshape(B, T, H, hd), k.reshape(B, T, K, hd), v.reshape(B, T, K, hd)
 
     def memory_kv(self, memory):
