@@ -85,7 +85,8 @@ class NormPrologueMixin:
             self._pending.discard(src.storage)
             x_off = 0
         else:
-            src = self.contiguous(src)
+            if not self._dense(src):  # a dense view is read at its offset (k's columns of a q | k | v result)
+                src = self.contiguous(src)
             xr, xs, xmeta, x_off = "fn xr(j: u32) -> f32 { return f32(in1[j]); }", [src], [], src.offset
             add = None
         extra, terms = [], ""
