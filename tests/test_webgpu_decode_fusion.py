@@ -165,3 +165,65 @@ def test_rope_append_attention_without_the_kernel_is_composed():
         want = F.rope_append_attention(*c, None, n_heads=4, slot=79, length=80).numpy()
     np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(t[2].numpy(), c[2].numpy(), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ q, k and v in one matvec
+
+@pytest.mark.parametrize("m,k,ns,biased", [(1, 64, (64, 64, 64), (True, False, True)),   # Whisper's: k has none
+                                          (3, 96, (40, 24, 24), (False, False, False)),  # grouped heads, odd M
+                                          (8, 128, (33, 7, 70), (True, True, True))])
+def test_linears_one_kernel_matches_three(m, k, ns, biased):
+    ws = [_rnd(n, k, seed=40 + i) * 0.3 for i, n in enumerate(ns)]
+    bs = [_rnd(n, seed=50 + i) if on else None for i, (n, on) in enumerate(zip(ns, biased))]
+    x, a, nw, nb = _rnd(m, k, seed=60), _rnd(m, k, seed=61), _rnd(k, seed=62) + 1, _rnd(k, seed=63)
+
+    def run(dev):
+        with ember.no_grad():
+            gw = [ember.tensor(w, device=dev) for w in ws]
+            gb = [None if b is None else ember.tensor(b, device=dev) for b in bs]
+            gx, ga, gnw, gnb = (ember.tensor(v, device=dev) for v in (x, a, nw, nb))
+            y = F.layer_norm(gx + ga, (k,), gnw, gnb, 1e-5)
+            d0 = BE.dispatches
+            outs = F.linears(y, gw, gb)
+            n = BE.dispatches - d0
+            return [o.numpy() for o in outs], n
+    got, n = run("webgpu")
+    want, _ = run("cpu")
+    assert n == 1
+    for g, w_ in zip(got, want):
+        np.testing.assert_allclose(g, w_, rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def gemma_pair():
+    pytest.importorskip("transformers")
+    import test_gemma3
+    return test_gemma3.pair.__wrapped__()  # the random 5-layer Gemma 3 (and its transformers twin) of test_gemma3
+
+
+def test_gemma3_decode_dispatches_and_tokens(gemma_pair):
+    """A random Gemma 3 (sliding and global layers, q/k norms, GeGLU tanh, sandwich norms) on webgpu decodes the
+    cpu's greedy tokens with one readback per token, and per layer at most 11 kernels: norm + q, k, v (one
+    matvec), q norm + rope, k norm + rope (a matvec each), the cache's k and v writes, attention, o, the
+    post-attention norm, norm + gate, norm + up, down with GELU(gate) * up in it, the post-MLP norm; plus the
+    embedding and the head."""
+    from ember.models.gemma3.config import Gemma3Config
+    from ember.models.gemma3.load import from_hf_state_dict
+    from ember.models.llama.generate import SamplingParams, generate
+    hf, _ = gemma_pair
+    sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+    toks, counts = {}, []
+    for dev in ("cpu", "webgpu"):
+        model = from_hf_state_dict(sd, Gemma3Config.from_hf(hf.config.to_dict()), "random gemma3").to(dev)
+        gen = iter(generate(model, [3, 17, 42, 5, 9, 11], 6, SamplingParams(temperature=0.0)))
+        toks[dev] = [next(gen)]
+        for _ in range(5):
+            c0 = BE.counters()
+            toks[dev].append(next(gen))
+            c1 = BE.counters()
+            if dev == "webgpu":
+                counts.append({k: c1[k] - c0[k] for k in c0})
+    assert toks["webgpu"] == toks["cpu"] and len(set(toks["cpu"])) > 2, toks
+    bound = 11 * hf.config.num_hidden_layers + 2
+    for d in counts:
+        assert d["dispatches"] <= bound and d["readbacks"] == 1 and d["host_uploads"] == 0, (d, bound)
