@@ -111,6 +111,9 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         # elementwise chains fused into one kernel each (fusion.py); 0 dispatches every op (bench: before/after)
         self.fuse = os.environ.get("EMBER_WEBGPU_FUSE", "1") != "0"
         self._pending = new_pending_set()
+        # a decode step's norm inside the matvec reading it, q/k/v in one matvec, rope + cache write + attention
+        # in one kernel (norm_prologue.py, linears, rope_append_attention); 0: off (bench_webgpu.py: before/after)
+        self.decode_fusion = os.environ.get("EMBER_WEBGPU_DECODE_FUSION", "1") != "0"
         self._held_write = None  # a copy_into waiting to share its dispatch with the next one (copy_into)
         # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
         # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three

@@ -132,7 +132,8 @@ class QuantMixin:
         of one attention from one layer norm); None otherwise (F.linears composes one linear per weight)."""
         k_in = x.shape[-1]
         m = x.size // max(k_in, 1)
-        if not (self.fuse and 0 < m <= _MATVEC_MAX_M and k_in and k_in % 32 == 0 and x.dtype is D.float32) or any(
+        if not (self.fuse and self.decode_fusion and 0 < m <= _MATVEC_MAX_M and k_in and k_in % 32 == 0
+                and x.dtype is D.float32) or any(
                 w.dtype is not D.float32 or not w.contiguous or len(w.shape) != 2 or w.shape[1] != k_in for w in ws) \
                 or any(b is not None and (b.dtype is not D.float32 or b.shape != w.shape[:1]) for w, b in zip(ws, bs)):
             return None
@@ -150,8 +151,8 @@ class QuantMixin:
         for i, (w, b) in enumerate(zip(ws, bs)):
             start = ends[i] - w.shape[0]
             buf = "in0" if i == 0 else f"in{first + i - 1}"
-            branches.append(f"if (n < {ends[i]}u) {{ let o = (n - {start}u) * K + c * 32u; "
-                            f"for (var i = 0u; i < 32u; i = i + 1u) {{ wv[i] = bitcast<f32>({buf}[o + i]); }} return; }}")
+            branches.append(f"if (n < {ends[i]}u) {{ let o = (n - {start}u) * K + c * 32u; for (var i = 0u; i < 32u; "
+                            f"i = i + 1u) {{ wv[i] = bitcast<f32>({buf}[o + i]); }} return; }}")
             if b is not None:
                 bias_lines.append(f"if (n >= {start}u && n < {ends[i]}u) {{ return in{bi}[n - {start}u]; }}")
                 bi += 1

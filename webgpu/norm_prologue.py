@@ -50,7 +50,7 @@ class NormPrologueMixin:
         """A pending norm(x), or None where it is not deferred (fusion off, many rows, not all float32)."""
         n = x.shape[-1] if x.shape else 0
         rows = x.size // max(n, 1)
-        if not (self.fuse and 0 < rows <= _MAX_ROWS and n and n % 32 == 0) or \
+        if not (self.fuse and self.decode_fusion and 0 < rows <= _MAX_ROWS and n and n % 32 == 0) or \
                 any(t is not None and t.dtype is not D.float32 for t in (x, w, b)):
             return None
         node = PendingNorm(self, x, w, b, eps, rms)

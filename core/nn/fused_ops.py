@@ -173,9 +173,10 @@ def rope_append_attention(qkv, rot, k_cache, v_cache, mask, *, n_heads, slot, le
     B, _, heads, hd = qkv.shape
     K = (heads - n_heads) // 2
     from .functional import _wants_flash
-    fits = hd <= _FLASH_MAX_HEAD and B * K <= _MAX_GROUPS and qkv.dtype is D.float32 and rot.dtype is D.float32 \
-        and k_cache.dtype is D.float32 and _wants_flash(qkv.device.backend, n_heads // K, length) \
-        and (mask is None or mask.dtype is not D.bool_)
+    be = qkv.device.backend
+    fits = getattr(be, "decode_fusion", True) and hd <= _FLASH_MAX_HEAD and B * K <= _MAX_GROUPS \
+        and all(t.dtype is D.float32 for t in (qkv, rot, k_cache, v_cache)) \
+        and _wants_flash(be, n_heads // K, length) and (mask is None or mask.dtype is not D.bool_)
     if not fits:
         return _append_composed(qkv, rot, k_cache, v_cache, mask, n_heads=n_heads, slot=slot, length=length,
                                 scale=scale)
