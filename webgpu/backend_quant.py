@@ -62,11 +62,31 @@ class QuantMixin:
             return None
         pro = self._norm_matvec(x, k, extra)
         if pro is not None:
+            pro.pop("staged")
             return pro
         ew = self._matvec_prologue(x, k)
         if ew is None or len(ew[1]) > self._bindings_left(3 + extra):
             return None
-        return dict(xs=ew[1], x_off=0, xv=ew[0], xmeta=ew[2])
+        return self._staged(dict(xs=ew[1], x_off=0, xv=ew[0], xmeta=ew[2]), x.size)
+
+    def _staged(self, pro, n):
+        """The pieces with x's n values computed once per workgroup into workgroup memory (the PRO pass) when
+        they fit beside the kernel's own: the matvec then reads xst[j] instead of recomputing element j (its
+        leaves, index arithmetic, the norm) for every column it serves, which dominated on lavapipe."""
+        if n > self._stage_cap():
+            return pro
+        # sized to x (a pipeline per size): WebGPU zero-fills workgroup memory for every workgroup
+        pro["xv"] = (pro["xv"].replace("fn xv(", "fn xsrc(") + f"\nvar<workgroup> xst: array<f32, {-(-n // 64) * 64}>;\n"
+                     "fn xv(j: u32) -> f32 { return xst[j - prm[4]]; }")
+        pro["pro"] = (pro.get("pro", "") + " for (var r = lid; r < M * K; r = r + 64u) { xst[r] = xsrc(prm[4] + r); }"
+                      " workgroupBarrier();")
+        return pro
+
+    def _stage_cap(self):
+        """Floats of x a qmatvec workgroup can hold: the device's workgroup storage less the kernel's own
+        (part: 2 KiB, the norm's statistics), a multiple of 64."""
+        limit = int(self.adapter.limits.get("max-compute-workgroup-storage-size", 16384))
+        return max(0, (limit - 2048 - 256) // 4) // 64 * 64
 
     def _qmatvec(self, xs, x_off, m, w, decoder, n_out, k_in, row_bytes, xv=None, xmeta=(), pro="", rw=(), eps=0,
                  bias=None, tail=(), tail_wgsl=""):
@@ -75,7 +95,7 @@ class QuantMixin:
         `pro` (a norm's row statistics); inputs numbered in rw (from 1) are written (a residual sum). bias: a
         (N,) bias added to each row; or `tail` inputs bound after xs, read by `tail_wgsl` (which may define
         the decoder and `bias_of(n)`: _f32_matvecs)."""
-        if pro and m > _MATVEC_ROWS:
+        if rw and m > _MATVEC_ROWS:  # the residual sum is written by the one dispatch's workgroup 0
             raise ValueError(f"ember: a norm prologue serves at most {_MATVEC_ROWS} rows, got {m}")
         y = self._new((m, n_out), D.float32)                                     # (M, N)
         tpc = self.qmatvec_split

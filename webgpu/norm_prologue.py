@@ -99,20 +99,39 @@ class NormPrologueMixin:
         if add is not None:
             extra.append(src)
             rw = (len(xs) + len(extra),)
+        mean = "0.0" if node.rms else "wg_sum(lid, s) / f32(K)"
+        if x.size <= self._stage_cap():  # x read once into workgroup memory, normed there; the matvec reads xst
+            # sized to x (a pipeline per size): WebGPU zero-fills workgroup memory for every workgroup
+            xv = (xr + "\nvar<workgroup> nst: array<f32, 16>;  // per row: mean, 1 / sqrt(var + eps)\n"
+                  f"var<workgroup> xst: array<f32, {-(-x.size // 64) * 64}>;\n"
+                  "fn xv(j: u32) -> f32 { return xst[j - prm[4]]; }")
+            write = "" if add is None else (
+                f"if (wid.x == 0u && wid.y == 0u) {{ for (var r = lid; r < M * K; r = r + 64u) {{ in{rw[0]}[r] = xst[r]; }} }} ")
+            at = "xst[m * K + c]"
+            pro = ("for (var r = lid; r < M * K; r = r + 64u) { xst[r] = xr(prm[4] + r); } workgroupBarrier(); " + write
+                   + "for (var m = 0u; m < M; m = m + 1u) { var s = 0.0; "
+                   + ("" if node.rms else f"for (var c = lid; c < K; c = c + 64u) {{ s = s + {at}; }} ")
+                   + f"let mu = {mean}; var q = 0.0; "
+                   f"for (var c = lid; c < K; c = c + 64u) {{ let d = {at} - mu; q = q + d * d; }} "
+                   "let inv = 1.0 / sqrt(wg_sum(lid, q) / f32(K) + bitcast<f32>(prm[6])); "
+                   "if (lid == 0u) { nst[2u * m] = mu; nst[2u * m + 1u] = inv; } } workgroupBarrier(); "
+                   "for (var r = lid; r < M * K; r = r + 64u) { let m = r / K; let c = r % K; "
+                   f"xst[r] = (xst[r] - nst[2u * m]) * nst[2u * m + 1u]{terms}; }} workgroupBarrier(); ")
+            return dict(xs=xs + extra, x_off=x_off, xv=xv, pro=pro, rw=rw, xmeta=xmeta, staged=True,
+                        eps=self._bits(node.eps, D.float32))
         xv = (xr + "\nvar<workgroup> nst: array<f32, 16>;  // per row: mean, 1 / sqrt(var + eps)\n"
               "fn xv(j: u32) -> f32 { let r = j - prm[4]; let m = r / prm[2]; let c = r % prm[2]; "
               f"return (xr(j) - nst[2u * m]) * nst[2u * m + 1u]{terms}; }}")
         write = "" if add is None else (
             f"if (wid.x == 0u && wid.y == 0u) {{ for (var r = lid; r < M * K; r = r + 64u) "
             f"{{ in{rw[0]}[r] = xr(r); }} }}")
-        mean = "0.0" if node.rms else "wg_sum(lid, s) / f32(K)"
         pro = (f"for (var m = 0u; m < M; m = m + 1u) {{ let xb = prm[4] + m * K; var s = 0.0; "
                + ("" if node.rms else "for (var c = lid; c < K; c = c + 64u) { s = s + xr(xb + c); } ")
                + f"let mu = {mean}; var q = 0.0; "
                "for (var c = lid; c < K; c = c + 64u) { let d = xr(xb + c) - mu; q = q + d * d; } "
                "let inv = 1.0 / sqrt(wg_sum(lid, q) / f32(K) + bitcast<f32>(prm[6])); "
                "if (lid == 0u) { nst[2u * m] = mu; nst[2u * m + 1u] = inv; } } workgroupBarrier(); " + write)
-        return dict(xs=xs + extra, x_off=x_off, xv=xv, pro=pro, rw=rw, xmeta=xmeta,
+        return dict(xs=xs + extra, x_off=x_off, xv=xv, pro=pro, rw=rw, xmeta=xmeta, staged=False,
                     eps=self._bits(node.eps, D.float32))
 
 
