@@ -43,8 +43,10 @@ def test_norm_inside_the_matvec(qtype, kind, m, k):
     wf = _rnd(n, k, seed=21) * 0.2
     x, a, nw, nb = _rnd(m, k, seed=22), _rnd(m, k, seed=23), _rnd(k, seed=24) + 1, _rnd(k, seed=25)
     got = {}
+    saved = BE.qmatvec_split
     for fuse in (True, False):
         BE.fuse = fuse
+        BE.qmatvec_split = 8 if m % 2 else 1                             # a GPU's split and a software adapter's
         try:
             with ember.no_grad():
                 w = ember.tensor(wf, device="webgpu") if qtype == "f32" else QTensor.quantize(wf, qtype)
@@ -55,7 +57,7 @@ def test_norm_inside_the_matvec(qtype, kind, m, k):
                 yv = y.numpy()
                 got[fuse] = (yv, h.numpy(), BE.dispatches - d0)
         finally:
-            BE.fuse = True
+            BE.fuse, BE.qmatvec_split = True, saved
     (yf, hf, nf), (yp, hp, _) = got[True], got[False]
     assert nf == 1, nf
     np.testing.assert_array_equal(hf, x + a)
@@ -66,6 +68,25 @@ def test_norm_inside_the_matvec(qtype, kind, m, k):
         wc = ember.tensor(wf) if qtype == "f32" else QTensor.quantize(wf, qtype)
         cpu = _norm_then_linear(kind, wc, *(ember.tensor(v) for v in (x, a, nw, nb)))[1].numpy()
     np.testing.assert_allclose(yf, cpu, atol=tol, rtol=1e-4)
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_k", "q6_k"])
+def test_matvec_splits_agree(qtype):
+    """The quantized matvec with 1 thread per column (software adapters' default) and 8 (GPUs'), 3 rows."""
+    from ember.quant import QTensor
+    q = QTensor.quantize(_rnd(45, 512, seed=26), qtype)
+    x = _rnd(3, 512, seed=27)
+    saved, got = BE.qmatvec_split, []
+    try:
+        for tpc in (1, 8, 64):
+            BE.qmatvec_split = tpc
+            with ember.no_grad():
+                got.append(q.matmul_t(ember.tensor(x, device="webgpu")).numpy())
+    finally:
+        BE.qmatvec_split = saved
+    want = x.astype(np.float64) @ q.numpy().astype(np.float64).T
+    for g in got:
+        np.testing.assert_allclose(g, want, atol=2e-4 * np.abs(want).max(), rtol=1e-4)
 
 
 def test_norm_read_by_something_else_runs_its_kernel():

@@ -118,8 +118,10 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
         # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three
         self.matmul_kernel = "auto"
-        # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py)
-        self.qmatvec_split = 8
+        # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py): 8 on a GPU;
+        # 1 on a software adapter (lavapipe, SwiftShader), where each workgroup's barriers and the decode
+        # prologue it repeats (norm_prologue.py) cost most: 64 columns a workgroup, 1.7x a decode step there
+        self.qmatvec_split = 1 if getattr(self.adapter, "software", None) else 8
         # "flash": one online-softmax kernel (attention.wgsl, run as the custom op ember.nn.fused_ops.flash_attention
         # by F.scaled_dot_product_attention); "composed": QK^T, softmax, PV kernels (the attention primitive); "auto":
         # flash for a decode step's few query rows over at most 64 keys (one dispatch instead of three), composed past

@@ -62,7 +62,6 @@ class QuantMixin:
             return None
         pro = self._norm_matvec(x, k, extra)
         if pro is not None:
-            pro.pop("staged")
             return pro
         ew = self._matvec_prologue(x, k)
         if ew is None or len(ew[1]) > self._bindings_left(3 + extra):
@@ -75,8 +74,8 @@ class QuantMixin:
         leaves, index arithmetic, the norm) for every column it serves, which dominated on lavapipe."""
         if n > self._stage_cap():
             return pro
-        # sized to x (a pipeline per size): WebGPU zero-fills workgroup memory for every workgroup
-        pro["xv"] = (pro["xv"].replace("fn xv(", "fn xsrc(") + f"\nvar<workgroup> xst: array<f32, {-(-n // 64) * 64}>;\n"
+        pro["xv"] = (pro["xv"].replace("fn xv(", "fn xsrc(")                   # sized to x: a pipeline per size
+                     + f"\nvar<workgroup> xst: array<f32, {-(-n // 64) * 64}>;\n"
                      "fn xv(j: u32) -> f32 { return xst[j - prm[4]]; }")
         pro["pro"] = (pro.get("pro", "") + " for (var r = lid; r < M * K; r = r + 64u) { xst[r] = xsrc(prm[4] + r); }"
                       " workgroupBarrier();")

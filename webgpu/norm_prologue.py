@@ -1,12 +1,13 @@
 """A decode step's norm computed inside the matvec that reads it: RMSNorm / LayerNorm as a matvec prologue.
 
-In decoding, a norm's output (a few rows of `dim` floats) is read by exactly one matvec (qkv, gate/up, the
-head). So on webgpu a norm over at most 8 float32 rows does not dispatch: it returns a `LazyStorage` whose
-node is a `PendingNorm`. A matvec whose input is such a pending norm (quant.wgsl's qmatvec, for quantized
-and, as decode_f32, float32 weights) computes it in its prologue: every workgroup recomputes each row's
-statistics (the rows are small), then reads x normed as xv(j). When the norm's own input is a pending
-elementwise result (the residual add x + attn), the prologue computes that from its leaves too, and exactly
-one workgroup writes the sum to the add's buffer, so the residual stream is materialized as before.
+In decoding, a norm's output (a few rows of `dim` floats) is read by one matvec (qkv, gate/up, the head). So
+on webgpu a norm over at most 8 float32 rows does not dispatch: it returns a `LazyStorage` whose node is a
+`PendingNorm`. A matvec whose input is such a pending norm (quant.wgsl's qmatvec, for quantized and, as
+decode_f32, float32 weights) computes it in its prologue: every workgroup reads x once into workgroup memory,
+computes each row's statistics there (the rows are small) and norms it in place. When the norm's own input is
+a pending elementwise result (the residual add x + attn), the prologue computes that from its leaves too, and
+exactly one workgroup writes the sum to the add's buffer, so the residual stream is materialized as before.
+The kernel stays within the device's storage bindings and workgroup memory, or the norm is dispatched.
 
 Anything else that reads a pending norm runs the norm kernel first (norm.wgsl, via `handle`): the result is
 always what dispatching the norm would give, up to the order of the f32 sums of squares.
@@ -50,7 +51,8 @@ class NormPrologueMixin:
         """A pending norm(x), or None where it is not deferred (fusion off, many rows, not all float32)."""
         n = x.shape[-1] if x.shape else 0
         rows = x.size // max(n, 1)
-        if not (self.fuse and self.decode_fusion and 0 < rows <= _MAX_ROWS and n and n % 32 == 0) or \
+        if not (self.fuse and self.decode_fusion and 0 < rows <= _MAX_ROWS and n and n % 32 == 0
+                and x.size <= self._stage_cap()) or \
                 any(t is not None and t.dtype is not D.float32 for t in (x, w, b)):
             return None
         node = PendingNorm(self, x, w, b, eps, rms)
@@ -68,7 +70,7 @@ class NormPrologueMixin:
         the kernel pieces computing it: dict(xs, x_off, xv, pro, rw, xmeta, eps) (quant.wgsl's PRO / XV), else None."""
         node = getattr(x.storage, "node", None)
         if not isinstance(node, PendingNorm) or x.offset or x.size != _size(node.shape) \
-                or node.shape[-1] != k or x.strides != contiguous_strides(x.shape):
+                or node.shape[-1] != k or x.strides != contiguous_strides(x.shape) or x.size > self._stage_cap():
             return None
         src = node.x
         add = pending(src)
@@ -100,39 +102,23 @@ class NormPrologueMixin:
             extra.append(src)
             rw = (len(xs) + len(extra),)
         mean = "0.0" if node.rms else "wg_sum(lid, s) / f32(K)"
-        if x.size <= self._stage_cap():  # x read once into workgroup memory, normed there; the matvec reads xst
-            # sized to x (a pipeline per size): WebGPU zero-fills workgroup memory for every workgroup
-            xv = (xr + "\nvar<workgroup> nst: array<f32, 16>;  // per row: mean, 1 / sqrt(var + eps)\n"
-                  f"var<workgroup> xst: array<f32, {-(-x.size // 64) * 64}>;\n"
-                  "fn xv(j: u32) -> f32 { return xst[j - prm[4]]; }")
-            write = "" if add is None else (
-                f"if (wid.x == 0u && wid.y == 0u) {{ for (var r = lid; r < M * K; r = r + 64u) {{ in{rw[0]}[r] = xst[r]; }} }} ")
-            at = "xst[m * K + c]"
-            pro = ("for (var r = lid; r < M * K; r = r + 64u) { xst[r] = xr(prm[4] + r); } workgroupBarrier(); " + write
-                   + "for (var m = 0u; m < M; m = m + 1u) { var s = 0.0; "
-                   + ("" if node.rms else f"for (var c = lid; c < K; c = c + 64u) {{ s = s + {at}; }} ")
-                   + f"let mu = {mean}; var q = 0.0; "
-                   f"for (var c = lid; c < K; c = c + 64u) {{ let d = {at} - mu; q = q + d * d; }} "
-                   "let inv = 1.0 / sqrt(wg_sum(lid, q) / f32(K) + bitcast<f32>(prm[6])); "
-                   "if (lid == 0u) { nst[2u * m] = mu; nst[2u * m + 1u] = inv; } } workgroupBarrier(); "
-                   "for (var r = lid; r < M * K; r = r + 64u) { let m = r / K; let c = r % K; "
-                   f"xst[r] = (xst[r] - nst[2u * m]) * nst[2u * m + 1u]{terms}; }} workgroupBarrier(); ")
-            return dict(xs=xs + extra, x_off=x_off, xv=xv, pro=pro, rw=rw, xmeta=xmeta, staged=True,
-                        eps=self._bits(node.eps, D.float32))
+        at = "xst[m * K + c]"
+        # x is read once into workgroup memory (sized to x) and normed there; the matvec then reads xst
         xv = (xr + "\nvar<workgroup> nst: array<f32, 16>;  // per row: mean, 1 / sqrt(var + eps)\n"
-              "fn xv(j: u32) -> f32 { let r = j - prm[4]; let m = r / prm[2]; let c = r % prm[2]; "
-              f"return (xr(j) - nst[2u * m]) * nst[2u * m + 1u]{terms}; }}")
-        write = "" if add is None else (
-            f"if (wid.x == 0u && wid.y == 0u) {{ for (var r = lid; r < M * K; r = r + 64u) "
-            f"{{ in{rw[0]}[r] = xr(r); }} }}")
-        pro = (f"for (var m = 0u; m < M; m = m + 1u) {{ let xb = prm[4] + m * K; var s = 0.0; "
-               + ("" if node.rms else "for (var c = lid; c < K; c = c + 64u) { s = s + xr(xb + c); } ")
+              f"var<workgroup> xst: array<f32, {-(-x.size // 64) * 64}>;\n"
+              "fn xv(j: u32) -> f32 { return xst[j - prm[4]]; }")
+        write = "" if add is None else (f"if (wid.x == 0u && wid.y == 0u) {{ for (var r = lid; r < M * K; r = r + 64u) "
+                                        f"{{ in{rw[0]}[r] = xst[r]; }} }} ")
+        pro = ("for (var r = lid; r < M * K; r = r + 64u) { xst[r] = xr(prm[4] + r); } workgroupBarrier(); " + write
+               + "for (var m = 0u; m < M; m = m + 1u) { var s = 0.0; "
+               + ("" if node.rms else f"for (var c = lid; c < K; c = c + 64u) {{ s = s + {at}; }} ")
                + f"let mu = {mean}; var q = 0.0; "
-               "for (var c = lid; c < K; c = c + 64u) { let d = xr(xb + c) - mu; q = q + d * d; } "
+               f"for (var c = lid; c < K; c = c + 64u) {{ let d = {at} - mu; q = q + d * d; }} "
                "let inv = 1.0 / sqrt(wg_sum(lid, q) / f32(K) + bitcast<f32>(prm[6])); "
-               "if (lid == 0u) { nst[2u * m] = mu; nst[2u * m + 1u] = inv; } } workgroupBarrier(); " + write)
-        return dict(xs=xs + extra, x_off=x_off, xv=xv, pro=pro, rw=rw, xmeta=xmeta, staged=False,
-                    eps=self._bits(node.eps, D.float32))
+               "if (lid == 0u) { nst[2u * m] = mu; nst[2u * m + 1u] = inv; } } workgroupBarrier(); "
+               "for (var r = lid; r < M * K; r = r + 64u) { let m = r / K; let c = r % K; "
+               f"xst[r] = (xst[r] - nst[2u * m]) * nst[2u * m + 1u]{terms}; }} workgroupBarrier(); ")
+        return dict(xs=xs + extra, x_off=x_off, xv=xv, pro=pro, rw=rw, xmeta=xmeta, eps=self._bits(node.eps, D.float32))
 
 
 def _size(shape):
