@@ -20,6 +20,10 @@ _DECODERS = {"Q4_0": "decode_q4_0", "Q8_0": "decode_q8_0", "Q4_K": "decode_q4_k"
 _MATVEC_ROWS = 8                 # input rows one qmatvec dispatch serves (its accumulators)
 _MATVEC_MAX_M = 4 * _MATVEC_ROWS  # past this, dequantize slabs and use the tiled matmul
 _SLAB_BYTES = 32 << 20           # float32 bytes of one dequantized slab of weight rows
+# float32 weights up to this size take the qmatvec (decode_f32) with a pending input computed inside it; a
+# larger one (a tied 51864-row output embedding: 80 MB) reads faster through the vec4 matmul, and one more
+# dispatch (the norm) is nothing beside it (bench_webgpu.py's Whisper step on lavapipe)
+_F32_MATVEC_BYTES = 16 << 20
 
 
 def _col_groups(n):
@@ -123,6 +127,8 @@ class QuantMixin:
                 or b.shape[0] % 32:
             return None
         k_in, n_out = b.shape
+        if 4 * k_in * n_out > _F32_MATVEC_BYTES:  # a large weight's read dominates: the vec4 matmul after the norm
+            return None
         if b.strides == (1, k_in):
             decoder, row_bytes = "decode_f32", 4 * k_in
         elif b.strides == (n_out, 1):
