@@ -7,7 +7,8 @@ GPU qmatmul as on main without fusion, and now), a Whisper tiny.en decode step (
 linear's matmul vs a bias add kernel) and a YOLOv8s forward on a crop (cpu, webgpu as on
 main: direct conv kernel, unfused; now: im2col + tiled matmul, fused epilogues).
 
-    python bench/bench_webgpu.py [--sizes 512 1024 2048] [--yolo-size 128] [--no-browser] [--json out.json]
+    python bench/bench_webgpu.py [--sizes 512 1024 2048] [--yolo-size 128] [--no-browser] [--only-decode]
+                                 [--json out.json]
 
 Each figure is the best of a few timed runs after a warm-up (pipelines compiled, buffers
 pooled); GPU timings end with a wait for the queue. Every result is also checked against numpy.
@@ -202,6 +203,8 @@ class _settings:
     (every elementwise op its own kernel, three-kernel attention, the direct conv kernel)."""
 
     VARIANTS = {"main": dict(fuse=False, attention_kernel="composed", conv_kernel="direct"),
+                # elementwise fusion, the paired cache write, flash attention for few keys: no decode fusion
+                "before": dict(fuse=True, attention_kernel="auto", decode_fusion=False),
                 "now": dict(fuse=True, attention_kernel="auto", conv_kernel="gemm")}
 
     def __init__(self, be, variant):
@@ -231,7 +234,8 @@ def llama_decode(qtype="q8_0", tokens=8):
                     max_seq_len=256)
     model = quantize(Llama(c), qtype).eval().requires_grad_(False).to("webgpu")
     out = {"qtype": qtype, "config": "dim 512, ffn 1536, 4 layers, vocab 4096"}
-    ways = {"host": lambda: _host_qmatmul(be), "main": lambda: _settings(be, "main"), "now": nullcontext}
+    ways = {"host": lambda: _host_qmatmul(be), "main": lambda: _settings(be, "main"),
+            "before": lambda: _settings(be, "before"), "now": nullcontext}
     with ember.no_grad():
         for way in list(ways) * 2:                       # interleaved, best of two
             with ways[way]():
@@ -246,12 +250,15 @@ def llama_decode(qtype="q8_0", tokens=8):
             if f"{way}_ms" not in out or ms < out[f"{way}_ms"]:
                 out[f"{way}_ms"] = ms
             out[f"{way}_per_token"] = per
-    what = {"host": "qmatmul composed on the host", "main": "GPU qmatmul, unfused (main)", "now": "GPU qmatmul, fused"}
+    what = {"host": "qmatmul composed on the host", "main": "GPU qmatmul, no fusion",
+            "before": "elementwise fusion, no decode fusion", "now": "decode fusion (5 kernels a layer)"}
     for way in ways:
         p = out[f"{way}_per_token"]
         print(f"  llama {qtype} decode, {what[way]}: "
               f"{out[f'{way}_ms']:.1f} ms/token, {p['dispatches']:.0f} dispatches, {p['readbacks']:.0f} readbacks, "
               f"{p['bytes_uploaded'] / 1e3:.1f} kB up, {p['bytes_read'] / 1e3:.1f} kB read back per token", flush=True)
+    print(f"  llama {qtype} decode now / before: {out['now_ms'] / out['before_ms']:.3f} time, "
+          f"{out['now_per_token']['dispatches'] / out['before_per_token']['dispatches']:.3f} dispatches", flush=True)
     return out
 
 
@@ -270,11 +277,12 @@ def whisper_decode(steps=8):
     out = {"config": f"tiny.en: {model.dims.n_text_layer} decoder layers, d {d}", "steps": steps}
     with ember.no_grad():
         cross = model.decoder.cross_kv(feats)
-        for way in ("composed", "now") * 2:              # interleaved, best of two
+        for way in ("composed", "before", "now") * 2:    # interleaved, best of two
             if way == "composed":
                 be.linear = None
             else:
                 be.__dict__.pop("linear", None)
+            be.decode_fusion = way == "now"
             hidden, cache = model.decoder(ember.tensor(np.asarray([prompt], np.int64)), cross, None)
             model.decoder.logits(hidden[:, -1:]).numpy()
             t0, c0 = time.perf_counter(), be.counters()
@@ -287,11 +295,15 @@ def whisper_decode(steps=8):
                 out[f"{way}_ms"] = ms
             out[f"{way}_per_step"] = {k: (c1[k] - c0[k]) / steps for k in c1}
         be.__dict__.pop("linear", None)
-    for way in ("composed", "now"):
+        be.decode_fusion = True
+    for way in ("composed", "before", "now"):
         p = out[f"{way}_per_step"]
         print(f"  whisper tiny.en decode step, {way}: {out[f'{way}_ms']:.1f} ms, {p['dispatches']:.0f} dispatches, "
-              f"{p['readbacks']:.0f} readbacks", flush=True)
-    print(f"  whisper decode step now / composed {out['now_ms'] / out['composed_ms']:.3f}", flush=True)
+              f"{p['readbacks']:.0f} readbacks, {p['bytes_uploaded'] / 1e3:.1f} kB up, "
+              f"{p['bytes_read'] / 1e3:.1f} kB read back", flush=True)
+    print(f"  whisper decode step now / composed {out['now_ms'] / out['composed_ms']:.3f}, now / before (no decode "
+          f"fusion) {out['now_ms'] / out['before_ms']:.3f} time, "
+          f"{out['now_per_step']['dispatches'] / out['before_per_step']['dispatches']:.3f} dispatches", flush=True)
     return out
 
 
@@ -383,11 +395,18 @@ def main(argv=None):
     ap.add_argument("--only-quant", action="store_true", help="just the quantized matvec and Llama decode")
     ap.add_argument("--yolo-size", type=int, default=128, help="YOLOv8s crop edge (0: skip; the direct kernel "
                     "takes minutes per forward on lavapipe at 128)")
+    ap.add_argument("--only-decode", action="store_true", help="just the Llama and Whisper decode steps")
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     res = {}
     print("native (wgpu):", flush=True)
+    if args.only_decode:
+        res["llama_decode"] = [llama_decode(qt) for qt in ("q8_0", "q4_0")]
+        res["whisper_decode"] = whisper_decode()
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=1))
+        return 0
     if not args.only_quant:
         res["native"] = native_matmul(args.sizes)
         print(f"  adapter: {res['native']['adapter']}")

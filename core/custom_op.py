@@ -47,14 +47,19 @@ class WGSL:
     groups, so `flat_id` indexes it when workgroup_size is 256). Both see each input's `shape` (None for a
     None input). With `views=True` the inputs are bound as they are, strided views of their buffers, and
     `params`/`grid` also see each one's `strides` and `offset` (in elements) to address them; else every
-    input is made contiguous first.
+    input is made contiguous first. `writes` numbers the inputs the kernel also writes in place (bound
+    read_write, e.g. a KV cache the op appends a row to; pending reads of them run first); such inputs must
+    be views of a buffer the caller owns (`views=True`), as the composed form writes them with copy_into.
     """
 
     backend = "webgpu"
 
-    def __init__(self, source, workgroup_size=256, params=None, grid=None, views=False):
+    def __init__(self, source, workgroup_size=256, params=None, grid=None, views=False, writes=()):
         self._source, self.workgroup_size, self.params, self.grid = source, int(workgroup_size), params, grid
-        self.views = bool(views)
+        self.views, self.writes = bool(views), tuple(int(i) for i in writes)
+        if self.writes and not self.views:
+            raise CustomOpError("ember: a WGSL kernel that writes its inputs needs views=True (a contiguous copy "
+                                "would take the write)")
         self.op = None  # set by custom_op: names the op in compile and binding errors
 
     def source(self):

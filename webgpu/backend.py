@@ -27,6 +27,7 @@ from .backend_quant import QuantMixin
 from .backend_f16 import Pack16Mixin
 from .conv_gemm import ConvGemmMixin
 from .fusion import FusionMixin, new_pending_set
+from .norm_prologue import NormPrologueMixin
 from .pack16 import PACKED
 from .buffers import BufferPool, GArray, Storage, compute_type, contiguous_strides
 
@@ -87,7 +88,8 @@ def merge_dims(shape, views):
     return tuple(s for s, _ in out), [(v[0], tuple(st[k] for _, st in out)) for k, v in enumerate(views)]
 
 
-class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, FusionMixin, ConvGemmMixin, Backend):
+class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, FusionMixin, NormPrologueMixin,
+                    ConvGemmMixin, Backend):
     name = "webgpu"
     _groups = staticmethod(_groups)
 
@@ -109,12 +111,17 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         # elementwise chains fused into one kernel each (fusion.py); 0 dispatches every op (bench: before/after)
         self.fuse = os.environ.get("EMBER_WEBGPU_FUSE", "1") != "0"
         self._pending = new_pending_set()
+        # a decode step's norm inside the matvec reading it, q/k/v in one matvec, rope + cache write + attention
+        # in one kernel (norm_prologue.py, linears, rope_append_attention); 0: off (bench_webgpu.py: before/after)
+        self.decode_fusion = os.environ.get("EMBER_WEBGPU_DECODE_FUSION", "1") != "0"
         self._held_write = None  # a copy_into waiting to share its dispatch with the next one (copy_into)
         # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
         # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three
         self.matmul_kernel = "auto"
-        # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py)
-        self.qmatvec_split = 8
+        # threads per output column in the quantized matvec (1, 2, 4, ... 64; bench/bench_webgpu.py): 8 on a GPU;
+        # 1 on a software adapter (lavapipe, SwiftShader), where each workgroup's barriers and the decode
+        # prologue it repeats (norm_prologue.py) cost most: 64 columns a workgroup, 1.7x a decode step there
+        self.qmatvec_split = 1 if getattr(self.adapter, "software", None) else 8
         # "flash": one online-softmax kernel (attention.wgsl, run as the custom op ember.nn.fused_ops.flash_attention
         # by F.scaled_dot_product_attention); "composed": QK^T, softmax, PV kernels (the attention primitive); "auto":
         # flash for a decode step's few query rows over at most 64 keys (one dispatch instead of three), composed past

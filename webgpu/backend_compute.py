@@ -126,6 +126,10 @@ class ComputeMixin:
         N = b.shape[-1]
         if b.shape[-2] != K:
             raise ValueError(f"ember: matmul shapes {a.shape} @ {b.shape} do not align")
+        if self.fuse:  # a decode row that is still pending (a norm, GELU): computed in a matvec
+            y = self._f32_matvec(a, b, bias)
+            if y is not None:
+                return y
         bshape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
         B = math.prod(bshape)
         out = self._new(bshape + (M, N), a.dtype)
@@ -299,8 +303,16 @@ class ComputeMixin:
         return self.softmax(x, axis, log=True)
 
     def _norm(self, x, w, b, eps, rms):
-        fix = self._float_rows(x, "rms_norm" if rms else "layer_norm")
+        self._float_rows(x, "rms_norm" if rms else "layer_norm")
+        lazy = self._lazy_norm(x, w, b, eps, rms)  # a decode step's norm: computed by the matvec reading it
+        if lazy is not None:
+            return lazy
         out = self._new(x.shape, x.dtype)
+        self._norm_into(out, x, w, b, eps, rms)
+        return out
+
+    def _norm_into(self, out, x, w, b, eps, rms):
+        fix = self._float_rows(x, "rms_norm" if rms else "layer_norm")
         n = x.shape[-1]
         rows = x.size // max(n, 1)
         if rows and n:
@@ -325,7 +337,6 @@ class ComputeMixin:
             p = self.pipelines.get("norm", "norm", self._wt(x), [self._wt(t) for t in ins], rw=rw, include=inc, FIX=fix,
                                    RMS="true" if rms else "false", PRE=pre)
             self._run(p, meta, out, ins, _row_groups(rows))
-        return out
 
     def layer_norm(self, x, w, b, eps):
         return self._norm(x, w, b, eps, rms=False)

@@ -51,6 +51,11 @@ class CustomKernelMixin:
             arrays = [None if x is None else self.contiguous(x) for x in arrays]
         params = list(kernel.params(*arrays, **attrs)) if kernel.params is not None else []
         grid = kernel.grid(out_shape, *arrays, **attrs) if kernel.grid is not None else None
+        writes = getattr(kernel, "writes", ())
+        if any(arrays[i] is None for i in writes):
+            raise CustomOpError(f"ember: custom op {op!r} (webgpu): an input it writes (in{writes}) is None")
+        for i in writes:  # a pending kernel reading a buffer this one writes must run before it (fusion.py)
+            self._flush_readers(arrays[i].storage)
         arrays = [self._dummy() if x is None else x for x in arrays]
         out = self._new(out_shape, out_dtype)
         n = out.size
@@ -59,10 +64,10 @@ class CustomKernelMixin:
         use_prm = "prm" in names
         out_wt = self._word(out_dtype)[0]
         in_wts = [self._word(x.dtype)[0] for x in arrays]
-        key = ("custom", id(kernel), user, out_dtype.name, tuple(in_wts), use_prm)
+        key = ("custom", id(kernel), user, out_dtype.name, tuple(in_wts), use_prm, writes)
         pipe = self.pipelines.cache.get(key)
         if pipe is None:
-            code = self._custom_source(user, out_dtype, out_wt, in_wts, use_prm)
+            code = self._custom_source(user, out_dtype, out_wt, in_wts, use_prm, writes)
             try:
                 pipe = self.adapter.pipeline(code)
             except Exception as e:
@@ -78,13 +83,13 @@ class CustomKernelMixin:
         self._dispatch(pipe, handles, groups)  # after a held copy_into (backend.copy_into)
         return out
 
-    def _custom_source(self, user, out_dtype, out_wt, in_wts, use_prm):
+    def _custom_source(self, user, out_dtype, out_wt, in_wts, use_prm, writes=()):
         lines = ["enable f16;"] if "f16" in (out_wt, *in_wts) else []
         b = 0
         if use_prm:
             lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
             b = 1
-        lines += kernels.bindings(b, out_wt, in_wts)
+        lines += kernels.bindings(b, out_wt, in_wts, rw=writes)
         def elem(t):  # packed 16-bit words are read and written as f32 values (pack16.py)
             return "f32" if t in pack16.PACKED else t
         lines.append(f"alias OT = {elem(out_wt)};")

@@ -80,7 +80,7 @@ def pending(x):
     """x's pending node when x reads a whole pending result in its natural layout, else None."""
     st = x.storage
     node = getattr(st, "node", None)
-    if node is None or x.offset != 0 or x.shape != node.shape or x.strides != contiguous_strides(x.shape):
+    if not isinstance(node, Pending) or x.offset != 0 or x.shape != node.shape or x.strides != contiguous_strides(x.shape):
         return None
     return node
 
@@ -162,12 +162,12 @@ class FusionMixin:
             if st.node is not None and st.node.reads(storage):
                 st.handle  # noqa: B018  (runs it)
 
-    def _matvec_prologue(self, x, k):
-        """(xv WGSL, leaves, meta words) for a kernel reading x (..., k) float32 as xv(m * k + c): a pending x
-        computed from its leaves (bound from in1, views in meta from word 8), or x itself (xv reads in1)."""
-        node = pending(x) if self.fuse else None
-        if node is None or node.dtype.name != "float32" or node.shape[-1] != k or node.scalars \
-                or len(node.leaves) > _MAX_LEAVES - 1:
+    def _matvec_prologue(self, x, k, name="xv", node=None):
+        """(WGSL of fn `name`, leaves, meta words) for a kernel reading x (..., k) float32 as name(m * k + c): a
+        pending x computed from its leaves (bound from in1, views in meta from word 8, then its scalar words);
+        None when x is not one."""
+        node = node or (pending(x) if self.fuse else None)
+        if node is None or node.dtype.name != "float32" or node.shape[-1] != k or len(node.leaves) > _MAX_LEAVES - 1:
             return None
         rows = _row_views(node, k)
         if rows is None:
@@ -177,9 +177,11 @@ class FusionMixin:
             b = 8 + 3 * i
             lines.append(f"let l{i} = {compute_type(self._word(leaf.dtype)[0])}(in{1 + i}[bitcast<i32>(prm[{b}]) + "
                          f"i32(j / prm[2]) * bitcast<i32>(prm[{b + 1}]) + i32(j % prm[2]) * bitcast<i32>(prm[{b + 2}])]);")
-        expr = _TOK.sub(lambda m: "l" + m.group(2), node.expr)
-        xv = "fn xv(j: u32) -> f32 { " + " ".join(lines) + f" return f32({expr}); }}"
-        meta = [w for r in rows for w in r]
+        sb = 8 + 3 * len(node.leaves)
+        lines += [f"let s{j} = bitcast<{t}>(prm[{sb + j}]);" for j, (t, _) in enumerate(node.scalars)]
+        expr = _TOK.sub(lambda m: ("l" if m.group(1) == "L" else "s") + m.group(2), node.expr)
+        xv = f"fn {name}(j: u32) -> f32 {{ " + " ".join(lines) + f" return f32({expr}); }}"
+        meta = [w for r in rows for w in r] + [bits for _, bits in node.scalars]
         return xv, list(node.leaves), meta
 
     def _norm_prologue(self, x):

@@ -22,6 +22,18 @@ fn f16_at(a: u32) -> f32 { return unpack2x16float(word_at(a) & 0xffffu).x; }
 
 fn i8_of(w: u32, j: u32) -> f32 { return f32(bitcast<i32>(w << (24u - 8u * j)) >> 24u); }
 
+// float32 weights (decode_f32): the same matvec over (N, K) rows of f32 words, row_bytes = 4 K
+fn decode_f32(row: u32, c: u32) {
+    let b = (row >> 2u) + c * 32u;
+    for (var i = 0u; i < 32u; i = i + 1u) { wv[i] = bitcast<f32>(in0[b + i]); }
+}
+
+// a (K, N) float32 matrix read by columns (decode_f32t: row_bytes = 4, so row / 4 is the column n)
+fn decode_f32t(row: u32, c: u32) {
+    let n = row >> 2u;
+    for (var i = 0u; i < 32u; i = i + 1u) { wv[i] = bitcast<f32>(in0[(c * 32u + i) * prm[1] + n]); }
+}
+
 fn byte_at(a: u32) -> u32 { return (in0[a >> 2u] >> ((a & 3u) * 8u)) & 255u; }
 
 // Q8_0: f16 d | 32 int8
@@ -105,10 +117,24 @@ fn decode_q6_k(row: u32, c: u32) {
 // decoded once, used for all M rows) and sum their partials through shared memory. $TPC 1
 // (no barriers) suits CPU-emulated adapters; wider splits suit GPUs (more loads in flight).
 // $DECODE names the block decoder above.
-// $XV defines xv(j), element j of x: in1[j], or a pending elementwise x computed from its leaves
-// (fusion.py: SiLU(gate) * up read straight from the gate/up output, never written)
+// XV (substituted below) defines xv(j), element j of x: in1[j], or a pending elementwise x computed from its leaves
+// (fusion.py: SiLU(gate) * up read straight from the gate/up output, never written), or a pending norm
+// (norm_prologue.py) whose row statistics PRO computes first in every workgroup (prm[6]: eps bits);
+// BIAS: empty, or a linear's bias added to each column (F.linear's, float32 weights)
 var<workgroup> part: array<f32, 512>;  // (8 rows, 64 threads)
 $XV
+
+fn wg_sum(lid: u32, v: f32) -> f32 {  // the sum of v over the workgroup's 64 threads (uniform control flow)
+    part[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s = s >> 1u) {
+        if (lid < s) { part[lid] = part[lid] + part[lid + s]; }
+        workgroupBarrier();
+    }
+    let r = part[0];
+    workgroupBarrier();
+    return r;
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -116,6 +142,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let M = prm[0];
     let N = prm[1];
     let K = prm[2];
+    $PRO
     let t = lid % ${TPC}u;
     let n = (wid.y * nwg.x + wid.x) * (64u / ${TPC}u) + lid / ${TPC}u;
     let live = n < N;
@@ -147,7 +174,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var m = 0u; m < 8u; m = m + 1u) { acc[m] = part[m * 64u + lid - t]; }
     }
     if (live) {
-        for (var m = t; m < M; m = m + ${TPC}u) { out[prm[5] + m * N + n] = acc[m]; }
+        for (var m = t; m < M; m = m + ${TPC}u) { out[prm[5] + m * N + n] = acc[m]${BIAS}; }
     }
 }
 

@@ -442,6 +442,31 @@ def rotary_embedding(x, cos, sin):
     return rope_composed(x, cos, sin)
 
 
+def linears(x, weights, biases):
+    """[linear(x, w, b) for w, b in zip(weights, biases)] (q, k and v from one input). A backend with a
+    `linears` kernel (webgpu, for a decode row: one matvec over every weight) gives one result whose column
+    ranges are returned as views; otherwise, and when gradients are recorded, one linear per weight."""
+    ok = all(w.ndim == 2 and w.dtype is x.dtype and w.device is x.device for w in weights)
+    f = _fused(x, "linears", *weights, *biases) if ok else None
+    if f is not None:
+        y = f(x._data, [w._data for w in weights], [None if b is None else b._data for b in biases])
+        if y is not None:
+            out, at = x._new(y), 0
+            parts = []
+            for w in weights:
+                parts.append(out.narrow(-1, at, w.shape[0]))
+                at += w.shape[0]
+            return parts
+    return [linear(x, w, b) for w, b in zip(weights, biases)]
+
+
+def rope_append_attention(qkv, rot, k_cache, v_cache, mask, *, n_heads, slot, length, scale=None):
+    """One decoded token's attention from its fused q | k | v projection, with its KV cache row written in place
+    (ember.nn.fused_ops.rope_append_attention: one WGSL kernel on webgpu, composed elsewhere)."""
+    from .fused_ops import rope_append_attention as fused
+    return fused(qkv, rot, k_cache, v_cache, mask, n_heads=n_heads, slot=slot, length=length, scale=scale)
+
+
 # ------------------------------------------------------------------ losses
 
 def _reduce_loss(loss, reduction, weight_sum=None):

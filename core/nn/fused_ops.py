@@ -218,3 +218,61 @@ def flash_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
     else:
         y = _flash(q4, k4, v4, m4, scale=scale, causal=bool(is_causal))  # (B1, B2, L, Dv)
     return y.reshape(tuple(bshape) + (L, hv))
+
+
+# ------------------------------------------------------------------ one decoded token: rope, cache append, attention
+
+def _append_composed(qkv, rot, k_cache, v_cache, mask, *, n_heads, slot, length, scale):
+    """rope_append_attention from Tensor ops: rotate q and k, write the k and v rows at `slot`, attend."""
+    from .functional import scaled_dot_product_attention
+    from ..ops_indexing import copy_into
+    B, _, heads, hd = qkv.shape
+    K = (heads - n_heads) // 2
+    qk = qkv.narrow(2, 0, n_heads + K) @ rot                              # (B, 1, H + K, hd)
+    q, k, v = qk.narrow(2, 0, n_heads), qk.narrow(2, n_heads, K), qkv.narrow(2, n_heads + K, K)
+    copy_into(k_cache, k.transpose(1, 2), (0, 0, slot, 0))
+    copy_into(v_cache, v.transpose(1, 2), (0, 0, slot, 0))
+    q = q.reshape(B, K, n_heads // K, hd)                                 # (B, K, G, hd)
+    return scaled_dot_product_attention(q, k_cache.narrow(2, 0, length), v_cache.narrow(2, 0, length),
+                                        attn_mask=mask, scale=scale)
+
+
+def _append_params(qkv, rot, kc, vc, mask, *, n_heads, slot, length, scale):
+    K = (qkv.shape[2] - n_heads) // 2
+    words = [n_heads, K, n_heads // K, qkv.shape[3], length, slot, float(scale), 0 if mask is None else 1]
+    words += [qkv.offset, qkv.strides[0], qkv.strides[2], qkv.strides[3]]
+    words += [kc.offset, *kc.strides, vc.offset, *vc.strides]
+    return words + ([mask.offset, *mask.strides] if mask is not None else [0] * 5)
+
+
+_append = custom_op(
+    "ember.rope_append_attention",
+    forward={"webgpu": WGSL(lambda: resources.files("ember.webgpu").joinpath("decode_attention.wgsl").read_text(),
+                            workgroup_size=64, params=_append_params, views=True, writes=(2, 3),
+                            grid=lambda out, qkv, rot, kc, vc, mask, **a: (out[2], out[0] * out[1], 1))},
+    composed=_append_composed,
+    output=lambda qkv, rot, kc, vc, mask, *, n_heads, **a: (
+        qkv.shape[0], (qkv.shape[2] - n_heads) // 2, n_heads // ((qkv.shape[2] - n_heads) // 2), qkv.shape[3]))
+
+
+def rope_append_attention(qkv, rot, k_cache, v_cache, mask, *, n_heads, slot, length, scale=None):
+    """One decoded token's attention with its KV cache write: qkv (B, 1, H + 2K, hd) the fused q | k | v
+    projection, rot (hd, hd) the step's rotation (x @ rot applies rope to a row), k_cache / v_cache
+    (B, K, capacity, hd) written in place at row `slot`, then attended over rows [0, length); mask (G, length)
+    or broadcastable to (B, K, G, length), additive (or None). -> (B, K, G, hd), G = H / K query heads per kv
+    head. One kernel on webgpu (decode_attention.wgsl) where its flash-attention rule takes the step (few keys,
+    float32, head size <= 256); composed elsewhere: the same ops as the unfused layer."""
+    scale = scale if scale is not None else 1.0 / math.sqrt(qkv.shape[-1])
+    B, _, heads, hd = qkv.shape
+    K = (heads - n_heads) // 2
+    from .functional import _wants_flash
+    be = qkv.device.backend
+    fits = getattr(be, "decode_fusion", True) and hd <= _FLASH_MAX_HEAD and B * K <= _MAX_GROUPS \
+        and all(t.dtype is D.float32 for t in (qkv, rot, k_cache, v_cache)) \
+        and _wants_flash(be, n_heads // K, length) and (mask is None or mask.dtype is not D.bool_)
+    if not fits:
+        return _append_composed(qkv, rot, k_cache, v_cache, mask, n_heads=n_heads, slot=slot, length=length,
+                                scale=scale)
+    m4 = None if mask is None else mask.to(qkv.dtype).expand(B, K, n_heads // K, length)
+    return _append(qkv, rot.contiguous(), k_cache, v_cache, m4, n_heads=n_heads, slot=int(slot), length=int(length),
+                   scale=float(scale))

@@ -45,7 +45,11 @@ class Attention(nn.Module):
         if self.fused:
             qkv = getattr(self, self.fused)(x).reshape(B, T, H + 2 * K, hd)       # (B, T, H + 2K, hd)
             return qkv.narrow(2, 0, H), qkv.narrow(2, H, K), qkv.narrow(2, H + K, K)
-        q, k, v = (getattr(self, n)(x) for n in self.names[:3])
+        mods = [getattr(self, n) for n in self.names[:3]]
+        if all(type(m) is nn.Linear for m in mods):  # float weights: the backend may run the three as one kernel
+            q, k, v = F.linears(x, [m.weight for m in mods], [m.bias for m in mods])
+        else:
+            q, k, v = (m(x) for m in mods)
         return q.reshape(B, T, H, hd), k.reshape(B, T, K, hd), v.reshape(B, T, K, hd)
 
     def memory_kv(self, memory):
@@ -64,6 +68,14 @@ class Attention(nn.Module):
             q = getattr(self, self.names[0])(x).reshape(B, T, H, hd)
             k, v = kv
             rope = cache = None
+        elif self.fused and not self.qk_norm and T == 1 and cache is not None and getattr(rope, "matrix", None) \
+                is not None:  # one decoded token: rope, the cache write and attention in one op
+            qkv = getattr(self, self.fused)(x).reshape(B, 1, H + 2 * K, hd)       # (B, 1, H + 2K, hd)
+            kbuf, vbuf, row, length = cache.slot(layer, qkv.narrow(2, H, K).transpose(1, 2))
+            o = F.rope_append_attention(qkv, rope.matrix, kbuf, vbuf, mask, n_heads=H, slot=row, length=length,
+                                        scale=self.scale)                          # (B, K, G, hd)
+            o = o.reshape(B, 1, H * hd)
+            return o if self.names[3] is None else getattr(self, self.names[3])(o)  # (B, 1, dim)
         elif self.fused and not self.qk_norm and rope is not None:  # q and k rotated in one op
             qkv = getattr(self, self.fused)(x).reshape(B, T, H + 2 * K, hd)       # (B, T, H + 2K, hd)
             qk = rope(qkv.narrow(2, 0, H + K))                                     # (B, T, H + K, hd)

@@ -60,6 +60,18 @@ class KVCache:
         ember.copy_into(self.v[layer], v, (0, 0, self.pos, 0))
         return self.k[layer].narrow(2, 0, end), self.v[layer].narrow(2, 0, end)
 
+    def slot(self, layer: int, k):
+        """Where update(layer, k, v) of one token (k (batch, n_kv_heads, 1, head_dim)) writes, for a fused kernel
+        that writes it itself: (k buffer, v buffer, row, length) with the buffers grown as update grows them;
+        attention then reads rows [0, length), ordered as key_positions(layer, 1)."""
+        cap = self.ring(layer)
+        if cap is not None:
+            if self.k[layer] is None:
+                self._alloc(layer, k, cap)
+            return self.k[layer], self.v[layer], self.pos % cap, cap
+        self._room(layer, k, self.pos + 1)
+        return self.k[layer], self.v[layer], self.pos, self.pos + 1
+
     def _alloc(self, layer, k, cap):
         B, K, _, hd = k.shape
         self.k[layer] = ember.zeros(B, K, cap, hd, dtype=k.dtype, device=k.device)
