@@ -7,8 +7,10 @@
 //      s <= query l)  [7] B2  [8..12] q offset, B1, B2, row, column strides  [13..17] k  [18..22] v
 //      [23..27] mask (i32 bits)
 // in0 q, in1 k, in2 v, in3 mask (float, additive); out (B1 * B2, L, Dv) contiguous. D, Dv <= 256.
+// q.k and p.v products are in L0 (f16 for float16 with f16 compute: q kept in f16, k, v and the
+// probabilities p read as f16), each widened into an f32 dot/accumulator; the softmax statistics are f32.
 
-var<workgroup> qs: array<f32, 256>;
+var<workgroup> qs: array<L0, 256>;
 var<workgroup> p: array<f32, 64>;
 var<workgroup> stat: array<f32, 2>;  // block max, correction factor
 
@@ -28,7 +30,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let flags = prm[6];
     let l = wid.x;
     let b = wid.y;
-    for (var d = t; d < D; d = d + 64u) { qs[d] = f32(in0[at(8u, b, l, d)]); }
+    for (var d = t; d < D; d = d + 64u) { qs[d] = L0(in0[at(8u, b, l, d)]); }
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
     var m = -f_inf();   // running maximum (the same in every thread)
     var sum = 0.0;      // running sum of exp(score - m)
@@ -40,7 +42,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         var z = -f_inf();
         if (s < stop) {
             var dotv = 0.0;
-            for (var d = 0u; d < D; d = d + 1u) { dotv = dotv + qs[d] * f32(in1[at(13u, b, s, d)]); }
+            for (var d = 0u; d < D; d = d + 1u) { dotv = dotv + f32(qs[d] * L0(in1[at(13u, b, s, d)])); }
             z = dotv * scale;
             if ((flags & 1u) != 0u) { z = z + f32(in3[at(23u, b, l, s)]); }
         }
@@ -68,7 +70,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let c = t + 64u * i;
             if (c < Dv) {
                 var a = acc[i] * corr;
-                for (var j = 0u; j < n; j = j + 1u) { a = a + p[j] * f32(in2[at(18u, b, s0 + j, c)]); }
+                for (var j = 0u; j < n; j = j + 1u) { a = a + f32(L0(p[j]) * L0(in2[at(18u, b, s0 + j, c)])); }
                 acc[i] = a;
             }
         }

@@ -141,6 +141,7 @@ class ComputeMixin:
         meta = [M, N, K, av.offset, asb, av.strides[-2], av.strides[-1],
                 bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
         ct = compute_type(wt)
+        lt = self._mul_type(wt)
         vec = self._vec4_layout(meta, K, N) if (wt in ("f32",) + _HALF and self.matmul_kernel == "auto") else None
         ins, extra, add = [av, bv], [], ""
         if bias is not None:
@@ -149,12 +150,14 @@ class ComputeMixin:
             ins, extra, add = ins + [bias], [wt], f" + {ct}(in2[prm[11] + n + j])"
         if vec is not None:  # 16-byte loads: the fast path for contiguous activations and weights
             meta, bk = vec
-            p = self.pipelines.get("matmul_vec4", "matmul_vec4", wt, [f"vec4<{wt}>"] * 2 + extra, T=ct, FIX=fix or "",
-                                   BK="true" if bk else "false", BIAS=add)
+            p = self.pipelines.get("matmul_vec4", "matmul_vec4", wt, [f"vec4<{wt}>"] * 2 + extra, T=ct, L=lt,
+                                   DOT="dot" if lt == ct else "dotw", FIX=fix or "", BK="true" if bk else "false",
+                                   BIAS=add)
             t = 32
         else:
             kind = "tiled" if self.matmul_kernel == "auto" else self.matmul_kernel
-            p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt] + extra, T=ct, FIX=fix or "", BIAS=add)
+            p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt] + extra, T=ct, L=lt, FIX=fix or "",
+                                   BIAS=add)
             t = 64 if kind == "tiled" else 32  # output tile edge per workgroup
         if bias is not None:
             meta = meta + [bias.offset]

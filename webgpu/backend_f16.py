@@ -17,7 +17,7 @@ import numpy as np
 from ember import dtypes as D
 from ember.errors import EmberError
 
-from .buffers import BF16_PACKED, F16_NATIVE, F16_PACKED, WORD, GArray, Storage
+from .buffers import BF16_PACKED, F16_NATIVE, F16_PACKED, WORD, GArray, Storage, compute_type
 from .pack16 import PACKED
 
 
@@ -29,6 +29,8 @@ class Pack16Mixin:
         self._half_storages = weakref.WeakSet()  # buffers of live float16/bfloat16 arrays
         self.words = dict(WORD)
         self.f16_native = self.has_f16 and os.environ.get("EMBER_WEBGPU_F16", "1") != "0"
+        # f16 arithmetic on native float16 words (see _mul_type); EMBER_WEBGPU_F16_COMPUTE=0: products in f32
+        self.f16_compute = os.environ.get("EMBER_WEBGPU_F16_COMPUTE", "1") != "0"
         if self.f16_native:
             self.words[D.float16] = F16_NATIVE
         self.set_pack16(os.environ.get("EMBER_WEBGPU_PACK16", "0") == "1")
@@ -70,3 +72,11 @@ class Pack16Mixin:
         p = self.pipelines.get("pack16", "pack", "u32", ["f32"], FMT=fmt)
         self._run(p, [n], out, [tmp], self._groups(-(-n // 2)))
         return out
+
+    def _mul_type(self, word):
+        """The WGSL type a matmul/attention kernel loads, tiles and multiplies `word` elements in: f16 for native
+        float16 words with f16 compute on (half the shared memory and registers, and double-rate f16 ALUs on
+        most GPUs), each product then widened into an f32 accumulator; otherwise the compute type (f32).
+        A product rounds to f16 (relative error <= 2^-11, overflow past 65504) where the f32 product of two
+        f16 values is exact: that is the whole difference from the numpy backend, which sums in f32 too."""
+        return "f16" if word == "f16" and self.f16_compute else compute_type(word)
