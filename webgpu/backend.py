@@ -129,8 +129,9 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
 
     @property
     def description(self):
-        """The adapter, vendor/architecture, key limits, f16, and whether `auto` skips it (`ember info`)."""
-        return describe(self.adapter.details, self.adapter.limits, self.adapter.features)
+        """The adapter, vendor/architecture, key limits, f16, whether `auto` skips it, and how float16/bfloat16
+        are stored and computed (`ember info`)."""
+        return describe(self.adapter.details, self.adapter.limits, self.adapter.features) + "; " + self.half_note()
 
     def supports(self, dtype):
         """float64 has no WGSL type; every other ember dtype is stored in 4-byte words."""

@@ -80,3 +80,13 @@ class Pack16Mixin:
         A product rounds to f16 (relative error <= 2^-11, overflow past 65504) where the f32 product of two
         f16 values is exact: that is the whole difference from the numpy backend, which sums in f32 too."""
         return "f16" if word == "f16" and self.f16_compute else compute_type(word)
+
+    def half_note(self):
+        """How float16 and bfloat16 are stored and multiplied here, for `ember info`."""
+        w = self.words[D.float16][0]
+        if w == "f16":
+            f16 = ("float16 in f16 words, f16 compute with f32 accumulation" if self.f16_compute else
+                   "float16 in f16 words, f32 compute (EMBER_WEBGPU_F16_COMPUTE=0)")
+        else:
+            f16 = f"float16 {'packed two per u32' if w in PACKED else 'in f32 words'}, f32 compute"
+        return f"{f16}; bfloat16 {'packed two per u32' if self.pack16 else 'in f32 words'}"
