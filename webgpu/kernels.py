@@ -47,8 +47,9 @@ def source(family, kernel, out_type, in_types, atomic_out=False, rw=(), include=
     shared, kernels = _family(family)
     subs.setdefault("OT", "f32" if out_type in pack16.PACKED else out_type)
     body = Template(shared + kernels[kernel]).substitute(subs)
-    # a fused chain may hold an f16 value between two f32 words
-    lines = ["enable f16;"] if "f16" in (out_type, *in_types) or re.search(r"\bf16\(", body) else []
+    # f16 bindings, f16 values a fused chain holds between two f32 words, or f16 loads/products ($L)
+    lines = ["enable f16;"] if any(t in ("f16", "vec4<f16>") for t in (out_type, *in_types)) \
+        or re.search(r"\bf16\b", body) else []
     lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
     lines += bindings(1, out_type, in_types, atomic_out, rw)
     return ("\n".join(lines) + "\n" + _family("common")[0] + "".join(_family(f)[0] for f in include)
