@@ -177,6 +177,9 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         return h
 
     def _run(self, pipeline, meta, out, inputs, groups):
+        if isinstance(pipeline, kernels.PackedStore):  # a packed output computed in f32 words first
+            self._packed_from(out, lambda tmp: self._run(pipeline.f32, meta, tmp, inputs, groups))
+            return
         self._dispatch(pipeline, [self._meta_handle(meta), out.storage.handle] + [x.storage.handle for x in inputs],
                        groups)
 

@@ -79,13 +79,33 @@ def packed_body(body, out_type, in_types):
     return _family("pack16")[0] + pack16.helpers(out_type, in_types) + pack16.rewrite(pack16.strip_comments(body), names)
 
 
+# kernels that write every element of a fresh output (and never read it): with a packed output they run into
+# float32 words (already rounded to the format by their $FIX), then one pack dispatch stores whole words, where
+# the kernel itself would need two atomics per element (two threads may own one word's halves: pack16.py)
+WHOLE_OUTPUT = {"reduce", "norm", "matmul", "matmul_vec4", "conv", "conv_gemm", "index.gather"}
+
+
+class PackedStore:
+    """A kernel compiled with float32-word output for a packed one: backend._run packs its result."""
+
+    __slots__ = ("f32",)
+
+    def __init__(self, f32):
+        self.f32 = f32
+
+
 class PipelineCache:
-    """(family, kernel, types, substitutions) -> compiled pipeline; compiled once per process."""
+    """(family, kernel, types, substitutions) -> compiled pipeline; compiled once per process.
+    word_stores False keeps the atomic packed stores in every kernel (bench_webgpu_f16.py measures both)."""
 
     def __init__(self, adapter):
         self.adapter, self.cache = adapter, {}
+        self.word_stores = True
 
     def get(self, family, kernel, out_type, in_types, atomic_out=False, rw=(), include=(), **subs):
+        if (out_type in pack16.PACKED and self.word_stores and not atomic_out
+                and (family in WHOLE_OUTPUT or f"{family}.{kernel}" in WHOLE_OUTPUT)):
+            return PackedStore(self.get(family, kernel, "f32", in_types, atomic_out, rw, include, **subs))
         key = (family, kernel, out_type, tuple(in_types), atomic_out, tuple(rw), tuple(include),
                tuple(sorted(subs.items())))
         p = self.cache.get(key)
