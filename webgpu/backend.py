@@ -362,9 +362,12 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         if scalar is not None:
             loads.append(f"let {names[len(inputs)]} = bitcast<{scalar[0]}>(prm[3]);")
         meta = self._view_meta(n, mshape, views, [] if scalar is None else [scalar[1]])
-        if self._is_packed(out_dtype):  # into f32 words, then packed a word per thread: no atomic stores
-            p = self.pipelines.get("elementwise", "map", "f32", wts, LOADS="\n    ".join(loads), EXPR=expr)
-            return self._packed_from(out, lambda tmp: self._run(p, meta, tmp, inputs, _groups(n)))
+        if self._is_packed(out_dtype):  # a thread computes both halves of a word and stores it whole
+            fmt = "bf16" if out_dtype is D.bfloat16 else "f16"
+            p = self.pipelines.get("pack16", "map_pair", "u32", wts, include=("elementwise",),
+                                   LOADS="\n            ".join(loads), EXPR=expr, FMT=fmt)
+            self._run(p, meta, out, inputs, _groups(-(-n // 2)))
+            return out
         p = self.pipelines.get("elementwise", "map", wt, wts, LOADS="\n    ".join(loads), EXPR=expr)
         self._run(p, meta, out, inputs, _groups(n))
         return out

@@ -53,7 +53,7 @@ def source(family, kernel, out_type, in_types, atomic_out=False, rw=(), include=
     lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
     lines += bindings(1, out_type, in_types, atomic_out, rw)
     return ("\n".join(lines) + "\n" + _family("common")[0] + "".join(_family(f)[0] for f in include)
-            + packed_body(body, out_type, in_types))
+            + packed_body(body, out_type, in_types, conversions=family != "pack16"))
 
 
 def bindings(first, out_type, in_types, atomic_out=False, rw=()):
@@ -69,14 +69,16 @@ def bindings(first, out_type, in_types, atomic_out=False, rw=()):
     return lines
 
 
-def packed_body(body, out_type, in_types):
-    """body with its accesses of packed bindings rewritten, after the helpers they call (pack16.py)."""
+def packed_body(body, out_type, in_types, conversions=True):
+    """body with its accesses of packed bindings rewritten, after the helpers they call (pack16.py) and
+    pack16.wgsl's conversions (unless the body is of that family, which holds them already)."""
     names = {f"in{k}" for k, t in enumerate(in_types) if pack16.is_packed(t)}
     if out_type in pack16.PACKED:
         names.add("out")
     if not names:
         return body
-    return _family("pack16")[0] + pack16.helpers(out_type, in_types) + pack16.rewrite(pack16.strip_comments(body), names)
+    return ((_family("pack16")[0] if conversions else "") + pack16.helpers(out_type, in_types)
+            + pack16.rewrite(pack16.strip_comments(body), names))
 
 
 # kernels that write every element of a fresh output (and never read it): with a packed output they run into

@@ -33,3 +33,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (2u * w + 1u < n) { hi = pk_f32_to_$FMT(in0[2u * w + 1u]); }
     out[w] = pk_f32_to_$FMT(in0[2u * w]) | (hi << 16u);
 }
+
+//! kernel map_pair
+// A packed elementwise result in one pass: each thread evaluates elementwise.map's loads and expression (which
+// read element i) for i = 2w and 2w + 1 and stores their word whole: no f32-word temporary, no atomics
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let w = flat_id(wid, nwg, lid);
+    let n = prm[0];
+    if (2u * w >= n) { return; }
+    var h = array<u32, 2>(0u, 0u);
+    for (var e = 0u; e < 2u; e = e + 1u) {
+        let i = 2u * w + e;
+        if (i < n) {
+            $LOADS
+            h[e] = pk_f32_to_$FMT($EXPR);
+        }
+    }
+    out[w] = h[0] | (h[1] << 16u);
+}
