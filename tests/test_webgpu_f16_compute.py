@@ -169,3 +169,31 @@ def test_env_switch_and_ember_info():
     off, desc = r.stdout.strip().splitlines()[-2:]
     assert off == "False" and "float16 in f16 words, f32 compute (EMBER_WEBGPU_F16_COMPUTE=0)" in desc
     assert "float16 in f16 words, f16 compute with f32 accumulation" in BE.description
+
+
+def test_packed_float16_kernels_never_enable_f16():
+    """float16 packed (as on an adapter without shader-f16, which refuses `enable f16;`): no kernel source of a
+    matmul, row or elementwise op asks for the extension (a comment or a packed word name mentioning f16 once did)."""
+    import gc
+    from ember.webgpu.buffers import F16_NATIVE, WORD
+    gc.collect()
+    assert not BE._half_storages
+    sources, compile_, was_packed = [], BE.adapter.pipeline, BE.pack16
+    BE.f16_native, BE.words[ember.float16] = False, WORD[ember.float16]
+    BE.set_pack16(True)
+    BE.adapter.pipeline = lambda code: (sources.append(code), compile_(code))[1]
+    BE.pipelines.cache.clear()
+    try:
+        x = ember.tensor(_h(5, 37, seed=12), device="webgpu")
+        w = ember.tensor(_h(37, 20, seed=13), device="webgpu")
+        with ember.no_grad():
+            for y in (x @ w, x[:, :36] @ w[:36], x.softmax(-1), F.rms_norm(x, (37,)), x + 1, x.sum(1)):
+                y.numpy()
+        del x, w, y
+    finally:
+        BE.adapter.pipeline = compile_
+        BE.pipelines.cache.clear()
+        gc.collect()
+        BE.set_pack16(was_packed)
+        BE.f16_native, BE.words[ember.float16] = True, F16_NATIVE
+    assert len(sources) >= 5 and not [s for s in sources if "enable f16" in s]

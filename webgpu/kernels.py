@@ -49,7 +49,7 @@ def source(family, kernel, out_type, in_types, atomic_out=False, rw=(), include=
     body = Template(shared + kernels[kernel]).substitute(subs)
     # f16 bindings, f16 values a fused chain holds between two f32 words, or f16 loads/products ($L)
     lines = ["enable f16;"] if any(t in ("f16", "vec4<f16>") for t in (out_type, *in_types)) \
-        or re.search(r"\bf16\b", body) else []
+        or re.search(r"\bf16\b", pack16.strip_comments(body)) else []
     lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
     lines += bindings(1, out_type, in_types, atomic_out, rw)
     return ("\n".join(lines) + "\n" + _family("common")[0] + "".join(_family(f)[0] for f in include)
