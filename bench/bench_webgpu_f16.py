@@ -111,7 +111,8 @@ def bench_stores(be, reps, rng):
                         times[kind] = min(times.get(kind, float("inf")), _best(be, lambda: fn(*arrays), reps))
             np.testing.assert_array_equal(ys["words"], ys["atomic"])  # the same values, stored another way
             row = {"dtype": dt.name, "op": name, "atomic_ms": round(times["atomic"] * 1e3, 3),
-                   "words_ms": round(times["words"] * 1e3, 3), "words/atomic": round(times["words"] / times["atomic"], 3)}
+                   "words_ms": round(times["words"] * 1e3, 3),
+                   "words/atomic": round(times["words"] / times["atomic"], 3)}
             rows.append(row)
             print("stores   " + "  ".join(f"{k}={v}" for k, v in row.items()))
         del arrays
@@ -149,7 +150,8 @@ def bench_compute(be, reps, rng):
         was, be.attention_kernel = be.attention_kernel, kind
         r = _compare(be, fn, reps)
         be.attention_kernel = was
-        row = {"op": name, **{f"{k}_ms": round(t * 1e3, 3) for k, t in r.items()}, "f16/f32 time": round(r["f16"] / r["f32"], 3)}
+        row = {"op": name, **{f"{k}_ms": round(t * 1e3, 3) for k, t in r.items()},
+               "f16/f32 time": round(r["f16"] / r["f32"], 3)}
         rows.append(row)
         print("compute  " + "  ".join(f"{k}={v}" for k, v in row.items()))
     be.f16_compute = True

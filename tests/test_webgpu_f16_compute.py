@@ -56,7 +56,10 @@ def _mm_bound(a, b, want):
 def _gpu_mm(a, b, transposed, kernel="auto"):
     """a @ b on webgpu; transposed: b held as (N, K) and viewed (K, N), as a linear layer's weight."""
     ga = ember.tensor(a, device="webgpu")
-    gb = ember.tensor(np.ascontiguousarray(b.T), device="webgpu").t() if transposed else ember.tensor(b, device="webgpu")
+    if transposed:
+        gb = ember.tensor(np.ascontiguousarray(b.T), device="webgpu").t()
+    else:
+        gb = ember.tensor(b, device="webgpu")
     was, BE.matmul_kernel = BE.matmul_kernel, kernel
     try:
         return (ga @ gb).numpy()

@@ -119,10 +119,11 @@ class ComputeMixin:
             st = [v.strides[len(bshape) - 1]] if bshape else []
         return v, (st[-1] if st else 0)
 
-    def matmul(self, a, b, bias=None, out_dtype=None):
+    def matmul(self, a, b, bias=None, out_dtype=None, f16_products=True):
         """a @ b (+ bias (N,) added to every row before the store's one rounding: the linear primitive).
         out_dtype (default a's): float operands of other float dtypes are read in their own words, so a
-        16-bit attention's scores come out as float32 without casting q and k first."""
+        16-bit attention's scores come out as float32 without casting q and k first. f16_products False:
+        f32 products even under f16 compute (convolutions, as conv_gemm.py says)."""
         od = out_dtype or a.dtype
         wt, _, fix = self._word(od)
         wa, wb = self._wt(a), self._wt(b)
@@ -145,7 +146,7 @@ class ComputeMixin:
         meta = [M, N, K, av.offset, asb, av.strides[-2], av.strides[-1],
                 bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
         ct = compute_type(wt)
-        lt = self._mul_type(wa) if wa == wb else ct  # f16 products only between two f16 operands
+        lt = self._mul_type(wa) if wa == wb and f16_products else ct  # f16 products only between two f16 operands
         floats = all(w in ("f32",) + _HALF for w in (wa, wb))
         vec = self._vec4_layout(meta, K, N) if (floats and self.matmul_kernel == "auto") else None
         ins, extra, add = [av, bv], [], ""

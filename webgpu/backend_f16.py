@@ -64,12 +64,12 @@ class Pack16Mixin:
 
     def _packed_from(self, out, compute):
         """Fill the packed contiguous `out` from `compute(tmp)`, which writes its values (rounded to the format)
-        into a float32-word temporary: then one pack dispatch, a whole word per thread."""
+        into a float32-word temporary: then one pack dispatch (map_pair), a whole word per thread."""
         n = out.size
         tmp = GArray(Storage(self.pool, 4 * n), out.shape, out.strides, 0, D.float32)
         compute(tmp)
         fmt = "bf16" if out.dtype is D.bfloat16 else "f16"
-        p = self.pipelines.get("pack16", "pack", "u32", ["f32"], FMT=fmt)
+        p = self.pipelines.get("pack16", "map_pair", "u32", ["f32"], LOADS="", EXPR="in0[i]", FMT=fmt)
         self._run(p, [n], out, [tmp], self._groups(-(-n // 2)))
         return out
 
