@@ -86,9 +86,8 @@ def packed_body(body, out_type, in_types, conversions=True):
 # dispatch stores whole words, where the kernel itself needs two atomics per element (two threads may own one
 # word's halves: pack16.py). Measured (bench_webgpu_f16.py, and in Chromium on SwiftShader): softmax 0.33-0.36x
 # and rms_norm 0.55-0.84x the atomic form's time on SwiftShader (lavapipe: 0.49-0.89x, 0.84-0.89x); matmul,
-# matvec and reductions, whose outputs are
-# a small part of their traffic, gain nothing and pay the extra dispatch (a 1x256x256 matvec 1.66x), so they keep
-# the atomic stores.
+# matvec and reductions, whose outputs are a small part of their traffic, gain nothing and pay the extra
+# dispatch (a 1x256x256 matvec 1.66x on SwiftShader), so they keep the atomic stores.
 WHOLE_OUTPUT = {"norm", "index.gather", "conv_gemm.im2col"}
 
 
