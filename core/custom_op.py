@@ -40,7 +40,8 @@ class WGSL:
       out: array<OT>       binding 1, the output, contiguous; store with `out[i] = to_out(v)` (f32 -> OT with
                            the output dtype's rounding)
       in0, in1 ...         bindings 2, 3 ...: the inputs, contiguous, element types T0, T1 ... (read as f32(in0[i]));
-                           a None input is bound to a one-element dummy buffer
+                           a None input is bound to a one-element dummy buffer; L0, L1 ... the types to
+                           multiply them in (f16 for float16 with the backend's f16 compute, else f32)
       flat_id(wid, nwg, lid), WG (= 256), f_inf(), f_nan(), is_nan()   the shared helpers (webgpu/common.wgsl)
     `params(*inputs, **attrs)` gives the scalars after prm[0]; `grid(out_shape, *inputs, **attrs)` the
     workgroup counts (default: one thread per output element, `workgroup_size` per group, 2-D past 65535

@@ -11,8 +11,10 @@
 //      [23..27] mask (i32 bits)  [28] keys per chunk (a multiple of 64; S unsplit)  [29] chunks
 // in0 q, in1 k, in2 v, in3 mask (float, additive); out (B1 * B2, L, Dv) contiguous, or split:
 // (B1 * B2, L, chunks, Dv + 2) f32 rows of acc[0..Dv), max, sum. D, Dv <= 256.
+// q.k and p.v products are in L0 (f16 for float16 with f16 compute: q kept in f16, k, v and the
+// probabilities p read as f16), each widened into an f32 dot/accumulator; the softmax statistics are f32.
 
-var<workgroup> qs: array<f32, 256>;
+var<workgroup> qs: array<L0, 256>;
 var<workgroup> p: array<f32, 64>;
 var<workgroup> stat: array<f32, 2>;  // block max, correction factor
 
@@ -34,7 +36,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let b = wid.y;
     let part = wid.z;       // the key chunk
     let chunk = prm[28];
-    for (var d = t; d < D; d = d + 64u) { qs[d] = f32(in0[at(8u, b, l, d)]); }
+    for (var d = t; d < D; d = d + 64u) { qs[d] = L0(in0[at(8u, b, l, d)]); }
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
     var m = -f_inf();   // running maximum (the same in every thread)
     var sum = 0.0;      // running sum of exp(score - m)
@@ -49,7 +51,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var dotv = 0.0;
             let kr = at(13u, b, s, 0u);             // key row s; then column steps
             let kc = bitcast<i32>(prm[17]);
-            for (var d = 0u; d < D; d = d + 1u) { dotv = dotv + qs[d] * f32(in1[kr + i32(d) * kc]); }
+            for (var d = 0u; d < D; d = d + 1u) { dotv = dotv + f32(qs[d] * L0(in1[kr + i32(d) * kc])); }
             z = dotv * scale;
             if ((flags & 1u) != 0u) { z = z + f32(in3[at(23u, b, l, s)]); }
         }
@@ -79,7 +81,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 var a = acc[i] * corr;
                 let vr = at(18u, b, s0, c);         // value row s0, column c; then row steps
                 let vs = bitcast<i32>(prm[21]);
-                for (var j = 0u; j < n; j = j + 1u) { a = a + p[j] * f32(in2[vr + i32(j) * vs]); }
+                for (var j = 0u; j < n; j = j + 1u) { a = a + f32(L0(p[j]) * L0(in2[vr + i32(j) * vs])); }
                 acc[i] = a;
             }
         }

@@ -136,8 +136,9 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
 
     @property
     def description(self):
-        """The adapter, vendor/architecture, key limits, f16, and whether `auto` skips it (`ember info`)."""
-        return describe(self.adapter.details, self.adapter.limits, self.adapter.features)
+        """The adapter, vendor/architecture, key limits, f16, whether `auto` skips it, and how float16/bfloat16
+        are stored and computed (`ember info`)."""
+        return describe(self.adapter.details, self.adapter.limits, self.adapter.features) + "; " + self.half_note()
 
     def supports(self, dtype):
         """float64 has no WGSL type; every other ember dtype is stored in 4-byte words."""
@@ -183,6 +184,9 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         return h
 
     def _run(self, pipeline, meta, out, inputs, groups):
+        if isinstance(pipeline, kernels.PackedStore):  # a packed output computed in f32 words first
+            self._packed_from(out, lambda tmp: self._run(pipeline.f32, meta, tmp, inputs, groups))
+            return
         self._dispatch(pipeline, [self._meta_handle(meta), out.storage.handle] + [x.storage.handle for x in inputs],
                        groups)
 
@@ -365,9 +369,12 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         if scalar is not None:
             loads.append(f"let {names[len(inputs)]} = bitcast<{scalar[0]}>(prm[3]);")
         meta = self._view_meta(n, mshape, views, [] if scalar is None else [scalar[1]])
-        if self._is_packed(out_dtype):  # into f32 words, then packed a word per thread: no atomic stores
-            p = self.pipelines.get("elementwise", "map", "f32", wts, LOADS="\n    ".join(loads), EXPR=expr)
-            return self._packed_from(out, lambda tmp: self._run(p, meta, tmp, inputs, _groups(n)))
+        if self._is_packed(out_dtype):  # a thread computes both halves of a word and stores it whole
+            fmt = "bf16" if out_dtype is D.bfloat16 else "f16"
+            p = self.pipelines.get("pack16", "map_pair", "u32", wts, include=("elementwise",),
+                                   LOADS="\n            ".join(loads), EXPR=expr, FMT=fmt)
+            self._run(p, meta, out, inputs, _groups(-(-n // 2)))
+            return out
         p = self.pipelines.get("elementwise", "map", wt, wts, LOADS="\n    ".join(loads), EXPR=expr)
         self._run(p, meta, out, inputs, _groups(n))
         return out

@@ -119,9 +119,14 @@ class ComputeMixin:
             st = [v.strides[len(bshape) - 1]] if bshape else []
         return v, (st[-1] if st else 0)
 
-    def matmul(self, a, b, bias=None):
-        """a @ b (+ bias (N,) added to every row before the store's one rounding: the linear primitive)."""
-        wt, _, fix = self._word(a.dtype)
+    def matmul(self, a, b, bias=None, out_dtype=None, f16_products=True):
+        """a @ b (+ bias (N,) added to every row before the store's one rounding: the linear primitive).
+        out_dtype (default a's): float operands of other float dtypes are read in their own words, so a
+        16-bit attention's scores come out as float32 without casting q and k first. f16_products False:
+        f32 products even under f16 compute (convolutions, as conv_gemm.py says)."""
+        od = out_dtype or a.dtype
+        wt, _, fix = self._word(od)
+        wa, wb = self._wt(a), self._wt(b)
         M, K = a.shape[-2:]
         N = b.shape[-1]
         if b.shape[-2] != K:
@@ -132,7 +137,7 @@ class ComputeMixin:
                 return y
         bshape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
         B = math.prod(bshape)
-        out = self._new(bshape + (M, N), a.dtype)
+        out = self._new(bshape + (M, N), od)
         if out.size == 0:
             return out
         if K == 0:
@@ -145,7 +150,9 @@ class ComputeMixin:
         meta = [M, N, K, av.offset, asb, av.strides[-2], av.strides[-1],
                 bv.offset, bsb, bv.strides[-2], bv.strides[-1]]
         ct = compute_type(wt)
-        vec = self._vec4_layout(meta, K, N) if (wt in ("f32",) + _HALF and self.matmul_kernel == "auto") else None
+        lt = self._mul_type(wa) if wa == wb and f16_products else ct  # f16 products only between two f16 operands
+        floats = all(w in ("f32",) + _HALF for w in (wa, wb))
+        vec = self._vec4_layout(meta, K, N) if (floats and self.matmul_kernel == "auto") else None
         ins, extra, add = [av, bv], [], ""
         if bias is not None:
             if bias.strides[0] != 1 and N > 1:  # read at an offset as it is, copied only when strided
@@ -153,12 +160,14 @@ class ComputeMixin:
             ins, extra, add = ins + [bias], [wt], f" + {ct}(in2[prm[11] + n + j])"
         if vec is not None:  # 16-byte loads: the fast path for contiguous activations and weights
             meta, bk = vec
-            p = self.pipelines.get("matmul_vec4", "matmul_vec4", wt, [f"vec4<{wt}>"] * 2 + extra, T=ct, FIX=fix or "",
-                                   BK="true" if bk else "false", BIAS=add)
+            p = self.pipelines.get("matmul_vec4", "matmul_vec4", wt, [f"vec4<{wa}>", f"vec4<{wb}>"] + extra, T=ct, L=lt,
+                                   DOT="dot" if lt == ct else "dotw", FIX=fix or "", BK="true" if bk else "false",
+                                   BIAS=add)
             t = 32
         else:
             kind = "tiled" if self.matmul_kernel == "auto" else self.matmul_kernel
-            p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wt, wt] + extra, T=ct, FIX=fix or "", BIAS=add)
+            p = self.pipelines.get("matmul", f"matmul_{kind}", wt, [wa, wb] + extra, T=ct, L=lt, FIX=fix or "",
+                                   BIAS=add)
             t = 64 if kind == "tiled" else 32  # output tile edge per workgroup
         if bias is not None:
             meta = meta + [bias.offset]
@@ -348,18 +357,16 @@ class ComputeMixin:
         """softmax(q k^T * scale + mask) v in three kernels: QK^T matmul, fused scale+mask+causal softmax over
         score rows, PV matmul. (The one-kernel online-softmax form, attention.wgsl, is a custom op:
         ember.nn.fused_ops.flash_attention, chosen by attention_kernel = "flash".)"""
-        fix = self._float_rows(q, "attention")
-        if self._wt(q) in _HALF:  # scores and probabilities in float32 words, rounded once at the end
-            f = D.float32
-            m = None if mask is None else self.cast(mask, f)
-            y = self.attention(self.cast(q, f), self.cast(k, f), self.cast(v, f), m, scale, causal)
-            return self.cast(y, q.dtype)
+        self._float_rows(q, "attention")
+        # scores and probabilities in float32 words whatever q's dtype; 16-bit q, k, v are read in their own
+        # words (native float16: f16 q.k products) and the output rounded once, by the PV matmul's store
+        f = D.float32
         nd = len(q.shape)
-        s = self.matmul(q, self.permute(k, list(range(nd - 2)) + [nd - 1, nd - 2]))  # (..., L, S)
+        s = self.matmul(q, self.permute(k, list(range(nd - 2)) + [nd - 1, nd - 2]), out_dtype=f)  # (..., L, S)
         L, S = s.shape[-2:]
         bshape = s.shape[:-2]
         rows = s.size // max(S, 1)
-        p_ = self._new(s.shape, q.dtype)
+        p_ = self._new(s.shape, f)
         if rows and S:
             flags, mview, mb = (8 if causal else 0), self._dummy(), 0
             mrow = mcol = moff = 0
@@ -368,6 +375,6 @@ class ComputeMixin:
                 flags |= 4
                 mrow, mcol, moff = mview.strides[-2], mview.strides[-1], mview.offset
             meta = [rows, S, self._bits(scale, D.float32), flags, mrow, mb, L, 0, moff, mcol]  # causal: top-left aligned (torch)
-            pipe = self.pipelines.get("norm", "attn_softmax", "f32", ["f32", "f32"], FIX=fix)
+            pipe = self.pipelines.get("norm", "attn_softmax", "f32", ["f32", self._wt(mview)], FIX="")
             self._run(pipe, meta, p_, [s, mview], _row_groups(rows))
-        return self.matmul(p_, v)
+        return self.matmul(p_, v, out_dtype=q.dtype)

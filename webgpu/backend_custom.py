@@ -64,7 +64,8 @@ class CustomKernelMixin:
         use_prm = "prm" in names
         out_wt = self._word(out_dtype)[0]
         in_wts = [self._word(x.dtype)[0] for x in arrays]
-        key = ("custom", id(kernel), user, out_dtype.name, tuple(in_wts), use_prm, writes)
+        key = ("custom", id(kernel), user, out_dtype.name, tuple(in_wts), tuple(map(self._mul_type, in_wts)), use_prm,
+               writes)
         pipe = self.pipelines.cache.get(key)
         if pipe is None:
             code = self._custom_source(user, out_dtype, out_wt, in_wts, use_prm, writes)
@@ -94,6 +95,9 @@ class CustomKernelMixin:
             return "f32" if t in pack16.PACKED else t
         lines.append(f"alias OT = {elem(out_wt)};")
         lines += [f"alias T{k} = {elem(t)};" for k, t in enumerate(in_wts)]
+        # the type to multiply input k's values in: f16 for float16 in f16 words with f16 compute on, else f32
+        # (integers: their own type); accumulate the products in f32
+        lines += [f"alias L{k} = {self._mul_type(t)};" for k, t in enumerate(in_wts)]
         common = kernels.common_source()
         if not use_prm:  # the shared view_index helper reads prm, which this kernel does not bind
             common = re.sub(r"\nfn view_index\(.*?\n}\n", "\n", common, flags=re.S)

@@ -17,7 +17,7 @@ import numpy as np
 from ember import dtypes as D
 from ember.errors import EmberError
 
-from .buffers import BF16_PACKED, F16_NATIVE, F16_PACKED, WORD, GArray, Storage
+from .buffers import BF16_PACKED, F16_NATIVE, F16_PACKED, WORD, GArray, Storage, compute_type
 from .pack16 import PACKED
 
 
@@ -29,6 +29,8 @@ class Pack16Mixin:
         self._half_storages = weakref.WeakSet()  # buffers of live float16/bfloat16 arrays
         self.words = dict(WORD)
         self.f16_native = self.has_f16 and os.environ.get("EMBER_WEBGPU_F16", "1") != "0"
+        # f16 arithmetic on native float16 words (see _mul_type); EMBER_WEBGPU_F16_COMPUTE=0: products in f32
+        self.f16_compute = os.environ.get("EMBER_WEBGPU_F16_COMPUTE", "1") != "0"
         if self.f16_native:
             self.words[D.float16] = F16_NATIVE
         self.set_pack16(os.environ.get("EMBER_WEBGPU_PACK16", "0") == "1")
@@ -62,11 +64,29 @@ class Pack16Mixin:
 
     def _packed_from(self, out, compute):
         """Fill the packed contiguous `out` from `compute(tmp)`, which writes its values (rounded to the format)
-        into a float32-word temporary: then one pack dispatch, a whole word per thread."""
+        into a float32-word temporary: then one pack dispatch (map_pair), a whole word per thread."""
         n = out.size
         tmp = GArray(Storage(self.pool, 4 * n), out.shape, out.strides, 0, D.float32)
         compute(tmp)
         fmt = "bf16" if out.dtype is D.bfloat16 else "f16"
-        p = self.pipelines.get("pack16", "pack", "u32", ["f32"], FMT=fmt)
+        p = self.pipelines.get("pack16", "map_pair", "u32", ["f32"], LOADS="", EXPR="in0[i]", FMT=fmt)
         self._run(p, [n], out, [tmp], self._groups(-(-n // 2)))
         return out
+
+    def _mul_type(self, word):
+        """The WGSL type a matmul/attention kernel loads, tiles and multiplies `word` elements in: f16 for native
+        float16 words with f16 compute on (half the shared memory and registers, and double-rate f16 ALUs on
+        most GPUs), each product then widened into an f32 accumulator; otherwise the compute type (f32).
+        A product rounds to f16 (relative error <= 2^-11, overflow past 65504) where the f32 product of two
+        f16 values is exact: that is the whole difference from the numpy backend, which sums in f32 too."""
+        return "f16" if word == "f16" and self.f16_compute else compute_type(word)
+
+    def half_note(self):
+        """How float16 and bfloat16 are stored and multiplied here, for `ember info`."""
+        w = self.words[D.float16][0]
+        if w == "f16":
+            f16 = ("float16 in f16 words, f16 compute with f32 accumulation" if self.f16_compute else
+                   "float16 in f16 words, f32 compute (EMBER_WEBGPU_F16_COMPUTE=0)")
+        else:
+            f16 = f"float16 {'packed two per u32' if w in PACKED else 'in f32 words'}, f32 compute"
+        return f"{f16}; bfloat16 {'packed two per u32' if self.pack16 else 'in f32 words'}"

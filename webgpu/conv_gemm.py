@@ -7,6 +7,9 @@ batched matmul multiplies each group's (og, R) weight with them, straight into t
 A 1x1, stride-1, unpadded conv needs no columns: its input already is the matrix. Columns are
 built in slabs of at most _COLS_BYTES (whole images when they fit, else position ranges copied
 into place), so a large image never needs a buffer past the binding-size limit.
+float16 convolutions keep f32 products under the backend's f16 compute (only matmul, attention and norms
+take f16 products): a conv sums C*K*K products whose cancellations f16 products would blur, and the direct
+kernel computes in f32 as well.
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ class ConvGemmMixin:
         wm = self.reshape(w, (1, G, og, R))                                   # (1, G, og, R)
         if all(v == 1 for v in k) and all(s == 1 for s in stride) and not any(padding):
             # 1x1: x (N, C, HW) already is the column matrix
-            return self.reshape(self.matmul(wm, self.reshape(x, (n, G, cg, P))), (n, o) + tuple(osp))
+            y = self.matmul(wm, self.reshape(x, (n, G, cg, P)), f16_products=False)
+            return self.reshape(y, (n, o) + tuple(osp))
         word = self._nbytes(1, x.dtype)
         per_image = G * R * P * word
         imgs = max(1, min(n, _COLS_BYTES // max(per_image, 1)))
@@ -46,7 +50,7 @@ class ConvGemmMixin:
                 pp = min(span, P - p0)
                 cols = self._new((ni, G, R, pp), x.dtype)                     # (ni, G, R, pp)
                 self._run(pipe, [cols.size, n0, c, G, cg, R, pp, p0] + geo, cols, [x], self._groups(cols.size))
-                y = self.matmul(wm, cols)                                     # (ni, G, og, pp)
+                y = self.matmul(wm, cols, f16_products=False)                 # (ni, G, og, pp)
                 if out is None:                                               # one slab: it is the output
                     return self.reshape(y, (n, o) + tuple(osp))
                 self._copy_into(self.slice(out, [n0, 0, 0, p0], [n0 + ni, G, og, p0 + pp], [1, 1, 1, 1]), y)

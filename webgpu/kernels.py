@@ -47,12 +47,13 @@ def source(family, kernel, out_type, in_types, atomic_out=False, rw=(), include=
     shared, kernels = _family(family)
     subs.setdefault("OT", "f32" if out_type in pack16.PACKED else out_type)
     body = Template(shared + kernels[kernel]).substitute(subs)
-    # a fused chain may hold an f16 value between two f32 words
-    lines = ["enable f16;"] if "f16" in (out_type, *in_types) or re.search(r"\bf16\(", body) else []
+    # f16 bindings, f16 values a fused chain holds between two f32 words, or f16 loads/products ($L)
+    lines = ["enable f16;"] if any(t in ("f16", "vec4<f16>") for t in (out_type, *in_types)) \
+        or re.search(r"\bf16\b", pack16.strip_comments(body)) else []
     lines.append("@group(0) @binding(0) var<storage, read> prm: array<u32>;")
     lines += bindings(1, out_type, in_types, atomic_out, rw)
     return ("\n".join(lines) + "\n" + _family("common")[0] + "".join(_family(f)[0] for f in include)
-            + packed_body(body, out_type, in_types))
+            + packed_body(body, out_type, in_types, conversions=family != "pack16"))
 
 
 def bindings(first, out_type, in_types, atomic_out=False, rw=()):
@@ -68,23 +69,49 @@ def bindings(first, out_type, in_types, atomic_out=False, rw=()):
     return lines
 
 
-def packed_body(body, out_type, in_types):
-    """body with its accesses of packed bindings rewritten, after the helpers they call (pack16.py)."""
+def packed_body(body, out_type, in_types, conversions=True):
+    """body with its accesses of packed bindings rewritten, after the helpers they call (pack16.py) and
+    pack16.wgsl's conversions (unless the body is of that family, which holds them already)."""
     names = {f"in{k}" for k, t in enumerate(in_types) if pack16.is_packed(t)}
     if out_type in pack16.PACKED:
         names.add("out")
     if not names:
         return body
-    return _family("pack16")[0] + pack16.helpers(out_type, in_types) + pack16.rewrite(pack16.strip_comments(body), names)
+    return ((_family("pack16")[0] if conversions else "") + pack16.helpers(out_type, in_types)
+            + pack16.rewrite(pack16.strip_comments(body), names))
+
+
+# kernels that write every element of a fresh output (never reading it) and store about as much as they load:
+# with a packed output they run into float32 words (already rounded to the format by their $FIX), then one pack
+# dispatch stores whole words, where the kernel itself needs two atomics per element (two threads may own one
+# word's halves: pack16.py). Measured (bench_webgpu_f16.py, and in Chromium on SwiftShader): softmax 0.33-0.36x
+# and rms_norm 0.55-0.84x the atomic form's time on SwiftShader (lavapipe: 0.49-0.89x, 0.84-0.89x); matmul,
+# matvec and reductions, whose outputs are a small part of their traffic, gain nothing and pay the extra
+# dispatch (a 1x256x256 matvec 1.66x on SwiftShader), so they keep the atomic stores.
+WHOLE_OUTPUT = {"norm", "index.gather", "conv_gemm.im2col"}
+
+
+class PackedStore:
+    """A kernel compiled with float32-word output for a packed one: backend._run packs its result."""
+
+    __slots__ = ("f32",)
+
+    def __init__(self, f32):
+        self.f32 = f32
 
 
 class PipelineCache:
-    """(family, kernel, types, substitutions) -> compiled pipeline; compiled once per process."""
+    """(family, kernel, types, substitutions) -> compiled pipeline; compiled once per process.
+    word_stores False keeps the atomic packed stores in every kernel (bench_webgpu_f16.py measures both)."""
 
     def __init__(self, adapter):
         self.adapter, self.cache = adapter, {}
+        self.word_stores = True
 
     def get(self, family, kernel, out_type, in_types, atomic_out=False, rw=(), include=(), **subs):
+        if (out_type in pack16.PACKED and self.word_stores and not atomic_out
+                and (family in WHOLE_OUTPUT or f"{family}.{kernel}" in WHOLE_OUTPUT)):
+            return PackedStore(self.get(family, kernel, "f32", in_types, atomic_out, rw, include, **subs))
         key = (family, kernel, out_type, tuple(in_types), atomic_out, tuple(rw), tuple(include),
                tuple(sorted(subs.items())))
         p = self.cache.get(key)

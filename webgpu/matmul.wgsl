@@ -11,20 +11,22 @@ fn mat(base: u32, bt: u32) -> Mat {
     return Mat(bitcast<i32>(prm[base]) + i32(bt) * sb, sb, bitcast<i32>(prm[base + 2u]), bitcast<i32>(prm[base + 3u]));
 }
 
+// $L: the type elements are loaded, tiled and multiplied in; $T: the accumulators' (f16 words with f16
+// compute: f16 loads, tiles and products, each product widened to an f32 accumulator; else both f32)
 // the 4 elements (m..m+3, k) of A or (k, n..n+3) of B, zero outside the matrix; unrolled
 // with masks instead of branches so CPU-emulated adapters keep the lanes vectorised
 // (reads past the matrix stay inside the buffer or are clamped by WebGPU's robust access)
-fn a4(a: Mat, m: u32, k: u32, M: u32, K: u32) -> vec4<$T> {
+fn a4(a: Mat, m: u32, k: u32, M: u32, K: u32) -> vec4<$L> {
     let p = a.off + i32(m) * a.s0 + i32(k) * a.s1;
-    let v = vec4<$T>($T(in0[p]), $T(in0[p + a.s0]), $T(in0[p + 2 * a.s0]), $T(in0[p + 3 * a.s0]));
+    let v = vec4<$L>($L(in0[p]), $L(in0[p + a.s0]), $L(in0[p + 2 * a.s0]), $L(in0[p + 3 * a.s0]));
     let ok = vec4<bool>(m < M, m + 1u < M, m + 2u < M, m + 3u < M) & vec4<bool>(k < K);
-    return select(vec4<$T>($T(0)), v, ok);
+    return select(vec4<$L>($L(0)), v, ok);
 }
-fn b4(b: Mat, k: u32, n: u32, K: u32, N: u32) -> vec4<$T> {
+fn b4(b: Mat, k: u32, n: u32, K: u32, N: u32) -> vec4<$L> {
     let p = b.off + i32(k) * b.s0 + i32(n) * b.s1;
-    let v = vec4<$T>($T(in1[p]), $T(in1[p + b.s1]), $T(in1[p + 2 * b.s1]), $T(in1[p + 3 * b.s1]));
+    let v = vec4<$L>($L(in1[p]), $L(in1[p + b.s1]), $L(in1[p + 2 * b.s1]), $L(in1[p + 3 * b.s1]));
     let ok = vec4<bool>(n < N, n + 1u < N, n + 2u < N, n + 3u < N) & vec4<bool>(k < K);
-    return select(vec4<$T>($T(0)), v, ok);
+    return select(vec4<$L>($L(0)), v, ok);
 }
 
 fn store4x4(bt: u32, m: u32, n: u32, M: u32, N: u32, c: array<vec4<$T>, 4>) {
@@ -39,8 +41,8 @@ fn store4x4(bt: u32, m: u32, n: u32, M: u32, N: u32, c: array<vec4<$T>, 4>) {
 //! kernel matmul_tiled
 // 64x64 output tile per workgroup of 16x16 invocations, each a 4x4 register block (vec4
 // rows); K in steps of 16 through shared memory: the layout that is fast on real GPUs
-var<workgroup> As: array<vec4<$T>, 256>;  // [k][m / 4]: 4 rows of A at one k
-var<workgroup> Bs: array<vec4<$T>, 256>;  // [k][n / 4]: 4 columns of B at one k
+var<workgroup> As: array<vec4<$L>, 256>;  // [k][m / 4]: 4 rows of A at one k
+var<workgroup> Bs: array<vec4<$L>, 256>;  // [k][n / 4]: 4 columns of B at one k
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
     let M = prm[0];
@@ -63,10 +65,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: 
         for (var kk = 0u; kk < 16u; kk = kk + 1u) {
             let av = As[kk * 16u + l.y];
             let bv = Bs[kk * 16u + l.x];
-            c0 = c0 + av.x * bv;
-            c1 = c1 + av.y * bv;
-            c2 = c2 + av.z * bv;
-            c3 = c3 + av.w * bv;
+            c0 = c0 + vec4<$T>(av.x * bv);
+            c1 = c1 + vec4<$T>(av.y * bv);
+            c2 = c2 + vec4<$T>(av.z * bv);
+            c3 = c3 + vec4<$T>(av.w * bv);
         }
         workgroupBarrier();
     }
@@ -94,10 +96,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: 
     for (var k = 0u; k < K; k = k + 1u) {
         let av = a4(a, m, k, M, K);
         let bv = b4(b, k, n, K, N);
-        c0 = c0 + av.x * bv;
-        c1 = c1 + av.y * bv;
-        c2 = c2 + av.z * bv;
-        c3 = c3 + av.w * bv;
+        c0 = c0 + vec4<$T>(av.x * bv);
+        c1 = c1 + vec4<$T>(av.y * bv);
+        c2 = c2 + vec4<$T>(av.z * bv);
+        c3 = c3 + vec4<$T>(av.w * bv);
     }
     store4x4(bt, m, n, M, N, array<vec4<$T>, 4>(c0, c1, c2, c3));
 }

@@ -8,8 +8,9 @@ unchanged: `inK[i]` -> `ldK(u32(i))` (load the word, take the half, widen to f32
 so the packed output is an array of atomic<u32> and a store clears and sets its own half with atomicAnd /
 atomicOr (the other half's bits are never touched: no lost update, no zero-initialised buffer needed).
 Stores round to the format (RNE) and conversions are written out bit by bit (pack16.wgsl): WGSL leaves
-pack2x16float of inf / NaN indeterminate, and these must round-trip exactly as numpy's. Elementwise results,
-the commonest stores, skip the atomics: computed into f32 words, then packed a whole word per thread.
+pack2x16float of inf / NaN indeterminate, and these must round-trip exactly as numpy's. Most stores skip the
+atomics: elementwise results are computed two per thread and stored as whole words (pack16.wgsl's map_pair),
+and the row kernels in kernels.WHOLE_OUTPUT write f32 words that map_pair then packs.
 """
 from __future__ import annotations
 

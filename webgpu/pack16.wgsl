@@ -21,15 +21,23 @@ fn pk_f32_to_f16(x: f32) -> u32 {
 fn pk_bf16_to_f32(h: u32) -> f32 { return bitcast<f32>(h << 16u); }
 fn pk_f32_to_bf16(x: f32) -> u32 { return bitcast<u32>(fix_bf16(x)) >> 16u; }
 
-//! kernel pack
-// out (u32 words, 2 elements each) <- in0 (n f32 values already rounded to the format): one word per thread
+//! kernel map_pair
+// A packed result a word per thread: each thread evaluates its loads and expression (which read element i:
+// elementwise.map's, or in0[i] of f32 values already rounded to the format) for i = 2w and 2w + 1 and stores
+// their word whole, so no two threads share a word and no atomics are needed
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let w = flat_id(wid, nwg, lid);
     let n = prm[0];
     if (2u * w >= n) { return; }
-    var hi = 0u;
-    if (2u * w + 1u < n) { hi = pk_f32_to_$FMT(in0[2u * w + 1u]); }
-    out[w] = pk_f32_to_$FMT(in0[2u * w]) | (hi << 16u);
+    var h = array<u32, 2>(0u, 0u);
+    for (var e = 0u; e < 2u; e = e + 1u) {
+        let i = 2u * w + e;
+        if (i < n) {
+            $LOADS
+            h[e] = pk_f32_to_$FMT($EXPR);
+        }
+    }
+    out[w] = h[0] | (h[1] << 16u);
 }
