@@ -12,6 +12,7 @@ import torch
 import ember
 import ember.nn.functional as F
 from ember.device import device_status
+from ember.nn import fused_ops as FO
 
 _OK, _WHY = device_status("webgpu")
 if not _OK:  # under CI=true (webgpu pinned) this skip fails (tests/expected_skips.py)
@@ -83,3 +84,83 @@ def test_head_size_past_the_kernel_uses_the_composed_path():
     got, n = _run("flash", _gpu(q), _gpu(k), _gpu(v))
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
     assert n >= 3
+
+
+# ------------------------------------------------------------------ split keys (flash-decoding)
+# Past 64 keys the kernel cuts the keys into chunks, one workgroup per (query row, batch, chunk) writing its
+# unnormalized row with its maximum and sum (attention.wgsl, flag 4), and a second kernel merges them
+# (fused_ops._COMBINE_WGSL). Checked against torch, the one-pass kernel, and the pass written in Tensor ops
+# (fused_ops._split_composed: other devices and gradients) chunk by chunk, including chunks a causal row
+# never reaches.
+
+@pytest.mark.parametrize("L,S,heads,kv_heads,D,Dv,mask", [
+    (1, 1500, 6, 6, 64, 64, "none"),      # Whisper tiny's cross-attention over 30 s of audio: 24 chunks
+    (1, 65, 4, 1, 32, 32, "none"),        # one key past a chunk, keys shared by 4 heads
+    (3, 333, 2, 2, 40, 24, "float"),
+    (70, 200, 2, 1, 16, 16, "causal"),    # rows 0..63 never reach chunks 2 and 3
+    (5, 129, 3, 3, 256, 256, "bool"),
+])
+def test_split_matches_torch_and_one_pass(L, S, heads, kv_heads, D, Dv, mask):
+    q, k, v = _rnd(2, heads, L, D), _rnd(2, kv_heads, S, D, seed=1), _rnd(2, kv_heads, S, Dv, seed=2)
+    rep = heads // kv_heads
+    tk, tv = (torch.tensor(a).repeat_interleave(rep, 1) for a in (k, v))
+    kw, tkw = {}, {}
+    if mask == "causal":
+        kw = tkw = {"is_causal": True}
+    elif mask == "float":
+        m = _rnd(L, S, seed=3) * 3
+        kw, tkw = {"attn_mask": ember.tensor(m, device="webgpu")}, {"attn_mask": torch.tensor(m)}
+    elif mask == "bool":
+        m = np.random.default_rng(4).random((1, 1, L, S)) < 0.7
+        m[..., 0] = True                                            # every row keeps a key
+        kw, tkw = {"attn_mask": ember.tensor(m, device="webgpu")}, {"attn_mask": torch.tensor(m)}
+    want = torch.nn.functional.scaled_dot_product_attention(torch.tensor(q), tk, tv, **tkw).numpy()
+    if kv_heads == 1:  # k and v broadcast over the heads: stride-0 views into the kernel
+        g = [ember.tensor(a, device="webgpu") for a in (q, k, v)]
+    else:
+        g = [ember.tensor(a, device="webgpu") for a in (q, k[:, :, None].repeat(rep, 2).reshape(2, heads, S, D),
+                                                        v[:, :, None].repeat(rep, 2).reshape(2, heads, S, Dv))]
+    extra = 2 if mask == "bool" else 0                              # a bool mask becomes 0 / -inf first
+    got, n = _run("flash", *g, **kw)
+    assert n == 2 + extra                                           # split pass + merge
+    np.testing.assert_allclose(got, want, atol=3e-5, rtol=1e-4)
+    keep = FO.SPLIT_KEYS
+    FO.SPLIT_KEYS = 1 << 30                                         # the one-pass kernel, one workgroup per row
+    try:
+        one, n1 = _run("flash", *g, **kw)
+    finally:
+        FO.SPLIT_KEYS = keep
+    assert n1 == 1 + extra
+    np.testing.assert_allclose(got, one, atol=3e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_split_pass_chunks_equal_the_composed_pass(causal):
+    """Chunk rows (acc, max, sum) of the kernel against fused_ops._split_composed on the same views: a
+    chunk no key of the row reaches holds max -inf, sum 0, acc 0 in both."""
+    B1, B2, L, S, D, Dv = 1, 3, 9, 300, 24, 20
+    q, k, v = _rnd(B1, B2, L, D), _rnd(B1, B2, S, D, seed=1), _rnd(B1, B2, S, Dv, seed=2)
+    m = _rnd(B1, B2, L, S, seed=3)
+    chunk = 64
+    args = dict(scale=0.3, causal=causal, chunk=chunk)
+    got = FO._flash_split(*[ember.tensor(a, device="webgpu") for a in (q, k, v, m)], **args).numpy()
+    want = FO._split_composed(*[ember.tensor(a) for a in (q, k, v, m)], **args).numpy()
+    assert got.shape == want.shape == (B1, B2, L, -(-S // chunk), Dv + 2)
+    fin = np.isfinite(want)
+    assert (np.isfinite(got) == fin).all() and (causal == (~fin).any())
+    np.testing.assert_allclose(np.where(fin, got, 0), np.where(fin, want, 0), atol=2e-4, rtol=1e-4)
+    merged = FO._flash_combine(ember.tensor(got, device="webgpu"), dtype=ember.float32).numpy()
+    np.testing.assert_allclose(merged, FO._combine_composed(ember.tensor(want), ember.float32).numpy(),
+                               atol=2e-5, rtol=1e-4)
+
+
+def test_split_gradients_go_through_the_composed_pass():
+    """Recording gradients, flash_attention runs the Tensor-op passes: gradients equal torch's (on cpu)."""
+    q, k, v = _rnd(1, 2, 2, 16), _rnd(1, 2, 150, 16, seed=1), _rnd(1, 2, 150, 16, seed=2)
+    tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(tq, tk, tv).square().sum().backward()
+    eq, ek, ev = (ember.tensor(a, requires_grad=True) for a in (q, k, v))
+    part = FO._split_composed(eq, ek, ev, None, 0.25, False, 64)
+    FO._combine_composed(part, ember.float32).square().sum().backward()
+    for e, t in ((eq, tq), (ek, tk), (ev, tv)):
+        np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), atol=1e-4, rtol=1e-4)
