@@ -1,0 +1,153 @@
+"""Gemma 3 270M (Q4_K_M GGUF) in the page, in Debian's Chromium: its memory with the weights and a KV cache at
+--context tokens (2k), whether that memory stays bounded over a long generation, and (--webgpu) whether the
+page's WebGPU device (SwiftShader here: `auto` picks the CPU, so `device=webgpu` is forced) gives the CPU's
+tokens, with its tokens/s.
+
+    python bench/bench_web_gemma_memory.py [--context 2048] [--rounds 2] [--webgpu] [--webgpu-tokens 4] [--json]
+
+Memory, measured three ways: the wasm heap (the worker's `wasm_memory_bytes`: it only grows, so it is the peak
+the Python runtime has needed), the KV cache the run held (`kv_cache_bytes`, the positions kept: a sliding layer
+keeps window - 1 of them), and the peak resident set (VmHWM in /proc) of the Chromium renderer that runs the page
+and its worker, plus the sum over all of Chromium's processes at the end. Bounded: --rounds generations that
+each fill the context to --context tokens; the heap and the renderer's peak after the last must equal (heap) or
+stay near (RSS) those after the first. The figures go to stdout (the machine may be loaded: times are noisy).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "e2e"))
+
+MiB = 2**20
+FILLER = ("The river runs past the old mill and under the stone bridge, where the children of the village "
+          "watch the boats go by in the long summer evenings. ")
+
+
+def chromium_processes() -> list[dict]:
+    """Chromium processes started below this one (Playwright's driver starts the browser): pid, type, VmHWM and
+    VmRSS in bytes."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        for c in children.get(pid, []):
+            todo.append(c)
+            try:
+                cmd = open(f"/proc/{c}/cmdline", "rb").read().split(b"\0")
+                status = dict(line.split(":", 1) for line in open(f"/proc/{c}/status").read().splitlines() if ":" in line)
+            except OSError:
+                continue
+            if b"chrom" not in cmd[0]:
+                continue
+            kind = next((a.split(b"=", 1)[1].decode() for a in cmd if a.startswith(b"--type=")), "browser")
+            kb = lambda k: int(status.get(k, "0 kB").split()[0]) * 1024  # noqa: E731
+            out.append({"pid": c, "type": kind, "hwm": kb("VmHWM"), "rss": kb("VmRSS")})
+    return out
+
+
+def renderer_peak() -> tuple[int, int]:
+    """(the largest renderer's peak RSS, the current RSS of all Chromium processes) in bytes."""
+    procs = chromium_processes()
+    return max((p["hwm"] for p in procs if p["type"] == "renderer"), default=0), sum(p["rss"] for p in procs)
+
+
+def prompt_of(tok, n_tokens: int) -> str:
+    """A prompt of about n_tokens tokens (repeated prose: the model continues it)."""
+    reps = max(1, n_tokens // len(tok.encode(FILLER, bos=False)))
+    text = FILLER * reps
+    while len(tok.encode(text, bos=True)) > n_tokens:
+        text = text[: int(len(text) * 0.97)]
+    return text
+
+
+def generate(app, prompt: str, n: int) -> dict:
+    app.page.eval_on_selector("#llama-output", "e => { delete e.dataset.json; }")
+    app.generate(prompt, n, temperature=0, seed=0)
+    r = app.wait_result("#llama-output", timeout_s=3600)
+    if r is None:
+        raise SystemExit(f"page: {app.message()}")
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--context", type=int, default=2048)
+    ap.add_argument("--new-tokens", type=int, default=16, help="decoded after the prompt in each round")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--webgpu", action="store_true")
+    ap.add_argument("--webgpu-tokens", type=int, default=4)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+    from web_app import App, Server
+
+    from ember.models.gemma3.load import load_gguf
+    from ember.wasm.gemma_api import cached_gemma_demo, kv_cache_bytes
+    from ember.wasm.serve import build_site
+    demo = cached_gemma_demo()
+    if demo is None:
+        raise SystemExit("needs the Gemma 3 270M GGUF (ember.models.gemma3.fetch)")
+    model, tok = load_gguf(next(iter(demo["files"].values())))
+    cfg = model.config
+    prompt = prompt_of(tok, a.context - a.new_tokens)
+    res = {"context": a.context}
+    with tempfile.TemporaryDirectory(prefix="ember-bench-gemma-") as tmp:
+        site = build_site(Path(tmp) / "site", models={"llama": [demo]}, quiet=True)
+        (Path(tmp) / "hub").mkdir()
+        server = Server(site, Path(tmp) / "hub")
+        with sync_playwright() as pw:
+            app = App(pw, f"{server.url}?device=cpu")
+            try:
+                base_hwm, base_rss = renderer_peak()
+                res["renderer_peak_mib_booted"] = round(base_hwm / MiB)
+                tiny = generate(app, "The capital of France is", 4)  # loads the model
+                hwm, rss = renderer_peak()
+                res["loaded"] = {"wasm_heap_mib": round(tiny["wasm_memory_bytes"] / MiB),
+                                 "renderer_peak_mib": round(hwm / MiB), "chromium_rss_mib": round(rss / MiB)}
+                res["status_line"] = app.page.inner_text("#picker-llama .model-status")
+                rounds = []
+                for _ in range(a.rounds):
+                    r = generate(app, prompt, a.new_tokens)
+                    hwm, rss = renderer_peak()
+                    pos = len(r["prompt_tokens"]) + len(r["tokens"]) - 1  # the last token is never fed
+                    rounds.append({"positions": pos, "tokens_per_s": r["tokens_per_s"],
+                                   "kv_cache_mib": round(r["kv_cache_bytes"] / MiB, 2),
+                                   "kv_expected_mib": round(kv_cache_bytes(cfg, pos) / MiB, 2),
+                                   "kv_without_window_mib": round(pos * cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 4 / MiB, 2),
+                                   "wasm_heap_mib": round(r["wasm_memory_bytes"] / MiB),
+                                   "renderer_peak_mib": round(hwm / MiB), "chromium_rss_mib": round(rss / MiB)})
+                res["rounds"] = rounds
+                res["stats_line"] = app.page.inner_text("#llama-stats")
+                res["bounded"] = {"heap_same": rounds[-1]["wasm_heap_mib"] == rounds[0]["wasm_heap_mib"],
+                                  "renderer_peak_growth_mib": rounds[-1]["renderer_peak_mib"] - rounds[0]["renderer_peak_mib"],
+                                  "kv_uses_window": all(r["kv_cache_mib"] == r["kv_expected_mib"] for r in rounds)}
+                if a.webgpu:
+                    cpu = generate(app, "The capital of France is", a.webgpu_tokens)
+                    app.close()
+                    app = App(pw, f"{server.url}?device=webgpu")
+                    gpu = generate(app, "The capital of France is", a.webgpu_tokens)
+                    res["webgpu"] = {"device": app.page.inner_text("#status"), "same_tokens": gpu["tokens"] == cpu["tokens"],
+                                     "tokens": gpu["tokens"], "cpu_tokens": cpu["tokens"],
+                                     "tokens_per_s": gpu["tokens_per_s"], "cpu_tokens_per_s": cpu["tokens_per_s"],
+                                     "stats_line": app.page.inner_text("#llama-stats")}
+            finally:
+                app.close()
+                server.close()
+    print(json.dumps(res) if a.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
+
+
+if __name__ == "__main__":
+    main()
