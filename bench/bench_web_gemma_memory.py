@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +28,11 @@ FILLER = ("The river runs past the old mill and under the stone bridge, where th
           "watch the boats go by in the long summer evenings. ")
 
 
+def _read(path: str, binary: bool = False):
+    p = Path(path)
+    return p.read_bytes() if binary else p.read_text()
+
+
 def chromium_processes() -> list[dict]:
     """Chromium processes started below this one (Playwright's driver starts the browser): pid, type, VmHWM and
     VmRSS in bytes."""
@@ -36,7 +40,7 @@ def chromium_processes() -> list[dict]:
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+                ppid = int(_read(f"/proc/{d}/stat").rsplit(")", 1)[1].split()[1])
             except OSError:
                 continue
             children.setdefault(ppid, []).append(int(d))
@@ -46,15 +50,15 @@ def chromium_processes() -> list[dict]:
         for c in children.get(pid, []):
             todo.append(c)
             try:
-                cmd = open(f"/proc/{c}/cmdline", "rb").read().split(b"\0")
-                status = dict(line.split(":", 1) for line in open(f"/proc/{c}/status").read().splitlines() if ":" in line)
+                cmd = _read(f"/proc/{c}/cmdline", binary=True).split(b"\0")
+                status = dict(line.split(":", 1) for line in _read(f"/proc/{c}/status").splitlines() if ":" in line)
             except OSError:
                 continue
             if b"chrom" not in cmd[0]:
                 continue
             kind = next((a.split(b"=", 1)[1].decode() for a in cmd if a.startswith(b"--type=")), "browser")
-            kb = lambda k: int(status.get(k, "0 kB").split()[0]) * 1024  # noqa: E731
-            out.append({"pid": c, "type": kind, "hwm": kb("VmHWM"), "rss": kb("VmRSS")})
+            hwm, rss = (int(status.get(k, "0 kB").split()[0]) * 1024 for k in ("VmHWM", "VmRSS"))
+            out.append({"pid": c, "type": kind, "hwm": hwm, "rss": rss})
     return out
 
 
@@ -91,12 +95,10 @@ def main():
     ap.add_argument("--webgpu-tokens", type=int, default=4)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    from playwright.sync_api import sync_playwright
-    from web_app import App, Server
-
     from ember.models.gemma3.load import load_gguf
     from ember.wasm.gemma_api import cached_gemma_demo, kv_cache_bytes
-    from ember.wasm.serve import build_site
+    from playwright.sync_api import sync_playwright
+    from web_app import App, site_page
     demo = cached_gemma_demo()
     if demo is None:
         raise SystemExit("needs the Gemma 3 270M GGUF (ember.models.gemma3.fetch)")
@@ -104,48 +106,42 @@ def main():
     cfg = model.config
     prompt = prompt_of(tok, a.context - a.new_tokens)
     res = {"context": a.context}
-    with tempfile.TemporaryDirectory(prefix="ember-bench-gemma-") as tmp:
-        site = build_site(Path(tmp) / "site", models={"llama": [demo]}, quiet=True)
-        (Path(tmp) / "hub").mkdir()
-        server = Server(site, Path(tmp) / "hub")
-        with sync_playwright() as pw:
-            app = App(pw, f"{server.url}?device=cpu")
+    with sync_playwright() as pw, site_page(pw, {"llama": [demo]}) as (app, server):
+        res["renderer_peak_mib_booted"] = round(renderer_peak()[0] / MiB)
+        tiny = generate(app, "The capital of France is", 4)  # loads the model
+        hwm, rss = renderer_peak()
+        res["loaded"] = {"wasm_heap_mib": round(tiny["wasm_memory_bytes"] / MiB),
+                         "renderer_peak_mib": round(hwm / MiB), "chromium_rss_mib": round(rss / MiB)}
+        res["status_line"] = app.page.inner_text("#picker-llama .model-status")
+        rounds = []
+        for _ in range(a.rounds):
+            r = generate(app, prompt, a.new_tokens)
+            hwm, rss = renderer_peak()
+            pos = len(r["prompt_tokens"]) + len(r["tokens"]) - 1  # the last token is never fed
+            per_layer = 2 * cfg.n_kv_heads * cfg.head_dim * 4     # float32 K and V bytes per position
+            rounds.append({"positions": pos, "tokens_per_s": r["tokens_per_s"],
+                           "kv_cache_mib": round(r["kv_cache_bytes"] / MiB, 2),
+                           "kv_expected_mib": round(kv_cache_bytes(cfg, pos) / MiB, 2),
+                           "kv_without_window_mib": round(pos * cfg.n_layers * per_layer / MiB, 2),
+                           "wasm_heap_mib": round(r["wasm_memory_bytes"] / MiB),
+                           "renderer_peak_mib": round(hwm / MiB), "chromium_rss_mib": round(rss / MiB)})
+        res["rounds"] = rounds
+        res["stats_line"] = app.page.inner_text("#llama-stats")
+        res["bounded"] = {"heap_same": rounds[-1]["wasm_heap_mib"] == rounds[0]["wasm_heap_mib"],
+                          "renderer_peak_growth_mib": rounds[-1]["renderer_peak_mib"] - rounds[0]["renderer_peak_mib"],
+                          "kv_uses_window": all(r["kv_cache_mib"] == r["kv_expected_mib"] for r in rounds)}
+        if a.webgpu:
+            cpu = generate(app, "The capital of France is", a.webgpu_tokens)
+            app.close()  # one page's heap at a time: the second model would double the renderer's memory
+            gpu_app = App(pw, f"{server.url}?device=webgpu")
             try:
-                base_hwm, base_rss = renderer_peak()
-                res["renderer_peak_mib_booted"] = round(base_hwm / MiB)
-                tiny = generate(app, "The capital of France is", 4)  # loads the model
-                hwm, rss = renderer_peak()
-                res["loaded"] = {"wasm_heap_mib": round(tiny["wasm_memory_bytes"] / MiB),
-                                 "renderer_peak_mib": round(hwm / MiB), "chromium_rss_mib": round(rss / MiB)}
-                res["status_line"] = app.page.inner_text("#picker-llama .model-status")
-                rounds = []
-                for _ in range(a.rounds):
-                    r = generate(app, prompt, a.new_tokens)
-                    hwm, rss = renderer_peak()
-                    pos = len(r["prompt_tokens"]) + len(r["tokens"]) - 1  # the last token is never fed
-                    rounds.append({"positions": pos, "tokens_per_s": r["tokens_per_s"],
-                                   "kv_cache_mib": round(r["kv_cache_bytes"] / MiB, 2),
-                                   "kv_expected_mib": round(kv_cache_bytes(cfg, pos) / MiB, 2),
-                                   "kv_without_window_mib": round(pos * cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 4 / MiB, 2),
-                                   "wasm_heap_mib": round(r["wasm_memory_bytes"] / MiB),
-                                   "renderer_peak_mib": round(hwm / MiB), "chromium_rss_mib": round(rss / MiB)})
-                res["rounds"] = rounds
-                res["stats_line"] = app.page.inner_text("#llama-stats")
-                res["bounded"] = {"heap_same": rounds[-1]["wasm_heap_mib"] == rounds[0]["wasm_heap_mib"],
-                                  "renderer_peak_growth_mib": rounds[-1]["renderer_peak_mib"] - rounds[0]["renderer_peak_mib"],
-                                  "kv_uses_window": all(r["kv_cache_mib"] == r["kv_expected_mib"] for r in rounds)}
-                if a.webgpu:
-                    cpu = generate(app, "The capital of France is", a.webgpu_tokens)
-                    app.close()
-                    app = App(pw, f"{server.url}?device=webgpu")
-                    gpu = generate(app, "The capital of France is", a.webgpu_tokens)
-                    res["webgpu"] = {"device": app.page.inner_text("#status"), "same_tokens": gpu["tokens"] == cpu["tokens"],
-                                     "tokens": gpu["tokens"], "cpu_tokens": cpu["tokens"],
-                                     "tokens_per_s": gpu["tokens_per_s"], "cpu_tokens_per_s": cpu["tokens_per_s"],
-                                     "stats_line": app.page.inner_text("#llama-stats")}
+                gpu = generate(gpu_app, "The capital of France is", a.webgpu_tokens)
+                res["webgpu"] = {"device": gpu_app.page.inner_text("#status"), "same_tokens": gpu["tokens"] == cpu["tokens"],
+                                 "tokens": gpu["tokens"], "cpu_tokens": cpu["tokens"],
+                                 "tokens_per_s": gpu["tokens_per_s"], "cpu_tokens_per_s": cpu["tokens_per_s"],
+                                 "stats_line": gpu_app.page.inner_text("#llama-stats")}
             finally:
-                app.close()
-                server.close()
+                gpu_app.close()
     print(json.dumps(res) if a.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
 
 

@@ -72,32 +72,21 @@ def native(demos, clips, runs):
 
 def page(demos, clips):
     from playwright.sync_api import sync_playwright
-    from web_app import App, Server
-
-    from ember.wasm.serve import build_site
+    from web_app import site_page
     out = {}
-    with tempfile.TemporaryDirectory(prefix="ember-bench-whisper-") as tmp:
-        site = build_site(Path(tmp) / "site", models={"whisper": demos}, quiet=True)
-        (Path(tmp) / "hub").mkdir()
-        server = Server(site, Path(tmp) / "hub")
-        with sync_playwright() as pw:
-            app = App(pw, f"{server.url}?device=cpu")
-            try:
-                for d in demos:
-                    app.page.select_option("#picker-whisper .demo", d["id"])
-                    rows = []
-                    for clip in clips:
-                        app.page.eval_on_selector("#transcript", "e => { delete e.dataset.json; }")
-                        app.page.set_input_files("#audio-file", str(clip))
-                        r = app.wait_result("#transcript", timeout_s=900)
-                        if r is None:
-                            raise SystemExit(f"page: {app.message()}")
-                        rows.append({"s": r["ms"] / 1000, "text": r["text"], "language": r["language"],
-                                     "heap_mib": r["wasm_memory_bytes"] / 2**20})
-                    out[d["id"]] = rows
-            finally:
-                app.close()
-                server.close()
+    with sync_playwright() as pw, site_page(pw, {"whisper": demos}) as (app, _):
+        for d in demos:
+            app.page.select_option("#picker-whisper .demo", d["id"])
+            rows = []
+            for clip in clips:
+                app.page.eval_on_selector("#transcript", "e => { delete e.dataset.json; }")
+                app.page.set_input_files("#audio-file", str(clip))
+                r = app.wait_result("#transcript", timeout_s=900)
+                if r is None:
+                    raise SystemExit(f"page: {app.message()}")
+                rows.append({"s": r["ms"] / 1000, "text": r["text"], "language": r["language"],
+                             "heap_mib": r["wasm_memory_bytes"] / 2**20})
+            out[d["id"]] = rows
     return out
 
 
@@ -133,11 +122,7 @@ def main():
             results["page"] = page(demos, clips)
     res = summary(results)
     res["texts"] = {f"{w} {m}": [r["text"] for r in rows] for w, pm in results.items() for m, rows in pm.items()}
-    if a.json:
-        print(json.dumps(res))
-    else:
-        for k, v in res.items():
-            print(f"{k}: {v}")
+    print(json.dumps(res) if a.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
 
 
 if __name__ == "__main__":

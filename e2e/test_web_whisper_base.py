@@ -6,36 +6,28 @@ offers its 99 languages, detects English on an espeak-ng clip and transcribes it
 from __future__ import annotations
 
 import pytest
-from web_app import App, Server, whisper_reference
-
 from expected_skips import missing
+from web_app import site_page, whisper_reference
 
 
 @pytest.fixture(scope="module")
-def whisper_site(tmp_path_factory):
-    from ember.wasm.serve import build_site, whisper_demos
-    demos = whisper_demos(base=True)
-    if [d["id"] for d in demos] != ["whisper-tiny.en", "whisper-base"]:
+def demos():
+    from ember.wasm.serve import whisper_demos
+    found = whisper_demos(base=True)
+    if [d["id"] for d in found] != ["whisper-tiny.en", "whisper-base"]:
         missing("Whisper base not fetched (ember.models.whisper.fetch.ensure_model('base'))")
-    return build_site(tmp_path_factory.mktemp("whisper-site"), models={"whisper": demos}, quiet=True), demos
+    return found
 
 
 @pytest.fixture(scope="module")
-def whisper_server(whisper_site, tmp_path_factory):
-    s = Server(whisper_site[0], tmp_path_factory.mktemp("no-hub"))
-    yield s
-    s.close()
+def page(playwright_session, demos):
+    with site_page(playwright_session, {"whisper": demos}) as (app, server):
+        yield app, server
 
 
-@pytest.fixture(scope="module")
-def app(playwright_session, whisper_server):
-    a = App(playwright_session, f"{whisper_server.url}?device=cpu")
-    yield a
-    a.close()
-
-
-def test_base_in_the_page_transcribes_as_native(app, whisper_site, whisper_server, clip_wav):
+def test_base_in_the_page_transcribes_as_native(page, demos, clip_wav):
     from ember.models.whisper.load import load_whisper
+    app, server = page
     picker = "#picker-whisper .demo"
     options = app.page.eval_on_selector(picker, "s => Array.from(s.options, (o) => [o.value, o.textContent])")
     assert [v for v, _ in options] == ["whisper-tiny.en", "whisper-base"]  # tiny.en stays the default
@@ -45,7 +37,7 @@ def test_base_in_the_page_transcribes_as_native(app, whisper_site, whisper_serve
     got = app.wait_result("#transcript")
     assert got is not None, app.message()
 
-    model, _, tok = load_whisper(whisper_site[1][1]["files"]["config.json"].parent)
+    model, _, tok = load_whisper(demos[1]["files"]["config.json"].parent)
     ref = whisper_reference((model, tok), clip_wav)  # language detected natively too
     assert got["text"] == ref["text"] and got["segments"] == ref["segments"]
     assert got["language"] == "en" and "lazy dog" in got["text"].lower()  # base hears "quick round fox"
@@ -54,8 +46,8 @@ def test_base_in_the_page_transcribes_as_native(app, whisper_site, whisper_serve
     assert "whisper-base" in status and "Multilingual: 99 languages" in status
     langs = app.page.eval_on_selector("#whisper-language", "s => [s.disabled, s.value, s.options.length]")
     assert langs == [False, "", 100]  # Detect + 99 languages
-    assert sum("whisper-base/model.safetensors" in r for r in whisper_server.requests) == 1
-    assert not any("whisper-tiny.en/model.safetensors" in r for r in whisper_server.requests)  # only base fetched
+    assert sum("whisper-base/model.safetensors" in r for r in server.requests) == 1
+    assert not any("whisper-tiny.en/model.safetensors" in r for r in server.requests)  # only base fetched
     print(f"\nWhisper base in Chromium (CPU): {got['duration']:.1f} s of audio in {got['ms'] / 1000:.1f} s, "
           f"wasm heap {got['wasm_memory_bytes'] / 2**20:.0f} MiB")
     app.screenshot("whisper-base-cpu.png")
