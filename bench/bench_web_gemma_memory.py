@@ -8,7 +8,7 @@ tokens, with its tokens/s.
 Memory, measured three ways: the wasm heap (the worker's `wasm_memory_bytes`: it only grows, so it is the peak
 the Python runtime has needed), the KV cache the run held (`kv_cache_bytes`, the positions kept: a sliding layer
 keeps window - 1 of them), and the peak resident set (VmHWM in /proc) of the Chromium renderer that runs the page
-and its worker, plus the sum over all of Chromium's processes at the end. Bounded: --rounds generations that
+and its worker, plus the proportional set size summed over all of Chromium's processes (shared pages counted once). Bounded: --rounds generations that
 each fill the context to --context tokens; the heap and the renderer's peak after the last must equal (heap) or
 stay near (RSS) those after the first. The figures go to stdout (the machine may be loaded: times are noisy).
 """
@@ -50,22 +50,25 @@ def chromium_processes() -> list[dict]:
         for c in children.get(pid, []):
             todo.append(c)
             try:
-                cmd = _read(f"/proc/{c}/cmdline", binary=True).split(b"\0")
+                cmd = _read(f"/proc/{c}/cmdline", binary=True).replace(b"\0", b" ").split()  # Chromium joins its argv
                 status = dict(line.split(":", 1) for line in _read(f"/proc/{c}/status").splitlines() if ":" in line)
-            except OSError:
+                exe = os.readlink(f"/proc/{c}/exe")  # a zygote's children run /proc/self/exe: ask the link
+                pss = _read(f"/proc/{c}/smaps_rollup").split("\nPss:", 1)[1].split()[0]
+            except (OSError, IndexError):
                 continue
-            if b"chrom" not in cmd[0]:
+            if "chrom" not in exe:
                 continue
             kind = next((a.split(b"=", 1)[1].decode() for a in cmd if a.startswith(b"--type=")), "browser")
             hwm, rss = (int(status.get(k, "0 kB").split()[0]) * 1024 for k in ("VmHWM", "VmRSS"))
-            out.append({"pid": c, "type": kind, "hwm": hwm, "rss": rss})
+            out.append({"pid": c, "type": kind, "hwm": hwm, "rss": rss, "pss": int(pss) * 1024})
     return out
 
 
 def renderer_peak() -> tuple[int, int]:
-    """(the largest renderer's peak RSS, the current RSS of all Chromium processes) in bytes."""
+    """(the largest renderer's peak RSS, the proportional set size of all Chromium processes now: shared pages
+    counted once) in bytes."""
     procs = chromium_processes()
-    return max((p["hwm"] for p in procs if p["type"] == "renderer"), default=0), sum(p["rss"] for p in procs)
+    return max((p["hwm"] for p in procs if p["type"] == "renderer"), default=0), sum(p["pss"] for p in procs)
 
 
 def prompt_of(tok, n_tokens: int) -> str:
@@ -111,7 +114,7 @@ def main():
         tiny = generate(app, "The capital of France is", 4)  # loads the model
         hwm, rss = renderer_peak()
         res["loaded"] = {"wasm_heap_mib": round(tiny["wasm_memory_bytes"] / MiB),
-                         "renderer_peak_mib": round(hwm / MiB), "chromium_rss_mib": round(rss / MiB)}
+                         "renderer_peak_mib": round(hwm / MiB), "chromium_pss_mib": round(rss / MiB)}
         res["status_line"] = app.page.inner_text("#picker-llama .model-status")
         rounds = []
         for _ in range(a.rounds):
@@ -124,7 +127,7 @@ def main():
                            "kv_expected_mib": round(kv_cache_bytes(cfg, pos) / MiB, 2),
                            "kv_without_window_mib": round(pos * cfg.n_layers * per_layer / MiB, 2),
                            "wasm_heap_mib": round(r["wasm_memory_bytes"] / MiB),
-                           "renderer_peak_mib": round(hwm / MiB), "chromium_rss_mib": round(rss / MiB)})
+                           "renderer_peak_mib": round(hwm / MiB), "chromium_pss_mib": round(rss / MiB)})
         res["rounds"] = rounds
         res["stats_line"] = app.page.inner_text("#llama-stats")
         res["bounded"] = {"heap_same": rounds[-1]["wasm_heap_mib"] == rounds[0]["wasm_heap_mib"],
