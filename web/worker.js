@@ -191,7 +191,7 @@ async function fetchCached(file, progress) {
     throw tooLarge(file.name, total);
   }
   // With its size known the file streams into one buffer: a list of chunks beside the assembled copy would hold
-  // the weights twice at the end of the download (Gemma's 253 MB GGUF: 1.52 -> 1.27 GiB renderer peak).
+  // the weights twice at the end of the download (with FS.write below, Gemma 3's 253 MB GGUF: renderer peak 1529 -> 1293 MiB).
   // A body longer than announced (a compressed transfer) falls back to the chunk list.
   let bytes = null;
   if (total) {
