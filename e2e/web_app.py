@@ -144,6 +144,22 @@ class App:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
+def tiled_wav(dest: Path, clip: Path, seconds: int) -> Path:
+    """`clip` (16 kHz mono 16-bit) repeated with 1 s of silence between copies, cut to `seconds`."""
+    import wave
+
+    import numpy as np
+    if dest.is_file():
+        return dest
+    with wave.open(str(clip)) as w:
+        one = np.frombuffer(w.readframes(w.getnframes()), "<i2")
+    unit = np.concatenate([one, np.zeros(16000, "<i2")])
+    pcm = np.resize(unit, seconds * 16000)
+    with wave.open(str(dest), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(pcm.tobytes())
+    return dest
+
+
 @contextlib.contextmanager
 def site_page(pw, models: dict, query: str = "?device=cpu"):
     """(App, Server) over a `build-web` site bundling just `models` ({tool: [demo entries]}) in a temporary

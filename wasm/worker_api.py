@@ -183,7 +183,7 @@ async def run_whisper(audio, opts: dict | None = None, on_segment=None, on_progr
     steps = transcribe_steps(m["model"], m["tokenizer"], samples, language=opts.get("language"),
                              timestamps=bool(opts.get("timestamps", True)), beam_size=opts.get("beam"),
                              temperature=temps)
-    segs, language, stopped = [], None, "done"
+    segs, language, stopped = [], opts.get("language"), "done"  # a cancelled run knows only a chosen language
     total, done = samples.size / 16000, 0.0  # progress in seconds of audio, never going back
     try:
         while True:
