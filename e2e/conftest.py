@@ -44,6 +44,23 @@ def clip_wav() -> Path:
 
 
 @pytest.fixture(scope="session")
+def long_clip() -> Path:
+    """~46 s of espeak-ng speech (the Harvard sentences of tests/test_whisper_decode.py)."""
+    dest = CACHE / "harvard.wav"
+    if not dest.is_file():
+        raw = CACHE / "harvard-raw.wav"
+        text = ("The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
+                "It is easy to tell the depth of a well. These days a chicken leg is a rare dish. "
+                "Rice is often served in round bowls. The juice of lemons makes fine punch. "
+                "The box was thrown beside the parked truck. The hogs were fed chopped corn and garbage. "
+                "Four hours of steady work faced us. A large size in stockings is hard to sell.")
+        subprocess.run(["espeak-ng", "-w", str(raw), text], check=True)
+        subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(dest)], check=True)
+        raw.unlink()
+    return dest
+
+
+@pytest.fixture(scope="session")
 def bus_png() -> Path:
     """bus.jpg from the ultralytics wheel, re-encoded losslessly as PNG: it decodes bit-identically
     everywhere. (Pyodide's Pillow 10.2 and the native Pillow decode the JPEG differently, 18 % of bus.jpg's

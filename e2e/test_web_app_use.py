@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import wave
 
-import numpy as np
 import pytest
-from web_app import (CACHE, RUN_S, App, assert_same_detections, whisper_reference, yolo_reference)
+from web_app import CACHE, RUN_S, App, assert_same_detections, tiled_wav, whisper_reference, yolo_reference
 
 WAIT = RUN_S * 1000
 
@@ -25,37 +23,6 @@ def app(playwright_session, server):
     a = App(playwright_session, f"{server.url}?device=cpu&hub={server.url}hub")
     yield a
     a.close()
-
-
-def _tiled_wav(dest, clip, seconds):
-    """`clip` (16 kHz mono 16-bit) repeated with 1 s of silence between copies, cut to `seconds`."""
-    if dest.is_file():
-        return dest
-    with wave.open(str(clip)) as w:
-        one = np.frombuffer(w.readframes(w.getnframes()), "<i2")
-    unit = np.concatenate([one, np.zeros(16000, "<i2")])
-    pcm = np.resize(unit, seconds * 16000)
-    with wave.open(str(dest), "wb") as w:
-        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(pcm.tobytes())
-    return dest
-
-
-@pytest.fixture(scope="module")
-def long_clip():
-    """~46 s of espeak-ng speech (the Harvard sentences of tests/test_whisper_decode.py)."""
-    import subprocess
-    dest = CACHE / "harvard.wav"
-    if not dest.is_file():
-        raw = CACHE / "harvard-raw.wav"
-        text = ("The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
-                "It is easy to tell the depth of a well. These days a chicken leg is a rare dish. "
-                "Rice is often served in round bowls. The juice of lemons makes fine punch. "
-                "The box was thrown beside the parked truck. The hogs were fed chopped corn and garbage. "
-                "Four hours of steady work faced us. A large size in stockings is hard to sell.")
-        subprocess.run(["espeak-ng", "-w", str(raw), text], check=True)
-        subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(dest)], check=True)
-        raw.unlink()
-    return dest
 
 
 def heading(app) -> str:
@@ -123,7 +90,7 @@ def test_bad_audio_headings_and_a_clean_state(app, tmp_path, clip_wav):
 
 
 def test_three_minutes_of_audio_transcribed_as_natively(app, tmp_path, long_clip, native_whisper):
-    clip = _tiled_wav(CACHE / "harvard-3min.wav", long_clip, 185)
+    clip = tiled_wav(CACHE / "harvard-3min.wav", long_clip, 185)
     app.page.set_input_files("#audio-file", str(clip))
     wait_progress(app, r"Transcribing: \d+ / 185 s of audio \(\d+ %\) · [\d.]+ s elapsed · about .* left")
     got = app.wait_result("#transcript", timeout_s=3 * RUN_S)
@@ -137,7 +104,7 @@ def test_three_minutes_of_audio_transcribed_as_natively(app, tmp_path, long_clip
 
 
 def test_an_hour_of_audio_starts_in_bounded_memory_then_cancel_and_rerun(app, long_clip, clip_wav, native_whisper):
-    hour = _tiled_wav(CACHE / "harvard-1h.wav", long_clip, 3600)  # 115 MB of WAV, 230 MB of samples
+    hour = tiled_wav(CACHE / "harvard-1h.wav", long_clip, 3600)  # 115 MB of WAV, 230 MB of samples
     app.page.set_input_files("#audio-file", str(hour))
     app.page.wait_for_selector("#transcript li", timeout=WAIT)  # the first window decoded: features fit
     assert app.page.is_enabled("#whisper-cancel")

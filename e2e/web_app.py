@@ -3,6 +3,7 @@ Debian's Chromium under Playwright (never `playwright install`), the seeded Llam
 references each page result is compared with (the Python API doing what the CLI's --json prints)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import json
@@ -143,6 +144,41 @@ class App:
     def close(self):
         self.ctx.close()
         shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def tiled_wav(dest: Path, clip: Path, seconds: int) -> Path:
+    """`clip` (16 kHz mono 16-bit) repeated with 1 s of silence between copies, cut to `seconds`."""
+    import wave
+
+    import numpy as np
+    if dest.is_file():
+        return dest
+    with wave.open(str(clip)) as w:
+        one = np.frombuffer(w.readframes(w.getnframes()), "<i2")
+    unit = np.concatenate([one, np.zeros(16000, "<i2")])
+    pcm = np.resize(unit, seconds * 16000)
+    with wave.open(str(dest), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(pcm.tobytes())
+    return dest
+
+
+@contextlib.contextmanager
+def site_page(pw, models: dict, query: str = "?device=cpu"):
+    """(App, Server) over a `build-web` site bundling just `models` ({tool: [demo entries]}) in a temporary
+    folder, with no hub behind it: how a test or bench gets a large cached demo (Gemma 3, Whisper base) offline."""
+    from ember.wasm.serve import build_site
+    with tempfile.TemporaryDirectory(prefix="ember-site-") as tmp:
+        site = build_site(Path(tmp) / "site", models=models, quiet=True)
+        (Path(tmp) / "hub").mkdir()
+        server = Server(site, Path(tmp) / "hub")
+        try:
+            app = App(pw, server.url + query)
+            try:
+                yield app, server
+            finally:
+                app.close()
+        finally:
+            server.close()
 
 
 def whisper_reference(native_whisper, wav: Path) -> dict:

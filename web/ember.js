@@ -4,6 +4,8 @@
 //   const ember = await createEmber({ device: "webgpu", onProgress: (p) => console.log(p) });
 //   await ember.loadModel("whisper", "demo");                 // or "openai/whisper-tiny.en", a URL, File(s)
 //   const { text, segments } = await ember.transcribe(float32Audio16k);
+//   await ember.loadModel("whisper", "base");                 // a bundled demo by name: multilingual Whisper base
+//   const { text, language } = await ember.transcribe(audio, { language: null });  // null: detected ("en", "de" ...)
 //   await ember.loadModel("llama", "demo");
 //   const { text, tokens } = await ember.generate("Once upon", { temperature: 0, max_new_tokens: 32 }, (t) => ...);
 //   await ember.loadModel("yolo", "demo");
@@ -131,11 +133,15 @@ class Ember {
    *  or an array/FileList of Files. */
   async resolve(tool, source) {
     if (!TOOL_FILES[tool]) throw new EmberError("bad_request", `ember: unknown tool ${tool}`);
-    if (source == null || source === "demo" || (typeof source === "string" && source.startsWith("demo:"))) {
+    // a bundled demo: the first ("demo"), by id ("demo:whisper-base"), or by its short name ("base", "tiny.en":
+    // the id after "<tool>-"), as the CLI's --model names it
+    const short = typeof source === "string" && /^[\w.-]+$/.test(source) && source !== "demo";
+    if (source == null || source === "demo" || short || (typeof source === "string" && source.startsWith("demo:"))) {
       const list = (await this.manifest())[tool] || [];
-      const want = typeof source === "string" && source.startsWith("demo:") ? source.slice(5) : null;
-      const m = want ? list.find((x) => x.id === want) : list[0];
-      if (!m) throw new EmberError("bad_request", `ember: no bundled ${tool} model${want ? " " + want : ""} in this build`);
+      const want = short ? source : typeof source === "string" && source.startsWith("demo:") ? source.slice(5) : null;
+      const m = want ? list.find((x) => x.id === want || x.id === `${tool}-${want}`) : list[0];
+      if (!m) throw new EmberError("bad_request", `ember: no bundled ${tool} model${want ? " " + want : ""} in this build` +
+        (list.length ? ` (it has ${list.map((x) => x.id.replace(`${tool}-`, "")).join(", ")})` : ""));
       return { key: "demo-" + m.id, files: m.files.map((f) => ({ ...f, url: new URL(f.url, this.modelsURL).href })) };
     }
     if (typeof File !== "undefined" && (source instanceof File || source instanceof Blob)) source = [source];
@@ -165,7 +171,9 @@ class Ember {
       ({ name, url: `${base}/${name}`, optional: !!optional, ...(unless ? { unless } : {}) })) };
   }
 
-  /** Download (or read from the cache) and load a model for `tool`; -> {tool, device, parameters, bytes}. */
+  /** Download (or read from the cache) and load a model for `tool`; -> {tool, device, parameters, bytes}, for
+   *  Whisper also {multilingual, languages}, for text generation {context, kv_2k_bytes} (Gemma 3: the KV cache
+   *  at 2k tokens, sliding layers keeping their window only). */
   async loadModel(tool, source = "demo") {
     if (tool === "onnx") return this._loadOnnx(source); // ONNX (#18): see the block at the end of this file
     const { key, files } = await this.resolve(tool, source);
@@ -177,6 +185,8 @@ class Ember {
 
   /** Speech -> {text, language, segments: [{start, end, text, tokens}], ms}. `audio`: Float32Array of 16 kHz
    *  mono samples, or the bytes (ArrayBuffer/Blob) of a WAV file, read and resampled as the CLI does.
+   *  opts: language (a code such as "en"; null or missing: detected on the first 30 s by a multilingual model,
+   *  "en" for an English-only one; `language` in the result says which), timestamps, beam, fallback.
    *  onSegment(segment) fires as each segment is decoded. */
   async transcribe(audio, opts = {}, onSegment) {
     let input = audio;
