@@ -10,10 +10,10 @@ Measured on these clips (Pyodide 0.27.7's numpy 2.0.2 vs numpy 2.4, kernels acti
 bit-identical (the resampler's float64 taps differ in the last bit, np.i0/np.sinc, and round away);
 encoder max |diff| 3e-6..2e-5 of its largest magnitude; logits within 4e-5 (einsum path without the
 kernels: 2e-4), all float32 summation order (the kernels' blocking vs OpenBLAS's). The smallest
-top-1/top-2 margin is 0.002 (c2): a near-tie on some clip can still flip a token, which is what a
-transcript differing between runtimes was (no defect found in the front end or the op paths). The
-tolerances leave ~5-25x headroom over those figures; the tokens must agree because no step of these
-clips is within 10x the measured error of a tie.
+top-1/top-2 margin is usually 0.002 (c2), but one CI run saw 4.3e-5 there: a near-tie can still flip a
+token, which is what a transcript differing between runtimes was (no defect found in the front end or the
+op paths). The tolerances leave ~5-25x headroom over those figures; the tokens must agree up to the first
+step within 10x the measured error of a tie (every token, when there is none).
 """
 import shutil
 import subprocess
@@ -127,7 +127,14 @@ def test_every_stage_matches_cpython_with_the_kernels(stages):
         assert logit_err.max() <= 1e-3, (name, logit_err.max())
         top2 = np.sort(ref["logits"], -1)[:, -2:]
         margin = top2[:, 1] - top2[:, 0]
-        # no step of these clips is a near-tie, so the page must pick CPython's tokens, every window
-        assert margin.min() > 10 * logit_err.max(), (name, margin.min(), logit_err.max())
+        near = np.flatnonzero(margin <= 10 * logit_err.max())
+        if near.size:
+            # a step within 10x the measured error of a tie (row i predicts the i-th token of the first
+            # window's pass): either runtime may take either token there, so the tokens must agree up to it
+            i = int(near[0])
+            print(f"{name}: near-tie at step {i} (margin {margin[i]:.3g}, logit error {logit_err.max():.3g})")
+            assert got["first"].tolist()[:i] == ref["first"].tolist()[:i], name
+            continue
+        # no near-tie: the page must pick CPython's tokens, every window
         assert got["first"].tolist() == ref["first"].tolist(), name
         assert got["tokens"].tolist() == ref["tokens"].tolist() and str(got["text"]) == str(ref["text"]), name
