@@ -32,6 +32,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 from .errors import EmberError
+from .paths import cache_dir  # noqa: F401  (ember.hub.cache_dir: the folder every download goes to)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENDPOINT_VARS = ("EMBER_HUB_ENDPOINT", "HF_ENDPOINT")  # first one set wins
@@ -55,15 +56,6 @@ class ChecksumError(HubError, ValueError):
 
 
 # ============================================================================ the cache folder
-
-def cache_dir(*parts: str) -> Path:
-    """$EMBER_CACHE, else $XDG_CACHE_HOME/ember, else ~/.cache/ember; joined with `parts` (not created)."""
-    root = os.environ.get("EMBER_CACHE")
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = os.path.join(xdg, "ember") if xdg else os.path.join(os.path.expanduser("~"), ".cache", "ember")
-    return Path(root).joinpath(*parts)
-
 
 def endpoint() -> str:
     for var in ENDPOINT_VARS:

@@ -24,8 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # bottom-up; a module's layer is that of the first pattern it matches (so specific ones come first)
 LAYERS = [
     ("base", "the contract: dtypes, the primitive interface, the device registry "
-             "(backends named by module path, DeviceError), the error hierarchy, the resource budget and the CLI argument types",
-     ["ember.dtypes", "ember.primitives", "ember.device", "ember.errors", "ember.limits", "ember.argtypes"]),
+             "(backends named by module path, DeviceError), the error hierarchy, the resource budget, the CLI argument "
+             "types and the cache folder",
+     ["ember.dtypes", "ember.primitives", "ember.device", "ember.errors", "ember.limits", "ember.argtypes",
+      "ember.paths"]),
     ("backends", "one module per device: numpy/array-module/cuda, webgpu", ["ember.backends", "ember.backends.*",
                                                                            "ember.webgpu", "ember.webgpu.*"]),
     ("tensor", "autograd primitives, Tensor, composed ops", ["ember.autograd", "ember.tensor", "ember.ops_*",

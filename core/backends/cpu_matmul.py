@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from . import cpu_wasm_kernels
+from . import cpu_native_kernels, cpu_wasm_kernels
 
 NO_BLAS = sys.platform == "emscripten"
 _EINSUM_ITER_MAX = (1 << 31) - 1  # numpy's einsum iterator (batch x M x K x N) counts in intp: 32-bit in wasm
@@ -22,6 +22,7 @@ _F32 = np.dtype(np.float32)
 # overhead under Pyodide: einsum does 32^3 in ~70 us there (bench/bench_wasm_kernels.py measures both)
 _KERNEL_MIN_MNK = 1 << 15
 _kernels: list = []  # [(WasmKernels or None, reason)] once loaded: loading is deferred to the first matmul
+_native: list = []  # [(NativeKernels or None, reason)] once built or loaded: at the first quantized matmul
 
 
 def wasm_kernels():
@@ -29,6 +30,20 @@ def wasm_kernels():
     if not _kernels:
         _kernels.append(cpu_wasm_kernels.load() if NO_BLAS else (None, "not running under Pyodide"))
     return _kernels[0][0]
+
+
+def native_kernels():
+    """The compiled kernels outside the browser (cpu_native_kernels.py: built with this machine's C compiler at
+    the first call), or None (native_kernels_status() says why)."""
+    if not _native:
+        _native.append(cpu_native_kernels.load())
+    return _native[0][0]
+
+
+def native_kernels_status() -> str:
+    """What native_kernels() found: 'native avx2, 2 threads (<library>)', or why there are none."""
+    native_kernels()
+    return _native[0][1]
 
 
 def use_wasm_kernels(path=None):

@@ -14,6 +14,9 @@
 #include <stdint.h>
 #include <wasm_simd128.h>
 
+#include "half.h"
+#include "simd.h"  // FIFTH
+
 #define Q4_0 2
 #define Q4_1 3
 #define Q5_0 6
@@ -33,21 +36,6 @@ typedef struct {   // one block's scales, decoded once per block (8 chunks of a 
 } scales_t;
 
 // ---------------------------------------------------------------------------- helpers
-
-// IEEE half at p (little-endian) -> f32, branch-free: the 15 bits shifted into an f32's exponent and mantissa
-// are the value times 2^-112 (subnormal halves become normal f32s), so one exact multiply rebiases them; an
-// all-ones exponent (inf, NaN) lands on 143 and is or-ed up to 255, mantissa (the NaN payload) kept.
-static inline float f16_to_f32(const uint8_t *p) {
-    uint32_t h = (uint32_t)p[0] | ((uint32_t)p[1] << 8), mag = (h & 0x7FFFu) << 13, bits;
-    float f;
-    __builtin_memcpy(&f, &mag, 4);
-    f *= 0x1p112f;
-    __builtin_memcpy(&bits, &f, 4);
-    bits |= (0u - (uint32_t)((h & 0x7C00u) == 0x7C00u)) & 0x7F800000u;
-    bits |= (h & 0x8000u) << 16;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-}
 
 static inline void u8_levels(v128_t lo, v128_t hi, chunk_t *c) {  // 32 unsigned bytes -> 8 f32x4
     v128_t h[4] = {wasm_u16x8_extend_low_u8x16(lo), wasm_u16x8_extend_high_u8x16(lo),
@@ -72,16 +60,6 @@ static inline void i8_levels(v128_t lo, v128_t hi, chunk_t *c) {  // 32 signed b
 static inline v128_t bits_at(v128_t v, int shift, int mask) {
     return wasm_v128_and(wasm_u16x8_shr(v, shift), wasm_i8x16_splat(mask));
 }
-
-// FIFTH[v]: byte i is 0x10 when bit i of v is set, else 0 (a 2 KiB table, built by the preprocessor): two
-// lookups spread 16 of Q5_0 / Q5_1's 5th bits over 16 bytes, a third of the SIMD work of comparing masks
-#define FIFTH_BYTE(v, i) ((((uint64_t)(v) >> (i)) & 1) << (8 * (i) + 4))
-#define FIFTH_ONE(v) (FIFTH_BYTE(v, 0) | FIFTH_BYTE(v, 1) | FIFTH_BYTE(v, 2) | FIFTH_BYTE(v, 3) | \
-                      FIFTH_BYTE(v, 4) | FIFTH_BYTE(v, 5) | FIFTH_BYTE(v, 6) | FIFTH_BYTE(v, 7))
-#define FIFTH_4(v) FIFTH_ONE(v), FIFTH_ONE(v + 1), FIFTH_ONE(v + 2), FIFTH_ONE(v + 3)
-#define FIFTH_16(v) FIFTH_4(v), FIFTH_4(v + 4), FIFTH_4(v + 8), FIFTH_4(v + 12)
-#define FIFTH_64(v) FIFTH_16(v), FIFTH_16(v + 16), FIFTH_16(v + 32), FIFTH_16(v + 48)
-static const uint64_t FIFTH[256] = {FIFTH_64(0), FIFTH_64(64), FIFTH_64(128), FIFTH_64(192)};
 
 // bit j of the 16 bits (b0 | b1 << 8), as 0x10 or 0 in byte j: the 5th bit of Q5_0 / Q5_1 levels
 static inline v128_t fifth_bits(uint8_t b0, uint8_t b1) { return wasm_i64x2_make(FIFTH[b0], FIFTH[b1]); }

@@ -1,0 +1,129 @@
+// Worker threads for the native build of the kernels (the page's wasm has none): the calling thread and
+// `threads - 1` workers each compute a slice of a matmul's output rows. Every output row is computed by the same
+// code whichever thread runs it, so the result does not depend on the number of threads.
+//
+// A decoded token makes ~130 matmuls of 0.05-20 ms with a few us of Python between them, so a worker spins (with a
+// pause) for a while after each job, as llama.cpp's do, and sleeps on a condition variable only after ~0.2 ms of
+// nothing; the caller wakes sleepers only when there are any. A forked child has no workers (pthread_atfork).
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define CPU_PAUSE() __asm__ volatile("yield")
+#else
+#define CPU_PAUSE() ((void)0)
+#endif
+
+#define MAX_THREADS 64
+#define SPIN 4096  // pauses before a worker sleeps (~0.1-0.5 ms)
+
+int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *act, float *y, int ldy);
+long ember_q8_act_bytes(int type, int m, int k);
+
+typedef struct {
+    int type, m, n, k, ldy;
+    long row_bytes;
+    const uint8_t *w;
+    const void *act;
+    float *y;
+} job_t;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int workers;        // started
+    int threads;        // slices of the current job: workers + the caller
+    atomic_int gen;     // the current job's number
+    atomic_int pending; // slices of it not yet done
+    atomic_int sleeping;
+    job_t job;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 1};
+
+static void run_slice(int t, int threads) {
+    job_t *j = &pool.job;
+    long n0 = (long)j->n * t / threads, n1 = (long)j->n * (t + 1) / threads;
+    if (n1 > n0)
+        ember_q8_dot(j->type, j->m, (int)(n1 - n0), j->k, j->w + n0 * j->row_bytes, j->act, j->y + n0, j->ldy);
+}
+
+static void *worker(void *arg) {
+    int t = (int)(intptr_t)arg, seen = atomic_load(&pool.gen);
+    for (;;) {
+        int g, spin = 0;
+        while ((g = atomic_load(&pool.gen)) == seen) {
+            if (++spin < SPIN) {
+                CPU_PAUSE();
+                continue;
+            }
+            pthread_mutex_lock(&pool.lock);
+            atomic_fetch_add(&pool.sleeping, 1);
+            while (atomic_load(&pool.gen) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            atomic_fetch_sub(&pool.sleeping, 1);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = g;
+        if (t < pool.threads)
+            run_slice(t, pool.threads);
+        atomic_fetch_sub(&pool.pending, 1);
+    }
+    return 0;
+}
+
+static void after_fork_in_child(void) {  // the child has only the thread that forked
+    pthread_mutex_init(&pool.lock, 0);
+    pthread_cond_init(&pool.wake, 0);
+    pool.workers = 0;
+    atomic_store(&pool.sleeping, 0);
+}
+
+// Start workers until there are n - 1 (n <= MAX_THREADS); returns how many threads matmuls now use.
+__attribute__((visibility("default")))
+int ember_threads(int n) {
+    static int registered;
+    if (!registered) {
+        pthread_atfork(0, 0, after_fork_in_child);
+        registered = 1;
+    }
+    n = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : n;
+    while (pool.workers < n - 1) {
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&th, &attr, worker, (void *)(intptr_t)(pool.workers + 1));
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            break;
+        pool.workers++;
+    }
+    return pool.workers + 1;
+}
+
+// ember_q8_dot with W's n rows split between the caller and the workers (row_bytes: bytes of one row of W).
+// Not reentrant: one caller at a time (the CPU backend calls it under a lock).
+__attribute__((visibility("default")))
+int ember_q8_dot_parallel(int type, int m, int n, int k, const uint8_t *w, long row_bytes, const void *act, float *y,
+                          int ldy, int threads) {
+    threads = threads > pool.workers + 1 ? pool.workers + 1 : threads;
+    if (ember_q8_act_bytes(type, m, k) < 0)
+        return -1;
+    if (threads <= 1 || n < 2 * threads)
+        return ember_q8_dot(type, m, n, k, w, act, y, ldy);
+    pool.job = (job_t){type, m, n, k, ldy, row_bytes, w, act, y};
+    pool.threads = threads;
+    atomic_store(&pool.pending, pool.workers);
+    atomic_fetch_add(&pool.gen, 1);
+    if (atomic_load(&pool.sleeping) > 0) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    run_slice(0, threads);
+    while (atomic_load(&pool.pending) > 0)
+        CPU_PAUSE();
+    return 0;
+}

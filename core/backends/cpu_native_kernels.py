@@ -1,0 +1,181 @@
+"""The CPU backend's compiled kernels outside the browser: cpu_kernels/q8dot.c (quantized matmul with 8-bit
+activations, as llama.cpp computes it) and threads.c, built for this machine by its C compiler at first use.
+
+Like the CUDA backend's kernels (NVRTC at run time) and tinygrad's CPU backend, nothing is compiled at install:
+the first quantized matmul runs `cc -O3 -march=native` on the shipped sources (~1 s) into the cache folder,
+`<cache>/kernels/cpu-<hash>.so`, keyed by the sources, the flags, the compiler and this CPU; later processes load
+it. The same sources are in the page's wasm module (cpu_wasm_kernels.py), and every target gives the same bits.
+
+`load()` says whether they can be used here and why not: under Pyodide (the wasm module serves), switched off
+with EMBER_NATIVE_KERNELS=0, no C compiler ($CC, cc, gcc or clang), or a build or load that failed (its error).
+Where they cannot, ember.quant computes the same numbers with numpy (slower).
+
+Threads: matmuls of at least PARALLEL_MACS multiply-adds split W's rows between the caller and workers
+(threads.c). EMBER_NUM_THREADS sets how many (default: the CPUs this process may run on, at most 8).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ..paths import cache_dir
+
+SOURCES = Path(__file__).with_name("cpu_kernels")
+FILES = ("q8dot.c", "threads.c")          # compiled; they include simd.h and half.h
+HEADERS = ("simd.h", "half.h")
+# -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden",
+         "-std=c11"]
+PARALLEL_MACS = 1 << 18  # below this a matmul stays on the calling thread (a hand-off costs ~1-5 us)
+MAX_DEFAULT_THREADS = 8
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+
+
+class NativeKernels:
+    """The loaded library: q8_matmul (x quantized per block as llama.cpp does, integer dot products), with
+    W's rows split between threads for large products."""
+
+    def __init__(self, lib: ctypes.CDLL, path: Path):
+        self.path = path
+        lib.ember_q8_act_bytes.argtypes, lib.ember_q8_act_bytes.restype = [_I, _I, _I], ctypes.c_long
+        lib.ember_q8_simd.argtypes, lib.ember_q8_simd.restype = [], ctypes.c_char_p
+        lib.ember_q8_quantize.argtypes = [_I, _I, _I, _P, _I, _P]
+        lib.ember_q8_dot.argtypes = [_I, _I, _I, _I, _P, _P, _P, _I]
+        lib.ember_q8_dot_parallel.argtypes = [_I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _I, _I]
+        lib.ember_threads.argtypes = [_I]
+        self._lib = lib
+        self.simd = lib.ember_q8_simd().decode()
+        self.threads = lib.ember_threads(_default_threads())
+        self._pool = threading.Lock()  # threads.c runs one parallel matmul at a time
+        self._act = np.empty(1 << 16, np.uint8)  # the activations' blocks, grown on demand
+        self._act_lock = threading.Lock()
+
+    def set_threads(self, n: int) -> int:
+        """Use up to n threads (workers are started, never stopped); returns the count in use."""
+        self.threads = min(int(n), self._lib.ember_threads(int(n)))
+        return self.threads
+
+    def act_bytes(self, type_id: int, m: int, k: int) -> int:
+        return self._lib.ember_q8_act_bytes(type_id, m, k)
+
+    def q8_matmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
+        """x (m, k) float32 C-contiguous @ W.T -> (m, out_features) float32, W as uint8 GGML rows (out_features,
+        row_bytes) C-contiguous, x quantized as llama.cpp quantizes it for W's type (ember.quant.q8dot)."""
+        m, k = x.shape
+        y = np.empty((m, out_features), np.float32)
+        size = self._lib.ember_q8_act_bytes(type_id, m, k)
+        if size < 0:
+            raise ValueError(f"ember: native q8 matmul: no kernel for GGML type {type_id} with rows of {k}")
+        if m == 0 or out_features == 0:
+            return y
+        own = self._act_lock.acquire(blocking=False)
+        act = self._act if own and self._act.size >= size else np.empty(size, np.uint8)
+        if own and act is not self._act and size <= 1 << 26:
+            self._act = act  # keep the grown buffer (up to 64 MiB) for the next calls
+        try:
+            lib, pa, pw, py = self._lib, act.ctypes.data, w.ctypes.data, y.ctypes.data
+            lib.ember_q8_quantize(type_id, m, k, x.ctypes.data, k, pa)
+            if self.threads > 1 and m * out_features * k >= PARALLEL_MACS and self._pool.acquire(blocking=False):
+                try:
+                    lib.ember_q8_dot_parallel(type_id, m, out_features, k, pw, w.shape[1], pa, py, out_features,
+                                              self.threads)
+                finally:
+                    self._pool.release()
+            else:
+                lib.ember_q8_dot(type_id, m, out_features, k, pw, pa, py, out_features)
+        finally:
+            if own:
+                self._act_lock.release()
+        return y
+
+
+def _default_threads() -> int:
+    env = os.environ.get("EMBER_NUM_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_DEFAULT_THREADS))
+
+
+def compiler() -> str | None:
+    """The C compiler to build with: $CC, else cc, gcc or clang on PATH; None when there is none."""
+    for name in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang")):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _cpu_identity() -> str:
+    """What -march=native depends on: a library built for one CPU may not run on another sharing the cache."""
+    ident = [platform.machine(), platform.processor()]
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            ident += sorted({line.strip() for line in f if line.startswith(("model name", "flags", "Features"))})
+    except OSError:
+        pass
+    return "\n".join(ident)
+
+
+def _library_path(cc: str) -> Path:
+    h = hashlib.sha256()
+    for name in FILES + HEADERS:
+        h.update(name.encode() + b"\0" + (SOURCES / name).read_bytes())
+    h.update(" ".join(FLAGS).encode())
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    h.update(version.encode() + _cpu_identity().encode())
+    return cache_dir("kernels", f"cpu-{h.hexdigest()[:20]}.so")
+
+
+def build(cc: str, out: Path, extra_flags=()) -> Path:
+    """Compile the kernels with `cc` into `out` (written to a temporary name, then renamed: processes that build
+    at once each get a whole file)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=out.stem + "-", suffix=".so", dir=out.parent)
+    os.close(fd)
+    cmd = [cc, *FLAGS, *extra_flags, "-o", tmp, *(str(SOURCES / f) for f in FILES)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise OSError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()[-2000:]}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def load() -> tuple[NativeKernels | None, str]:
+    """(kernels, "native <simd>, <n> threads (<library>)") when they run here, else (None, why not)."""
+    if sys.platform == "emscripten":
+        return None, "running under Pyodide (the wasm kernels serve)"
+    if os.environ.get("EMBER_NATIVE_KERNELS", "1") == "0":
+        return None, "switched off by EMBER_NATIVE_KERNELS=0"
+    cc = compiler()
+    if cc is None:
+        return None, "no C compiler ($CC, cc, gcc or clang) to build them with"
+    try:
+        path = _library_path(cc)
+        if not path.is_file():
+            build(cc, path)
+        kernels = NativeKernels(ctypes.CDLL(str(path)), path)
+    except Exception as exc:  # a failed build (its stderr), an unwritable cache, a library that does not load
+        return None, f"kernel build or load failed: {type(exc).__name__}: {exc}"
+    return kernels, f"native {kernels.simd}, {kernels.threads} threads ({path})"
