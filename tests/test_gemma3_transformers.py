@@ -1,8 +1,9 @@
 """The real Gemma 3 270M against transformers: `Gemma3ForCausalLM` on the weights of the same GGUF dequantized by
 gguf-py (llama.cpp's own Python package, independent of ember.quant), against ember running the GGUF with its
-weights kept quantized (QLinear, the Q8_0 embedding read by row and multiplied for the tied output). ember's
-quantized matmul is dequantize-then-multiply in float32, so the two agree to float32 rounding: the logits of
-every prompt position within 1e-4 of the logit range."""
+weights kept quantized (QLinear, the Q8_0 embedding read by row and multiplied for the tied output). Loaded with
+activations="float32", ember's quantized matmul is dequantize-then-multiply in float32, so the two agree to
+float32 rounding: the logits of every prompt position within 1e-4 of the logit range. (The default, llama.cpp's
+8-bit activations, is tested against llama.cpp in test_gemma3_gguf.py.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -39,7 +40,7 @@ def _hf_config(c):
 @pytest.fixture(scope="module")
 def models(path):
     from ember.models.gemma3.load import hf_names_from_gguf, load_gguf
-    model, tok = load_gguf(path)
+    model, tok = load_gguf(path, activations="float32")
     reader = gguf.GGUFReader(str(path))
     raw = {t.name: np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), np.float32) for t in reader.tensors}
     sd = hf_names_from_gguf(raw, str(path))

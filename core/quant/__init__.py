@@ -4,6 +4,7 @@
     y = q.matmul_t(x)                                    # x @ W.T without materialising W in float32
     ember.quantize(model, "q4_0")                        # nn.Linear -> QLinear, in place
     ember.quant.load_quantized(model, ember.load("m.gguf"))
+    ember.quant.set_activations(model, "q8")             # multiply as llama.cpp does: x quantized to 8 bits per block
 
 Types: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K, bit-exact with ggml-quants.c
 (plus F32/F16/BF16 as plain types). The nn parts import ember.nn only when first used.
@@ -17,7 +18,7 @@ from .ggml_types import GGMLType, supported_quant_types
 from .qmatmul import qmatmul
 from .qtensor import QTensor
 
-_NN = {"QLinear", "quantize", "quantized_state_dict", "load_quantized"}
+_NN = {"QLinear", "quantize", "quantized_state_dict", "load_quantized", "set_activations"}
 
 
 def __getattr__(name):  # the nn layer pulls in ember.nn/ember.Tensor: import it on first use
@@ -28,4 +29,4 @@ def __getattr__(name):  # the nn layer pulls in ember.nn/ember.Tensor: import it
 
 
 __all__ = ["GGMLType", "QTensor", "QLinear", "dequantize_array", "ggml_types", "load_quantized", "qmatmul",
-           "quantize", "quantize_array", "quantized_state_dict", "supported_quant_types"]
+           "quantize", "quantize_array", "quantized_state_dict", "set_activations", "supported_quant_types"]

@@ -67,6 +67,21 @@ def quantize(model: Module, ggml_type="q4_0", include=None) -> Module:
     return model
 
 
+def set_activations(model: Module, mode: str = "q8") -> int:
+    """Set how the model's quantized weights (QLinear layers and any QTensor a module holds, such as a quantized
+    embedding) multiply activations on the CPU: "q8" as llama.cpp does (ember.quant.q8dot), for the types that
+    have its kernel (others stay "float32"), or "float32" for all. Returns how many weights use `mode`."""
+    from . import q8dot
+    count = 0
+    for _, m in model.named_modules():
+        for v in vars(m).values():
+            if isinstance(v, QTensor):
+                use = mode if mode == "float32" or (q8dot.supports(v.ggml_type) and v.ndim == 2) else "float32"
+                v.activations = use
+                count += use == mode
+    return count
+
+
 def quantized_state_dict(model: Module) -> dict:
     """model.state_dict() plus every QLinear's QTensor weight under '<name>.weight' (to save as GGUF)."""
     out = dict(model.state_dict())

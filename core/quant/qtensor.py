@@ -5,7 +5,7 @@ import numpy as np
 
 from . import ggml_types as T
 from .codec import check_raw, dequantize_rows, quantize
-from . import repack
+from . import q8dot, repack
 from ..backends.cpu_matmul import NO_BLAS
 from .qmatmul import FUSED_ROWS, qmatmul
 
@@ -21,15 +21,21 @@ class QTensor:
         q.matmul_t(x)                      # x @ W.T without building W in float32
 
     data is a uint8 array (rows, row_bytes): one row of blocks per row of the tensor (GGUF layout).
+
+    activations: how matmul_t treats x on the CPU (and in the page). "float32" multiplies x as it is:
+    x @ dequantize(W).T up to summation order. "q8" quantizes x to 8 bits per block as llama.cpp's CPU backend
+    does for W's type and sums integer products (ember.quant.q8dot): llama.cpp's numbers at its speed. GPU
+    backends multiply float activations either way.
     """
 
-    __slots__ = ("data", "ggml_type", "shape", "name", "_levels", "_l1", "_parts")
+    __slots__ = ("data", "ggml_type", "shape", "name", "_activations", "_levels", "_l1", "_parts")
 
-    def __init__(self, data, ggml_type, shape, name: str | None = None):
+    def __init__(self, data, ggml_type, shape, name: str | None = None, activations: str = "float32"):
         self.ggml_type = T.get(ggml_type)
         self.shape = tuple(int(s) for s in shape)
         self.name = name
         self.data = check_raw(data, self.ggml_type, self.shape, self._what())
+        self.activations = activations
         self._levels = None  # repack.Levels, built at the first native host matmul
         self._l1 = None  # the wasm argmax kernel's per-row bounds, built at its first use
         self._parts = None  # row slices a device multiplies by one at a time (device_parts)
@@ -41,6 +47,19 @@ class QTensor:
 
     def _what(self):
         return f"tensor {self.name!r}" if self.name else "tensor"
+
+    @property
+    def activations(self) -> str:
+        return self._activations
+
+    @activations.setter
+    def activations(self, mode: str):
+        if mode not in ("float32", "q8"):
+            raise ValueError(f"ember: {self._what()}: activations must be 'float32' or 'q8', got {mode!r}")
+        if mode == "q8" and not (q8dot.supports(self.ggml_type) and len(self.shape) == 2):
+            raise ValueError(f"ember: {self._what()}: llama.cpp's 8-bit activations need a 2-d weight of "
+                             f"{', '.join(q8dot.ACTIVATIONS)}, not {self.ggml_type.name} {self.shape}")
+        self._activations = mode
 
     @property
     def ndim(self):
@@ -72,7 +91,7 @@ class QTensor:
         the device's fused `qmatmul` primitive where it has one, otherwise composed on the host (no
         gradient either way: QLinear differentiates through the dequantized weight)."""
         if isinstance(x, np.ndarray):
-            return qmatmul(x, self.data, self.ggml_type, self.shape, name=self._what(), levels=self._host_levels())
+            return self._host_matmul(x)
         if getattr(x.device.backend, "qmatmul", None) is not None:
             if len(self.shape) != 2:
                 raise ValueError(f"ember: quantized matmul needs a 2-d weight, {self._what()} has shape {self.shape}")
@@ -92,7 +111,7 @@ class QTensor:
             step = max(1, PART_BYTES // max(1, self.data.shape[1])) if len(self.shape) == 2 else self.shape[0]
             self._parts = [self] if self.data.nbytes <= PART_BYTES else \
                 [QTensor(self.data[s:s + step], self.ggml_type, (min(step, self.shape[0] - s), self.shape[1]),
-                         self.name) for s in range(0, self.shape[0], step)]
+                         self.name, self.activations) for s in range(0, self.shape[0], step)]
         return self._parts
 
     def argmax_matmul_t(self, x) -> int:
@@ -129,7 +148,7 @@ class QTensor:
         """(the wasm kernels, x as one float32 row) where the bounded Q8_0 output kernels apply (Pyodide, a 2-d
         Q8_0 weight, one row of x on the host), with the weight's per-row bounds made at the first use; else None."""
         n_in = self.shape[-1]
-        if not (NO_BLAS and len(self.shape) == 2 and self.ggml_type.name == "Q8_0" and int(np.prod(x.shape)) == n_in
+        if not (NO_BLAS and self.activations == "float32" and len(self.shape) == 2 and self.ggml_type.name == "Q8_0" and int(np.prod(x.shape)) == n_in
                 and (isinstance(x, np.ndarray) or str(x.device) == "cpu")):
             return None
         from ..backends.cpu_matmul import wasm_kernels
@@ -144,12 +163,16 @@ class QTensor:
         """The composed fallback: x to the host, slab-wise dequantize + BLAS (ember.quant.qmatmul), back."""
         from ..dtypes import float32
         from ..tensor import Tensor
-        xn = x.numpy()
-        y = self._wasm_fused(xn) if NO_BLAS else None
-        if y is None:
-            y = qmatmul(xn, self.data, self.ggml_type, self.shape, name=self._what(), levels=self._host_levels())
-        out = Tensor._from_storage(y, float32)
+        out = Tensor._from_storage(self._host_matmul(x.numpy()), float32)
         return out if str(x.device) == "cpu" else out.to(x.device)
+
+    def _host_matmul(self, x: np.ndarray) -> np.ndarray:
+        if self.activations == "q8":
+            return q8dot.q8_matmul(x, self.data, self.ggml_type, self.shape, name=self._what(), checked=True)
+        y = self._wasm_fused(x) if NO_BLAS else None
+        if y is None:
+            y = qmatmul(x, self.data, self.ggml_type, self.shape, name=self._what(), levels=self._host_levels())
+        return y
 
     def _wasm_fused(self, x: np.ndarray):
         """qmatmul's in-register wasm product for a few rows of x (decode) without its checks of the blocks,

@@ -5,7 +5,8 @@ names, tokenizer.json), by path, URL or hub id.
     model, tok = load_gemma3("gemma-3-270m-q4_k_m.gguf")     # or a folder, "owner/name", a URL
 
 From GGUF every quantized matrix stays quantized (QLinear), the embedding too (read by row, multiplied quantized
-for the tied output); norms are F32. Gemma's RMSNorm multiplies by (1 + w): GGUF already stores 1 + w
+for the tied output); norms are F32. A GGUF model multiplies its quantized weights as llama.cpp does on a CPU,
+activations quantized to 8 bits per block (ember.quant.set_activations "q8"): llama.cpp's numbers, and its speed. Gemma's RMSNorm multiplies by (1 + w): GGUF already stores 1 + w
 (convert_hf_to_gguf adds it), a Hugging Face checkpoint stores w, so 1 is added here for that source.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import numpy as np
 
 import ember
-from ember.quant import QTensor, load_quantized
+from ember.quant import QTensor, load_quantized, set_activations
 
 from .config import Gemma3Config
 from .model import Gemma3
@@ -70,13 +71,14 @@ def build(config: Gemma3Config, sd: dict, where: str) -> Gemma3:
     return model.eval().requires_grad_(False)
 
 
-def load_gguf(path, tokenizer: bool = True):
-    """(Gemma3, GGUF tokenizer | None) from a .gguf file."""
+def load_gguf(path, tokenizer: bool = True, activations: str = "q8"):
+    """(Gemma3, GGUF tokenizer | None) from a .gguf file; activations: see ember.quant.set_activations."""
     from ember.io.gguf import metadata
     where = os.fspath(path)
     md = metadata(path)
     config = Gemma3Config.from_gguf(md, where)
     model = build(config, hf_names_from_gguf(ember.load(path), where), where)
+    set_activations(model, activations)
     tok = None
     if tokenizer and "tokenizer.ggml.tokens" in md:
         from ember.tokenizers.gguf_spm import SpmTokenizer

@@ -3,9 +3,10 @@
 // code whichever thread runs it, so the result does not depend on the number of threads.
 //
 // A decoded token makes ~130 matmuls of 0.05-20 ms with a few us of Python between them, so a worker spins (with a
-// pause) for a while after each job, as llama.cpp's do, and sleeps on a condition variable only after ~0.2 ms of
+// pause) for a while after each job, as llama.cpp's do, and sleeps on a condition variable only after ~0.1 ms of
 // nothing; the caller wakes sleepers only when there are any. A forked child has no workers (pthread_atfork).
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -18,13 +19,13 @@
 #endif
 
 #define MAX_THREADS 64
-#define SPIN 4096  // pauses before a worker sleeps (~0.1-0.5 ms)
+#define SPIN 512  // pauses before a worker sleeps or the caller yields (~0.1 ms)
 
 int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *act, float *y, int ldy);
 long ember_q8_act_bytes(int type, int m, int k);
 
 typedef struct {
-    int type, m, n, k, ldy;
+    int type, m, n, k, ldy, chunks;
     long row_bytes;
     const uint8_t *w;
     const void *act;
@@ -35,22 +36,31 @@ static struct {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     int workers;        // started
-    int threads;        // slices of the current job: workers + the caller
     atomic_int gen;     // the current job's number
-    atomic_int pending; // slices of it not yet done
+    atomic_int next;    // its next unclaimed chunk
+    atomic_int done;    // its chunks computed
     atomic_int sleeping;
     job_t job;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 1};
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
-static void run_slice(int t, int threads) {
-    job_t *j = &pool.job;
-    long n0 = (long)j->n * t / threads, n1 = (long)j->n * (t + 1) / threads;
-    if (n1 > n0)
+// Claim and compute chunks of the current job until none is left. Chunks are claimed, not assigned: a thread
+// the OS has not scheduled yet (another process, llama.cpp's or OpenBLAS's spinning threads on a 2-core machine)
+// leaves its share to the others instead of holding up the caller.
+static void work(void) {
+    for (;;) {
+        int c = atomic_fetch_add(&pool.next, 1);
+        job_t *j = &pool.job;
+        if (c >= j->chunks)
+            return;
+        long n0 = (long)j->n * c / j->chunks, n1 = (long)j->n * (c + 1) / j->chunks;
         ember_q8_dot(j->type, j->m, (int)(n1 - n0), j->k, j->w + n0 * j->row_bytes, j->act, j->y + n0, j->ldy);
+        atomic_fetch_add(&pool.done, 1);
+    }
 }
 
 static void *worker(void *arg) {
-    int t = (int)(intptr_t)arg, seen = atomic_load(&pool.gen);
+    (void)arg;
+    int seen = atomic_load(&pool.gen);
     for (;;) {
         int g, spin = 0;
         while ((g = atomic_load(&pool.gen)) == seen) {
@@ -66,9 +76,7 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&pool.lock);
         }
         seen = g;
-        if (t < pool.threads)
-            run_slice(t, pool.threads);
-        atomic_fetch_sub(&pool.pending, 1);
+        work();
     }
     return 0;
 }
@@ -94,7 +102,7 @@ int ember_threads(int n) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&th, &attr, worker, (void *)(intptr_t)(pool.workers + 1));
+        int rc = pthread_create(&th, &attr, worker, 0);
         pthread_attr_destroy(&attr);
         if (rc != 0)
             break;
@@ -103,27 +111,33 @@ int ember_threads(int n) {
     return pool.workers + 1;
 }
 
-// ember_q8_dot with W's n rows split between the caller and the workers (row_bytes: bytes of one row of W).
-// Not reentrant: one caller at a time (the CPU backend calls it under a lock).
+// ember_q8_dot with W's n rows cut into chunks (about 4 per thread, of at least 16 rows) that the caller and the
+// workers claim (row_bytes: bytes of one row of W). Not reentrant: one caller at a time (the Python side holds a
+// lock). The caller waits for the last chunk spinning, then yielding the CPU to whoever computes it.
 __attribute__((visibility("default")))
 int ember_q8_dot_parallel(int type, int m, int n, int k, const uint8_t *w, long row_bytes, const void *act, float *y,
                           int ldy, int threads) {
-    threads = threads > pool.workers + 1 ? pool.workers + 1 : threads;
     if (ember_q8_act_bytes(type, m, k) < 0)
         return -1;
-    if (threads <= 1 || n < 2 * threads)
+    threads = threads > pool.workers + 1 ? pool.workers + 1 : threads;
+    int chunks = 4 * threads < n / 16 ? 4 * threads : n / 16;
+    if (threads <= 1 || chunks < 2)
         return ember_q8_dot(type, m, n, k, w, act, y, ldy);
-    pool.job = (job_t){type, m, n, k, ldy, row_bytes, w, act, y};
-    pool.threads = threads;
-    atomic_store(&pool.pending, pool.workers);
+    pool.job = (job_t){type, m, n, k, ldy, chunks, row_bytes, w, act, y};
+    atomic_store(&pool.done, 0);
+    atomic_store(&pool.next, 0);
     atomic_fetch_add(&pool.gen, 1);
     if (atomic_load(&pool.sleeping) > 0) {
         pthread_mutex_lock(&pool.lock);
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
-    run_slice(0, threads);
-    while (atomic_load(&pool.pending) > 0)
-        CPU_PAUSE();
+    work();
+    for (int spin = 0; atomic_load(&pool.done) < chunks; spin++) {
+        if (spin < SPIN)
+            CPU_PAUSE();
+        else
+            sched_yield();
+    }
     return 0;
 }
