@@ -34,8 +34,8 @@ SOURCES = Path(__file__).with_name("cpu_kernels")
 FILES = ("q8dot.c", "threads.c")          # compiled; they include simd.h and half.h
 HEADERS = ("simd.h", "half.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
-FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden",
-         "-std=c11"]
+FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
+NATIVE = ["-march=native"]  # this CPU's SIMD (AVX2, ...); a compiler that refuses it builds the portable paths
 PARALLEL_MACS = 1 << 18  # below this a matmul stays on the calling thread (a hand-off costs ~1-5 us)
 MAX_DEFAULT_THREADS = 8
 _P = ctypes.c_void_p
@@ -138,22 +138,25 @@ def _library_path(cc: str) -> Path:
     h = hashlib.sha256()
     for name in FILES + HEADERS:
         h.update(name.encode() + b"\0" + (SOURCES / name).read_bytes())
-    h.update(" ".join(FLAGS).encode())
+    h.update(" ".join(FLAGS + NATIVE).encode())
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     h.update(version.encode() + _cpu_identity().encode())
     return cache_dir("kernels", f"cpu-{h.hexdigest()[:20]}.so")
 
 
-def build(cc: str, out: Path, extra_flags=()) -> Path:
+def build(cc: str, out: Path, extra_flags=NATIVE) -> Path:
     """Compile the kernels with `cc` into `out` (written to a temporary name, then renamed: processes that build
-    at once each get a whole file)."""
+    at once each get a whole file); without extra_flags when the compiler refuses them."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out.stem + "-", suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [cc, *FLAGS, *extra_flags, "-o", tmp, *(str(SOURCES / f) for f in FILES)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
+        for extra in (list(extra_flags), []) if extra_flags else ([],):
+            cmd = [cc, *FLAGS, *extra, "-o", tmp, *(str(SOURCES / f) for f in FILES)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            if proc.returncode == 0:
+                break
+        else:
             raise OSError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()[-2000:]}")
         os.replace(tmp, out)
     finally:

@@ -1,6 +1,6 @@
 """The CPU backend's WebAssembly SIMD128 kernels, for Pyodide (whose numpy has no BLAS).
 
-`cpu_wasm_kernels.wasm` beside this file is a Pyodide side module built from `wasm/kernels/*.c` by
+`cpu_wasm_kernels.wasm` beside this file is a Pyodide side module built from `cpu_kernels/*.c` by
 `python -m ember.wasm.kernels.build` (clang-19 + lld-19) and shipped as package data, so a `pip install` needs no
 compiler and the wheel stays py3-none-any; CI rebuilds it and fails when the bytes differ from the
 committed file (tests/test_wasm_kernels_build.py). Pyodide's `ctypes.CDLL` loads it (emscripten's
@@ -47,7 +47,7 @@ class WasmKernels:
     """The loaded module: `matmul(a, b, out)` for float32 arrays of any strides, batched and broadcast;
     `silu(x)`, `gelu(x)` (erf form); `exp_rowmax(s)` (attention's unnormalised softmax, in place);
     `qmatmul` / `qdequant` on GGML blocks, `q8_0_argmax` (greedy decoding's output row), `q8_0_topk` (sampling's
-    top-k candidates) (quant.c)."""
+    top-k candidates) (quant.c); `q8_matmul`: llama.cpp's 8-bit-activation product (q8dot.c)."""
 
     def __init__(self, lib: ctypes.CDLL):
         # no argtypes: Python ints go through as C ints, the cheapest call Pyodide's ctypes makes
@@ -61,6 +61,8 @@ class WasmKernels:
         self.qmatmul_types = frozenset(t for t in range(40) if lib.ember_qmatmul_supports(t))  # GGML type ids
         self._q8_0_l1, self._q8_0_argmax = lib.ember_q8_0_l1, lib.ember_q8_0_argmax
         self._q8_0_bounds, self._q8_0_rows_above = lib.ember_q8_0_bounds, lib.ember_q8_0_rows_above
+        self._q8_act_bytes, self._q8_matmul = lib.ember_q8_act_bytes, lib.ember_q8_matmul
+        self._act = np.empty(1 << 16, np.uint8)  # q8_matmul's activation blocks, grown on demand
         self._count = np.zeros(1, np.int32)  # rows ember_q8_0_argmax computed exactly
         self._xsum = np.empty(256, _F32)  # qmatmul's scratch, grown on demand
         self._xsum_ptr = _ptr(self._xsum)
@@ -78,6 +80,21 @@ class WasmKernels:
         if m and out_features and self._qmatmul(type_id, m, out_features, k, _ptr(w), _ptr(x), k, _ptr(y),
                                                  out_features, self._xsum_ptr) != 0:
             raise ValueError(f"ember: wasm qmatmul: no kernel for GGML type {type_id} with rows of {k}")
+        return y
+
+    def q8_matmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
+        """x (m, k) float32 C-contiguous @ W.T -> (m, out_features) float32, W as uint8 GGML rows (out_features,
+        row_bytes) C-contiguous, x quantized as llama.cpp quantizes it for W's type (q8dot.c, ember.quant.q8dot):
+        the native build's bits."""
+        m, k = x.shape
+        size = self._q8_act_bytes(type_id, m, k)
+        if size < 0:
+            raise ValueError(f"ember: wasm q8 matmul: no kernel for GGML type {type_id} with rows of {k}")
+        if self._act.size < size:
+            self._act = np.empty(size, np.uint8)
+        y = np.empty((m, out_features), _F32)
+        if m and out_features:
+            self._q8_matmul(type_id, m, out_features, k, _ptr(w), _ptr(x), k, _ptr(y), out_features, _ptr(self._act))
         return y
 
     def qdequant(self, w: np.ndarray, type_id: int, k: int) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Build the CPU backend's WebAssembly SIMD128 kernels: every wasm/kernels/*.c into a Pyodide side module, twice.
+"""Build the CPU backend's WebAssembly SIMD128 kernels: core/backends/cpu_kernels/*.c (but threads.c: the page has no
+threads) into a Pyodide side module, twice.
 
     python -m ember.wasm.kernels.build            # (re)write core/backends/cpu_wasm_kernels{,_relaxed}.wasm
     python -m ember.wasm.kernels.build --check    # rebuild into a temp dir; exit 1 if the committed bytes differ
@@ -23,12 +24,16 @@ from pathlib import Path
 
 from ember.backends.cpu_wasm_kernels import MODULE, RELAXED_MODULE  # package data of ember.backends
 
-HERE = Path(__file__).resolve().parent
+# the sources are package data of ember.backends, beside the module that loads them (and the native build)
+HERE = MODULE.parent / "cpu_kernels"
+NATIVE_ONLY = {"threads.c"}
 CLANG, LLD = "clang-19", "wasm-ld-19"  # Debian bookworm: apt-get install clang-19 lld-19
 # A Pyodide side module (a wasm with a dylink.0 section): emscripten's target ABI, no libc, SIMD128.
-# -ffreestanding keeps host headers out; -mbulk-memory lets clang's memset/memcpy be instructions.
+# -ffreestanding keeps host headers out; -mbulk-memory lets clang's memset/memcpy be instructions; -ffp-contract=off:
+# no multiply-add fused (relaxed SIMD has a fused one), so q8dot.c rounds as its native build and numpy do.
 FLAGS = ["--target=wasm32-unknown-emscripten", "-ffreestanding", "--sysroot=/nonexistent", "-msimd128",
-         "-mbulk-memory", "-O3", "-fPIC", "-shared", "-nostdlib", "-fuse-ld=lld", "-Wall", "-Wextra", "-Werror",
+         "-mbulk-memory", "-O3", "-ffp-contract=off", "-fPIC", "-shared", "-nostdlib", "-fuse-ld=lld", "-Wall", "-Wextra",
+         "-Werror",
          "-Wl,--experimental-pic", "-Wl,--no-entry", "-Wl,--export-dynamic"]
 # each shipped module and the flags it adds to FLAGS
 VARIANTS = {MODULE: [], RELAXED_MODULE: ["-mrelaxed-simd"]}
@@ -39,7 +44,7 @@ class KernelBuildError(RuntimeError):
 
 
 def sources() -> list[Path]:
-    return sorted(HERE.glob("*.c"))
+    return sorted(p for p in HERE.glob("*.c") if p.name not in NATIVE_ONLY)
 
 
 def compiler() -> str | None:
@@ -73,7 +78,7 @@ def check() -> str | None:
             if not target.is_file():
                 problems.append(f"{target} is missing; run python -m ember.wasm.kernels.build")
             elif fresh != target.read_bytes():
-                problems.append(f"{target} differs from a fresh build of wasm/kernels/*.c ({target.stat().st_size} "
+                problems.append(f"{target} differs from a fresh build of core/backends/cpu_kernels/*.c ({target.stat().st_size} "
                                 f"vs {len(fresh)} bytes); run python -m ember.wasm.kernels.build and commit it")
     return "\n".join(problems) or None
 

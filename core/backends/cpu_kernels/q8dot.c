@@ -38,11 +38,11 @@ static int act_of(int type) {  // the activations' block type for a weight type,
 }
 
 // ---------------------------------------------------------------------------------------------- activations
-// act: m rows of  q (k int8) | d (one float per block) | s (Q8_1: a float per 32) or bsums (Q8_K: an int32 per 16),
+// act: m rows of  q (k xact: int8, int16 in wasm) | d (one float per block) | s (Q8_1: a float per 32) or bsums (Q8_K: an int32 per 16),
 // each part a whole number of 16 bytes
 
 typedef struct {
-    int8_t *q;
+    xact *q;
     float *d, *s;
     int32_t *bsum;
 } act_t;
@@ -53,8 +53,8 @@ static act_t act_at(void *base, int kind, int m, int k) {
     uint8_t *p = (uint8_t *)base;
     act_t a;
     long nd = kind == ACT_Q8_K ? k / 256 : k / 32;
-    a.q = (int8_t *)p;
-    a.d = (float *)(p + align16((long)m * k));
+    a.q = (xact *)p;
+    a.d = (float *)(p + align16((long)m * k * (long)sizeof(xact)));
     a.s = (float *)((uint8_t *)a.d + align16((long)m * nd * 4));
     a.bsum = (int32_t *)a.s;
     return a;
@@ -62,7 +62,7 @@ static act_t act_at(void *base, int kind, int m, int k) {
 
 static long act_bytes(int kind, int m, int k) {
     long nd = kind == ACT_Q8_K ? k / 256 : k / 32, ns = kind == ACT_Q8_K ? k / 16 : kind == ACT_Q8_1 ? k / 32 : 0;
-    return align16((long)m * k) + align16((long)m * nd * 4) + align16((long)m * ns * 4);
+    return align16((long)m * k * (long)sizeof(xact)) + align16((long)m * nd * 4) + align16((long)m * ns * 4);
 }
 
 static inline int nearest_int(float v) {  // ggml's: round half to even through the float adder, |v| <= 2^22
@@ -72,7 +72,7 @@ static inline int nearest_int(float v) {  // ggml's: round half to even through 
     return (i & 0x007FFFFF) - 0x00400000;
 }
 
-static void quantize_q8_0(const float *x, int k, int8_t *q, float *d, float *s) {  // s: Q8_1's, or 0
+static void quantize_q8_0(const float *x, int k, xact *q, float *d, float *s) {  // s: Q8_1's, or 0
     for (int b = 0; b < k / 32; b++, x += 32, q += 32) {
         float amax = 0.0f;
         for (int i = 0; i < 32; i++) {
@@ -83,7 +83,7 @@ static void quantize_q8_0(const float *x, int k, int8_t *q, float *d, float *s) 
         int sum = 0;
         for (int i = 0; i < 32; i++) {
             int v = nearest_int(x[i] * id);
-            q[i] = (int8_t)v;
+            q[i] = (xact)v;
             sum += v;
         }
         d[b] = f16_round(db);
@@ -92,7 +92,7 @@ static void quantize_q8_0(const float *x, int k, int8_t *q, float *d, float *s) 
     }
 }
 
-static void quantize_q8_k(const float *x, int k, int8_t *q, float *d, int32_t *bsum) {
+static void quantize_q8_k(const float *x, int k, xact *q, float *d, int32_t *bsum) {
     for (int b = 0; b < k / 256; b++, x += 256, q += 256, bsum += 16) {
         float amax = 0.0f, max = 0.0f;
         for (int i = 0; i < 256; i++) {
@@ -112,7 +112,7 @@ static void quantize_q8_k(const float *x, int k, int8_t *q, float *d, int32_t *b
             for (int i = 16 * j; i < 16 * j + 16; i++) {
                 int v = nearest_int(iscale * x[i]);
                 v = v < 127 ? v : 127;
-                q[i] = (int8_t)v;
+                q[i] = (xact)v;
                 sum += v;
             }
             bsum[j] = sum;
@@ -159,10 +159,10 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }
             f8 dw = f8_halves(blk, TSIZE), mw = MIN ? f8_halves(blk + 2, TSIZE) : f8_zero();                   \
             for (int r = 0; r < R; r++) {                                                                       \
                 long i = (long)(r0 + r) * nb + b;                                                               \
-                const int8_t *xq = a.q + (long)(r0 + r) * k + 32 * b;                                           \
+                const xact *xq = a.q + (long)(r0 + r) * k + 32 * b;                                           \
                 acc t[8];                                                                                       \
                 for (int l = 0; l < 8; l++)                                                                     \
-                    t[l] = acc_dot(levels_##T(blk + l * TSIZE), v32_load(xq + 32 * l));                         \
+                    t[l] = acc_dot(levels_##T(blk + l * TSIZE), xv_load(xq + 32 * l));                         \
                 f8 p = f8_mul(f8_mul(dw, f8_load(a.d + i)), acc_sum8(t));                                       \
                 part[r] = f8_add(part[r], MIN ? f8_add(p, f8_mul(mw, f8_load(a.s + i))) : p);                   \
             }                                                                                                   \
@@ -174,7 +174,7 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }
             for (int bt = b; bt < nb; bt++) {                                                                   \
                 const uint8_t *blk = w + (long)bt * TSIZE;                                                      \
                 float d = f16_to_f32(blk) * a.d[row * nb + bt];                                                 \
-                float is = (float)acc_sum(acc_dot(levels_##T(blk), v32_load(a.q + row * k + 32 * bt)));        \
+                float is = (float)acc_sum(acc_dot(levels_##T(blk), xv_load(a.q + row * k + 32 * bt)));        \
                 p[bt & 7] += MIN ? d * is + f16_to_f32(blk + 2) * a.s[row * nb + bt] : d * is;                  \
             }                                                                                                   \
             out[r] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));                        \
@@ -237,10 +237,10 @@ static inline void kblock_q6_k(const uint8_t *b, kblock_t *kb) {
             kblock_##T(w + (long)b * TSIZE, &kb);                                                               \
             for (int r = 0; r < R; r++) {                                                                       \
                 long row = (long)(r0 + r);                                                                      \
-                const int8_t *xq = a.q + row * k + 256 * b;                                                     \
+                const xact *xq = a.q + row * k + 256 * b;                                                     \
                 acc t = acc_zero();                                                                             \
                 for (int j = 0; j < 8; j++)                                                                     \
-                    t = acc_add(t, acc_dot_scaled(kb.q[j], v32_load(xq + 32 * j), kb.sc0[j], kb.sc1[j]));       \
+                    t = acc_add(t, acc_dot_scaled(kb.q[j], xv_load(xq + 32 * j), kb.sc0[j], kb.sc1[j]));       \
                 float dx = a.d[row * nb + b];                                                                   \
                 sum[r] += (kb.d * dx) * (float)acc_sum(t);                                                      \
                 if (MIN) {                                                                                      \

@@ -5,7 +5,9 @@
 // Only integer work goes through here, and integer sums are exact in any order, so every target produces the
 // same integers; the float steps are scalar C in q8dot.c, in one order for all targets (bit-identical output).
 //
-//   v32: 32 int8 lanes.  acc: int32 partial sums of a chunk's products, kept as two halves (elements 0-15 and
+//   v32: 32 int8 lanes (weights' levels).  xact / xv: how the activations are stored and loaded, 32 at a time:
+//   int8 (x86's byte multiply-add takes them as they are), int16 in wasm (widened once when quantized, not at each
+//   of the n rows they meet).  acc: int32 partial sums of a chunk's products, kept as two halves (elements 0-15 and
 //   16-31) because Q6_K scales each 16 on its own.  f8: 8 float lanes, for 8 blocks' float steps at once (each
 //   lane's IEEE operations are the scalar ones, so the lanes' values do not depend on the target).
 #pragma once
@@ -43,6 +45,8 @@ static const uint64_t FIFTH[256] = {FIFTH_64(0), FIFTH_64(64), FIFTH_64(128), FI
 #if defined(EMBER_SIMD_SCALAR)
 typedef struct { int8_t b[32]; } v32;
 typedef struct { int32_t h[2]; } acc;
+typedef int8_t xact;
+typedef v32 xv;
 
 static inline v32 v32_load(const void *p) {
     v32 v;
@@ -91,13 +95,14 @@ static inline v32 v32_nibbles(const uint8_t *p) {  // 16 bytes -> their low nibb
     for (int i = 0; i < 16; i++) v.b[i] = (int8_t)(p[i] & 0xF), v.b[16 + i] = (int8_t)(p[i] >> 4);
     return v;
 }
+static inline xv xv_load(const xact *p) { return v32_load(p); }
 static inline acc acc_zero(void) { acc a = {{0, 0}}; return a; }
-static inline acc acc_dot(v32 w, v32 x) {  // w: any int8; x: int8 in [-127, 127] (the activations)
+static inline acc acc_dot(v32 w, xv x) {  // w: any int8; x: int8 in [-127, 127] (the activations)
     acc a = {{0, 0}};
     for (int i = 0; i < 32; i++) a.h[i / 16] += (int32_t)w.b[i] * x.b[i];
     return a;
 }
-static inline acc acc_dot_scaled(v32 w, v32 x, int s0, int s1) {  // acc_dot's halves times s0 and s1
+static inline acc acc_dot_scaled(v32 w, xv x, int s0, int s1) {  // acc_dot's halves times s0 and s1
     acc a = acc_dot(w, x);
     a.h[0] *= s0, a.h[1] *= s1;
     return a;
@@ -132,9 +137,15 @@ static inline v32 v32_fifth(const uint8_t *qh) {  // byte i: 0x10 where bit i of
 #elif defined(__wasm_simd128__)
 typedef struct { v128_t lo, hi; } v32;
 typedef struct { v128_t lo, hi; } acc;
+typedef int16_t xact;
+typedef struct { v128_t a, b, c, d; } xv;  // 32 int16
 
 static inline v32 v32_load(const void *p) {
     v32 v = {wasm_v128_load(p), wasm_v128_load((const uint8_t *)p + 16)};
+    return v;
+}
+static inline xv xv_load(const xact *p) {
+    xv v = {wasm_v128_load(p), wasm_v128_load(p + 8), wasm_v128_load(p + 16), wasm_v128_load(p + 24)};
     return v;
 }
 static inline v32 v32_load2(const void *lo, const void *hi) { v32 v = {wasm_v128_load(lo), wasm_v128_load(hi)}; return v; }
@@ -158,14 +169,15 @@ static inline v32 v32_nibbles(const uint8_t *p) {
     return v;
 }
 static inline acc acc_zero(void) { acc a = {wasm_i32x4_splat(0), wasm_i32x4_splat(0)}; return a; }
-static inline v128_t dot16(v128_t w, v128_t x) {  // 16 products summed into 4 lanes
-    return wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(w), wasm_i16x8_extend_low_i8x16(x)),
-                          wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(w), wasm_i16x8_extend_high_i8x16(x)));
+static inline v128_t dot16(v128_t w, v128_t x0, v128_t x1) {  // 16 products summed into 4 lanes
+    return wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(w), x0),
+                          wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(w), x1));
 }
-static inline acc acc_dot(v32 w, v32 x) { acc a = {dot16(w.lo, x.lo), dot16(w.hi, x.hi)}; return a; }
+static inline acc acc_dot(v32 w, xv x) { acc a = {dot16(w.lo, x.a, x.b), dot16(w.hi, x.c, x.d)}; return a; }
 static inline acc acc_add(acc a, acc b) { acc c = {wasm_i32x4_add(a.lo, b.lo), wasm_i32x4_add(a.hi, b.hi)}; return c; }
-static inline acc acc_dot_scaled(v32 w, v32 x, int s0, int s1) {
-    acc c = {wasm_i32x4_mul(dot16(w.lo, x.lo), wasm_i32x4_splat(s0)), wasm_i32x4_mul(dot16(w.hi, x.hi), wasm_i32x4_splat(s1))};
+static inline acc acc_dot_scaled(v32 w, xv x, int s0, int s1) {
+    acc c = {wasm_i32x4_mul(dot16(w.lo, x.a, x.b), wasm_i32x4_splat(s0)),
+             wasm_i32x4_mul(dot16(w.hi, x.c, x.d), wasm_i32x4_splat(s1))};
     return c;
 }
 static inline int32_t acc_sum(acc a) {
@@ -187,10 +199,20 @@ static inline void f8_store(float *p, f8 v) { wasm_v128_store(p, v.lo), wasm_v12
 static inline f8 f8_mul(f8 a, f8 b) { f8 v = {wasm_f32x4_mul(a.lo, b.lo), wasm_f32x4_mul(a.hi, b.hi)}; return v; }
 static inline f8 f8_add(f8 a, f8 b) { f8 v = {wasm_f32x4_add(a.lo, b.lo), wasm_f32x4_add(a.hi, b.hi)}; return v; }
 static inline f8 f8_zero(void) { f8 v = {wasm_f32x4_splat(0.0f), wasm_f32x4_splat(0.0f)}; return v; }
-static inline f8 f8_halves(const uint8_t *p, int stride) {
-    f8 v = {wasm_f32x4_make(f16_to_f32(p), f16_to_f32(p + stride), f16_to_f32(p + 2 * stride), f16_to_f32(p + 3 * stride)),
-            wasm_f32x4_make(f16_to_f32(p + 4 * stride), f16_to_f32(p + 5 * stride), f16_to_f32(p + 6 * stride),
-                            f16_to_f32(p + 7 * stride))};
+static inline v128_t halves_to_f32(v128_t h) {  // u32 lanes holding halves -> f32: half.h's f16_to_f32, 4 at a time
+    v128_t mag = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x7FFF)), 13);
+    v128_t f = wasm_f32x4_mul(mag, wasm_f32x4_splat(0x1p112f));
+    v128_t top = wasm_i32x4_splat(0x7C00), special = wasm_i32x4_eq(wasm_v128_and(h, top), top);
+    f = wasm_v128_or(f, wasm_v128_and(special, wasm_i32x4_splat(0x7F800000)));
+    return wasm_v128_or(f, wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16));
+}
+static inline f8 f8_halves(const uint8_t *p, int stride) {  // (scalar conversions would cost ~15 ops a block)
+    v128_t h = wasm_i16x8_splat(0);
+    h = wasm_v128_load16_lane(p, h, 0), h = wasm_v128_load16_lane(p + stride, h, 1);
+    h = wasm_v128_load16_lane(p + 2 * stride, h, 2), h = wasm_v128_load16_lane(p + 3 * stride, h, 3);
+    h = wasm_v128_load16_lane(p + 4 * stride, h, 4), h = wasm_v128_load16_lane(p + 5 * stride, h, 5);
+    h = wasm_v128_load16_lane(p + 6 * stride, h, 6), h = wasm_v128_load16_lane(p + 7 * stride, h, 7);
+    f8 v = {halves_to_f32(wasm_u32x4_extend_low_u16x8(h)), halves_to_f32(wasm_u32x4_extend_high_u16x8(h))};
     return v;
 }
 static inline v32 v32_fifth(const uint8_t *qh) {
@@ -201,6 +223,8 @@ static inline v32 v32_fifth(const uint8_t *qh) {
 #elif defined(__AVX2__)
 typedef __m256i v32;
 typedef __m256i acc;  // lanes 0-3: elements 0-15, lanes 4-7: elements 16-31
+typedef int8_t xact;
+typedef __m256i xv;
 
 static inline v32 v32_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 static inline v32 v32_load2(const void *lo, const void *hi) {
@@ -222,15 +246,16 @@ static inline v32 v32_nibbles(const uint8_t *p) {
     __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
     return _mm256_and_si256(_mm256_blend_epi32(q, _mm256_srli_epi16(q, 4), 0xF0), _mm256_set1_epi8(0xF));
 }
+static inline xv xv_load(const xact *p) { return v32_load(p); }
 static inline acc acc_zero(void) { return _mm256_setzero_si256(); }
 // |w| (unsigned, 128 for -128) times x with w's sign, pairs summed in 16 bits (<= 2 * 128 * 127, no saturation
 // for x in [-127, 127]), then pairs of those in 32 bits
-static inline acc acc_dot(v32 w, v32 x) {
+static inline acc acc_dot(v32 w, xv x) {
     __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 // the scales enter the pairs' 32-bit sums (|s| <= 128: at most 2 * 32512 * 128 a lane), one madd for both steps
-static inline acc acc_dot_scaled(v32 w, v32 x, int s0, int s1) {
+static inline acc acc_dot_scaled(v32 w, xv x, int s0, int s1) {
     __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
     return _mm256_madd_epi16(p, _mm256_setr_epi16(s0, s0, s0, s0, s0, s0, s0, s0, s1, s1, s1, s1, s1, s1, s1, s1));
 }
@@ -279,6 +304,8 @@ static inline v32 v32_fifth(const uint8_t *qh) {  // ggml's bytes_from_bits_32: 
 #else
 typedef struct { __m128i lo, hi; } v32;
 typedef struct { __m128i lo, hi; } acc;
+typedef int8_t xact;
+typedef v32 xv;
 
 static inline v32 v32_load(const void *p) {
     v32 v = {_mm_loadu_si128((const __m128i *)p), _mm_loadu_si128((const __m128i *)p + 1)};
@@ -307,12 +334,13 @@ static inline v32 v32_nibbles(const uint8_t *p) {
     v32 v = {_mm_and_si128(q, m), _mm_and_si128(_mm_srli_epi16(q, 4), m)};
     return v;
 }
+static inline xv xv_load(const xact *p) { return v32_load(p); }
 static inline acc acc_zero(void) { acc a = {_mm_setzero_si128(), _mm_setzero_si128()}; return a; }
 static inline __m128i dot16(__m128i w, __m128i x, int s) {  // as the AVX2 acc_dot_scaled, 16 bytes
     return _mm_madd_epi16(_mm_maddubs_epi16(_mm_sign_epi8(w, w), _mm_sign_epi8(x, w)), _mm_set1_epi16((short)s));
 }
-static inline acc acc_dot(v32 w, v32 x) { acc a = {dot16(w.lo, x.lo, 1), dot16(w.hi, x.hi, 1)}; return a; }
-static inline acc acc_dot_scaled(v32 w, v32 x, int s0, int s1) { acc a = {dot16(w.lo, x.lo, s0), dot16(w.hi, x.hi, s1)}; return a; }
+static inline acc acc_dot(v32 w, xv x) { acc a = {dot16(w.lo, x.lo, 1), dot16(w.hi, x.hi, 1)}; return a; }
+static inline acc acc_dot_scaled(v32 w, xv x, int s0, int s1) { acc a = {dot16(w.lo, x.lo, s0), dot16(w.hi, x.hi, s1)}; return a; }
 static inline acc acc_add(acc a, acc b) { acc c = {_mm_add_epi32(a.lo, b.lo), _mm_add_epi32(a.hi, b.hi)}; return c; }
 static inline int32_t acc_sum(acc a) {
     __m128i s = _mm_add_epi32(a.lo, a.hi);
