@@ -5,8 +5,9 @@ in place (ember.copy_into: one row per decoded token, never a copy of the cache)
 A global layer keeps every position: its buffer doubles when full, up to the context length. A sliding-window
 layer is a ring of `window` slots, position p in slot p % window: a decoded token is written over the oldest
 slot and then attends to the whole ring (itself and the window - 1 before it), so its memory is bounded by the
-window whatever the context. Ring slots are not in position order; attention does not care, as long as the
-mask is built from the positions the slots hold (key_positions).
+window whatever the context; until the ring is full a token attends to the slots written so far, not to the empty
+rest. Ring slots are not in position order; attention does not care, as long as the mask is built from the
+positions the slots hold (key_positions).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ class KVCache:
         if cap is None:
             return np.arange(end)
         if n_new == 1:                                          # the ring after this token's write
-            return _slot_positions(cap, end - 1)
+            return np.arange(end) if end <= cap else _slot_positions(cap, end - 1)
         new = np.arange(self.pos, end)
         return new if self.pos == 0 else np.concatenate([_slot_positions(cap, self.pos - 1), new])
 
@@ -68,7 +69,7 @@ class KVCache:
         if cap is not None:
             if self.k[layer] is None:
                 self._alloc(layer, k, cap)
-            return self.k[layer], self.v[layer], self.pos % cap, cap
+            return self.k[layer], self.v[layer], self.pos % cap, min(self.pos + 1, cap)
         self._room(layer, k, self.pos + 1)
         return self.k[layer], self.v[layer], self.pos, self.pos + 1
 
@@ -105,6 +106,8 @@ class KVCache:
             ember.copy_into(ring_k, k.narrow(2, T - n + done, run), (0, 0, slot, 0))
             ember.copy_into(ring_v, v.narrow(2, T - n + done, run), (0, 0, slot, 0))
             done += run
+        if out is None and self.pos + 1 < cap:  # one token into a ring not yet full: the slots written so far
+            return ring_k.narrow(2, 0, self.pos + 1), ring_v.narrow(2, 0, self.pos + 1)
         return (ring_k, ring_v) if out is None else out
 
     def reorder(self, rows):

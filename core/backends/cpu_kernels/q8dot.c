@@ -14,6 +14,7 @@
 //   Q8_1 types: p[b % 8] += (dw * dx) * (float)isum + mw * sx         per block b of 32
 //               y = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))
 //   K types:    y += (dw * dx) * (float)sum_j sc_j isum_j ; y -= (dmin * dx) * (float)sum_j mn_j bsum_j   per 256
+//               (Q6_K: no min; its levels' 32 comes off the integer sum)
 // Freestanding: no libc; the caller passes every buffer (act: ember_q8_act_bytes). Type ids are GGML's.
 #include <stdint.h>
 
@@ -44,7 +45,8 @@ static int act_of(int type) {  // the activations' block type for a weight type,
 typedef struct {
     xact *q;
     float *d, *s;
-    int32_t *bsum;
+    int16_t *bsum;  // Q8_K: sums of q per 16 (|sum| <= 2032)
+    float *xsum;  // Q8_0 / Q8_1: the sum of q per 32, exact (|sum| <= 32 * 127), for the levels' offset
 } act_t;
 
 static long align16(long n) { return (n + 15) & ~15L; }
@@ -56,13 +58,16 @@ static act_t act_at(void *base, int kind, int m, int k) {
     a.q = (xact *)p;
     a.d = (float *)(p + align16((long)m * k * (long)sizeof(xact)));
     a.s = (float *)((uint8_t *)a.d + align16((long)m * nd * 4));
-    a.bsum = (int32_t *)a.s;
+    a.bsum = (int16_t *)a.s;
+    a.xsum = (float *)((uint8_t *)a.s + align16((long)m * (kind == ACT_Q8_K ? k / 16 : k / 32) * 4));
     return a;
 }
 
 static long act_bytes(int kind, int m, int k) {
-    long nd = kind == ACT_Q8_K ? k / 256 : k / 32, ns = kind == ACT_Q8_K ? k / 16 : kind == ACT_Q8_1 ? k / 32 : 0;
-    return align16((long)m * k * (long)sizeof(xact)) + align16((long)m * nd * 4) + align16((long)m * ns * 4);
+    long nd = kind == ACT_Q8_K ? k / 256 : k / 32, ns = kind == ACT_Q8_K ? k / 16 : k / 32;
+    long nx = kind == ACT_Q8_K ? 0 : k / 32;
+    return align16((long)m * k * (long)sizeof(xact)) + align16((long)m * nd * 4) + align16((long)m * ns * 4) +
+           align16((long)m * nx * 4);
 }
 
 static inline int nearest_int(float v) {  // ggml's: round half to even through the float adder, |v| <= 2^22
@@ -72,7 +77,7 @@ static inline int nearest_int(float v) {  // ggml's: round half to even through 
     return (i & 0x007FFFFF) - 0x00400000;
 }
 
-static void quantize_q8_0(const float *x, int k, xact *q, float *d, float *s) {  // s: Q8_1's, or 0
+static void quantize_q8_0(const float *x, int k, xact *q, float *d, float *s, float *xsum) {  // s: Q8_1's, or 0
     for (int b = 0; b < k / 32; b++, x += 32, q += 32) {
         float amax = 0.0f;
         for (int i = 0; i < 32; i++) {
@@ -87,12 +92,13 @@ static void quantize_q8_0(const float *x, int k, xact *q, float *d, float *s) { 
             sum += v;
         }
         d[b] = f16_round(db);
+        xsum[b] = (float)sum;
         if (s)
             s[b] = f16_round(db * (float)sum);
     }
 }
 
-static void quantize_q8_k(const float *x, int k, xact *q, float *d, int32_t *bsum) {
+static void quantize_q8_k(const float *x, int k, xact *q, float *d, int16_t *bsum) {
     for (int b = 0; b < k / 256; b++, x += 256, q += 256, bsum += 16) {
         float amax = 0.0f, max = 0.0f;
         for (int i = 0; i < 256; i++) {
@@ -115,7 +121,7 @@ static void quantize_q8_k(const float *x, int k, xact *q, float *d, int32_t *bsu
                 q[i] = (xact)v;
                 sum += v;
             }
-            bsum[j] = sum;
+            bsum[j] = (int16_t)sum;
         }
         d[b] = 1.0f / iscale;
     }
@@ -125,29 +131,21 @@ static void quantize_q8_k(const float *x, int k, xact *q, float *d, int32_t *bsu
 // dot_T(R, k, w, a, r0, out): out[r] = (row w of W) . (activation row r0 + r), R (1..4) rows of x per decoded
 // weight chunk. The levels of one chunk of 32 (element order) are a v32; sc/mn: a K block's 6-bit scales.
 
-static inline void scale_min_k4(const uint8_t *s, int j, int *sc, int *mn) {  // ggml's get_scale_min_k4
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *mn = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
-// the 32-element types: levels, and whether the block has a min (Q8_1 activations)
-static inline v32 levels_q4_0(const uint8_t *b) { return v32_sub8(v32_nibbles(b + 2), v32_splat8(8)); }
+// The 32-element types' levels. All but Q8_0's are unsigned (0..31) as stored, multiplied as they are (x86's
+// byte multiply-add takes an unsigned operand, wasm's relaxed dot a 7-bit one); a type whose levels are stored
+// with an offset (Q4_0: q - 8, Q5_0: q - 16) subtracts offset * sum(x) from the block's integer sum, exactly.
+static inline v32 levels_q4_0(const uint8_t *b) { return v32_nibbles(b + 2); }
 static inline v32 levels_q4_1(const uint8_t *b) { return v32_nibbles(b + 4); }
-static inline v32 levels_q5_0(const uint8_t *b) {
-    return v32_sub8(v32_or(v32_nibbles(b + 6), v32_fifth(b + 2)), v32_splat8(16));
-}
+static inline v32 levels_q5_0(const uint8_t *b) { return v32_or(v32_nibbles(b + 6), v32_fifth(b + 2)); }
 static inline v32 levels_q5_1(const uint8_t *b) { return v32_or(v32_nibbles(b + 8), v32_fifth(b + 4)); }
-static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }
+static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }  // signed: acc_dot transfers signs
 
 // eight partial sums (block b into part b % 8), added as ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)): blocks
 // go eight at a time, so eight integer sums are reduced together and each float step is one 8-lane operation;
-// the last nb % 8 blocks go one at a time into their lanes
-#define DEFINE_DOT32(T, TSIZE, MIN)                                                                            \
+// the last nb % 8 blocks go one at a time into their lanes. A block's integer sum, its levels' dot with x minus
+// OFF * sum(x), is below 2^24 in magnitude, so it is exact in the float lanes that subtract the offset.
+#define DOT(SIGNED, w, x) ((SIGNED) ? acc_dot(w, x) : acc_dotu(w, x))
+#define DEFINE_DOT32(T, TSIZE, MIN, OFF, SIGNED)                                                               \
     static inline __attribute__((always_inline)) void dot_##T(int R, int k, const uint8_t *w, act_t a, int r0, \
                                                               float *out) {                                    \
         int nb = k / 32, b = 0;                                                                                 \
@@ -159,11 +157,14 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }
             f8 dw = f8_halves(blk, TSIZE), mw = MIN ? f8_halves(blk + 2, TSIZE) : f8_zero();                   \
             for (int r = 0; r < R; r++) {                                                                       \
                 long i = (long)(r0 + r) * nb + b;                                                               \
-                const xact *xq = a.q + (long)(r0 + r) * k + 32 * b;                                           \
+                const xact *xq = a.q + (long)(r0 + r) * k + 32 * b;                                             \
                 acc t[8];                                                                                       \
                 for (int l = 0; l < 8; l++)                                                                     \
-                    t[l] = acc_dot(levels_##T(blk + l * TSIZE), xv_load(xq + 32 * l));                         \
-                f8 p = f8_mul(f8_mul(dw, f8_load(a.d + i)), acc_sum8(t));                                       \
+                    t[l] = DOT(SIGNED, levels_##T(blk + l * TSIZE), xv_load(xq + 32 * l));                      \
+                f8 is = acc_sum8(t);                                                                            \
+                if (OFF)                                                                                        \
+                    is = f8_sub(is, f8_mul(f8_splat((float)OFF), f8_load(a.xsum + i)));                         \
+                f8 p = f8_mul(f8_mul(dw, f8_load(a.d + i)), is);                                                \
                 part[r] = f8_add(part[r], MIN ? f8_add(p, f8_mul(mw, f8_load(a.s + i))) : p);                   \
             }                                                                                                   \
         }                                                                                                       \
@@ -173,92 +174,108 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }
             f8_store(p, part[r]);                                                                               \
             for (int bt = b; bt < nb; bt++) {                                                                   \
                 const uint8_t *blk = w + (long)bt * TSIZE;                                                      \
-                float d = f16_to_f32(blk) * a.d[row * nb + bt];                                                 \
-                float is = (float)acc_sum(acc_dot(levels_##T(blk), xv_load(a.q + row * k + 32 * bt)));        \
-                p[bt & 7] += MIN ? d * is + f16_to_f32(blk + 2) * a.s[row * nb + bt] : d * is;                  \
+                long i = row * nb + bt;                                                                         \
+                float d = f16_to_f32(blk) * a.d[i];                                                             \
+                float is = (float)acc_sum(DOT(SIGNED, levels_##T(blk), xv_load(a.q + row * k + 32 * bt)));      \
+                if (OFF)                                                                                        \
+                    is -= (float)OFF * a.xsum[i];                                                               \
+                p[bt & 7] += MIN ? d * is + f16_to_f32(blk + 2) * a.s[i] : d * is;                              \
             }                                                                                                   \
             out[r] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));                        \
         }                                                                                                       \
     }
 
-DEFINE_DOT32(q4_0, 18, 0)
-DEFINE_DOT32(q4_1, 20, 1)
-DEFINE_DOT32(q5_0, 22, 0)
-DEFINE_DOT32(q5_1, 24, 1)
-DEFINE_DOT32(q8_0, 34, 0)
+DEFINE_DOT32(q4_0, 18, 0, 8, 0)
+DEFINE_DOT32(q4_1, 20, 1, 0, 0)
+DEFINE_DOT32(q5_0, 22, 0, 16, 0)
+DEFINE_DOT32(q5_1, 24, 1, 0, 0)
+DEFINE_DOT32(q8_0, 34, 0, 0, 1)
 
-// the K types: 8 chunks of 32 per block of 256; sc0/sc1: chunk j's scales for its elements 0-15 and 16-31
-typedef struct {
-    v32 q[8];
-    int sc0[8], sc1[8], mn[8];
-    float d, dmin;
-} kblock_t;
-
-static inline void kblock_q4_k(const uint8_t *b, kblock_t *kb) {  // f16 d | f16 dmin | scales[12] | qs[128]
-    kb->d = f16_to_f32(b), kb->dmin = f16_to_f32(b + 2);
-    for (int j = 0; j < 8; j++) {
-        scale_min_k4(b + 4, j, &kb->sc0[j], &kb->mn[j]);
-        kb->sc1[j] = kb->sc0[j];
-        kb->q[j] = v32_bits(v32_load(b + 16 + 32 * (j >> 1)), (j & 1) * 4, 0xF);
-    }
+// The K types: 8 chunks of 32 per block of 256, each chunk's levels decoded where they are multiplied (decode has
+// one row of x; keeping them would be a store and a load more). Per block:
+//   kscales_T(b, sm): Q4_K / Q5_K's 8 6-bit scales and 8 mins, as bytes sm[0..7] and sm[8..15] (llama.cpp's
+//   unpacking of the 12 packed bytes in 32-bit words); chunk_T(b, j): chunk j's unsigned levels.
+static inline void kscales_k4(const uint8_t *b, uint32_t *sm) {  // f16 d | f16 dmin | scales[12]
+    const uint32_t k1 = 0x3F3F3F3F, k2 = 0x0F0F0F0F, k3 = 0x03030303;
+    __builtin_memcpy(sm, b + 4, 12);
+    sm[3] = ((sm[2] >> 4) & k2) | (((sm[1] >> 6) & k3) << 4);
+    uint32_t mins_lo = sm[1] & k1;
+    sm[1] = (sm[2] & k2) | (((sm[0] >> 6) & k3) << 4);
+    sm[2] = mins_lo;
+    sm[0] &= k1;
 }
-
-static inline void kblock_q5_k(const uint8_t *b, kblock_t *kb) {  // ... | qh[32] | qs[128]: bit j of qh[l] is the 5th
-    kb->d = f16_to_f32(b), kb->dmin = f16_to_f32(b + 2);
-    v32 qh = v32_load(b + 16);
-    for (int j = 0; j < 8; j++) {
-        scale_min_k4(b + 4, j, &kb->sc0[j], &kb->mn[j]);
-        kb->sc1[j] = kb->sc0[j];
-        kb->q[j] = v32_or(v32_bits(v32_load(b + 48 + 32 * (j >> 1)), (j & 1) * 4, 0xF), v32_shl(v32_bits(qh, j, 1), 4));
-    }
+static inline v32 chunk_q4_k(const uint8_t *b, int j) {  // ... | qs[128]: chunk j = nibbles (j & 1) of qs[32 (j / 2)]
+    return v32_bits(v32_load(b + 16 + 32 * (j >> 1)), (j & 1) * 4, 0xF);
 }
-
+static inline v32 chunk_q5_k(const uint8_t *b, int j) {  // ... | qh[32] | qs[128]: bit j of qh[l] is the 5th
+    return v32_or(v32_bits(v32_load(b + 48 + 32 * (j >> 1)), (j & 1) * 4, 0xF), v32_shl(v32_bits(v32_load(b + 16), j, 1), 4));
+}
 // ql[128] | qh[64] | i8 scales[16] | f16 d. Chunk j: half h = j / 4, quarter r = j % 4: low 4 bits from
-// ql[64 h + 32 (r & 1) ...] (low nibbles for r < 2), 2 high bits from qh[32 h ...] >> 2 r; levels q - 32
-static inline void kblock_q6_k(const uint8_t *b, kblock_t *kb) {
-    kb->d = f16_to_f32(b + 208), kb->dmin = 0.0f;
-    for (int j = 0; j < 8; j++) {
-        int h = j >> 2, r = j & 3;
-        v32 lo = v32_bits(v32_load(b + 64 * h + 32 * (r & 1)), (r >> 1) * 4, 0xF);
-        v32 hi = v32_shl(v32_bits(v32_load(b + 128 + 32 * h), 2 * r, 3), 4);
-        kb->q[j] = v32_sub8(v32_or(lo, hi), v32_splat8(32));
-        kb->sc0[j] = ((const int8_t *)b)[192 + 2 * j], kb->sc1[j] = ((const int8_t *)b)[193 + 2 * j];
-        kb->mn[j] = 0;
-    }
+// ql[64 h + 32 (r & 1) ...] (low nibbles for r < 2), 2 high bits from qh[32 h ...] >> 2 r; stored levels 0..63
+// stand for q - 32
+static inline v32 chunk_q6_k(const uint8_t *b, int j) {
+    int h = j >> 2, r = j & 3;
+    return v32_or(v32_bits(v32_load(b + 64 * h + 32 * (r & 1)), (r >> 1) * 4, 0xF),
+                  v32_shl(v32_bits(v32_load(b + 128 + 32 * h), 2 * r, 3), 4));
 }
 
-#define DEFINE_DOTK(T, TSIZE, MIN)                                                                             \
+// Q4_K / Q5_K: sum_j sc_j (levels_j . x_j), and sum_j mn_j sum(x_j) for the mins' term, in integers
+#define DEFINE_DOTK4(T, TSIZE)                                                                                 \
     static inline __attribute__((always_inline)) void dot_##T(int R, int k, const uint8_t *w, act_t a, int r0, \
                                                               float *out) {                                    \
         int nb = k / 256;                                                                                       \
         float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                \
         for (int b = 0; b < nb; b++) {                                                                          \
-            kblock_t kb;                                                                                        \
-            kblock_##T(w + (long)b * TSIZE, &kb);                                                               \
+            const uint8_t *blk = w + (long)b * TSIZE;                                                           \
+            uint32_t sm[4];                                                                                     \
+            kscales_k4(blk, sm);                                                                                \
+            const uint8_t *sc = (const uint8_t *)sm, *mn = sc + 8;                                              \
+            float d = f16_to_f32(blk), dmin = f16_to_f32(blk + 2);                                              \
             for (int r = 0; r < R; r++) {                                                                       \
                 long row = (long)(r0 + r);                                                                      \
-                const xact *xq = a.q + row * k + 256 * b;                                                     \
+                const xact *xq = a.q + row * k + 256 * b;                                                       \
+                const int16_t *bs = a.bsum + row * (k / 16) + 16 * b;                                           \
                 acc t = acc_zero();                                                                             \
-                for (int j = 0; j < 8; j++)                                                                     \
-                    t = acc_add(t, acc_dot_scaled(kb.q[j], xv_load(xq + 32 * j), kb.sc0[j], kb.sc1[j]));       \
-                float dx = a.d[row * nb + b];                                                                   \
-                sum[r] += (kb.d * dx) * (float)acc_sum(t);                                                      \
-                if (MIN) {                                                                                      \
-                    const int32_t *bs = a.bsum + row * (k / 16) + 16 * b;                                       \
-                    int32_t im = 0;                                                                             \
-                    for (int j = 0; j < 8; j++)                                                                 \
-                        im += kb.mn[j] * (bs[2 * j] + bs[2 * j + 1]);                                           \
-                    sum[r] -= (kb.dmin * dx) * (float)im;                                                       \
+                int32_t im = 0;                                                                                 \
+                for (int j = 0; j < 8; j++) {                                                                   \
+                    t = acc_add(t, acc_dotu_scaled(chunk_##T(blk, j), xv_load(xq + 32 * j), sc[j], sc[j]));    \
+                    im += mn[j] * (bs[2 * j] + bs[2 * j + 1]);                                                  \
                 }                                                                                               \
+                float dx = a.d[row * nb + b];                                                                   \
+                sum[r] += (d * dx) * (float)acc_sum(t);                                                         \
+                sum[r] -= (dmin * dx) * (float)im;                                                              \
             }                                                                                                   \
         }                                                                                                       \
         for (int r = 0; r < R; r++)                                                                             \
             out[r] = sum[r];                                                                                    \
     }
 
-DEFINE_DOTK(q4_k, 144, 1)
-DEFINE_DOTK(q5_k, 176, 1)
-DEFINE_DOTK(q6_k, 210, 0)
+DEFINE_DOTK4(q4_k, 144)
+DEFINE_DOTK4(q5_k, 176)
+
+// Q6_K: sum_g sc_g (levels_g . x_g) per 16 minus 32 sum_g sc_g sum(x_g), its 16 int8 scales against x's sums per
+// 16 in one vector step
+static inline __attribute__((always_inline)) void dot_q6_k(int R, int k, const uint8_t *w, act_t a, int r0,
+                                                           float *out) {
+    int nb = k / 256;
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = w + (long)b * 210;
+        const int8_t *sc = (const int8_t *)blk + 192;
+        float d = f16_to_f32(blk + 208);
+        for (int r = 0; r < R; r++) {
+            long row = (long)(r0 + r);
+            const xact *xq = a.q + row * k + 256 * b;
+            const int16_t *bs = a.bsum + row * (k / 16) + 16 * b;
+            acc t = acc_zero();
+            for (int j = 0; j < 8; j++)
+                t = acc_add(t, acc_dotu_scaled(chunk_q6_k(blk, j), xv_load(xq + 32 * j), sc[2 * j], sc[2 * j + 1]));
+            sum[r] += (d * a.d[row * nb + b]) * (float)(acc_sum(t) - 32 * acc_sum(acc_dot16(sc, bs)));
+        }
+    }
+    for (int r = 0; r < R; r++)
+        out[r] = sum[r];
+}
 
 // every weight row o against every activation row, 4 activation rows per decoded weight row at a time
 #define DEFINE_ROWS(T, TSIZE, BLOCK)                                                                           \
@@ -318,7 +335,8 @@ int ember_q8_quantize(int type, int m, int k, const float *x, int ldx, void *act
         if (kind == ACT_Q8_K)
             quantize_q8_k(xr, k, a.q + (long)r * k, a.d + (long)r * (k / 256), a.bsum + (long)r * (k / 16));
         else
-            quantize_q8_0(xr, k, a.q + (long)r * k, a.d + (long)r * (k / 32), kind == ACT_Q8_1 ? a.s + (long)r * (k / 32) : 0);
+            quantize_q8_0(xr, k, a.q + (long)r * k, a.d + (long)r * (k / 32), kind == ACT_Q8_1 ? a.s + (long)r * (k / 32) : 0,
+                          a.xsum + (long)r * (k / 32));
     }
     return 0;
 }

@@ -72,7 +72,6 @@ static inline v32 v32_u64x4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {  /
     }
 V32_MAP(v32_and, a.b[i] & b.b[i])
 V32_MAP(v32_or, a.b[i] | b.b[i])
-V32_MAP(v32_sub8, a.b[i] - b.b[i])
 static inline v32 v32_splat8(int c) {
     v32 v;
     for (int i = 0; i < 32; i++) v.b[i] = (int8_t)c;
@@ -102,9 +101,19 @@ static inline acc acc_dot(v32 w, xv x) {  // w: any int8; x: int8 in [-127, 127]
     for (int i = 0; i < 32; i++) a.h[i / 16] += (int32_t)w.b[i] * x.b[i];
     return a;
 }
-static inline acc acc_dot_scaled(v32 w, xv x, int s0, int s1) {  // acc_dot's halves times s0 and s1
-    acc a = acc_dot(w, x);
+static inline acc acc_dotu(v32 w, xv x) {  // w: unsigned levels in [0, 127] (x86 multiplies them as they are)
+    acc a = {{0, 0}};
+    for (int i = 0; i < 32; i++) a.h[i / 16] += (int32_t)(uint8_t)w.b[i] * x.b[i];
+    return a;
+}
+static inline acc acc_dotu_scaled(v32 w, xv x, int s0, int s1) {
+    acc a = acc_dotu(w, x);
     a.h[0] *= s0, a.h[1] *= s1;
+    return a;
+}
+static inline acc acc_dot16(const int8_t *s, const int16_t *b) {  // sum of s[g] b[g], g < 16 (Q6_K's scales)
+    acc a = {{0, 0}};
+    for (int g = 0; g < 16; g++) a.h[0] += (int32_t)s[g] * b[g];
     return a;
 }
 static inline acc acc_add(acc a, acc b) { a.h[0] += b.h[0], a.h[1] += b.h[1]; return a; }
@@ -124,6 +133,12 @@ static inline void f8_store(float *p, f8 v) { for (int i = 0; i < 8; i++) p[i] =
 static inline f8 f8_mul(f8 a, f8 b) { for (int i = 0; i < 8; i++) a.f[i] *= b.f[i]; return a; }
 static inline f8 f8_add(f8 a, f8 b) { for (int i = 0; i < 8; i++) a.f[i] += b.f[i]; return a; }
 static inline f8 f8_zero(void) { f8 v = {{0}}; return v; }
+static inline f8 f8_splat(float c) {
+    f8 v;
+    for (int i = 0; i < 8; i++) v.f[i] = c;
+    return v;
+}
+static inline f8 f8_sub(f8 a, f8 b) { for (int i = 0; i < 8; i++) a.f[i] -= b.f[i]; return a; }
 static inline f8 f8_halves(const uint8_t *p, int stride) {  // the 8 halves at p, p + stride, ... as floats
     f8 v;
     for (int i = 0; i < 8; i++) v.f[i] = f16_to_f32(p + i * stride);
@@ -155,7 +170,6 @@ static inline v32 v32_u64x4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
 }
 static inline v32 v32_and(v32 a, v32 b) { v32 v = {wasm_v128_and(a.lo, b.lo), wasm_v128_and(a.hi, b.hi)}; return v; }
 static inline v32 v32_or(v32 a, v32 b) { v32 v = {wasm_v128_or(a.lo, b.lo), wasm_v128_or(a.hi, b.hi)}; return v; }
-static inline v32 v32_sub8(v32 a, v32 b) { v32 v = {wasm_i8x16_sub(a.lo, b.lo), wasm_i8x16_sub(a.hi, b.hi)}; return v; }
 static inline v32 v32_splat8(int c) { v32 v = {wasm_i8x16_splat(c), wasm_i8x16_splat(c)}; return v; }
 static inline v32 v32_bits(v32 a, int s, int m) {  // wasm has no 8-bit shift on x86 (V8 emulates it): 16-bit ones
     v128_t mm = wasm_i8x16_splat(m);
@@ -174,12 +188,23 @@ static inline v128_t dot16(v128_t w, v128_t x0, v128_t x1) {  // 16 products sum
                           wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(w), x1));
 }
 static inline acc acc_dot(v32 w, xv x) { acc a = {dot16(w.lo, x.a, x.b), dot16(w.hi, x.c, x.d)}; return a; }
-static inline acc acc_add(acc a, acc b) { acc c = {wasm_i32x4_add(a.lo, b.lo), wasm_i32x4_add(a.hi, b.hi)}; return c; }
-static inline acc acc_dot_scaled(v32 w, xv x, int s0, int s1) {
-    acc c = {wasm_i32x4_mul(dot16(w.lo, x.a, x.b), wasm_i32x4_splat(s0)),
-             wasm_i32x4_mul(dot16(w.hi, x.c, x.d), wasm_i32x4_splat(s1))};
+static inline v128_t dot16u(v128_t w, v128_t x0, v128_t x1) {
+    return wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_u16x8_extend_low_u8x16(w), x0),
+                          wasm_i32x4_dot_i16x8(wasm_u16x8_extend_high_u8x16(w), x1));
+}
+static inline acc acc_dotu(v32 w, xv x) { acc a = {dot16u(w.lo, x.a, x.b), dot16u(w.hi, x.c, x.d)}; return a; }
+static inline acc acc_dotu_scaled(v32 w, xv x, int s0, int s1) {
+    acc c = {wasm_i32x4_mul(dot16u(w.lo, x.a, x.b), wasm_i32x4_splat(s0)),
+             wasm_i32x4_mul(dot16u(w.hi, x.c, x.d), wasm_i32x4_splat(s1))};
     return c;
 }
+static inline acc acc_dot16(const int8_t *s, const int16_t *b) {
+    v128_t v = wasm_v128_load(s);
+    acc a = {wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(v), wasm_v128_load(b)),
+             wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(v), wasm_v128_load(b + 8))};
+    return a;
+}
+static inline acc acc_add(acc a, acc b) { acc c = {wasm_i32x4_add(a.lo, b.lo), wasm_i32x4_add(a.hi, b.hi)}; return c; }
 static inline int32_t acc_sum(acc a) {
     v128_t s = wasm_i32x4_add(a.lo, a.hi);
     return wasm_i32x4_extract_lane(s, 0) + wasm_i32x4_extract_lane(s, 1) + wasm_i32x4_extract_lane(s, 2) +
@@ -199,6 +224,8 @@ static inline void f8_store(float *p, f8 v) { wasm_v128_store(p, v.lo), wasm_v12
 static inline f8 f8_mul(f8 a, f8 b) { f8 v = {wasm_f32x4_mul(a.lo, b.lo), wasm_f32x4_mul(a.hi, b.hi)}; return v; }
 static inline f8 f8_add(f8 a, f8 b) { f8 v = {wasm_f32x4_add(a.lo, b.lo), wasm_f32x4_add(a.hi, b.hi)}; return v; }
 static inline f8 f8_zero(void) { f8 v = {wasm_f32x4_splat(0.0f), wasm_f32x4_splat(0.0f)}; return v; }
+static inline f8 f8_splat(float c) { f8 v = {wasm_f32x4_splat(c), wasm_f32x4_splat(c)}; return v; }
+static inline f8 f8_sub(f8 a, f8 b) { f8 v = {wasm_f32x4_sub(a.lo, b.lo), wasm_f32x4_sub(a.hi, b.hi)}; return v; }
 static inline v128_t halves_to_f32(v128_t h) {  // u32 lanes holding halves -> f32: half.h's f16_to_f32, 4 at a time
     v128_t mag = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x7FFF)), 13);
     v128_t f = wasm_f32x4_mul(mag, wasm_f32x4_splat(0x1p112f));
@@ -236,7 +263,6 @@ static inline v32 v32_u64x4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
 }
 static inline v32 v32_and(v32 a, v32 b) { return _mm256_and_si256(a, b); }
 static inline v32 v32_or(v32 a, v32 b) { return _mm256_or_si256(a, b); }
-static inline v32 v32_sub8(v32 a, v32 b) { return _mm256_sub_epi8(a, b); }
 static inline v32 v32_splat8(int c) { return _mm256_set1_epi8((char)c); }
 static inline v32 v32_bits(v32 a, int s, int m) {
     return _mm256_and_si256(_mm256_srli_epi16(a, s), _mm256_set1_epi8((char)m));
@@ -254,10 +280,16 @@ static inline acc acc_dot(v32 w, xv x) {
     __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
-// the scales enter the pairs' 32-bit sums (|s| <= 128: at most 2 * 32512 * 128 a lane), one madd for both steps
-static inline acc acc_dot_scaled(v32 w, xv x, int s0, int s1) {
-    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-    return _mm256_madd_epi16(p, _mm256_setr_epi16(s0, s0, s0, s0, s0, s0, s0, s0, s1, s1, s1, s1, s1, s1, s1, s1));
+// unsigned levels (<= 127) multiply x as they are, no sign transfer; scales enter the pairs' 32-bit sums
+// (|s| <= 128: at most 2 * 16129 * 128 a lane), one madd for both steps
+static inline acc acc_dotu(v32 w, xv x) { return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)); }
+static inline acc acc_dotu_scaled(v32 w, xv x, int s0, int s1) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x),
+                             _mm256_setr_epi16(s0, s0, s0, s0, s0, s0, s0, s0, s1, s1, s1, s1, s1, s1, s1, s1));
+}
+static inline acc acc_dot16(const int8_t *s, const int16_t *b) {
+    return _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s)),
+                             _mm256_loadu_si256((const __m256i *)b));
 }
 static inline acc acc_add(acc a, acc b) { return _mm256_add_epi32(a, b); }
 static inline int32_t acc_sum(acc a) {
@@ -278,6 +310,8 @@ static inline void f8_store(float *p, f8 v) { _mm256_storeu_ps(p, v); }
 static inline f8 f8_mul(f8 a, f8 b) { return _mm256_mul_ps(a, b); }
 static inline f8 f8_add(f8 a, f8 b) { return _mm256_add_ps(a, b); }
 static inline f8 f8_zero(void) { return _mm256_setzero_ps(); }
+static inline f8 f8_splat(float c) { return _mm256_set1_ps(c); }
+static inline f8 f8_sub(f8 a, f8 b) { return _mm256_sub_ps(a, b); }
 static inline short half_at(const uint8_t *p) { return (short)(p[0] | (p[1] << 8)); }
 static inline f8 f8_halves(const uint8_t *p, int stride) {  // in registers (8 scalar stores then a vector load
     // would stall on store forwarding)
@@ -321,7 +355,6 @@ static inline v32 v32_u64x4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
 }
 static inline v32 v32_and(v32 a, v32 b) { v32 v = {_mm_and_si128(a.lo, b.lo), _mm_and_si128(a.hi, b.hi)}; return v; }
 static inline v32 v32_or(v32 a, v32 b) { v32 v = {_mm_or_si128(a.lo, b.lo), _mm_or_si128(a.hi, b.hi)}; return v; }
-static inline v32 v32_sub8(v32 a, v32 b) { v32 v = {_mm_sub_epi8(a.lo, b.lo), _mm_sub_epi8(a.hi, b.hi)}; return v; }
 static inline v32 v32_splat8(int c) { v32 v = {_mm_set1_epi8((char)c), _mm_set1_epi8((char)c)}; return v; }
 static inline v32 v32_bits(v32 a, int s, int m) {
     __m128i mm = _mm_set1_epi8((char)m);
@@ -336,11 +369,22 @@ static inline v32 v32_nibbles(const uint8_t *p) {
 }
 static inline xv xv_load(const xact *p) { return v32_load(p); }
 static inline acc acc_zero(void) { acc a = {_mm_setzero_si128(), _mm_setzero_si128()}; return a; }
-static inline __m128i dot16(__m128i w, __m128i x, int s) {  // as the AVX2 acc_dot_scaled, 16 bytes
-    return _mm_madd_epi16(_mm_maddubs_epi16(_mm_sign_epi8(w, w), _mm_sign_epi8(x, w)), _mm_set1_epi16((short)s));
+static inline __m128i dot16(__m128i w, __m128i x) {  // as the AVX2 acc_dot, 16 bytes
+    return _mm_madd_epi16(_mm_maddubs_epi16(_mm_sign_epi8(w, w), _mm_sign_epi8(x, w)), _mm_set1_epi16(1));
 }
-static inline acc acc_dot(v32 w, xv x) { acc a = {dot16(w.lo, x.lo, 1), dot16(w.hi, x.hi, 1)}; return a; }
-static inline acc acc_dot_scaled(v32 w, xv x, int s0, int s1) { acc a = {dot16(w.lo, x.lo, s0), dot16(w.hi, x.hi, s1)}; return a; }
+static inline acc acc_dot(v32 w, xv x) { acc a = {dot16(w.lo, x.lo), dot16(w.hi, x.hi)}; return a; }
+static inline __m128i dot16u(__m128i w, __m128i x, int s) {
+    return _mm_madd_epi16(_mm_maddubs_epi16(w, x), _mm_set1_epi16((short)s));
+}
+static inline acc acc_dotu(v32 w, xv x) { acc a = {dot16u(w.lo, x.lo, 1), dot16u(w.hi, x.hi, 1)}; return a; }
+static inline acc acc_dotu_scaled(v32 w, xv x, int s0, int s1) { acc a = {dot16u(w.lo, x.lo, s0), dot16u(w.hi, x.hi, s1)}; return a; }
+static inline acc acc_dot16(const int8_t *s, const int16_t *b) {
+    __m128i v = _mm_loadu_si128((const __m128i *)s);  // bytes to 16 bits with their signs, in SSE2
+    __m128i lo = _mm_srai_epi16(_mm_unpacklo_epi8(v, v), 8), hi = _mm_srai_epi16(_mm_unpackhi_epi8(v, v), 8);
+    acc a = {_mm_madd_epi16(lo, _mm_loadu_si128((const __m128i *)b)),
+             _mm_madd_epi16(hi, _mm_loadu_si128((const __m128i *)b + 1))};
+    return a;
+}
 static inline acc acc_add(acc a, acc b) { acc c = {_mm_add_epi32(a.lo, b.lo), _mm_add_epi32(a.hi, b.hi)}; return c; }
 static inline int32_t acc_sum(acc a) {
     __m128i s = _mm_add_epi32(a.lo, a.hi);
@@ -360,6 +404,8 @@ static inline void f8_store(float *p, f8 v) { _mm_storeu_ps(p, v.lo), _mm_storeu
 static inline f8 f8_mul(f8 a, f8 b) { f8 v = {_mm_mul_ps(a.lo, b.lo), _mm_mul_ps(a.hi, b.hi)}; return v; }
 static inline f8 f8_add(f8 a, f8 b) { f8 v = {_mm_add_ps(a.lo, b.lo), _mm_add_ps(a.hi, b.hi)}; return v; }
 static inline f8 f8_zero(void) { f8 v = {_mm_setzero_ps(), _mm_setzero_ps()}; return v; }
+static inline f8 f8_splat(float c) { f8 v = {_mm_set1_ps(c), _mm_set1_ps(c)}; return v; }
+static inline f8 f8_sub(f8 a, f8 b) { f8 v = {_mm_sub_ps(a.lo, b.lo), _mm_sub_ps(a.hi, b.hi)}; return v; }
 static inline f8 f8_halves(const uint8_t *p, int stride) {
     f8 v = {_mm_setr_ps(f16_to_f32(p), f16_to_f32(p + stride), f16_to_f32(p + 2 * stride), f16_to_f32(p + 3 * stride)),
             _mm_setr_ps(f16_to_f32(p + 4 * stride), f16_to_f32(p + 5 * stride), f16_to_f32(p + 6 * stride),
