@@ -1,5 +1,6 @@
 """The CPU backend's compiled kernels outside the browser: cpu_kernels/q8dot.c (quantized matmul with 8-bit
-activations, as llama.cpp computes it) and threads.c, built for this machine by its C compiler at first use.
+activations, as llama.cpp computes it), decode.c (a decoded token through a stack of transformer layers) and
+threads.c, built for this machine by its C compiler at first use.
 
 Like the CUDA backend's kernels (NVRTC at run time) and tinygrad's CPU backend, nothing is compiled at install:
 the first quantized matmul runs `cc -O3 -march=native` on the shipped sources (~1 s) into the cache folder,
@@ -31,7 +32,7 @@ import numpy as np
 from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
-FILES = ("q8dot.c", "threads.c")          # compiled; they include simd.h and half.h
+FILES = ("q8dot.c", "decode.c", "threads.c")  # compiled; they include simd.h and half.h
 HEADERS = ("simd.h", "half.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
 FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
@@ -54,6 +55,8 @@ class NativeKernels:
         lib.ember_q8_dot.argtypes = [_I, _I, _I, _I, _P, _P, _P, _I]
         lib.ember_q8_dot_parallel.argtypes = [_I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _I, _I]
         lib.ember_threads.argtypes = [_I]
+        lib.ember_decode.argtypes = [_P, _P, _P, _P, _P]
+        lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
         self._lib = lib
         self.simd = lib.ember_q8_simd().decode()
         self.threads = lib.ember_threads(_default_threads())
@@ -65,6 +68,15 @@ class NativeKernels:
         """Use up to n threads (workers are started, never stopped); returns the count in use."""
         self.threads = min(int(n), self._lib.ember_threads(int(n)))
         return self.threads
+
+    def decode(self, plan: np.ndarray, fparams: np.ndarray, x: np.ndarray, rope: np.ndarray, scratch: np.ndarray) -> int:
+        """decode.c's ember_decode: x (dim,) float32 through the layers of `plan` (cpu_decode.py), in place."""
+        with self._pool:  # its matmuls use the worker threads
+            return self._lib.ember_decode(plan.ctypes.data, fparams.ctypes.data, x.ctypes.data, rope.ctypes.data,
+                                          scratch.ctypes.data)
+
+    def decode_scratch_bytes(self, plan: np.ndarray, max_length: int) -> int:
+        return self._lib.ember_decode_scratch_bytes(plan.ctypes.data, max_length)
 
     def act_bytes(self, type_id: int, m: int, k: int) -> int:
         return self._lib.ember_q8_act_bytes(type_id, m, k)

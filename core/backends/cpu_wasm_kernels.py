@@ -62,6 +62,7 @@ class WasmKernels:
         self._q8_0_l1, self._q8_0_argmax = lib.ember_q8_0_l1, lib.ember_q8_0_argmax
         self._q8_0_bounds, self._q8_0_rows_above = lib.ember_q8_0_bounds, lib.ember_q8_0_rows_above
         self._q8_act_bytes, self._q8_matmul = lib.ember_q8_act_bytes, lib.ember_q8_matmul
+        self._decode, self._decode_scratch_bytes = lib.ember_decode, lib.ember_decode_scratch_bytes
         self._act = np.empty(1 << 16, np.uint8)  # q8_matmul's activation blocks, grown on demand
         self._count = np.zeros(1, np.int32)  # rows ember_q8_0_argmax computed exactly
         self._xsum = np.empty(256, _F32)  # qmatmul's scratch, grown on demand
@@ -96,6 +97,17 @@ class WasmKernels:
         if m and out_features:
             self._q8_matmul(type_id, m, out_features, k, _ptr(w), _ptr(x), k, _ptr(y), out_features, _ptr(self._act))
         return y
+
+    def decode(self, plan: np.ndarray, fparams: np.ndarray, x: np.ndarray, rope: np.ndarray, scratch: np.ndarray) -> int:
+        """decode.c's ember_decode: x (dim,) float32 through the layers of `plan` (cpu_decode.py), in place."""
+        return self._decode(_ptr(plan), _ptr(fparams), _ptr(x), _ptr(rope), _ptr(scratch))
+
+    def decode_scratch_bytes(self, plan: np.ndarray, max_length: int) -> int:
+        return self._decode_scratch_bytes(_ptr(plan), max_length)
+
+    def act_bytes(self, type_id: int, m: int, k: int) -> int:
+        """Bytes of q8_matmul's activation blocks for m rows of k, or -1: no kernel for the type / k."""
+        return self._q8_act_bytes(type_id, m, k)
 
     def qdequant(self, w: np.ndarray, type_id: int, k: int) -> np.ndarray:
         """uint8 GGML rows (r, row_bytes) -> float32 (r, k), the values ember.quant's dequantize gives."""

@@ -46,6 +46,12 @@ class NumpyBackend(ArrayModuleBackend):
     _down = staticmethod(D.f32_to_bf16_bits)  # branches on NaN instead of a where over every element
 
     # -- layout -----------------------------------------------------------------------------------
+    def decoder_plan(self, spec):
+        """Optional fused primitive: a decoded token through a stack of transformer layers in one kernel call
+        (cpu_decode.py), or None where no compiled kernels run here or they do not take the spec's weights."""
+        from .cpu_decode import decoder_plan
+        return decoder_plan(spec)
+
     def weight_layout(self, w):
         # input-major storage makes w.T C-contiguous: OpenBLAS then streams a decoding step's
         # row-vector x weight product 1.2-2x faster than from the (out, in) rows (bench_llama)

@@ -20,7 +20,9 @@ from ember import nn
 from ember.nn import functional as F
 
 from .cache import KVCache
+from .fused_decode import FusedDecoder, block_parts
 from .masks import attention_mask as build_mask
+from .mlp import GatedMLP
 from .outputs import LMOutput
 from .positions import alibi_bias
 
@@ -40,6 +42,13 @@ class DecoderBlock(nn.Module):
         if norm2 is not None:
             setattr(self, names[3], norm2)
         self.two_norms = norm2 is not None
+
+    def decode_parts(self):
+        """The arrays of a sequential block with a gated MLP for the fused decode step (fused_decode.py), or None."""
+        attn, mlp, n1 = (getattr(self, n) for n in self.names[:3])
+        if self.parallel or not self.two_norms or not isinstance(mlp, GatedMLP):
+            return None
+        return block_parts(attn, mlp, n1, getattr(self, self.names[3]))
 
     def forward(self, x, rope, mask, cache, layer):
         attn, mlp, n1 = (getattr(self, n) for n in self.names[:3])
@@ -146,6 +155,15 @@ class CausalLM(nn.Module):
         else:
             positions = idx[None, :]                                            # (1, T)
         dtype, device = self._dtype(), self.device
+        if T == 1 and cache is not None and valid is None and tokens.shape[0] == 1 and not (
+                ember.autograd.is_grad_enabled() and any(p.requires_grad for p in self.parameters())):
+            fused = self.__dict__.setdefault("_fused_decoder", FusedDecoder(self))
+            plan = fused.plan()
+            if plan is not None:  # one kernel call through every layer (the device's decoder_plan primitive)
+                x = fused.step(plan, self.embed(tokens, positions), cache)
+                if head is not None:
+                    return head(self.final_norm(x))
+                return LMOutput.of(self.head(self.final_norm(x)), past_key_values=cache)
         ropes = self.rope if isinstance(self.rope, list) else [self.rope] * self.n_layers  # per layer (Gemma 3: 2 kinds)
         # once per distinct rope (a comprehension over the layers would build, and upload, one per layer)
         steps = {id(r): r.at(positions, dtype, device) for r in {id(r): r for r in ropes if r is not None}.values()}

@@ -47,6 +47,7 @@ class GatedMLP(nn.Module):
                  names=("gate_proj", "up_proj", "down_proj"), fused: str | None = None):
         super().__init__()
         self.act, self.names, self.fused, self.hidden = activation(act), names, fused, hidden
+        self.act_name = act
         if fused:
             setattr(self, fused, nn.Linear(dim, 2 * hidden, bias=bias))  # (2 * hidden, dim): gate | up
         else:

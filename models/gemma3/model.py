@@ -23,6 +23,7 @@ from ember.quant.codec import dequantize_rows
 from ..common.attention import Attention
 from ..common.cache import KVCache  # noqa: F401  (the cache's home was here; kept importable)
 from ..common.decoder import CausalLM
+from ..common.fused_decode import block_parts
 from ..common.mlp import GatedMLP
 from ..common.positions import RotaryEmbedding
 from .config import SLIDING, Gemma3Config
@@ -87,6 +88,10 @@ class SandwichBlock(nn.Module):
         self.self_attn, self.mlp = attn, mlp
         self.input_layernorm, self.post_attention_layernorm = n1, n2
         self.pre_feedforward_layernorm, self.post_feedforward_layernorm = n3, n4
+
+    def decode_parts(self):  # for the fused decode step (models/common/fused_decode.py)
+        return block_parts(self.self_attn, self.mlp, self.input_layernorm, self.pre_feedforward_layernorm,
+                           self.post_attention_layernorm, self.post_feedforward_layernorm)
 
     def forward(self, x, rope, mask, cache, layer):
         x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), rope, mask, cache, layer))

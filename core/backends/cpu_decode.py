@@ -1,0 +1,110 @@
+"""A decoded token through a stack of transformer layers in one call of the CPU kernels (cpu_kernels/decode.c):
+the numpy backend's optional `decoder_plan` fused primitive.
+
+A model describes its layers once (models/common/decoder.py, `decode_spec`: numpy arrays and ints, no backend
+names); `DecodePlan` lays them out as the intptr_t record decode.c reads, and `step` runs one token: x (dim,)
+in place, the rotary tables of its position, and where each layer's cache row goes. The native kernels
+(cpu_native_kernels.py) or the page's wasm ones run it, whichever the CPU backend has; without either there is
+no plan and the model runs its layers op by op (the composed path, which decode.c follows step for step).
+
+spec = {"dim", "heads", "kv_heads", "head_dim", "hidden": ints, "act": "gelu_tanh" | "silu", "eps", "scale":
+floats, "layers": [{"norm_attn", "norm_attn_post", "norm_ffn", "norm_ffn_post", "norm_q", "norm_k": float32 (n,)
+or None, "q", "k", "v", "o", "gate", "up", "down": (data, type, rows, cols), "rope": int}]}, a weight's type a
+GGML id of a q8dot.c type (data: its uint8 blocks (rows, row_bytes)), 0 (float32 (rows, cols)) or -1 (float32
+stored input-major: data is (cols, rows)).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import cpu_matmul
+
+_H = ("layers", "dim", "heads", "kv_heads", "head_dim", "hidden", "act", "threads")
+_W = 5  # data, type, rows, cols, row bytes
+_NORMS = ("norm_attn", "norm_attn_post", "norm_ffn", "norm_ffn_post", "norm_q", "norm_k")
+_WEIGHTS = ("q", "k", "v", "o", "gate", "up", "down")
+L_ROPE = len(_NORMS) + _W * len(_WEIGHTS)
+L_KCACHE, L_VCACHE, L_CAPACITY, L_SLOT, L_LENGTH = range(L_ROPE + 1, L_ROPE + 6)
+L_FIELDS = L_ROPE + 6
+ACTS = {"gelu_tanh": 0, "silu": 1}
+_BITS = np.dtype(np.intp).itemsize * 8
+
+
+def _addr(a: np.ndarray) -> int:
+    """a's address as an intp (a wasm32 heap past 2 GiB has addresses >= 2**31: the same bits, negative)."""
+    p = a.__array_interface__["data"][0]
+    return p - (1 << _BITS) if p >= 1 << (_BITS - 1) else p
+
+
+def kernels():
+    """The compiled kernels that run plans here (native, or the page's wasm), or None."""
+    return cpu_matmul.wasm_kernels() if cpu_matmul.NO_BLAS else cpu_matmul.native_kernels()
+
+
+class DecodePlan:
+    """The layers of one model, laid out for decode.c (weights by address: the plan keeps the arrays alive)."""
+
+    def __init__(self, kern, spec: dict):
+        self._kern, self.spec = kern, spec
+        layers = spec["layers"]
+        self.n_layers, self.dim = len(layers), int(spec["dim"])
+        self._keep = []
+        plan = np.zeros(len(_H) + L_FIELDS * len(layers), np.intp)
+        plan[:len(_H)] = [len(layers), spec["dim"], spec["heads"], spec["kv_heads"], spec["head_dim"], spec["hidden"],
+                          ACTS[spec["act"]], getattr(kern, "threads", 1)]
+        self._layers = plan[len(_H):].reshape(len(layers), L_FIELDS)
+        for row, layer in zip(self._layers, layers):
+            for i, name in enumerate(_NORMS):
+                a = layer[name]
+                if a is not None:
+                    a = self._hold(np.ascontiguousarray(a, np.float32))
+                    row[i] = _addr(a)
+            for j, name in enumerate(_WEIGHTS):
+                data, type_id, rows, cols = layer[name]
+                data = self._hold(data)
+                row[len(_NORMS) + _W * j: len(_NORMS) + _W * (j + 1)] = [_addr(data), type_id, rows, cols, data.shape[1] if
+                                                                         data.ndim == 2 and type_id > 0 else 0]
+            row[L_ROPE] = layer["rope"]
+        self.plan = plan
+        self.fparams = np.array([spec["eps"], spec["scale"]], np.float32)
+        self._scratch = np.empty(0, np.uint8)
+        self._scratch_rows = -1
+
+    def _hold(self, a):
+        if not a.flags.c_contiguous:
+            raise ValueError("ember: decode plan: a weight that is not C-contiguous")
+        self._keep.append(a)
+        return a
+
+    def step(self, x: np.ndarray, rope: np.ndarray, caches) -> np.ndarray:
+        """x (dim,) float32 through every layer, in place; rope (kinds, head_dim) float32: [cos | sin] halves of
+        the token's rotary angles per kind; caches: per layer (k buffer, v buffer, slot, length) with the buffers
+        float32 (1, kv_heads, capacity, head_dim) C-contiguous numpy arrays."""
+        length = 0
+        for row, (kc, vc, slot, n) in zip(self._layers, caches):
+            row[L_KCACHE], row[L_VCACHE], row[L_CAPACITY], row[L_SLOT], row[L_LENGTH] = \
+                _addr(kc), _addr(vc), kc.shape[2], slot, n
+            length = max(length, n)
+        if length > self._scratch_rows:  # grown by doubling, as the caches are
+            rows = max(length, 2 * self._scratch_rows, 256)
+            self._scratch = np.empty(self._kern.decode_scratch_bytes(self.plan, rows), np.uint8)
+            self._scratch_rows = rows
+        rope = np.ascontiguousarray(rope, np.float32)
+        if self._kern.decode(self.plan, self.fparams, x, rope, self._scratch) != 0:
+            raise ValueError("ember: decode plan: a layer this build of the kernels cannot run")
+        return x
+
+
+def decoder_plan(spec: dict | None) -> DecodePlan | None:
+    """A DecodePlan for spec where compiled kernels run here and take its weights, else None (the model then runs
+    its layers op by op)."""
+    kern = kernels()
+    if spec is None or kern is None or not hasattr(kern, "decode") or spec["act"] not in ACTS:
+        return None
+    for layer in spec["layers"]:
+        for name in _WEIGHTS:
+            data, type_id, rows, cols = layer[name]
+            if type_id > 0 and kern.act_bytes(type_id, 1, cols) < 0 or \
+                    type_id <= 0 and (data.dtype != np.float32 or cols % 8):
+                return None
+    return DecodePlan(kern, spec)

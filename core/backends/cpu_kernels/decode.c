@@ -1,0 +1,323 @@
+// One decoded token through a stack of transformer layers on the CPU, in one call: what models/common's decoder
+// blocks compute for T = 1, without a Python call (and a numpy pass over a few hundred floats) per step of it.
+// In Python a decoded token of Gemma 3 270M is ~700 small ops (~20 ms natively, ~30 ms in the page) around its
+// ~130 matmuls; here it is one call per token.
+//
+// Per layer (a pre-norm block; with post norms, Gemma's sandwich):
+//   h = rms(x) w_attn;  q, k, v = W_q h, W_k h, W_v h;  q, k = rms per head (Gemma 3's q/k norms), then rope;
+//   k, v written into the cache at `slot`;  o = softmax(q K^T scale) V over the cache's first `length` rows;
+//   a = W_o o (then rms(a) w_attn_post);  x += a;  h = rms(x) w_ffn;  m = act(W_gate h) * W_up h;
+//   a = W_down m (then rms(a) w_ffn_post);  x += a
+// The matmuls are q8dot.c's (llama.cpp's 8-bit activations; one quantization of h serves q, k and v, one gate
+// and up) or float32 rows. Sums run in 8 fixed lanes, exp and tanh are written here with plain float operations:
+// the native and wasm builds give the same bits (and differ from the Python path by float rounding only).
+// Freestanding: no libc; the caller passes every buffer (ember_decode_scratch_bytes).
+#include <stdint.h>
+
+#include "simd.h"
+
+#if defined(__wasm__)
+#define EMBER_EXPORT(name) __attribute__((export_name(#name)))
+#else
+#define EMBER_EXPORT(name) __attribute__((visibility("default")))
+int ember_q8_dot_parallel(int type, int m, int n, int k, const uint8_t *w, long row_bytes, const void *act, float *y,
+                          int ldy, int threads);
+#endif
+long ember_q8_act_bytes(int type, int m, int k);
+int ember_q8_quantize(int type, int m, int k, const float *x, int ldx, void *act);
+int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *act, float *y, int ldy);
+
+// ---------------------------------------------------------------------------------------------- the plan
+// intptr_t fields, filled by the caller (core/backends/cpu_decode.py): a header, then one record per layer.
+enum { H_LAYERS, H_DIM, H_HEADS, H_KV_HEADS, H_HEAD_DIM, H_HIDDEN, H_ACT, H_THREADS, H_FIELDS };
+enum { ACT_GELU_TANH, ACT_SILU };
+// a weight (rows = outputs, columns = inputs): data, its GGML type (0: float32 (rows, columns); -1: float32 stored
+// input-major, (columns, rows), the CPU backend's layout for a float nn.Linear), rows, columns, bytes a row
+enum { W_DATA, W_TYPE, W_ROWS, W_COLS, W_ROW_BYTES, W_FIELDS };
+enum {
+    L_NORM_ATTN, L_NORM_ATTN_POST, L_NORM_FFN, L_NORM_FFN_POST, L_NORM_Q, L_NORM_K,  // float32 (n,) or 0
+    L_Q, L_K = L_Q + W_FIELDS, L_V = L_K + W_FIELDS, L_O = L_V + W_FIELDS, L_GATE = L_O + W_FIELDS,
+    L_UP = L_GATE + W_FIELDS, L_DOWN = L_UP + W_FIELDS,
+    L_ROPE = L_DOWN + W_FIELDS,  // which (cos, sin) table of the call the layer rotates with
+    L_KCACHE, L_VCACHE,          // float32 (n_kv_heads, capacity, head_dim), written at row L_SLOT
+    L_CAPACITY, L_SLOT, L_LENGTH,  // attention reads rows [0, L_LENGTH)
+    L_FIELDS
+};
+enum { F_EPS, F_SCALE, F_FIELDS };  // float parameters: the norms' epsilon, the attention scale
+#define F32_TYPE 0
+#define F32_INPUT_MAJOR (-1)
+#define PARALLEL_MACS (1 << 18)  // smaller matmuls stay on the calling thread (cpu_native_kernels.py's threshold)
+
+// ---------------------------------------------------------------------------------------------- float helpers
+
+static float sum_lanes(const float *p) { return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7])); }
+
+// sum of a[i] b[i]: 8 lanes (i % 8), then added as sum_lanes; n a multiple of 8
+static float dot(const float *a, const float *b, int n) {
+    f8 acc = f8_zero();
+    for (int i = 0; i < n; i += 8)
+        acc = f8_add(acc, f8_mul(f8_load(a + i), f8_load(b + i)));
+    float lanes[8];
+    f8_store(lanes, acc);
+    return sum_lanes(lanes);
+}
+
+// y = x / sqrt(mean(x^2) + eps) * w (ember's rms_norm: the same steps, float32); y may be x
+static void rms_norm(const float *x, const float *w, float eps, int n, float *y) {
+    float ms = dot(x, x, n) * (1.0f / (float)n) + eps, r = __builtin_sqrtf(ms);
+    for (int i = 0; i < n; i++)
+        y[i] = x[i] / r * w[i];
+}
+
+// exp(x) (Cephes expf, elementwise.c's): x = m ln2 + r, a degree-7 polynomial for e^r, 2^m in the exponent bits.
+// ~2 ulp; below -87.3 exp(-87.3), above 88.7 inf, NaN stays NaN.
+static float expf_(float x) {
+    if (x > 88.7228390f)
+        return __builtin_inff();
+    x = x < -87.3365448f ? -87.3365448f : x;
+    float m = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - m * 0.693359375f;
+    r = r - m * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)m + 127) << 23;
+    float e;
+    __builtin_memcpy(&e, &bits, 4);
+    return p * e;
+}
+
+static float tanhf_(float x) {  // Cephes tanhf: a polynomial near 0, 1 - 2 / (e^2|x| + 1) beyond, ~2 ulp
+    float a = x < 0 ? -x : x;
+    if (a > 0.625f) {
+        float t = 1.0f - 2.0f / (expf_(2.0f * a) + 1.0f);
+        return x < 0 ? -t : t;
+    }
+    float z = x * x;
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    return p * z * x + x;
+}
+
+static void gelu_tanh_mul(float *g, const float *u, int n) {  // g = gelu_tanh(g) * u (ember's _gelu_tanh steps)
+    for (int i = 0; i < n; i++) {
+        float x = g[i];
+        float t = tanhf_((x + 0.044715f * x * x * x) * 0.7978845608028654f);
+        g[i] = (t + 1.0f) * x * 0.5f * u[i];
+    }
+}
+
+static void silu_mul(float *g, const float *u, int n) {  // g = g / (1 + exp(-g)) * u
+    for (int i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + expf_(-g[i])) * u[i];
+}
+
+// ---------------------------------------------------------------------------------------------- matmuls
+
+// y (rows) = W x for one weight (W_FIELDS at w); act: x quantized for W's type when *quantized says so (a
+// matmul after another of the same activation kind and input reuses it)
+static void matvec(const intptr_t *w, const float *x, float *y, void *act, int *quantized, int threads) {
+    int type = (int)w[W_TYPE], rows = (int)w[W_ROWS], cols = (int)w[W_COLS];
+    const uint8_t *data = (const uint8_t *)w[W_DATA];
+    if (type == F32_TYPE) {
+        for (int o = 0; o < rows; o++)
+            y[o] = dot((const float *)data + (long)o * cols, x, cols);
+        return;
+    }
+    if (type == F32_INPUT_MAJOR) {  // y = sum_i x[i] W^T[i, :], inputs in order: no reduction across lanes
+        const float *wt = (const float *)data;
+        for (int o = 0; o < rows; o++)
+            y[o] = 0.0f;
+        for (int i = 0; i < cols; i++) {
+            float xi = x[i];
+            const float *wi = wt + (long)i * rows;
+            for (int o = 0; o < rows; o++)
+                y[o] += xi * wi[o];
+        }
+        return;
+    }
+    if (!*quantized) {
+        ember_q8_quantize(type, 1, cols, x, cols, act);
+        *quantized = 1;
+    }
+#if defined(__wasm__)
+    (void)threads;
+#else
+    if (threads > 1 && (long)rows * cols >= PARALLEL_MACS) {
+        ember_q8_dot_parallel(type, 1, rows, cols, data, (long)w[W_ROW_BYTES], act, y, rows, threads);
+        return;
+    }
+#endif
+    ember_q8_dot(type, 1, rows, cols, data, act, y, rows);
+}
+
+// the activation kind a weight type quantizes x to (q8dot.c's act_of), so q, k and v (gate and up) of kinds
+// alike share one quantization of their input; -1 for float32 rows
+static int kind_of(int type) {
+    switch (type) {
+    case 2: case 6: case 8: return 0;   // Q4_0, Q5_0, Q8_0: Q8_0
+    case 3: case 7: return 1;           // Q4_1, Q5_1: Q8_1
+    case 12: case 13: case 14: return 2;  // Q4_K, Q5_K, Q6_K: Q8_K
+    default: return -1;
+    }
+}
+
+static void matvecs(const intptr_t *layer, const int *which, int n, const float *x, float **ys, void *act, int threads) {
+    int quantized[3] = {0, 0, 0};  // per activation kind: x already quantized into act (one kind at a time)
+    int last = -2;
+    for (int i = 0; i < n; i++) {
+        const intptr_t *w = layer + which[i];
+        int kind = kind_of((int)w[W_TYPE]);
+        if (kind != last)
+            quantized[0] = quantized[1] = quantized[2] = 0;  // act holds one kind: another overwrote it
+        int dummy = 0;
+        matvec(w, x, ys[i], act, kind < 0 ? &dummy : &quantized[kind], threads);
+        last = kind;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- attention
+
+// rotate-half rope of one head: x1, x2 = halves; x1 c - x2 s, x2 c + x1 s
+static void rope(float *x, const float *cs, int hd) {
+    int half = hd / 2;
+    const float *c = cs, *s = cs + half;
+    for (int i = 0; i < half; i++) {
+        float a = x[i], b = x[i + half];
+        x[i] = a * c[i] - b * s[i];
+        x[i + half] = b * c[i] + a * s[i];
+    }
+}
+
+// o (heads, hd) = softmax(q_h K^T scale) V for each query head over the first `length` rows of its kv head's
+// cache (heads / kv_heads query heads share one); scores: room for `length` floats
+static void attend(const float *q, const float *kc, const float *vc, int heads, int kv_heads, int hd, int cap,
+                   int length, float scale, float *scores, float *qs, float *o) {
+    int group = heads / kv_heads;
+    for (int h = 0; h < heads; h++) {
+        const float *K = kc + (long)(h / group) * cap * hd, *V = vc + (long)(h / group) * cap * hd;
+        for (int i = 0; i < hd; i++)
+            qs[i] = q[(long)h * hd + i] * scale;
+        float m = -__builtin_inff();
+        for (int j = 0; j < length; j++) {
+            scores[j] = dot(qs, K + (long)j * hd, hd);
+            m = scores[j] > m ? scores[j] : m;
+        }
+        float *oh = o + (long)h * hd, total = 0.0f;
+        for (int i = 0; i < hd; i++)
+            oh[i] = 0.0f;
+        for (int j = 0; j < length; j++) {
+            float p = expf_(scores[j] - m);
+            total += p;
+            const float *vj = V + (long)j * hd;
+            for (int i = 0; i < hd; i++)
+                oh[i] += p * vj[i];
+        }
+        for (int i = 0; i < hd; i++)
+            oh[i] /= total;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- the step
+
+static long max_act_bytes(const intptr_t *plan) {
+    long most = 0;
+    const intptr_t *layer = plan + H_FIELDS;
+    for (long l = 0; l < plan[H_LAYERS]; l++, layer += L_FIELDS)
+        for (int w = L_Q; w <= L_DOWN; w += W_FIELDS) {
+            long b = layer[w + W_TYPE] <= F32_TYPE ? 0 : ember_q8_act_bytes((int)layer[w + W_TYPE], 1, (int)layer[w + W_COLS]);
+            most = b > most ? b : most;
+        }
+    return most;
+}
+
+// bytes of scratch ember_decode needs for caches of at most `max_length` rows
+EMBER_EXPORT(ember_decode_scratch_bytes)
+long ember_decode_scratch_bytes(const intptr_t *plan, int max_length) {
+    long dim = plan[H_DIM], qd = plan[H_HEADS] * plan[H_HEAD_DIM], kd = plan[H_KV_HEADS] * plan[H_HEAD_DIM];
+    long floats = 2 * dim + 3 * qd + 2 * kd + 2 * plan[H_HIDDEN] + plan[H_HEAD_DIM] + max_length + 64;
+    return floats * 4 + max_act_bytes(plan) + 64;
+}
+
+// x (dim) through every layer of the plan, in place. rope: the (cos, sin) tables of the token's position,
+// head_dim / 2 floats each, one pair per rope kind (a layer's L_ROPE picks its pair). Returns 0, or -1 for a
+// plan this build cannot run (a weight type without a kernel, dims that are not whole blocks or lanes of 8).
+EMBER_EXPORT(ember_decode)
+int ember_decode(const intptr_t *plan, const float *fparams, float *x, const float *rope_tables, void *scratch) {
+    int dim = (int)plan[H_DIM], heads = (int)plan[H_HEADS], kvh = (int)plan[H_KV_HEADS], hd = (int)plan[H_HEAD_DIM];
+    int hidden = (int)plan[H_HIDDEN], act_kind = (int)plan[H_ACT], threads = (int)plan[H_THREADS];
+    float eps = fparams[F_EPS], scale = fparams[F_SCALE];
+    if (dim % 8 || hd % 8 || hidden % 8 || heads % kvh)
+        return -1;
+    for (long l = 0; l < plan[H_LAYERS]; l++)  // every weight has a kernel here, before anything is written
+        for (int w = L_Q; w <= L_DOWN; w += W_FIELDS) {
+            const intptr_t *f = plan + H_FIELDS + l * L_FIELDS + w;
+            if (f[W_TYPE] > F32_TYPE ? ember_q8_act_bytes((int)f[W_TYPE], 1, (int)f[W_COLS]) < 0 : f[W_COLS] % 8 != 0)
+                return -1;
+        }
+    float *h = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *a = h + dim, *q = a + dim, *o = q + (long)heads * hd, *k = o + (long)heads * hd, *v = k + (long)kvh * hd;
+    float *g = v + (long)kvh * hd, *u = g + hidden, *qs = u + hidden, *scores = qs + hd;
+    const intptr_t *layer = plan + H_FIELDS;
+    long room = 0;
+    for (long l = 0; l < plan[H_LAYERS]; l++)
+        room = layer[l * L_FIELDS + L_LENGTH] > room ? layer[l * L_FIELDS + L_LENGTH] : room;
+    void *act = (void *)(((uintptr_t)(scores + room) + 63) & ~(uintptr_t)63);
+    for (long l = 0; l < plan[H_LAYERS]; l++, layer += L_FIELDS) {
+        // attention
+        rms_norm(x, (const float *)layer[L_NORM_ATTN], eps, dim, h);
+        int qkv[3] = {L_Q, L_K, L_V};
+        float *qkv_out[3] = {q, k, v};
+        matvecs(layer, qkv, 3, h, qkv_out, act, threads);
+        const float *cs = rope_tables + layer[L_ROPE] * hd;
+        for (int i = 0; i < heads; i++) {
+            if (layer[L_NORM_Q])
+                rms_norm(q + (long)i * hd, (const float *)layer[L_NORM_Q], eps, hd, q + (long)i * hd);
+            rope(q + (long)i * hd, cs, hd);
+        }
+        int cap = (int)layer[L_CAPACITY], slot = (int)layer[L_SLOT];
+        float *kc = (float *)layer[L_KCACHE], *vc = (float *)layer[L_VCACHE];
+        for (int i = 0; i < kvh; i++) {
+            float *ki = k + (long)i * hd;
+            if (layer[L_NORM_K])
+                rms_norm(ki, (const float *)layer[L_NORM_K], eps, hd, ki);
+            rope(ki, cs, hd);
+            for (int j = 0; j < hd; j++) {
+                kc[((long)i * cap + slot) * hd + j] = ki[j];
+                vc[((long)i * cap + slot) * hd + j] = v[(long)i * hd + j];
+            }
+        }
+        attend(q, kc, vc, heads, kvh, hd, cap, (int)layer[L_LENGTH], scale, scores, qs, o);
+        int wo[1] = {L_O};
+        float *ao[1] = {a};
+        matvecs(layer, wo, 1, o, ao, act, threads);
+        if (layer[L_NORM_ATTN_POST])
+            rms_norm(a, (const float *)layer[L_NORM_ATTN_POST], eps, dim, a);
+        for (int i = 0; i < dim; i++)
+            x[i] += a[i];
+        // MLP
+        rms_norm(x, (const float *)layer[L_NORM_FFN], eps, dim, h);
+        int gu[2] = {L_GATE, L_UP};
+        float *gu_out[2] = {g, u};
+        matvecs(layer, gu, 2, h, gu_out, act, threads);
+        if (act_kind == ACT_SILU)
+            silu_mul(g, u, hidden);
+        else
+            gelu_tanh_mul(g, u, hidden);
+        int wd[1] = {L_DOWN};
+        float *do_[1] = {a};
+        matvecs(layer, wd, 1, g, do_, act, threads);
+        if (layer[L_NORM_FFN_POST])
+            rms_norm(a, (const float *)layer[L_NORM_FFN_POST], eps, dim, a);
+        for (int i = 0; i < dim; i++)
+            x[i] += a[i];
+    }
+    return 0;
+}

@@ -1,0 +1,151 @@
+"""One decoded token through every layer in one call, where the model's device has the `decoder_plan` fused
+primitive (the CPU backend's compiled kernels: cpu_kernels/decode.c): a token of Gemma 3 270M is ~700 small
+tensor ops in Python, ~20 ms natively and ~30 ms in the page, around its ~130 matmuls.
+
+The model describes itself, backend-free: each block's `decode_parts()` (the arrays its norms and projections
+hold, or None for a kind of block the primitive does not compute) and CausalLM gathers them into a spec (see
+ember.backends.cpu_decode for its fields). Anything else (a prompt of several tokens, padding, a batch, gradients,
+biases, ALiBi, partial rotary, float32-activation quantized weights) runs the layers op by op, the composed path
+the fused one is tested against (tests/test_fused_decode.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import ember
+from ember import nn
+from ember.quant import QLinear
+
+# config.json activation names decode.c computes
+ACTS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "silu": "silu",
+        "swish": "silu"}
+F32_EPS = 1.1920928955078125e-07  # F.rms_norm's eps when a norm has none (float32)
+
+
+def linear_weight(m):
+    """(data, GGML type, rows, cols) of a bias-free projection as decode.c takes it, or None: a QLinear multiplying
+    as llama.cpp does (its GGML blocks), or a float32 nn.Linear on the host ((out, in) rows, type 0, or the
+    CPU backend's input-major layout, type -1)."""
+    if getattr(m, "bias", None) is not None:
+        return None
+    if isinstance(m, QLinear):
+        w = m.weight
+        return (w.data, w.ggml_type.id, w.shape[0], w.shape[1]) if w.activations == "q8" else None
+    if type(m) is nn.Linear and m.weight.dtype is ember.float32 and getattr(m.weight.device.backend, "on_host", False):
+        a = m.weight._data
+        out, cols = a.shape
+        if a.flags.c_contiguous:
+            return a, 0, out, cols
+        if a.T.flags.c_contiguous:
+            return a.T, -1, out, cols
+    return None
+
+
+def rms_norm_parts(m):
+    """(weight float32 array, eps) of an nn.RMSNorm with a float32 weight, else None."""
+    if type(m) is not nn.RMSNorm or m.weight is None or m.weight.dtype is not ember.float32 or len(m.normalized_shape) != 1:
+        return None
+    return m.weight._data, float(F32_EPS if m.eps is None else m.eps)
+
+
+def model_spec(model):
+    """The spec of a CausalLM's layers for the decoder_plan primitive, or None."""
+    if model.alibi or model.n_heads % model.n_kv_heads:
+        return None
+    ropes = model.rope if isinstance(model.rope, list) else [model.rope] * model.n_layers
+    if any(r is None or not r._fused_ok for r in ropes):
+        return None
+    kinds = list({id(r): r for r in ropes}.values())
+    layers, eps, act, scale = [], set(), set(), set()
+    for block, rope in zip(model.blocks(), ropes):
+        parts = getattr(block, "decode_parts", lambda: None)()
+        if parts is None:
+            return None
+        eps.update(parts.pop("eps"))
+        act.add(parts.pop("act"))
+        scale.add(parts.pop("scale"))
+        parts["rope"] = next(i for i, r in enumerate(kinds) if r is rope)
+        layers.append(parts)
+    if len(eps) != 1 or len(act) != 1 or len(scale) != 1:
+        return None
+    hidden = {p["gate"][2] for p in layers}
+    if len(hidden) != 1:
+        return None
+    return {"dim": layers[0]["q"][3], "heads": model.n_heads, "kv_heads": model.n_kv_heads,
+            "head_dim": model.head_dim, "hidden": hidden.pop(), "act": act.pop(), "eps": eps.pop(),
+            "scale": scale.pop(), "layers": layers, "ropes": kinds}
+
+
+def attention_parts(attn):
+    """An Attention's projections, q/k norms and scale for decode.c, or None."""
+    if attn.fused or attn.names[3] is None:
+        return None
+    q, k, v, o = (linear_weight(getattr(attn, n)) for n in attn.names)
+    if None in (q, k, v, o):
+        return None
+    parts = {"q": q, "k": k, "v": v, "o": o, "norm_q": None, "norm_k": None, "eps": set(),
+             "scale": float(np.float32(attn.scale if attn.scale is not None else attn.hd ** -0.5))}
+    if attn.qk_norm:
+        nq, nk = rms_norm_parts(attn.q_norm), rms_norm_parts(attn.k_norm)
+        if nq is None or nk is None:
+            return None
+        parts["norm_q"], parts["norm_k"] = nq[0], nk[0]
+        parts["eps"].update((nq[1], nk[1]))
+    return parts
+
+
+def gated_mlp_parts(mlp):
+    """A GatedMLP's gate/up/down and activation for decode.c, or None."""
+    if mlp.fused or mlp.act_name not in ACTS:
+        return None
+    gate, up, down = (linear_weight(getattr(mlp, n)) for n in mlp.names)
+    return None if None in (gate, up, down) else {"gate": gate, "up": up, "down": down, "act": ACTS[mlp.act_name]}
+
+
+def block_parts(attn, mlp, norm_attn, norm_ffn, post_attn=None, post_ffn=None):
+    """A pre-norm block's parts (with post norms: Gemma's sandwich) for decode.c, or None."""
+    a, m = attention_parts(attn), gated_mlp_parts(mlp)
+    norms = [rms_norm_parts(n) if n is not None else (None, None) for n in (norm_attn, norm_ffn, post_attn, post_ffn)]
+    if a is None or m is None or any(n is None for n in norms) or norms[0][0] is None or norms[1][0] is None:
+        return None
+    eps = a.pop("eps") | {e for _, e in norms if e is not None}
+    return {**a, **m, "eps": eps, "norm_attn": norms[0][0], "norm_ffn": norms[1][0],
+            "norm_attn_post": norms[2][0], "norm_ffn_post": norms[3][0]}
+
+
+class FusedDecoder:
+    """A CausalLM's plan (built once per device and set of weights) and the step that runs a token through it."""
+
+    def __init__(self, model):
+        self.model, self._key, self._plan, self._like = model, None, None, None
+
+    def plan(self):
+        """The device's plan for the model's current weights, or None (rebuilt when a weight array changed)."""
+        build = getattr(self.model.device.backend, "decoder_plan", None)
+        if build is None:
+            return None
+        spec = model_spec(self.model)
+        key = None if spec is None else (str(self.model.device), tuple(
+            id(a) for p in spec["layers"] for a in (p[n] for n in ("norm_attn", "norm_ffn", "norm_attn_post",
+                                                                      "norm_ffn_post", "norm_q", "norm_k"))) +
+            tuple(id(p[n][0]) for p in spec["layers"] for n in ("q", "k", "v", "o", "gate", "up", "down")))
+        if key != self._key:
+            self._plan = None if spec is None else build(spec)
+            self._key, self._spec = key, spec
+        return self._plan
+
+    def step(self, plan, x, cache):
+        """x (1, 1, dim) at position cache.pos through every layer; the cache advances."""
+        m = self.model
+        pos = cache.pos
+        rope = np.stack([np.concatenate([np.cos(a), np.sin(a)]) for a in (r.angles(pos) for r in self._spec["ropes"])])
+        if self._like is None:
+            self._like = ember.zeros(1, m.n_kv_heads, 1, m.head_dim)
+        caches = []
+        for i in range(m.n_layers):
+            kbuf, vbuf, slot, length = cache.slot(i, self._like)
+            caches.append((kbuf._data, vbuf._data, slot, length))
+        xv = np.array(x.numpy().reshape(-1), np.float32)
+        plan.step(xv, rope, caches)
+        cache.pos += 1
+        return ember.tensor(xv.reshape(1, 1, -1))
