@@ -109,6 +109,21 @@ class WasmKernels:
         """Bytes of q8_matmul's activation blocks for m rows of k, or -1: no kernel for the type / k."""
         return self._q8_act_bytes(type_id, m, k)
 
+    def q8_known_answer(self) -> bool:
+        """Whether q8_matmul gets a product right that is exact in integers: a Q4_1 row with d = 1, min 0 and
+        levels 0..15 against four rows of integers whose block maximum is 127 (so they quantize to themselves).
+        Relaxed SIMD leaves its byte dot's rounding to the engine but not its integers, and one engine (V8 11)
+        got the integers wrong once a weight register fed several rows."""
+        levels = np.arange(32) % 16
+        block = np.zeros((1, 20), np.uint8)
+        block[0, :2] = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
+        block[0, 4:] = (levels[:16] | levels[16:] << 4).astype(np.uint8)
+        x = np.array([[127 if i == 0 else (i * 37 + 11 * r) % 255 - 127 for i in range(32)] for r in range(4)],
+                     np.float32)
+        want = x.astype(np.int64) @ levels
+        got = self.q8_matmul(x, block, 3, 1)[:, 0]
+        return bool(np.array_equal(got, want.astype(np.float32)))
+
     def qdequant(self, w: np.ndarray, type_id: int, k: int) -> np.ndarray:
         """uint8 GGML rows (r, row_bytes) -> float32 (r, k), the values ember.quant's dequantize gives."""
         w = np.ascontiguousarray(w)
@@ -277,6 +292,9 @@ def load(path: str | os.PathLike | None = None) -> tuple[WasmKernels | None, str
     if _validates(_RELAXED_PROBE) is False:
         return _load(MODULE, "wasm-simd128 (this browser has no relaxed SIMD)")
     kernels, why = _load(RELAXED_MODULE, "wasm-simd128+relaxed")
+    if kernels is not None and not kernels.q8_known_answer():
+        kernels, why = None, "kernel module's byte dot products miscompute on this engine (V8 11, Node 20: a " \
+                             "relaxed dot reused a register it had overwritten)"
     if kernels is not None:
         return kernels, why
     return _load(MODULE, f"wasm-simd128 (relaxed {why.removeprefix('kernel ')})")

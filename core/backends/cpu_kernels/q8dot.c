@@ -44,6 +44,7 @@ static int act_of(int type) {  // the activations' block type for a weight type,
 
 typedef struct {
     xact *q;
+    int8_t *q8;  // the int8 copy of q where the target keeps one (ACT_I8_COPY), else q itself or unused
     float *d, *s;
     int16_t *bsum;  // Q8_K: sums of q per 16 (|sum| <= 2032)
     float *xsum;  // Q8_0 / Q8_1: the sum of q per 32, exact (|sum| <= 32 * 127), for the levels' offset
@@ -56,6 +57,12 @@ static act_t act_at(void *base, int kind, int m, int k) {
     act_t a;
     long nd = kind == ACT_Q8_K ? k / 256 : k / 32;
     a.q = (xact *)p;
+#if defined(ACT_I8_COPY)
+    a.q8 = (int8_t *)(p + align16((long)m * k * (long)sizeof(xact)));
+    p += align16((long)m * k);
+#else
+    a.q8 = (int8_t *)p;
+#endif
     a.d = (float *)(p + align16((long)m * k * (long)sizeof(xact)));
     a.s = (float *)((uint8_t *)a.d + align16((long)m * nd * 4));
     a.bsum = (int16_t *)a.s;
@@ -66,7 +73,12 @@ static act_t act_at(void *base, int kind, int m, int k) {
 static long act_bytes(int kind, int m, int k) {
     long nd = kind == ACT_Q8_K ? k / 256 : k / 32, ns = kind == ACT_Q8_K ? k / 16 : k / 32;
     long nx = kind == ACT_Q8_K ? 0 : k / 32;
-    return align16((long)m * k * (long)sizeof(xact)) + align16((long)m * nd * 4) + align16((long)m * ns * 4) +
+#if defined(ACT_I8_COPY)
+    long copy = align16((long)m * k);
+#else
+    long copy = 0;
+#endif
+    return align16((long)m * k * (long)sizeof(xact)) + copy + align16((long)m * nd * 4) + align16((long)m * ns * 4) +
            align16((long)m * nx * 4);
 }
 
@@ -77,8 +89,8 @@ static inline int nearest_int(float v) {  // ggml's: round half to even through 
     return (i & 0x007FFFFF) - 0x00400000;
 }
 
-static void quantize_q8_0(const float *x, int k, xact *q, float *d, float *s, float *xsum) {  // s: Q8_1's, or 0
-    for (int b = 0; b < k / 32; b++, x += 32, q += 32) {
+static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, float *s, float *xsum) {  // s: Q8_1's, or 0
+    for (int b = 0; b < k / 32; b++, x += 32, q += 32, q8 += 32) {
         float amax = 0.0f;
         for (int i = 0; i < 32; i++) {
             float a = __builtin_fabsf(x[i]);
@@ -89,6 +101,9 @@ static void quantize_q8_0(const float *x, int k, xact *q, float *d, float *s, fl
         for (int i = 0; i < 32; i++) {
             int v = nearest_int(x[i] * id);
             q[i] = (xact)v;
+#if defined(ACT_I8_COPY)
+            q8[i] = (int8_t)v;
+#endif
             sum += v;
         }
         d[b] = f16_round(db);
@@ -98,8 +113,8 @@ static void quantize_q8_0(const float *x, int k, xact *q, float *d, float *s, fl
     }
 }
 
-static void quantize_q8_k(const float *x, int k, xact *q, float *d, int16_t *bsum) {
-    for (int b = 0; b < k / 256; b++, x += 256, q += 256, bsum += 16) {
+static void quantize_q8_k(const float *x, int k, xact *q, int8_t *q8, float *d, int16_t *bsum) {
+    for (int b = 0; b < k / 256; b++, x += 256, q += 256, q8 += 256, bsum += 16) {
         float amax = 0.0f, max = 0.0f;
         for (int i = 0; i < 256; i++) {
             float a = __builtin_fabsf(x[i]);
@@ -108,7 +123,7 @@ static void quantize_q8_k(const float *x, int k, xact *q, float *d, int16_t *bsu
         }
         if (amax == 0.0f) {
             d[b] = 0.0f;
-            for (int i = 0; i < 256; i++) q[i] = 0;
+            for (int i = 0; i < 256; i++) q[i] = 0, q8[i] = 0;
             for (int j = 0; j < 16; j++) bsum[j] = 0;
             continue;
         }
@@ -119,6 +134,9 @@ static void quantize_q8_k(const float *x, int k, xact *q, float *d, int16_t *bsu
                 int v = nearest_int(iscale * x[i]);
                 v = v < 127 ? v : 127;
                 q[i] = (xact)v;
+#if defined(ACT_I8_COPY)
+                q8[i] = (int8_t)v;
+#endif
                 sum += v;
             }
             bsum[j] = (int16_t)sum;
@@ -158,9 +176,10 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }  // 
             for (int r = 0; r < R; r++) {                                                                       \
                 long i = (long)(r0 + r) * nb + b;                                                               \
                 const xact *xq = a.q + (long)(r0 + r) * k + 32 * b;                                             \
+                const int8_t *x8 = a.q8 + (long)(r0 + r) * k + 32 * b;                                          \
                 acc t[8];                                                                                       \
                 for (int l = 0; l < 8; l++)                                                                     \
-                    t[l] = DOT(SIGNED, levels_##T(blk + l * TSIZE), xv_load(xq + 32 * l));                      \
+                    t[l] = DOT(SIGNED, levels_##T(blk + l * TSIZE), xv_load(xq + 32 * l, x8 + 32 * l));                      \
                 f8 is = acc_sum8(t);                                                                            \
                 if (OFF)                                                                                        \
                     is = f8_sub(is, f8_mul(f8_splat((float)OFF), f8_load(a.xsum + i)));                         \
@@ -176,7 +195,7 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }  // 
                 const uint8_t *blk = w + (long)bt * TSIZE;                                                      \
                 long i = row * nb + bt;                                                                         \
                 float d = f16_to_f32(blk) * a.d[i];                                                             \
-                float is = (float)acc_sum(DOT(SIGNED, levels_##T(blk), xv_load(a.q + row * k + 32 * bt)));      \
+                float is = (float)acc_sum(DOT(SIGNED, levels_##T(blk), xv_load(a.q + row * k + 32 * bt, a.q8 + row * k + 32 * bt)));      \
                 if (OFF)                                                                                        \
                     is -= (float)OFF * a.xsum[i];                                                               \
                 p[bt & 7] += MIN ? d * is + f16_to_f32(blk + 2) * a.s[i] : d * is;                              \
@@ -234,11 +253,12 @@ static inline v32 chunk_q6_k(const uint8_t *b, int j) {
             for (int r = 0; r < R; r++) {                                                                       \
                 long row = (long)(r0 + r);                                                                      \
                 const xact *xq = a.q + row * k + 256 * b;                                                       \
+                const int8_t *x8 = a.q8 + row * k + 256 * b;                                                    \
                 const int16_t *bs = a.bsum + row * (k / 16) + 16 * b;                                           \
                 acc t = acc_zero();                                                                             \
                 int32_t im = 0;                                                                                 \
                 for (int j = 0; j < 8; j++) {                                                                   \
-                    t = acc_add(t, acc_dotu_scaled(chunk_##T(blk, j), xv_load(xq + 32 * j), sc[j], sc[j]));    \
+                    t = acc_add(t, acc_dotu_scaled(chunk_##T(blk, j), xv_load(xq + 32 * j, x8 + 32 * j), sc[j], sc[j]));    \
                     im += mn[j] * (bs[2 * j] + bs[2 * j + 1]);                                                  \
                 }                                                                                               \
                 float dx = a.d[row * nb + b];                                                                   \
@@ -266,10 +286,11 @@ static inline __attribute__((always_inline)) void dot_q6_k(int R, int k, const u
         for (int r = 0; r < R; r++) {
             long row = (long)(r0 + r);
             const xact *xq = a.q + row * k + 256 * b;
+            const int8_t *x8 = a.q8 + row * k + 256 * b;
             const int16_t *bs = a.bsum + row * (k / 16) + 16 * b;
             acc t = acc_zero();
             for (int j = 0; j < 8; j++)
-                t = acc_add(t, acc_dotu_scaled(chunk_q6_k(blk, j), xv_load(xq + 32 * j), sc[2 * j], sc[2 * j + 1]));
+                t = acc_add(t, acc_dotu_scaled(chunk_q6_k(blk, j), xv_load(xq + 32 * j, x8 + 32 * j), sc[2 * j], sc[2 * j + 1]));
             sum[r] += (d * a.d[row * nb + b]) * (float)(acc_sum(t) - 32 * acc_sum(acc_dot16(sc, bs)));
         }
     }
@@ -333,10 +354,10 @@ int ember_q8_quantize(int type, int m, int k, const float *x, int ldx, void *act
     for (int r = 0; r < m; r++) {
         const float *xr = x + (long)r * ldx;
         if (kind == ACT_Q8_K)
-            quantize_q8_k(xr, k, a.q + (long)r * k, a.d + (long)r * (k / 256), a.bsum + (long)r * (k / 16));
+            quantize_q8_k(xr, k, a.q + (long)r * k, a.q8 + (long)r * k, a.d + (long)r * (k / 256), a.bsum + (long)r * (k / 16));
         else
-            quantize_q8_0(xr, k, a.q + (long)r * k, a.d + (long)r * (k / 32), kind == ACT_Q8_1 ? a.s + (long)r * (k / 32) : 0,
-                          a.xsum + (long)r * (k / 32));
+            quantize_q8_0(xr, k, a.q + (long)r * k, a.q8 + (long)r * k, a.d + (long)r * (k / 32),
+                          kind == ACT_Q8_1 ? a.s + (long)r * (k / 32) : 0, a.xsum + (long)r * (k / 32));
     }
     return 0;
 }

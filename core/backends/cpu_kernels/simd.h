@@ -7,7 +7,7 @@
 //
 //   v32: 32 int8 lanes (weights' levels).  xact / xv: how the activations are stored and loaded, 32 at a time:
 //   int8 (x86's byte multiply-add takes them as they are), int16 in wasm (widened once when quantized, not at each
-//   of the n rows they meet).  acc: int32 partial sums of a chunk's products, kept as two halves (elements 0-15 and
+//   of the n rows they meet; the relaxed-SIMD build keeps an int8 copy too, ACT_I8_COPY).  acc: int32 partial sums of a chunk's products, kept as two halves (elements 0-15 and
 //   16-31) because Q6_K scales each 16 on its own.  f8: 8 float lanes, for 8 blocks' float steps at once (each
 //   lane's IEEE operations are the scalar ones, so the lanes' values do not depend on the target).
 #pragma once
@@ -94,7 +94,7 @@ static inline v32 v32_nibbles(const uint8_t *p) {  // 16 bytes -> their low nibb
     for (int i = 0; i < 16; i++) v.b[i] = (int8_t)(p[i] & 0xF), v.b[16 + i] = (int8_t)(p[i] >> 4);
     return v;
 }
-static inline xv xv_load(const xact *p) { return v32_load(p); }
+static inline xv xv_load(const xact *p, const int8_t *p8) { (void)p8; return v32_load(p); }
 static inline acc acc_zero(void) { acc a = {{0, 0}}; return a; }
 static inline acc acc_dot(v32 w, xv x) {  // w: any int8; x: int8 in [-127, 127] (the activations)
     acc a = {{0, 0}};
@@ -153,14 +153,28 @@ static inline v32 v32_fifth(const uint8_t *qh) {  // byte i: 0x10 where bit i of
 typedef struct { v128_t lo, hi; } v32;
 typedef struct { v128_t lo, hi; } acc;
 typedef int16_t xact;
+#if defined(__wasm_relaxed_simd__)
+// relaxed SIMD's dot of bytes by 7-bit values (16 multiply-adds an instruction) takes the unsigned levels (<= 63)
+// as they are against x as bytes (exact on every engine: no level has its top bit); Q8_0's signed levels keep
+// the int16 dot. So x is stored twice: int16 and int8 (ACT_I8_COPY)
+#define ACT_I8_COPY 1
+typedef struct { v128_t a, b, c, d, lo8, hi8; } xv;
+#else
 typedef struct { v128_t a, b, c, d; } xv;  // 32 int16
+#endif
 
 static inline v32 v32_load(const void *p) {
     v32 v = {wasm_v128_load(p), wasm_v128_load((const uint8_t *)p + 16)};
     return v;
 }
-static inline xv xv_load(const xact *p) {
+static inline xv xv_load(const xact *p, const int8_t *p8) {  // (a load the dot does not use is dropped)
+#if defined(ACT_I8_COPY)
+    xv v = {wasm_v128_load(p), wasm_v128_load(p + 8), wasm_v128_load(p + 16), wasm_v128_load(p + 24),
+            wasm_v128_load(p8), wasm_v128_load(p8 + 16)};
+#else
+    (void)p8;
     xv v = {wasm_v128_load(p), wasm_v128_load(p + 8), wasm_v128_load(p + 16), wasm_v128_load(p + 24)};
+#endif
     return v;
 }
 static inline v32 v32_load2(const void *lo, const void *hi) { v32 v = {wasm_v128_load(lo), wasm_v128_load(hi)}; return v; }
@@ -192,10 +206,18 @@ static inline v128_t dot16u(v128_t w, v128_t x0, v128_t x1) {
     return wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_u16x8_extend_low_u8x16(w), x0),
                           wasm_i32x4_dot_i16x8(wasm_u16x8_extend_high_u8x16(w), x1));
 }
+#if defined(ACT_I8_COPY)
+static inline acc acc_dotu(v32 w, xv x) {
+    v128_t z = wasm_i32x4_splat(0);
+    acc a = {wasm_i32x4_relaxed_dot_i8x16_i7x16_add(x.lo8, w.lo, z), wasm_i32x4_relaxed_dot_i8x16_i7x16_add(x.hi8, w.hi, z)};
+    return a;
+}
+#else
 static inline acc acc_dotu(v32 w, xv x) { acc a = {dot16u(w.lo, x.a, x.b), dot16u(w.hi, x.c, x.d)}; return a; }
+#endif
 static inline acc acc_dotu_scaled(v32 w, xv x, int s0, int s1) {
-    acc c = {wasm_i32x4_mul(dot16u(w.lo, x.a, x.b), wasm_i32x4_splat(s0)),
-             wasm_i32x4_mul(dot16u(w.hi, x.c, x.d), wasm_i32x4_splat(s1))};
+    acc d = acc_dotu(w, x);
+    acc c = {wasm_i32x4_mul(d.lo, wasm_i32x4_splat(s0)), wasm_i32x4_mul(d.hi, wasm_i32x4_splat(s1))};
     return c;
 }
 static inline acc acc_dot16(const int8_t *s, const int16_t *b) {
@@ -272,7 +294,7 @@ static inline v32 v32_nibbles(const uint8_t *p) {
     __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
     return _mm256_and_si256(_mm256_blend_epi32(q, _mm256_srli_epi16(q, 4), 0xF0), _mm256_set1_epi8(0xF));
 }
-static inline xv xv_load(const xact *p) { return v32_load(p); }
+static inline xv xv_load(const xact *p, const int8_t *p8) { (void)p8; return v32_load(p); }
 static inline acc acc_zero(void) { return _mm256_setzero_si256(); }
 // |w| (unsigned, 128 for -128) times x with w's sign, pairs summed in 16 bits (<= 2 * 128 * 127, no saturation
 // for x in [-127, 127]), then pairs of those in 32 bits
@@ -367,7 +389,7 @@ static inline v32 v32_nibbles(const uint8_t *p) {
     v32 v = {_mm_and_si128(q, m), _mm_and_si128(_mm_srli_epi16(q, 4), m)};
     return v;
 }
-static inline xv xv_load(const xact *p) { return v32_load(p); }
+static inline xv xv_load(const xact *p, const int8_t *p8) { (void)p8; return v32_load(p); }
 static inline acc acc_zero(void) { acc a = {_mm_setzero_si128(), _mm_setzero_si128()}; return a; }
 static inline __m128i dot16(__m128i w, __m128i x) {  // as the AVX2 acc_dot, 16 bytes
     return _mm_madd_epi16(_mm_maddubs_epi16(_mm_sign_epi8(w, w), _mm_sign_epi8(x, w)), _mm_set1_epi16(1));
