@@ -8,7 +8,7 @@ in place, the rotary tables of its position, and where each layer's cache row go
 no plan and the model runs its layers op by op (the composed path, which decode.c follows step for step).
 
 spec = {"dim", "heads", "kv_heads", "head_dim", "hidden": ints, "act": "gelu_tanh" | "silu", "eps", "scale":
-floats, "layers": [{"norm_attn", "norm_attn_post", "norm_ffn", "norm_ffn_post", "norm_q", "norm_k": float32 (n,)
+floats, "norm_final": the final RMSNorm's float32 (dim,) or absent, "layers": [{"norm_attn", "norm_attn_post", "norm_ffn", "norm_ffn_post", "norm_q", "norm_k": float32 (n,)
 or None, "q", "k", "v", "o", "gate", "up", "down": (data, type, rows, cols), "rope": int}]}, a weight's type a
 GGML id of a q8dot.c type (data: its uint8 blocks (rows, row_bytes)), 0 (float32 (rows, cols)) or -1 (float32
 stored input-major: data is (cols, rows)).
@@ -19,7 +19,7 @@ import numpy as np
 
 from . import cpu_matmul
 
-_H = ("layers", "dim", "heads", "kv_heads", "head_dim", "hidden", "act", "threads")
+_H = ("layers", "dim", "heads", "kv_heads", "head_dim", "hidden", "act", "threads", "final_norm")
 _W = 5  # data, type, rows, cols, row bytes
 _NORMS = ("norm_attn", "norm_attn_post", "norm_ffn", "norm_ffn_post", "norm_q", "norm_k")
 _WEIGHTS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -48,10 +48,13 @@ class DecodePlan:
         self._kern, self.spec = kern, spec
         layers = spec["layers"]
         self.n_layers, self.dim = len(layers), int(spec["dim"])
+        self.final_norm = spec.get("norm_final") is not None
         self._keep = []
         plan = np.zeros(len(_H) + L_FIELDS * len(layers), np.intp)
+        final = spec.get("norm_final")
         plan[:len(_H)] = [len(layers), spec["dim"], spec["heads"], spec["kv_heads"], spec["head_dim"], spec["hidden"],
-                          ACTS[spec["act"]], getattr(kern, "threads", 1)]
+                          ACTS[spec["act"]], getattr(kern, "threads", 1),
+                          0 if final is None else _addr(self._hold(np.ascontiguousarray(final, np.float32)))]
         self._layers = plan[len(_H):].reshape(len(layers), L_FIELDS)
         for row, layer in zip(self._layers, layers):
             for i, name in enumerate(_NORMS):

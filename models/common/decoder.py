@@ -43,12 +43,12 @@ class DecoderBlock(nn.Module):
             setattr(self, names[3], norm2)
         self.two_norms = norm2 is not None
 
-    def decode_parts(self):
+    def decode_parts(self, sources):
         """The arrays of a sequential block with a gated MLP for the fused decode step (fused_decode.py), or None."""
         attn, mlp, n1 = (getattr(self, n) for n in self.names[:3])
         if self.parallel or not self.two_norms or not isinstance(mlp, GatedMLP):
             return None
-        return block_parts(attn, mlp, n1, getattr(self, self.names[3]))
+        return block_parts(sources, attn, mlp, n1, getattr(self, self.names[3]))
 
     def forward(self, x, rope, mask, cache, layer):
         attn, mlp, n1 = (getattr(self, n) for n in self.names[:3])
@@ -161,9 +161,8 @@ class CausalLM(nn.Module):
             plan = fused.plan()
             if plan is not None:  # one kernel call through every layer (the device's decoder_plan primitive)
                 x = fused.step(plan, self.embed(tokens, positions), cache)
-                if head is not None:
-                    return head(self.final_norm(x))
-                return LMOutput.of(self.head(self.final_norm(x)), past_key_values=cache)
+                x = x if plan.final_norm else self.final_norm(x)
+                return head(x) if head is not None else LMOutput.of(self.head(x), past_key_values=cache)
         ropes = self.rope if isinstance(self.rope, list) else [self.rope] * self.n_layers  # per layer (Gemma 3: 2 kinds)
         # once per distinct rope (a comprehension over the layers would build, and upload, one per layer)
         steps = {id(r): r.at(positions, dtype, device) for r in {id(r): r for r in ropes if r is not None}.values()}

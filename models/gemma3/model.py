@@ -89,8 +89,8 @@ class SandwichBlock(nn.Module):
         self.input_layernorm, self.post_attention_layernorm = n1, n2
         self.pre_feedforward_layernorm, self.post_feedforward_layernorm = n3, n4
 
-    def decode_parts(self):  # for the fused decode step (models/common/fused_decode.py)
-        return block_parts(self.self_attn, self.mlp, self.input_layernorm, self.pre_feedforward_layernorm,
+    def decode_parts(self, sources):  # for the fused decode step (models/common/fused_decode.py)
+        return block_parts(sources, self.self_attn, self.mlp, self.input_layernorm, self.pre_feedforward_layernorm,
                            self.post_attention_layernorm, self.post_feedforward_layernorm)
 
     def forward(self, x, rope, mask, cache, layer):

@@ -29,7 +29,9 @@ int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *ac
 
 // ---------------------------------------------------------------------------------------------- the plan
 // intptr_t fields, filled by the caller (core/backends/cpu_decode.py): a header, then one record per layer.
-enum { H_LAYERS, H_DIM, H_HEADS, H_KV_HEADS, H_HEAD_DIM, H_HIDDEN, H_ACT, H_THREADS, H_FIELDS };
+enum { H_LAYERS, H_DIM, H_HEADS, H_KV_HEADS, H_HEAD_DIM, H_HIDDEN, H_ACT, H_THREADS,
+       H_FINAL_NORM,  // float32 (dim,) of the model's final RMSNorm, applied after the last layer, or 0
+       H_FIELDS };
 enum { ACT_GELU_TANH, ACT_SILU };
 // a weight (rows = outputs, columns = inputs): data, its GGML type (0: float32 (rows, columns); -1: float32 stored
 // input-major, (columns, rows), the CPU backend's layout for a float nn.Linear), rows, columns, bytes a row
@@ -246,7 +248,7 @@ long ember_decode_scratch_bytes(const intptr_t *plan, int max_length) {
     return floats * 4 + max_act_bytes(plan) + 64;
 }
 
-// x (dim) through every layer of the plan, in place. rope: the (cos, sin) tables of the token's position,
+// x (dim) through every layer of the plan (and the final norm where the plan has one), in place. rope: the (cos, sin) tables of the token's position,
 // head_dim / 2 floats each, one pair per rope kind (a layer's L_ROPE picks its pair). Returns 0, or -1 for a
 // plan this build cannot run (a weight type without a kernel, dims that are not whole blocks or lanes of 8).
 EMBER_EXPORT(ember_decode)
@@ -319,5 +321,7 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         for (int i = 0; i < dim; i++)
             x[i] += a[i];
     }
+    if (plan[H_FINAL_NORM])
+        rms_norm(x, (const float *)plan[H_FINAL_NORM], eps, dim, x);
     return 0;
 }
