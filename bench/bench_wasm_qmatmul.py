@@ -1,4 +1,4 @@
-"""Quantized matvec GMAC/s in Pyodide under Node: wasm/kernels/quant.c's ember_qmatmul at decode shapes (one row,
+"""Quantized matvec GMAC/s in Pyodide under Node: core/backends/cpu_kernels/quant.c's ember_qmatmul at decode shapes (one row,
 and a group of 4) for the block types of Gemma 3 270M's Q4_K_M GGUF, this checkout's module against a baseline
 module (by default the one committed on `main`) loaded side by side, interleaved rounds, best of each.
 

@@ -12,7 +12,7 @@ Conventions
 - Elementwise ops broadcast with numpy rules; `b` of `binary` may be a Python scalar.
 - Movement ops may return views; results are never written to in place by the tensor layer.
 
-Families (29 primitives; 42 with the 12 optional fused ones and custom_kernel; to_numpy_async is to_numpy's awaitable form):
+Families (29 primitives; 43 with the 13 optional fused ones and custom_kernel; to_numpy_async is to_numpy's awaitable form):
   transfer     from_numpy, to_numpy (+ to_numpy_async, default: to_numpy), full, arange
   elementwise  unary(op), binary(op), where, cast
   reduce       reduce(op), arg_reduce(op), cumsum, argsort
@@ -185,6 +185,9 @@ class Backend:
     #                      tensor layer rebinds dst to the result; composed: x[slices] = src (a scatter into a copy)
     rope = None          # (x, cos, sin) -> rotate-half rotary embedding of x (B, T, H, D) in x's dtype,
     #                      cos/sin (T, D / 2) float32: [x1 c - x2 s, x2 c + x1 s] with x1, x2 the halves of D
+    decoder_plan = None  # (spec) -> a plan whose step(x, rope, caches) runs one decoded token through a decoder's
+    #                      layers in place, or None where it does not take the spec (models/common/fused_decode.py
+    #                      builds the spec, the CPU backend's cpu_decode.py documents it); composed: the layers op by op
     custom_kernel = None  # (kernel, inputs, out_shape, out_dtype, attrs) -> a fresh array: run an ember.custom_op's
     #                      kernel descriptor (ember.WGSL on webgpu, ember.CUDA on cuda; its params(*inputs, **attrs)
     #                      and grid(...) are called with the inputs' arrays) over inputs (arrays or None); None =

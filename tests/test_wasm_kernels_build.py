@@ -1,4 +1,4 @@
-"""The committed wasm kernel modules (plain and relaxed SIMD) are what clang-19 builds from wasm/kernels/*.c,
+"""The committed wasm kernel modules (plain and relaxed SIMD) are what clang-19 builds from core/backends/cpu_kernels/*.c,
 and valid side modules."""
 import pytest
 

@@ -1,4 +1,4 @@
-"""The WebAssembly quantized-matmul kernels (wasm/kernels/quant.c) in Pyodide under Node, against ember's own
+"""The WebAssembly quantized-matmul kernels (core/backends/cpu_kernels/quant.c) in Pyodide under Node, against ember's own
 numpy dequantize (ember.quant) computed in the same Pyodide run: dequantization bit for bit (also on random
 bytes: every scale bit pattern, subnormal, inf and NaN halves), x @ W.T within float32 summation error on odd
 shapes, for every block type the kernels cover, and the dispatch from ember.quant.qmatmul / QTensor.matmul_t

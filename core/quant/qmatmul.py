@@ -17,7 +17,7 @@ from . import ggml_types as T
 from ..backends.cpu_matmul import NO_BLAS, mm, wasm_kernels
 from .codec import check_raw, dequantize_rows
 
-# Under Pyodide the wasm kernels (wasm/kernels/quant.c) decode the blocks in registers: up to FUSED_ROWS rows of
+# Under Pyodide the wasm kernels (core/backends/cpu_kernels/quant.c) decode the blocks in registers: up to FUSED_ROWS rows of
 # x multiply the blocks directly (decode, short prefills); more rows dequantize slabs there and go through the
 # wasm GEMM, whose 4 x 8 register tiles then beat re-decoding every block once per 4 rows.
 FUSED_ROWS = 8

@@ -117,7 +117,7 @@ class QTensor:
     def argmax_matmul_t(self, x) -> int:
         """int(np.argmax(self.matmul_t(x))) for one row x (in,) or (1, ..., in): greedy decoding's pick from a
         tied output. Under Pyodide a Q8_0 weight is bounded row by row in integers and only the rows that can
-        win are computed (wasm/kernels/quant.c ember_q8_0_argmax): the same index, a third of the work.
+        win are computed (core/backends/cpu_kernels/quant.c ember_q8_0_argmax): the same index, a third of the work.
         Elsewhere, every row is computed."""
         bounded = self._bounded_row(x)
         if bounded is not None:
