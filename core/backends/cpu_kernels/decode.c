@@ -234,7 +234,8 @@ static long max_act_bytes(const intptr_t *plan) {
     const intptr_t *layer = plan + H_FIELDS;
     for (long l = 0; l < plan[H_LAYERS]; l++, layer += L_FIELDS)
         for (int w = L_Q; w <= L_DOWN; w += W_FIELDS) {
-            long b = layer[w + W_TYPE] <= F32_TYPE ? 0 : ember_q8_act_bytes((int)layer[w + W_TYPE], 1, (int)layer[w + W_COLS]);
+            int type = (int)layer[w + W_TYPE];
+            long b = type <= F32_TYPE ? 0 : ember_q8_act_bytes(type, 1, (int)layer[w + W_COLS]);
             most = b > most ? b : most;
         }
     return most;
@@ -248,9 +249,10 @@ long ember_decode_scratch_bytes(const intptr_t *plan, int max_length) {
     return floats * 4 + max_act_bytes(plan) + 64;
 }
 
-// x (dim) through every layer of the plan (and the final norm where the plan has one), in place. rope: the (cos, sin) tables of the token's position,
-// head_dim / 2 floats each, one pair per rope kind (a layer's L_ROPE picks its pair). Returns 0, or -1 for a
-// plan this build cannot run (a weight type without a kernel, dims that are not whole blocks or lanes of 8).
+// x (dim) through every layer of the plan (and the final norm where the plan has one), in place. rope: the
+// (cos, sin) tables of the token's position, head_dim / 2 floats each, one pair per rope kind (a layer's L_ROPE
+// picks its pair). Returns 0, or -1 for a plan this build cannot run (a weight type without a kernel, dims that
+// are not whole blocks or lanes of 8).
 EMBER_EXPORT(ember_decode)
 int ember_decode(const intptr_t *plan, const float *fparams, float *x, const float *rope_tables, void *scratch) {
     int dim = (int)plan[H_DIM], heads = (int)plan[H_HEADS], kvh = (int)plan[H_KV_HEADS], hd = (int)plan[H_HEAD_DIM];

@@ -39,8 +39,9 @@ static int act_of(int type) {  // the activations' block type for a weight type,
 }
 
 // ---------------------------------------------------------------------------------------------- activations
-// act: m rows of  q (k xact: int8, int16 in wasm) | d (one float per block) | s (Q8_1: a float per 32) or bsums (Q8_K: an int32 per 16),
-// each part a whole number of 16 bytes
+// act: m rows of  q (k xact: int8, int16 in wasm) | [its int8 copy: ACT_I8_COPY] | d (one float per block) |
+// s (Q8_1: a float per 32) or bsums (Q8_K: an int16 per 16) | xsum (Q8_0 / Q8_1: a float per 32), each part a whole
+// number of 16 bytes
 
 typedef struct {
     xact *q;
@@ -147,7 +148,7 @@ static void quantize_q8_k(const float *x, int k, xact *q, int8_t *q8, float *d, 
 
 // ---------------------------------------------------------------------------------------------- dot products
 // dot_T(R, k, w, a, r0, out): out[r] = (row w of W) . (activation row r0 + r), R (1..4) rows of x per decoded
-// weight chunk. The levels of one chunk of 32 (element order) are a v32; sc/mn: a K block's 6-bit scales.
+// weight chunk. The levels of one chunk of 32 (element order) are a v32.
 
 // The 32-element types' levels. All but Q8_0's are unsigned (0..31) as stored, multiplied as they are (x86's
 // byte multiply-add takes an unsigned operand, wasm's relaxed dot a 7-bit one); a type whose levels are stored
@@ -179,7 +180,7 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }  // 
                 const int8_t *x8 = a.q8 + (long)(r0 + r) * k + 32 * b;                                          \
                 acc t[8];                                                                                       \
                 for (int l = 0; l < 8; l++)                                                                     \
-                    t[l] = DOT(SIGNED, levels_##T(blk + l * TSIZE), xv_load(xq + 32 * l, x8 + 32 * l));                      \
+                    t[l] = DOT(SIGNED, levels_##T(blk + l * TSIZE), xv_load(xq + 32 * l, x8 + 32 * l));         \
                 f8 is = acc_sum8(t);                                                                            \
                 if (OFF)                                                                                        \
                     is = f8_sub(is, f8_mul(f8_splat((float)OFF), f8_load(a.xsum + i)));                         \
@@ -195,7 +196,8 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }  // 
                 const uint8_t *blk = w + (long)bt * TSIZE;                                                      \
                 long i = row * nb + bt;                                                                         \
                 float d = f16_to_f32(blk) * a.d[i];                                                             \
-                float is = (float)acc_sum(DOT(SIGNED, levels_##T(blk), xv_load(a.q + row * k + 32 * bt, a.q8 + row * k + 32 * bt)));      \
+                xv x = xv_load(a.q + row * k + 32 * bt, a.q8 + row * k + 32 * bt);                              \
+                float is = (float)acc_sum(DOT(SIGNED, levels_##T(blk), x));                                     \
                 if (OFF)                                                                                        \
                     is -= (float)OFF * a.xsum[i];                                                               \
                 p[bt & 7] += MIN ? d * is + f16_to_f32(blk + 2) * a.s[i] : d * is;                              \
@@ -290,7 +292,8 @@ static inline __attribute__((always_inline)) void dot_q6_k(int R, int k, const u
             const int16_t *bs = a.bsum + row * (k / 16) + 16 * b;
             acc t = acc_zero();
             for (int j = 0; j < 8; j++)
-                t = acc_add(t, acc_dotu_scaled(chunk_q6_k(blk, j), xv_load(xq + 32 * j, x8 + 32 * j), sc[2 * j], sc[2 * j + 1]));
+                t = acc_add(t, acc_dotu_scaled(chunk_q6_k(blk, j), xv_load(xq + 32 * j, x8 + 32 * j), sc[2 * j],
+                                               sc[2 * j + 1]));
             sum[r] += (d * a.d[row * nb + b]) * (float)(acc_sum(t) - 32 * acc_sum(acc_dot16(sc, bs)));
         }
     }
@@ -354,7 +357,8 @@ int ember_q8_quantize(int type, int m, int k, const float *x, int ldx, void *act
     for (int r = 0; r < m; r++) {
         const float *xr = x + (long)r * ldx;
         if (kind == ACT_Q8_K)
-            quantize_q8_k(xr, k, a.q + (long)r * k, a.q8 + (long)r * k, a.d + (long)r * (k / 256), a.bsum + (long)r * (k / 16));
+            quantize_q8_k(xr, k, a.q + (long)r * k, a.q8 + (long)r * k, a.d + (long)r * (k / 256),
+                          a.bsum + (long)r * (k / 16));
         else
             quantize_q8_0(xr, k, a.q + (long)r * k, a.q8 + (long)r * k, a.d + (long)r * (k / 32),
                           kind == ACT_Q8_1 ? a.s + (long)r * (k / 32) : 0, a.xsum + (long)r * (k / 32));

@@ -7,8 +7,9 @@
 //
 //   v32: 32 int8 lanes (weights' levels).  xact / xv: how the activations are stored and loaded, 32 at a time:
 //   int8 (x86's byte multiply-add takes them as they are), int16 in wasm (widened once when quantized, not at each
-//   of the n rows they meet; the relaxed-SIMD build keeps an int8 copy too, ACT_I8_COPY).  acc: int32 partial sums of a chunk's products, kept as two halves (elements 0-15 and
-//   16-31) because Q6_K scales each 16 on its own.  f8: 8 float lanes, for 8 blocks' float steps at once (each
+//   of the n rows they meet; the relaxed-SIMD build keeps an int8 copy too, ACT_I8_COPY).
+//   acc: int32 partial sums of a chunk's products, kept as two halves (elements 0-15 and 16-31) because Q6_K
+//   scales each 16 on its own.  f8: 8 float lanes, for 8 blocks' float steps at once (each
 //   lane's IEEE operations are the scalar ones, so the lanes' values do not depend on the target).
 #pragma once
 #include <stdint.h>
