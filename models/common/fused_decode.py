@@ -140,7 +140,15 @@ class FusedDecoder:
     """A CausalLM's plan (built once per device and set of weights) and the step that runs a token through it."""
 
     def __init__(self, model):
-        self.model, self._plan, self._sources, self._like = model, None, None, None
+        self.model, self._plan, self._sources, self._like, self._spec = model, None, None, None, None
+
+    # a copied or unpickled model gets a fresh decoder: a plan holds the addresses of the arrays it was built from,
+    # which a copy does not own (and may outlive)
+    def __getstate__(self):
+        return {"model": self.model}
+
+    def __setstate__(self, state):
+        self.__init__(state["model"])
 
     def plan(self):
         """The device's plan for the model's current weights, or None: built at the first step, again when a
