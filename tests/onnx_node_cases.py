@@ -16,10 +16,12 @@ EXPECTED_FAILURES = Path(__file__).with_name("onnx_node_expected_failures.txt")
 
 
 def cases_dir() -> Path:
-    """Generate the cases once per onnx version into the cache; returns DIR/node."""
+    """Generate the cases once per onnx and ml_dtypes version (onnx computes the expected outputs of the 4-bit and
+    float8 casts with ml_dtypes) into the cache; returns DIR/node."""
+    import ml_dtypes
     import onnx
     from ember.hub import cache_dir
-    root = cache_dir("onnx-node-tests", onnx.__version__)
+    root = cache_dir("onnx-node-tests", f"{onnx.__version__}-ml_dtypes-{ml_dtypes.__version__}")
     done = root / "COMPLETE"
     if not done.exists():
         from onnx.backend.test import cmd_tools

@@ -117,8 +117,17 @@ def test_sliding_cache_is_a_ring_written_in_place(device):
     assert cache.kept(0) == 2 and cache.kept(1) == 12
     (want, _), (got, _) = step([12, 13])                       # several tokens again: the ring, then themselves
     assert want == got == [9, 10, 11, 12, 13]
-    fresh = KVCache(1, 1, 4, 32, windows=[3])
-    assert fresh.key_positions(0, 1).tolist() == [0, -1, -1]   # unwritten slots: -1 (masked)
+    fresh = KVCache(1, 1, 4, 32, windows=[3])                   # one token at a time into a ring not yet full:
+    for p in range(4):                                          # the written slots only, then the whole ring
+        k = ember.tensor(np.full((1, 1, 1, 4), p, np.float32), device=device)
+        want = fresh.key_positions(0, 1).tolist()
+        got = fresh.update(0, k, k)[0].numpy()[0, 0, :, 0].tolist()
+        fresh.pos += 1
+        assert want == got == [[0], [0, 1], [0, 1, 2], [3, 1, 2]][p]
+    several = KVCache(1, 1, 4, 32, windows=[3])
+    several.update(0, *(ember.tensor(np.zeros((1, 1, 1, 4), np.float32), device=device),) * 2)
+    several.pos = 1
+    assert several.key_positions(0, 2).tolist() == [0, -1, -1, 1, 2]   # (a prompt after one token) unwritten: -1
 
 
 def test_stop_strings_end_the_stream():
