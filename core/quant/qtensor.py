@@ -116,9 +116,10 @@ class QTensor:
 
     def argmax_matmul_t(self, x) -> int:
         """int(np.argmax(self.matmul_t(x))) for one row x (in,) or (1, ..., in): greedy decoding's pick from a
-        tied output. Under Pyodide a Q8_0 weight is bounded row by row in integers and only the rows that can
-        win are computed (core/backends/cpu_kernels/quant.c ember_q8_0_argmax): the same index, a third of the work.
-        Elsewhere, every row is computed."""
+        tied output. Under Pyodide a Q8_0 weight with float32 activations is bounded row by row in integers and
+        only the rows that can win are computed (cpu_kernels/quant.c ember_q8_0_argmax): the same index, a third
+        of the work. Elsewhere, and with 8-bit activations (whose full product costs what the bound pass does),
+        every row is computed."""
         bounded = self._bounded_row(x)
         if bounded is not None:
             kernels, row = bounded
@@ -148,8 +149,8 @@ class QTensor:
         """(the wasm kernels, x as one float32 row) where the bounded Q8_0 output kernels apply (Pyodide, a 2-d
         Q8_0 weight, one row of x on the host), with the weight's per-row bounds made at the first use; else None."""
         n_in = self.shape[-1]
-        if not (NO_BLAS and self.activations == "float32" and len(self.shape) == 2 and self.ggml_type.name == "Q8_0" and int(np.prod(x.shape)) == n_in
-                and (isinstance(x, np.ndarray) or str(x.device) == "cpu")):
+        if not (NO_BLAS and self.activations == "float32" and len(self.shape) == 2 and self.ggml_type.name == "Q8_0"
+                and int(np.prod(x.shape)) == n_in and (isinstance(x, np.ndarray) or str(x.device) == "cpu")):
             return None
         from ..backends.cpu_matmul import wasm_kernels
         kernels = wasm_kernels()

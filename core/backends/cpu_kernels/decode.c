@@ -24,6 +24,7 @@ int ember_q8_dot_parallel(int type, int m, int n, int k, const uint8_t *w, long 
                           int ldy, int threads);
 #endif
 long ember_q8_act_bytes(int type, int m, int k);
+int ember_q8_act_kind(int type);
 int ember_q8_quantize(int type, int m, int k, const float *x, int ldx, void *act);
 int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *act, float *y, int ldy);
 
@@ -123,8 +124,8 @@ static void silu_mul(float *g, const float *u, int n) {  // g = g / (1 + exp(-g)
 
 // ---------------------------------------------------------------------------------------------- matmuls
 
-// y (rows) = W x for one weight (W_FIELDS at w); act: x quantized for W's type when *quantized says so (a
-// matmul after another of the same activation kind and input reuses it)
+// y (rows) = W x for one weight (W_FIELDS at w); act: x quantized for W's type when *quantized says so, else
+// quantized here (and *quantized set)
 static void matvec(const intptr_t *w, const float *x, float *y, void *act, int *quantized, int threads) {
     int type = (int)w[W_TYPE], rows = (int)w[W_ROWS], cols = (int)w[W_COLS];
     const uint8_t *data = (const uint8_t *)w[W_DATA];
@@ -160,28 +161,16 @@ static void matvec(const intptr_t *w, const float *x, float *y, void *act, int *
     ember_q8_dot(type, 1, rows, cols, data, act, y, rows);
 }
 
-// the activation kind a weight type quantizes x to (q8dot.c's act_of), so q, k and v (gate and up) of kinds
-// alike share one quantization of their input; -1 for float32 rows
-static int kind_of(int type) {
-    switch (type) {
-    case 2: case 6: case 8: return 0;   // Q4_0, Q5_0, Q8_0: Q8_0
-    case 3: case 7: return 1;           // Q4_1, Q5_1: Q8_1
-    case 12: case 13: case 14: return 2;  // Q4_K, Q5_K, Q6_K: Q8_K
-    default: return -1;
-    }
-}
-
+// q, k and v (gate and up) whose types quantize x alike share one quantization of their input (q8dot.c's kinds;
+// -1 for float32 rows)
 static void matvecs(const intptr_t *layer, const int *which, int n, const float *x, float **ys, void *act, int threads) {
-    int quantized[3] = {0, 0, 0};  // per activation kind: x already quantized into act (one kind at a time)
-    int last = -2;
+    int held = -1;  // the activation kind act holds x quantized for (one at a time), -1: none yet
     for (int i = 0; i < n; i++) {
         const intptr_t *w = layer + which[i];
-        int kind = kind_of((int)w[W_TYPE]);
-        if (kind != last)
-            quantized[0] = quantized[1] = quantized[2] = 0;  // act holds one kind: another overwrote it
-        int dummy = 0;
-        matvec(w, x, ys[i], act, kind < 0 ? &dummy : &quantized[kind], threads);
-        last = kind;
+        int kind = w[W_TYPE] > F32_TYPE ? ember_q8_act_kind((int)w[W_TYPE]) : -1;
+        int quantized = kind >= 0 && kind == held;
+        matvec(w, x, ys[i], act, &quantized, threads);
+        held = kind >= 0 ? kind : held;
     }
 }
 

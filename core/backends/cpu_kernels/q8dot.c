@@ -333,6 +333,10 @@ DEFINE_ROWS(q6_k, 210, 256)
 
 static int block_of(int type) { return act_of(type) == ACT_Q8_K ? 256 : 32; }
 
+// the activation block type W of `type` quantizes x to (0: Q8_0, 1: Q8_1, 2: Q8_K), -1 for a type without a kernel
+EMBER_EXPORT(ember_q8_act_kind)
+int ember_q8_act_kind(int type) { return act_of(type); }
+
 // bytes of the activations buffer for m rows of k (the caller's scratch), or -1: no kernel for the type / k
 // not whole blocks
 EMBER_EXPORT(ember_q8_act_bytes)
