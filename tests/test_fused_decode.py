@@ -99,9 +99,26 @@ def _gap(a, b):
     return float((np.abs(a - b).max(1) / (b.max(1) - b.min(1))).max())
 
 
-@pytest.mark.parametrize("kind", ["gemma3", "llama"])
+def _llama_fused(layers=3):
+    """models/llama's Llama: q, k, v stacked in one projection and gate, up in another (rows the plan splits),
+    float32 weights stored input-major above 16k elements (the CPU backend's layout)."""
+    from ember.models.llama.config import LlamaConfig
+    from ember.models.llama.model import Llama
+    model = Llama(LlamaConfig(vocab_size=97, dim=128, hidden_dim=384, n_layers=layers, n_heads=4, n_kv_heads=2,
+                              max_seq_len=64))
+    rng = np.random.default_rng(7)
+    for name, p in model.named_parameters():
+        p._data[...] = (1.0 + 0.3 * rng.standard_normal(p.shape) if "norm" in name else
+                        rng.standard_normal(p.shape) / np.sqrt(p.shape[-1])).astype(np.float32)
+    for m in model.modules():
+        if type(m) is ember.nn.Linear:
+            ember.nn.relayout_linear_weight(m.weight)
+    return model.eval().requires_grad_(False)
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "llama", "llama-stacked"])
 def test_fused_float32_equals_composed(kind):
-    model = random_gemma(GEMMA, 0) if kind == "gemma3" else _llama()
+    model = {"gemma3": lambda: random_gemma(GEMMA, 0), "llama": _llama, "llama-stacked": _llama_fused}[kind]()
     for ids in ([5], [7, 1, 30, 2, 9, 44]):  # one token: every step fused; six: a composed prompt, then fused steps
         fused, composed = _decode(model, ids, 12, True), _decode(model, ids, 12, False)  # 12 steps: the ring wraps
         assert _gap(fused, composed) < 1e-5, (kind, ids, _gap(fused, composed))

@@ -11,7 +11,7 @@ spec = {"dim", "heads", "kv_heads", "head_dim", "hidden": ints, "act": "gelu_tan
 floats, "norm_final": the final RMSNorm's float32 (dim,) or absent, "layers": [{"norm_attn", "norm_attn_post", "norm_ffn", "norm_ffn_post", "norm_q", "norm_k": float32 (n,)
 or None, "q", "k", "v", "o", "gate", "up", "down": (data, type, rows, cols), "rope": int}]}, a weight's type a
 GGML id of a q8dot.c type (data: its uint8 blocks (rows, row_bytes)), 0 (float32 (rows, cols)) or -1 (float32
-stored input-major: data is (cols, rows)).
+stored input-major: data is (cols, rows), rows of floats that may be a slice of wider ones).
 """
 from __future__ import annotations
 
@@ -64,18 +64,21 @@ class DecodePlan:
                     row[i] = _addr(a)
             for j, name in enumerate(_WEIGHTS):
                 data, type_id, rows, cols = layer[name]
-                data = self._hold(data)
-                row[len(_NORMS) + _W * j: len(_NORMS) + _W * (j + 1)] = [_addr(data), type_id, rows, cols, data.shape[1] if
-                                                                         data.ndim == 2 and type_id > 0 else 0]
+                data = self._hold(data, strided=type_id == -1)
+                # bytes of a row of blocks; for input-major float32, the leading dimension in floats
+                lead = data.shape[1] if type_id > 0 else data.strides[0] // 4 if type_id == -1 else 0
+                row[len(_NORMS) + _W * j: len(_NORMS) + _W * (j + 1)] = [_addr(data), type_id, rows, cols, lead]
             row[L_ROPE] = layer["rope"]
         self.plan = plan
         self.fparams = np.array([spec["eps"], spec["scale"]], np.float32)
         self._scratch = np.empty(0, np.uint8)
         self._scratch_rows = -1
 
-    def _hold(self, a):
-        if not a.flags.c_contiguous:
-            raise ValueError("ember: decode plan: a weight that is not C-contiguous")
+    def _hold(self, a, strided=False):
+        """Keep `a` alive as long as the plan reads it: C-contiguous, or (strided) rows of contiguous floats."""
+        if not (a.flags.c_contiguous or strided and a.ndim == 2 and a.strides[1] == a.itemsize
+                and a.strides[0] % a.itemsize == 0):
+            raise ValueError("ember: decode plan: a weight whose layout decode.c does not read")
         self._keep.append(a)
         return a
 

@@ -98,11 +98,30 @@ def model_spec(model, sources):
             "scale": scale.pop(), "layers": layers, "ropes": kinds, "norm_final": None if final is None else final[0]}
 
 
+def split_rows(w, *counts):
+    """A weight of stacked projections ([q | k | v], [gate | up]) as one weight per block of rows: views of its
+    array (a float32 input-major one keeps its row stride, decode.c reads the leading dimension)."""
+    if w is None:
+        return (None,) * len(counts)
+    data, type_id, rows, cols = w
+    out, start = [], 0
+    for n in counts:
+        part = data[:, start:start + n] if type_id == -1 else data[start:start + n]
+        out.append((part, type_id, n, cols))
+        start += n
+    return tuple(out) if start == rows else (None,) * len(counts)
+
+
 def attention_parts(attn, sources):
     """An Attention's projections, q/k norms and scale for decode.c, or None."""
-    if attn.fused or attn.names[3] is None:
+    if attn.names[3] is None:
         return None
-    q, k, v, o = (linear_weight(getattr(attn, n), sources) for n in attn.names)
+    H, K, hd = attn.n_heads, attn.n_kv, attn.hd
+    if attn.fused:
+        q, k, v = split_rows(linear_weight(getattr(attn, attn.fused), sources), H * hd, K * hd, K * hd)
+    else:
+        q, k, v = (linear_weight(getattr(attn, n), sources) for n in attn.names[:3])
+    o = linear_weight(getattr(attn, attn.names[3]), sources)
     if None in (q, k, v, o):
         return None
     parts = {"q": q, "k": k, "v": v, "o": o, "norm_q": None, "norm_k": None, "eps": set(),
@@ -118,9 +137,13 @@ def attention_parts(attn, sources):
 
 def gated_mlp_parts(mlp, sources):
     """A GatedMLP's gate/up/down and activation for decode.c, or None."""
-    if mlp.fused or mlp.act_name not in ACTS:
+    if mlp.act_name not in ACTS:
         return None
-    gate, up, down = (linear_weight(getattr(mlp, n), sources) for n in mlp.names)
+    if mlp.fused:
+        gate, up = split_rows(linear_weight(getattr(mlp, mlp.fused), sources), mlp.hidden, mlp.hidden)
+    else:
+        gate, up = (linear_weight(getattr(mlp, n), sources) for n in mlp.names[:2])
+    down = linear_weight(getattr(mlp, mlp.names[2]), sources)
     return None if None in (gate, up, down) else {"gate": gate, "up": up, "down": down, "act": ACTS[mlp.act_name]}
 
 

@@ -35,7 +35,8 @@ enum { H_LAYERS, H_DIM, H_HEADS, H_KV_HEADS, H_HEAD_DIM, H_HIDDEN, H_ACT, H_THRE
        H_FIELDS };
 enum { ACT_GELU_TANH, ACT_SILU };
 // a weight (rows = outputs, columns = inputs): data, its GGML type (0: float32 (rows, columns); -1: float32 stored
-// input-major, (columns, rows), the CPU backend's layout for a float nn.Linear), rows, columns, bytes a row
+// input-major, (columns, rows), the CPU backend's layout for a float nn.Linear), rows, columns, and bytes a row
+// of blocks (-1: the floats from one input's row to the next, the rows of q, k, v stacked in one matrix)
 enum { W_DATA, W_TYPE, W_ROWS, W_COLS, W_ROW_BYTES, W_FIELDS };
 enum {
     L_NORM_ATTN, L_NORM_ATTN_POST, L_NORM_FFN, L_NORM_FFN_POST, L_NORM_Q, L_NORM_K,  // float32 (n,) or 0
@@ -136,11 +137,12 @@ static void matvec(const intptr_t *w, const float *x, float *y, void *act, int *
     }
     if (type == F32_INPUT_MAJOR) {  // y = sum_i x[i] W^T[i, :], inputs in order: no reduction across lanes
         const float *wt = (const float *)data;
+        long lead = (long)w[W_ROW_BYTES];
         for (int o = 0; o < rows; o++)
             y[o] = 0.0f;
         for (int i = 0; i < cols; i++) {
             float xi = x[i];
-            const float *wi = wt + (long)i * rows;
+            const float *wi = wt + (long)i * lead;
             for (int o = 0; o < rows; o++)
                 y[o] += xi * wi[o];
         }
