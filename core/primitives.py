@@ -22,6 +22,7 @@ Families (29 primitives; 43 with the 13 optional fused ones and custom_kernel; t
   meta         shape, dtype_of, synchronize, supports, weight_layout (default: unchanged)
   optional     softmax, log_softmax, layer_norm, rms_norm, attention, gelu, silu, linear, conv_bias,
                qmatmul, rope (fused; None = compose), copy_into (slice assignment, in place where it can),
+               decoder_plan (a decoded token through a decoder's layers in one call; None = layer by layer),
                custom_kernel (ember.custom_op's user kernels)
 """
 from __future__ import annotations

@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ("base", "the contract: dtypes, the primitive interface, the device registry "
              "(backends named by module path, DeviceError), the error hierarchy, the resource budget, the CLI argument "
-             "types and the cache folder",
+             "types, the cache folder and the EMBER_* settings",
      ["ember.dtypes", "ember.primitives", "ember.device", "ember.errors", "ember.limits", "ember.argtypes",
-      "ember.paths"]),
+      "ember.paths", "ember.settings"]),
     ("backends", "one module per device: numpy/array-module/cuda, webgpu", ["ember.backends", "ember.backends.*",
                                                                            "ember.webgpu", "ember.webgpu.*"]),
     ("tensor", "autograd primitives, Tensor, composed ops", ["ember.autograd", "ember.tensor", "ember.ops_*",

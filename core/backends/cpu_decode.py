@@ -1,7 +1,7 @@
 """A decoded token through a stack of transformer layers in one call of the CPU kernels (cpu_kernels/decode.c):
 the numpy backend's optional `decoder_plan` fused primitive.
 
-A model describes its layers once (models/common/decoder.py, `decode_spec`: numpy arrays and ints, no backend
+A model describes its layers once (models/common/fused_decode.py, `model_spec`: numpy arrays and ints, no backend
 names); `DecodePlan` lays them out as the intptr_t record decode.c reads, and `step` runs one token: x (dim,)
 in place, the rotary tables of its position, and where each layer's cache row goes. The native kernels
 (cpu_native_kernels.py) or the page's wasm ones run it, whichever the CPU backend has; without either there is

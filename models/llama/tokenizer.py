@@ -1,5 +1,5 @@
 """One tokenizer interface for the three checkpoint kinds: tokenizer.json (ember.tokenizers), llama2.c's
-tokenizer.bin, and a GGUF file's embedded vocabulary (turned into a tokenizer.json by gguf_vocab.py)."""
+tokenizer.bin, and a GGUF file's embedded vocabulary (gguf.py turns it into one of the other two)."""
 from __future__ import annotations
 
 
