@@ -310,7 +310,8 @@ def test_named_modules_files_and_settings_exist():
                        "module or setting it points at; another project's file goes in OTHER_PROJECTS):\n  "
                        + "\n  ".join(found))
     # the reader finds what it reads: a pattern that stopped matching would pass everything
-    assert min(checked.values()) >= 20, checked
+    assert checked["ember.*"] >= 200 and checked["path"] >= 300 and checked["EMBER_*"] >= 30, checked
+    assert checked["name in path"] >= 2, checked
 
 
 # ---------------------------------------------------------------------------- the primitive contract's docstring
@@ -328,5 +329,6 @@ def test_primitives_docstring_lists_the_backend_contract():
     members = {n for n, v in vars(primitives.Backend).items()
                if not n.startswith("_") and (callable(v) or v is None)}  # methods and optional (None) primitives
     where = f"core/primitives.py:{primitives.__doc__.count(chr(10), 0, doc.index('Families')) + 1}"
-    assert not members - listed, f"{where}: the Families list omits {sorted(members - listed)}"
+    named = set(re.findall(r"\w+", families))  # a member named in a note, "(+ to_numpy_async ...)", counts
+    assert not members - named, f"{where}: the Families list omits {sorted(members - named)}"
     assert not listed - members, f"{where}: the Families list names {sorted(listed - members)}, not in Backend"
