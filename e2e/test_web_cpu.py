@@ -28,7 +28,7 @@ def test_bad_audio_file_shows_message_then_good_file_matches_native(app, tmp_pat
     bad = tmp_path / "notes.wav"
     bad.write_text("this is not audio")
     app.page.set_input_files("#audio-file", str(bad))
-    app.page.wait_for_selector("#message:not([hidden])", timeout=30_000)
+    app.page.wait_for_selector("#message:not([hidden])", timeout=RUN_S * 1000)
     assert "can't be used" in app.message() and "notes.wav" in app.message()
 
     app.page.set_input_files("#audio-file", str(clip_wav))
@@ -104,7 +104,7 @@ def test_missing_hub_model_shows_download_message(app):
     picker = "#picker-llama"
     app.page.fill(f"{picker} .hub", "ember-test/no-such-model")
     app.page.click(f"{picker} .load")
-    app.page.wait_for_selector("#message:not([hidden])", timeout=60_000)
+    app.page.wait_for_selector("#message:not([hidden])", timeout=RUN_S * 1000)
     assert "Couldn't download the model" in app.message() and "404" in app.message()
     app.page.select_option(f"{picker} .kind", "demo")  # usable again with the demo
     app.generate(PROMPT, 4)
@@ -131,7 +131,7 @@ def test_too_large_model_is_refused_before_download(app, server):
     app.page.select_option(f"{picker} .kind", "url")
     app.page.fill(f"{picker} .url", f"{server.url}hub/huge.safetensors")
     app.page.click(f"{picker} .load")
-    app.page.wait_for_selector("#message:not([hidden])", timeout=60_000)
+    app.page.wait_for_selector("#message:not([hidden])", timeout=RUN_S * 1000)
     assert "too large for the browser's memory" in app.message() and "2.00 GiB" in app.message()
     app.page.select_option(f"{picker} .kind", "demo")
 
@@ -141,7 +141,7 @@ def test_yolo_bad_image_then_bus_matches_native(app, tmp_path, bus_png, native_y
     bad = tmp_path / "photo.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"broken" * 10)
     app.page.set_input_files("#image-file", str(bad))
-    app.page.wait_for_selector("#message:not([hidden])", timeout=30_000)
+    app.page.wait_for_selector("#message:not([hidden])", timeout=RUN_S * 1000)
     assert "can't be used" in app.message()
 
     app.page.set_input_files("#image-file", str(bus_png))
