@@ -18,7 +18,7 @@ import ember
 from ember import nn
 from ember.nn import functional as F
 from ember.quant import QTensor
-from ember.quant.codec import dequantize_rows
+from ember.ggml.codec import dequantize_rows
 
 from ..common.attention import Attention
 from ..common.cache import KVCache  # noqa: F401  (the cache's home was here; kept importable)
