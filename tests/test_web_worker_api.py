@@ -139,6 +139,7 @@ def test_run_before_load_and_bad_model_files(tmp_path):
     (tmp_path / "readme.txt").write_text("hi")
     r = run(W.handle("load", {"tool": "yolo", "folder": str(tmp_path)}))
     assert r["error"] == "unsupported_file" and "readme.txt" in r["message"]
+    assert "YOLO weights must be .safetensors (ember convert yolo), .onnx or .pt" in r["message"]  # the page's heading
     (tmp_path / "model.safetensors").write_bytes(b"garbage!" * 4)
     r = run(W.handle("load", {"tool": "yolo", "folder": str(tmp_path)}))
     assert r["error"] == "bad_model" and r["message"].startswith("ember: ")
