@@ -200,11 +200,14 @@ class Ember {
    *  conf 0.25, iou 0.7, max_det 300, and square: true for the fixed imgsz x imgsz input (rect=False).
    *  The instance's onProgress sees {stage, file: "yolo", done, total} per stage; `cancel()` stops between stages. */
   async detect(image, opts = {}) {
-    let input = image;
+    let input = image, transfer;
     if (typeof Blob !== "undefined" && image instanceof Blob) input = await image.arrayBuffer();
-    else if (typeof ImageData !== "undefined" && image instanceof ImageData)
-      input = { rgba: image.data.slice().buffer, width: image.width, height: image.height };
-    const r = await this._run("yolo", input, opts);
+    else if (typeof ImageData !== "undefined" && image instanceof ImageData) {
+      const rgba = new Uint8Array(image.data.slice().buffer); // ours to transfer; Python gets it as bytes
+      input = { rgba, width: image.width, height: image.height };
+      transfer = [rgba.buffer];
+    }
+    const r = await this._run("yolo", input, opts, null, transfer);
     return Object.assign(r.detections, { ms: r.ms, width: r.width, height: r.height, input: r.input, stopped: r.stopped });
   }
 
@@ -274,9 +277,9 @@ class Ember {
   terminate() { this._worker.terminate(); this._failAll(new EmberError("cancelled", "ember: terminated")); }
 
   // The one run message: `tool`'s module in ember.wasm.tools gets input and opts; onPartial sees what it streams.
+  // `transfer`: the buffers that move to the worker (default: the input's own, when it is one).
   _run(tool, input, opts, onPartial, transfer) {
-    transfer = transfer || (input instanceof ArrayBuffer ? [input] : ArrayBuffer.isView(input) ? [input.buffer]
-      : input && input.rgba ? [input.rgba] : []);
+    transfer = transfer || (input instanceof ArrayBuffer ? [input] : ArrayBuffer.isView(input) ? [input.buffer] : []);
     return this._request({ type: "run", tool, input, opts }, onPartial, transfer);
   }
 

@@ -303,10 +303,9 @@ function shardFiles(index, bytes) {
 async function run(msg) {
   const { id, tool } = msg;
   await ensureToolPackages(tool);
-  let input = msg.input;
+  let input = msg.input; // typed arrays, also inside an object (YOLO's {rgba}, ONNX feeds), reach Python as bytes
   if (input instanceof ArrayBuffer || ArrayBuffer.isView(input)) // one copy: JS heap -> Python bytes
     input = new Uint8Array(input.buffer || input, input.byteOffset || 0, input.byteLength);
-  else if (input && input.rgba) input = { ...input, rgba: new Uint8Array(input.rgba.buffer || input.rgba) };
   const onPartial = (...a) => post({ type: "partial", id, data: a.length === 1 ? a[0] : a });
   // {stage, done, total}: YOLO per stage, Whisper per 30 s window and segment; the page draws a bar from it
   const onProgress = (p) => post({ type: "progress", id, stage: p.stage, file: tool, done: p.done, total: p.total });
