@@ -15,7 +15,7 @@ N = 4
 
 @pytest.fixture(scope="module")
 def gemma_site(tmp_path_factory):
-    from ember.wasm.gemma_api import cached_gemma_demo
+    from ember.wasm.tools.llama import cached_gemma_demo
     from ember.wasm.serve import build_site
     demo = cached_gemma_demo()
     if demo is None:

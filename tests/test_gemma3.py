@@ -152,8 +152,8 @@ def test_loads_a_sharded_hugging_face_folder(pair, tmp_path):
 
 
 def test_kv_cache_bytes_the_page_reports(pair):
-    # wasm/gemma_api.kv_cache_bytes (the page's memory figure) is what the cache holds after that many tokens
-    from ember.wasm.gemma_api import kv_cache_bytes
+    # wasm/tools/llama.kv_cache_bytes (the page's memory figure) is what the cache holds after that many tokens
+    from ember.wasm.tools.llama import kv_cache_bytes
     _, model = pair
     cache = model.new_cache()
     with ember.no_grad():
