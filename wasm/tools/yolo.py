@@ -60,9 +60,8 @@ async def run(image, opts: dict, on_partial=None, on_progress=None) -> dict:
     conf, iou, max_det, square. on_progress({"stage", "done", "total"}) before each stage, after each of the
     model's layer groups (done fractional: 1.125 = an eighth of the model stage) and at the end; a cancel lands
     at the next of them."""
-    from ember.models.yolo.cli import _rounded
     from ember.models.yolo.image import input_shape, load_image
-    from ember.models.yolo.predict import CONF, IOU, MAX_DET, STAGES, detect_steps
+    from ember.models.yolo.predict import CONF, IOU, MAX_DET, STAGES, detect_steps, rounded
     if "model" not in _STATE:
         raise WorkerError("ember: no yolo model loaded yet; load one first", "not_loaded")
     try:
@@ -98,6 +97,6 @@ async def run(image, opts: dict, on_partial=None, on_progress=None) -> dict:
     if on_progress is not None and stopped == "done":
         on_progress({"stage": "done", "done": len(STAGES), "total": len(STAGES)})
     cfg = model.cfg
-    return {"detections": [_rounded(d) for d in dets], "ms": round(ms, 1), "stopped": stopped,
+    return {"detections": [rounded(d) for d in dets], "ms": round(ms, 1), "stopped": stopped,
             "width": int(img.shape[1]), "height": int(img.shape[0]),
             "input": list(input_shape(*img.shape[:2], cfg.imgsz, square, max(cfg.strides)))}
