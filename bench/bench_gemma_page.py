@@ -38,7 +38,7 @@ import time
 import numpy as np
 import ember
 from ember.models.gemma3.load import load_gguf
-from ember.models.llama.generate import SamplingParams, generate
+from ember.models.common.generate import SamplingParams, generate
 from ember.backends import cpu_matmul
 from ember.quant import QTensor, qlinear
 

@@ -10,7 +10,8 @@ import torch
 
 import ember
 from ember.models.llama.config import LlamaConfig
-from ember.models.llama.model import KVCache, Llama
+from ember.models.common.cache import KVCache
+from ember.models.llama.model import Llama
 
 
 def _rnd(*shape, seed=0):

@@ -122,11 +122,11 @@ def test_gguf_tokenizer_rejects_inconsistent_metadata():
 def test_loads_a_hugging_face_folder(pair, tmp_path):
     # what save_pretrained writes (config.json + model.safetensors, Gemma3ForCausalLM names, norms stored as w),
     # through the same entry point as `ember generate --model FOLDER`
-    from ember.models.gemma3.cli import _family
+    from ember.models.text import family_of
     from ember.models.gemma3.load import load_gemma3
     hf, _ = pair
     hf.save_pretrained(tmp_path, safe_serialization=True)
-    assert _family(str(tmp_path)) == "gemma3"
+    assert family_of(str(tmp_path)) == "gemma3"
     model, tok = load_gemma3(str(tmp_path))
     _assert_logits_match(hf, model, seed=3, n=11)
     assert tok is None  # no tokenizer.json in the folder

@@ -8,9 +8,9 @@ import pytest
 import ember
 from ember.models.llama import names
 from ember.models.llama.config import LlamaConfig
-from ember.models.llama.generate import SamplingParams, generate
+from ember.models.common.generate import SamplingParams, generate
 from ember.models.llama.llama2c import load_llama2c, write_llama2c
-from ember.models.llama.load import from_hf_state_dict
+from ember.models.llama.names import from_hf_state_dict
 from ember.models.llama.names import LlamaWeightsError
 
 torch = pytest.importorskip("torch")

@@ -230,7 +230,7 @@ def test_gemma3_decode_dispatches_and_tokens(gemma_pair):
     embedding and the head."""
     from ember.models.gemma3.config import Gemma3Config
     from ember.models.gemma3.load import from_hf_state_dict
-    from ember.models.llama.generate import SamplingParams, generate
+    from ember.models.common.generate import SamplingParams, generate
     hf, _ = gemma_pair
     sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
     toks, counts = {}, []

@@ -21,8 +21,8 @@ def text_model_source(folder: str) -> str:
 
 
 def load_text_model(folder: str, device: str = "cpu"):
-    """(model, tokenizer | None) for the files in `folder`: Gemma 3 or Llama, by what the files say."""
-    from ember.models.gemma3.cli import load
+    """(model, tokenizer | None) for the files in `folder`, by what the files say (ember.models.text)."""
+    from ember.models.text import load_text_model as load
     return load(text_model_source(folder), device=device)
 
 
@@ -43,7 +43,7 @@ def weight_sizes(model) -> tuple[int, int]:
 
 def kv_cache_bytes(config, context: int = 2048) -> int:
     """float32 K and V bytes for `context` tokens of Gemma 3: a sliding layer keeps window - 1 tokens (see
-    models/gemma3/model.py KVCache), a global layer all of them."""
+    models/common/cache.py KVCache), a global layer all of them."""
     from ember.models.gemma3.config import SLIDING
     per_token = 2 * config.n_kv_heads * config.head_dim * 4
     kept = sum(min(context, config.sliding_window - 1) if t == SLIDING else context for t in config.layer_types)

@@ -215,7 +215,7 @@ async def run_llama(prompt: str, opts: dict | None = None, on_token=None) -> dic
     on_token(piece, n_tokens, tokens_per_s) per piece; a piece ending in U+FFFD (a character split over
     tokens, which a tokenizer's stream decoder may pass on) waits for the next one. A prompt that leaves
     no room in the context is refused with code "too_long"."""
-    from ember.models.llama.generate import SamplingParams, TextStream, generate
+    from ember.models.common.generate import SamplingParams, TextStream, generate
     opts = dict(opts or {})
     m = loaded("llama")
     tok = m["tokenizer"]
