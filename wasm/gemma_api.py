@@ -41,13 +41,14 @@ def weight_sizes(model) -> tuple[int, int]:
     return int(n), int(nbytes)
 
 
-def kv_cache_bytes(config, context: int = 2048) -> int:
-    """float32 K and V bytes for `context` tokens of Gemma 3: a sliding layer keeps window - 1 tokens (see
-    models/common/cache.py KVCache), a global layer all of them."""
-    from ember.models.gemma3.config import SLIDING
+def kv_cache_bytes(config, context: int = 2048) -> int | None:
+    """float32 K and V bytes for `context` tokens of a decoder whose config names its layers' kinds (Gemma 3): a
+    sliding layer keeps window - 1 tokens (see models/common/cache.py KVCache), a global layer all of them. None
+    for a config that names none (the page shows no figure for it)."""
+    if not getattr(config, "layer_types", None):
+        return None
     per_token = 2 * config.n_kv_heads * config.head_dim * 4
-    kept = sum(min(context, config.sliding_window - 1) if t == SLIDING else context for t in config.layer_types)
-    return kept * per_token
+    return sum(min(context, w - 1) if w else context for w in config.windows) * per_token
 
 
 def cached_gemma_demo() -> dict | None:
