@@ -104,9 +104,9 @@ def llamacpp_model(m, folder):
     w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259))
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
-    from ember.models.common.gguf import LLAMA_LAYER_NAMES as _LAYER, LLAMA_TOP_NAMES as _TOP  # ember's reader maps GGUF -> HF names: invert them
-    layer = {hf: g for g, hf in _LAYER.items()}
-    top = {hf: g for g, hf in _TOP.items()}
+    from ember.models.llama.gguf import GGUF  # ember's reader maps GGUF -> HF names: invert its table
+    layer = {hf: g for g, hf in GGUF.layer_names.items()}
+    top = {hf: g for g, hf in GGUF.top_names.items()}
 
     def permute(a, heads):  # convert_hf_to_gguf's LlamaModel.permute: rotate-half rows -> interleaved pairs
         return a.reshape(heads, 2, a.shape[0] // heads // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)

@@ -59,7 +59,8 @@ class SentenceEncoder:
                               f"encoder (bert, roberta, distilbert)")
         model = build_from_hf(config, read_state_dict(src), str(src.base))
         if device is not None or dtype is not None:
-            model = model.to(*([device] if device is not None else []), **({"dtype": dtype} if dtype is not None else {}))
+            model = model.to(*([device] if device is not None else []),
+                             **({"dtype": dtype} if dtype is not None else {}))
         self.model = model.eval().requires_grad_(False)
         tok_path = src.path("tokenizer.json", required=False)
         if tok_path is None:
