@@ -98,9 +98,10 @@ class DecoderSpec:
         return cls(**hf_fields(d, f"{d.get('model_type', '?')} config.json", cls.error, **kw))
 
     @classmethod
-    def from_gguf(cls, md: dict, arch: str, where: str, **kw) -> DecoderSpec:
-        """GGUF metadata of architecture `arch`; kw: gguf_fields' defaults."""
-        return cls(**gguf_fields(md, arch, where, cls.error, **kw))
+    def from_gguf(cls, md: dict, where: str, arch: str | None = None, **kw) -> DecoderSpec:
+        """GGUF metadata of architecture `arch` (default: the class's model_type); kw: gguf_fields' defaults
+        (what llama.cpp hard-codes for the architecture)."""
+        return cls(**gguf_fields(md, arch or cls.model_type, where, cls.error, **kw))
 
 
 def _eos_list(eos) -> list:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..common.positions import rope_inv_freq
-from ..common.spec import DecoderConfigError, DecoderSpec, gguf_fields, hf_fields
+from ..common.spec import DecoderConfigError, DecoderSpec, hf_fields
 
 
 class LlamaConfigError(DecoderConfigError):
@@ -65,7 +65,7 @@ class LlamaConfig(DecoderSpec):
     @classmethod
     def from_gguf(cls, md: dict, where: str) -> LlamaConfig:
         """`llama.*` metadata (tied embeddings are settled by the tensors: llama.cpp omits output.weight)."""
-        return cls(**gguf_fields(md, "llama", where, LlamaConfigError, bos=1))
+        return super().from_gguf(md, where, bos=1)
 
     def check_weights(self, shapes: dict, where: str):
         """Refuse a config that sizes a model far bigger than the weights file (name -> shape) before the model
