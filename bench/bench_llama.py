@@ -23,9 +23,9 @@ import time
 import numpy as np
 
 import ember
+from ember.models.common.generate import SamplingParams, generate
 from ember.models.llama import names
 from ember.models.llama.config import LlamaConfig
-from ember.models.common.generate import SamplingParams, generate
 from ember.models.llama.model import Llama
 
 STORIES15M = dict(vocab_size=32000, dim=288, hidden_dim=768, n_layers=6, n_heads=6, n_kv_heads=6, max_seq_len=256,

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import ember
-from ember.models.llama.config import LlamaConfig
 from ember.models.common.cache import KVCache
+from ember.models.llama.config import LlamaConfig
 from ember.models.llama.model import Llama
 
 

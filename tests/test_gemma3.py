@@ -122,8 +122,8 @@ def test_gguf_tokenizer_rejects_inconsistent_metadata():
 def test_loads_a_hugging_face_folder(pair, tmp_path):
     # what save_pretrained writes (config.json + model.safetensors, Gemma3ForCausalLM names, norms stored as w),
     # through the same entry point as `ember generate --model FOLDER`
-    from ember.models.text import family_of
     from ember.models.gemma3.load import load_gemma3
+    from ember.models.text import family_of
     hf, _ = pair
     hf.save_pretrained(tmp_path, safe_serialization=True)
     assert family_of(str(tmp_path)) == "gemma3"

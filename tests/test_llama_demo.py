@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import ember
-from ember.models.llama.corpus import build_corpus
 from ember.models.common.generate import SamplingParams, generate
-from ember.models.llama.load import DEMO_DIR, load_llama
 from ember.models.common.tokenizer import TextTokenizer
+from ember.models.llama.corpus import build_corpus
+from ember.models.llama.load import DEMO_DIR, load_llama
 
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(DEMO_DIR, "model.safetensors")),
                                 reason="demo checkpoint not present")

@@ -20,8 +20,8 @@ os.makedirs("/tmp/demo", exist_ok=True)
 for name, data in {files!r}.items():
     with open("/tmp/demo/" + name, "wb") as f:
         f.write(base64.b64decode(data))
-from ember.models.llama import load_llama
 from ember.models.common.generate import SamplingParams, generate
+from ember.models.llama import load_llama
 model, tok = load_llama("/tmp/demo")
 ids = tok.encode({prompt!r})
 out = list(generate(model, ids, {n}, SamplingParams(temperature=0)))

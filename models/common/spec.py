@@ -53,7 +53,8 @@ class DecoderSpec:
     def __post_init__(self):
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
-        if self.head_dim is None and isinstance(self.dim, (int, np.integer)) and isinstance(self.n_heads, (int, np.integer)):
+        ints = isinstance(self.dim, (int, np.integer)) and isinstance(self.n_heads, (int, np.integer))
+        if self.head_dim is None and ints:
             self.head_dim = self.dim // max(self.n_heads, 1)
         self.validate()
         sw, lt = self.sliding_window, self.layer_types  # built after validate: n_layers is bounded by then
