@@ -202,7 +202,7 @@ def llama_reference(native_llama, prompt: str, max_tokens: int) -> dict:
 
 def yolo_reference(native_yolo, image: Path) -> list[dict]:
     """What `ember yolo IMAGE --json` prints, via the Python API."""
-    from ember.models.yolo.cli import _rounded
+    from ember.models.yolo.predict import rounded as _rounded
     from ember.models.yolo.predict import detect
     return [_rounded(d) for d in detect(native_yolo, str(image))]
 

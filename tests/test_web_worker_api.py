@@ -175,7 +175,7 @@ def test_rgba_pixels_and_their_size_check():
 
 
 def test_yolo_detections_equal_the_cli(tmp_path):
-    from ember.models.yolo.cli import _rounded
+    from ember.models.yolo.predict import rounded as _rounded
     from ember.models.yolo.fetch import ensure_demo_model, ensure_file
     from ember.models.yolo.load import load_model
     from ember.models.yolo.predict import detect
