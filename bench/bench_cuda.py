@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from ember.backends import cuda_fused as CF
+
 
 def timed(fn, sync, warmup=2, repeat=10):
     """Best wall time of fn() in seconds, the device synchronized around each run."""
@@ -50,14 +52,14 @@ def bench_fused(be, small):
     rng = np.random.default_rng(1)
     rows = []
     x = be.from_numpy(rng.standard_normal((256, 4096) if small else (4096, 32000)).astype(np.float32), ember.float32)
-    fused = timed(lambda: be.softmax(x, 1), be.synchronize)
+    fused = timed(lambda: CF.softmax(be, x, 1), be.synchronize)
     composed = timed(lambda: ArrayModuleBackend.softmax(be, x, 1), be.synchronize)
     rows.append((f"softmax {tuple(x.shape)} f32", f"fused {fused * 1e3:.2f} ms, composed {composed * 1e3:.2f} ms "
                                                   f"({composed / fused:.1f}x)"))
     L = 256 if small else 4096
     q, k, v = (be.from_numpy(rng.standard_normal((1, 32, L, 128)).astype(np.float32), ember.float16) for _ in range(3))
     scale = 128 ** -0.5
-    fused = timed(lambda: be.attention(q, k, v, None, scale, True), be.synchronize, repeat=3)
+    fused = timed(lambda: CF.attention(be, q, k, v, None, scale, True), be.synchronize, repeat=3)
     composed = timed(lambda: ArrayModuleBackend.attention(be, q, k, v, None, scale, True), be.synchronize, repeat=3)
     rows.append((f"causal attention (1, 32, {L}, 128) f16", f"fused {fused * 1e3:.2f} ms, composed "
                                                              f"{composed * 1e3:.2f} ms ({composed / fused:.1f}x)"))
@@ -73,15 +75,15 @@ def bench_qmatmul(be, small):
     rows = []
     for qt in ("q4_0", "q4_k"):
         q = QTensor.quantize(w, qt)
-        s = timed(lambda: be.qmatmul(x, q.data, q.ggml_type, q.shape), be.synchronize)
+        s = timed(lambda: CF.qmatmul(be, x, q.data, q.ggml_type, q.shape), be.synchronize)
         rows.append((f"qmatvec {n}x{n} {qt}", f"{s * 1e6:.0f} us, {q.nbytes / s / 1e9:.0f} GB/s of weights"))
     return rows
 
 
 def bench_llama(small):
     import ember
+    from ember.models.common.generate import SamplingParams, generate
     from ember.models.llama.config import LlamaConfig
-    from ember.models.llama.generate import SamplingParams, generate
     from ember.models.llama.model import Llama
     c = LlamaConfig(dim=256, n_layers=4, n_heads=8, n_kv_heads=4, hidden_dim=768, vocab_size=4096, max_seq_len=256) \
         if small else LlamaConfig(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, hidden_dim=5632,

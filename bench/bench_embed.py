@@ -88,7 +88,8 @@ def page_rates(texts, batch_size, repeats, devices, ref=None) -> dict:
     from playwright.sync_api import sync_playwright
     from web_app import ARGS, CHROMIUM, Server
 
-    from ember.wasm.serve import build_site, minilm_demo
+    from ember.wasm.serve import build_site
+    from ember.wasm.tools.embed import minilm_demo
     out = {}
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
         site = build_site(Path(tmp) / "site", models={"embed": minilm_demo()}, quiet=True)

@@ -20,7 +20,8 @@ import tracemalloc
 
 import numpy as np
 
-from ember.quant import codec, qmatmul
+from ember.ggml import codec
+from ember.quant import qmatmul
 
 
 def _times_ms(fn, repeat):

@@ -30,8 +30,8 @@ SNIPPET = r'''
 import ctypes, time
 import numpy as np
 from ember.backends import cpu_wasm_kernels as W
-from ember.quant import ggml_types as T
-from ember.quant.codec import quantize
+from ember.ggml import types as T
+from ember.ggml.codec import quantize
 engines = {"new": W.WasmKernels(ctypes.CDLL(str(W.MODULE))), "baseline": W.WasmKernels(ctypes.CDLL("/base/base.wasm"))}
 rng = np.random.default_rng(0)
 best, same = {}, {}

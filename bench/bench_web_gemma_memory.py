@@ -124,7 +124,7 @@ def main():
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     from ember.models.gemma3.load import load_gguf
-    from ember.wasm.gemma_api import cached_gemma_demo, kv_cache_bytes
+    from ember.wasm.tools.llama import cached_gemma_demo, kv_cache_bytes
     from playwright.sync_api import sync_playwright
     from web_app import App, site_page
     demo = cached_gemma_demo()

@@ -119,13 +119,8 @@ def transformer_block(seq):
 # ---------------------------------------------------------------------- quantized matvec
 
 def _host_qmatmul(be):
-    """Context: the backend without its qmatmul primitive, so QTensor.matmul_t composes on the host."""
-    class Ctx:
-        def __enter__(self):
-            be.qmatmul = None           # an instance attribute hides the method
-        def __exit__(self, *a):
-            del be.qmatmul
-    return Ctx()
+    """Context: the webgpu qmatmul kernel switched off, so QTensor.matmul_t composes on the host."""
+    return ember.kernels.disabled("qmatmul", backend="webgpu")
 
 
 def quant_matvec(n, k, qtypes=("q8_0", "q4_0", "q4_k", "q6_k")):
@@ -182,15 +177,14 @@ def attention(shapes=((1, 8, 1, 512, 64), (1, 8, 128, 128, 64))):
         with ember.no_grad():
             for _ in range(4):
                 for kern in ts:
-                    be.attention_kernel = kern
-                    F.scaled_dot_product_attention(q, k, v)
-                    be.synchronize()
-
-                    def run():
+                    with ember.kernels.tuned("flash_attention", "webgpu", mode=kern):
                         F.scaled_dot_product_attention(q, k, v)
                         be.synchronize()
-                    ts[kern].append(best(run, 1))
-        be.attention_kernel = "auto"
+
+                        def run():
+                            F.scaled_dot_product_attention(q, k, v)
+                            be.synchronize()
+                        ts[kern].append(best(run, 1))
         row = {"shape": [B, H, L, S, D], "flash_ms": min(ts["flash"]) * 1e3, "composed_ms": min(ts["composed"]) * 1e3}
         rows.append(row)
         print(f"  attention (B, H, L, S, D) = {(B, H, L, S, D)}: fused {row['flash_ms']:.2f} ms, composed "
@@ -199,23 +193,26 @@ def attention(shapes=((1, 8, 1, 512, 64), (1, 8, 128, 128, 64))):
 
 
 class _settings:
-    """Backend settings for one measured variant, restored after: 'main' is the backend before fusion
-    (every elementwise op its own kernel, three-kernel attention, the direct conv kernel)."""
+    """Backend settings and the flash-attention rule for one measured variant, restored after: 'main' is the
+    backend before fusion (every elementwise op its own kernel, three-kernel attention, the direct conv kernel)."""
 
-    VARIANTS = {"main": dict(fuse=False, attention_kernel="composed", conv_kernel="direct"),
+    VARIANTS = {"main": (dict(fuse=False, conv_kernel="direct"), "composed"),
                 # elementwise fusion, the paired cache write, flash attention for few keys: no decode fusion
-                "before": dict(fuse=True, attention_kernel="auto", decode_fusion=False),
-                "now": dict(fuse=True, attention_kernel="auto", conv_kernel="gemm")}
+                "before": (dict(fuse=True, decode_fusion=False), "auto"),
+                "now": (dict(fuse=True, conv_kernel="gemm"), "auto")}
 
     def __init__(self, be, variant):
-        self.be, self.new = be, self.VARIANTS[variant]
+        self.be, (self.new, mode) = be, self.VARIANTS[variant]
+        self.attention = ember.kernels.tuned("flash_attention", "webgpu", mode=mode)
 
     def __enter__(self):
         self.old = {k: getattr(self.be, k) for k in self.new}
         for k, v in self.new.items():
             setattr(self.be, k, v)
+        self.attention.__enter__()
 
     def __exit__(self, *exc):
+        self.attention.__exit__(*exc)
         for k, v in self.old.items():
             setattr(self.be, k, v)
 
@@ -267,6 +264,8 @@ def whisper_decode(steps=8):
     cross keys/values: per step ms, dispatches, readbacks (the logits); with the linear primitive (each bias
     added in its matmul's store, so the cache's k and v rows pair into one copy) and composed (matmul, then a
     bias add, pending until the cache write runs it: 100 -> 72 dispatches a step)."""
+    from contextlib import nullcontext
+
     from ember.models.whisper.fetch import ensure_tiny_en
     from ember.models.whisper.load import load_whisper
     be = ember.device("webgpu").backend
@@ -278,23 +277,20 @@ def whisper_decode(steps=8):
     with ember.no_grad():
         cross = model.decoder.cross_kv(feats)
         for way in ("composed", "before", "now") * 2:    # interleaved, best of two
-            if way == "composed":
-                be.linear = None
-            else:
-                be.__dict__.pop("linear", None)
+            off = ember.kernels.disabled("linear", backend="webgpu") if way == "composed" else nullcontext()
             be.decode_fusion = way == "now"
-            hidden, cache = model.decoder(ember.tensor(np.asarray([prompt], np.int64)), cross, None)
-            model.decoder.logits(hidden[:, -1:]).numpy()
-            t0, c0 = time.perf_counter(), be.counters()
-            for i in range(steps):
-                hidden, cache = model.decoder(ember.tensor(np.asarray([[220 + i]], np.int64)), cross, cache)
-                model.decoder.logits(hidden).numpy()
-            ms = (time.perf_counter() - t0) * 1e3 / steps
-            c1 = be.counters()
+            with off:
+                hidden, cache = model.decoder(ember.tensor(np.asarray([prompt], np.int64)), cross, None)
+                model.decoder.logits(hidden[:, -1:]).numpy()
+                t0, c0 = time.perf_counter(), be.counters()
+                for i in range(steps):
+                    hidden, cache = model.decoder(ember.tensor(np.asarray([[220 + i]], np.int64)), cross, cache)
+                    model.decoder.logits(hidden).numpy()
+                ms = (time.perf_counter() - t0) * 1e3 / steps
+                c1 = be.counters()
             if f"{way}_ms" not in out or ms < out[f"{way}_ms"]:
                 out[f"{way}_ms"] = ms
             out[f"{way}_per_step"] = {k: (c1[k] - c0[k]) / steps for k in c1}
-        be.__dict__.pop("linear", None)
         be.decode_fusion = True
     for way in ("composed", "before", "now"):
         p = out[f"{way}_per_step"]

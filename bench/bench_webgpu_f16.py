@@ -147,9 +147,8 @@ def bench_compute(be, reps, rng):
             fn = (lambda: flash_attention(q, k, v))
         else:
             fn = (lambda: F.scaled_dot_product_attention(q, k, v))
-        was, be.attention_kernel = be.attention_kernel, kind
-        r = _compare(be, fn, reps)
-        be.attention_kernel = was
+        with ember.kernels.tuned("flash_attention", "webgpu", mode=kind):
+            r = _compare(be, fn, reps)
         row = {"op": name, **{f"{k}_ms": round(t * 1e3, 3) for k, t in r.items()},
                "f16/f32 time": round(r["f16"] / r["f32"], 3)}
         rows.append(row)

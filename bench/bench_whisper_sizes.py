@@ -111,8 +111,8 @@ def main():
     ap.add_argument("--no-page", action="store_true")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    from ember.wasm.serve import whisper_demos
-    demos = whisper_demos(base=True)
+    from ember.wasm.tools import whisper
+    demos = whisper.demos(extra=True)
     if len(demos) != 2:
         raise SystemExit("needs Whisper tiny.en and base in ember's cache (ember.models.whisper.fetch)")
     with tempfile.TemporaryDirectory(prefix="ember-clips-") as tmp:

@@ -28,7 +28,9 @@ from .ops_reduce import (all, amax, amin, any, argmax, argmin, argsort, cumsum, 
 from .ops_indexing import (copy_into, gather, index_add, index_select, masked_select, nonzero,  # noqa: E402,F401
                            scatter, scatter_add, take_along_dim)
 from .linalg import bmm, dot, matmul, mm, outer  # noqa: E402,F401
-from .custom_op import CUDA, WGSL, custom_op, custom_ops  # noqa: E402,F401
+from . import kernels  # noqa: E402,F401  (the kernel registry: ember.kernels)
+from .custom_op import custom_op, custom_ops  # noqa: E402,F401
+from .kernel_source import CUDA, WGSL  # noqa: E402,F401
 from .errors import CustomOpError  # noqa: E402,F401
 from . import nn, optim  # noqa: E402,F401
 

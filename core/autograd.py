@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from . import kernels as _kernels
+
 _GRAD = [True]  # module-level flag: a list so hot paths read it without attribute lookups
 
 
@@ -261,9 +263,17 @@ def prim_to_device(x, device):
     return out
 
 
-def prim_fused(name, x, *args):
-    """Fused primitives run only without gradient recording; callers compose otherwise."""
-    return x._new(getattr(x.device._backend, name)(x._data, *args))
+def fused_kernel(name, x, *params):
+    """The device's kernel for the registry op `name` (ember.kernels) as a callable over backend arrays, when it has
+    one and no gradient is being recorded through x or params (Tensors or None); else None: the caller composes."""
+    if _GRAD[0] and (x.requires_grad or any(p is not None and p.requires_grad for p in params)):
+        return None
+    return _kernels.bound(name, x.device._backend)
+
+
+def prim_fused(kernel, x, *args):
+    """A fused kernel's output as a Tensor like x (no graph: fused_kernel gives kernels only without gradients)."""
+    return x._new(kernel(x._data, *args))
 
 
 # ============================================================================ backward rules

@@ -13,7 +13,7 @@ COMMANDS = {
     "whisper": ("ember.models.whisper.cli", "transcribe a WAV file"),
     "llama": ("ember.models.llama.cli", "generate text with a Llama model"),
     "train-llama": ("ember.models.llama.cli", "train a small Llama on a text corpus"),
-    "generate": ("ember.models.gemma3.cli", "complete text with a language model (default: Gemma 3 270M)"),
+    "generate": ("ember.models.text.cli", "complete text with a language model (default: Gemma 3 270M)"),
     "embed": ("ember.models.bert.cli", "sentence embeddings (default: all-MiniLM-L6-v2)"),
     "classify": ("ember.models.clip.cli", "classify an image (ViT, or CLIP zero-shot with --labels)"),
     "yolo": ("ember.models.yolo.cli", "detect objects in an image"),
@@ -49,12 +49,36 @@ def resolve_device(name: str) -> str:
 
 def add_parser(sub, name="info"):
     p = sub.add_parser("info", help=COMMANDS["info"][1])
+    p.add_argument("--kernels", action="store_true",
+                   help="the kernel registry: each fused op on cpu, webgpu and cuda -> the kernel that runs, or composed")
     p.add_argument("--env", action="store_true", help="list every EMBER_* environment variable with its current "
                    "value, default and meaning (docs/settings.md), instead of the rest")
     p.set_defaults(func=main_info)
 
 
+def print_kernels():
+    """`ember info --kernels`: the registry (ember.kernels), what runs for each op on each backend here."""
+    from ember import kernels
+    from ember.device import device, device_status
+    here, notes = {}, []
+    for name in kernels.BACKENDS:
+        ok, why = device_status(name)
+        notes.append(f"{name} {'available' if ok else 'unavailable'} ({why.split(';')[0][:70]})")
+        if ok:
+            here[name] = device(name).backend
+    print("kernel registry (ember.kernels): each op, what runs on each backend; composed = its Tensor-op reference")
+    print("devices: " + "; ".join(notes))
+    width = max(len(b) for b in kernels.BACKENDS)
+    for op, cells in kernels.table(here):
+        print(op)
+        for be in kernels.BACKENDS:
+            print(f"  {be:<{width}}  {cells[be]}")
+    return 0
+
+
 def main_info(args=None):
+    if args is not None and getattr(args, "kernels", False):
+        return print_kernels()
     if getattr(args, "env", False):
         return main_info_env()
     import platform

@@ -1,4 +1,5 @@
-"""ember.custom_op: user-defined fused ops, one kernel per backend, with a composed fallback and autograd.
+"""ember.custom_op: the public face of the kernel registry (ember.kernels): a fused op with one kernel per
+backend, a composed fallback and autograd, called with Tensors.
 
 Candle's CustomOp / flash-attention crate, in ember's terms. An op is declared once:
 
@@ -7,15 +8,17 @@ Candle's CustomOp / flash-attention crate, in ember's terms. An op is declared o
     y = rope(x, cos, sin)
 
 and called like any op. On a tensor's device it runs, in this order of preference:
-  1. the device's kernel: `forward[device.type]` (a callable on backend arrays: numpy for "cpu", CuPy for
-     "cuda"; or a kernel descriptor, `WGSL` / `CUDA`, compiled by the backend's `custom_kernel` primitive);
+  1. the device's kernel: the registry entry's kernel for the device's column (a callable on backend arrays:
+     numpy for "cpu", CuPy for "cuda"; or a kernel descriptor, `WGSL` / `CUDA`, compiled by the backend's
+     `custom_kernel`);
   2. `composed`, the same op written with ember Tensor ops (it runs on every device and differentiates);
   3. the host: the "cpu" forward on copies of the inputs, the result copied back (counted by the device's
      transfer counters, so a test of "stays on the GPU" sees it).
 Gradients: with `backward(ctx, grad)` given, the kernel's output records one autograd node and backward
 returns a gradient per input (None where there is none); without it, a call that records gradients runs
-`composed` instead, so autograd goes through its primitives. `ember.nn.fused_ops` declares ember's own
-fused rotary embedding and flash attention this way; docs/custom-ops.md walks through an example.
+`composed` instead, so autograd goes through its primitives. ember's own tensor-level fused ops (the rotary
+embedding, flash attention, the decode step's attention) are registry entries run by this same machinery
+(`registered(name)`); docs/custom-ops.md walks through an example.
 """
 from __future__ import annotations
 
@@ -23,67 +26,10 @@ import numpy as np
 
 from . import autograd as A
 from . import dtypes as D
+from . import kernels as K
 from .autograd import TensorBase
 from .errors import CustomOpError
-
-
-# ============================================================================ kernel descriptors
-# Handed down to a backend's `custom_kernel` primitive (the backend never imports this module).
-
-class WGSL:
-    """A WebGPU compute kernel for one custom op.
-
-    `source` (a string, or a callable returning one, read on first compile) holds `fn main` with
-    `@compute @workgroup_size(workgroup_size)` and any helpers. ember prepends the bindings and helpers:
-      prm: array<u32>      binding 0: [0] output element count, then `params(...)` (ints as u32 bits,
-                           floats as f32 bits: read them with bitcast<f32>(prm[k]))
-      out: array<OT>       binding 1, the output, contiguous; store with `out[i] = to_out(v)` (f32 -> OT with
-                           the output dtype's rounding)
-      in0, in1 ...         bindings 2, 3 ...: the inputs, contiguous, element types T0, T1 ... (read as f32(in0[i]));
-                           a None input is bound to a one-element dummy buffer; L0, L1 ... the types to
-                           multiply them in (f16 for float16 with the backend's f16 compute, else f32)
-      flat_id(wid, nwg, lid), WG (= 256), f_inf(), f_nan(), is_nan()   the shared helpers (webgpu/common.wgsl)
-    `params(*inputs, **attrs)` gives the scalars after prm[0]; `grid(out_shape, *inputs, **attrs)` the
-    workgroup counts (default: one thread per output element, `workgroup_size` per group, 2-D past 65535
-    groups, so `flat_id` indexes it when workgroup_size is 256). Both see each input's `shape` (None for a
-    None input). With `views=True` the inputs are bound as they are, strided views of their buffers, and
-    `params`/`grid` also see each one's `strides` and `offset` (in elements) to address them; else every
-    input is made contiguous first. `writes` numbers the inputs the kernel also writes in place (bound
-    read_write, e.g. a KV cache the op appends a row to; pending reads of them run first); such inputs must
-    be views of a buffer the caller owns (`views=True`), as the composed form writes them with copy_into.
-    """
-
-    backend = "webgpu"
-
-    def __init__(self, source, workgroup_size=256, params=None, grid=None, views=False, writes=()):
-        self._source, self.workgroup_size, self.params, self.grid = source, int(workgroup_size), params, grid
-        self.views, self.writes = bool(views), tuple(int(i) for i in writes)
-        if self.writes and not self.views:
-            raise CustomOpError("ember: a WGSL kernel that writes its inputs needs views=True (a contiguous copy "
-                                "would take the write)")
-        self.op = None  # set by custom_op: names the op in compile and binding errors
-
-    def source(self):
-        s = self._source() if callable(self._source) else self._source
-        if not isinstance(s, str):
-            raise CustomOpError(f"ember: custom op {self.op!r}: WGSL source must be a str, got {type(s).__name__}")
-        return s
-
-
-class CUDA:
-    """A CUDA kernel for one custom op: `source` holds `extern "C" __global__ void name(...)` with arguments
-    (T* out, const T* in0, ..., long long n, then `params(*inputs, **attrs)` as int / float scalars), inputs
-    contiguous; compiled by NVRTC (cupy.RawKernel) on first use. `block` threads per block;
-    `grid(out_shape, *inputs, **attrs)` blocks (default: one thread per output element)."""
-
-    backend = "cuda"
-
-    def __init__(self, source, name, block=256, params=None, grid=None):
-        self._source, self.name, self.block, self.params, self.grid = source, name, int(block), params, grid
-        self.op = None
-
-    def source(self):
-        return self._source() if callable(self._source) else self._source
+from .kernel_source import CUDA, WGSL
 
 
 class Context:
@@ -97,11 +43,8 @@ class Context:
 
 # ============================================================================ the op
 
-_REGISTRY: dict = {}
-
-
 def custom_op(name, forward=None, backward=None, composed=None, output=None, replace=False):
-    """Declare a fused op and register it by name (`ember.custom_ops()` lists them); returns the callable.
+    """Declare a fused op into the kernel registry by name (`ember.custom_ops()` lists them); returns the callable.
 
     forward: {device type: kernel}; a kernel is a callable over backend arrays (for "cpu": numpy arrays,
       float16/bfloat16 given as float32 and the result rounded back) returning one array, or a WGSL / CUDA
@@ -114,47 +57,78 @@ def custom_op(name, forward=None, backward=None, composed=None, output=None, rep
     """
     if not isinstance(name, str) or not name:
         raise CustomOpError(f"ember: custom_op needs a non-empty name, got {name!r}")
-    if name in _REGISTRY and not replace:
-        raise CustomOpError(f"ember: custom op {name!r} is already declared (pass replace=True to redeclare it)")
-    op = CustomOp(name, dict(forward or {}), backward, composed, output)
-    _REGISTRY[name] = op
-    return op
+    forward = dict(forward or {})
+    for dev, k in forward.items():
+        if not (callable(k) or isinstance(k, (WGSL, CUDA))):
+            raise CustomOpError(f"ember: custom op {name!r}: forward[{dev!r}] must be a callable, "
+                                f"ember.WGSL or ember.CUDA, got {type(k).__name__}")
+        if isinstance(k, (WGSL, CUDA)) and k.backend != dev:
+            raise CustomOpError(f"ember: custom op {name!r}: forward[{dev!r}] is a {type(k).__name__} "
+                                f"kernel, which runs on {k.backend!r}")
+    if not forward and composed is None:
+        raise CustomOpError(f"ember: custom op {name!r} has neither a forward kernel nor a composed form")
+    kernels = {dev: K.Kernel(k, f"{type(k).__name__} kernel" if isinstance(k, (WGSL, CUDA)) else
+                             f"user {'numpy' if dev == 'cpu' else dev} function", takes_backend=False)
+               for dev, k in forward.items()}
+    entry = K.op(name, "a user's custom op", composed=composed, backward=backward, output=output, user=True,
+                 tensor_call=True, replace=replace, **kernels)
+    return CustomOp(entry)
 
 
 def custom_ops():
-    """{name: CustomOp} of every declared op."""
-    return dict(_REGISTRY)
+    """{name: CustomOp} of every op called with Tensors: the users' and ember's own (registered())."""
+    return {n: CustomOp(e) for n, e in K.REGISTRY.items() if e.tensor_call}
+
+
+def registered(name) -> "CustomOp":
+    """The tensor-level op of a registry entry declared with tensor_call (ember.kernels), as a callable."""
+    entry = K.get(name)
+    if not entry.tensor_call:
+        raise CustomOpError(f"ember: {name!r} is called by the tensor layer, not with Tensors")
+    return CustomOp(entry)
 
 
 class CustomOp:
-    def __init__(self, name, forward, backward, composed, output):
-        for dev, k in forward.items():
-            if not (callable(k) or isinstance(k, (WGSL, CUDA))):
-                raise CustomOpError(f"ember: custom op {name!r}: forward[{dev!r}] must be a callable, "
-                                    f"ember.WGSL or ember.CUDA, got {type(k).__name__}")
-            if isinstance(k, (WGSL, CUDA)):
-                if k.backend != dev:
-                    raise CustomOpError(f"ember: custom op {name!r}: forward[{dev!r}] is a {type(k).__name__} "
-                                        f"kernel, which runs on {k.backend!r}")
-                k.op = name
-        if not forward and composed is None:
-            raise CustomOpError(f"ember: custom op {name!r} has neither a forward kernel nor a composed form")
-        self.name, self.forward, self.backward, self.composed, self.output = name, forward, backward, composed, output
+    """A registry entry called with Tensors (see the module docstring)."""
+
+    __slots__ = ("entry", "name")
+
+    def __init__(self, entry):
+        self.entry, self.name = entry, entry.name
+        for k in entry.kernels.values():
+            if isinstance(k.ref, (WGSL, CUDA)):
+                k.ref.op = entry.name
+
+    @property
+    def forward(self):
+        return {dev: k.fn() for dev, k in self.entry.kernels.items()}
+
+    @property
+    def composed(self):
+        return self.entry.composed_fn()
+
+    @property
+    def backward(self):
+        return self.entry.backward_fn()
 
     def __repr__(self):
-        return (f"CustomOp({self.name!r}, kernels={sorted(self.forward)}, composed={self.composed is not None}, "
-                f"backward={self.backward is not None})")
+        return (f"CustomOp({self.name!r}, kernels={sorted(self.entry.kernels)}, composed={self.entry.composed is not None}, "
+                f"backward={self.entry.backward is not None})")
+
+    def _kernel(self, device):
+        be = device.backend
+        return K.kernel(self.name, be.kernel_set or be.name)
 
     def path(self, device):
         """'kernel', 'composed' or 'host': what a call on `device` (without gradients) runs."""
-        if device.type in self.forward:
+        if self._kernel(device) is not None:
             return "kernel"
-        if self.composed is not None:
+        if self.entry.composed is not None:
             return "composed"
-        if "cpu" in self.forward:
+        if "cpu" in self.entry.kernels:
             return "host"
         raise CustomOpError(f"ember: custom op {self.name!r} has no kernel for {device.type!r} "
-                            f"(it has {sorted(self.forward)}) and no composed form")
+                            f"(it has {sorted(self.entry.kernels)}) and no composed form")
 
     def __call__(self, *inputs, **attrs):
         ts = [t for t in inputs if isinstance(t, TensorBase)]
@@ -170,17 +144,20 @@ class CustomOp:
                                 f"as keyword attributes), got {bad}")
         grad = A._GRAD[0] and any(t.requires_grad for t in ts)
         path = self.path(dev)
-        if path == "composed" or (grad and self.backward is None):
-            if self.composed is None:
+        kernel = self._kernel(dev) if path == "kernel" else None
+        if path == "composed" or (grad and (self.entry.backward is None or kernel is not None and
+                                            kernel.grad == "compose")):
+            composed = self.composed
+            if composed is None:
                 raise CustomOpError(f"ember: custom op {self.name!r} has no backward and no composed form, so "
                                     f"gradients cannot flow through it (pass backward= or composed=)")
-            out = self.composed(*inputs, **attrs)
+            out = composed(*inputs, **attrs)
             return self._checked(out, inputs, attrs, "composed")
         shape, dtype = self._output(inputs, attrs)
         with A.no_grad():
             arrays = [None if t is None else t._data for t in inputs]
             if path == "kernel":
-                data = self._run_kernel(dev, arrays, inputs, shape, dtype, attrs)
+                data = self._run_kernel(dev, kernel, arrays, shape, dtype, attrs)
             else:
                 data = self._run_host(dev.backend, arrays, shape, dtype, attrs)
         out = ts[0]._new(data)
@@ -191,7 +168,8 @@ class CustomOp:
     # ------------------------------------------------------------------ forward paths
     def _output(self, inputs, attrs):
         first = next(t for t in inputs if t is not None)
-        spec = self.output(*inputs, **attrs) if self.output is not None else first.shape
+        output = self.entry.output_fn()
+        spec = output(*inputs, **attrs) if output is not None else first.shape
         if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], D.DType):
             shape, dtype = spec
         else:
@@ -203,18 +181,15 @@ class CustomOp:
                                 f"got {spec!r}") from None
         return shape, dtype
 
-    def _run_kernel(self, dev, arrays, inputs, shape, dtype, attrs):
-        k = self.forward[dev.type]
+    def _run_kernel(self, dev, kernel, arrays, shape, dtype, attrs):
+        k = kernel.fn()
         be = dev.backend
         if isinstance(k, (WGSL, CUDA)):
-            run = getattr(be, "custom_kernel", None)
-            if run is None:
-                raise CustomOpError(f"ember: custom op {self.name!r}: backend {be.name!r} cannot run "
-                                    f"{type(k).__name__} kernels")
-            return run(k, arrays, shape, dtype, attrs)
-        if dev.type == "cpu":
+            k.op = self.name
+            return be.custom_kernel(k, arrays, shape, dtype, attrs)
+        if not kernel.takes_backend and dev.type == "cpu":
             return self._run_numpy(k, arrays, shape, dtype, attrs, "cpu")
-        data = k(*arrays, **attrs)
+        data = be.kernel_call(k)(*arrays, **attrs) if kernel.takes_backend else k(*arrays, **attrs)
         got, gdt = tuple(be.shape(data)), be.dtype_of(data)
         if got != shape or gdt is not dtype:
             raise CustomOpError(f"ember: custom op {self.name!r} ({dev.type}): forward returned {got} "
@@ -238,7 +213,8 @@ class CustomOp:
 
     def _run_host(self, be, arrays, shape, dtype, attrs):
         host = [None if a is None else be.to_numpy(a) for a in arrays]
-        res = self._run_numpy(self.forward["cpu"], host, shape, dtype, attrs, f"cpu forward for {be.name}")
+        res = self._run_numpy(self.entry.kernels["cpu"].fn(), host, shape, dtype, attrs,
+                              f"cpu forward for {be.name}")
         return be.from_numpy(res, dtype)
 
     def _checked(self, out, inputs, attrs, where):
@@ -253,7 +229,7 @@ class CustomOp:
         """The recorded node's rule: backward(ctx, grad) -> one gradient per input, checked."""
         def rule(node, g):
             ctx = Context(node.inputs, g._new(node.saved), attrs)
-            grads = self.backward(ctx, g)
+            grads = self.entry.backward_fn()(ctx, g)
             if isinstance(grads, TensorBase) or grads is None:
                 grads = (grads,)
             grads = tuple(grads)

@@ -66,6 +66,11 @@ class Device:
         return hash((self.type, self.index))
 
 
+def loaded_backends(type: str) -> list:
+    """The backends of one device type built so far (cuda.synchronize() waits for each)."""
+    return [be for (kind, _), be in list(_BACKENDS.items()) if kind == type]
+
+
 def _load_backend(type: str, index: int):
     key = (type, index)
     if key in _BACKENDS:
@@ -138,10 +143,9 @@ def device_status(name: str) -> tuple[bool, str]:
         if not isinstance(e, _unavailable_errors(name)):
             raise
         return False, str(e).replace("ember: ", "").splitlines()[0]
-    if not getattr(be, "available", True):
-        return False, getattr(be, "unavailable_reason", "the backend reports itself unavailable")
-    desc = getattr(be, "description", "") or getattr(getattr(be, "adapter", None), "info", "")  # webgpu: the adapter
-    return True, desc or (type(be).__name__ if type(be).__repr__ is object.__repr__ else repr(be))
+    if not be.available:
+        return False, be.unavailable_reason
+    return True, be.description or (type(be).__name__ if type(be).__repr__ is object.__repr__ else repr(be))
 
 
 def devices() -> list[str]:

@@ -356,7 +356,7 @@ def elu(x, alpha=1.0):
     return where(x > 0, x, (exp(x) - 1) * alpha)
 
 
-def _gelu_composed(x, approximate):
+def gelu_composed(x, approximate):
     if approximate == "tanh":
         return x * 0.5 * (1 + tanh((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)))
     if approximate != "none":
@@ -365,19 +365,18 @@ def _gelu_composed(x, approximate):
 
 
 def gelu(x, approximate="none"):
-    """GELU, exact (erf) or tanh-approximated; the backend's fused kernel when no gradient is recorded."""
-    f = getattr(x.device.backend, "gelu", None)
-    if f is not None and x.dtype.is_floating_point and not (A._GRAD[0] and x.requires_grad) and \
-            approximate in ("none", "tanh"):
-        return A.prim_fused("gelu", x, approximate)
-    return _gelu_composed(x, approximate)
+    """GELU, exact (erf) or tanh-approximated; the device's kernel (ember.kernels) when no gradient is recorded."""
+    k = A.fused_kernel("gelu", x) if x.dtype.is_floating_point and approximate in ("none", "tanh") else None
+    return A.prim_fused(k, x, approximate) if k is not None else gelu_composed(x, approximate)
 
 
 def silu(x):
-    """x * sigmoid(x); the backend's fused kernel when no gradient is recorded."""
-    if x.dtype.is_floating_point and getattr(x.device.backend, "silu", None) is not None and \
-            not (A._GRAD[0] and x.requires_grad):
-        return A.prim_fused("silu", x)
+    """x * sigmoid(x); the device's kernel (ember.kernels) when no gradient is recorded."""
+    k = A.fused_kernel("silu", x) if x.dtype.is_floating_point else None
+    return A.prim_fused(k, x) if k is not None else silu_composed(x)
+
+
+def silu_composed(x):
     return x * sigmoid(x)
 
 

@@ -316,12 +316,18 @@ def copy_into(dst, src, starts):
     if src.device != dst.device:
         raise ValueError(f"ember: copy_into: src is on {src.device}, dst on {dst.device}")
     src = A.prim_cast(src, dst.dtype)
-    f = getattr(dst.device.backend, "copy_into", None)
-    if f is None or (A.is_grad_enabled() and (dst.requires_grad or src.requires_grad)):
-        setitem(dst, tuple(slice(a, a + n) for a, n in zip(starts, src.shape)), src)
-        return dst
+    f = A.fused_kernel("copy_into", dst, src)
+    if f is None:
+        return copy_into_composed(dst, src, starts)
     if src.numel():
-        dst._data = f(dst._data, src._data, starts)  # no graph: the fused path runs only without gradients
+        dst._data = f(dst._data, src._data, starts)  # no graph: the kernel runs only without gradients
+    return dst
+
+
+def copy_into_composed(dst, src, starts):
+    """dst[slices] = src as a scatter into a copy that replaces dst's data: the kernels' reference (and the path
+    that records gradients)."""
+    setitem(dst, tuple(slice(a, a + n) for a, n in zip(starts, src.shape)), src)
     return dst
 
 

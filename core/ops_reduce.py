@@ -156,29 +156,30 @@ def logsumexp(x, dim, keepdim=False):
     return out if keepdim else out.squeeze(_axes(x, dim))
 
 
-def _fused_ok(x, name):
-    """The backend has the fused kernel and no gradient is being recorded through x."""
-    return getattr(x.device.backend, name, None) is not None and not (A._GRAD[0] and x.requires_grad)
-
-
 def softmax(x, dim=-1, dtype=None):
     if dtype is not None:
         x = x.to(dtype)
     d = norm_dim(dim, x.ndim)
-    if _fused_ok(x, "softmax"):
-        return A.prim_fused("softmax", x, d)
-    e = (x - x.amax(d, keepdim=True).detach()).exp()
-    return e / e.sum(d, keepdim=True)
+    k = A.fused_kernel("softmax", x)
+    return A.prim_fused(k, x, d) if k is not None else softmax_composed(x, d)
+
+
+def softmax_composed(x, axis):
+    e = (x - x.amax(axis, keepdim=True).detach()).exp()
+    return e / e.sum(axis, keepdim=True)
 
 
 def log_softmax(x, dim=-1, dtype=None):
     if dtype is not None:
         x = x.to(dtype)
     d = norm_dim(dim, x.ndim)
-    if _fused_ok(x, "log_softmax"):
-        return A.prim_fused("log_softmax", x, d)
-    s = x - x.amax(d, keepdim=True).detach()
-    return s - s.exp().sum(d, keepdim=True).log()
+    k = A.fused_kernel("log_softmax", x)
+    return A.prim_fused(k, x, d) if k is not None else log_softmax_composed(x, d)
+
+
+def log_softmax_composed(x, axis):
+    s = x - x.amax(axis, keepdim=True).detach()
+    return s - s.exp().sum(axis, keepdim=True).log()
 
 
 def norm(x, p=2, dim=None, keepdim=False):

@@ -12,20 +12,23 @@ Conventions
 - Elementwise ops broadcast with numpy rules; `b` of `binary` may be a Python scalar.
 - Movement ops may return views; results are never written to in place by the tensor layer.
 
-Families (29 primitives; 43 with the 13 optional fused ones and custom_kernel; to_numpy_async is to_numpy's awaitable form):
-  transfer     from_numpy, to_numpy (+ to_numpy_async, default: to_numpy), full, arange
+Families (29 primitives, PRIMITIVES; META lists the backend's other declared methods):
+  transfer     from_numpy, to_numpy, full, arange
   elementwise  unary(op), binary(op), where, cast
   reduce       reduce(op), arg_reduce(op), cumsum, argsort
   movement     reshape, permute, expand, slice, pad, cat, contiguous
   compute      matmul, conv
   indexing     gather, index_select, scatter
-  meta         shape, dtype_of, synchronize, supports, weight_layout (default: unchanged)
-  optional     softmax, log_softmax, layer_norm, rms_norm, attention, gelu, silu, linear, conv_bias,
-               qmatmul, rope (fused; None = compose), copy_into (slice assignment, in place where it can),
-               decoder_plan (a decoded token through a decoder's layers in one call; None = layer by layer),
-               custom_kernel (ember.custom_op's user kernels)
+  meta         shape, dtype_of, synchronize, supports, weight_layout (default: unchanged), to_numpy_async
+               (default: to_numpy), custom_kernel (runs a WGSL / CUDA descriptor; default: refuses), kernel_call
+               (how a kernel of the registry is called on this backend; default: fn(backend, *args))
+Fused and fast paths (softmax, norms, attention, quantized matmul, the one-call decode step, ...) are not part of
+this interface: each is an entry of the kernel registry (ember.kernels) with a composed reference and a kernel per
+backend that has one.
 """
 from __future__ import annotations
+
+import functools
 
 UNARY_OPS = ("neg", "exp", "log", "sin", "cos", "sqrt", "rsqrt", "tanh", "erf", "abs", "sign",
              "floor", "ceil", "round", "sigmoid", "recip", "not")
@@ -33,8 +36,11 @@ BINARY_OPS = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod", "
               "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor")
 REDUCE_OPS = ("sum", "max", "min", "prod")
 ARG_REDUCE_OPS = ("argmax", "argmin")
-FUSED_OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "attention", "gelu", "silu", "linear",
-             "conv_bias", "qmatmul", "rope", "copy_into")
+PRIMITIVES = ("from_numpy", "to_numpy", "full", "arange", "unary", "binary", "where", "cast", "reduce", "arg_reduce",
+              "cumsum", "argsort", "reshape", "permute", "expand", "slice", "pad", "cat", "contiguous", "matmul",
+              "conv", "gather", "index_select", "scatter", "shape", "dtype_of", "synchronize", "supports",
+              "weight_layout")
+META = ("to_numpy_async", "custom_kernel", "kernel_call")
 
 
 class Backend:
@@ -42,6 +48,9 @@ class Backend:
 
     name = "abstract"
     available = True
+    unavailable_reason = "the backend reports itself unavailable"
+    description = ""  # what `ember info` and device_status show for a working device (webgpu: the adapter)
+    kernel_set = None  # the kernel registry's column whose kernels run here (ember.kernels; None: the name)
 
     def _missing(self, what):
         raise NotImplementedError(f"ember: backend '{self.name}' does not implement primitive '{what}'")
@@ -167,29 +176,14 @@ class Backend:
         """Copy of x with src scattered along axis (torch.scatter); reduce None (replace) or 'add'."""
         self._missing("scatter")
 
-    # -- optional fused ops: leave as None to have the tensor layer compose them -------------
-    softmax = None       # (x, axis) -> softmax along axis
-    log_softmax = None   # (x, axis)
-    layer_norm = None    # (x, weight|None, bias|None, eps) over the last axis
-    rms_norm = None      # (x, weight|None, eps) over the last axis
-    attention = None     # (q, k, v, mask|None, scale, causal) -> softmax(q k^T * scale + mask) v
-    gelu = None          # (x, approximate) -> x * Phi(x); approximate 'none' (erf) or 'tanh'
-    silu = None          # (x) -> x * sigmoid(x)
-    linear = None        # (x, w, b) -> x @ w.T + b, w (out, in), b (out,)
-    conv_bias = None     # (x, w, b, stride, padding, dilation, groups) -> conv(...) + b per output channel
-    qmatmul = None       # (x, raw, qtype, shape) -> float32 (..., N) = x @ dequantize(W).T for x (..., K) float;
-    #                      W (N, K) as GGML blocks: raw uint8 (N, row_bytes) host array, qtype the
-    #                      ember.quant.GGMLType descriptor (name, block_size, type_size, row_bytes(),
-    #                      dequantize_rows()); composed: ember.quant.qmatmul on the host
-    copy_into = None     # (dst, src, starts) -> dst with src (same dtype and ndim) written at offsets `starts`, in place
-    #                      where the backend can (views of dst then see it, as after torch's in-place ops); the
-    #                      tensor layer rebinds dst to the result; composed: x[slices] = src (a scatter into a copy)
-    rope = None          # (x, cos, sin) -> rotate-half rotary embedding of x (B, T, H, D) in x's dtype,
-    #                      cos/sin (T, D / 2) float32: [x1 c - x2 s, x2 c + x1 s] with x1, x2 the halves of D
-    decoder_plan = None  # (spec) -> a plan whose step(x, rope, caches) runs one decoded token through a decoder's
-    #                      layers in place, or None where it does not take the spec (models/common/fused_decode.py
-    #                      builds the spec, the CPU backend's cpu_decode.py documents it); composed: the layers op by op
-    custom_kernel = None  # (kernel, inputs, out_shape, out_dtype, attrs) -> a fresh array: run an ember.custom_op's
-    #                      kernel descriptor (ember.WGSL on webgpu, ember.CUDA on cuda; its params(*inputs, **attrs)
-    #                      and grid(...) are called with the inputs' arrays) over inputs (arrays or None); None =
-    #                      the backend runs no user kernels (custom_op then composes, or runs its cpu forward on the host)
+    # -- meta: the backend's declared extras (not primitives) ------------------------------
+    def custom_kernel(self, kernel, inputs, out_shape, out_dtype, attrs):
+        """Run a WGSL / CUDA kernel descriptor (ember.kernel_source) over inputs (arrays or None) into a fresh
+        array of out_shape / out_dtype: how the registry's descriptor kernels and ember.custom_op's user kernels
+        run. Backends that compile such kernels (webgpu, cuda) override it."""
+        from .errors import CustomOpError
+        raise CustomOpError(f"ember: backend {self.name!r} cannot run {type(kernel).__name__} kernels")
+
+    def kernel_call(self, fn):
+        """A registry kernel fn(backend, *args, **attrs) bound to this backend (CUDA enters its device and stream)."""
+        return functools.partial(fn, self)

@@ -116,6 +116,9 @@ _TABLE = [
             low=1, shown="the CPUs this process may run on, at most 8"),
     Setting("EMBER_WASM_KERNELS", "flag", True, "0: under Pyodide, the CPU backend does not load its wasm SIMD "
             "kernels (numpy's einsum serves)", _CPU_KERNELS),
+    Setting("EMBER_KERNELS_OFF", "str", None, "kernel-registry ops that always run composed, comma-separated "
+            "(attention,qmatmul; ember.kernels.disabled(...) does it for a block of code)",
+            "once, when ember.kernels is imported", shown="(none)"),
     # ---------------------------------------------------------------- WebGPU
     Setting("EMBER_WEBGPU_POWER", "choice", "high-performance", "the adapter ember.webgpu asks for "
             "(ember.webgpu.backend.configure overrides it)", _WEBGPU_IMPORT,

@@ -136,10 +136,7 @@ class Tensor(A.TensorBase):
 
     async def numpy_async(self):
         """Awaitable readback for backends whose reads are asynchronous (WebGPU in a page without JSPI)."""
-        f = getattr(self.device.backend, "to_numpy_async", None)
-        if f is None:
-            return self.numpy()
-        a = await f(self._data)
+        a = await self.device.backend.to_numpy_async(self._data)
         return D.bf16_bits_to_f32(a) if a.dtype == np.uint16 else a
 
     def __array__(self, dtype=None, copy=None):
@@ -549,6 +546,11 @@ def eye(n, m=None, dtype=None, device=None) -> Tensor:
 # ---------------------------------------------------------------------- random
 # One host generator: the same seed gives the same numbers on every device.
 _rng = [np.random.default_rng(0)]
+
+
+def default_generator() -> np.random.Generator:
+    """The generator ember's random ops draw from (manual_seed replaces it): nn.init's initialisers use it too."""
+    return _rng[0]
 
 
 def manual_seed(seed: int):

@@ -1,4 +1,4 @@
-"""The app as a person uses it (issue 20), on the CPU in Chromium: every tool shows a progress bar that
+"""The app as a person uses it, on the CPU in Chromium: every tool shows a progress bar that
 reaches 100 %, has a Cancel that stops a run midway and leaves the worker usable; long audio (3 minutes
 transcribed in full, 1 hour started and cancelled) works in wasm32's memory; error messages carry a heading
 that names the problem, and a failed run leaves no stale result; numeric fields are checked in the page; a

@@ -1,5 +1,5 @@
 """The page's ONNX API in Chromium: `ember.loadModel("onnx", url | File)` + `ember.run(feeds)` (web/ember.js ->
-worker.js -> ember.wasm.onnx_api) give what onnxruntime gives natively on the same model and inputs: a small
+worker.js -> ember.wasm.tools.onnx) give what onnxruntime gives natively on the same model and inputs: a small
 generated model (float32, int64 and bool outputs as typed arrays) and Silero VAD (If subgraphs, an LSTM
 state carried from chunk to chunk), on the CPU (numpy in wasm) and on WebGPU (the page's navigator.gpu)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The model zoo in the app on the CPU in Chromium (issue 19), one page for both tools:
+"""The model zoo in the app on the CPU in Chromium, one page for both tools:
 
 - the semantic-search tab with the real all-MiniLM-L6-v2 bundled by `build-web` as its demo: a pasted text is
   split into passages, embedded in the page, and a query ranks them; the page's vectors equal
@@ -28,7 +28,7 @@ N = 8
 
 @pytest.fixture(scope="module")
 def minilm():
-    from ember.wasm.serve import minilm_demo
+    from ember.wasm.tools.embed import minilm_demo
     demo = minilm_demo()
     if demo is None:
         missing("all-MiniLM-L6-v2 not fetched (ember.models.bert.fetch)")
@@ -84,7 +84,7 @@ def _search(app, query):
 def test_search_tab_ranks_passages_with_the_page_vectors_equal_to_native(app, minilm, zoo_server):
     st = pytest.importorskip("sentence_transformers")
     from ember.models.bert.sentence import SentenceEncoder
-    from ember.wasm.embed_api import split_passages
+    from ember.wasm.tools.embed import split_passages
     app.page.click("#tab-search")
     assert not app.page.is_hidden("#panel-search") and app.page.is_hidden("#panel-whisper")
     app.page.fill("#panel-search .search-doc", DOC)

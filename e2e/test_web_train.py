@@ -1,6 +1,6 @@
 """The training tool in Chromium on the CPU (numpy in wasm): one epoch of the digits CNN, paused after a
 few steps and resumed from the page's buttons, ends with the loss and test accuracy of the same seeded,
-uninterrupted run in native Python (wasm/train_api.py on the site's own digits file); a digit drawn with
+uninterrupted run in native Python (wasm/tools/train.py on the site's own digits file); a digit drawn with
 the mouse is classified as the native model classifies the same 8x8 pixels."""
 from __future__ import annotations
 
@@ -31,14 +31,15 @@ def call(worker_api, op, args):
 @pytest.fixture(scope="module")
 def native(site):
     """The same run in CPython, through the worker's own Python entry point, on the bundled data file."""
-    from ember.wasm import train_api, worker_api
+    from ember.wasm import worker_api
+    from ember.wasm.tools import train as train_tool
     folder = site / "models" / "digits"
     assert (folder / "digits.csv.gz").is_file(), sorted((site / "models").iterdir())
     call(worker_api, "load", {"tool": "train", "folder": str(folder)})
     steps = []
-    r = call(worker_api, "train", {"opts": CONFIG, "on_partial": steps.append})["ok"]
+    r = call(worker_api, "run", {"tool": "train", "opts": CONFIG, "on_partial": steps.append})["ok"]
     yield r, steps, worker_api
-    train_api._STATE.update(data=None, session=None)
+    train_tool._STATE.update(data=None, session=None)
 
 
 def test_one_epoch_paused_and_resumed_matches_native(app, native):
@@ -87,7 +88,8 @@ def test_drawn_digit_is_classified_like_native(app, native):
     pixels = page.evaluate("async () => Array.from((await import('./train.js')).digitPixels("
                            "document.querySelector('#train-draw')))")
     assert len(pixels) == 64 and 0 < sum(pixels) and max(pixels) <= 1
-    ref = call(worker_api, "train-predict", {"input": np.float32(pixels).tobytes()})["ok"]
+    ref = call(worker_api, "run", {"tool": "train", "input": np.float32(pixels).tobytes(),
+                                   "opts": {"predict": True}})["ok"]
     assert got["class"] == ref["class"] == 0, (got, ref)
     np.testing.assert_allclose(got["probs"], ref["probs"], atol=2e-3)
     assert app.errors == []

@@ -81,14 +81,16 @@ def test_training_tool_on_webgpu_follows_the_native_curve(app, site):
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
-    from ember.wasm import train_api, worker_api
+    from ember.wasm import worker_api
+    from ember.wasm.tools import train as train_tool
     config = {"epochs": 1, "batch_size": 64, "lr": 0.01, "seed": 0}
     call = lambda op, args: ThreadPoolExecutor(1).submit(  # noqa: E731  (Playwright holds this thread's loop)
         lambda: asyncio.run(worker_api.handle(op, args))).result()
     call("load", {"tool": "train", "folder": str(site / "models" / "digits")})
     ref = []
-    call("train", {"opts": config, "on_partial": lambda ev: ev["kind"] == "step" and ref.append(ev["loss"])})
-    train_api._STATE.update(data=None, session=None)
+    call("run", {"tool": "train", "opts": config,
+                 "on_partial": lambda ev: ev["kind"] == "step" and ref.append(ev["loss"])})
+    train_tool._STATE.update(data=None, session=None)
     page = app.page
     page.click("#tab-train")
     app.train_until_step(config, 3, SLOW_RUN_S)

@@ -13,8 +13,8 @@ from web_app import CACHE, RUN_S, site_page, tiled_wav, whisper_reference
 
 @pytest.fixture(scope="module")
 def demos():
-    from ember.wasm.serve import whisper_demos
-    found = whisper_demos(base=True)
+    from ember.wasm.tools import whisper
+    found = whisper.demos(extra=True)
     if [d["id"] for d in found] != ["whisper-tiny.en", "whisper-base"]:
         missing("Whisper base not fetched (ember.models.whisper.fetch.ensure_model('base'))")
     return found

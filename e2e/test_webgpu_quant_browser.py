@@ -33,9 +33,8 @@ with ember.no_grad():
     mask = ember.tensor(rng.standard_normal((3, 70)).astype(np.float32), device="webgpu")
     out = {}
     for kern in ("composed", "flash"):
-        be.attention_kernel = kern
-        out[kern] = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask).numpy()
-    be.attention_kernel = "composed"
+        with ember.kernels.tuned("flash_attention", "webgpu", mode=kern):
+            out[kern] = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask).numpy()
     errs["flash attention"] = float(np.abs(out["flash"] - out["composed"]).max())
 json.dumps(errs)
 """

@@ -19,11 +19,12 @@ import pytest
 import torch
 
 from ember import dtypes as D
+from ember.backends import cuda_fused as CF
 from ember.backends import cuda_kernels as K
 from ember.backends.cuda_backend import FusedKernels
 from ember.quant import QTensor
-from ember.quant import ggml_types as T
-from ember.quant.codec import dequantize_rows
+from ember.ggml import types as T
+from ember.ggml.codec import dequantize_rows
 
 # ------------------------------------------------------------------ kernel signatures from the sources
 
@@ -181,9 +182,9 @@ def test_row_kernels_match_torch(dtype):
     x, w, b = rnd(3, 5, 70), rnd(70, seed=1), rnd(70, seed=2)
     tx, tw, tb = _ref(x, dtype), _ref(w, dtype), _ref(b, dtype)
     X, W, B = _to(x, dtype), _to(w, dtype), _to(b, dtype)
-    got = {"softmax": BE.softmax(X, 2), "softmax_dim1": BE.softmax(X, 1), "log_softmax": BE.log_softmax(X, 2),
-           "layer_norm": BE.layer_norm(X, W, B, 1e-5), "layer_norm_plain": BE.layer_norm(X, None, None, 1e-5),
-           "rms_norm": BE.rms_norm(X, W, 1e-6), "rms_norm_plain": BE.rms_norm(X, None, 1e-6)}
+    got = {"softmax": CF.softmax(BE, X, 2), "softmax_dim1": CF.softmax(BE, X, 1), "log_softmax": CF.log_softmax(BE, X, 2),
+           "layer_norm": CF.layer_norm(BE, X, W, B, 1e-5), "layer_norm_plain": CF.layer_norm(BE, X, None, None, 1e-5),
+           "rms_norm": CF.rms_norm(BE, X, W, 1e-6), "rms_norm_plain": CF.rms_norm(BE, X, None, 1e-6)}
     F = torch.nn.functional
     want = {"softmax": torch.softmax(tx, 2), "softmax_dim1": torch.softmax(tx, 1), "log_softmax": torch.log_softmax(tx, 2),
             "layer_norm": F.layer_norm(tx, (70,), tw, tb), "layer_norm_plain": F.layer_norm(tx, (70,)),
@@ -210,7 +211,7 @@ def test_attention_kernel_matches_torch(case):
         q, m = rnd(B, H, 2 * L, Dh), rnd(1, 1, 2 * L, S, seed=3)
     causal = case.startswith("causal")
     n0 = len(BE.launches)
-    got = BE.attention(_to(q, dtype), _to(k, dtype), _to(v, dtype), None if m is None else _to(m, dtype),
+    got = CF.attention(BE, _to(q, dtype), _to(k, dtype), _to(v, dtype), None if m is None else _to(m, dtype),
                        1 / math.sqrt(Dh), causal)
     want = torch.nn.functional.scaled_dot_product_attention(
         _ref(q, dtype), _ref(k, dtype), _ref(v, dtype), attn_mask=None if m is None else _ref(m, dtype), is_causal=causal)
@@ -221,7 +222,7 @@ def test_attention_kernel_matches_torch(case):
 
 def test_attention_mask_with_more_batch_dims_broadcasts_the_output():
     q, k, v, m = rnd(4, 8), rnd(6, 8, seed=1), rnd(6, 8, seed=2), rnd(2, 1, 4, 6, seed=3)
-    got = BE.attention(q, k, v, m, 0.25, False)
+    got = CF.attention(BE, q, k, v, m, 0.25, False)
     tq, tk, tv, tm = (torch.tensor(a) for a in (q, k, v, m))  # torch's sdpa will not broadcast here; the math does
     want = torch.softmax(tq @ tk.T * 0.25 + tm, -1) @ tv
     assert got.shape == (2, 1, 4, 8) == tuple(want.shape)
@@ -232,7 +233,7 @@ def test_attention_all_masked_row_is_nan_as_composed():
     q, k, v = rnd(1, 2, 4), rnd(1, 3, 4, seed=1), rnd(1, 3, 4, seed=2)
     m = np.zeros((2, 3), np.float32)
     m[1] = -np.inf
-    got = BE.attention(q, k, v, m, 0.5, False)
+    got = CF.attention(BE, q, k, v, m, 0.5, False)
     assert np.isnan(got[0, 1]).all() and np.isfinite(got[0, 0]).all()
 
 
@@ -241,14 +242,14 @@ def test_rope_kernel_matches_rotate_half(dtype):
     B, Tn, H, Dh = 2, 6, 3, 8
     x = rnd(B, Tn, H, Dh)
     ang = np.outer(np.arange(Tn), 1.0 / 10000 ** (np.arange(0, Dh, 2) / Dh)).astype(np.float32)  # (T, D/2)
-    got = _f(BE.rope(_to(x, dtype), np.cos(ang), np.sin(ang)))
+    got = _f(CF.rope(BE, _to(x, dtype), np.cos(ang), np.sin(ang)))
     tx = _ref(x, dtype)
     cos = torch.tensor(np.cos(np.concatenate([ang, ang], -1)))[None, :, None]   # (1, T, 1, D)
     sin = torch.tensor(np.sin(np.concatenate([ang, ang], -1)))[None, :, None]
     rot = torch.cat([-tx[..., Dh // 2:], tx[..., : Dh // 2]], -1)               # HF rotate_half
     np.testing.assert_allclose(got, (tx * cos + rot * sin).numpy(), atol=TOL[dtype] * 4, rtol=TOL[dtype])
     with pytest.raises(ValueError, match="ember: rope needs"):
-        BE.rope(x, np.cos(ang)[:, :3], np.sin(ang))
+        CF.rope(BE, x, np.cos(ang)[:, :3], np.sin(ang))
 
 
 @pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4_k", "q6_k", "q5_0"])
@@ -257,22 +258,22 @@ def test_qmatmul_matches_cpu_qtensor(qtype, m):
     K_in = 512
     w = QTensor.quantize(rnd(48, K_in, seed=7), qtype)
     x = rnd(m, K_in, seed=8)
-    got = BE.qmatmul(x.reshape(1, m, K_in), w.data, w.ggml_type, w.shape)
+    got = CF.qmatmul(BE, x.reshape(1, m, K_in), w.data, w.ggml_type, w.shape)
     assert got.shape == (1, m, 48) and got.dtype == np.float32
     np.testing.assert_allclose(got[0], w.matmul_t(x), rtol=1e-5, atol=1e-4)
     if qtype != "q5_0":  # the four kernel types dequantize in a kernel; others on the host, once
         kind = "qmatvec_" if m <= 32 else "dequant_"
         assert BE.launches[-1] == kind + qtype
     with pytest.raises(ValueError, match=r"ember: quantized matmul: input of shape \(3, 7\)"):
-        BE.qmatmul(np.zeros((3, 7), np.float32), w.data, w.ggml_type, w.shape)
+        CF.qmatmul(BE, np.zeros((3, 7), np.float32), w.data, w.ggml_type, w.shape)
 
 
 def test_quantized_weight_uploaded_once():
     w = QTensor.quantize(rnd(8, 64, seed=9), "q8_0")
-    BE.qmatmul(rnd(1, 64), w.data, w.ggml_type, w.shape)
-    dev = BE._device_weight(w.data, w.ggml_type, w.shape, False)
-    BE.qmatmul(rnd(2, 64), w.data, w.ggml_type, w.shape)
-    assert BE._device_weight(w.data, w.ggml_type, w.shape, False) is dev
+    CF.qmatmul(BE, rnd(1, 64), w.data, w.ggml_type, w.shape)
+    dev = CF._device_weight(BE, w.data, w.ggml_type, w.shape, False)
+    CF.qmatmul(BE, rnd(2, 64), w.data, w.ggml_type, w.shape)
+    assert CF._device_weight(BE, w.data, w.ggml_type, w.shape, False) is dev
 
 
 # ------------------------------------------------------------------ the op parity suite on the emulated device

@@ -13,6 +13,7 @@ import torch
 import ember
 import ember.nn.functional as F
 from ember.backends import cuda_backend as C
+from ember.backends import cuda_fused as CF
 from ember.quant import QTensor
 
 try:
@@ -70,7 +71,7 @@ def test_rope_kernel_matches_rotate_half():
     B, T, H, D = 2, 9, 4, 64
     x = rnd(B, T, H, D)
     ang = np.outer(np.arange(T), 1.0 / 10000 ** (np.arange(0, D, 2) / D)).astype(np.float32)
-    got = BE.to_numpy(BE.rope(BE.from_numpy(x, ember.float32), BE.from_numpy(np.cos(ang), ember.float32),
+    got = BE.to_numpy(CF.rope(BE, BE.from_numpy(x, ember.float32), BE.from_numpy(np.cos(ang), ember.float32),
                               BE.from_numpy(np.sin(ang), ember.float32)))
     cos, sin = np.cos(np.concatenate([ang, ang], -1))[None, :, None], np.sin(np.concatenate([ang, ang], -1))[None, :, None]
     rot = np.concatenate([-x[..., D // 2:], x[..., : D // 2]], -1)
@@ -82,7 +83,7 @@ def test_rope_kernel_matches_rotate_half():
 def test_quantized_matmul_kernels_match_cpu(qtype, m):
     w = QTensor.quantize(rnd(300, 512, seed=5), qtype)
     x = rnd(m, 512, seed=6)
-    got = BE.to_numpy(BE.qmatmul(BE.from_numpy(x, ember.float32), w.data, w.ggml_type, w.shape))
+    got = BE.to_numpy(CF.qmatmul(BE, BE.from_numpy(x, ember.float32), w.data, w.ggml_type, w.shape))
     np.testing.assert_allclose(got, w.matmul_t(x), rtol=1e-4, atol=1e-3)
 
 

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from ember import dtypes as D
+from ember.backends import cuda_fused as CF
 from ember.backends import cuda_kernels as K
 from ember.quant import QTensor
 from test_cuda_emulated import SIGS, EmulatedKernels
@@ -175,11 +176,11 @@ def test_row_kernels_on_host_match_torch(lib, dtype):
     tx, tw, tb = _ref(x, dtype), _ref(w, dtype), _ref(b, dtype)
     s = rnd(4, 3, 5, seed=3)  # softmax over a middle axis (moved last and back)
     tf = torch.nn.functional
-    cases = {"softmax": (be.softmax(X, 2), torch.softmax(tx, 2)),
-             "softmax_dim1": (be.softmax(_to(s, dtype), 1), torch.softmax(_ref(s, dtype), 1)),
-             "log_softmax": (be.log_softmax(X, 2), torch.log_softmax(tx, 2)),
-             "layer_norm": (be.layer_norm(X, W, B, 1e-5), tf.layer_norm(tx, (150,), tw, tb)),
-             "rms_norm": (be.rms_norm(X, W, 1e-6), tf.rms_norm(tx, (150,), tw, eps=1e-6))}
+    cases = {"softmax": (CF.softmax(be, X, 2), torch.softmax(tx, 2)),
+             "softmax_dim1": (CF.softmax(be, _to(s, dtype), 1), torch.softmax(_ref(s, dtype), 1)),
+             "log_softmax": (CF.log_softmax(be, X, 2), torch.log_softmax(tx, 2)),
+             "layer_norm": (CF.layer_norm(be, X, W, B, 1e-5), tf.layer_norm(tx, (150,), tw, tb)),
+             "rms_norm": (CF.rms_norm(be, X, W, 1e-6), tf.rms_norm(tx, (150,), tw, eps=1e-6))}
     for key, (got, want) in cases.items():
         assert got.dtype == X.dtype and got.shape == tuple(want.shape), key
         np.testing.assert_allclose(_f(got), want.numpy(), atol=4 * TOL[dtype], rtol=TOL[dtype], err_msg=key)
@@ -190,7 +191,7 @@ def test_row_kernel_with_many_threads_and_extremes(lib):
     be = HostKernels(lib)
     x = rnd(2, 2000) * 30  # 1024 threads per row, exp of large negatives
     x[1, :5] = -np.inf
-    got = be.softmax(x, 1)
+    got = CF.softmax(be, x, 1)
     np.testing.assert_allclose(got, torch.softmax(torch.tensor(x), 1).numpy(), atol=1e-6, rtol=1e-5)
 
 
@@ -217,7 +218,7 @@ def test_attention_kernel_on_host_matches_torch(lib, case):
         m[2] = -np.inf
         m[3, 40:] = -np.inf  # a whole key tile masked for one row
     causal = case.startswith("causal")
-    got = _f(be.attention(_to(q, dtype), _to(k, dtype), _to(v, dtype), None if m is None else _to(m, dtype),
+    got = _f(CF.attention(be, _to(q, dtype), _to(k, dtype), _to(v, dtype), None if m is None else _to(m, dtype),
                           1 / math.sqrt(Dh), causal))
     want = torch.nn.functional.scaled_dot_product_attention(_ref(q, dtype), _ref(k, dtype), _ref(v, dtype),
                                                             attn_mask=None if m is None else _ref(m, dtype),
@@ -234,7 +235,7 @@ def test_rope_kernel_on_host(lib):
     Bn, T, H, Dh = 2, 5, 3, 12
     x = rnd(Bn, T, H, Dh)
     ang = np.outer(np.arange(T), 1.0 / 10000 ** (np.arange(0, Dh, 2) / Dh)).astype(np.float32)
-    got = be.rope(x, np.cos(ang), np.sin(ang))
+    got = CF.rope(be, x, np.cos(ang), np.sin(ang))
     cos, sin = np.cos(np.concatenate([ang, ang], -1))[None, :, None], np.sin(np.concatenate([ang, ang], -1))[None, :, None]
     rot = np.concatenate([-x[..., Dh // 2:], x[..., : Dh // 2]], -1)
     np.testing.assert_allclose(got, x * cos + rot * sin, atol=1e-5, rtol=1e-5)
@@ -246,7 +247,7 @@ def test_quant_kernels_on_host_match_cpu_qtensor(lib, qtype, m):
     be = HostKernels(lib)
     w = QTensor.quantize(rnd(20, 512, seed=7), qtype)
     x = rnd(m, 512, seed=8)
-    got = be.qmatmul(x, w.data, w.ggml_type, w.shape)
+    got = CF.qmatmul(be, x, w.data, w.ggml_type, w.shape)
     assert be.launches[-1] == ("qmatvec_" if m <= 32 else "dequant_") + qtype
     np.testing.assert_allclose(got, w.matmul_t(x), rtol=1e-5, atol=1e-4)
 

@@ -12,8 +12,8 @@ import pytest
 
 from ember.backends import cuda_kernels as K
 from ember.quant import QTensor
-from ember.quant import ggml_types as T
-from ember.quant.codec import dequantize_rows
+from ember.ggml import types as T
+from ember.ggml.codec import dequantize_rows
 
 NVCC = shutil.which("nvcc")
 need_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found: CUDA sources not compiled by nvcc here")

@@ -1,5 +1,5 @@
 """Gemma 3 270M (the real Q4_K_M GGUF) inside Pyodide under Node, through the page's own code path
-(wasm/worker_api.py load + run_llama, with the wasm quantized-matmul kernels): the same prompt ids and the same
+(wasm/worker_api.py load + run of the text tool, with the wasm quantized-matmul kernels): the same prompt ids and the same
 tokens as native CPython for the same prompt and seed, greedy, sampled, and sampled from the top k (bounded in
 the page, from every logit natively). Also reports what the page
 would: tokens/s in Pyodide and the wasm heap after loading and generating (printed, never asserted on speed)."""
@@ -29,7 +29,7 @@ heap_loaded = int(__import__("pyodide_js")._module.HEAP8.length)
 runs = []
 for opts in {runs!r}:
     t0 = time.perf_counter()
-    r = await worker_api.run_llama({prompt!r}, opts)
+    r = await worker_api.run("llama", {prompt!r}, opts)
     r["wall_s"] = time.perf_counter() - t0
     runs.append(r)
 result = {{"info": info, "runs": runs, "path": cpu_matmul.matmul_path(), "heap_loaded": heap_loaded,
@@ -43,8 +43,8 @@ def gguf():
 
 
 def _native(path, prompt, opts):
+    from ember.models.common.generate import SamplingParams, generate
     from ember.models.gemma3.load import load_gguf
-    from ember.models.llama.generate import SamplingParams, generate
     model, tok = load_gguf(path)
     ids = tok.encode(prompt, bos=True)
     p = SamplingParams(opts["temperature"], opts.get("top_k", 0), opts["top_p"], 1.0, opts.get("seed"))

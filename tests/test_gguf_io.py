@@ -12,7 +12,8 @@ import pytest
 
 import ember
 from ember.io import gguf as eg
-from ember.quant import QTensor, codec
+from ember.ggml import codec
+from ember.quant import QTensor
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as G  # noqa: E402

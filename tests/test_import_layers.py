@@ -23,21 +23,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # bottom-up; a module's layer is that of the first pattern it matches (so specific ones come first)
 LAYERS = [
-    ("base", "the contract: dtypes, the primitive interface, the device registry "
-             "(backends named by module path, DeviceError), the error hierarchy, the resource budget, the CLI argument "
-             "types, the cache folder and the EMBER_* settings",
-     ["ember.dtypes", "ember.primitives", "ember.device", "ember.errors", "ember.limits", "ember.argtypes",
-      "ember.paths", "ember.settings"]),
-    ("backends", "one module per device: numpy/array-module/cuda, webgpu", ["ember.backends", "ember.backends.*",
-                                                                           "ember.webgpu", "ember.webgpu.*"]),
-    ("tensor", "autograd primitives, Tensor, composed ops", ["ember.autograd", "ember.tensor", "ember.ops_*",
-                                                             "ember.linalg", "ember.custom_op"]),
+    ("base", "the contract: dtypes and GGML's block types (ember.ggml), the primitive interface, the kernel registry "
+             "(ops and their kernels named by module path), the device registry (backends named by module path), "
+             "the error hierarchy, the resource budget, the settings, the CLI argument types and the cache folder",
+     ["ember.dtypes", "ember.ggml", "ember.ggml.*", "ember.primitives", "ember.kernels", "ember.kernel_source",
+      "ember.device", "ember.errors", "ember.limits", "ember.settings", "ember.argtypes", "ember.paths"]),
+    ("backends", "one module per device and its kernels: numpy/array-module/cuda, webgpu",
+     ["ember.backends", "ember.backends.*", "ember.webgpu", "ember.webgpu.*"]),
+    ("tensor", "autograd primitives, Tensor, composed ops, custom ops, QTensor",
+     ["ember.autograd", "ember.tensor", "ember.ops_*", "ember.linalg", "ember.custom_op", "ember.qtensor"]),
     ("nn", "modules, functional, optimizers", ["ember.nn", "ember.nn.*", "ember.optim"]),
-    ("io", "weight formats, quantization, tokenizers, hub, onnx, datasets and loaders, the training loop",
-     ["ember.io", "ember.io.*", "ember.quant", "ember.quant.*", "ember.tokenizers", "ember.tokenizers.*", "ember.hub",
-      "ember.onnx", "ember.onnx.*", "ember.data", "ember.data.*", "ember.train", "ember.train.*"]),
+    ("formats", "weight formats, the hub, tokenizers", ["ember.io", "ember.io.*", "ember.hub", "ember.tokenizers",
+                                                         "ember.tokenizers.*"]),
+    ("quant", "quantized layers and models, file conversion", ["ember.quant", "ember.quant.*"]),
+    ("runtimes", "onnx, datasets and loaders, the training loop",
+     ["ember.onnx", "ember.onnx.*", "ember.data", "ember.data.*", "ember.train", "ember.train.*"]),
     ("facade", "`import ember`: re-exports tensor/nn/optim, io/quant/tokenizers on first use", ["ember"]),
-    ("models", "one folder per family", ["ember.models", "ember.models.*"]),
+    ("models", "one folder per family on models/common", ["ember.models", "ember.models.*"]),
     ("app", "entry points: CLIs, the browser worker, ember.ray's dataset mappers", ["ember.cli", "ember.__main__",
                                                         "ember.convert", "ember.ray", "ember.ray.*",
                                                         "ember.models.*.cli", "ember.onnx.cli", "ember.wasm",
@@ -123,6 +125,9 @@ def _targets(base, names):
     return out
 
 
+PRIVATE = []  # (src, module imported from, private name, line): `from x import _name`
+
+
 def _edges_of(src):
     path, is_pkg = MODULES[src]
     tree = ast.parse(path.read_text(), filename=str(path))
@@ -136,6 +141,8 @@ def _edges_of(src):
             elif isinstance(child, ast.ImportFrom):
                 base = _resolve(src, is_pkg, child.level, child.module)
                 found.extend((t, child.lineno, lazy) for t in _targets(base, [a.name for a in child.names]))
+                PRIVATE.extend((src, base, a.name, child.lineno) for a in child.names
+                               if a.name.startswith("_") and not a.name.startswith("__"))
             elif isinstance(child, ast.Call) and (name := _literal_import(child)):
                 found.append((name, child.lineno, lazy))
             visit(child, in_fn)
@@ -252,3 +259,36 @@ def test_no_module_level_import_cycle():
     print(f"{len(lazy)} cycles through lazy imports (allowed within a layer)" +
           "".join("\n  " + m for m in _describe(lazy, True)))
     assert not comps, "module-level import cycles:\n  " + "\n  ".join(msgs)
+
+
+def _package(module):
+    """The package a module belongs to: itself for a package, else its parent (ember.backends.cpu_quant ->
+    ember.backends; ember.autograd -> ember)."""
+    return module if MODULES.get(module, (None, False))[1] else module.rpartition(".")[0]
+
+
+def test_no_private_name_imported_across_packages():
+    """`from <other package's module> import _name` reaches into another package's internals: make the name
+    public where it is meant to be shared, or keep the code that needs it in that package."""
+    bad = [f"{MODULES[s][0].relative_to(ROOT)}:{line}: {s} imports {name} from {mod}" for s, mod, name, line in PRIVATE
+           if mod.startswith("ember") and _package(s) != _package(mod)]
+    assert not bad, "private names imported across packages:\n  " + "\n  ".join(bad)
+
+
+def test_cli_modules_are_not_loaders_for_other_modules():
+    """A family's cli.py parses arguments and prints; what it loads with lives in the family (or models/common),
+    so the page, ember.ray and other families never import a CLI module. Only the CLI dispatcher imports them."""
+    dispatch = {"ember.cli", "ember.__main__"}
+    bad = [f"{e.where()}: {e.src} imports {e.dst}" for e in EDGES
+           if (e.dst.endswith(".cli") or e.dst == "ember.cli") and e.src not in dispatch and e.dst != e.src
+           and not e.src.endswith(".cli")]
+    assert not bad, "CLI modules imported as loaders:\n  " + "\n  ".join(bad)
+
+
+def test_every_package_is_in_the_wheel():
+    """pyproject lists packages explicitly (the folders map onto one namespace): a package folder missing from the
+    list is missing from the wheel, and so from the page, where its import fails."""
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"(ember[\w.]*)"', text[text.index("packages = ["):text.index("]", text.index("packages = ["))]))
+    packages = {m for m, (_, is_pkg) in MODULES.items() if is_pkg}
+    assert not packages - listed, f"packages missing from pyproject.toml's packages list: {sorted(packages - listed)}"

@@ -1,4 +1,5 @@
-"""wasm/onnx_api.py (the page's loadModel("onnx") / run(feeds), Python side) in CPython: tensors as
+"""wasm/tools/onnx.py (the page's loadModel("onnx") / run(feeds), Python side) through the worker's one load
+and run request, in CPython: tensors as
 {type, dims, bytes} come back equal to onnxruntime's on the same model; unsupported operators are named at
 load; bad feeds are error codes, never exceptions (the worker must stay alive)."""
 import asyncio
@@ -8,7 +9,8 @@ import pytest
 
 from expected_skips import missing
 
-from ember.wasm import onnx_api as W
+from ember.wasm import worker_api
+from ember.wasm.tools import onnx as onnx_tool
 
 
 def _deps():
@@ -45,18 +47,18 @@ def small_model():
 
 
 def call(op, args):
-    return asyncio.run(W.handle(op, args))
+    return asyncio.run(worker_api.handle(op, {"tool": "onnx", **args}))
 
 
 def test_load_and_run_equal_onnxruntime(tmp_path):
     _, ort = _deps()
     path = tmp_path / "small.onnx"
     path.write_bytes(small_model())
-    info = call("load", {"path": str(path), "device": "cpu"})["ok"]
+    info = call("load", {"folder": str(tmp_path), "device": "cpu"})["ok"]
     assert info["inputs"] == [{"name": "x", "type": "tensor(float)", "shape": [1, 3, 8, 8]}]
     assert [o["name"] for o in info["outputs"]] == ["probs", "best", "positive"]
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    r = call("run", {"feeds": {"x": {"type": "float32", "dims": [1, 3, 8, 8], "bytes": x.tobytes()}}})["ok"]
+    r = call("run", {"input": {"x": {"type": "float32", "dims": [1, 3, 8, 8], "bytes": x.tobytes()}}})["ok"]
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     out = r["outputs"]
     assert [out[k]["type"] for k in ("probs", "best", "positive")] == ["float32", "int64", "bool"]
@@ -75,7 +77,7 @@ def test_unsupported_operator_is_named_at_load(tmp_path):
                           [helper.make_tensor_value_info("t", TensorProto.UINT8, [None, None, 3])])
     path = tmp_path / "image.onnx"
     path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString())
-    r = call("load", {"path": str(path)})
+    r = call("load", {"folder": str(tmp_path)})
     assert r["error"] == "bad_model" and "ImageDecoder (opset 20)" in r["message"]
 
 
@@ -90,8 +92,8 @@ def test_string_output_is_a_clear_error(tmp_path):
                            helper.make_tensor_value_info("y", TensorProto.INT64, [1])])
     path = tmp_path / "strings.onnx"
     path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString())
-    assert "ok" in call("load", {"path": str(path)})
-    r = call("run", {"feeds": {"x": {"type": "int64", "dims": [1], "bytes": np.array([5], np.int64).tobytes()}}})
+    assert "ok" in call("load", {"folder": str(tmp_path)})
+    r = call("run", {"input": {"x": {"type": "int64", "dims": [1], "bytes": np.array([5], np.int64).tobytes()}}})
     assert r["error"] == "bad_model" and "string tensor" in r["message"]
 
 
@@ -103,12 +105,12 @@ def test_string_output_is_a_clear_error(tmp_path):
 def test_bad_feeds_are_bad_requests(tmp_path, feed, why):
     path = tmp_path / "small.onnx"
     path.write_bytes(small_model())
-    call("load", {"path": str(path)})
-    r = call("run", {"feeds": feed})
+    call("load", {"folder": str(tmp_path)})
+    r = call("run", {"input": feed})
     assert r["error"] == "bad_request" and why in r["message"], r
 
 
 def test_run_before_load_says_so():
-    W._STATE.clear()
-    r = call("run", {"feeds": {}})
+    onnx_tool._STATE.clear()
+    r = call("run", {"input": {}})
     assert r["error"] == "not_loaded"

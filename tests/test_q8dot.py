@@ -1,4 +1,4 @@
-"""llama.cpp's quantized matmul with 8-bit activations (core/backends/cpu_kernels/q8dot.c, ember.quant.q8dot).
+"""llama.cpp's quantized matmul with 8-bit activations (core/backends/cpu_kernels/q8dot.c, ember.backends.cpu_q8dot).
 
 References computed here: llama.cpp's own CPU kernels, called in its libggml-cpu (llama-cpp-python's build): its
 activation quantizers (quantize_row_q8_0 / q8_1 / q8_K) byte for byte, and its dot products (ggml_vec_dot_*)
@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 
 from ember.backends import cpu_native_kernels as cnk
-from ember.quant import QTensor, codec, q8dot
-from ember.quant import ggml_types as T
+from ember.backends import cpu_q8dot as q8dot
+from ember.ggml import codec
+from ember.quant import QTensor
+from ember.ggml import types as T
 from pyodide_runner import pyodide_dist, pyodide_session  # noqa: F401
 
 TYPES = list(q8dot.ACTIVATIONS)  # Q4_0 Q5_0 Q8_0 Q4_1 Q5_1 Q4_K Q5_K Q6_K
@@ -203,7 +205,7 @@ def test_without_kernels_numpy_gives_the_same_bits(tmp_path):
     code = f"""
         import numpy as np
         from ember.backends import cpu_matmul
-        from ember.quant import q8dot
+        from ember.backends import cpu_q8dot as q8dot
         raw, x = np.load({str(tmp_path / 'raw.npy')!r}), np.load({str(tmp_path / 'x.npy')!r})
         assert cpu_matmul.native_kernels() is None
         print(cpu_matmul.native_kernels_status())
@@ -254,7 +256,7 @@ def test_q8dot_in_pyodide(pyodide_session):
     import base64
     cases = {name: _inputs(name, rows=19, m=5, blocks=9, seed=7) for name in TYPES}
     enc = lambda a: base64.b64encode(a.tobytes()).decode()  # noqa: E731
-    code = "import base64, numpy as np\nfrom ember.quant import q8dot\nfrom ember.backends import cpu_matmul\n" \
+    code = "import base64, numpy as np\nfrom ember.backends import cpu_q8dot as q8dot\nfrom ember.backends import cpu_matmul\n" \
            "assert cpu_matmul.wasm_kernels() is not None, cpu_matmul.matmul_path()\nresult = {}\n"
     for name, (raw, x) in cases.items():
         code += (f"raw = np.frombuffer(base64.b64decode({enc(raw)!r}), np.uint8).reshape({raw.shape})\n"

@@ -21,8 +21,8 @@ import tarfile
 import numpy as np
 import pytest
 
-from ember.quant import codec
-from ember.quant import ggml_types as T
+from ember.ggml import codec
+from ember.ggml import types as T
 from expected_skips import missing
 
 gguf = pytest.importorskip("gguf")

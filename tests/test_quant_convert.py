@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 import pytest
 
-from ember.quant import codec
+from ember.ggml import codec
 from ember.quant.convert import add_convert_gguf_parser, gguf_to_safetensors, safetensors_to_gguf
 
 gguf = pytest.importorskip("gguf")

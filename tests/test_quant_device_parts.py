@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import ember
-from ember.quant import QTensor, qtensor
+from ember import qtensor
+from ember.quant import QTensor
 
 
 @pytest.mark.parametrize("qtype", ["q8_0", "q4_k"])

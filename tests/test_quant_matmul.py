@@ -11,7 +11,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from ember.quant import QTensor, codec, qmatmul
+from ember.ggml import codec
+from ember.quant import QTensor, qmatmul
 
 gguf = pytest.importorskip("gguf")
 

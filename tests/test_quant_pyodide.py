@@ -5,7 +5,7 @@ import base64
 
 import numpy as np
 
-from ember.quant import codec
+from ember.ggml import codec
 from pyodide_runner import pyodide_dist, pyodide_session  # noqa: F401  (fixtures)
 
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "F16", "BF16"]
@@ -13,7 +13,8 @@ TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
 SNIPPET = """
 import base64, io, os, time
 import numpy as np
-from ember.quant import QTensor, codec, qmatmul
+from ember.ggml import codec
+from ember.quant import QTensor, qmatmul
 from ember.io import gguf as eg
 x = (np.random.default_rng(3).standard_normal((8, 512)) * 3).astype(np.float32)
 types = {types!r}

@@ -1,4 +1,4 @@
-"""The page's training tool, run in CPython as the worker runs it (wasm/train_api.py through
+"""The page's training tool, run in CPython as the worker runs it (wasm/tools/train.py through
 worker_api.handle): the bundled data file, step events, pause (the page's cancel) and resume giving the
 uninterrupted loss curve, the drawn-digit prediction, and refusals of bad requests."""
 from __future__ import annotations
@@ -10,23 +10,29 @@ import shutil
 import numpy as np
 import pytest
 
-from ember.wasm import train_api, worker_api
+from ember.wasm import worker_api
+from ember.wasm.tools import train as train_tool
 
 
 @pytest.fixture()
 def loaded(tmp_path):
     if importlib.util.find_spec("sklearn") is None:
         pytest.skip("scikit-learn is not installed (pip install scikit-learn): its digits file is the fixture")
-    data = train_api.demo_data()["train"]
+    data = train_tool.demos()[0]
     shutil.copy(data["files"]["digits.csv.gz"], tmp_path / "digits.csv.gz")
     r = asyncio.run(worker_api.handle("load", {"tool": "train", "folder": str(tmp_path), "device": "cpu"}))
     assert r["ok"]["samples"] == 1797
     yield
-    train_api._STATE.update(data=None, session=None)
+    train_tool._STATE.update(data=None, session=None)
 
 
 def run(opts, on_step=None):
-    return asyncio.run(worker_api.handle("train", {"opts": opts, "on_partial": on_step}))
+    return asyncio.run(worker_api.handle("run", {"tool": "train", "opts": opts, "on_partial": on_step}))
+
+
+def predict(pixels: bytes) -> dict:
+    """What ember.js's predictDigit(pixels) asks the worker."""
+    return asyncio.run(worker_api.handle("run", {"tool": "train", "input": pixels, "opts": {"predict": True}}))
 
 
 def test_pause_and_resume_give_the_uninterrupted_curve(loaded):
@@ -60,7 +66,7 @@ def test_predict_a_drawn_digit(loaded):
     x, y = digits_arrays()
     hits = 0
     for i in range(20):
-        r = asyncio.run(worker_api.handle("train-predict", {"input": x[i, 0].astype(np.float32).tobytes()}))["ok"]
+        r = predict(x[i, 0].astype(np.float32).tobytes())["ok"]
         assert len(r["probs"]) == 10 and abs(sum(r["probs"]) - 1) < 1e-4
         hits += r["class"] == y[i]
     assert hits >= 16
@@ -70,7 +76,7 @@ def test_bad_requests_are_refused(loaded):
     assert run({"epochs": 0})["error"] == "bad_request"
     assert run({"lr": "fast"})["error"] == "bad_request"
     assert "unknown training option" in run({"optimizer": "sgd"})["message"]
-    r = asyncio.run(worker_api.handle("train-predict", {"input": b"\0" * 12}))
+    r = predict(b"\0" * 12)
     assert r["error"] in ("bad_request", "not_loaded")
-    train_api._STATE["data"] = None
+    train_tool._STATE["data"] = None
     assert run({})["error"] == "not_loaded"

@@ -58,8 +58,8 @@ def test_relaxed_module_keeps_the_other_kernels_bit_for_bit(relaxed_session):
     got = _run(relaxed_session, '''
 import ctypes
 from ember.backends import cpu_wasm_kernels as W
-from ember.quant import ggml_types
-from ember.quant.codec import quantize
+from ember.ggml import types as ggml_types
+from ember.ggml.codec import quantize
 plain, relaxed = (W.WasmKernels(ctypes.CDLL(str(p))) for p in (W.MODULE, W.RELAXED_MODULE))
 rng = np.random.default_rng(12)
 x = (rng.standard_normal((37, 256)) * 4).astype(np.float32)

@@ -12,8 +12,8 @@ TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 CHECK = r'''
 import numpy as np
 from ember.backends import cpu_matmul
-from ember.quant import ggml_types as T
-from ember.quant.codec import dequantize_rows, quantize
+from ember.ggml import types as T
+from ember.ggml.codec import dequantize_rows, quantize
 kern = cpu_matmul.wasm_kernels()
 
 def rel_err(y, w, x):
@@ -81,7 +81,7 @@ def test_dispatch_from_quant_qmatmul_and_qtensor(pyodide_session):
     got = _run(pyodide_session, '''
 import ember
 from ember.quant import QTensor, qmatmul
-import importlib; qmod = importlib.import_module("ember.quant.qmatmul")
+import importlib; qmod = importlib.import_module("ember.backends.cpu_quant")
 rng = np.random.default_rng(2)
 w = rng.standard_normal((70, 512)).astype(np.float32)
 out = []

@@ -21,7 +21,8 @@ globalThis.Worker = class {  // answers as worker.js does: ready to init, the fi
   postMessage(m) {
     sent.push(m);
     const data = m.type === "load" ? { tool: m.tool, files: m.files.map((f) => f.url) } : undefined;
-    setTimeout(() => this.onmessage({ data: m.type === "init" ? { type: "ready", id: m.id, device: "cpu" }
+    const tools = { whisper: { files: [["config.json"]], beside: {}, packages: [] } };  // tools.table()'s shape
+    setTimeout(() => this.onmessage({ data: m.type === "init" ? { type: "ready", id: m.id, device: "cpu", tools }
                                                                 : { type: "result", id: m.id, data } }));
   }
 };

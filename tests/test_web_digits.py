@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ember.wasm import train_api
+from ember.wasm.tools import train as train_tool
 
 sklearn = pytest.importorskip("sklearn")  # the reference (in .ci/requirements-test.txt)
 INSTALLED = Path(sklearn.__file__).parent / "datasets" / "data" / "digits.csv.gz"
@@ -22,10 +22,10 @@ INSTALLED = Path(sklearn.__file__).parent / "datasets" / "data" / "digits.csv.gz
 def _wheel(member_bytes: bytes) -> bytes:
     """A scikit-learn wheel as far as pip and the member fetch care: the name, and the data file inside."""
     buf = io.BytesIO()
-    name, version = train_api.DIGITS_WHEEL
+    name, version = train_tool.DIGITS_WHEEL
     dist = f"{name.replace('-', '_')}-{version}"
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr(train_api.DIGITS_MEMBER, member_bytes)
+        z.writestr(train_tool.DIGITS_MEMBER, member_bytes)
         z.writestr(f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
         z.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         z.writestr(f"{dist}.dist-info/RECORD", "")
@@ -50,7 +50,7 @@ def index(tmp_path, monkeypatch):
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
 
     def publish(member_bytes: bytes):
-        name, version = train_api.DIGITS_WHEEL
+        name, version = train_tool.DIGITS_WHEEL
         whl = f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
         data = _wheel(member_bytes)
         (files / "simple" / name).mkdir(parents=True, exist_ok=True)
@@ -71,20 +71,20 @@ def index(tmp_path, monkeypatch):
 def test_digits_come_from_the_pypi_wheel_into_the_cache(index, tmp_path):
     publish, log = index
     publish(INSTALLED.read_bytes())
-    path = train_api.digits_file()
+    path = train_tool.digits_file()
     assert path.is_relative_to(tmp_path / "cache") and path.name == "digits.csv.gz"
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == train_api.DIGITS_SHA256
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == train_tool.DIGITS_SHA256
     assert any(p.endswith(".whl") for p in log)
     n = len(log)
-    assert train_api.digits_file() == path and len(log) == n  # cached: no request the second time
+    assert train_tool.digits_file() == path and len(log) == n  # cached: no request the second time
     # what build-web bundles for the page is that file
-    assert train_api.demo_data()["train"]["files"] == {"digits.csv.gz": path}
+    assert [d["files"] for d in train_tool.demos()] == [{"digits.csv.gz": path}]
 
 
 def test_a_wheel_with_other_digits_is_refused_and_the_installed_copy_used(index, capsys):
     publish, _ = index
     publish(b"not the digits")
-    assert train_api.digits_file() == INSTALLED
+    assert train_tool.digits_file() == INSTALLED
     assert not list(Path(os.environ["EMBER_CACHE"]).rglob("digits.csv.gz"))  # nothing unchecked kept
 
 
@@ -94,8 +94,8 @@ def test_without_pypi_or_scikit_learn_the_page_has_no_training_data(index, monke
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "sklearn" else real(n, *a))
     with pytest.raises(FileNotFoundError, match=r"scikit-learn==1\.9\.1.*; and .*install scikit-learn"):
-        train_api.digits_file()
-    assert train_api.demo_data() == {}
+        train_tool.digits_file()
+    assert train_tool.demos() == []
     assert "no training data for the page" in capsys.readouterr().err
 
 
@@ -103,7 +103,7 @@ def test_the_pinned_file_reads_as_scikit_learns_load_digits():
     from sklearn.datasets import load_digits as sk_digits
 
     from ember.data import load_digits
-    assert hashlib.sha256(INSTALLED.read_bytes()).hexdigest() == train_api.DIGITS_SHA256  # the pin is sklearn's file
+    assert hashlib.sha256(INSTALLED.read_bytes()).hexdigest() == train_tool.DIGITS_SHA256  # the pin is sklearn's file
     ref = sk_digits()
     x, y = load_digits(INSTALLED)
     np.testing.assert_array_equal(x.reshape(len(y), 64), ref.data.astype(np.float32))

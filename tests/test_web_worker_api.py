@@ -1,5 +1,5 @@
-"""wasm/worker_api.py (the Python side of the web worker) run in CPython: the answers equal the model
-APIs' own, cancel stops a generation, and every bad request comes back as an error code + message
+"""wasm/worker_api.py and the tools it serves (wasm/tools/; the Python side of the web worker) run in
+CPython: the answers equal the model APIs' own, cancel stops a generation, and every bad request comes back as an error code + message
 instead of an exception (the worker must stay alive)."""
 import asyncio
 import struct
@@ -10,6 +10,8 @@ import pytest
 
 import ember
 from ember.wasm import worker_api as W
+from ember.wasm.tools import whisper as whisper_tool
+from ember.wasm.tools import yolo as yolo_tool
 
 
 def run(coro):
@@ -41,13 +43,14 @@ def llama_dir(tmp_path_factory):
 
 
 def test_llama_greedy_equals_generate(llama_dir):
-    from ember.models.llama.generate import SamplingParams, generate
+    from ember.models.common.generate import SamplingParams, generate
     from ember.models.llama.load import load_llama
     info = W.load("llama", str(llama_dir))
     assert info["tool"] == "llama" and info["device"] == "cpu" and info["parameters"] > 0
     pieces = []
-    r = run(W.handle("llama", {"input": "the for", "opts": {"temperature": 0, "max_new_tokens": 12, "seed": 0},
-                               "on_partial": lambda piece, n, tps: pieces.append((piece, n))}))
+    r = run(W.handle("run", {"tool": "llama", "input": "the for",
+                             "opts": {"temperature": 0, "max_new_tokens": 12, "seed": 0},
+                             "on_partial": lambda piece, n, tps: pieces.append((piece, n))}))
     assert "ok" in r, r
     model, tok = load_llama(str(llama_dir))
     ids = tok.encode("the for", bos=True)
@@ -66,21 +69,21 @@ def test_cancel_stops_at_the_next_token(llama_dir):
         seen.append(n)
         if n >= 3:
             W.cancel()  # as worker.js does when the page's cancel message arrives
-    r = run(W.handle("llama", {"input": "the", "opts": {"temperature": 1.0, "max_new_tokens": 100, "seed": 1},
-                               "on_partial": on_token}))
+    r = run(W.handle("run", {"tool": "llama", "input": "the",
+                             "opts": {"temperature": 1.0, "max_new_tokens": 100, "seed": 1}, "on_partial": on_token}))
     assert r["ok"]["stopped"] == "cancelled"
     assert 3 <= len(r["ok"]["tokens"]) < 10
     # the flag is reset: the next run goes to the end
-    r2 = run(W.handle("llama", {"input": "the", "opts": {"temperature": 0, "max_new_tokens": 5}}))
+    r2 = run(W.handle("run", {"tool": "llama", "input": "the", "opts": {"temperature": 0, "max_new_tokens": 5}}))
     assert r2["ok"]["stopped"] != "cancelled"
 
 
 def test_prompt_over_the_context_is_refused_and_the_context_stop_says_its_length(llama_dir):
     W.load("llama", str(llama_dir))  # max_seq_len 128
-    r = run(W.handle("llama", {"input": "the for statement " * 200, "opts": {"max_new_tokens": 8}}))
+    r = run(W.handle("run", {"tool": "llama", "input": "the for statement " * 200, "opts": {"max_new_tokens": 8}}))
     assert r["error"] == "too_long"
     assert "this model's context length is 128 tokens" in r["message"] and "shorten the prompt" in r["message"]
-    r = run(W.handle("llama", {"input": "the", "opts": {"temperature": 0, "max_new_tokens": 4096}}))
+    r = run(W.handle("run", {"tool": "llama", "input": "the", "opts": {"temperature": 0, "max_new_tokens": 4096}}))
     ok = r["ok"]
     assert ok["context"] == 128
     assert ok["stopped"] in ("context", "eos")
@@ -92,7 +95,7 @@ def test_a_piece_ending_in_a_split_character_waits_for_its_continuation(llama_di
     """A stream decoder that passes on U+FFFD (an incomplete UTF-8 sequence) must not reach the page as such:
     the piece is held and sent with the next one; the result's text is still every piece joined."""
     import importlib
-    G = importlib.import_module("ember.models.llama.generate")  # the module (the package exports a function of that name)
+    G = importlib.import_module("ember.models.common.generate")  # the module (the package exports a function of that name)
     pieces = ["caf", "\ufffd", "\ufffd", "é au lait", " \ufffd"]
 
     class Stream:
@@ -109,15 +112,16 @@ def test_a_piece_ending_in_a_split_character_waits_for_its_continuation(llama_di
     monkeypatch.setattr(G, "TextStream", Stream)
     W.load("llama", str(llama_dir))
     sent = []
-    r = run(W.handle("llama", {"input": "the", "opts": {"max_new_tokens": 8},
-                               "on_partial": lambda piece, n, tps: sent.append(piece)}))
+    r = run(W.handle("run", {"tool": "llama", "input": "the", "opts": {"max_new_tokens": 8},
+                             "on_partial": lambda piece, n, tps: sent.append(piece)}))
     assert r["ok"]["text"] == "".join(pieces) == "".join(sent)
     assert sent == ["caf", "\ufffd\ufffdé au lait", " \ufffd"]  # only the text's real end may end in U+FFFD
 
 
 @pytest.mark.parametrize("op,args,code", [
-    ("llama", {"input": "x", "opts": {"top_p": 0}}, "bad_request"),
-    ("llama", {"input": "x", "opts": {"max_new_tokens": 0}}, "bad_request"),
+    ("run", {"tool": "llama", "input": "x", "opts": {"top_p": 0}}, "bad_request"),
+    ("run", {"tool": "llama", "input": "x", "opts": {"max_new_tokens": 0}}, "bad_request"),
+    ("run", {"tool": "bert", "input": "x"}, "bad_request"),
     ("nope", {}, "bad_request"),
     ("load", {"tool": "bert", "folder": "/"}, "bad_request"),
     ("device", {"device": "tpu"}, "bad_request"),
@@ -129,12 +133,13 @@ def test_bad_requests_come_back_as_codes(llama_dir, op, args, code):
 
 
 def test_run_before_load_and_bad_model_files(tmp_path):
-    W._MODELS.pop("yolo", None)
-    r = run(W.handle("yolo", {"input": b"\x89PNG"}))
+    yolo_tool._STATE.clear()
+    r = run(W.handle("run", {"tool": "yolo", "input": b"\x89PNG"}))
     assert r["error"] == "not_loaded"
     (tmp_path / "readme.txt").write_text("hi")
     r = run(W.handle("load", {"tool": "yolo", "folder": str(tmp_path)}))
     assert r["error"] == "unsupported_file" and "readme.txt" in r["message"]
+    assert "YOLO weights must be .safetensors (ember convert yolo), .onnx or .pt" in r["message"]  # the page's heading
     (tmp_path / "model.safetensors").write_bytes(b"garbage!" * 4)
     r = run(W.handle("load", {"tool": "yolo", "folder": str(tmp_path)}))
     assert r["error"] == "bad_model" and r["message"].startswith("ember: ")
@@ -152,25 +157,25 @@ def test_audio_inputs_wav_bytes_as_the_cli_and_float32_samples():
     rate = 22050
     x = np.sin(np.linspace(0, 400, rate)).astype(np.float32) * 0.5
     wav = _wav(x, rate)
-    np.testing.assert_array_equal(W._samples(wav), load_input(wav))  # resampled to 16 kHz as the CLI does
+    np.testing.assert_array_equal(whisper_tool._samples(wav), load_input(wav))  # resampled to 16 kHz as the CLI does
     f32 = np.arange(8, dtype=np.float32) / 8
-    np.testing.assert_array_equal(W._samples(f32.tobytes()), f32)
+    np.testing.assert_array_equal(whisper_tool._samples(f32.tobytes()), f32)
     for bad, what in ((b"abc", "multiple of 4"), (np.float32([np.nan]).tobytes(), "NaN"), (b"", "shape")):
         with pytest.raises(W.WorkerError, match=what) as e:
-            W._samples(bad)
+            whisper_tool._samples(bad)
         assert e.value.code == "unsupported_file"
 
 
 def test_rgba_pixels_and_their_size_check():
     rgba = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
-    img = W._image({"rgba": rgba.tobytes(), "width": 3, "height": 2})
+    img = yolo_tool._image({"rgba": rgba.tobytes(), "width": 3, "height": 2})
     np.testing.assert_array_equal(img, rgba[:, :, :3])
     with pytest.raises(W.WorkerError, match="does not match 4x2"):
-        W._image({"rgba": rgba.tobytes(), "width": 4, "height": 2})
+        yolo_tool._image({"rgba": rgba.tobytes(), "width": 4, "height": 2})
 
 
 def test_yolo_detections_equal_the_cli(tmp_path):
-    from ember.models.yolo.cli import _rounded
+    from ember.models.yolo.predict import rounded as _rounded
     from ember.models.yolo.fetch import ensure_demo_model, ensure_file
     from ember.models.yolo.load import load_model
     from ember.models.yolo.predict import detect
@@ -178,14 +183,14 @@ def test_yolo_detections_equal_the_cli(tmp_path):
     (tmp_path / "model.safetensors").symlink_to(weights)
     W.load("yolo", str(tmp_path))
     image = ensure_file("bus.jpg")
-    r = run(W.handle("yolo", {"input": image.read_bytes(), "opts": {"conf": 0.25}}))
+    r = run(W.handle("run", {"tool": "yolo", "input": image.read_bytes(), "opts": {"conf": 0.25}}))
     ref = [_rounded(d) for d in detect(load_model(weights), str(image))]
     assert r["ok"]["detections"] == ref and len(ref) > 0
     assert (r["ok"]["width"], r["ok"]["height"], r["ok"]["input"]) == (810, 1080, [640, 480])
-    r = run(W.handle("yolo", {"input": image.read_bytes(), "opts": {"square": True, "iou": 0.45}}))
+    r = run(W.handle("run", {"tool": "yolo", "input": image.read_bytes(), "opts": {"square": True, "iou": 0.45}}))
     ref = [_rounded(d) for d in detect(load_model(weights), str(image), iou=0.45, square=True)]
     assert r["ok"]["detections"] == ref and r["ok"]["input"] == [640, 640]
-    r = run(W.handle("yolo", {"input": b"not an image"}))
+    r = run(W.handle("run", {"tool": "yolo", "input": b"not an image"}))
     assert r["error"] == "unsupported_file"
 
 
@@ -197,7 +202,7 @@ def test_yolo_progress_and_cancel(tmp_path):
     W.load("yolo", str(tmp_path))
     image = ensure_file("bus.jpg").read_bytes()
     seen = []
-    r = run(W.handle("yolo", {"input": image, "on_progress": seen.append}))
+    r = run(W.handle("run", {"tool": "yolo", "input": image, "on_progress": seen.append}))
     from ember.models.yolo.model import YOLOv8
     stages = [p["stage"] for p in seen]
     assert stages == ["preprocess"] + ["model"] * YOLOv8.FORWARD_STEPS + ["nms", "done"]  # the model per layer group
@@ -210,10 +215,10 @@ def test_yolo_progress_and_cancel(tmp_path):
             W.cancel()
         seen.append(p)
     seen.clear()
-    r = run(W.handle("yolo", {"input": image, "on_progress": cancel_in_model_stage}))
+    r = run(W.handle("run", {"tool": "yolo", "input": image, "on_progress": cancel_in_model_stage}))
     assert r["ok"]["stopped"] == "cancelled" and r["ok"]["detections"] == []
     assert [p["stage"] for p in seen] == ["preprocess", "model", "model", "model"]
-    r = run(W.handle("yolo", {"input": image}))
+    r = run(W.handle("run", {"tool": "yolo", "input": image}))
     assert r["ok"]["stopped"] == "done" and len(r["ok"]["detections"]) > 0
 
 
@@ -223,7 +228,7 @@ def test_yolo_bad_options(tmp_path, opts, match):
     from ember.models.yolo.fetch import ensure_demo_model
     (tmp_path / "model.safetensors").symlink_to(ensure_demo_model())
     W.load("yolo", str(tmp_path))
-    r = run(W.handle("yolo", {"input": b"x", "opts": opts}))
+    r = run(W.handle("run", {"tool": "yolo", "input": b"x", "opts": opts}))
     assert r["error"] == "bad_request" and match in r["message"]
 
 
@@ -254,7 +259,7 @@ def test_whisper_progress_per_window_and_cancel(tmp_path, speech_35s):
     from ember.models.whisper.transcribe import transcribe
     W.load("whisper", str(ensure_tiny_en()))
     seen = []
-    r = run(W.handle("whisper", {"input": speech_35s.tobytes(), "on_progress": seen.append}))["ok"]
+    r = run(W.handle("run", {"tool": "whisper", "input": speech_35s.tobytes(), "on_progress": seen.append}))["ok"]
     model, _, tok = load_whisper(ensure_tiny_en())
     ref = transcribe(model, tok, speech_35s, timestamps=True)
     assert r["text"] == ref["text"].strip() and r["stopped"] == "done" and len(r["segments"]) >= 2
@@ -264,8 +269,8 @@ def test_whisper_progress_per_window_and_cancel(tmp_path, speech_35s):
 
     def cancel_after_first(seg):
         W.cancel()
-    r = run(W.handle("whisper", {"input": speech_35s.tobytes(), "on_partial": cancel_after_first}))["ok"]
+    r = run(W.handle("run", {"tool": "whisper", "input": speech_35s.tobytes(), "on_partial": cancel_after_first}))["ok"]
     assert r["stopped"] == "cancelled" and len(r["segments"]) == 1
     assert r["segments"][0]["text"] == ref["segments"][0]["text"]
-    r = run(W.handle("whisper", {"input": speech_35s.tobytes()}))["ok"]
+    r = run(W.handle("run", {"tool": "whisper", "input": speech_35s.tobytes()}))["ok"]
     assert r["stopped"] == "done" and r["text"] == ref["text"].strip()

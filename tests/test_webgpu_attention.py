@@ -29,14 +29,10 @@ def _gpu(a):
 
 
 def _run(kernel, q, k, v, **kw):
-    was, BE.attention_kernel = BE.attention_kernel, kernel
-    try:
-        with ember.no_grad():
-            before = BE.dispatches
-            y = F.scaled_dot_product_attention(q, k, v, **kw).numpy()
-            return y, BE.dispatches - before
-    finally:
-        BE.attention_kernel = was
+    with ember.kernels.tuned("flash_attention", "webgpu", mode=kernel), ember.no_grad():
+        before = BE.dispatches
+        y = F.scaled_dot_product_attention(q, k, v, **kw).numpy()
+        return y, BE.dispatches - before
 
 
 @pytest.mark.parametrize("L,S,D,Dv", [(1, 1, 8, 8), (1, 130, 64, 64), (5, 64, 80, 48), (7, 65, 256, 256),
@@ -89,8 +85,8 @@ def test_head_size_past_the_kernel_uses_the_composed_path():
 # ------------------------------------------------------------------ split keys (flash-decoding)
 # Past 64 keys the kernel cuts the keys into chunks, one workgroup per (query row, batch, chunk) writing its
 # unnormalized row with its maximum and sum (attention.wgsl, flag 4), and a second kernel merges them
-# (fused_ops._COMBINE_WGSL). Checked against torch, the one-pass kernel, and the pass written in Tensor ops
-# (fused_ops._split_composed: other devices and gradients) chunk by chunk, including chunks a causal row
+# (webgpu/attention_combine.wgsl). Checked against torch, the one-pass kernel, and the pass written in Tensor ops
+# (fused_ops.split_composed: other devices and gradients) chunk by chunk, including chunks a causal row
 # never reaches.
 
 @pytest.mark.parametrize("L,S,heads,kv_heads,D,Dv,mask", [
@@ -136,7 +132,7 @@ def test_split_matches_torch_and_one_pass(L, S, heads, kv_heads, D, Dv, mask):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_split_pass_chunks_equal_the_composed_pass(causal):
-    """Chunk rows (acc, max, sum) of the kernel against fused_ops._split_composed on the same views: a
+    """Chunk rows (acc, max, sum) of the kernel against fused_ops.split_composed on the same views: a
     chunk no key of the row reaches holds max -inf, sum 0, acc 0 in both."""
     B1, B2, L, S, D, Dv = 1, 3, 9, 300, 24, 20
     q, k, v = _rnd(B1, B2, L, D), _rnd(B1, B2, S, D, seed=1), _rnd(B1, B2, S, Dv, seed=2)
@@ -144,13 +140,13 @@ def test_split_pass_chunks_equal_the_composed_pass(causal):
     chunk = 64
     args = dict(scale=0.3, causal=causal, chunk=chunk)
     got = FO._flash_split(*[ember.tensor(a, device="webgpu") for a in (q, k, v, m)], **args).numpy()
-    want = FO._split_composed(*[ember.tensor(a) for a in (q, k, v, m)], **args).numpy()
+    want = FO.split_composed(*[ember.tensor(a) for a in (q, k, v, m)], **args).numpy()
     assert got.shape == want.shape == (B1, B2, L, -(-S // chunk), Dv + 2)
     fin = np.isfinite(want)
     assert (np.isfinite(got) == fin).all() and (causal == (~fin).any())
     np.testing.assert_allclose(np.where(fin, got, 0), np.where(fin, want, 0), atol=2e-4, rtol=1e-4)
     merged = FO._flash_combine(ember.tensor(got, device="webgpu"), dtype=ember.float32).numpy()
-    np.testing.assert_allclose(merged, FO._combine_composed(ember.tensor(want), ember.float32).numpy(),
+    np.testing.assert_allclose(merged, FO.combine_composed(ember.tensor(want), ember.float32).numpy(),
                                atol=2e-5, rtol=1e-4)
 
 
@@ -160,7 +156,7 @@ def test_split_gradients_go_through_the_composed_pass():
     tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
     torch.nn.functional.scaled_dot_product_attention(tq, tk, tv).square().sum().backward()
     eq, ek, ev = (ember.tensor(a, requires_grad=True) for a in (q, k, v))
-    part = FO._split_composed(eq, ek, ev, None, 0.25, False, 64)
-    FO._combine_composed(part, ember.float32).square().sum().backward()
+    part = FO.split_composed(eq, ek, ev, None, 0.25, False, 64)
+    FO.combine_composed(part, ember.float32).square().sum().backward()
     for e, t in ((eq, tq), (ek, tk), (ev, tv)):
         np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), atol=1e-4, rtol=1e-4)

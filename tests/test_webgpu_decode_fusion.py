@@ -137,11 +137,9 @@ def _append_case(B, H, K, hd, cap, slot, length, masked, seed):
     (1, 8, 1, 32, 70, 69, 70, False),   # multi-query, past one block of 64 keys
 ])
 def test_rope_append_attention_kernel_matches_composed(B, H, K, hd, cap, slot, length, masked):
-    from ember.nn.fused_ops import _append_composed
+    from ember.nn.fused_ops import append_composed
     qkv, rot, kc, vc, mask = _append_case(B, H, K, hd, cap, slot, length, masked, seed=cap)
-    saved = BE.flash_auto
-    BE.flash_auto = (16, 128)                                            # the kernel for every case here
-    try:
+    with ember.kernels.tuned("flash_attention", "webgpu", rows=16, keys=128):  # the kernel for every case here
         res = {}
         for dev in ("webgpu", "cpu"):
             with ember.no_grad():
@@ -153,9 +151,7 @@ def test_rope_append_attention_kernel_matches_composed(B, H, K, hd, cap, slot, l
                 res[dev] = (o.numpy(), t[2].numpy(), t[3].numpy())
         with ember.no_grad():                                            # the composed form on webgpu too
             t = [None if v is None else ember.tensor(v, device="webgpu") for v in (qkv, rot, kc, vc, mask)]
-            comp = _append_composed(*t, n_heads=H, slot=slot, length=length, scale=hd ** -0.5).numpy()
-    finally:
-        BE.flash_auto = saved
+            comp = append_composed(*t, n_heads=H, slot=slot, length=length, scale=hd ** -0.5).numpy()
     (og, kg, vg), (oc, kcpu, vcpu) = res["webgpu"], res["cpu"]
     assert og.shape == (B, K, H // K, hd)
     np.testing.assert_allclose(og, oc, rtol=1e-4, atol=1e-5)
@@ -228,9 +224,9 @@ def test_gemma3_decode_dispatches_and_tokens(gemma_pair):
     matvec), q norm + rope, k norm + rope (a matvec each), the cache's k and v writes, attention, o, the
     post-attention norm, norm + gate, norm + up, down with GELU(gate) * up in it, the post-MLP norm; plus the
     embedding and the head."""
+    from ember.models.common.generate import SamplingParams, generate
     from ember.models.gemma3.config import Gemma3Config
     from ember.models.gemma3.load import from_hf_state_dict
-    from ember.models.llama.generate import SamplingParams, generate
     hf, _ = gemma_pair
     sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
     toks, counts = {}, []

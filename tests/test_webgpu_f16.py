@@ -129,12 +129,9 @@ def test_softmax_norms_and_attention_match_numpy_backend(mode, dtype):
         want = F.scaled_dot_product_attention(q[1], k[1], v[1], is_causal=True)
         _same(F.scaled_dot_product_attention(q[0], k[0], v[0], is_causal=True), want, atol=tol * 4, rtol=tol,
               what="attention (composed)")
-        was, BE.attention_kernel = BE.attention_kernel, "flash"
-        try:
+        with ember.kernels.tuned("flash_attention", "webgpu", mode="flash"):
             _same(F.scaled_dot_product_attention(q[0], k[0], v[0], is_causal=True), want, atol=tol * 4, rtol=tol,
                   what="attention (flash custom op)")
-        finally:
-            BE.attention_kernel = was
 
 
 @pytest.mark.parametrize("mode", MODES)

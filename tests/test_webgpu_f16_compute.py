@@ -140,8 +140,8 @@ def test_f16_attention_composed_and_flash_within_the_rounding_bound(L, S, D, cau
     gm = None if m is None else ember.tensor(m, device="webgpu")
     bound = _attn_bound(q, k, v, want, scale)
     # the attention primitive (QK^T, softmax, PV kernels) and the one-kernel flash custom op
-    composed = BE.to_numpy(BE.attention(*(t._data for t in gpu), None if gm is None else gm._data,
-                                        scale, causal)).astype(np.float64)
+    composed = BE.to_numpy(ember.kernels.bound("attention", BE)(*(t._data for t in gpu), None if gm is None
+                                                                 else gm._data, scale, causal)).astype(np.float64)
     flash = flash_attention(*gpu, attn_mask=gm, is_causal=causal).numpy().astype(np.float64)
     for name, y in (("composed", composed), ("flash", flash)):
         assert y.shape == want.shape

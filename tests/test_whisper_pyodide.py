@@ -45,7 +45,7 @@ from ember.models.whisper.load import load_whisper
 from ember.models.whisper.transcribe import features, load_input, transcribe
 
 def probe(model_dir, clips, out_dir, forced=None):
-    """Each stage of each clip into out_dir/<clip>.npz. Decoding with the page's options (worker_api.run_whisper:
+    """Each stage of each clip into out_dir/<clip>.npz. Decoding with the page's options (wasm/tools/whisper.py run:
     timestamps, temperature fallback); the logits of its first window's pass teacher-forced on `forced`
     (CPython's tokens of that pass), else on its own."""
     model, _, tok = load_whisper(model_dir)

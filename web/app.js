@@ -663,7 +663,7 @@ $("#device").addEventListener("change", async (ev) => {
 import("./train.js").then((m) => m.mountTrainTool({ ember: () => state.ember, busy: () => state.busy, withBusy,
   showError, showMessage }));
 
-// ------------------------------------------------------------------ semantic search (web/search.js, issue 19)
+// ------------------------------------------------------------------ semantic search (web/search.js)
 import("./search.js").then((m) => m.mountSearchTool({ ember: () => state.ember, withBusy, showError }));
 
 start();

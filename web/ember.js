@@ -21,23 +21,9 @@
 const HERE = new URL(".", import.meta.url).href;
 const HUB = "https://huggingface.co";
 
-// The files each tool reads from a folder (Hugging Face layout); optional ones may be missing.
-export const TOOL_FILES = {
-  // [name, optional, fetched only when this other file is missing]: Whisper weights are either file
-  whisper: [["config.json"], ["generation_config.json", true], ["model.safetensors", true],
-            ["model.gguf", true, "model.safetensors"], ["tokenizer.json"]],
-  // any causal LM ember.models.auto loads (Llama, Gemma, GPT-2, Mistral, Qwen2, Phi ...): one weights file or the
-  // shards a model.safetensors.index.json names (worker.js fetches those it lists)
-  llama: [["config.json"], ["model.safetensors", true], ["model.safetensors.index.json", true, "model.safetensors"],
-          ["tokenizer.json"]],
-  yolo: [["model.safetensors"]],
-  train: [["digits.csv.gz"]], // the training tool's data (web/train.js), bundled by `ember build-web`
-  // --- semantic search (issue 19): a sentence-transformers folder (all-MiniLM-L6-v2) ---
-  embed: [["config.json"], ["model.safetensors"], ["tokenizer.json"], ["modules.json", true],
-          ["sentence_bert_config.json", true], ["1_Pooling/config.json", true]], // the worker writes 1_Pooling_config.json
-  // --- end semantic search ---
-};
 const SINGLE_FILE = /\.(safetensors|gguf|bin|onnx|pt)$/i; // a URL naming one weights file, not a folder
+// Each tool (ember.wasm.tools.<name>) declares the files a model folder holds and what comes beside one weights
+// file; the worker's `ready` carries that table (`ember.tools`), so nothing below knows a tool by name.
 
 /** An error from ember: `code` is one of download, too_large, out_of_memory, unsupported_file, bad_model,
  *  not_loaded, bad_request, cancelled, internal, not_ready. */
@@ -86,6 +72,7 @@ class Ember {
     this.deviceAdapter = ""; // the WebGPU adapter, vendor/architecture and limits, when one was tried
     this.deviceKernels = "";
     this.models = {}; // tool -> {source, device, parameters, bytes}
+    this.tools = {}; // tool -> {files: [[name, optional?, unless?]], beside: {".ext": [[name, optional?]]}, packages}
     this._next = 1;
     this._pending = new Map();
     this._worker = new Worker(new URL("worker.js", import.meta.url), { type: "module" });
@@ -104,6 +91,7 @@ class Ember {
     this.deviceAdapter = r.adapter || "";
     this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)" or "einsum (why)"
     this.startup = r.marks || {}; // {worker, pyodide, numpy, import, device}: epoch ms each boot stage ended
+    this.tools = r.tools || {};
   }
 
   /** Switch to "auto", "webgpu" or "cpu"; -> the device in use (cpu, with `deviceReason`, if WebGPU is unusable
@@ -132,7 +120,8 @@ class Ember {
    *  "owner/name/file.pt" (one file of a hub repo), an http(s) URL of a folder or of one weights file, a File,
    *  or an array/FileList of Files. */
   async resolve(tool, source) {
-    if (!TOOL_FILES[tool]) throw new EmberError("bad_request", `ember: unknown tool ${tool}`);
+    const spec = this.tools[tool];
+    if (!spec) throw new EmberError("bad_request", `ember: unknown tool ${tool}`);
     // a bundled demo: the first ("demo"), by id ("demo:whisper-base"), or by its short name ("base", "tiny.en":
     // the id after "<tool>-"), as the CLI's --model names it
     const short = typeof source === "string" && /^[\w.-]+$/.test(source) && source !== "demo";
@@ -146,9 +135,10 @@ class Ember {
     }
     if (typeof File !== "undefined" && (source instanceof File || source instanceof Blob)) source = [source];
     if (typeof source === "object" && typeof source.length === "number") {
-      const files = await Promise.all(Array.from(source, async (f) => ({ name: f.name, bytes: await f.arrayBuffer() })));
+      // a nameless Blob takes the name of the tool's first file (an ONNX model: model.onnx)
+      const files = await Promise.all(Array.from(source, async (f, i) => ({
+        name: f.name || (i ? `file${i}` : spec.files[0][0]), bytes: await f.arrayBuffer() })));
       if (!files.length) throw new EmberError("unsupported_file", "ember: no file chosen");
-      if (tool === "yolo" && files.length === 1) files[0].name = fixName(files[0].name);
       return { key: "local-" + files.map((f) => f.name + f.bytes.byteLength).join("-"), files };
     }
     const text = String(source).trim();
@@ -162,20 +152,22 @@ class Ember {
     else throw new EmberError("bad_request", `ember: "${text}" is neither a Hugging Face id (owner/name, or owner/name/file) nor an http(s) URL`);
     if (SINGLE_FILE.test(base)) {
       const name = base.split("/").pop().split("?")[0];
-      const files = [{ name, url: base }];
-      if (tool === "llama" && /\.bin$/i.test(name)) files.push({ name: "tokenizer.bin", url: base.replace(/[^/]+$/, "tokenizer.bin"), optional: true });
-      if (tool === "llama" && /\.safetensors$/i.test(name)) files.push(...["config.json", "tokenizer.json"].map((n) => ({ name: n, url: base.replace(/[^/]+$/, n) })));
+      const beside = spec.beside[name.slice(name.lastIndexOf(".")).toLowerCase()] || []; // llama2.c's tokenizer.bin ...
+      const files = [{ name, url: base }, ...beside.map(([n, optional]) =>
+        ({ name: n, url: base.replace(/[^/]+$/, n), ...(optional ? { optional: true } : {}) }))];
       return { key: base, files };
     }
-    return { key: base, files: TOOL_FILES[tool].map(([name, optional, unless]) =>
+    return { key: base, files: spec.files.map(([name, optional, unless]) =>
       ({ name, url: `${base}/${name}`, optional: !!optional, ...(unless ? { unless } : {}) })) };
   }
 
   /** Download (or read from the cache) and load a model for `tool`; -> {tool, device, parameters, bytes}, for
    *  Whisper also {multilingual, languages}, for text generation {context, kv_2k_bytes} (Gemma 3: the KV cache
-   *  at 2k tokens, sliding layers keeping their window only). */
+   *  at 2k tokens, sliding layers keeping their window only), for YOLO {task, classes}, for ONNX {inputs,
+   *  outputs: [{name, type, shape}], opsets} (operators ember lacks are reported here, code bad_model, each op
+   *  and opset named, not at run time). ONNX: `source` is an http(s) URL of a .onnx file, a File/Blob, or an
+   *  array of Files (the .onnx plus its external-data files). */
   async loadModel(tool, source = "demo") {
-    if (tool === "onnx") return this._loadOnnx(source); // ONNX (#18): see the block at the end of this file
     const { key, files } = await this.resolve(tool, source);
     const transfer = files.filter((f) => f.bytes).map((f) => f.bytes);
     const info = await this._request({ type: "load", tool, key, files }, null, transfer);
@@ -208,15 +200,18 @@ class Ember {
    *  conf 0.25, iou 0.7, max_det 300, and square: true for the fixed imgsz x imgsz input (rect=False).
    *  The instance's onProgress sees {stage, file: "yolo", done, total} per stage; `cancel()` stops between stages. */
   async detect(image, opts = {}) {
-    let input = image;
+    let input = image, transfer;
     if (typeof Blob !== "undefined" && image instanceof Blob) input = await image.arrayBuffer();
-    else if (typeof ImageData !== "undefined" && image instanceof ImageData)
-      input = { rgba: image.data.slice().buffer, width: image.width, height: image.height };
-    const r = await this._run("yolo", input, opts);
+    else if (typeof ImageData !== "undefined" && image instanceof ImageData) {
+      const rgba = new Uint8Array(image.data.slice().buffer); // ours to transfer; Python gets it as bytes
+      input = { rgba, width: image.width, height: image.height };
+      transfer = [rgba.buffer];
+    }
+    const r = await this._run("yolo", input, opts, null, transfer);
     return Object.assign(r.detections, { ms: r.ms, width: r.width, height: r.height, input: r.input, stopped: r.stopped });
   }
 
-  // ---- the training tool (wasm/train_api.py; the page's UI is web/train.js)
+  // ---- the training tool (wasm/tools/train.py; the page's UI is web/train.js)
   /** Train the digits CNN here, in the browser, on this instance's device. config: {epochs, batch_size, lr,
    *  weight_decay, warmup, seed, resume, data} (defaults: ember.models.digits.TrainConfig; data: the bundled
    *  "demo" digits or a digits.csv.gz File/URL). onStep(event) after every step ({kind: "step", step, epoch,
@@ -231,11 +226,10 @@ class Ember {
 
   /** Classify an 8x8 digit (64 values in [0, 1], row-major) with the model train() made -> {class, probs}. */
   async predictDigit(pixels) {
-    return this._run("train-predict", Float32Array.from(pixels), {});
+    return this._run("train", Float32Array.from(pixels), { predict: true });
   }
-  // ---- end of the training tool
 
-  // --- semantic search (issue 19): embed(texts) -> Float32Array[] (unit vectors: dot product = cosine) ---
+  /** Texts -> Float32Array[] (unit vectors: dot product = cosine), by the loaded "embed" model. */
   async embed(texts) {
     const list = typeof texts === "string" ? [texts] : Array.from(texts);
     const r = await this._run("embed", list, {});
@@ -246,16 +240,46 @@ class Ember {
 
   /** A document split into passages (paragraphs, long ones at sentence ends), as the search tool indexes it. */
   async passages(text) { return (await this._run("embed", text, { split: true })).passages; }
-  // --- end semantic search ---
+
+  /** Run the loaded ONNX model: feeds {name: {type?, data, dims} | TypedArray}; outputNames optional.
+   *  -> {name: {type, data: TypedArray, dims}} (plus a non-enumerable `ms`). Tensors as onnxruntime-web's; a
+   *  bare typed array as a feed takes the model input's declared shape when that is fully known (else 1-D),
+   *  and its type from the array's class. */
+  async run(feeds, outputNames) {
+    const model = this.models.onnx;
+    if (!model) throw new EmberError("not_loaded", "ember: no ONNX model loaded; call loadModel('onnx', ...) first");
+    const msg = {}, transfer = [];
+    for (const [name, value] of Object.entries(feeds)) {
+      const t = ArrayBuffer.isView(value) ? { data: value } : value;
+      if (!t || !ArrayBuffer.isView(t.data)) throw new EmberError("bad_request", `ember: feed ${name} needs a typed array (data)`);
+      const type = t.type || ONNX_TYPE_OF.get(t.data.constructor);
+      if (!type) throw new EmberError("bad_request", `ember: feed ${name}: no ONNX type for ${t.data.constructor.name}`);
+      const decl = (model.inputs.find((i) => i.name === name) || {}).shape;
+      const dims = t.dims || (decl && decl.every((d) => typeof d === "number") ? decl : [t.data.length]);
+      const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength).slice(); // ours to transfer
+      transfer.push(bytes.buffer);
+      msg[name] = { type, dims: Array.from(dims, Number), bytes };
+    }
+    const r = await this._run("onnx", msg, { outputs: outputNames || null }, null, transfer);
+    const out = {};
+    for (const [name, t] of Object.entries(r.outputs)) {
+      const b = t.bytes instanceof Uint8Array ? t.bytes : new Uint8Array(t.bytes);
+      const Arr = ONNX_ARRAYS[t.type] || Float32Array;
+      const data = new Arr(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
+      out[name] = { type: t.type, dims: Array.from(t.dims), data };
+    }
+    return Object.defineProperty(out, "ms", { value: r.ms, enumerable: false });
+  }
 
   /** Stop the running request at its next step (a token, a segment). */
   cancel() { this._worker.postMessage({ type: "cancel" }); }
 
   terminate() { this._worker.terminate(); this._failAll(new EmberError("cancelled", "ember: terminated")); }
 
-  _run(tool, input, opts, onPartial) {
-    const transfer = input instanceof ArrayBuffer ? [input] : ArrayBuffer.isView(input) ? [input.buffer]
-      : input && input.rgba ? [input.rgba] : [];
+  // The one run message: `tool`'s module in ember.wasm.tools gets input and opts; onPartial sees what it streams.
+  // `transfer`: the buffers that move to the worker (default: the input's own, when it is one).
+  _run(tool, input, opts, onPartial, transfer) {
+    transfer = transfer || (input instanceof ArrayBuffer ? [input] : ArrayBuffer.isView(input) ? [input.buffer] : []);
     return this._request({ type: "run", tool, input, opts }, onPartial, transfer);
   }
 
@@ -283,70 +307,10 @@ class Ember {
   }
 }
 
-// A YOLO weights file keeps its extension (the loader picks the format by it); anything else is refused early.
-function fixName(name) {
-  if (!/\.(safetensors|onnx|pt)$/i.test(name))
-    throw new EmberError("unsupported_file", `ember: ${name}: YOLO weights must be .safetensors (ember convert yolo), .onnx or .pt`);
-  return name;
-}
-
-// ------------------------------------------------------------------ ONNX (issue #18; worker: onnx-load / onnx-run)
-// Tensors as onnxruntime-web's: {type, data: TypedArray, dims}. A bare typed array as a feed takes the model
-// input's declared shape when that is fully known (else 1-D), and its type from the array's class.
-
+// onnxruntime-web's tensor types: {type, data: TypedArray, dims}
 const ONNX_ARRAYS = { float32: Float32Array, float64: Float64Array, float16: Uint16Array, int8: Int8Array,
   uint8: Uint8Array, int16: Int16Array, uint16: Uint16Array, int32: Int32Array, uint32: Uint32Array,
   int64: BigInt64Array, uint64: BigUint64Array, bool: Uint8Array };
 const ONNX_TYPE_OF = new Map([[Float32Array, "float32"], [Float64Array, "float64"], [Int8Array, "int8"],
   [Uint8Array, "uint8"], [Int16Array, "int16"], [Uint16Array, "uint16"], [Int32Array, "int32"],
   [Uint32Array, "uint32"], [BigInt64Array, "int64"], [BigUint64Array, "uint64"]]);
-
-/** Load an ONNX model: `source` is an http(s) URL of a .onnx file, a File/Blob, or an array of Files (the
- *  .onnx plus its external-data files). -> {tool: "onnx", device, inputs, outputs: [{name, type, shape}]}.
- *  Operators ember lacks are reported here (code bad_model, each op and opset named), not at run time. */
-Ember.prototype._loadOnnx = async function (source) {
-  let files, key;
-  if (typeof Blob !== "undefined" && source instanceof Blob) source = [source];
-  if (source && typeof source === "object" && typeof source.length === "number") {
-    files = await Promise.all(Array.from(source, async (f, i) => ({ name: f.name || (i ? `file${i}` : "model.onnx"),
-      bytes: await f.arrayBuffer() })));
-    key = "local-" + files.map((f) => f.name + f.bytes.byteLength).join("-");
-  } else {
-    const url = String(source).trim();
-    if (!/^https?:\/\//.test(url)) throw new EmberError("bad_request", `ember: "${url}" is not an http(s) URL of an .onnx file`);
-    files = [{ name: url.split("/").pop().split("?")[0] || "model.onnx", url }];
-    key = url;
-  }
-  const transfer = files.filter((f) => f.bytes).map((f) => f.bytes);
-  const info = await this._request({ type: "onnx-load", key, files }, null, transfer);
-  this.models.onnx = { tool: "onnx", ...info, source: typeof source === "string" ? source : key };
-  return this.models.onnx;
-};
-
-/** Run the loaded ONNX model: feeds {name: {type?, data, dims} | TypedArray}; outputNames optional.
- *  -> {name: {type, data: TypedArray, dims}} (plus a non-enumerable `ms`). */
-Ember.prototype.run = async function (feeds, outputNames) {
-  const model = this.models.onnx;
-  if (!model) throw new EmberError("not_loaded", "ember: no ONNX model loaded; call loadModel('onnx', ...) first");
-  const msg = {}, transfer = [];
-  for (const [name, value] of Object.entries(feeds)) {
-    const t = ArrayBuffer.isView(value) ? { data: value } : value;
-    if (!t || !ArrayBuffer.isView(t.data)) throw new EmberError("bad_request", `ember: feed ${name} needs a typed array (data)`);
-    const type = t.type || ONNX_TYPE_OF.get(t.data.constructor);
-    if (!type) throw new EmberError("bad_request", `ember: feed ${name}: no ONNX type for ${t.data.constructor.name}`);
-    const decl = (model.inputs.find((i) => i.name === name) || {}).shape;
-    const dims = t.dims || (decl && decl.every((d) => typeof d === "number") ? decl : [t.data.length]);
-    const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength).slice(); // ours to transfer
-    transfer.push(bytes.buffer);
-    msg[name] = { type, dims: Array.from(dims, Number), bytes };
-  }
-  const r = await this._request({ type: "onnx-run", feeds: msg, outputs: outputNames || null }, null, transfer);
-  const out = {};
-  for (const [name, t] of Object.entries(r.outputs)) {
-    const b = t.bytes instanceof Uint8Array ? t.bytes : new Uint8Array(t.bytes);
-    const Arr = ONNX_ARRAYS[t.type] || Float32Array;
-    const data = new Arr(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
-    out[name] = { type: t.type, dims: Array.from(t.dims), data };
-  }
-  return Object.defineProperty(out, "ms", { value: r.ms, enumerable: false });
-};

@@ -1,4 +1,4 @@
-// search.js: the semantic-search tool (issue 19). Paste or drop a text; it is split into passages, each is
+// search.js: the semantic-search tool. Paste or drop a text; it is split into passages, each is
 // embedded in the page (all-MiniLM-L6-v2 through ember.js's embed(), in the worker: WebGPU or CPU), and the
 // query ranks them by cosine as you type. Uses only the public JS API:
 //

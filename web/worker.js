@@ -1,15 +1,19 @@
 // ember's Web Worker: Pyodide + numpy + the ember wheel run here, so the page never freezes.
 //
-// Protocol (every message carries the `id` of the request it belongs to):
+// Protocol (every message carries the `id` of the request it belongs to); `tool` is any name of
+// ember.wasm.tools.TOOLS, and nothing here depends on which:
 //   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, prefetch?, device}
-//                                                                     -> {type: "ready", device, reason, adapter, marks}
-//                   {type: "device", device}                          -> {type: "result", data: {device, reason, adapter}}
+//                                                   -> {type: "ready", device, reason, adapter, kernels, tools, marks}
+//                                                      (tools: {name: {files, beside, packages}}, tools.table())
+//                   {type: "device", device}        -> {type: "result", data: {device, reason, adapter, kernels}}
 //                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
-//                   {type: "run", tool, input, opts}                  -> {type: "partial", data} ... {type: "result"}
-//                                                                        (data.wasm_memory_bytes: the heap after it)
-//                   {type: "cancel"}                                  (no reply: the running request ends "cancelled")
+//                                                   -> {type: "result", data: {tool, device, parameters, bytes, ...}}
+//                   {type: "run", tool, input, opts} -> {type: "partial", data} ... {type: "result"}
+//                                                      (data.wasm_memory_bytes: the heap after it)
+//                   {type: "cancel"}                (no reply: the running request ends "cancelled")
 //   worker -> page  {type: "progress", stage, file, done, total}       bytes for downloads, 0..1 otherwise
 //                   {type: "error", code, message}                    code picks the page's human message
+// Both load and run end in ember.wasm.worker_api.handle, which hands them to the tool's module.
 // Weights are cached in the Cache API under their URL plus size/sha256, so a reload reads them from disk.
 
 const CACHE_NAME = "ember-weights-v1";
@@ -17,6 +21,7 @@ const MAX_MODEL_BYTES = 1.5 * 2 ** 30; // wasm32: 4 GiB address space, weights a
 
 let pyodide = null;
 let device = "cpu";
+let tools = {}; // name -> {files, beside, packages}: what each tool module declares
 
 class WorkerFail extends Error {
   constructor(code, message) { super(message); this.code = code; }
@@ -43,8 +48,6 @@ async function serve(msg) {
     else if (msg.type === "device") post({ type: "result", id, data: await setDevice(msg.device) });
     else if (msg.type === "load") post({ type: "result", id, data: await load(msg, progress) });
     else if (msg.type === "run") post({ type: "result", id, data: await run(msg) });
-    else if (msg.type === "onnx-load") post({ type: "result", id, data: await onnxLoad(msg, progress) }); // ONNX (#18)
-    else if (msg.type === "onnx-run") post({ type: "result", id, data: await onnxRun(msg) });            // ONNX (#18)
     else throw new WorkerFail("bad_request", `ember: unknown message type ${msg.type}`);
   } catch (e) {
     const code = e.code || (e instanceof RangeError ? "out_of_memory" : "internal");
@@ -91,6 +94,7 @@ async function init(msg, progress) {
   mark("numpy");
   progress("runtime", "ember", 2, 4);
   pyodide.runPython("import ember, ember.wasm.worker_api");
+  tools = JSON.parse(pyodide.runPython("import json\nfrom ember.wasm import tools\njson.dumps(tools.table())"));
   mark("import");
   progress("runtime", "device", 3, 4);
   const want = msg.device === "cpu" || msg.device === "webgpu" ? msg.device : "auto";  // auto skips software adapters
@@ -98,7 +102,7 @@ async function init(msg, progress) {
     : { device: "cpu", reason: "this browser has no WebGPU (navigator.gpu is missing)" };
   mark("device");
   progress("runtime", "ready", 4, 4);
-  return { ...picked, pyodide: pyodide.version, marks };
+  return { ...picked, tools, pyodide: pyodide.version, marks };
 }
 
 async function fetchBytes(url, what) {
@@ -112,12 +116,12 @@ async function fetchBytes(url, what) {
   return new Uint8Array(await resp.arrayBuffer());
 }
 
-// Pyodide packages a tool needs beyond numpy, loaded on its first load/run so the page starts without them
-const TOOL_PACKAGES = { yolo: ["pillow"] }; // models/yolo/image.py decodes encoded images with Pillow
+// Pyodide packages a tool needs beyond numpy (its module's PACKAGES), loaded on its first load/run so the page
+// starts without them
 const toolPackages = {};
 function ensureToolPackages(tool) {
-  const want = TOOL_PACKAGES[tool];
-  if (!want) return null;
+  const want = tools[tool] && tools[tool].packages;
+  if (!want || !want.length) return null;
   if (!toolPackages[tool]) {
     toolPackages[tool] = pyodide.loadPackage(want, { messageCallback: () => {}, errorCallback: (s) => console.warn(s) })
       .catch((e) => {
@@ -135,16 +139,15 @@ async function setDevice(name) {
   return r;
 }
 
-// Run worker_api.handle(op, args) (or another ember.wasm module's handle) under runPythonAsync (JSPI can
-// suspend inside it) and unwrap its answer.
-async function callPy(op, args, module = "worker_api") {
+// Run worker_api.handle(op, args) under runPythonAsync (JSPI can suspend inside it) and unwrap its answer.
+async function callPy(op, args) {
   const ns = pyodide.globals.get("dict")();
   const pyArgs = pyodide.toPy(args, { depth: 1 });
   try {
     ns.set("op", op);
     ns.set("args", pyArgs);
     const out = await pyodide.runPythonAsync(
-      `from ember.wasm.${module} import handle\nawait handle(op, args)`, { globals: ns });
+      "from ember.wasm.worker_api import handle\nawait handle(op, args)", { globals: ns });
     const r = out.toJs({ dict_converter: Object.fromEntries });
     out.destroy();
     if (r.error) throw new WorkerFail(r.error, r.message);
@@ -258,7 +261,7 @@ async function load(msg, progress) {
       writeOwned(`${folder}/${f.name.replace(/[\/\\]/g, "_")}`, bytes);
       got.add(f.name);
       if ((held += bytes.length) > MAX_MODEL_BYTES) throw tooLarge(msg.tool, held);
-      if (f.url && f.name === "model.safetensors.index.json") files.push(...shardFiles(f, bytes)); // issue 19
+      if (f.url && f.name === "model.safetensors.index.json") files.push(...shardFiles(f, bytes));
     }
   }
   if (packages) await packages;
@@ -284,8 +287,8 @@ function writeOwned(path, bytes) {
   }
 }
 
-// The shards a fetched model.safetensors.index.json names, beside it (issue 19: sharded causal LMs). Only plain
-// file names: an index cannot point the worker at another folder or host.
+// The shards a fetched model.safetensors.index.json names, beside it (a sharded causal LM). Only plain file
+// names: an index cannot point the worker at another folder or host.
 function shardFiles(index, bytes) {
   let map;
   try { map = JSON.parse(new TextDecoder().decode(bytes)).weight_map; } catch (e) { map = null; }
@@ -300,45 +303,13 @@ function shardFiles(index, bytes) {
 async function run(msg) {
   const { id, tool } = msg;
   await ensureToolPackages(tool);
-  let input = msg.input;
+  let input = msg.input; // typed arrays, also inside an object (YOLO's {rgba}, ONNX feeds), reach Python as bytes
   if (input instanceof ArrayBuffer || ArrayBuffer.isView(input)) // one copy: JS heap -> Python bytes
     input = new Uint8Array(input.buffer || input, input.byteOffset || 0, input.byteLength);
-  else if (input && input.rgba) input = { ...input, rgba: new Uint8Array(input.rgba.buffer || input.rgba) };
   const onPartial = (...a) => post({ type: "partial", id, data: a.length === 1 ? a[0] : a });
   // {stage, done, total}: YOLO per stage, Whisper per 30 s window and segment; the page draws a bar from it
   const onProgress = (p) => post({ type: "progress", id, stage: p.stage, file: tool, done: p.done, total: p.total });
-  const r = await callPy(tool, { input, opts: msg.opts || {}, on_partial: onPartial, on_progress: onProgress });
+  const r = await callPy("run", { tool, input, opts: msg.opts || {}, on_partial: onPartial, on_progress: onProgress });
   // the wasm heap only grows: its size after a run is the peak the runtime has needed so far
   return { ...r, wasm_memory_bytes: pyodide._module.HEAPU8.buffer.byteLength };
-}
-
-// ------------------------------------------------------------------ ONNX (issue #18; ember.wasm.onnx_api)
-// {type: "onnx-load", key, files: [{name, url} | {name, bytes}]}: the .onnx file plus any external-data files
-// beside it, written to one folder; the model reads them all at load, then the copies are freed.
-// {type: "onnx-run", feeds: {name: {type, dims, bytes}}, outputs?} -> {outputs: {name: {type, dims, bytes}}, ms}
-
-async function onnxLoad(msg, progress) {
-  const folder = `/models/onnx/${msg.key.replace(/[^A-Za-z0-9._-]/g, "_")}`;
-  pyodide.FS.mkdirTree(folder);
-  let model = null;
-  for (const f of msg.files) {
-    const bytes = f.bytes ? new Uint8Array(f.bytes) : await fetchCached(f, progress);
-    if (!bytes) continue;
-    const name = f.name.replace(/[\/\\]/g, "_");
-    pyodide.FS.writeFile(`${folder}/${name}`, bytes);
-    if (!model && /\.onnx$/i.test(name)) model = name;
-  }
-  if (!model) throw new WorkerFail("unsupported_file", `ember: no .onnx file among ${msg.files.map((f) => f.name)}`);
-  progress("load", "onnx", 0, 1);
-  try {
-    return await callPy("load", { path: `${folder}/${model}`, device }, "onnx_api");
-  } finally {
-    for (const name of pyodide.FS.readdir(folder))
-      if (name !== "." && name !== "..") pyodide.FS.unlink(`${folder}/${name}`);
-    progress("load", "onnx", 1, 1);
-  }
-}
-
-async function onnxRun(msg) {
-  return callPy("run", { feeds: msg.feeds, outputs: msg.outputs || null }, "onnx_api");
 }

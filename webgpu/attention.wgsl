@@ -1,5 +1,5 @@
-// ember.nn.fused_ops.flash_attention's WebGPU kernel, run through ember.custom_op (which prepends the
-// bindings and helpers). Fused attention, one kernel: out = softmax(q k^T * scale + mask) v with an online softmax over blocks
+// The registry's flash_attention and flash_attention_split kernel on webgpu (webgpu/fused.py), run through
+// custom_kernel (which prepends the bindings and helpers). Fused attention, one kernel: out = softmax(q k^T * scale + mask) v with an online softmax over blocks
 // of 64 keys (flash-attention style), so the (L, S) scores never reach memory. One workgroup per
 // (batch, query row); its 64 threads score one key each per block, then each accumulates up to 4 of
 // the Dv output columns, rescaled whenever the running maximum grows. Batch = (B1, B2) of strided views.

@@ -113,7 +113,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         # a decode step's norm inside the matvec reading it, q/k/v in one matvec, rope + cache write + attention
         # in one kernel (norm_prologue.py, linears, rope_append_attention); 0: off (bench_webgpu.py: before/after)
         self.decode_fusion = settings.get("EMBER_WEBGPU_DECODE_FUSION")
-        self._held_write = None  # a copy_into waiting to share its dispatch with the next one (copy_into)
+        self._held_write = None  # a KV-cache write waiting to share its dispatch with the next one (_write_into)
         # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
         # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three
         self.matmul_kernel = "auto"
@@ -121,12 +121,6 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         # 1 on a software adapter (lavapipe, SwiftShader), where each workgroup's barriers and the decode
         # prologue it repeats (norm_prologue.py) cost most: 64 columns a workgroup, 1.7x a decode step there
         self.qmatvec_split = 1 if getattr(self.adapter, "software", None) else 8
-        # "flash": one online-softmax kernel (attention.wgsl, run as the custom op ember.nn.fused_ops.flash_attention
-        # by F.scaled_dot_product_attention); "composed": QK^T, softmax, PV kernels (the attention primitive); "auto":
-        # flash for a decode step's few query rows over at most 64 keys (one dispatch instead of three), composed past
-        # that: on lavapipe the fused kernel is 3.5x slower at L=1, S=512 and 4-9x at prefill sizes (bench_webgpu.py)
-        self.attention_kernel = "auto"
-        self.flash_auto = (16, 64)  # "auto": the most query rows and keys that take the flash kernel
         # "gemm": im2col on the GPU + the tiled matmul (conv_gemm.py); "direct": conv.wgsl, one thread per output
         self.conv_kernel = "gemm"
 
@@ -190,7 +184,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
                        groups)
 
     def _dispatch(self, pipeline, handles, groups):
-        """Every dispatch goes through here: a held copy_into runs first (copy_into), and it is counted."""
+        """Every dispatch goes through here: a held KV-cache write runs first (_write_into), and it is counted."""
         if self._held_write is not None:
             self._flush_write()
         self.adapter.dispatch(pipeline, handles, groups)
@@ -470,7 +464,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         p = self.pipelines.get("copy", "copy", wt, [wt], PAIR="")
         self._run(p, self._view_meta(n, shape, views), dst, [src], _groups(n))
 
-    def copy_into(self, dst, src, starts):
+    def _write_into(self, dst, src, starts):
         """src written into dst's buffer at `starts`, in place. The write waits for the next one: a KV cache's
         k row and v row (same shape, other buffers) go in one dispatch (copy.wgsl, $PAIR); anything else that
         dispatches or reads back first runs it alone (_flush_write): kernels see the writes in program order."""
@@ -490,7 +484,7 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         return dst
 
     def _flush_write(self):
-        """Run the held copy_into (before any other dispatch or readback)."""
+        """Run the held _write_into (before any other dispatch or readback)."""
         held, self._held_write = self._held_write, None
         if held is not None:
             self._copy_into(*held)

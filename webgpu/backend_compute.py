@@ -175,7 +175,7 @@ class ComputeMixin:
         self._run(p, meta, out, ins, groups)
         return out
 
-    def linear(self, x, w, b):
+    def _linear(self, x, w, b):
         """x (..., in) @ w.T + b in one dispatch (the bias is the matmul's epilogue), where the composed
         form is a matmul and an add kernel (or an add pending until the next op reads it)."""
         return self.matmul(x, self.permute(w, [1, 0]), bias=b)
@@ -294,7 +294,7 @@ class ComputeMixin:
     def _wt(self, x):
         return self._word(x.dtype)[0]
 
-    def softmax(self, x, axis, log=False):
+    def _softmax(self, x, axis, log=False):
         fix = self._float_rows(x, "softmax")
 
         def run(xc):
@@ -307,9 +307,6 @@ class ComputeMixin:
                 self._run(p, [rows, n], out, [xc], _row_groups(rows))
             return out
         return self._last_axis(x, axis, run)
-
-    def log_softmax(self, x, axis):
-        return self.softmax(x, axis, log=True)
 
     def _norm(self, x, w, b, eps, rms):
         self._float_rows(x, "rms_norm" if rms else "layer_norm")
@@ -347,16 +344,10 @@ class ComputeMixin:
                                    RMS="true" if rms else "false", PRE=pre)
             self._run(p, meta, out, ins, _row_groups(rows))
 
-    def layer_norm(self, x, w, b, eps):
-        return self._norm(x, w, b, eps, rms=False)
-
-    def rms_norm(self, x, w, eps):
-        return self._norm(x, w, None, eps, rms=True)
-
-    def attention(self, q, k, v, mask, scale, causal):
+    def _attention(self, q, k, v, mask, scale, causal):
         """softmax(q k^T * scale + mask) v in three kernels: QK^T matmul, fused scale+mask+causal softmax over
-        score rows, PV matmul. (The one-kernel online-softmax form, attention.wgsl, is a custom op:
-        ember.nn.fused_ops.flash_attention, chosen by attention_kernel = "flash".)"""
+        score rows, PV matmul. (The one-kernel online-softmax form, attention.wgsl, is the registry's flash_attention
+        op, chosen by its tuning rule: fused.choose_flash.)"""
         self._float_rows(q, "attention")
         # scores and probabilities in float32 words whatever q's dtype; 16-bit q, k, v are read in their own
         # words (native float16: f16 q.k products) and the output rounded once, by the PV matmul's store

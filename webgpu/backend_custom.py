@@ -81,7 +81,7 @@ class CustomKernelMixin:
         groups = tuple(grid) if grid is not None else self._groups(n, kernel.workgroup_size)
         handles = ([self._meta_handle(words)] if use_prm else []) + [out.storage.handle] + \
             [x.storage.handle for x in arrays]
-        self._dispatch(pipe, handles, groups)  # after a held copy_into (backend.copy_into)
+        self._dispatch(pipe, handles, groups)  # after a held KV-cache write (backend._write_into)
         return out
 
     def _custom_source(self, user, out_dtype, out_wt, in_wts, use_prm, writes=()):

@@ -32,7 +32,7 @@ def _col_groups(n):
 
 
 class QuantMixin:
-    def qmatmul(self, x, raw, qtype, shape):
+    def _qmatmul(self, x, raw, qtype, shape):
         """x (..., K) float -> (..., N) float32 = x @ dequantize(W).T, W (N, K) as GGML blocks
         `raw` (uint8 (N, row_bytes) host array) of the GGML type descriptor `qtype`."""
         n_out, k_in = (int(s) for s in shape)
@@ -151,7 +151,7 @@ class QuantMixin:
         y = self._qmatvec(m=m, w=w, decoder=decoder, n_out=n_out, k_in=k_in, row_bytes=row_bytes, **pro)
         return self.reshape(y, a.shape[:-1] + (n_out,))
 
-    def linears(self, x, ws, bs):
+    def _linears(self, x, ws, bs):
         """x (..., K) @ [w0 | w1 | ...].T + [b0 | b1 | ...] -> (..., sum N) in one qmatvec reading each (N_i, K)
         float32 weight where it lies (no concatenated copy), when x is a pending decode row (a norm: q, k and v
         of one attention from one layer norm); None otherwise (F.linears composes one linear per weight)."""

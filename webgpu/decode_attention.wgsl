@@ -1,4 +1,4 @@
-// ember.nn.fused_ops.rope_append_attention's WebGPU kernel (run through ember.custom_op): one decoded token's
+// The registry's rope_append_attention kernel on webgpu (webgpu/fused.py, run through custom_kernel): one decoded token's
 // attention in one dispatch. From the fused q|k|v projection of the token it rotates q and k (x @ R, R the
 // step's (D, D) rotation matrix: any rope layout, partial rotary, scaling), writes the rotated k row and the
 // v row into the preallocated cache at `slot` (in place), and attends over the cache's first S rows with an

@@ -261,14 +261,6 @@ class ArrayModuleBackend(Backend):
     def contiguous(self, x):
         return x if x.flags.c_contiguous else x.copy()  # (ascontiguousarray would make 0-d 1-d)
 
-    def copy_into(self, dst, src, starts):
-        """src written into dst at `starts`, in place; a read-only dst (a memory map, a broadcast view) is
-        copied first."""
-        if not getattr(dst.flags, "writeable", True):
-            dst = dst.copy()
-        dst[tuple(slice(a, a + n) for a, n in zip(starts, src.shape))] = src
-        return dst
-
     # -- compute ----------------------------------------------------------------------------------
     def matmul(self, a, b):
         xp = self.xp
@@ -338,75 +330,6 @@ class ArrayModuleBackend(Backend):
         out = x.copy()
         xp.add.at(out, index, src)  # repeated indices accumulate
         return out
-
-    # -- fused (optional): the composite ops in fewer passes ---------------------------------------
-    def softmax(self, x, axis):
-        if not x.ndim:  # (in place below: a 0-d difference is a numpy scalar)
-            return self.softmax(x.reshape(1), 0).reshape(())
-        if x.dtype is _BF16:
-            return self._down(self.softmax(self._up(x), axis))
-        e = x - x.max(axis=axis, keepdims=True)
-        self.xp.exp(e, out=e)
-        e /= e.sum(axis=axis, keepdims=True)
-        return e
-
-    def log_softmax(self, x, axis):
-        if x.dtype is _BF16:
-            return self._down(self.log_softmax(self._up(x), axis))
-        s = x - x.max(axis=axis, keepdims=True)
-        return s - self.xp.log(self.xp.exp(s).sum(axis=axis, keepdims=True))
-
-    def layer_norm(self, x, w, b, eps):
-        if x.dtype in _HALF:
-            return self._back(self.layer_norm(self._f32(x), self._f32(w), self._f32(b), eps), x.dtype)
-        add = self._reduce["sum"]
-        inv_n = 1.0 / x.shape[-1]
-        xc = x - add(x, axis=-1, keepdims=True) * inv_n
-        var = add(xc * xc, axis=-1, keepdims=True)
-        var *= inv_n
-        var += eps
-        self.xp.sqrt(var, out=var)
-        xc /= var
-        if w is not None:
-            xc *= w
-        if b is not None:
-            xc += b
-        return xc
-
-    def rms_norm(self, x, w, eps):
-        if x.dtype in _HALF:
-            return self._back(self.rms_norm(self._f32(x), self._f32(w), eps), x.dtype)
-        ms = self._reduce["sum"](x * x, axis=-1, keepdims=True)
-        ms *= 1.0 / x.shape[-1]
-        ms += eps
-        self.xp.sqrt(ms, out=ms)
-        y = x / ms
-        if w is not None:
-            y *= w
-        return y
-
-    def attention(self, q, k, v, mask, scale, causal):
-        """softmax(q k^T * scale + mask) v with numpy broadcasting of the batch dims; causal keeps key
-        s <= query l (torch's top-left alignment); half types compute in float32."""
-        if q.dtype in _HALF:
-            y = self.attention(self._f32(q), self._f32(k), self._f32(v), self._f32(mask), scale, causal)
-            return self._back(y, q.dtype)
-        xp = self.xp
-        # the scale goes into q and the normalisation into the (L, Ev) output: two fewer passes over
-        # the (L, S) scores, which dominate long sequences (Whisper's encoder: 1500 x 1500 per head)
-        q = q * xp.asarray(scale, q.dtype)
-        s = self._mm(q, xp.swapaxes(k, -1, -2))                        # (..., L, S)
-        if causal:
-            L, S = s.shape[-2:]
-            s[(Ellipsis,) + xp.triu_indices(L, 1, S)] = -np.inf       # keys after the query: torch's top-left alignment
-        if mask is not None:
-            s = s + mask
-        s -= s.max(axis=-1, keepdims=True)
-        xp.exp(s, out=s)
-        out = self._mm(s, v)                                           # (..., L, Ev)
-        out /= s.sum(axis=-1, keepdims=True)
-        return out
-
 
 # ============================================================================ erf (numpy has none)
 

@@ -1,5 +1,5 @@
 """A decoded token through a stack of transformer layers in one call of the CPU kernels (cpu_kernels/decode.c):
-the numpy backend's optional `decoder_plan` fused primitive.
+the CPU's kernel for the registry's `decoder_plan` op (ember.kernels).
 
 A model describes its layers once (models/common/fused_decode.py, `model_spec`: numpy arrays and ints, no backend
 names); `DecodePlan` lays them out as the intptr_t record decode.c reads, and `step` runs one token: x (dim,)
@@ -101,7 +101,13 @@ class DecodePlan:
         return x
 
 
-def decoder_plan(spec: dict | None) -> DecodePlan | None:
+def describe(be=None) -> str:
+    k = kernels()
+    return "cpu_kernels/decode.c ember_decode" + (" (wasm)" if cpu_matmul.NO_BLAS else " (native)") if k is not None \
+        else "composed (no compiled kernels here)"
+
+
+def decoder_plan(be, spec: dict | None) -> DecodePlan | None:
     """A DecodePlan for spec where compiled kernels run here and take its weights, else None (the model then runs
     its layers op by op)."""
     kern = kernels()

@@ -85,7 +85,7 @@ class NativeKernels:
 
     def q8_matmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
         """x (m, k) float32 C-contiguous @ W.T -> (m, out_features) float32, W as uint8 GGML rows (out_features,
-        row_bytes) C-contiguous, x quantized as llama.cpp quantizes it for W's type (ember.quant.q8dot)."""
+        row_bytes) C-contiguous, x quantized as llama.cpp quantizes it for W's type (ember.backends.cpu_q8dot)."""
         m, k = x.shape
         y = np.empty((m, out_features), np.float32)
         size = self._lib.ember_q8_act_bytes(type_id, m, k)

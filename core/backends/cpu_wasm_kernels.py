@@ -87,7 +87,7 @@ class WasmKernels:
 
     def q8_matmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
         """x (m, k) float32 C-contiguous @ W.T -> (m, out_features) float32, W as uint8 GGML rows (out_features,
-        row_bytes) C-contiguous, x quantized as llama.cpp quantizes it for W's type (q8dot.c, ember.quant.q8dot):
+        row_bytes) C-contiguous, x quantized as llama.cpp quantizes it for W's type (q8dot.c, ember.backends.cpu_q8dot):
         the native build's bits."""
         m, k = x.shape
         size = self._q8_act_bytes(type_id, m, k)

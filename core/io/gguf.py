@@ -22,7 +22,8 @@ import struct
 import numpy as np
 
 from .. import dtypes
-from ..quant import ggml_types as T
+from ..ggml import types as T
+from ..qtensor import QTensor
 from .formats import FormatError, LazyFile, Stored, atomic_write, try_memmap, describe, is_bytes, to_stored, to_tensor
 
 MAGIC = b"GGUF"
@@ -43,7 +44,7 @@ _FROM_NP[np.dtype(np.bool_)] = BOOL
 # plain tensor types <-> ember dtypes
 _PLAIN_TO_EMBER = {"F32": dtypes.float32, "F16": dtypes.float16, "BF16": dtypes.bfloat16, "F64": dtypes.float64,
                    "I8": dtypes.int8, "I32": dtypes.int32, "I64": dtypes.int64}
-_EMBER_TO_PLAIN = {d.name: T.get(k) for k, d in _PLAIN_TO_EMBER.items()}
+
 
 
 class GGUFValue:
@@ -309,7 +310,6 @@ class GGUFReader(LazyFile):
 
     def get_stored(self, name):
         """Stored (plain types) or QTensor (quantized types), without building ember Tensors."""
-        from ..quant.qtensor import QTensor
         info = self._info(name)
         raw = self.raw(name)
         t = info.ggml_type
@@ -467,16 +467,15 @@ class Deferred:
 
 def _tensor_entry(name, x):
     """-> (ggml type, numpy shape, flat uint8 data or a Deferred) for a Tensor, ndarray, Stored, QTensor."""
-    from ..quant.qtensor import QTensor
     if isinstance(x, QTensor):
         return x.ggml_type, tuple(x.shape), x.data.reshape(-1)
     if isinstance(x, Deferred):
         return x.ggml_type, x.shape, x
     s = to_stored(name, x)
-    t = _EMBER_TO_PLAIN.get(s.dtype.name)
+    t = T.PLAIN_BY_DTYPE.get(s.dtype.name)
     if t is None:
         raise TypeError(f"ember: tensor {name!r} has dtype {s.dtype.name}, which GGUF cannot store "
-                        f"(GGUF stores {', '.join(_EMBER_TO_PLAIN)}); cast it first")
+                        f"(GGUF stores {', '.join(T.PLAIN_BY_DTYPE)}); cast it first")
     shape = s.array.shape or (1,)  # GGUF has no 0-d tensors: a scalar becomes shape (1,)
     return t, shape, s.array.astype(s.array.dtype.newbyteorder("<"), copy=False).reshape(-1).view(np.uint8)
 

@@ -239,7 +239,7 @@ def module_state_dict(module: PickleRecord, prefix="") -> dict:
         if id(m) in seen:
             continue
         seen.add(id(m))
-        st = _module_state(m)
+        st = module_state(m)
         skip = st.get("_non_persistent_buffers_set")
         skip = skip if isinstance(skip, (set, frozenset)) else set()
         for name, t in _as_dict(st.get("_parameters")).items():
@@ -253,7 +253,7 @@ def module_state_dict(module: PickleRecord, prefix="") -> dict:
     return out
 
 
-def _module_state(m) -> dict:
+def module_state(m) -> dict:
     st = m.state if isinstance(m, PickleRecord) else None
     if isinstance(st, tuple) and st and isinstance(st[0], dict):  # (__dict__, slots) form
         st = st[0]
@@ -265,7 +265,7 @@ def _as_dict(v) -> dict:
 
 
 def is_module(v) -> bool:
-    st = _module_state(v)
+    st = module_state(v)
     return "_modules" in st or "_parameters" in st
 
 

@@ -1,7 +1,8 @@
 """ember.nn.functional: torch.nn.functional's names, composed from Tensor ops.
 
-Heavy ops (softmax, norms, attention) call a backend's fused primitive when it has one and no
-gradient is being recorded; otherwise they are composed, and tests check both paths agree.
+Heavy ops (softmax, norms, attention, linear) run the device's kernel from the kernel registry (ember.kernels)
+when it has one and no gradient is being recorded; otherwise their composed form (the `*_composed` functions
+here, the registry's references), and tests/test_kernel_registry.py checks both paths agree.
 """
 from __future__ import annotations
 
@@ -19,14 +20,6 @@ from ..ops_movement import stack
 from ..ops_reduce import log_softmax, softmax  # noqa: F401  (reductions, also Tensor methods)
 
 
-def _fused(x, name, *params):
-    """The backend's fused kernel, when it has one and no gradient is being recorded through x or params."""
-    f = getattr(x.device.backend, name, None)
-    if f is None or (A._GRAD[0] and (x.requires_grad or any(p is not None and p.requires_grad for p in params))):
-        return None
-    return f
-
-
 def _tuple(v, n, what):
     if isinstance(v, numbers.Integral):
         return (int(v),) * n
@@ -42,10 +35,19 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     ns = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
     if tuple(x.shape[-len(ns):]) != ns:
         raise ValueError(f"ember: layer_norm normalized_shape {ns} does not match input shape {x.shape}")
-    if len(ns) == 1 and _fused(x, "layer_norm", weight, bias):
-        return A.prim_fused("layer_norm", x, None if weight is None else weight._data,
-                            None if bias is None else bias._data, eps)
-    axes = tuple(range(x.ndim - len(ns), x.ndim))
+    k = A.fused_kernel("layer_norm", x, weight, bias) if len(ns) == 1 else None
+    if k is not None:
+        return A.prim_fused(k, x, None if weight is None else weight._data, None if bias is None else bias._data, eps)
+    return _layer_norm(x, len(ns), weight, bias, eps)
+
+
+def layer_norm_composed(x, weight, bias, eps):
+    """layer_norm over the last axis in Tensor ops: the kernels' reference."""
+    return _layer_norm(x, 1, weight, bias, eps)
+
+
+def _layer_norm(x, n_axes, weight, bias, eps):
+    axes = tuple(range(x.ndim - n_axes, x.ndim))
     xf = x.float() if x.dtype in (D.float16, D.bfloat16) else x
     mu = xf.mean(axes, keepdim=True)
     xc = xf - mu
@@ -63,9 +65,19 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     if eps is None:
         eps = 1.1920928955078125e-07 if x.dtype is D.float32 else float(__import__("numpy").finfo("float16").eps) \
             if x.dtype is D.float16 else 0.0078125
-    if len(ns) == 1 and _fused(x, "rms_norm", weight):
-        return A.prim_fused("rms_norm", x, None if weight is None else weight._data, eps)
-    axes = tuple(range(x.ndim - len(ns), x.ndim))
+    k = A.fused_kernel("rms_norm", x, weight) if len(ns) == 1 else None
+    if k is not None:
+        return A.prim_fused(k, x, None if weight is None else weight._data, eps)
+    return _rms_norm(x, len(ns), weight, eps)
+
+
+def rms_norm_composed(x, weight, eps):
+    """rms_norm over the last axis in Tensor ops: the kernels' reference."""
+    return _rms_norm(x, 1, weight, eps)
+
+
+def _rms_norm(x, n_axes, weight, eps):
+    axes = tuple(range(x.ndim - n_axes, x.ndim))
     xf = x.float() if x.dtype in (D.float16, D.bfloat16) else x
     y = (xf * ((xf * xf).mean(axes, keepdim=True) + eps).rsqrt()).to(x.dtype)
     return y * weight if weight is not None else y
@@ -122,12 +134,19 @@ def linear(x, weight, bias=None):
         raise ValueError(f"ember: linear: input features {xs[-1]} != weight in_features {ws[-1]} "
                          f"(input {xs}, weight {ws})")
     if len(ws) == 2 and len(xs) >= 2 and x.dtype is weight.dtype and x.device is weight.device:
-        if bias is not None and bias.dtype is x.dtype and bias.shape == ws[:1] and _fused(x, "linear", weight, bias):
-            return A.prim_fused("linear", x, weight._data, bias._data)
+        if bias is not None and bias.dtype is x.dtype and bias.shape == ws[:1]:
+            k = A.fused_kernel("linear", x, weight, bias)
+            if k is not None:
+                return A.prim_fused(k, x, weight._data, bias._data)
         y = A.prim_matmul(x, A.prim_permute(weight, (1, 0)))  # the hot path of every model: two primitives
     else:
         y = x @ weight.transpose(-1, -2)
     return y + bias if bias is not None else y
+
+
+def linear_composed(x, weight, bias):
+    """x @ weight.T + bias as a matmul and an add: the kernels' reference."""
+    return A.prim_matmul(x, A.prim_permute(weight, (1, 0))) + bias
 
 
 def embedding(idx, weight, padding_idx=None):
@@ -140,7 +159,8 @@ def embedding(idx, weight, padding_idx=None):
 
 # ------------------------------------------------------------------ convolution
 
-def _conv(x, weight, bias, stride, padding, dilation, groups, nd):
+def conv_nd(x, weight, bias, stride, padding, dilation, groups, nd):
+    """An nd-dimensional convolution with torch's checks and padding modes (conv1d/2d/3d and ONNX's Conv call it)."""
     if x.ndim != nd + 2:
         raise ValueError(f"ember: conv{nd}d expects a ({nd + 2})-D input (N, C, ...), got shape {x.shape}")
     if x.shape[1] != weight.shape[1] * groups:
@@ -166,10 +186,18 @@ def _conv(x, weight, bias, stride, padding, dilation, groups, nd):
             raise ValueError(f"ember: unknown padding mode {padding!r}")
     padding = _tuple(padding, nd, "padding")
     _check_conv_args(f"conv{nd}d", weight, bias, stride, padding, dilation)
-    if bias is not None and bias.dtype is x.dtype and _fused(x, "conv_bias", weight, bias):
-        return A.prim_fused("conv_bias", x, weight._data, bias._data, stride, padding, dilation, groups)
+    if bias is not None and bias.dtype is x.dtype:
+        k = A.fused_kernel("conv_bias", x, weight, bias)
+        if k is not None:
+            return A.prim_fused(k, x, weight._data, bias._data, stride, padding, dilation, groups)
     y = A.prim_conv(x, weight, stride, padding, dilation, groups)
     return y + bias.reshape(1, -1, *([1] * nd)) if bias is not None else y
+
+
+def conv_bias_composed(x, weight, bias, stride, padding, dilation, groups):
+    """conv then the bias per output channel: the kernels' reference (normalised arguments, as the kernel gets)."""
+    y = A.prim_conv(x, weight, stride, padding, dilation, groups)
+    return y + bias.reshape(1, -1, *([1] * len(stride)))
 
 
 def _check_conv_args(what, weight, bias, stride, padding, dilation, output_padding=None, out_channels=None):
@@ -187,11 +215,11 @@ def _check_conv_args(what, weight, bias, stride, padding, dilation, output_paddi
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    return _conv(x, weight, bias, stride, padding, dilation, groups, 1)
+    return conv_nd(x, weight, bias, stride, padding, dilation, groups, 1)
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    return _conv(x, weight, bias, stride, padding, dilation, groups, 2)
+    return conv_nd(x, weight, bias, stride, padding, dilation, groups, 2)
 
 
 def _conv_t(x, weight, bias, stride, padding, output_padding, groups, dilation, nd):
@@ -395,24 +423,19 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     """q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev)."""
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if dropout_p == 0 and q.dtype is k.dtype is v.dtype:
-        if _wants_flash(q.device.backend, q.shape[-2], k.shape[-2]):
-            from .fused_ops import flash_attention
+        from .fused_ops import flash_attention, wants_flash
+        if wants_flash(q, k, v, attn_mask):
             return flash_attention(q, k, v, attn_mask, is_causal, scale)
-        fused = _fused(q, "attention", k, v, attn_mask)
+        fused = A.fused_kernel("attention", q, k, v, attn_mask)
         if fused is not None and (attn_mask is None or attn_mask.dtype is not D.bool_):
             m = None if attn_mask is None else attn_mask.to(q.dtype)._data
             return q._new(fused(q._data, k._data, v._data, m, scale, is_causal))
     return _sdpa_composed(q, k, v, attn_mask, dropout_p, is_causal, scale)
 
 
-def _wants_flash(backend, L, S):
-    """The backend's choice of the one-kernel attention (webgpu): "flash" always, "auto" for at most
-    flash_auto = (query rows, keys), where one dispatch beats three (bench_webgpu.py)."""
-    kind = getattr(backend, "attention_kernel", None)
-    if kind == "auto":
-        rows, keys = backend.flash_auto
-        return L <= rows and S <= keys
-    return kind == "flash"
+def attention_composed(q, k, v, mask, scale, causal):
+    """The attention kernels' reference: mask additive (or None), no dropout."""
+    return _sdpa_composed(q, k, v, mask, 0.0, causal, scale)
 
 
 def _sdpa_composed(q, k, v, attn_mask, dropout_p, is_causal, scale):
@@ -433,7 +456,7 @@ def _sdpa_composed(q, k, v, attn_mask, dropout_p, is_causal, scale):
 def rotary_embedding(x, cos, sin):
     """Rotate-half rotary embedding (Hugging Face Llama / GPT-NeoX layout): x (B, T, H, D), cos and sin
     (T, D / 2) -> [x1 cos - x2 sin, x2 cos + x1 sin], x1 and x2 the halves of D. A custom op
-    (ember.nn.fused_ops.rotary: one WGSL kernel on webgpu, the backend's `rope` on cuda, composed otherwise;
+    (the registry op rotary_embedding: webgpu/rope.wgsl on webgpu, cuda/rows.cu on cuda, composed otherwise;
     not a torch function: torch models spell it out)."""
     from .fused_ops import rope_composed, rotary
     T, half = x.shape[1], x.shape[-1] // 2
@@ -447,7 +470,7 @@ def linears(x, weights, biases):
     `linears` kernel (webgpu, for a decode row: one matvec over every weight) gives one result whose column
     ranges are returned as views; otherwise, and when gradients are recorded, one linear per weight."""
     ok = all(w.ndim == 2 and w.dtype is x.dtype and w.device is x.device for w in weights)
-    f = _fused(x, "linears", *weights, *biases) if ok else None
+    f = A.fused_kernel("linears", x, *weights, *biases) if ok else None
     if f is not None:
         y = f(x._data, [w._data for w in weights], [None if b is None else b._data for b in biases])
         if y is not None:
@@ -457,6 +480,11 @@ def linears(x, weights, biases):
                 parts.append(out.narrow(-1, at, w.shape[0]))
                 at += w.shape[0]
             return parts
+    return linears_composed(x, weights, biases)
+
+
+def linears_composed(x, weights, biases):
+    """One linear per weight: the linears kernel's reference."""
     return [linear(x, w, b) for w, b in zip(weights, biases)]
 
 

@@ -1,46 +1,24 @@
-"""ember's own fused ops, declared through ember.custom_op like a user's: the rotary embedding (a WGSL
-kernel with its backward) and flash attention (webgpu/attention.wgsl, composed for gradients).
+"""ember's own tensor-level fused ops: the composed references, backward rules and output specs of the kernel
+registry's entries called with Tensors (ember.kernels: rotary_embedding, flash_attention and its split-keys passes,
+rope_append_attention), and the functions that pick the kernel or the composed form. The kernels themselves are
+the backends' (webgpu/fused.py: WGSL files; cuda_fused.py); this module holds no kernel source.
 
-F.rotary_embedding and F.scaled_dot_product_attention call these; docs/custom-ops.md shows the rotary
-embedding as the example a user copies.
+F.rotary_embedding, F.scaled_dot_product_attention and F.rope_append_attention call these; docs/custom-ops.md shows
+a user's op declared the same way.
 """
 from __future__ import annotations
 
 import math
-from importlib import resources
 
 from .. import dtypes as D
-from ..custom_op import WGSL, custom_op
+from .. import kernels as K
+from ..custom_op import registered
 
 # ------------------------------------------------------------------ rotary embedding
 
-_ROPE_WGSL = """
-// x (B, T, H, D) -> [x1 cos - x2 sin, x2 cos + x1 sin] per (t, j): one thread per output element
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = flat_id(wid, nwg, lid);
-    if (i >= prm[0]) { return; }
-    let T = prm[1];
-    let H = prm[2];
-    let D = prm[3];
-    let half = D / 2u;
-    let d = i % D;
-    let cs = ((i / (D * H)) % T) * half + d % half;   // row t, column j of cos / sin (T, D / 2)
-    let x = f32(in0[i]);
-    var r = x * f32(in1[cs]);
-    if (d < half) { r = r - f32(in0[i + half]) * f32(in2[cs]); } else { r = r + f32(in0[i - half]) * f32(in2[cs]); }
-    out[i] = to_out(r);
-}
-"""
-
 
 def rope_composed(x, cos, sin):
-    """The rotary embedding from Tensor ops (and the backend's own `rope` kernel when it has one, as on CUDA)."""
-    from .functional import _fused
-    from .. import autograd as A
-    if _fused(x, "rope", cos, sin):
-        return A.prim_fused("rope", x, cos._data, sin._data)
+    """The rotary embedding from Tensor ops: x (B, T, H, D), cos and sin (T, D / 2), rotate-half layout."""
     from ..ops_movement import cat
     T, half = x.shape[1], x.shape[-1] // 2
     c = cat([cos, cos], -1).reshape(T, 1, 2 * half)                      # (T, 1, D)
@@ -51,7 +29,7 @@ def rope_composed(x, cos, sin):
     return x * c + cat([-x2, x1], -1) * s                                 # (B, T, H, D)
 
 
-def _rope_backward(ctx, g):
+def rope_backward(ctx, g):
     """The rotation's transpose for x (rotate by -sin); cos and sin get theirs summed over batch and heads."""
     x, cos, sin = ctx.inputs
     gx = rotary(g, cos, -sin) if x.requires_grad else None
@@ -65,51 +43,27 @@ def _rope_backward(ctx, g):
     return gx, gc, gs
 
 
-rotary = custom_op(
-    "ember.rotary_embedding",
-    forward={"webgpu": WGSL(_ROPE_WGSL, params=lambda x, cos, sin: list(x.shape[1:]))},
-    backward=_rope_backward, composed=rope_composed)
+rotary = registered("rotary_embedding")
 
 
 # ------------------------------------------------------------------ flash attention
 
-def _view_words(a):
-    """offset, two batch strides, row and column strides of a 4-D view (B1, B2, rows, cols)."""
-    return [a.offset, *a.strides]
-
-
-def _flash_params(q, k, v, mask, scale, causal, chunk=0):
-    L, hd = q.shape[-2:]
-    S, hv = v.shape[-2:]
-    flags = (1 if mask is not None else 0) | (2 if causal else 0) | (4 if chunk else 0)
-    words = [L, S, hd, hv, float(scale), flags, q.shape[1]]
-    for a in (q, k, v):
-        words += _view_words(a)
-    words += _view_words(mask) if mask is not None else [0] * 5
-    return words + ([chunk, -(-S // chunk)] if chunk else [S, 1])
-
-
-def _flash_composed(q, k, v, mask, scale, causal):
+def flash_composed(q, k, v, mask, scale, causal):
     from .functional import _sdpa_composed
     return _sdpa_composed(q, k, v, mask, 0.0, causal, scale)
 
 
-def _attention_wgsl():
-    return resources.files("ember.webgpu").joinpath("attention.wgsl").read_text()
+def flash_output(q, k, v, mask, scale, causal):
+    return q.shape[:2] + (q.shape[2], v.shape[-1])
 
 
-_flash = custom_op(
-    "ember.flash_attention",
-    forward={"webgpu": WGSL(_attention_wgsl, workgroup_size=64, params=_flash_params, views=True,
-                            grid=lambda out, q, k, v, mask, scale, causal: (q.shape[2], q.shape[0] * q.shape[1], 1))},
-    composed=_flash_composed,
-    output=lambda q, k, v, mask, scale, causal: q.shape[:2] + (q.shape[2], v.shape[-1]))
+_flash = registered("flash_attention")
 
 
-# split keys (flash-decoding): few query rows, many keys. Pass 1, the same kernel with flag 4: per chunk
-# of `chunk` keys, the unnormalized output row, its maximum and its sum, (B1, B2, L, chunks, Dv + 2) f32.
+# split keys (flash-decoding): few query rows, many keys. Pass 1: per chunk of `chunk` keys, the unnormalized
+# output row, its maximum and its sum, (B1, B2, L, chunks, Dv + 2) f32; pass 2 combines the chunks.
 
-def _split_composed(q, k, v, mask, scale, causal, chunk):
+def split_composed(q, k, v, mask, scale, causal, chunk):
     """Pass 1 in Tensor ops (other devices, gradients, and the reference the kernel is tested against)."""
     from . import functional as F
     from ..ops_movement import cat
@@ -129,44 +83,12 @@ def _split_composed(q, k, v, mask, scale, causal, chunk):
     return cat([acc, m, e.sum(-1, keepdim=True)], -1)
 
 
-_flash_split = custom_op(
-    "ember.flash_attention_split",
-    forward={"webgpu": WGSL(_attention_wgsl, workgroup_size=64, params=_flash_params, views=True,
-                            grid=lambda out, q, k, v, mask, scale, causal, chunk:
-                            (q.shape[2], q.shape[0] * q.shape[1], -(-k.shape[2] // chunk)))},
-    composed=_split_composed,
-    output=lambda q, k, v, mask, scale, causal, chunk:
-    (q.shape[:3] + (-(-k.shape[2] // chunk), v.shape[-1] + 2), D.float32))
-
-# pass 2: out[..., c] = sum_j acc_j[c] exp(m_j - M) / sum_j sum_j exp(m_j - M), M the largest chunk maximum
-_COMBINE_WGSL = """
-// in0 (rows, n, Dv + 2) chunk rows from attention.wgsl's split pass -> out (rows, Dv): one thread per output
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = flat_id(wid, nwg, lid);
-    if (i >= prm[0]) { return; }
-    let n = prm[1];
-    let Dv = prm[2];
-    let base = (i / Dv) * n * (Dv + 2u);
-    let c = i % Dv;
-    var big = -f_inf();
-    for (var j = 0u; j < n; j = j + 1u) { big = max(big, f32(in0[base + j * (Dv + 2u) + Dv])); }
-    var num = 0.0;
-    var den = 0.0;
-    for (var j = 0u; j < n; j = j + 1u) {
-        let row = base + j * (Dv + 2u);
-        let m = f32(in0[row + Dv]);
-        let w = select(exp(m - big), 0.0, m == -f_inf());
-        num = num + w * f32(in0[row + c]);
-        den = den + w * f32(in0[row + Dv + 1u]);
-    }
-    out[i] = to_out(num / den);
-}
-"""
+def split_output(q, k, v, mask, scale, causal, chunk):
+    return q.shape[:3] + (-(-k.shape[2] // chunk), v.shape[-1] + 2), D.float32
 
 
-def _combine_composed(part, dtype):
+def combine_composed(part, dtype):
+    """Pass 2: out[..., c] = sum_j acc_j[c] exp(m_j - M) / sum_j sum_j exp(m_j - M), M the largest chunk maximum."""
     dv = part.shape[-1] - 2
     m = part.narrow(-1, dv, 1)
     big = m.amax(-2, keepdim=True)
@@ -175,11 +97,12 @@ def _combine_composed(part, dtype):
     return (num / (part.narrow(-1, dv + 1, 1) * w).sum(-2)).to(dtype)
 
 
-_flash_combine = custom_op(
-    "ember.flash_attention_combine",
-    forward={"webgpu": WGSL(_COMBINE_WGSL, params=lambda part, dtype: [part.shape[-2], part.shape[-1] - 2])},
-    composed=_combine_composed,
-    output=lambda part, dtype: (part.shape[:3] + (part.shape[-1] - 2,), dtype))
+def combine_output(part, dtype):
+    return part.shape[:3] + (part.shape[-1] - 2,), dtype
+
+
+_flash_split = registered("flash_attention_split")
+_flash_combine = registered("flash_attention_combine")
 
 SPLIT_KEYS = 64     # more keys than this: the split pass (one workgroup per query row would walk them all)
 _CHUNKS = 32        # about this many chunks per query row, each a multiple of 64 keys
@@ -189,25 +112,30 @@ def split_chunk(S):
     """Keys per chunk of the split pass for S keys (0: one pass)."""
     return 0 if S <= SPLIT_KEYS else 64 * -(-S // (64 * _CHUNKS))
 
-_FLASH_MAX_HEAD = 256  # attention.wgsl keeps one query row (D) in workgroup memory and 4 output columns a thread
-_MAX_GROUPS = 65535
+
+def wants_flash(q, k, v, attn_mask, forced=False):
+    """Whether the device's flash_attention kernel takes these shapes: its tuning rule (ember.kernels), or with
+    `forced` wherever the kernel fits."""
+    from ..ops_movement import broadcast_shapes
+    shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if attn_mask is None else [attn_mask.shape[:-2]])
+    return K.chooses("flash_attention", q.device.backend, tuple(broadcast_shapes(*shapes)), q.shape[-2],
+                     q.shape[-1], k.shape[-2], v.shape[-1], forced=forced)
 
 
 def flash_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
-    """softmax(q k^T * scale + mask) v in one online-softmax kernel on webgpu (attention.wgsl); composed on
-    other devices, for gradients, and where the kernel does not apply (head size past 256, more than two
-    batch dims, grid limits, no keys). q (..., L, D), k (..., S, D), v (..., S, Dv); a float (additive)
-    or bool mask broadcast to (..., L, S); causal keeps key s <= query l (torch's top-left alignment)."""
+    """softmax(q k^T * scale + mask) v in one online-softmax kernel where the device has one that fits the shapes
+    (webgpu: attention.wgsl; F.scaled_dot_product_attention calls this where the kernel's tuning rule takes the
+    call); composed on other devices, for gradients, and where the kernel does not fit. q (..., L, D), k (..., S, D), v (..., S, Dv); a float (additive) or bool mask broadcast to (..., L, S);
+    causal keeps key s <= query l (torch's top-left alignment)."""
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if attn_mask is not None and attn_mask.dtype is D.bool_:
         attn_mask = (~attn_mask).to(q.dtype).masked_fill(~attn_mask, float("-inf"))  # 0 kept, -inf masked
+    if not wants_flash(q, k, v, attn_mask, forced=True):
+        return flash_composed(q, k, v, attn_mask, scale, is_causal)
     from ..ops_movement import broadcast_shapes
     shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if attn_mask is None else [attn_mask.shape[:-2]])
     bshape = broadcast_shapes(*shapes)
     L, hd, S, hv = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
-    if len(bshape) > 2 or max(hd, hv) > _FLASH_MAX_HEAD or S == 0 or L > _MAX_GROUPS \
-            or math.prod(bshape) > _MAX_GROUPS:
-        return _flash_composed(q, k, v, attn_mask, scale, is_causal)
     b2 = (1,) * (2 - len(bshape)) + tuple(bshape)                        # (B1, B2)
     q4, k4, v4 = q.expand(b2 + (L, hd)), k.expand(b2 + (S, hd)), v.expand(b2 + (S, hv))
     m4 = None if attn_mask is None else attn_mask.to(q.dtype).expand(b2 + (L, S))
@@ -222,37 +150,27 @@ def flash_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
 
 # ------------------------------------------------------------------ one decoded token: rope, cache append, attention
 
-def _append_composed(qkv, rot, k_cache, v_cache, mask, *, n_heads, slot, length, scale):
+def append_composed(qkv, rot, k_cache, v_cache, mask, *, n_heads, slot, length, scale):
     """rope_append_attention from Tensor ops: rotate q and k, write the k and v rows at `slot`, attend."""
     from .functional import scaled_dot_product_attention
     from ..ops_indexing import copy_into
     B, _, heads, hd = qkv.shape
-    K = (heads - n_heads) // 2
-    qk = qkv.narrow(2, 0, n_heads + K) @ rot                              # (B, 1, H + K, hd)
-    q, k, v = qk.narrow(2, 0, n_heads), qk.narrow(2, n_heads, K), qkv.narrow(2, n_heads + K, K)
+    K_ = (heads - n_heads) // 2
+    qk = qkv.narrow(2, 0, n_heads + K_) @ rot                             # (B, 1, H + K, hd)
+    q, k, v = qk.narrow(2, 0, n_heads), qk.narrow(2, n_heads, K_), qkv.narrow(2, n_heads + K_, K_)
     copy_into(k_cache, k.transpose(1, 2), (0, 0, slot, 0))
     copy_into(v_cache, v.transpose(1, 2), (0, 0, slot, 0))
-    q = q.reshape(B, K, n_heads // K, hd)                                 # (B, K, G, hd)
+    q = q.reshape(B, K_, n_heads // K_, hd)                               # (B, K, G, hd)
     return scaled_dot_product_attention(q, k_cache.narrow(2, 0, length), v_cache.narrow(2, 0, length),
                                         attn_mask=mask, scale=scale)
 
 
-def _append_params(qkv, rot, kc, vc, mask, *, n_heads, slot, length, scale):
-    K = (qkv.shape[2] - n_heads) // 2
-    words = [n_heads, K, n_heads // K, qkv.shape[3], length, slot, float(scale), 0 if mask is None else 1]
-    words += [qkv.offset, qkv.strides[0], qkv.strides[2], qkv.strides[3]]
-    words += [kc.offset, *kc.strides, vc.offset, *vc.strides]
-    return words + ([mask.offset, *mask.strides] if mask is not None else [0] * 5)
+def append_output(qkv, rot, kc, vc, mask, *, n_heads, **a):
+    K_ = (qkv.shape[2] - n_heads) // 2
+    return qkv.shape[0], K_, n_heads // K_, qkv.shape[3]
 
 
-_append = custom_op(
-    "ember.rope_append_attention",
-    forward={"webgpu": WGSL(lambda: resources.files("ember.webgpu").joinpath("decode_attention.wgsl").read_text(),
-                            workgroup_size=64, params=_append_params, views=True, writes=(2, 3),
-                            grid=lambda out, qkv, rot, kc, vc, mask, **a: (out[2], out[0] * out[1], 1))},
-    composed=_append_composed,
-    output=lambda qkv, rot, kc, vc, mask, *, n_heads, **a: (
-        qkv.shape[0], (qkv.shape[2] - n_heads) // 2, n_heads // ((qkv.shape[2] - n_heads) // 2), qkv.shape[3]))
+_append = registered("rope_append_attention")
 
 
 def rope_append_attention(qkv, rot, k_cache, v_cache, mask, *, n_heads, slot, length, scale=None):
@@ -260,19 +178,16 @@ def rope_append_attention(qkv, rot, k_cache, v_cache, mask, *, n_heads, slot, le
     projection, rot (hd, hd) the step's rotation (x @ rot applies rope to a row), k_cache / v_cache
     (B, K, capacity, hd) written in place at row `slot`, then attended over rows [0, length); mask (G, length)
     or broadcastable to (B, K, G, length), additive (or None). -> (B, K, G, hd), G = H / K query heads per kv
-    head. One kernel on webgpu (decode_attention.wgsl) where its flash-attention rule takes the step (few keys,
-    float32, head size <= 256); composed elsewhere: the same ops as the unfused layer."""
+    head. One kernel where the device has one and its rule takes the step (webgpu: decode_attention.wgsl);
+    composed elsewhere: the same ops as the unfused layer."""
     scale = scale if scale is not None else 1.0 / math.sqrt(qkv.shape[-1])
     B, _, heads, hd = qkv.shape
-    K = (heads - n_heads) // 2
-    from .functional import _wants_flash
-    be = qkv.device.backend
-    fits = getattr(be, "decode_fusion", True) and hd <= _FLASH_MAX_HEAD and B * K <= _MAX_GROUPS \
-        and all(t.dtype is D.float32 for t in (qkv, rot, k_cache, v_cache)) \
-        and _wants_flash(be, n_heads // K, length) and (mask is None or mask.dtype is not D.bool_)
-    if not fits:
-        return _append_composed(qkv, rot, k_cache, v_cache, mask, n_heads=n_heads, slot=slot, length=length,
-                                scale=scale)
-    m4 = None if mask is None else mask.to(qkv.dtype).expand(B, K, n_heads // K, length)
+    K_ = (heads - n_heads) // 2
+    dtypes = tuple(t.dtype for t in (qkv, rot, k_cache, v_cache))
+    if not K.chooses("rope_append_attention", qkv.device.backend, qkv.shape, dtypes, n_heads, length,
+                     mask is not None and mask.dtype is D.bool_):
+        return append_composed(qkv, rot, k_cache, v_cache, mask, n_heads=n_heads, slot=slot, length=length,
+                               scale=scale)
+    m4 = None if mask is None else mask.to(qkv.dtype).expand(B, K_, n_heads // K_, length)
     return _append(qkv, rot.contiguous(), k_cache, v_cache, m4, n_heads=n_heads, slot=int(slot), length=int(length),
                    scale=float(scale))

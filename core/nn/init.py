@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ..tensor import _rng, tensor
+from ..tensor import default_generator, tensor
 
 
 def _set(t, a):
@@ -36,11 +36,11 @@ calculate_gain = _gain
 
 
 def uniform_(t, a=0.0, b=1.0):
-    return _set(t, _rng[0].uniform(a, b, t.shape).astype(np.float32))
+    return _set(t, default_generator().uniform(a, b, t.shape).astype(np.float32))
 
 
 def normal_(t, mean=0.0, std=1.0):
-    return _set(t, _rng[0].normal(mean, std, t.shape).astype(np.float32))
+    return _set(t, default_generator().normal(mean, std, t.shape).astype(np.float32))
 
 
 def constant_(t, v):
@@ -78,9 +78,9 @@ def xavier_normal_(t, gain=1.0):
 
 
 def trunc_normal_(t, mean=0.0, std=1.0, a=-2.0, b=2.0):
-    v = _rng[0].normal(mean, std, t.shape)
+    v = default_generator().normal(mean, std, t.shape)
     bad = (v < a) | (v > b)
     while bad.any():  # resample out-of-range values (finite: each draw lands in range with p > 0)
-        v[bad] = _rng[0].normal(mean, std, int(bad.sum()))
+        v[bad] = default_generator().normal(mean, std, int(bad.sum()))
         bad = (v < a) | (v > b)
     return _set(t, v.astype(np.float32))

@@ -16,7 +16,7 @@ from .. import ops_movement as M
 from .. import ops_reduce as R
 from ..autograd import conv_transpose, prim_pad, prim_unary
 from ..linalg import matmul
-from ..nn.functional import _conv as conv_nd, layer_norm
+from ..nn.functional import conv_nd, layer_norm
 from .guard import sized
 from .registry import op
 from .values import axis, cast, host

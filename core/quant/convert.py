@@ -12,8 +12,8 @@ import os
 
 import numpy as np
 
-from . import ggml_types as T
-from .codec import quantize
+from ..ggml import types as T
+from ..ggml.codec import quantize
 
 GGML_QUANT_VERSION = 2  # llama.cpp reads quantized files only with general.quantization_version = 2
 
@@ -31,8 +31,7 @@ def _plan(name, stored, t, include):
              and (include is None or include(name, tuple(stored.shape))))
     if wants:
         return t
-    from ..io.gguf import _EMBER_TO_PLAIN
-    plain = _EMBER_TO_PLAIN.get(d.name)
+    plain = T.PLAIN_BY_DTYPE.get(d.name)
     if plain is None:
         raise TypeError(f"ember: tensor {name!r} has dtype {d.name}, which GGUF cannot store")
     return plain

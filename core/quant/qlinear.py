@@ -5,14 +5,14 @@ from .. import autograd
 from ..nn import functional as F
 from ..nn.layers import Linear
 from ..nn.module import Module
-from . import ggml_types as T
-from .qtensor import QTensor
+from ..ggml import types as T
+from ..qtensor import QTensor
 
 
 class QLinear(Module):
     """y = x @ W.T + b with W a QTensor (out_features, in_features); CPU compute, any input device.
 
-    The forward dequantizes W a slab of rows at a time (ember.quant.qmatmul). When x needs a
+    The forward dequantizes W a slab of rows at a time (core/backends/cpu_quant.py). When x needs a
     gradient the layer instead multiplies by the full dequantized W through autograd, so dx is exact;
     W itself is frozen (quantized weights have no gradient).
     """
@@ -69,14 +69,13 @@ def quantize(model: Module, ggml_type="q4_0", include=None) -> Module:
 
 def set_activations(model: Module, mode: str = "q8") -> int:
     """Set how the model's quantized weights (QLinear layers and any QTensor a module holds, such as a quantized
-    embedding) multiply activations on the CPU: "q8" as llama.cpp does (ember.quant.q8dot), for the types that
-    have its kernel (others stay "float32"), or "float32" for all. Returns how many weights use `mode`."""
-    from . import q8dot
+    embedding) multiply activations on the CPU: "q8" as llama.cpp does (core/backends/cpu_q8dot.py), for the types
+    that have its kernel (others stay "float32"), or "float32" for all. Returns how many weights use `mode`."""
     count = 0
     for _, m in model.named_modules():
         for v in vars(m).values():
             if isinstance(v, QTensor):
-                use = mode if mode == "float32" or (q8dot.supports(v.ggml_type) and v.ndim == 2) else "float32"
+                use = mode if mode == "float32" or (v.ggml_type.vec_dot_type is not None and v.ndim == 2) else "float32"
                 v.activations = use
                 count += use == mode
     return count

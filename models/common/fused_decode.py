@@ -1,5 +1,5 @@
-"""One decoded token through every layer in one call, where the model's device has the `decoder_plan` fused
-primitive (the CPU backend's compiled kernels: cpu_kernels/decode.c): a token of Gemma 3 270M is ~700 small
+"""One decoded token through every layer in one call, where the model's device has a kernel for the registry's
+`decoder_plan` op (ember.kernels; the CPU backend's compiled kernels: cpu_kernels/decode.c): a token of Gemma 3 270M is ~700 small
 tensor ops in Python, ~20 ms natively and ~30 ms in the page, around its ~130 matmuls.
 
 The model describes itself, backend-free: each block's `decode_parts()` (the arrays its norms and projections
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 import ember
-from ember import nn
+from ember import kernels, nn
 from ember.quant import QLinear, QTensor
 
 # config.json activation names decode.c computes
@@ -24,8 +24,9 @@ F32_EPS = 1.1920928955078125e-07  # F.rms_norm's eps when a norm has none (float
 
 def linear_weight(m, sources):
     """(data, GGML type, rows, cols) of a bias-free projection as decode.c takes it, or None: a QLinear multiplying
-    as llama.cpp does (its GGML blocks), or a float32 nn.Linear on the host ((out, in) rows, type 0, or the
-    CPU backend's input-major layout, type -1). `sources` gets what the plan's arrays were read from."""
+    as llama.cpp does (its GGML blocks), or a float32 nn.Linear ((out, in) rows, type 0, or the CPU backend's
+    input-major layout, type -1; the plan is only asked of a device whose kernel reads host arrays). `sources` gets
+    what the plan's arrays were read from."""
     if getattr(m, "bias", None) is not None:
         return None
     if isinstance(m, QLinear):
@@ -34,7 +35,7 @@ def linear_weight(m, sources):
             return None
         sources.append((m, w, w.data))
         return w.data, w.ggml_type.id, w.shape[0], w.shape[1]
-    if type(m) is nn.Linear and m.weight.dtype is ember.float32 and getattr(m.weight.device.backend, "on_host", False):
+    if type(m) is nn.Linear and m.weight.dtype is ember.float32:
         a = m.weight._data
         out, cols = a.shape
         sources.append((m, m.weight, a))
@@ -178,7 +179,7 @@ class FusedDecoder:
         weight changed (unchanged(), ~20 us a step instead of rebuilding the spec's ~500)."""
         if self._sources is not None and unchanged(self._sources):
             return self._plan
-        build = getattr(self.model.device.backend, "decoder_plan", None)
+        build = kernels.bound("decoder_plan", self.model.device.backend)
         sources = []
         spec = None if build is None else model_spec(self.model, sources)
         self._plan = None if spec is None else build(spec)

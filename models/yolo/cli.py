@@ -7,7 +7,7 @@ import sys
 
 from ...argtypes import existing_file, positive_int, unit_interval, writable_file
 from ...cli import DEVICE_HELP, resolve_device
-from .predict import CONF, IOU, MAX_DET
+from .predict import CONF, IOU, MAX_DET, rounded
 
 
 def add_parser(sub):
@@ -47,7 +47,7 @@ def main(args) -> int:
     dets = detect(model, img, conf=args.conf, iou=args.iou, max_det=args.max_det, square=args.square,
                   agnostic=args.agnostic)
     if args.json:
-        print("[" + ",".join("\n " + json.dumps(_rounded(d)) for d in dets) + ("\n]" if dets else "]"))
+        print("[" + ",".join("\n " + json.dumps(rounded(d)) for d in dets) + ("\n]" if dets else "]"))
     else:
         for d in dets:
             x1, y1, x2, y2 = d["box"]
@@ -58,13 +58,6 @@ def main(args) -> int:
         save_png(annotate(img, dets), args.out)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
-
-
-def _rounded(d: dict) -> dict:
-    out = dict(d, score=round(d["score"], 5), box=[round(v, 2) for v in d["box"]])
-    if "keypoints" in d:
-        out["keypoints"] = [[round(v, 2) for v in k] for k in d["keypoints"]]
-    return out
 
 
 def convert(src, out) -> str:

@@ -75,7 +75,7 @@ def check_weights(tensors: dict, cfg: YoloConfig, where: str):
 # ---------------------------------------------------------------- .pt checkpoints
 
 def from_checkpoint(path) -> tuple[dict, YoloConfig]:
-    from ember.io.torch_pickle import _module_state, is_module, load_pickle
+    from ember.io.torch_pickle import module_state, is_module, load_pickle
     tree = load_pickle(path, numpy=True)
     model = None
     if isinstance(tree, dict):
@@ -83,7 +83,7 @@ def from_checkpoint(path) -> tuple[dict, YoloConfig]:
     if not is_module(model):
         raise YoloConfigError(f"ember: {path}: no pickled Ultralytics model under 'ema' or 'model' "
                               f"(top level: {type(tree).__name__})")
-    st = _module_state(model)
+    st = module_state(model)
     if not isinstance(st.get("yaml"), dict):
         raise YoloConfigError(f"ember: {path}: the pickled {getattr(model, 'name', 'model')} has no yaml dict")
     names = st.get("names") or {}
@@ -92,7 +92,7 @@ def from_checkpoint(path) -> tuple[dict, YoloConfig]:
     strides = tuple(int(s) for s in np.asarray(stride.array, np.float32).ravel()) if hasattr(stride, "array") \
         else (8, 16, 32)
     cfg = YoloConfig.from_yaml_dict(st["yaml"], names=names, strides=strides)
-    modules = dict(_walk(model, _module_state))
+    modules = dict(_walk(model, module_state))
     head = cfg.head_index
     layers = tuple(getattr(modules.get(f"model.{i}"), "name", None) for i in range(head + 1))
     if layers[:head] != _LAYERS[cfg.version] or layers[head] not in ("Detect", "Pose") \
@@ -113,8 +113,8 @@ def _walk(m, state, prefix=""):
 
 def _param(rec, name, path, where):
     from ember.io.formats import to_tensor
-    from ember.io.torch_pickle import _module_state
-    st = _module_state(rec)
+    from ember.io.torch_pickle import module_state
+    st = module_state(rec)
     t = (st.get("_parameters") or {}).get(name)
     if t is None:
         t = (st.get("_buffers") or {}).get(name)
@@ -127,7 +127,7 @@ def _fuse(modules: dict, where) -> dict:
     """Conv+BatchNorm pairs (DWConv too) -> conv weight/bias; plain convs (head outputs) copied; DFL
     dropped (fixed). A Conv's activation must be what ember's model applies there: SiLU, or none for
     YOLO11's attention and ffn-output convs."""
-    from ember.io.torch_pickle import _module_state
+    from ember.io.torch_pickle import module_state
     out = {}
     for path, rec in modules.items():
         if not path.startswith("model.") or rec.name not in ("Conv", "DWConv", "Conv2d"):
@@ -150,7 +150,7 @@ def _fuse(modules: dict, where) -> dict:
             b = _param(modules[path + ".conv"], "bias", path + ".conv", where)
         else:
             bn = modules[bn_path]
-            eps = float(_module_state(bn).get("eps", 1e-3))
+            eps = float(module_state(bn).get("eps", 1e-3))
             gamma, beta = _param(bn, "weight", bn_path, where), _param(bn, "bias", bn_path, where)
             mean, var = _param(bn, "running_mean", bn_path, where), _param(bn, "running_var", bn_path, where)
             scale = gamma / np.sqrt(var + eps)                                          # (c2,)

@@ -69,3 +69,10 @@ def detect_steps(model, image, conf: float = CONF, iou: float = IOU, max_det: in
         out.append(d)
     return out
 
+
+def rounded(d: dict) -> dict:
+    """A detection as `ember yolo --json` and the page print it: score to 5 places, box and keypoints to 2."""
+    out = dict(d, score=round(d["score"], 5), box=[round(v, 2) for v in d["box"]])
+    if "keypoints" in d:
+        out["keypoints"] = [[round(v, 2) for v in k] for k in d["keypoints"]]
+    return out

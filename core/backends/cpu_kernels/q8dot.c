@@ -9,7 +9,7 @@
 //
 // Every target (wasm SIMD128, AVX2, SSSE3, plain C: simd.h) computes the same integers, and the float steps below
 // are scalar, in one order, with no contraction into FMAs (the build passes -ffp-contract=off): the page and the
-// desktop, and ember.quant.q8dot's numpy version of these steps, give the same bits.
+// desktop, and ember.backends.cpu_q8dot's numpy version of these steps, give the same bits.
 //   Q8_0 types: p[b % 8] += (dw * dx) * (float)isum                   per block b of 32
 //   Q8_1 types: p[b % 8] += (dw * dx) * (float)isum + mw * sx         per block b of 32
 //               y = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ggml_types as T
+from . import types as T
 from . import kquants, legacy  # noqa: F401  (registers the block kernels on the type table)
 from ..dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 

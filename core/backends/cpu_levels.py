@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ggml_types as T
-from .kquants import SHIFT2, _kq_scale_min, _unpack_nibble_pairs
-from .legacy import _unpack_high_bits, _unpack_nibbles, f16_at
+from ..ggml import types as T
+from ..ggml.kquants import SHIFT2, kq_scale_min, unpack_nibble_pairs
+from ..ggml.legacy import f16_at, unpack_high_bits, unpack_nibbles
 
 CHUNK_BLOCKS = 1 << 14  # blocks repacked per step: bounds the temporaries on the 262k-row embedding
 
@@ -36,20 +36,20 @@ class Levels:
 # per type: blocks (nb, type_size) uint8 -> (q (nb, block) int8, scale (nb, groups), offset (nb, groups) | None)
 
 def _q4_0(b):
-    return _unpack_nibbles(b[:, 2:]).view(np.int8) - np.int8(8), f16_at(b, 0), None
+    return unpack_nibbles(b[:, 2:]).view(np.int8) - np.int8(8), f16_at(b, 0), None
 
 
 def _q4_1(b):
-    return _unpack_nibbles(b[:, 4:]).view(np.int8), f16_at(b, 0), -f16_at(b, 2)
+    return unpack_nibbles(b[:, 4:]).view(np.int8), f16_at(b, 0), -f16_at(b, 2)
 
 
 def _q5_0(b):
-    q = _unpack_nibbles(b[:, 6:]) | (_unpack_high_bits(b[:, 2:6]) << np.uint8(4))
+    q = unpack_nibbles(b[:, 6:]) | (unpack_high_bits(b[:, 2:6]) << np.uint8(4))
     return q.view(np.int8) - np.int8(16), f16_at(b, 0), None
 
 
 def _q5_1(b):
-    q = _unpack_nibbles(b[:, 8:]) | (_unpack_high_bits(b[:, 4:8]) << np.uint8(4))
+    q = unpack_nibbles(b[:, 8:]) | (unpack_high_bits(b[:, 4:8]) << np.uint8(4))
     return q.view(np.int8), f16_at(b, 0), -f16_at(b, 2)
 
 
@@ -58,14 +58,14 @@ def _q8_0(b):
 
 
 def _q4_k(b):
-    dl, ml = _kq_scale_min(b)  # (nb, 8, 1) each
-    return _unpack_nibble_pairs(b[:, 16:]).reshape(-1, 256).view(np.int8), dl[:, :, 0], ml[:, :, 0]
+    dl, ml = kq_scale_min(b)  # (nb, 8, 1) each
+    return unpack_nibble_pairs(b[:, 16:]).reshape(-1, 256).view(np.int8), dl[:, :, 0], ml[:, :, 0]
 
 
 def _q5_k(b):
-    dl, ml = _kq_scale_min(b)
+    dl, ml = kq_scale_min(b)
     hi = (b[:, None, 16:48] >> np.arange(8, dtype=np.uint8)[None, :, None]) & np.uint8(1)  # (nb, 8, 32)
-    q = _unpack_nibble_pairs(b[:, 48:]) | (hi << np.uint8(4))
+    q = unpack_nibble_pairs(b[:, 48:]) | (hi << np.uint8(4))
     return q.reshape(-1, 256).view(np.int8), dl[:, :, 0], ml[:, :, 0]
 
 
@@ -77,18 +77,18 @@ def _q6_k(b):
     return q.reshape(-1, 256), f16_at(b, 208) * sc.view(np.int8).astype(np.float32), None
 
 
-_KERNELS = {"Q4_0": (_q4_0, 32), "Q4_1": (_q4_1, 32), "Q5_0": (_q5_0, 32), "Q5_1": (_q5_1, 32),
+LEVELS = {"Q4_0": (_q4_0, 32), "Q4_1": (_q4_1, 32), "Q5_0": (_q5_0, 32), "Q5_1": (_q5_1, 32),
             "Q8_0": (_q8_0, 32), "Q4_K": (_q4_k, 32), "Q5_K": (_q5_k, 32), "Q6_K": (_q6_k, 16)}
 
 
 def supports(t) -> bool:
-    return T.get(t).name in _KERNELS
+    return T.get(t).name in LEVELS
 
 
 def repack(rows: np.ndarray, t) -> Levels:
     """uint8 GGML rows (r, row_bytes) of type t -> Levels of r rows of k elements."""
     t = T.get(t)
-    fn, group = _KERNELS[t.name]
+    fn, group = LEVELS[t.name]
     r, k = rows.shape[0], rows.shape[1] // t.type_size * t.block_size
     blocks = rows.reshape(-1, t.type_size)
     g = k // group

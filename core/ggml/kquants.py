@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ggml_types as T
+from . import types as T
 from .kquant_search import F, GROUP_MAX_EPS, make_q3_quants, make_qkx2_quants, make_qx_quants, nearest_int, \
     seqsum, signed_absmax
 from .legacy import f16_at, f16_bytes
@@ -176,19 +176,19 @@ def quantize_q4_k(blocks):
     return np.concatenate([head, qs], axis=-1)
 
 
-def _kq_scale_min(blocks):  # -> per-sub-block scale and offset, (nb, 8, 1) each
+def kq_scale_min(blocks):  # -> per-sub-block scale and offset, (nb, 8, 1) each
     d, dmin = f16_at(blocks, 0), f16_at(blocks, 2)
     sc, mn = unpack_scales_k4(blocks[:, 4:16])
     return (d * sc.astype(F))[:, :, None], (dmin * mn.astype(F))[:, :, None]
 
 
-def _unpack_nibble_pairs(qs):  # (nb, 128) -> (nb, 8, 32): sub-block 2k = low nibbles of qs[32k:32k+32], 2k+1 = high
+def unpack_nibble_pairs(qs):  # (nb, 128) -> (nb, 8, 32): sub-block 2k = low nibbles of qs[32k:32k+32], 2k+1 = high
     qs = qs.reshape(-1, 4, 1, 32) >> np.array([0, 4], np.uint8)[None, None, :, None]
     return (qs & np.uint8(0xF)).reshape(-1, 8, 32)
 
 
 def dequantize_q4_k(blocks):
-    dl, ml = _kq_scale_min(blocks)
+    dl, ml = kq_scale_min(blocks)
     qs = blocks[:, 16:].reshape(-1, 4, 1, 32)
     out = np.empty((blocks.shape[0], 4, 2, 32), F)  # (nb, pair, nibble, 32) = sub-block 2*pair + nibble
     out[:, :, :1] = qs & np.uint8(0xF)
@@ -209,9 +209,9 @@ def quantize_q5_k(blocks):
 
 
 def dequantize_q5_k(blocks):
-    dl, ml = _kq_scale_min(blocks)
+    dl, ml = kq_scale_min(blocks)
     hi = (blocks[:, None, 16:48] >> np.arange(8, dtype=np.uint8)[None, :, None]) & np.uint8(1)  # (nb, 8, 32)
-    q = _unpack_nibble_pairs(blocks[:, 48:]) | (hi << np.uint8(4))
+    q = unpack_nibble_pairs(blocks[:, 48:]) | (hi << np.uint8(4))
     return (dl * q.astype(F) - ml).reshape(-1, 256)
 
 

@@ -1,9 +1,11 @@
-"""GGML tensor types: ids, block geometry, and the quantize/dequantize registry.
+"""GGML tensor types: ids, block geometry, the 8-bit activation type each is multiplied with, and the
+quantize/dequantize functions of each block type (filled in by legacy.py and kquants.py).
 
 Ids, block sizes and byte sizes are GGML's (ggml.h `enum ggml_type`, ggml.c `type_traits`), so a
 GGUF tensor-info type id maps straight onto an entry here. Plain types (F32, F16, BF16, integers)
 are "blocks" of one element so that every type shares one byte-size rule:
     row bytes = (row elements / block_size) * type_size.
+A base-layer module, like ember.dtypes: the GGUF reader, every backend's quantized matmul and ember.quant use it.
 """
 from __future__ import annotations
 
@@ -49,10 +51,16 @@ class GGMLType:
 
     def dequantize_rows(self, rows) -> np.ndarray:
         """uint8 rows (r, row_bytes) of this type -> float32 (r, row elements), a bounded number of blocks at
-        a time (codec.dequantize_rows). Backends that take a GGML type descriptor call this: they do not
-        import ember.quant."""
+        a time (codec.dequantize_rows)."""
         from .codec import dequantize_rows  # (codec imports this table)
         return dequantize_rows(rows, self)
+
+    @property
+    def vec_dot_type(self):
+        """The 8-bit type llama.cpp's CPU backend quantizes activations to for this weight type (ggml-cpu's
+        type_traits vec_dot_type: Q8_0, Q8_1 or Q8_K), or None where ember has no 8-bit-activation product."""
+        name = VEC_DOT_TYPES.get(self.name)
+        return None if name is None else BY_NAME[name]
 
     def nbytes(self, shape, what: str = "tensor") -> int:
         """Bytes of a tensor of this type with numpy-order shape (last axis = GGML ne[0])."""
@@ -83,7 +91,15 @@ BY_ID: dict[int, GGMLType] = {}
 for _row in _TABLE:
     _t = GGMLType(*_row)
     BY_NAME[_t.name] = BY_ID[_t.id] = _t
-globals().update(BY_NAME)  # ember.quant.ggml_types.Q4_0 etc.
+globals().update(BY_NAME)  # ember.ggml.types.Q4_0 etc.
+
+# weight type -> the activations' 8-bit type of llama.cpp's x86 CPU products (cpu_kernels/q8dot.c computes these)
+VEC_DOT_TYPES = {"Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q8_0": "Q8_0", "Q4_1": "Q8_1", "Q5_1": "Q8_1",
+                 "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K"}
+
+# the plain GGML types of ember dtypes (by dtype name), as GGUF stores them
+PLAIN_BY_DTYPE = {"float32": BY_NAME["F32"], "float16": BY_NAME["F16"], "bfloat16": BY_NAME["BF16"],
+                  "float64": BY_NAME["F64"], "int8": BY_NAME["I8"], "int32": BY_NAME["I32"], "int64": BY_NAME["I64"]}
 
 
 def get(x) -> GGMLType:

@@ -1,13 +1,12 @@
-"""The Python side of the page's training tool: train the digits CNN (ember.models.digits) step by step in
-the worker, report every step to the page, pause and resume, and classify a drawn digit.
+"""The training tool: train the digits CNN (ember.models.digits) step by step in the worker, report every
+step to the page, pause and resume, and classify a drawn digit.
 
-web/ember.js `train(config, onStep)` sends {"type": "run", "tool": "train", opts: config}; worker_api.handle
-routes it here. The data is the digits file bundled into the site by `ember build-web` (demo_data() below:
-scikit-learn's digits.csv.gz, from its PyPI wheel at build time), loaded like a model ("load" with tool "train").
-Between steps the loop awaits worker_api's checkpoint, so the page's cancel() lands at once: the run
-returns "paused" and keeps its state; train({..., resume: true}) continues from the next step with the
-loss curve an uninterrupted run has (same seeded loader, same optimizer state). Runs unchanged in
-CPython, which is how the e2e test gets its reference numbers.
+web/ember.js `train(config, onStep)` and `predictDigit(pixels)` (opts {"predict": true}) run it. Its data is
+the digits file bundled into the site by `ember build-web` (demos() below: scikit-learn's digits.csv.gz, from
+its PyPI wheel at build time), loaded like a model. Between steps the loop awaits checkpoint(), so the page's
+cancel() lands at once: the run returns "paused" and keeps its state; train({..., resume: true}) continues
+from the next step with the loss curve an uninterrupted run has (same seeded loader, same optimizer state).
+Runs unchanged in CPython, which is how the e2e test gets its reference numbers.
 """
 from __future__ import annotations
 
@@ -17,7 +16,13 @@ import time
 
 import numpy as np
 
+from . import WorkerError, checkpoint
+
 DATA_FILE = "digits.csv.gz"
+FILES = [[DATA_FILE]]
+BESIDE: dict = {}
+PACKAGES = ()
+BUNDLES = "data"
 _STATE: dict = {"data": None, "session": None}   # data: (x, y) arrays; session: a paused/finished run
 
 
@@ -45,23 +50,23 @@ def digits_file():
         raise FileNotFoundError(f"{from_pypi}; and {e}") from None
 
 
-def demo_data() -> dict:
-    """The site's bundled training data, in serve.demo_models()'s shape: {"train": {"id", "label", "files"}};
-    {} with a warning when digits_file() finds none."""
+def demos(extra: bool = True) -> list[dict]:
+    """The site's bundled training data [{"id", "label", "files"}]; [] with a warning when digits_file() finds
+    none."""
     import sys
     try:
         path = digits_file()
     except FileNotFoundError as e:
         print(f"ember: no training data for the page ({e})", file=sys.stderr)
-        return {}
-    return {"train": {"id": "digits", "label": "scikit-learn digits (1797 8x8 images, BSD-3-Clause)",
-                      "files": {DATA_FILE: path}}}
+        return []
+    return [{"id": "digits", "label": "scikit-learn digits (1797 8x8 images, BSD-3-Clause)",
+             "files": {DATA_FILE: path}}]
 
 
-def load(folder: str) -> dict:
-    """Read the digits file the worker wrote into `folder` (it deletes the file afterwards)."""
+def load(folder: str, device: str) -> dict:
+    """Read the digits file the worker wrote into `folder`; the model is built when a run starts, on the
+    device its config names."""
     from ember.models.digits.recipe import digits_arrays
-    from ember.wasm.worker_api import WorkerError
     path = os.path.join(folder, DATA_FILE)
     if not os.path.isfile(path):
         raise WorkerError(f"ember: the training data needs {DATA_FILE}; got {sorted(os.listdir(folder))}",
@@ -71,13 +76,12 @@ def load(folder: str) -> dict:
     except ValueError as e:
         raise WorkerError(str(e), "unsupported_file") from None
     _STATE["data"] = (x, y)
-    return {"tool": "train", "device": "cpu", "parameters": 0, "bytes": int(x.nbytes + y.nbytes),
+    return {"device": "cpu", "parameters": 0, "bytes": int(x.nbytes + y.nbytes),
             "samples": int(len(y))}
 
 
 def _config(opts: dict):
     from ember.models.digits import TrainConfig
-    from ember.wasm.worker_api import WorkerError
     opts = {k: v for k, v in dict(opts or {}).items() if k != "resume"}
     try:
         cfg = TrainConfig.from_dict(opts)
@@ -112,7 +116,6 @@ async def run_train(opts: dict | None = None, on_step=None) -> dict:
     "device"}. on_step(event) after every step ({"kind": "step", "step", "epoch", "batch", "batches",
     "loss", "accuracy", "lr"}) and every epoch ({"kind": "epoch", "loss", "accuracy", "val_loss",
     "val_accuracy", ...})."""
-    from ember.wasm.worker_api import WorkerError, _checkpoint, _CANCEL
     if _STATE["data"] is None:
         raise WorkerError("ember: no training data loaded yet; load the digits first", "not_loaded")
     opts = dict(opts or {})
@@ -121,13 +124,12 @@ async def run_train(opts: dict | None = None, on_step=None) -> dict:
     if not (opts.get("resume") and s is not None and s["cfg"] == cfg):
         s = _STATE["session"] = _new_session(cfg)
     trainer = s["trainer"]
-    _CANCEL["flag"] = False
     stopped, t0, steps0 = "done", time.perf_counter(), trainer.step
     try:
         for ev in trainer.steps(cfg.epochs):
             if on_step is not None:
                 on_step(_event(ev))
-            await _checkpoint()
+            await checkpoint()
     except asyncio.CancelledError:
         stopped = "paused"
     secs = time.perf_counter() - t0
@@ -141,7 +143,6 @@ def predict(pixels) -> dict:
     """64 pixel values in [0, 1] (an 8x8 image, row-major; float32 bytes or a list) -> {"class", "probs"}
     from the current (or paused) run's model."""
     from ember.models.digits import predict as predict_probs
-    from ember.wasm.worker_api import WorkerError
     if _STATE["session"] is None:
         raise WorkerError("ember: train the model first, then draw a digit", "not_loaded")
     if isinstance(pixels, (bytes, bytearray, memoryview)):
@@ -157,13 +158,9 @@ def predict(pixels) -> dict:
     return {"class": int(probs.argmax()), "probs": [round(float(p), 6) for p in probs]}
 
 
-async def handle(op: str, args: dict) -> dict:
-    """worker_api.handle's branch for this tool; raises WorkerError for the page's messages."""
-    if op == "load":
-        return load(args["folder"])
-    if op == "train":
-        return await run_train(args.get("opts"), args.get("on_partial"))
-    if op == "train-predict":
-        return predict(args["input"])
-    from ember.wasm.worker_api import WorkerError
-    raise WorkerError(f"ember: unknown training request {op!r}", "bad_request")
+async def run(input, opts: dict, on_partial=None, on_progress=None) -> dict:
+    """opts["predict"]: classify the digit `input` (predict()); else train with opts as the config (run_train(),
+    on_partial(event) per step and epoch)."""
+    if opts.get("predict"):
+        return predict(input)
+    return await run_train(opts, on_partial)

@@ -11,24 +11,23 @@
 
 The float steps have one order everywhere (core/backends/cpu_kernels/q8dot.c states it), so the native kernels,
 the page's wasm kernels and the numpy code here give the same bits; this module runs the compiled kernels where
-they load (cpu_native_kernels.py, cpu_wasm_kernels.py) and numpy otherwise. Against llama.cpp's own vec_dot the
-difference is its float summation order (~1e-7 relative); against x @ dequantize(W).T it is the rounding of x to
-8 bits (what llama.cpp's answers differ from float32 math by).
+they load (cpu_native_kernels.py, cpu_wasm_kernels.py) and numpy otherwise; cpu_quant.py's qmatmul calls it for
+activations='q8'. Against llama.cpp's own vec_dot the difference is its float summation order (~1e-7 relative);
+against x @ dequantize(W).T it is the rounding of x to 8 bits (what llama.cpp's answers differ from float32 math by).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import ggml_types as T
-from .codec import check_raw
-from .kquants import unpack_scales_k4
-from .legacy import f16_at
-from .repack import _KERNELS as _LEVELS  # per type: blocks -> (integer levels in element order, ...)
-from ..backends.cpu_matmul import NO_BLAS, native_kernels, wasm_kernels
+from ..ggml import types as T
+from ..ggml.codec import check_raw
+from ..ggml.kquants import unpack_scales_k4
+from ..ggml.legacy import f16_at
+from .cpu_levels import LEVELS  # per type: blocks -> (integer levels in element order, ...)
+from .cpu_matmul import NO_BLAS, native_kernels, wasm_kernels
 
 F = np.float32
-ACTIVATIONS = {"Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q8_0": "Q8_0", "Q4_1": "Q8_1", "Q5_1": "Q8_1",
-               "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K"}
+ACTIVATIONS = T.VEC_DOT_TYPES  # weight type -> the activations' 8-bit type
 SLAB_BYTES = 8 << 20  # float32 levels of W's rows per numpy step
 
 
@@ -122,7 +121,7 @@ def _int_sums(lev, q, group):
 
 def _slab_32(blocks, t, r, q, d, extra):
     """(r, m): Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows; eight partial sums, block b into b % 8."""
-    lev = _LEVELS[t.name][0](blocks)[0].reshape(r, -1)                           # (r, k) int8
+    lev = LEVELS[t.name][0](blocks)[0].reshape(r, -1)                           # (r, k) int8
     nb = lev.shape[1] // 32
     isum = _int_sums(lev, q, 32)                                                  # (nb, r, m)
     dw = f16_at(blocks, 0).reshape(r, nb)
@@ -136,7 +135,7 @@ def _slab_32(blocks, t, r, q, d, extra):
 
 def _slab_k(blocks, t, r, q, d, bsum):
     """(r, m): Q4_K / Q5_K / Q6_K rows; one sum over the blocks of 256 in order."""
-    lev = _LEVELS[t.name][0](blocks)[0].reshape(r, -1)                           # (r, k) int8
+    lev = LEVELS[t.name][0](blocks)[0].reshape(r, -1)                           # (r, k) int8
     nb = lev.shape[1] // 256
     isum = np.rint(_int_sums(lev, q, 16)).astype(np.int64).reshape(nb, 16, r, -1)  # (nb, 16, r, m)
     if t.name == "Q6_K":

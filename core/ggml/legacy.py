@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ggml_types as T
+from . import types as T
 
 
 def f16_bytes(d):  # (n, k) float32 -> (n, 2k) uint8, round-to-nearest-even like GGML_FP32_TO_FP16
@@ -50,7 +50,7 @@ def _pack_nibbles(q):  # (n, 32) uint8 in 0..15 -> (n, 16)
     return q[:, :16] | (q[:, 16:] << np.uint8(4))
 
 
-def _unpack_nibbles(qs):  # (n, 16) uint8 -> (n, 32) uint8
+def unpack_nibbles(qs):  # (n, 16) uint8 -> (n, 32) uint8
     return np.concatenate([qs & np.uint8(0x0F), qs >> np.uint8(4)], axis=-1)
 
 
@@ -58,7 +58,7 @@ def _high_bits(q):  # bit 4 of each of 32 values -> (n, 4) uint8 (a little-endia
     return np.packbits((q >> np.uint8(4)).astype(np.uint8), axis=-1, bitorder="little")
 
 
-def _unpack_high_bits(qh):  # (n, 4) uint8 -> (n, 32) uint8 of 0/1
+def unpack_high_bits(qh):  # (n, 4) uint8 -> (n, 32) uint8 of 0/1
     return np.unpackbits(qh, axis=-1, bitorder="little")
 
 
@@ -98,7 +98,7 @@ def quantize_q5_0(blocks):
 
 
 def dequantize_q5_0(blocks):
-    q = _unpack_nibbles(blocks[:, 6:]) | (_unpack_high_bits(blocks[:, 2:6]) << np.uint8(4))
+    q = unpack_nibbles(blocks[:, 6:]) | (unpack_high_bits(blocks[:, 2:6]) << np.uint8(4))
     return f16_at(blocks, 0) * (q.astype(np.int8) - np.int8(16)).astype(np.float32)
 
 
@@ -131,7 +131,7 @@ def quantize_q5_1(blocks):
 
 
 def dequantize_q5_1(blocks):
-    q = _unpack_nibbles(blocks[:, 8:]) | (_unpack_high_bits(blocks[:, 4:8]) << np.uint8(4))
+    q = unpack_nibbles(blocks[:, 8:]) | (unpack_high_bits(blocks[:, 4:8]) << np.uint8(4))
     return f16_at(blocks, 0) * q.astype(np.float32) + f16_at(blocks, 2)
 
 

@@ -1,40 +1,44 @@
-"""The page's ONNX API, Python side: `ember.loadModel("onnx", url|file)` then `ember.run(feeds)` in
-web/ember.js land here through web/worker.js (its "onnx-load" / "onnx-run" messages).
+"""The ONNX tool: `ember.loadModel("onnx", url | file)` then `ember.run(feeds)` in web/ember.js, as
+onnxruntime-web's InferenceSession: any .onnx file (plus its external-data files) run by ember.onnx.
 
 Tensors cross the worker boundary as {"type": onnxruntime-web's type name, "dims": [...], "bytes":
 little-endian element bytes}: the page wraps them in the typed array of that type, so a feed or a
-result is one copy each way. The module runs unchanged in CPython (tests/test_onnx_web_api.py).
+result is one copy each way.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
-from ember.onnx.tensor_data import native
-from ember.wasm.worker_api import WorkerError
+from . import WorkerError, one_file
 
+FILES = [["model.onnx"]]  # a hub folder's model; a nameless Blob takes this name too
+BESIDE: dict = {}
+PACKAGES = ()
+BUNDLES = ""
 # onnxruntime-web's tensor type names <-> numpy (float16 travels as its bits, as ort-web's Uint16Array)
 TYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int8": np.int8, "uint8": np.uint8,
          "int16": np.int16, "uint16": np.uint16, "int32": np.int32, "uint32": np.uint32, "int64": np.int64,
          "uint64": np.uint64, "bool": np.bool_}
 NAME_OF = {np.dtype(v): k for k, v in TYPES.items()}
-_STATE: dict = {}  # "session", "device", "source"
+_STATE: dict = {}  # "session"
 
 
-def load(path: str, device: str = "cpu") -> dict:
-    """Load the ONNX file at `path` (Pyodide's file system); -> {"inputs", "outputs", "device", "opsets"}.
-    Unsupported operators are a "bad_model" error that lists them, before anything runs."""
+def demos(extra: bool = True) -> list[dict]:
+    return []  # the user's own file: no demo
+
+
+def load(folder: str, device: str) -> dict:
+    """The .onnx file in `folder` (external-data files beside it are read now too); -> "inputs", "outputs"
+    ([{name, type, shape}]) and "opsets". Unsupported operators are a "bad_model" error that lists them,
+    before anything runs."""
     from ember.onnx import InferenceSession
-    from ember.onnx.wire import OnnxFormatError
     _STATE.clear()
-    try:
-        sess = InferenceSession(path, device=device)
-    except MemoryError:
-        raise WorkerError("ember: the ONNX model does not fit in this browser's memory", "out_of_memory") from None
-    except (OnnxFormatError, ValueError, OSError) as e:
-        raise WorkerError(str(e) if str(e).startswith("ember") else f"ember: {e}", "bad_model") from None
-    _STATE.update(session=sess, device=device)
-    return {"device": device, "inputs": [_arg(a) for a in sess.get_inputs()],
-            "outputs": [_arg(a) for a in sess.get_outputs()], "opsets": dict(sess.opsets)}
+    sess = InferenceSession(one_file(folder, (".onnx",), "no .onnx file among these"), device=device)
+    _STATE["session"] = sess
+    return {"inputs": [_arg(a) for a in sess.get_inputs()], "outputs": [_arg(a) for a in sess.get_outputs()],
+            "opsets": dict(sess.opsets)}
 
 
 def _arg(a) -> dict:
@@ -42,6 +46,7 @@ def _arg(a) -> dict:
 
 
 def _feed(name: str, t) -> np.ndarray:
+    from ember.onnx.tensor_data import native
     if not isinstance(t, dict) or "bytes" not in t:
         raise WorkerError(f"ember: feed {name!r} must be {{type, dims, bytes}}", "bad_request")
     kind = t.get("type", "float32")
@@ -69,17 +74,20 @@ def _result(a: np.ndarray) -> dict:
         a.dtype.newbyteorder("<"), copy=False).tobytes()}
 
 
-def run(feeds: dict, output_names=None) -> dict:
-    """{name: {type, dims, bytes}} -> {"outputs": {name: {type, dims, bytes}}, "ms"}."""
-    import time
+async def run(feeds, opts: dict, on_partial=None, on_progress=None) -> dict:
+    """feeds {name: {type, dims, bytes}}, opts {"outputs": names or None} -> {"outputs": {name: {type, dims,
+    bytes}}, "ms"}."""
     sess = _STATE.get("session")
     if sess is None:
         raise WorkerError("ember: no ONNX model loaded yet; call loadModel('onnx', ...) first", "not_loaded")
-    arrays = {k: _feed(k, v) for k, v in dict(feeds).items()}
+    if not isinstance(feeds, dict):
+        raise WorkerError("ember: ONNX feeds must be {name: {type, dims, bytes}}", "bad_request")
+    arrays = {k: _feed(k, v) for k, v in feeds.items()}
     known = {a.name for a in sess.get_inputs()}
     unknown = sorted(set(arrays) - known)
     if unknown:
         raise WorkerError(f"ember: unknown inputs {unknown}; the model takes {sorted(known)}", "bad_request")
+    output_names = opts.get("outputs")
     t0 = time.perf_counter()
     try:
         outs = sess.run(output_names, arrays)
@@ -88,24 +96,3 @@ def run(feeds: dict, output_names=None) -> dict:
     names = list(output_names) if output_names else [o.name for o in sess.get_outputs()]
     return {"outputs": {n: _result(v) for n, v in zip(names, outs)},
             "ms": round((time.perf_counter() - t0) * 1000, 1)}
-
-
-async def handle(op: str, args: dict) -> dict:
-    """worker.js's entry for the ONNX messages -> {"ok": ...} or {"error": code, "message"} (never raises)."""
-    from ember.wasm.worker_api import _from_js
-    try:
-        args = {k: _from_js(v) for k, v in dict(args).items()}
-        if op == "load":
-            return {"ok": load(args["path"], args.get("device", "cpu"))}
-        if op == "run":
-            feeds = {k: {kk: (bytes(vv) if isinstance(vv, memoryview) else vv) for kk, vv in dict(v).items()}
-                     for k, v in dict(args["feeds"]).items()}
-            return {"ok": run(feeds, args.get("outputs"))}
-        raise WorkerError(f"ember: unknown ONNX request {op!r}", "bad_request")
-    except WorkerError as e:
-        return {"error": e.code, "message": str(e)}
-    except MemoryError:
-        return {"error": "out_of_memory", "message": "ember: out of memory in the browser running the ONNX model"}
-    except Exception as e:  # noqa: BLE001 - reported to the page with its type, the worker stays alive
-        msg = str(e) if str(e).startswith("ember") else f"ember: {type(e).__name__}: {e}"
-        return {"error": "internal", "message": msg}

@@ -1,0 +1,151 @@
+"""The CPU backend's fused kernels (kernel-registry entries, ember.kernels), each a measured win on a model:
+attention a block of query rows at a time, GELU in cache-sized chunks, SiLU and the bias adds of linear /
+conv_bias in place; under Pyodide SiLU, GELU and the attention's exp run in the wasm SIMD kernels
+(cpu_wasm_kernels.py), numpy's exp being scalar there.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import array_module_fused
+from .array_module_backend import _F32, _HALF
+from .cpu_matmul import NO_BLAS, mm, wasm_kernels
+
+_ATTN_BLOCK = 1 << 19  # (L, S) scores above this many elements are computed a block of query rows at a time
+_GELU_CHUNK = 1 << 15  # elements per chunk of the fused GELU
+
+
+def _wasm():
+    return wasm_kernels() if NO_BLAS else None
+
+
+def describe_gelu(be=None):
+    return "cpu_kernels/elementwise.c ember_gelu_f32 (wasm)" if _wasm() is not None else "numpy, cache-sized chunks (erf by A&S)"
+
+
+def describe_silu(be=None):
+    return "cpu_kernels/elementwise.c ember_silu_f32 (wasm)" if _wasm() is not None else "numpy, in place"
+
+
+def attention(be, q, k, v, mask, scale, causal):
+    if mask is None and not causal and q.dtype not in _HALF and q.shape[-2] * k.shape[-2] > _ATTN_BLOCK \
+            and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        return _blocked_attention(q * np.asarray(scale, q.dtype), k, v)
+    return array_module_fused.attention(be, q, k, v, mask, scale, causal)
+
+
+def _add_bias(be, y, b):
+    """y + b for a fresh product y: in place (a new array's page faults cost as much as the add),
+    except bf16 bits / f16, which take the rounding add of `binary`."""
+    if y.dtype not in (_F32, np.dtype(np.float64)):
+        return be.binary("add", y, b)
+    y += b
+    return y
+
+
+def linear(be, x, w, b):
+    return _add_bias(be, be.matmul(x, w.T), b)                      # (..., out)
+
+
+def conv_bias(be, x, w, b, stride, padding, dilation, groups):
+    y = be.conv(x, w, stride, padding, dilation, groups)             # (N, O, *out)
+    return _add_bias(be, y, b.reshape((-1,) + (1,) * (y.ndim - 2)))
+
+
+def silu(be, x):
+    if x.dtype in _HALF:
+        return be._back(silu(be, be._f32(x)), x.dtype)
+    if NO_BLAS and x.dtype is _F32 and wasm_kernels() is not None:
+        return wasm_kernels().silu(x)  # numpy's exp is scalar in wasm: 20% of YOLOv8s went there
+    out = be._sigmoid(x)  # one fresh array, then in place (YOLO: every conv is followed by a SiLU)
+    out *= x
+    return out
+
+
+def gelu(be, x, approximate):
+    if x.dtype in _HALF:
+        return be._back(gelu(be, be._f32(x), approximate), x.dtype)
+    if NO_BLAS and approximate != "tanh" and x.dtype is _F32 and wasm_kernels() is not None:
+        return wasm_kernels().gelu(x)  # numpy's exp is scalar in wasm: 7% of Whisper tiny
+    # in cache-sized chunks: the ~20 passes stay in L2 (2x faster on Whisper's (1500, 1536) MLP).
+    # (Splitting the chunks across threads gains little in a model: OpenBLAS's workers spin ~0.1 s
+    # after every matmul and keep the other core.)
+    xf = np.ascontiguousarray(x).reshape(-1)
+    of = np.empty_like(xf)
+    f = _gelu_tanh if approximate == "tanh" else _gelu_erf
+    for a in range(0, xf.size, _GELU_CHUNK):
+        f(xf[a:a + _GELU_CHUNK], of[a:a + _GELU_CHUNK])
+    return of.reshape(x.shape)
+
+
+# ============================================================================ helpers
+
+
+def _blocked_attention(q, k, v):
+    """softmax(q k^T) v for long sequences (q already scaled), a block of query rows at a time: each
+    (rows, S) block of scores stays in cache through max/exp (Whisper's encoder: 2x faster than
+    materialising the (L, S) scores of every head). v gets a column of ones, so the same matmul that
+    weights the values also sums each row's exponentials: one pass fewer over the scores."""
+    lead, (L, E), S, Ev = q.shape[:-2], q.shape[-2:], k.shape[-2], v.shape[-1]
+    q3 = q.reshape(-1, L, E)                                                # (heads, L, E)
+    kt = np.ascontiguousarray(np.swapaxes(k, -1, -2)).reshape(-1, E, S)     # (heads, E, S)
+    dt = np.result_type(q, v)
+    v1 = np.ones(v.shape[:-1] + (Ev + 1,), dt)
+    v1[..., :Ev] = v
+    v1 = v1.reshape(-1, S, Ev + 1)                                          # (heads, S, Ev | 1)
+    out = np.empty((q3.shape[0], L, Ev), dt)                                # (heads, L, Ev)
+    rows = max(16, min(L, _ATTN_BLOCK // S))
+    buf, mx, acc = np.empty((rows, S), dt), np.empty((rows, 1), dt), np.empty((rows, Ev + 1), dt)
+    # under Pyodide, max, subtract and exp in one SIMD kernel (numpy's exp is scalar there: 12% of Whisper tiny)
+    kernels = wasm_kernels() if NO_BLAS and dt == np.float32 else None
+    for h in range(q3.shape[0]):
+        for i in range(0, L, rows):
+            n = min(rows, L - i)
+            s, m, a = buf[:n], mx[:n], acc[:n]
+            mm(q3[h, i:i + n], kt[h], out=s)                                 # (n, S)
+            if kernels is not None:
+                kernels.exp_rowmax(s)
+            else:
+                np.max(s, axis=-1, keepdims=True, out=m)
+                s -= m
+                np.exp(s, out=s)
+            mm(s, v1[h], out=a)                                              # (n, Ev | row sum)
+            np.divide(a[:, :Ev], a[:, Ev:], out=out[h, i:i + n])
+    return out.reshape(lead + out.shape[1:])
+
+
+# Abramowitz & Stegun 7.1.26: erfc(z) ~ t P(t) exp(-z^2), t = 1 / (1 + p z), |abs err| < 1.5e-7
+_AS_P = 0.3275911 / math.sqrt(2)  # z = |x| / sqrt(2) folded in
+_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def _gelu_erf(x, out):
+    """out = x Phi(x) = relu(x) - |x| Phi(-|x|): no cancellation in the negative tail, and five terms
+    instead of erf's ten (40% faster than x/2 (1 + erf)); |abs err| < 3.5e-7 vs float64, below
+    torch's own float32 GELU (1.2e-6)."""
+    t = np.dtype(x.dtype).type
+    ax = np.abs(x)
+    u = ax * t(_AS_P)
+    u += 1
+    np.reciprocal(u, out=u)                        # t
+    p = u * t(_AS_A[4] * 0.5)
+    for a in _AS_A[3::-1]:                         # Phi(-|x|) = erfc(|x| / sqrt 2) / 2 = t P(t) exp(-x^2 / 2) / 2
+        p += t(a * 0.5)
+        p *= u
+    e = np.multiply(ax, ax)
+    e *= t(-0.5)
+    np.exp(e, out=e)
+    p *= e
+    p *= ax
+    np.maximum(x, 0, out=out)
+    out -= p
+
+
+def _gelu_tanh(x, out):
+    t = np.dtype(x.dtype).type
+    e = np.tanh((x + t(0.044715) * x * x * x) * t(math.sqrt(2 / math.pi)))
+    e += 1
+    e *= x
+    np.multiply(e, t(0.5), out=out)

