@@ -1,10 +1,8 @@
 """TextTokenizer: one interface (encode with or without BOS, decode, a stream decoder, eos_ids) over the
 tokenizers a causal LM arrives with: a tokenizer.json (ember.tokenizers), llama2.c's tokenizer.bin, and a GGUF
-file's embedded vocabulary (`tokenizer.ggml.*`: tokenizer_from_gguf below — SentencePiece "llama" vocabularies,
-byte-level "gpt2" BPE through a tokenizer.json built from it)."""
+file's embedded vocabulary (`tokenizer.ggml.*`: tokenizer_from_gguf below — SentencePiece "llama" vocabularies
+and byte-level "gpt2" BPE, each tokenized as llama.cpp does)."""
 from __future__ import annotations
-
-import json
 
 from ember.errors import FormatError
 
@@ -48,8 +46,8 @@ class TextTokenizer:
 def tokenizer_from_gguf(md: dict, where: str, spm: str = "llama.cpp"):
     """The tokenizer a GGUF file's `tokenizer.ggml.*` metadata describes, or None when it has none. SentencePiece
     ("llama") vocabularies: spm="llama.cpp" tokenizes as llama.cpp does (ember.tokenizers.gguf_spm), "llama2c"
-    as llama2.c's tokenizer (the pieces and scores read as a tokenizer.bin). Byte-level BPE ("gpt2"): a
-    tokenizer.json built from the vocabulary and merges."""
+    as llama2.c's tokenizer (the pieces and scores read as a tokenizer.bin). Byte-level BPE ("gpt2"): as
+    llama.cpp does, with the pre-tokenizer `tokenizer.ggml.pre` names (ember.tokenizers.gguf_bpe)."""
     kind, tokens = md.get("tokenizer.ggml.model"), md.get("tokenizer.ggml.tokens")
     if kind is None or tokens is None:
         return None
@@ -64,15 +62,6 @@ def tokenizer_from_gguf(md: dict, where: str, spm: str = "llama.cpp"):
         impl = Llama2cTokenizer(pieces, scores, max(len(p) for p in pieces))
         return TextTokenizer(impl, 1 if bos is None else bos, [2 if eos is None else eos], "llama2c")
     if kind == "gpt2":
-        types = md.get("tokenizer.ggml.token_type", [1] * len(tokens))
-        special = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                    "normalized": False, "special": True} for i, (t, ty) in enumerate(zip(tokens, types)) if ty == 3]
-        bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-        merges = [m.split(" ", 1) for m in md.get("tokenizer.ggml.merges", [])]
-        j = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": special, "normalizer": None,
-             "pre_tokenizer": bl, "post_processor": None, "decoder": bl,
-             "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                       "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                       "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}
-        return TextTokenizer.from_json(json.dumps(j), bos, [] if eos is None else [eos])
+        from ember.tokenizers.gguf_bpe import BpeTokenizer
+        return BpeTokenizer.from_gguf_metadata(md, where)
     raise FormatError(f"ember: {where}: GGUF tokenizer model {kind!r} is not supported (llama, gpt2)")
