@@ -8,6 +8,8 @@ from ember.errors import FormatError
 
 
 class TextTokenizer:
+    chat_template = None  # a ChatTemplate (chat_template.py) when the model carries one
+
     def __init__(self, impl, bos_id: int | None, eos_ids: list[int], kind: str):
         self.impl, self.bos_id, self.eos_ids, self.kind = impl, bos_id, list(eos_ids), kind
 
@@ -25,8 +27,9 @@ class TextTokenizer:
         from ember.tokenizers.llama2c import Llama2cTokenizer
         return cls(Llama2cTokenizer.from_bytes(data, vocab_size), 1, [2], "llama2c")
 
-    def encode(self, text: str, bos: bool = True) -> list[int]:
-        """Token ids of text, with BOS in front when asked (and the tokenizer has one)."""
+    def encode(self, text: str, bos: bool = True, special: bool = True) -> list[int]:
+        """Token ids of text, with BOS in front when asked (and the tokenizer has one). A tokenizer.json's added
+        tokens written in the text are always their ids (special is accepted for the GGUF tokenizers' interface)."""
         if self.kind == "llama2c":
             return self.impl.encode(text, bos=bos, eos=False)
         ids = list(self.impl.encode(text, add_special_tokens=False).ids)
@@ -44,6 +47,16 @@ class TextTokenizer:
 
 
 def tokenizer_from_gguf(md: dict, where: str, spm: str = "llama.cpp"):
+    """The tokenizer of a GGUF file (see _gguf_tokenizer) with its chat template (`tokenizer.chat_template`) as
+    `.chat_template`, or None."""
+    from .chat_template import from_gguf
+    tok = _gguf_tokenizer(md, where, spm)
+    if tok is not None:
+        tok.chat_template = from_gguf(md, where)
+    return tok
+
+
+def _gguf_tokenizer(md: dict, where: str, spm: str):
     """The tokenizer a GGUF file's `tokenizer.ggml.*` metadata describes, or None when it has none. SentencePiece
     ("llama") vocabularies: spm="llama.cpp" tokenizes as llama.cpp does (ember.tokenizers.gguf_spm), "llama2c"
     as llama2.c's tokenizer (the pieces and scores read as a tokenizer.bin). Byte-level BPE ("gpt2"): as

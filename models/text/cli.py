@@ -31,7 +31,7 @@ def main(args):
     model, tok = load_text_model(src, device=resolve_device(args.device))
     if tok is None:
         raise ValueError("ember: the model carries no tokenizer")
-    prompt_ids = tok.encode(args.prompt, bos=True)
+    prompt_ids = tok.encode(args.prompt)  # BOS as the tokenizer adds it (a GGUF's add_bos_token)
     return print_generation(model, tok, args.prompt, prompt_ids, args)
 
 

@@ -115,7 +115,7 @@ async def run(prompt: str, opts: dict, on_partial=None, on_progress=None) -> dic
     max_new = int(opts.get("max_new_tokens", 128))
     if not 1 <= max_new <= 4096:
         raise WorkerError(f"ember: max tokens must be between 1 and 4096, got {max_new}", "bad_request")
-    prompt_ids = tok.encode(prompt, bos=True)
+    prompt_ids = tok.encode(prompt)  # BOS as the tokenizer adds it (a GGUF's add_bos_token)
     context = int(model.config.max_seq_len)
     if len(prompt_ids) >= context:
         raise WorkerError(f"ember: the prompt is {len(prompt_ids):,} tokens and this model's context length is "
