@@ -148,6 +148,10 @@ class SpmTokenizer:
             return t.encode("utf-8")
         return t.replace(SPACE, " ").encode("utf-8")
 
+    def token_bytes(self, tid: int) -> bytes | None:
+        """The bytes a token adds to the text, or None for a control/unknown/unused token."""
+        return None if self.types[tid] in (CONTROL, UNKNOWN, UNUSED) else self.piece(tid)
+
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return b"".join(self.piece(int(i)) for i in ids).decode("utf-8", errors="replace")
 

@@ -5,6 +5,7 @@ and byte-level "gpt2" BPE, each tokenized as llama.cpp does)."""
 from __future__ import annotations
 
 from ember.errors import FormatError
+from ember.tokenizers.byte_level import from_byte_chars
 
 
 class TextTokenizer:
@@ -43,7 +44,30 @@ class TextTokenizer:
         return self.impl.decode_stream(skip_special_tokens=True)
 
     def vocab_size(self) -> int:
+        if self.kind == "llama2c":
+            return len(self.impl.pieces)
         return self.impl.get_vocab_size()
+
+    def token_bytes(self, tid: int) -> bytes | None:
+        """The bytes a token adds to the text (a constrained decoder's vocabulary), None for special tokens."""
+        if self.kind == "llama2c":
+            return None if tid in (0, 1, 2) else self.impl.piece_bytes(-1, tid)
+        if not self.impl.decode([tid], skip_special_tokens=True):
+            return None  # special (or decodes to nothing)
+        token = self.impl.id_to_token(tid)
+        raw = from_byte_chars(token)
+        if raw is not None and self._byte_level():
+            return raw
+        if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            return bytes([int(token[3:5], 16)])
+        return token.replace("\u2581", " ").encode("utf-8")
+
+    def _byte_level(self) -> bool:
+        bl = getattr(self, "_is_byte_level", None)
+        if bl is None:  # GPT-2's byte alphabet spells the space 'Ġ': a byte-level vocabulary has it
+            bl = self._is_byte_level = self.impl.token_to_id("\u0120") is not None or \
+                self.impl.token_to_id("\u0120the") is not None
+        return bl
 
 
 def tokenizer_from_gguf(md: dict, where: str, spm: str = "llama.cpp"):
