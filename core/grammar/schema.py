@@ -83,6 +83,8 @@ def escape_for_json(node) -> tuple:
 
 def _digits_range(lo: str, hi: str) -> tuple:
     """Decimal strings of equal length from lo to hi (lo <= hi), no sign."""
+    if lo.strip("0") == "" and hi.strip("9") == "":  # every string of that length: no recursion (it would branch)
+        return rep(("set", DIGIT), len(lo), len(lo))
     if len(lo) == 1:
         return cset((ord(lo), ord(hi)))
     if lo[0] == hi[0]:
