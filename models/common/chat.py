@@ -51,8 +51,8 @@ def common_prefix(a, b) -> int:
 class PrefixCache:
     """A model's KV cache and the ids it holds, reused across prompts that share a prefix."""
 
-    def __init__(self, model):
-        self.model, self.cache, self.ids = model, None, []
+    def __init__(self, model, max_len: int | None = None):
+        self.model, self.max_len, self.cache, self.ids = model, max_len, None, []
 
     def reset(self):
         """Forget everything (the model's weights changed: cached keys and values are stale)."""
@@ -63,7 +63,7 @@ class PrefixCache:
         runs: its logits pick the reply's first token."""
         n = min(common_prefix(self.ids, prompt_ids), len(prompt_ids) - 1)
         if self.cache is None or n <= 0 or not self.cache.truncate(n):
-            self.cache, n = self.model.new_cache(), 0
+            self.cache, n = self.model.new_cache(self.max_len), 0
         self.ids = list(prompt_ids[:n])
         return self.cache, list(prompt_ids[n:]), n
 
@@ -144,17 +144,15 @@ class Reply:
 class ChatEngine:
     """A model, its tokenizer and chat template, and one PrefixCache: renders conversations and generates replies."""
 
-    def __init__(self, model, tokenizer, template=None):
+    def __init__(self, model, tokenizer, template=None, context: int | None = None):
+        """context: at most this many positions (prompt and reply; default and most: the model's own)."""
         self.model, self.tokenizer = model, tokenizer
         self.template = template if template is not None else getattr(tokenizer, "chat_template", None)
         if self.template is None:
             raise ChatError("ember: this model carries no chat template (a base model: it continues text); use "
                             "`ember generate` for completion, or give it a template")
-        self.prefix = PrefixCache(model)
-
-    @property
-    def context(self) -> int:
-        return int(self.model.max_seq_len)
+        self.context = min(int(context or model.max_seq_len), int(model.max_seq_len))
+        self.prefix = PrefixCache(model, self.context)
 
     def prompt_ids(self, messages, add_generation_prompt: bool = True, tools=None) -> list[int]:
         """The conversation rendered by the template and tokenized with its special tokens parsed (the template
