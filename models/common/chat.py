@@ -106,6 +106,13 @@ class Reply:
         if self._stream is not None:
             self._stream.abort()
 
+    def progress(self) -> tuple[int, float]:
+        """(tokens generated so far, decode tokens/s so far), for a streaming display."""
+        if self._stream is None:
+            return 0, 0.0
+        st = self._stream.stats
+        return len(st.tokens), st.tokens_per_s
+
     def __iter__(self):
         eng, res = self.engine, self.result
         cache, todo, reused = eng.prefix.start(self.prompt_ids)
