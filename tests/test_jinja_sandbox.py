@@ -6,6 +6,7 @@ SmolLM2's, on multi-turn conversations with and without system messages, tools a
 piece by piece on small templates; and what the sandbox refuses or bounds (escapes, mutation, size, time)."""
 from __future__ import annotations
 
+import json
 import tarfile
 
 import pytest
@@ -272,3 +273,37 @@ def test_template_data_is_copied_not_shared():
     assert out == "<object>|x"  # a foreign object becomes a placeholder naming its type, as transformers does
     with pytest.raises(TemplateError, match="message 0 must be a dict"):
         render_chat_template("{{ 1 }}", ["not a dict"])
+
+
+PYODIDE_SNIPPET = """
+import json
+from ember.jinja.chat import render_chat_template
+cases = json.loads(open("/tpl/cases.json").read())
+result = [render_chat_template(c["template"], c["messages"], add_generation_prompt=True, tools=c["tools"],
+                               bos_token="<s>", eos_token="</s>") for c in cases]
+"""
+
+
+def test_chat_templates_in_pyodide_render_as_transformers(templates, tmp_path):
+    """The same sandbox under Pyodide (no jinja2 there): the major families' templates give transformers' text."""
+    from pyodide_runner import PyodideSession, node_path, unavailable
+    from ember.wasm.assets import PyodideFetchError, ensure_pyodide
+    if node_path() is None:
+        unavailable("ember: node not found on PATH; Pyodide tests need Node.js 20")
+    try:
+        dist = ensure_pyodide()
+    except PyodideFetchError as exc:
+        unavailable(str(exc))
+    names = ["SmolLM2-135M-Instruct", "meta-llama-Llama-3.1-8B-Instruct.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja",
+             "mistralai-Mistral-Nemo-Instruct-2407.jinja", "microsoft-Phi-3.5-mini-instruct.jinja",
+             "google-gemma-2-2b-it.jinja"]
+    cases = [{"template": templates[n], "messages": CONVERSATIONS[c], "tools": TOOLS if c == "tool_call" else None}
+             for n in names for c in ("multi", "multi_system", "tool_call") if not (n.startswith("google") and
+                                                                                    c != "multi")]
+    (tmp_path / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
+    with PyodideSession(dist=dist, mounts={"/tpl": tmp_path}) as session:
+        got = session.run(PYODIDE_SNIPPET, timeout=300)["result"]
+    for case, text in zip(cases, got):
+        want, err = _reference(case["template"], case["messages"], add_generation_prompt=True, tools=case["tools"],
+                               documents=None, bos_token="<s>", eos_token="</s>")
+        assert err is None and text == want
