@@ -1,7 +1,7 @@
 """`ember generate "PROMPT"`: text completion with any causal LM load_text_model takes (default: Gemma 3 270M,
 the Q4_K_M GGUF fetched from PyPI once) — a GGUF's `general.architecture` (a folder's config.json `model_type`)
 picks the family; and print_generation, the streaming / `--json` output `ember generate` and `ember llama` share.
-`ember chat` and `ember api` (a model with a chat template: chat_cli.py) are registered here too."""
+`ember chat` and `ember api` (a model with a chat template) are registered here too."""
 from __future__ import annotations
 
 import json
