@@ -4,4 +4,6 @@ from .layers import (ELU, GELU, AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, Batch
                      ConvTranspose1d, ConvTranspose2d, Dropout, Embedding, Flatten, GroupNorm, Hardswish, Identity,
                      LayerNorm, LeakyReLU, Linear, LogSoftmax, MaxPool2d, Mish, ModuleDict, ModuleList, ReLU, ReLU6,
                      RMSNorm, Sequential, Sigmoid, SiLU, Softmax, Softplus, Tanh, Upsample, relayout_linear_weight)
+from .attention import MultiheadAttention  # noqa: F401
+from .errors import LayerError  # noqa: F401
 from .module import Module, Parameter, StateDictError  # noqa: F401

@@ -419,8 +419,13 @@ def dropout(x, p=0.5, training=True):
 
 # ------------------------------------------------------------------ attention
 
-def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-    """q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev)."""
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev); a bool mask keeps True, a float one is added.
+    enable_gqa: k and v have fewer heads (dim -3) than q, each shared by q.shape[-3] // k.shape[-3] query heads."""
+    if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if dropout_p == 0 and q.dtype is k.dtype is v.dtype:
         from .fused_ops import flash_attention, wants_flash
@@ -493,6 +498,12 @@ def rope_append_attention(qkv, rot, k_cache, v_cache, mask, *, n_heads, slot, le
     (ember.nn.fused_ops.rope_append_attention: one WGSL kernel on webgpu, composed elsewhere)."""
     from .fused_ops import rope_append_attention as fused
     return fused(qkv, rot, k_cache, v_cache, mask, n_heads=n_heads, slot=slot, length=length, scale=scale)
+
+
+def multi_head_attention_forward(query, key, value, num_heads, *args, **kwargs):
+    """torch.nn.functional.multi_head_attention_forward (ember.nn.attention holds it)."""
+    from .attention import multi_head_attention_forward as mha
+    return mha(query, key, value, num_heads, *args, **kwargs)
 
 
 # ------------------------------------------------------------------ losses
