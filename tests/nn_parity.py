@@ -26,13 +26,14 @@ def _flat(out):
     return [out]
 
 
-def compare(em, tm, inputs, device, call=None, atol=1e-5, grad_atol=1e-4, grads=True, seed=0):
-    """Run call(module, *inputs) in both (inputs: numpy arrays; float ones get gradients; None passes through).
+def compare(em, tm, inputs, device, call=None, atol=1e-5, grad_atol=1e-4, grads=True, seed=0, frozen=()):
+    """Run call(module, *inputs) in both (inputs: numpy arrays; float ones get gradients unless their index is
+    in `frozen`; None passes through).
     Returns the largest forward and gradient differences seen (all asserted within atol / grad_atol)."""
     call = call or (lambda m, *xs: m(*xs))
-    tx = [None if x is None else torch.tensor(x, requires_grad=grads and x.dtype.kind == "f") for x in inputs]
-    ex = [None if x is None else ember.tensor(x, device=device, requires_grad=grads and x.dtype.kind == "f")
-          for x in inputs]
+    wants = [grads and x is not None and x.dtype.kind == "f" and i not in frozen for i, x in enumerate(inputs)]
+    tx = [None if x is None else torch.tensor(x, requires_grad=w) for x, w in zip(inputs, wants)]
+    ex = [None if x is None else ember.tensor(x, device=device, requires_grad=w) for x, w in zip(inputs, wants)]
     tout = [o for o in _flat(call(tm, *tx)) if o is not None]
     eout = [o for o in _flat(call(em, *ex)) if o is not None]
     assert len(tout) == len(eout), (len(tout), len(eout))

@@ -6,4 +6,6 @@ from .layers import (ELU, GELU, AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, Batch
                      RMSNorm, Sequential, Sigmoid, SiLU, Softmax, Softplus, Tanh, Upsample, relayout_linear_weight)
 from .attention import MultiheadAttention  # noqa: F401
 from .errors import LayerError  # noqa: F401
+from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,  # noqa: F401
+                          TransformerEncoderLayer)
 from .module import Module, Parameter, StateDictError  # noqa: F401
