@@ -8,4 +8,5 @@ from .attention import MultiheadAttention  # noqa: F401
 from .errors import LayerError  # noqa: F401
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,  # noqa: F401
                           TransformerEncoderLayer)
+from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: F401
 from .module import Module, Parameter, StateDictError  # noqa: F401
