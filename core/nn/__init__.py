@@ -9,4 +9,6 @@ from .errors import LayerError  # noqa: F401
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,  # noqa: F401
                           TransformerEncoderLayer)
 from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: F401
+from .losses import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, HuberLoss,  # noqa: F401
+                     KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
 from .module import Module, Parameter, StateDictError  # noqa: F401

@@ -13,7 +13,7 @@ from .. import autograd as A
 from .. import dtypes as D
 from ..autograd import conv_transpose as _conv_transpose
 from ..ops_elementwise import (elu, gelu, hardsigmoid, hardswish, leaky_relu, logsigmoid, mish,  # noqa: F401
-                               relu, relu6, sigmoid, silu, softplus, tanh)
+                               relu, relu6, sigmoid, silu, softplus, tanh, where)
 from .. import ops_indexing as I
 from ..ops_indexing import one_hot  # noqa: F401
 from ..ops_movement import stack
@@ -591,3 +591,40 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
     if weight is not None:
         loss = loss * weight
     return _reduce_loss(loss, reduction)
+
+
+def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
+    """0.5 d^2 / beta where |d| < beta, |d| - 0.5 beta elsewhere (beta 0: l1_loss)."""
+    if beta == 0:
+        return l1_loss(input, target, reduction)
+    d = (input - target).abs()
+    return _reduce_loss(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0):
+    """0.5 d^2 where |d| <= delta, delta (|d| - 0.5 delta) elsewhere."""
+    d = (input - target).abs()
+    return _reduce_loss(where(d <= delta, d * d * 0.5, (d - 0.5 * delta) * delta), reduction)
+
+
+def kl_div(input, target, reduction="mean", log_target=False):
+    """input log-probabilities; target probabilities (log-probabilities with log_target): target (log target -
+    input), 0 where target is 0; reduction 'batchmean' divides the sum by the batch size."""
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        pos = target > 0
+        loss = where(pos, target * (target.where(pos, 1.0).log() - input), input * 0)
+    if reduction == "batchmean":
+        return loss.sum() / (input.shape[0] if input.ndim else 1)
+    return _reduce_loss(loss, reduction)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0.0, reduction="mean"):
+    """1 - cos(x1, x2) where target is 1, max(0, cos - margin) where it is -1 (cosine over the last dim)."""
+    dim = input1.ndim - 1
+    cos = (input1 * input2).sum(dim) / ((input1 * input1).sum(dim) + 1e-12).mul((input2 * input2).sum(dim) + 1e-12).sqrt()
+    zero = cos * 0
+    loss = where(target == 1, 1 - cos, zero) + where(target == -1, (cos - margin).clamp(min=0), zero)
+    return _reduce_loss(loss, reduction)
+
