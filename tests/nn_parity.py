@@ -9,10 +9,11 @@ import torch
 import ember
 
 
-def load_torch(em, tm, device="cpu"):
-    """em.load_state_dict(tm.state_dict()) strictly, then em on `device`; checks the names and their order."""
+def load_torch(em, tm, device="cpu", ordered=True):
+    """em.load_state_dict(tm.state_dict()) strictly, then em on `device`; checks the names (and their order)."""
     sd = tm.state_dict()
-    assert list(em.state_dict()) == list(sd), f"names differ from torch: {list(em.state_dict())} vs {list(sd)}"
+    names = list(em.state_dict()), list(sd)
+    assert names[0] == names[1] if ordered else sorted(names[0]) == sorted(names[1]), f"names differ from torch: {names}"
     em.load_state_dict({k: ember.tensor(v.detach().numpy()) for k, v in sd.items()}, strict=True)
     return em.to(device)
 

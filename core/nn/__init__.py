@@ -11,4 +11,5 @@ from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLay
 from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: F401
 from .losses import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, HuberLoss,  # noqa: F401
                      KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
+from .moe import MoE  # noqa: F401
 from .module import Module, Parameter, StateDictError  # noqa: F401
