@@ -174,3 +174,27 @@ def test_lstm_language_model_trains_like_torch(device):
         el.append(loss.item())
     np.testing.assert_allclose(el, tl, atol=1e-4)
     assert tl[-1] < tl[0]
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_recurrent_inference_matches_torch(device, kind, padded):
+    """Without gradients the device's lstm_cell / gru_cell kernel runs each step (ember.kernels) where it has
+    one: the same outputs and states as torch."""
+    tm, em = _make(kind, num_layers=2, bidirectional=True)
+    load_torch(em, tm, device)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((6, 3, IN)).astype(np.float32)
+    h, c = _states(rng, kind, 2, 2, 3)
+    lengths = [6, 2, 4]
+
+    def call(m, x, h, c):
+        hx = (h, c) if kind == "lstm" else h
+        if not padded:
+            return m(x, hx)
+        if isinstance(m, torch.nn.Module):
+            y, st = m(pack_padded_sequence(x, torch.tensor(lengths), enforce_sorted=False), hx)
+            return pad_packed_sequence(y, total_length=6)[0], st
+        return m(x, hx, lengths=lengths)
+    with torch.no_grad(), ember.no_grad():
+        compare(em, tm, [x, h, c], device, call, grads=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from .. import autograd as A
 from . import functional as F
 from . import init
 from .errors import LayerError
@@ -25,21 +26,51 @@ def rnn_step(xg, h, w_hh, b_hh, relu=False):
     return F.relu(a) if relu else F.tanh(a)
 
 
-def lstm_step(xg, h, c, w_hh, b_hh, w_hr=None):
-    """xg (N, 4H) input gates, h (N, P or H), c (N, H) -> (h', c'); gates i, f, g, o as torch."""
+def lstm_step(xg, h, c, w_hh, b_hh, w_hr=None, _composed=False):
+    """xg (N, 4H) input gates, h (N, P or H), c (N, H) -> (h', c'); gates i, f, g, o as torch. Without a
+    projection the device's lstm_cell kernel (ember.kernels) runs it when no gradient is recorded."""
+    if w_hr is None and not _composed and _fits(xg, h, c, w_hh, b_hh):
+        k = A.fused_kernel("lstm_cell", xg, h, c, w_hh, b_hh)
+        if k is not None:
+            out = xg._new(k(xg._data, h._data, c._data, w_hh._data, None if b_hh is None else b_hh._data))
+            H = c.shape[-1]
+            return out.narrow(-1, 0, H), out.narrow(-1, H, H)
     i, f, g, o = (xg + F.linear(h, w_hh, b_hh)).chunk(4, -1)
     c = F.sigmoid(f) * c + F.sigmoid(i) * F.tanh(g)
     h = F.sigmoid(o) * F.tanh(c)
     return (h if w_hr is None else F.linear(h, w_hr)), c
 
 
-def gru_step(xg, h, w_hh, b_hh):
-    """xg (N, 3H), h (N, H) -> h'; gates r, z, n as torch (r scales the hidden part of n, bias included)."""
+def lstm_cell_composed(xg, h, c, w_hh, b_hh):
+    """The lstm_cell kernel's reference: h' | c' along the last dim."""
+    h, c = lstm_step(xg, h, c, w_hh, b_hh, _composed=True)
+    return cat([h, c], -1)
+
+
+def _fits(*ts):
+    """All 2-D (biases 1-D), one dtype and device, contiguous-friendly: what the cell kernels take."""
+    first = ts[0]
+    return all(t is None or (t.dtype is first.dtype and t.device is first.device and t.ndim in (1, 2)) for t in ts) \
+        and first.ndim == 2
+
+
+def gru_step(xg, h, w_hh, b_hh, _composed=False):
+    """xg (N, 3H), h (N, H) -> h'; gates r, z, n as torch (r scales the hidden part of n, bias included); the
+    device's gru_cell kernel (ember.kernels) runs it when no gradient is recorded."""
+    if not _composed and _fits(xg, h, w_hh, b_hh):
+        k = A.fused_kernel("gru_cell", xg, h, w_hh, b_hh)
+        if k is not None:
+            return xg._new(k(xg._data, h._data, w_hh._data, None if b_hh is None else b_hh._data))
     xr, xz, xn = xg.chunk(3, -1)
     hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, -1)
     r, z = F.sigmoid(xr + hr), F.sigmoid(xz + hz)
     n = F.tanh(xn + r * hn)
     return n + z * (h - n)
+
+
+def gru_cell_composed(xg, h, w_hh, b_hh):
+    """The gru_cell kernel's reference."""
+    return gru_step(xg, h, w_hh, b_hh, _composed=True)
 
 
 # ------------------------------------------------------------------ multi-layer, bidirectional layers
