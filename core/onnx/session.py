@@ -11,13 +11,14 @@ from ..tensor import Tensor, tensor
 from . import plan as P
 from .fuse import fuse_gelu, fuse_silu
 from .proto import load_model
-from .registry import Attrs, lookup
+from .registry import HOST_INPUTS, Attrs, lookup
 from .tensor_data import BFLOAT16, NAMES, NP_OF, STRING, to_numpy
 from .lowbit import LOWBIT, ML_NAMES
 from .ops_string import as_text
 from .values import cast
 from .wire import OnnxFormatError
 from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant, ops_rnn, ops_host, ops_training, ops_string, ops_ml  # noqa: F401  (they fill the registry)
+from . import ops_contrib_attention, ops_contrib_norm, ops_contrib_quant  # noqa: F401  (com.microsoft)
 
 # numpy dtypes ember lacks run in a wider one; outputs are cast back to the declared ONNX type
 WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32, np.dtype(np.uint64): np.int64}
@@ -111,6 +112,26 @@ class Context:
         return d if d.dtype is t.dtype else cast(d, t.dtype)
 
 
+def _nodes(graph):
+    """Every node of a graph and of its subgraphs."""
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            for g in ([a.g] if a.g is not None else []) + list(a.graphs):
+                yield from _nodes(g)
+
+
+def _host_only(graph):
+    """Names read only at inputs their operators keep on the host (registry.HOST_INPUTS): those initializers
+    stay CPU tensors whatever the session's device."""
+    on_host, elsewhere = set(), {o.name for o in graph.output}
+    for node in _nodes(graph):
+        at = HOST_INPUTS.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type), ())
+        for i, n in enumerate(node.input):
+            (on_host if i in at else elsewhere).add(n)
+    return on_host - elsewhere
+
+
 def _output_type(vi):
     tt = vi.type.tensor_type if vi.type is not None else None
     return tt.elem_type if tt is not None and tt.elem_type else None
@@ -131,9 +152,11 @@ class InferenceSession:
         self._plan(graph, missing)
         if missing:
             raise UnsupportedOperatorError(self.where, sorted(set(missing)))
+        on_host = _host_only(graph)
         with no_grad():
             self._initializers = {t.name: constant(to_numpy(t, self.where, self.model.base_dir, "initializer"),
-                                                    self.device) for t in graph.initializer}
+                                                    CPU if t.name in on_host else self.device)
+                                  for t in graph.initializer}
         for sp in graph.sparse_initializer:
             raise OnnxFormatError(f"ember: {self.where}: sparse initializer {sp.values.name!r} is not supported")
         self._inputs = [NodeArg(v) for v in graph.input if v.name not in self._initializers]
