@@ -364,12 +364,12 @@ def _gqa(ctx, ins, at):
     # each row's window: keys [start, past + s] (causal), a local window if asked, none past the row's length
     keys = np.arange(length)
     qpos = past_lens[:, None] + np.arange(s)[None, :]                              # (B, S)
-    allowed = keys[None, None, :] < lens[:, None, None]
+    allowed = np.broadcast_to(keys[None, None, :] < lens[:, None, None], (b, s, length))
     if at.i("causal", 1):
-        allowed &= keys[None, None, :] <= qpos[:, :, None]
+        allowed = allowed & (keys[None, None, :] <= qpos[:, :, None])
         window = at.i("local_window_size", -1)
         if window > 0:
-            allowed &= keys[None, None, :] >= qpos[:, :, None] - window
+            allowed = allowed & (keys[None, None, :] > qpos[:, :, None] - window)  # window keys, itself included
     mask = np.where(allowed, 0.0, -np.inf).astype(np.float32)
     softcap = at.f("softcap", 0.0)
     sink = None
@@ -389,7 +389,7 @@ def _gqa(ctx, ins, at):
 
 def _append(ctx, past_k, past_v, k, v, past_lens, length, work, first):
     """present (B, Nkv, length, H): each batch row's past rows [0, past_len) then its new rows, zeros after.
-    The common case (one past length for every row, the past exactly that long) is two concatenations."""
+    The common case (one past length for every row) is two concatenations."""
     b, nkv, s, h = k.shape
     same = np.all(past_lens == past_lens[0])
     p = int(past_lens[0])
@@ -401,14 +401,10 @@ def _append(ctx, past_k, past_v, k, v, past_lens, length, work, first):
         parts_k.append(k)
         parts_v.append(v)
         rest = length - p - s
-        if rest > 0:
-            if past_k is not None and past_k.shape[2] >= p + s + rest:  # a shared buffer keeps its tail
-                parts_k.append(M.narrow(cast(past_k, work), 2, p + s, rest))
-                parts_v.append(M.narrow(cast(past_v, work), 2, p + s, rest))
-            else:
-                zeros = k.new_zeros((b, nkv, rest, h))
-                parts_k.append(zeros)
-                parts_v.append(zeros)
+        if rest > 0:  # rows past the total: zeros, as onnxruntime leaves a present buffer it allocated
+            zeros = k.new_zeros((b, nkv, rest, h))
+            parts_k.append(zeros)
+            parts_v.append(zeros)
         return M.cat(parts_k, 2) if len(parts_k) > 1 else k, M.cat(parts_v, 2) if len(parts_v) > 1 else v
     rows_k, rows_v = [], []
     for i in range(b):
