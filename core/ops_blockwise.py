@@ -1,37 +1,17 @@
-"""Block-quantized weights as onnxruntime's MatMulNBits stores them, and their product through the kernel registry
-(ember.kernels: nbits_matmul) on the device's kernel: the CPU's (core/backends/cpu_nbits.py), WebGPU's
-(webgpu/nbits.wgsl), or composed here.
+"""Block-quantized weights as onnxruntime's MatMulNBits stores them (the layout: ember.ggml.nbits), and their
+product through the kernel registry (ember.kernels: nbits_matmul) on the device's kernel: the CPU's
+(core/backends/cpu_nbits.py), WebGPU's (webgpu/nbits.wgsl), or composed here.
 
-A weight W (N, K) is quantized along K in blocks of `block` values (a power of two, at least 16); each block of
-row n holds `bits`-bit levels packed little-endian into bytes (bits 2, 4 or 8: the first value in the low bits),
-with a float scale and a zero point:
-
-    W[n, k] = (level[n, k] - zero[n, k // block]) * scale[n, k // block]
-
-K need not fill the last block (its tail levels are padding). This is the layout of onnxruntime's
-MatMulNBitsQuantizer (GPTQ/RTN/HQQ, 4-bit block 32 or 128, symmetric or not) and of the q4 files transformers.js
-and onnxruntime-genai ship; GGML's blocks (ember.qtensor) differ (f16 scales, fixed blocks of 32 or 256).
+The layout of onnxruntime's MatMulNBitsQuantizer (GPTQ/RTN/HQQ, 4-bit block 32 or 128, symmetric or not) and of the
+q4 files transformers.js and onnxruntime-genai ship; GGML's blocks (ember.qtensor) differ (f16 scales, fixed blocks
+of 32 or 256).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import kernels as K
-
-BITS = (2, 4, 8)
-
-
-def unpack(packed: np.ndarray, bits: int) -> np.ndarray:
-    """uint8 bytes (..., n) -> uint8 levels (..., n * 8 / bits), the low bits first."""
-    if bits == 8:
-        return packed
-    per = 8 // bits
-    mask = np.uint8((1 << bits) - 1)
-    out = np.empty(packed.shape + (per,), np.uint8)
-    for i in range(per):
-        np.right_shift(packed, np.uint8(i * bits), out=out[..., i])
-        out[..., i] &= mask
-    return out.reshape(*packed.shape[:-1], -1)
+from .ggml.nbits import BITS, dequantize, unpack  # noqa: F401  (the ONNX operators read with these)
 
 
 class BlockWeight:
@@ -75,13 +55,6 @@ class BlockWeight:
 
     def __repr__(self):
         return f"BlockWeight(shape={self.shape}, bits={self.bits}, block={self.block}, name={self.name!r})"
-
-
-def dequantize(packed, scales, zeros, bits, block, shape) -> np.ndarray:
-    n, k = shape
-    levels = unpack(np.asarray(packed).reshape(n, -1), bits).reshape(n, -1, block).astype(np.float32)
-    w = (levels - zeros[:, :, None]) * scales[:, :, None]                       # (N, blocks, block)
-    return np.ascontiguousarray(w.reshape(n, -1)[:, :k])
 
 
 def nbits_matmul_composed(x, packed, scales, zeros, bits, block, shape):

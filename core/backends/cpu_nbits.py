@@ -1,5 +1,5 @@
 """The CPU's kernel for block-quantized weights in onnxruntime's MatMulNBits layout (the kernel registry's
-nbits_matmul on cpu; the layout and its meaning: ember.ops_blockwise).
+nbits_matmul on cpu; the layout and its meaning: ember.ggml.nbits).
 
 - A few rows of x (a decode step) with the compiled kernels (cpu_kernels/nbits.c: natively, or the page's wasm
   build): each row of W is read once as packed bits, never widened in memory: per block,
@@ -16,6 +16,7 @@ import weakref
 
 import numpy as np
 
+from ..ggml.nbits import unpack
 from .cpu_matmul import NO_BLAS, mm, native_kernels, native_kernels_status, wasm_kernels
 
 SCRATCH_BYTES = 1 << 20
@@ -23,7 +24,7 @@ FUSED_ROWS = 8  # rows of x the packed-bits kernel takes; more dequantize slabs 
 
 
 def nbits_matmul(be, x, packed, scales, zeros, bits, block, shape):
-    """x (..., K) float -> (..., N) float32 = x @ ((levels - zeros) * scales).T (ember.ops_blockwise)."""
+    """x (..., K) float -> (..., N) float32 = x @ ((levels - zeros) * scales).T (ember.ggml.nbits)."""
     n, k = shape
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
@@ -65,7 +66,6 @@ def _levels(packed, zeros, bits, block, shape):
     hit = _LEVELS.get(id(packed))
     if hit is not None and hit[0]() is packed:
         return hit[1]
-    from ..ops_blockwise import unpack
     n = shape[0]
     raw = unpack(packed, bits).reshape(n, -1, block)                             # (N, blocks, block) uint8
     if np.all(zeros == np.round(zeros)):
