@@ -13,7 +13,7 @@ COMMANDS = {
     "whisper": ("ember.models.whisper.cli", "transcribe a WAV file"),
     "llama": ("ember.models.llama.cli", "generate text with a Llama model"),
     "train-llama": ("ember.models.llama.cli", "train a small Llama on a text corpus"),
-    "generate": ("ember.models.gemma3.cli", "complete text with a language model (default: Gemma 3 270M)"),
+    "generate": ("ember.models.text.cli", "complete text with a language model (default: Gemma 3 270M)"),
     "embed": ("ember.models.bert.cli", "sentence embeddings (default: all-MiniLM-L6-v2)"),
     "classify": ("ember.models.clip.cli", "classify an image (ViT, or CLIP zero-shot with --labels)"),
     "yolo": ("ember.models.yolo.cli", "detect objects in an image"),

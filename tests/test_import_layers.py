@@ -283,3 +283,12 @@ def test_cli_modules_are_not_loaders_for_other_modules():
            if (e.dst.endswith(".cli") or e.dst == "ember.cli") and e.src not in dispatch and e.dst != e.src
            and not e.src.endswith(".cli")]
     assert not bad, "CLI modules imported as loaders:\n  " + "\n  ".join(bad)
+
+
+def test_every_package_is_in_the_wheel():
+    """pyproject lists packages explicitly (the folders map onto one namespace): a package folder missing from the
+    list is missing from the wheel, and so from the page, where its import fails."""
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"(ember[\w.]*)"', text[text.index("packages = ["):text.index("]", text.index("packages = ["))]))
+    packages = {m for m, (_, is_pkg) in MODULES.items() if is_pkg}
+    assert not packages - listed, f"packages missing from pyproject.toml's packages list: {sorted(packages - listed)}"

@@ -16,7 +16,7 @@ import pytest
 
 import ember
 from ember.device import device_status
-from ember.models.llama.generate import SamplingParams, generate
+from ember.models.common.generate import SamplingParams, generate
 
 _OK, _WHY = device_status("webgpu")
 if not _OK:  # under CI=true (webgpu pinned) this skip fails (tests/expected_skips.py)
