@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..ops_blockwise import BITS, BlockWeight, unpack
-from .guard import node_error
+from .guard import node_error, sized
 from .ops_quant import _dequantize_linear, _dynamic_quantize, _exact_int_matmul, _centered, _quantize_linear
 from .registry import op
 from .values import cast, host
@@ -85,7 +85,7 @@ def _matmul_nbits(ctx, ins, at):
     if a.shape[-1] != k:
         raise node_error(at, f"A {tuple(a.shape)} must end in K={k}")
     if 0 in tuple(b.shape):                                    # an omitted projection: zeros (or the bias)
-        y = a.new_zeros((*a.shape[:-1], n))
+        y = a.new_zeros(tuple(sized(at, "N", (*a.shape[:-1], n))))
         return y + cast(bias, a.dtype) if bias is not None else y
     w = _cached(at, "nbits", (b, scales, zp), lambda: _block_weight(at, b, scales, zp, n, k, bits, block))
     if g_idx is not None:
