@@ -9,7 +9,7 @@ from ..autograd import no_grad
 from ..device import CPU, device as as_device
 from ..tensor import Tensor, tensor
 from . import plan as P
-from .fuse import fuse_gelu, fuse_silu
+from .fuse import dedupe, fuse_attention, fuse_gelu, fuse_linear, fuse_silu
 from .proto import load_model
 from .registry import HOST_INPUTS, Attrs, lookup
 from .tensor_data import BFLOAT16, NAMES, NP_OF, STRING, to_numpy
@@ -171,8 +171,10 @@ class InferenceSession:
                 self._sub_initializers[id(g)] = inits
         self._outputs = [NodeArg(v) for v in graph.output]
         self._steps, self._host_consts = {}, {}
+        self._free = {id(g): tuple(P.free_names(g)) for g in self._subgraphs}  # what a subgraph run copies in
         for g in [graph] + self._subgraphs:
             plan = fuse_gelu(self._plans.pop(id(g)), g, visible[id(g)])
+            plan = fuse_attention(fuse_linear(plan, g, visible[id(g)]), g, visible[id(g)])
             self._steps[id(g)], self._host_consts[id(g)] = P.build(
                 plan, g, visible[id(g)], lambda ctx: ctx.on_host(), is_main=g is graph)
 
@@ -198,7 +200,7 @@ class InferenceSession:
                     self._subgraphs.append(g)
                     self._parent[id(g)] = graph
                     self._plan(g, missing)
-        self._plans[id(graph)] = fuse_silu(plan, graph)
+        self._plans[id(graph)] = fuse_silu(dedupe(plan, graph, P.RANDOM), graph)
 
     def _fold_constants(self, graph, store, outer):
         """Run, once at load, every node whose inputs are all constants (`store`: the graph's initializers,
@@ -256,8 +258,11 @@ class InferenceSession:
         return [self._to_numpy(values[n], types.get(n)) for n in names]
 
     def _run_graph(self, graph, feeds, outer, wanted=None):
-        env = dict(outer)
         main = graph is self.model.graph
+        if main:
+            env = dict(outer)
+        else:  # a subgraph sees the outer values it reads, not a copy of the whole scope
+            env = {n: outer[n] for n in self._free[id(graph)] if n in outer}
         # a subgraph (If/Loop/Scan body): its initializers and folded constants, made at load
         env.update(self._initializers if main else self._sub_initializers[id(graph)])
         env.update(feeds)
