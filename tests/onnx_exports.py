@@ -23,7 +23,7 @@ from expected_skips import missing
 VOCAB, HIDDEN, HEADS, LAYERS = 1000, 64, 4, 2
 SEED = 0
 NAMES = ["bert", "bert-q4", "gpt2", "gpt2-q4", "qwen2-gqa", "qwen2-gqa-q4", "llama", "llama-q4", "whisper-encoder",
-         "whisper-decoder", "whisper-decoder-q4", "vit"]
+         "whisper-decoder", "whisper-decoder-q4", "vit", "gpt2-small-q4"]  # the last: bench/bench_onnx.py's decode
 DECODERS = {"gpt2", "gpt2-q4", "qwen2-gqa", "qwen2-gqa-q4", "llama", "llama-q4", "whisper-decoder",
             "whisper-decoder-q4"}
 
@@ -177,6 +177,19 @@ def _gpt2(path, quantize):
         _quantize(path, 32, False)
 
 
+def _gpt2_small(path, quantize):
+    """GPT-2 small's shapes (768 wide, 12 layers, 12 heads, 50257 words, random weights) for the decode benchmark."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    _seeded()
+    cfg = GPT2Config(n_embd=768, n_layer=12, n_head=12, n_positions=1024, tie_word_embeddings=False)
+    cfg._attn_implementation = "eager"
+    model = GPT2LMHeadModel(cfg).eval()
+    _export_decoder(model, path, 12, 64, vocab=cfg.vocab_size)
+    _optimize(path, "gpt2", heads=12, hidden=768)
+    if quantize:
+        _quantize(path, 32, False)
+
+
 def _llama(path, quantize):
     from transformers import LlamaConfig, LlamaForCausalLM
     _seeded()
@@ -192,11 +205,11 @@ def _llama(path, quantize):
         _quantize(path, 128, True)
 
 
-def _export_decoder(model, path, kv_heads, head_size):
+def _export_decoder(model, path, kv_heads, head_size, vocab=VOCAB):
     import torch
     pin, pout = _kv_names(model.config.num_hidden_layers)
     b, s, p = 1, 3, 4
-    ids = torch.randint(0, VOCAB, (b, s))
+    ids = torch.randint(0, vocab, (b, s))
     mask = torch.ones(b, p + s, dtype=torch.long)
     pos = torch.arange(p, p + s)[None]
     past = [torch.randn(b, kv_heads, p, head_size) for _ in pin]
@@ -401,7 +414,7 @@ def _qwen2_gqa(path, quantize):
         _quantize(path, 32, False)
 
 
-_MAKERS = {"bert": _bert, "gpt2": _gpt2, "qwen2-gqa": _qwen2_gqa, "llama": _llama,
+_MAKERS = {"bert": _bert, "gpt2": _gpt2, "gpt2-small": _gpt2_small, "qwen2-gqa": _qwen2_gqa, "llama": _llama,
            "whisper-encoder": _whisper_encoder, "whisper-decoder": _whisper_decoder, "vit": _vit}
 
 

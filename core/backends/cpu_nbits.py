@@ -31,7 +31,10 @@ def nbits_matmul(be, x, packed, scales, zeros, bits, block, shape):
     if x2.dtype != np.float32 or not x2.flags.c_contiguous:
         x2 = np.ascontiguousarray(x2, np.float32)
     kernels = _compiled()
-    if kernels is not None and x2.shape[0] <= FUSED_ROWS:
+    if kernels is not None and x2.shape[0] <= FUSED_ROWS and kernels.nbits_supports(bits, block):
+        padded = scales.shape[1] * block
+        if padded != k:  # the last block's padding levels meet zeros
+            x2 = np.concatenate([x2, np.zeros((x2.shape[0], padded - k), np.float32)], 1)
         return kernels.nbits_matmul(x2, packed, scales, zeros, bits, block, n).reshape(*lead, n)
     return _slabs(x2, _levels(packed, zeros, bits, block, shape), scales, k).reshape(*lead, n)
 
@@ -44,7 +47,7 @@ def describe(be=None) -> str:
 
 
 def _compiled():
-    return None
+    return wasm_kernels() if NO_BLAS else native_kernels()
 
 
 # ============================================================================ the unpacked levels, kept per weight
