@@ -114,9 +114,10 @@ tabs.forEach((tab, i) => {
     if (d) { const j = (i + d + 3) % 3; tabs[j].focus(); selectTab(TOOLS[j]); }
   });
 });
-// #train belongs to the training tool (web/train.js, loaded last): keep it so that tool can open itself
+// #train and #onnx belong to tools that make their own tabs (web/train.js, web/onnx.js, loaded last): keep them so
+// those tools can open themselves
 const startTool = location.hash.slice(1);
-selectTab(TOOLS.includes(startTool) ? startTool : "whisper", startTool === "train");
+selectTab(TOOLS.includes(startTool) ? startTool : "whisper", ["train", "onnx"].includes(startTool));
 
 // ------------------------------------------------------------------ model pickers
 
@@ -665,5 +666,9 @@ import("./train.js").then((m) => m.mountTrainTool({ ember: () => state.ember, bu
 
 // ------------------------------------------------------------------ semantic search (web/search.js)
 import("./search.js").then((m) => m.mountSearchTool({ ember: () => state.ember, withBusy, showError }));
+
+// ------------------------------------------------------------------ any ONNX model (web/onnx.js makes its tab)
+document.head.append(Object.assign(document.createElement("link"), { rel: "stylesheet", href: "onnx.css" }));
+import("./onnx.js").then((m) => m.mountOnnxTool({ ember: () => state.ember, withBusy, showError }));
 
 start();
