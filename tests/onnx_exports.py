@@ -163,7 +163,6 @@ def _bert(path, quantize):
 
 
 def _gpt2(path, quantize):
-    import torch
     from transformers import GPT2Config, GPT2LMHeadModel
     _seeded()
     cfg = GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=128,
