@@ -2,10 +2,11 @@
 // onnxruntime's MatMulNBits layout (ember.ggml.nbits): per row n of W, blocks of `block` levels of `bits` bits
 // packed little-endian into bytes (the first level in the low bits), a float scale and zero point per block:
 //     W[n, k] = (level[n, k] - zero[n, k / block]) * scale[n, k / block]
-// Each block is read once as packed bits and decoded into a small float buffer in L1, then every row of x takes
-// its dot product with it:  y[m, n] += scale * (sum_j x[m, j] level[j] - zero * sum_j x[m, j]).
-// The float sums run in 8 fixed lanes combined in one order, with no fused multiply-add (-ffp-contract=off):
-// the native and the wasm builds give the same bits (the lanes are what the compiler vectorizes).
+// Each block's bytes are read once and their levels turned into floats in registers, against x split by phase (a
+// 4-bit byte meets x's even and odd elements side by side):  y[m, n] = sum_b scale_b (sum_j x[m, j] level_j) -
+// sum_b scale_b zero_b (sum_j x[m, j]), the block sums taken once per call. The float sums run in 16 fixed lanes
+// combined in one order, with no fused multiply-add (-ffp-contract=off); the AVX2 and wasm SIMD paths of the
+// 4-bit kernel do each lane's IEEE operations in the plain C path's order, so every build gives the same bits.
 #include <stdint.h>
 
 #include "simd.h"  // the target: EMBER_SIMD_SCALAR, __AVX2__ or __wasm_simd128__
