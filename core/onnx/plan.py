@@ -28,7 +28,8 @@ HOST_READ = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "Unsqueeze": (1,), "
              **{r: (1,) for r in _REDUCE}}
 
 # operators whose outputs differ run to run: never folded into constants at load, never cached
-RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
+          "Dropout"}  # (Dropout draws only in training mode; an inference Dropout is the identity either way)
 # operators never run on the host: their values are not tensors (sequences, optionals) or differ run to run
 _NOT_HOST = {"SequenceConstruct", "SequenceInsert", "SequenceAt", "SequenceErase", "SequenceLength",
              "SequenceEmpty", "SequenceMap", "SplitToSequence", "ConcatFromSequence", "Optional",
