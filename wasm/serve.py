@@ -228,7 +228,8 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
                     entries.append({"name": name, "url": f"{m['id']}/{name}", "size": path.stat().st_size,
                                     "sha256": _sha256(path)})
                 manifest[tool].append({"id": m["id"], "label": m["label"], "files": entries,
-                                       "bytes": sum(e["size"] for e in entries)})
+                                       "bytes": sum(e["size"] for e in entries), **({"chat": True} if m.get("chat")
+                                                                                   else {})})
                 if not quiet:
                     print(f"ember:       {tool}: {m['label']}, {manifest[tool][-1]['bytes'] / 1e6:.1f} MB",
                           file=sys.stderr, flush=True)

@@ -1,4 +1,5 @@
 // The web app: three tools over the public API in ember.js (and nothing else).
+import { mountChat } from "./chat.js";
 import { createEmber, EmberError } from "./ember.js";
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -180,6 +181,7 @@ async function ensureModel(tool, force = false) {
         `${(info.parameters / 1e6).toFixed(1)} M parameters on ${info.device.toUpperCase()}.` + (info.classes ? " " + detects(info) : "") +
         (tool === "llama" ? " " + modelMemory(info) : "") + (info.multilingual ? ` Multilingual: ${info.languages.length} languages.` : "");
       if (tool === "whisper") showLanguages(info);
+      if (tool === "llama") showTextMode(!!info.chat);
     } catch (e) {
       delete state.loadedFrom[tool];
       status.textContent = "Not loaded.";
@@ -475,6 +477,15 @@ $("#generate").addEventListener("click", async () => {
 });
 $("#prompt").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) $("#generate").click(); });
 
+// The text tool is a chat for a model with a chat template (chat.js), a completion otherwise: the picked demo
+// says which before it loads (the manifest's "chat"), the loaded model after.
+function showTextMode(chat) {
+  $("#chat").hidden = !chat;
+  $("#completion").hidden = chat;
+}
+mountChat($("#chat"), { ember: () => state.ember, ensure: () => ensureModel("llama"),
+  run: (fn) => runTool("llama", fn), showError: (e) => showError(e, "llama") });
+
 // ------------------------------------------------------------------ YOLO
 
 $("#conf").addEventListener("input", (e) => { $("#conf-out").value = e.target.value; });
@@ -608,14 +619,22 @@ async function start() {
   const manifest = await state.ember.manifest();
   for (const tool of TOOLS) {
     const sel = $(".demo", pickers[tool]);
-    for (const m of manifest[tool] || [])
-      sel.append(new Option(`${m.label} · ${(m.bytes / 1e6).toFixed(0)} MB`, m.id));
+    for (const m of manifest[tool] || []) {
+      const option = new Option(`${m.label} · ${(m.bytes / 1e6).toFixed(0)} MB`, m.id);
+      if (m.chat) option.dataset.chat = "true";
+      sel.append(option);
+    }
     if (!sel.options.length) {
       sel.append(new Option("none bundled in this build", ""));
       $(".kind", pickers[tool]).value = "hub";
       $(".kind", pickers[tool]).dispatchEvent(new Event("change"));
     }
   }
+  const textDemo = $(".demo", pickers.llama);
+  const pickedChat = () => showTextMode($(".kind", pickers.llama).value === "demo" && !!textDemo.selectedOptions[0]?.dataset.chat);
+  textDemo.addEventListener("change", pickedChat);
+  $(".kind", pickers.llama).addEventListener("change", pickedChat);
+  pickedChat();
   document.body.dataset.ready = "true";
   // ms after navigation start at which each boot stage ended (bench/bench_web.py reads it): the page is
   // interactive at "ready"; model weights load later, per tool, with their own progress

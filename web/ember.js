@@ -194,6 +194,65 @@ class Ember {
     return this._run("llama", String(prompt), opts, onToken && ((d) => onToken(...d)));
   }
 
+  /** Chat with the text tool's model when it carries a chat template (loadModel("llama", ...) says `chat: true`;
+   *  the bundled demo is SmolLM2-135M-Instruct), shaped like OpenAI's and WebLLM's API:
+   *    const r = await ember.chat.completions.create({ messages, max_tokens, temperature, seed, stop });
+   *    r.choices[0].message.content; r.usage   // usage.extra: prefill_tokens, cached_tokens, ttft_ms, tokens_per_s
+   *    for await (const c of await ember.chat.completions.create({ messages, stream: true })) c.choices[0].delta
+   *  messages: [{role, content}] (the whole conversation: the worker keeps the previous one's KV cache and
+   *  prefills only what is new); response_format: {type: "json_schema", json_schema: {schema}} or
+   *  {type: "json_object"} constrains decoding; top_p, top_k, repetition_penalty as generate(). `cancel()` ends a
+   *  reply early (finish_reason "abort"). */
+  get chat() {
+    return { completions: { create: (params) => this._chatCreate(params || {}) } };
+  }
+
+  async _chatCreate(p) {
+    if (!Array.isArray(p.messages) || !p.messages.length)
+      throw new EmberError("bad_request", "ember: chat.completions.create needs a non-empty messages array");
+    const info = this.models.llama;
+    if (!info) throw new EmberError("not_loaded", "ember: no text model loaded; call loadModel('llama', ...) first");
+    if (!info.chat) throw new EmberError("bad_request", "ember: the loaded model has no chat template (a base model)");
+    const opts = { chat: true };
+    for (const k of ["max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty"])
+      if (p[k] !== undefined && p[k] !== null) opts[k] = p[k];
+    if (p.stop !== undefined && p.stop !== null) opts.stop = Array.isArray(p.stop) ? p.stop : [p.stop];
+    if (p.response_format) opts.response_format = JSON.stringify(p.response_format);
+    const input = JSON.stringify(p.messages.map((m) => ({ role: m.role, content: m.content })));
+    const id = `chatcmpl-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
+    const created = Math.floor(Date.now() / 1000), model = info.source || "llama";
+    const usage = (r) => ({ prompt_tokens: r.prompt_tokens.length, completion_tokens: r.tokens.length,
+      total_tokens: r.prompt_tokens.length + r.tokens.length,
+      extra: { prefill_tokens: r.prefill_tokens, cached_tokens: r.cached_tokens, ttft_ms: r.ttft_ms,
+        tokens_per_s: r.tokens_per_s } });
+    const finish = (r) => (r.stopped === "cancelled" ? "abort" : r.finish_reason);
+    if (!p.stream) {
+      const r = await this._run("llama", input, opts);
+      return { id, object: "chat.completion", created, model, usage: usage(r), ember: r,
+        choices: [{ index: 0, message: { role: "assistant", content: r.text }, finish_reason: finish(r), logprobs: null }] };
+    }
+    const chunk = (delta, reason = null) => ({ id, object: "chat.completion.chunk", created, model,
+      choices: [{ index: 0, delta, finish_reason: reason, logprobs: null }] });
+    const queue = [];
+    let wake = null, result = null, failure = null;
+    const push = (x) => { queue.push(x); if (wake) { wake(); wake = null; } };
+    this._run("llama", input, opts, (d) => push(d[0])).then((r) => { result = r; push(null); },
+      (e) => { failure = e; push(null); });
+    return {
+      async *[Symbol.asyncIterator]() {
+        yield chunk({ role: "assistant", content: "" });
+        for (;;) {
+          if (!queue.length) await new Promise((resolve) => { wake = resolve; });
+          const piece = queue.shift();
+          if (piece === null) break;
+          yield chunk({ content: piece });
+        }
+        if (failure) throw failure;
+        yield { ...chunk({}, finish(result)), usage: usage(result), ember: result };
+      },
+    };
+  }
+
   /** Image (Blob/File/ArrayBuffer of an encoded image, or ImageData) -> detections like `ember yolo --json`:
    *  [{class, label, score, box: [x1, y1, x2, y2]}], with .ms, .width, .height, .input ([H, W] the model
    *  saw) and .stopped ("done" | "cancelled") set on the array. opts as Ultralytics predict's defaults:
