@@ -5,23 +5,30 @@
 //   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, prefetch?, device}
 //                                                   -> {type: "ready", device, reason, adapter, kernels, tools, marks}
 //                                                      (tools: {name: {files, beside, packages}}, tools.table())
-//                   {type: "device", device}        -> {type: "result", data: {device, reason, adapter, kernels}}
-//                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
+//                                                      (interrupt: a SharedArrayBuffer under cross-origin isolation:
+//                                                      the page writes 2 into it to interrupt Python mid-step)
+//                   {type: "device", device, probe?} -> {type: "result", data: {device, reason, adapter, kernels, auto}}
+//                   {type: "load", tool, key, label?, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
 //                                                   -> {type: "result", data: {tool, device, parameters, bytes, ...}}
 //                   {type: "run", tool, input, opts} -> {type: "partial", data} ... {type: "result"}
 //                                                      (data.wasm_memory_bytes: the heap after it)
-//                   {type: "cancel"}                (no reply: the running request ends "cancelled")
+//                   {type: "cancel"}                (no reply: a download stops at once, a run at its next step;
+//                                                   the request ends "cancelled")
 //   worker -> page  {type: "progress", stage, file, done, total}       bytes for downloads, 0..1 otherwise
 //                   {type: "error", code, message}                    code picks the page's human message
 // Both load and run end in ember.wasm.worker_api.handle, which hands them to the tool's module.
-// Weights are cached in the Cache API under their URL plus size/sha256, so a reload reads them from disk.
+// A model's files are kept in the Cache API once it has loaded (model-cache.js), so a reload, or a visit
+// offline, reads them from disk, their sha256 checked.
 
-const CACHE_NAME = "ember-weights-v1";
+import { ABSENT, openCache, readCached, sha256Hex, storeModel } from "./model-cache.js";
+
 const MAX_MODEL_BYTES = 1.5 * 2 ** 30; // wasm32: 4 GiB address space, weights are held twice while loading
 
 let pyodide = null;
 let device = "cpu";
 let tools = {}; // name -> {files, beside, packages}: what each tool module declares
+let downloads = null; // the AbortController of the load request downloading now: a cancel aborts it
+let interrupt = null; // Int32Array on a SharedArrayBuffer (cross-origin isolated pages): Pyodide's interrupt buffer
 
 class WorkerFail extends Error {
   constructor(code, message) { super(message); this.code = code; }
@@ -31,7 +38,8 @@ const post = (msg, transfer) => self.postMessage(msg, transfer || []);
 
 self.onmessage = async (ev) => {
   const msg = ev.data;
-  if (msg.type === "cancel") { // handled at once: the running Python task sees the flag at its next step
+  if (msg.type === "cancel") { // handled at once: a download stops, the running Python task sees the flag at its next step
+    if (downloads) downloads.abort();
     if (pyodide) pyodide.runPython("from ember.wasm import worker_api; worker_api.cancel()");
     return;
   }
@@ -42,10 +50,11 @@ let queue = Promise.resolve();
 async function serve(msg) {
   const { id } = msg;
   const progress = (stage, file, done, total) => post({ type: "progress", id, stage, file, done, total });
+  if (interrupt) Atomics.store(interrupt, 0, 0); // an interrupt meant for an earlier request is void
   try {
     if (msg.type === "init") post({ type: "ready", id, ...(await init(msg, progress)) });
     else if (!pyodide) throw new WorkerFail("not_ready", "ember: the runtime is not started yet");
-    else if (msg.type === "device") post({ type: "result", id, data: await setDevice(msg.device) });
+    else if (msg.type === "device") post({ type: "result", id, data: await setDevice(msg.device, msg.probe) });
     else if (msg.type === "load") post({ type: "result", id, data: await load(msg, progress) });
     else if (msg.type === "run") post({ type: "result", id, data: await run(msg) });
     else throw new WorkerFail("bad_request", `ember: unknown message type ${msg.type}`);
@@ -98,11 +107,15 @@ async function init(msg, progress) {
   mark("import");
   progress("runtime", "device", 3, 4);
   const want = msg.device === "cpu" || msg.device === "webgpu" ? msg.device : "auto";  // auto skips software adapters
-  const picked = self.navigator.gpu || want === "cpu" ? await setDevice(want)
+  const picked = self.navigator.gpu || want === "cpu" ? await setDevice(want, msg.probe)
     : { device: "cpu", reason: "this browser has no WebGPU (navigator.gpu is missing)" };
   mark("device");
   progress("runtime", "ready", 4, 4);
-  return { ...picked, tools, pyodide: pyodide.version, marks };
+  if (self.crossOriginIsolated && typeof SharedArrayBuffer === "function") { // Python can then be stopped mid-step
+    interrupt = new Int32Array(new SharedArrayBuffer(4));
+    pyodide.setInterruptBuffer(interrupt);
+  }
+  return { ...picked, tools, pyodide: pyodide.version, marks, interrupt: interrupt && interrupt.buffer };
 }
 
 async function fetchBytes(url, what) {
@@ -133,8 +146,8 @@ function ensureToolPackages(tool) {
   return toolPackages[tool];
 }
 
-async function setDevice(name) {
-  const r = await callPy("device", { device: name });
+async function setDevice(name, probe = false) {
+  const r = await callPy("device", { device: name, probe: !!probe });
   device = r.device;
   return r;
 }
@@ -160,30 +173,15 @@ async function callPy(op, args) {
 
 // ------------------------------------------------------------------ weights
 
-function cacheKey(file) {
-  const u = new URL(file.url, self.location.href);
-  u.hash = `ember-size=${file.size ?? ""}&sha256=${file.sha256 ?? ""}`;
-  return u.href.replace("#", (u.search ? "&" : "?") + "ember-cache&"); // Cache API ignores fragments
-}
+const cancelled = () => new WorkerFail("cancelled", "ember: cancelled");
 
-async function sha256Hex(bytes) {
-  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-  return Array.from(d, (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
-async function fetchCached(file, progress) {
-  const cache = self.caches ? await self.caches.open(CACHE_NAME) : null; // no Cache API off secure origins
-  const key = cacheKey(file);
-  const hit = cache && (await cache.match(key));
-  if (hit) {
-    const bytes = new Uint8Array(await hit.arrayBuffer());
-    progress("download", file.name, bytes.length, bytes.length);
-    return bytes;
-  }
+// Download one file -> its bytes (null: an optional file the host does not have). `signal` aborts it at once.
+async function download(file, progress, signal) {
   let resp;
   try {
-    resp = await fetch(file.url);
+    resp = await fetch(file.url, { signal });
   } catch (e) {
+    if (signal.aborted) throw cancelled();
     throw new WorkerFail("download", `ember: cannot download ${file.url} (${e.message}); check the address and your connection`);
   }
   if (resp.status === 404 && file.optional) return null;
@@ -205,8 +203,15 @@ async function fetchCached(file, progress) {
   const reader = resp.body.getReader();
   progress("download", file.name, 0, total);
   for (;;) {
-    const { done: end, value } = await reader.read();
-    if (end) break;
+    let step;
+    try {
+      step = await reader.read();
+    } catch (e) {
+      if (signal.aborted) throw cancelled();
+      throw new WorkerFail("download", `ember: downloading ${file.url} broke off after ${done} bytes (${e.message})`);
+    }
+    if (step.done) break;
+    const value = step.value;
     if (bytes && done + value.length <= bytes.length) bytes.set(value, done);
     else {
       if (bytes) { chunks.push(bytes.subarray(0, done)); bytes = null; }
@@ -227,15 +232,6 @@ async function fetchCached(file, progress) {
   }
   if (file.size != null && done !== file.size)
     throw new WorkerFail("download", `ember: ${file.url}: got ${done} bytes, expected ${file.size} (incomplete download)`);
-  if (file.sha256 && (await sha256Hex(bytes)) !== file.sha256)
-    throw new WorkerFail("download", `ember: ${file.url}: sha256 does not match the manifest; refusing the file`);
-  if (cache) {
-    try {
-      await cache.put(key, new Response(bytes, { headers: { "content-length": String(done) } }));
-    } catch (e) {
-      console.warn(`ember: not cached (${e.message})`); // quota: still usable, just fetched again next time
-    }
-  }
   return bytes;
 }
 
@@ -250,29 +246,57 @@ async function load(msg, progress) {
   if (known > MAX_MODEL_BYTES) throw tooLarge(msg.tool, known);
   const folder = `/models/${msg.tool}/${msg.key.replace(/[^A-Za-z0-9._-]/g, "_")}`;
   pyodide.FS.mkdirTree(folder);
+  const cache = await openCache().catch(() => null); // no Cache API off secure origins: downloaded every time
+  const fresh = []; // files downloaded now: stored once the model has loaded, so a cancel or a failure keeps none
   const got = new Set();
   const files = [...msg.files];
   let held = 0; // shards are known only once their index is read: the total is checked as they arrive
-  for (let i = 0; i < files.length; i++) {
-    const f = files[i];
-    if (f.unless && got.has(f.unless)) continue; // an alternative to a file we already have
-    const bytes = f.bytes ? new Uint8Array(f.bytes) : await fetchCached(f, progress);
-    if (bytes) {
+  downloads = new AbortController();
+  const { signal } = downloads;
+  try {
+    for (let i = 0; i < files.length; i++) {
+      const f = files[i];
+      if (f.unless && got.has(f.unless)) continue; // an alternative to a file we already have
+      let bytes = f.bytes ? new Uint8Array(f.bytes) : cache ? await readCached(cache, f) : null;
+      if (signal.aborted) throw cancelled();
+      if (bytes === ABSENT) continue;
+      if (bytes) progress("download", f.name, bytes.length, bytes.length);
+      else if (!f.bytes) {
+        bytes = await download(f, progress, signal);
+        const sha256 = bytes && (await sha256Hex(bytes)); // stored with it: checked whenever it is read back
+        if (bytes && f.sha256 && sha256 !== f.sha256)
+          throw new WorkerFail("download", `ember: ${f.url}: sha256 does not match the manifest; refusing the file`);
+        if (signal.aborted) throw cancelled();
+        fresh.push({ file: f, bytes, sha256 });
+      }
+      if (!bytes) continue;
       writeOwned(`${folder}/${f.name.replace(/[\/\\]/g, "_")}`, bytes);
       got.add(f.name);
       if ((held += bytes.length) > MAX_MODEL_BYTES) throw tooLarge(msg.tool, held);
       if (f.url && f.name === "model.safetensors.index.json") files.push(...shardFiles(f, bytes));
     }
+  } catch (e) {
+    clearFolder(folder);
+    throw e;
+  } finally {
+    downloads = null;
   }
   if (packages) await packages;
   progress("load", msg.tool, 0, 1);
+  let info;
   try {
-    return await callPy("load", { tool: msg.tool, folder, device });
+    info = await callPy("load", { tool: msg.tool, folder, device });
   } finally {
-    for (const name of pyodide.FS.readdir(folder)) // the weights now live in the model; free the file copies
-      if (name !== "." && name !== "..") pyodide.FS.unlink(`${folder}/${name}`);
+    clearFolder(folder); // the weights now live in the model; free the file copies
     progress("load", msg.tool, 1, 1);
   }
+  if (cache && fresh.length) await storeModel(cache, fresh, { model: msg.key, tool: msg.tool, label: msg.label });
+  return info;
+}
+
+function clearFolder(folder) {
+  for (const name of pyodide.FS.readdir(folder))
+    if (name !== "." && name !== "..") pyodide.FS.unlink(`${folder}/${name}`);
 }
 
 // Hand `bytes` to Pyodide's in-memory file system without a copy (FS.write's canOwn: MEMFS keeps the array as
