@@ -77,7 +77,7 @@ def test_bad_audio_headings_and_a_clean_state(app, tmp_path, clip_wav):
     app.page.set_input_files("#audio-file", str(text))  # refused in the page: neither RIFF nor browser audio
     wait_message(app)
     assert heading(app) == "Not a WAV file" and "notes.wav" in app.message() and "Something went wrong" not in app.message()
-    assert app.message().startswith("Whisper: ")
+    assert app.message().startswith("Speech to text (Whisper tiny.en): ")
     assert whisper_clean(app)
     app.screenshot("whisper-not-a-wav.png")
 
@@ -214,7 +214,7 @@ def test_not_an_image_heading_and_a_clean_state(app, tmp_path):
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"broken" * 10)
     app.page.set_input_files("#image-file", str(bad))
     wait_message(app)
-    assert heading(app) == "Not an image" and app.message().startswith("YOLO: ")
+    assert heading(app) == "Not an image" and app.message().startswith("Object detection (")
     assert app.page.locator("#detections tbody tr").count() == 0 and app.page.inner_text("#yolo-stats") == ""
     assert app.page.eval_on_selector("#detections", "e => e.dataset.json") is None
 
@@ -230,7 +230,7 @@ def test_an_ultralytics_checkpoint_from_a_file_and_a_hub_id(app, server, hub_dir
     app.page.set_input_files("#image-file", str(bus_png))
     got = app.wait_result("#detections")
     assert got is not None, app.message()
-    assert "Loaded local files" in app.page.inner_text(f"{picker} .model-status")
+    assert "Loaded best.pt: " in app.page.inner_text(f"{picker} .model-status")
     assert "Detects 2 classes: Normal, Fall." in app.page.inner_text(f"{picker} .model-status")
     assert_same_detections(got, ref)
 

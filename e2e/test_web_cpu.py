@@ -129,7 +129,8 @@ def test_local_files_load_and_match_native(app, site, native_llama):
     app.generate(PROMPT, 8)
     got = app.wait_result("#llama-output")
     assert got is not None, app.message()
-    assert "Loaded local files" in app.page.inner_text(f"{picker} .model-status")
+    status = app.page.inner_text(f"{picker} .model-status")
+    assert status.startswith("Loaded ") and "model.safetensors" in status.split(":")[0], status
     assert got["tokens"] == llama_reference(native_llama, PROMPT, 8)["tokens"]
     app.page.select_option(f"{picker} .kind", "demo")
 

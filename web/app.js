@@ -8,11 +8,13 @@ import { mountTabs } from "./tabs.js";
 import { $, MB, endRun, hideMessage, setProgress, showError, showMessage, startRun } from "./ui.js";
 
 const params = new URLSearchParams(location.search);
-const state = { ember: null, loadedFrom: {}, restartHooks: [], names: {} };
+const state = { ember: null, loadedFrom: {}, loading: {}, restartHooks: [], names: {} };
 // "auto" (the default), "webgpu" or "cpu": ?device= for this visit, else the choice remembered from the Device box
 const remembered = localStorage.getItem("ember-device");
 const choice = params.get("device") || remembered || "auto";
 const fromMemory = !params.get("device") && remembered && remembered !== "auto";
+// where the choice came from: "url" (a link or a test asked for it this once: no note), "memory" or "select"
+let choiceFrom = params.get("device") ? "url" : "memory";
 // the runtime starts first: the tools' page code loads while Pyodide boots
 const started = createEmber({ device: choice, probe: fromMemory, hubURL: params.get("hub") || undefined,
   onProgress: (p) => setProgress(p, p.stage === "download" || p.stage === "load" ? loadingLabel(p) : undefined),
@@ -86,6 +88,7 @@ function sourceName(tool, source) {
 /** The model `tool` runs (loaded, else picked): "Whisper tiny.en", "Gemma 3 270M", "best.pt" ... */
 function modelName(tool) {
   if (state.names[tool]) return state.names[tool]();
+  if (state.loading[tool]) return state.loading[tool];
   if (state.loadedFrom[tool]) return state.loadedFrom[tool].name;
   if (!pickers[tool]) return "";
   try { return sourceName(tool, pickedSource(tool)); } catch (e) { return ""; }
@@ -106,6 +109,7 @@ async function ensureModel(tool, force = false) {
   if (!force && state.loadedFrom[tool] && state.loadedFrom[tool].key === key) return;
   const node = pickers[tool], status = $(".model-status", node), name = sourceName(tool, source);
   status.textContent = `Loading ${name}…`;
+  state.loading[tool] = name;
   $(".load", node).hidden = true;
   $(".cancel-load", node).hidden = false;
   try {
@@ -120,6 +124,7 @@ async function ensureModel(tool, force = false) {
     status.textContent = e.code === "cancelled" ? `Loading ${name} was cancelled; nothing of it was kept.` : "Not loaded.";
     throw e;
   } finally {
+    delete state.loading[tool];
     $(".load", node).hidden = false;
     $(".cancel-load", node).hidden = true;
   }
@@ -231,9 +236,9 @@ function showDevice() {
       : `Auto chose the CPU: ${e.deviceReason || "no WebGPU adapter here"}.`;
   } else if (picked === "webgpu" && e.device !== "webgpu") {
     line = `WebGPU isn't available here (${e.deviceReason}). ember runs on the CPU instead: slower, same results.`;
-  } else if (e.deviceAuto && e.deviceAuto.device !== e.device) {
+  } else if (choiceFrom !== "url" && e.deviceAuto && e.deviceAuto.device !== e.device) {
     warn = true;
-    line = `Runs on ${DEVICE_NAMES[e.device]} as you chose${fromMemory && picked === remembered ? " on an earlier visit" : ""}; ` +
+    line = `Runs on ${DEVICE_NAMES[e.device]} as you chose${choiceFrom === "memory" ? " on an earlier visit" : ""}; ` +
       `Auto would run on ${DEVICE_NAMES[e.deviceAuto.device]} here, faster` +
       (e.deviceAuto.reason ? ` (${e.deviceAuto.reason.replace(/, slower than ember's CPU backend.*$/, ", slower than the CPU")})` : "") + ".";
   }
@@ -246,6 +251,7 @@ function showDevice() {
 
 async function switchDevice(value) {
   localStorage.setItem("ember-device", value);
+  choiceFrom = "select";
   $("#device").value = value;
   setStatus("Switching device…");
   try {

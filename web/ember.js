@@ -21,11 +21,11 @@
 const HERE = new URL(".", import.meta.url).href;
 const HUB = "https://huggingface.co";
 
-const SINGLE_FILE = /\.(safetensors|gguf|bin|onnx|pt)$/i;
+const SINGLE_FILE = /\.(safetensors|gguf|bin|onnx|pt)$/i; // a URL naming one weights file, not a folder
 // cancel(): a download stops at once and a run at its next step; a request still going after INTERRUPT_MS is
 // interrupted mid-step (cross-origin isolated pages: Python's interrupt buffer), and after RESTART_MS the worker
 // is replaced by a fresh one, so no wait outlasts a second.
-const INTERRUPT_MS = 300, RESTART_MS = 900; // a URL naming one weights file, not a folder
+const INTERRUPT_MS = 250, RESTART_MS = 700;
 // Each tool (ember.wasm.tools.<name>) declares the files a model folder holds and what comes beside one weights
 // file; the worker's `ready` carries that table (`ember.tools`), so nothing below knows a tool by name.
 

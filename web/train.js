@@ -109,12 +109,30 @@ export function mountTrainTool(app) {
 
   // ---------------------------------------------------------------- the plot (no libraries: one canvas)
 
+  // Drawn at the size it is shown (a phone's 330 px too, at the screen's pixel density); the legend sits above
+  // the plot area, in as many rows as the width needs, never over the curves.
+  const LEGEND = [["#ef4444", "loss (left)"], ["#3b82f6", "batch accuracy"], ["#22c55e", "test accuracy"]];
   function draw() {
     const c = $("#train-plot");
     const g = c.getContext("2d");
-    const W = c.width, H = c.height, L = 44, R = 44, T = 24, B = 26;
+    const dpr = window.devicePixelRatio || 1, W = c.clientWidth || 720, H = Math.round(W < 520 ? W * 0.62 : W * 0.36);
+    if (c.width !== Math.round(W * dpr) || c.height !== Math.round(H * dpr)) {
+      c.width = Math.round(W * dpr);
+      c.height = Math.round(H * dpr);
+    }
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, W, H);
     g.font = "11px system-ui, sans-serif";
+    const L = 44, R = 44, B = 26;
+    let lx = L, ly = 12;
+    const spots = LEGEND.map(([color, text]) => {
+      const w = 18 + g.measureText(text).width;
+      if (lx + w > W - R && lx > L) { lx = L; ly += 15; }
+      const at = [lx, ly];
+      lx += w + 16;
+      return [color, text, at];
+    });
+    const T = ly + 10;
     g.strokeStyle = "#8884";
     g.fillStyle = "#888";
     g.strokeRect(L, T, W - L - R, H - T - B);
@@ -142,16 +160,16 @@ export function mountTrainTool(app) {
     line(ui.steps.filter((s) => s.accuracy != null).map((s) => [x(s.step), yAcc(s.accuracy)]), "#3b82f666", 1);
     line(ui.epochs.map((e) => [x(e.step), yAcc(e.val_accuracy)]), "#22c55e", 2);
     for (const e of ui.epochs) { g.fillStyle = "#22c55e"; g.fillRect(x(e.step) - 3, yAcc(e.val_accuracy) - 3, 6, 6); }
-    // the legend sits above the plot area (T is its height), never over the curves
-    const legend = [["#ef4444", "loss (left)"], ["#3b82f6", "batch accuracy"], ["#22c55e", "test accuracy"]];
-    legend.forEach(([color, text], i) => {
+    for (const [color, text, [px, py]] of spots) {
       g.fillStyle = color;
-      g.fillRect(L + i * 130, 8, 10, 3);
+      g.fillRect(px, py - 4, 12, 3);
       g.fillStyle = "#888";
-      g.fillText(text, L + 14 + i * 130, 12);
-    });
+      g.fillText(text, px + 16, py);
+    }
+    c.dataset.plotTop = String(T); // where the curves start: below the legend (the e2e test reads it)
   }
   draw();
+  new ResizeObserver(() => { if (!ui.frame) ui.frame = requestAnimationFrame(() => { ui.frame = 0; draw(); }); }).observe($("#train-plot"));
 
   // ---------------------------------------------------------------- draw a digit
 
