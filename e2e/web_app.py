@@ -23,7 +23,7 @@ ARTIFACTS = Path(__file__).with_name("artifacts")
 READY_S = 240      # Pyodide start under heavy load took ~15-30 s; generous, but it fails clearly
 RUN_S = 420        # one model run on the CPU in wasm (Whisper tiny.en, YOLOv8s: ~10 s idle, ~110 s at load 15)
 SPEECH = "The quick brown fox jumps over the lazy dog."
-FAKE_MEDIA = ("--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream")
+FAKE_MEDIA = ("--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream", "--autoplay-policy=no-user-gesture-required")
 AXE_VERSION = "4.10.3"  # npm axe-core: the accessibility audit the e2e tests run in the page
 
 

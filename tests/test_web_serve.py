@@ -5,6 +5,7 @@ import hashlib
 import json
 import threading
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +143,39 @@ def test_a_tool_may_bundle_several_demos_default_first(tmp_path, fake_models):
     assert [m["id"] for m in manifest["llama"]] == ["tiny-llama", "second"]
     assert (out / "models" / "second" / "model.safetensors").is_file()
     assert "tiny llama" in (out / "README.md").read_text() and "second" in (out / "README.md").read_text()
+
+
+def _build_of(site) -> dict:
+    return json.loads((site / "sw.js").read_text().split("= ", 1)[1].split(";\n", 1)[0])
+
+
+def test_the_service_worker_carries_this_builds_files_and_a_version_that_follows_them(tmp_path, fake_models):
+    from ember.wasm.offline import write_service_worker
+    out = serve.build_site(tmp_path / "site", pyodide="cdn", models=fake_models, quiet=True)
+    config = json.loads((out / "config.json").read_text())
+    build = _build_of(out)
+    assert set(build["files"]) == {*serve.APP_FILES, "config.json", "models/manifest.json", config["wheelURL"]}
+    for path, sha in build["files"].items():
+        assert sha == hashlib.sha256((out / path).read_bytes()).hexdigest(), path
+    assert (out / "sw.js").read_text().endswith((serve.WEB / "sw.js").read_text())
+    assert (out / "sw.js").stat().st_ino != (serve.WEB / "sw.js").stat().st_ino  # written, never linked to web/
+    (out / "app.js").unlink()
+    (out / "app.js").write_text("// another build\n")
+    v2 = write_service_worker(out, serve.WEB / "sw.js", list(build["files"]))
+    assert v2 != build["version"] and _build_of(out)["version"] == v2
+    local = serve.build_site(tmp_path / "local", pyodide="local", models=fake_models, quiet=True)
+    files = _build_of(local)["files"]
+    assert {"pyodide/pyodide.mjs", "pyodide/pyodide.asm.wasm", "pyodide/pyodide.asm.js", "pyodide/pyodide-lock.json"} <= set(files)
+    assert any(p.startswith("pyodide/numpy-") for p in files) and not any("pillow" in p for p in files)
+
+
+def test_the_app_is_packaged_as_ember_web_and_the_page_wheel_leaves_it_out():
+    import tomllib
+    import zipfile
+    config = tomllib.loads((serve.ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"]["ember.web"] == "web" and "ember.web" in config["packages"]
+    patterns = config["package-data"]["ember.web"]
+    for name in serve.APP_FILES + ("sw.js",):  # every file ember serve needs matches a packaged pattern
+        assert any(Path(name).match(p) for p in patterns), name
+    with zipfile.ZipFile(serve.ensure_wheel()) as whl:
+        assert not [n for n in whl.namelist() if n.startswith("ember/web/")]

@@ -10,6 +10,7 @@ The site is self-contained and needs no server logic, so it deploys to a Hugging
     OUT/pyodide/                                         Pyodide 0.27.7 core + numpy + pillow (or the CDN),
                                                          python_stdlib.pyc.zip (bytecode.py: precompiled)
     OUT/wheels/<hash>/pycache-cp312.zip                  numpy's and ember's precompiled __pycache__
+    OUT/wheels/<hash>/boot-<hash>.tar.gz                 numpy + ember + that bytecode: what the page unpacks (boot.py)
     OUT/models/manifest.json + models/<id>/<files>       demo weights with sizes and sha256
     OUT/README.md                                        Space front matter (sdk: static)
     OUT/docs/                                            the ember book (--docs; `ember serve` when it can)
@@ -201,7 +202,7 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     step = _Steps(4, quiet)
-    boot = numpy_file = None
+    boot = numpy_file = bundle = None
     with step("app files (web/)") as st:
         for name in APP_FILES:
             _put(WEB / name, out / name)
@@ -226,6 +227,9 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
             if boot:
                 files[STDLIB_PYC] = boot["stdlib"]
                 _put(boot["pycache"], out / "wheels" / wheel.parent.name / PYCACHE)
+                from .boot import ensure_boot_bundle  # numpy + ember + their bytecode, one tar (wasm/boot.py)
+                bundle = ensure_boot_bundle(dist / numpy_file, wheel, boot["pycache"])
+                _put(bundle, out / "wheels" / wheel.parent.name / bundle.name)
             _replace_dir(out / "pyodide", files)
             st.note = (f"{n_files} files, {n_bytes / 1e6:.0f} MB (sha256-verified, with {' and '.join(PYODIDE_PACKAGES)})"
                        + (", precompiled bytecode" if boot else ""))
@@ -259,24 +263,25 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}
     if pyodide == "local" and boot:  # the page's boot without compiling Python (wasm/bytecode.py)
-        config.update(stdlibURL=f"pyodide/{STDLIB_PYC}", pycacheURL=f"wheels/{wheel.parent.name}/{PYCACHE}")
+        config.update(stdlibURL=f"pyodide/{STDLIB_PYC}", pycacheURL=f"wheels/{wheel.parent.name}/{PYCACHE}",
+                      bootURL=f"wheels/{wheel.parent.name}/{bundle.name}")  # numpy + ember installed in one go
     if pyodide == "local":  # fetched into the HTTP cache as the worker starts, while pyodide.asm.js loads and
         # Pyodide boots: Pyodide's own requests for them then read the cache (its headers: Handler below)
-        config["prefetch"] = [f"pyodide/{n}" for n in ("pyodide.asm.wasm", STDLIB_PYC if boot else "python_stdlib.zip",
-                                                       numpy_file)]
+        config["prefetch"] = [f"pyodide/{n}" for n in ("pyodide.asm.wasm", STDLIB_PYC if boot else "python_stdlib.zip")
+                              ] + ([] if bundle else [f"pyodide/{numpy_file}"])
     if docs and _book(out, docs, quiet):
         config["docsURL"] = "docs/"
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "README.md").write_text(_space_readme(manifest))
     # the service worker keeps what the page needs to become ready: it then opens offline (offline.py)
-    needed = [*APP_FILES, "config.json", "models/manifest.json", config["wheelURL"]]
-    for key in ("stdlibURL", "pycacheURL"):
-        if key in config:
-            needed.append(config[key])
+    needed = [*APP_FILES, "config.json", "models/manifest.json"]
+    needed += [config["bootURL"]] if "bootURL" in config else [config["wheelURL"]] + (
+        [config["pycacheURL"]] if "pycacheURL" in config else [])
     if pyodide == "local":
-        needed += [f"pyodide/{n}" for n in ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "pyodide-lock.json", numpy_file)]
-        if "stdlibURL" not in config:
-            needed.append("pyodide/python_stdlib.zip")
+        needed += [f"pyodide/{n}" for n in ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "pyodide-lock.json")]
+        needed.append(config.get("stdlibURL", "pyodide/python_stdlib.zip"))
+        if "bootURL" not in config:
+            needed.append(f"pyodide/{numpy_file}")
     write_service_worker(out, WEB / SW_NAME, needed)
     return out
 

@@ -38,7 +38,8 @@ export class EmberError extends Error {
 /**
  * Start the runtime. options: pyodideURL (folder holding pyodide.mjs; default: the app's config.json, else
  * ./pyodide/), wheelURL, modelsURL (folder with manifest.json), stdlibURL and pycacheURL (the precompiled
- * bytecode `ember build-web` writes; optional), hubURL (Hugging Face endpoint),
+ * bytecode `ember build-web` writes; optional), bootURL (numpy, ember and that bytecode in one tar; optional),
+ * hubURL (Hugging Face endpoint),
  * device ("auto" | "webgpu" | "cpu"), probe (with "cpu": also ask what "auto" would pick, `deviceAuto`),
  * onProgress({stage, file, done, total}), onRestart(): the runtime was restarted to end a request that did
  * not stop within a second of cancel(); the models are then unloaded.
@@ -59,6 +60,7 @@ async function loadConfig(url) {
       const abs = (p) => (p ? new URL(p, url).href : p);
       return { ...c, pyodideURL: abs(c.pyodideURL), wheelURL: abs(c.wheelURL), modelsURL: abs(c.modelsURL),
                stdlibURL: abs(c.stdlibURL), pycacheURL: abs(c.pycacheURL), // precompiled bytecode
+               bootURL: abs(c.bootURL), // numpy + ember + their bytecode in one tar
                prefetch: (c.prefetch || []).map(abs) }; // files the worker warms the HTTP cache with
     }
   } catch (e) { /* no config.json: defaults below */ }
@@ -95,7 +97,7 @@ class Ember {
   async _init(device = this.options.device || "auto") {
     if (!this.wheelURL) throw new EmberError("bad_request", "ember: no wheelURL (the ember wheel); build the site with `ember build-web`");
     const r = await this._request({ type: "init", pyodideURL: this.pyodideURL, wheelURL: this.wheelURL,
-      stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL,
+      stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL, bootURL: this.options.bootURL,
       prefetch: this.options.prefetch || [], device, probe: !!this.options.probe });
     this._deviceInfo(r);
     this.startup = r.marks || {}; // {worker, pyodide, numpy, import, device}: epoch ms each boot stage ended

@@ -166,6 +166,8 @@ export function mountSpeechTool(app) {
         const rms = Math.sqrt(samples.reduce((s, v) => s + v * v, 0) / samples.length);
         const db = Math.max(-60, 20 * Math.log10(rms || 1e-6));
         $("#record-level").value = db + 60;
+        rec.peak = Math.max(rec.peak || 0, db + 60);
+        $("#record-level").dataset.peak = String(rec.peak); // the loudest so far (the e2e test reads it)
         $("#record-level").textContent = `${Math.round(db)} dB`;
         const secs = Math.floor((performance.now() - rec.t0) / 1000);
         $("#record-time").textContent = `${Math.floor(secs / 60)}:${String(secs % 60).padStart(2, "0")}`;

@@ -2,7 +2,7 @@
 //
 // Protocol (every message carries the `id` of the request it belongs to); `tool` is any name of
 // ember.wasm.tools.TOOLS, and nothing here depends on which:
-//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, prefetch?, device}
+//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, bootURL?, prefetch?, device}
 //                                                   -> {type: "ready", device, reason, adapter, kernels, tools, marks}
 //                                                      (tools: {name: {files, beside, packages}}, tools.table())
 //                                                      (interrupt: a SharedArrayBuffer under cross-origin isolation:
@@ -72,10 +72,12 @@ async function init(msg, progress) {
   mark("worker");
   const abs = (u) => new URL(u, self.location.href).href;
   const base = abs(msg.pyodideURL).replace(/\/?$/, "/");
-  // fetched while Pyodide boots: the ember wheel and (from `ember build-web`) numpy's and ember's bytecode
-  const wheel = fetchBytes(abs(msg.wheelURL), "the ember wheel");
-  const pycache = msg.pycacheURL ? fetchBytes(abs(msg.pycacheURL), "precompiled bytecode") : null;
-  for (const p of [wheel, pycache]) if (p) p.catch(() => {}); // awaited below; no "unhandled" report meanwhile
+  // fetched while Pyodide boots: numpy + ember + their bytecode in one tar (`ember build-web`: wasm/boot.py), or
+  // the ember wheel and the bytecode zip (numpy then comes from Pyodide's own packages)
+  const bundle = msg.bootURL ? fetchGunzipped(abs(msg.bootURL), "numpy and ember") : null;
+  const wheel = bundle ? null : fetchBytes(abs(msg.wheelURL), "the ember wheel");
+  const pycache = !bundle && msg.pycacheURL ? fetchBytes(abs(msg.pycacheURL), "precompiled bytecode") : null;
+  for (const p of [bundle, wheel, pycache]) if (p) p.catch(() => {}); // awaited below; no "unhandled" report meanwhile
   // Pyodide's wasm, stdlib and numpy wheel, into the HTTP cache while pyodide.asm.js loads (config.json's list)
   for (const u of msg.prefetch || []) fetch(abs(u)).then((r) => r.arrayBuffer()).catch(() => {});
   progress("runtime", "pyodide", 0, 4);
@@ -89,9 +91,11 @@ async function init(msg, progress) {
     stdout: (s) => console.log(s), stderr: (s) => console.warn(s) });
   mark("pyodide");
   progress("runtime", "numpy", 1, 4);
-  const numpy = pyodide.loadPackage(["numpy"], { messageCallback: () => {}, errorCallback: (s) => console.warn(s) });
   const site = pyodide.runPython("import sysconfig; sysconfig.get_path('purelib')");
-  pyodide.unpackArchive(await wheel, "wheel", { extractDir: site }); // pure Python: no loadPackage round trip
+  // numpy's extension modules are compiled as Python imports them (not all 19 up front, as loadPackage does)
+  const numpy = bundle ? null : pyodide.loadPackage(["numpy"], { messageCallback: () => {}, errorCallback: (s) => console.warn(s) });
+  if (bundle) untar(await bundle, site);
+  else pyodide.unpackArchive(await wheel, "wheel", { extractDir: site }); // pure Python: no loadPackage round trip
   if (pycache) {
     try {
       pyodide.unpackArchive(await pycache, "zip", { extractDir: site }); // __pycache__ beside numpy's, ember's .py
@@ -99,7 +103,7 @@ async function init(msg, progress) {
       console.warn(`ember: no precompiled bytecode (${e.message}); Python compiles at import instead`);
     }
   }
-  await numpy;
+  if (numpy) await numpy;
   mark("numpy");
   progress("runtime", "ember", 2, 4);
   pyodide.runPython("import ember, ember.wasm.worker_api");
@@ -116,6 +120,38 @@ async function init(msg, progress) {
     pyodide.setInterruptBuffer(interrupt);
   }
   return { ...picked, tools, pyodide: pyodide.version, marks, interrupt: interrupt && interrupt.buffer };
+}
+
+// A gzipped file, decompressed by the browser as it streams in.
+async function fetchGunzipped(url, what) {
+  let resp;
+  try {
+    resp = await fetch(url);
+  } catch (e) {
+    throw new WorkerFail("download", `ember: cannot download ${what} from ${url} (${e.message})`);
+  }
+  if (!resp.ok) throw new WorkerFail("download", `ember: downloading ${what} from ${url} failed: HTTP ${resp.status}`);
+  return new Uint8Array(await new Response(resp.body.pipeThrough(new DecompressionStream("gzip"))).arrayBuffer());
+}
+
+// A ustar archive's files into Pyodide's file system under `dest`, each handed over without a copy (MEMFS owns a
+// view of `tar`; nothing writes to these files). Python's own unzip took ~1 s for the same ~1100 files.
+function untar(tar, dest) {
+  const FS = pyodide.FS, text = new TextDecoder(), made = new Set();
+  const field = (at, n) => { let end = at; while (end < at + n && tar[end]) end++; return text.decode(tar.subarray(at, end)); };
+  for (let at = 0; at + 512 <= tar.length;) {
+    const name = field(at, 100), prefix = field(at + 345, 155);
+    if (!name) break; // the two zero blocks that end the archive
+    const size = parseInt(field(at + 124, 12).trim() || "0", 8), type = tar[at + 156];
+    at += 512;
+    if (type === 48 || type === 0) { // "0" or NUL: a regular file
+      const path = `${dest}/${prefix ? prefix + "/" : ""}${name}`, dir = path.slice(0, path.lastIndexOf("/"));
+      if (!made.has(dir)) { FS.mkdirTree(dir); made.add(dir); }
+      const stream = FS.open(path, "w");
+      try { FS.write(stream, tar.subarray(at, at + size), 0, size, 0, true); } finally { FS.close(stream); }
+    }
+    at += Math.ceil(size / 512) * 512;
+  }
 }
 
 async function fetchBytes(url, what) {
@@ -159,8 +195,14 @@ async function callPy(op, args) {
   try {
     ns.set("op", op);
     ns.set("args", pyArgs);
-    const out = await pyodide.runPythonAsync(
-      "from ember.wasm.worker_api import handle\nawait handle(op, args)", { globals: ns });
+    let out;
+    try {
+      out = await pyodide.runPythonAsync(
+        "from ember.wasm.worker_api import handle\nawait handle(op, args)", { globals: ns });
+    } catch (e) { // the page's interrupt landed outside handle()'s own net
+      if (/KeyboardInterrupt/.test(e.message)) throw new WorkerFail("cancelled", "ember: cancelled");
+      throw e;
+    }
     const r = out.toJs({ dict_converter: Object.fromEntries });
     out.destroy();
     if (r.error) throw new WorkerFail(r.error, r.message);
