@@ -2,7 +2,7 @@
 // in, segments streamed into the transcript, copy / .txt / .srt out. Mounted by app.js (mountSpeechTool).
 
 import { EmberError } from "./ember.js";
-import { $, copyText, download, dropZone, notEmpty } from "./ui.js";
+import { $, copyText, download, dropZone, lastProgress, notEmpty } from "./ui.js";
 
 const WHISPER_EMPTY = "The transcript appears here segment by segment.";
 
@@ -120,9 +120,10 @@ export function mountSpeechTool(app) {
       });
       show(file, r, language);
     } catch (e) {
-      if (e.code === "cancelled") {
+      if (e.code === "cancelled") { // stopped mid-step: what streamed in is the result; the progress knew the length
+        const p = lastProgress(), duration = p && (p.stage === "window" || p.stage === "segment") ? p.total : null;
         show(file, { text: segments.map((s) => s.text).join("").trim(), segments: [...segments], stopped: "cancelled",
-          ms: performance.now() - t0 }, language);
+          ms: performance.now() - t0, duration, language }, language);
         return;
       }
       clear();

@@ -82,8 +82,11 @@ export function endRun(how) {
   if (how === "done") bar.lastRunS[bar.runTool] = secs;
   else if (how === "cancelled") $("#progress-text").textContent = `Cancelled after ${secs.toFixed(1)} s.`;
   bar.runStart = 0;
-  if (how !== "done") hideSoon();
+  hideSoon(); // its last state stays a moment, then the bar leaves
 }
+
+/** The last progress event of the run going on (or just ended): {stage, file, done, total}, or null. */
+export const lastProgress = () => bar.last;
 
 /** A progress event {stage, file, done, total} from ember (label: the model's name for download/load). */
 export function setProgress(p, label) {

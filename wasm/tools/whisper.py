@@ -122,7 +122,7 @@ async def run(audio, opts: dict, on_partial=None, on_progress=None) -> dict:
             await checkpoint()
     except StopIteration as end:
         language = end.value["language"]
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt):  # a cancel between steps, or the page's interrupt mid-step
         steps.close()
         stopped = "cancelled"
     return {"text": "".join(s["text"] for s in segs).strip(), "language": language, "segments": segs,
