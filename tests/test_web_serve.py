@@ -164,9 +164,28 @@ def test_the_service_worker_carries_this_builds_files_and_a_version_that_follows
     v2 = write_service_worker(out, serve.WEB / "sw.js", list(build["files"]))
     assert v2 != build["version"] and _build_of(out)["version"] == v2
     local = serve.build_site(tmp_path / "local", pyodide="local", models=fake_models, quiet=True)
-    files = _build_of(local)["files"]
-    assert {"pyodide/pyodide.mjs", "pyodide/pyodide.asm.wasm", "pyodide/pyodide.asm.js", "pyodide/pyodide-lock.json"} <= set(files)
-    assert any(p.startswith("pyodide/numpy-") for p in files) and not any("pillow" in p for p in files)
+    files, config = _build_of(local)["files"], json.loads((local / "config.json").read_text())
+    assert {"pyodide/pyodide.mjs", "pyodide/pyodide.asm.wasm", "pyodide/pyodide.asm.js", "pyodide/pyodide-lock.json",
+            config["stdlibURL"], config["bootURL"]} <= set(files)
+    assert not any("numpy-" in p or "pillow" in p for p in files)  # numpy is in the boot tar; Pillow loads on use
+
+
+def test_the_boot_tar_holds_numpy_ember_and_their_bytecode_at_their_site_packages_paths(tmp_path, fake_models):
+    import tarfile
+    import zipfile
+    out = serve.build_site(tmp_path / "site", pyodide="local", models=fake_models, quiet=True)
+    config = json.loads((out / "config.json").read_text())
+    with tarfile.open(out / config["bootURL"]) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        wheel = zipfile.ZipFile(out / config["wheelURL"])
+        for name in wheel.namelist():
+            if not name.endswith("/"):
+                assert tar.extractfile(members[name]).read() == wheel.read(name), name
+    assert all(m.mtime == 0 and m.isfile() for m in members.values())
+    assert "numpy/_core/_multiarray_umath.cpython-312-wasm32-emscripten.so" in members
+    assert any(n.startswith("ember/__pycache__/") and n.endswith(".cpython-312.pyc") for n in members)
+    assert (out / config["bootURL"]).name.startswith("boot-") and "prefetch" in config
+    assert not any("numpy" in p for p in config["prefetch"])
 
 
 def test_the_app_is_packaged_as_ember_web_and_the_page_wheel_leaves_it_out():

@@ -12,11 +12,12 @@ const state = { ember: null, loadedFrom: {}, loading: {}, restartHooks: [], name
 // "auto" (the default), "webgpu" or "cpu": ?device= for this visit, else the choice remembered from the Device box
 const remembered = localStorage.getItem("ember-device");
 const choice = params.get("device") || remembered || "auto";
-const fromMemory = !params.get("device") && remembered && remembered !== "auto";
 // where the choice came from: "url" (a link or a test asked for it this once: no note), "memory" or "select"
 let choiceFrom = params.get("device") ? "url" : "memory";
-// the runtime starts first: the tools' page code loads while Pyodide boots
-const started = createEmber({ device: choice, probe: fromMemory, hubURL: params.get("hub") || undefined,
+// the runtime starts first: the tools' page code loads while Pyodide boots. A remembered CPU also asks what Auto
+// would pick (a remembered WebGPU learns it from its own adapter)
+const started = createEmber({ device: choice, probe: choiceFrom === "memory" && choice === "cpu",
+  hubURL: params.get("hub") || undefined,
   onProgress: (p) => setProgress(p, p.stage === "download" || p.stage === "load" ? loadingLabel(p) : undefined),
   onRestart: restarted });
 
@@ -35,8 +36,6 @@ for (const slot of document.querySelectorAll(".picker-slot")) {
   const tool = slot.dataset.tool;
   const node = $("#picker-template").content.firstElementChild.cloneNode(true);
   node.id = `picker-${tool}`;
-  for (const el of node.querySelectorAll("[id]")) el.id = `${el.id}-${tool}`; // ids unique per picker
-  for (const el of node.querySelectorAll("[aria-describedby]")) el.setAttribute("aria-describedby", `${el.getAttribute("aria-describedby")}-${tool}`);
   slot.replaceWith(node);
   const kind = $(".kind", node);
   kind.addEventListener("change", () => {
