@@ -222,6 +222,7 @@ def test_a_digit_drawn_while_training_is_predicted_at_pause_and_stop_ends_the_pa
     page.mouse.move(x + 0.5 * w, y + 0.8 * w, steps=8)
     page.mouse.up()
     assert "Predicts when the run pauses or ends" in page.inner_text("#train-probs")
+    assert page.eval_on_selector("#train-probs li", "e => e.getBoundingClientRect().height") < 48  # not a word per line
     page.click("#train-pause")
     page.wait_for_function("document.querySelector('#train-probs').dataset.json !== undefined", timeout=WAIT)
     probs = json.loads(page.eval_on_selector("#train-probs", "e => e.dataset.json"))["probs"]
