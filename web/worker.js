@@ -20,8 +20,6 @@
 // A model's files are kept in the Cache API once it has loaded (model-cache.js), so a reload, or a visit
 // offline, reads them from disk, their sha256 checked.
 
-import { ABSENT, openCache, readCached, sha256Hex, storeModel } from "./model-cache.js";
-
 const MAX_MODEL_BYTES = 1.5 * 2 ** 30; // wasm32: 4 GiB address space, weights are held twice while loading
 
 let pyodide = null;
@@ -283,6 +281,8 @@ function tooLarge(name, bytes) {
 }
 
 async function load(msg, progress) {
+  // imported on the first load, not at start: the worker begins booting Pyodide one request sooner
+  const { ABSENT, openCache, readCached, sha256Hex, storeModel } = await import("./model-cache.js");
   const packages = ensureToolPackages(msg.tool); // downloads beside the weights
   const known = msg.files.reduce((s, f) => s + (f.size || (f.bytes ? f.bytes.byteLength : 0)), 0);
   if (known > MAX_MODEL_BYTES) throw tooLarge(msg.tool, known);
