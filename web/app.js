@@ -1,6 +1,6 @@
 // The web app's shell over the public API in ember.js: the runtime and its device, the tabs, one model picker
 // per tool, the one job guard, messages and progress. Each tool's page code is a module of its own (speech.js,
-// generate.js, detect.js, search.js, train.js), mounted with the `app` context below; the model manager is
+// generate.js + chat.js, detect.js, search.js, train.js), mounted with the `app` context below; the model manager is
 // models.js, offline use offline.js (the service worker sw.js).
 import { createEmber, EmberError } from "./ember.js";
 import { exclusive, onBusyChange, running } from "./guard.js";
@@ -193,13 +193,17 @@ async function start() {
   state.manifest = await ember.manifest();
   for (const [tool, node] of Object.entries(pickers)) {
     const sel = $(".demo", node);
-    for (const m of state.manifest[tool] || [])
-      sel.append(new Option(`${m.label} · ${(m.bytes / 1e6).toFixed(0)} MB`, m.id));
+    for (const m of state.manifest[tool] || []) {
+      const option = new Option(`${m.label} · ${(m.bytes / 1e6).toFixed(0)} MB`, m.id);
+      if (m.chat) option.dataset.chat = "true"; // a model with a chat template (the text tool opens its chat)
+      sel.append(option);
+    }
     if (!sel.options.length) {
       sel.append(new Option("none bundled in this build", ""));
       $(".kind", node).value = "hub";
       $(".kind", node).dispatchEvent(new Event("change"));
     }
+    sel.dispatchEvent(new Event("change")); // the tool's page code follows the picked demo
   }
   const docs = ember.options.docsURL;
   for (const a of document.querySelectorAll(".book-link")) { if (docs) a.href = docs; a.hidden = !docs; }

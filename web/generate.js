@@ -1,7 +1,9 @@
-// generate.js: the text-generation tool's page code (Gemma 3 / Llama / any causal LM through ember.js's
-// generate()): settings checked in the page, tokens streamed, Stop live from the model's first byte, copy and
-// .txt / .json of the result. Mounted by app.js (mountGenerateTool).
+// generate.js: the text tool's page code. A model with a chat template (the bundled SmolLM2) gets the chat
+// (chat.js, over ember.chat.completions); any other causal LM (Gemma 3, Llama ...) completes a prompt through
+// ember.js's generate(): settings checked in the page, tokens streamed, Stop live from the model's first byte,
+// copy and .txt / .json of the result. Mounted by app.js (mountGenerateTool).
 
+import { mountChat } from "./chat.js";
 import { EmberError } from "./ember.js";
 import { $, MB, copyText, download } from "./ui.js";
 
@@ -36,7 +38,19 @@ function stopReason(r, maxTokens) {
 }
 
 export function mountGenerateTool(app) {
-  $(".hub", app.picker("llama")).placeholder = "owner/name: Llama, Gemma, GPT-2, Mistral, Qwen2, Phi, Falcon …";
+  const picker = app.picker("llama");
+  $(".hub", picker).placeholder = "owner/name: Llama, Gemma, GPT-2, Mistral, Qwen2, Phi, Falcon …";
+  // A chat for a model with a chat template, a completion otherwise: the picked demo says which before it loads
+  // (the manifest's "chat"), the loaded model after.
+  const showTextMode = (chat) => { $("#chat").hidden = !chat; $("#completion").hidden = chat; };
+  const pickedChat = () => showTextMode($(".kind", picker).value === "demo" && !!$(".demo", picker).selectedOptions[0]?.dataset.chat);
+  $(".demo", picker).addEventListener("change", pickedChat);
+  $(".kind", picker).addEventListener("change", pickedChat);
+  picker.addEventListener("modelloaded", ({ detail: info }) => showTextMode(!!info.chat));
+  pickedChat();
+  mountChat($("#chat"), { ember: app.ember, showError: (e) => app.showError(e, "llama"),
+    ensure: () => app.run("llama", { label: "Loading" }, () => app.ensureModel("llama")),
+    run: (fn) => app.run("llama", { label: "Writing" }, fn) });
   for (const id of ["temperature", "top-p"]) $(`#${id}`).addEventListener("input", (e) => { $(`#${id}-out`).value = e.target.value; });
   const results = ["#llama-copy", "#llama-txt", "#llama-json"];
 
