@@ -4,8 +4,7 @@
 // ember.onnx) and shows each output: shape, type, statistics, a table of values, the top entries of a score
 // vector, and a heatmap where an output is image-shaped; with the time per run. A decoder exported with its KV
 // cache (input_ids + past_key_values.*) also generates through runDecoder, token by token.
-// Only the public JS API is used. app.js mounts it with one call (mountOnnxTool); the tab and its panel are made
-// here, so the shared page files stay untouched otherwise.
+// Only the public JS API is used. app.js mounts it with one call (mountOnnxTool) into its tab's panel (index.html).
 
 const $ = (sel, root = document) => root.querySelector(sel);
 const INT_TYPES = { int64: BigInt64Array, int32: Int32Array, int8: Int8Array, uint8: Uint8Array, int16: Int16Array,
@@ -174,9 +173,11 @@ function heatmap(canvas, t, plane) {
   canvas.style.width = `${Math.max(160, Math.min(480, w * Math.max(1, Math.floor(256 / w))))}px`;
 }
 
-/** The tool's UI in `root`. ember: a createEmber() instance or a getter; run(fn): wraps each call (the app's busy
- *  state); fail(error): shows an error. -> {load, run, state} (the page's tests reach it as window.emberOnnx). */
-export function mountOnnx(root, ember, { run = (fn) => fn(), fail = (e) => { throw e; } } = {}) {
+/** The tool's UI in `root`. ember: a createEmber() instance or a getter; run(fn, label): runs one job of the tool
+ *  (the app's job runner: guard, progress, Cancel); fail(error): shows an error; cancel(): stops the running job
+ *  (default: the runtime's cancel); onLoad(name): the model file loaded. -> {load, run, generate, unloaded, state}
+ *  (the page's tests reach it as window.emberOnnx). */
+export function mountOnnx(root, ember, { run = (fn) => fn(), fail = (e) => { throw e; }, cancel, onLoad = () => {} } = {}) {
   const em = typeof ember === "function" ? ember : () => ember;
   root.innerHTML = `
     <div class="card">
@@ -218,7 +219,10 @@ export function mountOnnx(root, ember, { run = (fn) => fn(), fail = (e) => { thr
 
   async function load(source) {
     status("Loading the model…");
-    state.info = await run(() => em().loadModel("onnx", source));
+    const name = typeof source === "string" ? source.replace(/\/+$/, "").split("/").pop() || source
+      : (source.find((f) => /\.onnx$/i.test(f.name)) || source[0] || {}).name || "";
+    state.info = await run(() => em().loadModel("onnx", source), "Loading");
+    onLoad(name);
     showModel();
     const dev = em().device === "webgpu" ? "WebGPU" : "the CPU";
     status(`Loaded in ${(state.info.load_ms / 1000).toFixed(2)} s on ${dev}` +
@@ -304,11 +308,13 @@ export function mountOnnx(root, ember, { run = (fn) => fn(), fail = (e) => { thr
     const repeat = Math.max(1, Math.min(100, Number($(".onnx-repeat", root).value) || 1));
     const times = [];
     let out;
-    for (let i = 0; i < repeat; i++) {
-      const t0 = performance.now();
-      out = await run(() => em().run(feeds));
-      times.push({ page: performance.now() - t0, worker: out.ms });
-    }
+    await run(async () => {
+      for (let i = 0; i < repeat; i++) {
+        const t0 = performance.now();
+        out = await em().run(feeds);
+        times.push({ page: performance.now() - t0, worker: out.ms });
+      }
+    }, "Running");
     state.last = out;
     state.feeds = feeds;  // what was run (the page's tests compare it with a native run of the same feeds)
     state.times = times;
@@ -369,7 +375,7 @@ export function mountOnnx(root, ember, { run = (fn) => fn(), fail = (e) => { thr
         eos_token_id: eos === "" ? null : Number(eos) }, (tok, n, rate) => {
         shown.textContent += (shown.textContent ? " " : "") + tok;
         $(".onnx-time", root).textContent = `${n} tokens · ${rate.toFixed(1)} tokens/s`;
-      }));
+      }), "Generating");
       $(".onnx-time", root).textContent = `${r.tokens.length} tokens · ${r.tokens_per_s.toFixed(1)} tokens/s (${r.stopped})`;
       return r;
     } finally {
@@ -383,7 +389,7 @@ export function mountOnnx(root, ember, { run = (fn) => fn(), fail = (e) => { thr
   $(".onnx-load", root).addEventListener("click", guard(() => load($(".onnx-url", root).value.trim())));
   $(".onnx-run", root).addEventListener("click", guard(() => runModel()));
   $(".onnx-gen", root).addEventListener("click", guard(generate));
-  $(".onnx-stop", root).addEventListener("click", () => em().cancel());
+  $(".onnx-stop", root).addEventListener("click", () => (cancel ? cancel() : em().cancel()));
   const drop = $(".onnx-drop", root);
   drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
   drop.addEventListener("dragleave", () => drop.classList.remove("over"));
@@ -392,40 +398,29 @@ export function mountOnnx(root, ember, { run = (fn) => fn(), fail = (e) => { thr
     drop.classList.remove("over");
     if (e.dataTransfer.files.length) await load(Array.from(e.dataTransfer.files));
   }));
-  return { load, run: runModel, generate, state };
+  // the runtime was restarted (a hard cancel): the model is gone until loaded again
+  function unloaded() {
+    state.info = null;
+    $(".onnx-model", root).hidden = true;
+    status("Not loaded: the runtime restarted to stop a job at once; load the model again.");
+  }
+  return { load, run: runModel, generate, unloaded, state };
 }
 
-/** The app's ONNX tab: made here (button and panel), joining app.js's tabs. app: {ember: () => instance, withBusy,
- *  showError}. */
+/** The app's ONNX tab (its button and panel are in index.html, tabs.js runs them): loads and runs go through the
+ *  app's job runner (guard.js: one job at a time across tools, the progress clock, Cancel). */
 export function mountOnnxTool(app) {
-  const nav = $("nav.tabs"), main = $("main");
-  if (!nav || !main) return null;
-  const tab = document.createElement("button");
-  Object.assign(tab, { id: "tab-onnx", type: "button", tabIndex: -1 });
-  tab.setAttribute("role", "tab");
-  tab.setAttribute("aria-controls", "panel-onnx");
-  tab.setAttribute("aria-selected", "false");
-  tab.innerHTML = "Any ONNX model <small>your .onnx file</small>";
-  nav.append(tab);
-  const panel = document.createElement("section");
-  Object.assign(panel, { id: "panel-onnx", className: "panel onnx-tool", hidden: true });
-  panel.setAttribute("role", "tabpanel");
-  panel.setAttribute("aria-labelledby", "tab-onnx");
-  main.append(panel);
-  const show = (on) => {
-    tab.setAttribute("aria-selected", String(on));
-    tab.tabIndex = on ? 0 : -1;
-    panel.hidden = !on;
-  };
-  tab.addEventListener("click", () => {
-    for (const t of nav.querySelectorAll('[role="tab"]')) if (t !== tab) { t.setAttribute("aria-selected", "false"); t.tabIndex = -1; }
-    for (const p of document.querySelectorAll('[role="tabpanel"]')) if (p !== panel) p.hidden = true;
-    show(true);
-    history.replaceState(null, "", "#onnx");
+  const panel = $("#panel-onnx");
+  if (!panel) return null;
+  let loaded = "";
+  app.nameModel("onnx", () => loaded); // no picker: the tool names the file it loaded
+  const tool = mountOnnx(panel, app.ember, {
+    run: (fn, label) => app.run("onnx", { label }, fn),
+    fail: (e) => app.showError(e, "onnx"),
+    cancel: () => app.cancel(),
+    onLoad: (name) => { loaded = name; },
   });
-  nav.addEventListener("click", (e) => { const t = e.target.closest('[role="tab"]'); if (t && t !== tab) show(false); });
-  const tool = mountOnnx(panel, app.ember, { run: app.withBusy, fail: (e) => app.showError(e, "onnx") });
-  if (location.hash === "#onnx") tab.click();
+  app.onRestart(() => tool.unloaded()); // the runtime was replaced: the model is gone
   window.emberOnnx = tool;
   return tool;
 }
