@@ -99,6 +99,15 @@ def test_tool_lists_fills_runs_and_shows(app, tmp_path, bus_png):
         t = got["outs"][name]
         np.testing.assert_allclose(np.asarray(t["data"]).reshape(t["dims"]), w, rtol=1e-4, atol=1e-5)
     assert "15" in page.inner_text("#panel-onnx .onnx-output[data-name=total]")
+    # one job at a time across tools (guard.js): a run while another tool's job holds the page is refused, naming it
+    page.evaluate("""() => { window.__held = new Promise((r) => { window.__release = r; });
+        import("/guard.js").then((g) => g.exclusive("yolo", "Object detection (held)", () => window.__held)); }""")
+    page.wait_for_function("document.body.classList.contains('busy')")
+    page.click("#panel-onnx .onnx-run")
+    page.wait_for_function("document.querySelector('#message') && !document.querySelector('#message').hidden")
+    assert "Object detection (held) is still running" in app.message(), app.message()
+    page.evaluate("window.__release()")
+    page.wait_for_function("!document.body.classList.contains('busy')")
 
 
 DECODE = """async ([device, url, prompt, feeds]) => {
