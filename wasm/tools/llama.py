@@ -210,7 +210,7 @@ async def run(prompt: str, opts: dict, on_partial=None, on_progress=None) -> dic
                 on_partial(held, len(st.tokens), round(st.tokens_per_s, 2))
             held = ""
             await checkpoint()
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt):  # a cancel between steps, or the page's interrupt mid-step
         stream.abort()
         cancelled = True
     st = stream.stats
