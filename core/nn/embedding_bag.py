@@ -32,7 +32,7 @@ def embedding_bag(input, weight, offsets=None, mode="mean", per_sample_weights=N
     elif input.ndim == 1:
         if offsets is None:
             raise LayerError("EmbeddingBag", "offsets", "are required for 1-D input")
-        off = offsets.numpy().astype(np.int64).reshape(-1)
+        off = offsets.numpy().astype(np.intp).reshape(-1)                  # intp: numpy on wasm32 counts in int32
         ends = off[1:] if include_last_offset else np.append(off[1:], input.shape[0])
         starts = off[:-1] if include_last_offset else off
         if len(starts) and (starts[0] != 0 or np.any(np.diff(off) < 0) or ends[-1] > input.shape[0]):

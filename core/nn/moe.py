@@ -56,7 +56,7 @@ class Experts(Module):
     def forward(self, x, experts, weights):
         """x (T, H), experts (T, k) expert ids, weights (T, k) -> (T, H): sum over each token's k experts."""
         out = x.new_zeros(x.shape)
-        ids = experts.numpy()                                              # host-side grouping: which tokens per expert
+        ids = experts.numpy().astype(np.intp)                              # host-side grouping (intp: wasm32 bincount)
         T, k = ids.shape
         order = np.argsort(ids.reshape(-1), kind="stable")
         counts = np.bincount(ids.reshape(-1), minlength=self.num_experts)
