@@ -31,7 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE_DIRS = {"ember": "core", "ember.webgpu": "webgpu", "ember.wasm": "wasm", "ember.models": "models"}
+PACKAGE_DIRS = {"ember": "core", "ember.webgpu": "webgpu", "ember.wasm": "wasm", "ember.models": "models",
+                "ember.web": "web"}
 TOP = {"core", "webgpu", "wasm", "models", "web", "tests", "e2e", "bench", "docs", "examples", ".ci"}
 CODE_EXT = (".py", ".c", ".h", ".cu", ".cuh", ".wgsl", ".js", ".mjs", ".html", ".css", ".md")
 # Files of other projects, named where ember says what it was ported from or compared with (fnmatch patterns
