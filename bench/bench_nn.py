@@ -3,7 +3,7 @@ LSTM (2 layers, hidden 512, 128 steps, batch 16) and MultiheadAttention (sequenc
 forward + backward; a Mixtral-shaped MoE block decoding one token (8 experts, top 2) against the same block
 computed densely (every expert on every token) and against transformers' block.
 
-    python bench/bench_nn.py [--repeats 3] [--small] [--threads 1] [--json]
+    python bench/bench_nn.py [--repeats 3] [--small] [--threads 1] [--cases lstm,mha,moe] [--json]
 
 Engines are interleaved, each case's best of --repeats is kept, and ratios are ember's best over the
 reference's best in this run (above 1: ember is slower). --small shrinks every shape (a quick look); --threads
@@ -94,10 +94,12 @@ def dense_moe(moe, x):
     flat = x.reshape(-1, moe.hidden_size)
     _, w, idx = moe.gate(flat)
     E = moe.experts.num_experts
-    full = F.one_hot(idx, E).float().mul(w.unsqueeze(-1)).sum(1)          # (T, E)
-    gate, up = (flat.unsqueeze(0) @ moe.experts.gate_up_proj.transpose(-1, -2)).chunk(2, -1)   # (E, T, F)
-    y = (F.silu(gate) * up) @ moe.experts.down_proj.transpose(-1, -2)     # (E, T, H)
-    return (y * full.transpose(0, 1).unsqueeze(-1)).sum(0).reshape(*x.shape)
+    full = F.one_hot(idx, E).float().mul(w.unsqueeze(-1)).sum(1)          # (T, E), zero off the top k
+    y = 0
+    for e in range(E):
+        gate, up = F.linear(flat, moe.experts.gate_up_proj[e]).chunk(2, -1)  # (T, F) each
+        y = y + F.linear(F.silu(gate) * up, moe.experts.down_proj[e]) * full[:, e:e + 1]
+    return y.reshape(*x.shape)
 
 
 def moe_case(small):
@@ -134,11 +136,13 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cases", default="lstm,mha,moe", help="comma-separated: lstm, mha, moe")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     rows = []
-    for case in (lstm_case, mha_case, moe_case):
+    cases = {"lstm": lstm_case, "mha": mha_case, "moe": moe_case}
+    for case in (cases[c.strip()] for c in a.cases.split(",")):
         title, parts = case(a.small)
         for what, (mine, ref) in parts.items():
             t = best({"ember": mine, "ref": ref}, a.repeats)

@@ -75,6 +75,18 @@ def gru_cell_composed(xg, h, w_hh, b_hh):
 
 # ------------------------------------------------------------------ multi-layer, bidirectional layers
 
+def _steps(t):
+    """t (L, ...) as L slices, taken from chunks of about sqrt(L) steps: a slice's gradient is padded to the
+    size of what it was cut from, so cutting L steps from the whole sequence costs L^2 in the backward pass,
+    from chunks about L^1.5."""
+    L = t.shape[0]
+    c = max(1, math.isqrt(L))
+    out = []
+    for s in range(0, L, c):
+        out += t.narrow(0, s, min(c, L - s)).unbind(0)
+    return out
+
+
 class RNNBase(Module):
     def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False, proj_size=0, device=None, dtype=None):
@@ -193,7 +205,7 @@ class RNNBase(Module):
     def _direction(self, x, h, c, weights, reverse, mask):
         """One direction of one layer over the whole sequence: (outputs (L, N, out), h_n, c_n)."""
         w_ih, w_hh, b_ih, b_hh, w_hr = weights
-        xg = F.linear(x, w_ih, b_ih).unbind(0)                             # L x (N, gates): one matmul for all steps
+        xg = _steps(F.linear(x, w_ih, b_ih))                               # L x (N, gates): one matmul for all steps
         ms = None if mask is None else mask.unbind(0)
         ys = [None] * len(xg)
         for t in (range(len(xg) - 1, -1, -1) if reverse else range(len(xg))):
