@@ -141,6 +141,8 @@ _TABLE = [
             "EMBER_LOAD_ALLOWANCE bytes"),
     _budget("load_allowance", 256 << 20, "bytes a weights file may materialise beyond EMBER_LOAD_FACTOR x its size"),
     _budget("pickle_depth", 200, "nesting of tuples, lists and dicts in a .pt pickle"),
+    _budget("pickle_work", 1 << 24, "nodes hashing a .pt pickle's dict keys and set members walks, each "
+            "reference to a shared tuple counted again"),
     _budget("max_pixels", 50_000_000, "pixels of an image, refused before the frame is decoded"),
     _budget("min_sample_rate", 1_000, "a WAV file's lowest sample rate (Hz)"),
     _budget("max_sample_rate", 384_000, "a WAV file's highest sample rate (Hz)"),
