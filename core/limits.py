@@ -39,6 +39,7 @@ class Budget:
     # tokenizer.json: padding/truncation lengths, pre-tokenizer regex length
     max_tokens: int = 1 << 20
     max_regex_chars: int = 4096
+    max_normalized_growth: int = 64    # characters a normalizer may make per input character (+1024; NFKC: 18)
     # ONNX graphs: a tensor whose size the model's data decides (ConstantOfShape, Expand, Tile, Range, Pad,
     # Resize, OneHot, StringSplit ... and broadcasting), and Loop iterations (real models: thousands)
     max_tensor_bytes: int = 8 << 30

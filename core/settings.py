@@ -155,6 +155,8 @@ _TABLE = [
     _budget("max_width", 1 << 17, "a config's hidden or intermediate size, heads"),
     _budget("max_tokens", 1 << 20, "tokenizer.json padding and truncation lengths"),
     _budget("max_regex_chars", 4096, "characters of a tokenizer's pre-tokenizer regex"),
+    _budget("max_normalized_growth", 64, "characters a tokenizer's normalizers may make per input character "
+            "(plus 1,024)"),
     _budget("max_tensor_bytes", 8 << 30, "bytes of an ONNX tensor whose size the model's data decides"),
     _budget("max_loop_iterations", 1 << 20, "iterations of an ONNX Loop"),
     # ---------------------------------------------------------------- the test suite and CI (ember never reads these)

@@ -212,8 +212,8 @@ def test_a_pt_zip_bomb_is_refused_before_it_inflates(monkeypatch):
     monkeypatch.setattr(ember.limits.budget, "load_allowance", 4 << 20)
     tracemalloc.start()
     try:
-        with pytest.raises(ember.LimitError,
-                           match=r"zip entry 'archive/data/0': uncompressed bytes.*materialised bytes is 83898\d\d bytes"):
+        with pytest.raises(ember.LimitError, match=r"zip entry 'archive/data/0': uncompressed bytes.*"
+                                                   r"materialised bytes is 83898\d\d bytes"):
             tp.load_pickle(src)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
