@@ -24,7 +24,8 @@ class Budget:
     load_allowance: int = 256 << 20
     pickle_depth: int = 200            # nesting of tuples/lists/dicts in a .pt pickle (real ones: < 30)
     pickle_work: int = 1 << 24         # nodes hashing a .pt pickle's dict keys and set members walks (expanded)
-    # images: refused before the frame is decoded (PIL's own bomb limit is ~89 MP, a warning only)
+    # images: refused before the frame is decoded (PIL's own bomb limit is ~89 MP, a warning only); decoding
+    # holds at most 8 bytes a pixel at its peak (ember.io.image.BYTES_PER_PIXEL): 400 MB at this cap
     max_pixels: int = 50_000_000
     # audio: checked on the WAV header, before decoding and resampling
     min_sample_rate: int = 1_000

@@ -143,7 +143,8 @@ _TABLE = [
     _budget("pickle_depth", 200, "nesting of tuples, lists and dicts in a .pt pickle"),
     _budget("pickle_work", 1 << 24, "nodes hashing a .pt pickle's dict keys and set members walks, each "
             "reference to a shared tuple counted again"),
-    _budget("max_pixels", 50_000_000, "pixels of an image, refused before the frame is decoded"),
+    _budget("max_pixels", 50_000_000, "pixels of an image, refused before the frame is decoded (decoding holds "
+            "at most 8 bytes a pixel: 400 MB at the default)"),
     _budget("min_sample_rate", 1_000, "a WAV file's lowest sample rate (Hz)"),
     _budget("max_sample_rate", 384_000, "a WAV file's highest sample rate (Hz)"),
     _budget("max_channels", 64, "a WAV file's channels"),
