@@ -107,6 +107,8 @@ _TABLE = [
             shown="$XDG_CACHE_HOME/ember, else ~/.cache/ember"),
     Setting("EMBER_HUB_ENDPOINT", "url", None, "the server a hub id `owner/name` resolves against",
             shown="$HF_ENDPOINT, else https://huggingface.co"),
+    Setting("EMBER_HUB_DEADLINE", "number", 4 * 3600.0, "seconds one ember.hub download may take in all (the "
+            ".part stays for the next call to resume)"),
     # ---------------------------------------------------------------- CPU
     Setting("EMBER_MALLOC_TUNING", "flag", True, "0: keep_freed_memory() (the CLI, the benchmarks) leaves glibc "
             "malloc alone"),
