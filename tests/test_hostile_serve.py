@@ -90,12 +90,13 @@ def test_only_regular_files_under_the_real_root(site, capfd):
     (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n", 400),  # a TLS hello on the plain port
     (b"HELLO\r\n\r\n", 400),
     (b"GET / HTTP/9.9\r\n\r\n", 505),
+    (b"GET / HTTP/0.9\r\n\r\n", 505),  # a full request line claiming 0.9: its answer would carry no status
     (b"GET / HTTP/x.y\r\n\r\n", 400),
     (b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", 501),
     (b"DELETE /index.html HTTP/1.1\r\n\r\n", 501),
     (b"GET /%00 HTTP/1.1\r\n\r\n", 404),
     (b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n", 431),  # more headers than http.client allows
-], ids=["url-100k", "url-9k", "tls-hello", "garbage", "http-9.9", "bad-version", "post", "delete", "nul", "headers"])
+], ids=["url-100k", "url-9k", "tls-hello", "garbage", "http-9.9", "http-0.9", "bad-version", "post", "delete", "nul", "headers"])
 def test_a_bad_request_gets_its_status_not_a_traceback(site, capfd, request_bytes, code):
     with running(site) as port:
         reply = raw(port, request_bytes)

@@ -63,6 +63,15 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         except (TimeoutError, ConnectionError):
             self.close_connection = True
 
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):  # "HTTP/0.9" in a full request line
+            self.request_version = "HTTP/1.0"  # (so the refusal carries a status line)
+            self.send_error(505, "Only HTTP/1.0 and 1.1")
+            return False
+        return True
+
     # ---------------------------------------------------------------- what a path may name
     def resolve(self, url_path: str) -> str | None:
         """The real path of the regular file `url_path` names under the site, or None (then 404)."""
