@@ -83,7 +83,6 @@ def _check(path: Path, sha256: str | None, what: str, source: str = "pinned") ->
                             f"call downloads it again; if it keeps differing, the source changed upstream)")
 
 
-STALL_BYTES = 16 << 10  # fewer bytes than this over `timeout` seconds: the download has stalled
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -128,8 +127,8 @@ def download(url: str, dest: str | os.PathLike, sha256: str | None = None, progr
     Content-Range or Content-Length; a server that declares none must send it chunked), and its sha256 the pinned
     one, else the one the server's X-Linked-Etag / ETag gives (the Hugging Face hub's). A mismatch deletes the
     .part and raises ChecksumError / HubError naming the URL. `timeout` bounds each wait for bytes and the
-    stall rule (fewer than STALL_BYTES in `timeout` seconds), `deadline` the whole download (default
-    $EMBER_HUB_DEADLINE, 4 h); both keep the .part for a resume. `progress(name, bytes_done, bytes_total |
+    stall rule (fewer than $EMBER_HUB_STALL_BYTES, 16 KiB, in `timeout` seconds), `deadline` the whole download
+    (default $EMBER_HUB_DEADLINE, 4 h); both keep the .part for a resume. `progress(name, bytes_done, bytes_total |
     None)` is called as bytes arrive. missing_ok: a 404 returns None instead of raising HubNotFoundError.
     """
     import json
@@ -143,6 +142,7 @@ def download(url: str, dest: str | os.PathLike, sha256: str | None = None, progr
     meta = dest.with_name(dest.name + ".part.json")  # the version the .part holds (ETag), for If-Range
     deadline = settings.get("EMBER_HUB_DEADLINE") if deadline is None else deadline
     end = time.monotonic() + deadline
+    stall_bytes = settings.get("EMBER_HUB_STALL_BYTES")
     for _ in range(MAX_RESTARTS + 1):
         offset = part.stat().st_size if part.is_file() else 0
         try:
@@ -189,7 +189,7 @@ def download(url: str, dest: str | os.PathLike, sha256: str | None = None, progr
                                 raise HubError(f"ember: {url}: not finished within {deadline:.0f} s ({done} of "
                                                f"{total or '?'} bytes; kept {part.name}: the next call resumes it)")
                             if now - window >= timeout:
-                                if done - window_done < STALL_BYTES:
+                                if done - window_done < stall_bytes:
                                     raise HubError(f"ember: {url}: stalled ({done - window_done} bytes in the last "
                                                    f"{now - window:.0f} s; kept {part.name}: the next call resumes "
                                                    f"it)")

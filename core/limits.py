@@ -40,6 +40,7 @@ class Budget:
     # tokenizer.json: padding/truncation lengths, pre-tokenizer regex length
     max_tokens: int = 1 << 20
     max_regex_chars: int = 4096
+    max_regex_states: int = 200_000    # a linear-time regex's program ({1000}{1000} unrolled: a million)
     max_normalized_growth: int = 64    # characters a normalizer may make per input character (+1024; NFKC: 18)
     # templates a model carries (chat templates, rendered by ember.jinja's sandbox): one render's output
     # characters (also the largest string or list it may build), evaluation steps and seconds

@@ -95,6 +95,7 @@ _BUDGET = "once, when ember.limits is imported (and by each new Budget())"
 _CPU_KERNELS = "once, when the CPU kernels first load"
 _WEBGPU = "once per WebGPU backend, when it is made"
 _WEBGPU_IMPORT = "once, when ember.webgpu.backend is imported"
+_HTTP = "when the server is made"
 
 
 def _budget(field: str, default, meaning: str) -> Setting:
@@ -109,6 +110,17 @@ _TABLE = [
             shown="$HF_ENDPOINT, else https://huggingface.co"),
     Setting("EMBER_HUB_DEADLINE", "number", 4 * 3600.0, "seconds one ember.hub download may take in all (the "
             ".part stays for the next call to resume)"),
+    Setting("EMBER_HUB_STALL_BYTES", "int", 16 << 10, "an ember.hub download that receives fewer bytes than this "
+            "in its `timeout` seconds has stalled and stops (the .part stays)", low=1),
+    # ---------------------------------------------------------------- HTTP servers (ember serve, ember api: ember.httpd)
+    Setting("EMBER_HTTP_MAX_CONNECTIONS", "int", 64, "connections `ember serve` and `ember api` serve at once (one "
+            "more is answered 503 and closed)", _HTTP, low=1),
+    Setting("EMBER_HTTP_HEADER_SECONDS", "number", 10.0, "seconds a client has from connecting to the end of its "
+            "request's headers (`ember api`: and its body)", _HTTP),
+    Setting("EMBER_HTTP_IDLE_SECONDS", "number", 30.0, "seconds one socket read or write may wait on the client (the "
+            "model's time between two streamed tokens does not count)", _HTTP),
+    Setting("EMBER_HTTP_MAX_REQUEST_LINE", "int", 8192, "bytes of a request line (`GET /path HTTP/1.1`); longer "
+            "is a 414", _HTTP, low=64),
     # ---------------------------------------------------------------- CPU
     Setting("EMBER_MALLOC_TUNING", "flag", True, "0: keep_freed_memory() (the CLI, the benchmarks) leaves glibc "
             "malloc alone"),
@@ -158,6 +170,8 @@ _TABLE = [
     _budget("max_width", 1 << 17, "a config's hidden or intermediate size, heads"),
     _budget("max_tokens", 1 << 20, "tokenizer.json padding and truncation lengths"),
     _budget("max_regex_chars", 4096, "characters of a tokenizer's pre-tokenizer regex"),
+    _budget("max_regex_states", 200_000, "states of a regex run in linear time (a tokenizer's costly pattern, ONNX "
+            "RegexFullMatch), counted repeats unrolled"),
     _budget("max_normalized_growth", 64, "characters a tokenizer's normalizers may make per input character "
             "(plus 1,024)"),
     _budget("template_chars", 4 << 20, "characters a chat template's render may output (also the largest string or "

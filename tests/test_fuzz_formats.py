@@ -170,6 +170,8 @@ def base(tmp_path_factory):
     folders = family_folders.build(tmp_path_factory.mktemp("families"))
     os.environ["FUZZ_FAMILY_DIRS"] = json.dumps(folders)
     configs = {f: json.loads((Path(d) / "config.json").read_text()) for f, d in folders.items()}
+    import chat_folder  # `ember api`'s model (tests/fuzz/api_requests.py)
+    os.environ["FUZZ_CHAT_DIR"] = chat_folder.build(tmp_path_factory.mktemp("chat") / "m")
     toks = _tokenizer_configs()
     return {
         "safetensors": {"model.safetensors": st, "valid": st},
@@ -186,6 +188,7 @@ def base(tmp_path_factory):
         "image": {"image.png": png.getvalue(), "image.jpg": jpg.getvalue(), "valid": png.getvalue()},
         "onnx-graph": {"valid": _onnx_model()},
         "serve": {"valid": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"},
+        "api": {"valid": b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"},
         **_chat_bases(),
     }
 
@@ -270,10 +273,10 @@ def _tail(f, n: int) -> str:
 CHAT_FORMATS = [f for f, module in (("gguf-bpe", "ember.tokenizers.gguf_bpe"), ("chat-template", "ember.jinja"))
                 if importlib.util.find_spec(module) is not None]
 FORMATS = ["safetensors", "gguf", "npz", "pt", "ct2", "onnx", "onnx-graph", "tokenizer", "tokenizer-native", "config",
-           "wav", "image", "serve"] + CHAT_FORMATS
+           "wav", "image", "serve", "api"] + CHAT_FORMATS
 # inputs per format, as a fraction of EMBER_FUZZ_N: what each input costs (the Rust runtime's load, a model built
 # and run per config.json, a graph run per ONNX input) keeps the whole CI fuzz near 10 minutes on 2 cores
-SHARE = {"tokenizer-native": 0.25, "config": 0.2, "onnx-graph": 0.5, "serve": 0.5}
+SHARE = {"tokenizer-native": 0.25, "config": 0.2, "onnx-graph": 0.5, "serve": 0.5, "api": 0.25}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -149,8 +149,8 @@ def test_a_resume_of_the_same_version_continues(tmp_path):
 
 
 def test_a_stalled_transfer_is_stopped_and_kept_for_a_resume(tmp_path, monkeypatch):
-    # 64 bytes every 0.1 s never trips the socket timeout; under STALL_BYTES per `timeout` seconds it stalls
-    monkeypatch.setattr(hub, "STALL_BYTES", 4096)
+    # 64 bytes every 0.1 s never trips the socket timeout; under EMBER_HUB_STALL_BYTES per `timeout` seconds it stalls
+    monkeypatch.setenv("EMBER_HUB_STALL_BYTES", "4096")
     with serve({"/f.bin": {"body": BODY, "trickle": (64, 0.1)}}) as (srv, url):
         t0 = time.monotonic()
         with pytest.raises(hub.HubError, match="stalled"):

@@ -29,10 +29,12 @@ import shutil
 import sys
 from pathlib import Path
 
+from ember.httpd import BoundedServer
+
 from . import tools
 from .assets import PYODIDE_VERSION, build_wheel, ensure_pyodide, repack_installed
 from .offline import SW_NAME, write_service_worker
-from .site_server import SiteHandler, SiteServer, make_site_server
+from .site_server import SiteHandler, make_site_server
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
@@ -370,7 +372,7 @@ class Handler(SiteHandler):  # only the site's regular files, bounded (site_serv
             super().log_message(fmt, *args)
 
 
-def make_server(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1") -> SiteServer:
+def make_server(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1") -> BoundedServer:
     return make_site_server(folder, Handler, port, host)
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import bisect
 import re
 
+from ..limits import budget
 from .regex_cost import C, P, charset, item_set, union
 
-MAX_STATES = 200_000  # counted repeats unrolled ({1000}{1000} would be a million states)
 CHAR, SPLIT, JMP, AT, LOOK, MATCH, LOOP = range(7)
 
 
@@ -83,8 +83,8 @@ class _Compiler:
         self.prog = []
 
     def emit(self, kind, arg=None, x=None, y=None) -> int:
-        if len(self.prog) >= MAX_STATES:
-            raise Unsupported(f"more than {MAX_STATES} states")
+        if len(self.prog) >= budget.max_regex_states:  # counted repeats unrolled
+            raise Unsupported(f"more than {budget.max_regex_states} states (EMBER_MAX_REGEX_STATES)")
         self.prog.append([kind, arg, x, y])
         return len(self.prog) - 1
 

@@ -1,7 +1,7 @@
 """Per format: how to load an input (the code under test) and how to make hostile inputs from the base files
 the test writes (tests/test_fuzz_formats.py). Everything here runs in the fuzz worker, without torch (onnx, the
-package, builds and mutates graphs). More per format: onnx_graphs.py, configs.py, serve_requests.py and
-chat_inputs.py (GGUF BPE vocabularies and chat templates, run where those modules exist)."""
+package, builds and mutates graphs). More per format: onnx_graphs.py, configs.py, serve_requests.py,
+api_requests.py and chat_inputs.py (GGUF BPE vocabularies and chat templates, run where those modules exist)."""
 from __future__ import annotations
 
 import functools
@@ -289,6 +289,16 @@ def gen_onnx_graph(rng, base):
     return mutate(rng, raw) if rng.random() < 0.5 else raw
 
 
+def load_api(raw):
+    import api_requests
+    return api_requests.load(raw)
+
+
+def gen_api(rng, base):
+    import api_requests
+    return api_requests.gen(rng, base)
+
+
 def load_serve(raw):
     import serve_requests
     return serve_requests.load(raw)
@@ -386,5 +396,6 @@ FORMATS = {  # name -> (loader, generator)
     "image": (load_image, gen_image),
     "onnx-graph": (load_onnx_graph, gen_onnx_graph),
     "serve": (load_serve, gen_serve),
+    "api": (load_api, gen_api),
     **_chat_formats(),
 }

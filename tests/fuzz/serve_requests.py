@@ -9,6 +9,7 @@ import os
 import socket
 import tempfile
 import threading
+import traceback
 
 from ember.errors import EmberError
 
@@ -82,7 +83,7 @@ def _server(base):
 
         srv = site_server.make_site_server(_site(base), Quiet, 0, max_connections=8, header_seconds=1.0)
         errors = []
-        srv.handle_error = lambda request, addr: errors.append(addr)  # a traceback: counted, not printed
+        srv.handle_error = lambda request, addr: errors.append(traceback.format_exc(limit=-2))  # counted, not printed
         threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         _SERVER.update(port=srv.server_address[1], errors=errors)
     return _SERVER["port"], _SERVER["errors"]
@@ -95,7 +96,7 @@ def load(raw: bytes, base=None):
     slow = raw.startswith(b"SLOW:")
     data = raw[5:] if slow else raw
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    reply = b""
+    reply, reset = b"", False
     try:
         s.sendall(data)
         while chunk := s.recv(65536):
@@ -104,14 +105,16 @@ def load(raw: bytes, base=None):
         if not slow:
             raise RawReply("no reply within 5 s to a complete request") from None
     except (ConnectionResetError, BrokenPipeError):
-        pass  # cut off (a request over the limits, a slow client at the deadline)
+        reset = True  # cut off (a request over the limits, a slow client at the deadline)
     finally:
         s.close()
     if len(errors) > before:
-        raise RawReply("the server's handler raised (a traceback)")
+        raise RawReply(f"the server's handler raised: {' | '.join(errors[before:])[-300:]}")
     if not reply:
         if slow:
             return None
+        if reset and len(data) > 65536:  # the server answered 431 and closed while the client still sent:
+            raise Refused("ember: reset while sending a request over the header limits")  # its reply was lost
         raise RawReply(f"no reply to {data[:80]!r}")
     head = reply.split(b"\r\n", 1)[0]
     parts = head.split(b" ", 2)
