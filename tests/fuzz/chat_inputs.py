@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from mutate import HOSTILE_VALUES, mutate_bytes
 
-TEXTS = ["Hello world, it's 2024!", "naïve café 日本語 👍🏽  x", "<|im_start|>user\nhi<|im_end|>", "", "a" * 300]
+TEXTS = ["Hello world, it's 2024!", "naïve café 日本語 👍🏽  x", "<|im_start|>user\nhi<|im_end|>", "", "a" * 300,
+         # what a chat client sends: specials cut and nested, combining marks, zero-widths, long digit and space runs
+         "<|im_<|im_start|>start|>\u0301\u0301x\u200b\u200d" + "1" * 120 + " " * 120 + "\t\n\r" * 20 + "'s'S'LL" * 10]
 
 ESCAPES = ["{{ ''.__class__.__mro__ }}", "{{ ''.__class__.__mro__[1].__subclasses__() }}", "{{ cycler.__init__.__globals__ }}",
            "{{ messages.__class__ }}", "{{ self.__init__ }}", "{{ lipsum.__globals__ }}", "{{ range.__self__ }}",
