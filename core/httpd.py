@@ -8,7 +8,7 @@ A client may hold one of $EMBER_HTTP_MAX_CONNECTIONS connections (one more is an
 thread), has $EMBER_HTTP_HEADER_SECONDS from its request's first byte to the end of its headers (a client that
 trickles them is cut off however often it sends a byte; a handler extends the same watch over a body it reads,
 `self.within_deadline()`), and $EMBER_HTTP_IDLE_SECONDS per socket read or write. A request line over
-$EMBER_HTTP_MAX_REQUEST_LINE bytes is a 414, a garbled one 400, an HTTP version past 1.x 505, a method the
+$EMBER_HTTP_MAX_REQUEST_LINE bytes is a 414, a garbled or empty one 400, an HTTP version past 1.x 505, a method the
 handler does not serve 501, headers past http.client's limits 431 -- each with its status line (the stdlib sends
 none to an "HTTP/0.9" request, so such a refusal reached the client as a bare page), never a traceback.
 
@@ -45,6 +45,8 @@ class BoundedRequests:
         try:
             with self.within_deadline():
                 self.raw_requestline = self.rfile.readline(limit + 1)
+                if self.raw_requestline in (b"\r\n", b"\n"):  # one empty line before a request is allowed
+                    self.raw_requestline = self.rfile.readline(limit + 1)
                 if not self.raw_requestline:
                     return
                 if len(self.raw_requestline) > limit:
@@ -66,6 +68,10 @@ class BoundedRequests:
             self.close_connection = True
 
     def parse_request(self) -> bool:
+        if not self.raw_requestline.strip():  # the stdlib closes on an empty request line without a word
+            self.requestline = ""
+            self.send_error(400, "Empty request line")
+            return False
         if not super().parse_request():
             return False
         if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):  # "HTTP/0.9" in a full request line

@@ -1,16 +1,14 @@
 """Fuzz every format ember reads from strangers (issue #17): safetensors, GGUF, npz, .pt, CTranslate2, ONNX (files
 mutated as bytes, and graphs generated over ~60 operators and mutated structurally, each run), tokenizer.json
 (both runtimes), config.json (through every family's loader, with a forward), WAV, images, `ember serve`'s request
-handling (a bounded local run), and where the chat work is in, GGUF BPE vocabularies and chat templates. Each
-format gets a deterministic stream of
-mutated and structure-aware hostile inputs (sizes, offsets, strides, depth, duplicate names, bombs, forged
+handling and `ember api`'s (bounded local runs), GGUF BPE vocabularies, chat templates and the JSON schemas of
+structured output. Each format gets a deterministic stream of mutated and structure-aware hostile inputs (sizes, offsets, strides, depth, duplicate names, bombs, forged
 headers), run in a worker process (tests/fuzz/worker.py) under an address-space cap and a per-input time
 limit. The only outcomes allowed are a successful load or an ember error: never another exception, a signal,
 a hang or memory past the cap. EMBER_FUZZ_N sets inputs per format (default 2000, CI); EMBER_FUZZ_REPORT=path
 writes the per-format table as JSON (docs/hostile-input.md holds the figures). Inputs that fail are saved
 under tests/fuzz/found/ (git-ignored); reproducers worth keeping go to tests/fuzz/regressions/ and are replayed
 by test_fuzz_regressions."""
-import importlib.util
 import io
 import json
 import os
@@ -194,16 +192,14 @@ def base(tmp_path_factory):
 
 
 def _chat_bases() -> dict:
-    """Bases for the chat hooks (tests/fuzz/chat_inputs.py), where ember has the modules."""
-    if not CHAT_FORMATS:
-        return {}
+    """Bases for the chat's formats (tests/fuzz/chat_inputs.py)."""
     import chat_inputs as ci
     from ember.io import gguf
     md = ci.bpe_metadata()
     raw = gguf.dumps({}, md)
-    out = {"gguf-bpe": {"bpe_metadata": md, "bpe.gguf": raw, "valid": raw},
-           "chat-template": {"templates": ci.CHAT_TEMPLATES, "valid": ci.CHAT_TEMPLATES[0].encode()}}
-    return {k: v for k, v in out.items() if k in CHAT_FORMATS}
+    return {"gguf-bpe": {"bpe_metadata": md, "bpe.gguf": raw, "valid": raw},
+            "chat-template": {"templates": ci.CHAT_TEMPLATES, "valid": ci.CHAT_TEMPLATES[0].encode()},
+            "json-schema": {"valid": json.dumps({"type": "json_object"}).encode()}}
 
 
 # ---------------------------------------------------------------- running the workers
@@ -269,14 +265,12 @@ def _tail(f, n: int) -> str:
     return f.read()[-n:]
 
 
-# the chat work's formats, where ember has them (GGUF byte-level BPE vocabularies, ember.jinja chat templates)
-CHAT_FORMATS = [f for f, module in (("gguf-bpe", "ember.tokenizers.gguf_bpe"), ("chat-template", "ember.jinja"))
-                if importlib.util.find_spec(module) is not None]
 FORMATS = ["safetensors", "gguf", "npz", "pt", "ct2", "onnx", "onnx-graph", "tokenizer", "tokenizer-native", "config",
-           "wav", "image", "serve", "api"] + CHAT_FORMATS
+           "wav", "image", "serve", "api", "gguf-bpe", "chat-template", "json-schema"]
 # inputs per format, as a fraction of EMBER_FUZZ_N: what each input costs (the Rust runtime's load, a model built
-# and run per config.json, a graph run per ONNX input) keeps the whole CI fuzz near 10 minutes on 2 cores
-SHARE = {"tokenizer-native": 0.25, "config": 0.2, "onnx-graph": 0.5, "serve": 0.5, "api": 0.25}
+# and run per config.json, a graph run per ONNX input, a model's reply per API request, a schema compiled to an
+# automaton) keeps the whole CI fuzz near 7 minutes on 2 cores
+SHARE = {"tokenizer-native": 0.25, "config": 0.2, "onnx-graph": 0.5, "serve": 0.5, "api": 0.25, "json-schema": 0.25}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -61,9 +61,12 @@ def post(port, body: bytes, path="/v1/chat/completions") -> tuple[int, dict | by
     # 0.9 in a full request line with over-long headers: the 431 went out as a bare page, without a status line
     (b"GET /v1/models HTTP/0.9\r\nX: " + b"y" * 70_000 + b"\r\n\r\n", 431),
     (b"DELETE /v1/models HTTP/1.1\r\n\r\n", 501),
+    (b"\r\n\r\nGET /v1/models HTTP/1.1\r\n\r\n", 400),  # empty request lines: the stdlib closed without a word
+    (b"\nGET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n", 200),  # one before a request is allowed
     (b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411),
     (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: -5\r\n\r\n", 411),
-], ids=["url-100k", "tls-hello", "http-9.9", "http-0.9", "http-0.9-headers", "delete", "chunked", "negative-length"])
+], ids=["url-100k", "tls-hello", "http-9.9", "http-0.9", "http-0.9-headers", "delete", "empty-lines", "one-empty-line",
+        "chunked", "negative-length"])
 def test_a_bad_request_gets_its_status_not_a_traceback(model, request_bytes, code):
     with running(model) as port:
         reply = raw(port, request_bytes)
@@ -84,8 +87,15 @@ def test_a_bad_request_gets_its_status_not_a_traceback(model, request_bytes, cod
     ({"messages": [{"role": "user", "content": "hi"}], "seed": "1"}, "seed"),
     ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": 7}},
      "response_format"),
+    *[({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": schema}}}, "response_format") for schema in (
+        {"type": {"a": 1}}, {"type": "array", "minItems": "2"}, {"type": "array", "prefixItems": 3},
+        {"type": "object", "properties": {"a": {}}, "required": [["a"]]}, {"type": "integer", "minimum": "0"},
+        {"type": "string", "format": ["date"]}, {"type": "string", "maxLength": 1e300}, {"allOf": [7]})],
 ], ids=["stream-options-list", "stream-options-str", "content-list", "messages-object", "no-content", "max-tokens-bool",
-        "temperature-nan", "top-k-huge", "stop-object", "seed-str", "schema-int"])
+        "temperature-nan", "top-k-huge", "stop-object", "seed-str", "schema-int", "schema-type-object",
+        "schema-min-items-str", "schema-prefix-int", "schema-required-list", "schema-minimum-str",
+        "schema-format-list", "schema-max-length-huge", "schema-all-of-int"])
 def test_a_body_the_api_does_not_take_is_a_400_naming_the_field(model, body, param):
     with running(model) as port:
         code, reply = post(port, json.dumps(body).encode())

@@ -1,8 +1,8 @@
-"""Hooks for the chat work (GGUF byte-level BPE vocabularies, ember.jinja chat templates): formats the fuzzer runs
-only where those modules exist (tests/test_fuzz_formats.py lists them by import). GGUF BPE: a vocabulary's
-`tokenizer.ggml.*` metadata, mutated as values (hostile ints, strings, lists) or as GGUF bytes, then encode and
-decode. Chat templates: real templates mutated as text, with sandbox escapes, output bombs, endless loops and
-recursion spliced in; a render that succeeds with a Python object's repr in its output is a finding."""
+"""The chat's formats for the fuzzer: GGUF byte-level BPE vocabularies (a vocabulary's `tokenizer.ggml.*` metadata,
+mutated as values -- hostile ints, strings, lists -- or as GGUF bytes, then encode and decode of texts a chat client
+sends); chat templates (real templates mutated as text, with sandbox escapes, output bombs, endless loops and
+recursion spliced in; a render that succeeds with a Python object's repr in its output is a finding); and the JSON
+schemas of structured output (an OpenAI response_format mutated as JSON, compiled by ember.grammar)."""
 from __future__ import annotations
 
 from mutate import HOSTILE_VALUES, mutate_bytes
@@ -115,3 +115,42 @@ CHAT_TEMPLATES = [
     "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
 ]
+
+
+# ---------------------------------------------------------------- structured output (ember.grammar)
+
+SCHEMAS = [
+    {"type": "object", "properties": {
+        "a": {"type": "integer", "minimum": -5, "maximum": 100}, "b": {"enum": ["x", "y"]},
+        "c": {"type": "array", "items": {"type": "string", "maxLength": 5}, "minItems": 1, "maxItems": 3},
+        "d": {"anyOf": [{"type": "null"}, {"type": "number"}]}, "e": {"$ref": "#/$defs/p"}},
+     "required": ["a"], "$defs": {"p": {"type": "object", "properties": {"q": {"type": "boolean"}}}},
+     "additionalProperties": False},
+    {"type": "string", "pattern": "^[a-z]{2,4}\\d+$"},
+    {"type": "array", "prefixItems": [{"const": 1}, {"type": "string", "format": "date"}], "items": False},
+    {"type": "number", "exclusiveMinimum": 0, "maximum": 1.5},
+    {"allOf": [{"type": "object", "properties": {"n": {"type": "integer", "exclusiveMaximum": 9}}}]},
+]
+
+
+def gen_json_schema(rng, base) -> bytes:
+    """An OpenAI response_format: a schema mutated as JSON (hostile values, deep nesting, copies of its nodes)."""
+    from mutate import dumps, mutate_json
+    schema = rng.choice(SCHEMAS)
+    kind = rng.random()
+    if kind < 0.1:
+        return dumps(mutate_json(rng, {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}))
+    if kind < 0.15:
+        return dumps(mutate_json(rng, {"type": "json_object"}))
+    return dumps({"type": "json_schema", "json_schema": {"name": "x", "schema": mutate_json(rng, schema)}})
+
+
+def load_json_schema(raw: bytes):
+    """Compile the response_format as `ember api` does (a JSON it cannot parse is not the compiler's input)."""
+    import json
+    from ember.grammar import from_response_format
+    try:
+        rf = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return from_response_format(rf)

@@ -378,7 +378,8 @@ def gen_selftest(rng, base):
 def _chat_formats() -> dict:
     """GGUF BPE vocabularies and chat templates, where the modules exist (hooks: tests/fuzz/chat_inputs.py)."""
     import chat_inputs as ci
-    return {"gguf-bpe": (ci.load_gguf_bpe, ci.gen_gguf_bpe), "chat-template": (ci.load_template, ci.gen_template)}
+    return {"gguf-bpe": (ci.load_gguf_bpe, ci.gen_gguf_bpe), "chat-template": (ci.load_template, ci.gen_template),
+            "json-schema": (ci.load_json_schema, ci.gen_json_schema)}
 
 
 FORMATS = {  # name -> (loader, generator)
