@@ -17,6 +17,8 @@ class QLinear(Module):
     W itself is frozen (quantized weights have no gradient).
     """
 
+    parts = None  # as nn.Linear's: the checkpoint's projections stacked along the rows, if several
+
     def __init__(self, weight: QTensor, bias=None):
         super().__init__()
         if not isinstance(weight, QTensor) or weight.ndim != 2:
@@ -27,7 +29,9 @@ class QLinear(Module):
 
     @classmethod
     def from_linear(cls, linear: Linear, ggml_type) -> "QLinear":
-        return cls(QTensor.quantize(linear.weight, ggml_type), linear.bias)
+        q = cls(QTensor.quantize(linear.weight, ggml_type), linear.bias)
+        q.parts = linear.parts
+        return q
 
     def forward(self, x):
         if x.shape[-1] != self.in_features:
@@ -114,5 +118,7 @@ def load_quantized(model: Module, tensors, strict: bool = True):
         if tuple(v.shape) != (child.out_features, child.in_features):
             raise ValueError(f"ember: {key}: quantized weight of shape {tuple(v.shape)} does not fit "
                              f"{type(child).__name__}(in={child.in_features}, out={child.out_features})")
-        setattr(parent, name, QLinear(v, child.bias))
+        q = QLinear(v, child.bias)
+        q.parts = child.parts
+        setattr(parent, name, q)
     return model.load_state_dict(plain, strict=strict)
