@@ -256,3 +256,27 @@ def test_bad_adapters_raise(tmp_path):
             lora.load_adapter(ember_llama(hf), tmp_path / name)
     with pytest.raises(lora.AdapterError, match="cannot read"):
         lora.load_adapter(ember_llama(hf), tmp_path / "absent")
+
+
+def test_cached_decode_after_adding_adapters_uses_them():
+    """A decode step builds the fused decoder's plan from the plain projections; once adapters wrap them the next
+    cached step must run them (the plan is rebuilt or refused), giving the full forward's last logits."""
+    hf = hf_llama(seed=7)
+    m = ember_llama(hf).eval()
+    ids = ids_batch(4, (1, 9))
+    with ember.no_grad():
+        cache = m.new_cache()
+        m(ember.tensor(ids[:, :7]), cache)
+        m(ember.tensor(ids[:, 7:8]), cache)                                    # one-token step: the plan is built
+    lora.add_adapters(m, lora.LoraConfig(r=2, lora_alpha=4, target_modules=ALL), seed=0)
+    with ember.no_grad():
+        for p in lora.lora_parameters(m):
+            p.copy_(np.random.default_rng(p.numel()).normal(0, 0.3, p.shape).astype(np.float32))
+        cache = m.new_cache()
+        m(ember.tensor(ids[:, :8]), cache)
+        step = m(ember.tensor(ids[:, 8:9]), cache)
+    step = getattr(step, "logits", step).numpy()[:, -1]
+    full = logits(m, ids)[:, -1]
+    plain = logits(lora.unload(ember_llama(hf)), ids)[:, -1]
+    assert np.abs(full - plain).max() > 1e-2
+    np.testing.assert_allclose(step, full, atol=1e-4, rtol=0)
