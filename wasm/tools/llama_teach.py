@@ -110,7 +110,7 @@ def _start(text, o: dict) -> dict:
     lora.add_adapters(model, lora.LoraConfig(r=o["rank"], lora_alpha=o["alpha"],
                                              target_modules=TARGETS), seed=o["seed"])
     opt = ember.optim.AdamW(lora.lora_parameters(model), lr=o["lr"], weight_decay=0.0)
-    key = (hashlib.sha256(text.encode()).hexdigest(), tuple(sorted(o.items())))
+    key = (id(model), hashlib.sha256(text.encode()).hexdigest(), tuple(sorted(o.items())))
     _SESSION.clear()
     _SESSION.update(key=key, opt=opt, step=0, losses=[], blocks=blocks, seconds=0.0)
     return _SESSION
@@ -123,7 +123,7 @@ async def train(text, opts: dict, on_step=None) -> dict:
     from ember.nn import functional as F
     o = _options(opts)
     model, _ = _model()
-    key = (hashlib.sha256(str(text).encode()).hexdigest(), tuple(sorted(o.items())))
+    key = (id(model), hashlib.sha256(str(text).encode()).hexdigest(), tuple(sorted(o.items())))
     s = _SESSION if opts.get("resume") and _SESSION.get("key") == key else _start(text, o)
     blocks, opt, device = s["blocks"], s["opt"], model.device
     stopped, t0, step0 = "done", time.perf_counter(), s["step"]
