@@ -280,3 +280,29 @@ def test_cached_decode_after_adding_adapters_uses_them():
     plain = logits(lora.unload(ember_llama(hf)), ids)[:, -1]
     assert np.abs(full - plain).max() > 1e-2
     np.testing.assert_allclose(step, full, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_k"])
+def test_quantized_linear_input_gradient_matches_torch(device, qtype):
+    """QLinear's dx = dy @ W by slabs of W's rows (the qlinear op's backward; a small slab here so there are several)
+    equals torch's through the dequantized weight."""
+    from ember import qtensor
+    from ember.quant import QLinear, QTensor
+    rng = np.random.default_rng(9)
+    w = QTensor.quantize(rng.normal(0, 0.1, (72, 256)).astype(np.float32), qtype)
+    layer = QLinear(w)
+    x = rng.normal(0, 1, (2, 3, 256)).astype(np.float32)
+    g = rng.normal(0, 1, (2, 3, 72)).astype(np.float32)
+    xe = ember.tensor(x, device=device, requires_grad=True)
+    slab = qtensor.GRAD_SLAB_BYTES
+    qtensor.GRAD_SLAB_BYTES = 16 * 4 * 256  # 16 rows a slab: 5 slabs, the last short
+    try:
+        y = layer(xe)
+        (y * ember.tensor(g, device=device)).sum().backward()
+    finally:
+        qtensor.GRAD_SLAB_BYTES = slab
+    xt = torch.tensor(x, requires_grad=True)
+    yt = xt @ torch.tensor(w.dequantize().numpy()).T
+    (yt * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(y.detach().numpy(), yt.detach().numpy(), atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(xe.grad.numpy(), xt.grad.numpy(), atol=1e-4, rtol=1e-4)
