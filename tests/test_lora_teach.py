@@ -83,7 +83,7 @@ def test_exported_adapter_loads_into_peft_and_reset(loaded, tmp_path):
 
 
 @pytest.mark.parametrize("text,opts,match", [
-    ("", {}, "paste some text"), ("a", {}, "at least 3"), (TEXT, {"rank": 0}, "rank"),
+    ("", {}, "text is empty"), ("a", {}, "at least 3"), ("a\x00b c d e", {}, "binary"), (TEXT, {"rank": 0}, "rank"),
     (TEXT, {"rank": 10 ** 6}, "rank"), (TEXT, {"steps": 2.5}, "integer"), (TEXT, {"lr": "x"}, "bad teach option"),
     (TEXT, {"teach": "fly"}, "unknown teach action")])
 def test_bad_requests_are_refused(loaded, text, opts, match):

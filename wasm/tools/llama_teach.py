@@ -2,9 +2,9 @@
 (ember.train.lora). llama.py's run() hands a request with opts["teach"] here ("train", "export" or "reset").
 
 It adapts the model the text tool holds, so generate and chat answer with the adapters as soon as a run ends
-(the chat's KV cache is dropped: the weights changed). The text is tokenized by
-the model's tokenizer and cut into blocks of `block` + 1 tokens; step i trains on block i mod n (one block a
-step, AdamW on the adapters only). Between steps the loop awaits checkpoint(): a cancel returns "paused" and
+(the chat's KV cache is dropped: the weights changed). The loop is ember.models.text.finetune's LoraTuner (as
+`ember finetune`'s): the text in blocks of `block` + 1 tokens, step i on block i mod n, AdamW on the adapters
+only. Between steps the loop awaits checkpoint(): a cancel returns "paused" and
 {"resume": true} with the same options continues where it stopped. "export" returns the adapter in PEFT's
 layout (adapter_config.json, adapter_model.safetensors bytes) for the page to download; "reset" removes the
 adapters. Runs unchanged in CPython, which gives the e2e test its reference losses.
@@ -14,17 +14,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import time
-
-import numpy as np
 
 from . import WorkerError, checkpoint
 from . import llama as text_tool
 
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LIMITS = {"steps": (1, 10_000), "rank": (1, 256), "block": (2, 1024), "seed": (0, 2 ** 31 - 1)}
 MAX_TEXT = 1 << 20  # characters
-_SESSION: dict = {}  # "key": the options it was started with, "opt", "step", "losses", "blocks"
+_SESSION: dict = {}  # "key": the model, text and options it was started with; "tuner": the LoraTuner
 
 
 def _model():
@@ -51,24 +49,10 @@ def _options(opts: dict) -> dict:
     for k, (lo, hi) in LIMITS.items():
         if not lo <= out[k] <= hi:
             raise WorkerError(f"ember: {k} must be between {lo} and {hi}, got {out[k]}", "bad_request")
-    if not 0 < out["lr"] <= 1 or not np.isfinite(out["alpha"]):
+    if not 0 < out["lr"] <= 1 or not math.isfinite(out["alpha"]):
         raise WorkerError(f"ember: lr must be in (0, 1] and alpha finite, got lr={out['lr']}, alpha={out['alpha']}",
                           "bad_request")
     return out
-
-
-def _blocks(text, tok, block: int) -> np.ndarray:
-    """(n, T + 1) int64 token blocks of the text; T shrinks to the text's length when it is shorter."""
-    if not isinstance(text, str) or not text.strip():
-        raise WorkerError("ember: paste some text to teach the model", "bad_request")
-    if len(text) > MAX_TEXT:
-        raise WorkerError(f"ember: the text has {len(text)} characters, over the limit of {MAX_TEXT}", "bad_request")
-    ids = np.asarray(tok.encode(text, bos=True, special=False), np.int64)  # pasted text is text, not control tokens
-    if len(ids) < 3:
-        raise WorkerError(f"ember: the text is {len(ids)} tokens; teaching needs at least 3", "bad_request")
-    t = min(block, len(ids) - 1)
-    n = (len(ids) - 1) // t
-    return np.stack([ids[i * t: i * t + t + 1] for i in range(n)])             # (n, t + 1)
 
 
 def _forget_caches():
@@ -101,58 +85,43 @@ def export() -> dict:
             "adapter_model.safetensors": safetensors.dumps(tensors, metadata={"format": "pt"})}
 
 
-def _start(text, o: dict) -> dict:
-    import ember
-    from ember.train import lora
-    model, tok = _model()
-    blocks = _blocks(text, tok, o["block"])
-    lora.unload(model)  # a new run starts from the base model
-    lora.add_adapters(model, lora.LoraConfig(r=o["rank"], lora_alpha=o["alpha"],
-                                             target_modules=TARGETS), seed=o["seed"])
-    opt = ember.optim.AdamW(lora.lora_parameters(model), lr=o["lr"], weight_decay=0.0)
-    key = (id(model), hashlib.sha256(text.encode()).hexdigest(), tuple(sorted(o.items())))
+def _start(text, o: dict, model, tok, key) -> dict:
+    from ember.models.text.finetune import FinetuneError, LoraTuner
+    if isinstance(text, str) and len(text) > MAX_TEXT:
+        raise WorkerError(f"ember: the text has {len(text)} characters, over the limit of {MAX_TEXT}", "bad_request")
+    try:
+        tuner = LoraTuner(model, tok, text if isinstance(text, str) else "", rank=o["rank"], alpha=o["alpha"],
+                          lr=o["lr"], block=o["block"], seed=o["seed"])
+    except FinetuneError as e:
+        raise WorkerError(str(e), "bad_request") from None
     _SESSION.clear()
-    _SESSION.update(key=key, opt=opt, step=0, losses=[], blocks=blocks, seconds=0.0)
+    _SESSION.update(key=key, tuner=tuner, seconds=0.0)
     return _SESSION
 
 
 async def train(text, opts: dict, on_step=None) -> dict:
-    """-> {"losses", "step", "steps", "stopped": "done" | "paused", "steps_per_s", "tokens", "blocks"};
+    """-> {"losses", "step", "steps", "stopped": "done" | "paused", "steps_per_s", "seconds", "blocks", "block"};
     on_step({"kind": "step", "step", "steps", "loss"}) after each step."""
-    import ember
-    from ember.nn import functional as F
     o = _options(opts)
-    model, _ = _model()
+    model, tok = _model()
     key = (id(model), hashlib.sha256(str(text).encode()).hexdigest(), tuple(sorted(o.items())))
-    s = _SESSION if opts.get("resume") and _SESSION.get("key") == key else _start(text, o)
-    blocks, opt, device = s["blocks"], s["opt"], model.device
-    stopped, t0, step0 = "done", time.perf_counter(), s["step"]
-    model.train()
+    s = _SESSION if opts.get("resume") and _SESSION.get("key") == key else _start(text, o, model, tok, key)
+    tuner = s["tuner"]
+    stopped, t0, step0 = "done", time.perf_counter(), tuner.steps_done
     _forget_caches()
     try:
-        while s["step"] < o["steps"]:
-            b = blocks[s["step"] % len(blocks)][None]                           # (1, T + 1)
-            x, y = ember.tensor(b[:, :-1], device=device), ember.tensor(b[:, 1:], device=device)
-            out = model(x)
-            logits = getattr(out, "logits", out)                                # (1, T, vocab)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            s["step"] += 1
-            s["losses"].append(round(float(loss.item()), 6))
+        while tuner.steps_done < o["steps"]:
+            loss = round(tuner.step(), 6)
             if on_step is not None:
-                on_step({"kind": "step", "step": s["step"], "steps": o["steps"], "loss": s["losses"][-1]})
+                on_step({"kind": "step", "step": tuner.steps_done, "steps": o["steps"], "loss": loss})
             await checkpoint()
     except asyncio.CancelledError:
         stopped = "paused"
-    finally:
-        model.eval()
     secs = time.perf_counter() - t0
     s["seconds"] += secs
-    return {"losses": list(s["losses"]), "step": s["step"], "steps": o["steps"], "stopped": stopped,
-            "steps_per_s": round((s["step"] - step0) / secs, 3) if secs > 0 else 0.0,
-            "seconds": round(s["seconds"], 3), "blocks": int(len(blocks)), "block": int(blocks.shape[1] - 1)}
+    return {"losses": [round(v, 6) for v in tuner.losses], "step": tuner.steps_done, "steps": o["steps"],
+            "stopped": stopped, "steps_per_s": round((tuner.steps_done - step0) / secs, 3) if secs > 0 else 0.0,
+            "seconds": round(s["seconds"], 3), "blocks": int(len(tuner.blocks)), "block": int(tuner.blocks.shape[1] - 1)}
 
 
 async def run(input, opts: dict, on_partial=None) -> dict:
