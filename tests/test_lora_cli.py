@@ -43,6 +43,15 @@ def test_finetune_writes_an_adapter_peft_loads(tmp_path, capsys):
         got = model(ember.tensor(ids))
     assert np.abs(ref - base).max() > 1e-2
     np.testing.assert_allclose(getattr(got, "logits", got).numpy(), ref, atol=1e-4, rtol=0)
+    # `ember generate --adapter` continues greedily as peft + transformers do
+    prompt = "The city of Varnholt was"
+    rc = cli_main(["generate", prompt, "--model", DEMO, "--adapter", str(out), "-n", "10", "--activations", "float32",
+                   "--json"])
+    assert rc == 0
+    gen = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    with torch.no_grad():
+        want = pm.generate(input_ids=torch.tensor([gen["prompt_tokens"]]), max_new_tokens=10, do_sample=False)
+    assert gen["tokens"] == want[0, len(gen["prompt_tokens"]):].tolist()[:len(gen["tokens"])], gen["text"]
 
 
 @pytest.mark.parametrize("data,args,match", [(b"\x00\x01binary\x00" * 20, [], "binary"),

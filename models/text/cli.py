@@ -13,6 +13,7 @@ from ...argtypes import add_sampling_arguments, existing_file, non_negative_int,
 from ...cli import DEVICE_HELP, resolve_device
 
 
+ADAPTER_HELP = "a LoRA adapter folder in PEFT's layout (adapter_config.json + adapter_model.safetensors; `ember finetune`)"
 ACTIVATIONS_HELP = ("how quantized weights multiply: q8 (llama.cpp's 8-bit activations: its numbers, its speed) or "
                     "float32 (transformers' arithmetic on the dequantized weights); default: the model's (q8 for GGUF)")
 
@@ -28,6 +29,7 @@ def add_parser(sub):
     add_sampling_arguments(p, max_new_tokens=64, temperature=0.0, top_p=1.0)
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--activations", choices=("q8", "float32"), default=None, help=ACTIVATIONS_HELP)
+    p.add_argument("--adapter", default=None, help=ADAPTER_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.set_defaults(func=main)
 
@@ -41,6 +43,7 @@ def main(args):
     model, tok = load_text_model(src, device=resolve_device(args.device), activations=args.activations)
     if tok is None:
         raise ValueError("ember: the model carries no tokenizer")
+    _with_adapter(model, args.adapter)
     prompt_ids = tok.encode(args.prompt)  # BOS as the tokenizer adds it (a GGUF's add_bos_token)
     return print_generation(model, tok, args.prompt, prompt_ids, args)
 
@@ -96,6 +99,7 @@ def add_chat_parsers(sub):
     add_sampling_arguments(p, max_new_tokens=256, temperature=0.0, top_p=1.0)
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--activations", choices=("q8", "float32"), default=None, help=ACTIVATIONS_HELP)
+    p.add_argument("--adapter", default=None, help=ADAPTER_HELP)
     p.set_defaults(func=main_chat)
 
     a = sub.add_parser("api", help="an OpenAI-compatible server on 127.0.0.1 (chat, completions, embeddings)")
@@ -118,7 +122,17 @@ def _chat_model(args):
     if src is None:
         from .smollm2 import fetch_smollm2
         src = os.fspath(fetch_smollm2(progress=True))
-    return load_text_model(src, device=resolve_device(args.device), activations=args.activations)
+    model, tok = load_text_model(src, device=resolve_device(args.device), activations=args.activations)
+    _with_adapter(model, getattr(args, "adapter", None))
+    return model, tok
+
+
+def _with_adapter(model, folder):
+    """Load a LoRA adapter into the model (eval mode: no dropout), where one is given."""
+    if folder:
+        from ember.train import lora
+        lora.load_adapter(model, folder)
+        model.eval()
 
 
 def _constraint(args, tok):
