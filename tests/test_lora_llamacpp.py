@@ -94,3 +94,22 @@ def test_gguf_adapter_refusals(base, tmp_path):
     with pytest.raises(lora.AdapterError, match="shape"):
         load_gguf_adapter(model, wide, LLAMA_GGUF)
     assert not lora.lora_layers(model)
+
+
+def test_finetune_writes_a_gguf_adapter_llamacpp_loads(base, tmp_path, capsys):
+    """`ember finetune` on a GGUF model writes adapter.gguf beside PEFT's files; llama.cpp with it continues a
+    prompt greedily as `ember generate --adapter adapter.gguf` does."""
+    import json
+
+    from ember.cli import main as cli_main
+    (tmp_path / "data.txt").write_text("the quick brown fox jumps over the lazy dog. " * 6)
+    out = tmp_path / "adapter"
+    assert cli_main(["finetune", "--model", str(base), "--data", str(tmp_path / "data.txt"), "--out", str(out),
+                     "--rank", "4", "--steps", "3", "--lr", "1e-2", "--block", "16"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["adapter.gguf", "adapter_config.json", "adapter_model.safetensors"]
+    capsys.readouterr()
+    assert cli_main(["generate", "the quick brown", "--model", str(base), "--adapter", str(out / "adapter.gguf"),
+                     "-n", "12", "--activations", "float32", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    ref = _greedy_llamacpp(_llamacpp(base, out / "adapter.gguf"), got["prompt_tokens"], 12)
+    assert got["tokens"] == ref[:len(got["tokens"])] and len(got["tokens"]) >= 6, (got["tokens"], ref)

@@ -13,7 +13,8 @@ from ...argtypes import add_sampling_arguments, existing_file, non_negative_int,
 from ...cli import DEVICE_HELP, resolve_device
 
 
-ADAPTER_HELP = "a LoRA adapter folder in PEFT's layout (adapter_config.json + adapter_model.safetensors; `ember finetune`)"
+ADAPTER_HELP = ("a LoRA adapter: a folder in PEFT's layout (adapter_config.json + adapter_model.safetensors) or "
+                "llama.cpp's adapter .gguf over a .gguf model (`ember finetune` writes both)")
 ACTIVATIONS_HELP = ("how quantized weights multiply: q8 (llama.cpp's 8-bit activations: its numbers, its speed) or "
                     "float32 (transformers' arithmetic on the dequantized weights); default: the model's (q8 for GGUF)")
 
@@ -43,7 +44,7 @@ def main(args):
     model, tok = load_text_model(src, device=resolve_device(args.device), activations=args.activations)
     if tok is None:
         raise ValueError("ember: the model carries no tokenizer")
-    _with_adapter(model, args.adapter)
+    _with_adapter(model, args.adapter, src)
     prompt_ids = tok.encode(args.prompt)  # BOS as the tokenizer adds it (a GGUF's add_bos_token)
     return print_generation(model, tok, args.prompt, prompt_ids, args)
 
@@ -123,16 +124,35 @@ def _chat_model(args):
         from .smollm2 import fetch_smollm2
         src = os.fspath(fetch_smollm2(progress=True))
     model, tok = load_text_model(src, device=resolve_device(args.device), activations=args.activations)
-    _with_adapter(model, getattr(args, "adapter", None))
+    _with_adapter(model, getattr(args, "adapter", None), src)
     return model, tok
 
 
-def _with_adapter(model, folder):
-    """Load a LoRA adapter into the model (eval mode: no dropout), where one is given."""
-    if folder:
-        from ember.train import lora
-        lora.load_adapter(model, folder)
-        model.eval()
+def _gguf_arch(src):
+    """The GGUFArchitecture of a local .gguf model file, else None."""
+    if not (isinstance(src, str) and src.endswith(".gguf") and os.path.isfile(src)):
+        return None
+    from ember.io import gguf
+
+    from .load import gguf_architecture
+    return gguf_architecture(gguf.metadata(src).get("general.architecture"), src)
+
+
+def _with_adapter(model, adapter, src=None):
+    """Load a LoRA adapter (a PEFT folder, or a llama.cpp .gguf adapter over a GGUF model) into the model, in eval
+    mode (no dropout), where one is given."""
+    if not adapter:
+        return
+    from ember.train import lora
+    if str(adapter).endswith(".gguf"):
+        arch = _gguf_arch(src)
+        if arch is None:
+            raise ValueError(f"ember: {adapter}: a GGUF adapter applies to a local .gguf model, not {src!r}")
+        from ..common.lora_gguf import load_gguf_adapter
+        load_gguf_adapter(model, adapter, arch)
+    else:
+        lora.load_adapter(model, adapter)
+    model.eval()
 
 
 def _constraint(args, tok):
@@ -213,7 +233,8 @@ def main_api(args):
 
 
 def add_finetune_parser(sub):
-    p = sub.add_parser("finetune", help="train LoRA adapters on a text file (PEFT's layout: peft loads them)")
+    p = sub.add_parser("finetune", help="train LoRA adapters on a text file (PEFT's layout, and llama.cpp's "
+                                        "adapter.gguf for a .gguf model)")
     p.add_argument("--model", required=True, help="a .gguf file, folder, URL or hub id (quantized weights stay so)")
     p.add_argument("--data", required=True, type=existing_file, help="a UTF-8 text file to learn")
     p.add_argument("--out", required=True, help="the adapter folder to write (adapter_config.json, "
@@ -252,6 +273,10 @@ def main_finetune(args):
     finally:
         bar.close()
     lora.save_adapter(model, args.out, base_model_name_or_path=str(args.model))
+    arch = _gguf_arch(args.model)
+    if arch is not None:  # llama.cpp's form beside PEFT's, for a GGUF base
+        from ..common.lora_gguf import save_gguf_adapter
+        save_gguf_adapter(model, os.path.join(args.out, "adapter.gguf"), arch)
     print(json.dumps({"out": args.out, "steps": tuner.steps_done, "first_loss": round(tuner.losses[0], 6),
                       "last_loss": round(tuner.losses[-1], 6), "blocks": int(len(tuner.blocks))}))
     return 0
