@@ -19,7 +19,9 @@ UNSUPPORTED = {"use_dora": (False, None), "bias": ("none", None), "modules_to_sa
                "layers_to_transform": (None, []), "layers_pattern": (None, []), "rank_pattern": ({}, None),
                "alpha_pattern": ({}, None), "fan_in_fan_out": (False, None), "exclude_modules": (None, [], ""),
                "target_parameters": (None, []), "lora_bias": (False, None), "trainable_token_indices": (None,),
-               "megatron_config": (None,), "layer_replication": (None, [])}
+               "megatron_config": (None,), "layer_replication": (None, []), "use_qalora": (False, None),
+               "alora_invocation_tokens": (None,), "velora_config": (None,), "monteclora_config": (None,),
+               "use_bdlora": (None, False), "arrow_config": (None,), "kasa_config": (None,)}
 
 
 def adapter_tensors(model: Module) -> dict:
