@@ -274,6 +274,12 @@ op("qmatmul", "(x (..., K), raw uint8 (N, row_bytes), GGMLType, (N, K), activati
    cpu=Kernel(_Q + "qmatmul", _Q + "describe_qmatmul"),
    webgpu=Kernel(_WG + "qmatmul", "quant.wgsl qmatvec / dequant + matmul.wgsl"),
    cuda=Kernel(_CU + "qmatmul", "cuda/quant.cu qmatvec_* / dequant_* + cuBLAS"))
+op("qlinear", "(x (..., K), weight=QTensor (N, K)) -> x @ W.T as qmatmul, differentiable in x: the backward's "
+   "dx = dy @ W dequantizes W a slab of rows at a time (LoRA on a quantized model never holds W whole)",
+   composed="ember.qtensor:qlinear_composed", backward="ember.qtensor:qlinear_backward",
+   output="ember.qtensor:qlinear_output", tensor_call=True,
+   cpu=Kernel(_Q + "qlinear", _Q + "describe_qmatmul"),
+   webgpu=Kernel(_WG + "qlinear", "quant.wgsl qmatvec / dequant + matmul.wgsl, per device part"))
 op("qmatmul_argmax", "(x one row, raw, GGMLType, (N, K), activations) -> argmax of qmatmul: greedy decoding's pick "
    "from a quantized output layer", composed="ember.qtensor:qmatmul_argmax_composed",
    cpu=Kernel(_Q + "qmatmul_argmax", _Q + "describe_bounded"))

@@ -134,6 +134,11 @@ def _qpick(dev, extra=()):
     return [((T(rnd(64, seed=101 + s), dev), w.data, w.ggml_type, w.shape, "float32", *extra), {}) for s in range(3)]
 
 
+def _qlinear(dev):
+    w = _qweight("q4_k", rows=40, cols=256, seed=45)
+    return [((T(rnd(2, 3, 256, seed=46), dev),), {"weight": w}), ((T(rnd(5, 256, seed=47), dev),), {"weight": w})]
+
+
 def _rotary(dev):
     ang = np.outer(np.arange(6), 1.0 / 10000 ** (np.arange(0, 8, 2) / 8)).astype(np.float32)    # (T, D / 2)
     return [((T(rnd(2, 6, 3, 8, seed=110), dev), T(np.cos(ang), dev), T(np.sin(ang), dev)), {})]
@@ -182,7 +187,7 @@ def _gru_cell(dev):
 
 EXAMPLES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _norms(False), "rms_norm": _norms(True),
             "attention": _attention, "gelu": _gelu, "silu": _silu, "linear": _linear, "conv_bias": _conv_bias,
-            "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul, "qmatmul_argmax": _qpick,
+            "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul, "qlinear": _qlinear, "qmatmul_argmax": _qpick,
             "qmatmul_topk": lambda dev: _qpick(dev, (5,)), "rotary_embedding": _rotary, "flash_attention": _flash,
             "flash_attention_split": _flash_split, "flash_attention_combine": _flash_combine,
             "rope_append_attention": _rope_append, "nbits_matmul": _nbits, "lstm_cell": _lstm_cell,
