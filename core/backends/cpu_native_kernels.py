@@ -32,8 +32,8 @@ import numpy as np
 from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
-FILES = ("q8dot.c", "decode.c", "threads.c")  # compiled; they include simd.h and half.h
-HEADERS = ("simd.h", "half.h")
+FILES = ("q8dot.c", "decode.c", "threads.c", "conv.c", "attention.c", "rows.c")  # compiled; they include the headers
+HEADERS = ("simd.h", "half.h", "fvec.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
 FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
 NATIVE = ["-march=native"]  # this CPU's SIMD (AVX2, ...); a compiler that refuses it builds the portable paths
@@ -48,7 +48,7 @@ class NativeKernels:
     W's rows split between threads for large products."""
 
     def __init__(self, lib: ctypes.CDLL, path: Path):
-        self.path = path
+        self.path, self.lib = path, lib
         lib.ember_q8_act_bytes.argtypes, lib.ember_q8_act_bytes.restype = [_I, _I, _I], ctypes.c_long
         lib.ember_q8_simd.argtypes, lib.ember_q8_simd.restype = [], ctypes.c_char_p
         lib.ember_q8_quantize.argtypes = [_I, _I, _I, _P, _I, _P]
@@ -68,6 +68,16 @@ class NativeKernels:
         """Use up to n threads (workers are started, never stopped); returns the count in use."""
         self.threads = min(int(n), self._lib.ember_threads(int(n)))
         return self.threads
+
+    def parallel(self, fn, *args):
+        """fn(*args, threads) under the pool's lock (threads.c runs one parallel job at a time): how the row-range
+        kernels (cpu_float_kernels.py) run; on one thread while another job holds the pool."""
+        if self.threads > 1 and self._pool.acquire(blocking=False):
+            try:
+                return fn(*args, self.threads)
+            finally:
+                self._pool.release()
+        return fn(*args, 1)
 
     def decode(self, plan: np.ndarray, fparams: np.ndarray, x: np.ndarray, rope: np.ndarray, scratch: np.ndarray) -> int:
         """decode.c's ember_decode: x (dim,) float32 through the layers of `plan` (cpu_decode.py), in place."""

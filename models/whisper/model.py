@@ -90,8 +90,9 @@ class AudioEncoder(nn.Module):
         if mel.ndim != 3 or tuple(mel.shape[1:]) != want:
             raise WhisperShapeError(f"ember: Whisper encoder expects a log-mel (batch, {want[0]}, {want[1]}), "
                                     f"got {tuple(mel.shape)}; pad the features to 30 s")
-        x = F.gelu(self.conv1(mel.to(self.conv1.weight.dtype)))  # (batch, d, 3000)
-        x = F.gelu(self.conv2(x)).transpose(1, 2)  # (batch, 1500, d)
+        c1, c2 = self.conv1, self.conv2  # each with its bias and GELU in one kernel where the device has one
+        x = F.conv_act(mel.to(c1.weight.dtype), c1.weight, c1.bias, c1.stride, c1.padding, act="gelu")  # (batch, d, 3000)
+        x = F.conv_act(x, c2.weight, c2.bias, c2.stride, c2.padding, act="gelu").transpose(1, 2)  # (batch, 1500, d)
         x = x + self.embed_positions.weight
         for layer in self.layers:
             x = layer(x)
