@@ -24,9 +24,14 @@ int ember_parallel_rows(ember_rows_fn fn, const void *arg, int n, int threads);
 enum { A_Q, A_K, A_V, A_M, A_O, A_SCRATCH, A_B1, A_B2, A_L, A_S, A_D, A_DV, A_CAUSAL, A_SCALE,  // scale: float bits
        A_QS, A_KS = A_QS + 3, A_VS = A_KS + 3, A_MS = A_VS + 3, A_OS = A_MS + 3,  // strides (b1, b2, row), floats
        A_FIELDS = A_OS + 3 };
-#define QB 16      // query rows of a unit
+#ifndef QB
+#define QB 32      // query rows of a unit (its scores and output rows: 56 KiB of stack)
+#endif
+#ifndef NK
 #define NK 192     // keys of a block (a multiple of 8 F8_NV on every target)
+#endif
 #define MAX_DV 256
+static const float IOTA[8] = {0, 1, 2, 3, 4, 5, 6, 7};
 
 typedef struct {
     const float *q, *k, *v, *m;
@@ -167,28 +172,32 @@ static void attend_rows(const attn_t *a, int u0, int u1) {
                 visible = visible < nk ? (visible < 0 ? 0 : visible) : nk;
                 const float *mr = m ? m + r * a->ms[2] + j0 : 0;
                 float lanes[8];
-                for (int l = 0; l < 8; l++) lanes[l] = mx[r];
-                for (int j = 0; j < nk8; j += 8)
-                    for (int l = 0; l < 8; l++) {
-                        float x = s[j + l] * a->scale;
-                        x = mr && j + l < visible ? x + mr[j + l] : x;
-                        x = j + l < visible ? x : -__builtin_inff();
-                        s[j + l] = x;
-                        lanes[l] = x > lanes[l] ? x : lanes[l];
-                    }
+                f8 top8 = f8_splat(mx[r]), sv = f8_splat(a->scale), ninf = f8_splat(-__builtin_inff());
+                for (int j = 0; j < nk8; j += 8) {  // s scale (+ mask), -inf past the visible keys
+                    f8 x = f8_mul(f8_load(s + j), sv);
+                    if (mr)
+                        x = f8_add(x, f8_load_part(mr + j, visible - j));
+                    if (j + 8 > visible)
+                        x = f8_sel(f8_gt(f8_splat((float)(visible - j)), f8_load(IOTA)), x, ninf);
+                    f8_store(s + j, x);
+                    top8 = f8_max(x, top8);
+                }
+                f8_store(lanes, top8);
                 float top = lanes[0];
                 for (int l = 1; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
                 // a row whose keys so far are all masked keeps weights 0 (exp of -inf - -inf would be NaN)
                 float base = top == -__builtin_inff() ? 0.0f : top;
-                alpha[r] = mx[r] == -__builtin_inff() ? 0.0f : fexp(mx[r] - base);
+                float old[8];
+                f8_store(old, f8_exp(f8_splat(mx[r] - base)));
+                alpha[r] = mx[r] == -__builtin_inff() ? 0.0f : old[0];
                 mx[r] = top;
-                for (int l = 0; l < 8; l++) lanes[l] = 0.0f;
-                for (int j = 0; j < nk8; j += 8)
-                    for (int l = 0; l < 8; l++) {
-                        float e = s[j + l] == -__builtin_inff() ? 0.0f : fexp(s[j + l] - base);
-                        s[j + l] = e;
-                        lanes[l] += e;
-                    }
+                f8 total = f8_zero(), bv = f8_splat(base);
+                for (int j = 0; j < nk8; j += 8) {  // weights exp(s - max), 0 for masked keys
+                    f8 x = f8_load(s + j), e = f8_sel(f8_eq(x, ninf), f8_zero(), f8_exp(f8_sub(x, bv)));
+                    f8_store(s + j, e);
+                    total = f8_add(total, e);
+                }
+                f8_store(lanes, total);
                 sum[r] = sum[r] * alpha[r] + (((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
                                               ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])));
             }
