@@ -286,6 +286,11 @@ op("decoder_plan", "(spec) -> a plan whose step(x, rope, caches) runs one decode
    "in place (models/common/fused_decode.py builds the spec), or None where it does not take the spec; composed: "
    "the model's layers op by op", composed=None,
    cpu=Kernel("ember.backends.cpu_decode:decoder_plan", "ember.backends.cpu_decode:describe"))
+op("xattn_decoder_plan", "(spec) -> a plan whose step(x, caches, cross) runs one decoded token through an "
+   "encoder-decoder's decoder layers (LayerNorm blocks, self-attention with its cache, cross-attention over the "
+   "encoder's keys and values, an MLP) in place (models/whisper/fused_decode.py builds the spec), or None where it "
+   "does not take the spec; composed: the model's layers op by op", composed=None,
+   cpu=Kernel("ember.backends.cpu_decode_xattn:decoder_plan", "ember.backends.cpu_decode_xattn:describe"))
 op("rotary_embedding", "(x (B, T, H, D), cos, sin (T, D / 2)) -> [x1 cos - x2 sin, x2 cos + x1 sin] (rotate-half)",
    composed="ember.nn.fused_ops:rope_composed", backward="ember.nn.fused_ops:rope_backward", tensor_call=True,
    webgpu=Kernel(_WG + "ROTARY", "rope.wgsl"), cuda=Kernel(_CU + "rope", "cuda/rows.cu rope_*", grad="compose"))

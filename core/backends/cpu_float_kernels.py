@@ -27,6 +27,7 @@ _SIGNATURES = {
     "ember_conv2d": ([_P, _I], _I), "ember_conv2d_scratch_floats": ([_P], ctypes.c_long),
     "ember_attention": ([_P, _I], _I), "ember_attention_scratch_floats": ([_P, _I], ctypes.c_long),
     "ember_layer_norm": ([_P, _I], _I), "ember_bias_act": ([_P, _I], _I),
+    "ember_xattn_decode": ([_P, _P, _P, _P], _I), "ember_xattn_decode_scratch_bytes": ([_P, _I], ctypes.c_long),
 }
 
 
@@ -108,6 +109,20 @@ class FloatKernels:
         if out.size and self._call(self._attention, params) != 0:
             raise ValueError("ember: attention kernel refused its parameters")
         return out
+
+    # ---------------------------------------------------------------------------------------- decoding
+    def xattn_decode(self, plan: np.ndarray, fparams: np.ndarray, x: np.ndarray, scratch: np.ndarray) -> int:
+        """decode_xattn.c's ember_xattn_decode: x (dim,) float32 through the layers of `plan`
+        (cpu_decode_xattn.py), in place, on the threads the pool gives (the plan's thread field)."""
+        ptrs = [a.ctypes.data if self.native else _addr(a) for a in (plan, fparams, x, scratch)]
+
+        def run(_, threads):
+            plan[6] = threads  # decode_xattn.c's X_THREADS
+            return self._xattn_decode(*ptrs)
+        return self._parallel(run, None)
+
+    def xattn_decode_scratch_bytes(self, plan: np.ndarray, max_keys: int) -> int:
+        return self._xattn_decode_scratch_bytes(plan.ctypes.data if self.native else _addr(plan), max_keys)
 
     # ---------------------------------------------------------------------------------------- rows
     def layer_norm(self, x, w, b, eps):
