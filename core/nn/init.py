@@ -1,11 +1,25 @@
 """Weight initialisation as torch.nn.init (in place: the parameter's data is replaced)."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 
 from ..tensor import default_generator, tensor
+
+_SKIP = [False]
+
+
+@contextlib.contextmanager
+def skipped():
+    """Within the block the random initialisers leave tensors as they are: a model built to receive a checkpoint
+    (every weight replaced at load) does not draw its ~10^8 random numbers first."""
+    prev, _SKIP[0] = _SKIP[0], True
+    try:
+        yield
+    finally:
+        _SKIP[0] = prev
 
 
 def _set(t, a):
@@ -36,10 +50,14 @@ calculate_gain = _gain
 
 
 def uniform_(t, a=0.0, b=1.0):
+    if _SKIP[0]:
+        return t
     return _set(t, default_generator().uniform(a, b, t.shape).astype(np.float32))
 
 
 def normal_(t, mean=0.0, std=1.0):
+    if _SKIP[0]:
+        return t
     return _set(t, default_generator().normal(mean, std, t.shape).astype(np.float32))
 
 
