@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "fvec.h"
+#include "matvec_f32.h"
 
 #if !defined(__wasm__)
 typedef void (*ember_rows_fn)(const void *arg, int r0, int r1);
@@ -83,13 +84,7 @@ static void matvec_rows(const void *arg, int o0, int o1) {
     int cols = (int)w[W_COLS];
     float *y = m->y;
     if (w[W_TYPE] == INPUT_MAJOR) {  // y = sum_i x[i] W^T[i, :], inputs in order
-        long lead = (long)w[W_LEAD];
-        for (int o = o0; o < o1; o++) y[o] = 0.0f;
-        for (int i = 0; i < cols; i++) {
-            float xi = x[i];
-            const float *wi = data + (long)i * lead;
-            for (int o = o0; o < o1; o++) y[o] += xi * wi[o];
-        }
+        matvec_f32_input_major(data, (long)w[W_LEAD], x, cols, y, o0, o1);
     } else {
         for (int o = o0; o < o1; o++) y[o] = dot(data + (long)o * cols, x, cols);
     }
