@@ -58,6 +58,7 @@ class NativeKernels:
         lib.ember_q8_dot_parallel.argtypes = [_I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _I, _I]
         lib.ember_threads.argtypes = [_I]
         lib.ember_decode.argtypes = [_P, _P, _P, _P, _P]
+        lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P, _I]
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
         self._lib = lib
         self.simd = lib.ember_q8_simd().decode()
@@ -86,6 +87,16 @@ class NativeKernels:
         with self._pool:  # its matmuls use the worker threads
             return self._lib.ember_decode(plan.ctypes.data, fparams.ctypes.data, x.ctypes.data, rope.ctypes.data,
                                           scratch.ctypes.data)
+
+    def matvec_f32(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
+        """x (k,) float32 @ wt (k, n) float32 C-contiguous -> (n,) float32, k a multiple of 8 (decode.c's
+        ember_matvec_f32: inputs summed in order, a multiply then an add each; threads by blocks of outputs)."""
+        k, n = wt.shape
+        x = np.ascontiguousarray(x, np.float32)
+        y = np.empty(n, np.float32)
+        if self.parallel(self._lib.ember_matvec_f32, wt.ctypes.data, n, n, k, x.ctypes.data, y.ctypes.data) != 0:
+            raise ValueError(f"ember: native matvec: {k} inputs, not a multiple of 8")
+        return y
 
     def decode_scratch_bytes(self, plan: np.ndarray, max_length: int) -> int:
         return self._lib.ember_decode_scratch_bytes(plan.ctypes.data, max_length)

@@ -256,6 +256,20 @@ static long max_act_bytes(const intptr_t *plan) {
     return most;
 }
 
+// y (rows) = W x for a float32 W stored input-major, W^T (cols, rows) rows `lead` floats apart, cols a multiple of
+// 8: the CPU backend's row-vector product with a large re-stored weight (an LM head), the decode step's matvec
+// (natively split between threads by blocks of 8 outputs; the same bits for any count). -1 for cols not a
+// multiple of 8.
+EMBER_EXPORT(ember_matvec_f32)
+int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float *x, float *y, int threads) {
+    if (cols % 8 != 0)
+        return -1;
+    intptr_t w[W_FIELDS] = {(intptr_t)wt, F32_INPUT_MAJOR, rows, cols, lead};
+    int quantized = 0;
+    matvec(w, x, y, 0, &quantized, threads);
+    return 0;
+}
+
 // bytes of scratch ember_decode needs for caches of at most `max_length` rows
 EMBER_EXPORT(ember_decode_scratch_bytes)
 long ember_decode_scratch_bytes(const intptr_t *plan, int max_length) {
