@@ -74,6 +74,9 @@ class TensorInfo:
 
 # ============================================================================ reading
 
+_U64 = struct.Struct("<Q")
+
+
 class _Cursor:
     """Sequential little-endian reads over a source, refusing to read past its end."""
 
@@ -121,6 +124,25 @@ class _Cursor:
         except UnicodeDecodeError as e:
             raise self.fail(f"{what}: string is not valid UTF-8 ({e.reason} at byte {e.start})") from None
 
+    def strings(self, n, what):
+        """n strings: straight from the read-ahead buffer while each lies whole in it (a vocabulary is 10^5
+        strings: string() a call each was most of a cold start), else through string()'s checks and reads."""
+        out, unpack_from = [], _U64.unpack_from
+        for i in range(n):
+            buf, rel = self._buf, self.pos - self._buf_at
+            if rel + 8 <= len(buf):
+                size = unpack_from(buf, rel)[0]
+                end = rel + 8 + size
+                if end <= len(buf):
+                    try:
+                        out.append(buf[rel + 8:end].decode("utf-8"))
+                        self.pos += 8 + size
+                        continue
+                    except UnicodeDecodeError:
+                        pass  # (string() names it)
+            out.append(self.string(f"{what}[{i}]"))
+        return out
+
     def count(self, what, min_item_bytes):
         n = self.u64(what)
         if n * min_item_bytes > self.left():
@@ -147,7 +169,7 @@ class _Cursor:
                 return (arr.astype(bool) if sub == BOOL else arr).tolist(), sub
             if sub == STRING:
                 n = self.count(f"the element count of {what}", 8)
-                return [self.string(f"{what}[{i}]") for i in range(n)], sub
+                return self.strings(n, what), sub
             if sub == ARRAY:
                 n = self.count(f"the element count of {what}", 12)
                 return [GGUFValue(*self._nested(f"{what}[{i}]", depth)) for i in range(n)], sub
@@ -157,6 +179,11 @@ class _Cursor:
     def _nested(self, what, depth):
         v, sub = self.value(ARRAY, what, depth + 1)
         return v, ARRAY, sub
+
+
+# (path, size) -> (header bytes, the parse of them) of the file opened last: parsing a header is Python work a
+# field at a time (a 262k-word vocabulary), reading its bytes to compare is one read
+_HEADERS: dict = {}
 
 
 class GGUFReader(LazyFile):
@@ -185,8 +212,17 @@ class GGUFReader(LazyFile):
             except OSError as e:
                 raise FormatError(f"ember: cannot read {self.where}: {e.strerror or e}") from None
             read = self._pread
+        key = None if self._file is None else (os.path.realpath(os.fspath(src)), total)
         try:
-            self._parse(_Cursor(read, total, self.where))
+            seen = _HEADERS.get(key) if key is not None else None
+            if seen is not None and read(0, len(seen[0])) == seen[0]:  # these header bytes parsed already
+                (self.version, self.fields, self.alignment, self.tensor_infos, self.data_offset) = seen[1]
+            else:
+                self._parse(_Cursor(read, total, self.where))
+                if key is not None:
+                    _HEADERS.clear()  # one file's header kept: a CLI reads it for its family, metadata and weights
+                    _HEADERS[key] = (read(0, self.data_offset), (self.version, self.fields, self.alignment,
+                                                                  self.tensor_infos, self.data_offset))
         except BaseException:
             self.close()
             raise
