@@ -140,7 +140,8 @@ def _vad_steps(model, tokenizer, samples, vad, timestamps, opts):
     regions = V.speech_regions(detector.probs(samples), samples.size, options)
     tmap = V.TimelineMap(regions)
     total_s, segments, language, offset = samples.size / A.SAMPLE_RATE, [], opts["language"], 0
-    for piece in V.pieces(regions, A.N_SAMPLES):
+    chunks = V.pieces(regions, A.N_SAMPLES)
+    for piece in chunks:
         clip = np.concatenate([samples[r["start"]:r["end"]] for r in piece])
         mel, _ = features(clip, tokenizer.config.dims.n_mels)
         steps = seek_loop(model, tokenizer, mel, clip.size / A.SAMPLE_RATE, timestamps=timestamps,
@@ -166,7 +167,8 @@ def _vad_steps(model, tokenizer, samples, vad, timestamps, opts):
         offset += clip.size
     yield ("window", total_s, total_s)
     return {"text": "".join(s["text"] for s in segments), "language": language or "en", "segments": segments,
-            "speech": [{"start": r["start"] / A.SAMPLE_RATE, "end": r["end"] / A.SAMPLE_RATE} for r in regions]}
+            "speech": [{"start": r["start"] / A.SAMPLE_RATE, "end": r["end"] / A.SAMPLE_RATE} for r in regions],
+            "pieces": [{"start": p[0]["start"] / A.SAMPLE_RATE, "end": p[-1]["end"] / A.SAMPLE_RATE} for p in chunks]}
 
 
 def _drive(steps, on_segment=None) -> dict:
