@@ -1,5 +1,6 @@
 // The web app: three tools over the public API in ember.js (and nothing else).
 import { createEmber, EmberError } from "./ember.js";
+import { mountLiveCaptions, showWords } from "./captions.js";
 
 const $ = (sel, root = document) => root.querySelector(sel);
 const TOOLS = ["whisper", "llama", "yolo"];
@@ -339,11 +340,12 @@ async function transcribeFile(file) {
     await ensureModel("whisper");
     $("#whisper-stats").textContent = "Transcribing…";
     const language = $("#whisper-language").value || null; // read after the load: the picker follows the model
-    const r = await runTool("whisper", () => state.ember.transcribe(input, { timestamps: true, language }, addSegment));
+    const r = await runTool("whisper", () => state.ember.transcribe(input, { timestamps: true, words: true, language }, addSegment));
     if (!state.segments.length) r.segments.forEach(addSegment);
     const player = $("#audio-player"); // only a file ember could read gets a player
     player.src = URL.createObjectURL(file);
     player.hidden = false;
+    showWords($("#transcript"), player, r); // the word being spoken is highlighted as it plays
     $("#whisper-stats").textContent = r.stopped === "cancelled"
       ? `Cancelled after ${(r.ms / 1000).toFixed(1)} s: ${r.segments.length} segment${r.segments.length === 1 ? "" : "s"} of ${r.duration.toFixed(1)} s of audio`
       : `${r.duration.toFixed(1)} s of audio in ${(r.ms / 1000).toFixed(1)} s on ${state.ember.device.toUpperCase()}` +
@@ -390,6 +392,9 @@ $("#record").addEventListener("click", async () => {
     showMessage(`Microphone unavailable: ${e.message}. Allow microphone access or choose a file.`);
   }
 });
+
+mountLiveCaptions({ button: $("#live-captions"), slot: $("#live-slot"), ember: () => state.ember,
+  ensureModel: () => ensureModel("whisper"), busy: () => state.busy, onError: (e) => showError(e, "whisper") });
 
 // ------------------------------------------------------------------ Llama
 

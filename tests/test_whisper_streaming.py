@@ -1,0 +1,113 @@
+"""Live transcription (models/whisper/streaming.py): a recording pushed in small chunks as a microphone would
+give it. The committed words are never revised and match the file transcript's words (reference: ember's own
+transcription of the whole file, itself tested against transformers in test_whisper_decode.py) within a word error
+rate of 15%: the stream hears each utterance cut at its pauses, and tiny.en's near-ties (espeak's voice) can fall the
+other way on a shorter window. Memory stays bounded; hostile pushes get ember errors.
+"""
+import numpy as np
+import pytest
+
+from ember.models.whisper import audio
+from ember.models.whisper.load import load_whisper
+from ember.models.whisper.streaming import MAX_BUFFER_S, LiveTranscriber, StreamError
+from ember.models.whisper.transcribe import transcribe
+
+from test_whisper_model import speech_clip, tiny_en  # noqa: E402
+
+SENTENCES = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
+             "It is easy to tell the depth of a well.", "Rice is often served in round bowls."]
+
+
+def wer(ref, hyp):
+    """Word error rate by edit distance on normalised words."""
+    import re
+    r = re.findall(r"[a-z0-9']+", " ".join(ref).lower())
+    h = re.findall(r"[a-z0-9']+", " ".join(hyp).lower())
+    d = np.arange(len(h) + 1)
+    for i in range(1, len(r) + 1):
+        prev, d = d, np.empty_like(d)
+        d[0] = i
+        for j in range(1, len(h) + 1):
+            d[j] = min(prev[j] + 1, d[j - 1] + 1, prev[j - 1] + (r[i - 1] != h[j - 1]))
+    return d[-1] / max(1, len(r))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, _, tok = load_whisper(tiny_en())
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("stream")
+    rng = np.random.default_rng(7)
+    parts = [np.zeros(8000, np.float32)]
+    for i, s in enumerate(SENTENCES):
+        parts += [audio.load_audio(speech_clip(tmp, s, f"s{i}")), np.zeros(int(rng.uniform(0.8, 1.5) * 16000), np.float32)]
+    return np.concatenate(parts)
+
+
+def stream(live, sig, chunk_s=0.5):
+    updates = []
+    n = int(chunk_s * 16000)
+    for a in range(0, sig.size, n):
+        updates.append(live.push(sig[a:a + n], 16000))
+    updates.append(live.close())
+    return updates
+
+
+@pytest.mark.slow
+def test_committed_words_match_the_file_transcript(tiny, recording):
+    model, tok = tiny
+    live = LiveTranscriber(model, tok, step_s=2.0)
+    updates = stream(live, recording)
+    words = [w for u in updates for w in u["committed"]]
+    assert words == live.committed  # the updates only ever append: no committed word is revised
+    assert [w["start"] for w in words] == sorted(w["start"] for w in words)
+    whole = transcribe(model, tok, recording, timestamps=True, temperature=0.0)
+    err = wer([whole["text"]], [w["word"] for w in words])
+    print(f"streaming WER vs the file transcript: {err:.3f} ({len(words)} words)")
+    assert err <= 0.15, (whole["text"], "".join(w["word"] for w in words))
+    assert updates[-1]["final"] and max(u["buffer_s"] for u in updates) <= MAX_BUFFER_S + 1
+    # each sentence's words are committed by the end of the pause after it (utterance ends commit everything)
+    assert all(u["t"] >= w["end"] for u in updates for w in u["committed"])
+
+
+@pytest.mark.slow
+def test_memory_stays_bounded_without_pauses(tiny, recording):
+    """Speech with no pause long enough to end an utterance: the buffer is trimmed at committed words."""
+    model, tok = tiny
+    speech = recording[recording != 0]  # the sentences back to back
+    dense = np.concatenate([speech, speech])  # ~50 s
+    live = LiveTranscriber(model, tok, step_s=3.0)
+    peak = 0
+    for a in range(0, dense.size, 16000 * 2):
+        live.push(dense[a:a + 32000])
+        peak = max(peak, live.buffer.size / 16000)
+    assert peak <= MAX_BUFFER_S + 2.5
+    assert len(live.committed) > 20
+
+
+def test_hostile_pushes(tiny):
+    model, tok = tiny
+    live = LiveTranscriber(model, tok)
+    live.push(np.zeros(1600, np.float32), 16000)
+    with pytest.raises(StreamError, match="changed mid-stream from 16000 Hz to 48000 Hz"):
+        live.push(np.zeros(4800, np.float32), 48000)
+    with pytest.raises(StreamError, match="NaN"):
+        live.push(np.array([0.0, np.nan, 0.1], np.float32))
+    with pytest.raises(StreamError, match="mono float"):
+        live.push(np.zeros((2, 100), np.float32))
+    with pytest.raises(StreamError, match="mono float"):
+        live.push(np.zeros(100, np.int16))
+    with pytest.raises(StreamError, match="at most 30 s"):
+        live.push(np.zeros(16000 * 31, np.float32))
+    final = live.close()
+    assert final["final"] and final["committed"] == []
+    with pytest.raises(StreamError, match="closed"):
+        live.push(np.zeros(160, np.float32))
+    with pytest.raises(StreamError, match="closed"):
+        live.close()
+    with pytest.raises(StreamError, match="16000 Hz"):
+        LiveTranscriber(model, tok, sample_rate=44100)
