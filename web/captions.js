@@ -71,7 +71,8 @@ registerProcessor("ember-tap", EmberTap);`;
 
 const RATE = 16000;
 const MIN_PUSH_S = 0.5;      // audio gathered before a push while the worker is idle
-const MAX_QUEUE_S = 30;      // audio held while the worker is busy; older samples are dropped past it
+const MAX_QUEUE_S = 120;     // audio held while the worker is busy (7.7 MB); older samples are dropped past it
+const MAX_PUSH_S = 25;       // one push at most (the worker refuses more than 30 s)
 
 export function mountLiveCaptions({ button, slot, ember, ensureModel, busy, onError }) {
   slot.innerHTML = `<div class="live" hidden>
@@ -133,11 +134,13 @@ export function mountLiveCaptions({ button, slot, ember, ensureModel, busy, onEr
 
   function take() {
     const s = session;
-    const out = new Float32Array(s.queued);
+    const blocks = [];
+    let n = 0;
+    while (s.queue.length && n + s.queue[0].length <= MAX_PUSH_S * RATE) { n += s.queue[0].length; blocks.push(s.queue.shift()); }
+    s.queued -= n;
+    const out = new Float32Array(n);
     let o = 0;
-    for (const b of s.queue) { out.set(b, o); o += b.length; }
-    s.queue = [];
-    s.queued = 0;
+    for (const b of blocks) { out.set(b, o); o += b.length; }
     return out;
   }
 
@@ -172,7 +175,7 @@ export function mountLiveCaptions({ button, slot, ember, ensureModel, busy, onEr
     await s.ctx.close().catch(() => {});
     try {
       if (s.inflight) await s.inflight;
-      if (s.queued) { show(await s.live.push(take())); }
+      while (s.queued) show(await s.live.push(take()));
       show(await s.live.stop());
     } catch (e) { onError(e); }
     $(".partial", box).textContent = "";
