@@ -60,7 +60,8 @@ def blas_info() -> str:
     return "; ".join(libs) or "no BLAS found"
 
 
-ENGINES = ("ember", "transformers", "faster-whisper")
+# ember-deterministic: EMBER_DETERMINISTIC's path (the page's C kernels built natively, the page's reduction order)
+ENGINES = ("ember", "ember-deterministic", "transformers", "faster-whisper")
 
 
 def split_times(total, encode, repeats, tokens):
@@ -83,8 +84,10 @@ def measure(engine: str, clip: Path, threads: int, repeats: int):
     except ImportError:
         pass
     mel = audio.log_mel_spectrogram(audio.load_audio(clip))[None]                  # (1, 80, 3000)
-    if engine == "ember":
+    if engine in ("ember", "ember-deterministic"):
         import ember
+        from ember.backends.cpu_matmul import set_deterministic
+        set_deterministic(engine == "ember-deterministic")  # before loading: the mode keeps the page's weight layout
         model, _, tok = load_whisper(folder)
         t, text = timed(lambda: transcribe(model, tok, clip, temperature=0.0)["text"], repeats)
         n = sum(len(s["tokens"]) for s in transcribe(model, tok, clip, temperature=0.0)["segments"])

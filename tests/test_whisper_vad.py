@@ -57,9 +57,9 @@ def test_regions_match_faster_whisper(detector, clip, monkeypatch):
         got = vad.speech_regions(probs, sig.size, vad.VadOptions(**ours))
         assert got == want
     # the streaming detector (frames as they come, state kept) gives the whole-signal probabilities
-    detector.reset()
+    live = detector.fork()  # its own LSTM state on the same model
     n = sig.size // 512 * 512
-    parts = [detector.stream(sig[a:min(a + 512 * 7, n)]) for a in range(0, n, 512 * 7)]
+    parts = [live.stream(sig[a:min(a + 512 * 7, n)]) for a in range(0, n, 512 * 7)]
     np.testing.assert_allclose(np.concatenate(parts), probs[:n // 512], atol=1e-5)
 
 

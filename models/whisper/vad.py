@@ -57,6 +57,13 @@ class SileroVAD:
         self.session = InferenceSession(path or model_path(), device=device)
         self.reset()
 
+    def fork(self) -> SileroVAD:
+        """A detector of its own state on the same loaded model (a live stream beside whole-file runs)."""
+        other = object.__new__(SileroVAD)
+        other.session = self.session
+        other.reset()
+        return other
+
     def reset(self):
         self.h = np.zeros((1, 1, 128), np.float32)
         self.c = np.zeros((1, 1, 128), np.float32)

@@ -126,7 +126,7 @@ def _stream(audio, opts: dict) -> dict:
         if op == "start":
             if _STATE.get("vad") is None:
                 _vad({"vad": True})
-            _STATE["live"] = LiveTranscriber(_STATE["model"], _STATE["tokenizer"], _STATE["vad"],
+            _STATE["live"] = LiveTranscriber(_STATE["model"], _STATE["tokenizer"], _STATE["vad"].fork(),
                                              language=opts.get("language"))
             return {"started": True}
         live = _STATE.get("live")
