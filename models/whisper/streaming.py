@@ -25,6 +25,7 @@ STEP_S = 1.0            # re-transcribe after this much new audio
 END_SILENCE_S = 0.6     # a pause this long after speech ends an utterance
 TRIM_S = 15.0           # past this, the buffer is cut after its last committed word
 MAX_BUFFER_S = 25.0     # past this, everything heard is committed and the buffer starts afresh
+AGE_S = 8.0             # past TRIM_S, words this old are committed without agreement
 MAX_PUSH_S = 30.0       # one push holds at most this much audio
 SETTLE_S = 0.5          # a word is committed early only once this much audio follows it
 
@@ -39,11 +40,16 @@ def _norm(word: str) -> str:
 
 class LiveTranscriber:
     def __init__(self, model, tokenizer, vad: V.SileroVAD | None = None, sample_rate: int = SAMPLE_RATE,
-                 language: str | None = None, step_s: float = STEP_S):
+                 language: str | None = None, step_s: float = STEP_S, trim_s: float = TRIM_S,
+                 max_buffer_s: float = MAX_BUFFER_S, age_s: float = AGE_S):
         if sample_rate != SAMPLE_RATE:
             raise StreamError(f"ember: live transcription takes {SAMPLE_RATE} Hz audio, got {sample_rate} Hz; "
                               f"resample first (the page's AudioContext runs at {SAMPLE_RATE} Hz)")
+        if not 0 < age_s < trim_s < max_buffer_s <= MAX_PUSH_S:
+            raise StreamError(f"ember: live buffer limits need 0 < age_s < trim_s < max_buffer_s <= {MAX_PUSH_S:g}, "
+                              f"got {age_s}, {trim_s}, {max_buffer_s}")
         self.model, self.tokenizer, self.language, self.step_s = model, tokenizer, language, step_s
+        self.trim_s, self.max_buffer_s, self.age_s = trim_s, max_buffer_s, age_s
         self.rate = sample_rate
         self.vad = vad if vad is not None else V.SileroVAD()
         self.vad.reset()
@@ -165,20 +171,28 @@ class LiveTranscriber:
         return done
 
     def _bound(self) -> list[dict]:
-        """Keep the buffer short: cut after the last committed word past TRIM_S; past MAX_BUFFER_S, commit all."""
+        """Keep the buffer short: past TRIM_S, words that ended more than AGE_S ago are committed even where two
+        transcriptions disagree on them (a flaky word would hold everything after it back), and the buffer is cut
+        after the last committed word; past MAX_BUFFER_S, everything heard is committed."""
         seconds = self.buffer.size / self.rate
-        if seconds > MAX_BUFFER_S:
+        forced = []
+        if seconds > self.trim_s:
+            old = self.buffer_start + seconds - self.age_s
+            while self.hypothesis and self.hypothesis[0]["end"] <= old:
+                forced.append(self.hypothesis.pop(0))
+            self.committed += forced
+        if seconds > self.max_buffer_s:
             done = self.hypothesis
             self.committed += done
             self.hypothesis = []
             cut = self.buffer.size
             if done or self.committed:
                 cut = min(cut, int((self.committed[-1]["end"] - self.buffer_start) * self.rate))
-            self._cut(max(cut, self.buffer.size - int(TRIM_S * self.rate)))
-            return done
-        if seconds > TRIM_S and self.committed and self.committed[-1]["end"] > self.buffer_start:
+            self._cut(max(cut, self.buffer.size - int(self.trim_s * self.rate)))
+            return forced + done
+        if seconds > self.trim_s and self.committed and self.committed[-1]["end"] > self.buffer_start:
             self._cut(int((self.committed[-1]["end"] - self.buffer_start) * self.rate))
-        return []
+        return forced
 
     def _cut(self, n: int):
         n = max(0, min(n, self.buffer.size))

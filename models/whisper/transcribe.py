@@ -194,7 +194,10 @@ def seek_loop(model, tokenizer, mel, duration: float | None = None, *, language=
     """transcribe_features as a generator of ("window", seek_s, total_s) / ("segment", seg) steps."""
     cfg = tokenizer.config
     temps = (float(temperature),) if np.isscalar(temperature) else tuple(float(t) for t in temperature)
-    options = DecodingOptions(task=task, language=language, beam_size=beam_size, timestamps=timestamps, seed=seed)
+    # word timestamps re-read a window's tokens in one pass of the decoder's 448 positions: at most n_ctx // 2 new
+    # tokens per window then, as openai-whisper always decodes (transformers' default allows 448)
+    options = DecodingOptions(task=task, language=language, beam_size=beam_size, timestamps=timestamps, seed=seed,
+                              sample_len=model.decoder.n_ctx // 2 if word_timestamps else None)
     device = model.encoder.conv1.weight.device
     max_frames = mel.shape[1]
     total_s = duration if duration is not None else max_frames * FRAME_SECONDS
