@@ -106,7 +106,7 @@ def test_memory_stays_bounded_without_pauses(tiny, recording):
         peak = max(peak, live.buffer.size / 16000)
     live.close()
     assert peak <= 6.0 + 0.5 + 0.01
-    assert during >= 10  # committed while the speech went on, not only at its end
+    assert during >= 5  # committed while the speech went on, not only at its end
     whole = transcribe(model, tok, recording, timestamps=True, temperature=0.0)
     err = wer([whole["text"]], [w["word"] for w in live.committed])
     print(f"\nno pauses: {''.join(w['word'] for w in live.committed)}\nWER vs the file transcript {err:.3f}")

@@ -81,21 +81,22 @@ class LiveTranscriber:
         if not np.isfinite(x).all():
             raise StreamError("ember: live audio samples contain NaN or infinity")
         self.total += x.size
-        self.buffer = np.concatenate([self.buffer, x])
-        self.since_decode += x.size
         level = float(20 * np.log10(max(float(np.sqrt(np.mean(x * x))) if x.size else 0.0, 1e-5)))
-        self._listen(x)
+        new = []
+        used = 0  # samples of x already in the buffer
+        for end in self._listen(x):  # each utterance that ends inside this chunk: finish it where it ends
+            self._append(x[used:end])
+            used = end
+            new += self._finish_utterance()
+        self._append(x[used:])
         if not self.heard_speech:  # nothing to transcribe yet: keep only a short lead-in
             keep = int(0.5 * self.rate)
             if self.buffer.size > keep:
                 self.buffer_start += (self.buffer.size - keep) / self.rate
                 self.buffer = self.buffer[-keep:]
-            return self._update([], level)
-        if self.silence_s >= END_SILENCE_S:
-            return self._update(self._finish_utterance(), level)
-        new = []
+            return self._update(new, level)
         if self.since_decode >= self.step_s * self.rate:
-            new = self._agree(self._transcribe())
+            new += self._agree(self._transcribe())
             new += self._bound()
         return self._update(new, level)
 
@@ -104,22 +105,32 @@ class LiveTranscriber:
         if self.closed:
             raise StreamError("ember: the live stream is already closed")
         new = self._finish_utterance() if self.heard_speech else []
-        self.closed = True
+        self.closed, self.heard_speech = True, False
         return dict(self._update(new, -100.0), final=True)
 
     # ------------------------------------------------------------------ internals
 
-    def _listen(self, x):
+    def _append(self, x):
+        self.buffer = np.concatenate([self.buffer, x])
+        self.since_decode += x.size
+
+    def _listen(self, x) -> list[int]:
+        """Run the VAD over x's whole frames; -> the offsets in x where an utterance ended (a pause of
+        END_SILENCE_S after speech), each at the end of the frame that completed the pause."""
+        start = -self.pending.size  # x's offset of the first frame
         frames = np.concatenate([self.pending, x])
         n = frames.size // V.FRAME * V.FRAME
         self.pending = frames[n:]
-        if not n:
-            return
-        for p in self.vad.stream(frames[:n]):
+        ends = []
+        for i, p in enumerate(self.vad.stream(frames[:n]) if n else ()):
             if p >= 0.5:
                 self.heard_speech, self.silence_s = True, 0.0
             elif p < 0.35:
                 self.silence_s += V.FRAME / self.rate
+                if self.heard_speech and self.silence_s >= END_SILENCE_S:
+                    ends.append(max(0, start + (i + 1) * V.FRAME))
+                    self.heard_speech = False  # the next speech frame starts the next utterance
+        return ends
 
     def _transcribe(self) -> list[dict]:
         """The buffer's words in stream seconds."""
@@ -164,10 +175,9 @@ class LiveTranscriber:
         done = self._fresh(self._transcribe())
         self.committed += done
         self.hypothesis = []
-        keep = min(self.buffer.size, int(self.silence_s * self.rate))
+        keep = min(self.buffer.size, int(END_SILENCE_S * self.rate))
         self.buffer_start += (self.buffer.size - keep) / self.rate
-        self.buffer = self.buffer[self.buffer.size - keep:]
-        self.heard_speech, self.silence_s = False, 0.0
+        self.buffer = self.buffer[self.buffer.size - keep:]  # (the VAD state is _listen's: it saw the chunk's rest)
         return done
 
     def _bound(self) -> list[dict]:
