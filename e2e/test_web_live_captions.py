@@ -1,9 +1,10 @@
 """Live captions in Chromium with a fake microphone (Chromium's --use-file-for-fake-audio-capture) playing a 60 s
 recording of espeak-ng sentences with pauses: the committed text only ever grows (no committed word is revised),
-its words match the file's transcript (ember's native deterministic transcription) within a 25% word error rate
-(each utterance is heard cut at its pauses and while it is still being spoken, and tiny.en's near-ties on espeak's
-voice fall either way on such windows; the native streaming test measures the same policy), and the latency from a
-word's end to its commit is reported."""
+its words match each utterance transcribed alone natively (deterministic mode) within a 20% word error rate and the
+whole file's transcript within 35% (the stream hears each utterance alone, cut at its pauses, where the file's 30 s
+windows hold several, and tiny.en's near-ties on espeak's voice fall either way between such windows: natively the
+same policy measures 0.10 and 0.23), and the latency from a word's end to its commit is reported (it depends on the
+machine: the worker must transcribe faster than real time to keep up; the queue of audio waiting for it is bounded)."""
 from __future__ import annotations
 
 import time
@@ -71,14 +72,17 @@ def test_live_captions_from_a_fake_microphone(playwright_session, recording, mon
     assert all(final.startswith(s) for s in seen)  # committed text only grows: nothing committed is revised
     assert final == "".join(w["word"] for w in stats["words"])
     model, _, tok = load_whisper(demos[0]["files"]["config.json"].parent)
+    from test_whisper_streaming import _utterances
     was = set_deterministic(True)
     try:
         ref = transcribe(model, tok, sig, timestamps=True)
+        alone = [transcribe(model, tok, sig[int(a * 16000):int(b * 16000)])["text"] for a, b in _utterances(sig)]
     finally:
         set_deterministic(was)
-    err = wer([ref["text"]], [final])
+    err, err_alone = wer([ref["text"]], [final]), wer(alone, [final])
     lat = np.array(stats["latencies"])
-    print(f"\nlive captions: {len(stats['words'])} words, WER {err:.3f} vs the file transcript; latency from a word's "
+    print(f"\nlive captions: {len(stats['words'])} words, WER {err:.3f} vs the file transcript, {err_alone:.3f} vs each "
+          f"utterance alone; latency from a word's "
           f"end to its commit: median {np.median(lat):.2f} s, p90 {np.percentile(lat, 90):.2f} s; "
           f"{stats['pushes']} pushes, worker queue at most {stats['maxQueue']:.1f} s")
-    assert err <= 0.25, (ref["text"], final)
+    assert err_alone <= 0.2 and err <= 0.35, (ref["text"], "".join(alone), final)

@@ -60,10 +60,13 @@ def _utterances(sig):
 
 
 def stream(live, sig, chunk_s=0.5):
+    """Push sig in chunks; each update gets "wall_s", the seconds its push took."""
+    import time
     updates = []
     n = int(chunk_s * 16000)
     for a in range(0, sig.size, n):
-        updates.append(live.push(sig[a:a + n], 16000))
+        t0 = time.perf_counter()
+        updates.append(dict(live.push(sig[a:a + n], 16000), wall_s=time.perf_counter() - t0))
     updates.append(live.close())
     return updates
 
@@ -84,6 +87,11 @@ def test_committed_words_match_the_file_transcript(tiny, recording):
     err_alone = wer(alone, [heard])
     print(f"\nstreaming: {heard}\nfile:      {whole['text']}\nalone:     {''.join(alone)}\n"
           f"WER vs the file transcript {err:.3f}, vs each utterance transcribed alone {err_alone:.3f} ({len(words)} words)")
+    # latency as a microphone would see it, were the chunks to arrive in real time: the audio after the word up to
+    # the end of the chunk that committed it, plus that push's compute time (this machine, native)
+    lat = [u["t"] - w["end"] + u.get("wall_s", 0.0) for u in updates for w in u["committed"]]
+    print(f"latency from a word's end to its commit: median {np.median(lat):.2f} s, p90 {np.percentile(lat, 90):.2f} s; "
+          f"compute per push median {np.median([u['wall_s'] for u in updates[:-1]]):.2f} s")
     assert err <= 0.25 and err_alone <= 0.25, (whole["text"], heard)
     assert updates[-1]["final"] and max(u["buffer_s"] for u in updates) <= MAX_BUFFER_S + 1
     # each sentence's words are committed by the end of the pause after it (utterance ends commit everything)

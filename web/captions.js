@@ -132,8 +132,7 @@ export function mountLiveCaptions({ button, slot, ember, ensureModel, busy, onEr
     if (!s.inflight && s.queued >= MIN_PUSH_S * RATE) push();
   }
 
-  function take() {
-    const s = session;
+  function take(s) {
     const blocks = [];
     let n = 0;
     while (s.queue.length && n + s.queue[0].length <= MAX_PUSH_S * RATE) { n += s.queue[0].length; blocks.push(s.queue.shift()); }
@@ -157,7 +156,7 @@ export function mountLiveCaptions({ button, slot, ember, ensureModel, busy, onEr
 
   function push() {
     const s = session;
-    const samples = take();
+    const samples = take(s);
     stats.pushes++;
     s.inflight = s.live.push(samples).then(show).catch((e) => { onError(e); stop(); })
       .finally(() => { s.inflight = null; if (!s.stopping && s.queued >= MIN_PUSH_S * RATE) push(); });
@@ -175,7 +174,7 @@ export function mountLiveCaptions({ button, slot, ember, ensureModel, busy, onEr
     await s.ctx.close().catch(() => {});
     try {
       if (s.inflight) await s.inflight;
-      while (s.queued) show(await s.live.push(take()));
+      while (s.queued) show(await s.live.push(take(s)));
       show(await s.live.stop());
     } catch (e) { onError(e); }
     $(".partial", box).textContent = "";
