@@ -1,11 +1,14 @@
-// Whisper in the page as people use it: words highlighted as the audio plays, and live captions from the microphone.
-// Uses ember.js's public API only (transcribe's word timestamps, transcribeLive).
+// captions.js: Whisper in the page as people use it: words highlighted as the audio plays, and live captions from
+// the microphone. Uses ember.js's public API only (transcribe's word timestamps, transcribeLive); mounted by
+// speech.js.
 //
 //   showWords(list, player, result)   a transcript's segments as words; the word being spoken is highlighted,
 //                                     a click on a word plays from there
-//   mountLiveCaptions({button, slot, ember, ensureModel, busy, onError})   the live-captions control
+//   mountLiveCaptions(app, {button, slot})   the live-captions control: a live session is the speech tool's job in
+//                                     the page's one job guard (guard.js) from its start to its stop
 
-const $ = (sel, root = document) => root.querySelector(sel);
+import { exclusive } from "./guard.js";
+import { $ } from "./ui.js";
 
 // ------------------------------------------------------------------ words as the audio plays
 
@@ -74,7 +77,8 @@ const MIN_PUSH_S = 0.5;      // audio gathered before a push while the worker is
 const MAX_QUEUE_S = 120;     // audio held while the worker is busy (7.7 MB); older samples are dropped past it
 const MAX_PUSH_S = 25;       // one push at most (the worker refuses more than 30 s)
 
-export function mountLiveCaptions({ button, slot, ember, ensureModel, busy, onError }) {
+export function mountLiveCaptions(app, { button, slot }) {
+  const onError = (e) => app.showError(e, "whisper");
   slot.innerHTML = `<div class="live" hidden>
     <div class="live-head"><span class="live-dot" aria-hidden="true"></span>
       <span class="live-timer" aria-label="Recording time">0:00</span>
@@ -87,36 +91,51 @@ export function mountLiveCaptions({ button, slot, ember, ensureModel, busy, onEr
   window.__emberLive = stats;  // for the page's own tests and the curious: committed words with their latencies
   let session = null;
 
-  async function start() {
-    if (busy && busy()) return;
+  // The session holds the job guard until stop() settles `released` (another tool's job is refused meanwhile).
+  let opening = false;
+  function start() {
+    if (opening) return;
+    opening = true;
+    let release;
+    const released = new Promise((resolve) => { release = resolve; });
+    exclusive("whisper", "Live captions", async () => {
+      try { await open(release); } finally { opening = false; }
+      await released;
+    }).catch(onError);
+  }
+
+  async function open(release) {
+    let stream = null, ctx = null;
     try {
-      await ensureModel();
-      const stream = await navigator.mediaDevices.getUserMedia({
+      await app.ensureModel("whisper");
+      stream = await navigator.mediaDevices.getUserMedia({
         audio: { channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false } });
-      const ctx = new AudioContext({ sampleRate: RATE }); // the browser resamples the microphone to 16 kHz
+      ctx = new AudioContext({ sampleRate: RATE }); // the browser resamples the microphone to 16 kHz
       const url = URL.createObjectURL(new Blob([WORKLET], { type: "text/javascript" }));
       await ctx.audioWorklet.addModule(url);
       URL.revokeObjectURL(url);
       const src = ctx.createMediaStreamSource(stream);
       const tap = new AudioWorkletNode(ctx, "ember-tap");
       src.connect(tap);
-      const live = await ember().transcribeLive({});
-      session = { stream, ctx, tap, live, queue: [], queued: 0, inflight: null, stopping: false, timer: 0 };
-      Object.assign(stats, { words: [], latencies: [], pushes: 0, maxQueue: 0, t0: performance.now(), running: true });
-      $(".committed", box).textContent = "";
-      $(".partial", box).textContent = "";
-      $(".live-note", box).textContent = ctx.sampleRate === RATE ? "" : `microphone at ${ctx.sampleRate} Hz`;
-      box.hidden = false;
-      button.textContent = "■ Stop captions";
-      tap.port.onmessage = (e) => onAudio(e.data);
-      session.timer = setInterval(() => {
-        const s = Math.floor((performance.now() - stats.t0) / 1000);
-        $(".live-timer", box).textContent = `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
-      }, 250);
+      const live = await app.ember().transcribeLive({});
+      session = { stream, ctx, tap, live, release, queue: [], queued: 0, inflight: null, stopping: false, timer: 0 };
     } catch (e) {
-      await stop();
-      onError(e);
+      if (stream) stream.getTracks().forEach((t) => t.stop());
+      if (ctx) ctx.close().catch(() => {});
+      release();
+      throw e;
     }
+    Object.assign(stats, { words: [], latencies: [], pushes: 0, maxQueue: 0, t0: performance.now(), running: true });
+    $(".committed", box).textContent = "";
+    $(".partial", box).textContent = "";
+    $(".live-note", box).textContent = ctx.sampleRate === RATE ? "" : `microphone at ${ctx.sampleRate} Hz`;
+    box.hidden = false;
+    button.textContent = "■ Stop captions";
+    session.tap.port.onmessage = (e) => onAudio(e.data);
+    session.timer = setInterval(() => {
+      const s = Math.floor((performance.now() - stats.t0) / 1000);
+      $(".live-timer", box).textContent = `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
+    }, 250);
   }
 
   function onAudio(block) {
@@ -162,7 +181,8 @@ export function mountLiveCaptions({ button, slot, ember, ensureModel, busy, onEr
       .finally(() => { s.inflight = null; if (!s.stopping && s.queued >= MIN_PUSH_S * RATE) push(); });
   }
 
-  async function stop() {
+  // workerGone: the runtime restarted, so there is no stream left in the worker to flush
+  async function stop(workerGone = false) {
     const s = session;
     session = null;
     button.textContent = "● Live captions";
@@ -172,15 +192,20 @@ export function mountLiveCaptions({ button, slot, ember, ensureModel, busy, onEr
     s.tap.port.onmessage = null;
     s.stream.getTracks().forEach((t) => t.stop());
     await s.ctx.close().catch(() => {});
-    try {
-      if (s.inflight) await s.inflight;
-      while (s.queued) show(await s.live.push(take(s)));
-      show(await s.live.stop());
-    } catch (e) { onError(e); }
+    if (!workerGone) {
+      try {
+        if (s.inflight) await s.inflight;
+        while (s.queued) show(await s.live.push(take(s)));
+        show(await s.live.stop());
+      } catch (e) { onError(e); }
+    }
     $(".partial", box).textContent = "";
     stats.running = false;
+    s.release();
   }
 
   button.addEventListener("click", () => (session ? stop() : start()));
+  // the runtime restarted (another job was stopped at once): the worker's stream is gone with it
+  app.onRestart(() => stop(true));
   return { start, stop, stats };
 }

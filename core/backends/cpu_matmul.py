@@ -9,11 +9,11 @@ slab-wise quantized matmul, so the BLAS / kernels / einsum switch is made in one
 from __future__ import annotations
 
 import math
-import os
 import sys
 
 import numpy as np
 
+from .. import settings
 from . import cpu_native_kernels, cpu_wasm_kernels
 
 NO_BLAS = sys.platform == "emscripten"
@@ -21,7 +21,7 @@ NO_BLAS = sys.platform == "emscripten"
 # page's reduction order everywhere (natively: those sources built for this machine, cpu_page_kernels.py; in the page:
 # the plain SIMD128 module, whose multiply-add is never fused), so the page and the desktop give the same bits.
 # EMBER_DETERMINISTIC=1 at start, or set_deterministic().
-_deterministic = [os.environ.get("EMBER_DETERMINISTIC", "0") not in ("", "0")]
+_deterministic = [bool(settings.get("EMBER_DETERMINISTIC"))]
 _page: list = []  # [(kernels or None, reason)]: the deterministic kernels once loaded
 _EINSUM_ITER_MAX = (1 << 31) - 1  # numpy's einsum iterator (batch x M x K x N) counts in intp: 32-bit in wasm
 _F32 = np.dtype(np.float32)
