@@ -137,6 +137,7 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="threads for every engine: numpy's BLAS (threadpoolctl), torch, CTranslate2")
+    ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated: which engines run (ember first)")
     ap.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)  # child mode: one engine, JSON out
     ap.add_argument("--clip", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -153,7 +154,11 @@ def main(argv=None):
     clip = make_clip(tmp)
     seconds = round(audio.load_audio(clip).size / 16000, 2)
     env = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")}
-    engines = [e for e in ENGINES if e != "faster-whisper" or _has("faster_whisper")]
+    wanted = ["ember"] + [e for e in args.engines.split(",") if e != "ember"]
+    bad = [e for e in wanted if e not in ENGINES]
+    if bad:
+        ap.error(f"--engines: {', '.join(bad)} not among {', '.join(ENGINES)}")
+    engines = [e for e in wanted if e != "faster-whisper" or _has("faster_whisper")]
     rounds = {e: [] for e in engines}
     texts, splits = {}, {}
     for _ in range(args.rounds):
