@@ -135,22 +135,18 @@ def blas_ready(a):
 
 def mm(a, b, out=None):
     """np.matmul; under Pyodide the wasm SIMD GEMM for float32 (matrices, batched, broadcast, any strides)
-<<<<<<< HEAD
-    but the smallest products, else float32 einsum (1.6x faster there than np.matmul on attention, see einsum_matmul)."""
+    but the smallest products, else float32 einsum (1.6x faster there than np.matmul on attention, see einsum_matmul).
+    Natively, operands BLAS cannot take as they lie are made contiguous first (blas_ready). In deterministic mode
+    every float32 product runs in the page's kernels."""
     if _deterministic[0] and a.dtype == _F32 and b.dtype == _F32 and a.ndim >= 2 and b.ndim >= 2:
         if b.ndim == 2 and a.size == a.shape[-1] and not b.flags.f_contiguous:
             # one row times a matrix sums in an order that follows B's layout (gemm.c's gemv): always the column-
             # major one, a weight's as the page stores it, whatever layout this process loaded the weight in
             b = np.asfortranarray(b)
         return page_kernels().matmul(a, b, out)  # every size: einsum's and BLAS's orders differ between builds
-    if NO_BLAS and a.dtype == _F32 and b.dtype == _F32:
-=======
-    but the smallest products, else float32 einsum (1.6x faster there than np.matmul on attention, see einsum_matmul).
-    Natively, operands BLAS cannot take as they lie are made contiguous first (blas_ready)."""
     if not NO_BLAS:
         return np.matmul(blas_ready(a), blas_ready(b), out=out)
     if a.dtype == _F32 and b.dtype == _F32:
->>>>>>> main
         kernels = wasm_kernels()
         if kernels is not None and a.ndim >= 2 and b.ndim >= 2 \
                 and max(a.size * b.shape[-1], b.size * a.shape[-2]) >= _KERNEL_MIN_MNK:

@@ -13,11 +13,7 @@ import numpy as np
 
 from .. import dtypes as D
 from .array_module_backend import _BF16, _F16, _F32, ArrayModuleBackend
-<<<<<<< HEAD
-from .cpu_matmul import NO_BLAS, deterministic, mm
-=======
-from .cpu_matmul import NO_BLAS, blas_ready, mm
->>>>>>> main
+from .cpu_matmul import NO_BLAS, blas_ready, deterministic, mm
 from .numpy_conv import conv as _conv_im2col
 
 _EINSUM_MAX = 1 << 22  # above this, multi-threaded BLAS streams a weight faster (32000x288 lm_head: 1.2 vs 1.5 ms)
