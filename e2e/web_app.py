@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import http.server
 import json
 import shutil
 import tempfile
@@ -78,11 +77,12 @@ ISOLATED = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-
 
 
 class Server:
-    """python's http.server over the site (a plain static host), logging every path requested. /hub/ maps to
-    a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>). headers: sent with every
+    """ember serve's bounded http.server over the site (a plain static host), logging every path requested. /hub/
+    maps to a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>). headers: sent with every
     response (ISOLATED); slow_bps: paths with /slow/ in them trickle at that many bytes per second."""
 
     def __init__(self, root: Path, hub: Path, headers: dict | None = None, slow_bps: float | None = None):
+        from ember.httpd import BoundedServer
         from ember.wasm.serve import Handler
         self.requests: list[str] = []
         log = self.requests
@@ -112,7 +112,7 @@ class Server:
                 except (BrokenPipeError, ConnectionResetError):  # the page cancelled the download
                     pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Logged, directory=str(root)))
+        self.httpd = BoundedServer(("127.0.0.1", 0), functools.partial(Logged, directory=str(root)))
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
