@@ -17,6 +17,7 @@ import ember
 from ember.errors import EmberError
 
 from ..common.image import load_image
+from ..common.rle import mask_box
 from .processor import Preprocessor
 
 MAX_POINTS = 64   # points in one prompt (a click UI uses a handful; the automatic generator has its own grid)
@@ -159,14 +160,6 @@ def best(out: dict, prompt: int = 0) -> tuple[np.ndarray, float]:
     """The highest-scoring mask of one prompt and its score."""
     i = int(np.argmax(out["scores"][prompt]))
     return out["masks"][prompt, i], float(out["scores"][prompt, i])
-
-
-def mask_box(mask: np.ndarray) -> list[int]:
-    """[x0, y0, x1, y1] of a bool mask's pixels, inclusive (as transformers' _batched_mask_to_box); zeros if empty."""
-    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
-    if not len(rows):
-        return [0, 0, 0, 0]
-    return [int(cols[0]), int(rows[0]), int(cols[-1]), int(rows[-1])]
 
 
 def describe(out: dict) -> list[dict]:
