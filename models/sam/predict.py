@@ -156,10 +156,25 @@ def _array(v, width: int, name: str, limit: int):
     return a
 
 
+def load_segmenter(source, device="cpu") -> Segmenter:
+    """A Segmenter for a SamModel folder, hub id or URL, with the folder's preprocessor_config.json if it has one."""
+    from ember import hub
+    from .model import load_model
+    src = hub.resolve(source)
+    model = load_model(source, device=device)
+    return Segmenter(model, Preprocessor.from_file(src.path("preprocessor_config.json", required=False)))
+
+
 def best(out: dict, prompt: int = 0) -> tuple[np.ndarray, float]:
     """The highest-scoring mask of one prompt and its score."""
     i = int(np.argmax(out["scores"][prompt]))
     return out["masks"][prompt, i], float(out["scores"][prompt, i])
+
+
+def chosen(out: dict) -> np.ndarray:
+    """What `ember segment --out` writes: each prompt's best mask (the only one with multimask_output=False),
+    united over the prompts."""
+    return np.logical_or.reduce([best(out, p)[0] for p in range(out["scores"].shape[0])])
 
 
 def describe(out: dict) -> list[dict]:

@@ -3,7 +3,7 @@ v5.x): the image resized so its longest side is 1024 (Pillow bilinear, as the pr
 [0, 1], normalized with the ImageNet mean and std, zero-padded to 1024x1024; prompt coordinates scaled from the
 original image into that frame; the 256x256 mask logits upscaled to the padded frame, cropped to the resized image,
 upscaled to the original size (bilinear, align_corners=False, as torch's F.interpolate) and thresholded.
-A folder's preprocessor_config.json may change the mean, std and sizes (`Preprocessor.from_folder`).
+A folder's preprocessor_config.json may change the mean, std and sizes (`Preprocessor.from_file`).
 """
 from __future__ import annotations
 
@@ -50,13 +50,12 @@ class Preprocessor:
         return p
 
     @classmethod
-    def from_folder(cls, folder) -> Preprocessor:
-        """preprocessor_config.json beside the weights when there is one, else SamProcessor's defaults."""
-        path = None if folder is None else os.path.join(os.fspath(folder), "preprocessor_config.json")
-        if path is None or not os.path.isfile(path):
+    def from_file(cls, path) -> Preprocessor:
+        """A preprocessor_config.json (None: SamProcessor's defaults)."""
+        if path is None:
             return cls()
         from ember.io.formats import read_json_object
-        return cls.from_dict(read_json_object(path), path)
+        return cls.from_dict(read_json_object(path), os.fspath(path))
 
     # -------------------------------------------------------------- image
 
