@@ -1,5 +1,6 @@
 """Images in for the vision families: decoding with Pillow (imported lazily; EXIF orientation applied, as
-cv2.imread does), the pixel budget checked on the header before any pixel is decoded, and RGB arrays checked."""
+cv2.imread does), the pixel budget checked on the header before any pixel is decoded, and RGB arrays checked;
+and torch's bilinear resize of a float map (masks: SAM's and YOLO's post-processing)."""
 from __future__ import annotations
 
 import os
@@ -62,3 +63,26 @@ def as_rgb(a: np.ndarray) -> np.ndarray:
     if a.ndim != 3 or a.shape[2] not in (3, 4) or a.shape[0] < 1 or a.shape[1] < 1:
         raise ImageError(f"ember: image array must be (H, W, 3) RGB, got shape {a.shape}")
     return np.ascontiguousarray(a[:, :, :3])
+
+
+# ---------------------------------------------------------------- F.interpolate(mode="bilinear")
+
+def _axis_weights(n_in: int, n_out: int):
+    """torch's upsample_linear index and weight arithmetic (align_corners=False), float32."""
+    scale = np.float32(n_in) / np.float32(n_out)
+    src = scale * (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) - np.float32(0.5)
+    src = np.maximum(src, np.float32(0))
+    i0 = np.minimum(src.astype(np.int64), n_in - 1)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    l1 = (src - i0.astype(np.float32)).astype(np.float32)
+    return i0, i1, (np.float32(1) - l1).astype(np.float32), l1
+
+
+def resize_bilinear(x: np.ndarray, h: int, w: int) -> np.ndarray:
+    """F.interpolate(x, (h, w), mode="bilinear", align_corners=False) of a float32 (..., H, W) array."""
+    if x.shape[-2:] == (h, w):
+        return x
+    c0, c1, a0, a1 = _axis_weights(x.shape[-1], w)
+    t = x[..., c0] * a0 + x[..., c1] * a1                                        # (..., H, w)
+    r0, r1, b0, b1 = _axis_weights(x.shape[-2], h)
+    return t[..., r0, :] * b0[:, None] + t[..., r1, :] * b1[:, None]            # (..., h, w)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ember.errors import FormatError
 
-from ..common.image import ImageError, as_rgb
+from ..common.image import ImageError, as_rgb, resize_bilinear
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -119,24 +119,3 @@ def resize_bilinear_pil(img: np.ndarray, h: int, w: int) -> np.ndarray:
     if img.shape[:2] == (h, w):
         return img
     return np.asarray(Image.fromarray(img).resize((w, h), Image.BILINEAR))
-
-
-def _axis_weights(n_in: int, n_out: int):
-    """torch's upsample_linear index and weight arithmetic (align_corners=False), float32."""
-    scale = np.float32(n_in) / np.float32(n_out)
-    src = scale * (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) - np.float32(0.5)
-    src = np.maximum(src, np.float32(0))
-    i0 = np.minimum(src.astype(np.int64), n_in - 1)
-    i1 = np.minimum(i0 + 1, n_in - 1)
-    l1 = (src - i0.astype(np.float32)).astype(np.float32)
-    return i0, i1, (np.float32(1) - l1).astype(np.float32), l1
-
-
-def resize_bilinear(x: np.ndarray, h: int, w: int) -> np.ndarray:
-    """F.interpolate(x, (h, w), mode="bilinear", align_corners=False) of a 2-D float32 array."""
-    if x.shape == (h, w):
-        return x
-    c0, c1, a0, a1 = _axis_weights(x.shape[1], w)
-    t = x[:, c0] * a0 + x[:, c1] * a1                                            # (H_in, w)
-    r0, r1, b0, b1 = _axis_weights(x.shape[0], h)
-    return t[r0] * b0[:, None] + t[r1] * b1[:, None]                             # (h, w)

@@ -1,10 +1,11 @@
-"""YOLOv8 and YOLO11 object detection and pose, natively in numpy/ember and in the page.
+"""YOLOv8 and YOLO11 object detection, pose and instance segmentation, natively in numpy/ember and in the page.
 
     from ember.models.yolo import load_model, detect
     model = load_model("model.safetensors")        # or an Ultralytics best.pt / best.onnx
     detect(model, "bus.jpg")                        # [{"class", "label", "score", "box"}, ...]
 
-config.py (sizes), model.py (YOLOv8 layers), blocks11.py (YOLO11 layers), convert.py + onnx_reader.py
+config.py (sizes), model.py (YOLOv8 layers and heads), blocks11.py (YOLO11 layers), masks.py (segmentation
+masks), convert.py + onnx_reader.py
 (weights), image.py (letterbox), nms.py, predict.py, draw.py (annotated PNG), fetch.py (demo weights),
 cli.py (`ember yolo`).
 """

@@ -34,7 +34,9 @@ def caption(d: dict) -> str:
 
 
 def annotate(img: np.ndarray, detections: list[dict], use_pillow: bool | None = None) -> np.ndarray:
-    """(H, W, 3) uint8 RGB + detections (predict.detect) -> a new annotated (H, W, 3) uint8 image."""
+    """(H, W, 3) uint8 RGB + detections (predict.detect) -> a new annotated (H, W, 3) uint8 image; segmentation
+    masks tinted in their class colour under the boxes."""
+    img = _tint_masks(img, detections)
     if use_pillow is not False:
         try:
             from PIL import Image, ImageDraw
@@ -56,6 +58,17 @@ def annotate(img: np.ndarray, detections: list[dict], use_pillow: bool | None = 
                 dr.text((x1 + t, ty + t - (by0 - y1)), caption(d), fill=(255, 255, 255))
             return np.asarray(im).copy()
     return _annotate_numpy(img, detections)
+
+
+def _tint_masks(img: np.ndarray, detections: list[dict], alpha: float = 0.5) -> np.ndarray:
+    masked = [d for d in detections if "mask" in d]
+    if not masked:
+        return img
+    out = img.astype(np.float32)
+    for d in reversed(masked):  # the best detection's colour on top
+        m = d["mask"]
+        out[m] = out[m] * (1 - alpha) + np.array(color(d["class"]), np.float32) * alpha
+    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
 
 
 def _thickness(shape) -> int:
