@@ -291,3 +291,52 @@ def test_config_errors_are_ember_errors():
     with pytest.raises(SamConfigError, match="must be an object"):
         SamConfig.from_dict([])
     assert isinstance(Segmenter, type)
+
+
+# ---------------------------------------------------------------------------- the page's tool, in CPython
+
+def test_page_tool_caches_the_embedding_and_gives_the_segmenters_masks(models):
+    """wasm/tools/segment.py through worker_api.handle: the image once with its id, then clicks by id alone; the
+    masks are the Segmenter's, the encoder runs once, an unknown id asks for the image, "everything" gives a
+    label map of the generator's masks."""
+    import asyncio
+
+    from ember.models.sam.generate import generate
+    from ember.wasm import worker_api
+    _, folder = models["proc"]
+    img = scene()
+    h, w = img.shape[:2]
+    rgba = {"rgba": np.concatenate([img, np.full((h, w, 1), 255, np.uint8)], 2).tobytes(), "width": w, "height": h}
+
+    def call(op, **args):
+        r = asyncio.run(worker_api.handle(op, args))
+        assert "ok" in r, r
+        return r["ok"]
+    info = call("load", tool="segment", folder=str(folder), device="cpu")
+    assert info["image_size"] == 1024 and info["encoder_runs"] == 0
+    seg = load_segmenter(folder)
+    seg.set_image(img)
+    first = call("run", tool="segment", input=rgba, opts={"image_id": "a", "points": [[100, 100, 1]]})
+    assert first["encoder_runs"] == 1 and first["encode_ms"] > 0 and first["count"] == 3
+    want = seg.predict(points=[(100, 100)], labels=[1])
+    got = np.frombuffer(first["masks"], np.uint8).reshape(3, h, w).astype(bool)
+    np.testing.assert_array_equal(got, want["masks"][0])
+    second = call("run", tool="segment", input=None, opts={"image_id": "a", "points": [[100, 100, 1], [450, 120, 0]],
+                                                          "box": [40, 40, 260, 200], "multimask": False})
+    assert second["encoder_runs"] == 1 and second["encode_ms"] == 0 and second["decoder_runs"] == 2
+    want = seg.predict(points=[(100, 100), (450, 120)], labels=[1, 0], boxes=[(40, 40, 260, 200)],
+                       multimask_output=False)
+    np.testing.assert_array_equal(np.frombuffer(second["masks"], np.uint8).reshape(1, h, w).astype(bool),
+                                  want["masks"][0])
+    assert call("run", tool="segment", input=None, opts={"image_id": "b", "points": [[1, 1, 1]]}) == {"need_image": True}
+    bad = asyncio.run(worker_api.handle("run", {"tool": "segment", "input": None,
+                                                "opts": {"image_id": "a", "points": [[9999, 1, 1]]}}))
+    assert bad["error"] == "bad_request" and "outside the 640x480 image" in bad["message"]
+    every = call("run", tool="segment", input=None, opts={"image_id": "a", "everything": True, "points_per_side": 6,
+                                                         "pred_iou_thresh": 0.0, "stability_score_thresh": 0.5})
+    assert every["encoder_runs"] == 1
+    ref = generate(seg.model, img, seg, points_per_crop=6, pred_iou_thresh=0.0, stability_score_thresh=0.5)
+    labels = np.frombuffer(every["labels"], "<u2").reshape(h, w)
+    assert every["count"] == len(ref["masks"]) and every["scores"] == [round(float(s), 5) for s in ref["scores"]]
+    if ref["masks"]:
+        np.testing.assert_array_equal(labels == 1, ref["masks"][0])

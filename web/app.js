@@ -34,7 +34,7 @@ const HEADS = {
   unsupported_file: "File can't be used", bad_model: "Not a model for this tool", not_loaded: "No model loaded",
   bad_request: "Invalid setting", too_long: "Input too long", not_ready: "Runtime not ready",
 };
-const TOOL_NAMES = { whisper: "Whisper", llama: "Llama", yolo: "YOLO" };
+const TOOL_NAMES = { whisper: "Whisper", llama: "Llama", yolo: "YOLO", segment: "Segment Anything" };
 
 function showMessage(text, kind = "error", head = "") {
   const box = $("#message");
@@ -79,6 +79,8 @@ function runProgressText(p, pct) {
   const secs = state.runStart ? (performance.now() - state.runStart) / 1000 : 0;
   const what = p.stage === "window" || p.stage === "segment" ? `Transcribing: ${p.done.toFixed(0)} / ${p.total.toFixed(0)} s of audio`
     : p.stage === "tokens" ? (p.done === p.total ? `Generated ${p.done} tokens` : `Generating: ${p.done} / ${p.total} tokens at most`)
+    : p.stage === "encode" ? `Embedding the image: block ${p.done} / ${p.total}` // Segment Anything (web/segment.js)
+    : p.stage === "embed" || p.stage === "decode" ? `Segmenting everything: ${p.stage === "embed" ? "embedding" : "batch"} ${p.done} / ${p.total}`
     : `Detecting: ${p.stage === "done" ? "done" : p.stage}`;
   const frac = p.total ? p.done / p.total : 0;
   const last = state.lastRunS[p.file];
@@ -661,6 +663,10 @@ $("#device").addEventListener("change", async (ev) => {
 // ------------------------------------------------------------------ training tool (web/train.js; one block so merges stay easy)
 
 import("./train.js").then((m) => m.mountTrainTool({ ember: () => state.ember, busy: () => state.busy, withBusy,
+  showError, showMessage }));
+
+// ------------------------------------------------------------------ segment anything (web/segment.js)
+import("./segment.js").then((m) => m.mountSegmentTool({ ember: () => state.ember, busy: () => state.busy, withBusy,
   showError, showMessage }));
 
 // ------------------------------------------------------------------ semantic search (web/search.js)

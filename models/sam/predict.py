@@ -38,6 +38,7 @@ class Segmenter:
         self.encoder_runs = 0     # how many times the image encoder ran (the page shows it; tests assert on it)
         self.key = None           # the embedded image's digest
         self.embedding = None     # (1, C, E, E) Tensor on the model's device
+        self.image = None         # the embedded image's pixels (H, W, 3) uint8
         self.original = self.resized = None
 
     @staticmethod
@@ -73,7 +74,7 @@ class Segmenter:
                     emb = end.value
                     break
                 yield done, total
-        self.embedding, self.key, self.original, self.resized = emb, key, original, resized
+        self.embedding, self.key, self.image, self.original, self.resized = emb, key, img, original, resized
         self.encoder_runs += 1
         return True
 
