@@ -57,7 +57,7 @@ def build(name: str, folder, seed: int = 0):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
     model.save_pretrained(folder, safe_serialization=True)
     size = vision["image_size"]
-    processor(size).save_pretrained(folder)
+    processor(size).image_processor.save_pretrained(folder)  # preprocessor_config.json, as hub repos have it
     return model
 
 

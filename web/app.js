@@ -116,9 +116,9 @@ tabs.forEach((tab, i) => {
     if (d) { const j = (i + d + 3) % 3; tabs[j].focus(); selectTab(TOOLS[j]); }
   });
 });
-// #train belongs to the training tool (web/train.js, loaded last): keep it so that tool can open itself
+// #train and #segment belong to the tools web/train.js and web/segment.js mount last: keep them so those open themselves
 const startTool = location.hash.slice(1);
-selectTab(TOOLS.includes(startTool) ? startTool : "whisper", startTool === "train");
+selectTab(TOOLS.includes(startTool) ? startTool : "whisper", ["train", "segment"].includes(startTool));
 
 // ------------------------------------------------------------------ model pickers
 

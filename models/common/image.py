@@ -78,11 +78,13 @@ def _axis_weights(n_in: int, n_out: int):
     return i0, i1, (np.float32(1) - l1).astype(np.float32), l1
 
 
-def resize_bilinear(x: np.ndarray, h: int, w: int) -> np.ndarray:
-    """F.interpolate(x, (h, w), mode="bilinear", align_corners=False) of a float32 (..., H, W) array."""
-    if x.shape[-2:] == (h, w):
+def resize_bilinear(x: np.ndarray, h: int, w: int, crop: tuple[int, int] | None = None) -> np.ndarray:
+    """F.interpolate(x, (h, w), mode="bilinear", align_corners=False) of a float32 (..., H, W) array; with crop
+    (ch, cw), only the top-left ch x cw of that result (each output pixel depends on its own position alone)."""
+    if x.shape[-2:] == (h, w) and crop is None:
         return x
-    c0, c1, a0, a1 = _axis_weights(x.shape[-1], w)
-    t = x[..., c0] * a0 + x[..., c1] * a1                                        # (..., H, w)
-    r0, r1, b0, b1 = _axis_weights(x.shape[-2], h)
-    return t[..., r0, :] * b0[:, None] + t[..., r1, :] * b1[:, None]            # (..., h, w)
+    ch, cw = crop or (h, w)
+    c0, c1, a0, a1 = (v[:cw] for v in _axis_weights(x.shape[-1], w))
+    t = x[..., c0] * a0 + x[..., c1] * a1                                        # (..., H, cw)
+    r0, r1, b0, b1 = (v[:ch] for v in _axis_weights(x.shape[-2], h))
+    return t[..., r0, :] * b0[:, None] + t[..., r1, :] * b1[:, None]            # (..., ch, cw)

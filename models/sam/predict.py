@@ -158,12 +158,14 @@ def _array(v, width: int, name: str, limit: int):
 
 
 def load_segmenter(source, device="cpu") -> Segmenter:
-    """A Segmenter for a SamModel folder, hub id or URL, with the folder's preprocessor_config.json if it has one."""
+    """A Segmenter for a SamModel folder, hub id or URL, with the folder's preprocessor_config.json (or
+    processor_config.json) if it has one."""
     from ember import hub
     from .model import load_model
     src = hub.resolve(source)
     model = load_model(source, device=device)
-    return Segmenter(model, Preprocessor.from_file(src.path("preprocessor_config.json", required=False)))
+    pp = src.path("preprocessor_config.json", required=False) or src.path("processor_config.json", required=False)
+    return Segmenter(model, Preprocessor.from_file(pp))
 
 
 def best(out: dict, prompt: int = 0) -> tuple[np.ndarray, float]:

@@ -19,6 +19,7 @@ from ..common.image import ImageError, as_rgb, resize_bilinear
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+_BATCH_PIXELS = 1 << 22  # output pixels upscaled in one numpy pass (several small masks, or one photo-sized one)
 
 
 @dataclass
@@ -31,6 +32,10 @@ class Preprocessor:
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "preprocessor_config.json") -> Preprocessor:
+        """SamImageProcessor's fields (preprocessor_config.json), or a processor_config.json holding them under
+        "image_processor" (transformers 5's SamProcessor.save_pretrained)."""
+        if isinstance(d.get("image_processor"), dict):
+            d = d["image_processor"]
         try:
             size = d.get("size") or {}
             pad = d.get("pad_size") or {}
@@ -51,7 +56,7 @@ class Preprocessor:
 
     @classmethod
     def from_file(cls, path) -> Preprocessor:
-        """A preprocessor_config.json (None: SamProcessor's defaults)."""
+        """A preprocessor_config.json or processor_config.json (None: SamProcessor's defaults)."""
         if path is None:
             return cls()
         from ember.io.formats import read_json_object
@@ -96,14 +101,16 @@ class Preprocessor:
     def post_process_masks(self, masks: np.ndarray, original: tuple[int, int], resized: tuple[int, int],
                            mask_threshold: float = 0.0, binarize: bool = True) -> np.ndarray:
         """(..., 256, 256) low-resolution logits -> (..., H, W) in original pixels: bool with binarize (> threshold),
-        else float32 logits. One mask at a time, so a large photo costs one mask's float buffer."""
+        else float32 logits. The padded-frame upscale is computed for the resized image's part only; masks go
+        a few at a time (a large photo costs a few masks' float buffers)."""
         lead = masks.shape[:-2]
         flat = masks.reshape((-1,) + masks.shape[-2:]).astype(np.float32, copy=False)
         out = np.empty((flat.shape[0],) + tuple(original), bool if binarize else np.float32)
-        for i, m in enumerate(flat):
-            up = resize_bilinear(m, self.pad_size, self.pad_size)[:resized[0], :resized[1]]
+        step = max(1, _BATCH_PIXELS // max(1, original[0] * original[1]))
+        for i in range(0, len(flat), step):
+            up = resize_bilinear(flat[i:i + step], self.pad_size, self.pad_size, crop=resized)
             up = resize_bilinear(up, *original)
-            out[i] = up > mask_threshold if binarize else up
+            out[i:i + step] = up > mask_threshold if binarize else up
         return out.reshape(lead + tuple(original))
 
 

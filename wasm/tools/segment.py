@@ -17,7 +17,8 @@ import numpy as np
 
 from . import WorkerError, checkpoint, weight_sizes
 
-FILES = [["config.json"], ["model.safetensors"], ["preprocessor_config.json", True]]
+FILES = [["config.json"], ["model.safetensors"], ["preprocessor_config.json", True],
+         ["processor_config.json", True, "preprocessor_config.json"]]  # transformers 5 saves the latter
 BESIDE = {".safetensors": [["config.json"], ["preprocessor_config.json", True]]}
 PACKAGES = ("pillow",)  # SamProcessor's resize is Pillow's bilinear; encoded images decode with it too
 BUNDLES = ""            # no SAM weights can be had here: SlimSAM-77 ~38 MB and sam-vit-base ~375 MB come from the hub
@@ -46,9 +47,10 @@ def load(folder: str, device: str) -> dict:
     if config.get("model_type", "sam") != "sam":
         raise WorkerError(f"ember: config.json says model_type {config.get('model_type')!r}; the segmentation tool "
                           "runs SamModel checkpoints (SAM, SlimSAM)", "bad_model")
-    pp = os.path.join(folder, "preprocessor_config.json")
+    pp = next((os.path.join(folder, n) for n in ("preprocessor_config.json", "processor_config.json") if n in names),
+              None)
     model = build_from_hf(config, ember.load(os.path.join(folder, "model.safetensors")), "model.safetensors")
-    seg = Segmenter(model.to(device), Preprocessor.from_file(pp if "preprocessor_config.json" in names else None))
+    seg = Segmenter(model.to(device), Preprocessor.from_file(pp))
     _STATE.update(segmenter=seg, image_id=None, decoder_runs=0)
     v = model.config.vision
     n_params, n_bytes = weight_sizes(model)
