@@ -44,7 +44,8 @@ def _result(app, decoder_runs: int) -> dict:
     """The page's result once the worker has run the decoder `decoder_runs` times (or a message shows)."""
     app.page.wait_for_function(
         f"(() => {{ const j = document.querySelector('#seg-canvas').dataset.json; "
-        f"return (j && JSON.parse(j).decoder_runs >= {decoder_runs}) || !document.querySelector('#message').hidden; }})()",
+        f"return (j && JSON.parse(j).decoder_runs >= {decoder_runs}) "
+        f"|| !document.querySelector('#message').hidden; }})()",
         timeout=RUN_S * 1000)
     raw = app.page.eval_on_selector("#seg-canvas", "e => e.dataset.json")
     assert raw is not None, app.message()

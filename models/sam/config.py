@@ -125,7 +125,8 @@ class SamConfig:
         check_config(where, "width", **{f"mask_decoder_config.{k}": getattr(m, k) for k in (
             "hidden_size", "mlp_dim", "num_attention_heads", "num_multimask_outputs", "iou_head_hidden_dim")})
         rules = [
-            (v.patch_size > 0 and v.image_size % v.patch_size == 0, "vision_config.image_size must be a multiple of patch_size"),
+            (v.patch_size > 0 and v.image_size % v.patch_size == 0,
+             "vision_config.image_size must be a multiple of patch_size"),
             (v.num_attention_heads > 0 and v.hidden_size % v.num_attention_heads == 0,
              "vision_config.hidden_size must be a multiple of num_attention_heads"),
             (all(0 <= i < v.num_hidden_layers for i in v.global_attn_indexes),

@@ -125,8 +125,8 @@ class SamMaskDecoder(nn.Module):
         self.iou_prediction_head = FeedForward(h, c.iou_head_hidden_dim, self.num_mask_tokens, c.iou_head_depth)
 
     def forward(self, image, image_pe, sparse, dense, multimask_output: bool = True):
-        """image (B, C, E, E), image_pe (1, C, E, E) (SamModel.image_pe), sparse (B, P, n, C) or None, dense (B, C, E, E)
-        -> masks (B, P, m, 4E, 4E) logits, iou (B, P, m): m = num_multimask_outputs, or 1."""
+        """image (B, C, E, E), image_pe (1, C, E, E) (SamModel.image_pe), sparse (B, P, n, C) or None,
+        dense (B, C, E, E) -> masks (B, P, m, 4E, 4E) logits, iou (B, P, m): m = num_multimask_outputs, or 1."""
         B, C, E, _ = image.shape
         P = sparse.shape[1] if sparse is not None else 1
         out_tokens = ember.cat([self.iou_token.weight, self.mask_tokens.weight], 0)  # (1 + masks, C)

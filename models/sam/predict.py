@@ -153,7 +153,8 @@ def _array(v, width: int, name: str, limit: int):
     if len(a) > limit:
         raise PromptError(f"ember: {len(a)} {name}s, over the limit of {limit} in one prompt")
     if not np.isfinite(a).all():
-        raise PromptError(f"ember: {name} coordinates must be finite numbers, got {a[~np.isfinite(a).all(1)][0].tolist()}")
+        bad = a[~np.isfinite(a).all(1)][0].tolist()
+        raise PromptError(f"ember: {name} coordinates must be finite numbers, got {bad}")
     return a
 
 

@@ -51,7 +51,8 @@ class Preprocessor:
         if len(p.image_mean) != 3 or len(p.image_std) != 3 or not all(s > 0 for s in p.image_std):
             raise FormatError(f"ember: {where}: image_mean / image_std must be 3 numbers, std positive")
         if not 0 < p.longest_edge <= p.pad_size:
-            raise FormatError(f"ember: {where}: size.longest_edge {p.longest_edge} must be in 1 .. pad_size {p.pad_size}")
+            raise FormatError(f"ember: {where}: size.longest_edge {p.longest_edge} must be in 1 .. pad_size "
+                              f"{p.pad_size}")
         return p
 
     @classmethod

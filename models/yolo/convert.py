@@ -132,8 +132,8 @@ def _param(rec, name, path, where):
 
 def _fuse(modules: dict, where) -> dict:
     """Conv+BatchNorm pairs (DWConv too) -> conv weight/bias; plain convs (head outputs) and the prototype
-    net's transposed conv copied; DFL dropped (fixed). A Conv's activation must be what ember's model applies there: SiLU, or none for
-    YOLO11's attention and ffn-output convs."""
+    net's transposed conv copied; DFL dropped (fixed). A Conv's activation must be what ember's model applies
+    there: SiLU, or none for YOLO11's attention and ffn-output convs."""
     from ember.io.torch_pickle import module_state
     out = {}
     for path, rec in modules.items():
