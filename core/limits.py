@@ -10,9 +10,9 @@ hours of audio) and stop the amplifications a few-KB file can otherwise cause.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields
 
+from . import settings
 from .errors import LimitError
 
 
@@ -38,20 +38,22 @@ class Budget:
     # tokenizer.json: padding/truncation lengths, pre-tokenizer regex length
     max_tokens: int = 1 << 20
     max_regex_chars: int = 4096
+    # templates a model carries (chat templates, rendered by ember.jinja's sandbox): one render's output
+    # characters (also the largest string or list it may build), evaluation steps and seconds
+    template_chars: int = 4 << 20
+    template_steps: int = 20_000_000
+    template_seconds: float = 10.0
+    # grammars for constrained decoding (ember.grammar: JSON schemas, regexes): automaton states and compile time
+    grammar_states: int = 20_000
+    grammar_seconds: float = 20.0
     # ONNX graphs: a tensor whose size the model's data decides (ConstantOfShape, Expand, Tile, Range, Pad,
     # Resize, OneHot, StringSplit ... and broadcasting), and Loop iterations (real models: thousands)
     max_tensor_bytes: int = 8 << 30
     max_loop_iterations: int = 1 << 20
 
     def __post_init__(self):
-        for f in fields(self):
-            v = os.environ.get(env_name(f.name))
-            if v:
-                try:
-                    cast = float if isinstance(f.default, float) else int
-                    setattr(self, f.name, cast(float(v)))
-                except ValueError:
-                    raise ValueError(f"ember: ${env_name(f.name)}={v!r} is not a number") from None
+        for f in fields(self):  # $EMBER_<FIELD> over the value given (ember.settings: a bad one raises SettingError)
+            setattr(self, f.name, settings.get(env_name(f.name), getattr(self, f.name)))
 
     def load_bytes(self, file_size: int) -> int:
         """How many bytes a weights file of file_size bytes may materialise."""

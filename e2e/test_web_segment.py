@@ -1,6 +1,6 @@
 """The segmentation tool in Chromium on the CPU: a random-weight SamModel (tests/sam_reference.py; no SAM weights
 are reachable) served from a local hub folder, loaded by its hub id; clicks, a background shift-click and a
-dragged box on the canvas give the masks native ember gives for the same prompts (the page reports the image
+dragged box on the canvas (the tab, picker and job guard are the app's shared ones) give the masks native ember gives for the same prompts (the page reports the image
 pixels it sent), the second click does not run the image encoder again (the worker's counters), and "segment
 everything" finds the native generator's masks."""
 from __future__ import annotations
@@ -73,11 +73,8 @@ def test_clicks_match_native_and_reuse_the_embedding(app, server, sam_folder, sc
     page.wait_for_selector("#panel-segment", state="visible", timeout=60_000)  # opened by the #segment link
     assert "No SAM weights are bundled" in page.inner_text("#panel-segment")
     assert "~38 MB" in page.inner_text("#panel-segment") and "~375 MB" in page.inner_text("#panel-segment")
-    page.fill("#seg-hub", HUB_ID)
-    page.click("#seg-load-hub")
-    page.wait_for_function("/Loaded|Not loaded/.test(document.querySelector('#seg-model-status').textContent)",
-                           timeout=RUN_S * 1000)
-    assert "Loaded" in page.inner_text("#seg-model-status"), app.message()
+    app.load_hub("segment", HUB_ID)                                    # the shared model picker
+    assert "Loaded" in page.inner_text("#picker-segment .model-status"), app.message()
     assert f"/hub/{HUB_ID}/resolve/main/model.safetensors" in server.requests
     page.set_input_files("#seg-image-file", str(scene_png))
     page.wait_for_function("document.querySelector('#seg-canvas').width === 640")

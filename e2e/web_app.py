@@ -23,7 +23,35 @@ ARTIFACTS = Path(__file__).with_name("artifacts")
 READY_S = 240      # Pyodide start under heavy load took ~15-30 s; generous, but it fails clearly
 RUN_S = 420        # one model run on the CPU in wasm (Whisper tiny.en, YOLOv8s: ~10 s idle, ~110 s at load 15)
 SPEECH = "The quick brown fox jumps over the lazy dog."
+FAKE_MEDIA = ("--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream", "--autoplay-policy=no-user-gesture-required")
+AXE_VERSION = "4.10.3"  # npm axe-core: the accessibility audit the e2e tests run in the page
 
+
+
+def axe_source() -> Path:
+    """axe.min.js of npm's axe-core AXE_VERSION, fetched once with `npm pack` into the e2e cache."""
+    import subprocess
+    import tarfile
+    dest = CACHE / f"axe-core-{AXE_VERSION}" / "axe.min.js"
+    if not dest.is_file():
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run(["npm", "pack", f"axe-core@{AXE_VERSION}", "--silent"], cwd=tmp, check=True,
+                           capture_output=True, timeout=300)
+            with tarfile.open(Path(tmp) / f"axe-core-{AXE_VERSION}.tgz") as tar:
+                data = tar.extractfile("package/axe.min.js").read()
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.with_suffix(".tmp").write_bytes(data)
+        dest.with_suffix(".tmp").replace(dest)
+    return dest
+
+
+def axe_violations(page, context: str = "document") -> list[dict]:
+    """axe-core's serious and critical violations on the page as it is now: [{id, impact, nodes: [selector]}]."""
+    if not page.evaluate("() => typeof axe === 'object'"):
+        page.add_script_tag(path=str(axe_source()))
+    return page.evaluate(f"""async () => (await axe.run({context}, {{resultTypes: ['violations']}})).violations
+        .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+        .map((v) => ({{id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => n.target.join(' '))}}))""")
 
 
 def seeded_llama_folder(folder: Path) -> Path:
@@ -45,11 +73,16 @@ def seeded_llama_folder(folder: Path) -> Path:
     return folder
 
 
+# what a host sends to make the page cross-origin isolated (SharedArrayBuffer: Python's interrupt buffer)
+ISOLATED = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
+
+
 class Server:
     """python's http.server over the site (a plain static host), logging every path requested. /hub/ maps to
-    a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>)."""
+    a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>). headers: sent with every
+    response (ISOLATED); slow_bps: paths with /slow/ in them trickle at that many bytes per second."""
 
-    def __init__(self, root: Path, hub: Path):
+    def __init__(self, root: Path, hub: Path, headers: dict | None = None, slow_bps: float | None = None):
         from ember.wasm.serve import Handler
         self.requests: list[str] = []
         log = self.requests
@@ -64,6 +97,21 @@ class Server:
                 log.append(self.path)
                 super().do_GET()
 
+            def end_headers(self):
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                super().end_headers()
+
+            def copyfile(self, source, outputfile):
+                if not (slow_bps and "/slow/" in self.path):
+                    return super().copyfile(source, outputfile)
+                try:
+                    for block in iter(lambda: source.read(1 << 16), b""):
+                        outputfile.write(block)
+                        time.sleep(len(block) / slow_bps)
+                except (BrokenPipeError, ConnectionResetError):  # the page cancelled the download
+                    pass
+
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Logged, directory=str(root)))
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
@@ -74,12 +122,13 @@ class Server:
 
 
 class App:
-    """One page of the app in a fresh Chromium profile, with its console errors collected."""
+    """One page of the app in a fresh Chromium profile, with its console errors collected. args: Chromium
+    switches beyond ARGS (FAKE_MEDIA: a fake camera and microphone, allowed without asking)."""
 
-    def __init__(self, pw, url: str):
+    def __init__(self, pw, url: str, args: tuple[str, ...] = ()):
         self.profile = tempfile.mkdtemp(prefix="ember-e2e-")
         self.ctx = pw.chromium.launch_persistent_context(self.profile, executable_path=CHROMIUM, headless=True,
-                                                         args=ARGS, viewport={"width": 1200, "height": 900})
+                                                         args=ARGS + list(args), viewport={"width": 1200, "height": 900})
         self.page = self.ctx.new_page()
         self.errors: list[str] = []
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
@@ -141,6 +190,10 @@ class App:
         ARTIFACTS.mkdir(exist_ok=True)
         self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
 
+    def wait_idle(self, timeout_s: float = RUN_S):
+        """Until no tool's job runs (guard.js)."""
+        self.page.wait_for_function("window.emberApp && !window.emberApp.busy()", timeout=timeout_s * 1000)
+
     def close(self):
         self.ctx.close()
         shutil.rmtree(self.profile, ignore_errors=True)
@@ -192,7 +245,7 @@ def whisper_reference(native_whisper, wav: Path) -> dict:
 
 def llama_reference(native_llama, prompt: str, max_tokens: int) -> dict:
     """What `ember llama PROMPT --temperature 0 --seed 0 -n N --json` prints, via the Python API."""
-    from ember.models.llama.generate import SamplingParams, TextStream, generate
+    from ember.models.common.generate import SamplingParams, TextStream, generate
     model, tok = native_llama
     ids = tok.encode(prompt, bos=True)
     stream = TextStream(generate(model, ids, max_tokens, SamplingParams(0.0, 0, 0.9, 1.0, 0), tok.eos_ids), tok)
@@ -200,11 +253,10 @@ def llama_reference(native_llama, prompt: str, max_tokens: int) -> dict:
     return {"prompt_tokens": ids, "tokens": list(stream.stats.tokens), "text": text}
 
 
-def yolo_reference(native_yolo, image: Path) -> list[dict]:
-    """What `ember yolo IMAGE --json` prints, via the Python API."""
-    from ember.models.yolo.cli import _rounded
-    from ember.models.yolo.predict import detect
-    return [_rounded(d) for d in detect(native_yolo, str(image))]
+def yolo_reference(native_yolo, image: Path, conf: float = 0.25) -> list[dict]:
+    """What `ember yolo IMAGE --conf CONF --json` prints, via the Python API."""
+    from ember.models.yolo.predict import detect, rounded
+    return [rounded(d) for d in detect(native_yolo, str(image), conf=conf)]
 
 
 def assert_same_detections(got: list[dict], ref: list[dict]):

@@ -33,8 +33,9 @@ LAYERS = [
     ("tensor", "autograd primitives, Tensor, composed ops, custom ops, QTensor",
      ["ember.autograd", "ember.tensor", "ember.ops_*", "ember.linalg", "ember.custom_op", "ember.qtensor"]),
     ("nn", "modules, functional, optimizers", ["ember.nn", "ember.nn.*", "ember.optim"]),
-    ("formats", "weight formats, the hub, tokenizers", ["ember.io", "ember.io.*", "ember.hub", "ember.tokenizers",
-                                                         "ember.tokenizers.*"]),
+    ("formats", "weight formats, the hub, tokenizers, templates (sandboxed Jinja), grammars (token masks)",
+     ["ember.io", "ember.io.*", "ember.hub", "ember.tokenizers", "ember.tokenizers.*", "ember.jinja", "ember.jinja.*",
+      "ember.grammar", "ember.grammar.*"]),
     ("quant", "quantized layers and models, file conversion", ["ember.quant", "ember.quant.*"]),
     ("runtimes", "onnx, datasets and loaders, the training loop",
      ["ember.onnx", "ember.onnx.*", "ember.data", "ember.data.*", "ember.train", "ember.train.*"]),
@@ -283,3 +284,12 @@ def test_cli_modules_are_not_loaders_for_other_modules():
            if (e.dst.endswith(".cli") or e.dst == "ember.cli") and e.src not in dispatch and e.dst != e.src
            and not e.src.endswith(".cli")]
     assert not bad, "CLI modules imported as loaders:\n  " + "\n  ".join(bad)
+
+
+def test_every_package_is_in_the_wheel():
+    """pyproject lists packages explicitly (the folders map onto one namespace): a package folder missing from the
+    list is missing from the wheel, and so from the page, where its import fails."""
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"(ember[\w.]*)"', text[text.index("packages = ["):text.index("]", text.index("packages = ["))]))
+    packages = {m for m, (_, is_pkg) in MODULES.items() if is_pkg}
+    assert not packages - listed, f"packages missing from pyproject.toml's packages list: {sorted(packages - listed)}"

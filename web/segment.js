@@ -1,15 +1,17 @@
-// The segmentation tool: Segment Anything over ember.js's segment(image, prompt, opts). Open an image, click
-// points on the object (shift-click or right-click: background) or drag a box; the mask is drawn over the image.
-// The worker embeds each image once (the expensive part) and every click after that runs the prompt encoder and
-// mask decoder only; the stats line shows both times and the worker's encoder count. "Segment everything" runs
-// the automatic mask generator; the mask and the cut-out export as PNG. No SAM weights are bundled: they load
-// by hub id, URL or dropped files. app.js mounts it with one call (mountSegmentTool).
+// segment.js: the segmentation tool's page code, Segment Anything over ember.js's segment(image, prompt, opts).
+// Open an image, click points on the object (shift-click or right-click: background) or drag a box; the mask is
+// drawn over the image. The worker embeds each image once (the expensive part) and every click after that runs
+// the prompt encoder and mask decoder only; the stats line shows both times and the worker's encoder count.
+// "Segment everything" runs the automatic mask generator; the mask and the cut-out export as PNG. No SAM weights
+// are bundled: the shared model picker loads them by hub id, URL or dropped files. Mounted by app.js
+// (mountSegmentTool); its tab, panel and picker slot are in index.html.
 
 import { EmberError } from "./ember.js";
+import { $, dropZone, notEmpty } from "./ui.js";
 
-const $ = (sel, root = document) => root.querySelector(sel);
 const KNOWN = [["Zigeng/SlimSAM-uniform-77", "SlimSAM-77, pruned SAM ViT-B: ~38 MB"],
   ["facebook/sam-vit-base", "SAM ViT-B: ~375 MB"]];
+const MAX_PIXELS = 50_000_000; // ember's budget.max_pixels, checked before a canvas claims the memory
 const TINT = [30, 144, 255];
 const PALETTE = [[255, 56, 56], [72, 249, 10], [0, 194, 255], [255, 178, 29], [132, 56, 255], [0, 212, 187],
   [255, 55, 199], [207, 210, 49], [26, 147, 52], [100, 115, 255]];
@@ -21,19 +23,7 @@ const PANEL = `
   <code>preprocessor_config.json</code>) from the Hugging Face hub, a URL or your disk:
   <strong>SlimSAM-77</strong> (<code>Zigeng/SlimSAM-uniform-77</code>, ~38 MB) or <strong>SAM ViT-B</strong>
   (<code>facebook/sam-vit-base</code>, ~375 MB). It is downloaded once and kept in this browser's cache.</p>
-  <div class="row">
-    <label class="grow">Hugging Face id <input id="seg-hub" type="text" list="seg-known" placeholder="Zigeng/SlimSAM-uniform-77" spellcheck="false" autocomplete="off"></label>
-    <datalist id="seg-known">${KNOWN.map(([id, what]) => `<option value="${id}">${what}</option>`).join("")}</datalist>
-    <button type="button" id="seg-load-hub" class="secondary">Load</button>
-  </div>
-  <div class="row">
-    <label class="grow">or a folder URL <input id="seg-url" type="url" placeholder="https://…/resolve/main" spellcheck="false"></label>
-    <button type="button" id="seg-load-url" class="secondary">Load</button>
-  </div>
-  <div class="drop" id="seg-model-drop" tabindex="0">
-    <p>or <strong>drop the model's files here</strong>, or <label class="linklike">choose them<input id="seg-model-files" type="file" multiple accept=".json,.safetensors" class="visually-hidden"></label></p>
-  </div>
-  <p id="seg-model-status" class="muted" aria-live="polite">No model loaded.</p>
+  <datalist id="seg-known">${KNOWN.map(([id, what]) => `<option value="${id}">${what}</option>`).join("")}</datalist>
 </div>
 <div class="card">
   <div class="drop" id="seg-image-drop" tabindex="0">
@@ -58,53 +48,49 @@ const PANEL = `
 </div>`;
 
 export function mountSegmentTool(app) {
-  const panel = $("#panel-segment");
-  if (!panel) return;
-  panel.innerHTML = PANEL;
-  const link = Object.assign(document.createElement("link"), { rel: "stylesheet", href: new URL("segment.css", import.meta.url).href });
-  document.head.append(link);
-  addTab(panel);
-  const ui = { bitmap: null, pixels: null, points: [], box: null, drag: null, result: null, pick: 0, loaded: false,
-    running: false };
+  const body = $("#panel-segment .segment-tool"), picker = app.picker("segment");
+  if (!body || !picker) return;
+  body.innerHTML = PANEL;
+  const ui = { bitmap: null, pixels: null, points: [], box: null, drag: null, result: null, pick: 0 };
   const canvas = $("#seg-canvas");
 
-  // ---------------------------------------------------------------- the model
+  // ---------------------------------------------------------------- the model (the shared picker)
 
-  async function loadModel(source, what) {
-    const ember = app.ember();
-    if (!ember) return;
-    if (app.busy()) { app.showMessage("Another model is still running; try again when it has finished.", "info"); return; }
-    const status = $("#seg-model-status");
-    status.textContent = `Loading ${what}…`;
-    try {
-      const info = await app.withBusy(() => ember.loadModel("segment", source));
-      ui.loaded = true;
-      status.textContent = `Loaded ${what}: ${(info.parameters / 1e6).toFixed(1)} M parameters ` +
-        `(${(info.bytes / 2 ** 20).toFixed(0)} MiB) on ${info.device.toUpperCase()} · ${info.encoder}.`;
-      status.dataset.json = JSON.stringify(info);
-      if (ui.pixels && (ui.points.length || ui.box)) segment();
-    } catch (e) {
-      ui.loaded = false;
-      status.textContent = "Not loaded.";
-      app.showError(e, "segment");
-    }
-  }
-  $("#seg-load-hub").addEventListener("click", () => {
-    const id = $("#seg-hub").value.trim() || $("#seg-hub").placeholder;
-    loadModel(id, id);
+  // a SamModel folder: config.json + model.safetensors (+ preprocessor_config.json), by id, URL or its files
+  $(".hub", picker).placeholder = "Zigeng/SlimSAM-uniform-77 (~38 MB) or facebook/sam-vit-base (~375 MB)";
+  $(".hub", picker).setAttribute("list", "seg-known");
+  $(".url", picker).placeholder = "https://…/resolve/main (a SamModel folder)";
+  $(".files", picker).accept = ".json,.safetensors";
+  $(".model-status", picker).textContent = "No model loaded: no SAM weights are bundled, choose a checkpoint.";
+  picker.addEventListener("modelloaded", ({ detail: info }) => { // "… on CPU. 93 MiB · windowed + global attention"
+    const status = $(".model-status", picker);
+    status.textContent += ` ${(info.bytes / 2 ** 20).toFixed(0)} MiB · ${info.encoder}.`;
+    status.dataset.json = JSON.stringify(info);
   });
-  $("#seg-load-url").addEventListener("click", () => loadModel($("#seg-url").value.trim(), "the URL's model"));
-  dropZone($("#seg-model-drop"), $("#seg-model-files"), (files) => loadModel(files, "local files"), true);
+  // a source to load from: a bundled demo never (none exist), else a non-empty id, URL or file list
+  const hasSource = () => {
+    const kind = $(".kind", picker).value;
+    return kind === "hub" ? !!$(".hub", picker).value.trim() : kind === "url" ? !!$(".url", picker).value.trim()
+      : kind === "file" ? $(".files", picker).files.length > 0 : !!$(".demo", picker).value;
+  };
 
   // ---------------------------------------------------------------- the image
 
+  // The browser decodes the image (as the detection tool does) and Python gets its RGBA pixels.
   async function openImage(file) {
-    if (app.busy()) { app.showMessage("Another model is still running; try again when it has finished.", "info"); return; }
     let bitmap;
     try {
-      bitmap = await createImageBitmap(file, { imageOrientation: "from-image", colorSpaceConversion: "none", premultiplyAlpha: "none" });
+      notEmpty(file, "image");
+      try {
+        bitmap = await createImageBitmap(file, { imageOrientation: "from-image", colorSpaceConversion: "none", premultiplyAlpha: "none" });
+      } catch (e) {
+        throw new EmberError("unsupported_file", `ember: ${file.name || "image"} is not an image this browser can read`);
+      }
+      if (bitmap.width * bitmap.height > MAX_PIXELS)
+        throw new EmberError("unsupported_file", `ember: ${file.name || "image"} is ${bitmap.width}x${bitmap.height} = ` +
+          `${(bitmap.width * bitmap.height).toLocaleString("en")} pixels, over the limit of ${MAX_PIXELS.toLocaleString("en")} (max_pixels)`);
     } catch (e) {
-      app.showError(new EmberError("unsupported_file", `ember: ${file.name || "image"} is not an image this browser can read`), "segment");
+      app.showError(e, "segment");
       return;
     }
     const c = new OffscreenCanvas(bitmap.width, bitmap.height);
@@ -113,12 +99,14 @@ export function mountSegmentTool(app) {
     Object.assign(ui, { bitmap, pixels: g.getImageData(0, 0, bitmap.width, bitmap.height), points: [], box: null,
       result: null, pick: 0 });
     delete canvas.dataset.json;
+    $("#seg-masks").replaceChildren();
+    exports(false);
     canvas.width = bitmap.width;
     canvas.height = bitmap.height;
-    $("#seg-stats").textContent = ui.loaded ? "Click the object." : "Load a model, then click the object.";
+    $("#seg-stats").textContent = hasSource() ? "Click the object." : "Choose a model above, then click the object.";
     draw();
   }
-  dropZone($("#seg-image-drop"), $("#seg-image-file"), (files) => openImage(files[0]));
+  dropZone($("#seg-image-drop"), $("#seg-image-file"), openImage);
 
   // ---------------------------------------------------------------- prompts from the mouse
 
@@ -165,36 +153,35 @@ export function mountSegmentTool(app) {
 
   // ---------------------------------------------------------------- runs
 
+  // One click's run (or "everything") as the tool's job: the shared guard refuses it while another tool runs, the
+  // picker's model loads first if it is not loaded on this device, Cancel is live throughout.
   async function segment(everything = false) {
     const ember = app.ember();
     if (!ember || !ui.pixels || (!everything && !ui.points.length && !ui.box)) return;
-    if (!ui.loaded) { $("#seg-stats").textContent = "Load a model first (above)."; draw(); return; }
-    if (app.busy()) { app.showMessage("Another model is still running; try again when it has finished.", "info"); return; }
-    $("#message").hidden = true;
+    if (!hasSource()) { $("#seg-stats").textContent = "Choose a model above (a hub id, a URL or its files) first."; draw(); return; }
     $("#seg-stats").textContent = everything ? "Segmenting everything…" : "Segmenting…";
-    $("#seg-cancel").disabled = false;
-    ui.running = true;
     const prompt = everything ? {} : { points: ui.points.map((p) => [...p]), box: ui.box && [...ui.box] };
     try {
-      const r = await app.withBusy(() => ember.segment(ui.pixels, prompt,
-        everything ? { everything: true, points_per_side: 16 } : { multimask: $("#seg-multi").checked }));
+      const r = await app.run("segment", { label: everything ? "Segmenting everything" : "Segmenting", cancel: $("#seg-cancel") },
+        async () => {
+          await app.ensureModel("segment");
+          return ember.segment(ui.pixels, prompt, everything ? { everything: true, points_per_side: 16 }
+            : { multimask: $("#seg-multi").checked });
+        });
       if (r.stopped === "cancelled") { $("#seg-stats").textContent = "Cancelled."; return; }
       ui.result = { ...r, everything };
       ui.pick = everything ? 0 : r.best;
       showResult(prompt);
     } catch (e) {
-      $("#seg-stats").textContent = "";
+      $("#seg-stats").textContent = e.code === "cancelled" ? "Cancelled." : "";
       app.showError(e, "segment");
-    } finally {
-      ui.running = false;
-      $("#seg-cancel").disabled = true;
     }
   }
   $("#seg-everything").addEventListener("click", () => {
     Object.assign(ui, { points: [], box: null });
     segment(true);
   });
-  $("#seg-cancel").addEventListener("click", () => { const e = app.ember(); if (e && ui.running) e.cancel(); });
+  $("#seg-cancel").addEventListener("click", () => app.cancel());
 
   function showResult(prompt) {
     const r = ui.result;
@@ -314,42 +301,4 @@ function rle(mask, w, h) {
   }
   counts.push(run);
   return { size: [h, w], counts };
-}
-
-function dropZone(zone, input, onFiles, many = false) {
-  input.addEventListener("change", () => { if (input.files.length) onFiles(many ? Array.from(input.files) : [input.files[0]]); input.value = ""; });
-  zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
-  zone.addEventListener("dragleave", () => zone.classList.remove("over"));
-  zone.addEventListener("drop", (e) => {
-    e.preventDefault();
-    zone.classList.remove("over");
-    if (e.dataTransfer.files.length) onFiles(Array.from(e.dataTransfer.files));
-  });
-  zone.addEventListener("keydown", (e) => { if (e.key === "Enter" && e.target === zone) input.click(); });
-}
-
-// The tab joins the app's tab list; selecting it hides the other panels, and any other tab hides this one.
-function addTab(panel) {
-  const nav = $("nav.tabs");
-  const tab = document.createElement("button");
-  Object.assign(tab, { id: "tab-segment", tabIndex: -1, type: "button" });
-  tab.setAttribute("role", "tab");
-  tab.setAttribute("aria-controls", "panel-segment");
-  tab.setAttribute("aria-selected", "false");
-  tab.innerHTML = "Segment anything <small>SAM · SlimSAM</small>";
-  nav.append(tab);
-  const show = (on) => {
-    tab.setAttribute("aria-selected", String(on));
-    tab.tabIndex = on ? 0 : -1;
-    panel.hidden = !on;
-  };
-  tab.addEventListener("click", () => {
-    for (const t of nav.querySelectorAll('[role="tab"]')) if (t !== tab) { t.setAttribute("aria-selected", "false"); t.tabIndex = -1; }
-    for (const p of document.querySelectorAll('[role="tabpanel"]')) if (p !== panel) p.hidden = true;
-    show(true);
-    history.replaceState(null, "", "#segment");
-  });
-  nav.addEventListener("click", (e) => { const t = e.target.closest('[role="tab"]'); if (t && t !== tab) show(false); });
-  if (location.hash === "#segment") tab.click();
-  return tab;
 }

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import settings
+from ..errors import SettingError
 from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
@@ -113,12 +115,8 @@ class NativeKernels:
 
 
 def _default_threads() -> int:
-    env = os.environ.get("EMBER_NUM_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            pass
+    if settings.get("EMBER_NUM_THREADS") is not None:
+        return settings.get("EMBER_NUM_THREADS")
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -181,7 +179,7 @@ def load() -> tuple[NativeKernels | None, str]:
     """(kernels, "native <simd>, <n> threads (<library>)") when they run here, else (None, why not)."""
     if sys.platform == "emscripten":
         return None, "running under Pyodide (the wasm kernels serve)"
-    if os.environ.get("EMBER_NATIVE_KERNELS", "1") == "0":
+    if not settings.get("EMBER_NATIVE_KERNELS"):
         return None, "switched off by EMBER_NATIVE_KERNELS=0"
     cc = compiler()
     if cc is None:
@@ -191,6 +189,8 @@ def load() -> tuple[NativeKernels | None, str]:
         if not path.is_file():
             build(cc, path)
         kernels = NativeKernels(ctypes.CDLL(str(path)), path)
+    except SettingError:  # a bad EMBER_NUM_THREADS is the user's to fix, not a reason to run without the kernels
+        raise
     except Exception as exc:  # a failed build (its stderr), an unwritable cache, a library that does not load
         return None, f"kernel build or load failed: {type(exc).__name__}: {exc}"
     return kernels, f"native {kernels.simd}, {kernels.threads} threads ({path})"
