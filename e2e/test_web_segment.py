@@ -1,7 +1,8 @@
 """The segmentation tool in Chromium on the CPU: a random-weight SamModel (tests/sam_reference.py; no SAM weights
 are reachable) served from a local hub folder, loaded by its hub id; clicks, a background shift-click and a
-dragged box on the canvas (the tab, picker and job guard are the app's shared ones) give the masks native ember gives for the same prompts (the page reports the image
-pixels it sent), the second click does not run the image encoder again (the worker's counters), and "segment
+dragged box on the canvas (the tab, model picker and job guard are the app's shared ones) give the masks native
+ember gives for the same prompts (the page reports the image pixels it sent), the second click does not run the
+image encoder again (the worker's counters), the mask and cut-out PNG exports hold the shown mask, and "segment
 everything" finds the native generator's masks."""
 from __future__ import annotations
 
@@ -111,6 +112,20 @@ def test_clicks_match_native_and_reuse_the_embedding(app, server, sam_folder, sc
     want = seg.predict(boxes=[r3["prompt"]["box"]])
     _same_mask(r3["mask"], want["masks"][0, r3["pick"]])
     assert "per click" in page.inner_text("#seg-stats") and "encoder runs 1" in page.inner_text("#seg-stats")
+    from PIL import Image
+
+    from ember.models.common.rle import rle_to_mask
+    shown = rle_to_mask(r3["mask"])
+    with page.expect_download() as dl:
+        page.click("#seg-export-mask")
+    written = np.asarray(Image.open(dl.value.path()).convert("L"))
+    np.testing.assert_array_equal(written > 127, shown)
+    with page.expect_download() as dl:
+        page.click("#seg-export-cutout")
+    cut = np.asarray(Image.open(dl.value.path()))                       # RGBA: the image where the mask is
+    assert cut.shape == (480, 640, 4)
+    np.testing.assert_array_equal(cut[..., 3] > 127, shown)
+    np.testing.assert_array_equal(cut[..., :3][shown], scene()[shown])
 
     page.click("#seg-everything")
     page.wait_for_function("JSON.parse(document.querySelector('#seg-canvas').dataset.json).everything === true "
