@@ -149,7 +149,8 @@ def test_segmentation_predict_matches_ultralytics(ref, key):
 
 
 def test_segmentation_json_and_safetensors_round_trip(ref, tmp_path, capsys):
-    """`ember convert yolo` of a seg checkpoint keeps nm/npr; `ember yolo --json` prints each mask as an RLE."""
+    """`ember convert yolo` of a seg checkpoint keeps nm/npr; `ember yolo --json` prints each mask as an RLE, and
+    the page's tool gives the same detections and masks."""
     import argparse
     import json
 
@@ -166,6 +167,15 @@ def test_segmentation_json_and_safetensors_round_trip(ref, tmp_path, capsys):
     want0 = ref["out"]["masks0_yolov8n_seg"]
     assert len(dets) == len(want0)
     assert all(_mask_iou(rle_to_mask(d["mask"]), b) >= 0.99 for d, b in zip(dets, want0))
+    # the page's tool (wasm/tools/yolo.py, as the worker runs it) on the same file prints what the CLI prints
+    import asyncio
+
+    from ember.wasm.tools import yolo as yolo_tool
+    (tmp_path / "page").mkdir()
+    (tmp_path / "page" / "model.safetensors").symlink_to(out)
+    assert yolo_tool.load(str(tmp_path / "page"), "cpu")["task"] == "segment"
+    page = asyncio.run(yolo_tool.run(ensure_file(f"{IMAGES[0]}.jpg").read_bytes(), {}))
+    assert json.loads(json.dumps(page["detections"])) == dets
 
 
 @pytest.mark.parametrize("conf,iou", [(0.25, 0.45), (0.05, 0.7)])
