@@ -3,9 +3,10 @@ are reachable) served from a local hub folder, loaded by its hub id; clicks, a b
 dragged box on the canvas (the tab, model picker and job guard are the app's shared ones) give the masks native
 ember gives for the same prompts (the page reports the image pixels it sent), the second click does not run the
 image encoder again (the worker's counters), the mask and cut-out PNG exports hold the shown mask, and "segment
-everything" finds the native generator's masks."""
+everything" (the button at SAM's filters, the API with looser ones) finds the native generator's masks."""
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
@@ -134,4 +135,25 @@ def test_clicks_match_native_and_reuse_the_embedding(app, server, sam_folder, sc
     ref = generate(seg.model, scene(), seg, points_per_crop=16)
     assert r4["encoder_runs"] == 1 and r4["count"] == len(ref["masks"])
     np.testing.assert_allclose(r4["scores"], ref["scores"], atol=1e-4)
+
+    # SAM's default filters keep none of the random model's masks: the API with the pipeline's filters loosened
+    # (as tests/test_sam.py's generator test) must give the native generator's label map, masks and all
+    filters = dict(pred_iou_thresh=0.0, stability_score_thresh=0.5, stability_score_offset=0.02, mask_threshold=0.8)
+    got = page.evaluate("""async ([png, filters]) => {
+      const bytes = Uint8Array.from(atob(png), (c) => c.charCodeAt(0));
+      const r = await window.emberApp.ember().segment(new Blob([bytes], { type: "image/png" }), {},
+        { everything: true, points_per_side: 16, ...filters });
+      const b = new Uint8Array(r.labels.buffer, r.labels.byteOffset, r.labels.byteLength);
+      let s = "";
+      for (let i = 0; i < b.length; i += 32768) s += String.fromCharCode.apply(null, b.subarray(i, i + 32768));
+      return { count: r.count, scores: r.scores, labels: btoa(s) };
+    }""", [base64.b64encode(scene_png.read_bytes()).decode(), filters])
+    ref = generate(seg.model, scene(), seg, points_per_crop=16, **filters)
+    assert got["count"] == len(ref["masks"]) >= 3
+    np.testing.assert_allclose(got["scores"], ref["scores"], atol=1e-4)
+    labels = np.frombuffer(base64.b64decode(got["labels"]), "<u2").reshape(480, 640)
+    want = np.zeros((480, 640), "<u2")
+    for k in range(len(ref["masks"]) - 1, -1, -1):                    # the best mask on top
+        want[ref["masks"][k]] = k + 1
+    assert (labels == want).mean() >= 0.999
     assert not app.errors, app.errors

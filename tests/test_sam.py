@@ -297,12 +297,13 @@ def test_config_errors_are_ember_errors():
 
 def test_page_tool_caches_the_embedding_and_gives_the_segmenters_masks(models):
     """wasm/tools/segment.py through worker_api.handle: the image once with its id, then clicks by id alone; the
-    masks are the Segmenter's, the encoder runs once, an unknown id asks for the image, "everything" gives a
-    label map of the generator's masks."""
+    masks are the Segmenter's, the encoder runs once, an unknown id asks for the image, "everything" (with the
+    pipeline's filters passed through) gives the label map of the generator's masks."""
     import asyncio
 
     from ember.models.sam.generate import generate
     from ember.wasm import worker_api
+    from ember.wasm.tools import segment as segment_tool
     _, folder = models["proc"]
     img = scene()
     h, w = img.shape[:2]
@@ -333,11 +334,15 @@ def test_page_tool_caches_the_embedding_and_gives_the_segmenters_masks(models):
     bad = asyncio.run(worker_api.handle("run", {"tool": "segment", "input": None,
                                                 "opts": {"image_id": "a", "points": [[9999, 1, 1]]}}))
     assert bad["error"] == "bad_request" and "outside the 640x480 image" in bad["message"]
+    filters = {k: v for k, v in GEN.items() if k in segment_tool.FILTERS}  # thresholds the random model passes
     every = call("run", tool="segment", input=None, opts={"image_id": "a", "everything": True, "points_per_side": 6,
-                                                         "pred_iou_thresh": 0.0, "stability_score_thresh": 0.5})
+                                                         **filters})
     assert every["encoder_runs"] == 1
-    ref = generate(seg.model, img, seg, points_per_crop=6, pred_iou_thresh=0.0, stability_score_thresh=0.5)
+    ref = generate(seg.model, img, seg, points_per_crop=6, **filters)
     labels = np.frombuffer(every["labels"], "<u2").reshape(h, w)
-    assert every["count"] == len(ref["masks"]) and every["scores"] == [round(float(s), 5) for s in ref["scores"]]
-    if ref["masks"]:
-        np.testing.assert_array_equal(labels == 1, ref["masks"][0])
+    assert every["count"] == len(ref["masks"]) >= 3
+    assert every["scores"] == [round(float(s), 5) for s in ref["scores"]]
+    want = np.zeros((h, w), "<u2")
+    for k in range(len(ref["masks"]) - 1, -1, -1):  # the best mask on top
+        want[ref["masks"][k]] = k + 1
+    np.testing.assert_array_equal(labels, want)

@@ -288,7 +288,8 @@ class Ember {
    *  click: prompt encoder, decoder, upscaling), encode_ms, encoder_runs, decoder_runs, stopped}, as `ember
    *  segment --json`. The worker embeds an image once: later calls with the same image object send only its id.
    *  opts: multimask (default true: the best of 3; false: one mask); everything: true runs the automatic mask
-   *  generator (points_per_side, default 16) and gives `labels` (Uint16Array, 0 or mask index + 1 per pixel).
+   *  generator (points_per_side, default 16; points_per_batch, pred_iou_thresh, stability_score_thresh,
+   *  stability_score_offset, mask_threshold, crops_nms_thresh as transformers' mask-generation pipeline) and gives `labels` (Uint16Array, 0 or mask index + 1 per pixel).
    *  onProgress sees {stage: "encode" | "embed" | "decode", done, total}; `cancel()` stops between steps. */
   async segment(image, prompt = {}, opts = {}) {
     if (!this._images) { this._images = new WeakMap(); this._imageCount = 0; }

@@ -31,7 +31,9 @@ def rle_to_mask(rle: dict) -> np.ndarray:
         raise FormatError(f"ember: RLE counts add up to {int(counts.sum()) if counts.ndim == 1 else '?'}, "
                           f"not the {h}x{w} mask's {h * w} pixels")
     values = np.arange(len(counts)) % 2 == 1                                      # runs alternate 0, 1, 0, ...
-    return np.repeat(values, counts).reshape(w, h).T
+    # repeat() casts its counts to intp "safely": int64 counts fail on 32-bit numpy (Pyodide), and the sum is
+    # h * w, an image's pixels, so each count fits
+    return np.repeat(values, counts.astype(np.intp)).reshape(w, h).T
 
 
 def mask_box(mask: np.ndarray) -> list[int]:

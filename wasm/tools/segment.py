@@ -92,7 +92,8 @@ async def run(image, opts: dict, on_partial=None, on_progress=None) -> dict:
     """Click: -> {"masks": bytes (m, H, W), "count": m, "scores", "boxes", "areas", "best", "width", "height",
     "ms" (prompt encoder + decoder + upscaling), "encode_ms" (0 when the cached embedding served), "encoder_runs",
     "decoder_runs", "stopped"}. opts: image_id, points, box, multimask (default true), everything (the automatic
-    generator: points_per_side, default 16; then "labels" replaces "masks")."""
+    generator: points_per_side, default 16, points_per_batch and the pipeline's FILTERS; then "labels", the index + 1
+    of the mask on top per pixel, replaces "masks")."""
     from ember.models.common.rle import mask_box
     from ember.models.sam.predict import PromptError
     seg = _STATE.get("segmenter")
@@ -147,11 +148,17 @@ async def run(image, opts: dict, on_partial=None, on_progress=None) -> dict:
             "decoder_runs": _STATE["decoder_runs"]}
 
 
+# the mask-generation pipeline's filters the page's API passes through (defaults: ember.models.sam.generate.DEFAULTS)
+FILTERS = ("pred_iou_thresh", "stability_score_thresh", "stability_score_offset", "mask_threshold", "crops_nms_thresh")
+
+
 async def _everything(seg, opts: dict, on_progress) -> dict:
     from ember.models.sam.generate import generate_steps
     try:
         side = int(opts.get("points_per_side", 16))
-        extra = {k: opts[k] for k in ("pred_iou_thresh", "stability_score_thresh", "points_per_batch") if k in opts}
+        extra = {k: float(opts[k]) for k in FILTERS if k in opts}
+        if "points_per_batch" in opts:
+            extra["points_per_batch"] = int(opts["points_per_batch"])
     except (TypeError, ValueError) as e:
         raise WorkerError(f"ember: bad option ({e})", "bad_request") from None
     try:
