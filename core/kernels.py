@@ -275,6 +275,11 @@ op("qmatmul_argmax", "(x one row, raw, GGMLType, (N, K), activations) -> argmax 
 op("qmatmul_topk", "(x one row, raw, GGMLType, (N, K), activations, k) -> (ids ascending, values): rows of qmatmul "
    "that include its k largest", composed="ember.qtensor:qmatmul_topk_composed",
    cpu=Kernel(_Q + "qmatmul_topk", _Q + "describe_bounded"))
+op("nbits_matmul", "(x (..., K), packed uint8 (N, blocks * block * bits / 8), scales (N, blocks), zeros (N, blocks), "
+   "bits, block, (N, K)) -> float32 (..., N) = x @ ((levels - zeros) * scales).T: onnxruntime's MatMulNBits layout "
+   "(ember.ops_blockwise)", composed="ember.ops_blockwise:nbits_matmul_composed",
+   cpu=Kernel("ember.backends.cpu_nbits:nbits_matmul", "ember.backends.cpu_nbits:describe"),
+   webgpu=Kernel("ember.webgpu.nbits:nbits_matmul", "nbits.wgsl (packed bits on the device)"))
 op("decoder_plan", "(spec) -> a plan whose step(x, rope, caches) runs one decoded token through a decoder's layers "
    "in place (models/common/fused_decode.py builds the spec), or None where it does not take the spec; composed: "
    "the model's layers op by op", composed=None,

@@ -43,7 +43,7 @@ def test_cdn_site_layout_manifest_and_space_readme(tmp_path, fake_models):
     assert "app_file: index.html" in readme
 
 
-REWRITTEN = ["README.md", "config.json", "models/manifest.json"]  # the small files a rebuild writes again
+REWRITTEN = ["README.md", "config.json", "models/manifest.json", "sw.js"]  # the small files a rebuild writes again
 
 
 def _files(out):
