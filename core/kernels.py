@@ -256,6 +256,11 @@ op("linear", "(x, w (out, in), b (out,)) -> x @ w.T + b", composed="ember.nn.fun
 op("linears", "(x, [w], [b|None]) -> one x @ [w0 | w1 | ...].T + [b0 | ...] whose column ranges are the results, "
    "or None where the kernel does not take it", composed="ember.nn.functional:linears_composed",
    webgpu=Kernel(_WG + "linears", "quant.wgsl qmatvec over the weights where they lie (decode rows)"))
+op("lstm_cell", "(xg (N, 4H), h (N, H), c (N, H), w_hh (4H, H), b_hh|None) -> (N, 2H) h' | c' of one LSTM step, "
+   "gates i f g o", composed="ember.nn.recurrent:lstm_cell_composed",
+   cpu=Kernel("ember.backends.cpu_recurrent:lstm_cell", "numpy, gates in place"))
+op("gru_cell", "(xg (N, 3H), h (N, H), w_hh (3H, H), b_hh|None) -> h' (N, H) of one GRU step, gates r z n",
+   composed="ember.nn.recurrent:gru_cell_composed", cpu=Kernel("ember.backends.cpu_recurrent:gru_cell", "numpy, gates in place"))
 op("conv_bias", "(x, w, b, stride, padding, dilation, groups) -> conv(x, w) + b per output channel",
    composed="ember.nn.functional:conv_bias_composed",
    cpu=Kernel(_CPU + "conv_bias", "im2col bands + BLAS, bias added in place"))
@@ -269,6 +274,12 @@ op("qmatmul", "(x (..., K), raw uint8 (N, row_bytes), GGMLType, (N, K), activati
    cpu=Kernel(_Q + "qmatmul", _Q + "describe_qmatmul"),
    webgpu=Kernel(_WG + "qmatmul", "quant.wgsl qmatvec / dequant + matmul.wgsl"),
    cuda=Kernel(_CU + "qmatmul", "cuda/quant.cu qmatvec_* / dequant_* + cuBLAS"))
+op("qlinear", "(x (..., K), weight=QTensor (N, K)) -> x @ W.T as qmatmul, differentiable in x: the backward's "
+   "dx = dy @ W dequantizes W a slab of rows at a time (LoRA on a quantized model never holds W whole)",
+   composed="ember.qtensor:qlinear_composed", backward="ember.qtensor:qlinear_backward",
+   output="ember.qtensor:qlinear_output", tensor_call=True,
+   cpu=Kernel(_Q + "qlinear", _Q + "describe_qmatmul"),
+   webgpu=Kernel(_WG + "qlinear", "quant.wgsl qmatvec / dequant + matmul.wgsl, per device part"))
 op("qmatmul_argmax", "(x one row, raw, GGMLType, (N, K), activations) -> argmax of qmatmul: greedy decoding's pick "
    "from a quantized output layer", composed="ember.qtensor:qmatmul_argmax_composed",
    cpu=Kernel(_Q + "qmatmul_argmax", _Q + "describe_bounded"))

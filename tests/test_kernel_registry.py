@@ -134,6 +134,11 @@ def _qpick(dev, extra=()):
     return [((T(rnd(64, seed=101 + s), dev), w.data, w.ggml_type, w.shape, "float32", *extra), {}) for s in range(3)]
 
 
+def _qlinear(dev):
+    w = _qweight("q4_k", rows=40, cols=256, seed=45)
+    return [((T(rnd(2, 3, 256, seed=46), dev),), {"weight": w}), ((T(rnd(5, 256, seed=47), dev),), {"weight": w})]
+
+
 def _rotary(dev):
     ang = np.outer(np.arange(6), 1.0 / 10000 ** (np.arange(0, 8, 2) / 8)).astype(np.float32)    # (T, D / 2)
     return [((T(rnd(2, 6, 3, 8, seed=110), dev), T(np.cos(ang), dev), T(np.sin(ang), dev)), {})]
@@ -167,12 +172,26 @@ def _rope_append(dev):
              {"n_heads": H, "slot": slot, "length": length, "scale": hd ** -0.5})]
 
 
+def _lstm_cell(dev):
+    return [((T(rnd(3, 20, seed=130), dev), T(rnd(3, 5, seed=131), dev), T(rnd(3, 5, seed=132), dev),
+              T(rnd(20, 5, seed=133), dev), T(rnd(20, seed=134), dev)), {}),
+            ((T(rnd(1, 32, seed=135), dev), T(rnd(1, 8, seed=136), dev), T(rnd(1, 8, seed=137), dev),
+              T(rnd(32, 8, seed=138), dev), None), {})]
+
+
+def _gru_cell(dev):
+    return [((T(rnd(3, 15, seed=140), dev), T(rnd(3, 5, seed=141), dev), T(rnd(15, 5, seed=142), dev),
+              T(rnd(15, seed=143), dev)), {}),
+            ((T(rnd(2, 24, seed=144), dev), T(rnd(2, 8, seed=145), dev), T(rnd(24, 8, seed=146), dev), None), {})]
+
+
 EXAMPLES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _norms(False), "rms_norm": _norms(True),
             "attention": _attention, "gelu": _gelu, "silu": _silu, "linear": _linear, "conv_bias": _conv_bias,
-            "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul, "qmatmul_argmax": _qpick,
+            "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul, "qlinear": _qlinear, "qmatmul_argmax": _qpick,
             "qmatmul_topk": lambda dev: _qpick(dev, (5,)), "rotary_embedding": _rotary, "flash_attention": _flash,
             "flash_attention_split": _flash_split, "flash_attention_combine": _flash_combine,
-            "rope_append_attention": _rope_append, "nbits_matmul": _nbits}
+            "rope_append_attention": _rope_append, "nbits_matmul": _nbits, "lstm_cell": _lstm_cell,
+            "gru_cell": _gru_cell}
 IN_PLACE = ("copy_into", "rope_append_attention")  # kernels that write an input (the composed run gets copies)
 # ops whose kernel is tested against its composed form by a test of its own (file::test)
 ELSEWHERE = {"decoder_plan": "tests/test_fused_decode.py::test_fused_float32_equals_composed"}

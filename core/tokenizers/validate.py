@@ -104,8 +104,8 @@ def probe(tok, where: str):
 
 def check_for_native(config, where: str):
     """What the Rust `tokenizers` would accept but ember refuses: unbounded padding/truncation lengths and
-    regexes with nested quantifiers (Oniguruma backtracks too)."""
-    from .unicode_regex import compile_onig
+    regexes Oniguruma (a backtracking engine) could take polynomial or exponential time on."""
+    from .unicode_regex import check_backtracking
     if not isinstance(config, dict):
         return
     check_truncation(config.get("truncation"), where)
@@ -115,7 +115,7 @@ def check_for_native(config, where: str):
         node = stack.pop()
         if isinstance(node, dict):
             if isinstance(node.get("Regex"), str):
-                compile_onig(node["Regex"])
+                check_backtracking(node["Regex"])
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
