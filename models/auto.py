@@ -34,6 +34,7 @@ FAMILIES = {
     "vit": "ember.models.vit.model",
     "clip": "ember.models.clip.model",
     "t5": "ember.models.t5.model",
+    "sam": "ember.models.sam.model",
 }
 
 
