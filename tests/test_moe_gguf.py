@@ -1,7 +1,7 @@
 """MoE GGUF files written here by gguf-py the way llama.cpp's convert_hf_to_gguf.py lays them out (Mixtral as
 `llama` with experts and interleaved-pair q/k rows; `qwen2moe` with a shared expert; `qwen3moe` with q/k norms;
 stacked expert tensors) load through load_text_model and match transformers: F32 files within 1e-4 relative;
-Q8_0 files (experts kept quantized, QExperts) against transformers running the file's dequantized weights."""
+Q8_0 files (experts, shared expert and attention kept quantized: QExperts, QLinear) against transformers running the file's dequantized weights."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,6 +48,11 @@ LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.
          "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate": "ffn_gate_inp",
          "mlp.shared_expert_gate": "ffn_gate_inp_shexp", "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
          "mlp.shared_expert.up_proj": "ffn_up_shexp", "mlp.shared_expert.down_proj": "ffn_down_shexp"}
+
+
+# what a quantized file stores as Q8_0 (the router, norms and embeddings stay float32)
+QUANTIZED = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
+             "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"}
 
 
 def _permute(w, n_head):
@@ -114,7 +119,7 @@ def _write(path, hf, kind, tok, quant):
     w.add_eos_token_id(1)
     Q8 = gguf.GGMLQuantizationType.Q8_0
     for n, a in _gguf_tensors(hf, kind).items():
-        if quant and ("_exps" in n or n.split(".")[-2] in ("attn_q", "attn_k", "attn_v", "attn_output")):
+        if quant and n.endswith(".weight") and n.split(".")[-2] in QUANTIZED:
             w.add_tensor(n, gguf.quants.quantize(a, Q8), raw_dtype=Q8)
         else:
             w.add_tensor(n, a)
@@ -130,13 +135,14 @@ def _quantized_in_place(hf):
     Q8 = gguf.GGMLQuantizationType.Q8_0
     with torch.no_grad():
         for k, v in hf.state_dict().items():
-            if "mlp.experts" in k or any(f"self_attn.{p}_proj.weight" in k for p in "qkvo"):
+            if "mlp.experts" in k or (k.endswith("_proj.weight") and ("self_attn" in k or "shared_expert" in k)):
                 a = v.numpy().astype(np.float32)
                 v.copy_(torch.from_numpy(gguf.quants.dequantize(gguf.quants.quantize(a, Q8), Q8).reshape(a.shape)))
 
 
 @pytest.mark.parametrize("kind,quant", [("mixtral", False), ("qwen2moe", False), ("qwen3moe", False),
-                                        ("mixtral", True), ("qwen3moe", True)])
+                                        ("mixtral", True), ("qwen2moe", True),
+                                        ("qwen3moe", True)])
 def test_moe_gguf_matches_transformers(tmp_path, kind, quant):
     tok = _tokenizer()
     torch.manual_seed(0)
