@@ -91,3 +91,17 @@ def test_a_missing_expert_matrix_is_named(saved, tmp_path):
     del sd["model.layers.1.block_sparse_moe.experts.2.w3.weight"]
     with pytest.raises(MoEWeightsError, match=r"experts\.2 lacks \['w3'\]"):
         build_from_hf(read_config(src), sd, str(folder))
+
+
+@pytest.mark.parametrize("field,value,match", [("num_experts_per_tok", 5, "exceeds the 4 experts"),
+                                               ("num_local_experts", 0, "'num_experts' must be a positive int")])
+def test_unusable_expert_counts_are_named(saved, field, value, match):
+    from ember import hub
+    from ember.models.common.hf_folder import read_config, read_state_dict
+    from ember.models.common.spec import DecoderConfigError
+    from ember.models.mixtral.model import build_from_hf
+    _, folder = saved("mixtral")
+    src = hub.resolve(str(folder))
+    config = {**read_config(src), field: value}
+    with pytest.raises(DecoderConfigError, match=match):
+        build_from_hf(config, read_state_dict(src), str(folder))

@@ -143,14 +143,14 @@ def _quantized_in_place(hf):
 @pytest.mark.parametrize("kind,quant", [("mixtral", False), ("qwen2moe", False), ("qwen3moe", False),
                                         ("mixtral", True), ("qwen2moe", True),
                                         ("qwen3moe", True)])
-def test_moe_gguf_matches_transformers(tmp_path, kind, quant):
+def test_moe_gguf_matches_transformers(tmp_path, kind, quant, device):
     tok = _tokenizer()
     torch.manual_seed(0)
     hf = transformers.AutoModelForCausalLM.from_config(_config(kind, tok.get_vocab_size())).eval()
     if quant:
         _quantized_in_place(hf)
     _write(tmp_path / f"{kind}.gguf", hf, kind, tok, quant)
-    model, etok = load_text_model(str(tmp_path / f"{kind}.gguf"))
+    model, etok = load_text_model(str(tmp_path / f"{kind}.gguf"), device=device)
     assert isinstance(model.model.layers[0].mlp.experts, QExperts) == quant
     ids = np.array([etok.encode("The for statement is used to iterate")])
     with torch.no_grad():
