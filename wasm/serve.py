@@ -21,7 +21,6 @@ web/ is the package ember.web) it is the installed files, repacked.
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import http.server
 import json
@@ -30,9 +29,12 @@ import shutil
 import sys
 from pathlib import Path
 
+from ember.httpd import BoundedServer
+
 from . import tools
 from .assets import PYODIDE_VERSION, build_wheel, ensure_pyodide, repack_installed
 from .offline import SW_NAME, write_service_worker
+from .site_server import SiteHandler, make_site_server
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
@@ -352,7 +354,7 @@ def site_size(folder: str | os.PathLike) -> dict[str, int]:
 
 # ---------------------------------------------------------------------------- serving
 
-class Handler(http.server.SimpleHTTPRequestHandler):
+class Handler(SiteHandler):  # only the site's regular files, bounded (site_server.py)
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".mjs": "text/javascript",
                       ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
                       ".whl": "application/zip", ".safetensors": "application/octet-stream"}
@@ -370,9 +372,8 @@ class Handler(http.server.SimpleHTTPRequestHandler):
             super().log_message(fmt, *args)
 
 
-def make_server(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
-    handler = functools.partial(Handler, directory=os.fspath(folder))
-    return http.server.ThreadingHTTPServer((host, port), handler)
+def make_server(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1") -> BoundedServer:
+    return make_site_server(folder, Handler, port, host)
 
 
 # ---------------------------------------------------------------------------- commands

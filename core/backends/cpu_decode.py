@@ -20,6 +20,7 @@ import numpy as np
 from . import cpu_matmul
 
 _H = ("layers", "dim", "heads", "kv_heads", "head_dim", "hidden", "act", "threads", "final_norm")
+_THREADS = _H.index("threads")
 _W = 5  # data, type, rows, cols, row bytes
 _NORMS = ("norm_attn", "norm_attn_post", "norm_ffn", "norm_ffn_post", "norm_q", "norm_k")
 _WEIGHTS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -96,6 +97,7 @@ class DecodePlan:
             self._scratch = np.empty(self._kern.decode_scratch_bytes(self.plan, rows), np.uint8)
             self._scratch_rows = rows
         rope = np.ascontiguousarray(rope, np.float32)
+        self.plan[_THREADS] = getattr(self._kern, "threads", 1)  # as set now (set_threads after the plan)
         if self._kern.decode(self.plan, self.fparams, x, rope, self._scratch) != 0:
             raise ValueError("ember: decode plan: a layer this build of the kernels cannot run")
         return x

@@ -34,8 +34,8 @@ from ..errors import SettingError
 from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
-FILES = ("q8dot.c", "decode.c", "threads.c", "nbits.c")  # compiled; they include simd.h and half.h
-HEADERS = ("simd.h", "half.h")
+FILES = ("q8dot.c", "decode.c", "threads.c", "conv.c", "attention.c", "rows.c", "decode_xattn.c", "nbits.c")  # (+ HEADERS)
+HEADERS = ("simd.h", "half.h", "fvec.h", "matvec_f32.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
 FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
 NATIVE = ["-march=native"]  # this CPU's SIMD (AVX2, ...); a compiler that refuses it builds the portable paths
@@ -50,7 +50,7 @@ class NativeKernels:
     W's rows split between threads for large products."""
 
     def __init__(self, lib: ctypes.CDLL, path: Path):
-        self.path = path
+        self.path, self.lib = path, lib
         lib.ember_q8_act_bytes.argtypes, lib.ember_q8_act_bytes.restype = [_I, _I, _I], ctypes.c_long
         lib.ember_q8_simd.argtypes, lib.ember_q8_simd.restype = [], ctypes.c_char_p
         lib.ember_q8_quantize.argtypes = [_I, _I, _I, _P, _I, _P]
@@ -58,6 +58,7 @@ class NativeKernels:
         lib.ember_q8_dot_parallel.argtypes = [_I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _I, _I]
         lib.ember_threads.argtypes = [_I]
         lib.ember_decode.argtypes = [_P, _P, _P, _P, _P]
+        lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P, _I]
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
         lib.ember_nbits_supports.argtypes = [_I, _I]
         lib.ember_nbits_matmul.argtypes = [_I, _I, _I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _P, _P, _P, _I]
@@ -72,6 +73,16 @@ class NativeKernels:
         """Use up to n threads (workers are started, never stopped); returns the count in use."""
         self.threads = min(int(n), self._lib.ember_threads(int(n)))
         return self.threads
+
+    def parallel(self, fn, *args):
+        """fn(*args, threads) under the pool's lock (threads.c runs one parallel job at a time): how the row-range
+        kernels (cpu_float_kernels.py) run; on one thread while another job holds the pool."""
+        if self.threads > 1 and self._pool.acquire(blocking=False):
+            try:
+                return fn(*args, self.threads)
+            finally:
+                self._pool.release()
+        return fn(*args, 1)
 
     def nbits_supports(self, bits: int, block: int) -> bool:
         return bool(self._lib.ember_nbits_supports(bits, block))
@@ -93,6 +104,16 @@ class NativeKernels:
         with self._pool:  # its matmuls use the worker threads
             return self._lib.ember_decode(plan.ctypes.data, fparams.ctypes.data, x.ctypes.data, rope.ctypes.data,
                                           scratch.ctypes.data)
+
+    def matvec_f32(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
+        """x (k,) float32 @ wt (k, n) float32 C-contiguous -> (n,) float32, k a multiple of 8 (decode.c's
+        ember_matvec_f32: inputs summed in order, a multiply then an add each; threads by blocks of outputs)."""
+        k, n = wt.shape
+        x = np.ascontiguousarray(x, np.float32)
+        y = np.empty(n, np.float32)
+        if self.parallel(self._lib.ember_matvec_f32, wt.ctypes.data, n, n, k, x.ctypes.data, y.ctypes.data) != 0:
+            raise ValueError(f"ember: native matvec: {k} inputs, not a multiple of 8")
+        return y
 
     def decode_scratch_bytes(self, plan: np.ndarray, max_length: int) -> int:
         return self._lib.ember_decode_scratch_bytes(plan.ctypes.data, max_length)

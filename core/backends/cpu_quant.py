@@ -44,6 +44,11 @@ def qmatmul(be, x, raw, qtype, shape, activations="float32"):
     return y
 
 
+def qlinear(be, x, weight):
+    """The qlinear op's forward: qmatmul over a QTensor's blocks (its backward, dy @ W by slabs, is the op's)."""
+    return qmatmul(be, x, weight.data, weight.ggml_type, weight.shape, weight.activations)
+
+
 def qmatmul_argmax(be, x, raw, qtype, shape, activations="float32") -> int:
     """int(argmax(qmatmul(x))) for one row x (K,) or (1, ..., K)."""
     bounded = _bounded(x, raw, qtype, shape, activations)

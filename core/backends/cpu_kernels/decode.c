@@ -14,6 +14,7 @@
 // Freestanding: no libc; the caller passes every buffer (ember_decode_scratch_bytes).
 #include <stdint.h>
 
+#include "matvec_f32.h"
 #include "simd.h"
 
 #if defined(__wasm__)
@@ -22,6 +23,8 @@
 #define EMBER_EXPORT(name) __attribute__((visibility("default")))
 int ember_q8_dot_parallel(int type, int m, int n, int k, const uint8_t *w, long row_bytes, const void *act, float *y,
                           int ldy, int threads);
+typedef void (*ember_rows_fn)(const void *arg, int r0, int r1);
+int ember_parallel_rows(ember_rows_fn fn, const void *arg, int n, int threads);
 #endif
 long ember_q8_act_bytes(int type, int m, int k);
 int ember_q8_act_kind(int type);
@@ -51,6 +54,7 @@ enum { F_EPS, F_SCALE, F_FIELDS };  // float parameters: the norms' epsilon, the
 #define F32_TYPE 0
 #define F32_INPUT_MAJOR (-1)
 #define PARALLEL_MACS (1 << 18)  // smaller matmuls stay on the calling thread (cpu_native_kernels.py's threshold)
+#define PARALLEL_F32_MACS (1 << 16)  // float32 rows are 4x a q8 row's bytes: threads pay off sooner
 
 // ---------------------------------------------------------------------------------------------- float helpers
 
@@ -127,25 +131,45 @@ static void silu_mul(float *g, const float *u, int n) {  // g = g / (1 + exp(-g)
 
 // y (rows) = W x for one weight (W_FIELDS at w); act: x quantized for W's type when *quantized says so, else
 // quantized here (and *quantized set)
+typedef struct {
+    const intptr_t *w;
+    const float *x;
+    float *y;
+} f32_matvec_t;
+
+// y[o0:o1] of a float32 weight: rows (a dot each) or input-major (y = sum_i x[i] W^T[i, :], inputs in order: no
+// reduction across lanes); each output computed alike whichever range holds it
+static void f32_rows(const void *arg, int o0, int o1) {
+    const f32_matvec_t *m = (const f32_matvec_t *)arg;
+    const intptr_t *w = m->w;
+    const float *data = (const float *)w[W_DATA];
+    int cols = (int)w[W_COLS];
+    if (w[W_TYPE] == F32_INPUT_MAJOR) {
+        matvec_f32_input_major(data, (long)w[W_ROW_BYTES], m->x, cols, m->y, o0, o1);
+        return;
+    }
+    for (int o = o0; o < o1; o++)
+        m->y[o] = dot(data + (long)o * cols, m->x, cols);
+}
+
+#if !defined(__wasm__)
+static void f32_blocks(const void *arg, int b0, int b1) { f32_rows(arg, 8 * b0, 8 * b1); }
+#endif
+
 static void matvec(const intptr_t *w, const float *x, float *y, void *act, int *quantized, int threads) {
     int type = (int)w[W_TYPE], rows = (int)w[W_ROWS], cols = (int)w[W_COLS];
     const uint8_t *data = (const uint8_t *)w[W_DATA];
-    if (type == F32_TYPE) {
-        for (int o = 0; o < rows; o++)
-            y[o] = dot((const float *)data + (long)o * cols, x, cols);
-        return;
-    }
-    if (type == F32_INPUT_MAJOR) {  // y = sum_i x[i] W^T[i, :], inputs in order: no reduction across lanes
-        const float *wt = (const float *)data;
-        long lead = (long)w[W_ROW_BYTES];
-        for (int o = 0; o < rows; o++)
-            y[o] = 0.0f;
-        for (int i = 0; i < cols; i++) {
-            float xi = x[i];
-            const float *wi = wt + (long)i * lead;
-            for (int o = 0; o < rows; o++)
-                y[o] += xi * wi[o];
+    if (type == F32_TYPE || type == F32_INPUT_MAJOR) {
+        f32_matvec_t m = {w, x, y};
+#if !defined(__wasm__)
+        if (threads > 1 && (long)rows * cols >= PARALLEL_F32_MACS) {
+            ember_parallel_rows(f32_blocks, &m, rows / 8, threads);  // in blocks of 8 outputs: whole vectors
+            if (rows % 8)
+                f32_rows(&m, rows - rows % 8, rows);
+            return;
         }
+#endif
+        f32_rows(&m, 0, rows);
         return;
     }
     if (!*quantized) {
@@ -230,6 +254,20 @@ static long max_act_bytes(const intptr_t *plan) {
             most = b > most ? b : most;
         }
     return most;
+}
+
+// y (rows) = W x for a float32 W stored input-major, W^T (cols, rows) rows `lead` floats apart, cols a multiple of
+// 8: the CPU backend's row-vector product with a large re-stored weight (an LM head), the decode step's matvec
+// (natively split between threads by blocks of 8 outputs; the same bits for any count). -1 for cols not a
+// multiple of 8.
+EMBER_EXPORT(ember_matvec_f32)
+int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float *x, float *y, int threads) {
+    if (cols % 8 != 0)
+        return -1;
+    intptr_t w[W_FIELDS] = {(intptr_t)wt, F32_INPUT_MAJOR, rows, cols, lead};
+    int quantized = 0;
+    matvec(w, x, y, 0, &quantized, threads);
+    return 0;
 }
 
 // bytes of scratch ember_decode needs for caches of at most `max_length` rows

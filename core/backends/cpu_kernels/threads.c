@@ -24,12 +24,17 @@
 int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *act, float *y, int ldy);
 long ember_q8_act_bytes(int type, int m, int k);
 
+// a row-range kernel (conv.c, attention.c, rows.c): fn(arg, r0, r1) computes rows [r0, r1) of its output
+typedef void (*ember_rows_fn)(const void *arg, int r0, int r1);
+
 typedef struct {
     int type, m, n, k, ldy, chunks;
     long row_bytes;
     const uint8_t *w;
     const void *act;
     float *y;
+    ember_rows_fn fn;  // set: a row-range job over n rows, else ember_q8_dot's
+    const void *arg;
 } job_t;
 
 static struct {
@@ -53,7 +58,10 @@ static void work(void) {
         if (c >= j->chunks)
             return;
         long n0 = (long)j->n * c / j->chunks, n1 = (long)j->n * (c + 1) / j->chunks;
-        ember_q8_dot(j->type, j->m, (int)(n1 - n0), j->k, j->w + n0 * j->row_bytes, j->act, j->y + n0, j->ldy);
+        if (j->fn)
+            j->fn(j->arg, (int)n0, (int)n1);
+        else
+            ember_q8_dot(j->type, j->m, (int)(n1 - n0), j->k, j->w + n0 * j->row_bytes, j->act, j->y + n0, j->ldy);
         atomic_fetch_add(&pool.done, 1);
     }
 }
@@ -111,19 +119,8 @@ int ember_threads(int n) {
     return pool.workers + 1;
 }
 
-// ember_q8_dot with W's n rows cut into chunks (about 4 per thread, of at least 16 rows) that the caller and the
-// workers claim (row_bytes: bytes of one row of W). Not reentrant: one caller at a time (the Python side holds a
-// lock). The caller waits for the last chunk spinning, then yielding the CPU to whoever computes it.
-__attribute__((visibility("default")))
-int ember_q8_dot_parallel(int type, int m, int n, int k, const uint8_t *w, long row_bytes, const void *act, float *y,
-                          int ldy, int threads) {
-    if (ember_q8_act_bytes(type, m, k) < 0)
-        return -1;
-    threads = threads > pool.workers + 1 ? pool.workers + 1 : threads;
-    int chunks = 4 * threads < n / 16 ? 4 * threads : n / 16;
-    if (threads <= 1 || chunks < 2)
-        return ember_q8_dot(type, m, n, k, w, act, y, ldy);
-    pool.job = (job_t){type, m, n, k, ldy, chunks, row_bytes, w, act, y};
+// Run the current job (pool.job set) on the caller and the workers; returns when every chunk is computed.
+static void run_job(int chunks) {
     atomic_store(&pool.done, 0);
     atomic_store(&pool.next, 0);
     atomic_fetch_add(&pool.gen, 1);
@@ -139,5 +136,38 @@ int ember_q8_dot_parallel(int type, int m, int n, int k, const uint8_t *w, long 
         else
             sched_yield();
     }
+}
+
+// ember_q8_dot with W's n rows cut into chunks (about 4 per thread, of at least 16 rows) that the caller and the
+// workers claim (row_bytes: bytes of one row of W). Not reentrant: one caller at a time (the Python side holds a
+// lock). The caller waits for the last chunk spinning, then yielding the CPU to whoever computes it.
+__attribute__((visibility("default")))
+int ember_q8_dot_parallel(int type, int m, int n, int k, const uint8_t *w, long row_bytes, const void *act, float *y,
+                          int ldy, int threads) {
+    if (ember_q8_act_bytes(type, m, k) < 0)
+        return -1;
+    threads = threads > pool.workers + 1 ? pool.workers + 1 : threads;
+    int chunks = 4 * threads < n / 16 ? 4 * threads : n / 16;
+    if (threads <= 1 || chunks < 2)
+        return ember_q8_dot(type, m, n, k, w, act, y, ldy);
+    pool.job = (job_t){type, m, n, k, ldy, chunks, row_bytes, w, act, y, 0, 0};
+    run_job(chunks);
+    return 0;
+}
+
+// fn(arg, r0, r1) over rows [0, n), cut into about 4 chunks per thread that the caller and the workers claim; the
+// kernel computes each row alike in any range, so the result does not depend on `threads`. Not reentrant (the
+// Python side holds the pool's lock).
+__attribute__((visibility("default")))
+int ember_parallel_rows(ember_rows_fn fn, const void *arg, int n, int threads) {
+    threads = threads > pool.workers + 1 ? pool.workers + 1 : threads;
+    int chunks = 4 * threads < n ? 4 * threads : n;
+    if (threads <= 1 || chunks < 2) {
+        if (n > 0)
+            fn(arg, 0, n);
+        return 0;
+    }
+    pool.job = (job_t){0, 0, n, 0, 0, chunks, 0, 0, 0, 0, fn, arg};
+    run_job(chunks);
     return 0;
 }
