@@ -42,6 +42,14 @@ def test_bad_audio_file_shows_message_then_good_file_matches_native(app, tmp_pat
     shown = app.page.inner_text("#transcript")
     assert all(s["text"].strip() in shown for s in ref["segments"])
     assert app.page.get_attribute("#progress", "aria-valuenow") == "100"
+    # the words as spans (captions.js); the one under the player's position is highlighted
+    words = [w for s in ref["segments"] for w in s["words"]]
+    assert app.page.locator("#transcript .word").count() == len(words)
+    w = words[len(words) // 2]
+    app.page.wait_for_function("document.querySelector('#audio-player').readyState >= 1", timeout=RUN_S * 1000)
+    app.page.evaluate("t => { document.querySelector('#audio-player').currentTime = t; }", (w["start"] + w["end"]) / 2)
+    app.page.wait_for_function("w => document.querySelector('#transcript .word.current')?.textContent === w",
+                               arg=w["word"], timeout=10_000)
     app.screenshot("whisper-cpu.png")
 
 

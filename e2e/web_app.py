@@ -234,13 +234,19 @@ def site_page(pw, models: dict, query: str = "?device=cpu"):
             server.close()
 
 
-def whisper_reference(native_whisper, wav: Path) -> dict:
-    """What `ember whisper --json --timestamps` prints, via the Python API."""
+def whisper_reference(native_whisper, wav: Path, words: bool = True) -> dict:
+    """What `ember whisper --json --timestamps --word-timestamps --deterministic` prints, via the Python API (the
+    page transcribes in deterministic mode, with word timestamps for its highlighting)."""
+    from ember.backends.cpu_matmul import set_deterministic
     from ember.models.whisper.transcribe import transcribe
     model, tok = native_whisper
-    r = transcribe(model, tok, str(wav), timestamps=True)
-    return {"text": r["text"].strip(), "segments": [{k: s[k] for k in ("start", "end", "text", "tokens")}
-                                                    for s in r["segments"]]}
+    was = set_deterministic(True)
+    try:
+        r = transcribe(model, tok, str(wav), timestamps=True, word_timestamps=words)
+    finally:
+        set_deterministic(was)
+    keys = ("start", "end", "text", "tokens") + (("words",) if words else ())
+    return {"text": r["text"].strip(), "segments": [{k: s[k] for k in keys} for s in r["segments"]]}
 
 
 def llama_reference(native_llama, prompt: str, max_tokens: int) -> dict:

@@ -194,13 +194,27 @@ class Ember {
   /** Speech -> {text, language, segments: [{start, end, text, tokens}], ms}. `audio`: Float32Array of 16 kHz
    *  mono samples, or the bytes (ArrayBuffer/Blob) of a WAV file, read and resampled as the CLI does.
    *  opts: language (a code such as "en"; null or missing: detected on the first 30 s by a multilingual model,
-   *  "en" for an English-only one; `language` in the result says which), timestamps, beam, fallback.
+   *  "en" for an English-only one; `language` in the result says which), timestamps, beam, fallback,
+   *  words (each segment gets words: [{word, start, end, probability}]), vad (Silero VAD: silence skipped, times
+   *  in the input's timeline), task ("translate" on a multilingual model), initial_prompt,
+   *  condition_on_previous_text, deterministic (default true: the desktop's `--deterministic` tokens).
    *  onSegment(segment) fires as each segment is decoded. */
   async transcribe(audio, opts = {}, onSegment) {
     let input = audio;
     if (typeof Blob !== "undefined" && audio instanceof Blob) input = await audio.arrayBuffer();
     if (input instanceof Float32Array) input = input.slice(); // transferred below: keep the caller's copy
     return this._run("whisper", input, opts, onSegment);
+  }
+
+  /** Live captions: `const live = await ember.transcribeLive({language})`, then `await live.push(float32At16k)`
+   *  as audio comes -> {committed: [{word, start, end}] (final, never revised), partial (may still change), t,
+   *  speech, level}; `await live.stop()` commits the rest. Needs a model loaded with Silero VAD (the demos). */
+  async transcribeLive(opts = {}) {
+    await this._run("whisper", null, { ...opts, stream: "start" });
+    return {
+      push: (samples) => this._run("whisper", Float32Array.from(samples), { stream: "push", rate: 16000 }),
+      stop: () => this._run("whisper", null, { stream: "stop" }),
+    };
   }
 
   /** Prompt -> {text, tokens, prompt_tokens, tokens_per_s, stopped} like `ember llama --json`.
