@@ -131,7 +131,7 @@ def load_model(source, device="cpu", dtype=None) -> SamModel:
     """SamModel from a folder, hub id ('facebook/sam-vit-base', 'Zigeng/SlimSAM-uniform-77') or URL: config.json
     plus model.safetensors (or its sharded index)."""
     from ember import hub
-    from ember.models.auto import read_config, read_state_dict
+    from ..common.hf_folder import read_config, read_state_dict
     src = hub.resolve(source)
     config = read_config(src, require_type=False)
     if config.get("model_type", "sam") != "sam":
