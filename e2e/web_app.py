@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 from ember.hub import cache_dir
@@ -88,10 +89,11 @@ class Server:
         log = self.requests
 
         class Logged(Handler):
-            def translate_path(self, path):
-                if path.startswith("/hub/"):
-                    return str(hub / path[len("/hub/"):].split("?")[0])
-                return super().translate_path(path)
+            def resolve(self, url_path):  # (SiteHandler's: the site's regular files, and the hub folder's)
+                if url_path.startswith("/hub/"):
+                    f = hub / urllib.parse.unquote(url_path[len("/hub/"):].split("?")[0])
+                    return str(f) if f.is_file() else None
+                return super().resolve(url_path)
 
             def do_GET(self):
                 log.append(self.path)
