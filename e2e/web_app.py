@@ -236,6 +236,20 @@ def site_page(pw, models: dict, query: str = "?device=cpu"):
             server.close()
 
 
+def assert_same_segments(got: list, ref: list):
+    """The page's Whisper segments equal the desktop's bit for bit, but for the words' probabilities: a softmax
+    through each side's numpy exp (Pyodide's and the desktop's differ in the last bit), not the shared C kernels;
+    those agree to 1e-6."""
+    import numpy as np
+
+    def fields(segments):
+        return [{**s, "words": [{**w, "probability": None} for w in s.get("words", [])]} for s in segments]
+    assert fields(got) == fields(ref)
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose([w["probability"] for w in a.get("words", [])],
+                                   [w["probability"] for w in b.get("words", [])], rtol=1e-6, atol=0)
+
+
 def whisper_reference(native_whisper, wav: Path, words: bool = True) -> dict:
     """What `ember whisper --json --timestamps --word-timestamps --deterministic` prints, via the Python API (the
     page transcribes in deterministic mode, with word timestamps for its highlighting)."""
