@@ -149,11 +149,13 @@ result["unit_batch_out"] = [list(y.shape) if y is out else None, *rel_err(out, q
 
 
 def test_ember_ops_go_through_the_kernels(pyodide_session):
-    # linear, conv2d (3x3 by banded im2col) and blocked attention reach cpu_matmul.mm: count the
-    # kernel calls while each runs, and check the result against a float64 reference
+    # linear, conv2d (3x3: the direct convolution, conv.c, or banded im2col + GEMM) and attention reach the wasm
+    # module's kernels: count the kernel calls while each runs, and check the result against a float64 reference
     got = _run(pyodide_session, '''
 import ember, ember.nn.functional as F
+from ember.backends import cpu_float_kernels
 k = cpu_matmul.wasm_kernels()
+fk = cpu_float_kernels.kernels()
 calls = [0]
 inner = k._sgemm, k._sgemm_batched
 def counted(f):
@@ -170,6 +172,9 @@ ops = {"linear": lambda: F.linear(x, w, bias), "conv3x3": lambda: F.conv2d(img, 
        "attention": lambda: F.scaled_dot_product_attention(q, kk, v)}
 got = {}
 k._sgemm, k._sgemm_batched = counted(inner[0]), counted(inner[1])
+float_inner = (fk.conv2d, fk.attention) if fk is not None else None
+if fk is not None:
+    fk.conv2d, fk.attention = counted(fk.conv2d), counted(fk.attention)
 try:
     for name, op in ops.items():
         before = calls[0]
@@ -177,6 +182,8 @@ try:
         got[name] = [calls[0] - before, y]
 finally:
     k._sgemm, k._sgemm_batched = inner
+    if fk is not None:
+        fk.conv2d, fk.attention = float_inner
 f64 = lambda t: t.numpy().astype(np.float64)
 xi = np.pad(f64(img), ((0, 0), (0, 0), (1, 1), (1, 1)))
 conv = sum(np.einsum("nchw,oc->nohw", xi[:, :, i:i + 20, j:j + 20], f64(cw)[:, :, i, j])
