@@ -6,7 +6,7 @@ without the kernels, and np.matmul), against native numpy on one BLAS thread, in
 Square float32 products n x n x n, plus the shapes a model's layers make (Whisper tiny's linear layers
 with 1500 frames, a decoding step's row vector x weight, attention scores per head). Each round times
 every engine once, interleaved (this VM slows under sustained load); a figure is the best round.
-Results go to stdout and bench/results/wasm_kernels.json. Goal (issue #15): >= 20 GFLOP/s at 1024^2.
+Results go to stdout and bench/results/wasm_kernels.json. Goal: >= 20 GFLOP/s at 1024^2.
 --relaxed times the relaxed-SIMD module (cpu_wasm_kernels_relaxed.wasm, what Chromium loads) beside the
 plain one in the same rounds (Node runs with --experimental-wasm-relaxed-simd). --chromium runs the same in
 Pyodide on a page of headless Chromium (/usr/bin/chromium under Playwright) instead of Node.

@@ -7,7 +7,7 @@ and where the page's time goes: inside the kernels (ctypes calls included) vs th
 
 Rounds interleave the engines (this VM slows under sustained load); a figure is the best round. The page
 itself (Chromium, the worker) is bench/bench_web.py; this one isolates the engine from the app.
-Results go to stdout and bench/results/wasm_models.json. Goal (issue #15): page / native <= 3x.
+Results go to stdout and bench/results/wasm_models.json. Goal: page / native <= 3x.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ module (by default the one committed on `main`) loaded side by side, interleaved
 
 The shapes are Gemma 3 270M's layers (hidden 640, MLP 2048, q 1024); the K types only where k is whole
 super-blocks of 256 (in the GGUF too, the rows of 640 are Q5_0 / Q8_0). Results: stdout and
-bench/results/wasm_qmatmul.json. Goal (issue #23): the layers' matmuls of a decode step well under the 97 ms
+bench/results/wasm_qmatmul.json. Goal: the layers' matmuls of a decode step well under the 97 ms
 they took, towards >= 15 tok/s in the page.
 """
 from __future__ import annotations

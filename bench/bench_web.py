@@ -171,7 +171,7 @@ def main(argv=None):
     ap.add_argument("--webgpu-tools", default=None,
                     help="tools timed on webgpu (default: --tools; Chromium's software adapter needs minutes for "
                          "Whisper and more than 15 min for YOLOv8s on 2 cores)")
-    ap.add_argument("--speech", default=SPEECH, help="the sentence espeak-ng speaks for Whisper (issue #15's figure: "
+    ap.add_argument("--speech", default=SPEECH, help="the sentence espeak-ng speaks for Whisper (the page-speed figure: "
                     "an 18 s clip, e.g. bench/bench_wasm_models.py's SPEECH)")
     ap.add_argument("--site", default=None, help="an existing build-web folder (default: build one)")
     ap.add_argument("--load-runs", type=int, default=3, help="fresh profiles per page-load figure (best of)")

@@ -1,4 +1,4 @@
-"""Fuzz every format ember reads from strangers (issue #17): safetensors, GGUF, npz, .pt, CTranslate2, ONNX (files
+"""Fuzz every format ember reads from strangers: safetensors, GGUF, npz, .pt, CTranslate2, ONNX (files
 mutated as bytes, and graphs generated over ~60 operators and mutated structurally, each run), tokenizer.json
 (both runtimes), config.json (through every family's loader, with a forward), WAV, images, `ember serve`'s request
 handling and `ember api`'s (bounded local runs), GGUF BPE vocabularies, chat templates and the JSON schemas of

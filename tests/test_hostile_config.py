@@ -1,5 +1,5 @@
 """Hostile config.json: values that size allocations are bounded by ember.limits, and a config that
-describes a far bigger model than the weights is refused before the model is built (issue #17)."""
+describes a far bigger model than the weights is refused before the model is built."""
 import json
 import resource
 

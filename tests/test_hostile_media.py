@@ -1,5 +1,5 @@
 """Hostile WAV and image headers: sizes, rates and channel counts that would drive decoding or
-resampling memory are refused from the header with an ember LimitError (issue #17's reproducers)."""
+resampling memory are refused from the header with an ember LimitError (the hostile-input reproducers)."""
 import io
 import struct
 import subprocess

@@ -1,4 +1,4 @@
-"""Where torch raises, ember raises too (issue #17: these gave silent wrong results): negative and
+"""Where torch raises, ember raises too (these gave silent wrong results): negative and
 out-of-range indices, in-place ops that would grow their tensor, integer division by zero, invalid conv
 arguments, non-tensor state-dict values. Each case runs in torch first: the test checks torch refuses it,
 then that ember refuses it with a message naming both sides; cases torch accepts must agree in value."""

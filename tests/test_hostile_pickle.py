@@ -1,5 +1,5 @@
 """Hostile .pt checkpoints: attacker-controlled depth and tensor geometry give an ember LimitError /
-FormatError, never a signal, a RecursionError or gigabytes of memory (issue #17's reproducers)."""
+FormatError, never a signal, a RecursionError or gigabytes of memory (the hostile-input reproducers)."""
 import io
 import pickle
 import subprocess

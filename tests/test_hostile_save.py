@@ -1,4 +1,4 @@
-"""Saving (issue #17): a save replaces the file only once written, keeps the old file's mode and owner,
+"""Saving: a save replaces the file only once written, keeps the old file's mode and owner,
 writes through a symlink to its target, removes temp files a killed save left behind, and names the real
 destination when it fails. Every format's save goes through one atomic_write."""
 import os

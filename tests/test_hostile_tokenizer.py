@@ -1,4 +1,4 @@
-"""Hostile tokenizer.json (issue #17): a malformed file fails when it is loaded, with an ember error naming
+"""Hostile tokenizer.json: a malformed file fails when it is loaded, with an ember error naming
 the file and the field, in both runtimes; unbounded lengths are refused, and so are regexes a backtracking
 engine takes super-linear time on in the native runtime (the Python runtime runs them in linear time)."""
 import json

@@ -1,4 +1,4 @@
-"""Hostile weights containers (issue #17): zip entries stored twice, zip bombs against the load budget,
+"""Hostile weights containers: zip entries stored twice, zip bombs against the load budget,
 npz headers with shapes that are not sizes, GGUF tensors of types ember cannot dequantize."""
 import io
 import struct

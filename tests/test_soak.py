@@ -1,4 +1,4 @@
-"""Memory stays flat over many runs of one model in one process (issue #17's soak): the RSS after the first
+"""Memory stays flat over many runs of one model in one process (the hostile-input soak): the RSS after the first
 runs (caches, allocator pools and lazily built tables settle) may not keep growing. CI runs a short soak per
 model; EMBER_SOAK=1 runs the full one (1,000 Llama generations, 50 Whisper transcriptions, 60 YOLO runs) and
 EMBER_SOAK_REPORT=path writes the series as JSON (docs/hostile-input.md holds the figures)."""

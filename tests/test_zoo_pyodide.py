@@ -1,4 +1,4 @@
-"""The zoo's pure-Python path inside Pyodide under Node (issue 19): random-weight BERT, RoBERTa, DistilBERT, every
+"""The zoo's pure-Python path inside Pyodide under Node: random-weight BERT, RoBERTa, DistilBERT, every
 causal LM of test_zoo_causal (GPT-2, GPTBigCode, Mistral, Qwen2/3, Phi-2/3, Gemma, GLM, StarCoder2, Falcon, Llama 3
 scaling ...), T5 (relative bias, generation), ViT and CLIP folders built here with transformers
 load through ember.models.auto.from_pretrained in Pyodide and give CPython's outputs: the same code (MODELS
