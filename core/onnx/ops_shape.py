@@ -12,7 +12,7 @@ from .. import ops_elementwise as E
 from .. import ops_indexing as I
 from .. import ops_movement as M
 from .. import ops_reduce as R
-from ..autograd import prim_pad
+from ..autograd import prim_index_select, prim_pad
 from ..device import CPU
 from ..tensor import tensor
 from .guard import sized
@@ -194,17 +194,29 @@ def _pad(ctx, at, x, pads, value, mode, axes=None):
     if mode not in _PAD_MODES:
         raise ValueError(f"ember: {ctx.where}: Pad mode {mode!r} is not one of {sorted(_PAD_MODES)}")
     sized(at, "pads", [max(d + b + a, 0) for d, b, a in zip(x.shape, before, after)], x.dtype.itemsize)
-    # negative pads crop
-    key = tuple(slice(-b if b < 0 else 0, x.shape[i] + a if a < 0 else None)
-                for i, (b, a) in enumerate(zip(before, after)))
-    x = x[key]
-    before, after = [max(b, 0) for b in before], [max(a, 0) for a in after]
+    if min(before) < 0 or min(after) < 0:  # negative pads crop
+        key = tuple(slice(-b if b < 0 else 0, x.shape[i] + a if a < 0 else None)
+                    for i, (b, a) in enumerate(zip(before, after)))
+        x = x[key]
+        before, after = [max(b, 0) for b in before], [max(a, 0) for a in after]
     if mode == "constant":
         return prim_pad(x, tuple(zip(before, after)), value) if any(before) or any(after) else x
     for i in range(n):
         b, a, d = before[i], after[i], x.shape[i]
-        if not (b or a):
-            continue
+        if b or a:  # (the index is in range by construction: no check per run)
+            x = prim_index_select(x, i, _pad_index(ctx, at, mode, b, a, d))
+    return x
+
+
+_MEMO_MAX = 16  # per node: a model fed ever new shapes recomputes, its memo never grows past this
+
+
+def _pad_index(ctx, at, mode, b, a, d):
+    """The source index of each output cell along one axis of an edge / wrap / reflect Pad, kept per node (a
+    streaming model pads every chunk alike: Silero's STFT)."""
+    key = ("pad", mode, b, a, d, ctx.device)
+    idx = at.memo.get(key)
+    if idx is None:
         idx = np.arange(-b, d + a)
         if mode == "edge":
             idx = np.clip(idx, 0, d - 1)
@@ -214,8 +226,10 @@ def _pad(ctx, at, x, pads, value, mode, axes=None):
             period = 2 * (d - 1) if d > 1 else 1
             idx = np.abs(idx) % period
             idx = np.where(idx >= d, period - idx, idx)
-        x = I.index_select(x, i, ctx.const(idx.astype(np.int64)))
-    return x
+        if len(at.memo) >= _MEMO_MAX:
+            at.memo.clear()
+        idx = at.memo[key] = ctx.const(idx.astype(np.int64))
+    return idx
 
 
 @op("Pad", since=2)

@@ -45,11 +45,13 @@ _CACHE_MAX = 16  # cached shape keys per host step (a model fed many shapes reco
 
 class Step:
     __slots__ = ("node", "fn", "attrs", "ctx", "ins", "outs", "host", "of_shape", "host_idx", "need_dev",
-                 "drop", "cache", "broadcasts")
+                 "drop", "cache", "broadcasts", "named", "out1")
 
     def __init__(self, node, fn, attrs, ctx):
         self.node, self.fn, self.attrs, self.ctx = node, fn, attrs, ctx
         self.ins, self.outs = tuple(node.input), tuple(node.output)
+        self.named = all(self.ins)  # no omitted optional input: every input is read from the environment
+        self.out1 = self.outs[0] if self.outs else ""  # where a single (non-list) result goes
         self.host = self.of_shape = False
         self.host_idx, self.need_dev, self.drop, self.cache = (), (), (), {}
         self.broadcasts = node.op_type in BROADCAST and node.domain in ("", "ai.onnx")
@@ -180,22 +182,24 @@ def run(steps, env, hv, where, free=True):
                         hv[n], env[n], keys[n] = h, d, key
             else:
                 try:
-                    ins = [env[n] if n else None for n in st.ins]
+                    ins = [env[n] for n in st.ins] if st.named else [env[n] if n else None for n in st.ins]
                 except KeyError as e:
                     raise _unknown(st, e.args[0], where) from None
-                for i in st.host_idx:
-                    ins[i] = hv[st.ins[i]]
-                st.ctx.scope = env  # what a subgraph of this node sees
+                if st.host_idx:
+                    for i in st.host_idx:
+                        ins[i] = hv[st.ins[i]]
+                ctx = st.ctx
+                ctx.scope = env  # what a subgraph of this node sees
                 if st.broadcasts:
                     broadcast_check(st.attrs, ins)
-                outs = st.fn(st.ctx, ins, st.attrs)
+                outs = st.fn(ctx, ins, st.attrs)
                 if isinstance(outs, (list, tuple)):
                     for n, v in zip(st.outs, outs):
                         if n:
                             env[n] = v
-                elif st.outs and st.outs[0]:
-                    env[st.outs[0]] = outs
-            if free:
+                elif st.out1:
+                    env[st.out1] = outs
+            if free and st.drop:
                 for n in st.drop:
                     env.pop(n, None)
     except MemoryError as e:  # past what guard.py's checks bound: still ember's error, naming the node

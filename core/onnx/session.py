@@ -170,8 +170,12 @@ class InferenceSession:
                 visible[id(g)] = self._fold_constants(g, inits, visible[id(self._parent[id(g)])])
                 self._sub_initializers[id(g)] = inits
         self._outputs = [NodeArg(v) for v in graph.output]
+        self._out_types = {o.name: _output_type(o) for o in graph.output}
         self._steps, self._host_consts = {}, {}
         self._free = {id(g): tuple(P.free_names(g)) for g in self._subgraphs}  # what a subgraph run copies in
+        # each graph's output names, as a tuple and a set (read on every run of it)
+        self._out_names = {id(g): (tuple(o.name for o in g.output), frozenset(o.name for o in g.output))
+                           for g in [graph] + self._subgraphs}
         for g in [graph] + self._subgraphs:
             plan = fuse_gelu(self._plans.pop(id(g)), g, visible[id(g)])
             plan = fuse_attention(fuse_linear(plan, g, visible[id(g)]), g, visible[id(g)])
@@ -253,26 +257,36 @@ class InferenceSession:
             for name, a in input_feed.items():
                 feeds[name] = a if isinstance(a, (Tensor, list)) or a is None else to_tensor(a, self.device)
             values = self._run_graph(graph, feeds, {}, output_names)
-        names = [o.name for o in graph.output] if output_names is None else list(output_names)
-        types = {o.name: _output_type(o) for o in graph.output}
+        names = self._out_names[id(graph)][0] if output_names is None else output_names
+        types = self._out_types
         return [self._to_numpy(values[n], types.get(n)) for n in names]
 
     def _run_graph(self, graph, feeds, outer, wanted=None):
+        gid = id(graph)
         main = graph is self.model.graph
         if main:
             env = dict(outer)
+            env.update(self._initializers)
         else:  # a subgraph sees the outer values it reads, not a copy of the whole scope
-            env = {n: outer[n] for n in self._free[id(graph)] if n in outer}
-        # a subgraph (If/Loop/Scan body): its initializers and folded constants, made at load
-        env.update(self._initializers if main else self._sub_initializers[id(graph)])
-        env.update(feeds)
-        out_names = [o.name for o in graph.output] if wanted is None else wanted
-        free = wanted is None or set(wanted) <= {o.name for o in graph.output}
-        P.run(self._steps[id(graph)], env, dict(self._host_consts[id(graph)]), self.where, free)
+            env = {n: outer[n] for n in self._free[gid] if n in outer}
+            # a subgraph (If/Loop/Scan body): its initializers and folded constants, made at load
+            env.update(self._sub_initializers[gid])
+        if feeds:
+            env.update(feeds)
+        out_names, out_set = self._out_names[gid]
+        free = wanted is None or out_set.issuperset(wanted)
+        if wanted is not None:
+            out_names = wanted
+        P.run(self._steps[gid], env, dict(self._host_consts[gid]), self.where, free)
+        if not main:
+            try:
+                return [env[n] for n in out_names]
+            except KeyError:
+                pass
         missing = [n for n in out_names if n not in env]
         if missing:
             raise OnnxFormatError(f"ember: {self.where}: graph {graph.name!r}: outputs {missing} are never produced")
-        return env if main else [env[n] for n in out_names]
+        return env
 
     @staticmethod
     def _to_numpy(v, onnx_type):
