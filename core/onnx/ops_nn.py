@@ -16,7 +16,7 @@ from .. import ops_movement as M
 from .. import ops_reduce as R
 from ..autograd import conv_transpose, prim_pad, prim_unary
 from ..linalg import matmul
-from ..nn.functional import conv_nd, layer_norm
+from ..nn.functional import conv_act, conv_nd, layer_norm
 from .guard import sized
 from .registry import op
 from .values import axis, cast, host
@@ -51,19 +51,51 @@ def _pad_input(x, pads, value=0.0):
     return prim_pad(x, tuple(spec), value)
 
 
+_MEMO_MAX = 16  # per node: a model fed ever new shapes recomputes, its memo never grows past this
+
+
+def _conv_args(ctx, at, x, w):
+    """(stride, padding, dilation, groups, pads or None) of a Conv on x's spatial shape and w's kernel: ONNX's
+    attributes resolved once per node and shape (a streaming model convolves every chunk alike). pads is None
+    where they are symmetric (padding holds them), else the ONNX pads the input gets first (padding is 0)."""
+    key = (x.shape, w.shape)
+    args = at.memo.get(key)
+    if args is None:
+        n = x.ndim - 2
+        k = at.ints("kernel_shape", list(w.shape[2:]))
+        s, d = at.ints("strides", [1] * n), at.ints("dilations", [1] * n)
+        pads = _auto_pads(at, x.shape[2:], k, s, d, ctx)
+        sym = pads[:n] == pads[n:]
+        args = (tuple(s), tuple(pads[:n]) if sym else (0,) * n, tuple(d), at.i("group", 1), None if sym else pads)
+        if len(at.memo) >= _MEMO_MAX:
+            at.memo.clear()
+        at.memo[key] = args
+    return args
+
+
 @op("Conv")
 def _conv(ctx, ins, at):
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
-    n = x.ndim - 2
-    k = at.ints("kernel_shape", list(w.shape[2:]))
-    s, d = at.ints("strides", [1] * n), at.ints("dilations", [1] * n)
-    pads = _auto_pads(at, x.shape[2:], k, s, d, ctx)
-    sym = pads[:n] == pads[n:]
-    if not sym:
+    s, p, d, g, pads = _conv_args(ctx, at, x, w)
+    if pads is not None:
         x = _pad_input(x, pads)
     # nn.functional's conv: the backend's fused conv + bias where it has one (YOLO's every layer)
-    return conv_nd(x, w, b, tuple(s), tuple(pads[:n]) if sym else (0,) * n, tuple(d), at.i("group", 1), n)
+    return conv_nd(x, w, b, s, p, d, g, x.ndim - 2)
+
+
+def conv_act_step(act):
+    """A Conv whose one reader was Relu or SiLU (fuse.py): act(Conv(...)), the activation in the backend's
+    conv_bias_act epilogue where it has one (nn.functional.conv_act; else the conv, then the activation)."""
+    def step(ctx, ins, at):
+        x, w = ins[0], ins[1]
+        b = ins[2] if len(ins) > 2 else None
+        s, p, d, g, pads = _conv_args(ctx, at, x, w)
+        if pads is not None:
+            x = _pad_input(x, pads)
+        return conv_act(x, w, b, s, p, d, g, act)
+    step.__name__ = f"_conv_{act}"
+    return step
 
 
 @op("ConvTranspose")

@@ -9,7 +9,7 @@ from ..autograd import no_grad
 from ..device import CPU, device as as_device
 from ..tensor import Tensor, tensor
 from . import plan as P
-from .fuse import dedupe, fuse_attention, fuse_gelu, fuse_linear, fuse_silu
+from .fuse import dedupe, fuse_attention, fuse_conv_act, fuse_gelu, fuse_linear, fuse_silu
 from .proto import load_model
 from .registry import HOST_INPUTS, Attrs, lookup
 from .tensor_data import BFLOAT16, NAMES, NP_OF, STRING, to_numpy
@@ -204,7 +204,7 @@ class InferenceSession:
                     self._subgraphs.append(g)
                     self._parent[id(g)] = graph
                     self._plan(g, missing)
-        self._plans[id(graph)] = fuse_silu(dedupe(plan, graph, P.RANDOM), graph)
+        self._plans[id(graph)] = fuse_conv_act(fuse_silu(dedupe(plan, graph, P.RANDOM), graph), graph)
 
     def _fold_constants(self, graph, store, outer):
         """Run, once at load, every node whose inputs are all constants (`store`: the graph's initializers,
