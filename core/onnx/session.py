@@ -181,6 +181,21 @@ class InferenceSession:
             plan = fuse_attention(fuse_linear(plan, g, visible[id(g)]), g, visible[id(g)])
             self._steps[id(g)], self._host_consts[id(g)] = P.build(
                 plan, g, visible[id(g)], lambda ctx: ctx.on_host(), is_main=g is graph)
+        # If branches run in the environment of the graph holding the If: their constants join that graph's
+        self._consts = {id(graph): dict(self._initializers)}
+        self._consts.update((id(g), dict(self._sub_initializers[id(g)])) for g in self._subgraphs)
+        self._branch_names = set()  # what inlined branches hold: in the main environment, yet no value of its graph
+        if P.defined_once(graph):
+            runs_in = P.inline_ifs(self._steps, [graph] + self._subgraphs)
+            for g in self._subgraphs:
+                if id(g) in runs_in:
+                    self._branch_names.update(n for node in g.node for n in node.output)
+                    self._branch_names.update(self._sub_initializers[id(g)])
+            for g in reversed(self._subgraphs):  # (children after parents in the list: nested branches first)
+                home = runs_in.get(id(g))
+                if home is not None:
+                    self._consts[home].update(self._consts[id(g)])
+                    self._host_consts[home] = {**self._host_consts[id(g)], **self._host_consts[home]}
 
     # -------------------------------------------------------------- load: resolve every node once
     def _plan(self, graph, missing):
@@ -266,11 +281,11 @@ class InferenceSession:
         main = graph is self.model.graph
         if main:
             env = dict(outer)
-            env.update(self._initializers)
         else:  # a subgraph sees the outer values it reads, not a copy of the whole scope
             env = {n: outer[n] for n in self._free[gid] if n in outer}
-            # a subgraph (If/Loop/Scan body): its initializers and folded constants, made at load
-            env.update(self._sub_initializers[gid])
+        # its initializers and (a subgraph's) folded constants, made at load, with those of the If branches
+        # it runs inline
+        env.update(self._consts[gid])
         if feeds:
             env.update(feeds)
         out_names, out_set = self._out_names[gid]
@@ -283,7 +298,7 @@ class InferenceSession:
                 return [env[n] for n in out_names]
             except KeyError:
                 pass
-        missing = [n for n in out_names if n not in env]
+        missing = [n for n in out_names if n not in env or main and n in self._branch_names]
         if missing:
             raise OnnxFormatError(f"ember: {self.where}: graph {graph.name!r}: outputs {missing} are never produced")
         return env
