@@ -59,6 +59,24 @@ def _activations(at, defaults, n_dirs):
     return [fns[d * k:(d + 1) * k] for d in range(n_dirs)]
 
 
+def _settings(at, kind, r_hidden):
+    """(hidden, direction, n_dirs, activations, clip, plain) of a recurrent node, read once per node: plain is an
+    LSTM of the default activations without clip or input_forget (the lstm_cell kernel's)."""
+    got = at.memo.get(("rnn", r_hidden))
+    if got is None:
+        hidden = at.i("hidden_size", r_hidden)
+        direction = at.s("direction", "forward")
+        n_dirs = 2 if direction == "bidirectional" else 1
+        defaults = {"rnn": ["Tanh"], "gru": ["Sigmoid", "Tanh"], "lstm": ["Sigmoid", "Tanh", "Tanh"]}[kind]
+        clip = at.f("clip")
+        plain = (kind == "lstm" and clip is None and not at.i("input_forget", 0) and
+                 [a.lower() for a in at.strings("activations", defaults * n_dirs)] == ["sigmoid", "tanh", "tanh"] * n_dirs)
+        if len(at.memo) >= 16:  # (R fed at ever new sizes: recomputed, never grown)
+            at.memo.clear()
+        got = at.memo[("rnn", r_hidden)] = (hidden, direction, n_dirs, _activations(at, defaults, n_dirs), clip, plain)
+    return got
+
+
 def _reverse_index(lens, seq, batch):
     """idx[t, b]: the step a reverse pass reads at time t (each row reversed within its length)."""
     t = np.arange(seq)[:, None]
@@ -78,19 +96,13 @@ def _recurrent(ctx, ins, at, kind):
         h0 = M.permute(h0, 1, 0, 2) if h0 is not None else None
         c0 = M.permute(c0, 1, 0, 2) if c0 is not None else None
     seq, batch = x.shape[0], x.shape[1]
-    hidden = at.i("hidden_size", r.shape[-1])
-    direction = at.s("direction", "forward")
-    n_dirs = 2 if direction == "bidirectional" else 1
     gates = {"rnn": 1, "gru": 3, "lstm": 4}[kind]
-    defaults = {"rnn": ["Tanh"], "gru": ["Sigmoid", "Tanh"], "lstm": ["Sigmoid", "Tanh", "Tanh"]}[kind]
-    acts = _activations(at, defaults, n_dirs)
-    clip = at.f("clip")
+    hidden, direction, n_dirs, acts, clip, plain = _settings(at, kind, r.shape[-1])
     lens = host(seq_lens).astype(np.int64).reshape(-1) if seq_lens is not None else None
     if lens is not None and (lens >= seq).all():
         lens = None  # every row runs the whole sequence: no masking needed
-    zeros = x.new_zeros((batch, hidden))
-    plain_lstm = (kind == "lstm" and lens is None and clip is None and peep is None and not at.i("input_forget", 0)
-                  and [a.lower() for a in at.strings("activations", defaults * n_dirs)] == ["sigmoid", "tanh", "tanh"] * n_dirs)
+    zeros = x.new_zeros((batch, hidden)) if h0 is None or c0 is None or lens is not None else None
+    plain_lstm = plain and lens is None and peep is None
 
     ys, hs, cs = [], [], []
     for d in range(n_dirs):

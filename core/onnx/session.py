@@ -53,10 +53,16 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
 
 
+_PLAIN = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int64, np.int32, np.int8, np.uint8,
+                                         np.bool_))
+
+
 def to_tensor(a, dev) -> Tensor:
     """A numpy array as an ember Tensor on `dev` (int16/uint16/uint64 widened, see WIDER); strings as
     the host array the string operators read."""
     a = np.asarray(a)
+    if a.dtype in _PLAIN:  # (most feeds: none of the cases below, whose dtype.name costs more than the rest)
+        return tensor(a if a.flags.c_contiguous else a.copy(), device=dev)
     if a.dtype.name in ML_NAMES:  # ml_dtypes' float8/int4/... (as onnx's numpy_helper returns them)
         a = a.astype(ML_NAMES[a.dtype.name])
     if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (what onnx's numpy_helper returns): keep the bits
