@@ -14,7 +14,7 @@ from .. import ops_indexing as I
 from .. import dtypes as D
 from .. import ops_movement as M
 from .. import ops_reduce as R
-from ..autograd import conv_transpose, prim_pad, prim_unary
+from ..autograd import conv_transpose, fused_kernel, prim_fused, prim_pad, prim_unary
 from ..linalg import matmul
 from ..nn.functional import conv_act, conv_nd, layer_norm
 from .guard import sized
@@ -93,7 +93,16 @@ def conv_act_step(act):
         s, p, d, g, pads = _conv_args(ctx, at, x, w)
         if pads is not None:
             x = _pad_input(x, pads)
-        return conv_act(x, w, b, s, p, d, g, act)
+        key = (x.shape, x.dtype, w.shape, w.dtype, None if b is None else (b.shape, b.dtype))
+        if at.memo.get("conv_checked") == key:  # conv_act took these shapes and dtypes to its kernel before
+            k = fused_kernel("conv_bias_act", x, w, b)
+            if k is not None:
+                return prim_fused(k, x, w._data, None if b is None else b._data, s, p, d, g, act)
+        y = conv_act(x, w, b, s, p, d, g, act)
+        # what conv_act hands its conv_bias_act kernel without a fallback (its checks passed: no error above)
+        if x.ndim in (3, 4) and x.ndim == w.ndim and x.dtype is w.dtype and (b is None or b.dtype is x.dtype):
+            at.memo["conv_checked"] = key
+        return y
     step.__name__ = f"_conv_{act}"
     return step
 
