@@ -69,8 +69,9 @@ def _settings(at, kind, r_hidden):
         n_dirs = 2 if direction == "bidirectional" else 1
         defaults = {"rnn": ["Tanh"], "gru": ["Sigmoid", "Tanh"], "lstm": ["Sigmoid", "Tanh", "Tanh"]}[kind]
         clip = at.f("clip")
-        plain = (kind == "lstm" and clip is None and not at.i("input_forget", 0) and
-                 [a.lower() for a in at.strings("activations", defaults * n_dirs)] == ["sigmoid", "tanh", "tanh"] * n_dirs)
+        names = [a.lower() for a in at.strings("activations", defaults * n_dirs)]
+        plain = kind == "lstm" and clip is None and not at.i("input_forget", 0) and \
+            names == ["sigmoid", "tanh", "tanh"] * n_dirs
         if len(at.memo) >= 16:  # (R fed at ever new sizes: recomputed, never grown)
             at.memo.clear()
         got = at.memo[("rnn", r_hidden)] = (hidden, direction, n_dirs, _activations(at, defaults, n_dirs), clip, plain)
