@@ -81,7 +81,29 @@ def _conv(ctx, ins, at):
     if pads is not None:
         x = _pad_input(x, pads)
     # nn.functional's conv: the backend's fused conv + bias where it has one (YOLO's every layer)
-    return conv_nd(x, w, b, s, p, d, g, x.ndim - 2)
+    return _checked_conv(at, x, w, b, s, p, d, g, None, lambda: conv_nd(x, w, b, s, p, d, g, x.ndim - 2))
+
+
+def _checked_conv(at, x, w, b, s, p, d, g, act, call):
+    """call() (nn.functional's conv_nd, or conv_act with `act`) the first time this node sees x's, w's and b's
+    shapes and dtypes: it checks them and takes them to the backend's kernel (conv_bias with a bias, else
+    conv_bias_act) where it has one; later runs with the same ones call that kernel directly (still looked up
+    each run, in the registry)."""
+    key = (x.shape, x.dtype, w.shape, w.dtype, act, None if b is None else (b.shape, b.dtype))
+    if at.memo.get("conv_checked") == key:
+        if act is None and b is not None:
+            k = fused_kernel("conv_bias", x, w, b)
+            if k is not None:
+                return prim_fused(k, x, w._data, b._data, s, p, d, g)
+        else:
+            k = fused_kernel("conv_bias_act", x, w, b)
+            if k is not None:
+                return prim_fused(k, x, w._data, None if b is None else b._data, s, p, d, g, act)
+    y = call()
+    # what conv_nd / conv_act hand those kernels without a fallback (their checks passed: no error above)
+    if x.ndim in (3, 4) and x.ndim == w.ndim and x.dtype is w.dtype and (b is None or b.dtype is x.dtype):
+        at.memo["conv_checked"] = key
+    return y
 
 
 def conv_act_step(act):
@@ -93,16 +115,7 @@ def conv_act_step(act):
         s, p, d, g, pads = _conv_args(ctx, at, x, w)
         if pads is not None:
             x = _pad_input(x, pads)
-        key = (x.shape, x.dtype, w.shape, w.dtype, None if b is None else (b.shape, b.dtype))
-        if at.memo.get("conv_checked") == key:  # conv_act took these shapes and dtypes to its kernel before
-            k = fused_kernel("conv_bias_act", x, w, b)
-            if k is not None:
-                return prim_fused(k, x, w._data, None if b is None else b._data, s, p, d, g, act)
-        y = conv_act(x, w, b, s, p, d, g, act)
-        # what conv_act hands its conv_bias_act kernel without a fallback (its checks passed: no error above)
-        if x.ndim in (3, 4) and x.ndim == w.ndim and x.dtype is w.dtype and (b is None or b.dtype is x.dtype):
-            at.memo["conv_checked"] = key
-        return y
+        return _checked_conv(at, x, w, b, s, p, d, g, act, lambda: conv_act(x, w, b, s, p, d, g, act))
     step.__name__ = f"_conv_{act}"
     return step
 
