@@ -24,7 +24,7 @@ from ..ggml.codec import check_raw
 from ..ggml.kquants import unpack_scales_k4
 from ..ggml.legacy import f16_at
 from .cpu_levels import LEVELS  # per type: blocks -> (integer levels in element order, ...)
-from .cpu_matmul import NO_BLAS, native_kernels, wasm_kernels
+from .cpu_matmul import NO_BLAS, native_kernels, pool_kernels, wasm_kernels
 
 F = np.float32
 ACTIVATIONS = T.VEC_DOT_TYPES  # weight type -> the activations' 8-bit type
@@ -54,7 +54,7 @@ def q8_matmul(x, raw, qtype, shape, name: str = "weight", checked: bool = False)
     x2 = np.ascontiguousarray(x.reshape(-1, in_f), dtype=F)  # (m, in_features)
     if not rows.flags.c_contiguous:
         rows = np.ascontiguousarray(rows)
-    kernels = wasm_kernels() if NO_BLAS else native_kernels()
+    kernels = (pool_kernels() or wasm_kernels()) if NO_BLAS else native_kernels()
     if kernels is not None:
         return kernels.q8_matmul(x2, rows, t.id, out_f).reshape(*lead, out_f)
     return q8_matmul_numpy(x2, rows, t, out_f).reshape(*lead, out_f)

@@ -27,7 +27,7 @@ import numpy as np
 from ..ggml import types as T
 from ..ggml.codec import check_raw, dequantize_rows
 from . import cpu_levels, cpu_q8dot
-from .cpu_matmul import NO_BLAS, mm, native_kernels, native_kernels_status, wasm_kernels
+from .cpu_matmul import NO_BLAS, mm, native_kernels, native_kernels_status, pool_kernels, wasm_kernels
 
 
 
@@ -111,7 +111,7 @@ def _wasm_fused(x, raw, qtype, shape):
     qmatmul_slabs' own path applies."""
     if len(shape) != 2 or x.shape[-1:] != tuple(shape[1:]):
         return None
-    kernels = wasm_kernels()
+    kernels = pool_kernels() or wasm_kernels()
     x2 = x.reshape(-1, shape[1])
     if kernels is None or qtype.id not in kernels.qmatmul_types or x2.shape[0] > FUSED_ROWS:
         return None
@@ -168,7 +168,7 @@ def qmatmul_slabs(x, raw, qtype, shape, scratch_bytes: int = SCRATCH_BYTES, name
     x2 = np.ascontiguousarray(x.reshape(-1, in_f), dtype=np.float32)  # (m, in_features)
     if levels is not None:
         return _qmatmul_levels(x2, levels, out_f, in_f, scratch_bytes).reshape(*lead, out_f)
-    kernels = wasm_kernels() if NO_BLAS else None
+    kernels = (pool_kernels() or wasm_kernels()) if NO_BLAS else None
     if kernels is not None and t.id in kernels.qmatmul_types:
         if x2.shape[0] <= FUSED_ROWS:
             return kernels.qmatmul(x2, rows, t.id, out_f).reshape(*lead, out_f)

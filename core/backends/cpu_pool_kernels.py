@@ -1,0 +1,267 @@
+"""The CPU backend's kernels on the page's kernel pool (cpu_pool.py): the same C as the Pyodide side module
+(cpu_wasm_kernels.py), so the same bits, with each product's output rows split between the pool's threads.
+
+Every call copies its activations into the pool's shared memory and its results back (a memcpy each way, ~10 GB/s);
+weights are there once: a QTensor's blocks and a decode plan's layers are placed at their first use and kept while
+their array lives (Pool.place). A float GEMM copies both operands per call: its weights are numpy arrays a model may
+write in place, and for the products it takes (at least POOL_MIN_MACS multiply-adds) the copy is a few percent.
+Smaller products run on this thread's side module, where a copy and a hand-off would cost more than they save.
+
+PoolDecodePlan: decode.c's plan with its layers in the shared memory and a copy of the KV cache there: the numpy
+cache stays the model's (the composed path reads and writes it); each step writes its new rows back to it, and
+a change by anyone else (a prompt's prefill, a beam reorder: KVCache.writes) copies the cache in again.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+
+from .cpu_decode import L_CAPACITY, L_KCACHE, L_LENGTH, L_SLOT, L_VCACHE, DecodePlan
+from .cpu_pool import Block, addr, i32
+
+F32 = np.dtype(np.float32)
+POOL_MIN_MACS = 1 << 20  # below this a product stays on this thread (its copies and hand-off ~30 us)
+
+
+def _align(n: int) -> int:
+    return -(-n // 64) * 64
+
+
+class PoolKernels:
+    """q8_matmul, qmatmul, matmul and the decode step of cpu_wasm_kernels.WasmKernels, on the pool's threads."""
+
+    def __init__(self, pool, side):
+        self.pool, self.side = pool, side
+        ex = pool.exports
+        self._q8_matmul, self._qmatmul, self._sgemm_batched = ex.ember_q8_matmul, ex.ember_qmatmul, ex.ember_sgemm_batched
+        self._decode = ex.ember_decode
+        self.qmatmul_types = side.qmatmul_types
+        self._gemm_scratch = Block(pool.arena, int(ex.ember_sgemm_scratch_floats()) * 4 * pool.threads)
+        self._io = Block(pool.arena, 1 << 20)
+
+    @property
+    def threads(self) -> int:
+        return self.pool.threads
+
+    def describe(self) -> str:
+        return f"wasm kernel pool, {self.pool.threads} threads"
+
+    def _io_at(self, nbytes: int) -> int:
+        """The per-call block (operands in, results out), grown as needed: calls come one at a time."""
+        if self._io.nbytes < nbytes:
+            old = self._io.nbytes
+            self._io = None  # (freed before the larger one is taken)
+            self._io = Block(self.pool.arena, max(nbytes, 2 * old))
+        return self._io.at
+
+    def _weights(self, w: np.ndarray) -> int:
+        return self.pool.place(w).at
+
+    # ---------------------------------------------------------------- quantized products
+
+    def act_bytes(self, type_id: int, m: int, k: int) -> int:
+        return self.side.act_bytes(type_id, m, k)
+
+    def decode_scratch_bytes(self, plan: np.ndarray, max_length: int) -> int:
+        return self.side.decode_scratch_bytes(plan, max_length)
+
+    def q8_matmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
+        """WasmKernels.q8_matmul on the pool: x (m, k) float32 C-contiguous, w (out_features, row_bytes) uint8."""
+        m, k = x.shape
+        if m * out_features * k < POOL_MIN_MACS:
+            return self.side.q8_matmul(x, w, type_id, out_features)
+        size = self.side.act_bytes(type_id, m, k)
+        if size < 0:
+            raise ValueError(f"ember: wasm q8 matmul: no kernel for GGML type {type_id} with rows of {k}")
+        y = np.empty((m, out_features), F32)
+        wat = self._weights(w)
+        xat = self._io_at(_align(x.nbytes) + _align(y.nbytes) + size)
+        yat = xat + _align(x.nbytes)
+        self.pool.write(xat, x)
+        rc = self._q8_matmul(type_id, m, out_features, k, i32(wat), i32(xat), k, i32(yat), out_features,
+                             i32(yat + _align(y.nbytes)))
+        self.pool.check(rc, "quantized matmul")
+        return self.pool.read(yat, y)
+
+    def qmatmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
+        """WasmKernels.qmatmul (float32 activations, W decoded in registers) on the pool."""
+        m, k = x.shape
+        if m * out_features * k < POOL_MIN_MACS:
+            return self.side.qmatmul(x, w, type_id, out_features)
+        y = np.empty((m, out_features), F32)
+        wat = self._weights(w)
+        xat = self._io_at(_align(x.nbytes) + _align(y.nbytes) + _align(m * k // 32 * 4))
+        yat = xat + _align(x.nbytes)
+        self.pool.write(xat, x)
+        rc = self._qmatmul(type_id, m, out_features, k, i32(wat), i32(xat), k, i32(yat), out_features,
+                           i32(yat + _align(y.nbytes)))
+        if self.pool.check(rc, "quantized matmul") != 0:
+            raise ValueError(f"ember: wasm qmatmul: no kernel for GGML type {type_id} with rows of {k}")
+        return self.pool.read(yat, y)
+
+    def qdequant(self, w: np.ndarray, type_id: int, k: int) -> np.ndarray:
+        return self.side.qdequant(w, type_id, k)  # (a slab at a time, between GEMMs: memory-bound, small)
+
+    # ---------------------------------------------------------------- float GEMM
+
+    def takes_matmul(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """Whether a @ b is large enough for the pool."""
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        return math.prod(batch) * a.shape[-2] * a.shape[-1] * b.shape[-1] >= POOL_MIN_MACS
+
+    def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """WasmKernels.matmul on the pool: a (..., M, K) @ b (..., K, N) -> (..., M, N) float32 (into `out` when
+        given), batched and broadcast, any strides."""
+        (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+        if k2 != k:
+            raise ValueError(f"ember: matmul shapes {a.shape} and {b.shape} do not match (K {k} vs {k2})")
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        c = np.empty(batch + (m, n), F32)
+        if m and n:
+            a = np.broadcast_to(a, batch + (m, k)) if a.shape[:-2] != batch else a
+            b = np.broadcast_to(b, batch + (k, n)) if b.shape[:-2] != batch else b
+            if len(batch) <= 1:
+                self._batched(a, b, c)
+            else:  # one call per matrix of the leading dims, the last batch dim in C
+                for idx in np.ndindex(*batch[:-1]):
+                    self._batched(a[idx], b[idx], c[idx])
+        if out is not None:
+            np.copyto(out, c)
+            return out
+        return c
+
+    def _batched(self, a, b, c):
+        """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) C-contiguous, in one call on the pool."""
+        three = c.ndim == 3
+        batch, (m, n), k = (c.shape[0] if three else 1), c.shape[-2:], a.shape[-1]
+        a, b = _dense(a), _dense(b)
+        sa, sb = _span(a), _span(b)
+        io = self._io_at(_align(sa[0]) + _align(sb[0]) + _align(c.nbytes) + 64)
+        at_a, at_b, at_c = io, io + _align(sa[0]), io + _align(sa[0]) + _align(sb[0])
+        ea, eb = self._stage(a, sa, at_a), self._stage(b, sb, at_b)
+        strides = np.array([_es(a, -3) if three else 0, _es(a, -2), _es(a, -1), _es(b, -3) if three else 0,
+                            _es(b, -2), _es(b, -1), m * n, n], np.int32)
+        at_s = at_c + _align(c.nbytes)
+        self.pool.write(at_s, strides)
+        rc = self._sgemm_batched(batch, m, n, k, i32(ea), i32(eb), i32(at_c), i32(at_s), i32(self._gemm_scratch.at), 0)
+        self.pool.check(rc, "matmul")
+        self.pool.read(at_c, c)
+
+    def _stage(self, x, span, at) -> int:
+        """Copy the bytes x's elements span into the shared memory at `at`; -> the shared address of x's first
+        element (strides are kept: a transposed or broadcast weight goes as it is)."""
+        nbytes, low = span
+        if nbytes:
+            self.pool.write_raw(addr(x) + low, nbytes, at)
+        return at - low
+
+    # ---------------------------------------------------------------- the decode step
+
+    def decode_plan(self, spec: dict) -> "PoolDecodePlan":
+        return PoolDecodePlan(self, spec)
+
+
+def _es(x, axis) -> int:
+    return x.strides[axis] // 4
+
+
+def _dense(x: np.ndarray) -> np.ndarray:
+    """x, or a contiguous copy where the memory its elements lie in is much larger than itself (a slice of a
+    larger array's rows or columns) or its strides are not whole floats (the kernels count in floats)."""
+    if any(s % 4 for s in x.strides) or _span(x)[0] > 2 * x.nbytes + 4096:
+        return np.ascontiguousarray(x)
+    return x
+
+
+def _span(x: np.ndarray) -> tuple[int, int]:
+    """(bytes, offset of the lowest byte from x's first element) of the memory x's elements lie in: a transpose
+    spans its own bytes, a broadcast fewer."""
+    low = sum(min(0, (d - 1) * s) for d, s in zip(x.shape, x.strides) if d)
+    high = sum(max(0, (d - 1) * s) for d, s in zip(x.shape, x.strides) if d) + x.itemsize
+    return (high - low if x.size else 0), low
+
+
+class _Mirror:
+    """A layer's KV cache in the shared memory: the copy of a numpy buffer (k and v)."""
+
+    def __init__(self, pool, kc: np.ndarray):
+        self.kref = weakref.ref(kc)
+        self.k, self.v = Block(pool.arena, kc.nbytes), Block(pool.arena, kc.nbytes)
+        self.cap = kc.shape[2]
+
+
+class PoolDecodePlan(DecodePlan):
+    """decode.c's plan on the pool: its layers in the shared memory (placed once), the KV caches mirrored there."""
+
+    def __init__(self, kern: PoolKernels, spec: dict):
+        self._pool = kern.pool
+        super().__init__(kern, spec)
+        self._mirrors: list = [None] * self.n_layers
+        self._written = None
+        self._scratch_block = None
+        heads = spec["kv_heads"]
+        self._kv = (heads, spec["head_dim"])
+        io = 4 * (self.plan.size + 2 + len(spec.get("ropes", [0])) * spec["head_dim"] + self.dim)
+        self._io_bytes = _align(io) + 4096
+
+    def _vector(self, a) -> int:
+        return i32(self._hold_block(np.ascontiguousarray(a, np.float32)).at)
+
+    def _weight(self, data, type_id) -> tuple[int, int]:
+        if type_id == -1:  # input-major float32 rows (maybe a slice of wider ones): placed contiguous
+            data = np.ascontiguousarray(data)
+            return i32(self._hold_block(data).at), data.shape[1]
+        return i32(self._hold_block(data).at), data.shape[1] if type_id > 0 else 0
+
+    def _hold_block(self, a) -> Block:
+        self._keep.append(a)  # (placed copies live while the array does)
+        return self._pool.place(a)
+
+    def _sync(self, caches, written):
+        """Copy a layer's cache in where the mirror is not known to equal it."""
+        everything = written is None or written != self._written
+        for i, (kc, vc, _, _) in enumerate(caches):
+            m = self._mirrors[i]
+            if m is None or m.cap != kc.shape[2] or m.kref() is not kc:
+                m = self._mirrors[i] = _Mirror(self._pool, kc)
+            elif not everything:
+                continue
+            self._pool.write(m.k.at, np.ascontiguousarray(kc))
+            self._pool.write(m.v.at, np.ascontiguousarray(vc))
+        self._written = written
+
+    def step(self, x: np.ndarray, rope: np.ndarray, caches, written=None) -> np.ndarray:
+        pool, kern = self._pool, self._kern
+        self._sync(caches, written)
+        length = 0
+        for row, m, (kc, vc, slot, n) in zip(self._layers, self._mirrors, caches):
+            row[L_KCACHE], row[L_VCACHE], row[L_CAPACITY], row[L_SLOT], row[L_LENGTH] = \
+                i32(m.k.at), i32(m.v.at), kc.shape[2], slot, n
+            length = max(length, n)
+        if length > self._scratch_rows:  # grown by doubling, as the caches are
+            rows = max(length, 2 * self._scratch_rows, 256)
+            self._scratch_block = None
+            self._scratch_block = Block(pool.arena, kern.decode_scratch_bytes(self.plan, rows))
+            self._scratch_rows = rows
+        rope = np.ascontiguousarray(rope, np.float32)
+        at = kern._io_at(self._io_bytes + _align(rope.nbytes))
+        at_f, at_x = at + _align(self.plan.nbytes), at + _align(self.plan.nbytes) + 64
+        at_r = at_x + _align(x.nbytes)
+        pool.write(at, self.plan)
+        pool.write(at_f, self.fparams)
+        pool.write(at_x, x)
+        pool.write(at_r, rope)
+        rc = pool.check(kern._decode(i32(at), i32(at_f), i32(at_x), i32(at_r), i32(self._scratch_block.at)),
+                        "decode step")
+        if rc != 0:
+            raise ValueError("ember: decode plan: a layer this build of the kernels cannot run")
+        pool.read(at_x, x)
+        heads, hd = self._kv
+        for m, (kc, vc, slot, _) in zip(self._mirrors, caches):  # the step's new rows, back into the model's cache
+            for h in range(heads):
+                off = ((h * m.cap + slot) * hd) * 4
+                pool.read_raw(m.k.at + off, hd * 4, addr(kc) + off)
+                pool.read_raw(m.v.at + off, hd * 4, addr(vc) + off)
+        return x
