@@ -217,3 +217,57 @@ result = {"error": error, "status": cpu_matmul.pool_status(),
     assert "worker 1 of the kernel pool was lost mid-job" in got["error"][0]
     assert got["status"].startswith("1 thread (worker 1 of the kernel pool was lost")
     assert got["after"] == got["before"]
+
+
+def test_quantized_weights_go_from_the_file_into_the_pool_only(pyodide_dist, tmp_path):  # noqa: F811
+    """Inside weights_in_pool(), a GGUF's quantized tensors are SharedRows (the pool's memory, not Pyodide's heap,
+    whether the file is in Pyodide's in-memory FS, read from its JS array, or a mounted one, read in pieces);
+    products with them equal those with the heap's copy, and every other use gets the same bytes."""
+    from ember.io import gguf
+    rng = np.random.default_rng(0)
+    tensors = {"a": ember.QTensor.quantize(rng.standard_normal((2000, 512)).astype(np.float32), "q4_k", "a"),
+               "b": ember.QTensor.quantize(rng.standard_normal((300, 256)).astype(np.float32), "q8_0", "b"),
+               "small": ember.QTensor.quantize(rng.standard_normal((8, 64)).astype(np.float32), "q8_0", "small"),
+               "norm": ember.tensor(rng.standard_normal(512).astype(np.float32))}
+    gguf.save(tensors, tmp_path / "w.gguf")
+    code = r'''
+import hashlib, pickle, shutil
+import numpy as np
+import pyodide_js
+import ember
+from ember.backends import cpu_matmul, cpu_q8dot
+from ember.backends.cpu_pool import SharedRows, weights_in_pool
+shutil.copy("/data/w.gguf", "/tmp/w.gguf")  # a file of the in-memory FS, as the page's model files are
+x = np.random.default_rng(1).standard_normal((3, 512)).astype(np.float32)
+out = {}
+for where in ("/tmp/w.gguf", "/data/w.gguf"):
+    heap0 = pyodide_js._module.HEAPU8.length
+    with weights_in_pool():
+        w = ember.load(where)
+    a = w["a"]
+    got = {"kinds": {k: type(getattr(v, "data", v)).__name__ for k, v in w.items()},
+           "heap_growth": pyodide_js._module.HEAPU8.length - heap0,
+           "bytes": hashlib.sha256(np.asarray(a.data).tobytes()).hexdigest(),
+           "rows": hashlib.sha256(a.data[np.array([5, 1999, 0])].tobytes()).hexdigest(),
+           "slice": hashlib.sha256(np.asarray(a.data[10:20]).tobytes()).hexdigest(),
+           "pickled": type(pickle.loads(pickle.dumps(a.data))).__name__}
+    a.activations = "q8"
+    y_pool = a.matmul_t(x)
+    y_heap = cpu_q8dot.q8_matmul_numpy(x, np.asarray(a.data), "Q4_K", 2000)
+    got["q8_equal"] = bool(np.array_equal(y_pool, y_heap))
+    y_float = a.matmul_t(x[:1])  # float32 activations: the pool's qmatmul
+    a.activations = "float32"
+    got["float_close"] = float(np.abs(a.matmul_t(x[:1]) - x[:1] @ a.numpy().T).max())
+    out[where] = got
+result = out
+'''
+    with PyodideSession(dist=pyodide_dist, threads=2, mounts={"/data": tmp_path}) as s:
+        got = s.run(code, timeout=300)["result"]
+    raw_a = np.asarray(tensors["a"].data)
+    for where, g in got.items():
+        assert g["kinds"] == {"a": "SharedRows", "b": "SharedRows", "small": "ndarray", "norm": "Tensor"}, where
+        assert g["heap_growth"] < 1 << 20, (where, g["heap_growth"])  # 576 KB of blocks went elsewhere
+        assert g["bytes"] == hashlib.sha256(raw_a.tobytes()).hexdigest()
+        assert g["rows"] == hashlib.sha256(raw_a[[5, 1999, 0]].tobytes()).hexdigest()
+        assert g["slice"] == hashlib.sha256(raw_a[10:20].tobytes()).hexdigest()
+        assert g["pickled"] == "ndarray" and g["q8_equal"] and g["float_close"] < 1e-3, (where, g)

@@ -10,7 +10,13 @@ The site is self-contained and needs no server logic, so it deploys to a Hugging
                                                          python_stdlib.pyc.zip (bytecode.py: precompiled)
     OUT/wheels/<hash>/pycache-cp312.zip                  numpy's and ember's precompiled __pycache__
     OUT/models/manifest.json + models/<id>/<files>       demo weights with sizes and sha256
-    OUT/README.md                                        Space front matter (sdk: static)
+    OUT/wheels/<hash>/cpu_pool_kernels*.wasm             the kernel pool's module (web/pool.js), plain and relaxed
+    OUT/README.md                                        Space front matter (sdk: static, custom_headers)
+    OUT/_headers                                         the same headers for static hosts that read one
+
+The page computes on every core only when it is cross-origin isolated (SharedArrayBuffer): every place that serves
+it sends ISOLATION_HEADERS (`ember serve` itself, the Space's custom_headers, _headers). Where a host cannot, the
+page runs on one thread and its device line says why.
 """
 from __future__ import annotations
 
@@ -37,6 +43,11 @@ PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_st
 PYODIDE_PACKAGES = ("numpy",) + tuple(dict.fromkeys(p for t in tools.TOOLS for p in tools.get(t).PACKAGES))
 STDLIB_PYC, PYCACHE = "python_stdlib.pyc.zip", "pycache-cp312.zip"  # wasm/bytecode.py's two files
 WHEEL_SOURCES = ("core", "webgpu", "wasm", "models")
+# cross-origin isolation: the page's kernel pool needs SharedArrayBuffer. require-corp (not credentialless, which
+# Safari lacks): what the page fetches from other origins (Pyodide's CDN, the Hugging Face hub, a model URL) is
+# fetched in CORS mode, which require-corp lets through; CORP cross-origin lets other isolated pages embed ours.
+ISOLATION_HEADERS = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp",
+                     "Cross-Origin-Resource-Policy": "cross-origin"}
 
 
 def cache_dir() -> Path:
@@ -194,7 +205,9 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
         wheel = ensure_wheel()
         st.note = f"{wheel.name} ({'unchanged sources, cached' if cached else 'built'}, {wheel.stat().st_size / 1e6:.1f} MB)"
     wheel_rel = f"wheels/{wheel.parent.name}/{wheel.name}"
-    _replace_dir(out / "wheels", {wheel_rel.split("/", 1)[1]: wheel})
+    from ember.backends.cpu_pool import POOL_MODULE, POOL_RELAXED_MODULE
+    pool = {f"{wheel.parent.name}/{m.name}": m for m in (POOL_MODULE, POOL_RELAXED_MODULE)}
+    _replace_dir(out / "wheels", {wheel_rel.split("/", 1)[1]: wheel, **pool})
     with step(f"Pyodide {PYODIDE_VERSION} ({pyodide})") as st:
         if pyodide == "local":
             dist = ensure_pyodide()
@@ -238,7 +251,9 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
         st.note = f"{n_models} of {len(with_models)} ({', '.join(manifest) or 'none'})"
     (out / "models").mkdir(exist_ok=True)  # a build without demos still has a (empty) manifest
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}
+    config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/",
+              "poolURL": f"wheels/{wheel.parent.name}/{POOL_MODULE.name}",
+              "poolRelaxedURL": f"wheels/{wheel.parent.name}/{POOL_RELAXED_MODULE.name}"}
     if pyodide == "local" and boot:  # the page's boot without compiling Python (wasm/bytecode.py)
         config.update(stdlibURL=f"pyodide/{STDLIB_PYC}", pycacheURL=f"wheels/{wheel.parent.name}/{PYCACHE}")
     if pyodide == "local":  # fetched into the HTTP cache as the worker starts, while pyodide.asm.js loads and
@@ -247,6 +262,7 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
                                                        numpy_file)]
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "README.md").write_text(_space_readme(manifest))
+    (out / "_headers").write_text("/*\n" + "".join(f"  {k}: {v}\n" for k, v in ISOLATION_HEADERS.items()))
     return out
 
 
@@ -276,7 +292,8 @@ def _replace_dir(folder: Path, files: dict[str, Path]) -> None:
 
 def _space_readme(manifest: dict) -> str:
     lines = ["---", "title: ember", "emoji: 🔥", "colorFrom: red", "colorTo: yellow", "sdk: static",
-             "app_file: index.html", "pinned: false", "---", "",
+             "app_file: index.html", "pinned: false", "custom_headers:",
+             *(f"  {k.lower()}: {v}" for k, v in ISOLATION_HEADERS.items()), "---", "",
              "# ember in the browser: Whisper, Llama and YOLO, client-side", "",
              "Everything runs in your browser (Pyodide + numpy + ember, on WebGPU when available). "
              "Nothing is sent to a server.", "", "Bundled demo models:", ""]
@@ -301,6 +318,7 @@ def site_size(folder: str | os.PathLike) -> dict[str, int]:
 # ---------------------------------------------------------------------------- serving
 
 class Handler(http.server.SimpleHTTPRequestHandler):
+    isolate = True  # send ISOLATION_HEADERS (make_server(isolate=False): a host that cannot, for the tests)
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".mjs": "text/javascript",
                       ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
                       ".whl": "application/zip", ".safetensors": "application/octet-stream"}
@@ -311,6 +329,9 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         path = self.path.split("?")[0]
         self.send_header("Cache-Control", "public, max-age=31536000, immutable" if path.startswith("/wheels/")
                          else "public, max-age=86400" if path.startswith("/pyodide/") else "no-cache")
+        if self.isolate:
+            for k, v in ISOLATION_HEADERS.items():
+                self.send_header(k, v)
         super().end_headers()
 
     def log_message(self, fmt, *args):  # quiet: one line per error only
@@ -318,8 +339,9 @@ class Handler(http.server.SimpleHTTPRequestHandler):
             super().log_message(fmt, *args)
 
 
-def make_server(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
-    handler = functools.partial(Handler, directory=os.fspath(folder))
+def make_server(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1",
+                isolate: bool = True) -> http.server.ThreadingHTTPServer:
+    handler = functools.partial(type("Handler", (Handler,), {"isolate": isolate}), directory=os.fspath(folder))
     return http.server.ThreadingHTTPServer((host, port), handler)
 
 

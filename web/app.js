@@ -597,7 +597,8 @@ async function start() {
   const params = new URLSearchParams(location.search);
   const want = params.get("device") || localStorage.getItem("ember-device") || "auto";
   try {
-    state.ember = await createEmber({ device: want, onProgress: setProgress, hubURL: params.get("hub") || undefined });
+    state.ember = await createEmber({ device: want, onProgress: setProgress, hubURL: params.get("hub") || undefined,
+      threads: params.has("threads") ? Number(params.get("threads")) : undefined });
   } catch (e) {
     setStatus("Runtime failed", "bad");
     showError(e);
@@ -626,8 +627,9 @@ async function start() {
 function deviceLine(e) {
   if (e.device === "webgpu") return `Runs on WebGPU · adapter: ${e.deviceAdapter || "unnamed"}.`;
   const why = e.deviceReason ? `not WebGPU because ${e.deviceReason}` : "as chosen in Device";
-  return `Runs on the CPU: numpy in WebAssembly${e.deviceKernels ? ` (matmul: ${e.deviceKernels})` : ""}, ${why}` +
-    `${e.deviceAdapter && e.deviceReason ? ` · adapter: ${e.deviceAdapter}` : ""}.`;
+  const threads = e.threads > 1 ? `on ${e.threads} threads` : `on 1 thread${e.threadsReason ? ` (${e.threadsReason})` : ""}`;
+  return `Runs on the CPU: numpy in WebAssembly${e.deviceKernels ? ` (matmul: ${e.deviceKernels})` : ""} ${threads}, ` +
+    `${why}${e.deviceAdapter && e.deviceReason ? ` · adapter: ${e.deviceAdapter}` : ""}.`;
 }
 
 function showDevice() {

@@ -17,6 +17,9 @@
 //
 // Everything runs in a Web Worker (worker.js): Pyodide, numpy and the ember wheel, on WebGPU when the
 // browser has an adapter and on the CPU otherwise. Results carry the same fields as the CLI's `--json`.
+// On the CPU the kernels run on `ember.threads` threads (pool.js: createEmber({threads}), default the visitor's
+// cores up to 8) where the page is cross-origin isolated; `ember.threadsReason` says why it is 1 otherwise.
+import { poolSupport, relaxedSimd, startPool, threadCount } from "./pool.js";
 
 const HERE = new URL(".", import.meta.url).href;
 const HUB = "https://huggingface.co";
@@ -26,7 +29,8 @@ const SINGLE_FILE = /\.(safetensors|gguf|bin|onnx|pt)$/i; // a URL naming one we
 // file; the worker's `ready` carries that table (`ember.tools`), so nothing below knows a tool by name.
 
 /** An error from ember: `code` is one of download, too_large, out_of_memory, unsupported_file, bad_model,
- *  not_loaded, bad_request, cancelled, internal, not_ready. */
+ *  not_loaded, bad_request, cancelled, internal, not_ready, pool_lost (a kernel pool worker died mid-run: the
+ *  run failed, later ones run on one thread). */
 export class EmberError extends Error {
   constructor(code, message) { super(message); this.name = "EmberError"; this.code = code; }
 }
@@ -35,13 +39,27 @@ export class EmberError extends Error {
  * Start the runtime. options: pyodideURL (folder holding pyodide.mjs; default: the app's config.json, else
  * ./pyodide/), wheelURL, modelsURL (folder with manifest.json), stdlibURL and pycacheURL (the precompiled
  * bytecode `ember build-web` writes; optional), hubURL (Hugging Face endpoint),
- * device ("auto" | "webgpu" | "cpu"), onProgress({stage, file, done, total}).
+ * device ("auto" | "webgpu" | "cpu"), onProgress({stage, file, done, total}),
+ * threads (the CPU kernels' threads, 1..64; default navigator.hardwareConcurrency, at most 8; 1: no pool),
+ * poolURL / poolRelaxedURL (the kernel pool's module; from config.json), poolTimeoutMs (how long the page waits
+ * for a pool worker that stops answering before it gives the job up with an error; default 10 s).
  */
 export async function createEmber(options = {}) {
+  let threads;
+  try {
+    threads = threadCount(options.threads, globalThis.navigator && navigator.hardwareConcurrency);
+  } catch (e) {
+    throw new EmberError("bad_request", e.message);
+  }
   const config = await loadConfig(options.configURL || HERE + "config.json");
   const opts = { ...config, ...options };
   const ember = new Ember(opts);
-  await ember._init();
+  try {
+    await ember._init(threads);
+  } catch (e) {
+    ember.terminate();
+    throw e;
+  }
   return ember;
 }
 
@@ -53,6 +71,7 @@ async function loadConfig(url) {
       const abs = (p) => (p ? new URL(p, url).href : p);
       return { ...c, pyodideURL: abs(c.pyodideURL), wheelURL: abs(c.wheelURL), modelsURL: abs(c.modelsURL),
                stdlibURL: abs(c.stdlibURL), pycacheURL: abs(c.pycacheURL), // precompiled bytecode
+               poolURL: abs(c.poolURL), poolRelaxedURL: abs(c.poolRelaxedURL), // the kernel pool's module
                prefetch: (c.prefetch || []).map(abs) }; // files the worker warms the HTTP cache with
     }
   } catch (e) { /* no config.json: defaults below */ }
@@ -71,6 +90,9 @@ class Ember {
     this.deviceReason = "";
     this.deviceAdapter = ""; // the WebGPU adapter, vendor/architecture and limits, when one was tried
     this.deviceKernels = "";
+    this.threads = 1; // threads the CPU kernels run on (the kernel pool's, pool.js)
+    this.threadsReason = ""; // why threads is 1, when it is
+    this._pool = null; // the pool's owner side (its workers), when there is one
     this.models = {}; // tool -> {source, device, parameters, bytes}
     this.tools = {}; // tool -> {files: [[name, optional?, unless?]], beside: {".ext": [[name, optional?]]}, packages}
     this._next = 1;
@@ -80,12 +102,14 @@ class Ember {
     this._worker.onerror = (ev) => this._failAll(new EmberError("internal", `ember: worker crashed: ${ev.message}`));
   }
 
-  async _init() {
+  async _init(threads) {
     if (!this.wheelURL) throw new EmberError("bad_request", "ember: no wheelURL (the ember wheel); build the site with `ember build-web`");
+    const pool = await this._startPool(threads);
     const r = await this._request({ type: "init", pyodideURL: this.pyodideURL, wheelURL: this.wheelURL,
       stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL,
       prefetch: this.options.prefetch || [],
-      device: this.options.device || "auto" });
+      device: this.options.device || "auto", pool, poolReason: this.threadsReason });
+    this._setThreads(r);
     this.device = r.device;
     this.deviceReason = r.reason || "";
     this.deviceAdapter = r.adapter || "";
@@ -103,8 +127,41 @@ class Ember {
     this.deviceReason = r.reason || "";
     this.deviceAdapter = r.adapter || "";
     this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)" or "einsum (why)"
+    this._setThreads(r);
     this.models = {};
     return this.device;
+  }
+
+  // The kernel pool's workers, started here (this thread is never blocked, so it sees a worker die and tells the
+  // pool at once); -> what the runtime's worker attaches to, or null with threadsReason set.
+  async _startPool(threads) {
+    const why = (text) => { this.threadsReason = text; return null; };
+    if (threads === 1) return why("threads: 1 was asked for");
+    const unsupported = poolSupport();
+    if (unsupported) return why(unsupported);
+    const relaxed = relaxedSimd();
+    const url = relaxed ? this.options.poolRelaxedURL : this.options.poolURL;
+    if (!url) return why("this build has no kernel pool module (poolURL; `ember build-web` writes it)");
+    let module;
+    try {
+      const resp = await fetch(url);
+      if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+      module = await WebAssembly.compile(await resp.arrayBuffer());
+    } catch (e) {
+      return why(`the kernel pool's module did not load from ${url} (${e.message})`);
+    }
+    const pool = await startPool({ threads, module, timeoutMs: this.options.poolTimeoutMs ?? 10000,
+      spawn: () => new Worker(new URL("pool_worker.js", import.meta.url), { type: "module" }) });
+    if (pool.threads < 2) return why(pool.reason);
+    this._pool = pool;
+    return { memory: pool.memory, module, layout: pool.layout, threads: pool.threads,
+             variant: relaxed ? "relaxed" : "plain" };
+  }
+
+  _setThreads(r) { // the runtime's word: the pool it uses (its module must match the thread's own kernels)
+    if (r.threads === undefined) return;
+    this.threads = r.threads;
+    this.threadsReason = r.threads > 1 ? "" : r.threads_reason || this.threadsReason;
   }
 
   /** The bundled demo models: {tool: [{id, label, files: [{name, url, size, sha256}], ...}]}. */
@@ -274,7 +331,11 @@ class Ember {
   /** Stop the running request at its next step (a token, a segment). */
   cancel() { this._worker.postMessage({ type: "cancel" }); }
 
-  terminate() { this._worker.terminate(); this._failAll(new EmberError("cancelled", "ember: terminated")); }
+  terminate() {
+    this._worker.terminate();
+    if (this._pool) this._pool.stop();
+    this._failAll(new EmberError("cancelled", "ember: terminated"));
+  }
 
   // The one run message: `tool`'s module in ember.wasm.tools gets input and opts; onPartial sees what it streams.
   // `transfer`: the buffers that move to the worker (default: the input's own, when it is one).
@@ -297,6 +358,10 @@ class Ember {
     if (!p) return;
     if (m.type === "partial") { if (p.onPartial) p.onPartial(m.data); return; }
     this._pending.delete(m.id);
+    if (m.type === "error" && m.code === "pool_lost") { // the runtime goes on, on one thread
+      this.threads = 1;
+      this.threadsReason = m.message.replace(/^ember: /, "");
+    }
     if (m.type === "error") p.reject(new EmberError(m.code, m.message));
     else p.resolve(m.type === "ready" ? m : m.data);
   }

@@ -33,13 +33,25 @@ export function poolSupport() {
   return "";
 }
 
+// the smallest module using a relaxed SIMD instruction (cpu_wasm_kernels.py's probe): () -> v128 computing
+// f32x4.relaxed_madd(0, 0, 0); the pool loads the relaxed build where it validates, as the runtime's thread does
+const RELAXED_PROBE = new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, 0x01, 0x05, 0x01, 0x60, 0x00,
+  0x01, 0x7b, 0x03, 0x02, 0x01, 0x00, 0x0a, 0x3d, 0x01, 0x3b, 0x00, ...[0, 1, 2].flatMap(() => [0xfd, 0x0c,
+  ...new Array(16).fill(0)]), 0xfd, 0x85, 0x02, 0x0b]);
+
+/** Whether this engine validates relaxed SIMD. */
+export function relaxedSimd() {
+  try { return WebAssembly.validate(RELAXED_PROBE); } catch (e) { return false; }
+}
+
 /** The thread count for `requested` (undefined: the cores, capped at DEFAULT_CAP); throws a RangeError/TypeError
  *  naming the value for anything but an integer 1..MAX_THREADS. */
 export function threadCount(requested, cores) {
   if (requested === undefined || requested === null)
     return Math.max(1, Math.min(DEFAULT_CAP, Math.floor(Number(cores) || 1)));
   if (typeof requested !== "number" || !Number.isInteger(requested))
-    throw new TypeError(`ember: threads must be a whole number from 1 to ${MAX_THREADS}, got ${JSON.stringify(requested)}`);
+    throw new TypeError(`ember: threads must be a whole number from 1 to ${MAX_THREADS}, got ` +
+      (typeof requested === "string" ? JSON.stringify(requested) : String(requested)));
   if (requested < 1 || requested > MAX_THREADS)
     throw new RangeError(`ember: threads must be from 1 to ${MAX_THREADS} (1 turns the pool off), got ${requested}`);
   return requested;

@@ -2,10 +2,13 @@
 //
 // Protocol (every message carries the `id` of the request it belongs to); `tool` is any name of
 // ember.wasm.tools.TOOLS, and nothing here depends on which:
-//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, prefetch?, device}
-//                                                   -> {type: "ready", device, reason, adapter, kernels, tools, marks}
+//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, prefetch?, device,
+//                    pool?: {memory, module, layout, threads, variant}, poolReason?}   (the kernel pool: pool.js)
+//                                                   -> {type: "ready", device, reason, adapter, kernels, threads,
+//                                                       threads_reason, tools, marks}
 //                                                      (tools: {name: {files, beside, packages}}, tools.table())
-//                   {type: "device", device}        -> {type: "result", data: {device, reason, adapter, kernels}}
+//                   {type: "device", device}        -> {type: "result", data: {device, reason, adapter, kernels,
+//                                                                               threads, threads_reason}}
 //                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
 //                                                   -> {type: "result", data: {tool, device, parameters, bytes, ...}}
 //                   {type: "run", tool, input, opts} -> {type: "partial", data} ... {type: "result"}
@@ -13,6 +16,8 @@
 //                   {type: "cancel"}                (no reply: the running request ends "cancelled")
 //   worker -> page  {type: "progress", stage, file, done, total}       bytes for downloads, 0..1 otherwise
 //                   {type: "error", code, message}                    code picks the page's human message
+// The kernel pool's workers belong to the page; this worker instantiates the pool's module too (the caller's
+// share of every job) and sets self.emberPool, which ember's Python (core/backends/cpu_pool.py) calls.
 // Both load and run end in ember.wasm.worker_api.handle, which hands them to the tool's module.
 // Weights are cached in the Cache API under their URL plus size/sha256, so a reload reads them from disk.
 
@@ -61,6 +66,10 @@ async function init(msg, progress) {
   const marks = {}; // stage -> epoch ms, so the page can place each stage after its own navigation start
   const mark = (name) => { marks[name] = performance.timeOrigin + performance.now(); };
   mark("worker");
+  if (msg.pool) { // the caller's instance over the pool's shared memory (Python copies between it and its heap)
+    const { attachPool } = await import("./pool.js");
+    self.emberPool = await attachPool({ ...msg.pool, heap: () => pyodide._module.HEAPU8 });
+  } else self.emberPool = { threads: 1, reason: msg.poolReason || "no kernel pool" };
   const abs = (u) => new URL(u, self.location.href).href;
   const base = abs(msg.pyodideURL).replace(/\/?$/, "/");
   // fetched while Pyodide boots: the ember wheel and (from `ember build-web`) numpy's and ember's bytecode

@@ -62,10 +62,16 @@ def _load_pool():
     return PoolKernels(pool, side), ""
 
 
+def pool_threads() -> tuple[int, str]:
+    """(threads the page's kernels run on, why 1 when it is 1)."""
+    k = pool_kernels()
+    return (k.pool.threads, "") if k is not None else (1, _pool[0][1])
+
+
 def pool_status() -> str:
     """'<n> threads' when the page's kernel pool is in use, else '1 thread (why)'."""
-    k = pool_kernels()
-    return f"{k.pool.threads} threads" if k is not None else f"1 thread ({_pool[0][1]})"
+    n, why = pool_threads()
+    return f"{n} threads" if n > 1 else f"1 thread ({why})"
 
 
 def use_pool():

@@ -14,6 +14,7 @@ that does not match the side module's SIMD variant, or a pool that lost a worker
 from __future__ import annotations
 
 import bisect
+import contextlib
 import sys
 import weakref
 from pathlib import Path
@@ -186,7 +187,128 @@ class Pool:
         return {k: int(getattr(st, k)) for k in ("active", "ready", "lost", "broken", "jobs", "timeout_ms")}
 
 
+    def rows_from_file(self, f, offset: int, nbytes: int, row_bytes: int) -> "SharedRows":
+        """nbytes of an open file from `offset` as SharedRows of row_bytes each, read into the shared memory without
+        a copy in Pyodide's heap: straight from the JS array of a file in Pyodide's in-memory FS (the page's model
+        files), else through a small reused buffer."""
+        block = Block(self.arena, nbytes)
+        if not self._file_in(f, offset, nbytes, block.at):
+            buf = np.empty(min(nbytes, READ_BYTES), np.uint8)
+            for done in range(0, nbytes, buf.size):
+                part = buf[:min(buf.size, nbytes - done)]
+                f.seek(offset + done)
+                if f.readinto(memoryview(part)) != part.size:
+                    raise OSError(f"ember: {getattr(f, 'name', 'file')}: shorter than its header says")
+                self.write(block.at + done, part)
+        return SharedRows(self, block, 0, (nbytes // row_bytes, row_bytes))
+
+    def _file_in(self, f, offset, nbytes, at) -> bool:
+        try:
+            import pyodide_js
+            node = pyodide_js.FS.lookupPath(f.name).node
+        except Exception:  # noqa: BLE001 - not a file of Pyodide's FS (a test's mount): read it instead
+            return False
+        return bool(self.js.fileIn(node, offset, nbytes, at))
+
+
+READ_BYTES = 4 << 20  # rows_from_file's buffer where it reads
+
 _POOL: list = []  # [(Pool or None, reason)] once looked up
+_PLACING: list = []  # a weights_in_pool() is open
+
+
+@contextlib.contextmanager
+def weights_in_pool():
+    """Within it, quantized weights that formats read from files (GGUF) go straight into the page's kernel pool,
+    as SharedRows, and nowhere else: for a model loaded for the CPU (a WebGPU device reads its weights from the
+    host's arrays). A no-op where there is no pool."""
+    _PLACING.append(True)
+    try:
+        yield
+    finally:
+        _PLACING.pop()
+
+
+def placing():
+    """The Pool that quantized weights read now go to (inside weights_in_pool() with a pool in use), or None."""
+    if not _PLACING:
+        return None
+    from .cpu_matmul import pool_kernels
+    k = pool_kernels()
+    return k.pool if k is not None else None
+
+
+class SharedRows:
+    """A quantized weight's uint8 rows (rows, row_bytes) held in the kernel pool's shared memory only: the pool's
+    kernels read them where they are (`at`); anything else gets a copy in Pyodide's heap (np.asarray(rows),
+    rows[ids] for some rows, rows.numpy()), and a row slice is a view. Immutable, like the QTensor holding it."""
+
+    __slots__ = ("pool", "block", "offset", "shape", "_heap", "__weakref__")
+    dtype = np.dtype(np.uint8)
+    ndim = 2
+
+    def __init__(self, pool: Pool, block: Block, offset: int, shape: tuple[int, int]):
+        self.pool, self.block, self.offset, self.shape = pool, block, offset, (int(shape[0]), int(shape[1]))
+        self._heap = None
+
+    @property
+    def at(self) -> int:
+        return self.block.at + self.offset
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    @property
+    def size(self) -> int:
+        return self.nbytes
+
+    def __len__(self):
+        return self.shape[0]
+
+    def numpy(self) -> np.ndarray:
+        """A copy in Pyodide's heap."""
+        return self.pool.read(self.at, np.empty(self.shape, np.uint8))
+
+    def heap(self) -> np.ndarray:
+        """A copy in Pyodide's heap kept with these rows: for a page whose pool stopped (the thread's own
+        kernels read the heap)."""
+        if self._heap is None:
+            self._heap = self.numpy()
+        return self._heap
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def reshape(self, *shape):
+        return self.numpy().reshape(*shape)
+
+    def tobytes(self) -> bytes:
+        return self.numpy().tobytes()
+
+    def __getitem__(self, index):
+        """rows[a:b] -> a view (SharedRows); rows[ids] (ints, an integer array) -> a numpy copy of those rows."""
+        if isinstance(index, slice) and index.step in (None, 1):
+            start, stop, _ = index.indices(self.shape[0])
+            stop = max(start, stop)
+            return SharedRows(self.pool, self.block, self.offset + start * self.shape[1], (stop - start, self.shape[1]))
+        ids = np.asarray(index)
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"ember: SharedRows take a row slice or row ids, not {index!r}")
+        flat = ids.reshape(-1)
+        out = np.empty((flat.size, self.shape[1]), np.uint8)
+        for i, r in enumerate(flat.tolist()):
+            if not -self.shape[0] <= r < self.shape[0]:
+                raise IndexError(f"ember: row {r} is out of range for {self.shape[0]} rows")
+            self.pool.read(self.at + (r % self.shape[0]) * self.shape[1], out[i])
+        return out.reshape(*ids.shape, self.shape[1])
+
+    def __reduce__(self):  # a pickled or deep-copied weight leaves the pool: it is a plain array then
+        return (np.asarray, (self.numpy(),))
+
+    def __repr__(self):
+        return f"SharedRows(shape={self.shape}, at={self.at})"
 
 
 def load() -> tuple[Pool | None, str]:

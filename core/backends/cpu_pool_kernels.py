@@ -19,7 +19,7 @@ import weakref
 import numpy as np
 
 from .cpu_decode import L_CAPACITY, L_KCACHE, L_LENGTH, L_SLOT, L_VCACHE, DecodePlan
-from .cpu_pool import Block, addr, i32
+from .cpu_pool import Block, SharedRows, addr, i32
 
 F32 = np.dtype(np.float32)
 POOL_MIN_MACS = 1 << 20  # below this a product stays on this thread (its copies and hand-off ~30 us)
@@ -56,8 +56,9 @@ class PoolKernels:
             self._io = Block(self.pool.arena, max(nbytes, 2 * old))
         return self._io.at
 
-    def _weights(self, w: np.ndarray) -> int:
-        return self.pool.place(w).at
+    def _weights(self, w) -> int:
+        """A weight's address in the shared memory: where SharedRows hold it, else its placed copy."""
+        return w.at if isinstance(w, SharedRows) else self.pool.place(w).at
 
     # ---------------------------------------------------------------- quantized products
 
@@ -70,7 +71,7 @@ class PoolKernels:
     def q8_matmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
         """WasmKernels.q8_matmul on the pool: x (m, k) float32 C-contiguous, w (out_features, row_bytes) uint8."""
         m, k = x.shape
-        if m * out_features * k < POOL_MIN_MACS:
+        if m * out_features * k < POOL_MIN_MACS and not isinstance(w, SharedRows):
             return self.side.q8_matmul(x, w, type_id, out_features)
         size = self.side.act_bytes(type_id, m, k)
         if size < 0:
@@ -88,7 +89,7 @@ class PoolKernels:
     def qmatmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
         """WasmKernels.qmatmul (float32 activations, W decoded in registers) on the pool."""
         m, k = x.shape
-        if m * out_features * k < POOL_MIN_MACS:
+        if m * out_features * k < POOL_MIN_MACS and not isinstance(w, SharedRows):
             return self.side.qmatmul(x, w, type_id, out_features)
         y = np.empty((m, out_features), F32)
         wat = self._weights(w)
@@ -215,9 +216,9 @@ class PoolDecodePlan(DecodePlan):
             return i32(self._hold_block(data).at), data.shape[1]
         return i32(self._hold_block(data).at), data.shape[1] if type_id > 0 else 0
 
-    def _hold_block(self, a) -> Block:
+    def _hold_block(self, a):
         self._keep.append(a)  # (placed copies live while the array does)
-        return self._pool.place(a)
+        return a if isinstance(a, SharedRows) else self._pool.place(a)
 
     def _sync(self, caches, written):
         """Copy a layer's cache in where the mirror is not known to equal it."""

@@ -28,6 +28,8 @@ from ..ggml import types as T
 from ..ggml.codec import check_raw, dequantize_rows
 from . import cpu_levels, cpu_q8dot
 from .cpu_matmul import NO_BLAS, mm, native_kernels, native_kernels_status, pool_kernels, wasm_kernels
+from .cpu_pool import SharedRows
+from .cpu_pool_kernels import PoolKernels
 
 
 
@@ -40,8 +42,14 @@ def qmatmul(be, x, raw, qtype, shape, activations="float32"):
         return cpu_q8dot.q8_matmul(x, raw, qtype, shape, checked=True)
     y = _wasm_fused(x, raw, qtype, shape) if NO_BLAS else None
     if y is None:
+        raw = _host(raw)
         y = qmatmul_slabs(x, raw, qtype, shape, levels=_levels(raw, qtype, shape))
     return y
+
+
+def _host(raw):
+    """Rows the numpy and side-module paths read: a pool-held weight's copy in the heap (kept with it)."""
+    return raw.heap() if isinstance(raw, SharedRows) else raw
 
 
 def qmatmul_argmax(be, x, raw, qtype, shape, activations="float32") -> int:
@@ -117,6 +125,8 @@ def _wasm_fused(x, raw, qtype, shape):
         return None
     if x2.dtype != np.float32 or not x2.flags.c_contiguous:
         x2 = np.ascontiguousarray(x2, np.float32)
+    if not isinstance(kernels, PoolKernels):
+        raw = _host(raw)
     return kernels.qmatmul(x2, raw, qtype.id, shape[0]).reshape(*x.shape[:-1], shape[0])
 
 
@@ -125,7 +135,7 @@ def _bounded(x, raw, qtype, shape, activations):
     (Pyodide, a 2-d Q8_0 weight with float32 activations, one row of x), else None."""
     n_in = shape[-1]
     if not (NO_BLAS and activations == "float32" and len(shape) == 2 and qtype.name == "Q8_0"
-            and int(np.prod(x.shape)) == n_in):
+            and int(np.prod(x.shape)) == n_in) or isinstance(raw, SharedRows):  # (the pool computes every row)
         return None
     kernels = wasm_kernels()
     if kernels is None:
