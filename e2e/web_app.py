@@ -47,14 +47,17 @@ def seeded_llama_folder(folder: Path) -> Path:
 
 class Server:
     """python's http.server over the site (a plain static host), logging every path requested. /hub/ maps to
-    a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>)."""
+    a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>). isolate=False: without the
+    cross-origin isolation headers `ember serve` sends (a host that cannot set them)."""
 
-    def __init__(self, root: Path, hub: Path):
+    def __init__(self, root: Path, hub: Path, isolate: bool = True):
         from ember.wasm.serve import Handler
         self.requests: list[str] = []
-        log = self.requests
+        log, isolate_headers = self.requests, isolate
 
         class Logged(Handler):
+            isolate = isolate_headers
+
             def translate_path(self, path):
                 if path.startswith("/hub/"):
                     return str(hub / path[len("/hub/"):].split("?")[0])

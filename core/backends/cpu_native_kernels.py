@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import EmberError
 from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
@@ -66,7 +67,9 @@ class NativeKernels:
         self._act_lock = threading.Lock()
 
     def set_threads(self, n: int) -> int:
-        """Use n threads (workers are started, never stopped); returns the count in use."""
+        """Use n threads, 1..MAX_THREADS (workers are started, never stopped); returns the count in use."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_THREADS:
+            raise EmberError(f"ember: threads must be a whole number from 1 to {MAX_THREADS}, got {n!r}")
         self.threads = self._lib.ember_threads(int(n))
         return self.threads
 
@@ -104,13 +107,19 @@ class NativeKernels:
         return y
 
 
+MAX_THREADS = 64  # parallel.h's EMBER_MAX_THREADS
+
+
 def _default_threads() -> int:
     env = os.environ.get("EMBER_NUM_THREADS")
     if env:
         try:
-            return max(1, int(env))
+            n = int(env)
         except ValueError:
-            pass
+            n = 0
+        if not 1 <= n <= MAX_THREADS:
+            raise EmberError(f"ember: EMBER_NUM_THREADS must be a whole number from 1 to {MAX_THREADS}, got {env!r}")
+        return n
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -183,6 +192,8 @@ def load() -> tuple[NativeKernels | None, str]:
         if not path.is_file():
             build(cc, path)
         kernels = NativeKernels(ctypes.CDLL(str(path)), path)
+    except EmberError as exc:  # a setting out of range
+        return None, str(exc).removeprefix("ember: ")
     except Exception as exc:  # a failed build (its stderr), an unwritable cache, a library that does not load
         return None, f"kernel build or load failed: {type(exc).__name__}: {exc}"
     return kernels, f"native {kernels.simd}, {kernels.threads} threads ({path})"
