@@ -34,6 +34,9 @@ from ember.wasm.assets import PyodideFetchError, build_wheel, ensure_pyodide
 NODE_SCRIPT = Path(__file__).with_name("pyodide_runner.mjs")
 ROOT = Path(__file__).resolve().parents[1]
 SETUP_TIMEOUT = 120.0  # seconds; cold Node + Pyodide + numpy + ember takes ~3 s
+# The page's kernel pool (web/pool.js on worker_threads) with the threads a 2-core visitor's page has: every
+# Pyodide test and bench runs the pool's kernels unless it asks for threads=1 (the side module alone).
+DEFAULT_THREADS = 2
 
 _wheel_cache: dict[str, Path] = {}
 _shared_sessions: dict[Path, "PyodideSession"] = {}
@@ -66,7 +69,7 @@ class PyodideSession:
     def __init__(self, *, packages=("numpy",), install_ember: bool = True, wheels=(),
                  mounts: dict[str, str | os.PathLike] | None = None,
                  dist: str | os.PathLike | None = None, timeout: float = SETUP_TIMEOUT,
-                 node_args=(), threads: int = 1, pool_timeout_ms: int = 10000):
+                 node_args=(), threads: int = DEFAULT_THREADS, pool_timeout_ms: int = 10000):
         node = node_path()
         if node is None:
             raise PyodideRunnerError("ember: node not found on PATH; Pyodide tests need "
@@ -99,6 +102,7 @@ class PyodideSession:
         # cumulative seconds after loadPyodide, loadPackage, micropip installs, and in all
         self.timings: dict[str, float] = ready["timings"]
         self.version: str = ready["pyodide"]
+        self.threads = threads  # the kernel pool's (1: none)
 
     def run(self, code: str, *, timeout: float = 120.0, check: bool = True) -> dict:
         """Execute `code`; return {"result", "stdout", "stderr", "error"}."""

@@ -271,3 +271,31 @@ result = out
         assert g["rows"] == hashlib.sha256(raw_a[[5, 1999, 0]].tobytes()).hexdigest()
         assert g["slice"] == hashlib.sha256(raw_a[10:20].tobytes()).hexdigest()
         assert g["pickled"] == "ndarray" and g["q8_equal"] and g["float_close"] < 1e-3, (where, g)
+
+
+def test_the_arena_reuses_freed_ranges_and_grows_at_its_end():
+    """The shared memory's allocator (pure Python, so tested here directly): first fit, freed neighbours merge,
+    growth extends the last free range, and a memory that cannot grow raises MemoryError naming the sizes."""
+    from ember.backends.cpu_pool import Arena
+    size = [1 << 20]
+
+    def grow(end):
+        if end > 8 << 20:
+            return False
+        size[0] = max(size[0], end)
+        return True
+    grow.size = lambda: size[0]
+    arena = Arena(1000, size[0], grow)
+    a, b, c = arena.alloc(100), arena.alloc(200), arena.alloc(300)
+    assert a % 64 == 0 and a >= 1000 and b == a + 128 and c == b + 256
+    arena.free(b)
+    assert arena.alloc(150) == b  # first fit
+    arena.free(a)
+    arena.free(b)  # a and b merge: 384 bytes from a
+    assert arena.alloc(384) == a
+    big = arena.alloc(3 << 20)  # past the 1 MiB memory: grown
+    assert size[0] >= big + (3 << 20) and arena.used_bytes() >= 3 << 20
+    with pytest.raises(MemoryError, match="cannot grow"):
+        arena.alloc(16 << 20)
+    arena.free(big)
+    assert arena.alloc(3 << 20) == big
