@@ -82,8 +82,8 @@ def bench_qmatmul(be, small):
 
 def bench_llama(small):
     import ember
+    from ember.models.common.generate import SamplingParams, generate
     from ember.models.llama.config import LlamaConfig
-    from ember.models.llama.generate import SamplingParams, generate
     from ember.models.llama.model import Llama
     c = LlamaConfig(dim=256, n_layers=4, n_heads=8, n_kv_heads=4, hidden_dim=768, vocab_size=4096, max_seq_len=256) \
         if small else LlamaConfig(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, hidden_dim=5632,

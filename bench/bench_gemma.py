@@ -15,9 +15,9 @@ import time
 import numpy as np
 
 import ember
+from ember.models.common.generate import SamplingParams, generate
 from ember.models.gemma3.fetch import fetch_gemma3_270m
 from ember.models.gemma3.load import load_gguf
-from ember.models.llama.generate import SamplingParams, generate
 
 PROMPT = "The capital of France is a city that has been at the centre of European history for centuries, and"
 

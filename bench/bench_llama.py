@@ -23,9 +23,9 @@ import time
 import numpy as np
 
 import ember
+from ember.models.common.generate import SamplingParams, generate
 from ember.models.llama import names
 from ember.models.llama.config import LlamaConfig
-from ember.models.llama.generate import SamplingParams, generate
 from ember.models.llama.model import Llama
 
 STORIES15M = dict(vocab_size=32000, dim=288, hidden_dim=768, n_layers=6, n_heads=6, n_kv_heads=6, max_seq_len=256,
@@ -104,9 +104,9 @@ def llamacpp_model(m, folder):
     w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259))
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
-    from ember.models.llama.gguf import _LAYER, _TOP  # ember's reader maps GGUF -> HF names: invert them
-    layer = {hf: g for g, hf in _LAYER.items()}
-    top = {hf: g for g, hf in _TOP.items()}
+    from ember.models.llama.gguf import GGUF  # ember's reader maps GGUF -> HF names: invert its table
+    layer = {hf: g for g, hf in GGUF.layer_names.items()}
+    top = {hf: g for g, hf in GGUF.top_names.items()}
 
     def permute(a, heads):  # convert_hf_to_gguf's LlamaModel.permute: rotate-half rows -> interleaved pairs
         return a.reshape(heads, 2, a.shape[0] // heads // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)

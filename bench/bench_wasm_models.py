@@ -57,7 +57,7 @@ def call(name, wav, png):
     from ember.models.whisper.transcribe import transcribe
     from ember.models.yolo.predict import detect
     if name == "llama":  # bench_web's: greedy, 32 tokens
-        from ember.models.llama.generate import SamplingParams, generate
+        from ember.models.common.generate import SamplingParams, generate
         m, tok = MODELS[name]
         return list(generate(m, tok.encode("The for statement", bos=True), 32, SamplingParams(0.0, 0, 0.9, 1.0, 0),
                              tok.eos_ids))

@@ -51,7 +51,7 @@ def native(site: Path, tools, wav: Path, png: Path) -> dict:
         m, _, tok = load_whisper(next(models.glob("whisper-*")))
         out["whisper"] = best(lambda: transcribe(m, tok, str(wav), timestamps=True))
     if "llama" in tools:
-        from ember.models.llama.generate import SamplingParams, generate
+        from ember.models.common.generate import SamplingParams, generate
         from ember.models.llama.load import load_llama
         m, tok = load_llama(str(next(models.glob("llama-*"))))
         ids = tok.encode(PROMPT, bos=True)

@@ -9,11 +9,11 @@ from .errors import EmberError
 
 # name -> (module providing add_parser(subparsers) and main(args), one-line help)
 COMMANDS = {
-    "info": ("ember.cli", "version, numpy, BLAS and the devices that work here"),
+    "info": ("ember.cli", "version, numpy, BLAS and the devices that work here (--env: the EMBER_* settings)"),
     "whisper": ("ember.models.whisper.cli", "transcribe a WAV file"),
     "llama": ("ember.models.llama.cli", "generate text with a Llama model"),
     "train-llama": ("ember.models.llama.cli", "train a small Llama on a text corpus"),
-    "generate": ("ember.models.gemma3.cli", "complete text with a language model (default: Gemma 3 270M)"),
+    "generate": ("ember.models.text.cli", "complete text with a language model (default: Gemma 3 270M)"),
     "embed": ("ember.models.bert.cli", "sentence embeddings (default: all-MiniLM-L6-v2)"),
     "classify": ("ember.models.clip.cli", "classify an image (ViT, or CLIP zero-shot with --labels)"),
     "yolo": ("ember.models.yolo.cli", "detect objects in an image"),
@@ -51,6 +51,8 @@ def add_parser(sub, name="info"):
     p = sub.add_parser("info", help=COMMANDS["info"][1])
     p.add_argument("--kernels", action="store_true",
                    help="the kernel registry: each fused op on cpu, webgpu and cuda -> the kernel that runs, or composed")
+    p.add_argument("--env", action="store_true", help="list every EMBER_* environment variable with its current "
+                   "value, default and meaning (docs/settings.md), instead of the rest")
     p.set_defaults(func=main_info)
 
 
@@ -77,6 +79,8 @@ def print_kernels():
 def main_info(args=None):
     if args is not None and getattr(args, "kernels", False):
         return print_kernels()
+    if getattr(args, "env", False):
+        return main_info_env()
     import platform
 
     import numpy as np
@@ -117,6 +121,22 @@ def main_info(args=None):
     for name, hint in _NOT_DEVICES.items():
         print(f"  {name}: {hint}")
     return 1 if broken else 0
+
+
+def main_info_env():
+    """Each setting of ember.settings: its value here (or its default), what it accepts, when it is read, what it
+    means. Exits 1 when one is set to a value it does not accept."""
+    from . import settings
+    bad = 0
+    for scope, title in (("ember", "read by ember"), ("tests", "read by the test suite and CI, never by ember")):
+        print(f"EMBER_* settings {title} (docs/settings.md):")
+        for s, raw, error in settings.current():
+            if s.scope == scope:
+                bad += error is not None
+                value = f"{s.default_text()} (unset: the default)" if raw is None else repr(raw)
+                print(f"  {s.name} = {value}" + (f"  INVALID: not {s.accepts()}" if error else ""))
+                print(f"      {s.meaning}; read {s.read}")
+    return 1 if bad else 0
 
 
 def build_parser(argv):

@@ -2,11 +2,12 @@
 an EmberError, so a caller handling untrusted input catches one class.
 
     EmberError                 anything ember refuses (also the base of StateDictError, TokenizerError ...)
-     └─ FormatError            a file, header or field that is malformed, unsupported or unsafe
-         └─ LimitError         a well-formed value past the resource budget (ember.limits)
+     ├─ FormatError            a file, header or field that is malformed, unsupported or unsafe
+     │   └─ LimitError         a well-formed value past the resource budget (ember.limits)
+     └─ SettingError           an EMBER_* environment variable whose value does not parse (ember.settings)
 
-FormatError is also a ValueError (and StateDictError a KeyError) so code written against the older,
-per-module classes keeps catching them.
+FormatError and SettingError are also ValueErrors (and StateDictError a KeyError) so code written against
+the older, per-module classes keeps catching them.
 """
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ class LimitError(FormatError):
                    "if the input is trusted)")
         side = "under the minimum" if below else "over the limit"
         super().__init__(f"ember: {where}: {field} is {value}{unit}, {side} of {limit}{unit}{how}")
+
+
+class SettingError(EmberError, ValueError):
+    """An EMBER_* environment variable holds a value its setting does not accept; the message names the
+    variable, the value and what it accepts (ember.settings)."""
 
 
 class CustomOpError(EmberError):

@@ -31,11 +31,11 @@ import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
+from . import settings
 from .errors import EmberError
 from .paths import cache_dir  # noqa: F401  (ember.hub.cache_dir: the folder every download goes to)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-ENDPOINT_VARS = ("EMBER_HUB_ENDPOINT", "HF_ENDPOINT")  # first one set wins
 CHUNK = 1 << 20
 MAX_RESTARTS = 2  # a server that ignores or refuses a Range request: start over at most this often
 # file names a URL or hub id may end in to name one file rather than a folder
@@ -58,10 +58,9 @@ class ChecksumError(HubError, ValueError):
 # ============================================================================ the cache folder
 
 def endpoint() -> str:
-    for var in ENDPOINT_VARS:
-        if os.environ.get(var):
-            return os.environ[var].rstrip("/")
-    return DEFAULT_ENDPOINT
+    """$EMBER_HUB_ENDPOINT, else $HF_ENDPOINT (huggingface_hub's own variable), else https://huggingface.co."""
+    url = settings.get("EMBER_HUB_ENDPOINT") or os.environ.get("HF_ENDPOINT")
+    return url.rstrip("/") if url else DEFAULT_ENDPOINT
 
 
 # ============================================================================ download

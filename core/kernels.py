@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 
+from . import settings
 from .errors import CustomOpError
 
 BACKENDS = ("cpu", "webgpu", "cuda")  # the columns of `ember info --kernels`
@@ -199,7 +199,7 @@ def tuned(name, backend, **values):
 
 
 # ops switched off for the whole process (read once, at import): EMBER_KERNELS_OFF=attention,qmatmul
-_ENV_OFF = frozenset(s.strip() for s in os.environ.get("EMBER_KERNELS_OFF", "").split(",") if s.strip())
+_ENV_OFF = frozenset(s.strip() for s in (settings.get("EMBER_KERNELS_OFF") or "").split(",") if s.strip())
 
 
 # ============================================================================ what `ember info --kernels` prints

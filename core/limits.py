@@ -10,9 +10,9 @@ hours of audio) and stop the amplifications a few-KB file can otherwise cause.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields
 
+from . import settings
 from .errors import LimitError
 
 
@@ -44,14 +44,8 @@ class Budget:
     max_loop_iterations: int = 1 << 20
 
     def __post_init__(self):
-        for f in fields(self):
-            v = os.environ.get(env_name(f.name))
-            if v:
-                try:
-                    cast = float if isinstance(f.default, float) else int
-                    setattr(self, f.name, cast(float(v)))
-                except ValueError:
-                    raise ValueError(f"ember: ${env_name(f.name)}={v!r} is not a number") from None
+        for f in fields(self):  # $EMBER_<FIELD> over the value given (ember.settings: a bad one raises SettingError)
+            setattr(self, f.name, settings.get(env_name(f.name), getattr(self, f.name)))
 
     def load_bytes(self, file_size: int) -> int:
         """How many bytes a weights file of file_size bytes may materialise."""

@@ -19,7 +19,7 @@ class QTensor:
     """Quantized weights (CPU, immutable).
 
         q = QTensor.quantize(w, "q4_k")   # w: ember Tensor or ndarray (..., n), n a multiple of the block
-        q.ggml_type, q.shape, q.nbytes     # ember.quant.Q4_K, (out, in), bytes of blocks
+        q.ggml_type, q.shape, q.nbytes     # ember.ggml.types.Q4_K, (out, in), bytes of blocks
         q.dequantize()                     # ember Tensor, float32
         q.matmul_t(x)                      # x @ W.T without building W in float32
 

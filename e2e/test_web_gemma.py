@@ -44,7 +44,7 @@ def native(gemma_site):
 
 
 def _reference(native, temperature, seed, top_k=0):
-    from ember.models.llama.generate import SamplingParams, TextStream, generate
+    from ember.models.common.generate import SamplingParams, TextStream, generate
     model, tok = native
     ids = tok.encode(PROMPT, bos=True)
     stream = TextStream(generate(model, ids, N, SamplingParams(temperature, top_k, 0.9, 1.0, seed), tok.eos_ids), tok)

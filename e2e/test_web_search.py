@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from web_app import App, Server
+from web_app import RUN_S, App, Server
 
 from expected_skips import missing
 
@@ -152,7 +152,7 @@ def test_a_sharded_gpt2_folder_loads_into_the_text_tool_and_generates_native_tok
         document.querySelector("#picker-llama").dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true }));
     }""", urls)
     app.page.wait_for_function("/Loaded local files/.test(document.querySelector('#picker-llama .model-status')"
-                               ".textContent) || !document.querySelector('#message').hidden", timeout=120_000)
+                               ".textContent) || !document.querySelector('#message').hidden", timeout=RUN_S * 1000)
     assert app.page.input_value("#picker-llama .kind") == "file", app.message()
     app.page.eval_on_selector("#llama-output", "e => { delete e.dataset.json; }")
     app.generate(PROMPT, N)

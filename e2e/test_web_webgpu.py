@@ -5,7 +5,7 @@ YOLOv8s at 640 780 s, both equal to native): those runs are marked slow; Llama r
 from __future__ import annotations
 
 import pytest
-from web_app import App, assert_same_detections, llama_reference, whisper_reference, yolo_reference
+from web_app import READY_S, App, assert_same_detections, llama_reference, whisper_reference, yolo_reference
 
 PROMPT = "The for statement"
 SLOW_RUN_S = 1500
@@ -42,7 +42,7 @@ def test_switch_to_cpu_and_back(app, native_llama):
     for dev, label in (("cpu", "CPU"), ("webgpu", "WebGPU")):
         app.page.select_option("#device", dev)
         app.page.wait_for_function(f"document.querySelector('#status').textContent === 'Ready · {label}'",
-                                   timeout=60_000)
+                                   timeout=READY_S * 1000)
         app.generate(PROMPT, 6)
         got = app.wait_result("#llama-output")
         assert got is not None, app.message()

@@ -195,7 +195,7 @@ def whisper_reference(native_whisper, wav: Path) -> dict:
 
 def llama_reference(native_llama, prompt: str, max_tokens: int) -> dict:
     """What `ember llama PROMPT --temperature 0 --seed 0 -n N --json` prints, via the Python API."""
-    from ember.models.llama.generate import SamplingParams, TextStream, generate
+    from ember.models.common.generate import SamplingParams, TextStream, generate
     model, tok = native_llama
     ids = tok.encode(prompt, bos=True)
     stream = TextStream(generate(model, ids, max_tokens, SamplingParams(0.0, 0, 0.9, 1.0, 0), tok.eos_ids), tok)
@@ -205,7 +205,7 @@ def llama_reference(native_llama, prompt: str, max_tokens: int) -> dict:
 
 def yolo_reference(native_yolo, image: Path) -> list[dict]:
     """What `ember yolo IMAGE --json` prints, via the Python API."""
-    from ember.models.yolo.cli import _rounded
+    from ember.models.yolo.predict import rounded as _rounded
     from ember.models.yolo.predict import detect
     return [_rounded(d) for d in detect(native_yolo, str(image))]
 

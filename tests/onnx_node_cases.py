@@ -89,6 +89,55 @@ def close(got, want, rtol=1e-3, atol=1e-5) -> str | None:
     return None
 
 
+# Cases whose expected output is a random draw (numpy's RNG inside onnx's generator, seeded or not): no engine
+# reproduces it, so matching it would be luck (10 Bernoulli draws do match now and then). Neither required to
+# match nor to differ, each is checked for what every draw must satisfy.
+def _bernoulli_draws(ins, got, want) -> str | None:
+    """Bernoulli(p): 0 or 1 everywhere, in the reference's shape and dtype."""
+    y = np.asarray(got[0])
+    if y.shape != want[0].shape or y.dtype != want[0].dtype:
+        return f"output 0: {y.dtype}{y.shape}, not {want[0].dtype}{want[0].shape}"
+    return None if np.isin(y, (0, 1)).all() else f"output 0: values {np.unique(y)[:5]} besides 0 and 1"
+
+
+def _training_dropout(ins, got, want) -> str | None:
+    """Dropout(x, ratio, training_mode=True): each element is 0 (dropped) or x / (1 - ratio) (kept), the mask
+    output says which, and the kept count is within 6 standard deviations of n (1 - ratio)."""
+    x, ratio = ins[0].astype(np.float64), float(ins[1])
+    y = np.asarray(got[0])
+    if y.shape != want[0].shape or y.dtype != want[0].dtype:
+        return f"output 0: {y.dtype}{y.shape}, not {want[0].dtype}{want[0].shape}"
+    kept = np.isclose(y, x / (1 - ratio), rtol=1e-5, atol=1e-6) & (y != 0)
+    if not (kept | (y == 0)).all():
+        return "output 0: an element is neither 0 nor x / (1 - ratio)"
+    if len(want) > 1:
+        mask = np.asarray(got[1])
+        if mask.dtype != np.bool_ or mask.shape != y.shape:
+            return f"output 1: {mask.dtype}{mask.shape}, not bool{y.shape}"
+        if (mask != (kept | (mask & (x == 0)))).any():
+            return "output 1: the mask disagrees with the kept elements"
+        kept = mask
+    n, q = x.size, 1 - ratio
+    if abs(int(kept.sum()) - n * q) > 6 * np.sqrt(n * q * ratio) + 1e-9:
+        return f"output 0: {int(kept.sum())} of {n} kept at ratio {ratio}"
+    return None
+
+
+RANDOM = {"test_bernoulli": _bernoulli_draws, "test_training_dropout": _training_dropout}
+
+
+def check_outputs(name: str, ins, got, want) -> str | None:
+    """None when a case's outputs `got` pass against the reference `want`, else why not."""
+    for prefix, check in RANDOM.items():
+        if name.startswith(prefix):
+            return check(ins, got, want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        why = close(g, w)
+        if why:
+            return f"output {i}: {why}"
+    return None
+
+
 def run_case(make_session, case: Path):
     """-> None on a pass, else a short reason ('load: ...', 'run: ...', 'output 0: ...')."""
     loaded = load_case(case)
@@ -104,11 +153,7 @@ def run_case(make_session, case: Path):
         got = sess.run(None, dict(zip(names, ins)))
     except Exception as e:  # noqa: BLE001
         return f"run: {type(e).__name__}: {str(e)[:200]}"
-    for i, (g, w) in enumerate(zip(got, outs)):
-        why = close(g, w)
-        if why:
-            return f"output {i}: {why}"
-    return None
+    return check_outputs(case.name, ins, got, outs)
 
 
 def read_expected() -> dict[str, dict[str, str]]:
@@ -146,8 +191,8 @@ def score(device: str, names=None, make_session=None) -> dict[str, str]:
 
 
 # causes the message alone does not tell, by case-name prefix
-KNOWN = {"test_training_dropout": "random: the reference's mask comes from numpy's RNG, not reproducible",
-         "test_bernoulli": "random: the reference's draws come from numpy's RNG, not reproducible",
+KNOWN = {"test_training_dropout": "not implemented: Dropout with training_mode=True (ember's Dropout is the inference "
+                                  "identity)",
          "test_swiglu_float16": "float16 rounding: the reference rounds after every op, the fused sigmoid once"}
 
 

@@ -13,7 +13,7 @@ def rss_mib() -> float:
 
 
 def llama():
-    from ember.models.llama.generate import SamplingParams, generate
+    from ember.models.common.generate import SamplingParams, generate
     from ember.models.llama.load import load_llama
     model, tok = load_llama()  # the shipped demo model
     ids = tok.encode("Once upon a time", bos=True)

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import ember
+from ember.models.common.cache import KVCache
 from ember.models.llama.config import LlamaConfig
-from ember.models.llama.model import KVCache, Llama
+from ember.models.llama.model import Llama
 
 
 def _rnd(*shape, seed=0):

@@ -27,7 +27,18 @@ HERE = Path(__file__).parent / "fuzz"
 N = int(os.environ.get("EMBER_FUZZ_N", "2000"))
 SEED = int(os.environ.get("EMBER_FUZZ_SEED", "17"))
 CHUNK = 4000  # inputs per worker process (a crash restarts the worker after the input that crashed)
-STALL_S = 30  # no output for this long: the worker hangs in code SIGALRM cannot interrupt
+STALL_S = 30  # CPU seconds without output: the worker spins in code its SIGPROF handler cannot interrupt
+STALL_WALL = 10 * STALL_S  # wall seconds without output or CPU use: it is blocked (the load slows, never stops)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time (/proc/PID/stat fields 14 and 15); inf once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("inf")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------- base inputs (valid files, made here)
@@ -190,14 +201,21 @@ def run_format(fmt: str, base_for_format: dict, n: int, tmp_path: Path, out_dir:
         p = subprocess.Popen([sys.executable, str(HERE / "worker.py"), fmt, str(i), str(count), str(SEED),
                               str(base_file), out_dir], stdout=subprocess.PIPE, stderr=err, text=True, env=env)
         current, end = None, i + count
+        since_cpu, since_wall = _cpu_seconds(p.pid), 0.0
         while True:
             ready, _, _ = select.select([p.stdout], [], [], STALL_S)
-            if not ready:  # stuck where SIGALRM cannot reach (C code holding the thread): a hang
+            if not ready:
+                since_wall += STALL_S
+                # stuck where SIGPROF cannot reach (C code holding the thread, burning CPU) or blocked: a hang;
+                # a worker the machine's load slows has used less CPU than that and is waited for
+                if _cpu_seconds(p.pid) - since_cpu < STALL_S and since_wall < STALL_WALL:
+                    continue
                 p.kill()
                 p.wait()
                 counts["hang"] += 1
-                found.append((current, "hang", f"no progress for {STALL_S} s"))
+                found.append((current, "hang", f"no progress for {STALL_S} CPU s ({since_wall:.0f} s)"))
                 break
+            since_cpu, since_wall = _cpu_seconds(p.pid), 0.0
             line = p.stdout.readline()
             if not line:
                 break

@@ -122,11 +122,11 @@ def test_gguf_tokenizer_rejects_inconsistent_metadata():
 def test_loads_a_hugging_face_folder(pair, tmp_path):
     # what save_pretrained writes (config.json + model.safetensors, Gemma3ForCausalLM names, norms stored as w),
     # through the same entry point as `ember generate --model FOLDER`
-    from ember.models.gemma3.cli import _family
     from ember.models.gemma3.load import load_gemma3
+    from ember.models.text import family_of
     hf, _ = pair
     hf.save_pretrained(tmp_path, safe_serialization=True)
-    assert _family(str(tmp_path)) == "gemma3"
+    assert family_of(str(tmp_path)) == "gemma3"
     model, tok = load_gemma3(str(tmp_path))
     _assert_logits_match(hf, model, seed=3, n=11)
     assert tok is None  # no tokenizer.json in the folder
@@ -160,3 +160,62 @@ def test_kv_cache_bytes_the_page_reports(pair):
         model(ember.tensor([list(range(12))]), cache)
     assert cache.nbytes() == kv_cache_bytes(model.config, 12)
     assert kv_cache_bytes(model.config, 12) < kv_cache_bytes(model.config.replace(sliding_window=64), 12)
+
+
+def test_a_gguf_loads_through_load_text_model_resolving_it_once_and_parsing_its_header_once(tmp_path, monkeypatch):
+    # `ember generate`'s path (ember.models.text.load_text_model) for a GGUF written by gguf-py from transformers'
+    # weights, named by gguf-py's own Gemma 3 table: the source is resolved once and the header parsed once (a
+    # Gemma GGUF used to be resolved twice and parsed three times), and the model gives transformers' logits
+    gguf = pytest.importorskip("gguf")
+    from ember import hub
+    from ember.io.gguf import GGUFReader
+    from ember.models.text import load_text_model
+    torch.manual_seed(1)
+    # what GGUF leaves to llama.cpp's conventions: every 6th layer global, rope bases 1e6 / 1e4, 1/sqrt(head_dim)
+    hc = transformers.Gemma3TextConfig(
+        vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=32, sliding_window=WINDOW,
+        layer_types=[SLIDING] * 5 + [GLOBAL], max_position_embeddings=64, rms_norm_eps=1e-6,
+        rope_parameters={GLOBAL: {"rope_type": "default", "rope_theta": 1_000_000.0},
+                         SLIDING: {"rope_type": "default", "rope_theta": 10_000.0}},
+        attn_implementation="eager", tie_word_embeddings=True)
+    hf = transformers.Gemma3ForCausalLM(hc).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            p.copy_(0.3 * torch.randn_like(p) if "norm" in name else 4.0 * p)
+    path = tmp_path / "tiny-gemma3.gguf"
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    for add, v in ((w.add_context_length, 64), (w.add_embedding_length, 64), (w.add_block_count, 6),
+                   (w.add_feed_forward_length, 96), (w.add_head_count, 4), (w.add_head_count_kv, 2),
+                   (w.add_key_length, 32), (w.add_value_length, 32), (w.add_layer_norm_rms_eps, 1e-6),
+                   (w.add_rope_freq_base, 1_000_000.0), (w.add_sliding_window, WINDOW)):
+        add(v)
+    tokens = ["<pad>", "<eos>", "<bos>"] + [f"t{i}" for i in range(94)]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types([3, 3, 3] + [1] * 94)
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, 6)
+    for k, v in hf.state_dict().items():
+        if k == "lm_head.weight":
+            continue  # tied: llama.cpp's converter writes token_embd only
+        a = v.detach().numpy().astype(np.float32)
+        w.add_tensor(names.get_name(k, try_suffixes=(".weight",)), a + 1 if k.endswith("norm.weight") else a)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+
+    counts = {"resolve": 0, "parse": 0}
+    resolve, parse = hub.resolve, GGUFReader._parse
+
+    def counted(key, fn):
+        def call(*a, **k):
+            counts[key] += 1
+            return fn(*a, **k)
+        return call
+    monkeypatch.setattr(hub, "resolve", counted("resolve", resolve))
+    monkeypatch.setattr(GGUFReader, "_parse", counted("parse", parse))
+    model, tok = load_text_model(str(path))
+    assert counts == {"resolve": 1, "parse": 1}
+    assert (tok.bos_id, tok.eos_ids) == (2, [1])
+    _assert_logits_match(hf, model, seed=5, n=11)  # 11 > window 4: sliding and global layers both matter

@@ -117,7 +117,7 @@ GAP = 0.09    # max |ember - llama.cpp| logit / llama.cpp's logit range, per ste
 
 @pytest.mark.slow
 def test_greedy_tokens_match_llamacpp(loaded, llm):
-    from ember.models.llama.generate import SamplingParams, generate
+    from ember.models.common.generate import SamplingParams, generate
     model, tok = loaded
     for text in EXACT:
         prompt = tok.encode(text)

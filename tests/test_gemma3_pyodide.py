@@ -43,8 +43,8 @@ def gguf():
 
 
 def _native(path, prompt, opts):
+    from ember.models.common.generate import SamplingParams, generate
     from ember.models.gemma3.load import load_gguf
-    from ember.models.llama.generate import SamplingParams, generate
     model, tok = load_gguf(path)
     ids = tok.encode(prompt, bos=True)
     p = SamplingParams(opts["temperature"], opts.get("top_k", 0), opts["top_p"], 1.0, opts.get("seed"))

@@ -72,7 +72,7 @@ def test_on_each_device_logits_match_transformers_and_greedy_tokens_match_cpu(mo
     # greedy: lavapipe is slow
     if device == "cpu":
         pytest.skip("cpu is the reference here")
-    from ember.models.llama.generate import SamplingParams, generate
+    from ember.models.common.generate import SamplingParams, generate
     model, tok, hf = models
     ids = tok.encode(PROMPTS[0], bos=True)
     with ember.no_grad():

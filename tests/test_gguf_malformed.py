@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import struct
-import time
 import tracemalloc
 
 import numpy as np
@@ -104,8 +103,9 @@ def test_every_truncation_is_reported(rng):
 
 
 def test_fuzz_reader_bounded(rng):
-    """Random byte edits of a valid file: the reader either loads it or raises FormatError; < 15 s.
-    (Run for a minute with fresh seeds during development: ~470k cases, no other exception.)"""
+    """Random byte edits of a valid file: the reader either loads it or raises FormatError; 3000 seeded cases
+    (a count, not a clock: ~0.6 s here). (Run for a minute with fresh seeds during development: ~470k cases, no
+    other exception.)"""
     blob = bytearray(eg.dumps(
         {"w": rng.standard_normal((4, 32)).astype(np.float32),
          "q": QTensor.quantize(rng.standard_normal((2, 256)).astype(np.float32), "q4_k"),
@@ -113,8 +113,8 @@ def test_fuzz_reader_bounded(rng):
         metadata={"general.architecture": "fuzz", "n": 3, "arr": [1, 2], "s": ["x", "yy"], "f": 0.5,
                   "nested": [[1], [2, 3]]}))
     header_end = len(eg.dumps({"w": np.zeros((4, 32), np.float32)}, metadata={})) // 2  # bias edits to the header
-    start, n, outcomes = time.monotonic(), 0, {"ok": 0, "error": 0}
-    while time.monotonic() - start < 8 and n < 3000:
+    n, outcomes = 0, {"ok": 0, "error": 0}
+    while n < 3000:
         data = bytearray(blob)
         for _ in range(int(rng.integers(1, 4))):
             if not data:
@@ -138,4 +138,4 @@ def test_fuzz_reader_bounded(rng):
             assert str(e).startswith("ember: dequantizing")
             outcomes["error"] += 1
         n += 1
-    assert outcomes["error"] > n // 4 and n >= 200, outcomes
+    assert outcomes["error"] > n // 4, outcomes

@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 
 import ember
+from ember.models.common.generate import SamplingParams, generate
 from ember.models.llama import names
 from ember.models.llama.config import LlamaConfig
-from ember.models.llama.generate import SamplingParams, generate
 from ember.models.llama.llama2c import load_llama2c, write_llama2c
-from ember.models.llama.load import from_hf_state_dict
-from ember.models.llama.names import LlamaWeightsError
+from ember.models.llama.names import LlamaWeightsError, from_hf_state_dict
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

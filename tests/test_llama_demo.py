@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import ember
+from ember.models.common.generate import SamplingParams, generate
+from ember.models.common.tokenizer import TextTokenizer
 from ember.models.llama.corpus import build_corpus
-from ember.models.llama.generate import SamplingParams, generate
 from ember.models.llama.load import DEMO_DIR, load_llama
-from ember.models.llama.tokenizer import LlamaTokenizer
 
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(DEMO_DIR, "model.safetensors")),
                                 reason="demo checkpoint not present")
@@ -27,7 +27,7 @@ def test_demo_tokenizer_pure_python_matches_native():
     tokenizers = pytest.importorskip("tokenizers")
     with open(os.path.join(DEMO_DIR, "tokenizer.json"), encoding="utf-8") as f:
         text = f.read()
-    py = LlamaTokenizer.from_json(text, backend="python")
+    py = TextTokenizer.from_json(text, backend="python")
     native = tokenizers.Tokenizer.from_str(text)
     sample = build_corpus()[20000:26000] + " naïve café — 数字 🙂"
     ids = py.encode(sample, bos=False)

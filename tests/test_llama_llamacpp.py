@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ember
-from ember.models.llama.generate import SamplingParams, generate
+from ember.models.common.generate import SamplingParams, generate
 from ember.models.llama.load import load_llama
 
 torch = pytest.importorskip("torch")

@@ -8,7 +8,7 @@ import os
 import pytest
 from pyodide_runner import pyodide_dist, pyodide_session  # noqa: F401  (fixtures)
 
-from ember.models.llama.generate import SamplingParams, generate
+from ember.models.common.generate import SamplingParams, generate
 from ember.models.llama.load import DEMO_DIR, load_llama
 
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(DEMO_DIR, "model.safetensors")),
@@ -20,8 +20,8 @@ os.makedirs("/tmp/demo", exist_ok=True)
 for name, data in {files!r}.items():
     with open("/tmp/demo/" + name, "wb") as f:
         f.write(base64.b64decode(data))
+from ember.models.common.generate import SamplingParams, generate
 from ember.models.llama import load_llama
-from ember.models.llama.generate import SamplingParams, generate
 model, tok = load_llama("/tmp/demo")
 ids = tok.encode({prompt!r})
 out = list(generate(model, ids, {n}, SamplingParams(temperature=0)))

@@ -7,7 +7,7 @@ import pytest
 import ember
 from ember.models.llama.chat import chat_prompt_ids, format_chat
 from ember.models.llama.config import LlamaConfig
-from ember.models.llama.generate import (
+from ember.models.common.generate import (
     Sampler,
     SamplingParams,
     apply_repetition_penalty,

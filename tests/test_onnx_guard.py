@@ -73,12 +73,14 @@ def test_data_sized_output_is_a_limit_error(name):
     from ember.errors import EmberError
     nodes, inits, match = next((c[1], c[2], c[3]) for c in _cases() if c[0] == name)
     outs = [o for n in nodes for o in n.output]
-    t = time.perf_counter()
+    t = time.process_time()
     sess = _session(nodes, inits, outputs=outs)  # folded at load: the error is deferred to the run
     with pytest.raises(EmberError, match=match) as e:
         sess.run(None, {})
     assert "ember:" in str(e.value) and nodes[-1].op_type in str(e.value)
-    assert time.perf_counter() - t < 30  # (a bound on hanging, not a speed test)
+    # a bound on hanging, not a speed test: this process's CPU seconds (~1 at most here), which other processes'
+    # load does not inflate as it does a wall clock
+    assert time.process_time() - t < 30
 
 
 def test_real_sized_outputs_still_run():
@@ -135,9 +137,9 @@ def test_backtracking_regex_runs_in_linear_time_with_re_answers():
     hostile = {r"(a+)+$": "a" * 4000 + "b", r"(a|aa)*c": "a" * 4000, r"(\w+\s?)*$": "word " * 800 + "!",
                r"(?:[a-z]+\.)+com": "a." * 2000 + "org"}
     for p, s in hostile.items():
-        t = time.perf_counter()
+        t = time.process_time()  # CPU seconds of this process (~0.05 here; exponential would be years)
         (y,) = _regex(p).run(None, {"s": np.array([s, s[:40] if p != r"(a|aa)*c" else "aaac"], dtype=object)})
-        assert time.perf_counter() - t < 20
+        assert time.process_time() - t < 20
         assert y.tolist() == [False, re.fullmatch(p, s[:40] if p != r"(a|aa)*c" else "aaac") is not None]
     rng = np.random.default_rng(0)
     alphabet = list("abcxyz .,019\nAB_")

@@ -43,7 +43,7 @@ def llama_dir(tmp_path_factory):
 
 
 def test_llama_greedy_equals_generate(llama_dir):
-    from ember.models.llama.generate import SamplingParams, generate
+    from ember.models.common.generate import SamplingParams, generate
     from ember.models.llama.load import load_llama
     info = W.load("llama", str(llama_dir))
     assert info["tool"] == "llama" and info["device"] == "cpu" and info["parameters"] > 0
@@ -95,7 +95,7 @@ def test_a_piece_ending_in_a_split_character_waits_for_its_continuation(llama_di
     """A stream decoder that passes on U+FFFD (an incomplete UTF-8 sequence) must not reach the page as such:
     the piece is held and sent with the next one; the result's text is still every piece joined."""
     import importlib
-    G = importlib.import_module("ember.models.llama.generate")  # the module (the package exports a function of that name)
+    G = importlib.import_module("ember.models.common.generate")  # the module (the package exports a function of that name)
     pieces = ["caf", "\ufffd", "\ufffd", "é au lait", " \ufffd"]
 
     class Stream:
@@ -175,7 +175,7 @@ def test_rgba_pixels_and_their_size_check():
 
 
 def test_yolo_detections_equal_the_cli(tmp_path):
-    from ember.models.yolo.cli import _rounded
+    from ember.models.yolo.predict import rounded as _rounded
     from ember.models.yolo.fetch import ensure_demo_model, ensure_file
     from ember.models.yolo.load import load_model
     from ember.models.yolo.predict import detect

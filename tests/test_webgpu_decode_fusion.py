@@ -224,9 +224,9 @@ def test_gemma3_decode_dispatches_and_tokens(gemma_pair):
     matvec), q norm + rope, k norm + rope (a matvec each), the cache's k and v writes, attention, o, the
     post-attention norm, norm + gate, norm + up, down with GELU(gate) * up in it, the post-MLP norm; plus the
     embedding and the head."""
+    from ember.models.common.generate import SamplingParams, generate
     from ember.models.gemma3.config import Gemma3Config
     from ember.models.gemma3.load import from_hf_state_dict
-    from ember.models.llama.generate import SamplingParams, generate
     hf, _ = gemma_pair
     sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
     toks, counts = {}, []

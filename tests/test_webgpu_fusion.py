@@ -187,7 +187,7 @@ def test_llama_decode_dispatch_bound_and_tokens(qtype):
     attention (rope_append_attention, one kernel: at most 64 keys); o; add + norm + gate/up; down with
     SiLU(gate) * up computed in it. Plus the embedding lookup and the head with the final add + norm in it."""
     from test_webgpu_quant import _greedy, _tiny_llama
-    from ember.models.llama.generate import SamplingParams, generate
+    from ember.models.common.generate import SamplingParams, generate
     from ember.quant import quantize
 
     def build():

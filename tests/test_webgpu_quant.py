@@ -123,7 +123,7 @@ def _tiny_llama(seed=0):
 
 
 def _greedy(model, prompt, n):
-    from ember.models.llama.generate import SamplingParams, generate
+    from ember.models.common.generate import SamplingParams, generate
     return list(generate(model, prompt, n, SamplingParams(temperature=0.0)))
 
 
@@ -147,7 +147,7 @@ def test_quantized_llama_from_gguf_same_greedy_tokens(tmp_path, qtype):
 def test_quantized_llama_decode_reads_back_only_logits():
     """After loading, generation on webgpu reads back one thing per token, the logits; nothing is
     uploaded per token but the token id and the position's rotation (no weight, no activation)."""
-    from ember.models.llama.generate import SamplingParams, generate
+    from ember.models.common.generate import SamplingParams, generate
     model = quantize(_tiny_llama(), "q4_0").to("webgpu")
     vocab = model.config.vocab_size
     hd = model.config.head_dim

@@ -19,7 +19,7 @@ from ember.models.yolo.image import ImageError, load_image, preprocess
 from ember.models.yolo.load import load_model
 from ember.models.yolo.nms import postprocess, xywh_to_xyxy
 from ember.models.yolo.onnx_reader import OnnxFormatError, read_onnx
-from ember.models.yolo.predict import detect, run_model
+from ember.models.yolo.predict import detect, rounded, run_model
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -207,7 +207,7 @@ def test_cli_defaults_are_ultralytics_predict_and_square_is_the_fixed_input(conv
                                                                    {"iou": 0.45, "max_det": 1})):
         assert cli.main(p.parse_args(["yolo", str(files["bus.jpg"]), "--model", str(converted), "--json"] + extra)) == 0
         got = json.loads(capsys.readouterr().out)
-        assert got == [cli._rounded(d) for d in detect(model, str(files["bus.jpg"]), **kw)] and got
+        assert got == [rounded(d) for d in detect(model, str(files["bus.jpg"]), **kw)] and got
     assert len(got) == 1
 
 

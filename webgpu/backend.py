@@ -11,12 +11,12 @@ bytes moved, so tests can assert that a decode step reads back only its logits.
 from __future__ import annotations
 
 import math
-import os
 import sys
 
 import numpy as np
 
 from ember import dtypes as D
+from ember import settings
 from ember.primitives import Backend
 
 from . import kernels
@@ -33,8 +33,7 @@ from .buffers import BufferPool, GArray, Storage, compute_type, contiguous_strid
 
 MAXD = 8  # dims a view may have after merging (meta layout in common.wgsl)
 _META_CACHE_MAX = 4096
-_SETTINGS = {"power_preference": os.environ.get("EMBER_WEBGPU_POWER", "high-performance"),
-             "backend": os.environ.get("EMBER_WEBGPU_BACKEND") or None}
+_SETTINGS = {"power_preference": settings.get("EMBER_WEBGPU_POWER"), "backend": settings.get("EMBER_WEBGPU_BACKEND")}
 _KIND = {"f32": "f", "f16": "f", "bf16x2": "f", "f16x2": "f", "i32": "i", "u32": "u"}
 _CMP = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor"}
 
@@ -109,11 +108,11 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         self._init_words()  # dtype -> storage word (backend_f16.py)
         self.available = True
         # elementwise chains fused into one kernel each (fusion.py); 0 dispatches every op (bench: before/after)
-        self.fuse = os.environ.get("EMBER_WEBGPU_FUSE", "1") != "0"
+        self.fuse = settings.get("EMBER_WEBGPU_FUSE")
         self._pending = new_pending_set()
         # a decode step's norm inside the matvec reading it, q/k/v in one matvec, rope + cache write + attention
         # in one kernel (norm_prologue.py, linears, rope_append_attention); 0: off (bench_webgpu.py: before/after)
-        self.decode_fusion = os.environ.get("EMBER_WEBGPU_DECODE_FUSION", "1") != "0"
+        self.decode_fusion = settings.get("EMBER_WEBGPU_DECODE_FUSION")
         self._held_write = None  # a KV-cache write waiting to share its dispatch with the next one (_write_into)
         # "auto": vec4 loads when operands are aligned, else "tiled" (shared memory); "regs" (no
         # shared memory) suits CPU-emulated adapters: bench/bench_webgpu.py measures all three

@@ -9,12 +9,12 @@ half the bytes.
 """
 from __future__ import annotations
 
-import os
 import weakref
 
 import numpy as np
 
 from ember import dtypes as D
+from ember import settings
 from ember.errors import EmberError
 
 from .buffers import BF16_PACKED, F16_NATIVE, F16_PACKED, WORD, GArray, Storage, compute_type
@@ -28,12 +28,12 @@ class Pack16Mixin:
         """float16 native with shader-f16 (EMBER_WEBGPU_F16=0 turns it off); 16-bit packing from EMBER_WEBGPU_PACK16."""
         self._half_storages = weakref.WeakSet()  # buffers of live float16/bfloat16 arrays
         self.words = dict(WORD)
-        self.f16_native = self.has_f16 and os.environ.get("EMBER_WEBGPU_F16", "1") != "0"
+        self.f16_native = self.has_f16 and settings.get("EMBER_WEBGPU_F16")
         # f16 arithmetic on native float16 words (see _mul_type); EMBER_WEBGPU_F16_COMPUTE=0: products in f32
-        self.f16_compute = os.environ.get("EMBER_WEBGPU_F16_COMPUTE", "1") != "0"
+        self.f16_compute = settings.get("EMBER_WEBGPU_F16_COMPUTE")
         if self.f16_native:
             self.words[D.float16] = F16_NATIVE
-        self.set_pack16(os.environ.get("EMBER_WEBGPU_PACK16", "0") == "1")
+        self.set_pack16(settings.get("EMBER_WEBGPU_PACK16"))
 
     def set_pack16(self, on=True):
         """Store new bfloat16 (and, without native f16, float16) arrays packed two per word (on) or as f32

@@ -8,8 +8,9 @@ the entry points do (the `ember` CLI before running a command, the benchmarks). 
 """
 from __future__ import annotations
 
-import os
 import sys
+
+from .. import settings
 
 
 def keep_freed_memory() -> bool:
@@ -19,7 +20,7 @@ def keep_freed_memory() -> bool:
     the heap for reuse and trim it only past 128 MB free, as a caching allocator would (Whisper tiny.en
     end to end 7% faster). Linux/glibc only; EMBER_MALLOC_TUNING=0 leaves malloc alone. Returns whether
     malloc was tuned."""
-    if sys.platform != "linux" or os.environ.get("EMBER_MALLOC_TUNING", "1") == "0":
+    if sys.platform != "linux" or not settings.get("EMBER_MALLOC_TUNING"):
         return False
     try:
         import ctypes

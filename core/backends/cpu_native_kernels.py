@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EmberError
+from .. import settings
+from ..errors import EmberError, SettingError
 from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
@@ -111,15 +112,8 @@ MAX_THREADS = 64  # parallel.h's EMBER_MAX_THREADS
 
 
 def _default_threads() -> int:
-    env = os.environ.get("EMBER_NUM_THREADS")
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            n = 0
-        if not 1 <= n <= MAX_THREADS:
-            raise EmberError(f"ember: EMBER_NUM_THREADS must be a whole number from 1 to {MAX_THREADS}, got {env!r}")
-        return n
+    if settings.get("EMBER_NUM_THREADS") is not None:  # 1..MAX_THREADS, else SettingError naming it
+        return settings.get("EMBER_NUM_THREADS")
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -182,7 +176,7 @@ def load() -> tuple[NativeKernels | None, str]:
     """(kernels, "native <simd>, <n> threads (<library>)") when they run here, else (None, why not)."""
     if sys.platform == "emscripten":
         return None, "running under Pyodide (the wasm kernels serve)"
-    if os.environ.get("EMBER_NATIVE_KERNELS", "1") == "0":
+    if not settings.get("EMBER_NATIVE_KERNELS"):
         return None, "switched off by EMBER_NATIVE_KERNELS=0"
     cc = compiler()
     if cc is None:
@@ -192,8 +186,8 @@ def load() -> tuple[NativeKernels | None, str]:
         if not path.is_file():
             build(cc, path)
         kernels = NativeKernels(ctypes.CDLL(str(path)), path)
-    except EmberError as exc:  # a setting out of range
-        return None, str(exc).removeprefix("ember: ")
+    except SettingError:  # a bad EMBER_NUM_THREADS is the user's to fix, not a reason to run without the kernels
+        raise
     except Exception as exc:  # a failed build (its stderr), an unwritable cache, a library that does not load
         return None, f"kernel build or load failed: {type(exc).__name__}: {exc}"
     return kernels, f"native {kernels.simd}, {kernels.threads} threads ({path})"

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import settings
+
 MODULE = Path(__file__).with_name("cpu_wasm_kernels.wasm")
 RELAXED_MODULE = Path(__file__).with_name("cpu_wasm_kernels_relaxed.wasm")  # the same, built with relaxed SIMD
 _F32 = np.dtype(np.float32)
@@ -283,7 +285,7 @@ def load(path: str | os.PathLike | None = None) -> tuple[WasmKernels | None, str
     (None, why not). `path` loads that module alone (the tests' broken or missing modules)."""
     if sys.platform != "emscripten":
         return None, "not running under Pyodide"
-    if os.environ.get("EMBER_WASM_KERNELS", "1") == "0":
+    if not settings.get("EMBER_WASM_KERNELS"):
         return None, "switched off by EMBER_WASM_KERNELS=0"
     if _validates(_SIMD_PROBE) is False:
         return None, "this browser has no WebAssembly SIMD128"

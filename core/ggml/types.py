@@ -91,7 +91,7 @@ BY_ID: dict[int, GGMLType] = {}
 for _row in _TABLE:
     _t = GGMLType(*_row)
     BY_NAME[_t.name] = BY_ID[_t.id] = _t
-globals().update(BY_NAME)  # ember.ggml.types.Q4_0 etc. (also ember.quant.Q4_0)
+globals().update(BY_NAME)  # ember.ggml.types.Q4_0 etc.
 
 # weight type -> the activations' 8-bit type of llama.cpp's x86 CPU products (cpu_kernels/q8dot.c computes these)
 VEC_DOT_TYPES = {"Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q8_0": "Q8_0", "Q4_1": "Q8_1", "Q5_1": "Q8_1",

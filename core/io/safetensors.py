@@ -23,14 +23,14 @@ from .formats import FormatError, LazyFile, Stored, atomic_write, try_memmap, de
 MAX_HEADER = 100_000_000  # the safetensors package refuses larger headers too
 MAX_NDIM = 64  # numpy's limit
 
-# every dtype the spec names -> bits per element; ember reads those in EMBER_DTYPES
+# every dtype the spec names -> bits per element; ember reads those in READ_DTYPES (code -> ember dtype)
 SPEC_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16,
              "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "F64": 64, "I64": 64, "U64": 64,
              "C64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "E8M0": 8}
-EMBER_DTYPES = {"BOOL": dtypes.bool_, "U8": dtypes.uint8, "I8": dtypes.int8, "I32": dtypes.int32,
-                "U32": dtypes.uint32, "I64": dtypes.int64, "F16": dtypes.float16, "BF16": dtypes.bfloat16,
-                "F32": dtypes.float32, "F64": dtypes.float64}
-SPEC_NAME = {d.name: code for code, d in EMBER_DTYPES.items()}
+READ_DTYPES = {"BOOL": dtypes.bool_, "U8": dtypes.uint8, "I8": dtypes.int8, "I32": dtypes.int32,
+               "U32": dtypes.uint32, "I64": dtypes.int64, "F16": dtypes.float16, "BF16": dtypes.bfloat16,
+               "F32": dtypes.float32, "F64": dtypes.float64}
+SPEC_NAME = {d.name: code for code, d in READ_DTYPES.items()}
 
 
 class _Entry:
@@ -181,10 +181,10 @@ class safe_open(LazyFile):
         return e
 
     def _ember_dtype(self, e):
-        d = EMBER_DTYPES.get(e.code)
+        d = READ_DTYPES.get(e.code)
         if d is None:
             raise FormatError(f"ember: {self.where}: tensor {e.name!r} has dtype {e.code}, which ember does "
-                              f"not support (supported: {', '.join(EMBER_DTYPES)})")
+                              f"not support (supported: {', '.join(READ_DTYPES)})")
         return d
 
     def get_stored(self, name) -> Stored:

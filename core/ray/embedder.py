@@ -4,7 +4,7 @@ Which model embeds is a family in a small registry: `register_embedder(name, loa
 `load(source, device)` returns `embed(texts: list[str]) -> (n, dim) float32`. The family is the
 `family=` argument, else the source's config.json `model_type`. Built in:
 
-- "bert", "roberta", "distilbert": a sentence-transformers folder (ember.models.bert.SentenceEncoder: its
+- "bert", "roberta", "distilbert": a sentence-transformers folder (ember.models.bert.sentence.SentenceEncoder: its
   pooling and normalization), e.g. all-MiniLM-L6-v2 (`ember.models.bert.fetch.fetch_minilm()`); the real
   sentence embeddings `ember embed` gives.
 - "llama": mean of a Llama's input token embeddings (its `embed_tokens` rows) over the tokens of each text,

@@ -48,12 +48,24 @@ class SentenceEncoder:
 
     def __init__(self, source, device=None, dtype=None, batch_size: int = 32):
         from ember import hub
-        from ember.models.auto import from_pretrained, load_tokenizer
+        from ember.tokenizers import Tokenizer
+
+        from ..common.hf_folder import read_config, read_state_dict
+        from .load import build_from_hf
         src = hub.resolve(source)
-        self.model = from_pretrained(src.local if not src.remote else source, device=device, dtype=dtype)
-        self.tokenizer = load_tokenizer(src.local if not src.remote else source)
-        if self.tokenizer is None:
+        config = read_config(src)
+        if config["model_type"] not in ("bert", "roberta", "distilbert"):
+            raise FormatError(f"ember: {src.base}: model_type {config['model_type']!r} is not a BERT family "
+                              f"encoder (bert, roberta, distilbert)")
+        model = build_from_hf(config, read_state_dict(src), str(src.base))
+        if device is not None or dtype is not None:
+            model = model.to(*([device] if device is not None else []),
+                             **({"dtype": dtype} if dtype is not None else {}))
+        self.model = model.eval().requires_grad_(False)
+        tok_path = src.path("tokenizer.json", required=False)
+        if tok_path is None:
             raise FormatError(f"ember: {src.base} has no tokenizer.json")
+        self.tokenizer = Tokenizer.from_file(tok_path)
         modules = _json(src, "modules.json") or []
         kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules]
         pooling = next((m for m in modules if m.get("type", "").endswith("Pooling")), None)

@@ -1,9 +1,10 @@
 """CausalLM: what every decoder-only language model of the zoo shares: positions (from the cache and a
 padding mask), rotary tables, causal / sliding-window / padding / ALiBi masks, the KV cache, the layer loop,
-last-token-only logits, a tied or separate output head. An architecture file subclasses it and supplies its
-modules (with the checkpoint's names), `embed`, and, when it differs from the common one, `head`.
+last-token-only logits, a tied or separate output head. An architecture file subclasses it (or LlamaLayout,
+layout.py, the llama layout built on it) and supplies its modules (with the checkpoint's names), `embed`, and,
+when it differs from the common one, `head`.
 
-    class Mistral(CausalLM):
+    class Falcon(CausalLM):
         def __init__(self, c):
             super().__init__()
             self.model = ...; self.lm_head = ...

@@ -1,7 +1,7 @@
 """Position encodings shared by the zoo: rotary embeddings (rotate-half and interleaved layouts, partial
 rotary, the linear / Llama 3 / YaRN frequency scalings as transformers' modeling_rope_utils.py computes them),
-ALiBi slopes and biases, sinusoidal tables. Tables are built on the host in numpy (float32 as transformers
-builds them) and become small tensors per forward step.
+the rotary row layouts of q/k projections, ALiBi slopes and biases, sinusoidal tables. Tables are built on
+the host in numpy (float32 as transformers builds them) and become small tensors per forward step.
 """
 from __future__ import annotations
 
@@ -143,6 +143,21 @@ class Rope:
             c, s, rot = self.full
             return x * c + (x @ rot) * s
         return F.rotary_embedding(x, self.cos, self.sin)
+
+
+# ============================================================================ rotary row layouts
+
+def to_half_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """q/k projection rows in the interleaved-pair rotary layout (llama.cpp's GGUF, llama2.c) -> rotate-half
+    rows, per head: (n_heads * hd, dim) -> same shape."""
+    rows, dim = w.shape
+    return w.reshape(n_heads, rows // n_heads // 2, 2, dim).transpose(0, 2, 1, 3).reshape(rows, dim)
+
+
+def to_pair_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Rotate-half rows -> interleaved-pair rows (the inverse of to_half_layout)."""
+    rows, dim = w.shape
+    return w.reshape(n_heads, 2, rows // n_heads // 2, dim).transpose(0, 2, 1, 3).reshape(rows, dim)
 
 
 # ============================================================================ ALiBi, sinusoids

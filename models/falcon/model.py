@@ -11,7 +11,7 @@ import ember
 from ember import nn
 
 from ..common.attention import Attention
-from ..common.config import DecoderConfigError, DecoderSpec
+from ..common.spec import DecoderConfigError, DecoderSpec
 from ..common.decoder import CausalLM, DecoderBlock
 from ..common.mlp import MLP
 

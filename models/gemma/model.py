@@ -10,7 +10,7 @@ import numpy as np
 
 import ember
 
-from ..mistral.model import LlamaLayout, build
+from ..common.layout import LlamaLayout, build
 
 
 class Gemma(LlamaLayout):

@@ -1,57 +1,33 @@
-"""Load Gemma 3 (text) and its tokenizer from a GGUF file (llama.cpp's `gemma3` layout) or a Hugging Face
-folder (Gemma3ForCausalLM names: config.json, model.safetensors or the shards model.safetensors.index.json
-names, tokenizer.json), by path, URL or hub id.
+"""Load Gemma 3 (text) and its tokenizer from a GGUF file (llama.cpp's `gemma3` layout: GGUF below, read by
+models/common/gguf.py) or a Hugging Face folder (Gemma3ForCausalLM names: config.json, model.safetensors or the
+shards model.safetensors.index.json names, tokenizer.json), by path, URL or hub id.
 
     model, tok = load_gemma3("gemma-3-270m-q4_k_m.gguf")     # or a folder, "owner/name", a URL
 
 From GGUF every quantized matrix stays quantized (QLinear), the embedding too (read by row, multiplied quantized
 for the tied output); norms are F32. A GGUF model multiplies its quantized weights as llama.cpp does on a CPU,
-activations quantized to 8 bits per block (ember.quant.set_activations "q8"): llama.cpp's numbers, and its speed. Gemma's RMSNorm multiplies by (1 + w): GGUF already stores 1 + w
-(convert_hf_to_gguf adds it), a Hugging Face checkpoint stores w, so 1 is added here for that source.
+activations quantized to 8 bits per block (ember.quant.set_activations "q8"): llama.cpp's numbers, and its
+speed. Gemma's RMSNorm multiplies by (1 + w): GGUF already stores 1 + w (convert_hf_to_gguf adds it), a Hugging
+Face checkpoint stores w, so 1 is added here for that source.
 """
 from __future__ import annotations
-
-import json
-import os
 
 import numpy as np
 
 import ember
-from ember.quant import QTensor, load_quantized, set_activations
+from ember.errors import FormatError
+from ember.quant import QTensor, load_quantized
 
+from ..common.gguf import LLAMA_LAYER_NAMES, GGUFArchitecture, hf_names, load_gguf as load_any_gguf
+from ..common.hf_folder import read_config, read_state_dict
 from .config import Gemma3Config
 from .model import Gemma3
-from ember.errors import FormatError
 
-_LAYER = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
-          "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
-          "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-          "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
-          "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
-_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
 EMBED = "model.embed_tokens.weight"
 
 
 class Gemma3WeightsError(FormatError):
     """Weights that do not describe the configured Gemma 3 model (names the file and the tensor)."""
-
-
-def hf_names_from_gguf(tensors: dict, where: str) -> dict:
-    """{GGUF name: Tensor | QTensor} -> {HF name: Tensor | QTensor}; quantized matrices untouched."""
-    sd = {}
-    for name, t in tensors.items():
-        if name in _TOP:
-            sd[_TOP[name]] = t
-            continue
-        parts = name.split(".")
-        if len(parts) == 4 and parts[0] == "blk" and parts[2] in _LAYER and parts[3] == "weight":
-            sd[f"model.layers.{parts[1]}.{_LAYER[parts[2]]}.weight"] = t
-        elif name == "output.weight":
-            raise Gemma3WeightsError(f"ember: {where}: an untied 'output.weight' {tuple(t.shape)}: Gemma 3 ties "
-                                     f"its output to token_embd")
-        else:
-            raise Gemma3WeightsError(f"ember: {where}: unexpected tensor {name!r} {tuple(t.shape)}")
-    return sd
 
 
 def build(config: Gemma3Config, sd: dict, where: str) -> Gemma3:
@@ -71,20 +47,28 @@ def build(config: Gemma3Config, sd: dict, where: str) -> Gemma3:
     return model.eval().requires_grad_(False)
 
 
+# ============================================================================ GGUF: the name table
+
+GGUF = GGUFArchitecture(
+    "gemma3", {**LLAMA_LAYER_NAMES, "post_attention_norm": "post_attention_layernorm",
+               "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+               "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"},
+    {"token_embd.weight": EMBED, "output_norm.weight": "model.norm.weight"}, Gemma3Config.from_gguf, build,
+    error=Gemma3WeightsError, refused={"output.weight": "an untied output: Gemma 3 ties its output to token_embd"},
+    activations="q8")
+
+
+def hf_names_from_gguf(tensors: dict, where: str) -> dict:
+    """{GGUF name: Tensor | QTensor | ndarray} -> {HF name: the same}; quantized matrices untouched."""
+    return hf_names(tensors, GGUF, None, where)
+
+
 def load_gguf(path, tokenizer: bool = True, activations: str = "q8"):
     """(Gemma3, GGUF tokenizer | None) from a .gguf file; activations: see ember.quant.set_activations."""
-    from ember.io.gguf import metadata
-    where = os.fspath(path)
-    md = metadata(path)
-    config = Gemma3Config.from_gguf(md, where)
-    model = build(config, hf_names_from_gguf(ember.load(path), where), where)
-    set_activations(model, activations)
-    tok = None
-    if tokenizer and "tokenizer.ggml.tokens" in md:
-        from ember.tokenizers.gguf_spm import SpmTokenizer
-        tok = SpmTokenizer.from_gguf_metadata(md, where)
-    return model, tok
+    return load_any_gguf(path, GGUF, tokenizer=tokenizer, activations=activations)
 
+
+# ============================================================================ Hugging Face folders
 
 def from_hf_state_dict(sd: dict, config: Gemma3Config, where: str) -> Gemma3:
     """Gemma3ForCausalLM names (optionally under 'model.language_model.'), norms stored as w: 1 is added."""
@@ -100,16 +84,15 @@ def from_hf_state_dict(sd: dict, config: Gemma3Config, where: str) -> Gemma3:
 
 
 def load_hf(source, tokenizer: bool = True):
-    with open(source.path("config.json"), encoding="utf-8") as f:
-        config = Gemma3Config.from_hf(json.load(f), str(source.path("config.json")))
-    from ember.models.auto import read_state_dict  # model.safetensors, or the shards an index names
+    """(Gemma3, TextTokenizer | None) from a Hugging Face folder (an ember.hub.Source)."""
+    from ..common.tokenizer import TextTokenizer
+    config = Gemma3Config.from_hf(read_config(source, require_type=False), str(source.path("config.json")))
     model = from_hf_state_dict(read_state_dict(source), config, str(source.base))
-    tok = None
     tok_path = source.path("tokenizer.json", required=False) if tokenizer else None
+    tok = None
     if tok_path is not None:
-        from ember.models.llama.tokenizer import LlamaTokenizer
         with open(tok_path, encoding="utf-8") as f:
-            tok = LlamaTokenizer.from_json(f.read(), config.bos_token_id, config.eos_token_ids)
+            tok = TextTokenizer.from_json(f.read(), config.bos_token_id, config.eos_token_ids)
     return model, tok
 
 

@@ -5,8 +5,8 @@ output tied to the embedding, grouped-query attention with an explicit KV cache.
 
 Norm weights here are the *effective* scale: Gemma's checkpoints store w and multiply by (1 + w); llama.cpp's
 converter adds the 1 when writing GGUF, and load.py does it for a Hugging Face folder, so every norm is a plain
-nn.RMSNorm. The embedding is a QEmbedding: a QTensor read by row (and multiplied, quantized, for the logits)
-or a float Parameter. Nothing here names a backend.
+nn.RMSNorm. The embedding is a QEmbedding (models/common/embedding.py): a QTensor read by row (and multiplied,
+quantized, for the logits) or a float Parameter. Nothing here names a backend.
 """
 from __future__ import annotations
 
@@ -14,70 +14,23 @@ import math
 
 import numpy as np
 
-import ember
 from ember import nn
-from ember.nn import functional as F
 from ember.quant import QTensor
-from ember.ggml.codec import dequantize_rows
 
 from ..common.attention import Attention
-from ..common.cache import KVCache  # noqa: F401  (the cache's home was here; kept importable)
 from ..common.decoder import CausalLM
+from ..common.embedding import QEmbedding
 from ..common.fused_decode import block_parts
 from ..common.mlp import GatedMLP
 from ..common.positions import RotaryEmbedding
-from .config import SLIDING, Gemma3Config
-
-
-class QEmbedding(nn.Module):
-    """Token embedding whose table may stay quantized: forward dequantizes only the rows asked for; `logits`
-    multiplies by the table (tied output) through the quantized matmul. A float table is a Parameter."""
-
-    def __init__(self, vocab_size: int, dim: int):
-        super().__init__()
-        self.num_embeddings, self.embedding_dim = vocab_size, dim
-        self.weight = None  # (vocab_size, dim): set by load_table (no 262k-row placeholder is allocated)
-
-    def load_table(self, w):
-        """w: a QTensor (kept quantized, a plain attribute as QLinear keeps its own) or a float Tensor/array."""
-        if tuple(w.shape) != (self.num_embeddings, self.embedding_dim):
-            raise ValueError(f"ember: token embedding of shape {tuple(w.shape)} does not fit "
-                             f"({self.num_embeddings}, {self.embedding_dim})")
-        self.weight = w if isinstance(w, QTensor) else \
-            nn.Parameter(w if isinstance(w, ember.Tensor) else ember.tensor(np.asarray(w, np.float32)))
-
-    def forward(self, tokens):                                               # (B, T) int
-        if isinstance(self.weight, QTensor):
-            ids = tokens.numpy().reshape(-1)
-            if ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
-                raise ValueError(f"ember: token id out of range [0, {self.num_embeddings})")
-            rows = dequantize_rows(self.weight.data[ids], self.weight.ggml_type)  # (B * T, dim) float32
-            return ember.tensor(rows.reshape(*tokens.shape, self.embedding_dim), device=tokens.device)
-        return F.embedding(tokens, self.weight)                              # (B, T, dim)
-
-    def argmax_logits(self, x) -> int:                                       # (1, 1, dim) -> argmax of logits
-        if isinstance(self.weight, QTensor):
-            return self.weight.argmax_matmul_t(x)
-        return int(np.argmax(self.logits(x).numpy()))
-
-    def topk_logits(self, x, k: int):                                       # (1, 1, dim) -> (ids, logits)
-        """The logits of a set of ids holding every one among the k largest (QTensor.topk_matmul_t)."""
-        if isinstance(self.weight, QTensor):
-            return self.weight.topk_matmul_t(x, k)
-        y = self.logits(x).numpy().reshape(-1)
-        return np.arange(y.size, dtype=np.int64), y
-
-    def logits(self, x):                                                     # (B, T, dim) -> (B, T, vocab)
-        if isinstance(self.weight, QTensor):
-            return self.weight.matmul_t(x)
-        return F.linear(x, self.weight)
+from .config import Gemma3Config
 
 
 def Block(c: Gemma3Config) -> nn.Module:
     norm = lambda: nn.RMSNorm(c.dim, eps=c.norm_eps)                            # (dim,) each
     attn = Attention(c.dim, c.n_heads, c.n_kv_heads, c.head_dim, scale=c.query_pre_attn_scalar ** -0.5,
                      qk_norm=lambda hd: nn.RMSNorm(hd, eps=c.norm_eps))
-    return SandwichBlock(attn, GatedMLP(c.dim, c.hidden_dim, "gelu_pytorch_tanh"), norm(), norm(), norm(), norm())
+    return SandwichBlock(attn, GatedMLP(c.dim, c.hidden_dim, c.act), norm(), norm(), norm(), norm())
 
 
 class SandwichBlock(nn.Module):
@@ -113,9 +66,7 @@ class Gemma3(CausalLM):
         self.model = Backbone(c)
         self.embed_scale = float(np.float32(math.sqrt(c.dim)))  # as transformers rounds it: a float32 scalar
         ropes = {kind: RotaryEmbedding(c.head_dim, c.inv_freq(kind)) for kind in set(c.layer_types)}
-        self.setup(n_layers=c.n_layers, n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim,
-                   max_seq_len=c.max_seq_len, rope=[ropes[k] for k in c.layer_types],
-                   windows=[c.sliding_window if k == SLIDING else None for k in c.layer_types])
+        self.setup(rope=[ropes[k] for k in c.layer_types], **c.setup_args())
 
     @property
     def device(self):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ember import nn
 
 from ..common.mlp import GatedMLP
-from ..mistral.model import LlamaLayout, build
+from ..common.layout import LlamaLayout, build
 
 
 class Glm(LlamaLayout):

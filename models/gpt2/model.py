@@ -12,7 +12,7 @@ from ember import nn
 from ember.limits import check_config
 
 from ..common.attention import Attention
-from ..common.config import DecoderConfigError
+from ..common.spec import DecoderConfigError
 from ..common.decoder import CausalLM, DecoderBlock
 from ..common.mlp import MLP
 

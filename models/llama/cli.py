@@ -1,8 +1,6 @@
-"""`ember llama "PROMPT"` (stream generated text, tokens/s at the end) and `ember train-llama` (train.py)."""
+"""`ember llama "PROMPT"` (stream generated text, tokens/s at the end: ember.models.text.cli's printing) and
+`ember train-llama` (train.py)."""
 from __future__ import annotations
-
-import json
-import sys
 
 from ...argtypes import add_sampling_arguments
 from ...cli import DEVICE_HELP, resolve_device
@@ -27,6 +25,8 @@ def add_parser(sub):
 
 
 def main(args):
+    from ember.models.text.cli import print_generation
+
     from .chat import chat_prompt_ids
     from .load import load_llama
     model, tok = load_llama(args.model, device=resolve_device(args.device), tokenizer=args.tokenizer)
@@ -39,37 +39,6 @@ def main(args):
     else:
         prompt_ids = tok.encode(args.prompt, bos=True)
     return print_generation(model, tok, args.prompt, prompt_ids, args)
-
-
-def print_generation(model, tok, prompt: str, prompt_ids: list[int], args) -> int:
-    """Generate from `prompt_ids` with the sampling flags in `args`, streaming text to stdout (or one JSON
-    object with --json); shared by `ember llama` and `ember generate`."""
-    from .generate import SamplingParams, TextStream, generate
-    room = model.config.max_seq_len - len(prompt_ids)
-    if room < 1:
-        raise ValueError(f"ember: the prompt has {len(prompt_ids)} tokens, which fills the model's context of "
-                         f"{model.config.max_seq_len} positions")
-    if args.max_new_tokens > room:
-        print(f"ember: -n {args.max_new_tokens} is capped at {room} new tokens: the model's context is "
-              f"{model.config.max_seq_len} positions and the prompt takes {len(prompt_ids)}", file=sys.stderr)
-    params = SamplingParams(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
-    text = TextStream(generate(model, prompt_ids, args.max_new_tokens, params, tok.eos_ids), tok)
-    pieces = []
-    if not args.json:
-        print(prompt, end="", flush=True)
-    for piece in text:
-        pieces.append(piece)
-        if not args.json:
-            print(piece, end="", flush=True)
-    st = text.stats
-    if args.json:
-        print(json.dumps({"prompt_tokens": prompt_ids, "tokens": st.tokens, "text": "".join(pieces),
-                          "tokens_per_s": round(st.tokens_per_s, 2), "stopped": st.stopped,
-                          "kv_cache_bytes": st.kv_cache_bytes}))
-    else:
-        print(f"\n\n{len(st.tokens)} tokens, {st.tokens_per_s:.1f} tokens/s (prompt {len(prompt_ids)} tokens in "
-              f"{st.prompt_s * 1000:.0f} ms, KV cache {st.kv_cache_bytes / 1024:.0f} KiB)", file=sys.stderr)
-    return 0
 
 
 def main_train(args):

@@ -14,8 +14,9 @@ import numpy as np
 
 import ember
 
+from ..common.positions import to_half_layout, to_pair_layout
 from .config import LlamaConfig
-from .names import LlamaWeightsError, from_hf_state_dict, to_half_layout, to_pair_layout
+from .names import LlamaWeightsError, from_hf_state_dict
 
 HEADER = struct.Struct("<7i")
 MAGIC_V1 = 0x616B3432  # "ak42": export.py's version 1/2 files, which carry a different header
@@ -113,8 +114,8 @@ def write_llama2c(path, c: LlamaConfig, sd: dict):
 
 
 def load_llama2c(path, tokenizer_path=None):
-    """(Llama, LlamaTokenizer | None) from a .bin and, if given, llama2.c's tokenizer.bin."""
-    from .tokenizer import LlamaTokenizer
+    """(Llama, TextTokenizer | None) from a .bin and, if given, llama2.c's tokenizer.bin."""
+    from ..common.tokenizer import TextTokenizer
     with open(path, "rb") as f:
         data = f.read()
     c, sd = read_llama2c(data, os.fspath(path))
@@ -122,5 +123,5 @@ def load_llama2c(path, tokenizer_path=None):
     tok = None
     if tokenizer_path is not None:
         with open(tokenizer_path, "rb") as f:
-            tok = LlamaTokenizer.from_llama2c(f.read(), c.vocab_size)
+            tok = TextTokenizer.from_llama2c(f.read(), c.vocab_size)
     return model, tok

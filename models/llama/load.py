@@ -5,8 +5,9 @@ source, downloads into its cache and picks the endpoint: $EMBER_HUB_ENDPOINT, el
 
     model, tok = load_llama("models/llama/demo")          # or "stories15M.bin", "x.gguf", "owner/name"
 
-This module dispatches on the format; the format readers (gguf.py, llama2c.py, the HF folder reader
-below) share names.py and never import this module.
+This module dispatches on the format; the format readers (gguf.py through models/common/gguf.py, llama2c.py,
+the HF folder reader below) share names.py and never import this module. ember.models.text.load_text_model
+loads these sources too, beside every other causal LM.
 """
 from __future__ import annotations
 
@@ -15,56 +16,55 @@ import os
 
 import ember
 
+from ..common.hf_folder import read_config, read_state_dict
+from ..common.tokenizer import TextTokenizer
 from . import names
 from .config import LlamaConfig
 from .model import Llama
-from .names import from_hf_state_dict  # noqa: F401  (its home was here; kept importable)
-from .tokenizer import LlamaTokenizer
 
 DEMO_DIR = os.path.join(os.path.dirname(__file__), "demo")
 
 
-# ============================================================================ sources: path, URL, hub id
-
-def resolve(src: str):
-    """src -> (an ember.hub.Source where its files are, the single file's name for .bin/.gguf sources, else
-    None: a folder, or the folder of any other file named)."""
-    from ember import hub
-    source = hub.resolve(src)
-    name = source.file if source.file is not None and source.file.endswith((".gguf", ".bin")) else None
-    return source, name
+def single_file(source) -> str | None:
+    """The .gguf / .bin file an ember.hub.Source names, else None (a folder, or the folder of any other file)."""
+    return source.file if source.file is not None and source.file.endswith((".gguf", ".bin")) else None
 
 
 # ============================================================================ loaders
 
-def load_llama(src: str | None = None, device=None, tokenizer: str | None = None) -> tuple[Llama, LlamaTokenizer]:
+def load_llama(src: str | None = None, device=None, tokenizer: str | None = None) -> tuple[Llama, TextTokenizer]:
     """(model in eval mode, tokenizer) from any supported source; None -> the shipped demo model."""
-    source, name = resolve(src or DEMO_DIR)
-    if name is not None and name.endswith(".gguf"):
-        from .gguf import load_gguf
-        model, tok = load_gguf(source.path(name))
-    elif name is not None and name.endswith(".bin"):
-        from .llama2c import load_llama2c
-        tok_path = tokenizer or source.path("tokenizer.bin", required=False)
-        model, tok = load_llama2c(source.path(name), tok_path)
-    else:
-        model, tok = load_hf(source, tokenizer)
+    from ember import hub
+    model, tok = load_source(hub.resolve(src or DEMO_DIR), tokenizer)
     if device is not None:
         model = model.to(device)
     # inference: parameters that do not require grad let the functional layer take its fused paths
     return model.eval().requires_grad_(False), tok
 
 
-def load_hf(source, tokenizer: str | None = None) -> tuple[Llama, LlamaTokenizer]:
+def load_source(source, tokenizer: str | None = None) -> tuple[Llama, TextTokenizer]:
+    """(model, tokenizer) from an ember.hub.Source, by its format; tokenizer: a tokenizer file to use instead
+    of the one beside the model."""
+    name = single_file(source)
+    if name is not None and name.endswith(".gguf"):
+        from ..common.gguf import load_gguf
+        from .gguf import GGUF
+        return load_gguf(source.path(name), GGUF)
+    if name is not None:
+        from .llama2c import load_llama2c
+        return load_llama2c(source.path(name), tokenizer or source.path("tokenizer.bin", required=False))
+    return load_hf(source, tokenizer)
+
+
+def load_hf(source, tokenizer: str | None = None) -> tuple[Llama, TextTokenizer]:
     """A Hugging Face folder (an ember.hub.Source): config.json, model.safetensors or shards + index, tokenizer.json."""
-    from ..auto import read_config, read_state_dict
     config = LlamaConfig.from_hf(read_config(source, require_type=False))
     model = build_from_hf(config, read_state_dict(source), str(source.base))
     tok_path = tokenizer or source.path("tokenizer.json", required=False)
     tok = None
     if tok_path is not None:
         with open(tok_path, encoding="utf-8") as f:
-            tok = LlamaTokenizer.from_json(f.read(), config.bos_token_id, config.eos_token_ids)
+            tok = TextTokenizer.from_json(f.read(), config.bos_token_id, config.eos_token_ids)
     return model, tok
 
 

@@ -1,10 +1,8 @@
 """Weight-name mapping between Hugging Face LlamaForCausalLM and ember's Llama (fused qkv_proj and
-gate_up_proj), with shape checks that name the tensor; the rotary row layouts of llama.cpp / llama2.c.
-Every format reader (load.py's HF folders, gguf.py, llama2c.py) produces HF names and builds its Llama with
-from_hf_state_dict here; the readers import this module, never load.py (which dispatches to them)."""
+gate_up_proj), with shape checks that name the tensor. Every format reader (load.py's HF folders, gguf.py,
+llama2c.py) produces HF names and builds its Llama here; the readers import this module, never load.py (which
+dispatches to them)."""
 from __future__ import annotations
-
-import numpy as np
 
 import ember
 
@@ -49,20 +47,6 @@ def check_hf(sd: dict, c: LlamaConfig, source: str = "checkpoint"):
         parts = ([f"missing {e.missing[:8]}"] if e.missing else []) + ([f"mis-shaped {bad[:8]}"] if bad else []) + \
                 ([f"unexpected {e.unexpected[:8]}"] if e.unexpected else [])
         raise LlamaWeightsError(f"ember: {source} does not match the llama config: " + "; ".join(parts)) from e
-
-
-# ============================================================================ rotary row layouts
-
-def to_half_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """Interleaved-pair rows -> rotate-half rows, per head: (n_heads * hd, dim) -> same shape."""
-    rows, dim = w.shape
-    return w.reshape(n_heads, rows // n_heads // 2, 2, dim).transpose(0, 2, 1, 3).reshape(rows, dim)
-
-
-def to_pair_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """Rotate-half rows -> interleaved-pair rows (the inverse of to_half_layout)."""
-    rows, dim = w.shape
-    return w.reshape(n_heads, 2, rows // n_heads // 2, dim).transpose(0, 2, 1, 3).reshape(rows, dim)
 
 
 # ============================================================================ HF names <-> ember names

@@ -11,7 +11,7 @@ from ember import nn
 from ..common.attention import Attention
 from ..common.decoder import DecoderBlock
 from ..common.mlp import MLP
-from ..mistral.model import LlamaLayout, build
+from ..common.layout import LlamaLayout, build
 
 
 class Phi2(LlamaLayout):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..common.attention import Attention
 from ..common.mlp import GatedMLP
-from ..mistral.model import LlamaLayout, build
+from ..common.layout import LlamaLayout, build
 
 
 class Phi3(LlamaLayout):

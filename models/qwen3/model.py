@@ -6,7 +6,7 @@ from __future__ import annotations
 from ember import nn
 
 from ..common.attention import Attention
-from ..mistral.model import LlamaLayout, build
+from ..common.layout import LlamaLayout, build
 
 
 class Qwen3(LlamaLayout):

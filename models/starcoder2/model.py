@@ -7,7 +7,7 @@ from ember import nn
 
 from ..common.attention import Attention
 from ..common.mlp import MLP
-from ..mistral.model import LlamaLayout, build
+from ..common.layout import LlamaLayout, build
 
 
 class StarCoder2(LlamaLayout):

@@ -1,8 +1,8 @@
 """Fuzz worker: `python worker.py FORMAT START COUNT SEED BASE.pkl OUT_DIR` (OUT_DIR "-": replay BASE["files"]). Runs inputs START.. of one format's
-deterministic stream in this process, under an address-space cap (RLIMIT_AS) and a per-input time limit
-(SIGALRM), and writes one line per input to stdout before running it ("case i") and after ("done i OUTCOME"),
-so the parent can tell a crash (the process died inside case i) from the outcomes the worker saw itself:
-    ok | ember (a clean ember.EmberError) | other (any other exception) | hang (over the time limit) |
+deterministic stream in this process, under an address-space cap (RLIMIT_AS) and a per-input limit on its CPU
+seconds (SIGPROF: an input that spins is stopped, one the machine's load merely slows is not), and writes one line
+per input to stdout before running it ("case i") and after ("done i OUTCOME"), so the parent can tell a crash (the process died inside case i) from the outcomes the worker saw itself:
+    ok | ember (a clean ember.EmberError) | other (any other exception) | hang (over the CPU-time limit) |
     memory (MemoryError under the cap). Inputs whose outcome is other/hang/memory are saved to OUT_DIR."""
 import os
 import pickle
@@ -25,7 +25,7 @@ class Hang(BaseException):  # not an Exception: the code under test must not be 
     pass
 
 
-def _alarm(*_):
+def _out_of_time(*_):
     raise Hang()
 
 
@@ -48,7 +48,7 @@ def main():
     except EmberError:
         pass
     resource.setrlimit(resource.RLIMIT_AS, (_vm_bytes() + MEMORY_CAP, resource.RLIM_INFINITY))
-    signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGPROF, _out_of_time)
     for i in range(start, start + count):
         if out_dir == "-":  # replaying saved reproducers: base_path's "files" holds them
             raw = base["files"][i]
@@ -57,7 +57,7 @@ def main():
             raw = gen(rng, base)
         print(f"case {i}", flush=True)
         outcome, detail = "ok", ""
-        signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
+        signal.setitimer(signal.ITIMER_PROF, TIME_LIMIT_S)
         try:
             load(raw)
         except EmberError as e:
@@ -71,7 +71,7 @@ def main():
             outcome, detail = "other", "".join(traceback.format_exception_only(type(e), e)).strip()
             detail += " @ " + "".join(traceback.format_tb(e.__traceback__)[-1:]).strip().replace("\n", " ")
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
         if outcome not in ("ok", "ember") and out_dir != "-":
             with open(os.path.join(out_dir, f"{fmt}-{i}.bin"), "wb") as f:
                 f.write(raw)

@@ -67,19 +67,20 @@ def text_model_source(folder: str) -> str:
     return os.path.join(folder, single[0]) if single and "config.json" not in names else folder
 
 
-def kv_cache_bytes(config, context: int = 2048) -> int:
-    """float32 K and V bytes for `context` tokens of Gemma 3: a sliding layer keeps window - 1 tokens (see
-    models/gemma3/model.py KVCache), a global layer all of them."""
-    from ember.models.gemma3.config import SLIDING
+def kv_cache_bytes(config, context: int = 2048) -> int | None:
+    """float32 K and V bytes for `context` tokens of a decoder whose config names its layers' kinds (Gemma 3): a
+    sliding layer keeps window - 1 tokens (see models/common/cache.py KVCache), a global layer all of them. None
+    for a config that names none (the page shows no figure for it)."""
+    if not getattr(config, "layer_types", None):
+        return None
     per_token = 2 * config.n_kv_heads * config.head_dim * 4
-    kept = sum(min(context, config.sliding_window - 1) if t == SLIDING else context for t in config.layer_types)
-    return kept * per_token
+    return sum(min(context, w - 1) if w else context for w in config.windows) * per_token
 
 
 def load(folder: str, device: str) -> dict:
-    """Gemma 3 or Llama, by what the files say; -> "parameters", "bytes" (quantized weights count too),
-    "context" and "kv_2k_bytes" (Gemma 3's KV cache at 2k tokens; None for other models)."""
-    from ember.models.gemma3.cli import load as load_text
+    """Any causal LM, by what the files say (ember.models.text); -> "parameters", "bytes" (quantized weights count
+    too), "context" and "kv_2k_bytes" (the KV cache at 2k tokens where the config names its layers' kinds)."""
+    from ember.models.text import load_text_model as load_text
     _STATE.clear()  # free the old model before the new one claims memory
     model, tokenizer = load_text(text_model_source(folder), device=device)
     if tokenizer is None:
@@ -89,7 +90,7 @@ def load(folder: str, device: str) -> dict:
     n_params, n_bytes = weight_sizes(model)
     cfg = model.config
     return {"parameters": n_params, "bytes": n_bytes, "context": int(cfg.max_seq_len),
-            "kv_2k_bytes": kv_cache_bytes(cfg, 2048) if hasattr(cfg, "layer_types") else None}
+            "kv_2k_bytes": kv_cache_bytes(cfg, 2048)}
 
 
 # ---------------------------------------------------------------------------- run
@@ -101,7 +102,7 @@ async def run(prompt: str, opts: dict, on_partial=None, on_progress=None) -> dic
     on_partial(piece, n_tokens, tokens_per_s) per piece; a piece ending in U+FFFD (a character split over
     tokens, which a tokenizer's stream decoder may pass on) waits for the next one. A prompt that leaves
     no room in the context is refused with code "too_long"."""
-    from ember.models.llama.generate import SamplingParams, TextStream, generate
+    from ember.models.common.generate import SamplingParams, TextStream, generate
     if "model" not in _STATE:
         raise WorkerError("ember: no llama model loaded yet; load one first", "not_loaded")
     model, tok = _STATE["model"], _STATE["tokenizer"]
