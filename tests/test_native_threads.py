@@ -21,7 +21,7 @@ if cpu_decode.kernels() is None:  # no C compiler: the composed path serves, not
 
 
 def _llama(quantized: bool):
-    """models/llama's Llama at a width whose matvecs split (512 x 1536 > parallel.h's EMBER_PARALLEL_WORK): float32
+    """models/llama's Llama at a width whose matvecs split (512 x 1536 > parallel.h's PARALLEL_MIN_WORK): float32
     weights stored input-major (the CPU backend's layout for a float nn.Linear), or Q4_K / Q8_0 with 8-bit
     activations; 8 heads, so attention past 256 cached rows splits by heads too."""
     from ember.models.llama.config import LlamaConfig

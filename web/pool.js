@@ -14,7 +14,7 @@
 
 export const CTL = { GEN: 0, INSIDE: 1, NEXT: 2, DONE: 3, SLEEPING: 4, ACTIVE: 5, READY: 6, LOST: 7, BROKEN: 8,
   STOP: 9, SPIN: 10, TIMEOUT_MS: 11, BUSY: 12, JOBS: 13 }; // pool.c's control words, in its order
-export const MAX_THREADS = 64; // parallel.h's EMBER_MAX_THREADS
+export const MAX_THREADS = 64; // parallel.h's PARALLEL_MAX_THREADS
 export const DEFAULT_CAP = 8; // the default thread count is the visitor's cores, at most this many
 const PAGE = 65536;
 const STACK_BYTES = 1 << 20; // a worker instance's stack (the caller keeps the 1 MiB the module links)

@@ -41,7 +41,7 @@ HEADERS = ("simd.h", "half.h", "parallel.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
 FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
 NATIVE = ["-march=native"]  # this CPU's SIMD (AVX2, ...); a compiler that refuses it builds the portable paths
-PARALLEL_MACS = 1 << 18  # parallel.h's EMBER_PARALLEL_WORK: below it a job stays on the calling thread
+PARALLEL_MACS = 1 << 18  # parallel.h's PARALLEL_MIN_WORK: below it a job stays on the calling thread
 MAX_DEFAULT_THREADS = 8
 _P = ctypes.c_void_p
 _I = ctypes.c_int
@@ -108,7 +108,7 @@ class NativeKernels:
         return y
 
 
-MAX_THREADS = 64  # parallel.h's EMBER_MAX_THREADS
+MAX_THREADS = 64  # parallel.h's PARALLEL_MAX_THREADS
 
 
 def _default_threads() -> int:

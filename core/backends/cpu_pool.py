@@ -169,7 +169,7 @@ class Pool:
     # ---------------------------------------------------------------- state
 
     def check(self, rc: int, what: str) -> int:
-        """rc of a kernel call: EMBER_POOL_LOST raises PoolError (and the pool runs on this thread alone from
+        """rc of a kernel call: PARALLEL_LOST raises PoolError (and the pool runs on this thread alone from
         then on); other values are returned."""
         if rc != -2:
             return rc

@@ -157,7 +157,7 @@ static void matvec_rows(const void *p, int r0, int r1, int thread) {  // y[r0:r1
 }
 
 // y (rows) = W x for one weight (W_FIELDS at w); act: x quantized for W's type when *quantized says so, else
-// quantized here (and *quantized set). 0, or EMBER_POOL_LOST.
+// quantized here (and *quantized set). 0, or PARALLEL_LOST.
 static int matvec(const intptr_t *w, const float *x, float *y, void *act, int *quantized) {
     int type = (int)w[W_TYPE], rows = (int)w[W_ROWS], cols = (int)w[W_COLS];
     if (type > F32_TYPE && !*quantized) {
@@ -169,7 +169,7 @@ static int matvec(const intptr_t *w, const float *x, float *y, void *act, int *q
 }
 
 // q, k and v (gate and up) whose types quantize x alike share one quantization of their input (q8dot.c's kinds;
-// -1 for float32 rows). 0, or EMBER_POOL_LOST.
+// -1 for float32 rows). 0, or PARALLEL_LOST.
 static int matvecs(const intptr_t *layer, const int *which, int n, const float *x, float **ys, void *act) {
     int held = -1;  // the activation kind act holds x quantized for (one at a time), -1: none yet
     for (int i = 0; i < n; i++) {
@@ -177,7 +177,7 @@ static int matvecs(const intptr_t *layer, const int *which, int n, const float *
         int kind = w[W_TYPE] > F32_TYPE ? ember_q8_act_kind((int)w[W_TYPE]) : -1;
         int quantized = kind >= 0 && kind == held;
         if (matvec(w, x, ys[i], act, &quantized) != 0)
-            return EMBER_POOL_LOST;
+            return PARALLEL_LOST;
         held = kind >= 0 ? kind : held;
     }
     return 0;
@@ -258,14 +258,14 @@ EMBER_EXPORT(ember_decode_scratch_bytes)
 long ember_decode_scratch_bytes(const intptr_t *plan, int max_length) {
     long dim = plan[H_DIM], qd = plan[H_HEADS] * plan[H_HEAD_DIM], kd = plan[H_KV_HEADS] * plan[H_HEAD_DIM];
     long floats = 2 * dim + 2 * qd + 2 * kd + 2 * plan[H_HIDDEN] + 64;
-    floats += EMBER_MAX_THREADS * per_thread_floats(plan, max_length);
+    floats += PARALLEL_MAX_THREADS * per_thread_floats(plan, max_length);
     return floats * 4 + max_act_bytes(plan) + 64;
 }
 
 // x (dim) through every layer of the plan (and the final norm where the plan has one), in place. rope: the
 // (cos, sin) tables of the token's position, head_dim / 2 floats each, one pair per rope kind (a layer's L_ROPE
 // picks its pair). Returns 0, or -1 for a plan this build cannot run (a weight type without a kernel, dims that
-// are not whole blocks or lanes of 8), or EMBER_POOL_LOST (the page's pool lost a worker: x is not the answer).
+// are not whole blocks or lanes of 8), or PARALLEL_LOST (the page's pool lost a worker: x is not the answer).
 EMBER_EXPORT(ember_decode)
 int ember_decode(const intptr_t *plan, const float *fparams, float *x, const float *rope_tables, void *scratch) {
     int dim = (int)plan[H_DIM], heads = (int)plan[H_HEADS], kvh = (int)plan[H_KV_HEADS], hd = (int)plan[H_HEAD_DIM];
@@ -288,7 +288,7 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
     for (long l = 0; l < plan[H_LAYERS]; l++)
         room = layer[l * L_FIELDS + L_LENGTH] > room ? layer[l * L_FIELDS + L_LENGTH] : room;
     long stride = per_thread_floats(plan, room);
-    void *act = (void *)(((uintptr_t)(work + EMBER_MAX_THREADS * stride) + 63) & ~(uintptr_t)63);
+    void *act = (void *)(((uintptr_t)(work + PARALLEL_MAX_THREADS * stride) + 63) & ~(uintptr_t)63);
     int rc = 0;
     for (long l = 0; l < plan[H_LAYERS]; l++, layer += L_FIELDS) {
         // attention
@@ -341,7 +341,7 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         for (int i = 0; i < dim; i++)
             x[i] += a[i];
         if (rc != 0)
-            return EMBER_POOL_LOST;
+            return PARALLEL_LOST;
     }
     if (plan[H_FINAL_NORM])
         rms_norm(x, (const float *)plan[H_FINAL_NORM], eps, dim, x);

@@ -245,7 +245,7 @@ static void gemm_units(const void *p, int u0, int u1, int thread) {
 // batch products; strides: 8 element strides {batch, row, column of A; of B; batch, row of C} (a batch
 // stride of 0 broadcasts). Passed as an array because Pyodide's ctypes calls a function of more than
 // 13 arguments ~20x slower (29 us against 1.5 us). scratch: ember_sgemm_scratch_floats() floats per thread.
-// 0, or EMBER_POOL_LOST (the page's pool lost a worker: C is not the answer).
+// 0, or PARALLEL_LOST (the page's pool lost a worker: C is not the answer).
 __attribute__((export_name("ember_sgemm_batched")))
 int ember_sgemm_batched(int batch, int m, int n, int k, const float *a, const float *b, float *c,
                         const int *strides, float *scratch, int accumulate) {
@@ -268,7 +268,7 @@ int ember_sgemm_batched(int batch, int m, int n, int k, const float *a, const fl
 }
 
 // C (m x n, row stride rsc, unit column stride) = A (m x k) B (k x n), or += when accumulate.
-// scratch: ember_sgemm_scratch_floats() floats per thread, any alignment. 0, or EMBER_POOL_LOST.
+// scratch: ember_sgemm_scratch_floats() floats per thread, any alignment. 0, or PARALLEL_LOST.
 __attribute__((export_name("ember_sgemm")))
 int ember_sgemm(int m, int n, int k, const float *a, int rsa, int csa, const float *b, int rsb, int csb,
                 float *c, int rsc, float *scratch, int accumulate) {

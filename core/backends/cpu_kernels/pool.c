@@ -5,7 +5,7 @@
 // for the last one (memory.atomic.wait32, in slices).
 //
 // Nothing here blocks for ever. A worker waits for work in slices of WORKER_SLICE_NS and leaves its loop when
-// `stop` is set. The caller's wait ends in EMBER_POOL_LOST when a worker is reported lost (`lost`, set by
+// `stop` is set. The caller's wait ends in PARALLEL_LOST when a worker is reported lost (`lost`, set by
 // web/pool.js when a worker's script fails, its kernel traps, or its owner terminates it) or when no chunk has
 // completed for `timeout_ms`; the pool is then broken: later jobs run on the caller alone (the results stay those
 // of any thread count) and cpu_pool.py says why. Protocol of the job fields: threads.c's (CLOSED while written).
@@ -100,7 +100,7 @@ void ember_pool_worker(int id) {
     }
 }
 
-// The caller's wait for the job's last chunk: spin, then wait in slices; EMBER_POOL_LOST (and the pool broken)
+// The caller's wait for the job's last chunk: spin, then wait in slices; PARALLEL_LOST (and the pool broken)
 // when a worker is lost or nothing completes for timeout_ms.
 static int wait_done(int chunks) {
     int spin = atomic_load(&ctl[C_SPIN]);
@@ -109,7 +109,7 @@ static int wait_done(int chunks) {
     for (int i = 0; last < chunks; last = atomic_load(&ctl[C_DONE])) {
         if (atomic_load(&ctl[C_LOST])) {
             atomic_store(&ctl[C_BROKEN], 1);
-            return EMBER_POOL_LOST;
+            return PARALLEL_LOST;
         }
         if (++i < spin)
             continue;
@@ -118,7 +118,7 @@ static int wait_done(int chunks) {
         idle_ns = now != last ? 0 : idle_ns + (rc == 2 ? CALLER_SLICE_NS : 0);
         if (idle_ns >= limit_ns) {
             atomic_store(&ctl[C_BROKEN], 2);
-            return EMBER_POOL_LOST;
+            return PARALLEL_LOST;
         }
     }
     return 0;
@@ -137,7 +137,7 @@ int ember_parallel(ember_rows_fn fn, const void *args, int n, int chunks) {
     for (long long i = 0, waited = 0; atomic_load(&ctl[C_INSIDE]) > 0; i++) {  // a worker late to the last job
         if (atomic_load(&ctl[C_LOST]) || waited > (long long)atomic_load(&ctl[C_TIMEOUT_MS]) * 1000000LL) {
             atomic_store(&ctl[C_BROKEN], atomic_load(&ctl[C_LOST]) ? 1 : 2);
-            rc = EMBER_POOL_LOST;
+            rc = PARALLEL_LOST;
             break;
         }
         int inside = atomic_load(&ctl[C_INSIDE]);
@@ -154,7 +154,7 @@ int ember_parallel(ember_rows_fn fn, const void *args, int n, int chunks) {
         number = (number + 1) & 0x3fffffff;
         atomic_store(&ctl[C_GEN], number);
         if (atomic_load(&ctl[C_SLEEPING]) > 0)
-            wake(&ctl[C_GEN], EMBER_MAX_THREADS);
+            wake(&ctl[C_GEN], PARALLEL_MAX_THREADS);
         atomic_fetch_add(&ctl[C_JOBS], 1);
         work(0);
         rc = wait_done(chunks);

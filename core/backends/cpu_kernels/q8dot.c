@@ -411,7 +411,7 @@ static void dot_rows(const void *p, int r0, int r1, int thread) {  // rows [r0, 
     ember_q8_dot(j->type, j->m, r1 - r0, j->k, j->w + (long)r0 * j->row_bytes, j->act, j->y + r0, j->ldy);
 }
 
-// ember_q8_dot with W's n rows split between threads (parallel.h): 0, -1 (no kernel), EMBER_POOL_LOST.
+// ember_q8_dot with W's n rows split between threads (parallel.h): 0, -1 (no kernel), PARALLEL_LOST.
 EMBER_EXPORT(ember_q8_dot_rows)
 int ember_q8_dot_rows(int type, int m, int n, int k, const uint8_t *w, const void *act, float *y, int ldy) {
     if (ember_q8_act_bytes(type, m, k) < 0)

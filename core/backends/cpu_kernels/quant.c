@@ -320,7 +320,7 @@ static void dequant_rows(const void *p, int r0, int r1, int thread) {  // rows [
 // y (m rows of stride ldy) = x (m rows of k floats, stride ldx) @ W^T, W: n rows of GGML blocks of `type`, split
 // between threads by rows of W (parallel.h). xsum: scratch of m * k / 32 floats (the per-32 sums of x, for the
 // types with an offset). Returns 0, -1 for a type without a kernel / k not a whole number of blocks, or
-// EMBER_POOL_LOST.
+// PARALLEL_LOST.
 __attribute__((export_name("ember_qmatmul")))
 int ember_qmatmul(int type, int m, int n, int k, const uint8_t *w, const float *x, int ldx, float *y, int ldy,
                   float *xsum) {

@@ -87,7 +87,7 @@ static void after_fork_in_child(void) {  // the child has only the thread that f
     atomic_store(&pool.sleeping, 0);
 }
 
-// Use n threads (1 <= n <= EMBER_MAX_THREADS), starting workers until there are n - 1 (never stopping any);
+// Use n threads (1 <= n <= PARALLEL_MAX_THREADS), starting workers until there are n - 1 (never stopping any);
 // returns how many threads jobs now use.
 __attribute__((visibility("default")))
 int ember_threads(int n) {
@@ -96,7 +96,7 @@ int ember_threads(int n) {
         pthread_atfork(0, 0, after_fork_in_child);
         registered = 1;
     }
-    n = n < 1 ? 1 : n > EMBER_MAX_THREADS ? EMBER_MAX_THREADS : n;
+    n = n < 1 ? 1 : n > PARALLEL_MAX_THREADS ? PARALLEL_MAX_THREADS : n;
     while (pool.workers < n - 1) {
         pthread_t th;
         pthread_attr_t attr;
