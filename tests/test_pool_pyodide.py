@@ -42,7 +42,9 @@ QF_CASES = [("Q4_K", 2, 1000, 512), ("Q8_0", 5, 800, 640)]
 GEMM_CASES = [  # (a shape, b shape, how b is laid out): each path of gemm.c, split by rows or columns
     ((1, 640), (640, 3000), "plain"), ((700, 300), (300, 1), "plain"), ((257, 300), (300, 200), "plain"),
     ((200, 300), (300, 1100), "transposed"), ((6, 200, 64), (6, 64, 200), "plain"),
-    ((3, 1, 130, 70), (70, 90), "transposed"), ((2, 3, 100, 64), (2, 3, 64, 100), "plain")]
+    ((3, 1, 130, 70), (70, 90), "transposed"), ((2, 3, 100, 64), (2, 3, 64, 100), "plain"),
+    # results past the pool's 16 MiB per call: blocks of the batch; blocks of rows (the last row not alone)
+    ((3, 1500, 64), (3, 64, 1500), "plain"), ((2097, 64), (64, 2000), "transposed")]
 
 def gemm_operands(i, ashape, bshape, layout):
     a = floats(ashape, 100 + i)

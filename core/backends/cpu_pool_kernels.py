@@ -23,6 +23,8 @@ from .cpu_pool import Block, SharedRows, addr, i32
 
 F32 = np.dtype(np.float32)
 POOL_MIN_MACS = 1 << 20  # below this a product stays on this thread (its copies and hand-off ~30 us)
+IO_BYTES = 16 << 20  # a product's result goes out in pieces of about this much (a 2k prompt's attention scores are
+# 62 MB for Gemma 3 270M): the pool's per-call block, which its memory keeps, stays this size
 
 
 def _align(n: int) -> int:
@@ -134,21 +136,44 @@ class PoolKernels:
         return c
 
     def _batched(self, a, b, c):
-        """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) C-contiguous, in one call on the pool."""
+        """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) C-contiguous, in calls of at most ~IO_BYTES of c each: whole
+        matrices of the batch, or blocks of rows (never one row alone where M > 1: gemm.c takes another path for
+        a single row, whose sums run in another order)."""
+        if c.nbytes <= IO_BYTES:
+            return self._call(a, b, c)
+        if c.ndim == 3 and c.shape[0] > 1:
+            step = max(1, IO_BYTES // c[0].nbytes)
+            for t in range(0, c.shape[0], step):
+                self._batched(a[t:t + step], b[t:t + step], c[t:t + step])
+            return
+        m = c.shape[-2]
+        step = max(4, IO_BYTES // (4 * c.shape[-1]) // 4 * 4)
+        starts = list(range(0, m, step))
+        if m - starts[-1] == 1 and len(starts) > 1:
+            starts.pop()  # (the last row goes with the block before it)
+        for i, r in enumerate(starts):
+            e = starts[i + 1] if i + 1 < len(starts) else m
+            self._call(a[..., r:e, :], b, c[..., r:e, :])
+
+    def _call(self, a, b, c):
+        """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) with unit column stride, in one call on the pool."""
         three = c.ndim == 3
         batch, (m, n), k = (c.shape[0] if three else 1), c.shape[-2:], a.shape[-1]
         a, b = _dense(a), _dense(b)
         sa, sb = _span(a), _span(b)
-        io = self._io_at(_align(sa[0]) + _align(sb[0]) + _align(c.nbytes) + 64)
+        io = self._io_at(_align(sa[0]) + _align(sb[0]) + _align(m * n * batch * 4) + 64)
         at_a, at_b, at_c = io, io + _align(sa[0]), io + _align(sa[0]) + _align(sb[0])
         ea, eb = self._stage(a, sa, at_a), self._stage(b, sb, at_b)
         strides = np.array([_es(a, -3) if three else 0, _es(a, -2), _es(a, -1), _es(b, -3) if three else 0,
-                            _es(b, -2), _es(b, -1), m * n, n], np.int32)
-        at_s = at_c + _align(c.nbytes)
+                            _es(b, -2), _es(b, -1), m * n, n], np.int32)  # (c is written contiguous in the pool)
+        at_s = at_c + _align(m * n * batch * 4)
         self.pool.write(at_s, strides)
         rc = self._sgemm_batched(batch, m, n, k, i32(ea), i32(eb), i32(at_c), i32(at_s), i32(self._gemm_scratch.at), 0)
         self.pool.check(rc, "matmul")
-        self.pool.read(at_c, c)
+        if c.flags.c_contiguous:
+            self.pool.read(at_c, c)
+        else:  # a block of rows of a larger result
+            c[...] = self.pool.read(at_c, np.empty(c.shape, F32))
 
     def _stage(self, x, span, at) -> int:
         """Copy the bytes x's elements span into the shared memory at `at`; -> the shared address of x's first
