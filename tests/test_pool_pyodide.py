@@ -281,12 +281,11 @@ def test_the_arena_reuses_freed_ranges_and_grows_at_its_end():
     from ember.backends.cpu_pool import Arena
     size = [1 << 20]
 
-    def grow(end):
+    def grow(end):  # as web/pool.js's: the size after growing, or -1
         if end > 8 << 20:
-            return False
-        size[0] = max(size[0], end)
-        return True
-    grow.size = lambda: size[0]
+            return -1
+        size[0] = max(size[0], -(-end // 65536) * 65536)
+        return size[0]
     arena = Arena(1000, size[0], grow)
     a, b, c = arena.alloc(100), arena.alloc(200), arena.alloc(300)
     assert a % 64 == 0 and a >= 1000 and b == a + 128 and c == b + 256

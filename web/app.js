@@ -15,6 +15,7 @@ const HUMAN = {
   bad_model: "These files don't make a model for this tool.",
   not_loaded: "Load a model first.",
   cancelled: "Stopped.",
+  pool_lost: "A CPU worker thread stopped; the page now computes on one thread. Run it again.",
 };
 
 // The message's heading names the problem: first from what the detail says, else from the error's code.
@@ -33,6 +34,7 @@ const HEADS = {
   download: "Download failed", too_large: "Model too large", out_of_memory: "Out of memory",
   unsupported_file: "File can't be used", bad_model: "Not a model for this tool", not_loaded: "No model loaded",
   bad_request: "Invalid setting", too_long: "Input too long", not_ready: "Runtime not ready",
+  pool_lost: "A worker thread stopped",
 };
 const TOOL_NAMES = { whisper: "Whisper", llama: "Llama", yolo: "YOLO" };
 
@@ -55,6 +57,7 @@ function showError(err, tool) {
   const head = found ? found[1] : HEADS[code] || "Something went wrong";
   const who = tool ? `${TOOL_NAMES[tool]}: ` : "";
   showMessage(`${who}${HUMAN[code] ? HUMAN[code] + " " : ""}(${detail})`, "error", head);
+  if (code === "pool_lost") showDevice(); // the device line says 1 thread, and why
 }
 
 function setProgress(p) {

@@ -150,8 +150,13 @@ class Ember {
     } catch (e) {
       return why(`the kernel pool's module did not load from ${url} (${e.message})`);
     }
-    const pool = await startPool({ threads, module, timeoutMs: this.options.poolTimeoutMs ?? 10000,
-      spawn: () => new Worker(new URL("pool_worker.js", import.meta.url), { type: "module" }) });
+    let pool;
+    try {
+      pool = await startPool({ threads, module, timeoutMs: this.options.poolTimeoutMs ?? 10000,
+        spawn: () => new Worker(new URL("pool_worker.js", import.meta.url), { type: "module" }) });
+    } catch (e) {
+      return why(`the kernel pool did not start (${e.message})`);
+    }
     if (pool.threads < 2) return why(pool.reason);
     this._pool = pool;
     return { memory: pool.memory, module, layout: pool.layout, threads: pool.threads,

@@ -66,10 +66,15 @@ async function init(msg, progress) {
   const marks = {}; // stage -> epoch ms, so the page can place each stage after its own navigation start
   const mark = (name) => { marks[name] = performance.timeOrigin + performance.now(); };
   mark("worker");
+  self.emberPool = { threads: 1, reason: msg.poolReason || "no kernel pool" };
   if (msg.pool) { // the caller's instance over the pool's shared memory (Python copies between it and its heap)
-    const { attachPool } = await import("./pool.js");
-    self.emberPool = await attachPool({ ...msg.pool, heap: () => pyodide._module.HEAPU8 });
-  } else self.emberPool = { threads: 1, reason: msg.poolReason || "no kernel pool" };
+    try {
+      const { attachPool } = await import("./pool.js");
+      self.emberPool = await attachPool({ ...msg.pool, heap: () => pyodide._module.HEAPU8 });
+    } catch (e) {
+      self.emberPool.reason = `this worker could not join the kernel pool (${e.message})`;
+    }
+  }
   const abs = (u) => new URL(u, self.location.href).href;
   const base = abs(msg.pyodideURL).replace(/\/?$/, "/");
   // fetched while Pyodide boots: the ember wheel and (from `ember build-web`) numpy's and ember's bytecode

@@ -37,7 +37,7 @@ class PoolError(EmberError, RuntimeError):
 
 class Arena:
     """First-fit allocation of byte ranges at or above `base` in a memory that grows at its end: `grow(end)` makes
-    the memory at least `end` bytes long (False when it cannot). Offsets are ALIGN-aligned."""
+    the memory at least `end` bytes long and returns its size (-1 when it cannot). Offsets are ALIGN-aligned."""
 
     def __init__(self, base: int, size: int, grow):
         self._grow, self.top = grow, size  # the memory's current size
@@ -61,11 +61,12 @@ class Arena:
         last_free = self._free_at and self._free_at[-1] + self._free_len[-1] == self.top
         start = self._free_at[-1] if last_free else self.top
         want = start + n
-        new_top = max(want, self.top + max(GROW_BYTES, self.top // 8))
-        if not self._grow(new_top) and not self._grow(want):
+        grown = self._grow(max(want, self.top + max(GROW_BYTES, self.top // 8)))
+        if grown < want:  # (short of room for the generous step: just what is needed)
+            grown = self._grow(want)
+        if grown < want:
             raise MemoryError(f"ember: the kernel pool's shared memory cannot grow to {want / 2**20:.0f} MiB "
                               f"(it holds {self.used_bytes() / 2**20:.0f} MiB)")
-        grown = max(want, self._size_after_grow(new_top, want))
         if last_free:
             self._free_len[-1] += grown - self.top
         else:
@@ -73,10 +74,6 @@ class Arena:
             self._free_len.append(grown - self.top)
         self.top = grown
         return self.alloc(n)
-
-    def _size_after_grow(self, asked, least):
-        size = getattr(self._grow, "size", None)
-        return size() if size is not None else asked if asked >= least else least
 
     def free(self, at: int):
         n = self._used.pop(at)
@@ -126,9 +123,7 @@ class Pool:
         self.variant = str(js_pool.variant)
         self.exports = js_pool.exports
         self._copy_in, self._copy_out = js_pool.copyIn, js_pool.copyOut
-        grow = lambda end: int(js_pool.grow(end)) >= 0  # noqa: E731
-        grow.size = lambda: int(js_pool.bytes())
-        self.arena = Arena(int(js_pool.arenaBase), int(js_pool.bytes()), grow)
+        self.arena = Arena(int(js_pool.arenaBase), int(js_pool.bytes()), lambda end: int(js_pool.grow(end)))
         self._placed: dict[int, tuple] = {}  # id(array) -> (weakref to it, Block)
         self.broken = ""  # why jobs no longer run in parallel (PoolError told once)
 
