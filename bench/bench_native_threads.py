@@ -43,7 +43,7 @@ def models(names):
 
 
 def decode(model, n):
-    from ember.models.llama.generate import SamplingParams, generate
+    from ember.models.common.generate import SamplingParams, generate
     g = generate(model, PROMPT, n, SamplingParams(temperature=0))
     tokens = list(g)
     return g.stats.tokens_per_s, tokens
@@ -55,8 +55,13 @@ def main(argv=None):
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="stories15m,smollm2,gemma3")
+    ap.add_argument("--boost", action="store_true", help="this run's autogroup at nice -20 "
+                    "(bench_web_threads.py says why)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    if a.boost:
+        from bench_web_threads import boost
+        boost(["self"])
     from threadpoolctl import threadpool_limits
 
     from ember.backends.cpu_malloc import keep_freed_memory

@@ -8,8 +8,12 @@ GGUF, greedy, 32 new tokens after a ~100-token prompt: decode tok/s and prefill 
 the first token), Whisper tiny.en on an 18 s espeak-ng clip (seconds), YOLOv8s on bus.jpg (as PNG; seconds),
 all-MiniLM-L6-v2 on 64 sentences (sentences/s). The page: one bare page of a `build-web` site per thread count,
 each its own runtime (createEmber({threads})), alive side by side so rounds alternate. Natively: the kernels'
-threads (set_threads) and BLAS's (threadpoolctl) at the same count. The machine's load average is printed: on a
-shared 2-core machine a second thread only helps as far as the cores are free.
+threads (set_threads) and BLAS's (threadpoolctl) at the same count. The machine's load average is printed.
+
+--boost (root, Linux): on a machine shared with other jobs, the kernel's autogroup scheduling gives each session
+one share of the CPUs whatever its thread count, so with two other busy sessions on 2 cores a second thread gets
+nothing; --boost sets this benchmark's autogroups (this process's and the browser's) to nice -20 for the run, so
+that the figures measure ember rather than the neighbours (whose share drops meanwhile).
 """
 from __future__ import annotations
 
@@ -125,6 +129,21 @@ def threads_natively(n: int):
     return threadpool_limits(n)
 
 
+def boost(pids, nice: int = -20):
+    """Set the autogroup nice of each process in `pids` (see --boost); quietly nothing where it cannot."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/autogroup", "w") as f:
+                f.write(str(nice))
+        except OSError:
+            pass
+
+
+def browser_pids() -> list[int]:
+    from bench_web_gemma_memory import chromium_processes
+    return [p["pid"] for p in chromium_processes()]
+
+
 BETTER = {"decode_tok_s": max, "prefill_tok_s": max, "sentences_s": max, "s": min}
 
 
@@ -137,9 +156,12 @@ def main(argv=None):
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tools", default="gemma,whisper,yolo,embed")
+    ap.add_argument("--boost", action="store_true", help="this run's autogroups at nice -20 (see above)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     counts, tools = [int(n) for n in a.threads.split(",")], a.tools.split(",")
+    if a.boost:
+        boost(["self"])
     from playwright.sync_api import sync_playwright
     page_runs = {n: {t: [] for t in tools} for n in counts}
     native_runs = {n: {t: [] for t in tools} for n in counts}
@@ -156,6 +178,8 @@ def main(argv=None):
                 ctx = pw.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, headless=True,
                                                             args=ARGS)
                 pages = {}
+                if a.boost:
+                    ctx.new_page().close()  # (its renderer and the browser's processes exist now)
                 for n in counts:
                     p = pages[n] = ctx.new_page()
                     p.set_default_timeout(3_600_000)
@@ -165,6 +189,8 @@ def main(argv=None):
                         return [__e.threads, __e.threadsReason]; }""", n)
                     if got[0] != n:
                         raise SystemExit(f"page asked for {n} threads runs {got[0]}: {got[1]}")
+                    if a.boost:
+                        boost(browser_pids())
                     for t in tools:
                         p.evaluate("async (tool) => __e.loadModel(tool, 'demo')", TOOL_OF[t])
                 args = {"prompt": PROMPT, "n": NEW_TOKENS, "sentences": SENTENCES}
@@ -185,7 +211,9 @@ def main(argv=None):
         finally:
             server.close()
             shutil.rmtree(profile, ignore_errors=True)
-    res = {"threads": counts, "rounds": a.rounds, "loadavg_1min": [round(x, 2) for x in loads],
+    if a.boost:
+        boost(["self"], 0)
+    res = {"threads": counts, "rounds": a.rounds, "boost": a.boost, "loadavg_1min": [round(x, 2) for x in loads],
            "page": {n: {t: best(page_runs[n][t]) for t in tools} for n in counts},
            "native": {n: {t: best(native_runs[n][t]) for t in tools} for n in counts},
            "same_result_every_thread_count": {t: len(v) == 1 for t, v in same.items()}}

@@ -100,9 +100,9 @@ def test_results_are_the_same_bits_on_1_2_and_3_threads(page, server, site):
             assert got[n][tool] == got[1][tool], (n, tool)  # JSON floats: float32 values compare exactly
     assert got[1]["whisper"]["text"].strip() and got[1]["yolo"] and len(got[1]["embed"]) == len(SENTENCES)
     # Gemma on 2 threads: native's tokens (the decode step's bits are native's: tests/test_pool_pyodide.py)
-    from ember.models.gemma3.load import load_gguf
-    from ember.models.llama.generate import SamplingParams, generate
-    model, tok = load_gguf(next((site / "models").glob("gemma-*")) / "gemma-3-270m-q4_k_m.gguf")
+    from ember.models.common.generate import SamplingParams, generate
+    from ember.models.text import load_text_model
+    model, tok = load_text_model(str(next((site / "models").glob("gemma-*")) / "gemma-3-270m-q4_k_m.gguf"))
     ids = tok.encode(PROMPT, bos=True)
     assert got[2]["llama"] == {"prompt_tokens": ids,
                                "tokens": list(generate(model, ids, 6, SamplingParams(temperature=0), tok.eos_ids))}

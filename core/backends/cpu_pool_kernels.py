@@ -23,6 +23,9 @@ from .cpu_pool import Block, SharedRows, addr, i32
 
 F32 = np.dtype(np.float32)
 POOL_MIN_MACS = 1 << 20  # below this a product stays on this thread (its copies and hand-off ~30 us)
+POOL_MIN_ROWS = 16  # a float product with fewer rows of A stays too: its B, copied at every call, is read only
+# that many times (a decode step's x @ W^T reads W once: the copy costs what the product does, 80 MB a token
+# for Whisper's tied 51,864-word output)
 IO_BYTES = 16 << 20  # a product's result goes out in pieces of about this much (a 2k prompt's attention scores are
 # 62 MB for Gemma 3 270M): the pool's per-call block, which its memory keeps, stays this size
 
@@ -110,9 +113,10 @@ class PoolKernels:
     # ---------------------------------------------------------------- float GEMM
 
     def takes_matmul(self, a: np.ndarray, b: np.ndarray) -> bool:
-        """Whether a @ b is large enough for the pool."""
+        """Whether a @ b is for the pool: large enough, and each B read by enough rows of A to pay for its copy."""
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        return math.prod(batch) * a.shape[-2] * a.shape[-1] * b.shape[-1] >= POOL_MIN_MACS
+        m = a.shape[-2]
+        return m >= POOL_MIN_ROWS and math.prod(batch) * m * a.shape[-1] * b.shape[-1] >= POOL_MIN_MACS
 
     def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """WasmKernels.matmul on the pool: a (..., M, K) @ b (..., K, N) -> (..., M, N) float32 (into `out` when
