@@ -4,6 +4,8 @@ cpu) against the native Python API on the same machine, and the download size of
 
     python bench/bench_web.py [--devices cpu,webgpu] [--tools whisper,llama,yolo] [--webgpu-tools llama] [--site DIR]
     python bench/bench_web.py --devices cpu --tools "" --load-runs 5     # page load only
+    python bench/bench_web.py --devices cpu --tools "" --load-runs 5 --against OLD_SITE   # and another build's,
+                                                                         # interleaved in the same run
 
 Inputs: an espeak-ng sentence (Whisper), "The for statement" greedy 32 tokens (Llama), bus.jpg re-encoded
 as PNG (YOLO). Uses Debian's Chromium via Playwright, as the e2e tests do. Figures go to stdout as a table
@@ -73,27 +75,50 @@ def best(fn, n=2) -> float:
     return min(times)
 
 
-def page_load(pw, url: str, device: str, runs: int) -> dict:
+# A returning visitor's page once the site's service worker (when it has one) holds the build.
+WAIT_OFFLINE_COPY = """async () => { const r = await navigator.serviceWorker.getRegistration(); if (!r) return false;
+    for (const t0 = performance.now(); performance.now() - t0 < 60000; await new Promise((ok) => setTimeout(ok, 100)))
+        if (r.active && r.active.state === 'activated') return true;
+    return false; }"""
+
+
+def page_load(pw, url: str, device: str, runs: int, server=None, site: Path | None = None) -> dict:
     """Page load, navigation start -> interactive (the UI usable and the worker ready for a first job; model
     weights load later, per tool): `runs` fresh profiles (cold: empty caches) each reloaded once (warm: HTTP
-    cache and V8's code cache filled), best of each, with the boot stages of the best cold run (ms after
-    navigation start: worker started, Pyodide booted, numpy + ember installed, imported, device picked)."""
-    cold, warm = [], []
+    cache, V8's code cache and the service worker's copy filled), best of each, with the boot stages of the best
+    cold run (ms after navigation start: worker started, Pyodide booted, numpy + ember installed, imported,
+    device picked). With the server and its site: "boot_bytes", what the cold load downloaded."""
+    return page_loads(pw, [(url, server, site)], device, runs)[0]
+
+
+def page_loads(pw, targets, device: str, runs: int) -> list[dict]:
+    """page_load for several sites [(url, server, site)], interleaved run by run (the same machine load)."""
+    cold, warm, sizes = ([[] for _ in targets] for _ in range(3))
     for _ in range(runs):
-        profile = tempfile.mkdtemp(prefix="ember-bench-")
-        ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            page = ctx.new_page()
-            for phase in (cold, warm):
-                page.goto(f"{url}?device={device}")
-                page.wait_for_selector("body[data-ready=true]", timeout=600_000)
-                phase.append(page.evaluate("() => window.__emberStartup"))
-        finally:
-            ctx.close()
-            shutil.rmtree(profile, ignore_errors=True)
-    best = min(cold, key=lambda m: m["ready"])
-    return {"load_cold_s": best["ready"] / 1000, "load_warm_s": min(m["ready"] for m in warm) / 1000,
-            "cold_stages_ms": best, "load_runs": runs}
+        for i, (url, server, site) in enumerate(targets):
+            profile = tempfile.mkdtemp(prefix="ember-bench-")
+            ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                page = ctx.new_page()
+                before = len(server.requests) if server else 0
+                for phase in (cold[i], warm[i]):
+                    page.goto(f"{url}?device={device}")
+                    page.wait_for_selector("body[data-ready=true]", timeout=600_000)
+                    phase.append(page.evaluate("() => window.__emberStartup"))
+                    if phase is cold[i]:
+                        if server and site:
+                            asked = {p.split("?")[0].lstrip("/") or "index.html" for p in server.requests[before:]}
+                            sizes[i].append(sum((site / p).stat().st_size for p in asked if (site / p).is_file()))
+                        page.evaluate(WAIT_OFFLINE_COPY)
+            finally:
+                ctx.close()
+                shutil.rmtree(profile, ignore_errors=True)
+    out = []
+    for i in range(len(targets)):
+        best = min(cold[i], key=lambda m: m["ready"])
+        out.append({"load_cold_s": best["ready"] / 1000, "load_warm_s": min(m["ready"] for m in warm[i]) / 1000,
+                    "cold_stages_ms": best, "load_runs": runs, **({"boot_bytes": min(sizes[i])} if sizes[i] else {})})
+    return out
 
 
 def plain_site(site: Path, dest: Path) -> Path:
@@ -104,7 +129,7 @@ def plain_site(site: Path, dest: Path) -> Path:
             (dest / p.relative_to(site)).parent.mkdir(parents=True, exist_ok=True)
             os.link(p, dest / p.relative_to(site))
     config = json.loads((site / "config.json").read_text())
-    for key in ("stdlibURL", "pycacheURL", "prefetch"):
+    for key in ("stdlibURL", "pycacheURL", "bootURL", "prefetch"):
         config.pop(key, None)
     (dest / "config.json").write_text(json.dumps(config))
     return dest
@@ -150,6 +175,8 @@ def main(argv=None):
                     "an 18 s clip, e.g. bench/bench_wasm_models.py's SPEECH)")
     ap.add_argument("--site", default=None, help="an existing build-web folder (default: build one)")
     ap.add_argument("--load-runs", type=int, default=3, help="fresh profiles per page-load figure (best of)")
+    ap.add_argument("--against", default=None, help="another build-web folder (e.g. main's), loaded interleaved with "
+                    "this one (cpu); its cold/warm load and download size are reported beside")
     a = ap.parse_args(argv)
     tools, devices = [t for t in a.tools.split(",") if t], a.devices.split(",")
     from playwright.sync_api import sync_playwright
@@ -169,16 +196,22 @@ def main(argv=None):
         sizes = site_size(site)
         report = {"site_bytes": sizes, "native_cpu_s": native(site, tools, wav, png), "page": {}}
         server, plain = Server(site, tmp), Server(plain_site(site, tmp / "plain"), tmp)
+        other = Server(Path(a.against), tmp) if a.against else None
         try:
             with sync_playwright() as pw:
                 report["plain_load"] = page_load(pw, plain.url, "cpu", a.load_runs)
                 for dev in devices:
                     dev_tools = a.webgpu_tools.split(",") if dev == "webgpu" and a.webgpu_tools else tools
-                    report["page"][dev] = {**page_load(pw, server.url, dev, a.load_runs),
-                                           **in_page(pw, server.url, dev, dev_tools)}
+                    targets = [(server.url, server, site)] + ([(other.url, other, Path(a.against))]
+                                                              if other and dev == "cpu" else [])
+                    loads = page_loads(pw, targets, dev, a.load_runs)
+                    report["page"][dev] = {**loads[0], **in_page(pw, server.url, dev, dev_tools)}
+                    if len(loads) > 1:
+                        report["against"] = {"site": a.against, **loads[1]}
         finally:
-            server.close()
-            plain.close()
+            for s in (server, plain, other):
+                if s:
+                    s.close()
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "web.json").write_text(json.dumps(report, indent=1))
@@ -190,7 +223,12 @@ def main(argv=None):
     for dev, r in report["page"].items():
         print(f"page load on {dev} (actual device {r['device']}): cold {r['load_cold_s']:.2f} s, warm {r['load_warm_s']:.2f} s "
               f"(best of {r['load_runs']}; {p['load_cold_s'] / r['load_cold_s']:.1f}x / {p['load_warm_s'] / r['load_warm_s']:.1f}x "
-              f"faster than the reference); cold stages, ms after navigation start: {r['cold_stages_ms']}")
+              f"faster than the reference); cold stages, ms after navigation start: {r['cold_stages_ms']}"
+              + (f"; downloaded {r['boot_bytes'] / 1e6:.1f} MB" if "boot_bytes" in r else ""))
+    if "against" in report:
+        o = report["against"]
+        print(f"page load of {o['site']} (cpu, interleaved): cold {o['load_cold_s']:.2f} s, warm {o['load_warm_s']:.2f} s, "
+              f"downloaded {o.get('boot_bytes', 0) / 1e6:.1f} MB; stages {o['cold_stages_ms']}")
     print(f"{'tool':8s} {'native cpu':>11s} " + " ".join(f"{'page ' + d:>12s}" for d in report["page"]))
     for t in tools:
         print(f"{t:8s} {report['native_cpu_s'][t]:10.2f}s " +

@@ -38,6 +38,14 @@ class Budget:
     # tokenizer.json: padding/truncation lengths, pre-tokenizer regex length
     max_tokens: int = 1 << 20
     max_regex_chars: int = 4096
+    # templates a model carries (chat templates, rendered by ember.jinja's sandbox): one render's output
+    # characters (also the largest string or list it may build), evaluation steps and seconds
+    template_chars: int = 4 << 20
+    template_steps: int = 20_000_000
+    template_seconds: float = 10.0
+    # grammars for constrained decoding (ember.grammar: JSON schemas, regexes): automaton states and compile time
+    grammar_states: int = 20_000
+    grammar_seconds: float = 20.0
     # ONNX graphs: a tensor whose size the model's data decides (ConstantOfShape, Expand, Tile, Range, Pad,
     # Resize, OneHot, StringSplit ... and broadcasting), and Loop iterations (real models: thousands)
     max_tensor_bytes: int = 8 << 30

@@ -157,6 +157,13 @@ _TABLE = [
     _budget("max_width", 1 << 17, "a config's hidden or intermediate size, heads"),
     _budget("max_tokens", 1 << 20, "tokenizer.json padding and truncation lengths"),
     _budget("max_regex_chars", 4096, "characters of a tokenizer's pre-tokenizer regex"),
+    _budget("template_chars", 4 << 20, "characters a chat template's render may output (also the largest string or "
+            "list it may build; ember.jinja's sandbox)"),
+    _budget("template_steps", 20_000_000, "evaluation steps of one chat-template render"),
+    _budget("template_seconds", 10.0, "seconds of one chat-template render"),
+    _budget("grammar_states", 20_000, "automaton states a structured-output grammar (ember.grammar: a JSON schema or "
+            "regex) may compile to"),
+    _budget("grammar_seconds", 20.0, "seconds a structured-output grammar may take to compile"),
     _budget("max_tensor_bytes", 8 << 30, "bytes of an ONNX tensor whose size the model's data decides"),
     _budget("max_loop_iterations", 1 << 20, "iterations of an ONNX Loop"),
     # ---------------------------------------------------------------- the test suite and CI (ember never reads these)

@@ -544,12 +544,15 @@ def eye(n, m=None, dtype=None, device=None) -> Tensor:
 
 
 # ---------------------------------------------------------------------- random
-# One host generator: the same seed gives the same numbers on every device.
-_rng = [np.random.default_rng(0)]
+# One host generator: the same seed gives the same numbers on every device. Made on first use: numpy.random's
+# nine extension modules then load only when something draws (the web page's boot compiles none of them).
+_rng = [None]
 
 
 def default_generator() -> np.random.Generator:
     """The generator ember's random ops draw from (manual_seed replaces it): nn.init's initialisers use it too."""
+    if _rng[0] is None:
+        _rng[0] = np.random.default_rng(0)
     return _rng[0]
 
 
@@ -558,24 +561,24 @@ def manual_seed(seed: int):
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    a = _rng[0].random(_shape(size), dtype=np.float32)
+    a = default_generator().random(_shape(size), dtype=np.float32)
     return tensor(a, dtype=dtype or D.float32, device=device, requires_grad=requires_grad)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    a = _rng[0].standard_normal(_shape(size), dtype=np.float32)
+    a = default_generator().standard_normal(_shape(size), dtype=np.float32)
     return tensor(a, dtype=dtype or D.float32, device=device, requires_grad=requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, device=None) -> Tensor:
     if high is None:
         low, high = 0, low
-    return tensor(_rng[0].integers(low, high, size=_shape((size,) if isinstance(size, int) else (size,))),
+    return tensor(default_generator().integers(low, high, size=_shape((size,) if isinstance(size, int) else (size,))),
                   dtype=dtype or D.int64, device=device)
 
 
 def randperm(n, device=None) -> Tensor:
-    return tensor(_rng[0].permutation(n), dtype=D.int64, device=device)
+    return tensor(default_generator().permutation(n), dtype=D.int64, device=device)
 
 
 def rand_like(t, dtype=None):
@@ -592,6 +595,6 @@ def multinomial(probs, num_samples=1):
     squeeze = p.ndim == 1
     p = p.reshape(-1, p.shape[-1])
     p = p / p.sum(-1, keepdims=True)
-    out = np.stack([_rng[0].choice(p.shape[-1], size=num_samples, p=row) for row in p])
+    out = np.stack([default_generator().choice(p.shape[-1], size=num_samples, p=row) for row in p])
     return tensor(out[0] if squeeze else out, dtype=D.int64, device=probs.device)
 

@@ -88,7 +88,7 @@ def site(tmp_path_factory) -> Path:
         models["llama"] = {"id": "llama-test", "label": "Llama test model (seeded, untrained)",
                            "files": {n: d / n for n in ("config.json", "model.safetensors", "tokenizer.json")}}
     assert {"whisper", "yolo", "llama"} <= models.keys(), f"demo models missing: {models.keys()} ({ROOT})"
-    return build_site(tmp_path_factory.mktemp("site"), models=models)
+    return build_site(tmp_path_factory.mktemp("site"), models=models, docs="auto")  # the book where mkdocs is
 
 
 @pytest.fixture(scope="session")

@@ -129,7 +129,8 @@ def test_local_files_load_and_match_native(app, site, native_llama):
     app.generate(PROMPT, 8)
     got = app.wait_result("#llama-output")
     assert got is not None, app.message()
-    assert "Loaded local files" in app.page.inner_text(f"{picker} .model-status")
+    status = app.page.inner_text(f"{picker} .model-status")
+    assert status.startswith("Loaded ") and "model.safetensors" in status.split(":")[0], status
     assert got["tokens"] == llama_reference(native_llama, PROMPT, 8)["tokens"]
     app.page.select_option(f"{picker} .kind", "demo")
 
@@ -166,11 +167,11 @@ def test_yolo_bad_image_then_bus_matches_native(app, tmp_path, bus_png, native_y
 def test_reload_reads_weights_from_cache(app, server):
     before = len(server.requests)
     app.open()  # reload: the runtime restarts; the Cache API keeps the weights
-    for tool in ("whisper", "llama", "yolo"):
+    for tool in ("whisper", "llama", "yolo"):  # one after the other: a load is a job, and jobs take turns (guard.js)
         app.page.click(f"#tab-{tool}")
         app.page.click(f"#picker-{tool} .load")
-    app.page.wait_for_function("['whisper', 'llama', 'yolo'].every(t => /Loaded/.test(document.querySelector("
-                               "`#picker-${t} .model-status`).textContent))", timeout=RUN_S * 1000)
+        app.page.wait_for_function(f"/^Loaded/.test(document.querySelector('#picker-{tool} .model-status').textContent)",
+                                   timeout=RUN_S * 1000)
     weights = [p for p in server.requests[before:] if p.startswith("/models/") and not p.endswith("manifest.json")]
     assert weights == [], f"weights downloaded again after a reload: {weights}"
     assert app.page.get_attribute("#progress", "aria-valuenow") == "100"

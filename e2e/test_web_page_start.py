@@ -1,7 +1,7 @@
-"""The page's start (issue: page load <= 2.5 s): interactive with nothing but the runtime loaded, Python
-imported from the precompiled bytecode `ember build-web` writes (wasm/bytecode.py) instead of sources, weights
-and Pillow fetched only when a tool needs them, and that tool's answer still the native API's. No timing is
-asserted here; bench/bench_web.py measures the load."""
+"""The page's start (page load <= 2.5 s): interactive with nothing but the runtime loaded, Python imported from
+the precompiled bytecode `ember build-web` writes (wasm/bytecode.py, unpacked with numpy and ember from one tar:
+wasm/boot.py) instead of sources, weights and Pillow fetched only when a tool needs them, and that tool's answer
+still the native API's. No timing is asserted here; bench/bench_web.py measures the load."""
 from __future__ import annotations
 
 import base64
@@ -27,9 +27,11 @@ def test_interactive_after_the_runtime_alone(app):
     order = ["worker", "pyodide", "numpy", "import", "device", "ready"]
     assert [stages[k] for k in order] == sorted(stages[k] for k in order), stages
     asked = app.boot_requests
-    # the precompiled standard library and __pycache__ instead of the sources Python would compile
+    # the precompiled standard library instead of the sources Python would compile, and numpy + ember + their
+    # bytecode in one tar the worker unpacks (wasm/boot.py), not numpy's wheel through Pyodide's installer
     assert "/pyodide/python_stdlib.pyc.zip" in asked and "/pyodide/python_stdlib.zip" not in asked, asked
-    assert any(re.fullmatch(r"/wheels/[0-9a-f]+/pycache-cp312\.zip", p) for p in asked), asked
+    assert any(re.fullmatch(r"/wheels/[0-9a-f]+/boot-[0-9a-f]+\.tar\.gz", p) for p in asked), asked
+    assert not any("numpy-" in p or p.endswith("pycache-cp312.zip") for p in asked), asked
     # lazy: no weights, no Pillow until a tool asks (the manifest only names the demos)
     assert [p for p in asked if p.startswith("/models/") and not p.endswith("manifest.json")] == []
     assert not any("pillow" in p for p in asked), asked

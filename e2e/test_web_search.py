@@ -151,7 +151,7 @@ def test_a_sharded_gpt2_folder_loads_into_the_text_tool_and_generates_native_tok
         for (const u of urls) dt.items.add(new File([await (await fetch(u)).blob()], u.split("/").pop()));
         document.querySelector("#picker-llama").dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true }));
     }""", urls)
-    app.page.wait_for_function("/Loaded local files/.test(document.querySelector('#picker-llama .model-status')"
+    app.page.wait_for_function("/^Loaded .*tokenizer[.]json/.test(document.querySelector('#picker-llama .model-status')"
                                ".textContent) || !document.querySelector('#message').hidden", timeout=RUN_S * 1000)
     assert app.page.input_value("#picker-llama .kind") == "file", app.message()
     app.page.eval_on_selector("#llama-output", "e => { delete e.dataset.json; }")

@@ -44,7 +44,7 @@ def test_base_in_the_page_transcribes_as_native(page, demos, clip_wav):
     assert got["language"] == "en" and "lazy dog" in got["text"].lower()  # base hears "quick round fox"
     assert "English (detected)" in app.page.inner_text("#whisper-stats")
     status = app.page.inner_text("#picker-whisper .model-status")
-    assert "whisper-base" in status and "Multilingual: 99 languages" in status
+    assert status.startswith("Loaded Whisper base: ") and "Multilingual: 99 languages" in status
     langs = app.page.eval_on_selector("#whisper-language", "s => [s.disabled, s.value, s.options.length]")
     assert langs == [False, "", 100]  # Detect + 99 languages
     assert sum("whisper-base/model.safetensors" in r for r in server.requests) == 1

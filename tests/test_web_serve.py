@@ -5,6 +5,7 @@ import hashlib
 import json
 import threading
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_cdn_site_layout_manifest_and_space_readme(tmp_path, fake_models):
     assert "app_file: index.html" in readme
 
 
-REWRITTEN = ["README.md", "config.json", "models/manifest.json"]  # the small files a rebuild writes again
+REWRITTEN = ["README.md", "_headers", "config.json", "models/manifest.json", "sw.js"]  # the small files a rebuild writes again
 
 
 def _files(out):
@@ -142,3 +143,59 @@ def test_a_tool_may_bundle_several_demos_default_first(tmp_path, fake_models):
     assert [m["id"] for m in manifest["llama"]] == ["tiny-llama", "second"]
     assert (out / "models" / "second" / "model.safetensors").is_file()
     assert "tiny llama" in (out / "README.md").read_text() and "second" in (out / "README.md").read_text()
+
+
+def _build_of(site) -> dict:
+    return json.loads((site / "sw.js").read_text().split("= ", 1)[1].split(";\n", 1)[0])
+
+
+def test_the_service_worker_carries_this_builds_files_and_a_version_that_follows_them(tmp_path, fake_models):
+    from ember.wasm.offline import write_service_worker
+    out = serve.build_site(tmp_path / "site", pyodide="cdn", models=fake_models, quiet=True)
+    config = json.loads((out / "config.json").read_text())
+    build = _build_of(out)
+    assert set(build["files"]) == {*serve.APP_FILES, "config.json", "models/manifest.json", config["wheelURL"],
+                                   config["poolURL"], config["poolRelaxedURL"]}  # (the kernel pool's module)
+    for path, sha in build["files"].items():
+        assert sha == hashlib.sha256((out / path).read_bytes()).hexdigest(), path
+    assert (out / "sw.js").read_text().endswith((serve.WEB / "sw.js").read_text())
+    assert (out / "sw.js").stat().st_ino != (serve.WEB / "sw.js").stat().st_ino  # written, never linked to web/
+    (out / "app.js").unlink()
+    (out / "app.js").write_text("// another build\n")
+    v2 = write_service_worker(out, serve.WEB / "sw.js", list(build["files"]))
+    assert v2 != build["version"] and _build_of(out)["version"] == v2
+    local = serve.build_site(tmp_path / "local", pyodide="local", models=fake_models, quiet=True)
+    files, config = _build_of(local)["files"], json.loads((local / "config.json").read_text())
+    assert {"pyodide/pyodide.mjs", "pyodide/pyodide.asm.wasm", "pyodide/pyodide.asm.js", "pyodide/pyodide-lock.json",
+            config["stdlibURL"], config["bootURL"]} <= set(files)
+    assert not any("numpy-" in p or "pillow" in p for p in files)  # numpy is in the boot tar; Pillow loads on use
+
+
+def test_the_boot_tar_holds_numpy_ember_and_their_bytecode_at_their_site_packages_paths(tmp_path, fake_models):
+    import tarfile
+    import zipfile
+    out = serve.build_site(tmp_path / "site", pyodide="local", models=fake_models, quiet=True)
+    config = json.loads((out / "config.json").read_text())
+    with tarfile.open(out / config["bootURL"]) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        wheel = zipfile.ZipFile(out / config["wheelURL"])
+        for name in wheel.namelist():
+            if not name.endswith("/"):
+                assert tar.extractfile(members[name]).read() == wheel.read(name), name
+    assert all(m.mtime == 0 and m.isfile() for m in members.values())
+    assert "numpy/_core/_multiarray_umath.cpython-312-wasm32-emscripten.so" in members
+    assert any(n.startswith("ember/__pycache__/") and n.endswith(".cpython-312.pyc") for n in members)
+    assert (out / config["bootURL"]).name.startswith("boot-") and "prefetch" in config
+    assert not any("numpy" in p for p in config["prefetch"])
+
+
+def test_the_app_is_packaged_as_ember_web_and_the_page_wheel_leaves_it_out():
+    import tomllib
+    import zipfile
+    config = tomllib.loads((serve.ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"]["ember.web"] == "web" and "ember.web" in config["packages"]
+    patterns = config["package-data"]["ember.web"]
+    for name in serve.APP_FILES + ("sw.js",):  # every file ember serve needs matches a packaged pattern
+        assert any(Path(name).match(p) for p in patterns), name
+    with zipfile.ZipFile(serve.ensure_wheel()) as whl:
+        assert not [n for n in whl.namelist() if n.startswith("ember/web/")]

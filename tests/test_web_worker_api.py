@@ -145,6 +145,42 @@ def test_run_before_load_and_bad_model_files(tmp_path):
     assert r["error"] == "bad_model" and r["message"].startswith("ember: ")
 
 
+def test_load_errors_name_the_users_file_not_the_workers_folder(tmp_path):
+    folder = tmp_path / "models" / "yolo" / "local-weights.pt40"  # as worker.js lays out local files
+    folder.mkdir(parents=True)
+    (folder / "weights.pt").write_bytes(b"PK\x03\x04 not a checkpoint" * 2)
+    r = run(W.handle("load", {"tool": "yolo", "folder": str(folder)}))
+    assert r["error"] == "bad_model" and "weights.pt" in r["message"], r
+    assert str(folder) not in r["message"] and "local-" not in r["message"], r
+
+
+def test_a_wav_error_names_the_file_and_shows_bytes_as_text():
+    whisper_tool._STATE["model"] = object()  # the checks below come before the model is used
+    try:
+        for data, want in ((b"RIFF\x24\x00\x00\x00WAVEjunk" + bytes(40), "ember: broken.wav: no fmt chunk"),
+                           (b"RIFF\x10\x00\x00\x00AVI junkjunk", 'ember: broken.wav: not a RIFF/WAVE file (starts with "RIFF····AVI ")')):
+            r = run(W.handle("run", {"tool": "whisper", "input": data, "opts": {"name": "broken.wav"}}))
+            assert r["error"] == "unsupported_file" and r["message"].startswith(want), r
+            assert "<wav bytes>" not in r["message"] and "b'" not in r["message"]
+    finally:
+        whisper_tool._STATE.clear()
+
+
+def test_a_keyboard_interrupt_from_the_page_is_a_cancel(monkeypatch):
+    async def interrupted(*a, **k):
+        raise KeyboardInterrupt  # what Pyodide raises when the page writes to the interrupt buffer
+    monkeypatch.setattr(yolo_tool, "run", interrupted)
+    r = run(W.handle("run", {"tool": "yolo", "input": b""}))
+    assert r == {"error": "cancelled", "message": "ember: cancelled"}
+
+
+def test_the_device_answer_says_what_auto_picks_only_where_known():
+    r = run(W.handle("device", {"device": "cpu"}))["ok"]
+    assert r["device"] == "cpu" and r["auto"] is None  # natively, "cpu" asks no adapter
+    r = run(W.handle("device", {"device": "auto"}))["ok"]
+    assert r["auto"] == {"device": r["device"], "reason": r["reason"]}
+
+
 def _wav(samples: np.ndarray, rate: int) -> bytes:
     pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
     fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * 2, 2, 16)

@@ -28,7 +28,7 @@ CASES = [  # (x shape, w shape, stride, padding, dilation, groups)
 
 
 def _conv(x, w, stride, padding, dilation, groups):
-    from ember.nn.functional import _conv as conv_nd  # conv3d has no public name; the shared one takes nd
+    from ember.nn.functional import conv_nd  # conv3d has no public name; the shared one takes nd
     with ember.no_grad():
         return conv_nd(x, w, None, stride, padding, dilation, groups, x.ndim - 2).numpy()
 

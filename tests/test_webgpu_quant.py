@@ -18,8 +18,8 @@ if not _OK:  # under CI=true (webgpu pinned) this skip fails (tests/expected_ski
     pytest.skip(f"webgpu unavailable: {_WHY}", allow_module_level=True)
 BE = ember.device("webgpu").backend
 
-# Q4_0/Q8_0/Q4_K/Q6_K decode in WGSL; Q5_K/Q4_1 take the host-dequantized float32 path
-KERNEL_TYPES = ["q4_0", "q8_0", "q4_k", "q6_k"]
+# Q4_0/Q4_1/Q8_0/Q4_K/Q6_K decode in WGSL; Q5_K/Q5_1 take the host-dequantized float32 path
+KERNEL_TYPES = ["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"]
 
 
 def _rnd(*shape, seed=0):
@@ -36,7 +36,7 @@ def _check(q, x, lead=None):
     np.testing.assert_allclose(g, want, atol=2e-5 * max(1.0, np.abs(want).max()), rtol=1e-4)
 
 
-@pytest.mark.parametrize("qtype", KERNEL_TYPES + ["q5_k", "q4_1"])
+@pytest.mark.parametrize("qtype", KERNEL_TYPES + ["q5_k", "q5_1"])
 @pytest.mark.parametrize("m", [1, 3, 9, 40])  # 1 and 3: one qmatvec; 9: two; 40: the prefill path
 def test_qmatmul_matches_host_dequantize(qtype, m):
     block = 256 if qtype.endswith("k") else 32

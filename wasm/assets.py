@@ -137,6 +137,34 @@ def build_wheel(out_dir: str | os.PathLike, source: str | os.PathLike | None = N
     return target
 
 
+def repack_installed(out_dir: str | os.PathLike) -> Path:
+    """The installed ember (a `pip install ember`, no checkout to build from) as a py3-none-any wheel in
+    out_dir: its files as RECORD lists them, compiled bytecode left out, with a RECORD of what it holds."""
+    from importlib.metadata import distribution
+    dist = distribution("ember")
+    name = f"ember-{dist.version}"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"{name}-py3-none-any.whl"
+    record = []
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as whl:
+        for f in sorted(dist.files or [], key=str):
+            rel = str(f).replace(os.sep, "/")
+            top = rel.split("/", 1)[0]
+            if not (top == "ember" or top == f"{name}.dist-info") or rel.endswith((".pyc", "/RECORD", "/INSTALLER",
+                                                                                    "/direct_url.json", "/REQUESTED")):
+                continue
+            data = Path(dist.locate_file(f)).read_bytes()
+            whl.writestr(rel, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{rel},sha256={digest},{len(data)}")
+        if not any(r.startswith("ember/__init__.py,") for r in record):
+            raise PyodideAssetError(f"ember: the installed ember at {dist.locate_file('')} lists no ember/ files")
+        record.append(f"{name}.dist-info/RECORD,,")
+        whl.writestr(f"{name}.dist-info/RECORD", "\n".join(record) + "\n")
+    return target
+
+
 # ---------------------------------------------------------------- assembly
 
 def _assemble(dest: Path) -> None:

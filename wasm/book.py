@@ -1,5 +1,5 @@
-"""The ember book (mkdocs.yml + docs/ of a checkout) built into a folder, for `ember build-web OUT --docs`,
-which puts it under OUT/docs/ beside the app. mkdocs and mkdocs-material are build-time tools (pip);
+"""The ember book (mkdocs.yml + docs/ of a checkout) built into a folder, for `ember build-web OUT --docs` and
+`ember serve` (which builds it where it can, once per change of docs/), which put it under OUT/docs/ beside the app. mkdocs and mkdocs-material are build-time tools (pip);
 the built book loads nothing from another host (mkdocs.yml: theme.font false, no CDN)."""
 from __future__ import annotations
 
@@ -39,3 +39,20 @@ def build_book(dest: str | os.PathLike) -> Path:
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(site, dest)
     return dest
+
+
+def ensure_book() -> Path:
+    """The built book in ember's cache, rebuilt only when mkdocs.yml or docs/ changed; -> its folder."""
+    import hashlib
+
+    from ember import hub
+    if not CONFIG.is_file():
+        raise BookBuildError(f"ember: {CONFIG} not found: the book is built from an ember checkout")
+    h = hashlib.sha256(CONFIG.read_bytes())
+    for p in sorted((ROOT / "docs").rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes())
+    folder = hub.cache_dir("web", "book") / h.hexdigest()[:16]
+    if not (folder / "index.html").is_file():
+        build_book(folder)
+    return folder

@@ -4,19 +4,25 @@ not rebuilt) and serves it on 127.0.0.1.
 The site is self-contained and needs no server logic, so it deploys to a Hugging Face static Space:
 
     OUT/index.html app.js ember.js worker.js style.css   the app and the public JS API (web/)
+    OUT/sw.js                                            the service worker with this build's file list (offline.py)
     OUT/config.json                                      where Pyodide, the wheel and the models are
     OUT/wheels/<hash>/ember-<v>-py3-none-any.whl         ember, built from this checkout
     OUT/pyodide/                                         Pyodide 0.27.7 core + numpy + pillow (or the CDN),
                                                          python_stdlib.pyc.zip (bytecode.py: precompiled)
     OUT/wheels/<hash>/pycache-cp312.zip                  numpy's and ember's precompiled __pycache__
+    OUT/wheels/<hash>/boot-<hash>.tar.gz                 numpy + ember + that bytecode: what the page unpacks (boot.py)
     OUT/models/manifest.json + models/<id>/<files>       demo weights with sizes and sha256
     OUT/wheels/<hash>/cpu_pool_kernels*.wasm             the kernel pool's module (web/pool.js), plain and relaxed
     OUT/README.md                                        Space front matter (sdk: static, custom_headers)
     OUT/_headers                                         the same headers for static hosts that read one
+    OUT/docs/                                            the ember book (--docs; `ember serve` when it can)
 
 The page computes on every core only when it is cross-origin isolated (SharedArrayBuffer): every place that serves
 it sends ISOLATION_HEADERS (`ember serve` itself, the Space's custom_headers, _headers). Where a host cannot, the
 page runs on one thread and its device line says why.
+
+From a checkout the page's wheel is built from the sources; from an installed ember (`pip install ember`, where
+web/ is the package ember.web) it is the installed files, repacked.
 """
 from __future__ import annotations
 
@@ -31,12 +37,15 @@ import sys
 from pathlib import Path
 
 from . import tools
-from .assets import PYODIDE_VERSION, build_wheel, ensure_pyodide
+from .assets import PYODIDE_VERSION, build_wheel, ensure_pyodide, repack_installed
+from .offline import SW_NAME, write_service_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
-# the app, the public JS API and each tool's page code: everything in web/ but its README
-APP_FILES = tuple(sorted(p.name for p in WEB.glob("*") if p.is_file() and p.name != "README.md"))
+# the app, the public JS API and each tool's page code: everything in web/ but its README, the package marker
+# and the service worker (written with the build's file list: offline.py)
+APP_FILES = tuple(sorted(p.name for p in WEB.glob("*") if p.is_file() and p.suffix in (".html", ".js", ".css", ".svg")
+                         and p.name != SW_NAME))
 CDN = f"https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/"
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 # all the app loads: numpy, and what a tool asks for on its first load (YOLO: pillow); no micropip/packaging
@@ -108,8 +117,16 @@ def _put(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
+def checkout() -> bool:
+    """Running from a source checkout (else from an installed ember: the page's wheel is repacked from it)."""
+    return (ROOT / "pyproject.toml").is_file()
+
+
 def source_hash() -> str:
     """One hash over the files that go into the wheel: the wheel is rebuilt only when one changes."""
+    if not checkout():
+        from importlib.metadata import distribution
+        return hashlib.sha256((distribution("ember").read_text("RECORD") or "").encode()).hexdigest()[:16]
     h = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
     for folder in WHEEL_SOURCES:
         for p in sorted((ROOT / folder).rglob("*")):
@@ -120,7 +137,8 @@ def source_hash() -> str:
 
 # What the page never reads from the wheel: the Llama demo's weights (4.3 MB of its 4.6 MB), which the site
 # serves under models/ like every demo; kept, the page downloaded and unpacked them at every start.
-PAGE_WHEEL_LEAVES_OUT = ("ember/models/llama/demo/",)
+# The app's own files (ember.web) are served beside it, never imported.
+PAGE_WHEEL_LEAVES_OUT = ("ember/models/llama/demo/", "ember/web/")
 
 
 def ensure_wheel() -> Path:
@@ -132,7 +150,7 @@ def ensure_wheel() -> Path:
     if found:
         return found[0]
     scratch = folder / f".build-{os.getpid()}"
-    built = build_wheel(scratch)
+    built = build_wheel(scratch) if checkout() else repack_installed(scratch)
     _leave_out(built, PAGE_WHEEL_LEAVES_OUT)
     os.replace(built, folder / built.name)  # whole or absent: a concurrent build finds one or the other
     shutil.rmtree(scratch, ignore_errors=True)
@@ -185,16 +203,17 @@ class _Step:
 
 
 def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | None = None,
-               quiet: bool = False) -> Path:
+               quiet: bool = False, docs: bool | str = False) -> Path:
     """Write the static site to `out`; -> its path. pyodide: "local" (copy the verified offline
     distribution) or "cdn" (load it from jsDelivr at run time). models: the demo models (default:
-    demo_models()). Each step is reported on stderr unless quiet."""
+    demo_models()). docs: True builds the ember book into out/docs/ (the page links it), "auto" only where
+    it can (a checkout with mkdocs; `ember serve`). Each step is reported on stderr unless quiet."""
     if pyodide not in ("local", "cdn"):
         raise ValueError(f"ember: --pyodide must be 'local' or 'cdn', got {pyodide!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     step = _Steps(4, quiet)
-    boot = numpy_file = None
+    boot = numpy_file = bundle = None
     with step("app files (web/)") as st:
         for name in APP_FILES:
             _put(WEB / name, out / name)
@@ -221,6 +240,9 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
             if boot:
                 files[STDLIB_PYC] = boot["stdlib"]
                 _put(boot["pycache"], out / "wheels" / wheel.parent.name / PYCACHE)
+                from .boot import ensure_boot_bundle  # numpy + ember + their bytecode, one tar (wasm/boot.py)
+                bundle = ensure_boot_bundle(dist / numpy_file, wheel, boot["pycache"])
+                _put(bundle, out / "wheels" / wheel.parent.name / bundle.name)
             _replace_dir(out / "pyodide", files)
             st.note = (f"{n_files} files, {n_bytes / 1e6:.0f} MB (sha256-verified, with {' and '.join(PYODIDE_PACKAGES)})"
                        + (", precompiled bytecode" if boot else ""))
@@ -241,7 +263,8 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
                     entries.append({"name": name, "url": f"{m['id']}/{name}", "size": path.stat().st_size,
                                     "sha256": _sha256(path)})
                 manifest[tool].append({"id": m["id"], "label": m["label"], "files": entries,
-                                       "bytes": sum(e["size"] for e in entries)})
+                                       "bytes": sum(e["size"] for e in entries), **({"chat": True} if m.get("chat")
+                                                                                   else {})})
                 if not quiet:
                     print(f"ember:       {tool}: {m['label']}, {manifest[tool][-1]['bytes'] / 1e6:.1f} MB",
                           file=sys.stderr, flush=True)
@@ -255,15 +278,45 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
               "poolURL": f"wheels/{wheel.parent.name}/{POOL_MODULE.name}",
               "poolRelaxedURL": f"wheels/{wheel.parent.name}/{POOL_RELAXED_MODULE.name}"}
     if pyodide == "local" and boot:  # the page's boot without compiling Python (wasm/bytecode.py)
-        config.update(stdlibURL=f"pyodide/{STDLIB_PYC}", pycacheURL=f"wheels/{wheel.parent.name}/{PYCACHE}")
+        config.update(stdlibURL=f"pyodide/{STDLIB_PYC}", pycacheURL=f"wheels/{wheel.parent.name}/{PYCACHE}",
+                      bootURL=f"wheels/{wheel.parent.name}/{bundle.name}")  # numpy + ember installed in one go
     if pyodide == "local":  # fetched into the HTTP cache as the worker starts, while pyodide.asm.js loads and
         # Pyodide boots: Pyodide's own requests for them then read the cache (its headers: Handler below)
-        config["prefetch"] = [f"pyodide/{n}" for n in ("pyodide.asm.wasm", STDLIB_PYC if boot else "python_stdlib.zip",
-                                                       numpy_file)]
+        config["prefetch"] = [f"pyodide/{n}" for n in ("pyodide.asm.wasm", STDLIB_PYC if boot else "python_stdlib.zip")
+                              ] + ([] if bundle else [f"pyodide/{numpy_file}"])
+    if docs and _book(out, docs, quiet):
+        config["docsURL"] = "docs/"
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "README.md").write_text(_space_readme(manifest))
     (out / "_headers").write_text("/*\n" + "".join(f"  {k}: {v}\n" for k, v in ISOLATION_HEADERS.items()))
+    # the service worker keeps what the page needs to become ready: it then opens offline (offline.py)
+    needed = [*APP_FILES, "config.json", "models/manifest.json"]
+    needed += [config["bootURL"]] if "bootURL" in config else [config["wheelURL"]] + (
+        [config["pycacheURL"]] if "pycacheURL" in config else [])
+    needed += [config["poolURL"], config["poolRelaxedURL"]]  # the kernel pool's module (either, by the browser)
+    if pyodide == "local":
+        needed += [f"pyodide/{n}" for n in ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "pyodide-lock.json")]
+        needed.append(config.get("stdlibURL", "pyodide/python_stdlib.zip"))
+        if "bootURL" not in config:
+            needed.append(f"pyodide/{numpy_file}")
+    write_service_worker(out, WEB / SW_NAME, needed)
     return out
+
+
+def _book(out: Path, docs: bool | str, quiet: bool) -> bool:
+    """The ember book into out/docs/ (from ember's cache when docs/ is unchanged); False where it cannot be
+    built and docs is "auto" (an installed ember, or no mkdocs)."""
+    from .book import BookBuildError, ensure_book
+    try:
+        book = ensure_book()
+    except BookBuildError as e:
+        if docs is True:
+            raise
+        if not quiet:
+            print(f"ember: no book in the site ({e})", file=sys.stderr)
+        return False
+    _replace_dir(out / "docs", {str(p.relative_to(book)): p for p in book.rglob("*") if p.is_file()})
+    return True
 
 
 def _bytecode(dist: Path, wheel: Path, numpy_wheel: Path, quiet: bool) -> dict[str, Path] | None:
@@ -367,10 +420,7 @@ def add_parser(sub):
 
 
 def main_build(args) -> int:
-    out = build_site(args.out, pyodide=args.pyodide)
-    if getattr(args, "docs", False):
-        from .book import build_book
-        build_book(out / "docs")
+    out = build_site(args.out, pyodide=args.pyodide, docs=bool(getattr(args, "docs", False)))
     sizes = site_size(out)
     print(f"wrote {out} ({sum(sizes.values()) / 1e6:.1f} MB: "
           + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])[:4]) + ")")
@@ -378,7 +428,7 @@ def main_build(args) -> int:
 
 
 def main_serve(args) -> int:
-    out = build_site(args.out or cache_dir() / "site", pyodide=args.pyodide)
+    out = build_site(args.out or cache_dir() / "site", pyodide=args.pyodide, docs="auto")
     try:
         server = make_server(out, args.port)
     except OSError as e:

@@ -22,16 +22,56 @@ from .tools import WorkerError, cancel  # noqa: F401  (cancel: worker.js calls w
 
 # ---------------------------------------------------------------------------- device
 
-async def pick_device(name: str) -> dict:
-    """Make `name` ("auto", "webgpu" or "cpu") usable; -> {"device", "reason", "adapter", "kernels", "threads",
-    "threads_reason"}. A missing WebGPU adapter is not an error: the answer says "cpu" and why, and the page shows
-    it. "auto" also takes the CPU when the only adapter is a software renderer (SwiftShader, llvmpipe: slower than
-    the CPU backend); "webgpu" uses any adapter that works. "kernels" is the CPU's matmul path:
+async def pick_device(name: str, probe: bool = False) -> dict:
+    """Make `name` ("auto", "webgpu" or "cpu") usable; -> {"device", "reason", "adapter", "kernels", "auto",
+    "threads", "threads_reason"}. A missing WebGPU adapter is not an error: the answer says "cpu" and why, and the
+    page shows it. "auto" also takes the CPU when the only adapter is a software renderer (SwiftShader, llvmpipe:
+    slower than the CPU backend); "webgpu" uses any adapter that works. "kernels" is the CPU's matmul path:
     "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)", or "einsum (why the SIMD kernels are not used)";
-    "threads" the threads its kernels run on (the page's kernel pool), and "threads_reason" why 1 when it is."""
+    "threads" the threads its kernels run on (the page's kernel pool), and "threads_reason" why 1 when it is.
+    "auto": {"device", "reason"}, what "auto" picks here (the page notes a remembered manual choice that differs),
+    or None where that is not known: for "cpu" the adapter is asked only with `probe` (never natively)."""
     from ember.backends.cpu_matmul import matmul_path, pool_threads
+    picked = await _pick_device(name)
+    if name == "auto":
+        auto = {"device": picked["device"], "reason": picked["reason"]}
+    elif name == "webgpu" and picked["device"] == "webgpu":
+        sw = _webgpu_software()
+        auto = {"device": "cpu", "reason": f"{sw}, slower than ember's CPU backend"} if sw else {"device": "webgpu", "reason": ""}
+    elif name == "webgpu":
+        auto = {"device": "cpu", "reason": picked["reason"]}
+    else:
+        auto = await _auto_from_adapter() if probe else None
     threads, why = pool_threads()
-    return {**await _pick_device(name), "kernels": matmul_path(), "threads": threads, "threads_reason": why}
+    return {**picked, "kernels": matmul_path(), "auto": auto, "threads": threads, "threads_reason": why}
+
+
+def _webgpu_software() -> str | None:
+    import ember
+    return ember.device("webgpu").backend.adapter.software
+
+
+async def _auto_from_adapter() -> dict | None:
+    """What "auto" would pick, from the browser's adapter alone (no GPU device is created); None natively."""
+    import sys
+    if sys.platform != "emscripten":
+        return None
+    import js
+    from pyodide.ffi import can_run_sync
+
+    from ember.webgpu.adapter_choice import software_reason
+    if not getattr(js.navigator, "gpu", None):
+        return {"device": "cpu", "reason": "this browser has no WebGPU (navigator.gpu is missing)"}
+    if not can_run_sync():
+        return {"device": "cpu", "reason": "this browser lacks JavaScript Promise Integration (JSPI)"}
+    adapter = await js.navigator.gpu.requestAdapter()
+    if adapter is None:
+        return {"device": "cpu", "reason": "the browser offers no WebGPU adapter"}
+    info = getattr(adapter, "info", None)
+    details = {k: str(getattr(info, k, "") or "") for k in ("vendor", "architecture", "device", "description")}
+    details["fallback"] = bool(getattr(info, "isFallbackAdapter", False) or getattr(adapter, "isFallbackAdapter", False))
+    sw = software_reason(details)
+    return {"device": "cpu", "reason": f"{sw}, slower than ember's CPU backend"} if sw else {"device": "webgpu", "reason": ""}
 
 
 async def _pick_device(name: str) -> dict:
@@ -82,9 +122,9 @@ def load(tool: str, folder: str, device: str = "cpu") -> dict:
     except MemoryError:
         raise WorkerError(f"ember: the {tool} model does not fit in this browser's memory", "out_of_memory") from None
     except (ValueError, KeyError, OSError, TypeError) as e:
-        if isinstance(e, WorkerError):
-            raise
-        raise WorkerError(_text(e), "bad_model") from None
+        # the worker's folder means nothing to the person who chose the files: name them alone
+        text = _text(e).replace(folder.rstrip("/") + "/", "").replace(folder, "the model's folder")
+        raise WorkerError(text, getattr(e, "code", "bad_model")) from None
     return {"tool": tool, "device": device, **info}
 
 
@@ -103,7 +143,7 @@ async def handle(op: str, args: dict) -> dict:
     try:
         args = {k: _from_js(v) for k, v in dict(args).items()}
         if op == "device":
-            return {"ok": await pick_device(args["device"])}
+            return {"ok": await pick_device(args["device"], bool(args.get("probe")))}
         if op == "load":
             return {"ok": load(args["tool"], args["folder"], args.get("device", "cpu"))}
         if op == "run":
@@ -114,7 +154,7 @@ async def handle(op: str, args: dict) -> dict:
         return {"error": e.code, "message": str(e)}
     except PoolError as e:  # a kernel pool worker died mid-run: this run fails, the next ones run on one thread
         return {"error": "pool_lost", "message": str(e)}
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt):  # KeyboardInterrupt: the page's interrupt buffer
         return {"error": "cancelled", "message": "ember: cancelled"}
     except MemoryError:
         what = args.get("tool", op) if isinstance(args, dict) else op

@@ -25,12 +25,16 @@ const HERE = new URL(".", import.meta.url).href;
 const HUB = "https://huggingface.co";
 
 const SINGLE_FILE = /\.(safetensors|gguf|bin|onnx|pt)$/i; // a URL naming one weights file, not a folder
+// cancel(): a download stops at once and a run at its next step; a request still going after INTERRUPT_MS is
+// interrupted mid-step (cross-origin isolated pages: Python's interrupt buffer), and after RESTART_MS the worker
+// is replaced by a fresh one, so no wait outlasts a second.
+const INTERRUPT_MS = 250, RESTART_MS = 700;
 // Each tool (ember.wasm.tools.<name>) declares the files a model folder holds and what comes beside one weights
 // file; the worker's `ready` carries that table (`ember.tools`), so nothing below knows a tool by name.
 
 /** An error from ember: `code` is one of download, too_large, out_of_memory, unsupported_file, bad_model,
  *  not_loaded, bad_request, cancelled, internal, not_ready, pool_lost (a kernel pool worker died mid-run: the
- *  run failed, later ones run on one thread). */
+ *  run failed, later ones run on one thread) (and, from the app's guard.js, busy). */
 export class EmberError extends Error {
   constructor(code, message) { super(message); this.name = "EmberError"; this.code = code; }
 }
@@ -38,8 +42,11 @@ export class EmberError extends Error {
 /**
  * Start the runtime. options: pyodideURL (folder holding pyodide.mjs; default: the app's config.json, else
  * ./pyodide/), wheelURL, modelsURL (folder with manifest.json), stdlibURL and pycacheURL (the precompiled
- * bytecode `ember build-web` writes; optional), hubURL (Hugging Face endpoint),
- * device ("auto" | "webgpu" | "cpu"), onProgress({stage, file, done, total}),
+ * bytecode `ember build-web` writes; optional), bootURL (numpy, ember and that bytecode in one tar; optional),
+ * hubURL (Hugging Face endpoint),
+ * device ("auto" | "webgpu" | "cpu"), probe (with "cpu": also ask what "auto" would pick, `deviceAuto`),
+ * onProgress({stage, file, done, total}), onRestart(): the runtime was restarted to end a request that did
+ * not stop within a second of cancel(); the models are then unloaded (and the kernel pool started afresh),
  * threads (the CPU kernels' threads, 1..64; default navigator.hardwareConcurrency, at most 8; 1: no pool),
  * poolURL / poolRelaxedURL (the kernel pool's module; from config.json), poolTimeoutMs (how long the page waits
  * for a pool worker that stops answering before it gives the job up with an error; default 10 s).
@@ -55,7 +62,8 @@ export async function createEmber(options = {}) {
   const opts = { ...config, ...options };
   const ember = new Ember(opts);
   try {
-    await ember._init(threads);
+    ember._threadsWanted = threads;
+    await ember._init();
   } catch (e) {
     ember.terminate();
     throw e;
@@ -72,6 +80,7 @@ async function loadConfig(url) {
       return { ...c, pyodideURL: abs(c.pyodideURL), wheelURL: abs(c.wheelURL), modelsURL: abs(c.modelsURL),
                stdlibURL: abs(c.stdlibURL), pycacheURL: abs(c.pycacheURL), // precompiled bytecode
                poolURL: abs(c.poolURL), poolRelaxedURL: abs(c.poolRelaxedURL), // the kernel pool's module
+               bootURL: abs(c.bootURL), // numpy + ember + their bytecode in one tar
                prefetch: (c.prefetch || []).map(abs) }; // files the worker warms the HTTP cache with
     }
   } catch (e) { /* no config.json: defaults below */ }
@@ -93,41 +102,50 @@ class Ember {
     this.threads = 1; // threads the CPU kernels run on (the kernel pool's, pool.js)
     this.threadsReason = ""; // why threads is 1, when it is
     this._pool = null; // the pool's owner side (its workers), when there is one
+    this._threadsWanted = 1; // createEmber's threads: what each start of the runtime (a restart too) asks of the pool
+    this.deviceAuto = null; // {device, reason}: what "auto" picks here (null: not asked)
     this.models = {}; // tool -> {source, device, parameters, bytes}
     this.tools = {}; // tool -> {files: [[name, optional?, unless?]], beside: {".ext": [[name, optional?]]}, packages}
     this._next = 1;
     this._pending = new Map();
+    this._ready = null; // while the runtime restarts: requests wait for it
+    this._spawn();
+  }
+
+  _spawn() {
     this._worker = new Worker(new URL("worker.js", import.meta.url), { type: "module" });
     this._worker.onmessage = (ev) => this._onMessage(ev.data);
     this._worker.onerror = (ev) => this._failAll(new EmberError("internal", `ember: worker crashed: ${ev.message}`));
   }
 
-  async _init(threads) {
+  async _init(device = this.options.device || "auto") {
     if (!this.wheelURL) throw new EmberError("bad_request", "ember: no wheelURL (the ember wheel); build the site with `ember build-web`");
-    const pool = await this._startPool(threads);
+    const pool = await this._startPool(this._threadsWanted);
     const r = await this._request({ type: "init", pyodideURL: this.pyodideURL, wheelURL: this.wheelURL,
-      stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL,
-      prefetch: this.options.prefetch || [],
-      device: this.options.device || "auto", pool, poolReason: this.threadsReason });
+      stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL, bootURL: this.options.bootURL,
+      prefetch: this.options.prefetch || [], device, probe: !!this.options.probe, pool,
+      poolReason: this.threadsReason });
+    this._deviceInfo(r);
+    this.startup = r.marks || {}; // {worker, pyodide, numpy, import, device}: epoch ms each boot stage ended
+    this.tools = r.tools || {};
+    this._interrupt = r.interrupt ? new Int32Array(r.interrupt) : null;
+  }
+
+  _deviceInfo(r) {
     this._setThreads(r);
     this.device = r.device;
     this.deviceReason = r.reason || "";
     this.deviceAdapter = r.adapter || "";
     this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)" or "einsum (why)"
-    this.startup = r.marks || {}; // {worker, pyodide, numpy, import, device}: epoch ms each boot stage ended
-    this.tools = r.tools || {};
+    if (r.auto !== undefined) this.deviceAuto = r.auto || null;
   }
 
   /** Switch to "auto", "webgpu" or "cpu"; -> the device in use (cpu, with `deviceReason`, if WebGPU is unusable
    *  or, for "auto", a software renderer).
    *  Loaded models are dropped: load them again on the new device. */
-  async setDevice(name) {
-    const r = await this._request({ type: "device", device: name });
-    this.device = r.device;
-    this.deviceReason = r.reason || "";
-    this.deviceAdapter = r.adapter || "";
-    this.deviceKernels = r.kernels || ""; // the CPU's matmul path: "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)" or "einsum (why)"
-    this._setThreads(r);
+  async setDevice(name, { probe = false } = {}) {
+    const r = await this._request({ type: "device", device: name, probe });
+    this._deviceInfo(r);
     this.models = {};
     return this.device;
   }
@@ -193,7 +211,7 @@ class Ember {
       const m = want ? list.find((x) => x.id === want || x.id === `${tool}-${want}`) : list[0];
       if (!m) throw new EmberError("bad_request", `ember: no bundled ${tool} model${want ? " " + want : ""} in this build` +
         (list.length ? ` (it has ${list.map((x) => x.id.replace(`${tool}-`, "")).join(", ")})` : ""));
-      return { key: "demo-" + m.id, files: m.files.map((f) => ({ ...f, url: new URL(f.url, this.modelsURL).href })) };
+      return { key: "demo-" + m.id, label: m.label, files: m.files.map((f) => ({ ...f, url: new URL(f.url, this.modelsURL).href })) };
     }
     if (typeof File !== "undefined" && (source instanceof File || source instanceof Blob)) source = [source];
     if (typeof source === "object" && typeof source.length === "number") {
@@ -230,9 +248,9 @@ class Ember {
    *  and opset named, not at run time). ONNX: `source` is an http(s) URL of a .onnx file, a File/Blob, or an
    *  array of Files (the .onnx plus its external-data files). */
   async loadModel(tool, source = "demo") {
-    const { key, files } = await this.resolve(tool, source);
+    const { key, files, label } = await this.resolve(tool, source);
     const transfer = files.filter((f) => f.bytes).map((f) => f.bytes);
-    const info = await this._request({ type: "load", tool, key, files }, null, transfer);
+    const info = await this._request({ type: "load", tool, key, files, label: label || key }, null, transfer);
     this.models[tool] = { ...info, source: typeof source === "string" ? source : key };
     return this.models[tool];
   }
@@ -254,6 +272,65 @@ class Ember {
    *  onToken(piece, nTokens, tokensPerSecond) fires per piece. `cancel()` stops it (stopped: "cancelled"). */
   async generate(prompt, opts = {}, onToken) {
     return this._run("llama", String(prompt), opts, onToken && ((d) => onToken(...d)));
+  }
+
+  /** Chat with the text tool's model when it carries a chat template (loadModel("llama", ...) says `chat: true`;
+   *  the bundled demo is SmolLM2-135M-Instruct), shaped like OpenAI's and WebLLM's API:
+   *    const r = await ember.chat.completions.create({ messages, max_tokens, temperature, seed, stop });
+   *    r.choices[0].message.content; r.usage   // usage.extra: prefill_tokens, cached_tokens, ttft_ms, tokens_per_s
+   *    for await (const c of await ember.chat.completions.create({ messages, stream: true })) c.choices[0].delta
+   *  messages: [{role, content}] (the whole conversation: the worker keeps the previous one's KV cache and
+   *  prefills only what is new); response_format: {type: "json_schema", json_schema: {schema}} or
+   *  {type: "json_object"} constrains decoding; top_p, top_k, repetition_penalty as generate(). `cancel()` ends a
+   *  reply early (finish_reason "abort"). */
+  get chat() {
+    return { completions: { create: (params) => this._chatCreate(params || {}) } };
+  }
+
+  async _chatCreate(p) {
+    if (!Array.isArray(p.messages) || !p.messages.length)
+      throw new EmberError("bad_request", "ember: chat.completions.create needs a non-empty messages array");
+    const info = this.models.llama;
+    if (!info) throw new EmberError("not_loaded", "ember: no text model loaded; call loadModel('llama', ...) first");
+    if (!info.chat) throw new EmberError("bad_request", "ember: the loaded model has no chat template (a base model)");
+    const opts = { chat: true };
+    for (const k of ["max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty"])
+      if (p[k] !== undefined && p[k] !== null) opts[k] = p[k];
+    if (p.stop !== undefined && p.stop !== null) opts.stop = Array.isArray(p.stop) ? p.stop : [p.stop];
+    if (p.response_format) opts.response_format = JSON.stringify(p.response_format);
+    const input = JSON.stringify(p.messages.map((m) => ({ role: m.role, content: m.content })));
+    const id = `chatcmpl-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
+    const created = Math.floor(Date.now() / 1000), model = info.source || "llama";
+    const usage = (r) => ({ prompt_tokens: r.prompt_tokens.length, completion_tokens: r.tokens.length,
+      total_tokens: r.prompt_tokens.length + r.tokens.length,
+      extra: { prefill_tokens: r.prefill_tokens, cached_tokens: r.cached_tokens, ttft_ms: r.ttft_ms,
+        tokens_per_s: r.tokens_per_s } });
+    const finish = (r) => (r.stopped === "cancelled" ? "abort" : r.finish_reason);
+    if (!p.stream) {
+      const r = await this._run("llama", input, opts);
+      return { id, object: "chat.completion", created, model, usage: usage(r), ember: r,
+        choices: [{ index: 0, message: { role: "assistant", content: r.text }, finish_reason: finish(r), logprobs: null }] };
+    }
+    const chunk = (delta, reason = null) => ({ id, object: "chat.completion.chunk", created, model,
+      choices: [{ index: 0, delta, finish_reason: reason, logprobs: null }] });
+    const queue = [];
+    let wake = null, result = null, failure = null;
+    const push = (x) => { queue.push(x); if (wake) { wake(); wake = null; } };
+    this._run("llama", input, opts, (d) => push(d[0])).then((r) => { result = r; push(null); },
+      (e) => { failure = e; push(null); });
+    return {
+      async *[Symbol.asyncIterator]() {
+        yield chunk({ role: "assistant", content: "" });
+        for (;;) {
+          if (!queue.length) await new Promise((resolve) => { wake = resolve; });
+          const piece = queue.shift();
+          if (piece === null) break;
+          yield chunk({ content: piece });
+        }
+        if (failure) throw failure;
+        yield { ...chunk({}, finish(result)), usage: usage(result), ember: result };
+      },
+    };
   }
 
   /** Image (Blob/File/ArrayBuffer of an encoded image, or ImageData) -> detections like `ember yolo --json`:
@@ -333,8 +410,33 @@ class Ember {
     return Object.defineProperty(out, "ms", { value: r.ms, enumerable: false });
   }
 
-  /** Stop the running request at its next step (a token, a segment). */
-  cancel() { this._worker.postMessage({ type: "cancel" }); }
+  /** Stop the running request: a download at once, a run at its next step (a token, a segment), with what it has
+   *  and stopped: "cancelled". With hard (the default), a request still going after a second ends anyway: it is
+   *  interrupted mid-step where the page is cross-origin isolated, else the runtime is restarted (its promise
+   *  rejects with code "cancelled", the loaded models are dropped and onRestart() is called). hard: false only
+   *  asks (the training tool's pause, which must end between steps). */
+  cancel({ hard = true } = {}) {
+    this._worker.postMessage({ type: "cancel" });
+    const ids = [...this._pending.keys()];
+    if (!hard || !ids.length) return;
+    const going = () => ids.some((id) => this._pending.has(id));
+    setTimeout(() => { if (going() && this._interrupt) Atomics.store(this._interrupt, 0, 2); }, INTERRUPT_MS); // SIGINT
+    setTimeout(() => { if (going()) this._restart(); }, RESTART_MS);
+  }
+
+  /** A fresh worker on the same device, its models unloaded; pending requests reject with code "cancelled". */
+  _restart() {
+    this._worker.terminate();
+    if (this._pool) this._pool.stop(); // its memory held the old runtime's weights; _init starts a fresh one
+    this._pool = null;
+    this._failAll(new EmberError("cancelled", "ember: cancelled (the runtime was restarted to stop it at once)"));
+    this.models = {};
+    this._spawn();
+    const device = this.device;
+    this._ready = this._init(device).catch((e) => { console.warn(e); }).finally(() => { this._ready = null; });
+    if (this.options.onRestart) this.options.onRestart();
+    return this._ready;
+  }
 
   terminate() {
     this._worker.terminate();
@@ -349,7 +451,8 @@ class Ember {
     return this._request({ type: "run", tool, input, opts }, onPartial, transfer);
   }
 
-  _request(msg, onPartial, transfer) {
+  async _request(msg, onPartial, transfer) {
+    if (this._ready && msg.type !== "init") await this._ready;
     const id = this._next++;
     return new Promise((resolve, reject) => {
       this._pending.set(id, { resolve, reject, onPartial });

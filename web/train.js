@@ -1,14 +1,18 @@
 // The training tool: trains the digits CNN in the browser through ember.js's train(config, onStep), plots
 // loss and accuracy live on a canvas, pauses / resumes / stops, and classifies a digit drawn with the mouse.
-// app.js mounts it with one call (mountTrainTool) so the shared app files stay untouched otherwise.
+// app.js mounts it with one call (mountTrainTool); its tab and panel are in index.html.
 
 const $ = (sel, root = document) => root.querySelector(sel);
 
 export function mountTrainTool(app) {
   const panel = $("#panel-train");
   if (!panel) return;
-  const tab = addTab(panel);
   const ui = { running: false, paused: false, trained: false, config: null, steps: [], epochs: [], total: 0 };
+  app.onRestart(() => { // the runtime was replaced: the model trained so far is gone
+    Object.assign(ui, { paused: false, trained: false });
+    buttons();
+    $("#train-stats").textContent = "Stopped: the runtime restarted, so training starts again from step 0.";
+  });
 
   // ---------------------------------------------------------------- training
 
@@ -21,7 +25,7 @@ export function mountTrainTool(app) {
   async function run(resume) {
     const ember = app.ember();
     if (!ember) return;
-    if (ui.running || (app.busy() && !resume)) { app.showMessage("Another model is still running; try again when it has finished.", "info"); return; }
+    if (ui.running) return;
     if (!resume) {
       ui.config = readConfig();
       ui.steps = [];
@@ -34,24 +38,31 @@ export function mountTrainTool(app) {
     buttons();
     $("#train-stats").textContent = resume ? "Resuming…" : "Loading the digits…";
     delete $("#train-plot").dataset.json;
+    let done = false;
     try {
-      const r = await app.withBusy(() => ember.train({ ...ui.config, resume }, onStep));
-      ui.trained = true;
+      const r = await app.run("train", { label: "Training" }, () => ember.train({ ...ui.config, resume }, onStep));
+      ui.trained = done = true;
       ui.paused = r.stopped === "paused" && !ui.stopRequested;
+      ui.last = r;
       $("#train-plot").dataset.json = JSON.stringify({ ...r, losses: ui.steps.map((ev) => ev.loss) }); // the plotted curve
-      const last = r.history[r.history.length - 1];
-      $("#train-stats").textContent = (r.stopped === "paused" ? (ui.paused ? "Paused" : "Stopped") : "Done") +
-        ` after ${r.step} steps · ${r.steps_per_s.toFixed(1)} steps/s on ${ember.device.toUpperCase()}` +
-        (last ? ` · test accuracy ${(100 * last.val_accuracy).toFixed(1)} %` : "");
-      predictDrawn();
+      status(r.stopped === "paused" ? (ui.paused ? "Paused" : "Stopped") : "Done");
     } catch (e) {
       $("#train-stats").textContent = "";
+      if (e.code !== "busy") ui.paused = false;
       app.showError(e, "train");
     } finally {
       ui.running = false;
       ui.stopRequested = false;
       buttons();
     }
+    if (done) predictDrawn(); // a digit drawn while it trained is classified now
+  }
+
+  // "Paused after 12 steps · 40.1 steps/s on CPU · test accuracy 91.2 %"
+  function status(how) {
+    const r = ui.last, last = r.history[r.history.length - 1];
+    $("#train-stats").textContent = `${how} after ${r.step} steps · ${r.steps_per_s.toFixed(1)} steps/s on ` +
+      `${app.ember().device.toUpperCase()}` + (last ? ` · test accuracy ${(100 * last.val_accuracy).toFixed(1)} %` : "");
   }
 
   function onStep(ev) {
@@ -79,11 +90,12 @@ export function mountTrainTool(app) {
     run(false);
   });
   $("#train-pause").addEventListener("click", () => {
-    if (ui.running) app.ember().cancel(); // the run ends "paused" at its next step, its state kept
+    if (ui.running) app.ember().cancel({ hard: false }); // the run ends "paused" between steps, its state kept
     else if (ui.paused) run(true);
   });
   $("#train-stop").addEventListener("click", () => {
     if (ui.running) { ui.stopRequested = true; app.ember().cancel(); }
+    else if (ui.paused) status("Stopped"); // nothing runs: the paused run just ends here
     ui.paused = false;
     buttons();
   });
@@ -97,12 +109,30 @@ export function mountTrainTool(app) {
 
   // ---------------------------------------------------------------- the plot (no libraries: one canvas)
 
+  // Drawn at the size it is shown (a phone's 330 px too, at the screen's pixel density); the legend sits above
+  // the plot area, in as many rows as the width needs, never over the curves.
+  const LEGEND = [["#ef4444", "loss (left)"], ["#3b82f6", "batch accuracy"], ["#22c55e", "test accuracy"]];
   function draw() {
     const c = $("#train-plot");
     const g = c.getContext("2d");
-    const W = c.width, H = c.height, L = 44, R = 44, T = 12, B = 26;
+    const dpr = window.devicePixelRatio || 1, W = c.clientWidth || 720, H = Math.round(W < 520 ? W * 0.62 : W * 0.36);
+    if (c.width !== Math.round(W * dpr) || c.height !== Math.round(H * dpr)) {
+      c.width = Math.round(W * dpr);
+      c.height = Math.round(H * dpr);
+    }
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, W, H);
     g.font = "11px system-ui, sans-serif";
+    const L = 44, R = 44, B = 26;
+    let lx = L, ly = 12;
+    const spots = LEGEND.map(([color, text]) => {
+      const w = 18 + g.measureText(text).width;
+      if (lx + w > W - R && lx > L) { lx = L; ly += 15; }
+      const at = [lx, ly];
+      lx += w + 16;
+      return [color, text, at];
+    });
+    const T = ly + 10;
     g.strokeStyle = "#8884";
     g.fillStyle = "#888";
     g.strokeRect(L, T, W - L - R, H - T - B);
@@ -130,15 +160,16 @@ export function mountTrainTool(app) {
     line(ui.steps.filter((s) => s.accuracy != null).map((s) => [x(s.step), yAcc(s.accuracy)]), "#3b82f666", 1);
     line(ui.epochs.map((e) => [x(e.step), yAcc(e.val_accuracy)]), "#22c55e", 2);
     for (const e of ui.epochs) { g.fillStyle = "#22c55e"; g.fillRect(x(e.step) - 3, yAcc(e.val_accuracy) - 3, 6, 6); }
-    const legend = [["#ef4444", "loss (left)"], ["#3b82f6", "batch accuracy"], ["#22c55e", "test accuracy"]];
-    legend.forEach(([color, text], i) => {
+    for (const [color, text, [px, py]] of spots) {
       g.fillStyle = color;
-      g.fillRect(L + 8 + i * 120, T + 6, 10, 3);
+      g.fillRect(px, py - 4, 12, 3);
       g.fillStyle = "#888";
-      g.fillText(text, L + 22 + i * 120, T + 10);
-    });
+      g.fillText(text, px + 16, py);
+    }
+    c.dataset.plotTop = String(T); // where the curves start: below the legend (the e2e test reads it)
   }
   draw();
+  new ResizeObserver(() => { if (!ui.frame) ui.frame = requestAnimationFrame(() => { ui.frame = 0; draw(); }); }).observe($("#train-plot"));
 
   // ---------------------------------------------------------------- draw a digit
 
@@ -177,7 +208,7 @@ export function mountTrainTool(app) {
       return;
     }
     try {
-      const r = await app.ember().predictDigit(pixels);
+      const r = await app.run("train", { label: "Classifying the drawing" }, () => app.ember().predictDigit(pixels));
       $("#train-probs").dataset.json = JSON.stringify(r);
       $("#train-probs").replaceChildren(...r.probs.map((p, d) => {
         const li = document.createElement("li");
@@ -201,7 +232,7 @@ export function mountTrainTool(app) {
       g.fillRect((i % 8) * 8, Math.floor(i / 8) * 8, 8, 8);
     }
   }
-  return { tab };
+  return { run, predictDrawn };
 }
 
 // The UCI digits were made by normalising each drawing into a 32x32 bitmap and counting the set pixels in
@@ -224,30 +255,4 @@ export function digitPixels(canvas) {
   for (let y = 0; y < 32; y++) for (let x = 0; x < 32; x++)
     if (bits[4 * (y * 32 + x) + 3] > 127) out[(y >> 2) * 8 + (x >> 2)] += 1 / 16;
   return out;
-}
-
-// The tab button joins the app's tab list; selecting it hides the other panels, and any other tab hides this one.
-function addTab(panel) {
-  const nav = $("nav.tabs");
-  const tab = document.createElement("button");
-  Object.assign(tab, { id: "tab-train", role: "tab", tabIndex: -1, type: "button" });
-  tab.setAttribute("role", "tab");
-  tab.setAttribute("aria-controls", "panel-train");
-  tab.setAttribute("aria-selected", "false");
-  tab.innerHTML = "Train a model <small>digits CNN</small>";
-  nav.append(tab);
-  const show = (on) => {
-    tab.setAttribute("aria-selected", String(on));
-    tab.tabIndex = on ? 0 : -1;
-    panel.hidden = !on;
-  };
-  tab.addEventListener("click", () => {
-    for (const t of nav.querySelectorAll('[role="tab"]')) if (t !== tab) { t.setAttribute("aria-selected", "false"); t.tabIndex = -1; }
-    for (const p of document.querySelectorAll('[role="tabpanel"]')) if (p !== panel) p.hidden = true;
-    show(true);
-    history.replaceState(null, "", "#train");
-  });
-  nav.addEventListener("click", (e) => { const t = e.target.closest('[role="tab"]'); if (t && t !== tab) show(false); });
-  if (location.hash === "#train") tab.click();
-  return tab;
 }

@@ -2,31 +2,36 @@
 //
 // Protocol (every message carries the `id` of the request it belongs to); `tool` is any name of
 // ember.wasm.tools.TOOLS, and nothing here depends on which:
-//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, prefetch?, device,
+//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, bootURL?, prefetch?, device,
 //                    pool?: {memory, module, layout, threads, variant}, poolReason?}   (the kernel pool: pool.js)
 //                                                   -> {type: "ready", device, reason, adapter, kernels, threads,
 //                                                       threads_reason, tools, marks}
 //                                                      (tools: {name: {files, beside, packages}}, tools.table())
-//                   {type: "device", device}        -> {type: "result", data: {device, reason, adapter, kernels,
+//                                                      (interrupt: a SharedArrayBuffer under cross-origin isolation:
+//                                                      the page writes 2 into it to interrupt Python mid-step)
+//                   {type: "device", device, probe?} -> {type: "result", data: {device, reason, adapter, kernels, auto,
 //                                                                               threads, threads_reason}}
-//                   {type: "load", tool, key, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
+//                   {type: "load", tool, key, label?, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
 //                                                   -> {type: "result", data: {tool, device, parameters, bytes, ...}}
 //                   {type: "run", tool, input, opts} -> {type: "partial", data} ... {type: "result"}
 //                                                      (data.wasm_memory_bytes: the heap after it)
-//                   {type: "cancel"}                (no reply: the running request ends "cancelled")
+//                   {type: "cancel"}                (no reply: a download stops at once, a run at its next step;
+//                                                   the request ends "cancelled")
 //   worker -> page  {type: "progress", stage, file, done, total}       bytes for downloads, 0..1 otherwise
 //                   {type: "error", code, message}                    code picks the page's human message
 // The kernel pool's workers belong to the page; this worker instantiates the pool's module too (the caller's
 // share of every job) and sets self.emberPool, which ember's Python (core/backends/cpu_pool.py) calls.
 // Both load and run end in ember.wasm.worker_api.handle, which hands them to the tool's module.
-// Weights are cached in the Cache API under their URL plus size/sha256, so a reload reads them from disk.
+// A model's files are kept in the Cache API once it has loaded (model-cache.js), so a reload, or a visit
+// offline, reads them from disk, their sha256 checked.
 
-const CACHE_NAME = "ember-weights-v1";
 const MAX_MODEL_BYTES = 1.5 * 2 ** 30; // wasm32: 4 GiB address space, weights are held twice while loading
 
 let pyodide = null;
 let device = "cpu";
 let tools = {}; // name -> {files, beside, packages}: what each tool module declares
+let downloads = null; // the AbortController of the load request downloading now: a cancel aborts it
+let interrupt = null; // Int32Array on a SharedArrayBuffer (cross-origin isolated pages): Pyodide's interrupt buffer
 
 class WorkerFail extends Error {
   constructor(code, message) { super(message); this.code = code; }
@@ -36,7 +41,8 @@ const post = (msg, transfer) => self.postMessage(msg, transfer || []);
 
 self.onmessage = async (ev) => {
   const msg = ev.data;
-  if (msg.type === "cancel") { // handled at once: the running Python task sees the flag at its next step
+  if (msg.type === "cancel") { // handled at once: a download stops, the running Python task sees the flag at its next step
+    if (downloads) downloads.abort();
     if (pyodide) pyodide.runPython("from ember.wasm import worker_api; worker_api.cancel()");
     return;
   }
@@ -47,10 +53,11 @@ let queue = Promise.resolve();
 async function serve(msg) {
   const { id } = msg;
   const progress = (stage, file, done, total) => post({ type: "progress", id, stage, file, done, total });
+  if (interrupt) Atomics.store(interrupt, 0, 0); // an interrupt meant for an earlier request is void
   try {
     if (msg.type === "init") post({ type: "ready", id, ...(await init(msg, progress)) });
     else if (!pyodide) throw new WorkerFail("not_ready", "ember: the runtime is not started yet");
-    else if (msg.type === "device") post({ type: "result", id, data: await setDevice(msg.device) });
+    else if (msg.type === "device") post({ type: "result", id, data: await setDevice(msg.device, msg.probe) });
     else if (msg.type === "load") post({ type: "result", id, data: await load(msg, progress) });
     else if (msg.type === "run") post({ type: "result", id, data: await run(msg) });
     else throw new WorkerFail("bad_request", `ember: unknown message type ${msg.type}`);
@@ -77,10 +84,12 @@ async function init(msg, progress) {
   }
   const abs = (u) => new URL(u, self.location.href).href;
   const base = abs(msg.pyodideURL).replace(/\/?$/, "/");
-  // fetched while Pyodide boots: the ember wheel and (from `ember build-web`) numpy's and ember's bytecode
-  const wheel = fetchBytes(abs(msg.wheelURL), "the ember wheel");
-  const pycache = msg.pycacheURL ? fetchBytes(abs(msg.pycacheURL), "precompiled bytecode") : null;
-  for (const p of [wheel, pycache]) if (p) p.catch(() => {}); // awaited below; no "unhandled" report meanwhile
+  // fetched while Pyodide boots: numpy + ember + their bytecode in one tar (`ember build-web`: wasm/boot.py), or
+  // the ember wheel and the bytecode zip (numpy then comes from Pyodide's own packages)
+  const bundle = msg.bootURL ? fetchGunzipped(abs(msg.bootURL), "numpy and ember") : null;
+  const wheel = bundle ? null : fetchBytes(abs(msg.wheelURL), "the ember wheel");
+  const pycache = !bundle && msg.pycacheURL ? fetchBytes(abs(msg.pycacheURL), "precompiled bytecode") : null;
+  for (const p of [bundle, wheel, pycache]) if (p) p.catch(() => {}); // awaited below; no "unhandled" report meanwhile
   // Pyodide's wasm, stdlib and numpy wheel, into the HTTP cache while pyodide.asm.js loads (config.json's list)
   for (const u of msg.prefetch || []) fetch(abs(u)).then((r) => r.arrayBuffer()).catch(() => {});
   progress("runtime", "pyodide", 0, 4);
@@ -94,9 +103,11 @@ async function init(msg, progress) {
     stdout: (s) => console.log(s), stderr: (s) => console.warn(s) });
   mark("pyodide");
   progress("runtime", "numpy", 1, 4);
-  const numpy = pyodide.loadPackage(["numpy"], { messageCallback: () => {}, errorCallback: (s) => console.warn(s) });
   const site = pyodide.runPython("import sysconfig; sysconfig.get_path('purelib')");
-  pyodide.unpackArchive(await wheel, "wheel", { extractDir: site }); // pure Python: no loadPackage round trip
+  // numpy's extension modules are compiled as Python imports them (not all 19 up front, as loadPackage does)
+  const numpy = bundle ? null : pyodide.loadPackage(["numpy"], { messageCallback: () => {}, errorCallback: (s) => console.warn(s) });
+  if (bundle) untar(await bundle, site);
+  else pyodide.unpackArchive(await wheel, "wheel", { extractDir: site }); // pure Python: no loadPackage round trip
   if (pycache) {
     try {
       pyodide.unpackArchive(await pycache, "zip", { extractDir: site }); // __pycache__ beside numpy's, ember's .py
@@ -104,7 +115,7 @@ async function init(msg, progress) {
       console.warn(`ember: no precompiled bytecode (${e.message}); Python compiles at import instead`);
     }
   }
-  await numpy;
+  if (numpy) await numpy;
   mark("numpy");
   progress("runtime", "ember", 2, 4);
   pyodide.runPython("import ember, ember.wasm.worker_api");
@@ -112,11 +123,47 @@ async function init(msg, progress) {
   mark("import");
   progress("runtime", "device", 3, 4);
   const want = msg.device === "cpu" || msg.device === "webgpu" ? msg.device : "auto";  // auto skips software adapters
-  const picked = self.navigator.gpu || want === "cpu" ? await setDevice(want)
+  const picked = self.navigator.gpu || want === "cpu" ? await setDevice(want, msg.probe)
     : { device: "cpu", reason: "this browser has no WebGPU (navigator.gpu is missing)" };
   mark("device");
   progress("runtime", "ready", 4, 4);
-  return { ...picked, tools, pyodide: pyodide.version, marks };
+  if (self.crossOriginIsolated && typeof SharedArrayBuffer === "function") { // Python can then be stopped mid-step
+    interrupt = new Int32Array(new SharedArrayBuffer(4));
+    pyodide.setInterruptBuffer(interrupt);
+  }
+  return { ...picked, tools, pyodide: pyodide.version, marks, interrupt: interrupt && interrupt.buffer };
+}
+
+// A gzipped file, decompressed by the browser as it streams in.
+async function fetchGunzipped(url, what) {
+  let resp;
+  try {
+    resp = await fetch(url);
+  } catch (e) {
+    throw new WorkerFail("download", `ember: cannot download ${what} from ${url} (${e.message})`);
+  }
+  if (!resp.ok) throw new WorkerFail("download", `ember: downloading ${what} from ${url} failed: HTTP ${resp.status}`);
+  return new Uint8Array(await new Response(resp.body.pipeThrough(new DecompressionStream("gzip"))).arrayBuffer());
+}
+
+// A ustar archive's files into Pyodide's file system under `dest`, each handed over without a copy (MEMFS owns a
+// view of `tar`; nothing writes to these files). Python's own unzip took ~1 s for the same ~1100 files.
+function untar(tar, dest) {
+  const FS = pyodide.FS, text = new TextDecoder(), made = new Set();
+  const field = (at, n) => { let end = at; while (end < at + n && tar[end]) end++; return text.decode(tar.subarray(at, end)); };
+  for (let at = 0; at + 512 <= tar.length;) {
+    const name = field(at, 100), prefix = field(at + 345, 155);
+    if (!name) break; // the two zero blocks that end the archive
+    const size = parseInt(field(at + 124, 12).trim() || "0", 8), type = tar[at + 156];
+    at += 512;
+    if (type === 48 || type === 0) { // "0" or NUL: a regular file
+      const path = `${dest}/${prefix ? prefix + "/" : ""}${name}`, dir = path.slice(0, path.lastIndexOf("/"));
+      if (!made.has(dir)) { FS.mkdirTree(dir); made.add(dir); }
+      const stream = FS.open(path, "w");
+      try { FS.write(stream, tar.subarray(at, at + size), 0, size, 0, true); } finally { FS.close(stream); }
+    }
+    at += Math.ceil(size / 512) * 512;
+  }
 }
 
 async function fetchBytes(url, what) {
@@ -147,8 +194,8 @@ function ensureToolPackages(tool) {
   return toolPackages[tool];
 }
 
-async function setDevice(name) {
-  const r = await callPy("device", { device: name });
+async function setDevice(name, probe = false) {
+  const r = await callPy("device", { device: name, probe: !!probe });
   device = r.device;
   return r;
 }
@@ -160,8 +207,14 @@ async function callPy(op, args) {
   try {
     ns.set("op", op);
     ns.set("args", pyArgs);
-    const out = await pyodide.runPythonAsync(
-      "from ember.wasm.worker_api import handle\nawait handle(op, args)", { globals: ns });
+    let out;
+    try {
+      out = await pyodide.runPythonAsync(
+        "from ember.wasm.worker_api import handle\nawait handle(op, args)", { globals: ns });
+    } catch (e) { // the page's interrupt landed outside handle()'s own net
+      if (/KeyboardInterrupt/.test(e.message)) throw new WorkerFail("cancelled", "ember: cancelled");
+      throw e;
+    }
     const r = out.toJs({ dict_converter: Object.fromEntries });
     out.destroy();
     if (r.error) throw new WorkerFail(r.error, r.message);
@@ -174,30 +227,15 @@ async function callPy(op, args) {
 
 // ------------------------------------------------------------------ weights
 
-function cacheKey(file) {
-  const u = new URL(file.url, self.location.href);
-  u.hash = `ember-size=${file.size ?? ""}&sha256=${file.sha256 ?? ""}`;
-  return u.href.replace("#", (u.search ? "&" : "?") + "ember-cache&"); // Cache API ignores fragments
-}
+const cancelled = () => new WorkerFail("cancelled", "ember: cancelled");
 
-async function sha256Hex(bytes) {
-  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-  return Array.from(d, (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
-async function fetchCached(file, progress) {
-  const cache = self.caches ? await self.caches.open(CACHE_NAME) : null; // no Cache API off secure origins
-  const key = cacheKey(file);
-  const hit = cache && (await cache.match(key));
-  if (hit) {
-    const bytes = new Uint8Array(await hit.arrayBuffer());
-    progress("download", file.name, bytes.length, bytes.length);
-    return bytes;
-  }
+// Download one file -> its bytes (null: an optional file the host does not have). `signal` aborts it at once.
+async function download(file, progress, signal) {
   let resp;
   try {
-    resp = await fetch(file.url);
+    resp = await fetch(file.url, { signal });
   } catch (e) {
+    if (signal.aborted) throw cancelled();
     throw new WorkerFail("download", `ember: cannot download ${file.url} (${e.message}); check the address and your connection`);
   }
   if (resp.status === 404 && file.optional) return null;
@@ -219,8 +257,15 @@ async function fetchCached(file, progress) {
   const reader = resp.body.getReader();
   progress("download", file.name, 0, total);
   for (;;) {
-    const { done: end, value } = await reader.read();
-    if (end) break;
+    let step;
+    try {
+      step = await reader.read();
+    } catch (e) {
+      if (signal.aborted) throw cancelled();
+      throw new WorkerFail("download", `ember: downloading ${file.url} broke off after ${done} bytes (${e.message})`);
+    }
+    if (step.done) break;
+    const value = step.value;
     if (bytes && done + value.length <= bytes.length) bytes.set(value, done);
     else {
       if (bytes) { chunks.push(bytes.subarray(0, done)); bytes = null; }
@@ -241,15 +286,6 @@ async function fetchCached(file, progress) {
   }
   if (file.size != null && done !== file.size)
     throw new WorkerFail("download", `ember: ${file.url}: got ${done} bytes, expected ${file.size} (incomplete download)`);
-  if (file.sha256 && (await sha256Hex(bytes)) !== file.sha256)
-    throw new WorkerFail("download", `ember: ${file.url}: sha256 does not match the manifest; refusing the file`);
-  if (cache) {
-    try {
-      await cache.put(key, new Response(bytes, { headers: { "content-length": String(done) } }));
-    } catch (e) {
-      console.warn(`ember: not cached (${e.message})`); // quota: still usable, just fetched again next time
-    }
-  }
   return bytes;
 }
 
@@ -259,34 +295,64 @@ function tooLarge(name, bytes) {
 }
 
 async function load(msg, progress) {
+  // imported on the first load, not at start: the worker begins booting Pyodide one request sooner
+  const { ABSENT, openCache, readCached, sha256Hex, storeModel } = await import("./model-cache.js");
   const packages = ensureToolPackages(msg.tool); // downloads beside the weights
   const known = msg.files.reduce((s, f) => s + (f.size || (f.bytes ? f.bytes.byteLength : 0)), 0);
   if (known > MAX_MODEL_BYTES) throw tooLarge(msg.tool, known);
   const folder = `/models/${msg.tool}/${msg.key.replace(/[^A-Za-z0-9._-]/g, "_")}`;
   pyodide.FS.mkdirTree(folder);
+  const cache = await openCache().catch(() => null); // no Cache API off secure origins: downloaded every time
+  const fresh = []; // files downloaded now: stored once the model has loaded, so a cancel or a failure keeps none
   const got = new Set();
   const files = [...msg.files];
   let held = 0; // shards are known only once their index is read: the total is checked as they arrive
-  for (let i = 0; i < files.length; i++) {
-    const f = files[i];
-    if (f.unless && got.has(f.unless)) continue; // an alternative to a file we already have
-    const bytes = f.bytes ? new Uint8Array(f.bytes) : await fetchCached(f, progress);
-    if (bytes) {
+  downloads = new AbortController();
+  const { signal } = downloads;
+  try {
+    for (let i = 0; i < files.length; i++) {
+      const f = files[i];
+      if (f.unless && got.has(f.unless)) continue; // an alternative to a file we already have
+      let bytes = f.bytes ? new Uint8Array(f.bytes) : cache ? await readCached(cache, f) : null;
+      if (signal.aborted) throw cancelled();
+      if (bytes === ABSENT) continue;
+      if (bytes) progress("download", f.name, bytes.length, bytes.length);
+      else if (!f.bytes) {
+        bytes = await download(f, progress, signal);
+        const sha256 = bytes && (await sha256Hex(bytes)); // stored with it: checked whenever it is read back
+        if (bytes && f.sha256 && sha256 !== f.sha256)
+          throw new WorkerFail("download", `ember: ${f.url}: sha256 does not match the manifest; refusing the file`);
+        if (signal.aborted) throw cancelled();
+        fresh.push({ file: f, bytes, sha256 });
+      }
+      if (!bytes) continue;
       writeOwned(`${folder}/${f.name.replace(/[\/\\]/g, "_")}`, bytes);
       got.add(f.name);
       if ((held += bytes.length) > MAX_MODEL_BYTES) throw tooLarge(msg.tool, held);
       if (f.url && f.name === "model.safetensors.index.json") files.push(...shardFiles(f, bytes));
     }
+  } catch (e) {
+    clearFolder(folder);
+    throw e;
+  } finally {
+    downloads = null;
   }
   if (packages) await packages;
   progress("load", msg.tool, 0, 1);
+  let info;
   try {
-    return await callPy("load", { tool: msg.tool, folder, device });
+    info = await callPy("load", { tool: msg.tool, folder, device });
   } finally {
-    for (const name of pyodide.FS.readdir(folder)) // the weights now live in the model; free the file copies
-      if (name !== "." && name !== "..") pyodide.FS.unlink(`${folder}/${name}`);
+    clearFolder(folder); // the weights now live in the model; free the file copies
     progress("load", msg.tool, 1, 1);
   }
+  if (cache && fresh.length) await storeModel(cache, fresh, { model: msg.key, tool: msg.tool, label: msg.label });
+  return info;
+}
+
+function clearFolder(folder) {
+  for (const name of pyodide.FS.readdir(folder))
+    if (name !== "." && name !== "..") pyodide.FS.unlink(`${folder}/${name}`);
 }
 
 // Hand `bytes` to Pyodide's in-memory file system without a copy (FS.write's canOwn: MEMFS keeps the array as

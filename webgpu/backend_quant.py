@@ -1,6 +1,6 @@
 """The WebGPU backend's quantized matmul: GGML blocks uploaded once per weight, decoded in WGSL.
 
-A mixin of WebGPUBackend. Q4_0, Q8_0, Q4_K and Q6_K weights go to the GPU as their raw blocks
+A mixin of WebGPUBackend. Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights go to the GPU as their raw blocks
 (quant.wgsl decodes them); any other GGML type is dequantized on the host once (by the type
 descriptor's own dequantize_rows: no backend imports ember.quant) and kept as float32.
 """
@@ -16,7 +16,8 @@ from ember import dtypes as D
 from .buffers import GArray, Storage
 from .fusion import XV_PLAIN
 
-_DECODERS = {"Q4_0": "decode_q4_0", "Q8_0": "decode_q8_0", "Q4_K": "decode_q4_k", "Q6_K": "decode_q6_k"}
+_DECODERS = {"Q4_0": "decode_q4_0", "Q4_1": "decode_q4_1", "Q8_0": "decode_q8_0", "Q4_K": "decode_q4_k",
+             "Q6_K": "decode_q6_k"}
 _MATVEC_ROWS = 8                 # input rows one qmatvec dispatch serves (its accumulators)
 _MATVEC_MAX_M = 4 * _MATVEC_ROWS  # past this, dequantize slabs and use the tiled matmul
 _SLAB_BYTES = 32 << 20           # float32 bytes of one dequantized slab of weight rows

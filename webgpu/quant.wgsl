@@ -1,7 +1,7 @@
 // Quantized matmul over GGML blocks, read straight from the weight's u32 storage buffer (in0;
 // x, where a kernel reads one, is in1):
 // W (N, K) is N rows of row_bytes bytes, blocks back to back as in a GGUF file (Q4_0 18 bytes,
-// Q8_0 34, Q4_K 144, Q6_K 210 per block), so a block starts at any even byte: word_at reads
+// Q4_1 20, Q8_0 34, Q4_K 144, Q6_K 210 per block), so a block starts at any even byte: word_at reads
 // four bytes from any address. Every type is decoded 32 elements ("a chunk": one Q4_0/Q8_0
 // block, one sub-block of a K-quant super-block) at a time into `wv`. Layouts and arithmetic
 // as ember.quant's numpy kernels (and core/backends/cuda/quant.cuh).
@@ -56,6 +56,22 @@ fn decode_q4_0(row: u32, c: u32) {
             let q = (w >> (8u * j)) & 255u;
             wv[4u * i + j] = f32(i32(q & 15u) - 8) * d;
             wv[16u + 4u * i + j] = f32(i32(q >> 4u) - 8) * d;
+        }
+    }
+}
+
+// Q4_1: f16 d | f16 m | 16 bytes; element l in the low nibble of byte l, element l + 16 in its high nibble;
+// x = d * q + m
+fn decode_q4_1(row: u32, c: u32) {
+    let b = row + c * 20u;
+    let d = f16_at(b);
+    let mn = f16_at(b + 2u);
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let w = word_at(b + 4u + 4u * i);
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let q = (w >> (8u * j)) & 255u;
+            wv[4u * i + j] = f32(q & 15u) * d + mn;
+            wv[16u + 4u * i + j] = f32(q >> 4u) * d + mn;
         }
     }
 }

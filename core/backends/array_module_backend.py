@@ -115,6 +115,8 @@ class ArrayModuleBackend(Backend):
     def full(self, shape, value, dtype):
         if dtype is D.bfloat16:
             return self.xp.full(shape, self._bf16_scalar(value), self.xp.uint16)
+        if isinstance(value, (int, float)) and value == 0:  # calloc'd: pages a loaded weight replaces are never touched
+            return self.xp.zeros(shape, dtype.np)
         return self.xp.full(shape, value, dtype.np)
 
     def arange(self, start, stop, step, dtype):

@@ -1,11 +1,26 @@
 """Weight initialisation as torch.nn.init (in place: the parameter's data is replaced)."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 
 from ..tensor import default_generator, tensor
+
+
+_SKIPPED = [0]  # > 0 inside skipped(): random initialisers leave parameters as allocated
+
+
+@contextlib.contextmanager
+def skipped():
+    """Modules built inside keep their parameters as allocated instead of drawing random values: for a model whose
+    every weight is loaded right after (a 135M-parameter model's draws cost seconds)."""
+    _SKIPPED[0] += 1
+    try:
+        yield
+    finally:
+        _SKIPPED[0] -= 1
 
 
 def _set(t, a):
@@ -36,10 +51,14 @@ calculate_gain = _gain
 
 
 def uniform_(t, a=0.0, b=1.0):
+    if _SKIPPED[0]:
+        return t
     return _set(t, default_generator().uniform(a, b, t.shape).astype(np.float32))
 
 
 def normal_(t, mean=0.0, std=1.0):
+    if _SKIPPED[0]:
+        return t
     return _set(t, default_generator().normal(mean, std, t.shape).astype(np.float32))
 
 

@@ -72,7 +72,7 @@ class SpmTokenizer:
         tokens written in the text (e.g. '<start_of_turn>') into their ids, as llama.cpp's parse_special."""
         out = [self.bos_id] if (self.add_bos if bos is None else bos) and self.bos_id is not None else []
         prev_special = True
-        for piece in self._partition(text, self._special if special else self._user):
+        for piece in partition(text, self.tokens, self._special if special else self._user):
             if isinstance(piece, int):
                 out.append(piece)
                 prev_special = True
@@ -82,26 +82,6 @@ class SpmTokenizer:
             out.extend(self._spm(piece.replace(" ", SPACE)))
             prev_special = False
         return out
-
-    def _partition(self, text: str, cut: list[int]) -> list:
-        """text -> [str | token id]: each of `cut`'s tokens, longest first, cut out of the remaining text."""
-        parts: list = [text] if text else []
-        for tid in cut:
-            t = self.tokens[tid]
-            if not any(isinstance(p, str) and t in p for p in parts):
-                continue
-            nxt = []
-            for p in parts:
-                if isinstance(p, int) or t not in p:
-                    nxt.append(p)
-                    continue
-                for j, s in enumerate(p.split(t)):
-                    if j:
-                        nxt.append(tid)
-                    if s:
-                        nxt.append(s)
-            parts = nxt
-        return parts
 
     def _spm(self, text: str) -> list[int]:
         """llm_tokenizer_spm_session.tokenize: score-ordered merges of adjacent symbols, then resegment."""
@@ -168,6 +148,10 @@ class SpmTokenizer:
             return t.encode("utf-8")
         return t.replace(SPACE, " ").encode("utf-8")
 
+    def token_bytes(self, tid: int) -> bytes | None:
+        """The bytes a token adds to the text, or None for a control/unknown/unused token."""
+        return None if self.types[tid] in (CONTROL, UNKNOWN, UNUSED) else self.piece(tid)
+
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return b"".join(self.piece(int(i)) for i in ids).decode("utf-8", errors="replace")
 
@@ -177,6 +161,28 @@ class SpmTokenizer:
     def vocab_size(self) -> int:
         return len(self.tokens)
 
+
+
+def partition(text: str, tokens: list[str], cut: list[int]) -> list:
+    """tokenizer_st_partition: text -> [str | token id], each of `cut`'s tokens (longest first) cut out of the
+    remaining text, every occurrence becoming its id."""
+    parts: list = [text] if text else []
+    for tid in cut:
+        t = tokens[tid]
+        if not any(isinstance(p, str) and t in p for p in parts):
+            continue
+        nxt = []
+        for p in parts:
+            if isinstance(p, int) or t not in p:
+                nxt.append(p)
+                continue
+            for j, s in enumerate(p.split(t)):
+                if j:
+                    nxt.append(tid)
+                if s:
+                    nxt.append(s)
+        parts = nxt
+    return parts
 
 class StreamDecoder:
     """.step(id) -> the text completed by this token, or None; an incomplete UTF-8 sequence is held back

@@ -34,6 +34,17 @@ class KVCache:
             raise ValueError(f"ember: KV cache full: {self.pos} cached + {n_new} new tokens exceed the context "
                              f"length {self.max_len}")
 
+    def truncate(self, n: int) -> bool:
+        """Forget positions n and later (a new prompt shares only its first n tokens with what is cached): a
+        global layer's rows past n are simply written over. A sliding layer's ring no longer holds what it
+        overwrote, so a cache with rings truncates only to its own end; False when it cannot (start a new one)."""
+        if not 0 <= n <= self.pos:
+            return False
+        if n < self.pos and any(self.windows):
+            return False
+        self.pos = n
+        return True
+
     def ring(self, layer: int) -> int | None:
         """A sliding layer's ring size (its window, or the context when that is shorter); None: global."""
         w = self.windows[layer]

@@ -131,32 +131,50 @@ class GenerationStats:
 class Generation:
     """An iterator of generated token ids with `.abort()` and `.stats`; see generate()."""
 
-    def __init__(self, model, prompt_ids, max_new_tokens, params, stop_ids, on_token=None):
+    def __init__(self, model, prompt_ids, max_new_tokens, params, stop_ids, on_token=None, cache=None, seen=None,
+                 constraint=None):
         if not prompt_ids:
             raise ValueError("ember: generation needs at least one prompt token")
         self.model, self.prompt = model, list(prompt_ids)
         self.max_new, self.sampler = max_new_tokens, Sampler(params)
         self.stop_ids, self.on_token = set(stop_ids), on_token
+        self.cache, self.seen, self.constraint = cache, seen, constraint
         self.stats = GenerationStats(prompt_tokens=len(self.prompt))
         self._aborted = False
+
+    def _pick(self, logits, seen) -> int:
+        """The next id under the constraint: tokens it does not allow get -inf; the stop ids are allowed only
+        where its text may end (none of them: the id it forces instead)."""
+        c = self.constraint
+        row = logits.numpy()[0, -1].astype(np.float32)                             # (vocab,)
+        allowed = c.allowed(row.shape[-1])
+        stops = [i for i in self.stop_ids if i < row.shape[-1]]
+        if c.accepting():
+            allowed = allowed.copy()
+            allowed[stops] = True
+        if not allowed.any():
+            raise c.error(f"ember: the constraint allows no token after {c.text()[-60:]!r}")
+        return self.sampler(np.where(allowed, row, -np.inf), seen)
 
     def abort(self):
         self._aborted = True
 
     def __iter__(self):
         model, st = self.model, self.stats
-        cache = model.new_cache()
-        if len(self.prompt) >= cache.max_len:
-            raise ValueError(f"ember: the prompt has {len(self.prompt)} tokens; the context length is {cache.max_len}")
-        seen = list(self.prompt)
+        cache = self.cache if self.cache is not None else model.new_cache()
+        if cache.pos + len(self.prompt) >= cache.max_len:
+            raise ValueError(f"ember: the prompt has {cache.pos + len(self.prompt)} tokens; the context length is "
+                             f"{cache.max_len}")
+        seen = list(self.seen if self.seen is not None else self.prompt)
+        constrained = self.constraint is not None
         # greedy with a model that picks the argmax itself (Gemma 3's tied 262k-row output): the head returns
         # the id, and the logits are never formed
-        pick = getattr(model, "greedy_head", None) if self.sampler.greedy else None
+        pick = getattr(model, "greedy_head", None) if self.sampler.greedy and not constrained else None
         kw = {} if pick is None else {"head": pick}
         # sampling from the k largest with a model that finds them without every logit (the same model): its
         # head returns (ids, logits) of a superset of the top k
         top_k, topk_head = self.sampler.top_k_only, getattr(model, "topk_head", None)
-        bounded = pick is None and top_k and topk_head is not None
+        bounded = pick is None and top_k and topk_head is not None and not constrained
         if bounded:
             kw = {"head": lambda x: topk_head(x, top_k)}
         with ember.no_grad():
@@ -172,6 +190,8 @@ class Generation:
                     tok = logits
                 elif bounded:
                     tok = self.sampler.draw(*logits)
+                elif constrained:
+                    tok = self._pick(logits, seen)
                 else:
                     tok = self.sampler(logits.numpy()[0, -1], seen)
                 now = time.perf_counter()
@@ -185,6 +205,8 @@ class Generation:
                     break
                 st.tokens.append(tok)
                 seen.append(tok)
+                if constrained:
+                    self.constraint.advance(tok)
                 if self.on_token is not None:
                     self.on_token(tok)
                 yield tok
@@ -198,10 +220,14 @@ class Generation:
 
 
 def generate(model, prompt_ids, max_new_tokens=64, params: SamplingParams | None = None, stop_ids=(),
-             on_token=None) -> Generation:
+             on_token=None, cache=None, seen=None, constraint=None) -> Generation:
     """Iterate over generated ids: `for t in generate(...)`; stops at a stop id, max_new_tokens or the context.
-    on_token(id) is called with each id before it is yielded (a streaming callback)."""
-    return Generation(model, prompt_ids, max_new_tokens, params or SamplingParams(), stop_ids, on_token)
+    on_token(id) is called with each id before it is yielded (a streaming callback). cache: a KV cache holding
+    earlier tokens (prompt_ids continue it; a chat's next turn), with seen: every id so far (the repetition
+    penalty's history; default prompt_ids). constraint: an ember.grammar constraint (.allowed(vocab) -> bool
+    mask, .accepting(), .advance(id)): only the tokens it allows are sampled, a stop id only where it accepts."""
+    return Generation(model, prompt_ids, max_new_tokens, params or SamplingParams(), stop_ids, on_token, cache, seen,
+                      constraint)
 
 
 def generate_batch(model, prompts, max_new_tokens=64, params: SamplingParams | None = None, stop_ids=(),

@@ -9,10 +9,13 @@ attention(), mlp(), norm(), block() or embed().
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ember import nn
 
 from .attention import Attention
 from .decoder import CausalLM, DecoderBlock
+from .embedding import QEmbedding
 from .mlp import GatedMLP
 from .spec import DecoderSpec
 
@@ -55,7 +58,36 @@ class LlamaLayout(CausalLM):
         return DecoderBlock(self.attention(s), self.mlp(s), self.norm(s), self.norm(s))
 
     def embed(self, tokens, positions):
-        return self.model.embed_tokens(tokens)                                  # (B, T, dim)
+        x = self.model.embed_tokens(tokens)                                     # (B, T, dim)
+        if str(x.device) != str(self.device):  # a quantized table's rows are read on the host, beside the ids
+            x = x.to(self.device)
+        return x
+
+    # ------------------------------------------------------------------ a quantized tied embedding (GGUF)
+    def _quantized_output(self) -> QEmbedding | None:
+        emb = self.model.embed_tokens
+        return emb if self.tie_embeddings and isinstance(emb, QEmbedding) else None
+
+    def _after_load(self):
+        if self._quantized_output() is None:
+            super()._after_load()
+
+    def head(self, x):
+        q = self._quantized_output()
+        return q.logits(x) if q is not None else super().head(x)               # (B, T, vocab)
+
+    def greedy_head(self, x) -> int:
+        """The id of head(x)'s largest logit for one position x (1, 1, dim) (generate's greedy pick)."""
+        q = self._quantized_output()
+        return q.argmax_logits(x) if q is not None else int(np.argmax(self.head(x).numpy()))
+
+    def topk_head(self, x, k: int):
+        """(ids, logits) of head(x) over ids holding every one among the k largest (generate's top-k draw)."""
+        q = self._quantized_output()
+        if q is not None:
+            return q.topk_logits(x, k)
+        y = self.head(x).numpy().reshape(-1)
+        return np.arange(y.size, dtype=np.int64), y
 
     @property
     def config(self):

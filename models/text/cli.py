@@ -1,23 +1,31 @@
 """`ember generate "PROMPT"`: text completion with any causal LM load_text_model takes (default: Gemma 3 270M,
 the Q4_K_M GGUF fetched from PyPI once) — a GGUF's `general.architecture` (a folder's config.json `model_type`)
-picks the family; and print_generation, the streaming / `--json` output `ember generate` and `ember llama` share."""
+picks the family; and print_generation, the streaming / `--json` output `ember generate` and `ember llama` share.
+`ember chat` and `ember api` (a model with a chat template) are registered here too."""
 from __future__ import annotations
 
 import json
 import os
 import sys
 
-from ...argtypes import add_sampling_arguments
+from ...argtypes import add_sampling_arguments, existing_file, positive_int
 from ...cli import DEVICE_HELP, resolve_device
 
 
+ACTIVATIONS_HELP = ("how quantized weights multiply: q8 (llama.cpp's 8-bit activations: its numbers, its speed) or "
+                    "float32 (transformers' arithmetic on the dequantized weights); default: the model's (q8 for GGUF)")
+
+
 def add_parser(sub):
+    """`ember generate`, `ember chat` and `ember api`."""
+    add_chat_parsers(sub)
     p = sub.add_parser("generate", help="complete text with a language model (default: Gemma 3 270M)")
     p.add_argument("prompt")
     p.add_argument("--model", default=None,
                    help="a .gguf file, folder, URL or hub id (default: gemma-3-270m-q4_k_m.gguf, fetched from PyPI)")
     add_sampling_arguments(p, max_new_tokens=64, temperature=0.0, top_p=1.0)
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    p.add_argument("--activations", choices=("q8", "float32"), default=None, help=ACTIVATIONS_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.set_defaults(func=main)
 
@@ -28,10 +36,10 @@ def main(args):
     if src is None:
         from ember.models.gemma3.fetch import fetch_gemma3_270m
         src = os.fspath(fetch_gemma3_270m(progress=True))
-    model, tok = load_text_model(src, device=resolve_device(args.device))
+    model, tok = load_text_model(src, device=resolve_device(args.device), activations=args.activations)
     if tok is None:
         raise ValueError("ember: the model carries no tokenizer")
-    prompt_ids = tok.encode(args.prompt, bos=True)
+    prompt_ids = tok.encode(args.prompt)  # BOS as the tokenizer adds it (a GGUF's add_bos_token)
     return print_generation(model, tok, args.prompt, prompt_ids, args)
 
 
@@ -64,3 +72,125 @@ def print_generation(model, tok, prompt: str, prompt_ids: list[int], args) -> in
         print(f"\n\n{len(st.tokens)} tokens, {st.tokens_per_s:.1f} tokens/s (prompt {len(prompt_ids)} tokens in "
               f"{st.prompt_s * 1000:.0f} ms, KV cache {st.kv_cache_bytes / 1024:.0f} KiB)", file=sys.stderr)
     return 0
+
+
+# ============================================================================ ember chat / ember api
+
+CHAT_HELP = "a .gguf file, folder, URL or hub id with a chat template (default: SmolLM2-135M-Instruct, from PyPI)"
+
+
+def add_chat_parsers(sub):
+    p = sub.add_parser("chat", help="chat with an instruct model (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=None, help=CHAT_HELP)
+    p.add_argument("--system", default=None, help="a system message")
+    p.add_argument("--messages", type=existing_file, default=None,
+                   help="a JSON file of messages [{role, content}, ...] (or an OpenAI request body): answer it once")
+    p.add_argument("--json", action="store_true", help="with --messages: print one JSON object")
+    p.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
+    p.add_argument("--context", type=positive_int, default=None, help="cap the context (positions) below the model's")
+    p.add_argument("--json-schema", type=existing_file, default=None, help="constrain replies to this JSON schema")
+    p.add_argument("--choices", nargs="+", default=None, help="constrain a reply to one of these strings")
+    p.add_argument("--regex", default=None, help="constrain replies to this regular expression")
+    add_sampling_arguments(p, max_new_tokens=256, temperature=0.0, top_p=1.0)
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    p.add_argument("--activations", choices=("q8", "float32"), default=None, help=ACTIVATIONS_HELP)
+    p.set_defaults(func=main_chat)
+
+    a = sub.add_parser("api", help="an OpenAI-compatible server on 127.0.0.1 (chat, completions, embeddings)")
+    a.add_argument("--model", default=None, help=CHAT_HELP)
+    a.add_argument("--embed-model", default=None,
+                   help="the /v1/embeddings model: a folder, hub id or 'none' (default: all-MiniLM-L6-v2 from PyPI)")
+    a.add_argument("--host", default="127.0.0.1", help="the address to bind (default loopback only; 0.0.0.0 exposes "
+                                                      "the server to the network)")
+    a.add_argument("--port", type=positive_int, default=8080)
+    a.add_argument("--context", type=positive_int, default=None, help="cap the context (positions) below the model's")
+    a.add_argument("--api-key", default=None, help="require this bearer token (default: none)")
+    a.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    a.add_argument("--activations", choices=("q8", "float32"), default=None, help=ACTIVATIONS_HELP)
+    a.set_defaults(func=main_api)
+
+
+def _chat_model(args):
+    from .load import load_text_model
+    src = args.model
+    if src is None:
+        from .smollm2 import fetch_smollm2
+        src = os.fspath(fetch_smollm2(progress=True))
+    return load_text_model(src, device=resolve_device(args.device), activations=args.activations)
+
+
+def _constraint(args, tok):
+    import ember.grammar as G
+    if args.json_schema:
+        with open(args.json_schema, encoding="utf-8") as f:
+            return G.compile_json_schema(json.load(f)).constraint(tok)
+    if args.choices:
+        return G.compile_choices(args.choices).constraint(tok)
+    if args.regex:
+        return G.compile_regex(args.regex).constraint(tok)
+    return None
+
+
+def main_chat(args):
+    from ..common.chat import ChatEngine, ChatSession
+    from ..common.chat_template import parse_messages
+    from ..common.generate import SamplingParams
+    model, tok = _chat_model(args)
+    engine = ChatEngine(model, tok, context=args.context)
+    params = SamplingParams(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
+    gen = dict(max_tokens=args.max_new_tokens, params=params, stop=args.stop)
+    if args.messages:
+        with open(args.messages, encoding="utf-8") as f:
+            messages = parse_messages(f.read(), args.messages)
+        if args.system and messages[0]["role"] != "system":
+            messages = [{"role": "system", "content": args.system}] + messages
+        reply = engine.reply(messages, constraint=_constraint(args, tok), **gen)
+        text = "".join(p if args.json else print(p, end="", flush=True) or p for p in reply)
+        r = reply.result
+        if args.json:
+            print(json.dumps({"prompt_tokens": reply.prompt_ids, "tokens": r.tokens, "text": text,
+                              "stopped": r.stopped, "finish_reason": r.finish_reason,
+                              "prefill_tokens": r.prefill_tokens, "ttft_ms": round(r.ttft_s * 1000, 1),
+                              "tokens_per_s": round(r.tokens_per_s, 2)}, ensure_ascii=False))
+        else:
+            print()
+        return 0
+    chat = ChatSession(engine, system=args.system)
+    print("ember chat: /clear starts over, /regenerate answers again, /quit (or Ctrl-D) ends", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            print(file=sys.stderr)
+            return 0
+        cmd = line.strip()
+        if cmd in ("/quit", "/exit"):
+            return 0
+        if cmd == "/clear":
+            chat.clear()
+            continue
+        if not cmd:
+            continue
+        reply = chat.regenerate(constraint=_constraint(args, tok), **gen) if cmd == "/regenerate" else \
+            chat.send(line, constraint=_constraint(args, tok), **gen)
+        try:
+            for piece in reply:
+                print(piece, end="", flush=True)
+        except KeyboardInterrupt:
+            reply.abort()
+        r = reply.result
+        print(f"\n[{len(r.tokens)} tokens, {r.tokens_per_s:.1f} tokens/s; prompt {r.prompt_tokens} tokens, "
+              f"{r.prefill_tokens} prefilled, first token after {r.ttft_s * 1000:.0f} ms; {r.finish_reason}]",
+              file=sys.stderr)
+
+
+def main_api(args):
+    from .openai_server import serve
+    model, tok = _chat_model(args)
+    embedder = None
+    if args.embed_model != "none":
+        from ember.models.bert.fetch import fetch_minilm
+        from ember.models.bert.sentence import SentenceEncoder
+        embedder = SentenceEncoder(args.embed_model or fetch_minilm(progress=True))
+    return serve(model, tok, host=args.host, port=args.port, context=args.context, embedder=embedder,
+                 api_key=args.api_key, model_path=args.model)

@@ -62,17 +62,21 @@ def family_of(src) -> str:
     return "llama" if file.endswith(".bin") else _folder_family(source)
 
 
-def load_text_model(src, device=None, tokenizer: str | None = None):
+def load_text_model(src, device=None, tokenizer: str | None = None, activations: str | None = None):
     """(model in eval mode on `device`, tokenizer | None) from any source a causal LM comes in (see above);
     src: a path, URL, hub id or ember.hub.Source. tokenizer: a tokenizer file to use instead of the one beside
-    a Llama model (tokenizer.json / llama2.c's tokenizer.bin)."""
+    a Llama model (tokenizer.json / llama2.c's tokenizer.bin). activations: how quantized weights multiply
+    ("q8": llama.cpp's 8-bit activations, "float32": transformers' arithmetic; None: the architecture's default,
+    see ember.quant.set_activations). The tokenizer carries the model's chat template as `.chat_template`
+    (None for a base model)."""
     source = _source(src)
     file = source.file or ""
     if file.endswith(".gguf"):
         from ..common.gguf import load_gguf, read_gguf
         path = source.path(file)
         gguf = read_gguf(path)
-        model, tok = load_gguf(path, gguf_architecture(gguf[0].get("general.architecture"), str(path)), gguf=gguf)
+        model, tok = load_gguf(path, gguf_architecture(gguf[0].get("general.architecture"), str(path)), gguf=gguf,
+                               activations=activations)
     else:
         family = "llama" if file.endswith(".bin") else _folder_family(source)
         if family == "gemma3":
@@ -84,6 +88,12 @@ def load_text_model(src, device=None, tokenizer: str | None = None):
         else:
             from ember.models.llama.load import load_source
             model, tok = load_source(source, tokenizer)
+        if tok is not None and getattr(tok, "chat_template", None) is None and not file:
+            from ..common.chat_template import from_hf_folder
+            tok.chat_template = from_hf_folder(source)  # tokenizer_config.json / chat_template.jinja, if any
+    if activations is not None and not file.endswith(".gguf"):
+        from ember.quant import set_activations
+        set_activations(model, activations)
     if device is not None:
         model = model.to(device)
     return model.eval().requires_grad_(False), tok

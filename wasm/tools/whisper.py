@@ -3,6 +3,7 @@ WAV bytes or 16 kHz samples as `ember whisper --json --timestamps` does, segment
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 
@@ -58,6 +59,15 @@ def load(folder: str, device: str) -> dict:
     return {"parameters": n_params, "bytes": n_bytes, "multilingual": bool(cfg.multilingual), "languages": languages}
 
 
+def _readable(message: str, name: str) -> str:
+    """A WAV reader's message as its reader sees it: the file by its name (not "<wav bytes>"), bytes as text
+    (not Python's b'...' notation)."""
+    def text(m):
+        raw = m.group(0)[2:-1].encode("latin-1").decode("unicode_escape").encode("latin-1")
+        return '"' + "".join(chr(b) if 32 <= b < 127 else "·" for b in raw) + '"'
+    return re.sub(r"b'(?:[^'\\]|\\.)*'", text, message.replace("<wav bytes>", name))
+
+
 def _samples(audio) -> np.ndarray:
     """WAV bytes (decoded and resampled by ember as the CLI does) or float32 16 kHz samples."""
     from ember.models.whisper.transcribe import load_input
@@ -79,7 +89,7 @@ def _samples(audio) -> np.ndarray:
 async def run(audio, opts: dict, on_partial=None, on_progress=None) -> dict:
     """-> {"text", "language", "segments": [{"start", "end", "text", "tokens"}]} as `ember whisper --json
     --timestamps` (plus "ms", "duration", "stopped": "done" | "cancelled"). opts: language, timestamps, beam,
-    fallback. on_partial(segment) as each segment is decoded; on_progress({"stage": "window" | "segment",
+    fallback, name (the file's, for messages). on_partial(segment) as each segment is decoded; on_progress({"stage": "window" | "segment",
     "done": seconds, "total": seconds}) before each 30 s window, after each segment (its end) and at the end.
     A cancel lands between windows and segments; the result then holds the segments decoded so far."""
     from ember.models.whisper.transcribe import transcribe_steps
@@ -88,7 +98,7 @@ async def run(audio, opts: dict, on_partial=None, on_progress=None) -> dict:
     try:
         samples = _samples(audio)
     except ValueError as e:
-        raise WorkerError(str(e), "unsupported_file") from None
+        raise WorkerError(_readable(str(e), str(opts.get("name") or "the audio")), "unsupported_file") from None
     t0 = time.perf_counter()
     temps = 0.0 if opts.get("fallback") is False else (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the CLI's default
     steps = transcribe_steps(_STATE["model"], _STATE["tokenizer"], samples, language=opts.get("language"),
@@ -112,7 +122,7 @@ async def run(audio, opts: dict, on_partial=None, on_progress=None) -> dict:
             await checkpoint()
     except StopIteration as end:
         language = end.value["language"]
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt):  # a cancel between steps, or the page's interrupt mid-step
         steps.close()
         stopped = "cancelled"
     return {"text": "".join(s["text"] for s in segs).strip(), "language": language, "segments": segs,

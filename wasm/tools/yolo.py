@@ -90,7 +90,7 @@ async def run(image, opts: dict, on_partial=None, on_progress=None) -> dict:
             await checkpoint()  # a cancel sent during the previous stage or layer group lands here
     except StopIteration as end:
         dets = end.value
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt):  # a cancel between steps, or the page's interrupt mid-step
         steps.close()
         stopped = "cancelled"
     ms = (time.perf_counter() - t0) * 1000
