@@ -126,6 +126,12 @@ static int wait_done(int chunks) {
 
 int ember_parallel(ember_rows_fn fn, const void *args, int n, int chunks) {
     int expected = 0;
+    // a loss reported between jobs (a job its worker took no part in completes without seeing it) ends the next
+    // job, once: the caller learns that the pool is down to one thread, whatever the timing
+    if (atomic_load(&ctl[C_LOST]) && !atomic_load(&ctl[C_BROKEN])) {
+        atomic_store(&ctl[C_BROKEN], 1);
+        return PARALLEL_LOST;
+    }
     if (chunks < 2 || n < 2 || ember_parallel_threads() <= 1 ||
         !atomic_compare_exchange_strong(&ctl[C_BUSY], &expected, 1)) {
         fn(args, 0, n, 0);
