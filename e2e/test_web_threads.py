@@ -1,6 +1,7 @@
 """The page's kernel pool in Chromium (web/pool.js, core/backends/cpu_pool.py): Whisper tiny.en's transcript, YOLOv8s's
 boxes, MiniLM's embeddings and Gemma 3 270M's tokens are the same bits on 1, 2 and 3 threads, and Gemma's tokens on 2
-threads are native's; a page that is not cross-origin isolated runs on one thread and says why; a model URL on
+threads are native's; a page that is not cross-origin isolated runs on one thread and says why (and from its next
+visit its service worker isolates it, the headers added); a model URL on
 another origin loads under isolation (a second server that sends CORS headers); a pool worker terminated mid-run
 ends the run in an error (announced: at once; unannounced: within the pool's timeout), after which the page runs
 on one thread with the same results; bad `threads` values are refused with a message.
@@ -108,7 +109,8 @@ def test_results_are_the_same_bits_on_1_2_and_3_threads(page, server, site):
                                "tokens": list(generate(model, ids, 6, SamplingParams(temperature=0), tok.eos_ids))}
 
 
-def test_a_page_that_is_not_isolated_runs_on_one_thread_and_says_why(page, site, inputs):
+def test_a_page_that_is_not_isolated_runs_on_one_thread_says_why_and_is_isolated_by_its_service_worker_next_visit(
+        page, site, inputs):
     plain = Server(site, inputs, isolate=False)
     try:
         _open(page, plain.url)
@@ -119,6 +121,14 @@ def test_a_page_that_is_not_isolated_runs_on_one_thread_and_says_why(page, site,
         page.wait_for_selector("body[data-ready=true]", timeout=300_000)
         line = page.eval_on_selector(".device-line", "e => e.textContent")
         assert "on 1 thread (this page is not cross-origin isolated" in line, line
+        # the service worker (sw.js) adds the headers the host did not send: the next visit is isolated, on the pool
+        page.evaluate("async () => { await navigator.serviceWorker.ready; }")
+        page.reload()
+        page.wait_for_selector("body[data-ready=true]", timeout=300_000)
+        assert page.evaluate("crossOriginIsolated")
+        line = page.eval_on_selector(".device-line", "e => e.textContent")
+        cores = page.evaluate("navigator.hardwareConcurrency")
+        assert f"on {min(cores, 8)} threads" in line, line
     finally:
         plain.close()
 
