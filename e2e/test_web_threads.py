@@ -195,7 +195,8 @@ def test_a_worker_lost_mid_run_ends_it_in_an_error_and_the_page_goes_on(page, se
     want = page.evaluate(again)
     page.evaluate("() => __e.terminate()")
     _open(page, server.url)
-    assert page.evaluate(START, {"threads": 2, "poolTimeoutMs": 3000})["threads"] == 2
+    timeout_ms = 10_000 if announced else 3000  # announced: the loss is seen at once, not after the timeout
+    assert page.evaluate(START, {"threads": 2, "poolTimeoutMs": timeout_ms})["threads"] == 2
     page.evaluate("async () => __e.loadModel('llama', 'demo')")
     t0 = time.perf_counter()
     got = page.evaluate(LOSE, {"announced": announced})
@@ -204,7 +205,7 @@ def test_a_worker_lost_mid_run_ends_it_in_an_error_and_the_page_goes_on(page, se
         assert got["code"] == "pool_lost", got
         assert "of the kernel pool" in got["message"] and "one thread from now on" in got["message"]
         assert got["threads"] == 1 and got["reason"], got
-        assert got["ms"] < (1000 if announced else 3000 + 10_000), got
+        assert got["ms"] < (timeout_ms / 2 if announced else timeout_ms + 10_000), got  # (a loaded machine: slack)
     assert page.evaluate(again) == want  # the runtime goes on, with the same results
 
 
