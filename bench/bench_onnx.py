@@ -11,7 +11,11 @@
    onnxruntime runs one intra-op thread (--ort-threads), as ember's numpy does with OPENBLAS_NUM_THREADS=1.
    On a machine with more runnable threads than cores, OpenBLAS's spinning worker threads make every
    small matmul cost tens of ms; run with OPENBLAS_NUM_THREADS=1 there for figures that mean something.
-3. With --page: the same models in the page (headless Chromium, ember in Pyodide; webgpu is Chromium's
+3. Decode: a GPT-2-small-shaped decoder (random weights, 768 wide, 12 layers, 50257 words) exported as users export
+   one (torch.onnx.export, onnxruntime's optimizer, MatMulNBitsQuantizer 4-bit block 32: tests/onnx_exports.py),
+   tokens a second through the KV cache one token a step (ember.onnx.decoder.Decoder over both sessions), after an
+   8-token prompt; and the greedy tokens of both, which must be equal.
+4. With --page: the same models in the page (headless Chromium, ember in Pyodide; webgpu is Chromium's
    SwiftShader adapter where the machine has no GPU) through `ember.loadModel("onnx", url)` +
    `ember.run(feeds)`, best of --page-repeat after a warm run, timed in the page (typed arrays in and out,
    the worker's message round trip included; the worker's own InferenceSession.run time beside it),
@@ -68,6 +72,34 @@ def _models():
          {"input": (rng.standard_normal((1, 512)) * 0.1).astype(np.float32), "state": np.zeros((2, 1, 128), np.float32),
           "sr": np.array(16000, np.int64)}),
     ]
+
+
+def decode(repeat, ort_threads=1, steps=16):
+    """{"ember": s/token, "onnxruntime": s/token} for the 4-bit GPT-2-small-shaped export, interleaved."""
+    import onnxruntime as ort
+
+    import onnx_exports as X
+    from ember.onnx import InferenceSession
+    from ember.onnx.decoder import Decoder
+    path = X.path("gpt2-small-q4")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = ort_threads
+    engines = {"ember": Decoder(InferenceSession(path)),
+               "onnxruntime": Decoder(ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]))}
+    prompt = [464, 3290, 318, 257, 1310, 11, 290, 340]
+    tokens = {k: d.generate(prompt, 12) for k, d in engines.items()}
+    best = {k: float("inf") for k in engines}
+    for _ in range(repeat):
+        for name, d in engines.items():
+            d.step(np.array([prompt]))
+            t = time.perf_counter()
+            for i in range(steps):
+                d.step(np.array([[100 + i]]))
+            best[name] = min(best[name], (time.perf_counter() - t) / steps)
+    print(f"{'GPT-2-small q4 decode':28s} ember {1 / best['ember']:6.1f} tok/s   onnxruntime "
+          f"{1 / best['onnxruntime']:6.1f} tok/s   ratio {best['ember'] / best['onnxruntime']:6.2f}x (time a token)   "
+          f"greedy tokens {'equal' if tokens['ember'] == tokens['onnxruntime'] else 'DIFFER'}", flush=True)
+    return best
 
 
 def _best(fn, repeat):
@@ -128,6 +160,59 @@ PAGE_RUN = """async ([device, url, feeds, repeat]) => {
 }"""
 
 
+# In the page: the 4-bit GPT-2-small-shaped export through runDecoder; the time per token between the first token
+# and the last (the prompt's step excluded), best of `repeat` generations
+PAGE_DECODE = """async ([device, url, prompt, steps, repeat]) => {
+  const { createEmber } = await import("/ember.js");
+  const ember = await createEmber({ device });
+  await ember.loadModel("onnx", url);
+  let best = Infinity, tokens = null;
+  for (let i = 0; i < repeat; i++) {
+    const at = [];
+    const r = await ember.runDecoder(prompt, { max_new_tokens: steps + 1 }, () => at.push(performance.now()));
+    best = Math.min(best, (at[at.length - 1] - at[0]) / (at.length - 1));
+    tokens = r.tokens;
+  }
+  return { device: ember.device, kernels: ember.deviceKernels, ms_per_token: best, tokens };
+}"""
+
+
+def page_decode(devices, repeat, native):
+    """The decode benchmark's model in the page: {device: s/token}; prints page / native."""
+    from playwright.sync_api import sync_playwright
+    from web_app import ARGS, CHROMIUM, RUN_S, Server
+
+    import onnx_exports as X
+    from ember.wasm.serve import build_site
+    found = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "site" / "models").mkdir(parents=True)
+        site = build_site(tmp / "site", models={}, quiet=True)
+        (tmp / "hub").mkdir()
+        X.copy_to("gpt2-small-q4", tmp / "hub")
+        server = Server(site, tmp / "hub")
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+                for dev in devices:
+                    pg = browser.new_page()
+                    pg.set_default_timeout(RUN_S * 1000 * (repeat + 2))
+                    pg.goto(server.url + "style.css")
+                    r = pg.evaluate(PAGE_DECODE, [dev, f"{server.url}hub/gpt2-small-q4.onnx",
+                                                  [464, 3290, 318, 257, 1310, 11, 290, 340], 16, repeat])
+                    pg.close()
+                    s = r["ms_per_token"] / 1e3
+                    found[dev] = s
+                    ratio = "".join(f"   page/{k} {s / v:6.1f}x" for k, v in native.items())
+                    print(f"{'GPT-2-small q4 decode':28s} page {dev} (ran on {r['device']}, cpu matmul {r['kernels']}) "
+                          f"{1 / s:6.1f} tok/s{ratio}", flush=True)
+                browser.close()
+        finally:
+            server.close()
+    return found
+
+
 def _page_feed(a):
     a = np.ascontiguousarray(a)
     return {"type": {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64"}[a.dtype], "dims": list(a.shape),
@@ -182,16 +267,20 @@ def main():
     p.add_argument("--latency-device", default="cpu", help="ember's device for the latency runs")
     p.add_argument("--ort-threads", type=int, default=1, help="onnxruntime's intra-op threads")
     p.add_argument("--models", default="YOLO,MiniLM,Silero", help="which real models (label substrings)")
+    p.add_argument("--decode", action="store_true", help="also the 4-bit GPT-2-small-shaped decode (tok/s)")
     p.add_argument("--page", default="", help="also time the page on these devices (cpu,webgpu)")
-    p.add_argument("--page-models", default="MiniLM,Silero")
+    p.add_argument("--page-models", default="MiniLM,Silero,YOLO")
     p.add_argument("--page-repeat", type=int, default=3, help="timed runs in the page (MiniLM on SwiftShader: ~40 s each)")
     a = p.parse_args()
     import ember
     if not a.skip_conformance:
         conformance([d for d in a.devices.split(",") if d in ember.devices()])
-    native = latency(a.repeat, a.latency_device, a.ort_threads, a.models.split(","))
+    native = latency(a.repeat, a.latency_device, a.ort_threads, a.models.split(",")) if a.models else {}
+    dec = decode(a.repeat, a.ort_threads) if a.decode else None
     if a.page:
         page(a.page.split(","), a.page_repeat, a.page_models.split(","), native)
+        if dec:
+            page_decode(a.page.split(","), a.page_repeat, dec)
 
 
 if __name__ == "__main__":

@@ -256,6 +256,11 @@ op("linear", "(x, w (out, in), b (out,)) -> x @ w.T + b", composed="ember.nn.fun
 op("linears", "(x, [w], [b|None]) -> one x @ [w0 | w1 | ...].T + [b0 | ...] whose column ranges are the results, "
    "or None where the kernel does not take it", composed="ember.nn.functional:linears_composed",
    webgpu=Kernel(_WG + "linears", "quant.wgsl qmatvec over the weights where they lie (decode rows)"))
+op("lstm_cell", "(xg (N, 4H), h (N, H), c (N, H), w_hh (4H, H), b_hh|None) -> (N, 2H) h' | c' of one LSTM step, "
+   "gates i f g o", composed="ember.nn.recurrent:lstm_cell_composed",
+   cpu=Kernel("ember.backends.cpu_recurrent:lstm_cell", "numpy, gates in place"))
+op("gru_cell", "(xg (N, 3H), h (N, H), w_hh (3H, H), b_hh|None) -> h' (N, H) of one GRU step, gates r z n",
+   composed="ember.nn.recurrent:gru_cell_composed", cpu=Kernel("ember.backends.cpu_recurrent:gru_cell", "numpy, gates in place"))
 op("conv_bias", "(x, w, b, stride, padding, dilation, groups) -> conv(x, w) + b per output channel",
    composed="ember.nn.functional:conv_bias_composed",
    cpu=Kernel(_CPU + "conv_bias", "im2col bands + BLAS, bias added in place"))
@@ -275,6 +280,11 @@ op("qmatmul_argmax", "(x one row, raw, GGMLType, (N, K), activations) -> argmax 
 op("qmatmul_topk", "(x one row, raw, GGMLType, (N, K), activations, k) -> (ids ascending, values): rows of qmatmul "
    "that include its k largest", composed="ember.qtensor:qmatmul_topk_composed",
    cpu=Kernel(_Q + "qmatmul_topk", _Q + "describe_bounded"))
+op("nbits_matmul", "(x (..., K), packed uint8 (N, blocks * block * bits / 8), scales (N, blocks), zeros (N, blocks), "
+   "bits, block, (N, K)) -> float32 (..., N) = x @ ((levels - zeros) * scales).T: onnxruntime's MatMulNBits layout "
+   "(ember.ops_blockwise)", composed="ember.ops_blockwise:nbits_matmul_composed",
+   cpu=Kernel("ember.backends.cpu_nbits:nbits_matmul", "ember.backends.cpu_nbits:describe"),
+   webgpu=Kernel("ember.webgpu.nbits:nbits_matmul", "nbits.wgsl (packed bits on the device)"))
 op("decoder_plan", "(spec) -> a plan whose step(x, rope, caches) runs one decoded token through a decoder's layers "
    "in place (models/common/fused_decode.py builds the spec), or None where it does not take the spec; composed: "
    "the model's layers op by op", composed=None,

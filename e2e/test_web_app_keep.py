@@ -25,7 +25,7 @@ from web_app import (FAKE_MEDIA, RUN_S, App, Server, assert_same_detections, axe
                      yolo_reference)
 
 WAIT = RUN_S * 1000
-TABS = ("whisper", "llama", "yolo", "search", "train")
+TABS = ("whisper", "llama", "yolo", "search", "train", "onnx")
 SLOW_BPS = 8e6  # the slow hub's download speed: Whisper tiny.en's 75 MB take ~9 s
 
 
@@ -98,8 +98,8 @@ def test_a_hash_opens_its_tool_and_every_tab_answers_the_keyboard(app):
         return on[0][0].removeprefix("tab-")
 
     page.focus("#tab-search")
-    steps = [("ArrowRight", "train"), ("ArrowRight", "whisper"), ("End", "train"), ("Home", "whisper"),
-             ("ArrowLeft", "train"), ("ArrowLeft", "search")]
+    steps = [("ArrowRight", "train"), ("ArrowRight", "onnx"), ("ArrowRight", "whisper"), ("End", "onnx"),
+             ("Home", "whisper"), ("ArrowLeft", "onnx"), ("ArrowLeft", "train"), ("ArrowLeft", "search")]
     for key, want in steps:
         page.keyboard.press(key)
         assert selected() == want, key

@@ -106,4 +106,33 @@ F.max_pool2d(F.conv2d(xc, wc, padding=1).relu(), 2).sum().backward()
 record("conv_grad_input", xc.grad)
 record("conv_grad_weight", wc.grad)
 
+# ---------------------------------------------------------------- nn layers (weights from the frozen stream)
+import ember.nn as nn  # noqa: E402
+
+
+def seeded(module):
+    module.load_state_dict({k: randn(*v.shape) * 0.3 for k, v in module.state_dict().items()})
+    return module
+
+
+seq = randn(2, 6, 8).requires_grad_()                                     # (batch, steps, features)
+mha = seeded(nn.MultiheadAttention(8, 2, batch_first=True))
+y, w = mha(seq, seq, seq, key_padding_mask=ember.tensor(np.array([[False] * 6, [False] * 4 + [True] * 2])))
+record("mha_out", y.detach())
+record("mha_weights", w.detach())
+enc = seeded(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=True))
+record("encoder_layer", enc(seq, is_causal=True, src_mask=nn.Transformer.generate_square_subsequent_mask(6)).detach())
+lstm = seeded(nn.LSTM(8, 5, 2, bidirectional=True, batch_first=True, proj_size=3))
+out_l, (h_l, c_l) = lstm(seq, lengths=[6, 3])
+(out_l.sum() + c_l.sum()).backward()
+record("lstm_out", out_l.detach())
+record("lstm_grad_input", seq.grad)
+with ember.no_grad():  # the registry's gru_cell kernel
+    record("gru_out", seeded(nn.GRU(8, 5))(seq.detach())[0])
+record("moe", seeded(nn.MoE(8, 12, num_experts=4, num_experts_per_tok=2))(seq.detach()))
+record("ce_smooth", nn.CrossEntropyLoss(label_smoothing=0.1)(randn(5, 4), ember.tensor(np.array([0, 3, 1, -100, 2]))))
+record("unfold_fold", F.fold(F.unfold(randn(1, 2, 5, 5), 3, padding=1), 5, 3, padding=1))
+record("embedding_bag", seeded(nn.EmbeddingBag(10, 4, mode="max"))(ember.tensor(np.array([1, 2, 4, 5, 9])),
+                                                                  ember.tensor(np.array([0, 2]))))
+
 result = out

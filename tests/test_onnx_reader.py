@@ -79,6 +79,43 @@ def test_external_data(tmp_path):
         to_numpy(got.graph.initializer[0], str(path), got.base_dir)
 
 
+def test_external_data_never_leaves_the_model_folder(tmp_path):
+    """A symlink inside the model's folder that points out of it (a file, or a folder holding the data) is refused
+    naming the file it resolves to; a link to a file inside the folder is read; a model reached through a linked
+    folder reads its own data."""
+    import os
+    from ember.onnx import InferenceSession
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    m = _model([helper.make_node("Identity", ["w"], ["y"])], [],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [numpy_helper.from_array(a, "w")])
+    inside, outside = tmp_path / "model", tmp_path / "elsewhere"
+    inside.mkdir()
+    outside.mkdir()
+    onnx.save_model(m, str(inside / "m.onnx"), save_as_external_data=True, location="weights.bin", size_threshold=0)
+    secret = outside / "secret.bin"
+    secret.write_bytes(a.tobytes())                           # right size: only the path check can refuse it
+    os.replace(inside / "weights.bin", inside / "real.bin")
+    os.symlink(inside / "real.bin", inside / "weights.bin")    # a link that stays inside: fine
+    assert np.array_equal(InferenceSession(inside / "m.onnx").run(None, {})[0], a)
+    os.unlink(inside / "weights.bin")
+    os.symlink(secret, inside / "weights.bin")                 # a link out of the folder
+    with pytest.raises(OnnxFormatError, match=r"weights\.bin' resolves to .*secret\.bin, outside the model's folder"):
+        InferenceSession(inside / "m.onnx")
+    os.unlink(inside / "weights.bin")
+    os.symlink("/etc/passwd", inside / "weights.bin")
+    with pytest.raises(OnnxFormatError, match="outside the model's folder"):
+        InferenceSession(inside / "m.onnx")
+    os.unlink(inside / "weights.bin")
+    (inside / "data").symlink_to(outside, target_is_directory=True)  # a linked folder inside
+    m.graph.initializer[0].external_data[0].value = "data/secret.bin"
+    onnx.save_model(m, str(inside / "m2.onnx"))
+    with pytest.raises(OnnxFormatError, match="outside the model's folder"):
+        InferenceSession(inside / "m2.onnx")
+    os.symlink(inside / "real.bin", inside / "weights.bin")
+    (tmp_path / "linked").symlink_to(inside, target_is_directory=True)  # the model folder itself through a link
+    assert np.array_equal(InferenceSession(tmp_path / "linked" / "m.onnx").run(None, {})[0], a)
+
+
 def _varint(n):
     out = bytearray()
     while True:

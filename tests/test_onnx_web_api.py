@@ -72,13 +72,15 @@ def test_load_and_run_equal_onnxruntime(tmp_path):
 def test_unsupported_operator_is_named_at_load(tmp_path):
     onnx, _ = _deps()
     from onnx import TensorProto, helper
-    g = helper.make_graph([helper.make_node("ImageDecoder", ["s"], ["t"])], "g",
-                          [helper.make_tensor_value_info("s", TensorProto.UINT8, [100])],
-                          [helper.make_tensor_value_info("t", TensorProto.UINT8, [None, None, 3])])
-    path = tmp_path / "image.onnx"
-    path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString())
+    # an onnxruntime contrib operator ember does not run: named with its domain and opset
+    g = helper.make_graph([helper.make_node("DecoderMaskedMultiHeadAttention", ["s"], ["t"], domain="com.microsoft")],
+                          "g", [helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 1, 8])],
+                          [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 1, 8])])
+    path = tmp_path / "dmmha.onnx"
+    path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                         helper.make_opsetid("com.microsoft", 1)]).SerializeToString())
     r = call("load", {"folder": str(tmp_path)})
-    assert r["error"] == "bad_model" and "ImageDecoder (opset 20)" in r["message"]
+    assert r["error"] == "bad_model" and "com.microsoft.DecoderMaskedMultiHeadAttention (opset 1)" in r["message"]
 
 
 def test_string_output_is_a_clear_error(tmp_path):

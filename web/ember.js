@@ -410,6 +410,27 @@ class Ember {
     return Object.defineProperty(out, "ms", { value: r.ms, enumerable: false });
   }
 
+  /** Greedy generation through the loaded ONNX model when it is a decoder exported with its KV cache as inputs and
+   *  outputs (input_ids, past_key_values.<i>.key/.value -> logits, present.<i>.key/.value; loadModel says
+   *  `decoder: true`): the prompt's ids in one step, then one token a step. opts: max_new_tokens (24),
+   *  eos_token_id (a number or an array), feeds (the decoder's other inputs, e.g. encoder_hidden_states, as in
+   *  run()). onToken(id, nTokens, tokensPerSecond) per token. -> {tokens, ms, tokens_per_s, stopped: "length" |
+   *  "eos" | "cancelled"}; `cancel()` stops it after the current token. */
+  async runDecoder(ids, opts = {}, onToken) {
+    if (!this.models.onnx) throw new EmberError("not_loaded", "ember: no ONNX model loaded; call loadModel('onnx', ...) first");
+    const { feeds = {}, ...gen } = opts;
+    const msg = {}, transfer = [];
+    for (const [name, value] of Object.entries(feeds)) {
+      const t = ArrayBuffer.isView(value) ? { data: value } : value;
+      const type = t.type || ONNX_TYPE_OF.get(t.data.constructor);
+      const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength).slice();
+      transfer.push(bytes.buffer);
+      msg[name] = { type, dims: Array.from(t.dims || [t.data.length], Number), bytes };
+    }
+    return this._run("onnx", msg, { generate: { ...gen, ids: Array.from(ids, Number) } },
+      onToken && ((d) => onToken(...d)), transfer);
+  }
+
   /** Stop the running request: a download at once, a run at its next step (a token, a segment), with what it has
    *  and stopped: "cancelled". With hard (the default), a request still going after a second ends anyway: it is
    *  interrupted mid-step where the page is cross-origin isolated, else the runtime is restarted (its promise

@@ -36,7 +36,7 @@ from ..errors import EmberError, SettingError
 from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
-FILES = ("q8dot.c", "decode.c", "threads.c")  # compiled; they include simd.h and half.h
+FILES = ("q8dot.c", "decode.c", "threads.c", "nbits.c")  # compiled; they include simd.h and half.h
 HEADERS = ("simd.h", "half.h", "parallel.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
 FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
@@ -61,6 +61,8 @@ class NativeKernels:
         lib.ember_threads.argtypes = [_I]
         lib.ember_decode.argtypes = [_P, _P, _P, _P, _P]
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
+        lib.ember_nbits_supports.argtypes = [_I, _I]
+        lib.ember_nbits_matmul.argtypes = [_I, _I, _I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _P, _P, _P, _I]
         self._lib = lib
         self.simd = lib.ember_q8_simd().decode()
         self.threads = lib.ember_threads(_default_threads())
@@ -73,6 +75,21 @@ class NativeKernels:
             raise EmberError(f"ember: threads must be a whole number from 1 to {MAX_THREADS}, got {n!r}")
         self.threads = self._lib.ember_threads(int(n))
         return self.threads
+
+    def nbits_supports(self, bits: int, block: int) -> bool:
+        return bool(self._lib.ember_nbits_supports(bits, block))
+
+    def nbits_matmul(self, x, packed, scales, zeros, bits, block, n):
+        """nbits.c: x (m <= 8, blocks * block) float32 C-contiguous (zeros past K) @ W.T -> (m, n) float32, W in
+        onnxruntime's MatMulNBits layout (ember.ggml.nbits)."""
+        m, blocks = x.shape[0], scales.shape[1]
+        y = np.empty((m, n), np.float32)
+        xsum = np.empty(m * blocks * (block + 1), np.float32)  # (the split rows and per-block sums)
+        if self._lib.ember_nbits_matmul(bits, block, m, 0, n, blocks, packed.ctypes.data, packed.shape[1],
+                                        scales.ctypes.data, zeros.ctypes.data, x.ctypes.data, xsum.ctypes.data,
+                                        y.ctypes.data, n) != 0:
+            raise ValueError(f"ember: nbits.c takes no {bits}-bit blocks of {block} for {m} rows")
+        return y
 
     def decode(self, plan: np.ndarray, fparams: np.ndarray, x: np.ndarray, rope: np.ndarray, scratch: np.ndarray) -> int:
         """decode.c's ember_decode: x (dim,) float32 through the layers of `plan` (cpu_decode.py), in place."""

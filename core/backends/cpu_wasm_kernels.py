@@ -65,6 +65,7 @@ class WasmKernels:
         self._q8_0_bounds, self._q8_0_rows_above = lib.ember_q8_0_bounds, lib.ember_q8_0_rows_above
         self._q8_act_bytes, self._q8_matmul = lib.ember_q8_act_bytes, lib.ember_q8_matmul
         self._decode, self._decode_scratch_bytes = lib.ember_decode, lib.ember_decode_scratch_bytes
+        self._nbits_supports, self._nbits_matmul = lib.ember_nbits_supports, lib.ember_nbits_matmul
         self._act = np.empty(1 << 16, np.uint8)  # q8_matmul's activation blocks, grown on demand
         self._count = np.zeros(1, np.int32)  # rows ember_q8_0_argmax computed exactly
         self._xsum = np.empty(256, _F32)  # qmatmul's scratch, grown on demand
@@ -98,6 +99,20 @@ class WasmKernels:
         y = np.empty((m, out_features), _F32)
         if m and out_features:
             self._q8_matmul(type_id, m, out_features, k, _ptr(w), _ptr(x), k, _ptr(y), out_features, _ptr(self._act))
+        return y
+
+    def nbits_supports(self, bits: int, block: int) -> bool:
+        return bool(self._nbits_supports(bits, block))
+
+    def nbits_matmul(self, x, packed, scales, zeros, bits, block, n):
+        """nbits.c: x (m <= 8, blocks * block) float32 C-contiguous (zeros past K) @ W.T -> (m, n) float32, W in
+        onnxruntime's MatMulNBits layout (ember.ggml.nbits): the native build's bits."""
+        m, blocks = x.shape[0], scales.shape[1]
+        y = np.empty((m, n), _F32)
+        xsum = np.empty(m * blocks * (block + 1), _F32)  # (the split rows and per-block sums)
+        if self._nbits_matmul(bits, block, m, 0, n, blocks, _ptr(packed), packed.shape[1], _ptr(scales), _ptr(zeros),
+                              _ptr(x), _ptr(xsum), _ptr(y), n) != 0:
+            raise ValueError(f"ember: wasm nbits.c takes no {bits}-bit blocks of {block} for {m} rows")
         return y
 
     def decode(self, plan: np.ndarray, fparams: np.ndarray, x: np.ndarray, rope: np.ndarray, scratch: np.ndarray) -> int:

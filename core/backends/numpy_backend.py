@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import dtypes as D
 from .array_module_backend import _BF16, _F16, _F32, ArrayModuleBackend
-from .cpu_matmul import NO_BLAS, mm
+from .cpu_matmul import NO_BLAS, blas_ready, mm
 from .numpy_conv import conv as _conv_im2col
 
 _EINSUM_MAX = 1 << 22  # above this, multi-threaded BLAS streams a weight faster (32000x288 lm_head: 1.2 vs 1.5 ms)
@@ -67,8 +67,8 @@ class NumpyBackend(ArrayModuleBackend):
         if a.ndim > 2 and b.ndim == 2 and a.shape[-2] > 1:
             # (..., M, K) x (K, N) as one 2-D gemm: numpy's stacked matmul runs ~20x slower than BLAS on the
             # same rows (every linear layer of an encoder pass; bench_embed)
-            return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[-1],))
-        return np.matmul(a, b)
+            return np.matmul(a.reshape(-1, a.shape[-1]), blas_ready(b)).reshape(a.shape[:-1] + (b.shape[-1],))
+        return np.matmul(blas_ready(a), blas_ready(b))
 
     def _conv(self, x, w, stride, padding, dilation, groups):
         return _conv_im2col(x, w, stride, padding, dilation, groups)  # sliding windows, bands of rows, BLAS

@@ -13,7 +13,7 @@ from .. import autograd as A
 from .. import dtypes as D
 from ..autograd import conv_transpose as _conv_transpose
 from ..ops_elementwise import (elu, gelu, hardsigmoid, hardswish, leaky_relu, logsigmoid, mish,  # noqa: F401
-                               relu, relu6, sigmoid, silu, softplus, tanh)
+                               relu, relu6, sigmoid, silu, softplus, tanh, where)
 from .. import ops_indexing as I
 from ..ops_indexing import one_hot  # noqa: F401
 from ..ops_movement import stack
@@ -121,6 +121,30 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     return y
 
 
+def instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Each (sample, channel) normalised over its spatial positions; with use_input_stats the running buffers
+    (when given) move towards the batch's per-instance statistics (unbiased variance, as torch)."""
+    axes = tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * len(axes)
+    if use_input_stats:
+        mean = x.mean(axes, keepdim=True)
+        var = ((x - mean) ** 2).mean(axes, keepdim=True)                   # (N, C, 1, ...)
+        if running_mean is not None:
+            n = math.prod(x.shape[2:])
+            with A.no_grad():
+                bm = mean.detach().reshape(x.shape[0], x.shape[1]).mean(0)
+                bv = var.detach().reshape(x.shape[0], x.shape[1]).mean(0) * (n / max(n - 1, 1))
+                running_mean.copy_(running_mean * (1 - momentum) + bm * momentum)
+                running_var.copy_(running_var * (1 - momentum) + bv * momentum)
+    else:
+        mean, var = running_mean.reshape(*shape), running_var.reshape(*shape)
+    y = (x - mean) * (var + eps).rsqrt()
+    if weight is not None:
+        y = y * weight.reshape(*shape)
+    return y + bias.reshape(*shape) if bias is not None else y
+
+
 def normalize(x, p=2.0, dim=1, eps=1e-12):
     return x / x.norm(p, dim, keepdim=True).clamp(min=eps)
 
@@ -222,6 +246,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return conv_nd(x, weight, bias, stride, padding, dilation, groups, 2)
 
 
+def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return conv_nd(x, weight, bias, stride, padding, dilation, groups, 3)
+
+
 def _conv_t(x, weight, bias, stride, padding, output_padding, groups, dilation, nd):
     if x.ndim != nd + 2 or x.shape[1] != weight.shape[0]:
         raise ValueError(f"ember: conv_transpose{nd}d: input {x.shape} does not match weight {weight.shape}")
@@ -286,6 +314,11 @@ def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
                       (1, dilation), ceil_mode).squeeze(-2)
 
 
+def avg_pool1d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    return avg_pool2d(x.unsqueeze(-2), (1, kernel_size), (1, stride or kernel_size), (0, padding), ceil_mode,
+                      count_include_pad).squeeze(-2)
+
+
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
     k = _tuple(kernel_size, 2, "kernel_size")
     s = _tuple(stride if stride is not None else k, 2, "stride")
@@ -317,6 +350,23 @@ def adaptive_avg_pool2d(x, output_size):
     for i in range(oh):
         h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
         cols = [x[..., h0:h1, (j * w) // ow: -(-((j + 1) * w) // ow)].mean((-2, -1)) for j in range(ow)]
+        rows.append(stack(cols, -1))
+    return stack(rows, -2)
+
+
+def adaptive_max_pool2d(x, output_size, return_indices=False):
+    """torch's bins: rows floor(i h / oh) .. ceil((i + 1) h / oh), the same for columns."""
+    if return_indices:
+        raise ValueError("ember: adaptive_max_pool2d(return_indices=True) is not supported")
+    oh, ow = _tuple(output_size, 2, "output_size") if not isinstance(output_size, numbers.Integral) else (output_size,) * 2
+    h, w = x.shape[-2:]
+    oh, ow = oh or h, ow or w
+    if h % oh == 0 and w % ow == 0:
+        return x.reshape(*x.shape[:-2], oh, h // oh, ow, w // ow).amax((-3, -1))
+    rows = []
+    for i in range(oh):
+        h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
+        cols = [x[..., h0:h1, (j * w) // ow: -(-((j + 1) * w) // ow)].amax((-2, -1)) for j in range(ow)]
         rows.append(stack(cols, -1))
     return stack(rows, -2)
 
@@ -417,10 +467,70 @@ def dropout(x, p=0.5, training=True):
     return x * keep.to(x.dtype) * (1.0 / (1 - p))
 
 
+def prelu(x, weight):
+    """x where x >= 0, weight x elsewhere; weight (1,) or (C,) along dim 1."""
+    w = weight if weight.numel() == 1 or x.ndim < 2 else weight.reshape(-1, *([1] * (x.ndim - 2)))
+    return where(x >= 0, x, w * x)
+
+
+def pixel_shuffle(x, upscale_factor):
+    """(*, C r^2, H, W) -> (*, C, H r, W r)."""
+    r = int(upscale_factor)
+    *lead, c, h, w = x.shape
+    if c % (r * r):
+        raise ValueError(f"ember: pixel_shuffle: {c} channels are not divisible by upscale_factor^2 = {r * r}")
+    y = x.reshape(*lead, c // (r * r), r, r, h, w)
+    n = len(lead)
+    y = y.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)                 # (*, C, H, r, W, r)
+    return y.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(x, downscale_factor):
+    """(*, C, H r, W r) -> (*, C r^2, H, W)."""
+    r = int(downscale_factor)
+    *lead, c, h, w = x.shape
+    if h % r or w % r:
+        raise ValueError(f"ember: pixel_unshuffle: spatial size {(h, w)} is not divisible by {r}")
+    y = x.reshape(*lead, c, h // r, r, w // r, r)
+    n = len(lead)
+    y = y.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)                 # (*, C, r, r, H, W)
+    return y.reshape(*lead, c * r * r, h // r, w // r)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """y_k = input1^T weight_k input2 + bias_k: input1 (*, in1), input2 (*, in2), weight (out, in1, in2)."""
+    lead = input1.shape[:-1]
+    a, b = input1.reshape(-1, 1, 1, input1.shape[-1]), input2.reshape(-1, 1, input2.shape[-1])
+    y = ((a @ weight).squeeze(-2) * b).sum(-1)                             # (B, out)
+    y = y + bias if bias is not None else y
+    return y.reshape(*lead, weight.shape[0])
+
+
+def unfold(x, kernel_size, dilation=1, padding=0, stride=1):
+    from .patches import unfold as f
+    return f(x, kernel_size, dilation, padding, stride)
+
+
+def fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    from .patches import fold as f
+    return f(x, output_size, kernel_size, dilation, padding, stride)
+
+
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
+                  sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    from .embedding_bag import embedding_bag as f
+    return f(input, weight, offsets, mode, per_sample_weights, include_last_offset, padding_idx, max_norm)
+
+
 # ------------------------------------------------------------------ attention
 
-def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-    """q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev)."""
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev); a bool mask keeps True, a float one is added.
+    enable_gqa: k and v have fewer heads (dim -3) than q, each shared by q.shape[-3] // k.shape[-3] query heads."""
+    if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if dropout_p == 0 and q.dtype is k.dtype is v.dtype:
         from .fused_ops import flash_attention, wants_flash
@@ -493,6 +603,12 @@ def rope_append_attention(qkv, rot, k_cache, v_cache, mask, *, n_heads, slot, le
     (ember.nn.fused_ops.rope_append_attention: one WGSL kernel on webgpu, composed elsewhere)."""
     from .fused_ops import rope_append_attention as fused
     return fused(qkv, rot, k_cache, v_cache, mask, n_heads=n_heads, slot=slot, length=length, scale=scale)
+
+
+def multi_head_attention_forward(query, key, value, num_heads, *args, **kwargs):
+    """torch.nn.functional.multi_head_attention_forward (ember.nn.attention holds it)."""
+    from .attention import multi_head_attention_forward as mha
+    return mha(query, key, value, num_heads, *args, **kwargs)
 
 
 # ------------------------------------------------------------------ losses
@@ -580,3 +696,40 @@ def binary_cross_entropy(input, target, weight=None, reduction="mean"):
     if weight is not None:
         loss = loss * weight
     return _reduce_loss(loss, reduction)
+
+
+def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
+    """0.5 d^2 / beta where |d| < beta, |d| - 0.5 beta elsewhere (beta 0: l1_loss)."""
+    if beta == 0:
+        return l1_loss(input, target, reduction)
+    d = (input - target).abs()
+    return _reduce_loss(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0):
+    """0.5 d^2 where |d| <= delta, delta (|d| - 0.5 delta) elsewhere."""
+    d = (input - target).abs()
+    return _reduce_loss(where(d <= delta, d * d * 0.5, (d - 0.5 * delta) * delta), reduction)
+
+
+def kl_div(input, target, reduction="mean", log_target=False):
+    """input log-probabilities; target probabilities (log-probabilities with log_target): target (log target -
+    input), 0 where target is 0; reduction 'batchmean' divides the sum by the batch size."""
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        pos = target > 0
+        loss = where(pos, target * (target.where(pos, 1.0).log() - input), input * 0)
+    if reduction == "batchmean":
+        return loss.sum() / (input.shape[0] if input.ndim else 1)
+    return _reduce_loss(loss, reduction)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0.0, reduction="mean"):
+    """1 - cos(x1, x2) where target is 1, max(0, cos - margin) where it is -1 (cosine over the last dim)."""
+    dim = input1.ndim - 1
+    cos = (input1 * input2).sum(dim) / ((input1 * input1).sum(dim) + 1e-12).mul((input2 * input2).sum(dim) + 1e-12).sqrt()
+    zero = cos * 0
+    loss = where(target == 1, 1 - cos, zero) + where(target == -1, (cos - margin).clamp(min=0), zero)
+    return _reduce_loss(loss, reduction)
+

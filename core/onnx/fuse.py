@@ -142,3 +142,169 @@ def fuse_gelu(plan, graph, consts):
         else:
             out.append((node, fn, attrs, ctx))
     return out
+
+
+# ============================================================================ MatMul + bias, attention, duplicates
+
+def _is_const_vector(consts, name, n):
+    t = consts.get(name)
+    return t is not None and t.dtype.is_float and tuple(t.shape) == (n,)
+
+
+def fuse_linear(plan, graph, consts):
+    """MatMul(x, W) then Add(·, b), W a constant (K, N) and b a constant (N,) read nowhere else in between: one
+    linear (the backend's matmul with the bias added in place; onnxruntime's MatMulAdd fusion)."""
+    g = _Graph(plan, graph)
+    replaced, drop = {}, set()
+    for node, *_ in plan:
+        if node.op_type != "MatMul" or node.domain not in _DEFAULT or len(node.input) != 2:
+            continue
+        w = consts.get(node.input[1])
+        if w is None or w.ndim != 2 or not w.dtype.is_float or node.input[0] in consts:
+            continue
+        add = g.only_reader(node.output[0], "Add")
+        if add is None:
+            continue
+        b = add.input[1] if add.input[0] == node.output[0] else add.input[0]
+        if not _is_const_vector(consts, b, w.shape[1]) or consts[b].dtype is not w.dtype:
+            continue
+        drop.add(id(node))
+        replaced[id(add)] = [node.input[0], node.input[1], b]
+    return [((_Renamed(n, replaced[id(n)]), _linear, at, ctx) if id(n) in replaced else (n, fn, at, ctx))
+            for n, fn, at, ctx in plan if id(n) not in drop]
+
+
+def _linear(ctx, ins, at):
+    from ..nn.functional import linear
+    from ..ops_movement import transpose
+    x, w, b = ins
+    return linear(x, transpose(w, 0, 1), b)
+
+
+def _scalar(consts, name):
+    t = consts.get(name)
+    if t is None or t.numel() != 1 or not t.dtype.is_float:
+        return None
+    return float(np.asarray(t.numpy()).reshape(-1)[0])
+
+
+def fuse_attention(plan, graph, consts):
+    """softmax(MatMul(q, kᵀ) [* or / a constant] [+ mask], last axis) [NaN -> 0] then MatMul(·, v), every
+    intermediate read only by the pattern: one scaled_dot_product_attention (the backend's fused attention: the
+    (L, S) scores are made once, not once per op; onnxruntime's AttentionFusion). The mask may be any tensor
+    that broadcasts; the optional Where(IsNaN(p), 0, p) that exporters add after the softmax becomes NaN -> 0 on
+    the output, which is what it gives (a fully masked row: all-NaN probabilities, zeros out)."""
+    g = _Graph(plan, graph)
+    out, drop = {}, set()
+    for sm, _, at, ctx in plan:
+        if sm.op_type != "Softmax" or sm.domain not in _DEFAULT or len(sm.input) != 1:
+            continue
+        axis_attr = at.i("axis")
+        if not (axis_attr == -1 or (axis_attr is None and ctx.opset >= 13)):
+            continue
+        nodes = [sm]
+        # back from the softmax: [Add mask] <- [Mul/Div scale] <- MatMul(q, kT)
+        x, mask, scale = sm.input[0], None, 1.0
+        add = g.made_by(x, "Add")
+        if add is not None and g.uses.get(x) == [sm] and x not in g.outputs:
+            a, b = add.input
+            inner = a if g.made_by(a, "MatMul") or g.made_by(a, "Mul") or g.made_by(a, "Div") else b
+            mask = b if inner == a else a
+            nodes.append(add)
+            x = inner
+        sc = g.made_by(x, "Mul") or g.made_by(x, "Div")
+        if sc is not None and g.uses.get(x) == [nodes[-1]] and x not in g.outputs and len(sc.input) == 2:
+            a, b = sc.input
+            c = _scalar(consts, b) if sc.op_type == "Div" else (_scalar(consts, b) if _scalar(consts, b) is not None
+                                                               else _scalar(consts, a))
+            if c is not None and c != 0:
+                scale = 1.0 / c if sc.op_type == "Div" else c
+                x = a if sc.op_type == "Div" or _scalar(consts, b) is not None else b
+                nodes.append(sc)
+        qk = g.made_by(x, "MatMul")
+        if qk is None or g.uses.get(x) != [nodes[-1]] or x in g.outputs:
+            continue
+        nodes.append(qk)
+        # forward: [Where(IsNaN(p), 0, p)] -> MatMul(p, v)
+        p, nan_zero = sm.output[0], False
+        readers = g.uses.get(p, [])
+        if p in g.outputs:
+            continue
+        if len(readers) == 2 and {r.op_type for r in readers} == {"IsNaN", "Where"}:
+            isnan = next(r for r in readers if r.op_type == "IsNaN")
+            where = next(r for r in readers if r.op_type == "Where")
+            if (list(where.input) != [isnan.output[0], where.input[1], p] or _scalar(consts, where.input[1]) != 0.0
+                    or g.uses.get(isnan.output[0]) != [where] or isnan.output[0] in g.outputs):
+                continue
+            nodes += [isnan, where]
+            p, nan_zero = where.output[0], True
+            readers = g.uses.get(p, [])
+            if p in g.outputs:
+                continue
+        if len(readers) != 1 or readers[0].op_type != "MatMul" or readers[0].domain not in _DEFAULT \
+                or readers[0].input[0] != p:
+            continue
+        pv = readers[0]
+        if any(id(n) in drop for n in nodes + [pv]):
+            continue
+        drop.update(id(n) for n in nodes)
+        out[id(pv)] = ([qk.input[0], qk.input[1], pv.input[1]] + ([mask] if mask else []), scale, nan_zero)
+    fused = []
+    for n, fn, at, ctx in plan:
+        if id(n) in drop:
+            continue
+        if id(n) in out:
+            ins, scale, nan_zero = out[id(n)]
+            fused.append((_Renamed(n, ins), _attention_step(scale, nan_zero), at, ctx))
+        else:
+            fused.append((n, fn, at, ctx))
+    return fused
+
+
+def _attention_step(scale, nan_zero):
+    def run(ctx, ins, at):
+        from .. import ops_elementwise as E
+        from ..nn.functional import scaled_dot_product_attention
+        from ..ops_movement import transpose
+        q, kt, v = ins[:3]
+        mask = ins[3] if len(ins) > 3 else None
+        if mask is not None and mask.dtype is not q.dtype and mask.dtype.is_float:
+            mask = mask.to(q.dtype)
+        y = scaled_dot_product_attention(q, transpose(kt, -1, -2), v, attn_mask=mask, scale=scale)
+        return E.where(E.isnan(y), 0.0, y) if nan_zero else y
+    return run
+
+
+def _attr_key(a):
+    if a.g is not None or a.graphs or a.t is not None or a.tensors or a.sparse_tensor is not None:
+        return None
+    return (a.name, a.type, a.f, a.i, a.s, tuple(a.floats), tuple(a.ints), tuple(a.strings))
+
+
+def dedupe(plan, graph, random_ops):
+    """Common subexpressions: a node of the default domain whose operator, inputs and attributes equal an earlier
+    one's is dropped and its outputs read the earlier node's (exports repeat the same mask arithmetic in every
+    layer; onnxruntime's CommonSubexpressionElimination)."""
+    seen, alias, kept = {}, {}, []
+    outputs = {o.name for o in graph.output}
+    for step in plan:
+        node = step[0]
+        ins = [alias.get(n, n) for n in node.input]
+        if ins != list(node.input):
+            node = _Renamed(node, ins)
+            step = (node,) + tuple(step[1:])
+        attrs = [_attr_key(a) for a in node.attribute]
+        if node.domain not in _DEFAULT or node.op_type in random_ops or None in attrs \
+                or any(o in outputs for o in node.output):
+            kept.append(step)
+            continue
+        key = (node.op_type, tuple(ins), tuple(sorted(attrs)), len(node.output))
+        first = seen.get(key)
+        if first is None:
+            seen[key] = node
+            kept.append(step)
+            continue
+        for mine, theirs in zip(node.output, first.output):
+            if mine:
+                alias[mine] = theirs
+    return kept

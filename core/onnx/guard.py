@@ -31,6 +31,11 @@ def sized(at, field, shape, itemsize=4):
     return dims
 
 
+def node_error(at, msg):
+    """An operator's refusal of what the model gives it, as ember's error naming the model and the node."""
+    return OnnxFormatError(f"ember: {at.where}: {_node(at)}: {msg}")
+
+
 def iterations(at, n):
     """A Loop's iteration count so far (or its trip count): at most budget.max_loop_iterations."""
     check(at.where, f"{_node(at)}: iterations", n, "max_loop_iterations")

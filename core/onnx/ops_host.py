@@ -184,3 +184,39 @@ def _multinomial(ctx, ins, at):
     g = _rng(at)
     out = np.stack([g.choice(p.shape[1], n, p=row) for row in p]) if p.size else np.zeros((0, n))
     return ctx.const(out.astype(ember_dtype(at.i("dtype", 6), ctx.where).np))
+
+
+# ---------------------------------------------------------------------------- images
+
+@op("ImageDecoder", since=20)
+def _image_decoder(ctx, ins, at):
+    """Encoded image bytes (uint8, 1-D) -> (H, W, 3) RGB / BGR or (H, W, 1) Grayscale uint8, decoded by Pillow
+    where it is installed (as ember.data's image folders; Pyodide ships it), the decoder the operator's reference
+    uses: every format it reads (JPEG, PNG, BMP, PNM, TIFF, WebP, JPEG 2000 ...). The header's size is checked
+    against budget.max_pixels before any pixel is decoded."""
+    import io
+
+    from ..limits import check
+    from .guard import node_error
+    fmt = at.s("pixel_format", "RGB")
+    if fmt not in ("RGB", "BGR", "Grayscale"):
+        raise node_error(at, f"pixel_format {fmt!r} is not RGB, BGR or Grayscale")
+    try:
+        from PIL import Image
+    except ImportError:
+        raise node_error(at, "decoding images needs Pillow (pip install pillow; Pyodide ships it)") from None
+    data = host(ins[0]).astype(np.uint8, copy=False).tobytes()
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            check(at.where, f"node {at.node.name or 'ImageDecoder'!r} (ImageDecoder): image pixels",
+                  im.width * im.height, "max_pixels")
+            pixels = np.asarray(im.convert("L" if fmt == "Grayscale" else "RGB"), np.uint8)
+    except Image.DecompressionBombError as e:
+        raise node_error(at, f"the image is too large ({e})") from None
+    except OSError as e:
+        raise node_error(at, f"not an image Pillow can decode ({e})") from None
+    if fmt == "Grayscale":
+        pixels = pixels[:, :, None]
+    elif fmt == "BGR":
+        pixels = pixels[:, :, ::-1]
+    return ctx.const(np.ascontiguousarray(pixels))

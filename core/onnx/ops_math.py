@@ -514,16 +514,25 @@ def _bitwise_not(ctx, ins, at):
     return -x - 1  # two's complement
 
 
+def _swish_gate(x, alpha):
+    """sigmoid(alpha x) as Swish's and SwiGLU's definitions write it, 1 / (1 + exp(-alpha x)): in a 16-bit float
+    type each step rounds to that type, as the operators' reference computes it (the fused sigmoid, which
+    rounds once, differs there by an ulp)."""
+    if x.dtype.itemsize < 4 and x.dtype.is_float:
+        return 1.0 / (E.exp(x * -alpha) + 1.0)
+    return E.sigmoid(x * alpha)
+
+
 @op("Swish", since=24)
 def _swish(ctx, ins, at):
     x = ins[0]
-    return x * E.sigmoid(x * at.f("alpha", 1.0))
+    return x * _swish_gate(x, at.f("alpha", 1.0))
 
 
 @op("SwiGLU", since=26)
 def _swiglu(ctx, ins, at):
     a, b = ins
-    return a * E.sigmoid(a * at.f("alpha", 1.0)) * b
+    return a * _swish_gate(a, at.f("alpha", 1.0)) * b
 
 
 # ====================================================================== spectral

@@ -477,8 +477,19 @@ def _range(ctx, ins, at):
 
 @op("Dropout", since=1)
 def _dropout(ctx, ins, at):
-    x = ins[0]  # inference: identity, the mask all true
-    return [x, M.expand(ctx.const(np.ones((), np.bool_)), *x.shape)]
+    """Inference (the default): the identity, the mask all true. training_mode true (opset 12+): each element kept
+    with probability 1 - ratio and scaled by 1 / (1 - ratio), the mask drawn by numpy's generator (seeded by the
+    `seed` attribute when the model sets one: an int here, a float on the Random* operators)."""
+    x = ins[0]
+    training = len(ins) > 2 and ins[2] is not None and bool(host(ins[2]).reshape(-1)[0])
+    ratio = float(host(ins[1]).reshape(-1)[0]) if len(ins) > 1 and ins[1] is not None else at.f("ratio", 0.5)
+    if not training or ratio == 0.0:
+        return [x, M.expand(ctx.const(np.ones((), np.bool_)), *x.shape)]
+    if not 0.0 <= ratio < 1.0:
+        raise OnnxFormatError(f"ember: {ctx.where}: Dropout ratio {ratio} must be in [0, 1)")
+    seed = at.i("seed")
+    keep = ctx.const(np.random.default_rng(seed).random(x.shape) >= ratio)
+    return [E.where(keep, x / (1.0 - ratio), x * 0), keep]
 
 
 @op("CumProd", since=26)

@@ -28,7 +28,8 @@ HOST_READ = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "Unsqueeze": (1,), "
              **{r: (1,) for r in _REDUCE}}
 
 # operators whose outputs differ run to run: never folded into constants at load, never cached
-RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
+          "Dropout"}  # (Dropout draws only in training mode; an inference Dropout is the identity either way)
 # operators never run on the host: their values are not tensors (sequences, optionals) or differ run to run
 _NOT_HOST = {"SequenceConstruct", "SequenceInsert", "SequenceAt", "SequenceErase", "SequenceLength",
              "SequenceEmpty", "SequenceMap", "SplitToSequence", "ConcatFromSequence", "Optional",
@@ -48,16 +49,26 @@ class Step:
         self.broadcasts = node.op_type in BROADCAST and node.domain in ("", "ai.onnx")
 
 
+def free_names(graph) -> set:
+    """The names a graph reads from its outer scopes: what its nodes (and their subgraphs, recursively) read that
+    it does not define itself (its inputs, initializers and node outputs)."""
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    read = set()
+    for node in graph.node:
+        read.update(n for n in node.input if n)
+        read.update(_subgraph_names(node))
+        defined.update(node.output)
+    read.update(o.name for o in graph.output)
+    return read - defined
+
+
 def _subgraph_names(node):
-    """Every value name a node's subgraphs mention (an over-approximation of what they read from
-    the outer scope: enough to keep those values alive until the node has run)."""
+    """What a node's subgraphs read from the scope the node runs in (their free names): values that scope must
+    keep alive until the node has run, and that a subgraph run copies from it."""
     names = set()
     for a in node.attribute:
         for g in ([a.g] if a.g is not None else []) + list(a.graphs):
-            for n in g.node:
-                names.update(n.input)
-                names.update(_subgraph_names(n))
-            names.update(o.name for o in g.output)
+            names.update(free_names(g))
     return names
 
 
@@ -118,9 +129,12 @@ def build(plan, graph, consts, host_context, is_main):
         for n in _subgraph_names(st.node):
             last[n] = i
     keep = {o.name for o in graph.output} | known
+    # only what this graph's run puts in its environment is dropped: its inputs and its nodes' outputs (an outer
+    # scope's values and names its subgraphs use internally are not there to drop)
+    mine = {v.name for v in graph.input} | {n for st in steps for n in st.outs if n}
     drops = [[] for _ in steps]
     for n, i in last.items():
-        if n not in keep:
+        if n not in keep and n in mine:
             drops[i].append(n)
     for st, d in zip(steps, drops):
         st.drop = tuple(d)

@@ -12,14 +12,19 @@ from .tensor_data import to_numpy
 from .wire import OnnxFormatError, numbers
 
 OPS: dict = {}  # (domain, op_type) -> [(since, fn)] sorted by since
+# (domain, op_type) -> input indices whose initializers stay on the host (the op reads them into its own form,
+# as MatMulNBits packs its weight: uploading them as tensors first would only cost device memory)
+HOST_INPUTS: dict = {}
 
 
-def op(*names, since=1, domain=""):
+def op(*names, since=1, domain="", host=()):
     def register(fn):
         for n in names:
             impls = OPS.setdefault((domain, n), [])
             impls.append((since, fn))
             impls.sort(key=lambda p: p[0])
+            if host:
+                HOST_INPUTS[(domain, n)] = tuple(host)
         return fn
     return register
 

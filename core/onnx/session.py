@@ -9,15 +9,16 @@ from ..autograd import no_grad
 from ..device import CPU, device as as_device
 from ..tensor import Tensor, tensor
 from . import plan as P
-from .fuse import fuse_gelu, fuse_silu
+from .fuse import dedupe, fuse_attention, fuse_gelu, fuse_linear, fuse_silu
 from .proto import load_model
-from .registry import Attrs, lookup
+from .registry import HOST_INPUTS, Attrs, lookup
 from .tensor_data import BFLOAT16, NAMES, NP_OF, STRING, to_numpy
 from .lowbit import LOWBIT, ML_NAMES
 from .ops_string import as_text
 from .values import cast
 from .wire import OnnxFormatError
 from . import ops_math, ops_nn, ops_shape, ops_control, ops_attention, ops_quant, ops_rnn, ops_host, ops_training, ops_string, ops_ml  # noqa: F401  (they fill the registry)
+from . import ops_contrib_attention, ops_contrib_norm, ops_contrib_quant  # noqa: F401  (com.microsoft)
 
 # numpy dtypes ember lacks run in a wider one; outputs are cast back to the declared ONNX type
 WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32, np.dtype(np.uint64): np.int64}
@@ -111,6 +112,26 @@ class Context:
         return d if d.dtype is t.dtype else cast(d, t.dtype)
 
 
+def _nodes(graph):
+    """Every node of a graph and of its subgraphs."""
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            for g in ([a.g] if a.g is not None else []) + list(a.graphs):
+                yield from _nodes(g)
+
+
+def _host_only(graph):
+    """Names read only at inputs their operators keep on the host (registry.HOST_INPUTS): those initializers
+    stay CPU tensors whatever the session's device."""
+    on_host, elsewhere = set(), {o.name for o in graph.output}
+    for node in _nodes(graph):
+        at = HOST_INPUTS.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type), ())
+        for i, n in enumerate(node.input):
+            (on_host if i in at else elsewhere).add(n)
+    return on_host - elsewhere
+
+
 def _output_type(vi):
     tt = vi.type.tensor_type if vi.type is not None else None
     return tt.elem_type if tt is not None and tt.elem_type else None
@@ -131,9 +152,11 @@ class InferenceSession:
         self._plan(graph, missing)
         if missing:
             raise UnsupportedOperatorError(self.where, sorted(set(missing)))
+        on_host = _host_only(graph)
         with no_grad():
             self._initializers = {t.name: constant(to_numpy(t, self.where, self.model.base_dir, "initializer"),
-                                                    self.device) for t in graph.initializer}
+                                                    CPU if t.name in on_host else self.device)
+                                  for t in graph.initializer}
         for sp in graph.sparse_initializer:
             raise OnnxFormatError(f"ember: {self.where}: sparse initializer {sp.values.name!r} is not supported")
         self._inputs = [NodeArg(v) for v in graph.input if v.name not in self._initializers]
@@ -148,8 +171,10 @@ class InferenceSession:
                 self._sub_initializers[id(g)] = inits
         self._outputs = [NodeArg(v) for v in graph.output]
         self._steps, self._host_consts = {}, {}
+        self._free = {id(g): tuple(P.free_names(g)) for g in self._subgraphs}  # what a subgraph run copies in
         for g in [graph] + self._subgraphs:
             plan = fuse_gelu(self._plans.pop(id(g)), g, visible[id(g)])
+            plan = fuse_attention(fuse_linear(plan, g, visible[id(g)]), g, visible[id(g)])
             self._steps[id(g)], self._host_consts[id(g)] = P.build(
                 plan, g, visible[id(g)], lambda ctx: ctx.on_host(), is_main=g is graph)
 
@@ -175,7 +200,7 @@ class InferenceSession:
                     self._subgraphs.append(g)
                     self._parent[id(g)] = graph
                     self._plan(g, missing)
-        self._plans[id(graph)] = fuse_silu(plan, graph)
+        self._plans[id(graph)] = fuse_silu(dedupe(plan, graph, P.RANDOM), graph)
 
     def _fold_constants(self, graph, store, outer):
         """Run, once at load, every node whose inputs are all constants (`store`: the graph's initializers,
@@ -233,8 +258,11 @@ class InferenceSession:
         return [self._to_numpy(values[n], types.get(n)) for n in names]
 
     def _run_graph(self, graph, feeds, outer, wanted=None):
-        env = dict(outer)
         main = graph is self.model.graph
+        if main:
+            env = dict(outer)
+        else:  # a subgraph sees the outer values it reads, not a copy of the whole scope
+            env = {n: outer[n] for n in self._free[id(graph)] if n in outer}
         # a subgraph (If/Loop/Scan body): its initializers and folded constants, made at load
         env.update(self._initializers if main else self._sub_initializers[id(graph)])
         env.update(feeds)

@@ -120,6 +120,12 @@ def _external(t, name, where, base_dir, count, dt):
         raise OnnxFormatError(f"ember: {where}: {name}: external data location {loc!r} must be a relative "
                               "path inside the model's folder")
     path = os.path.join(base_dir, loc)
+    # the file itself, links followed, must lie in the model's folder: a symlink inside it pointing elsewhere
+    # (/etc/passwd, another user's files) is refused like "../"
+    root, real = os.path.realpath(base_dir), os.path.realpath(path)
+    if os.path.commonpath([root, real]) != root:
+        raise OnnxFormatError(f"ember: {where}: {name}: external data location {loc!r} resolves to {real}, "
+                              f"outside the model's folder {root} (a link out of the folder is not followed)")
     try:
         offset, length = int(info.get("offset", 0)), info.get("length")
     except ValueError:
@@ -129,10 +135,10 @@ def _external(t, name, where, base_dir, count, dt):
     if length is not None and int(length) != nbytes:
         raise OnnxFormatError(f"ember: {where}: {name}: external data length {length} != {nbytes} bytes "
                               f"for shape {list(t.dims)}")
-    if not os.path.isfile(path):
+    if not os.path.isfile(real):
         raise OnnxFormatError(f"ember: {where}: {name}: external data file {path} does not exist")
-    size = os.path.getsize(path)
+    size = os.path.getsize(real)
     if offset < 0 or offset + nbytes > size:
         raise OnnxFormatError(f"ember: {where}: {name}: external data wants bytes {offset}..{offset + nbytes} "
                               f"of {path}, which has {size}")
-    return native(np.fromfile(path, dt.newbyteorder("<"), count, offset=offset), dt)
+    return native(np.fromfile(real, dt.newbyteorder("<"), count, offset=offset), dt)

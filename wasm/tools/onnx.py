@@ -1,5 +1,7 @@
 """The ONNX tool: `ember.loadModel("onnx", url | file)` then `ember.run(feeds)` in web/ember.js, as
-onnxruntime-web's InferenceSession: any .onnx file (plus its external-data files) run by ember.onnx.
+onnxruntime-web's InferenceSession: any .onnx file (plus its external-data files) run by ember.onnx; and
+`ember.runDecoder(ids, opts, onToken)`: greedy generation through a decoder exported with its KV cache as inputs
+and outputs (ember.onnx.decoder), one token a step, streamed.
 
 Tensors cross the worker boundary as {"type": onnxruntime-web's type name, "dims": [...], "bytes":
 little-endian element bytes}: the page wraps them in the typed array of that type, so a feed or a
@@ -7,11 +9,12 @@ result is one copy each way.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 
 import numpy as np
 
-from . import WorkerError, one_file
+from . import WorkerError, checkpoint, one_file
 
 FILES = [["model.onnx"]]  # a hub folder's model; a nameless Blob takes this name too
 BESIDE: dict = {}
@@ -34,11 +37,19 @@ def load(folder: str, device: str) -> dict:
     ([{name, type, shape}]) and "opsets". Unsupported operators are a "bad_model" error that lists them,
     before anything runs."""
     from ember.onnx import InferenceSession
+    from ember.onnx.decoder import Decoder
     _STATE.clear()
+    t0 = time.perf_counter()
     sess = InferenceSession(one_file(folder, (".onnx",), "no .onnx file among these"), device=device)
     _STATE["session"] = sess
+    try:  # a decoder export with KV inputs: runDecoder generates through it
+        _STATE["decoder"] = Decoder(sess)
+        decoder = bool(_STATE["decoder"].pasts)
+    except ValueError:
+        decoder = False
     return {"inputs": [_arg(a) for a in sess.get_inputs()], "outputs": [_arg(a) for a in sess.get_outputs()],
-            "opsets": dict(sess.opsets)}
+            "opsets": dict(sess.opsets), "decoder": decoder, "load_ms": round((time.perf_counter() - t0) * 1000, 1),
+            "producer": sess.model.producer_name, "metadata": sess.get_modelmeta()}
 
 
 def _arg(a) -> dict:
@@ -76,10 +87,14 @@ def _result(a: np.ndarray) -> dict:
 
 async def run(feeds, opts: dict, on_partial=None, on_progress=None) -> dict:
     """feeds {name: {type, dims, bytes}}, opts {"outputs": names or None} -> {"outputs": {name: {type, dims,
-    bytes}}, "ms"}."""
+    bytes}}, "ms"}. opts {"generate": {"ids": [...], "max_new_tokens", "eos_token_id"}} with feeds the decoder's
+    other inputs (an encoder's output ...) -> {"tokens", "ms", "tokens_per_s", "stopped"}, each token to
+    on_partial(token, n_tokens, tokens_per_s) as it comes."""
     sess = _STATE.get("session")
     if sess is None:
         raise WorkerError("ember: no ONNX model loaded yet; call loadModel('onnx', ...) first", "not_loaded")
+    if opts.get("generate") is not None:
+        return await _generate(feeds or {}, opts["generate"], on_partial)
     if not isinstance(feeds, dict):
         raise WorkerError("ember: ONNX feeds must be {name: {type, dims, bytes}}", "bad_request")
     arrays = {k: _feed(k, v) for k, v in feeds.items()}
@@ -96,3 +111,46 @@ async def run(feeds, opts: dict, on_partial=None, on_progress=None) -> dict:
     names = list(output_names) if output_names else [o.name for o in sess.get_outputs()]
     return {"outputs": {n: _result(v) for n, v in zip(names, outs)},
             "ms": round((time.perf_counter() - t0) * 1000, 1)}
+
+
+async def _generate(feeds, spec: dict, on_partial) -> dict:
+    dec = _STATE.get("decoder")
+    if dec is None or not dec.pasts:
+        raise WorkerError("ember: this model is not a decoder with past_key_values inputs (input_ids, "
+                          "past_key_values.<i>.key / .value -> logits, present.<i>.key / .value)", "bad_model")
+    if not isinstance(feeds, dict):
+        raise WorkerError("ember: the decoder's other feeds must be {name: {type, dims, bytes}}", "bad_request")
+    try:
+        ids = [int(i) for i in spec.get("ids") or []]
+        limit = int(spec.get("max_new_tokens", 24))
+        eos = spec.get("eos_token_id")
+        eos = set() if eos is None else {int(eos)} if isinstance(eos, (int, float)) else {int(e) for e in eos}
+    except (TypeError, ValueError):
+        raise WorkerError("ember: generate needs ids (token ids), max_new_tokens and eos_token_id as numbers",
+                          "bad_request") from None
+    if not ids or not 1 <= limit <= 100_000:
+        raise WorkerError("ember: generate needs at least one prompt id and 1..100000 new tokens", "bad_request")
+    extra = {k: _feed(k, v) for k, v in feeds.items()}
+    dec.reset()
+    t0 = time.perf_counter()
+    out, stopped = [], "length"
+    try:
+        logits = dec.step(np.asarray([ids], np.int64), extra)
+        for _ in range(limit):
+            tok = int(np.argmax(logits[0, -1]))
+            out.append(tok)
+            rate = len(out) / max(time.perf_counter() - t0, 1e-9)
+            if on_partial is not None:
+                on_partial(tok, len(out), round(rate, 2))
+            if tok in eos:
+                stopped = "eos"
+                break
+            await checkpoint()
+            logits = dec.step(np.asarray([[tok]], np.int64), extra)
+    except asyncio.CancelledError:
+        stopped = "cancelled"
+    except ValueError as e:
+        raise WorkerError(str(e), "bad_request") from None
+    s = time.perf_counter() - t0
+    return {"tokens": out, "ms": round(s * 1000, 1), "tokens_per_s": round(len(out) / max(s, 1e-9), 2),
+            "stopped": stopped}

@@ -1,0 +1,188 @@
+// The registry's nbits_matmul on the CPU (core/backends/cpu_nbits.py) for a few rows of x: y = x @ W^T with W in
+// onnxruntime's MatMulNBits layout (ember.ggml.nbits): per row n of W, blocks of `block` levels of `bits` bits
+// packed little-endian into bytes (the first level in the low bits), a float scale and zero point per block:
+//     W[n, k] = (level[n, k] - zero[n, k / block]) * scale[n, k / block]
+// Each block's bytes are read once and their levels turned into floats in registers, against x split by phase (a
+// 4-bit byte meets x's even and odd elements side by side):  y[m, n] = sum_b scale_b (sum_j x[m, j] level_j) -
+// sum_b scale_b zero_b (sum_j x[m, j]), the block sums taken once per call. The float sums run in 16 fixed lanes
+// combined in one order, with no fused multiply-add (-ffp-contract=off); the AVX2 and wasm SIMD paths of the
+// 4-bit kernel do each lane's IEEE operations in the plain C path's order, so every build gives the same bits.
+#include <stdint.h>
+
+#include "simd.h"  // the target: EMBER_SIMD_SCALAR, __AVX2__ or __wasm_simd128__
+
+#if defined(__wasm__)
+#define EMBER_EXPORT(name) __attribute__((export_name(#name)))
+#else
+#define EMBER_EXPORT(name) __attribute__((visibility("default")))
+#endif
+
+#define NBITS_MAX_ROWS 8
+#define LANES 16
+
+// The rows of x split by phase: a byte of 4-bit levels holds values 2j (low bits) and 2j + 1 (high bits), so with
+// x's even and odd elements apart both meet contiguous data; 2 bits: four phases; 8 bits: one.
+// xs: per = 8 / bits arrays of k / per floats each, for every row.
+static void split(const float *x, int k, int per, float *xs) {
+    const int len = k / per;
+    for (int p = 0; p < per; p++)
+        for (int j = 0; j < len; j++) xs[p * len + j] = x[j * per + p];
+}
+
+static float lanes_sum(const float *a) {
+    float s[8];
+    for (int l = 0; l < 8; l++) s[l] = a[l] + a[l + 8];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// sum over one block's bytes of x . levels, as LANES partial sums added into acc scaled by `scale`
+static void block_dot(const uint8_t *p, int bytes, int bits, const float *xs, int len, float scale, float *acc) {
+    float a[LANES];
+    for (int l = 0; l < LANES; l++) a[l] = 0.0f;
+    if (bits == 4) {
+        const float *x0 = xs, *x1 = xs + len;
+        for (int j = 0; j < bytes; j += LANES)
+            for (int l = 0; l < LANES; l++) {
+                const uint8_t v = p[j + l];
+                a[l] += x0[j + l] * (float)(v & 15) + x1[j + l] * (float)(v >> 4);
+            }
+    } else if (bits == 8) {
+        for (int j = 0; j < bytes; j += LANES)
+            for (int l = 0; l < LANES; l++) a[l] += xs[j + l] * (float)p[j + l];
+    } else {  // 2 bits
+        const float *x0 = xs, *x1 = xs + len, *x2 = xs + 2 * len, *x3 = xs + 3 * len;
+        for (int j = 0; j < bytes; j += LANES)
+            for (int l = 0; l < LANES; l++) {
+                const uint8_t v = p[j + l];
+                a[l] += (x0[j + l] * (float)(v & 3) + x1[j + l] * (float)((v >> 2) & 3)) +
+                        (x2[j + l] * (float)((v >> 4) & 3) + x3[j + l] * (float)(v >> 6));
+            }
+    }
+    for (int l = 0; l < LANES; l++) acc[l] += scale * a[l];
+}
+
+// Four rows of W at once for 4-bit levels (every x value loaded once for the four): block_dot's sums for each,
+// lane by lane the same IEEE operations in the same order on every target (16 lanes: 2 AVX2 or 4 wasm vectors).
+#if defined(__AVX2__) && !defined(EMBER_SIMD_SCALAR)
+static inline __m256 u8_to_f32(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+
+static void block_dot4(const uint8_t *p, long row_bytes, int bytes, const float *xs, int len, const float *scale,
+                       float acc[4][LANES]) {
+    const __m128i mask = _mm_set1_epi8(15);
+    const float *x0 = xs, *x1 = xs + len;
+    for (int q = 0; q < 4; q++) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        const uint8_t *pq = p + q * row_bytes;
+        for (int j = 0; j < bytes; j += LANES) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(pq + j));
+            const __m128i lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+            const __m256 t0 = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x0 + j), u8_to_f32(lo)),
+                                            _mm256_mul_ps(_mm256_loadu_ps(x1 + j), u8_to_f32(hi)));
+            const __m256 t1 = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x0 + j + 8), u8_to_f32(_mm_srli_si128(lo, 8))),
+                                            _mm256_mul_ps(_mm256_loadu_ps(x1 + j + 8), u8_to_f32(_mm_srli_si128(hi, 8))));
+            a0 = _mm256_add_ps(a0, t0);
+            a1 = _mm256_add_ps(a1, t1);
+        }
+        const __m256 s = _mm256_set1_ps(scale[q]);
+        _mm256_storeu_ps(acc[q], _mm256_add_ps(_mm256_loadu_ps(acc[q]), _mm256_mul_ps(s, a0)));
+        _mm256_storeu_ps(acc[q] + 8, _mm256_add_ps(_mm256_loadu_ps(acc[q] + 8), _mm256_mul_ps(s, a1)));
+    }
+}
+#elif defined(__wasm_simd128__) && !defined(EMBER_SIMD_SCALAR)
+static void block_dot4(const uint8_t *p, long row_bytes, int bytes, const float *xs, int len, const float *scale,
+                       float acc[4][LANES]) {
+    const v128_t mask = wasm_i8x16_splat(15);
+    const float *x0 = xs, *x1 = xs + len;
+    for (int q = 0; q < 4; q++) {
+        v128_t a[4] = {wasm_f32x4_splat(0), wasm_f32x4_splat(0), wasm_f32x4_splat(0), wasm_f32x4_splat(0)};
+        const uint8_t *pq = p + q * row_bytes;
+        for (int j = 0; j < bytes; j += LANES) {
+            const v128_t v = wasm_v128_load(pq + j);
+            const v128_t lo = wasm_v128_and(v, mask), hi = wasm_v128_and(wasm_u16x8_shr(v, 4), mask);
+            const v128_t lo16[2] = {wasm_u16x8_extend_low_u8x16(lo), wasm_u16x8_extend_high_u8x16(lo)};
+            const v128_t hi16[2] = {wasm_u16x8_extend_low_u8x16(hi), wasm_u16x8_extend_high_u8x16(hi)};
+            for (int g = 0; g < 4; g++) {
+                const v128_t l32 = g & 1 ? wasm_u32x4_extend_high_u16x8(lo16[g >> 1]) : wasm_u32x4_extend_low_u16x8(lo16[g >> 1]);
+                const v128_t h32 = g & 1 ? wasm_u32x4_extend_high_u16x8(hi16[g >> 1]) : wasm_u32x4_extend_low_u16x8(hi16[g >> 1]);
+                const v128_t t = wasm_f32x4_add(wasm_f32x4_mul(wasm_v128_load(x0 + j + 4 * g), wasm_f32x4_convert_u32x4(l32)),
+                                                wasm_f32x4_mul(wasm_v128_load(x1 + j + 4 * g), wasm_f32x4_convert_u32x4(h32)));
+                a[g] = wasm_f32x4_add(a[g], t);
+            }
+        }
+        const v128_t s = wasm_f32x4_splat(scale[q]);
+        for (int g = 0; g < 4; g++)
+            wasm_v128_store(acc[q] + 4 * g, wasm_f32x4_add(wasm_v128_load(acc[q] + 4 * g), wasm_f32x4_mul(s, a[g])));
+    }
+}
+#else
+static void block_dot4(const uint8_t *p, long row_bytes, int bytes, const float *xs, int len, const float *scale,
+                       float acc[4][LANES]) {
+    for (int q = 0; q < 4; q++) block_dot(p + q * row_bytes, bytes, 4, xs, len, scale[q], acc[q]);
+}
+#endif
+
+// Which (bits, block) this kernel takes: bits 2, 4 or 8, a block's bytes a multiple of the 16 lanes.
+EMBER_EXPORT(ember_nbits_supports)
+int ember_nbits_supports(int bits, int block) {
+    return (bits == 2 || bits == 4 || bits == 8) && block >= 16 && (block * bits / 8) % LANES == 0;
+}
+
+// Floats of scratch ember_nbits_matmul needs for m rows of x over `blocks` blocks of `block`.
+EMBER_EXPORT(ember_nbits_scratch_floats)
+long ember_nbits_scratch_floats(int m, int blocks, int block) { return (long)m * blocks * (block + 1); }
+
+// x (m, blocks * block) float32 rows (zero past K), packed (n, row_bytes), scales and zeros (n, blocks); rows
+// [n0, n1) of y (m, ldy). scratch: ember_nbits_scratch_floats(m, blocks, block) floats. Returns 0, or -1 for what
+// it does not take.
+EMBER_EXPORT(ember_nbits_matmul)
+int ember_nbits_matmul(int bits, int block, int m, int n0, int n1, int blocks, const uint8_t *packed, long row_bytes,
+                       const float *scales, const float *zeros, const float *x, float *scratch, float *y, int ldy) {
+    if (!ember_nbits_supports(bits, block) || m < 0 || m > NBITS_MAX_ROWS)
+        return -1;
+    const int k = blocks * block, per = 8 / bits, len = k / per, bpb = block * bits / 8;
+    float *xs = scratch, *xsum = scratch + (long)m * k;  // split rows, then per-block sums of x
+    for (int r = 0; r < m; r++) {
+        split(x + (long)r * k, k, per, xs + (long)r * k);
+        for (int b = 0; b < blocks; b++) {
+            float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            const float *xb = x + (long)r * k + (long)b * block;
+            for (int j = 0; j < block; j += 8)
+                for (int l = 0; l < 8; l++) a[l] += xb[j + l];
+            xsum[r * blocks + b] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        }
+    }
+    int n = n0;
+    if (bits == 4)  // four rows of W at a time (the block_dot4 sums are block_dot's, lane by lane)
+        for (; n + 4 <= n1; n += 4) {
+            const uint8_t *row = packed + (long)n * row_bytes;
+            for (int r = 0; r < m; r++) {
+                float acc[4][LANES], zterm[4] = {0, 0, 0, 0}, sc4[4];
+                for (int q = 0; q < 4; q++)
+                    for (int l = 0; l < LANES; l++) acc[q][l] = 0.0f;
+                const float *xr = xs + (long)r * k;
+                for (int b = 0; b < blocks; b++) {
+                    for (int q = 0; q < 4; q++) {
+                        sc4[q] = scales[(long)(n + q) * blocks + b];
+                        zterm[q] += (sc4[q] * zeros[(long)(n + q) * blocks + b]) * xsum[r * blocks + b];
+                    }
+                    block_dot4(row + (long)b * bpb, row_bytes, bpb, xr + (long)b * bpb, len, sc4, acc);
+                }
+                for (int q = 0; q < 4; q++) y[(long)r * ldy + n + q] = lanes_sum(acc[q]) - zterm[q];
+            }
+        }
+    for (; n < n1; n++) {
+        const uint8_t *row = packed + (long)n * row_bytes;
+        const float *sc = scales + (long)n * blocks, *ze = zeros + (long)n * blocks;
+        for (int r = 0; r < m; r++) {
+            float acc[LANES], zterm = 0.0f;
+            for (int l = 0; l < LANES; l++) acc[l] = 0.0f;
+            const float *xr = xs + (long)r * k;
+            for (int b = 0; b < blocks; b++) {
+                block_dot(row + (long)b * bpb, bpb, bits, xr + (long)b * bpb, len, sc[b], acc);
+                zterm += (sc[b] * ze[b]) * xsum[r * blocks + b];
+            }
+            y[(long)r * ldy + n] = lanes_sum(acc) - zterm;
+        }
+    }
+    return 0;
+}

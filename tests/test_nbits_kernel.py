@@ -1,0 +1,100 @@
+"""The CPU's kernel for onnxruntime's MatMulNBits layout (core/backends/cpu_kernels/nbits.c via ember.backends.cpu_nbits):
+every build (AVX2 or this machine's SIMD, plain C) gives the same bits, and so does the page's wasm build (Pyodide);
+those bits are the float64 product of the dequantized weight within float32 summation error; rows past what the
+compiled kernel takes go through the levels + BLAS slabs, within the same error."""
+from __future__ import annotations
+
+import base64
+import ctypes
+
+import numpy as np
+import pytest
+from pyodide_runner import pyodide_dist, pyodide_session  # noqa: F401  (fixtures)
+
+from ember.backends import cpu_native_kernels as cnk
+from ember.ggml.nbits import dequantize
+
+CASES = [(4, 32, 96, "float"), (4, 128, 256, "int"), (4, 32, 80, "int"), (8, 16, 48, "int"), (2, 64, 128, "float")]
+
+
+def _weight(bits, block, k, zeros, n=37, seed=0):
+    rng = np.random.default_rng(seed)
+    blocks = -(-k // block)
+    packed = rng.integers(0, 256, (n, blocks * block * bits // 8)).astype(np.uint8)
+    scales = (rng.random((n, blocks)) * 0.1 + 0.01).astype(np.float32)
+    z = rng.random((n, blocks)) * (1 << bits)
+    return packed, scales, (np.round(z) if zeros == "int" else z).astype(np.float32)
+
+
+def _x(m, k, blocks, block, seed=1):
+    x = np.zeros((m, blocks * block), np.float32)  # zeros past K, as cpu_nbits pads them
+    x[:, :k] = np.random.default_rng(seed).standard_normal((m, k))
+    return x
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    cc = cnk.compiler()
+    if cc is None:
+        pytest.skip("no C compiler")
+    out = {}
+    for tag, flags in (("native", cnk.NATIVE), ("scalar", ["-DEMBER_SIMD_SCALAR"])):
+        path = cnk.build(cc, tmp_path_factory.mktemp(tag) / "k.so", flags)
+        k = cnk.NativeKernels(ctypes.CDLL(str(path)), path)
+        out.setdefault(k.simd, k)
+    assert "scalar" in out
+    return out
+
+
+@pytest.mark.parametrize("bits,block,k,zeros", CASES)
+def test_every_build_gives_the_same_bits_and_the_product(builds, bits, block, k, zeros):
+    packed, scales, z = _weight(bits, block, k, zeros)
+    w = dequantize(packed, scales, z, bits, block, (packed.shape[0], k)).astype(np.float64)
+    for m in (1, 3, 8):
+        x = _x(m, k, scales.shape[1], block, seed=m)
+        exact = x[:, :k].astype(np.float64) @ w.T
+        bound = 1e-5 * (np.abs(x[:, :k]) @ np.abs(w).T) + 1e-6
+        got = {simd: kn.nbits_matmul(x, packed, scales, z, bits, block, packed.shape[0]) for simd, kn in builds.items()}
+        first = next(iter(got.values()))
+        for simd, y in got.items():
+            assert np.array_equal(y, first), (simd, bits, block, m)
+        assert np.all(np.abs(first - exact) <= bound), (bits, block, m)
+
+
+def test_the_registry_kernel_takes_decode_rows_and_slabs_beyond(rng):
+    """ember.backends.cpu_nbits: up to 8 rows through nbits.c (K padded to whole blocks), more through the slabs;
+    both within float32 summation error of the float64 product."""
+    import ember
+    from ember.ops_blockwise import BlockWeight
+    packed, scales, z = _weight(4, 32, 80, "float", n=29)
+    bw = BlockWeight(packed, scales, z, 4, 32, (29, 80))
+    w = bw.numpy().astype(np.float64)
+    for rows in (1, 5, 20):
+        x = rng.standard_normal((rows, 80)).astype(np.float32)
+        got = bw.matmul_t(ember.tensor(x)).numpy()
+        np.testing.assert_allclose(got, x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_nbits_in_pyodide(pyodide_session):  # noqa: F811
+    """The page's wasm build of nbits.c: the same bits as the native one."""
+    from ember.backends.cpu_matmul import native_kernels
+    kn = native_kernels()
+    if kn is None:
+        pytest.skip("no native kernels to compare with")
+    enc = lambda a: base64.b64encode(np.ascontiguousarray(a).tobytes()).decode()  # noqa: E731
+    code = ("import base64, numpy as np\nfrom ember.backends import cpu_matmul\nk = cpu_matmul.wasm_kernels()\n"
+            "assert k is not None, cpu_matmul.matmul_path()\nresult = {}\n"
+            "dec = lambda s, t, shape: np.frombuffer(base64.b64decode(s), t).reshape(shape).copy()\n")
+    want = {}
+    for i, (bits, block, k, zeros) in enumerate(CASES):
+        packed, scales, z = _weight(bits, block, k, zeros, seed=i)
+        x = _x(3, k, scales.shape[1], block, seed=i)
+        want[i] = kn.nbits_matmul(x, packed, scales, z, bits, block, packed.shape[0])
+        code += (f"y = k.nbits_matmul(dec({enc(x)!r}, np.float32, {x.shape}), dec({enc(packed)!r}, np.uint8, "
+                 f"{packed.shape}), dec({enc(scales)!r}, np.float32, {scales.shape}), dec({enc(z)!r}, np.float32, "
+                 f"{z.shape}), {bits}, {block}, {packed.shape[0]})\n"
+                 f"result[{i}] = base64.b64encode(y.tobytes()).decode()\n")
+    out = pyodide_session.run(code, timeout=300)["result"]
+    for i, y in want.items():
+        got = np.frombuffer(base64.b64decode(out[str(i)] if str(i) in out else out[i]), np.float32).reshape(y.shape)
+        assert np.array_equal(got, y), CASES[i]
