@@ -1,7 +1,8 @@
 """Core benchmarks, as ratios measured in one run: per-op overhead (ember vs numpy vs torch eager),
-matmul 1024^2 and a ResNet-like conv2d vs torch on CPU, `import ember` vs `import torch`.
+matmul 1024^2 and a ResNet-like conv2d vs torch on CPU at each thread count (1 and 2 by default, ember's BLAS and
+kernels and torch alike, interleaved, best of), `import ember` vs `import torch`.
 
-    python bench/bench_core.py
+    python bench/bench_core.py [--threads 1,2]
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_core.py   # current numpy's own kernel
 """
 from __future__ import annotations
@@ -27,13 +28,24 @@ def import_time(mod):
     return min(runs)
 
 
+def _np_softmax(a):
+    e = np.exp(a - a.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
 def main():
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="1,2", help="thread counts for the matmul and conv (default 1,2)")
+    args = ap.parse_args()
+    sys.path.insert(0, os.path.dirname(__file__))
+    import threads as bench_threads
     from ember.backends.cpu_malloc import keep_freed_memory
     keep_freed_memory()  # as the ember CLI does (EMBER_MALLOC_TUNING=0 opts out)
     import torch
 
     import ember
-    torch.set_num_threads(os.cpu_count() or 1)
+    import ember.nn.functional as F
     try:
         from threadpoolctl import threadpool_info
         blas = [f"{i['internal_api']} {i.get('architecture')}" for i in threadpool_info() if i["user_api"] == "blas"]
@@ -53,31 +65,39 @@ def main():
         "reshape": (lambda: a.reshape(16), lambda: ea.reshape(16), lambda: ta.reshape(16)),
         "transpose": (lambda: a.T, lambda: ea.transpose(0, 1), lambda: ta.transpose(0, 1)),
         "getitem [1]": (lambda: a[1], lambda: ea[1], lambda: ta[1]),
-        "softmax": (lambda: None, lambda: ea.softmax(-1), lambda: ta.softmax(-1)),
+        "slice [1:3, ::2]": (lambda: a[1:3, ::2], lambda: ea[1:3, ::2], lambda: ta[1:3, ::2]),
+        "cat (two, axis 0)": (lambda: np.concatenate([a, a]), lambda: ember.cat([ea, ea]), lambda: torch.cat([ta, ta])),
+        "linear (4 -> 4, bias)": (lambda: a @ a.T + a[0], lambda: F.linear(ea, ea, ea[0]),
+                                  lambda: torch.nn.functional.linear(ta, ta, ta[0])),
+        "softmax(-1)": (lambda: _np_softmax(a), lambda: ea.softmax(-1), lambda: ta.softmax(-1)),
     }
     print(f"\nper-op time on a 4x4 float32 tensor (us)   {'numpy':>8s} {'ember':>8s} {'torch':>8s}  ember-numpy")
     over = []
     for name, (fn, fe, ft) in ops.items():
         tn, te, tt = (best(f, 20000) * 1e6 for f in (fn, fe, ft))
-        if name != "softmax":
-            over.append(te - tn)
+        over.append(te - tn)
         print(f"  {name:38s} {tn:8.2f} {te:8.2f} {tt:8.2f}  {te - tn:8.2f}")
     print(f"  median ember overhead over numpy: {np.median(over):.2f} us/op")
 
     m = np.random.default_rng(1).standard_normal((1024, 1024)).astype(np.float32)
     em, tm = ember.tensor(m), torch.tensor(m)
-    te, tt = best(lambda: em @ em, 5), best(lambda: tm @ tm, 5)
-    print(f"\nmatmul 1024^2: ember {te * 1e3:.1f} ms ({2 * 1024 ** 3 / te / 1e9:.1f} GFLOP/s), "
-          f"torch {tt * 1e3:.1f} ms ({2 * 1024 ** 3 / tt / 1e9:.1f} GFLOP/s), ember/torch {te / tt:.2f}x")
-
     x = np.random.default_rng(2).standard_normal((1, 64, 56, 56)).astype(np.float32)
     w = np.random.default_rng(3).standard_normal((64, 64, 3, 3)).astype(np.float32) * 0.05
     ex, ew, tx, tw = ember.tensor(x), ember.tensor(w), torch.tensor(x), torch.tensor(w)
-    with torch.no_grad():
-        te = best(lambda: ember.nn.functional.conv2d(ex, ew, padding=1), 3)
-        tt = best(lambda: torch.nn.functional.conv2d(tx, tw, padding=1), 3)
-    print(f"conv2d 64->64 3x3 on 56x56 (ResNet layer): ember {te * 1e3:.1f} ms, torch {tt * 1e3:.1f} ms, "
-          f"ember/torch {te / tt:.2f}x")
+    for n in bench_threads.parse(args.threads):
+        what = bench_threads.use(n)
+        torch.set_num_threads(n)
+        te, tt = best(lambda: em @ em, 5), best(lambda: tm @ tm, 5)
+        print(f"\nthreads {n} ({what}; torch {n}):")
+        print(f"  matmul 1024^2: ember {te * 1e3:.1f} ms ({2 * 1024 ** 3 / te / 1e9:.1f} GFLOP/s), "
+              f"torch {tt * 1e3:.1f} ms ({2 * 1024 ** 3 / tt / 1e9:.1f} GFLOP/s), ember/torch {te / tt:.2f}x")
+        te = tt = float("inf")
+        with torch.no_grad():
+            for _ in range(3):  # interleaved rounds, best of
+                te = min(te, best(lambda: ember.nn.functional.conv2d(ex, ew, padding=1), 3))
+                tt = min(tt, best(lambda: torch.nn.functional.conv2d(tx, tw, padding=1), 3))
+        print(f"  conv2d 64->64 3x3 on 56x56 (ResNet layer): ember {te * 1e3:.2f} ms, torch {tt * 1e3:.2f} ms, "
+              f"ember/torch {te / tt:.2f}x")
 
     ie, it = import_time("ember"), import_time("torch")
     print(f"\nimport ember {ie * 1e3:.0f} ms, import torch {it * 1e3:.0f} ms ({it / ie:.1f}x slower)")

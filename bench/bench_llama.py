@@ -3,11 +3,11 @@ random weights) — ember vs transformers eager (torch CPU) on the same weights 
 llama.cpp (llama-cpp-python, f32 GGUF of the same weights, f32 KV cache) when it is installed, plus
 ember's per-op overhead on tiny tensors (what bounds a model this small).
 
-    python bench/bench_llama.py [--tokens 64] [--threads N] [--json]
+    python bench/bench_llama.py [--tokens 64] [--threads 1,2] [--json]
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_llama.py
 
-Every engine runs with the same BLAS/torch/llama.cpp thread count (default: all cores, as each library
-does by itself; --threads 1 for the single-core figure). Each side
+Every engine runs with the same thread count (ember's BLAS and compiled kernels, torch, llama.cpp), at each count
+of --threads (1 and 2 by default), the figures printed with it. Each side
 is timed `--repeats` times, interleaved, and the best run is reported (noise only ever slows a run down).
 """
 from __future__ import annotations
@@ -181,7 +181,7 @@ def count_ops(m, prompt):
     counts = {}
     originals = {}
     for name in ("unary", "binary", "where", "cast", "reduce", "reshape", "permute", "expand", "slice", "cat",
-                 "contiguous", "matmul", "index_select", "softmax", "rms_norm", "gather", "scatter", "full"):
+                 "contiguous", "matmul", "index_select", "gather", "scatter", "full"):  # (fused ops: registry kernels)
         orig = getattr(be, name)
         originals[name] = orig
 
@@ -207,19 +207,23 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", default="1,2", help="thread counts, every engine alike (default 1,2)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    import threads as bench_threads
     import torch
-    from threadpoolctl import threadpool_limits
-    torch.set_num_threads(a.threads)
     env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS")}
     prompt = [1, 450, 4996, 17354, 1701, 432, 17204, 975]
-    with threadpool_limits(a.threads):
-        m = random_model()
-        hf = torch_model(m)
-        tmp = tempfile.mkdtemp(prefix="bench-llama-")
-        lcpp = llamacpp_model(m, tmp)
+    m = random_model()
+    hf = torch_model(m)
+    tmp = tempfile.mkdtemp(prefix="bench-llama-")
+    lcpp = llamacpp_model(m, tmp)
+    results = []
+    for n in bench_threads.parse(a.threads):
+        what = bench_threads.use(n)
+        torch.set_num_threads(n)
         ember_decode(m, prompt, 8), torch_decode(hf, prompt, 8)   # warm up
         e_runs, t_runs, l_runs, l_toks = [], [], [], None
         for _ in range(a.repeats):
@@ -228,35 +232,40 @@ def main():
             e_runs.append(e)
             t_runs.append(t)
             if lcpp:
-                l_toks, l = llamacpp_decode(lcpp, prompt, a.tokens, a.threads)
+                l_toks, l = llamacpp_decode(lcpp, prompt, a.tokens, n)
                 l_runs.append(l)
-        shutil.rmtree(tmp, ignore_errors=True)
-        ops, n_ops = count_ops(m, prompt)
-        overhead = op_overheads()
-        blas = blas_info()
-    res = {"shape": "stories15M", "tokens": a.tokens, "threads": a.threads, "ember_tok_s": round(max(e_runs), 1),
-           "transformers_tok_s": round(max(t_runs), 1), "speedup": round(max(e_runs) / max(t_runs), 2),
-           "ember_runs": [round(x, 1) for x in e_runs], "transformers_runs": [round(x, 1) for x in t_runs],
-           "same_greedy_tokens": e_toks == t_toks, "ops_per_token": n_ops,
-           "llamacpp_tok_s": round(max(l_runs), 1) if l_runs else None,
-           "llamacpp_runs": [round(x, 1) for x in l_runs], "same_tokens_as_llamacpp": e_toks == l_toks if l_runs else None, "ops": ops, "op_overhead_us": overhead,
-           "blas": blas, "env": env, "numpy": np.__version__, "torch": torch.__version__,
-           "cpu": platform.processor() or platform.machine(), "loadavg": os.getloadavg()}
+        res = {"shape": "stories15M", "tokens": a.tokens, "threads": n, "ember_threads": what,
+               "ember_tok_s": round(max(e_runs), 1), "transformers_tok_s": round(max(t_runs), 1),
+               "speedup": round(max(e_runs) / max(t_runs), 2), "ember_runs": [round(x, 1) for x in e_runs],
+               "transformers_runs": [round(x, 1) for x in t_runs], "same_greedy_tokens": e_toks == t_toks,
+               "llamacpp_tok_s": round(max(l_runs), 1) if l_runs else None,
+               "llamacpp_runs": [round(x, 1) for x in l_runs],
+               "ember_over_llamacpp": round(max(e_runs) / max(l_runs), 2) if l_runs else None,
+               "same_tokens_as_llamacpp": e_toks == l_toks if l_runs else None, "loadavg": os.getloadavg()}
+        results.append(res)
+        if not a.json:
+            print(f"decode tokens/s at stories15M shape ({a.tokens} tokens, {n} thread(s) every engine: ember "
+                  f"{what}, torch {n}, llama.cpp {n}; best of {a.repeats}; load {res['loadavg']}):")
+            print(f"  ember        {res['ember_tok_s']:8.1f}   runs {res['ember_runs']}")
+            print(f"  transformers {res['transformers_tok_s']:8.1f}   runs {res['transformers_runs']}")
+            print(f"  speedup      {res['speedup']:8.2f}x   same greedy tokens: {res['same_greedy_tokens']}")
+            if l_runs:
+                print(f"  llama.cpp    {res['llamacpp_tok_s']:8.1f}   runs {res['llamacpp_runs']}   (ember / llama.cpp "
+                      f"{res['ember_over_llamacpp']:.2f}x, same greedy tokens: {res['same_tokens_as_llamacpp']})")
+    shutil.rmtree(tmp, ignore_errors=True)
+    ops, n_ops = count_ops(m, prompt)
+    overhead = op_overheads()
+    blas = blas_info()
+    extra = {"ops_per_token": n_ops, "ops": ops, "op_overhead_us": overhead, "blas": blas, "env": env,
+             "numpy": np.__version__, "torch": torch.__version__, "cpu": platform.processor() or platform.machine()}
     if a.json:
-        print(json.dumps(res))
+        print(json.dumps({"by_threads": results, **extra}))
         return
-    print(f"decode tokens/s at stories15M shape ({a.tokens} tokens, {a.threads} thread(s), best of {a.repeats}):")
-    print(f"  ember        {res['ember_tok_s']:8.1f}   runs {res['ember_runs']}")
-    print(f"  transformers {res['transformers_tok_s']:8.1f}   runs {res['transformers_runs']}")
-    print(f"  speedup      {res['speedup']:8.2f}x   same greedy tokens: {res['same_greedy_tokens']}")
-    if l_runs:
-        print(f"  llama.cpp    {res['llamacpp_tok_s']:8.1f}   runs {res['llamacpp_runs']}   (ember / llama.cpp "
-              f"{max(e_runs) / max(l_runs):.2f}x, same greedy tokens: {res['same_tokens_as_llamacpp']})")
     print(f"ember backend ops per decoded token: {n_ops} {ops}")
     print("per-op overhead (µs, ember vs bare numpy):")
     for k, v in overhead.items():
         print(f"  {k:28s} {v['ember_us']:8.2f} {v['numpy_us']:8.2f}")
-    print(f"BLAS: {blas}\nenv: {env}\nloadavg: {res['loadavg']}")
+    print(f"BLAS: {blas}\nenv: {env}")
 
 
 if __name__ == "__main__":

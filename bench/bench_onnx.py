@@ -7,8 +7,8 @@
 2. Latency of the real models on CPU (YOLOv8s best_fp16.onnx at 640x640, all-MiniLM-L6-v2 int8 on 128
    token ids, Silero VAD on one 512-sample chunk), ember and onnxruntime interleaved, best of --repeat
    rounds of ~0.2 s of runs each,
-   reported as the ratio ember / onnxruntime (this VM is noisy: only the ratio means anything).
-   onnxruntime runs one intra-op thread (--ort-threads), as ember's numpy does with OPENBLAS_NUM_THREADS=1.
+   reported as the ratio ember / onnxruntime (this VM is noisy: only the ratio means anything), at each thread
+   count of --threads (1 and 2 by default; ember's BLAS and kernels and onnxruntime's intra-op threads alike).
    On a machine with more runnable threads than cores, OpenBLAS's spinning worker threads make every
    small matmul cost tens of ms; run with OPENBLAS_NUM_THREADS=1 there for figures that mean something.
 3. Decode: a GPT-2-small-shaped decoder (random weights, 768 wide, 12 layers, 50257 words) exported as users export
@@ -117,7 +117,7 @@ def latency(repeat, device="cpu", ort_threads=1, only=None):
 
     from ember.onnx import InferenceSession
     so = ort.SessionOptions()
-    so.intra_op_num_threads = so.inter_op_num_threads = ort_threads
+    so.intra_op_num_threads, so.inter_op_num_threads = ort_threads, 1
     found = {}
     for label, path, feeds in _models():
         if only and not any(o in label for o in only):
@@ -265,7 +265,7 @@ def main():
     p.add_argument("--devices", default="cpu,webgpu")
     p.add_argument("--skip-conformance", action="store_true")
     p.add_argument("--latency-device", default="cpu", help="ember's device for the latency runs")
-    p.add_argument("--ort-threads", type=int, default=1, help="onnxruntime's intra-op threads")
+    p.add_argument("--threads", default="1,2", help="thread counts, ember and onnxruntime alike (default 1,2)")
     p.add_argument("--models", default="YOLO,MiniLM,Silero", help="which real models (label substrings)")
     p.add_argument("--decode", action="store_true", help="also the 4-bit GPT-2-small-shaped decode (tok/s)")
     p.add_argument("--page", default="", help="also time the page on these devices (cpu,webgpu)")
@@ -275,8 +275,13 @@ def main():
     import ember
     if not a.skip_conformance:
         conformance([d for d in a.devices.split(",") if d in ember.devices()])
-    native = latency(a.repeat, a.latency_device, a.ort_threads, a.models.split(",")) if a.models else {}
-    dec = decode(a.repeat, a.ort_threads) if a.decode else None
+    sys.path.insert(0, str(ROOT / "bench"))
+    import threads as bench_threads
+    native, dec = {}, None
+    for n in bench_threads.parse(a.threads):
+        print(f"latency at {n} thread(s): ember {bench_threads.use(n)}, onnxruntime intra-op {n}", flush=True)
+        native = latency(a.repeat, a.latency_device, n, a.models.split(",")) if a.models else {}
+        dec = decode(a.repeat, n) if a.decode else None
     if a.page:
         page(a.page.split(","), a.page_repeat, a.page_models.split(","), native)
         if dec:

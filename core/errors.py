@@ -4,10 +4,12 @@ an EmberError, so a caller handling untrusted input catches one class.
     EmberError                 anything ember refuses (also the base of StateDictError, TokenizerError ...)
      ├─ FormatError            a file, header or field that is malformed, unsupported or unsafe
      │   └─ LimitError         a well-formed value past the resource budget (ember.limits)
+     ├─ SaveError              what no format can write: a value that is not a tensor, an extension, a dtype
      └─ SettingError           an EMBER_* environment variable whose value does not parse (ember.settings)
 
-FormatError and SettingError are also ValueErrors (and StateDictError a KeyError) so code written against
-the older, per-module classes keeps catching them.
+FormatError and SettingError are also ValueErrors, SaveError a TypeError and a ValueError (and StateDictError
+a KeyError) so code written against the older, per-module classes keeps catching them. A save that fails
+writing (a full disk) raises the OSError it got, its message naming the destination.
 """
 from __future__ import annotations
 
@@ -36,6 +38,10 @@ class LimitError(FormatError):
                    "if the input is trusted)")
         side = "under the minimum" if below else "over the limit"
         super().__init__(f"ember: {where}: {field} is {value}{unit}, {side} of {limit}{unit}{how}")
+
+
+class SaveError(EmberError, TypeError, ValueError):
+    """ember.save refuses its arguments: the message names the destination or tensor and what was expected."""
 
 
 class SettingError(EmberError, ValueError):

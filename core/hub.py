@@ -73,50 +73,127 @@ def sha256_of(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def _check(path: Path, sha256: str | None, what: str) -> None:
+def _check(path: Path, sha256: str | None, what: str, source: str = "pinned") -> None:
     if sha256 is None:
         return
     actual = sha256_of(path)
     if actual != sha256.lower():
         path.unlink(missing_ok=True)
-        raise ChecksumError(f"ember: {what}: sha256 {actual} != pinned {sha256} (the file was deleted: the next "
+        raise ChecksumError(f"ember: {what}: sha256 {actual} != {source} {sha256} (the file was deleted: the next "
                             f"call downloads it again; if it keeps differing, the source changed upstream)")
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class _Recorder(urllib.request.HTTPRedirectHandler):
+    """Keeps the headers that describe the file from every response of a redirect chain: the Hugging Face hub
+    answers a file's URL with a redirect carrying X-Linked-Size and X-Linked-Etag (the LFS object's sha256),
+    which the final (CDN) response does not repeat."""
+
+    def __init__(self, seen: dict):
+        self.seen = seen
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        _note(self.seen, headers)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _note(seen: dict, headers):
+    for name in ("X-Linked-Size", "X-Linked-Etag", "ETag"):
+        v = headers.get(name)
+        if v and name not in seen:
+            seen[name] = v.strip()
+
+
+def _expected(seen: dict) -> tuple[int | None, str | None, str | None]:
+    """(size, sha256, version) the headers promise: X-Linked-Size; X-Linked-Etag, else an ETag, when it is a
+    sha256 (the hub's ETag of a git file is a 40-digit sha1: not one); the ETag, to tell versions apart."""
+    size = seen.get("X-Linked-Size")
+    size = int(size) if size and size.isdigit() else None
+    digests = [seen.get(k, "").removeprefix("W/").strip('"').lower() for k in ("X-Linked-Etag", "ETag")]
+    sha = next((d for d in digests if _HEX64.fullmatch(d)), None)
+    return size, sha, seen.get("X-Linked-Etag") or seen.get("ETag")
+
+
 def download(url: str, dest: str | os.PathLike, sha256: str | None = None, progress=None, *,
-             missing_ok: bool = False, timeout: float = 60, chunk: int = CHUNK) -> Path | None:
+             missing_ok: bool = False, timeout: float = 60, chunk: int = CHUNK,
+             deadline: float | None = None) -> Path | None:
     """GET `url` into `dest` unless dest exists (then only its sha256 is checked, when given).
 
     The bytes go to `dest.part` first: an interrupted download leaves no file at dest, and the next call
-    resumes the .part with an HTTP Range request (a server that ignores Range starts it over). A complete
-    file is checked against `sha256` (a mismatch deletes it and raises ChecksumError naming the URL and both
-    hashes) and renamed into place. `progress(name, bytes_done, bytes_total | None)` is called as bytes
-    arrive. missing_ok: a 404 returns None instead of raising HubNotFoundError.
+    resumes the .part with an HTTP Range request (If-Range: the version it began, so a file changed upstream
+    starts over). Nothing reaches dest unverified: its length must be what the server declared (X-Linked-Size,
+    Content-Range or Content-Length; a server that declares none must send it chunked), and its sha256 the pinned
+    one, else the one the server's X-Linked-Etag / ETag gives (the Hugging Face hub's). A mismatch deletes the
+    .part and raises ChecksumError / HubError naming the URL. `timeout` bounds each wait for bytes and the
+    stall rule (fewer than $EMBER_HUB_STALL_BYTES, 16 KiB, in `timeout` seconds), `deadline` the whole download
+    (default $EMBER_HUB_DEADLINE, 4 h); both keep the .part for a resume. `progress(name, bytes_done, bytes_total |
+    None)` is called as bytes arrive. missing_ok: a 404 returns None instead of raising HubNotFoundError.
     """
+    import json
+    import time
     dest = Path(dest)
     if dest.is_file():
         _check(dest, sha256, f"{dest} (cached from {url})")
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
+    meta = dest.with_name(dest.name + ".part.json")  # the version the .part holds (ETag), for If-Range
+    deadline = settings.get("EMBER_HUB_DEADLINE") if deadline is None else deadline
+    end = time.monotonic() + deadline
+    stall_bytes = settings.get("EMBER_HUB_STALL_BYTES")
     for _ in range(MAX_RESTARTS + 1):
         offset = part.stat().st_size if part.is_file() else 0
-        req = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                if offset and resp.status != 206:  # Range ignored: the body is the whole file
+            began = json.loads(meta.read_text()).get("version") if offset else None
+        except (OSError, ValueError, AttributeError):
+            began = None
+        headers = {"Range": f"bytes={offset}-", **({"If-Range": began} if began else {})} if offset else {}
+        seen: dict = {}
+        opener = urllib.request.build_opener(_Recorder(seen))
+        try:
+            with opener.open(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:
+                _note(seen, resp.headers)
+                size, sha, version = _expected(seen)
+                if offset and resp.status != 206:  # Range ignored (or If-Range: another version): the whole file
                     offset = 0
+                elif offset and version != began and (began is not None or (sha256 or sha) is None):
+                    # the .part is of another version (or of one the server now names but nothing can verify)
+                    part.unlink(missing_ok=True)
+                    meta.unlink(missing_ok=True)
+                    continue
                 total = _total(resp, offset)
+                if size is not None and total is not None and size != total:
+                    raise HubError(f"ember: {url}: the server declares {size} bytes (X-Linked-Size) but sends "
+                                   f"{total}; nothing was kept")
+                total = size if size is not None else total
+                if total is None and not getattr(resp, "chunked", False) and (sha256 or sha) is None:
+                    raise HubError(f"ember: {url}: the server gives neither the file's length nor a checksum, so "
+                                   f"a download cut short could not be told from the whole file; nothing was kept")
+                if version:
+                    meta.write_text(json.dumps({"version": version}))
                 done = offset
                 if progress:
                     progress(dest.name, done, total)
+                window, window_done = time.monotonic(), done
                 with open(part, "ab" if offset else "wb") as out:
                     try:
-                        while block := resp.read(chunk):
+                        while block := resp.read1(chunk):
                             out.write(block)
                             done += len(block)
                             if progress:
                                 progress(dest.name, done, total)
+                            now = time.monotonic()
+                            if now > end:
+                                raise HubError(f"ember: {url}: not finished within {deadline:.0f} s ({done} of "
+                                               f"{total or '?'} bytes; kept {part.name}: the next call resumes it)")
+                            if now - window >= timeout:
+                                if done - window_done < stall_bytes:
+                                    raise HubError(f"ember: {url}: stalled ({done - window_done} bytes in the last "
+                                                   f"{now - window:.0f} s; kept {part.name}: the next call resumes "
+                                                   f"it)")
+                                window, window_done = now, done
                     except http.client.HTTPException:  # IncompleteRead: the server closed early
                         pass  # reported below with the byte counts; the .part stays for a resume
         except urllib.error.HTTPError as e:
@@ -124,18 +201,29 @@ def download(url: str, dest: str | os.PathLike, sha256: str | None = None, progr
                 part.unlink(missing_ok=True)
                 continue
             part.unlink(missing_ok=True)
+            meta.unlink(missing_ok=True)
             if e.code == 404:
                 if missing_ok:
                     return None
                 raise HubNotFoundError(f"ember: {url}: HTTP 404 {e.reason}") from None
             raise HubError(f"ember: {url}: HTTP {e.code} {e.reason}") from None
+        except HubError:
+            if "nothing was kept" in str(sys.exc_info()[1]):
+                part.unlink(missing_ok=True)
+                meta.unlink(missing_ok=True)
+            raise
         except (urllib.error.URLError, OSError) as e:  # the .part stays: the next call resumes it
             raise HubError(f"ember: cannot download {url}: {getattr(e, 'reason', e)}") from None
         if total is not None and done != total:
             raise HubError(f"ember: {url}: connection closed after {done} of {total} bytes "
                            f"(kept {part.name}; the next call resumes it)")
-        _check(part, sha256, url)
+        try:
+            _check(part, sha256 or sha, url, "pinned" if sha256 else "the server's X-Linked-Etag/ETag")
+        finally:
+            if not part.exists():  # (deleted by a mismatch: its version note goes with it)
+                meta.unlink(missing_ok=True)
         os.replace(part, dest)
+        meta.unlink(missing_ok=True)
         return dest
     raise HubError(f"ember: {url}: the server refused to resume {part.name} {MAX_RESTARTS + 1} times")
 

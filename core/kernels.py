@@ -226,6 +226,7 @@ def table(backends=None) -> list[tuple[str, dict]]:
 
 _AM, _CPU, _Q, _CU, _WG = ("ember.backends.array_module_fused:", "ember.backends.cpu_fused:",
                            "ember.backends.cpu_quant:", "ember.backends.cuda_fused:", "ember.webgpu.fused:")
+_DN = "ember.backends.cpu_dense:"
 
 op("softmax", "(x, axis) -> exp(x - max) / sum along axis", composed="ember.ops_reduce:softmax_composed",
    cpu=Kernel(_AM + "softmax", "numpy"), webgpu=Kernel(_WG + "softmax", "norm.wgsl softmax"),
@@ -236,20 +237,21 @@ op("log_softmax", "(x, axis) -> x - max - log(sum(exp(x - max))) along axis",
    cuda=Kernel(_CU + "log_softmax", "cuda/rows.cu log_softmax_*"))
 op("layer_norm", "(x, weight|None, bias|None, eps) -> LayerNorm over the last axis",
    composed="ember.nn.functional:layer_norm_composed",
-   cpu=Kernel(_AM + "layer_norm", "numpy"), webgpu=Kernel(_WG + "layer_norm", "norm.wgsl norm"),
+   cpu=Kernel(_DN + "layer_norm", _DN + "describe_rows"), webgpu=Kernel(_WG + "layer_norm", "norm.wgsl norm"),
    cuda=Kernel(_CU + "layer_norm", "cuda/rows.cu layer_norm_*"))
 op("rms_norm", "(x, weight|None, eps) -> RMSNorm over the last axis", composed="ember.nn.functional:rms_norm_composed",
    cpu=Kernel(_AM + "rms_norm", "numpy"), webgpu=Kernel(_WG + "rms_norm", "norm.wgsl norm (rms)"),
    cuda=Kernel(_CU + "rms_norm", "cuda/rows.cu rms_norm_*"))
 op("attention", "(q, k, v, mask|None, scale, causal) -> softmax(q k^T scale + mask) v, batch dims broadcast",
    composed="ember.nn.functional:attention_composed",
-   cpu=Kernel(_CPU + "attention", "numpy (query-row blocks past 512k scores)"),
+   cpu=Kernel(_DN + "attention", _DN + "describe_attention", choose=_DN + "choose_attention",
+              tune={"mode": "auto", "min_scores": 4096}),
    webgpu=Kernel(_WG + "attention", "matmul.wgsl + norm.wgsl attn_softmax + matmul.wgsl"),
    cuda=Kernel(_CU + "attention", "cuda/attention.cu attention_*"))
 op("gelu", "(x, approximate 'none'|'tanh') -> x * Phi(x)", composed="ember.ops_elementwise:gelu_composed",
-   cpu=Kernel(_CPU + "gelu", _CPU + "describe_gelu"))
+   cpu=Kernel(_DN + "gelu", _DN + "describe_rows"))
 op("silu", "(x) -> x * sigmoid(x)", composed="ember.ops_elementwise:silu_composed",
-   cpu=Kernel(_CPU + "silu", _CPU + "describe_silu"))
+   cpu=Kernel(_DN + "silu", _DN + "describe_rows"))
 op("linear", "(x, w (out, in), b (out,)) -> x @ w.T + b", composed="ember.nn.functional:linear_composed",
    cpu=Kernel(_CPU + "linear", "BLAS matmul, bias added in place"),
    webgpu=Kernel(_WG + "linear", "matmul.wgsl with the bias as its epilogue"))
@@ -263,7 +265,12 @@ op("gru_cell", "(xg (N, 3H), h (N, H), w_hh (3H, H), b_hh|None) -> h' (N, H) of 
    composed="ember.nn.recurrent:gru_cell_composed", cpu=Kernel("ember.backends.cpu_recurrent:gru_cell", "numpy, gates in place"))
 op("conv_bias", "(x, w, b, stride, padding, dilation, groups) -> conv(x, w) + b per output channel",
    composed="ember.nn.functional:conv_bias_composed",
-   cpu=Kernel(_CPU + "conv_bias", "im2col bands + BLAS, bias added in place"))
+   cpu=Kernel(_DN + "conv_bias", _DN + "describe_conv"))
+op("conv_bias_act", "(x, w, b|None, stride, padding, dilation, groups, act None|'relu'|'silu'|'gelu'|'gelu_tanh') -> "
+   "act(conv(x, w) + b): conv1d / conv2d with the bias and activation in its epilogue",
+   composed="ember.nn.functional:conv_bias_act_composed",
+   cpu=Kernel(_DN + "conv_bias_act", _DN + "describe_conv", choose=_DN + "choose_conv",
+              tune={"mode": "auto", "min_taps": 4}))
 op("copy_into", "(dst, src, starts) -> dst with src written at offsets starts, in place (views of dst see it)",
    composed="ember.ops_indexing:copy_into_composed",
    cpu=Kernel(_AM + "copy_into", "numpy slice assignment"), webgpu=Kernel(_WG + "copy_into", "copy.wgsl copy"),
@@ -274,6 +281,12 @@ op("qmatmul", "(x (..., K), raw uint8 (N, row_bytes), GGMLType, (N, K), activati
    cpu=Kernel(_Q + "qmatmul", _Q + "describe_qmatmul"),
    webgpu=Kernel(_WG + "qmatmul", "quant.wgsl qmatvec / dequant + matmul.wgsl"),
    cuda=Kernel(_CU + "qmatmul", "cuda/quant.cu qmatvec_* / dequant_* + cuBLAS"))
+op("qlinear", "(x (..., K), weight=QTensor (N, K)) -> x @ W.T as qmatmul, differentiable in x: the backward's "
+   "dx = dy @ W dequantizes W a slab of rows at a time (LoRA on a quantized model never holds W whole)",
+   composed="ember.qtensor:qlinear_composed", backward="ember.qtensor:qlinear_backward",
+   output="ember.qtensor:qlinear_output", tensor_call=True,
+   cpu=Kernel(_Q + "qlinear", _Q + "describe_qmatmul"),
+   webgpu=Kernel(_WG + "qlinear", "quant.wgsl qmatvec / dequant + matmul.wgsl, per device part"))
 op("qmatmul_argmax", "(x one row, raw, GGMLType, (N, K), activations) -> argmax of qmatmul: greedy decoding's pick "
    "from a quantized output layer", composed="ember.qtensor:qmatmul_argmax_composed",
    cpu=Kernel(_Q + "qmatmul_argmax", _Q + "describe_bounded"))
@@ -289,6 +302,11 @@ op("decoder_plan", "(spec) -> a plan whose step(x, rope, caches) runs one decode
    "in place (models/common/fused_decode.py builds the spec), or None where it does not take the spec; composed: "
    "the model's layers op by op", composed=None,
    cpu=Kernel("ember.backends.cpu_decode:decoder_plan", "ember.backends.cpu_decode:describe"))
+op("xattn_decoder_plan", "(spec) -> a plan whose step(x, caches, cross) runs one decoded token through an "
+   "encoder-decoder's decoder layers (LayerNorm blocks, self-attention with its cache, cross-attention over the "
+   "encoder's keys and values, an MLP) in place (models/whisper/fused_decode.py builds the spec), or None where it "
+   "does not take the spec; composed: the model's layers op by op", composed=None,
+   cpu=Kernel("ember.backends.cpu_decode_xattn:decoder_plan", "ember.backends.cpu_decode_xattn:describe"))
 op("rotary_embedding", "(x (B, T, H, D), cos, sin (T, D / 2)) -> [x1 cos - x2 sin, x2 cos + x1 sin] (rotate-half)",
    composed="ember.nn.fused_ops:rope_composed", backward="ember.nn.fused_ops:rope_backward", tensor_call=True,
    webgpu=Kernel(_WG + "ROTARY", "rope.wgsl"), cuda=Kernel(_CU + "rope", "cuda/rows.cu rope_*", grad="compose"))

@@ -23,7 +23,9 @@ class Budget:
     load_factor: float = 4.0
     load_allowance: int = 256 << 20
     pickle_depth: int = 200            # nesting of tuples/lists/dicts in a .pt pickle (real ones: < 30)
-    # images: refused before the frame is decoded (PIL's own bomb limit is ~89 MP, a warning only)
+    pickle_work: int = 1 << 24         # nodes hashing a .pt pickle's dict keys and set members walks (expanded)
+    # images: refused before the frame is decoded (PIL's own bomb limit is ~89 MP, a warning only); decoding
+    # holds at most 8 bytes a pixel at its peak (ember.io.image.BYTES_PER_PIXEL): 400 MB at this cap
     max_pixels: int = 50_000_000
     # audio: checked on the WAV header, before decoding and resampling
     min_sample_rate: int = 1_000
@@ -38,6 +40,8 @@ class Budget:
     # tokenizer.json: padding/truncation lengths, pre-tokenizer regex length
     max_tokens: int = 1 << 20
     max_regex_chars: int = 4096
+    max_regex_states: int = 200_000    # a linear-time regex's program ({1000}{1000} unrolled: a million)
+    max_normalized_growth: int = 64    # characters a normalizer may make per input character (+1024; NFKC: 18)
     # templates a model carries (chat templates, rendered by ember.jinja's sandbox): one render's output
     # characters (also the largest string or list it may build), evaluation steps and seconds
     template_chars: int = 4 << 20

@@ -4,9 +4,20 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from . import autograd as A
 from .autograd import TensorBase  # (isinstance checks: tensor.Tensor subclasses it)
 from . import dtypes as D
+
+# Host fast paths: a float numpy array (the CPU backend's) and no gradient recorded go straight to the ufunc the
+# backend would call (the checks, promotions and dispatch layers below cost more than the op on small tensors)
+_ND = np.ndarray
+_HOST_FLOAT = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16))
+_HOST_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide, "maximum": np.maximum,
+                "minimum": np.minimum}
+_HOST_UNARY = {"exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "sqrt": np.sqrt, "tanh": np.tanh}
+_GRAD = A._GRAD
 
 
 def _as_tensor(v, like):
@@ -24,6 +35,17 @@ def _check_device(a, b):
 def binary(op, a, b, reverse=False):
     """a: Tensor; b: Tensor, Python scalar or array-like. Promotes dtypes as torch."""
     bc = b.__class__
+    ad = a._data
+    if ad.__class__ is _ND and ad.ndim and ad.dtype in _HOST_FLOAT and not (_GRAD[0] and a.requires_grad):
+        f = _HOST_BINARY.get(op)
+        if f is not None:
+            if bc is float or bc is int:  # (a float tensor keeps its dtype with a Python scalar, as torch)
+                return a._new(f(b, ad) if reverse else f(ad, b))
+            if isinstance(b, TensorBase):
+                bd = b._data
+                if bd.__class__ is _ND and bd.dtype is ad.dtype and bd.shape == ad.shape and b.device is a.device \
+                        and not (_GRAD[0] and b.requires_grad):
+                    return a._new(f(bd, ad) if reverse else f(ad, bd))
     if isinstance(b, TensorBase):
         if a.device is not b.device and a.device != b.device:
             _check_device(a, b)
@@ -170,7 +192,13 @@ invert = _bool_only(logical_not, "~")
 
 
 def _unary(op, float_only=True):
+    host = _HOST_UNARY.get(op)
+
     def f(x):
+        d = x._data
+        if host is not None and d.__class__ is _ND and d.ndim and d.dtype in _HOST_FLOAT and \
+                not (_GRAD[0] and x.requires_grad):
+            return x._new(host(d))
         if float_only and not x.dtype.is_float:
             x = A.prim_cast(x, D.float32)
         return A.prim_unary(op, x)

@@ -193,8 +193,32 @@ def _basic_getitem(x, key):
     return A.prim_reshape(x, tuple(out))
 
 
+def _host_basic(x, key):
+    """x[key] for ints and slices of positive step on a host (numpy) array recording no gradient: numpy's view
+    (the same view the slice and reshape primitives make), or None where the full path must check or record."""
+    d = x._data
+    if d.__class__ is not np.ndarray or A._GRAD[0] and x.requires_grad or len(key) > d.ndim:
+        return None
+    shape = d.shape
+    for i, k in enumerate(key):
+        if k.__class__ is int:
+            if not -shape[i] <= k < shape[i]:
+                return None
+        elif k.__class__ is not slice or k.step is not None and (k.step.__class__ is not int or k.step <= 0):
+            return None
+    return x._new(d[key + (Ellipsis,)])
+
+
 def getitem(x, key):
     kc = key.__class__
+    if kc is int or kc is slice:
+        out = _host_basic(x, (key,))
+        if out is not None:
+            return out
+    elif kc is tuple:
+        out = _host_basic(x, key)
+        if out is not None:
+            return out
     if kc is int or kc is slice:
         return _basic_getitem(x, (key,))
     if kc is tuple:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from . import autograd as A
 
 
@@ -28,6 +30,12 @@ def _size_args(size):
 
 
 def reshape(x, *shape):
+    d = x._data
+    if d.__class__ is np.ndarray and not (A._GRAD[0] and x.requires_grad) and all(s.__class__ is int for s in shape):
+        try:  # a host array recording no gradient: numpy's reshape is the primitive's (a view where it can be)
+            return x._new(d.reshape(shape))
+        except ValueError:
+            pass  # (the checks below name the shapes)
     shape = list(_size_args(shape))
     n = x.numel()
     if shape.count(-1) > 1:
@@ -68,6 +76,10 @@ def permute(x, *dims):
 
 
 def transpose(x, d0, d1):
+    d = x._data
+    if d.__class__ is np.ndarray and d.ndim >= 2 and d0.__class__ is int and d1.__class__ is int and \
+            -d.ndim <= d0 < d.ndim and -d.ndim <= d1 < d.ndim and not (A._GRAD[0] and x.requires_grad):
+        return x._new(d.swapaxes(d0, d1))
     if x.ndim < 2 and d0 in (0, -1) and d1 in (0, -1):
         return x
     d0, d1 = norm_dim(d0, x.ndim), norm_dim(d1, x.ndim)
@@ -185,6 +197,13 @@ def unbind(x, dim=0):
 def cat(tensors, dim=0):
     if tensors.__class__ in (list, tuple) and len(tensors) == 2:  # hot path (KV-cache appends)
         a, b = tensors
+        ad, bd = a._data, b._data
+        if ad.__class__ is np.ndarray and bd.__class__ is np.ndarray and ad.dtype is bd.dtype and ad.ndim == bd.ndim \
+                and dim.__class__ is int and -ad.ndim <= dim < ad.ndim and a.device is b.device and \
+                not (A._GRAD[0] and (a.requires_grad or b.requires_grad)):
+            d = dim % ad.ndim
+            if ad.shape[:d] == bd.shape[:d] and ad.shape[d + 1:] == bd.shape[d + 1:]:  # host arrays: the primitive
+                return a._new(a.device._backend.cat([ad, bd], d))
         sa, sb = a.shape, b.shape
         if a.dtype is b.dtype and a.device is b.device and len(sa) == len(sb) and sa and sb:
             d = norm_dim(dim, len(sa))

@@ -93,7 +93,7 @@ class QTensor:
         """x @ self.T for a 2-d quantized weight (out, in): x (..., in) -> (..., out), float32.
         x is an ndarray (returns an ndarray: the CPU's kernel) or an ember Tensor (returns a Tensor on x's
         device: the device's qmatmul kernel, or composed on the host where it has none). No gradient either way:
-        QLinear differentiates through the dequantized weight."""
+        linear() is the differentiable form."""
         self._check_input(x)
         if isinstance(x, np.ndarray):
             return K.bound("qmatmul", _cpu())(x, self.data, self.ggml_type, self.shape, self.activations)
@@ -106,6 +106,16 @@ class QTensor:
             return prim_fused(kernel, x, self.data, self.ggml_type, self.shape, self.activations)  # (..., out) float32
         from .ops_movement import cat
         return cat([prim_fused(kernel, x, p.data, p.ggml_type, p.shape, p.activations) for p in parts], -1)
+
+    def linear(self, x):
+        """x @ self.T (..., out) float32 for an ember Tensor x, differentiable in x when it requires a gradient (the
+        registry's qlinear op: its backward multiplies by W a slab of rows at a time; W gets no gradient)."""
+        self._check_input(x)
+        from .autograd import is_grad_enabled
+        if not (is_grad_enabled() and x.requires_grad):
+            return self.matmul_t(x)
+        from .custom_op import registered
+        return registered("qlinear")(x, weight=self)
 
     def _check_input(self, x):
         if len(self.shape) != 2:
@@ -182,6 +192,38 @@ def qmatmul_composed(x, raw, qtype, shape, activations="float32"):
     if str(x.device) != "cpu":
         w = w.to(x.device)
     return x.float() @ w.T
+
+
+GRAD_SLAB_BYTES = 8 << 20  # float32 rows of W the qlinear backward dequantizes at a time
+
+
+def qlinear_output(x, weight):
+    from .dtypes import float32
+    return (*x.shape[:-1], weight.shape[0]), float32
+
+
+def qlinear_composed(x, weight):
+    """x @ W.T through the whole dequantized weight (Tensor ops: autograd differentiates it)."""
+    return qmatmul_composed(x, weight.data, weight.ggml_type, weight.shape)
+
+
+def qlinear_backward(ctx, g):
+    """dx = g @ W, W dequantized GRAD_SLAB_BYTES of rows at a time on g's device; W itself gets no gradient."""
+    from .dtypes import float32
+    from .tensor import Tensor
+    w = ctx.attrs["weight"]
+    n, k = w.shape
+    step = max(1, GRAD_SLAB_BYTES // (4 * k))
+    dx = None
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        rows = Tensor._from_storage(dequantize_rows(np.asarray(w.data[s:e]), w.ggml_type).reshape(e - s, k), float32)
+        if str(g.device) != "cpu":
+            rows = rows.to(g.device)
+        part = g.float().narrow(-1, s, e - s) @ rows                             # (..., K)
+        dx = part if dx is None else dx + part
+    x = ctx.inputs[0]
+    return dx if x.dtype is float32 else dx.to(x.dtype)
 
 
 def qmatmul_argmax_composed(x, raw, qtype, shape, activations="float32") -> int:

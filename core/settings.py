@@ -98,6 +98,7 @@ _BUDGET = "once, when ember.limits is imported (and by each new Budget())"
 _CPU_KERNELS = "once, when the CPU kernels first load"
 _WEBGPU = "once per WebGPU backend, when it is made"
 _WEBGPU_IMPORT = "once, when ember.webgpu.backend is imported"
+_HTTP = "when the server is made"
 
 
 def _budget(field: str, default, meaning: str) -> Setting:
@@ -110,6 +111,19 @@ _TABLE = [
             shown="$XDG_CACHE_HOME/ember, else ~/.cache/ember"),
     Setting("EMBER_HUB_ENDPOINT", "url", None, "the server a hub id `owner/name` resolves against",
             shown="$HF_ENDPOINT, else https://huggingface.co"),
+    Setting("EMBER_HUB_DEADLINE", "number", 4 * 3600.0, "seconds one ember.hub download may take in all (the "
+            ".part stays for the next call to resume)"),
+    Setting("EMBER_HUB_STALL_BYTES", "int", 16 << 10, "an ember.hub download that receives fewer bytes than this "
+            "in its `timeout` seconds has stalled and stops (the .part stays)", low=1),
+    # ---------------------------------------------------------------- HTTP servers (ember serve, ember api: ember.httpd)
+    Setting("EMBER_HTTP_MAX_CONNECTIONS", "int", 64, "connections `ember serve` and `ember api` serve at once (one "
+            "more is answered 503 and closed)", _HTTP, low=1),
+    Setting("EMBER_HTTP_HEADER_SECONDS", "number", 10.0, "seconds a client has from connecting to the end of its "
+            "request's headers (`ember api`: and its body)", _HTTP),
+    Setting("EMBER_HTTP_IDLE_SECONDS", "number", 30.0, "seconds one socket read or write may wait on the client (the "
+            "model's time between two streamed tokens does not count)", _HTTP),
+    Setting("EMBER_HTTP_MAX_REQUEST_LINE", "int", 8192, "bytes of a request line (`GET /path HTTP/1.1`); longer "
+            "is a 414", _HTTP, low=64),
     # ---------------------------------------------------------------- CPU
     Setting("EMBER_MALLOC_TUNING", "flag", True, "0: keep_freed_memory() (the CLI, the benchmarks) leaves glibc "
             "malloc alone"),
@@ -145,7 +159,10 @@ _TABLE = [
             "EMBER_LOAD_ALLOWANCE bytes"),
     _budget("load_allowance", 256 << 20, "bytes a weights file may materialise beyond EMBER_LOAD_FACTOR x its size"),
     _budget("pickle_depth", 200, "nesting of tuples, lists and dicts in a .pt pickle"),
-    _budget("max_pixels", 50_000_000, "pixels of an image, refused before the frame is decoded"),
+    _budget("pickle_work", 1 << 24, "nodes hashing a .pt pickle's dict keys and set members walks, each "
+            "reference to a shared tuple counted again"),
+    _budget("max_pixels", 50_000_000, "pixels of an image, refused before the frame is decoded (decoding holds "
+            "at most 8 bytes a pixel: 400 MB at the default)"),
     _budget("min_sample_rate", 1_000, "a WAV file's lowest sample rate (Hz)"),
     _budget("max_sample_rate", 384_000, "a WAV file's highest sample rate (Hz)"),
     _budget("max_channels", 64, "a WAV file's channels"),
@@ -157,6 +174,10 @@ _TABLE = [
     _budget("max_width", 1 << 17, "a config's hidden or intermediate size, heads"),
     _budget("max_tokens", 1 << 20, "tokenizer.json padding and truncation lengths"),
     _budget("max_regex_chars", 4096, "characters of a tokenizer's pre-tokenizer regex"),
+    _budget("max_regex_states", 200_000, "states of a regex run in linear time (a tokenizer's costly pattern, ONNX "
+            "RegexFullMatch), counted repeats unrolled"),
+    _budget("max_normalized_growth", 64, "characters a tokenizer's normalizers may make per input character "
+            "(plus 1,024)"),
     _budget("template_chars", 4 << 20, "characters a chat template's render may output (also the largest string or "
             "list it may build; ember.jinja's sandbox)"),
     _budget("template_steps", 20_000_000, "evaluation steps of one chat-template render"),

@@ -504,6 +504,15 @@ def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
 
 
 def empty(*size, dtype=None, device=None):
+    """Uninitialised on the CPU (np.empty: pages a loaded checkpoint replaces are never touched), zeros elsewhere."""
+    dev = _device(device) if device is not None else CPU
+    if dev is CPU:
+        shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+        dt = D.get(dtype) if dtype is not None else D.float32
+        try:
+            return _wrap(np.empty(tuple(int(s) for s in shape), dt.np), dev)
+        except (TypeError, ValueError):
+            pass  # (zeros names the bad size)
     return zeros(*size, dtype=dtype, device=device)
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import http.server
 import json
 import shutil
 import tempfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 from ember.hub import cache_dir
@@ -78,14 +78,15 @@ ISOLATED = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-
 
 
 class Server:
-    """python's http.server over the site (a plain static host), logging every path requested. /hub/ maps to
-    a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>). isolate=False: without the
-    cross-origin isolation headers `ember serve` sends (a host that cannot set them). headers: sent with every
+    """ember serve's bounded http.server over the site (a plain static host), logging every path requested. /hub/
+    maps to a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>). isolate=False: without
+    the cross-origin isolation headers `ember serve` sends (a host that cannot set them). headers: sent with every
     response besides (those isolation already sends are not sent twice: a repeated COEP is no policy);
     slow_bps: paths with /slow/ in them trickle at that many bytes per second."""
 
     def __init__(self, root: Path, hub: Path, isolate: bool = True, headers: dict | None = None,
                  slow_bps: float | None = None):
+        from ember.httpd import BoundedServer
         from ember.wasm.serve import ISOLATION_HEADERS, Handler
         self.requests: list[str] = []
         log, isolate_headers = self.requests, isolate
@@ -94,10 +95,11 @@ class Server:
         class Logged(Handler):
             isolate = isolate_headers
 
-            def translate_path(self, path):
-                if path.startswith("/hub/"):
-                    return str(hub / path[len("/hub/"):].split("?")[0])
-                return super().translate_path(path)
+            def resolve(self, url_path):  # (SiteHandler's: the site's regular files, and the hub folder's)
+                if url_path.startswith("/hub/"):
+                    f = hub / urllib.parse.unquote(url_path[len("/hub/"):].split("?")[0])
+                    return str(f) if f.is_file() else None
+                return super().resolve(url_path)
 
             def do_GET(self):
                 log.append(self.path)
@@ -118,7 +120,7 @@ class Server:
                 except (BrokenPipeError, ConnectionResetError):  # the page cancelled the download
                     pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Logged, directory=str(root)))
+        self.httpd = BoundedServer(("127.0.0.1", 0), functools.partial(Logged, directory=str(root)))
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 

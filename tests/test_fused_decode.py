@@ -99,12 +99,12 @@ def _gap(a, b):
     return float((np.abs(a - b).max(1) / (b.max(1) - b.min(1))).max())
 
 
-def _llama_fused(layers=3):
+def _llama_fused(layers=3, dim=128, hidden=384):
     """models/llama's Llama: q, k, v stacked in one projection and gate, up in another (rows the plan splits),
     float32 weights stored input-major above 16k elements (the CPU backend's layout)."""
     from ember.models.llama.config import LlamaConfig
     from ember.models.llama.model import Llama
-    model = Llama(LlamaConfig(vocab_size=97, dim=128, hidden_dim=384, n_layers=layers, n_heads=4, n_kv_heads=2,
+    model = Llama(LlamaConfig(vocab_size=97, dim=dim, hidden_dim=hidden, n_layers=layers, n_heads=4, n_kv_heads=2,
                               max_seq_len=64))
     rng = np.random.default_rng(7)
     for name, p in model.named_parameters():
@@ -122,6 +122,26 @@ def test_fused_float32_equals_composed(kind):
     for ids in ([5], [7, 1, 30, 2, 9, 44]):  # one token: every step fused; six: a composed prompt, then fused steps
         fused, composed = _decode(model, ids, 12, True), _decode(model, ids, 12, False)  # 12 steps: the ring wraps
         assert _gap(fused, composed) < 1e-5, (kind, ids, _gap(fused, composed))
+
+
+def test_float32_threads_give_the_same_bits():
+    """decode.c splits a float32 matvec past its threshold between threads by blocks of 8 outputs, each output
+    summed in input order whichever thread computes it: the same bits at any thread count, and the composed
+    path's values within rounding."""
+    nk = cpu_matmul.native_kernels()
+    if nk is None:
+        pytest.skip("the native kernels run the threads")
+    model = _llama_fused(2, dim=288, hidden=1000)  # 288 x 1000 past the threads' threshold
+    before = nk.threads
+    try:
+        nk.set_threads(1)
+        one = _decode(model, [3, 9], 6, True)
+        for n in (2, 3):
+            nk.set_threads(n)
+            assert np.array_equal(_decode(model, [3, 9], 6, True), one), n
+    finally:
+        nk.set_threads(before)
+    assert _gap(one, _decode(model, [3, 9], 6, False)) < 1e-5
 
 
 @pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q5_1"])

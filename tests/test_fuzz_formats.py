@@ -1,6 +1,8 @@
-"""Fuzz every format ember reads from strangers (issue #17): safetensors, GGUF, npz, .pt, CTranslate2, ONNX,
-tokenizer.json (both runtimes), config.json, WAV and images. Each format gets a deterministic stream of
-mutated and structure-aware hostile inputs (sizes, offsets, strides, depth, duplicate names, bombs, forged
+"""Fuzz every format ember reads from strangers (issue #17): safetensors, GGUF, npz, .pt, CTranslate2, ONNX (files
+mutated as bytes, and graphs generated over ~60 operators and mutated structurally, each run), tokenizer.json
+(both runtimes), config.json (through every family's loader, with a forward), WAV, images, `ember serve`'s request
+handling and `ember api`'s (bounded local runs), GGUF BPE vocabularies, chat templates and the JSON schemas of
+structured output. Each format gets a deterministic stream of mutated and structure-aware hostile inputs (sizes, offsets, strides, depth, duplicate names, bombs, forged
 headers), run in a worker process (tests/fuzz/worker.py) under an address-space cap and a per-input time
 limit. The only outcomes allowed are a successful load or an ember error: never another exception, a signal,
 a hang or memory past the cap. EMBER_FUZZ_N sets inputs per format (default 2000, CI); EMBER_FUZZ_REPORT=path
@@ -24,6 +26,7 @@ import numpy as np
 import pytest
 
 HERE = Path(__file__).parent / "fuzz"
+sys.path.insert(0, str(HERE))  # the fuzz modules (family_folders is beside this file)
 N = int(os.environ.get("EMBER_FUZZ_N", "2000"))
 SEED = int(os.environ.get("EMBER_FUZZ_SEED", "17"))
 CHUNK = 4000  # inputs per worker process (a crash restarts the worker after the input that crashed)
@@ -160,14 +163,13 @@ def base(tmp_path_factory):
     img = Image.fromarray(np.random.default_rng(0).integers(0, 255, (12, 10, 3), dtype=np.uint8))
     img.save(png, "PNG")
     img.save(jpg, "JPEG")
-    # config.json: a tiny Llama folder whose config the fuzzer rewrites, weights left as they are
-    from ember.models.llama.config import LlamaConfig
-    from ember.models.llama.load import save_pretrained
-    from ember.models.llama.model import Llama
-    llama_dir = tmp_path_factory.mktemp("llama")
-    cfg = LlamaConfig(vocab_size=64, dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=32)
-    save_pretrained(Llama(cfg), llama_dir)
-    os.environ["FUZZ_LLAMA_DIR"] = str(llama_dir)
+    # config.json: one tiny folder per family (tests/family_folders.py) whose config the fuzzer rewrites
+    import family_folders
+    folders = family_folders.build(tmp_path_factory.mktemp("families"))
+    os.environ["FUZZ_FAMILY_DIRS"] = json.dumps(folders)
+    configs = {f: json.loads((Path(d) / "config.json").read_text()) for f, d in folders.items()}
+    import chat_folder  # `ember api`'s model (tests/fuzz/api_requests.py)
+    os.environ["FUZZ_CHAT_DIR"] = chat_folder.build(tmp_path_factory.mktemp("chat") / "m")
     toks = _tokenizer_configs()
     return {
         "safetensors": {"model.safetensors": st, "valid": st},
@@ -178,12 +180,26 @@ def base(tmp_path_factory):
         "ct2": {"model.bin": _ct2_model(), "valid": _ct2_model()},
         "onnx": {"model.onnx": _onnx_model(), "valid": _onnx_model()},
         "tokenizer": {"tokenizers": toks, "valid": json.dumps(toks[0]).encode()},
-        "config": {"config": json.loads((llama_dir / "config.json").read_text()),
-                   "valid": (llama_dir / "config.json").read_bytes()},
+        "config": {"configs": configs, "valid": b"llama\0" + (Path(folders["llama"]) / "config.json").read_bytes()},
         "wav": {"wavs": [_wav(16000, 1, 2, 1600), _wav(44100, 2, 3, 900), _wav(8000, 1, 1, 400)],
                 "valid": _wav(16000, 1, 2, 1600)},
         "image": {"image.png": png.getvalue(), "image.jpg": jpg.getvalue(), "valid": png.getvalue()},
+        "onnx-graph": {"valid": _onnx_model()},
+        "serve": {"valid": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"},
+        "api": {"valid": b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"},
+        **_chat_bases(),
     }
+
+
+def _chat_bases() -> dict:
+    """Bases for the chat's formats (tests/fuzz/chat_inputs.py)."""
+    import chat_inputs as ci
+    from ember.io import gguf
+    md = ci.bpe_metadata()
+    raw = gguf.dumps({}, md)
+    return {"gguf-bpe": {"bpe_metadata": md, "bpe.gguf": raw, "valid": raw},
+            "chat-template": {"templates": ci.CHAT_TEMPLATES, "valid": ci.CHAT_TEMPLATES[0].encode()},
+            "json-schema": {"valid": json.dumps({"type": "json_object"}).encode()}}
 
 
 # ---------------------------------------------------------------- running the workers
@@ -249,7 +265,14 @@ def _tail(f, n: int) -> str:
     return f.read()[-n:]
 
 
-FORMATS = ["safetensors", "gguf", "npz", "pt", "ct2", "onnx", "tokenizer", "tokenizer-native", "config", "wav", "image"]
+FORMATS = ["safetensors", "gguf", "npz", "pt", "ct2", "onnx", "onnx-graph", "tokenizer", "tokenizer-native", "config",
+           "wav", "image", "serve", "api", "gguf-bpe", "chat-template", "json-schema"]
+# inputs per format, as a fraction of EMBER_FUZZ_N: what each input costs (the Rust runtime's load, a model built
+# and run per config.json, a graph run per ONNX input, a model's reply per API request, a schema compiled to an
+# automaton, a tokenizer probed at load and every regex run, a template rendered) keeps the whole CI fuzz near
+# 5 minutes on 2 cores: 23,900 inputs at the default
+SHARE = {"tokenizer-native": 0.25, "config": 0.2, "onnx-graph": 0.5, "serve": 0.5, "api": 0.25, "json-schema": 0.25,
+         "tokenizer": 0.5, "chat-template": 0.5}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -258,7 +281,7 @@ def test_fuzz(fmt, base, tmp_path):
         pytest.importorskip("tokenizers")
     found_dir = HERE / "found"
     found_dir.mkdir(exist_ok=True)
-    n = N if fmt != "tokenizer-native" else max(N // 4, 1)  # the Rust runtime: a quarter as many
+    n = max(int(N * SHARE.get(fmt, 1)), 1)
     counts = run_format(fmt, base[fmt.replace("-native", "")], n, tmp_path, str(found_dir))
     report = os.environ.get("EMBER_FUZZ_REPORT")
     if report:

@@ -67,10 +67,12 @@ def test_an_odd_rate_under_the_limit_resamples_like_scipy_in_bounded_memory():
 
 # ---------------------------------------------------------------- images
 
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
 def png_header(w: int, h: int) -> bytes:
     """A PNG signature + IHDR (8-bit RGB) + an empty IDAT + IEND: 69 bytes claiming w x h pixels."""
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
             + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
 
@@ -108,3 +110,87 @@ def test_an_image_under_max_pixels_decodes_as_pillow_does(monkeypatch):
     monkeypatch.setattr(ember.limits.budget, "max_pixels", 40 * 30 - 1)
     with pytest.raises(ember.LimitError, match="image size 30x40"):
         load_image(b.getvalue())
+
+
+def test_a_png_chunk_length_past_the_file_is_an_ember_error(tmp_path):
+    # an IDAT claiming 0xFFFFFFFF bytes: read from a file, Pillow asked for 4 GiB (a raw MemoryError under a
+    # 1 GiB address-space cap); now the chunk walk refuses it first, naming the chunk
+    ihdr = struct.pack(">IIBBBBB", 4, 4, 8, 2, 0, 0, 0)
+    bad = struct.pack(">I", 0xFFFFFFFF) + b"IDAT" + b"xx" + struct.pack(">I", zlib.crc32(b"IDATxx"))
+    data = zlib.compress(b"\0" * 13 * 4)
+    body = struct.pack(">I", len(data)) + b"IDAT" + data + struct.pack(">I", zlib.crc32(b"IDAT" + data))
+    path = tmp_path / "bad.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + bad + body + chunk(b"IEND", b""))
+    code = textwrap.dedent(f"""
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        from ember.models.yolo.image import ImageError, load_image
+        from ember.data.image_folder import decode_image
+        from ember.errors import FormatError
+        for f in (load_image, decode_image):
+            try:
+                f({str(path)!r})
+            except FormatError as e:
+                print(type(e).__name__, e)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2, r.stdout + r.stderr[-2000:]
+    assert lines[0].startswith("ImageError") and lines[1].startswith("FormatError")
+    for line in lines:
+        assert "PNG chunk b'IDAT' at byte 33 claims 4294967295 bytes, past the end" in line
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "P", "LA", "CMYK", "I;16"])
+def test_decoded_pixels_equal_pillows_in_every_mode(mode, tmp_path):
+    from PIL import Image  # the reference: Pillow's own conversion and array export
+    rng = np.random.default_rng(2)
+    img = Image.fromarray(rng.integers(0, 256, (37, 53, 3), dtype=np.uint8)).convert(mode)
+    path = tmp_path / ("x.tif" if mode in ("CMYK", "I;16") else "x.png")
+    img.save(path)
+    with Image.open(path) as im:
+        ref = np.asarray(im.convert("RGB"))
+    np.testing.assert_array_equal(load_image(str(path)), ref)
+    from ember.data.image_folder import decode_image
+    with Image.open(path) as im:
+        ref_l = np.asarray(im.convert("L"))
+    np.testing.assert_array_equal(decode_image(str(path), "L"), ref_l)
+
+
+def test_exif_orientation_is_applied_as_pillow_does(tmp_path):
+    from PIL import Image, ImageOps
+    img = Image.fromarray(np.random.default_rng(3).integers(0, 256, (20, 30, 3), dtype=np.uint8))
+    exif = img.getexif()
+    exif[0x0112] = 6  # rotate 270
+    path = tmp_path / "o.jpg"
+    img.save(path, exif=exif.tobytes(), quality=95)
+    with Image.open(path) as im:
+        ref = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+    got = load_image(str(path))
+    assert got.shape == (30, 20, 3)
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_decoding_stays_within_the_stated_bytes_per_pixel(tmp_path):
+    # 4 MP: Pillow's frame and the array at once (the stated 8 bytes a pixel); before, np.asarray's two
+    # whole-frame byte copies made it 18 bytes a pixel (0.9 GB for a 49 MP PNG just under the cap)
+    from PIL import Image
+    from ember.io.image import BYTES_PER_PIXEL
+    h, w = 2000, 2000
+    y, x = np.mgrid[0:h, 0:w]
+    Image.fromarray(np.stack([x % 251, y % 241, (x ^ y) % 239], -1).astype(np.uint8)).save(tmp_path / "big.png",
+                                                                                       compress_level=1)
+    code = textwrap.dedent(f"""
+        import resource
+        from PIL import Image, ImageOps  # imported before the baseline: their import is not the image's
+        from ember.models.yolo.image import load_image
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        a = load_image({str(tmp_path / 'big.png')!r})
+        print(a.shape, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    shape, grown = r.stdout.rsplit(" ", 1)
+    assert shape == "(2000, 2000, 3)"
+    assert int(grown) <= BYTES_PER_PIXEL * h * w + (8 << 20), int(grown) / (h * w)

@@ -101,3 +101,65 @@ def test_a_failed_write_keeps_the_old_file_and_names_the_destination(tmp_path):
         ember.save({"w": ember.zeros(1)}, p)
     assert str(e.value).startswith(f"ember: cannot save {p}") and ".tmp" not in str(e.value)
     _same(p)
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_a_full_disk_names_the_destination_and_keeps_the_old_file(ext, tmp_path, monkeypatch):
+    # the temp file is /dev/full, which the kernel answers with ENOSPC: before, a bare "[Errno 28] No space
+    # left on device" that named no file
+    import errno
+    from ember.io import formats
+    p = tmp_path / f"m{ext}"
+    ember.save(T, p)
+    real_open = open
+    monkeypatch.setattr(formats, "open", lambda path, mode="r", *a, **k: real_open("/dev/full", mode, *a, **k),
+                        raising=False)
+    big = {"w": ember.tensor(np.ones((256, 1024), np.float32))}  # 1 MB: past any write buffer
+    with pytest.raises(OSError) as e:
+        ember.save(big, p)
+    assert e.value.errno == errno.ENOSPC
+    assert str(e.value) == f"ember: cannot save {p}: No space left on device"
+    monkeypatch.undo()
+    _same(p)
+
+
+def test_a_file_size_limit_mid_write_names_the_destination(tmp_path):
+    # a real partial write (RLIMIT_FSIZE: EFBIG after 64 KB) in a child: the old file stays whole
+    p = tmp_path / "m.safetensors"
+    ember.save(T, p)
+    code = textwrap.dedent(f"""
+        import resource, signal, numpy as np, ember
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+        try:
+            ember.save({{"w": ember.tensor(np.ones((1024, 1024), np.float32))}}, {str(p)!r})
+        except OSError as e:
+            print(e.errno, e)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == f"27 ember: cannot save {p}: File too large", r.stdout
+    _same(p)
+    assert [q.name for q in tmp_path.iterdir()] == ["m.safetensors"]
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+@pytest.mark.parametrize("value", [3, "text", [1.0, 2.0], None, {"a": 1}, object()], ids=lambda v: type(v).__name__)
+def test_a_value_that_is_not_a_tensor_is_an_ember_error(ext, value, tmp_path):
+    with pytest.raises(ember.errors.SaveError, match=r"ember: tensor 'bad' is a \w+; expected an ember Tensor"):
+        ember.save({"w": T["w"], "bad": value}, tmp_path / f"m{ext}")
+    assert not (tmp_path / f"m{ext}").exists()
+
+
+@pytest.mark.parametrize("path,what", [("m.bin", "ember writes"), ("m", "ember writes"), ("m.SAFETENSORS.x", "ember writes")])
+def test_an_unknown_extension_or_a_non_dict_is_an_ember_error(path, what, tmp_path):
+    from ember.errors import EmberError
+    with pytest.raises(ember.errors.SaveError, match=what):
+        ember.save(T, tmp_path / path)
+    with pytest.raises(EmberError, match="expected a dict of name -> tensor, got a list"):
+        ember.save([T["w"]], tmp_path / "m.safetensors")
+    # still the TypeError / ValueError older callers caught
+    with pytest.raises(ValueError):
+        ember.save(T, tmp_path / path)
+    with pytest.raises(TypeError):
+        ember.save({"x": 3}, tmp_path / "m.npz")

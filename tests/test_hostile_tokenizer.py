@@ -1,5 +1,6 @@
 """Hostile tokenizer.json (issue #17): a malformed file fails when it is loaded, with an ember error naming
-the file and the field, in both runtimes; unbounded lengths and catastrophic regexes are refused."""
+the file and the field, in both runtimes; unbounded lengths are refused, and so are regexes a backtracking
+engine takes super-linear time on in the native runtime (the Python runtime runs them in linear time)."""
 import json
 import re
 
@@ -60,12 +61,39 @@ def test_truncation_and_padding_are_checked_at_load(backend, edit, message):
 CATASTROPHIC = {"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated", "invert": False}
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_nested_quantifier_regex_is_refused_at_load(backend):
-    # the pattern takes seconds on 26 a's and a '!' in Python's re (doubling per character) and in Oniguruma;
-    # (a|a)*$ (found by the fuzzer) took 50 s on the same text
+def test_nested_quantifier_regex_is_refused_for_the_native_runtime():
+    # the pattern takes seconds on 26 a's and a '!' in Oniguruma (doubling per character); (a|a)*$ (found by the
+    # fuzzer) took 50 s on the same text. The Python runtime runs it in linear time (below)
     with pytest.raises(TokenizerError, match=re.escape("regex '(a+)+$': the group '(a+)+' repeats a repetition")):
-        Tokenizer.from_str(config(pre_tokenizer=CATASTROPHIC), backend=backend)
+        Tokenizer.from_str(config(pre_tokenizer=CATASTROPHIC), backend="native")
+
+
+POLYNOMIAL = "\\w*" * 12 + "x"  # 12 \w* then x: n^12 steps per start on a word without an x
+
+
+def test_polynomial_regex_is_refused_for_the_native_runtime():
+    spec = {**CATASTROPHIC, "pattern": {"Regex": POLYNOMIAL}}
+    with pytest.raises(TokenizerError, match="12 unbounded repetitions in a row"):
+        Tokenizer.from_str(config(pre_tokenizer=spec), backend="native")
+
+
+SLOW = ["(a+)+$", "(a|a)*$", POLYNOMIAL, "(?:x*)*y", "((ab)*)*c", "a?" * 30 + "a" * 30, "(?:a|aa)+b",
+        "\\s*\\s*\\s*[\\r\\n]+"]
+
+
+@pytest.mark.parametrize("pattern", SLOW)
+def test_backtracking_patterns_run_in_linear_time_in_python(pattern):
+    """Patterns a backtracking engine takes polynomial or exponential time on: ember's Python runtime matches
+    them with its linear-time matcher, and gives what tokenizers (Oniguruma) gives where Oniguruma finishes."""
+    import time
+    spec = {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+    text = config(pre_tokenizer=spec, normalizer=None)
+    ours, ref = Tokenizer.from_str(text, backend="python"), tokenizers.Tokenizer.from_str(text)
+    for short in ("aaaa!", "ab ab abc", "a" * 12, "xxxy", "  x a", "aaab aab", ""):  # (no \n: Onig's $ is per line)
+        assert ours.encode(short).ids == ref.encode(short).ids, (pattern, short)
+    t0 = time.perf_counter()
+    ours.encode("a" * 2000 + "!" + " " * 200 + "b" * 300)  # minutes to centuries for Oniguruma / re
+    assert time.perf_counter() - t0 < 20
 
 
 @pytest.mark.parametrize("pattern,group", [
@@ -121,3 +149,60 @@ def test_native_runtime_errors_are_tokenizer_errors():
     tok = Tokenizer.from_str(json.dumps(cfg), backend="native")
     with pytest.raises(TokenizerError, match=r"tokenizer.json: encode failed \(Exception: WordPiece error"):
         tok.encode("zzz")
+
+
+# ---------------------------------------------------------------- blow-ups at load
+
+def test_chained_replace_normalizers_are_bounded_at_load():
+    # each Replace doubles every "a": 40 of them would make the load-time probe's sample 2^40 times longer
+    doubling = {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}
+    spec = {"type": "Sequence", "normalizers": [doubling] * 40}
+    with pytest.raises(ember.LimitError, match=r"normalizer.normalizers\[\d+\] \(Replace\): normalized text of \d+ "
+                                               r"characters: length is \d+ characters, over the limit") as e:
+        Tokenizer.from_str(config(normalizer=spec), backend="python")
+    assert e.value.setting == "max_normalized_growth"
+    # a few doublings are within the budget and give what tokenizers gives
+    text = config(normalizer={"type": "Sequence", "normalizers": [doubling] * 3})
+    ours, ref = Tokenizer.from_str(text, backend="python"), tokenizers.Tokenizer.from_str(text)
+    assert ours.encode("a ba ab").ids == ref.encode("a ba ab").ids
+
+
+def _many_added(n: int) -> str:
+    added = [{"id": 5 + i, "content": f"<t{i}>", "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": i % 3 == 0, "special": i % 2 == 0} for i in range(n)]
+    # prefixes of one another: leftmost-longest must pick the longest at a position
+    added += [{"id": 5 + n + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+               "normalized": False, "special": True} for i, c in enumerate(["<t1", "<t12>x", "ab", "abab"])]
+    return config(added_tokens=BASE["added_tokens"] + added)
+
+
+def test_many_added_tokens_load_in_linear_time_and_match_tokenizers():
+    import time
+    t0 = time.perf_counter()
+    tok = Tokenizer.from_str(_many_added(100_000), backend="python")
+    # before: the id of each new token took a max over all earlier ones, then a regex alternation of all of
+    # them was compiled (32k: 10-12 s, 100k: over 60 s); now ~2 s
+    assert time.perf_counter() - t0 < 30
+    small = _many_added(2000)
+    ours, ref = Tokenizer.from_str(small, backend="python"), tokenizers.Tokenizer.from_str(small)
+    for text in ("a <t12>x <t1 <t12> b<t1999>a", "ababab <t3><t0>a", "<t12>xab <t", "no tokens here"):
+        assert ours.encode(text).ids == ref.encode(text).ids, text
+    assert tok.encode("a <t99999> b").ids == [2, 100_004, 3]
+
+
+def test_an_empty_user_defined_gguf_token_is_never_cut():
+    # an empty user-defined token (type 4) made encode(special=True) raise ValueError('empty separator');
+    # the same vocabulary with that entry made a plain token (which no merge can form) is the reference
+    from ember.tokenizers.gguf_spm import SpmTokenizer
+    tokens = ["<unk>", "<s>", "</s>", "", "<|user|>", "\u2581a", "\u2581b", "a", "b", "\u2581"]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types = [2, 3, 3, 4, 4, 1, 1, 1, 1, 1] + [6] * 256
+    md = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+          "tokenizer.ggml.scores": [0.0, 0, 0, 0, 0, -1, -2, -3, -4, -5] + [0.0] * 256,
+          "tokenizer.ggml.token_type": types, "tokenizer.ggml.bos_token_id": 1}
+    tok = SpmTokenizer.from_gguf_metadata(md, "x.gguf")
+    ref = SpmTokenizer.from_gguf_metadata({**md, "tokenizer.ggml.token_type": [2, 3, 3, 1] + types[4:]}, "x.gguf")
+    for text in ("a b<|user|>ab", "", "<s>a</s>", "ba"):
+        for special in (False, True):
+            assert tok.encode(text, special=special) == ref.encode(text, special=special), (text, special)
+    assert tok.encode("a<|user|>b", special=True)[2] == 4

@@ -33,8 +33,10 @@ LAYERS = [
     ("tensor", "autograd primitives, Tensor, composed ops, custom ops, QTensor",
      ["ember.autograd", "ember.tensor", "ember.ops_*", "ember.linalg", "ember.custom_op", "ember.qtensor"]),
     ("nn", "modules, functional, optimizers", ["ember.nn", "ember.nn.*", "ember.optim"]),
-    ("formats", "weight formats, the hub, tokenizers, templates (sandboxed Jinja), grammars (token masks)",
-     ["ember.io", "ember.io.*", "ember.hub", "ember.tokenizers", "ember.tokenizers.*", "ember.jinja", "ember.jinja.*",
+    ("formats", "weight formats, the hub and the bounded HTTP server, tokenizers, templates (sandboxed Jinja), "
+                "grammars (token masks)",
+     ["ember.io", "ember.io.*", "ember.hub", "ember.httpd", "ember.tokenizers", "ember.tokenizers.*", "ember.jinja",
+      "ember.jinja.*",
       "ember.grammar", "ember.grammar.*"]),
     ("quant", "quantized layers and models, file conversion", ["ember.quant", "ember.quant.*"]),
     ("runtimes", "onnx, datasets and loaders, the training loop",

@@ -82,6 +82,14 @@ def _conv_bias(dev):
               (1,), (1,), (2,), 1), {})]
 
 
+def _conv_bias_act(dev):
+    x, w, b = T(rnd(1, 5, 11, 13, seed=122), dev), T(rnd(7, 5, 3, 3, seed=123), dev), T(rnd(7, seed=124), dev)
+    return [((x, w, b, (1, 1), (1, 1), (1, 1), 1, act), {}) for act in ("silu", "relu", "gelu", None)] + \
+        [((x, w, None, (2, 2), (1, 0), (1, 1), 1, "silu"), {}),
+         ((T(rnd(2, 4, 30, seed=125), dev), T(rnd(6, 4, 3, seed=126), dev), T(rnd(6, seed=127), dev),
+           (2,), (1,), (1,), 1, "gelu"), {})]
+
+
 def _copy_into(dev):
     return [((T(rnd(4, 6, seed=33), dev), T(rnd(2, 3, seed=34), dev), (1, 2)), {}),
             ((T(rnd(2, 3, 8, 5, seed=35), dev), T(rnd(2, 3, 1, 5, seed=36), dev), (0, 0, 6, 0)), {})]
@@ -134,6 +142,11 @@ def _qpick(dev, extra=()):
     return [((T(rnd(64, seed=101 + s), dev), w.data, w.ggml_type, w.shape, "float32", *extra), {}) for s in range(3)]
 
 
+def _qlinear(dev):
+    w = _qweight("q4_k", rows=40, cols=256, seed=45)
+    return [((T(rnd(2, 3, 256, seed=46), dev),), {"weight": w}), ((T(rnd(5, 256, seed=47), dev),), {"weight": w})]
+
+
 def _rotary(dev):
     ang = np.outer(np.arange(6), 1.0 / 10000 ** (np.arange(0, 8, 2) / 8)).astype(np.float32)    # (T, D / 2)
     return [((T(rnd(2, 6, 3, 8, seed=110), dev), T(np.cos(ang), dev), T(np.sin(ang), dev)), {})]
@@ -182,14 +195,16 @@ def _gru_cell(dev):
 
 EXAMPLES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _norms(False), "rms_norm": _norms(True),
             "attention": _attention, "gelu": _gelu, "silu": _silu, "linear": _linear, "conv_bias": _conv_bias,
-            "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul, "qmatmul_argmax": _qpick,
+            "conv_bias_act": _conv_bias_act, "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul,
+            "qlinear": _qlinear, "qmatmul_argmax": _qpick,
             "qmatmul_topk": lambda dev: _qpick(dev, (5,)), "rotary_embedding": _rotary, "flash_attention": _flash,
             "flash_attention_split": _flash_split, "flash_attention_combine": _flash_combine,
             "rope_append_attention": _rope_append, "nbits_matmul": _nbits, "lstm_cell": _lstm_cell,
             "gru_cell": _gru_cell}
 IN_PLACE = ("copy_into", "rope_append_attention")  # kernels that write an input (the composed run gets copies)
 # ops whose kernel is tested against its composed form by a test of its own (file::test)
-ELSEWHERE = {"decoder_plan": "tests/test_fused_decode.py::test_fused_float32_equals_composed"}
+ELSEWHERE = {"decoder_plan": "tests/test_fused_decode.py::test_fused_float32_equals_composed",
+             "xattn_decoder_plan": "tests/test_whisper_fused_decode.py::test_fused_steps_equal_the_composed_layers"}
 
 
 # ------------------------------------------------------------------ the backends present

@@ -92,24 +92,37 @@ def test_real_sized_outputs_still_run():
     np.testing.assert_array_equal(y, np.zeros((64, 1), np.float32) + np.arange(32.0, dtype=np.float32))
 
 
-def test_endless_loop_is_a_limit_error(monkeypatch):
-    """Loop with cond always true and no trip count (2^63 - 1 in practice): stopped at the budget."""
-    T, h, _ = _helpers()
+def _counting_body(h, T, cond_node):
+    return h.make_graph([cond_node, h.make_node("Add", ["v", "one"], ["v_out"])], "body",
+                        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c", T.BOOL, []),
+                         h.make_tensor_value_info("v", T.FLOAT, [])],
+                        [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("v_out", T.FLOAT, [])],
+                        initializer=[_f32("one", 1.0), _i64("limit", 1 << 62)])
+
+
+def test_endless_loop_is_refused_before_it_runs_or_stopped_at_the_budget(monkeypatch):
+    """Loop with no trip count whose body hands its condition back unchanged never ends: refused before the
+    first iteration. One whose condition is computed (i < 2^62) is stopped at the budget as it runs."""
+    import time
+    T, h, nh = _helpers()
     from ember.errors import LimitError
     from ember.limits import budget
-    body = h.make_graph([h.make_node("Identity", ["c"], ["c_out"]), h.make_node("Add", ["v", "one"], ["v_out"])],
-                        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c", T.BOOL, []),
-                                 h.make_tensor_value_info("v", T.FLOAT, [])],
-                        [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("v_out", T.FLOAT, [])],
-                        initializer=[_f32("one", 1.0)])
-    _, _, nh = _helpers()
-    loop = h.make_node("Loop", ["", "cond", "v0"], ["y"], body=body)
+    from ember.onnx import OnnxFormatError
+    passthrough = _counting_body(h, T, h.make_node("Identity", ["c"], ["c_out"]))
+    loop = h.make_node("Loop", ["", "cond", "v0"], ["y"], body=passthrough, name="forever")
     sess = _session([loop], [nh.from_array(np.array(True), "cond"), _f32("v0", 0.0)])
+    t0 = time.perf_counter()
+    with pytest.raises(OnnxFormatError, match="node 'forever' \\(Loop\\) has no trip count .* it would never stop"):
+        sess.run(None, {})
+    assert time.perf_counter() - t0 < 1
+    computed = _counting_body(h, T, h.make_node("Less", ["i", "limit"], ["c_out"]))
+    sess = _session([h.make_node("Loop", ["", "cond", "v0"], ["y"], body=computed)],
+                    [nh.from_array(np.array(True), "cond"), _f32("v0", 0.0)])
     monkeypatch.setattr(budget, "max_loop_iterations", 300)
     with pytest.raises(LimitError, match="iterations is 301, over the limit of 300.*max_loop_iterations"):
         sess.run(None, {})
     monkeypatch.setattr(budget, "max_loop_iterations", 1 << 20)
-    trip = h.make_node("Loop", ["m", "cond", "v0"], ["y"], body=body)
+    trip = h.make_node("Loop", ["m", "cond", "v0"], ["y"], body=passthrough)
     (y,) = _session([trip], [_i64("m", 250), nh.from_array(np.array(True), "cond"), _f32("v0", 0.0)]).run(None, {})
     assert float(y) == 250.0
 

@@ -27,7 +27,6 @@ web/ is the package ember.web) it is the installed files, repacked.
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import http.server
 import json
@@ -36,9 +35,12 @@ import shutil
 import sys
 from pathlib import Path
 
+from ember.httpd import BoundedServer
+
 from . import tools
 from .assets import PYODIDE_VERSION, build_wheel, ensure_pyodide, repack_installed
 from .offline import SW_NAME, write_service_worker
+from .site_server import SiteHandler, make_site_server
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
@@ -370,7 +372,7 @@ def site_size(folder: str | os.PathLike) -> dict[str, int]:
 
 # ---------------------------------------------------------------------------- serving
 
-class Handler(http.server.SimpleHTTPRequestHandler):
+class Handler(SiteHandler):  # only the site's regular files, bounded (site_server.py)
     isolate = True  # send ISOLATION_HEADERS (make_server(isolate=False): a host that cannot, for the tests)
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".mjs": "text/javascript",
                       ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
@@ -393,9 +395,8 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 
 
 def make_server(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1",
-                isolate: bool = True) -> http.server.ThreadingHTTPServer:
-    handler = functools.partial(type("Handler", (Handler,), {"isolate": isolate}), directory=os.fspath(folder))
-    return http.server.ThreadingHTTPServer((host, port), handler)
+                isolate: bool = True) -> BoundedServer:
+    return make_site_server(folder, type("Handler", (Handler,), {"isolate": isolate}), port, host)
 
 
 # ---------------------------------------------------------------------------- commands

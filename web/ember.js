@@ -351,6 +351,26 @@ class Ember {
   }
 
   // ---- the training tool (wasm/tools/train.py; the page's UI is web/train.js)
+  /** Teach the text tool's loaded model: LoRA adapters (ember.train.lora) trained on `text`, here, on this
+   *  instance's device; generate() and the chat answer with them at once. opts: steps, rank, alpha (default
+   *  2 * rank), lr, block (tokens a step), seed, resume (continue a paused run of the same text and options).
+   *  onStep({kind: "step", step, steps, loss}) after every step. -> {losses, step, steps, stopped: "done" |
+   *  "paused", steps_per_s, seconds, blocks, block}. `cancel()` pauses at the next step. */
+  async teach(text, opts = {}, onStep) {
+    return this._run("llama", String(text), { ...opts, teach: "train" }, onStep);
+  }
+
+  /** The taught adapters in PEFT's layout: {"adapter_config.json": text, "adapter_model.safetensors": bytes}
+   *  (peft's PeftModel.from_pretrained and ember.train.lora.load_adapter read the folder of the two). */
+  async teachExport() {
+    return this._run("llama", null, { teach: "export" });
+  }
+
+  /** Remove the taught adapters: the model answers as loaded. -> {reset: whether there were any}. */
+  async teachReset() {
+    return this._run("llama", null, { teach: "reset" });
+  }
+
   /** Train the digits CNN here, in the browser, on this instance's device. config: {epochs, batch_size, lr,
    *  weight_decay, warmup, seed, resume, data} (defaults: ember.models.digits.TrainConfig; data: the bundled
    *  "demo" digits or a digits.csv.gz File/URL). onStep(event) after every step ({kind: "step", step, epoch,

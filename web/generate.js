@@ -4,6 +4,7 @@
 // copy and .txt / .json of the result. Mounted by app.js (mountGenerateTool).
 
 import { mountChat } from "./chat.js";
+import { mountTeach } from "./teach.js";
 import { EmberError } from "./ember.js";
 import { $, MB, copyText, download } from "./ui.js";
 
@@ -51,6 +52,8 @@ export function mountGenerateTool(app) {
   mountChat($("#chat"), { ember: app.ember, showError: (e) => app.showError(e, "llama"),
     ensure: () => app.run("llama", { label: "Loading" }, () => app.ensureModel("llama")),
     run: (fn) => app.run("llama", { label: "Writing" }, fn) });
+  mountTeach($("#teach"), { ember: app.ember, showError: (e) => app.showError(e, "llama"), cancel: () => app.cancel(),
+    run: (fn) => app.run("llama", { label: "Teaching" }, async () => { await app.ensureModel("llama"); return fn(); }) });
   for (const id of ["temperature", "top-p"]) $(`#${id}`).addEventListener("input", (e) => { $(`#${id}-out`).value = e.target.value; });
   const results = ["#llama-copy", "#llama-txt", "#llama-json"];
 

@@ -57,6 +57,12 @@ def qmatmul(be, x, raw, qtype, shape, activations="float32"):
     return be._qmatmul(x, raw, qtype, shape)
 
 
+def qlinear(be, x, weight):
+    """The qlinear op's forward: qmatmul per device part of the weight (whole rows, each within a binding)."""
+    ys = [be._qmatmul(x, p.data, p.ggml_type, p.shape) for p in weight.device_parts()]
+    return ys[0] if len(ys) == 1 else be.cat(ys, len(ys[0].shape) - 1)
+
+
 # ============================================================================ rotary embedding
 
 ROTARY = WGSL(_wgsl("rope.wgsl"), params=lambda x, cos, sin: list(x.shape[1:]))

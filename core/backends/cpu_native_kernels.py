@@ -11,9 +11,10 @@ it. The same sources are in the page's wasm module (cpu_wasm_kernels.py), and ev
 with EMBER_NATIVE_KERNELS=0, no C compiler ($CC, cc, gcc or clang), or a build or load that failed (its error).
 Where they cannot, ember.quant computes the same numbers with numpy (slower).
 
-Threads: a quantized matmul, and each matvec and attention of a decoded token, of at least PARALLEL_MACS
-multiply-adds splits its output rows between the caller and workers (parallel.h, threads.c), the same bits on any
-number of threads. EMBER_NUM_THREADS sets how many (default: the CPUs this process may run on, at most 8);
+Threads: a quantized matmul, each matvec and attention of a decoded token (decode.c, decode_xattn.c), the LM
+head's float32 matvec and the float kernels (conv.c, attention.c, rows.c), of at least PARALLEL_MACS multiply-adds,
+split their output rows between the caller and workers (parallel.h, threads.c), the same bits on any number of
+threads. EMBER_NUM_THREADS sets how many (default: the CPUs this process may run on, at most 8);
 `ember info` prints the count in use.
 """
 from __future__ import annotations
@@ -36,8 +37,8 @@ from ..errors import EmberError, SettingError
 from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
-FILES = ("q8dot.c", "decode.c", "threads.c", "nbits.c")  # compiled; they include simd.h and half.h
-HEADERS = ("simd.h", "half.h", "parallel.h")
+FILES = ("q8dot.c", "decode.c", "threads.c", "conv.c", "attention.c", "rows.c", "decode_xattn.c", "nbits.c")  # (+ HEADERS)
+HEADERS = ("simd.h", "half.h", "parallel.h", "fvec.h", "matvec_f32.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
 FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
 NATIVE = ["-march=native"]  # this CPU's SIMD (AVX2, ...); a compiler that refuses it builds the portable paths
@@ -52,7 +53,7 @@ class NativeKernels:
     decode step, their rows split between threads for large products."""
 
     def __init__(self, lib: ctypes.CDLL, path: Path):
-        self.path = path
+        self.path, self.lib = path, lib
         lib.ember_q8_act_bytes.argtypes, lib.ember_q8_act_bytes.restype = [_I, _I, _I], ctypes.c_long
         lib.ember_q8_simd.argtypes, lib.ember_q8_simd.restype = [], ctypes.c_char_p
         lib.ember_q8_quantize.argtypes = [_I, _I, _I, _P, _I, _P]
@@ -60,6 +61,7 @@ class NativeKernels:
         lib.ember_q8_matmul.argtypes = [_I, _I, _I, _I, _P, _P, _I, _P, _I, _P]
         lib.ember_threads.argtypes = [_I]
         lib.ember_decode.argtypes = [_P, _P, _P, _P, _P]
+        lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
         lib.ember_nbits_supports.argtypes = [_I, _I]
         lib.ember_nbits_matmul.argtypes = [_I, _I, _I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _P, _P, _P, _I]
@@ -95,6 +97,16 @@ class NativeKernels:
         """decode.c's ember_decode: x (dim,) float32 through the layers of `plan` (cpu_decode.py), in place."""
         return self._lib.ember_decode(plan.ctypes.data, fparams.ctypes.data, x.ctypes.data, rope.ctypes.data,
                                       scratch.ctypes.data)
+
+    def matvec_f32(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
+        """x (k,) float32 @ wt (k, n) float32 C-contiguous -> (n,) float32, k a multiple of 8 (decode.c's
+        ember_matvec_f32: inputs summed in order, a multiply then an add each; threads by blocks of outputs)."""
+        k, n = wt.shape
+        x = np.ascontiguousarray(x, np.float32)
+        y = np.empty(n, np.float32)
+        if self._lib.ember_matvec_f32(wt.ctypes.data, n, n, k, x.ctypes.data, y.ctypes.data) != 0:
+            raise ValueError(f"ember: native matvec: {k} inputs, not a multiple of 8")
+        return y
 
     def decode_scratch_bytes(self, plan: np.ndarray, max_length: int) -> int:
         return self._lib.ember_decode_scratch_bytes(plan.ctypes.data, max_length)

@@ -52,6 +52,11 @@ def _host(raw):
     return raw.heap() if isinstance(raw, SharedRows) else raw
 
 
+def qlinear(be, x, weight):
+    """The qlinear op's forward: qmatmul over a QTensor's blocks (its backward, dy @ W by slabs, is the op's)."""
+    return qmatmul(be, x, weight.data, weight.ggml_type, weight.shape, weight.activations)
+
+
 def qmatmul_argmax(be, x, raw, qtype, shape, activations="float32") -> int:
     """int(argmax(qmatmul(x))) for one row x (K,) or (1, ..., K)."""
     bounded = _bounded(x, raw, qtype, shape, activations)

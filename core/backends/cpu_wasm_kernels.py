@@ -52,6 +52,7 @@ class WasmKernels:
     top-k candidates) (quant.c); `q8_matmul`: llama.cpp's 8-bit-activation product (q8dot.c)."""
 
     def __init__(self, lib: ctypes.CDLL):
+        self.lib = lib  # (cpu_float_kernels.py reads its float kernels from it)
         # no argtypes: Python ints go through as C ints, the cheapest call Pyodide's ctypes makes
         self._sgemm, self._sgemm_batched = lib.ember_sgemm, lib.ember_sgemm_batched
         self._scratch = np.empty(lib.ember_sgemm_scratch_floats(), _F32)  # packed A and B blocks

@@ -13,9 +13,10 @@ import numpy as np
 
 from .. import dtypes as D
 from .array_module_backend import _BF16, _F16, _F32, ArrayModuleBackend
-from .cpu_matmul import NO_BLAS, blas_ready, mm
+from .cpu_matmul import NO_BLAS, blas_ready, mm, native_kernels
 from .numpy_conv import conv as _conv_im2col
 
+_MATVEC_MIN = 1 << 18  # elements of a weight past which a row-vector product goes to the C matvec (1 MiB)
 _EINSUM_MAX = 1 << 22  # above this, multi-threaded BLAS streams a weight faster (32000x288 lm_head: 1.2 vs 1.5 ms)
 # ufunc.reduce directly: np.sum & co. add ~2 us of Python wrapping per call
 _REDUCE = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce, "prod": np.multiply.reduce}
@@ -64,6 +65,13 @@ class NumpyBackend(ArrayModuleBackend):
                 # e.g. while training): memory-bound, and numpy's SIMD einsum loop streams that layout
                 # ~1.4-2.2x faster than OpenBLAS's M=1 gemm (bench_llama)
                 return np.einsum("...ij,jk->...ik", a, b)
+            if b.ndim == 2 and b.dtype is _F32 and a.size == b.shape[0] and b.size >= _MATVEC_MIN and \
+                    b.flags.c_contiguous and b.shape[0] % 8 == 0:
+                # one row x a large re-stored (in, out) weight (an LM head each decoded token): memory-bound, and
+                # decode.c's matvec streams it ~1.4x faster than OpenBLAS's M=1 gemm on one thread, threaded alike
+                kern = native_kernels()
+                if kern is not None:
+                    return kern.matvec_f32(a.reshape(-1), b).reshape(a.shape[:-1] + (b.shape[1],))
         if a.ndim > 2 and b.ndim == 2 and a.shape[-2] > 1:
             # (..., M, K) x (K, N) as one 2-D gemm: numpy's stacked matmul runs ~20x slower than BLAS on the
             # same rows (every linear layer of an encoder pass; bench_embed)

@@ -24,12 +24,20 @@ def decode_image(path: str, mode: str | None = "RGB") -> np.ndarray:
         from PIL import Image
     except ImportError:
         raise ImportError(f"ember: decoding {path} needs Pillow (pip install pillow); .npy images need nothing") from None
+    from ..io.image import check_png_chunks, convert, frame_to_array
     try:
+        check_png_chunks(path, path)
         with Image.open(path) as im:
             check(path, "image pixels", im.width * im.height, "max_pixels")
-            return np.asarray(im.convert(mode) if mode else im)
-    except OSError as e:
+            im.load()
+            return frame_to_array(convert(im, mode))
+    except (OSError, SyntaxError, ValueError, EOFError) as e:
+        if isinstance(e, FormatError):
+            raise
         raise FormatError(f"ember: {path}: not an image Pillow can read ({e})") from None
+    except MemoryError:
+        raise FormatError(f"ember: {path}: ran out of memory decoding the image (see "
+                          "ember.limits.budget.max_pixels)") from None
 
 
 class ImageFolder(Dataset):

@@ -131,6 +131,24 @@ class SchemaCompiler:
     def fail(self, path, msg):
         raise GrammarError(f"ember: JSON schema at {path or '#'}: {msg}")
 
+    def count(self, s, key, path):
+        """s[key] as a non-negative integer (None when absent); a string, a list, true or 2.5 is refused."""
+        v = s.get(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or int(v) != v:
+            self.fail(path, f"{key} must be a non-negative integer, got {json.dumps(v)[:40]}")
+        return int(v)
+
+    def bound(self, s, key, path):
+        """s[key] as a finite number (None when absent)."""
+        v = s.get(key)
+        if v is None or (isinstance(v, bool) and key.startswith("exclusive")):  # draft 4: refused by the caller
+            return v
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+            self.fail(path, f"{key} must be a finite number, got {json.dumps(v)[:40]}")
+        return v
+
     def resolve(self, ref, path):
         if not isinstance(ref, str) or not ref.startswith("#/"):
             self.fail(path, f"$ref {ref!r}: only local references (#/$defs/...) are supported")
@@ -175,8 +193,8 @@ class SchemaCompiler:
                 return alt(*[self.value({**base, **sub} if isinstance(sub, dict) else sub, f"{path}/{key}/{i}",
                                         depth + 1) for i, sub in enumerate(s[key])])
         if "allOf" in s:
-            if not isinstance(s["allOf"], list) or len(s["allOf"]) != 1:
-                self.fail(path, "allOf is supported with exactly one schema")
+            if not isinstance(s["allOf"], list) or len(s["allOf"]) != 1 or not isinstance(s["allOf"][0], dict):
+                self.fail(path, "allOf is supported with exactly one schema (an object)")
             base = {k: v for k, v in s.items() if k != "allOf"}
             return self.value({**base, **s["allOf"][0]}, f"{path}/allOf/0", depth + 1)
         t = s.get("type")
@@ -188,7 +206,7 @@ class SchemaCompiler:
             return self.any_value(ANY_DEPTH)
         fn = {"object": self.object, "array": self.array, "string": self.string, "integer": self.integer,
               "number": self.number, "boolean": lambda s, p, d: alt(literal("true"), literal("false")),
-              "null": lambda s, p, d: literal("null")}.get(t)
+              "null": lambda s, p, d: literal("null")}.get(t) if isinstance(t, str) else None
         if fn is None:
             self.fail(path, f"unknown type {t!r}")
         return fn(s, path, depth)
@@ -196,8 +214,9 @@ class SchemaCompiler:
     def object(self, s, path, depth):
         props = s.get("properties") or {}
         required = s.get("required") or []
-        if not isinstance(props, dict) or not isinstance(required, list):
-            self.fail(path, "properties must be an object and required a list")
+        if not isinstance(props, dict) or not isinstance(required, list) or \
+                not all(isinstance(r, str) for r in required):
+            self.fail(path, "properties must be an object and required a list of names")
         missing = [r for r in required if r not in props]
         if missing and props:
             self.fail(path, f"required {missing} are not among the properties")
@@ -224,8 +243,7 @@ class SchemaCompiler:
         return cat(open_, first[0], close)
 
     def array(self, s, path, depth):
-        lo, hi = int(s.get("minItems", 0)), s.get("maxItems")
-        hi = None if hi is None else int(hi)
+        lo, hi = self.count(s, "minItems", path) or 0, self.count(s, "maxItems", path)
         if hi is not None and hi < lo:
             self.fail(path, f"maxItems {hi} < minItems {lo}")
         if lo > MAX_ITEMS or (hi is not None and hi > MAX_ITEMS):
@@ -234,7 +252,10 @@ class SchemaCompiler:
         item = None if items is False else self.value(items, f"{path}/items", depth + 1)
         sep = cat(literal(","), SP)
         open_, close = cat(literal("["), SP), cat(SP, literal("]"))
-        prefix = [self.value(p, f"{path}/prefixItems/{i}", depth + 1) for i, p in enumerate(s.get("prefixItems") or [])]
+        prefix_items = s.get("prefixItems") or []
+        if not isinstance(prefix_items, list):
+            self.fail(path, "prefixItems must be a list of schemas")
+        prefix = [self.value(p, f"{path}/prefixItems/{i}", depth + 1) for i, p in enumerate(prefix_items)]
         if prefix:  # all the prefix items, then (items allowing) more
             k = len(prefix)
             if (hi is not None and hi < k) or (item is None and k < lo):
@@ -251,24 +272,28 @@ class SchemaCompiler:
         return cat(open_, opt(body) if lo == 0 else body, close)
 
     def string(self, s, path, depth):
-        lo, hi = int(s.get("minLength", 0)), s.get("maxLength")
-        if hi is not None and int(hi) < lo:
+        lo, hi = self.count(s, "minLength", path) or 0, self.count(s, "maxLength", path)
+        if hi is not None and hi < lo:
             self.fail(path, f"maxLength {hi} < minLength {lo}")
-        if lo > MAX_ITEMS * 4 or (hi is not None and int(hi) > MAX_ITEMS * 4):
+        if lo > MAX_ITEMS * 4 or (hi is not None and hi > MAX_ITEMS * 4):
             self.fail(path, f"minLength/maxLength past {MAX_ITEMS * 4}")
         if "pattern" in s:
             if "minLength" in s or "maxLength" in s:
                 self.fail(path, "pattern together with minLength/maxLength is not supported")
+            if not isinstance(s["pattern"], str):
+                self.fail(path, "pattern must be a string")
             return cat(QUOTE, escape_for_json(parse(s["pattern"])), QUOTE)
         fmt = s.get("format")
+        if fmt is not None and not isinstance(fmt, str):
+            self.fail(path, f"format must be a string, got {json.dumps(fmt)[:40]}")
         if fmt in FORMATS:
             return cat(QUOTE, parse(FORMATS[fmt]), QUOTE)
-        return json_string(None, lo, None if hi is None else int(hi))
+        return json_string(None, lo, hi)
 
     def _bounds(self, s, path, integral: bool):
-        lo, hi = s.get("minimum"), s.get("maximum")
+        lo, hi = self.bound(s, "minimum", path), self.bound(s, "maximum", path)
         for key in ("exclusiveMinimum", "exclusiveMaximum"):
-            v = s.get(key)
+            v = self.bound(s, key, path)
             if isinstance(v, bool):
                 self.fail(path, f"{key} as a boolean (draft 4) is not supported")
             if v is not None:

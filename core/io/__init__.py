@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 
+from ..errors import SaveError
 from .formats import FormatError, detect
 
 _READERS = {"safetensors": "safetensors", "npz": "npz", "torch": "torch_pickle", "gguf": "gguf"}
@@ -39,8 +40,11 @@ def save(tensors: dict, path, metadata: dict | None = None):
     """{name: Tensor | ndarray} -> a file whose format follows the extension: .safetensors, .npz, .gguf, or
     .pt/.pth (torch's zip format, readable by torch.load(weights_only=True); no metadata)."""
     ext = os.path.splitext(os.fspath(path))[1].lower()
+    if not isinstance(tensors, dict):
+        raise SaveError(f"ember: cannot save {os.fspath(path)!r}: expected a dict of name -> tensor, got a "
+                        f"{type(tensors).__name__}")
     if ext not in _WRITERS:
-        raise ValueError(f"ember: cannot save {os.fspath(path)!r}: ember writes "
+        raise SaveError(f"ember: cannot save {os.fspath(path)!r}: ember writes "
                          f"{', '.join(_WRITERS)} files (choose one of those extensions)")
     importlib.import_module(f"{__name__}.{_WRITERS[ext]}").save(tensors, path, metadata)
 

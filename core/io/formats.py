@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import FormatError, LimitError  # noqa: F401  (re-exported: readers import them from here)
+from ..errors import SaveError
 
 
 class Stored:
@@ -174,14 +175,14 @@ def to_stored(name: str, x) -> Stored:
         return Stored(contiguous(x._storage_numpy()), d)
     if isinstance(x, np.ndarray):
         if x.dtype == np.uint16:
-            raise TypeError(f"ember: tensor {name!r}: a uint16 numpy array is ambiguous (ember stores "
+            raise SaveError(f"ember: tensor {name!r}: a uint16 numpy array is ambiguous (ember stores "
                             "bfloat16 as uint16 bits); pass an ember Tensor")
         try:
             d = dtypes.get(x.dtype)
         except TypeError as e:
-            raise TypeError(f"ember: tensor {name!r}: {str(e)[len('ember: '):]}") from None
+            raise SaveError(f"ember: tensor {name!r}: {str(e)[len('ember: '):]}") from None
         return Stored(contiguous(x), d)
-    raise TypeError(f"ember: tensor {name!r} is a {type(x).__name__}; expected an ember Tensor or numpy array")
+    raise SaveError(f"ember: tensor {name!r} is a {type(x).__name__}; expected an ember Tensor or numpy array")
 
 
 def try_memmap(f, start, required):
@@ -231,9 +232,11 @@ def atomic_write(path):
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.filename == tmp:  # name what the caller asked for, not the temp file
-            err = type(e)(f"ember: cannot save {path}: {e.strerror}")
-            err.errno = e.errno
+        # name what the caller asked for, not the temp file: a write error (a full disk) carries no file name,
+        # an open or rename error the temp file's
+        if isinstance(e, OSError) and e.filename in (None, tmp) and not str(e).startswith("ember:"):
+            err = type(e)(f"ember: cannot save {path}: {e.strerror or e}")
+            err.errno = e.errno  # (strerror and filename unset: str(err) stays the message above)
             raise err from None
         raise
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from ..backends import cpu_pool
+from ..errors import SaveError
 from ..ggml import types as T
 from ..qtensor import QTensor
 from .formats import FormatError, LazyFile, Stored, atomic_write, try_memmap, describe, is_bytes, to_stored, to_tensor
@@ -75,6 +76,9 @@ class TensorInfo:
 
 # ============================================================================ reading
 
+_U64 = struct.Struct("<Q")
+
+
 class _Cursor:
     """Sequential little-endian reads over a source, refusing to read past its end."""
 
@@ -122,6 +126,25 @@ class _Cursor:
         except UnicodeDecodeError as e:
             raise self.fail(f"{what}: string is not valid UTF-8 ({e.reason} at byte {e.start})") from None
 
+    def strings(self, n, what):
+        """n strings: straight from the read-ahead buffer while each lies whole in it (a vocabulary is 10^5
+        strings: string() a call each was most of a cold start), else through string()'s checks and reads."""
+        out, unpack_from = [], _U64.unpack_from
+        for i in range(n):
+            buf, rel = self._buf, self.pos - self._buf_at
+            if rel + 8 <= len(buf):
+                size = unpack_from(buf, rel)[0]
+                end = rel + 8 + size
+                if end <= len(buf):
+                    try:
+                        out.append(buf[rel + 8:end].decode("utf-8"))
+                        self.pos += 8 + size
+                        continue
+                    except UnicodeDecodeError:
+                        pass  # (string() names it)
+            out.append(self.string(f"{what}[{i}]"))
+        return out
+
     def count(self, what, min_item_bytes):
         n = self.u64(what)
         if n * min_item_bytes > self.left():
@@ -148,7 +171,7 @@ class _Cursor:
                 return (arr.astype(bool) if sub == BOOL else arr).tolist(), sub
             if sub == STRING:
                 n = self.count(f"the element count of {what}", 8)
-                return [self.string(f"{what}[{i}]") for i in range(n)], sub
+                return self.strings(n, what), sub
             if sub == ARRAY:
                 n = self.count(f"the element count of {what}", 12)
                 return [GGUFValue(*self._nested(f"{what}[{i}]", depth)) for i in range(n)], sub
@@ -158,6 +181,11 @@ class _Cursor:
     def _nested(self, what, depth):
         v, sub = self.value(ARRAY, what, depth + 1)
         return v, ARRAY, sub
+
+
+# (path, size) -> (header bytes, the parse of them) of the file opened last: parsing a header is Python work a
+# field at a time (a 262k-word vocabulary), reading its bytes to compare is one read
+_HEADERS: dict = {}
 
 
 class GGUFReader(LazyFile):
@@ -186,8 +214,17 @@ class GGUFReader(LazyFile):
             except OSError as e:
                 raise FormatError(f"ember: cannot read {self.where}: {e.strerror or e}") from None
             read = self._pread
+        key = None if self._file is None else (os.path.realpath(os.fspath(src)), total)
         try:
-            self._parse(_Cursor(read, total, self.where))
+            seen = _HEADERS.get(key) if key is not None else None
+            if seen is not None and read(0, len(seen[0])) == seen[0]:  # these header bytes parsed already
+                (self.version, self.fields, self.alignment, self.tensor_infos, self.data_offset) = seen[1]
+            else:
+                self._parse(_Cursor(read, total, self.where))
+                if key is not None:
+                    _HEADERS.clear()  # one file's header kept: a CLI reads it for its family, metadata and weights
+                    _HEADERS[key] = (read(0, self.data_offset), (self.version, self.fields, self.alignment,
+                                                                  self.tensor_infos, self.data_offset))
         except BaseException:
             self.close()
             raise
@@ -393,7 +430,7 @@ def _int_type(lo, hi, where):
                       (UINT64, (0, 2**64 - 1))):
         if a <= lo and hi <= b:
             return t
-    raise ValueError(f"ember: GGUF metadata {where}: integer out of the 64-bit range")
+    raise SaveError(f"ember: GGUF metadata {where}: integer out of the 64-bit range")
 
 
 def _infer(v, where) -> GGUFValue:
@@ -414,7 +451,7 @@ def _infer(v, where) -> GGUFValue:
         return GGUFValue(v, STRING)
     if isinstance(v, np.ndarray):
         if v.ndim != 1 or v.dtype.newbyteorder("=") not in _FROM_NP:
-            raise TypeError(f"ember: GGUF metadata {where}: arrays must be 1-d numeric, got {v.dtype} {v.shape}")
+            raise SaveError(f"ember: GGUF metadata {where}: arrays must be 1-d numeric, got {v.dtype} {v.shape}")
         return GGUFValue(v.tolist(), ARRAY, _FROM_NP[v.dtype.newbyteorder("=")])
     if isinstance(v, (list, tuple)):
         items = [_infer(x, f"{where}[{i}]") for i, x in enumerate(v)]
@@ -424,13 +461,13 @@ def _infer(v, where) -> GGUFValue:
         if types <= {UINT32, INT32, INT64, UINT64} and all(not isinstance(x, np.generic) for x in v):
             return GGUFValue(list(v), ARRAY, _int_type(min(v), max(v), where))
         if len(types) != 1:
-            raise TypeError(f"ember: GGUF metadata {where}: array elements must share one type, "
+            raise SaveError(f"ember: GGUF metadata {where}: array elements must share one type, "
                             f"got {sorted(TYPE_NAMES[t] for t in types)}")
         sub = types.pop()
         if sub == ARRAY:
             return GGUFValue(items, ARRAY, ARRAY)
         return GGUFValue([x.value for x in items], ARRAY, sub)
-    raise TypeError(f"ember: GGUF metadata {where}: cannot store a {type(v).__name__}")
+    raise SaveError(f"ember: GGUF metadata {where}: cannot store a {type(v).__name__}")
 
 
 def _pack_str(s, where):
@@ -453,7 +490,7 @@ def _pack_value(v: GGUFValue, where) -> bytes:
         if sub == ARRAY:
             # an element of an array of arrays is itself (u32 element type, u64 count, elements)
             return head + b"".join(_pack_value(_infer(x, where), where) for x in v.value)
-    raise ValueError(f"ember: GGUF metadata {where}: unknown value type {v.type}")
+    raise SaveError(f"ember: GGUF metadata {where}: unknown value type {v.type}")
 
 
 def _pack_numeric(values, vtype, where):
@@ -463,7 +500,7 @@ def _pack_numeric(values, vtype, where):
         arr = arr.astype(bool)
     elif dt.kind in "iu":
         if arr.size and (arr.dtype.kind not in "iub" or arr.min() < np.iinfo(dt).min or arr.max() > np.iinfo(dt).max):
-            raise ValueError(f"ember: GGUF metadata {where}: value(s) do not fit {TYPE_NAMES[vtype]}")
+            raise SaveError(f"ember: GGUF metadata {where}: value(s) do not fit {TYPE_NAMES[vtype]}")
     return arr.astype(dt).tobytes()
 
 
@@ -485,7 +522,7 @@ def _tensor_entry(name, x):
     s = to_stored(name, x)
     t = T.PLAIN_BY_DTYPE.get(s.dtype.name)
     if t is None:
-        raise TypeError(f"ember: tensor {name!r} has dtype {s.dtype.name}, which GGUF cannot store "
+        raise SaveError(f"ember: tensor {name!r} has dtype {s.dtype.name}, which GGUF cannot store "
                         f"(GGUF stores {', '.join(T.PLAIN_BY_DTYPE)}); cast it first")
     shape = s.array.shape or (1,)  # GGUF has no 0-d tensors: a scalar becomes shape (1,)
     return t, shape, s.array.astype(s.array.dtype.newbyteorder("<"), copy=False).reshape(-1).view(np.uint8)
@@ -498,19 +535,19 @@ def _chunks(tensors: dict, metadata: dict | None, alignment: int | None):
     fields = {}
     for k, v in meta.items():
         if not isinstance(k, str):
-            raise TypeError(f"ember: GGUF metadata keys must be str, got {k!r}")
+            raise SaveError(f"ember: GGUF metadata keys must be str, got {k!r}")
         fields[k] = _infer(v, repr(k))
     al = fields.get("general.alignment", GGUFValue(DEFAULT_ALIGNMENT, UINT32))
     if al.type != UINT32 or al.value <= 0 or al.value & (al.value - 1):
-        raise ValueError(f"ember: general.alignment must be a power-of-two UINT32, got {al!r}")
+        raise SaveError(f"ember: general.alignment must be a power-of-two UINT32, got {al!r}")
     al = al.value
     entries = []
     for name, x in tensors.items():
         if not isinstance(name, str):
-            raise TypeError(f"ember: tensor names must be str, got {name!r}")
+            raise SaveError(f"ember: tensor names must be str, got {name!r}")
         t, shape, data = _tensor_entry(name, x)
         if len(shape) > MAX_DIMS:
-            raise ValueError(f"ember: tensor {name!r} of shape {shape} has more than the {MAX_DIMS} dims GGUF allows")
+            raise SaveError(f"ember: tensor {name!r} of shape {shape} has more than the {MAX_DIMS} dims GGUF allows")
         entries.append((name, t, shape, data, t.nbytes(shape, f"tensor {name!r} of shape {shape}")))
     head = [MAGIC, struct.pack("<IQQ", VERSION, len(entries), len(fields))]
     for k, v in fields.items():
@@ -526,7 +563,7 @@ def _chunks(tensors: dict, metadata: dict | None, alignment: int | None):
         if isinstance(data, Deferred):
             data = np.asarray(data.load(), np.uint8).reshape(-1)
         if data.nbytes != nbytes:
-            raise ValueError(f"ember: tensor {name!r}: {data.nbytes} bytes of {t.name} data, expected {nbytes}")
+            raise SaveError(f"ember: tensor {name!r}: {data.nbytes} bytes of {t.name} data, expected {nbytes}")
         yield data
         if nbytes % al:
             yield b"\0" * (-nbytes % al)

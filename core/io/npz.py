@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 
 from .. import dtypes
+from ..errors import SaveError
 from ..limits import Meter
 from .formats import (
     FormatError,
@@ -117,11 +118,11 @@ def metadata(src) -> dict:
 
 def save(tensors: dict, path, metadata: dict | None = None):
     if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-        raise TypeError("ember: .npz metadata must be a dict of str -> str")
+        raise SaveError("ember: .npz metadata must be a dict of str -> str")
     arrays, bf16 = {}, []
     for name, x in tensors.items():
         if not isinstance(name, str) or name == MARK:
-            raise TypeError(f"ember: invalid tensor name {name!r} (must be a str other than {MARK!r})")
+            raise SaveError(f"ember: invalid tensor name {name!r} (must be a str other than {MARK!r})")
         s = to_stored(name, x)
         arrays[name] = s.array
         if s.dtype is dtypes.bfloat16:

@@ -15,6 +15,14 @@ ember.limits.budget.pickle_depth is a LimitError at the opcode that builds it. T
 (the only containers that get hashed) are immutable and built bottom-up, so their depth is exact; a
 list or dict deepened after being nested only makes its own depth grow, which can under-count its
 parents, but those are unhashable and every ember walk over the tree is iterative.
+
+Work: a shallow pickle can still make hashing cost more than the file is long. Each tuple built from two
+references to the one before (the memo lets a pickle name an object twice), 64 levels deep, is 2^64 nodes
+when expanded, which is what hashing it (as a dict key or set member) walks. So every container also carries
+its expanded size (saturating), and the machine charges what each hash will walk against
+ember.limits.budget.pickle_work before Python hashes it: a dict key, a set or frozenset member, and the
+members a pickled set()/frozenset()/OrderedDict() call hashes. The walks ember does itself (state_dict,
+module_state_dict) visit each container once however often it is referenced.
 """
 from __future__ import annotations
 
@@ -56,7 +64,9 @@ class Machine:
         self.data, self.pos, self.where = data, 0, where
         self.resolve, self.persistent_load = resolve, persistent_load
         self.stack, self.memo = [], {}
-        self.depths, self.max_depth = {}, budget.pickle_depth  # id(container) -> (container, nesting depth)
+        # id(container) -> (container, nesting depth, expanded size in nodes)
+        self.depths, self.max_depth = {}, budget.pickle_depth
+        self.work, self.max_work = 0, budget.pickle_work  # nodes the hashes so far walk
         self.ops = {op: getattr(self, "op_" + name) for op, name in _OPCODES.items()}
 
     # ---- plumbing
@@ -104,16 +114,33 @@ class Machine:
         e = self.depths.get(id(v))
         return e[1] if e is not None and e[0] is v else 0
 
+    def size(self, v) -> int:
+        """v's expanded size in nodes (a container counts each reference to a child again; an atom is 1)."""
+        e = self.depths.get(id(v))
+        return e[2] if e is not None and e[0] is v else 1
+
     def nest(self, obj, children, grow=False):
         """Record obj as a container of children (grow: children added to an existing one) -> obj."""
         d = 1 + max(map(self.depth, children), default=0)
+        n = 1 + sum(map(self.size, children))
         if grow:
-            d = max(d, self.depth(obj))
+            d, n = max(d, self.depth(obj)), n - 1 + self.size(obj)
         if d > self.max_depth:
             raise LimitError(self.where, f"pickle nesting depth (at pickle byte {self.pos})", d, self.max_depth,
                              "pickle_depth")
-        self.depths[id(obj)] = (obj, d)  # holds obj, so its id is never reused by another object
+        # (saturating: a sum past the budget is refused where it is hashed, and stays a small int)
+        self.depths[id(obj)] = (obj, d, min(n, self.max_work + 1))  # holds obj: its id is never reused
         return obj
+
+    def hashing(self, values):
+        """Charge what hashing each of `values` walks (a tuple or frozenset: its expanded size) before it is done."""
+        for v in values:
+            if isinstance(v, (tuple, frozenset)):
+                self.work += self.size(v)
+                if self.work > self.max_work:
+                    raise LimitError(self.where, f"pickle hashing work: nodes walked to hash dict keys and set "
+                                                 f"members (at pickle byte {self.pos})", self.work, self.max_work,
+                                     "pickle_work")
 
     def push(self, obj, children=()):
         self.stack.append(self.nest(obj, children))
@@ -296,6 +323,7 @@ class Machine:
         if len(items) % 2:
             raise self.fail("DICT with an odd number of items")
         self.nest(items, items)  # checked before hashing the keys
+        self.hashing(items[::2])
         self.push(dict(zip(items[::2], items[1::2])), items)
 
     def op_empty_set(self):
@@ -304,6 +332,7 @@ class Machine:
     def op_frozenset(self):
         items = self.pop_mark()
         self.nest(items, items)
+        self.hashing(items)
         self.push(frozenset(items), items)
 
     def _extend(self, target, values):
@@ -327,6 +356,8 @@ class Machine:
         if len(kv) % 2:
             raise self.fail("SETITEMS with an odd number of items")
         self.nest(target, kv, grow=True)  # before hashing the keys
+        if isinstance(target, dict):
+            self.hashing(kv[::2])
         pairs = list(zip(kv[::2], kv[1::2]))
         if isinstance(target, dict):
             target.update(pairs)
@@ -349,6 +380,7 @@ class Machine:
         if not isinstance(target, set):
             raise self.fail(f"ADDITEMS onto a {type(target).__name__}")
         self.nest(target, items, grow=True)
+        self.hashing(items)
         target.update(items)
 
     # ---- globals, calls, state: only through resolve(); everything else stays a record
@@ -375,6 +407,10 @@ class Machine:
         if not callable(f) or not getattr(f, "_pickle_safe", False):
             raise self.fail(f"pickle calls a {type(f).__name__}, which is not a class or function")
         self.nest(args, args)  # the arguments are checked before f hashes them (set, frozenset)
+        if getattr(f, "_pickle_hashes", False):  # set(items), frozenset(items), OrderedDict(pairs)
+            for a in args:
+                if isinstance(a, (list, tuple, set, frozenset)):
+                    self.hashing(a)
         out = f(*args, **(kwargs or {}))
         return self.nest(out, children) if isinstance(out, (tuple, list, dict, set, frozenset, slice)) else out
 
@@ -407,6 +443,13 @@ def safe(f):
     """Mark a function as callable from a pickle (REDUCE/NEWOBJ); nothing else is ever called."""
     f._pickle_safe = True
     return f
+
+
+def safe_hashing(f):
+    """safe(f) for a function that hashes the members of its list/tuple/set arguments (set, frozenset, a
+    dict from pairs): the machine charges that work (Machine.hashing) before calling it."""
+    f._pickle_hashes = True
+    return safe(f)
 
 
 _OPCODES = {

@@ -18,6 +18,7 @@ import struct
 import numpy as np
 
 from .. import dtypes
+from ..errors import SaveError
 from .formats import FormatError, LazyFile, Stored, atomic_write, try_memmap, describe, is_bytes, to_stored, to_tensor
 
 MAX_HEADER = 100_000_000  # the safetensors package refuses larger headers too
@@ -243,11 +244,11 @@ def save(tensors: dict, path, metadata: dict | None = None):
 def _chunks(tensors, metadata):
     if metadata is not None and not (isinstance(metadata, dict) and
                                      all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
-        raise TypeError("ember: safetensors metadata must be a dict of str -> str")
+        raise SaveError("ember: safetensors metadata must be a dict of str -> str")
     stored = {}
     for name, x in tensors.items():
         if not isinstance(name, str) or name == "__metadata__":
-            raise TypeError(f"ember: invalid tensor name {name!r} (must be a str other than '__metadata__')")
+            raise SaveError(f"ember: invalid tensor name {name!r} (must be a str other than '__metadata__')")
         stored[name] = to_stored(name, x)
     order = sorted(stored, key=lambda k: (-stored[k].dtype.itemsize, k))
     header, pos = {}, 0

@@ -26,7 +26,7 @@ from .formats import (
     to_tensor,
     zip_errors,
 )
-from .pickle_vm import Machine, PickleRecord, safe
+from .pickle_vm import Machine, PickleRecord, safe, safe_hashing
 
 # Globals whose presence means the pickle wants to run code; any other unknown global is kept as a record.
 _DENY = {"os", "posix", "nt", "sys", "subprocess", "builtins", "__builtin__", "importlib", "runpy", "shutil",
@@ -90,13 +90,16 @@ class _Checkpoint:
                 return None
             raise FormatError(f"ember: {self.where}: missing zip entry {name!r}") from None
         check_member_size(info, self.size, self.where)
+        # the declared size counts before anything is inflated (a member listed under many names, or
+        # storages no tensor uses, would otherwise decompress gigabytes before a tensor is charged)
+        self.meter.take(info.file_size, f"zip entry {name!r}: uncompressed bytes; all entries and tensors so far")
         raw = np.empty(info.file_size, np.uint8)
         try:
             with self.zip.open(info) as f:
                 got = f.readinto(memoryview(raw))
         except zip_errors() as e:
             raise FormatError(f"ember: {self.where}: damaged zip entry {name!r}: {e}") from None
-        if got != info.file_size:
+        if got != info.file_size:  # (zipfile never inflates past the declared size; its CRC checks the bytes)
             raise FormatError(f"ember: {self.where}: zip entry {name!r} is truncated")
         return raw
 
@@ -192,12 +195,14 @@ class _Checkpoint:
 
 @safe
 def _rebuild_from_type_v2(func, new_type, args, state):  # a tensor subclass (e.g. Parameter): keep the tensor
-    if not getattr(func, "_pickle_safe", False) or not isinstance(args, tuple):
+    # only a tensor rebuild function: a call made here is not one the machine sees (nor charges)
+    if (not getattr(func, "_pickle_safe", False) or not getattr(func, "__name__", "").startswith("_rebuild_")
+            or not isinstance(args, tuple)):
         raise FormatError(f"ember: _rebuild_from_type_v2 of {func!r:.100}")
     return func(*args)
 
 
-@safe
+@safe_hashing
 def _ordered_dict(items=()):
     return dict(items)
 
@@ -215,7 +220,8 @@ def _codecs_encode(text, encoding="utf-8"):  # how protocol 2 pickles bytes
 
 
 # harmless builtins a pickle may call (sets, slices); everything else in builtins is refused
-_BUILTINS = {"set": safe(lambda items=(): set(items)), "frozenset": safe(lambda items=(): frozenset(items)),
+_BUILTINS = {"set": safe_hashing(lambda items=(): set(items)),
+             "frozenset": safe_hashing(lambda items=(): frozenset(items)),
              "slice": safe(lambda *a: slice(*a)), "complex": safe(lambda *a: complex(*a))}
 
 

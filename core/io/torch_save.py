@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import SaveError
 from .formats import atomic_write, to_stored
 
 _STORAGE = {"float32": "FloatStorage", "float64": "DoubleStorage", "float16": "HalfStorage",
@@ -56,11 +57,11 @@ def _tensor(key: str, s) -> bytes:
 def save(tensors: dict, path, metadata: dict | None = None):
     import zipfile
     if metadata:
-        raise TypeError("ember: .pt/.pth files carry no metadata; use .safetensors to keep it")
+        raise SaveError("ember: .pt/.pth files carry no metadata; use .safetensors to keep it")
     stored, pkl = {}, [b"\x80\x02}("]
     for i, (name, x) in enumerate(tensors.items()):
         if not isinstance(name, str):
-            raise TypeError(f"ember: invalid tensor name {name!r} (must be a str)")
+            raise SaveError(f"ember: invalid tensor name {name!r} (must be a str)")
         stored[str(i)] = to_stored(name, x)
         pkl.append(_str(name) + _tensor(str(i), stored[str(i)]))
     pkl.append(b"u.")

@@ -35,8 +35,12 @@ def _unescape(body: str, name: str, line: int) -> str:
         if e in _SIMPLE_ESCAPES:
             return _SIMPLE_ESCAPES[e]
         if e[0] in "uUx":
-            return chr(int(e[1:], 16))
-        if e[0].isdigit():
+            code = int(e[1:], 16) if len(e) > 1 else -1  # -1: a truncated escape (\u without its 4 digits)
+            if not 0 <= code <= 0x10FFFF:  # \UFFFFFFFF is no character (Python's decoder refuses both)
+                raise TemplateSyntaxError(f"string escape {m.group(0)[:10]!r} is truncated or past U+10FFFF",
+                                          name, line)
+            return chr(code)
+        if e[0] in "01234567":  # \8 and \9 are no octal escape: kept as written, as Python does
             return chr(int(e, 8))
         if e[0] == "N":
             import unicodedata

@@ -214,8 +214,44 @@ def conv_nd(x, weight, bias, stride, padding, dilation, groups, nd):
         k = A.fused_kernel("conv_bias", x, weight, bias)
         if k is not None:
             return A.prim_fused(k, x, weight._data, bias._data, stride, padding, dilation, groups)
+    elif bias is None and nd in (1, 2):  # the device's convolution kernel where it has one (the CPU's direct C)
+        k = A.fused_kernel("conv_bias_act", x, weight)
+        if k is not None:
+            return A.prim_fused(k, x, weight._data, None, stride, padding, dilation, groups, None)
     y = A.prim_conv(x, weight, stride, padding, dilation, groups)
     return y + bias.reshape(1, -1, *([1] * nd)) if bias is not None else y
+
+
+_ACTS = {"relu": relu, "silu": silu, "gelu": gelu, "gelu_tanh": lambda x: gelu(x, approximate="tanh"), None: None}
+
+
+def conv_act(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, act="silu"):
+    """act(conv1d or conv2d(x, weight, bias, ...)) (act: "silu", "relu", "gelu" (erf), "gelu_tanh" or None): one
+    kernel where the device fuses the bias and the activation into the convolution (the registry op
+    conv_bias_act; YOLO's conv-BatchNorm-SiLU blocks, Whisper's conv-GELU stem), else the three ops."""
+    if act not in _ACTS:
+        raise ValueError(f"ember: conv_act: act must be one of {sorted(a for a in _ACTS if a)} or None, got {act!r}")
+    nd = x.ndim - 2
+    if nd in (1, 2) and x.ndim == weight.ndim and isinstance(padding, (int, tuple, list)) and \
+            (bias is None or bias.dtype is x.dtype) and x.dtype is weight.dtype:
+        stride_, padding_, dilation_ = (_tuple(v, nd, n) for v, n in ((stride, "stride"), (padding, "padding"),
+                                                                      (dilation, "dilation")))
+        if x.shape[1] == weight.shape[1] * groups and groups >= 1 and weight.shape[0] % groups == 0:
+            _check_conv_args(f"conv{nd}d", weight, bias, stride_, padding_, dilation_)
+            k = A.fused_kernel("conv_bias_act", x, weight, bias)
+            if k is not None:
+                return A.prim_fused(k, x, weight._data, None if bias is None else bias._data, stride_, padding_,
+                                    dilation_, groups, act)
+    y = conv_nd(x, weight, bias, stride, padding, dilation, groups, nd)
+    return y if act is None else _ACTS[act](y)
+
+
+def conv_bias_act_composed(x, weight, bias, stride, padding, dilation, groups, act):
+    """conv, the bias per output channel (if any), then the activation: the kernels' reference."""
+    y = A.prim_conv(x, weight, stride, padding, dilation, groups)
+    if bias is not None:
+        y = y + bias.reshape(1, -1, *([1] * len(stride)))
+    return y if act is None else _ACTS[act](y)
 
 
 def conv_bias_composed(x, weight, bias, stride, padding, dilation, groups):

@@ -21,6 +21,10 @@ def relayout_linear_weight(w):
 
 
 class Linear(Module):
+    # ((name, rows), ...) where this matrix stacks a checkpoint's separate projections along its rows (a model's
+    # fused q/k/v): LoRA adapters and exports name the parts; None for one projection
+    parts = None
+
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features

@@ -97,7 +97,7 @@ def fuse_gelu(plan, graph, consts):
 
     replaced, drop = {}, set()
     for erf, *_ in plan:
-        if erf.op_type != "Erf" or erf.domain not in _DEFAULT:
+        if erf.op_type != "Erf" or erf.domain not in _DEFAULT or len(erf.input) != 1:
             continue
         scale = g.made_by(erf.input[0], "Div") or g.made_by(erf.input[0], "Mul")
         if scale is None or len(scale.input) != 2 or g.uses.get(erf.input[0], []) != [erf] \

@@ -16,7 +16,7 @@ except ImportError:  # pragma: no cover
     import sre_constants as C
     import sre_parse as P
 
-MAX_STATES = 200_000  # a pattern's counted repeats unrolled ({1000}{1000} would be a million states)
+from ..limits import budget
 
 _CATEGORY = {
     C.CATEGORY_DIGIT: str.isdecimal, C.CATEGORY_SPACE: str.isspace,
@@ -64,8 +64,8 @@ class _NFA:
         self.states, self.fold = [], fold
 
     def new(self, kind, arg=None):
-        if len(self.states) >= MAX_STATES:
-            raise Unsupported(f"more than {MAX_STATES} NFA states")
+        if len(self.states) >= budget.max_regex_states:  # counted repeats unrolled
+            raise Unsupported(f"more than {budget.max_regex_states} NFA states (EMBER_MAX_REGEX_STATES)")
         self.states.append([kind, arg, None, None])
         return len(self.states) - 1
 

@@ -7,6 +7,7 @@ from .. import ops_movement as M
 from .guard import iterations
 from .registry import op
 from .values import host
+from .wire import OnnxFormatError
 
 
 @op("If")
@@ -19,12 +20,41 @@ def _body_inputs(body):
     return [v.name for v in body.input]
 
 
+def _counted(body) -> bool:
+    """Does the body hand its condition back unchanged (a for loop: it runs exactly its trip count)? Exports
+    of while loops carry a trip count of 2^63-1 and a computed condition: those are bounded as they run."""
+    if len(body.input) < 2 or not body.output:
+        return False
+    cond_in, cond_out = body.input[1].name, body.output[0].name
+    if cond_out == cond_in:
+        return True
+    made = next((n for n in body.node if cond_out in n.output), None)
+    if made is None:
+        return False
+    if made.op_type == "Identity" and list(made.input) == [cond_in]:
+        return True
+    if made.op_type == "Constant":  # a constant true
+        for a in made.attribute:
+            if a.name == "value" and a.t is not None:
+                from .tensor_data import to_numpy
+                try:
+                    return bool(np.asarray(to_numpy(a.t, "", None, "Loop condition")).reshape(-1)[0])
+                except Exception:  # noqa: BLE001  (a malformed constant: decided as the loop runs)
+                    return False
+    return False
+
+
 @op("Loop")
 def _loop(ctx, ins, at):
     """Loop(M, cond, v...): the body maps (i, cond, v...) -> (cond, v..., scan outputs...)."""
     body = at.graph("body")
     trip = int(host(ins[0]).reshape(-1)[0]) if len(ins) > 0 and ins[0] is not None else None
     cond = bool(host(ins[1]).reshape(-1)[0]) if len(ins) > 1 and ins[1] is not None else True
+    if cond and _counted(body):  # a for loop of a known count: refused before it runs
+        if trip is None:
+            raise OnnxFormatError(f"ember: {at.where}: node {at.node.name or 'Loop'!r} (Loop) has no trip count "
+                                  "and its body hands the condition back unchanged: it would never stop")
+        iterations(at, trip)
     carried = list(ins[2:])
     names = _body_inputs(body)
     n_carried = len(carried)

@@ -15,9 +15,15 @@ it frees. Two things make a run cheaper than walking the nodes:
 from __future__ import annotations
 
 from ..device import CPU
+from ..errors import EmberError, LimitError
 from ..tensor import Tensor
 from .guard import BROADCAST, broadcast_check, out_of_memory
 from .wire import OnnxFormatError
+
+
+class OnnxNodeError(OnnxFormatError):
+    """A node failed at run time on what the model gave it (an attribute or input shape its operator cannot
+    take): names the model, the node, its operator and its inputs' shapes."""
 
 # op_type -> the input indices it reads only as host numbers (host_ints / host), never as a tensor
 _REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
@@ -194,7 +200,60 @@ def run(steps, env, hv, where, free=True):
                     env.pop(n, None)
     except MemoryError as e:  # past what guard.py's checks bound: still ember's error, naming the node
         raise out_of_memory(where, st.node, e) from None
+    except EmberError as e:
+        raise _with_node(where, st, env, hv, e) from None
+    except (NameError, ImportError, SyntaxError):  # ember's own bug, never the model's: left as it is
+        raise
+    except Exception as e:  # noqa: BLE001  an operator's own failure (IndexError, ValueError ...) on this model
+        raise node_failed(where, st, env, hv, e) from None
     return env
+
+
+def _inputs(st, env, hv) -> str:
+    ins = []
+    for n in st.ins:
+        if not n:
+            ins.append("(none)")
+            continue
+        v = hv.get(n) if st.host else env.get(n, hv.get(n))
+        ins.append(f"{n!r}: {describe_value(v)}")
+    return "[" + ", ".join(ins) + "]"
+
+
+def _with_node(where, st, env, hv, e):
+    """An ember error an operator raised, with the node and its inputs added when the message lacks them (the
+    same class, so callers catching it still do); one that names a node (a guard's LimitError, a subgraph's
+    node) is left as it is."""
+    msg = str(e)
+    if st is None or "node '" in msg or isinstance(e, LimitError):
+        return e
+    prefix = f"ember: {where}: "
+    rest = msg[len(prefix):] if msg.startswith(prefix) else msg[len("ember: "):] if msg.startswith("ember: ") else msg
+    node = st.node
+    text = f"{prefix}node {node.name or node.op_type!r} ({node.op_type}) on inputs {_inputs(st, env, hv)}: {rest}"
+    try:
+        return type(e)(text)
+    except TypeError:  # a class with its own constructor
+        return OnnxNodeError(text)
+
+
+def describe_value(v) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, list):
+        return f"a sequence of {len(v)}"
+    shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)
+    if shape is None:
+        return type(v).__name__
+    name = getattr(dtype, "name", None) or str(dtype)
+    return f"{name} {tuple(shape)}"
+
+
+def node_failed(where, st, env, hv, e) -> OnnxNodeError:
+    """An operator's raw exception as ember's error: the node, its op, each input's dtype and shape."""
+    node = st.node
+    return OnnxNodeError(f"ember: {where}: node {node.name or node.op_type!r} ({node.op_type}) failed on inputs "
+                         f"{_inputs(st, env, hv)}: {type(e).__name__}: {str(e)[:300]}")
 
 
 def _read(env, n, st, where):

@@ -1,8 +1,6 @@
 """Quantized layers for ember.nn: QLinear, `quantize(model, type)`, and loading GGUF weights into a model."""
 from __future__ import annotations
 
-from .. import autograd
-from ..nn import functional as F
 from ..nn.layers import Linear
 from ..nn.module import Module
 from ..ggml import types as T
@@ -12,10 +10,12 @@ from ..qtensor import QTensor
 class QLinear(Module):
     """y = x @ W.T + b with W a QTensor (out_features, in_features); CPU compute, any input device.
 
-    The forward dequantizes W a slab of rows at a time (core/backends/cpu_quant.py). When x needs a
-    gradient the layer instead multiplies by the full dequantized W through autograd, so dx is exact;
+    The forward dequantizes W a slab of rows at a time (core/backends/cpu_quant.py); when x needs a gradient
+    the backward's dx = dy @ W does too (the registry's qlinear op), so W is never held in float32 whole.
     W itself is frozen (quantized weights have no gradient).
     """
+
+    parts = None  # as nn.Linear's: the checkpoint's projections stacked along the rows, if several
 
     def __init__(self, weight: QTensor, bias=None):
         super().__init__()
@@ -27,15 +27,15 @@ class QLinear(Module):
 
     @classmethod
     def from_linear(cls, linear: Linear, ggml_type) -> "QLinear":
-        return cls(QTensor.quantize(linear.weight, ggml_type), linear.bias)
+        q = cls(QTensor.quantize(linear.weight, ggml_type), linear.bias)
+        q.parts = linear.parts
+        return q
 
     def forward(self, x):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"ember: QLinear: input of shape {tuple(x.shape)} does not match in_features "
                              f"{self.in_features}")
-        if autograd.is_grad_enabled() and x.requires_grad:
-            return F.linear(x, self.weight.dequantize().to(x.device), self.bias)
-        y = self.weight.matmul_t(x)  # (..., out_features) float32
+        y = self.weight.linear(x)  # (..., out_features) float32; differentiable in x (ember.qtensor)
         if self.bias is not None:
             y = y + self.bias.to(y.device)
         return y if x.dtype.name == "float32" else y.to(x.dtype)
@@ -114,5 +114,7 @@ def load_quantized(model: Module, tensors, strict: bool = True):
         if tuple(v.shape) != (child.out_features, child.in_features):
             raise ValueError(f"ember: {key}: quantized weight of shape {tuple(v.shape)} does not fit "
                              f"{type(child).__name__}(in={child.in_features}, out={child.out_features})")
-        setattr(parent, name, QLinear(v, child.bias))
+        q = QLinear(v, child.bias)
+        q.parts = child.parts
+        setattr(parent, name, q)
     return model.load_state_dict(plain, strict=strict)

@@ -18,7 +18,7 @@ class AddedVocabulary:
         self.by_content: dict[str, int] = {}
         self.by_id: dict[int, dict] = {}
         self.special: set[str] = set()
-        order = []
+        order, top = [], None  # top: the largest id given so far (kept, not recomputed: linear in the tokens)
         for i, spec in enumerate(specs):
             if not isinstance(spec, dict) or not isinstance(spec.get("content"), str):
                 raise TokenizerError(f"tokenizer.json {where}[{i}]: expected an object with a "
@@ -31,10 +31,10 @@ class AddedVocabulary:
                 continue
             tid = self.by_content.get(token["content"], model.vocab.get(token["content"]))
             if tid is None:  # a new id: after the model's ids and after any added before
-                top = max(self.by_content.values(), default=None)
                 size = len(model.vocab_r)
                 tid = top + 1 if top is not None and (top >= size or size == 0) else size
             self.by_content[token["content"]] = tid
+            top = tid if top is None or tid > top else top
             self.by_id[tid] = token
             if token["special"]:
                 self.special.add(token["content"])
@@ -43,7 +43,7 @@ class AddedVocabulary:
         self.normalized = self._matcher([t for t in order if t["normalized"]], normalizer)
 
     def _matcher(self, tokens, normalizer):
-        """A regex finding the leftmost-longest of `tokens`, and pattern text -> token."""
+        """A Literals search finding the leftmost-longest of `tokens`, and pattern text -> token."""
         if not tokens:
             return None
         table = {}
@@ -55,17 +55,15 @@ class AddedVocabulary:
                 text = piece.text
             if text:
                 table.setdefault(text, t)
-        alternatives = sorted(table, key=len, reverse=True)  # longest first at one position
-        return re.compile("|".join(map(re.escape, alternatives))), table
+        return (Literals(table), table) if table else None
 
     def _find(self, text: str, matcher) -> list[tuple[int, int, int | None]]:
         if matcher is None or not text:
             return [(0, len(text), None)]
-        regex, table = matcher
+        literals, table = matcher
         out, done = [], 0
-        for m in regex.finditer(text):
-            start, stop = m.span()
-            token = table[m.group()]
+        for start, stop, found in literals.finditer(text):
+            token = table[found]
             if token["single_word"]:
                 if (start > 0 and _is_word(text[start - 1])) or \
                         (stop < len(text) and _is_word(text[stop])):
@@ -102,3 +100,31 @@ class AddedVocabulary:
                 if ne > ns:
                     out.append((piece.slice(ns, ne), ntid))
         return out
+
+
+class Literals:
+    """Leftmost-longest search for many literal strings (what a regex alternation of them, longest first,
+    finds; building that regex is quadratic-ish in the token count: 32k added tokens took seconds). A class of
+    their first characters finds the candidate positions; at one, the token lengths starting with that
+    character are tried longest first against a set."""
+
+    def __init__(self, strings):
+        self.strings = set(strings)
+        lengths = {}
+        for t in self.strings:
+            lengths.setdefault(t[0], set()).add(len(t))
+        self.lengths = {c: sorted(ls, reverse=True) for c, ls in lengths.items()}
+        self.first = re.compile("[" + "".join(map(re.escape, sorted(self.lengths))) + "]")
+
+    def finditer(self, text: str):
+        """(start, stop, matched string) of each non-overlapping leftmost-longest match."""
+        pos, strings = 0, self.strings
+        while (m := self.first.search(text, pos)) is not None:
+            i = m.start()
+            for n in self.lengths[text[i]]:
+                if text[i:i + n] in strings:
+                    yield i, i + n, text[i:i + n]
+                    pos = i + n
+                    break
+            else:
+                pos = i + 1

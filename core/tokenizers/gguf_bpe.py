@@ -98,6 +98,10 @@ def split_fragments(text: str, regexes) -> list[str]:
     return frags
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 class BpeTokenizer:
     def __init__(self, tokens: list[str], types: list[int], merges: list[str], pre: str | None = None,
                  bos_id: int | None = None, eos_id: int | None = None, add_bos: bool = False,
@@ -105,11 +109,13 @@ class BpeTokenizer:
         n = len(tokens)
         if not 0 < n <= MAX_TOKENS:
             raise TokenizerError(f"{where}: tokenizer.ggml.tokens has {n} entries (1..{MAX_TOKENS} allowed)")
-        if len(types) != n:
-            raise TokenizerError(f"{where}: tokenizer.ggml.token_type has {len(types)} entries, one per token ({n})")
+        if not isinstance(types, list) or len(types) != n or not all(_is_int(t) for t in types):
+            got = f"{len(types)} entries" if isinstance(types, list) else f"a {type(types).__name__}"
+            raise TokenizerError(f"{where}: tokenizer.ggml.token_type must be an array of integers, one per token "
+                                 f"({n}); got {got}")
         for name, i in (("bos_token_id", bos_id), ("eos_token_id", eos_id)):
-            if i is not None and not 0 <= i < n:
-                raise TokenizerError(f"{where}: tokenizer.ggml.{name} {i} is outside the vocabulary [0, {n})")
+            if i is not None and not (_is_int(i) and 0 <= i < n):
+                raise TokenizerError(f"{where}: tokenizer.ggml.{name} {i!r:.40} is not a token id in [0, {n})")
         pre = "default" if pre is None else pre
         if pre not in PRE_TOKENIZERS:
             raise TokenizerError(f"{where}: tokenizer.ggml.pre {pre!r} is not a pre-tokenizer ember knows "

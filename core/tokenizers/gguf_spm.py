@@ -45,7 +45,9 @@ class SpmTokenizer:
         self.lookup = {t: i for i, t in enumerate(self.tokens)}  # a repeated text maps to its last id, as llama.cpp
         self._bytes = [self.lookup.get(f"<0x{b:02X}>", self.lookup.get(chr(b))) for b in range(256)]
         # (longest first; one length keeps id order): the tokens the partition step cuts out
-        cut = [i for i, ty in enumerate(self.types) if ty in (CONTROL, USER_DEFINED, UNKNOWN)]
+        # (an empty token text is never cut: it would match between every two characters)
+        cut = [i for i, ty in enumerate(self.types)
+               if ty in (CONTROL, USER_DEFINED, UNKNOWN) and self.tokens[i]]
         cut.sort(key=lambda i: -len(self.tokens[i].encode("utf-8")))
         self._user = [i for i in cut if self.types[i] == USER_DEFINED]
         self._special = cut

@@ -5,6 +5,7 @@ import functools
 import re
 import unicodedata
 
+from ..errors import LimitError
 from .byte_level import to_byte_chars
 from .errors import TokenizerError, component_type, unsupported
 from .normalized import Piece
@@ -117,14 +118,29 @@ _KEEP_TAB_NL_CR = str.maketrans("\t\n\r", "   ")  # controls clean_text keeps (a
 
 
 class Replace:
-    def __init__(self, pattern, content):
+    def __init__(self, pattern, content, where="normalizer"):
         self.regex = pattern_regex(pattern, "Replace")
-        self.content = content
+        if not isinstance(content, str):
+            raise TokenizerError(f"tokenizer.json {where} (Replace): content must be a string, got {content!r:.80}")
+        self.content, self.where = content, where
 
     def __call__(self, piece: Piece) -> None:
         matches = [m.span() for m in self.regex.finditer(piece.text) if m.end() > m.start()]
         if matches:
+            # chained Replaces multiply the length (each "a" -> "aa" doubles it): bounded per input character
+            n = len(piece.text) + len(matches) * len(self.content) - sum(e - s for s, e in matches)
+            check_growth(piece, n, f"{self.where} (Replace)")
             piece.replace(matches, self.content)
+
+
+def check_growth(piece: Piece, n: int, where: str):
+    """A normalizer may make at most budget.max_normalized_growth characters per original character (+1024)."""
+    from ..limits import budget
+    original = piece.align[-1][1] - piece.align[0][0] if piece.align else 0
+    limit = budget.max_normalized_growth * max(original, 0) + 1024
+    if n > limit:
+        raise LimitError(f"tokenizer.json {where}", f"normalized text of {original} characters: length", n, limit,
+                         "max_normalized_growth", " characters")
 
 
 def pattern_regex(spec, where: str) -> re.Pattern:
@@ -195,7 +211,7 @@ def build_normalizer(spec, where="normalizer"):
             return BertNormalizer(spec.get("clean_text", True), spec.get("handle_chinese_chars", True),
                                   spec.get("strip_accents"), spec.get("lowercase", True))
         if kind == "Replace":
-            return Replace(spec["pattern"], spec["content"])
+            return Replace(spec["pattern"], spec["content"], where)
         if kind == "Prepend":
             return Prepend(spec["prepend"])
         if kind == "Strip":

@@ -208,8 +208,9 @@ def nested_quantifier(pattern: str) -> str | None:
     """The first group that is repeated (more than once) and holds a variable repetition or an alternation,
     such as `(a+)+`, `(?:x*y?)*` or `(a|a)*`, or None. Those let a backtracking engine (Python's re,
     Oniguruma) split a text in exponentially many ways, so a near miss takes time exponential in its length;
-    ember refuses them when a tokenizer is loaded (a static check works in Pyodide and in threads, where a
-    time limit could not). Real pre-tokenizer patterns (GPT-2, Llama 3, Qwen, o200k ...) have none."""
+    the native runtime refuses them when a tokenizer is loaded (a static check works in Pyodide and in threads,
+    where a time limit could not), and names this group. Real pre-tokenizer patterns (GPT-2, Llama 3, Qwen,
+    o200k ...) have none."""
     stack = [[0, False]]  # per open group: start index, holds a variable quantifier or an alternation
 
     def after_atom(i: int) -> int:  # an atom ends before i: note a quantifier on it, return where it ends
@@ -249,18 +250,62 @@ def nested_quantifier(pattern: str) -> str | None:
     return None
 
 
-@functools.cache
-def compile_onig(pattern: str) -> re.Pattern:
+def _length_check(pattern: str):
     from ..limits import budget
     if len(pattern) > budget.max_regex_chars:
         from ..errors import LimitError
         raise LimitError("tokenizer.json", f"regex {pattern[:40]!r}...: length", len(pattern),
                          budget.max_regex_chars, "max_regex_chars", " characters")
-    bad = nested_quantifier(pattern)
-    if bad is not None:
-        raise TokenizerError(f"regex {pattern!r}: the group {bad!r} repeats a repetition (a nested quantifier), "
-                             "which can take exponential time on some texts; ember refuses such patterns")
+
+
+def _parsed(pattern: str):
+    """(translated pattern, re's parse tree of it) or TokenizerError."""
+    from .regex_cost import parse
+    translated = translate(pattern)
     try:
-        return re.compile(translate(pattern))
+        return translated, parse(translated)
     except (re.error, RecursionError, OverflowError) as exc:
         raise TokenizerError(f"regex {pattern!r}: cannot be compiled for Python's re ({exc})") from None
+
+
+def _why_costly(pattern: str, tree) -> str:
+    from .regex_cost import NESTED, cost
+    bad = nested_quantifier(pattern)
+    if bad is not None:
+        return f"the group {bad!r} repeats a repetition (a nested quantifier), which can take exponential time"
+    degree, factor = cost(tree)
+    if degree >= NESTED:
+        return "a repeated part repeats or alternates inside, which can take exponential time"
+    if degree > 1:
+        return (f"{degree} unbounded repetitions in a row can split the same text between them, which takes time "
+                f"growing as the text's length to the power {degree}")
+    return f"its optional parts and alternatives can be tried in {factor} ways at each position"
+
+
+def check_backtracking(pattern: str) -> None:
+    """Refuse a pattern a backtracking engine (Oniguruma, in the native runtime) could take more than linear
+    time per start position on (regex_cost.py); real pre-tokenizer patterns pass."""
+    from .regex_cost import backtracks_safely
+    _length_check(pattern)
+    translated, tree = _parsed(pattern)
+    if not backtracks_safely(tree):
+        raise TokenizerError(f"regex {pattern!r}: {_why_costly(pattern, tree)}; ember refuses such patterns for a "
+                             "backtracking engine")
+
+
+@functools.cache
+def compile_onig(pattern: str):
+    """The pattern, translated for Python's re: a compiled re.Pattern when backtracking on it is bounded
+    (regex_cost.py: real pre-tokenizer patterns), else ember's linear-time matcher (regex_vm.LinearPattern),
+    which yields the same spans. Both have finditer(text)."""
+    from .regex_cost import backtracks_safely
+    from .regex_vm import LinearPattern, Unsupported
+    _length_check(pattern)
+    translated, tree = _parsed(pattern)
+    if backtracks_safely(tree):
+        return re.compile(translated)
+    try:
+        return LinearPattern(translated, tree)
+    except Unsupported as e:
+        raise TokenizerError(f"regex {pattern!r}: {_why_costly(pattern, tree)}, and it uses {e}, which ember's "
+                             "linear-time matcher does not run; ember refuses it") from None

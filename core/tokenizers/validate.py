@@ -104,18 +104,20 @@ def probe(tok, where: str):
 
 def check_for_native(config, where: str):
     """What the Rust `tokenizers` would accept but ember refuses: unbounded padding/truncation lengths and
-    regexes with nested quantifiers (Oniguruma backtracks too)."""
-    from .unicode_regex import compile_onig
+    regexes Oniguruma (a backtracking engine) could take polynomial or exponential time on."""
+    from .unicode_regex import check_backtracking
     if not isinstance(config, dict):
         return
     check_truncation(config.get("truncation"), where)
     check_padding(config.get("padding"), where)
+    model = config.get("model")
+    skip = {id(model.get(k)) for k in ("vocab", "merges")} if isinstance(model, dict) else set()
     stack = [config]
     while stack:  # iterative: the JSON nesting is the file's to choose
         node = stack.pop()
-        if isinstance(node, dict):
+        if node.__class__ is dict:
             if isinstance(node.get("Regex"), str):
-                compile_onig(node["Regex"])
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+                check_backtracking(node["Regex"])
+            stack.extend(v for v in node.values() if (v.__class__ is dict or v.__class__ is list) and id(v) not in skip)
+        elif node.__class__ is list:
+            stack.extend(v for v in node if v.__class__ is dict or v.__class__ is list)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ...errors import FormatError
 from ...limits import check_config
+from ..common.config_check import check_fields
 
 
 class BertConfigError(FormatError):
@@ -44,6 +45,7 @@ class BertConfig:
     @classmethod
     def from_hf(cls, d: dict, pooler: bool = True) -> BertConfig:
         mt = d.get("model_type", "bert")
+        check_fields(d, f"{mt} config.json", BertConfigError)
         try:
             if mt == "distilbert":
                 return cls(vocab_size=d["vocab_size"], dim=d["dim"], hidden_dim=d["hidden_dim"],

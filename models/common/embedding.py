@@ -51,5 +51,5 @@ class QEmbedding(nn.Module):
 
     def logits(self, x):                                                     # (B, T, dim) -> (B, T, vocab)
         if isinstance(self.weight, QTensor):
-            return self.weight.matmul_t(x)
+            return self.weight.linear(x)  # differentiable in x (adapters train below a quantized tied head)
         return F.linear(x, self.weight)

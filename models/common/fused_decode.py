@@ -54,10 +54,27 @@ def rms_norm_parts(m, sources):
     return m.weight._data, float(F32_EPS if m.eps is None else m.eps)
 
 
+def held(owner, name, sources):
+    """owner's submodule `name`, noted in `sources` so that a plan is rebuilt once another module takes its place
+    (a LoRA wrapper around a projection)."""
+    child = getattr(owner, name)
+    sources.append((HELD, owner, name, child))
+    return child
+
+
+HELD = object()
+
+
 def unchanged(sources) -> bool:
     """Whether every module still holds the weight, with the same array, that a plan was built from (a weight
-    replaced, loaded anew, moved to another device or set to float32 activations changes one)."""
-    for module, w, data in sources:
+    replaced, loaded anew, moved to another device or set to float32 activations changes one), and every module
+    noted by held() is still in its place."""
+    for entry in sources:
+        if entry[0] is HELD:
+            if getattr(entry[1], entry[2]) is not entry[3]:
+                return False
+            continue
+        module, w, data = entry
         if module.weight is not w or (w.data is not data if isinstance(w, QTensor) else w._data is not data) or \
                 isinstance(w, QTensor) and w.activations != "q8":
             return False
@@ -119,10 +136,10 @@ def attention_parts(attn, sources):
         return None
     H, K, hd = attn.n_heads, attn.n_kv, attn.hd
     if attn.fused:
-        q, k, v = split_rows(linear_weight(getattr(attn, attn.fused), sources), H * hd, K * hd, K * hd)
+        q, k, v = split_rows(linear_weight(held(attn, attn.fused, sources), sources), H * hd, K * hd, K * hd)
     else:
-        q, k, v = (linear_weight(getattr(attn, n), sources) for n in attn.names[:3])
-    o = linear_weight(getattr(attn, attn.names[3]), sources)
+        q, k, v = (linear_weight(held(attn, n, sources), sources) for n in attn.names[:3])
+    o = linear_weight(held(attn, attn.names[3], sources), sources)
     if None in (q, k, v, o):
         return None
     parts = {"q": q, "k": k, "v": v, "o": o, "norm_q": None, "norm_k": None, "eps": set(),
@@ -141,10 +158,10 @@ def gated_mlp_parts(mlp, sources):
     if mlp.act_name not in ACTS:
         return None
     if mlp.fused:
-        gate, up = split_rows(linear_weight(getattr(mlp, mlp.fused), sources), mlp.hidden, mlp.hidden)
+        gate, up = split_rows(linear_weight(held(mlp, mlp.fused, sources), sources), mlp.hidden, mlp.hidden)
     else:
-        gate, up = (linear_weight(getattr(mlp, n), sources) for n in mlp.names[:2])
-    down = linear_weight(getattr(mlp, mlp.names[2]), sources)
+        gate, up = (linear_weight(held(mlp, n, sources), sources) for n in mlp.names[:2])
+    down = linear_weight(held(mlp, mlp.names[2], sources), sources)
     return None if None in (gate, up, down) else {"gate": gate, "up": up, "down": down, "act": ACTS[mlp.act_name]}
 
 

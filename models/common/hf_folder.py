@@ -8,15 +8,18 @@ import json
 from ember.errors import FormatError
 from ember.io.formats import read_json_object
 
+from .config_check import check_fields
+
 
 def read_config(source, require_type: bool = True) -> dict:
     """config.json of an ember.hub.Source as a dict (a clear error when it is not JSON or, with require_type,
-    lacks model_type: a family's own loader may know its configs without one)."""
+    lacks model_type: a family's own loader may know its configs without one). Its well-known fields are
+    checked for type and range here, for every family (config_check.py)."""
     path = source.path("config.json")
     config = read_json_object(path)  # bounded: malformed, non-UTF-8 or deeply nested JSON is a FormatError
     if require_type and not isinstance(config.get("model_type"), str):
         raise FormatError(f"ember: {path}: config.json has no 'model_type' string")
-    return config
+    return check_fields(config, str(path))
 
 
 def read_state_dict(source) -> dict:

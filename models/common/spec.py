@@ -10,10 +10,13 @@ from typing import ClassVar
 
 import numpy as np
 
+import math
+
 from ember.errors import EmberError, FormatError
 from ember.io.gguf import arch_fields
 from ember.limits import check_config
 
+from .config_check import check_fields, rope_scaling_problem
 from .positions import RotaryEmbedding, rope_inv_freq
 
 SLIDING, GLOBAL = "sliding_attention", "full_attention"  # transformers' layer_types
@@ -82,10 +85,31 @@ class DecoderSpec:
                                              set(self.layer_types) - {SLIDING, GLOBAL}):
             raise error(f"ember: {where}: layer_types must list {self.n_layers} entries of {SLIDING!r} / "
                         f"{GLOBAL!r}, got {self.layer_types!r}")
+        # the numbers a forward divides by, takes roots or powers of: NaN, 0 or a string here gave NaN logits
+        # or a numpy error at the first forward
+        for name, lo, hi in (("norm_eps", 0.0, 1.0), ("rope_theta", 0.0, math.inf), ("partial_rotary", 0.0, 1.0)):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float, np.floating)) or isinstance(v, bool) or not math.isfinite(v) \
+                    or not lo < v <= hi:
+                raise error(f"ember: {where}: field {name!r} must be a finite number in ({lo}, {hi}], got {v!r:.80}")
+        why = rope_scaling_problem(self.rope_scaling, "rope_scaling")
+        if why:
+            raise error(f"ember: {where}: {why}")
+        for name in ("sliding_window", "bos_token_id"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0):
+                raise error(f"ember: {where}: field {name!r} must be a non-negative int or null, got {v!r:.80}")
+        if not all(isinstance(e, (int, np.integer)) and not isinstance(e, bool) and e >= 0
+                   for e in self.eos_token_ids):
+            raise error(f"ember: {where}: field 'eos_token_ids' must be token ids, got {self.eos_token_ids!r:.80}")
 
     def rotary(self, layout: str = "half") -> RotaryEmbedding:
         rd = int(self.head_dim * self.partial_rotary)
-        inv, factor = rope_inv_freq(rd - rd % 2, self.rope_theta, self.rope_scaling)
+        with np.errstate(all="ignore"):  # (an overflow is reported below, naming the fields)
+            inv, factor = rope_inv_freq(rd - rd % 2, self.rope_theta, self.rope_scaling)
+        if not (np.isfinite(inv).all() and (inv > 0).all() and math.isfinite(factor) and factor > 0):
+            raise self.error(f"ember: {self.where}: rope_theta {self.rope_theta!r} with rope_scaling "
+                             f"{self.rope_scaling!r:.200} gives non-finite rotary frequencies")
         return RotaryEmbedding(self.head_dim, inv, factor, layout)
 
     def setup_args(self) -> dict:
@@ -126,7 +150,9 @@ def hf_fields(d: dict, where: str = "config.json", error=DecoderConfigError, *, 
               max_seq_len=2048, norm_eps=1e-6, bos=None, eos=None) -> dict:
     """DecoderSpec's fields from the keys transformers' decoder configs share (hidden_size, num_attention_heads,
     num_key_value_heads, rope_theta / rope_parameters, sliding_window, layer_types, ...); the keyword arguments
-    name a family's own spellings and defaults."""
+    name a family's own spellings and defaults. The well-known fields are checked first (config_check.py)."""
+    check_fields(d, where, error)
+
     def read():
         mt = d.get("model_type", "?")
         heads, dim = int(d["num_attention_heads"]), int(d["hidden_size"])

@@ -34,7 +34,8 @@ def build(config: Gemma3Config, sd: dict, where: str) -> Gemma3:
     """A Gemma3 from {HF name: Tensor | QTensor | ndarray} with effective (1 + w) norm weights."""
     if EMBED not in sd:
         raise Gemma3WeightsError(f"ember: {where} has no token embedding ({EMBED!r} / 'token_embd.weight')")
-    model = Gemma3(config)
+    with ember.nn.init.skipped():  # every weight comes from the file
+        model = Gemma3(config)
     sd = dict(sd)
     emb = sd[EMBED]
     try:

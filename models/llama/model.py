@@ -20,7 +20,12 @@ class Llama(LlamaLayout):
         super().__init__(config)
 
     def attention(self, c: LlamaConfig):
-        return Attention(c.dim, c.n_heads, c.n_kv_heads, c.head_dim, fused="qkv_proj")
+        a = Attention(c.dim, c.n_heads, c.n_kv_heads, c.head_dim, fused="qkv_proj")
+        q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        a.qkv_proj.parts = (("q_proj", q), ("k_proj", kv), ("v_proj", kv))  # the checkpoint's (names.py)
+        return a
 
     def mlp(self, c: LlamaConfig):
-        return GatedMLP(c.dim, c.hidden_dim, c.act, fused="gate_up_proj")
+        m = GatedMLP(c.dim, c.hidden_dim, c.act, fused="gate_up_proj")
+        m.gate_up_proj.parts = (("gate_proj", c.hidden_dim), ("up_proj", c.hidden_dim))
+        return m

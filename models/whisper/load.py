@@ -139,7 +139,8 @@ def load_whisper(source=None, device: str = "cpu", dtype=None, cache=None, progr
             raise WhisperLoadError(f"ember: {folder / name} not found; a Whisper folder needs "
                                    f"{', '.join(REQUIRED)} and one of {', '.join(WEIGHTS)}")
     config = WhisperConfig.from_folder(folder)
-    model = Whisper(config.dims)
+    with ember.nn.init.skipped():  # every weight comes from the file
+        model = Whisper(config.dims)
     if dtype is not None:
         model.to(dtype)
     load_state(model, weights_file(folder))

@@ -18,6 +18,7 @@ from ..common.attention import Attention
 from ..common.cache import KVCache
 from ..common.masks import attention_mask
 from .config import ModelDimensions
+from .fused_decode import FusedXattnDecoder
 from ember.errors import FormatError
 
 KV = tuple  # (k, v), each (batch, n_head, seq, head_dim)
@@ -90,8 +91,9 @@ class AudioEncoder(nn.Module):
         if mel.ndim != 3 or tuple(mel.shape[1:]) != want:
             raise WhisperShapeError(f"ember: Whisper encoder expects a log-mel (batch, {want[0]}, {want[1]}), "
                                     f"got {tuple(mel.shape)}; pad the features to 30 s")
-        x = F.gelu(self.conv1(mel.to(self.conv1.weight.dtype)))  # (batch, d, 3000)
-        x = F.gelu(self.conv2(x)).transpose(1, 2)  # (batch, 1500, d)
+        c1, c2 = self.conv1, self.conv2  # each with its bias and GELU in one kernel where the device has one
+        x = F.conv_act(mel.to(c1.weight.dtype), c1.weight, c1.bias, c1.stride, c1.padding, act="gelu")  # (batch, d, 3000)
+        x = F.conv_act(x, c2.weight, c2.bias, c2.stride, c2.padding, act="gelu").transpose(1, 2)  # (batch, 1500, d)
         x = x + self.embed_positions.weight
         for layer in self.layers:
             x = layer(x)
@@ -108,6 +110,7 @@ class TextDecoder(nn.Module):
         self.layers = nn.ModuleList(ResidualAttentionBlock(d, dims.n_text_head, dims.n_text_ffn, True)
                                     for _ in range(dims.n_text_layer))
         self.layer_norm = nn.LayerNorm(d)  # (d,)
+        self.fused = FusedXattnDecoder(self)  # one token's layers in one kernel, where the device has it
 
     def cross_kv(self, audio_features) -> list[KV]:
         """Each layer's cross-attention keys/values for audio features (batch, 1500, d), computed
@@ -127,6 +130,10 @@ class TextDecoder(nn.Module):
         if offset + t > self.n_ctx:
             raise WhisperShapeError(f"ember: Whisper decoder holds {self.n_ctx} positions; got {offset} cached "
                                     f"+ {t} new tokens")
+        if t == 1 and tokens.shape[0] == 1 and not ember.is_grad_enabled():
+            plan = self.fused.plan()
+            if plan is not None:
+                return self.fused.step(plan, int(tokens.numpy()[0, 0]), cross, cache), cache
         x = self.embed_tokens(tokens) + self.embed_positions.weight[offset:offset + t]  # (batch, T, d)
         # causal over the new tokens; every cached position stays visible (None for one token)
         mask = attention_mask(np.arange(offset, offset + t), np.arange(offset + t), dtype=x.dtype, device=x.device)

@@ -11,11 +11,13 @@ An exact 2x downscale takes OpenCV's INTER_AREA fast path instead: the rounded m
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import FormatError, LimitError
+from ...io.image import check_png_chunks, convert, frame_to_array
 from ...limits import budget
 
 PAD_VALUE = 114  # ultralytics' letterbox grey
@@ -38,7 +40,11 @@ def _pillow():
 
 def load_image(src) -> np.ndarray:
     """A path, encoded image bytes, or an (H, W, 3) uint8 RGB array -> (H, W, 3) uint8 RGB array.
-    Files are decoded with Pillow (EXIF orientation applied, as cv2.imread does)."""
+    Files are decoded with Pillow (EXIF orientation applied, as cv2.imread does).
+
+    Budget: the header's width x height is checked against budget.max_pixels before any pixel is decoded,
+    and decoding holds at most ember.io.image.BYTES_PER_PIXEL (8) bytes per pixel at its peak (50 MP, the
+    default cap: ~400 MB). A PNG's chunk lengths are checked against the file first."""
     if isinstance(src, np.ndarray):
         return as_rgb(src)
     Image, ImageOps = _pillow()
@@ -48,19 +54,29 @@ def load_image(src) -> np.ndarray:
                          "or pass an (H, W, 3) uint8 RGB array")
     import io
     try:
+        check_png_chunks(src, where, ImageError)
         with Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else where) as im:
             _check_pixels(where, *im.size)  # the header's size, before any pixel is decoded
-            im = ImageOps.exif_transpose(im)
-            return np.asarray(im.convert("RGB"), dtype=np.uint8).copy()
-    except LimitError:
+            return _decode_rgb(im, ImageOps)
+    except (LimitError, ImageError):
         raise
     except Image.DecompressionBombError:  # Pillow's own limit (~179 MP) fires inside open()
         raise LimitError(where, "image size", f"over {2 * Image.MAX_IMAGE_PIXELS}", budget.max_pixels,
                          "max_pixels", " pixels") from None
     except FileNotFoundError:
         raise ImageError(f"ember: image file not found: {where}") from None
-    except (OSError, SyntaxError, ValueError) as e:  # Pillow's UnidentifiedImageError is an OSError
+    except MemoryError:  # past what the checks above bound (a decoder's own buffers on a tight machine)
+        raise ImageError(f"ember: {where}: ran out of memory decoding the image (see "
+                         "ember.limits.budget.max_pixels)") from None
+    except (OSError, SyntaxError, ValueError, EOFError, struct.error) as e:  # UnidentifiedImageError: an OSError
         raise ImageError(f"ember: {where}: not a readable image ({type(e).__name__}: {e})") from None
+
+
+def _decode_rgb(im, ImageOps) -> np.ndarray:
+    """Decode, orient (EXIF, in place) and convert an open image, then copy it out (ember.io.image)."""
+    im.load()
+    ImageOps.exif_transpose(im, in_place=True)
+    return frame_to_array(convert(im, "RGB"))
 
 
 def _check_pixels(where: str, w: int, h: int):

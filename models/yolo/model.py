@@ -25,8 +25,8 @@ class Conv(nn.Module):
         self.act = act
 
     def forward(self, x):
-        y = self.conv(x)
-        return F.silu(y) if self.act else y
+        c = self.conv  # conv, bias and SiLU in one kernel where the device has one (F.conv_act)
+        return F.conv_act(x, c.weight, c.bias, c.stride, c.padding, c.dilation, c.groups, "silu" if self.act else None)
 
 
 class Bottleneck(nn.Module):
@@ -143,7 +143,7 @@ class Detect(nn.Module):
             w = ember.cat([c.conv.weight.detach() for c in heads], 0)           # (sum c_mid, c_in, 3, 3)
             bias = ember.cat([c.conv.bias.detach() for c in heads], 0)
             cached = self._stems[level] = (src, w, bias)
-        y = F.silu(F.conv2d(x, cached[1], cached[2], padding=1))                 # (b, sum c_mid, h, w)
+        y = F.conv_act(x, cached[1], cached[2], padding=1, act="silu")           # (b, sum c_mid, h, w)
         out, at = [], 0
         for c in heads:
             n = c.conv.out_channels

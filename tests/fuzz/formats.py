@@ -1,5 +1,7 @@
 """Per format: how to load an input (the code under test) and how to make hostile inputs from the base files
-the test writes (tests/test_fuzz_formats.py). Everything here runs in the fuzz worker, without torch."""
+the test writes (tests/test_fuzz_formats.py). Everything here runs in the fuzz worker, without torch (onnx, the
+package, builds and mutates graphs). More per format: onnx_graphs.py, configs.py, serve_requests.py,
+api_requests.py and chat_inputs.py (GGUF BPE vocabularies and chat templates, run where those modules exist)."""
 from __future__ import annotations
 
 import functools
@@ -189,8 +191,11 @@ def gen_ct2(rng, base):
 
 
 def load_onnx(raw):
+    """Load, then run on feeds made from the declared inputs (a run-time failure must be ember's error too)."""
     from ember.onnx import InferenceSession
-    return InferenceSession(raw)
+    from onnx_graphs import feeds
+    sess = InferenceSession(raw)
+    return sess.run(None, feeds(sess))
 
 
 def gen_onnx(rng, base):
@@ -238,31 +243,70 @@ def load_tokenizer_native(raw):
 
 
 def load_config(raw):
-    """config.json of a Llama folder (tiny real weights beside it), then Whisper's and YOLO's readers."""
-    from ember.models.llama.load import load_llama
-    folder = os.environ["FUZZ_LLAMA_DIR"]
-    with open(os.path.join(folder, "config.json"), "wb") as f:
-        f.write(raw)
-    load_llama(folder)
+    """config.json through one family's loader (the family is the input's first byte's choice, made by
+    gen_config): tiny real weights beside it, a forward whose output must be finite (tests/fuzz/configs.py);
+    and YOLO's reader of the same JSON."""
+    import configs
+    family, raw = raw.split(b"\0", 1)
+    family = family.decode()
+    folders = json.loads(os.environ["FUZZ_FAMILY_DIRS"])
+    configs.load(family, folders[family], raw)
     try:
         c = json.loads(raw)
     except (ValueError, RecursionError):
         return None
     if isinstance(c, dict):
-        from ember.models.whisper.config import ModelDimensions
         from ember.models.yolo.config import YoloConfig
         from ember.errors import EmberError
-        for read in (lambda: ModelDimensions.from_hf(c),
-                     lambda: YoloConfig.from_metadata({"ember.arch": "yolov8", "ember.yolo.config": json.dumps(c)})):
-            try:
-                read()
-            except EmberError:
-                pass
+        try:
+            YoloConfig.from_metadata({"ember.arch": "yolov8", "ember.yolo.config": json.dumps(c)})
+        except EmberError:
+            pass
     return None
 
 
 def gen_config(rng, base):
-    return json_bytes(rng, base["config"])
+    """b"<family>\0<config.json>": a family's config, mutated as JSON, or with one of the issue's holes."""
+    family = rng.choice(sorted(base["configs"]))
+    cfg = base["configs"][family]
+    if rng.random() < 0.25:  # a known hole at a known field, or a NaN/inf/bool anywhere numeric
+        cfg = json.loads(json.dumps(cfg))
+        keys = [k for k, v in cfg.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if keys:
+            cfg[rng.choice(keys)] = rng.choice([float("nan"), float("inf"), -1e-5, 0, True, "1", {}, [], None, 1e300])
+        return family.encode() + b"\0" + json.dumps(cfg).encode()
+    return family.encode() + b"\0" + json_bytes(rng, cfg)
+
+
+def load_onnx_graph(raw):
+    return load_onnx(raw)
+
+
+def gen_onnx_graph(rng, base):
+    """A graph generated from the operator catalogue (tests/fuzz/onnx_graphs.py), mutated half the time."""
+    from onnx_graphs import generate, mutate
+    raw = generate(rng)
+    return mutate(rng, raw) if rng.random() < 0.5 else raw
+
+
+def load_api(raw):
+    import api_requests
+    return api_requests.load(raw)
+
+
+def gen_api(rng, base):
+    import api_requests
+    return api_requests.gen(rng, base)
+
+
+def load_serve(raw):
+    import serve_requests
+    return serve_requests.load(raw)
+
+
+def gen_serve(rng, base):
+    import serve_requests
+    return serve_requests.gen(rng, base)
 
 
 # ---------------------------------------------------------------- media
@@ -331,6 +375,13 @@ def gen_selftest(rng, base):
     return base["cases"][rng.randrange(len(base["cases"]))]
 
 
+def _chat_formats() -> dict:
+    """GGUF BPE vocabularies and chat templates, where the modules exist (hooks: tests/fuzz/chat_inputs.py)."""
+    import chat_inputs as ci
+    return {"gguf-bpe": (ci.load_gguf_bpe, ci.gen_gguf_bpe), "chat-template": (ci.load_template, ci.gen_template),
+            "json-schema": (ci.load_json_schema, ci.gen_json_schema)}
+
+
 FORMATS = {  # name -> (loader, generator)
     "selftest": (load_selftest, gen_selftest),
     "safetensors": (load_safetensors, gen_safetensors),
@@ -344,4 +395,8 @@ FORMATS = {  # name -> (loader, generator)
     "config": (load_config, gen_config),
     "wav": (load_wav, gen_wav),
     "image": (load_image, gen_image),
+    "onnx-graph": (load_onnx_graph, gen_onnx_graph),
+    "serve": (load_serve, gen_serve),
+    "api": (load_api, gen_api),
+    **_chat_formats(),
 }

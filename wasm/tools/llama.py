@@ -176,13 +176,17 @@ async def chat(messages_json: str, opts: dict, on_partial=None) -> dict:
 async def run(prompt: str, opts: dict, on_partial=None, on_progress=None) -> dict:
     """Stream a completion; -> {"prompt_tokens", "tokens", "text", "tokens_per_s", "stopped"} as
     `ember llama --json`, plus "context" (the model's context length, where "stopped": "context" ends) and
-    "kv_cache_bytes". opts: temperature, top_k, top_p, repetition_penalty, seed, max_new_tokens.
+    "kv_cache_bytes". opts: temperature, top_k, top_p, repetition_penalty, seed, max_new_tokens; opts["teach"]
+    trains LoRA adapters on `prompt` instead (llama_teach.py).
     on_partial(piece, n_tokens, tokens_per_s) per piece; a piece ending in U+FFFD (a character split over
     tokens, which a tokenizer's stream decoder may pass on) waits for the next one. A prompt that leaves
     no room in the context is refused with code "too_long"."""
     from ember.models.common.generate import TextStream, generate
     if "model" not in _STATE:
         raise WorkerError("ember: no llama model loaded yet; load one first", "not_loaded")
+    if opts.get("teach"):  # LoRA fine-tuning of this model on the given text (llama_teach.py)
+        from .llama_teach import run as teach
+        return await teach(prompt, opts, on_partial)
     if opts.get("chat"):
         if "engine" not in _STATE:
             raise WorkerError("ember: this model has no chat template; use completion", "bad_request")

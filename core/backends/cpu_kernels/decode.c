@@ -16,6 +16,7 @@
 // Freestanding: no libc; the caller passes every buffer (ember_decode_scratch_bytes).
 #include <stdint.h>
 
+#include "matvec_f32.h"
 #include "parallel.h"
 #include "simd.h"
 
@@ -134,23 +135,34 @@ typedef struct {
     float *y;
 } matvec_job;
 
-static void matvec_rows(const void *p, int r0, int r1, int thread) {  // y[r0:r1] (parallel.h)
-    const matvec_job *j = (const matvec_job *)p;
-    (void)thread;
+// y[o0:o1] of a float32 weight: rows (a dot each) or input-major (y = sum_i x[i] W^T[i, :], inputs in order: no
+// reduction across lanes); each output computed alike whichever range holds it
+static void f32_rows(const matvec_job *j, int o0, int o1) {
     if (j->type == F32_TYPE) {
-        for (int o = r0; o < r1; o++)
+        for (int o = o0; o < o1; o++)
             j->y[o] = dot((const float *)j->data + (long)o * j->cols, j->x, j->cols);
-    } else if (j->type == F32_INPUT_MAJOR) {  // y = sum_i x[i] W^T[i, :], inputs in order: no reduction across lanes
+    } else if (j->cols % 8 == 0) {
+        matvec_f32_input_major((const float *)j->data, j->lead, j->x, j->cols, j->y, o0, o1);
+    } else {
         const float *wt = (const float *)j->data;
-        float *y = j->y;
-        for (int o = r0; o < r1; o++)
-            y[o] = 0.0f;
+        for (int o = o0; o < o1; o++)
+            j->y[o] = 0.0f;
         for (int i = 0; i < j->cols; i++) {
             float xi = j->x[i];
             const float *wi = wt + (long)i * j->lead;
-            for (int o = r0; o < r1; o++)
-                y[o] += xi * wi[o];
+            for (int o = o0; o < o1; o++)
+                j->y[o] += xi * wi[o];
         }
+    }
+}
+
+// y[r0:r1] (parallel.h): a float32 weight's rows in blocks of 8 outputs (whole vectors), a quantized one's rows
+static void matvec_rows(const void *p, int r0, int r1, int thread) {
+    const matvec_job *j = (const matvec_job *)p;
+    (void)thread;
+    if (j->type <= F32_TYPE) {
+        int o1 = 8 * r1 < j->rows ? 8 * r1 : j->rows;
+        f32_rows(j, 8 * r0, o1);
     } else {
         ember_q8_dot(j->type, 1, r1 - r0, j->cols, j->data + (long)r0 * j->lead, j->act, j->y + r0, j->rows);
     }
@@ -165,6 +177,10 @@ static int matvec(const intptr_t *w, const float *x, float *y, void *act, int *q
         *quantized = 1;
     }
     matvec_job j = {type, rows, cols, (long)w[W_ROW_BYTES], (const uint8_t *)w[W_DATA], x, act, y};
+    if (type <= F32_TYPE) {  // blocks of 8 outputs; a float32 row is 4x a q8 row's bytes: threads pay off sooner
+        int blocks = (rows + 7) / 8;
+        return ember_parallel(matvec_rows, &j, blocks, ember_chunks(blocks, 32L * cols));
+    }
     return ember_parallel(matvec_rows, &j, rows, ember_chunks(rows, cols));
 }
 
@@ -251,6 +267,19 @@ static long max_act_bytes(const intptr_t *plan) {
 
 static long per_thread_floats(const intptr_t *plan, long max_length) {  // attention's qs and scores, 64-byte aligned
     return (plan[H_HEAD_DIM] + max_length + 15) & ~15L;
+}
+
+// y (rows) = W x for a float32 W stored input-major, W^T (cols, rows) rows `lead` floats apart, cols a multiple of
+// 8: the CPU backend's row-vector product with a large re-stored weight (an LM head), the decode step's matvec
+// (split between threads by blocks of 8 outputs; the same bits for any count). -1 for cols not a multiple of 8,
+// or PARALLEL_LOST.
+EMBER_EXPORT(ember_matvec_f32)
+int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float *x, float *y) {
+    if (cols % 8 != 0)
+        return -1;
+    intptr_t w[W_FIELDS] = {(intptr_t)wt, F32_INPUT_MAJOR, rows, cols, lead};
+    int quantized = 0;
+    return matvec(w, x, y, 0, &quantized);
 }
 
 // bytes of scratch ember_decode needs for caches of at most `max_length` rows

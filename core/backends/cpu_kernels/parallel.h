@@ -11,8 +11,8 @@
 // only (ember_chunks), never on the thread count, and every row is computed by the same code whichever thread
 // runs it: a kernel whose output rows do not depend on one another gives the same bits on any number of threads.
 //
-// Threading a kernel (the recipe; q8dot.c's ember_q8_matmul, gemm.c's ember_sgemm and decode.c's matvecs follow
-// it): put what one range of output rows needs in a struct, write
+// Threading a kernel (the recipe; q8dot.c's ember_q8_matmul, gemm.c's ember_sgemm, decode.c's and decode_xattn.c's
+// matvecs, conv.c, attention.c and rows.c follow it): put what one range of output rows needs in a struct, write
 //     static void my_rows(const void *args, int r0, int r1, int thread) { ... rows [r0, r1) ... }
 // and call  rc = ember_parallel(my_rows, &args, n, ember_chunks(n, work_per_row));  where the old loop was.
 // `thread` (0 = the caller, < PARALLEL_MAX_THREADS) picks per-thread scratch; the rows a call writes must not overlap

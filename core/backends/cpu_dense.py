@@ -1,0 +1,138 @@
+"""The CPU backend's kernels for convolutions and dense encoders (kernel-registry entries, ember.kernels): the float
+C kernels (cpu_float_kernels.py: conv.c, attention.c, rows.c) where compiled kernels run here, else the numpy
+paths (im2col + BLAS, blocked attention, chunked GELU).
+
+Which calls take the C kernels is each op's `choose` rule beside it, with its numbers in the registry's `tune`:
+the direct convolution where im2col + BLAS loses (kernels wider than 1x1 in both axes, measured on YOLOv8s,
+ResNet and Whisper shapes: bench/bench_core.py, bench/bench_yolo.py), one-pass attention past a number of
+scores, LayerNorm and GELU rows always.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels as K
+from . import cpu_fused
+from .array_module_backend import _F32
+from .array_module_fused import layer_norm as _layer_norm_numpy
+from .cpu_float_kernels import kernels as float_kernels
+
+_ACT_NAMES = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "silu": "silu", "relu": "relu", None: None}
+
+
+def describe_conv(be=None):
+    return "cpu_kernels/conv.c ember_conv2d (direct, epilogue fused) | im2col + BLAS" if float_kernels() is not None \
+        else "im2col bands + BLAS, bias added in place"
+
+
+def describe_rows(be=None):
+    return "cpu_kernels/rows.c (one pass a row)" if float_kernels() is not None else "numpy"
+
+
+def describe_attention(be=None):
+    return "cpu_kernels/attention.c ember_attention (online softmax) | numpy" if float_kernels() is not None \
+        else "numpy (query-row blocks past 512k scores)"
+
+
+# ============================================================================ convolution
+
+def choose_conv(be, tune, x_shape, w_shape, stride, dilation, groups):
+    """The direct C convolution for this call, or im2col + BLAS? tune["mode"]: "c" always (where the kernel
+    takes the call), "blas" never, "auto": kernels of at least tune["min_taps"] taps spanning both axes (a 1x1
+    is one BLAS product without im2col, and a 1-D conv's im2col is cheap: BLAS wins both, bench_core)."""
+    if float_kernels() is None or len(w_shape) not in (3, 4) or w_shape[2] * (w_shape[3] if len(w_shape) == 4 else 1) > 1024:
+        return False
+    mode = tune["mode"]
+    if mode != "auto":
+        return mode == "c"
+    taps = w_shape[2] * (w_shape[3] if len(w_shape) == 4 else 1)
+    return len(w_shape) == 4 and min(w_shape[2:]) > 1 and taps >= tune["min_taps"]
+
+
+def conv_bias(be, x, w, b, stride, padding, dilation, groups):
+    return conv_bias_act(be, x, w, b, stride, padding, dilation, groups, None)
+
+
+def conv_bias_act(be, x, w, b, stride, padding, dilation, groups, act):
+    """act(conv(x, w) + b) (b may be None): the C kernel where the rule chooses it, else the backend's conv, then
+    the bias and the activation in one pass over the output rows (rows.c) or numpy's."""
+    f32 = x.dtype is _F32 and w.dtype is _F32 and (b is None or b.dtype is _F32)
+    if f32 and K.chooses("conv_bias_act", be, x.shape, w.shape, stride, dilation, groups):
+        fk = float_kernels()
+        if x.ndim == 3:  # conv1d: one row of a conv2d
+            y = fk.conv2d(np.ascontiguousarray(x)[:, :, None], np.ascontiguousarray(w)[:, :, None], b,
+                          (1,) + tuple(stride), (0,) + tuple(padding), (1,) + tuple(dilation), groups, act)
+            return y[:, :, 0]
+        return fk.conv2d(np.ascontiguousarray(x), np.ascontiguousarray(w), b, tuple(stride), tuple(padding),
+                         tuple(dilation), groups, act)
+    y = be.conv(x, w, stride, padding, dilation, groups)                  # (N, O, *out)
+    fk = float_kernels() if y.dtype is _F32 and y.flags.c_contiguous else None
+    if fk is not None and (b is not None or act is not None):
+        return fk.bias_act(y, b, act, out=y, channels=y.shape[1] if b is not None else 0) if y.size else y
+    if b is not None:
+        y = cpu_fused._add_bias(be, y, b.reshape((-1,) + (1,) * (y.ndim - 2)))
+    return y if act is None else _act(be, y, act)
+
+
+def _act(be, y, act):
+    if act == "silu":
+        return silu(be, y)
+    if act in ("gelu", "gelu_tanh"):
+        return gelu(be, y, "tanh" if act == "gelu_tanh" else "none")
+    return be.binary("maximum", y, np.zeros((), y.dtype))
+
+
+# ============================================================================ rows
+
+def layer_norm(be, x, w, b, eps):
+    fk = float_kernels()
+    if fk is not None and x.dtype is _F32 and x.ndim and x.shape[-1] and all(
+            a is None or a.dtype is _F32 and a.flags.c_contiguous for a in (w, b)):
+        return fk.layer_norm(x, w, b, eps)
+    return _layer_norm_numpy(be, x, w, b, eps)
+
+
+def gelu(be, x, approximate):
+    fk = float_kernels()
+    if fk is not None and x.dtype is _F32:
+        return fk.bias_act(x, None, "gelu_tanh" if approximate == "tanh" else "gelu")
+    return cpu_fused.gelu(be, x, approximate)
+
+
+def silu(be, x):
+    fk = float_kernels()
+    if fk is not None and x.dtype is _F32:
+        return fk.bias_act(x, None, "silu")
+    return cpu_fused.silu(be, x)
+
+
+# ============================================================================ attention
+
+def choose_attention(be, tune, q_shape, k_shape, v_shape, mask):
+    """The one-pass C attention for these shapes? tune["mode"]: "c", "numpy" or "auto": at least
+    tune["min_scores"] scores (L x S per head), where its two ctypes calls cost less than numpy's passes."""
+    if float_kernels() is None or len(q_shape) < 2 or len(q_shape) > 4 or v_shape[-1] > 256 or \
+            mask is not None and (mask.dtype is not _F32 or mask.ndim > 4 or mask.shape[-1] > 1 and mask.strides[-1] != 4):
+        return False
+    mode = tune["mode"]
+    if mode != "auto":
+        return mode == "c"
+    return q_shape[-2] * k_shape[-2] >= tune["min_scores"]
+
+
+def attention(be, q, k, v, mask, scale, causal):
+    if q.dtype is _F32 and k.dtype is _F32 and v.dtype is _F32 and \
+            K.chooses("attention", be, q.shape, k.shape, v.shape, mask):
+        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        if len(lead) <= 2:
+            shape4 = (1,) * (2 - len(lead)) + lead
+            q4, k4, v4 = (_unit_columns(np.broadcast_to(a, lead + a.shape[-2:]).reshape(shape4 + a.shape[-2:]))
+                          for a in (q, k, v))
+            m4 = None if mask is None else mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+            out = float_kernels().attention(q4, k4, v4, m4, scale, causal)
+            return out.reshape(lead + out.shape[-2:])
+    return cpu_fused.attention(be, q, k, v, mask, scale, causal)
+
+
+def _unit_columns(a):
+    return a if a.strides[-1] == 4 or a.shape[-1] == 1 else np.ascontiguousarray(a)

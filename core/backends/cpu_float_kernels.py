@@ -1,0 +1,177 @@
+"""The CPU backend's float32 C kernels: direct convolution with its epilogue (cpu_kernels/conv.c), attention in
+one online-softmax pass (attention.c) and the row kernels of dense encoders (rows.c: LayerNorm, GELU), from the
+same sources natively (cpu_native_kernels.py, threaded by threads.c) and in the page (the wasm module).
+
+Each kernel reads an intptr_t parameter block (addresses, sizes) and computes ranges of output rows;
+`ember_<kernel>(params)` splits the rows between threads through parallel.h (threads.c's workers natively; in the
+Pyodide side module, serial.c, on one thread). Every row is computed alike in any range, so the result does not
+depend on the thread count.
+
+`kernels()` is the loaded set where compiled kernels run here (None elsewhere: the callers compose); the
+registry's `choose` hooks (cpu_fused.py) say which calls take them.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import cpu_matmul
+
+_F32 = np.dtype(np.float32)
+_BITS = np.dtype(np.intp).itemsize * 8
+ACTS = {None: 0, "none": 0, "relu": 1, "silu": 2, "gelu": 3, "gelu_tanh": 4}
+_P, _I = ctypes.c_void_p, ctypes.c_int
+# name: (argtypes, restype) of the native library's entry points (the page's ctypes takes plain ints)
+_SIGNATURES = {
+    "ember_conv2d": ([_P], _I), "ember_conv2d_scratch_floats": ([_P], ctypes.c_long),
+    "ember_attention": ([_P], _I), "ember_attention_scratch_floats": ([_P, _I], ctypes.c_long),
+    "ember_layer_norm": ([_P], _I), "ember_bias_act": ([_P], _I),
+    "ember_xattn_decode": ([_P, _P, _P, _P], _I), "ember_xattn_decode_scratch_bytes": ([_P, _I], ctypes.c_long),
+}
+
+
+def _addr(a: np.ndarray) -> int:
+    """a's address as an intp (a wasm32 heap past 2 GiB has addresses >= 2**31: the same bits, negative)."""
+    p = a.__array_interface__["data"][0]
+    return p - (1 << _BITS) if p >= 1 << (_BITS - 1) else p
+
+
+class FloatKernels:
+    """The float kernels of one loaded library (native or wasm)."""
+
+    def __init__(self, lib, native: bool):
+        self.native = native
+        for name, (args, res) in _SIGNATURES.items():
+            f = getattr(lib, name)
+            if native:
+                f.argtypes, f.restype = args, res
+            setattr(self, "_" + name.removeprefix("ember_"), f)
+        self._scratch = np.empty(0, _F32)
+
+    def _call(self, fn, params: np.ndarray) -> int:
+        ptr = params.ctypes.data if self.native else _addr(params)
+        return fn(ptr)
+
+    def _scratch_floats(self, n: int) -> np.ndarray:
+        """A scratch buffer of at least n floats, kept for the next calls (the page faults of a fresh one cost
+        as much as a small convolution)."""
+        if self._scratch.size < n:
+            self._scratch = np.empty(max(n, 2 * self._scratch.size), _F32)
+        return self._scratch
+
+    # ---------------------------------------------------------------------------------------- convolution
+    def conv2d(self, x, w, b, stride, padding, dilation, groups, act=None):
+        """x (N, C, H, W), w (O, C / groups, KH, KW), b (O,) or None, float32 C-contiguous -> act(conv(x, w) + b)
+        (N, O, Ho, Wo) float32; act: None, 'relu', 'silu', 'gelu' (erf), 'gelu_tanh'."""
+        n, c, h, wd = x.shape
+        o, _, kh, kw = w.shape
+        ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        y = np.empty((n, o, ho, wo), _F32)
+        params = np.array([_addr(x), _addr(w), 0 if b is None else _addr(b), _addr(y), 0, n, c, h, wd, o, kh, kw,
+                           stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], groups, ACTS[act]],
+                          np.intp)
+        size = self._conv2d_scratch_floats(params.ctypes.data if self.native else _addr(params))
+        if size < 0:
+            raise ValueError(f"ember: conv2d kernel: parameters it does not take (x {x.shape}, w {w.shape}, "
+                             f"stride {stride}, padding {padding}, dilation {dilation}, groups {groups})")
+        scratch = self._scratch_floats(size)
+        params[4] = _addr(scratch)
+        if y.size and self._call(self._conv2d, params) != 0:
+            raise ValueError("ember: conv2d kernel refused its parameters")
+        return y
+
+    # ---------------------------------------------------------------------------------------- attention
+    def attention(self, q, k, v, mask, scale, causal):
+        """softmax(q k^T scale + mask) v for q (B1, B2, L, D), k (B1, B2, S, D), v (B1, B2, S, Dv), mask None or
+        float32 broadcasting to (B1, B2, L, S), causal: keys after the query masked (top-left); every operand with
+        unit column stride. -> (B1, B2, L, Dv) float32: a view of a (B1, L, B2, Dv) array, the layout of a
+        (batch, seq, heads, head_dim) projection."""
+        b1, b2, l, d = q.shape
+        s, dv = k.shape[2], v.shape[3]
+        out = np.empty((b1, l, b2, dv), _F32).transpose(0, 2, 1, 3)
+        if mask is None:
+            m, ms = 0, (0, 0, 0)
+        else:
+            mask = np.broadcast_to(mask, (b1, b2, l, s))
+            m, ms = _addr(mask), tuple(st // 4 for st in mask.strides[:3])
+        bits = int(np.array(scale, _F32).view(np.uint32))
+        params = np.array([_addr(q), _addr(k), _addr(v), m, _addr(out), 0, b1, b2, l, s, d, dv, int(bool(causal)),
+                           bits, *_strides(q), *_strides(k), *_strides(v), *ms, *_strides(out)], np.intp)
+        ptr = params.ctypes.data if self.native else _addr(params)
+        size = self._attention_scratch_floats(ptr, 2)
+        if size < 0:
+            raise ValueError(f"ember: attention kernel: shapes it does not take (q {q.shape}, k {k.shape}, v {v.shape})")
+        params[5] = _addr(self._scratch_floats(size))
+        if out.size and self._call(self._attention, params) != 0:
+            raise ValueError("ember: attention kernel refused its parameters")
+        return out
+
+    # ---------------------------------------------------------------------------------------- decoding
+    def xattn_decode(self, plan: np.ndarray, fparams: np.ndarray, x: np.ndarray, scratch: np.ndarray) -> int:
+        """decode_xattn.c's ember_xattn_decode: x (dim,) float32 through the layers of `plan`
+        (cpu_decode_xattn.py), in place, its matvecs and heads split between threads (parallel.h)."""
+        return self._xattn_decode(*[a.ctypes.data if self.native else _addr(a) for a in (plan, fparams, x, scratch)])
+
+    def xattn_decode_scratch_bytes(self, plan: np.ndarray, max_keys: int) -> int:
+        return self._xattn_decode_scratch_bytes(plan.ctypes.data if self.native else _addr(plan), max_keys)
+
+    # ---------------------------------------------------------------------------------------- rows
+    def layer_norm(self, x, w, b, eps):
+        """LayerNorm over the last axis of float32 x (any leading shape, rows of unit stride) -> a fresh array."""
+        x2 = _rows(x)
+        y = np.empty(x.shape, _F32)
+        bits = int(np.array(eps, _F32).view(np.uint32))
+        self._rows_call(self._layer_norm, x2, y.reshape(x2.shape), w, b, bits, 0)
+        return y
+
+    def bias_act(self, x, b, act, out=None, channels=0):
+        """act(x + b) over float32 rows (the last axis), b per column (or per row of c channels with
+        channels=c: a convolution's (N, C, ...) output), into `out` (may be x) or a fresh array."""
+        shape = x.shape
+        if channels:  # rows of one channel: (N C, spatial)
+            x = np.ascontiguousarray(x).reshape(shape[0] * shape[1], -1)
+        x2 = _rows(x)
+        y = np.empty(shape, _F32) if out is None else out
+        self._rows_call(self._bias_act, x2, y.reshape(x2.shape), None, b, ACTS[act], channels)
+        return y
+
+    def _rows_call(self, fn, x2, y2, w, b, arg, channels):
+        if x2.size:
+            params = np.array([_addr(x2), _addr(y2), 0 if w is None else _addr(w), 0 if b is None else _addr(b),
+                               x2.shape[0], x2.shape[1], x2.strides[0] // 4, y2.strides[0] // 4, arg, channels],
+                              np.intp)
+            self._call(fn, params)
+
+
+def _strides(a) -> tuple:
+    return tuple(s // 4 for s in a.strides[:3])
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    """x as (rows, cols) with unit column stride and a row stride in floats (a copy where it has none)."""
+    if x.flags.c_contiguous:
+        return x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+    if x.ndim == 2 and (x.strides[1] == 4 or x.shape[1] == 1) and x.strides[0] % 4 == 0:
+        return x
+    return np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+
+
+_loaded: list = []
+
+
+def kernels() -> FloatKernels | None:
+    """The float kernels where compiled kernels run here (the page's wasm module, else the native build), or
+    None."""
+    if not _loaded:
+        _loaded.append(_load())
+    return _loaded[0]
+
+
+def _load():
+    if cpu_matmul.NO_BLAS:
+        k = cpu_matmul.wasm_kernels()
+        return None if k is None else FloatKernels(k.lib, native=False)
+    k = cpu_matmul.native_kernels()
+    return None if k is None else FloatKernels(k.lib, native=True)

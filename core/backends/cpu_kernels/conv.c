@@ -1,0 +1,290 @@
+// Direct float32 convolution (conv2d; conv1d as one row), NCHW in and out, any stride, padding, dilation and
+// groups, the bias and an activation (ReLU, SiLU, GELU) applied as each block of output leaves the cache: the CPU
+// backend's kernel for the registry's `conv_bias_act` op (cpu_float_kernels.py), natively and in the page.
+//
+// No im2col: the padded input is split once into stride-phase planes (plane (a, b) holds the padded pixels whose
+// row is a and column b modulo the stride; for stride 1 it is the padded image), rows `wq` floats apart, so every
+// kernel tap reads a contiguous run of a plane for consecutive "flat" output pixels f = oh wq + ow (the columns
+// ow >= wo of each flat row are computed and dropped: a register tile never stops at a row's end). A tile of
+// F8_MR output channels x F8_NV 8-pixel vectors accumulates over input channels and taps (weights broadcast,
+// pixels loaded) in blocks of channels whose weights stay in L1 while a block of units streams through; sums go
+// to a flat accumulator, then each unit's rows are copied out with the bias and the activation.
+//
+// Work is cut into units of SEG flat pixels of one image. `ember_conv2d_rows` computes a range of units
+// (parallel.h splits ranges between threads: threads.c natively, the page's kernel pool), and every output is one
+// multiply-add chain over (channel, tap) in the same order whatever the tiling, the range or the thread: results
+// do not depend on the split. Freestanding: the caller passes every buffer (ember_conv2d_scratch_floats).
+#include <stdint.h>
+
+#include "fvec.h"
+
+#include "parallel.h"
+
+// intptr_t parameters, filled by cpu_float_kernels.py
+enum { C_X, C_W, C_B, C_Y, C_SCRATCH, C_N, C_C, C_H, C_W_, C_O, C_KH, C_KW, C_SH, C_SW, C_PH, C_PW, C_DH, C_DW,
+       C_GROUPS, C_ACT, C_FIELDS };
+#define SEG 192        // output pixels a unit at most (a multiple of every target's 8 * F8_NV)
+#define KC_TAPS (2304 / F8_MR)  // channels x taps of a weight block (its F8_MR rows: 9 KiB, in L1)
+#define PANEL 65536    // floats of input planes a block of units reads for a block of channels (in L2)
+#define MAX_TAPS 1024
+
+typedef struct {
+    const float *x, *w, *b;
+    float *y, *planes;
+    int n, c, h, wd, o, kh, kw, sh, sw, ph, pw, dh, dw, groups, act;
+    int ho, wo, hq, wq, taps, cg, og, kc, ub;
+    long flat, units, cs, phase, image;  // flat pixels of an image, units; floats from one plane channel, phase,
+    float *acc;                          // image to the next; the accumulator: (n, o, flat + 32)
+} conv_t;
+
+static int setup(const intptr_t *p, conv_t *k) {
+    k->x = (const float *)p[C_X], k->w = (const float *)p[C_W], k->b = (const float *)p[C_B];
+    k->y = (float *)p[C_Y], k->planes = (float *)p[C_SCRATCH];
+    k->n = (int)p[C_N], k->c = (int)p[C_C], k->h = (int)p[C_H], k->wd = (int)p[C_W_], k->o = (int)p[C_O];
+    k->kh = (int)p[C_KH], k->kw = (int)p[C_KW], k->sh = (int)p[C_SH], k->sw = (int)p[C_SW];
+    k->ph = (int)p[C_PH], k->pw = (int)p[C_PW], k->dh = (int)p[C_DH], k->dw = (int)p[C_DW];
+    k->groups = (int)p[C_GROUPS], k->act = (int)p[C_ACT];
+    if (k->n < 1 || k->c < 1 || k->o < 1 || k->kh < 1 || k->kw < 1 || k->sh < 1 || k->sw < 1 || k->dh < 1 ||
+        k->dw < 1 || k->ph < 0 || k->pw < 0 || k->groups < 1 || k->c % k->groups || k->o % k->groups ||
+        k->kh * k->kw > MAX_TAPS)
+        return -1;
+    k->ho = (k->h + 2 * k->ph - k->dh * (k->kh - 1) - 1) / k->sh + 1;
+    k->wo = (k->wd + 2 * k->pw - k->dw * (k->kw - 1) - 1) / k->sw + 1;
+    if (k->ho < 1 || k->wo < 1)
+        return -1;
+    k->hq = k->ho + (k->kh - 1) * k->dh / k->sh;
+    k->wq = k->wo + (k->kw - 1) * k->dw / k->sw;
+    k->flat = (long)k->ho * k->wq;
+    k->units = (k->flat + SEG - 1) / SEG;
+    k->taps = k->kh * k->kw;
+    k->cg = k->c / k->groups, k->og = k->o / k->groups;
+    k->kc = KC_TAPS / k->taps > 0 ? KC_TAPS / k->taps : 1;
+    k->kc = k->kc < k->cg ? k->kc : k->cg;
+    // units that share a pass over the weights: their new input rows of every phase fill about PANEL floats
+    long per_unit = (long)k->kc * k->sh * k->sw * SEG;
+    k->ub = PANEL / per_unit < 1 ? 1 : PANEL / per_unit > 8 ? 8 : (int)(PANEL / per_unit);
+    k->cs = (long)k->hq * k->wq + 32;  // a tile's last vector reads past the plane: zeros there
+    k->phase = k->cs * k->c;
+    k->image = k->phase * k->sh * k->sw;
+    k->acc = k->planes + k->image * k->n + 8;
+    return 0;
+}
+
+// floats of scratch ember_conv2d needs (the planes), or -1 for parameters it does not take
+EMBER_EXPORT(ember_conv2d_scratch_floats)
+long ember_conv2d_scratch_floats(const intptr_t *p) {
+    conv_t k;
+    return setup(p, &k) ? -1 : k.image * k.n + 8 + (long)k.n * k.o * (k.flat + 32);
+}
+
+// units of each pass: the planes' (images x channels), then the output's (images x rows x segments)
+EMBER_EXPORT(ember_conv2d_units)
+long ember_conv2d_units(const intptr_t *p, int pass) {
+    conv_t k;
+    if (setup(p, &k))
+        return -1;
+    return pass == 0 ? (long)k.n * k.c : (long)k.n * k.units;
+}
+
+// ---------------------------------------------------------------------------------------------- the planes
+
+static void planes_rows(const conv_t *k, int u0, int u1) {
+    for (int u = u0; u < u1; u++) {
+        int n = u / k->c, c = u % k->c;
+        const float *src = k->x + ((long)n * k->c + c) * k->h * k->wd;
+        for (int a = 0; a < k->sh; a++)
+            for (int b = 0; b < k->sw; b++) {
+                float *dst = k->planes + n * k->image + (a * k->sw + b) * k->phase + c * k->cs;
+                // plane columns q whose input column q sw + b - pw lies in [0, wd): [q0, q1)
+                int q0 = k->pw - b > 0 ? (k->pw - b + k->sw - 1) / k->sw : 0;
+                int q1 = (k->wd + k->pw - b + k->sw - 1) / k->sw;
+                q1 = q1 < k->wq ? q1 : k->wq;
+                q0 = q0 < q1 ? q0 : q1;
+                for (int r = 0; r < k->hq; r++, dst += k->wq) {
+                    int ih = r * k->sh + a - k->ph;
+                    if (ih < 0 || ih >= k->h) {
+                        for (int q = 0; q < k->wq; q++) dst[q] = 0.0f;
+                        continue;
+                    }
+                    const float *row = src + (long)ih * k->wd + b - k->pw;
+                    for (int q = 0; q < q0; q++) dst[q] = 0.0f;
+                    if (k->sw == 1)
+                        for (int q = q0; q < q1; q++) dst[q] = row[q];
+                    else
+                        for (int q = q0; q < q1; q++) dst[q] = row[(long)q * k->sw];
+                    for (int q = q1; q < k->wq; q++) dst[q] = 0.0f;
+                }
+                for (int q = 0; q < 32; q++) dst[q] = 0.0f;  // (dst: the plane's end)
+            }
+    }
+}
+
+EMBER_EXPORT(ember_conv2d_prepare_rows)
+void ember_conv2d_prepare_rows(const intptr_t *p, int u0, int u1) {
+    conv_t k;
+    if (!setup(p, &k))
+        planes_rows(&k, u0, u1);
+}
+
+// ---------------------------------------------------------------------------------------------- the tile
+
+// y[r][0:width] (+)= sum over kc channels and the taps of w[r][c][t] x_t[c][0:width] for MRc output channels
+// (rows of y yos apart, of w wos apart) and width <= 8 NVc pixels; src: the planes at this output pixel of the
+// block's first channel (off: each tap's offset). last: the block of the last channels, whose sums leave with the
+// bias (b[r], or none) added and the activation applied.
+static inline __attribute__((always_inline)) void tile(const int MRc, const int NVc, const float *src, long cs,
+                                                       const long *off, int taps, const float *w, long wos, int kc,
+                                                       float *y, long yos, int width, int first, int last,
+                                                       const float *b, int act) {
+#define TILE_Y y
+#define TILE_YS yos
+#define TILE_W width
+#define TILE_MUL ((const float *)0)
+#define TILE_A(r) (wc + (r) * wos + t)
+    TILE_DECL;
+    if (!first) {
+        TILE_EACH(TILE_LOAD_ONE)
+    }
+    for (int c = 0; c < kc; c++) {
+        const float *xc = src + c * cs, *wc = w + c * taps;
+        for (int t = 0; t < taps; t++)
+            TILE_STEP(xc + off[t]);
+    }
+    if (last && (b || act)) {
+#define TILE_ACT_ONE(r, j) \
+        if (r < MRc && j < NVc) c##r##j = f8_act(b ? f8_add(c##r##j, f8_splat(b[r])) : c##r##j, act);
+        TILE_EACH(TILE_ACT_ONE)
+#undef TILE_ACT_ONE
+    }
+    TILE_EACH(TILE_STORE_ONE)
+#undef TILE_Y
+#undef TILE_YS
+#undef TILE_W
+#undef TILE_MUL
+#undef TILE_A
+}
+
+#define TILE_ARGS src, k->cs, off, k->taps, w, wos, kc, y, yos, width, first, last, b, k->act
+#define TILE_NV(MRc)                                                         \
+    switch (nv) {                                                            \
+    case 1: tile(MRc, 1, TILE_ARGS); break;                                  \
+    case 2: if (F8_NV >= 2) tile(MRc, F8_NV >= 2 ? 2 : 1, TILE_ARGS); break; \
+    default: if (F8_NV >= 3) tile(MRc, F8_NV >= 3 ? 3 : 1, TILE_ARGS); break; \
+    }
+
+static void tile_any(const conv_t *k, int mr, int nv, const float *src, const long *off, const float *w, long wos,
+                     int kc, float *y, long yos, int width, int first, int last, const float *b) {
+    switch (mr) {  // (the cases past F8_MR are never taken: mr <= F8_MR)
+    case 1: TILE_NV(1) break;
+    case 2: TILE_NV(2) break;
+    case 3: TILE_NV(3) break;
+    case 4: TILE_NV(4) break;
+    case 5: TILE_NV(F8_MR >= 5 ? 5 : 1) break;
+    case 6: TILE_NV(F8_MR >= 6 ? 6 : 1) break;
+    case 7: TILE_NV(F8_MR >= 7 ? 7 : 1) break;
+    default: TILE_NV(F8_MR) break;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- the output
+
+// rows r < mr of a tile (flat pixels f .. f + width, rows ts floats apart) into y (rows yos apart): the columns of
+// each flat row that are output pixels
+static void scatter(const conv_t *k, const float *t, int ts, int mr, long f, int width, float *y, long yos) {
+    long oh = f / k->wq, col = f - oh * k->wq;
+    for (int i = 0; i < width;) {
+        int run = k->wq - (int)col < width - i ? k->wq - (int)col : width - i;
+        int keep = col < k->wo ? (k->wo - (int)col < run ? k->wo - (int)col : run) : 0;
+        for (int r = 0; r < mr; r++)
+            for (int j = 0; j < keep; j++) y[r * yos + oh * k->wo + col + j] = t[r * ts + i + j];
+        i += run, oh++, col = 0;
+    }
+}
+
+static void conv_rows(const conv_t *k, int u0, int u1) {
+    long off[MAX_TAPS];
+    for (int i = 0; i < k->kh; i++)
+        for (int j = 0; j < k->kw; j++) {
+            int dy = i * k->dh, dx = j * k->dw;
+            off[i * k->kw + j] = ((dy % k->sh) * k->sw + dx % k->sw) * k->phase + (long)(dy / k->sh) * k->wq + dx / k->sw;
+        }
+    long wos = (long)k->cg * k->taps, aos = k->flat + 32, yos = (long)k->ho * k->wo;
+    for (int ub = u0; ub < u1; ub += k->ub) {
+        int ue = ub + k->ub < u1 ? ub + k->ub : u1;
+        for (int g = 0; g < k->groups; g++)
+            for (int c0 = 0; c0 < k->cg; c0 += k->kc) {
+                int kc = k->cg - c0 < k->kc ? k->cg - c0 : k->kc, first = c0 == 0, last = c0 + kc >= k->cg;
+                for (int o0 = 0; o0 < k->og; o0 += F8_MR) {
+                    int mr = k->og - o0 < F8_MR ? k->og - o0 : F8_MR, o = g * k->og + o0;
+                    const float *w = k->w + (long)o * wos + (long)c0 * k->taps, *b = k->b ? k->b + o : 0;
+                    for (int u = ub; u < ue; u++) {
+                        int n = (int)(u / k->units);
+                        long f0 = (u % k->units) * SEG, f1 = f0 + SEG < k->flat ? f0 + SEG : k->flat;
+                        const float *base = k->planes + n * k->image + (long)(g * k->cg + c0) * k->cs;
+                        float *acc = k->acc + ((long)n * k->o + o) * aos;
+                        float tmp[F8_MR * 8 * F8_NV];
+                        for (long f = f0; f < f1;) {
+                            long left = f1 - f;
+                            int nv = left >= 8 * F8_NV ? F8_NV : (int)(left + 7) / 8;
+                            int width = left < 8 * nv ? (int)left : 8 * nv;
+                            if (first && last) {  // one block of channels: no sums to keep, straight to y's rows
+                                tile_any(k, mr, nv, base + f, off, w, wos, kc, tmp, 8 * F8_NV, width, 1, 1, b);
+                                scatter(k, tmp, 8 * F8_NV, mr, f, width, k->y + ((long)n * k->o + o) * yos, yos);
+                            } else {
+                                tile_any(k, mr, nv, base + f, off, w, wos, kc, acc + f, aos, width, first, last, b);
+                            }
+                            f += width;
+                        }
+                    }
+                }
+            }
+        if (k->kc >= k->cg)
+            continue;
+        for (int u = ub; u < ue; u++) {  // each unit's rows out of the accumulator
+            int n = (int)(u / k->units);
+            long f0 = (u % k->units) * SEG, f1 = f0 + SEG < k->flat ? f0 + SEG : k->flat;
+            for (int o = 0; o < k->o; o++) {
+                const float *acc = k->acc + ((long)n * k->o + o) * aos;
+                float *y = k->y + ((long)n * k->o + o) * yos;
+                for (long oh = f0 / k->wq; oh * k->wq < f1; oh++) {
+                    long a = oh * k->wq > f0 ? oh * k->wq : f0, e = oh * k->wq + k->wo < f1 ? oh * k->wq + k->wo : f1;
+                    if (a >= e)
+                        continue;
+                    float *run = y + oh * k->wo + (a - oh * k->wq);
+                    for (long i = 0; i < e - a; i++) run[i] = acc[a + i];
+                }
+            }
+        }
+    }
+}
+
+// output units [u0, u1) (after the planes are prepared)
+EMBER_EXPORT(ember_conv2d_rows)
+void ember_conv2d_rows(const intptr_t *p, int u0, int u1) {
+    conv_t k;
+    if (!setup(p, &k))
+        conv_rows(&k, u0, u1);
+}
+
+static void planes_job(const void *arg, int u0, int u1, int thread) {  // (parallel.h)
+    (void)thread;
+    planes_rows((const conv_t *)arg, u0, u1);
+}
+
+static void conv_job(const void *arg, int u0, int u1, int thread) {
+    (void)thread;
+    conv_rows((const conv_t *)arg, u0, u1);
+}
+
+// the whole convolution: the planes, then every output unit, each split between threads (parallel.h). Returns 0,
+// -1 for parameters it does not take, or PARALLEL_LOST (the page's pool lost a worker).
+EMBER_EXPORT(ember_conv2d)
+int ember_conv2d(const intptr_t *p) {
+    conv_t k;
+    if (setup(p, &k))
+        return -1;
+    int prep = k.n * k.c, units = (int)(k.n * k.units);
+    int rc = ember_parallel(planes_job, &k, prep, ember_chunks(prep, k.image / k.c));
+    long per_unit = (long)SEG * k.og * k.cg * k.taps * k.groups;  // multiply-adds
+    return rc ? rc : ember_parallel(conv_job, &k, units, ember_chunks(units, per_unit));
+}
