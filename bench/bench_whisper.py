@@ -61,7 +61,8 @@ def blas_info() -> str:
     return "; ".join(libs) or "no BLAS found"
 
 
-ENGINES = ("ember", "transformers", "faster-whisper")
+# ember-deterministic: EMBER_DETERMINISTIC's path (the page's C kernels built natively, the page's reduction order)
+ENGINES = ("ember", "ember-deterministic", "transformers", "faster-whisper")
 
 
 def split_times(total, encode, repeats, tokens):
@@ -84,8 +85,10 @@ def measure(engine: str, clip: Path, threads: int, repeats: int):
     except ImportError:
         pass
     mel = audio.log_mel_spectrogram(audio.load_audio(clip))[None]                  # (1, 80, 3000)
-    if engine == "ember":
+    if engine in ("ember", "ember-deterministic"):
         import ember
+        from ember.backends.cpu_matmul import set_deterministic
+        set_deterministic(engine == "ember-deterministic")  # before loading: the mode keeps the page's weight layout
         model, _, tok = load_whisper(folder)
         t, text = timed(lambda: transcribe(model, tok, clip, temperature=0.0)["text"], repeats)
         n = sum(len(s["tokens"]) for s in transcribe(model, tok, clip, temperature=0.0)["segments"])
@@ -135,6 +138,7 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--threads", default="1,2",
                     help="thread counts, every engine alike: numpy's BLAS and ember's kernels, torch, CTranslate2")
+    ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated: which engines run (ember first)")
     ap.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)  # child mode: one engine, JSON out
     ap.add_argument("--clip", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -190,6 +194,7 @@ def main(argv=None):
                       f"ms/token ({sp['tokens']} tokens, features and decoding logic included)")
             for name, text in texts.items():
                 print(f"  {name:15s} {text!r}")
+    ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated: which engines run (ember first)")
     shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(reports, indent=2))

@@ -538,6 +538,9 @@ def conv_transpose(x, w, stride, padding, output_padding, dilation, groups):
     k = w.shape[2:]
     cin, cout_g = w.shape[0], w.shape[1]
     g = groups
+    if g == 1 and tuple(stride) == tuple(k) and not any(padding) and not any(output_padding) \
+            and all(d == 1 for d in dilation):
+        return _conv_transpose_blocks(x, w)
     xu = _dilate(x, stride)
     pads = [(dilation[i] * (k[i] - 1) - padding[i], dilation[i] * (k[i] - 1) - padding[i] + output_padding[i])
             for i in range(nd)]
@@ -546,6 +549,19 @@ def conv_transpose(x, w, stride, padding, output_padding, dilation, groups):
     wt = w.reshape(g, cin // g, cout_g, *k).transpose(1, 2).reshape(g * cout_g, cin // g, *k)
     wt = wt.flip(*range(2, 2 + nd))
     return prim_conv(xu, wt, (1,) * nd, (0,) * nd, tuple(dilation), g)
+
+
+def _conv_transpose_blocks(x, w):
+    """A transposed conv whose stride equals its kernel, unpadded (SAM's and YOLO's 2x2 upsamplers): each input
+    position writes its own output block, so it is one matmul of x's channels with w as (Cin, Cout * prod(K))
+    and a reshape, not a conv over an input dilated with zeros (which multiplies prod(K) times as many zeros)."""
+    nd = x.ndim - 2
+    n, cin, sizes = x.shape[0], x.shape[1], tuple(x.shape[2:])
+    cout, k = w.shape[1], tuple(w.shape[2:])
+    cols = x.permute(0, *range(2, 2 + nd), 1) @ w.reshape(cin, cout * math.prod(k))  # (N, *L, Cout * prod K)
+    y = cols.reshape(n, *sizes, cout, *k)
+    y = y.permute(0, 1 + nd, *[a for i in range(nd) for a in (1 + i, 2 + nd + i)])     # (N, Cout, L1, K1, ...)
+    return y.reshape(n, cout, *[sizes[i] * k[i] for i in range(nd)])
 
 
 def conv_input_grad(g, w, x_shape, stride, padding, dilation, groups):

@@ -20,6 +20,7 @@ COMMANDS = {
     "embed": ("ember.models.bert.cli", "sentence embeddings (default: all-MiniLM-L6-v2)"),
     "classify": ("ember.models.clip.cli", "classify an image (ViT, or CLIP zero-shot with --labels)"),
     "yolo": ("ember.models.yolo.cli", "detect objects in an image"),
+    "segment": ("ember.models.sam.cli", "segment an object in an image with Segment Anything"),
     "onnx": ("ember.onnx.cli", "run an ONNX model on .npy inputs (cpu, webgpu, cuda)"),
     "convert": ("ember.convert", "convert weights between formats (ct2-whisper, yolo, gguf, safetensors)"),
     "serve": ("ember.wasm.serve", "build what is missing and serve the web app on 127.0.0.1"),

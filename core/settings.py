@@ -134,6 +134,9 @@ _TABLE = [
             low=1, high=64, shown="the CPUs this process may run on, at most 8"),
     Setting("EMBER_WASM_KERNELS", "flag", True, "0: under Pyodide, the CPU backend does not load its wasm SIMD "
             "kernels (numpy's einsum serves)", _CPU_KERNELS),
+    Setting("EMBER_DETERMINISTIC", "flag", False, "1: float32 matmuls, GELU, SiLU and softmax run in the page's C "
+            "kernels in the page's order, so the desktop gives the page's bits (set_deterministic(), `ember whisper "
+            "--deterministic`)", "once, when ember's CPU matmul module is imported"),
     Setting("EMBER_KERNELS_OFF", "str", None, "kernel-registry ops that always run composed, comma-separated "
             "(attention,qmatmul; ember.kernels.disabled(...) does it for a block of code)",
             "once, when ember.kernels is imported", shown="(none)"),

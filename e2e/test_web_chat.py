@@ -46,10 +46,17 @@ def native(chat_site):
 
 
 def _native(engine, messages, opts):
+    """The desktop's reply in deterministic mode: its float products in the page's C sources (BLAS sums in another
+    order, and a sampled token can follow a last-bit difference)."""
+    from ember.backends.cpu_matmul import set_deterministic
     from ember.models.common.generate import SamplingParams
-    reply = engine.reply(messages, opts["max_tokens"], SamplingParams(opts["temperature"], opts["top_k"], 1.0, 1.0,
-                                                                     opts["seed"]))
-    return reply.text(), reply
+    was = set_deterministic(True)
+    try:
+        reply = engine.reply(messages, opts["max_tokens"], SamplingParams(opts["temperature"], opts["top_k"], 1.0, 1.0,
+                                                                         opts["seed"]))
+        return reply.text(), reply
+    finally:
+        set_deterministic(was)
 
 
 def _page_chat(app, messages, opts, stream=False):

@@ -5,7 +5,7 @@ one page for the whole module (tests run in file order and build on each other's
 from __future__ import annotations
 
 import pytest
-from web_app import (RUN_S, App, assert_same_detections, llama_reference, whisper_reference,
+from web_app import (RUN_S, App, assert_same_detections, assert_same_segments, llama_reference, whisper_reference,
                       yolo_reference)
 
 PROMPT = "The for statement"
@@ -37,11 +37,19 @@ def test_bad_audio_file_shows_message_then_good_file_matches_native(app, tmp_pat
     assert app.message() == ""
     ref = whisper_reference(native_whisper, clip_wav)
     assert got["text"] == ref["text"]
-    assert got["segments"] == ref["segments"]
+    assert_same_segments(got["segments"], ref["segments"])
     assert "fox" in got["text"].lower()  # and it is the real speech, not just equal garbage
     shown = app.page.inner_text("#transcript")
     assert all(s["text"].strip() in shown for s in ref["segments"])
     assert app.page.get_attribute("#progress", "aria-valuenow") == "100"
+    # the words as spans (captions.js); the one under the player's position is highlighted
+    words = [w for s in ref["segments"] for w in s["words"]]
+    assert app.page.locator("#transcript .word").count() == len(words)
+    w = words[len(words) // 2]
+    app.page.wait_for_function("document.querySelector('#audio-player').readyState >= 1", timeout=RUN_S * 1000)
+    app.page.evaluate("t => { document.querySelector('#audio-player').currentTime = t; }", (w["start"] + w["end"]) / 2)
+    app.page.wait_for_function("w => document.querySelector('#transcript .word.current')?.textContent === w",
+                               arg=w["word"], timeout=10_000)
     app.screenshot("whisper-cpu.png")
 
 
@@ -58,7 +66,8 @@ def test_quantized_whisper_from_the_hub_matches_native(app, server, hub_dir, cli
     assert got is not None, app.message()
     model, _, tok = load_whisper(hub_dir / "ember-test" / "whisper-q8" / "resolve" / "main")
     ref = whisper_reference((model, tok), clip_wav)
-    assert got["text"] == ref["text"] and got["segments"] == ref["segments"]
+    assert got["text"] == ref["text"]
+    assert_same_segments(got["segments"], ref["segments"])
     assert "fox" in got["text"].lower()
     app.page.select_option(f"{picker} .kind", "demo")
     app.page.click(f"{picker} .load")  # back to the demo for the tests after this one

@@ -242,13 +242,33 @@ def site_page(pw, models: dict, query: str = "?device=cpu"):
             server.close()
 
 
-def whisper_reference(native_whisper, wav: Path) -> dict:
-    """What `ember whisper --json --timestamps` prints, via the Python API."""
+def assert_same_segments(got: list, ref: list):
+    """The page's Whisper segments equal the desktop's bit for bit, but for the words' probabilities: a softmax
+    through each side's numpy exp (Pyodide's and the desktop's differ in the last bit), not the shared C kernels;
+    those agree to 1e-6."""
+    import numpy as np
+
+    def fields(segments):
+        return [{**s, "words": [{**w, "probability": None} for w in s.get("words", [])]} for s in segments]
+    assert fields(got) == fields(ref)
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose([w["probability"] for w in a.get("words", [])],
+                                   [w["probability"] for w in b.get("words", [])], rtol=1e-6, atol=0)
+
+
+def whisper_reference(native_whisper, wav: Path, words: bool = True) -> dict:
+    """What `ember whisper --json --timestamps --word-timestamps --deterministic` prints, via the Python API (the
+    page transcribes in deterministic mode, with word timestamps for its highlighting)."""
+    from ember.backends.cpu_matmul import set_deterministic
     from ember.models.whisper.transcribe import transcribe
     model, tok = native_whisper
-    r = transcribe(model, tok, str(wav), timestamps=True)
-    return {"text": r["text"].strip(), "segments": [{k: s[k] for k in ("start", "end", "text", "tokens")}
-                                                    for s in r["segments"]]}
+    was = set_deterministic(True)
+    try:
+        r = transcribe(model, tok, str(wav), timestamps=True, word_timestamps=words)
+    finally:
+        set_deterministic(was)
+    keys = ("start", "end", "text", "tokens") + (("words",) if words else ())
+    return {"text": r["text"].strip(), "segments": [{k: s[k] for k in keys} for s in r["segments"]]}
 
 
 def llama_reference(native_llama, prompt: str, max_tokens: int) -> dict:

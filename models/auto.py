@@ -26,6 +26,8 @@ FAMILIES = {
     "gpt_bigcode": "ember.models.gpt2.model",
     "mistral": "ember.models.mistral.model", "qwen2": "ember.models.mistral.model",
     "qwen3": "ember.models.qwen3.model",
+    "mixtral": "ember.models.mixtral.model",
+    "qwen2_moe": "ember.models.qwen_moe.model", "qwen3_moe": "ember.models.qwen_moe.model",
     "starcoder2": "ember.models.starcoder2.model",
     "phi3": "ember.models.phi.phi3", "phi": "ember.models.phi.phi2",
     "gemma": "ember.models.gemma.model",
@@ -34,6 +36,7 @@ FAMILIES = {
     "vit": "ember.models.vit.model",
     "clip": "ember.models.clip.model",
     "t5": "ember.models.t5.model",
+    "sam": "ember.models.sam.model",
 }
 
 

@@ -49,6 +49,8 @@ OTHER_PROJECTS = {
     "counting_backend.py", "mod.py",                                          # a reader's files in examples
     "utils/chat_template_utils.py", "jinja2/*.py",                            # transformers, jinja2 (ember.jinja)
     "transformers.js", "contrib_ops/cpu/bert/*.h", "gqa_attention_base.h",    # the JS library; onnxruntime's kernels
+    "configuration_*.py", "processing_*.py", "image_processing_*.py",         # transformers (models/sam)
+    "pipelines/mask_generation.py", "utils/ops.py",                           # transformers' pipeline, ultralytics
 }
 
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s)>\]`'\"]*")

@@ -106,6 +106,17 @@ def test_conv_transpose(device, kw):
     check(lambda m, x, w: F(m).conv_transpose1d(x, w, **kw), [(2, 4, 7), (4, 6 // g, 3)], device=device, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("k", [2, (2, 3)], ids=str)
+def test_conv_transpose_stride_equal_to_kernel(device, k):
+    """Stride == kernel, unpadded (SAM's and YOLO's upsamplers) is one matmul and a reshape: same values and
+    gradients as torch, 1-D and 2-D, with and without bias."""
+    k2 = k if isinstance(k, tuple) else (k, k)
+    check(lambda m, x, w, b: F(m).conv_transpose2d(x, w, b, stride=k2), [(2, 4, 5, 3), (4, 6) + k2, (6,)],
+          device=device, atol=1e-4, rtol=1e-4)
+    check(lambda m, x, w: F(m).conv_transpose1d(x, w, stride=3), [(2, 4, 7), (4, 5, 3)], device=device,
+          atol=1e-4, rtol=1e-4)
+
+
 POOL = {
     "max": lambda m, x: F(m).max_pool2d(x, 2), "max_s1p1": lambda m, x: F(m).max_pool2d(x, 3, 1, 1),
     "max_ceil": lambda m, x: F(m).max_pool2d(x, 2, ceil_mode=True), "max_dil": lambda m, x: F(m).max_pool2d(x, 2, 1, dilation=2),

@@ -8,7 +8,8 @@ One module fixture runs tests/yolo_reference.py there once (arrays in and out vi
 LetterBox and cv2.resize, random seeded yolov8n and yolov8n-pose models (BatchNorm statistics
 randomized) and yolo11n and yolo11n-pose models (BatchNorm statistics from bus.jpg, so their
 detections depend on the image), saved as .pt checkpoints that ember converts, its
-non_max_suppression, and YOLO(...).predict on the test images with predict's own defaults (rect
+non_max_suppression, random calibrated yolov8n-seg and yolo11n-seg models (boxes and masks), and YOLO(...).predict
+on the test images with predict's own defaults (rect
 letterbox, conf 0.25, iou 0.7) and with rect=False (ember's --square).
 """
 import os
@@ -23,7 +24,7 @@ from ember.models.yolo.fetch import ensure_file
 from ember.models.yolo.image import letterbox, load_image, preprocess, resize_linear
 from ember.models.yolo.load import load_model
 from ember.models.yolo.nms import postprocess
-from ember.models.yolo.predict import detect, run_model
+from ember.models.yolo.predict import CONF, IOU, detect, run_model
 
 VENV_PY = cache_dir("venv-ultra", "bin", "python")
 IMAGES = ("bus", "zidane")
@@ -103,11 +104,78 @@ def test_yolo11_raw_outputs(ref, key):
     _assert_raw_outputs(ref, key, "cpu", x)
 
 
-@pytest.mark.parametrize("key", ["yolov8n_seg", "yolo11n_seg"])
-def test_segmentation_checkpoint_is_refused(ref, key):
-    from ember.models.yolo.config import YoloConfigError
-    with pytest.raises(YoloConfigError, match=f"{key}.pt: not a YOLOv8 / YOLO11 detect/pose model.*Segment"):
-        load_model(ref["work"] / f"{key}.pt")
+SEG = ["yolov8n_seg", "yolo11n_seg"]
+
+
+def _mask_iou(a, b):
+    return np.logical_and(a, b).sum() / max(np.logical_or(a, b).sum(), 1)
+
+
+@pytest.mark.parametrize("key", SEG)
+def test_segmentation_raw_outputs_and_prototypes(ref, key):
+    """On the letterboxed bus.jpg the models were calibrated on: head output with mask coefficients, and the
+    prototypes, as ultralytics' forward gives them."""
+    model = load_model(ref["work"] / f"{key}.pt")
+    assert model.cfg.task == "segment" and (model.cfg.nm, model.cfg.npr) == (32, 64)
+    x = ref["out"][f"letterbox_{IMAGES[0]}"].transpose(2, 0, 1)[None].astype(np.float32) / 255
+    raw, proto = run_model(model, x)
+    for got, want in ((raw, ref["out"][f"raw_{key}"]), (proto, ref["out"][f"proto_{key}"])):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3 * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("key", SEG)
+def test_segmentation_predict_matches_ultralytics(ref, key):
+    """`YOLO(yolov8n-seg.pt).predict(bus.jpg)` at its defaults: the same boxes, classes and scores, each mask at
+    the input size (predict's masks.data) and scaled to the image (scale_masks) with IoU >= 0.99."""
+    from ember.models.yolo.image import preprocess
+    from ember.models.yolo.masks import process_mask
+    model = load_model(ref["work"] / f"{key}.pt")
+    img = ref["inp"][f"img_{IMAGES[0]}"]
+    dets = detect(model, img)
+    want = ref["out"][f"predict_{key}"]
+    assert len(want) >= 5
+    _assert_same_detections(dets, want)
+    x, lb = preprocess(img)
+    raw, proto = run_model(model, x)
+    rows = postprocess(raw[0], CONF, IOU, model.cfg.nc)
+    masks = process_mask(proto[0], rows[:, 6:], rows[:, :4], x.shape[2:])
+    masks = masks[masks.any((1, 2))]
+    want_in, want0 = ref["out"][f"masks_{key}"].astype(bool), ref["out"][f"masks0_{key}"]
+    assert masks.shape == want_in.shape and len(dets) == len(want0)
+    assert all(_mask_iou(a, b) >= 0.99 for a, b in zip(masks, want_in))
+    assert all(_mask_iou(d["mask"], b) >= 0.99 for d, b in zip(dets, want0))
+    assert all(want_in.any((1, 2))) and 0.001 < np.mean([m.mean() for m in want0]) < 0.5  # masks, not full frames
+
+
+def test_segmentation_json_and_safetensors_round_trip(ref, tmp_path, capsys):
+    """`ember convert yolo` of a seg checkpoint keeps nm/npr; `ember yolo --json` prints each mask as an RLE, and
+    the page's tool gives the same detections and masks."""
+    import argparse
+    import json
+
+    from ember.models.common.rle import rle_to_mask
+    from ember.models.yolo import cli
+    from ember.models.yolo.convert import convert
+    out = convert(ref["work"] / "yolov8n_seg.pt", tmp_path / "seg.safetensors")
+    a = load_model(out)
+    assert a.cfg == load_model(ref["work"] / "yolov8n_seg.pt").cfg and a.cfg.task == "segment"
+    p = argparse.ArgumentParser()
+    cli.add_parser(p.add_subparsers())
+    assert cli.main(p.parse_args(["yolo", str(ensure_file(f"{IMAGES[0]}.jpg")), "--model", str(out), "--json"])) == 0
+    dets = json.loads(capsys.readouterr().out)
+    want0 = ref["out"]["masks0_yolov8n_seg"]
+    assert len(dets) == len(want0)
+    assert all(_mask_iou(rle_to_mask(d["mask"]), b) >= 0.99 for d, b in zip(dets, want0))
+    # the page's tool (wasm/tools/yolo.py, as the worker runs it) on the same file prints what the CLI prints
+    import asyncio
+
+    from ember.wasm.tools import yolo as yolo_tool
+    (tmp_path / "page").mkdir()
+    (tmp_path / "page" / "model.safetensors").symlink_to(out)
+    assert yolo_tool.load(str(tmp_path / "page"), "cpu")["task"] == "segment"
+    page = asyncio.run(yolo_tool.run(ensure_file(f"{IMAGES[0]}.jpg").read_bytes(), {}))
+    assert json.loads(json.dumps(page["detections"])) == dets
 
 
 @pytest.mark.parametrize("conf,iou", [(0.25, 0.45), (0.05, 0.7)])

@@ -7,8 +7,9 @@ IN keys: `images` (names, comma-joined) + `img_<name>` RGB uint8 arrays; `fall_p
 `pose_conf` (threshold for the random pose model's predict).
 OUT: letterboxed images (rect and square), random yolov8n / yolov8n-pose checkpoints and calibrated
 random yolo11n / yolo11n-pose ones (see calibrate; all written to WORKDIR) and their raw outputs on `x`
-(on the letterboxed first image for the yolo11 ones), yolov8n-seg and yolo11n-seg checkpoints (a head ember refuses), ultralytics'
-NMS of `onnx_out`, YOLO(best.pt).predict on each image (its defaults, and rect=False), and the random
+(on the letterboxed first image for the yolo11 ones), calibrated random yolov8n-seg and yolo11n-seg checkpoints
+with their raw outputs and prototypes, predict's boxes and masks (at the input size, and scaled to the image by
+scale_masks), ultralytics' NMS of `onnx_out`, YOLO(best.pt).predict on each image (its defaults, and rect=False), and the random
 v8 pose model's predict on the first image (conf `pose_conf`), the yolo11 ones' with predict's defaults.
 """
 import sys
@@ -19,6 +20,7 @@ import torch
 
 from ultralytics import YOLO
 from ultralytics.data.augment import LetterBox
+from ultralytics.utils import ops
 from ultralytics.utils.nms import non_max_suppression
 
 
@@ -77,8 +79,20 @@ def main(inp, outp, workdir):
         torch.save({"model": m, "ema": None}, f"{workdir}/{key}.pt")
         with torch.no_grad():  # a calibrated model only on the input it was calibrated on
             out[f"raw_{key}"] = m(rect if v11 else x)[0].numpy()
-    for cfg in ("yolov8n-seg", "yolo11n-seg"):  # unsupported heads
-        torch.save({"model": YOLO(f"{cfg}.yaml").model}, f"{workdir}/{cfg.replace('-', '_')}.pt")
+    for cfg in ("yolov8n-seg", "yolo11n-seg"):  # calibrated as the yolo11 ones: masks that depend on the image
+        torch.manual_seed(0)
+        m = YOLO(f"{cfg}.yaml").model.eval()
+        calibrate(m, rect)
+        key = cfg.replace("-", "_")
+        torch.save({"model": m, "ema": None}, f"{workdir}/{key}.pt")
+        with torch.no_grad():
+            (raw, proto), _ = m(rect)
+        out[f"raw_{key}"], out[f"proto_{key}"] = raw.numpy(), proto.numpy()
+        r = YOLO(f"{workdir}/{key}.pt").predict(bgr0, device="cpu", verbose=False)[0]
+        out[f"predict_{key}"] = np.concatenate([r.boxes.xyxy.numpy(), r.boxes.conf.numpy()[:, None],
+                                                r.boxes.cls.numpy()[:, None]], 1)
+        out[f"masks_{key}"] = r.masks.data.numpy().astype(np.uint8)                      # (n, H', W') input size
+        out[f"masks0_{key}"] = (ops.scale_masks(r.masks.data[None].float(), r.orig_shape)[0] > 0.5).numpy()
     for conf, iou in ((0.25, 0.45), (0.05, 0.7)):
         det = non_max_suppression(torch.from_numpy(d["onnx_out"]), conf, iou)[0].numpy()
         out[f"nms_{conf}_{iou}"] = det

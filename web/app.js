@@ -1,7 +1,7 @@
 // The web app's shell over the public API in ember.js: the runtime and its device, the tabs, one model picker
 // per tool, the one job guard, messages and progress. Each tool's page code is a module of its own (speech.js,
-// generate.js + chat.js, detect.js, search.js, train.js, onnx.js), mounted with the `app` context below; the model manager is
-// models.js, offline use offline.js (the service worker sw.js).
+// generate.js + chat.js, detect.js, search.js, train.js, onnx.js, segment.js), mounted with the `app` context
+// below; the model manager is models.js, offline use offline.js (the service worker sw.js).
 import { createEmber, EmberError } from "./ember.js";
 import { exclusive, onBusyChange, running } from "./guard.js";
 import { mountTabs } from "./tabs.js";
@@ -23,7 +23,7 @@ const started = createEmber({ device: choice, probe: choiceFrom === "memory" && 
 
 // Tools as people know them; the model name follows what is loaded or picked.
 const TITLES = { whisper: "Speech to text", llama: "Text generation", yolo: "Object detection", embed: "Semantic search",
-  train: "Training", onnx: "ONNX" };
+  train: "Training", onnx: "ONNX", segment: "Segment anything" };
 
 // ------------------------------------------------------------------ tabs
 
@@ -307,7 +307,7 @@ window.emberApp = app; // the console and the page's tests reach the shell here
 
 for (const [module, mount] of [["./speech.js", "mountSpeechTool"], ["./generate.js", "mountGenerateTool"],
   ["./detect.js", "mountDetectTool"], ["./search.js", "mountSearchTool"], ["./train.js", "mountTrainTool"],
-  ["./onnx.js", "mountOnnxTool"], ["./models.js", "mountModelManager"]])
+  ["./onnx.js", "mountOnnxTool"], ["./segment.js", "mountSegmentTool"], ["./models.js", "mountModelManager"]])
   import(module).then((m) => m[mount](app)).catch((e) => { console.error(e); showError(e); });
 
 start();

@@ -14,7 +14,7 @@ const HTML = `
   <ol id="chat-log" class="chat-log" aria-live="polite"></ol>
   <p id="chat-empty" class="muted empty">Ask something: the reply streams in here.</p>
   <label class="label" for="chat-input">Message</label>
-  <textarea id="chat-input" rows="2" placeholder="What is the capital of France?"></textarea>
+  <textarea id="chat-input" rows="2" placeholder="Which city is the capital of France?"></textarea>
   <div class="controls">
     <label>Temperature <input id="chat-temperature" type="number" min="0" max="2" step="0.05" value="0.7"></label>
     <label>Max tokens <input id="chat-max-tokens" type="number" min="1" max="2048" step="1" value="256"></label>

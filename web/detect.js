@@ -1,6 +1,6 @@
 // detect.js: the object-detection tool's page code (YOLO through ember.js's detect()): an image, a file or a
-// webcam frame in, boxes drawn with labels that never cover one another, a table, .json / .csv out; the
-// confidence slider applies to the image shown. Mounted by app.js (mountDetectTool).
+// webcam frame in, boxes drawn with labels that never cover one another (a segmentation model's masks under
+// them), a table, .json / .csv out; the confidence slider applies to the image shown. Mounted by app.js (mountDetectTool).
 
 import { EmberError } from "./ember.js";
 import { $, download, dropZone, notEmpty } from "./ui.js";
@@ -50,6 +50,28 @@ function placeLabels(dets, measure, W, H) {
     placed.push(r);
     return r;
   });
+}
+
+// A segmentation model's masks (COCO's uncompressed RLE: column-major runs, zeros first, as `ember yolo --json`),
+// each tinted in its box's colour on one layer under the boxes and labels.
+function paintMasks(g, dets, W, H) {
+  if (!dets.some((d) => d.mask)) return;
+  const over = new ImageData(W, H), px = over.data;
+  for (const d of dets) {
+    if (!d.mask || d.mask.size[0] !== H || d.mask.size[1] !== W) continue;
+    const hex = COLORS[d.class % COLORS.length], c = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+    let p = 0;
+    d.mask.counts.forEach((n, k) => {
+      if (k % 2) for (let j = p; j < p + n; j++) {
+        const o = 4 * ((j % H) * W + Math.floor(j / H));
+        px[o] = c[0]; px[o + 1] = c[1]; px[o + 2] = c[2]; px[o + 3] = 110;
+      }
+      p += n;
+    });
+  }
+  const layer = new OffscreenCanvas(W, H);
+  layer.getContext("2d").putImageData(over, 0, 0);
+  g.drawImage(layer, 0, 0);
 }
 
 const CSV_HEAD = "index,class,label,score,x1,y1,x2,y2";
@@ -131,6 +153,7 @@ export function mountDetectTool(app) {
     canvas.height = bitmap.height;
     const g = canvas.getContext("2d");
     g.drawImage(bitmap, 0, 0);
+    paintMasks(g, dets, bitmap.width, bitmap.height);
     const lw = Math.max(2, Math.round(bitmap.width / 320));
     g.font = `600 ${lw * 7}px system-ui, sans-serif`;
     const text = (d) => `${d.label} ${(d.score * 100).toFixed(0)}%`;

@@ -10,6 +10,8 @@
 //   const { text, tokens } = await ember.generate("Once upon", { temperature: 0, max_new_tokens: 32 }, (t) => ...);
 //   await ember.loadModel("yolo", "demo");
 //   const detections = await ember.detect(imageBlob);           // [{class, label, score, box: [x1, y1, x2, y2]}]
+//   await ember.loadModel("segment", "Zigeng/SlimSAM-uniform-77");   // Segment Anything: no weights bundled
+//   const { masks, scores, best } = await ember.segment(imageData, { points: [[450, 600, 1]] });  // per click
 //   const { inputs, outputs } = await ember.loadModel("onnx", "https://.../model.onnx");  // or a File
 //   const results = await ember.run({ input: { type: "float32", data: float32Array, dims: [1, 3, 224, 224] } });
 //   results.output.data, results.output.dims                     // typed arrays, as onnxruntime-web's tensors
@@ -258,13 +260,27 @@ class Ember {
   /** Speech -> {text, language, segments: [{start, end, text, tokens}], ms}. `audio`: Float32Array of 16 kHz
    *  mono samples, or the bytes (ArrayBuffer/Blob) of a WAV file, read and resampled as the CLI does.
    *  opts: language (a code such as "en"; null or missing: detected on the first 30 s by a multilingual model,
-   *  "en" for an English-only one; `language` in the result says which), timestamps, beam, fallback.
+   *  "en" for an English-only one; `language` in the result says which), timestamps, beam, fallback,
+   *  words (each segment gets words: [{word, start, end, probability}]), vad (Silero VAD: silence skipped, times
+   *  in the input's timeline), task ("translate" on a multilingual model), initial_prompt,
+   *  condition_on_previous_text, deterministic (default true: the desktop's `--deterministic` tokens).
    *  onSegment(segment) fires as each segment is decoded. */
   async transcribe(audio, opts = {}, onSegment) {
     let input = audio;
     if (typeof Blob !== "undefined" && audio instanceof Blob) input = await audio.arrayBuffer();
     if (input instanceof Float32Array) input = input.slice(); // transferred below: keep the caller's copy
     return this._run("whisper", input, opts, onSegment);
+  }
+
+  /** Live captions: `const live = await ember.transcribeLive({language})`, then `await live.push(float32At16k)`
+   *  as audio comes -> {committed: [{word, start, end}] (final, never revised), partial (may still change), t,
+   *  speech, level}; `await live.stop()` commits the rest. Needs a model loaded with Silero VAD (the demos). */
+  async transcribeLive(opts = {}) {
+    await this._run("whisper", null, { ...opts, stream: "start" });
+    return {
+      push: (samples) => this._run("whisper", Float32Array.from(samples), { stream: "push", rate: 16000 }),
+      stop: () => this._run("whisper", null, { stream: "stop" }),
+    };
   }
 
   /** Prompt -> {text, tokens, prompt_tokens, tokens_per_s, stopped} like `ember llama --json`.
@@ -339,15 +355,35 @@ class Ember {
    *  conf 0.25, iou 0.7, max_det 300, and square: true for the fixed imgsz x imgsz input (rect=False).
    *  The instance's onProgress sees {stage, file: "yolo", done, total} per stage; `cancel()` stops between stages. */
   async detect(image, opts = {}) {
-    let input = image, transfer;
-    if (typeof Blob !== "undefined" && image instanceof Blob) input = await image.arrayBuffer();
-    else if (typeof ImageData !== "undefined" && image instanceof ImageData) {
-      const rgba = new Uint8Array(image.data.slice().buffer); // ours to transfer; Python gets it as bytes
-      input = { rgba, width: image.width, height: image.height };
-      transfer = [rgba.buffer];
-    }
+    const { input, transfer } = await imageMessage(image);
     const r = await this._run("yolo", input, opts, null, transfer);
     return Object.assign(r.detections, { ms: r.ms, width: r.width, height: r.height, input: r.input, stopped: r.stopped });
+  }
+
+  /** Segment Anything on `image` (ImageData, or a Blob/ArrayBuffer of an encoded image) with a prompt in the
+   *  image's pixels, {points: [[x, y, label]] (1 object, 0 background), box: [x0, y0, x1, y1]} -> {masks:
+   *  Uint8Array (count x height x width, 1 inside), count, scores, boxes, areas, best, width, height, ms (the
+   *  click: prompt encoder, decoder, upscaling), encode_ms, encoder_runs, decoder_runs, stopped}, as `ember
+   *  segment --json`. The worker embeds an image once: later calls with the same image object send only its id.
+   *  opts: multimask (default true: the best of 3; false: one mask); everything: true runs the automatic mask
+   *  generator (points_per_side, default 16; points_per_batch, pred_iou_thresh, stability_score_thresh,
+   *  stability_score_offset, mask_threshold, crops_nms_thresh as transformers' mask-generation pipeline) and gives `labels` (Uint16Array, 0 or mask index + 1 per pixel).
+   *  onProgress sees {stage: "encode" | "embed" | "decode", done, total}; `cancel()` stops between steps. */
+  async segment(image, prompt = {}, opts = {}) {
+    if (!this._images) { this._images = new WeakMap(); this._imageCount = 0; }
+    let id = this._images.get(image);
+    const fresh = !id;
+    if (fresh) this._images.set(image, (id = `image-${++this._imageCount}`));
+    const o = { ...opts, points: prompt.points || [], box: prompt.box || null, image_id: id };
+    let r = fresh ? null : await this._run("segment", null, o);
+    if (!r || r.need_image) {
+      const { input, transfer } = await imageMessage(image);
+      r = await this._run("segment", input, o, null, transfer);
+    }
+    const bytes = (b) => (b instanceof Uint8Array ? b : new Uint8Array(b || []));
+    if (r.masks !== undefined) r.masks = bytes(r.masks);
+    if (r.labels !== undefined) { const b = bytes(r.labels).slice(); r.labels = new Uint16Array(b.buffer, 0, b.byteLength >> 1); }
+    return r;
   }
 
   // ---- the training tool (wasm/tools/train.py; the page's UI is web/train.js)
@@ -519,6 +555,17 @@ class Ember {
     for (const p of this._pending.values()) p.reject(err);
     this._pending.clear();
   }
+}
+
+// An image for the worker: an ImageData's RGBA pixels (transferred, Python gets bytes) or an encoded image's bytes.
+async function imageMessage(image) {
+  if (typeof Blob !== "undefined" && image instanceof Blob) { const b = await image.arrayBuffer(); return { input: b, transfer: [b] }; }
+  if (typeof ImageData !== "undefined" && image instanceof ImageData) {
+    const rgba = new Uint8Array(image.data.slice().buffer); // ours to transfer; Python gets it as bytes
+    return { input: { rgba, width: image.width, height: image.height }, transfer: [rgba.buffer] };
+  }
+  if (image instanceof ArrayBuffer) { const b = image.slice(0); return { input: b, transfer: [b] }; }
+  return { input: image, transfer: [] };
 }
 
 // onnxruntime-web's tensor types: {type, data: TypedArray, dims}

@@ -1,6 +1,8 @@
 // speech.js: the speech-to-text tool's page code (Whisper through ember.js's transcribe()): a file or a recording
-// in, segments streamed into the transcript, copy / .txt / .srt out. Mounted by app.js (mountSpeechTool).
+// in, segments streamed into the transcript, its words highlighted as the audio plays, copy / .txt / .srt out; live
+// captions from the microphone (captions.js). Mounted by app.js (mountSpeechTool).
 
+import { mountLiveCaptions, showWords } from "./captions.js";
 import { EmberError } from "./ember.js";
 import { $, copyText, download, dropZone, lastProgress, notEmpty } from "./ui.js";
 
@@ -93,6 +95,7 @@ export function mountSpeechTool(app) {
     const player = $("#audio-player"); // only a file ember could read gets a player
     player.src = URL.createObjectURL(file);
     player.hidden = false;
+    showWords($("#transcript"), player, r); // the word being spoken is highlighted as it plays
     const n = r.segments.length;
     $("#whisper-stats").textContent = r.stopped === "cancelled"
       ? `Cancelled after ${(r.ms / 1000).toFixed(1)} s: ${n} segment${n === 1 ? "" : "s"}` +
@@ -116,7 +119,7 @@ export function mountSpeechTool(app) {
         await app.ensureModel("whisper");
         $("#whisper-stats").textContent = "Transcribing…";
         language = $("#whisper-language").value || null; // read after the load: the picker follows the model
-        return app.ember().transcribe(input, { timestamps: true, language, name: file.name || "recording" }, addSegment);
+        return app.ember().transcribe(input, { timestamps: true, words: true, language, name: file.name || "recording" }, addSegment);
       });
       show(file, r, language);
     } catch (e) {
@@ -187,5 +190,6 @@ export function mountSpeechTool(app) {
       app.showMessage(`Microphone unavailable: ${e.message}. Allow microphone access or choose a file.`);
     }
   });
-  return { transcribeFile, segments };
+  const live = mountLiveCaptions(app, { button: $("#live-captions"), slot: $("#live-slot") });
+  return { transcribeFile, segments, live };
 }

@@ -124,10 +124,12 @@ function hideSoon() {
 function runText(p, pct) {
   const secs = bar.runStart ? (performance.now() - bar.runStart) / 1000 : 0;
   const clock = `${secs.toFixed(1)} s elapsed`;
-  if (!p || !["window", "segment", "tokens", "preprocess", "model", "nms", "done"].includes(p.stage))
+  if (!p || !["window", "segment", "tokens", "preprocess", "model", "nms", "done", "encode", "embed", "decode"].includes(p.stage))
     return `${bar.runLabel || "Working"}… · ${clock}`;
   const what = p.stage === "window" || p.stage === "segment" ? `Transcribing: ${p.done.toFixed(0)} / ${p.total.toFixed(0)} s of audio`
     : p.stage === "tokens" ? (p.done === p.total ? `Generated ${p.done} tokens` : `Generating: ${p.done} / ${p.total} tokens at most`)
+    : p.stage === "encode" ? `Embedding the image: block ${p.done} / ${p.total}` // Segment Anything (segment.js)
+    : p.stage === "embed" || p.stage === "decode" ? `Segmenting everything: ${p.stage === "embed" ? "embedding" : "batch"} ${p.done} / ${p.total}`
     : `Detecting: ${p.stage === "done" ? "done" : p.stage}`;
   const frac = p.total ? p.done / p.total : 0;
   const last = bar.lastRunS[p.file];

@@ -5,17 +5,23 @@ paths (im2col + BLAS, blocked attention, chunked GELU).
 Which calls take the C kernels is each op's `choose` rule beside it, with its numbers in the registry's `tune`:
 the direct convolution where im2col + BLAS loses (kernels wider than 1x1 in both axes, measured on YOLOv8s,
 ResNet and Whisper shapes: bench/bench_core.py, bench/bench_yolo.py), one-pass attention past a number of
-scores, LayerNorm and GELU rows always.
+scores, LayerNorm and GELU rows always; none of them in deterministic mode.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import kernels as K
-from . import cpu_fused
+from . import cpu_fused, cpu_matmul
 from .array_module_backend import _F32
 from .array_module_fused import layer_norm as _layer_norm_numpy
-from .cpu_float_kernels import kernels as float_kernels
+from .cpu_float_kernels import kernels as _compiled
+
+
+def float_kernels():
+    """The float C kernels, or None: also None in deterministic mode, where the page's answers come from its
+    GEMM/softmax sources alone (cpu_fused's page paths), built alike in the page and natively."""
+    return None if cpu_matmul.deterministic() else _compiled()
 
 _ACT_NAMES = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "silu": "silu", "relu": "relu", None: None}
 

@@ -11,14 +11,14 @@ import numpy as np
 
 from . import array_module_fused
 from .array_module_backend import _F32, _HALF
-from .cpu_matmul import NO_BLAS, mm, wasm_kernels
+from .cpu_matmul import mm, page_kernels
 
 _ATTN_BLOCK = 1 << 19  # (L, S) scores above this many elements are computed a block of query rows at a time
 _GELU_CHUNK = 1 << 15  # elements per chunk of the fused GELU
 
 
 def _wasm():
-    return wasm_kernels() if NO_BLAS else None
+    return page_kernels()
 
 
 def describe_gelu(be=None):
@@ -30,6 +30,9 @@ def describe_silu(be=None):
 
 
 def attention(be, q, k, v, mask, scale, causal):
+    if page_kernels() is not None and q.dtype is _F32 and k.dtype is _F32 and v.dtype is _F32 \
+            and (mask is None or mask.dtype is _F32) and q.shape[-2] * k.shape[-2] <= _ATTN_BLOCK:
+        return _page_attention(be, q, k, v, mask, scale, causal)
     if mask is None and not causal and q.dtype not in _HALF and q.shape[-2] * k.shape[-2] > _ATTN_BLOCK \
             and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
         return _blocked_attention(q * np.asarray(scale, q.dtype), k, v)
@@ -57,8 +60,8 @@ def conv_bias(be, x, w, b, stride, padding, dilation, groups):
 def silu(be, x):
     if x.dtype in _HALF:
         return be._back(silu(be, be._f32(x)), x.dtype)
-    if NO_BLAS and x.dtype is _F32 and wasm_kernels() is not None:
-        return wasm_kernels().silu(x)  # numpy's exp is scalar in wasm: 20% of YOLOv8s went there
+    if x.dtype is _F32 and _wasm() is not None:
+        return _wasm().silu(x)  # numpy's exp is scalar in wasm: 20% of YOLOv8s went there
     out = be._sigmoid(x)  # one fresh array, then in place (YOLO: every conv is followed by a SiLU)
     out *= x
     return out
@@ -67,8 +70,8 @@ def silu(be, x):
 def gelu(be, x, approximate):
     if x.dtype in _HALF:
         return be._back(gelu(be, be._f32(x), approximate), x.dtype)
-    if NO_BLAS and approximate != "tanh" and x.dtype is _F32 and wasm_kernels() is not None:
-        return wasm_kernels().gelu(x)  # numpy's exp is scalar in wasm: 7% of Whisper tiny
+    if approximate != "tanh" and x.dtype is _F32 and _wasm() is not None:
+        return _wasm().gelu(x)  # numpy's exp is scalar in wasm: 7% of Whisper tiny
     # in cache-sized chunks: the ~20 passes stay in L2 (2x faster on Whisper's (1500, 1536) MLP).
     # (Splitting the chunks across threads gains little in a model: OpenBLAS's workers spin ~0.1 s
     # after every matmul and keep the other core.)
@@ -99,7 +102,7 @@ def _blocked_attention(q, k, v):
     rows = max(16, min(L, _ATTN_BLOCK // S))
     buf, mx, acc = np.empty((rows, S), dt), np.empty((rows, 1), dt), np.empty((rows, Ev + 1), dt)
     # under Pyodide, max, subtract and exp in one SIMD kernel (numpy's exp is scalar there: 12% of Whisper tiny)
-    kernels = wasm_kernels() if NO_BLAS and dt == np.float32 else None
+    kernels = page_kernels() if dt == np.float32 else None
     for h in range(q3.shape[0]):
         for i in range(0, L, rows):
             n = min(rows, L - i)
@@ -114,6 +117,23 @@ def _blocked_attention(q, k, v):
             mm(s, v1[h], out=a)                                              # (n, Ev | row sum)
             np.divide(a[:, :Ev], a[:, Ev:], out=out[h, i:i + n])
     return out.reshape(lead + out.shape[1:])
+
+
+def _page_attention(be, q, k, v, mask, scale, causal):
+    """array_module_fused.attention with the exponentials in the page's kernel (numpy's exp differs between
+    builds: scalar in Pyodide, SIMD natively)."""
+    q = q * np.asarray(scale, q.dtype)
+    s = mm(q, np.swapaxes(k, -1, -2))                                # (..., L, S)
+    if causal:
+        L, S = s.shape[-2:]
+        s[(Ellipsis,) + np.triu_indices(L, 1, S)] = -np.inf
+    if mask is not None:
+        s = s + mask
+    s = np.ascontiguousarray(s)
+    page_kernels().exp_rowmax(s.reshape(-1, s.shape[-1]))
+    out = mm(s, v)                                                   # (..., L, Ev)
+    out /= s.sum(axis=-1, keepdims=True)
+    return out
 
 
 # Abramowitz & Stegun 7.1.26: erfc(z) ~ t P(t) exp(-z^2), t = 1 / (1 + p z), |abs err| < 1.5e-7

@@ -14,9 +14,16 @@ import sys
 
 import numpy as np
 
+from .. import settings
 from . import cpu_native_kernels, cpu_pool, cpu_wasm_kernels
 
 NO_BLAS = sys.platform == "emscripten"
+# Deterministic mode: float32 matmuls, GELU, SiLU and attention's exponentials run in the page's C kernels with the
+# page's reduction order everywhere (natively: those sources built for this machine, cpu_page_kernels.py; in the page:
+# the plain SIMD128 module, whose multiply-add is never fused), so the page and the desktop give the same bits.
+# EMBER_DETERMINISTIC=1 at start, or set_deterministic().
+_deterministic = [bool(settings.get("EMBER_DETERMINISTIC"))]
+_page: list = []  # [(kernels or None, reason)]: the deterministic kernels once loaded
 _EINSUM_ITER_MAX = (1 << 31) - 1  # numpy's einsum iterator (batch x M x K x N) counts in intp: 32-bit in wasm
 _F32 = np.dtype(np.float32)
 # batch x M x K x N below which einsum's call (~10 us) beats the kernels' ~50-70 us of ctypes and pointer
@@ -95,6 +102,32 @@ def native_kernels_status() -> str:
     return _native[0][1]
 
 
+def deterministic() -> bool:
+    return _deterministic[0]
+
+
+def set_deterministic(on: bool = True) -> bool:
+    """Switch deterministic mode (see _deterministic); returns the previous setting."""
+    was, _deterministic[0] = _deterministic[0], bool(on)
+    return was
+
+
+def page_kernels():
+    """The kernels the page computes floats with, or None: in deterministic mode the plain SIMD128 module (in the
+    page) or its sources built natively (cpu_page_kernels.py); otherwise the page's loaded module, natively None."""
+    if not _deterministic[0]:
+        return wasm_kernels() if NO_BLAS else None
+    if not _page:
+        if NO_BLAS:
+            _page.append(cpu_wasm_kernels.load(cpu_wasm_kernels.MODULE))
+        else:
+            from . import cpu_page_kernels
+            _page.append(cpu_page_kernels.load())
+        if _page[0][0] is None:
+            raise RuntimeError(f"ember: deterministic mode needs the page's kernels: {_page[0][1]}")
+    return _page[0][0]
+
+
 def use_wasm_kernels(path=None):
     """(Re)load the kernels, from `path` instead of the shipped module when given; returns matmul_path().
     For the page's settings and the tests (a broken module must fall back to einsum with its reason)."""
@@ -108,6 +141,9 @@ def use_wasm_kernels(path=None):
 def matmul_path() -> str:
     """'blas' natively; under Pyodide 'wasm-simd128+relaxed', 'wasm-simd128 (why not relaxed)', or
     'einsum (why the kernels are not used)'."""
+    if _deterministic[0]:
+        page_kernels()
+        return f"deterministic: {_page[0][1]}"
     if not NO_BLAS:
         return "blas"
     wasm_kernels()
@@ -151,7 +187,13 @@ def mm(a, b, out=None):
     """np.matmul; under Pyodide the wasm SIMD GEMM for float32 (matrices, batched, broadcast, any strides)
     but the smallest products (on the kernel pool's threads for large ones), else float32 einsum (1.6x faster there
     than np.matmul on attention, see einsum_matmul). Natively, operands BLAS cannot take as they lie are made
-    contiguous first (blas_ready)."""
+    contiguous first (blas_ready). In deterministic mode every float32 product runs in the page's kernels."""
+    if _deterministic[0] and a.dtype == _F32 and b.dtype == _F32 and a.ndim >= 2 and b.ndim >= 2:
+        if b.ndim == 2 and a.size == a.shape[-1] and not b.flags.f_contiguous:
+            # one row times a matrix sums in an order that follows B's layout (gemm.c's gemv): always the column-
+            # major one, a weight's as the page stores it, whatever layout this process loaded the weight in
+            b = np.asfortranarray(b)
+        return page_kernels().matmul(a, b, out)  # every size: einsum's and BLAS's orders differ between builds
     if not NO_BLAS:
         return np.matmul(blas_ready(a), blas_ready(b), out=out)
     if a.dtype == _F32 and b.dtype == _F32:

@@ -53,7 +53,9 @@ class WasmKernels:
 
     def __init__(self, lib: ctypes.CDLL):
         self.lib = lib  # (cpu_float_kernels.py reads its float kernels from it)
-        # no argtypes: Python ints go through as C ints, the cheapest call Pyodide's ctypes makes
+        # no argtypes: Python ints go through as C ints, the cheapest call Pyodide's ctypes makes (the float
+        # methods take their addresses through _ptr / _addr, which the native build of these sources replaces)
+        self._ptr, self._addr = _ptr, _i32
         self._sgemm, self._sgemm_batched = lib.ember_sgemm, lib.ember_sgemm_batched
         self._scratch = np.empty(lib.ember_sgemm_scratch_floats(), _F32)  # packed A and B blocks
         self._scratch_ptr = _ptr(self._scratch)
@@ -200,12 +202,11 @@ class WasmKernels:
         """x Phi(x) for float32 (|abs err| < 3.5e-7, the numpy path's formula), a fresh C-contiguous array."""
         return self._unary(self._gelu, x)
 
-    @staticmethod
-    def _unary(kernel, x):
+    def _unary(self, kernel, x):
         x = np.ascontiguousarray(x)
         out = np.empty_like(x)
         if x.size:
-            kernel(_ptr(x), _ptr(out), x.size)
+            kernel(self._ptr(x), self._ptr(out), x.size)
         return out
 
     def exp_rowmax(self, s: np.ndarray) -> np.ndarray:
@@ -215,7 +216,7 @@ class WasmKernels:
             raise ValueError(f"ember: exp_rowmax needs float32 rows with unit column stride, got {s.dtype} "
                              f"{s.shape} strides {s.strides}")
         if s.size:
-            self._exp_rowmax(_ptr(s), s.shape[0], s.shape[1], s.strides[0] >> 2)
+            self._exp_rowmax(self._ptr(s), s.shape[0], s.shape[1], s.strides[0] >> 2)
         return s
 
     def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -239,8 +240,8 @@ class WasmKernels:
                 c = None if batch else target
             if c is not None:
                 sa, sb = a.strides, b.strides
-                self._sgemm(a.shape[0], n, k, _ptr(a), sa[0] >> 2, sa[1] >> 2, _ptr(b), sb[0] >> 2, sb[1] >> 2,
-                            _ptr(c), c.strides[0] >> 2, self._scratch_ptr, 0)
+                self._sgemm(a.shape[0], n, k, self._ptr(a), sa[0] >> 2, sa[1] >> 2, self._ptr(b), sb[0] >> 2,
+                            sb[1] >> 2, self._ptr(c), c.strides[0] >> 2, self._scratch_ptr, 0)
             else:
                 if a.shape[:-2] != batch:
                     a = np.broadcast_to(a, batch + (m, k))
@@ -256,12 +257,12 @@ class WasmKernels:
         """One C call per matrix of the leading batch dims; the last batch dim is looped in C."""
         m, k, n = a.shape[-2], a.shape[-1], c.shape[-1]
         self._strides[:] = [s >> 2 for s in a.strides[-3:] + b.strides[-3:] + c.strides[-3:-1]]
-        base = _ptr(a), _ptr(b), _ptr(c)
+        base = self._ptr(a), self._ptr(b), self._ptr(c)
         if c.ndim == 3:  # (np.ndindex alone costs 30 us under Pyodide)
             self._sgemm_batched(c.shape[0], m, n, k, *base, self._strides_ptr, self._scratch_ptr, 0)
             return
         for idx in np.ndindex(*c.shape[:-3]):
-            pa, pb, pc = (_i32(p + sum(i * s for i, s in zip(idx, x.strides))) for p, x in zip(base, (a, b, c)))
+            pa, pb, pc = (self._addr(p + sum(i * s for i, s in zip(idx, x.strides))) for p, x in zip(base, (a, b, c)))
             self._sgemm_batched(c.shape[-3], m, n, k, pa, pb, pc, self._strides_ptr, self._scratch_ptr, 0)
 
 

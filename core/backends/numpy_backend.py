@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import dtypes as D
 from .array_module_backend import _BF16, _F16, _F32, ArrayModuleBackend
-from .cpu_matmul import NO_BLAS, blas_ready, mm, native_kernels
+from .cpu_matmul import NO_BLAS, blas_ready, deterministic, mm, native_kernels
 from .numpy_conv import conv as _conv_im2col
 
 _MATVEC_MIN = 1 << 18  # elements of a weight past which a row-vector product goes to the C matvec (1 MiB)
@@ -46,8 +46,9 @@ class NumpyBackend(ArrayModuleBackend):
     def weight_layout(self, w):
         # input-major storage makes w.T C-contiguous: OpenBLAS then streams a decoding step's
         # row-vector x weight product 1.2-2x faster than from the (out, in) rows (bench_llama)
-        # (not under Pyodide: no BLAS to feed there, and the wasm kernels read either layout)
-        if not NO_BLAS and w.ndim == 2 and w.dtype.kind == "f" and w.flags.c_contiguous and w.size >= 16384:
+        # (not under Pyodide: no BLAS to feed there, and the wasm kernels read either layout; nor in deterministic
+        # mode: the kernels' one-row product sums in an order that follows the layout, so it keeps the page's)
+        if not NO_BLAS and not deterministic() and w.ndim == 2 and w.dtype.kind == "f" and w.flags.c_contiguous and w.size >= 16384:
             return np.ascontiguousarray(w.T).T
         return w
 
@@ -58,8 +59,8 @@ class NumpyBackend(ArrayModuleBackend):
         if a.dtype is _F16:  # no f16 BLAS: accumulate in float32, round once (as torch CPU)
             return mm(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
         if a.dtype is _F32:
-            if NO_BLAS:
-                return mm(a, b)  # the wasm SIMD kernels, or einsum
+            if NO_BLAS or deterministic():
+                return mm(a, b)  # the wasm SIMD kernels (or their native build), or einsum
             if a.shape[-2] == 1 and b.ndim == 2 and 16384 <= b.size <= _EINSUM_MAX and not b.flags.c_contiguous:
                 # row vector x an (out, in) weight's transposed view (one not re-stored by weight_layout,
                 # e.g. while training): memory-bound, and numpy's SIMD einsum loop streams that layout

@@ -6,14 +6,32 @@ from .layers import (ELU, GELU, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d,
                      LayerNorm, LeakyReLU, Linear, LogSoftmax, MaxPool1d, MaxPool2d, Mish, ModuleDict, ModuleList,
                      PReLU, ReLU, ReLU6, RMSNorm, Sequential, Sigmoid, SiLU, Softmax, Softplus, Tanh, Upsample,
                      relayout_linear_weight)
-from .embedding_bag import EmbeddingBag  # noqa: F401
-from .patches import Fold, PixelShuffle, PixelUnshuffle, Unfold  # noqa: F401
-from .attention import MultiheadAttention  # noqa: F401
 from .errors import LayerError  # noqa: F401
-from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,  # noqa: F401
-                          TransformerEncoderLayer)
-from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: F401
-from .losses import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, HuberLoss,  # noqa: F401
-                     KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
-from .moe import MoE  # noqa: F401
+
+# The layers a model port reaches for less often load on first use (`import ember` stays small: a count the tests
+# keep); `ember.nn.LSTM` and `from ember.nn import LSTM` work as for any name here.
+_LAZY = {"EmbeddingBag": "embedding_bag", "Fold": "patches", "PixelShuffle": "patches", "PixelUnshuffle": "patches",
+         "Unfold": "patches", "MultiheadAttention": "attention", "Transformer": "transformer",
+         "TransformerDecoder": "transformer", "TransformerDecoderLayer": "transformer",
+         "TransformerEncoder": "transformer", "TransformerEncoderLayer": "transformer", "GRU": "recurrent",
+         "LSTM": "recurrent", "RNN": "recurrent", "GRUCell": "recurrent", "LSTMCell": "recurrent",
+         "RNNCell": "recurrent", "BCELoss": "losses", "BCEWithLogitsLoss": "losses", "CosineEmbeddingLoss": "losses",
+         "CrossEntropyLoss": "losses", "HuberLoss": "losses", "KLDivLoss": "losses", "L1Loss": "losses",
+         "MSELoss": "losses", "NLLLoss": "losses", "SmoothL1Loss": "losses", "MoE": "moe"}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ember.nn' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
 from .module import Module, Parameter, StateDictError  # noqa: F401

@@ -66,12 +66,15 @@ class Experts(Module):
             slots = order[at:at + counts[e]]                               # flat (token, choice) positions
             at += counts[e]
             tok = tensor(slots // k, device=x.device)
-            xs = x.index_select(0, tok)                                    # (n, H) the tokens routed to e
-            gate, up = F.linear(xs, self.gate_up_proj[int(e)]).chunk(2, -1)
-            y = F.linear(self.act(gate) * up, self.down_proj[int(e)])      # (n, H)
+            y = self.expert(int(e), x.index_select(0, tok))               # (n, H) the tokens routed to e
             y = y * flat_w.index_select(0, tensor(slots, device=x.device))
             out = out.index_add(0, tok, y)
         return out
+
+    def expert(self, e, xs):
+        """Expert e's SwiGLU on its tokens xs (n, H) -> (n, H) (a quantized subclass multiplies its blocks)."""
+        gate, up = F.linear(xs, self.gate_up_proj[e]).chunk(2, -1)
+        return F.linear(self.act(gate) * up, self.down_proj[e])
 
 
 class SwiGLU(Module):

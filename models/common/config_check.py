@@ -47,7 +47,8 @@ _NULLABLE = {"n_inner", "head_dim", "intermediate_size", "ffn_hidden_size", "num
 FIELDS: dict[str, tuple[str, str | None]] = {k: ("pos", kind) for kind, keys in _SIZES.items() for k in keys}
 FIELDS.update({
     "num_key_value_heads": ("pos", "width"), "num_kv_heads": ("pos", "width"), "n_head_kv": ("pos", "width"),
-    "sliding_window": ("pos", "context"), "max_window_layers": ("nat", "layers"), "type_vocab_size": ("nat", "vocab"),
+    # 0: no window (transformers' Qwen2-MoE config saves sliding_window=0 when use_sliding_window is false)
+    "sliding_window": ("nat", "context"), "max_window_layers": ("nat", "layers"), "type_vocab_size": ("nat", "vocab"),
     "relative_attention_num_buckets": ("pos", "width"), "relative_attention_max_distance": ("pos", "context"),
     "rms_norm_eps": ("eps", None), "layer_norm_eps": ("eps", None), "layer_norm_epsilon": ("eps", None),
     "norm_eps": ("eps", None), "norm_epsilon": ("eps", None),

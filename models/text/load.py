@@ -18,7 +18,10 @@ import importlib
 from ember.errors import FormatError
 
 # general.architecture -> the module whose `GGUF` (a models.common.gguf.GGUFArchitecture) reads it
-GGUF_ARCHITECTURES = {"llama": "ember.models.llama.gguf", "gemma3": "ember.models.gemma3.load"}
+# ("module:NAME": that module's NAME); llama.cpp writes Mixtral as `llama` with experts (gguf_key)
+GGUF_ARCHITECTURES = {"llama": "ember.models.llama.gguf", "gemma3": "ember.models.gemma3.load",
+                      "llama+experts": "ember.models.mixtral.gguf",
+                      "qwen2moe": "ember.models.qwen_moe.gguf:QWEN2MOE", "qwen3moe": "ember.models.qwen_moe.gguf:QWEN3MOE"}
 
 
 class UnsupportedArchitectureError(FormatError):
@@ -35,7 +38,15 @@ def gguf_architecture(name, where: str):
     if name not in GGUF_ARCHITECTURES:
         raise UnsupportedArchitectureError(f"ember: {where}: GGUF architecture {name!r} is not supported "
                                            f"({', '.join(sorted(GGUF_ARCHITECTURES))})")
-    return importlib.import_module(GGUF_ARCHITECTURES[name]).GGUF
+    module, _, attr = GGUF_ARCHITECTURES[name].partition(":")
+    return getattr(importlib.import_module(module), attr or "GGUF")
+
+
+def gguf_key(md: dict):
+    """The GGUF_ARCHITECTURES key of a file's metadata: its general.architecture, "llama+experts" for a llama
+    with experts (Mixtral)."""
+    arch = md.get("general.architecture")
+    return "llama+experts" if arch == "llama" and md.get("llama.expert_count") else arch
 
 
 def _folder_family(source) -> str:
@@ -75,7 +86,7 @@ def load_text_model(src, device=None, tokenizer: str | None = None, activations:
         from ..common.gguf import load_gguf, read_gguf
         path = source.path(file)
         gguf = read_gguf(path)
-        model, tok = load_gguf(path, gguf_architecture(gguf[0].get("general.architecture"), str(path)), gguf=gguf,
+        model, tok = load_gguf(path, gguf_architecture(gguf_key(gguf[0]), str(path)), gguf=gguf,
                                activations=activations)
     else:
         family = "llama" if file.endswith(".bin") else _folder_family(source)

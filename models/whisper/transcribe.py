@@ -106,20 +106,69 @@ def transcribe_steps(model, tokenizer, source, *, language: str | None = None, t
                      timestamps: bool = False, beam_size: int | None = None,
                      temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0), compression_ratio_threshold: float | None = 2.4,
                      logprob_threshold: float | None = -1.0, no_speech_threshold: float | None = 0.6,
-                     condition_on_previous_text: bool = False, seed: int | None = 0):
+                     condition_on_previous_text: bool = False, initial_prompt=None, word_timestamps: bool = False,
+                     vad=False, seed: int | None = 0):
     """transcribe() as a generator, so a caller can show progress and stop between steps (the page's
     worker awaits between them; closing the generator cancels the rest). Yields
     ("window", seek_seconds, duration_seconds) before each 30 s window and ("segment", segment) as each
-    segment is finished; returns transcribe()'s result."""
+    segment is finished; returns transcribe()'s result.
+
+    initial_prompt (text or token ids) is the first window's previous text; condition_on_previous_text keeps
+    feeding each window's text to the next (openai's rules: reset after a window decoded above temperature 0.5).
+    word_timestamps adds "words" [{word, start, end, probability}] to each segment (timing.py). vad (True, a
+    vad.VadOptions or a vad.SileroVAD) transcribes only the speech regions Silero VAD finds, in pieces of at most
+    30 s cut at pauses, with every time mapped back to the input's timeline."""
     samples = load_input(source)
     duration = samples.size / A.SAMPLE_RATE
     yield ("window", 0.0, duration)
+    opts = dict(language=language, task=task, beam_size=beam_size, temperature=temperature,
+                compression_ratio_threshold=compression_ratio_threshold, logprob_threshold=logprob_threshold,
+                no_speech_threshold=no_speech_threshold, condition_on_previous_text=condition_on_previous_text,
+                initial_prompt=initial_prompt, word_timestamps=word_timestamps, seed=seed)
+    if vad is not False and vad is not None:
+        return (yield from _vad_steps(model, tokenizer, samples, vad, timestamps, opts))
     mel, long_form = features(samples, tokenizer.config.dims.n_mels)
-    return (yield from seek_loop(model, tokenizer, mel, duration, language=language, task=task,
-                                 timestamps=timestamps or long_form, beam_size=beam_size, temperature=temperature,
-                                 compression_ratio_threshold=compression_ratio_threshold,
-                                 logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
-                                 condition_on_previous_text=condition_on_previous_text, seed=seed))
+    return (yield from seek_loop(model, tokenizer, mel, duration, timestamps=timestamps or long_form, **opts))
+
+
+def _vad_steps(model, tokenizer, samples, vad, timestamps, opts):
+    """Speech regions (Silero VAD, split at pauses to at most 30 s), joined into pieces of at most 30 s, each
+    transcribed as a clip; segment and word times mapped from the speech-only signal back to the input."""
+    from . import vad as V
+    detector = vad if isinstance(vad, V.SileroVAD) else V.SileroVAD()
+    options = vad if isinstance(vad, V.VadOptions) else V.VadOptions(max_speech_s=A.CHUNK_LENGTH)
+    regions = V.speech_regions(detector.probs(samples), samples.size, options)
+    tmap = V.TimelineMap(regions)
+    total_s, segments, language, offset = samples.size / A.SAMPLE_RATE, [], opts["language"], 0
+    chunks = V.pieces(regions, A.N_SAMPLES)
+    for piece in chunks:
+        clip = np.concatenate([samples[r["start"]:r["end"]] for r in piece])
+        mel, _ = features(clip, tokenizer.config.dims.n_mels)
+        steps = seek_loop(model, tokenizer, mel, clip.size / A.SAMPLE_RATE, timestamps=timestamps,
+                          **{**opts, "language": language})
+        while True:
+            try:
+                step = next(steps)
+            except StopIteration as done:
+                language = done.value["language"]
+                break
+            if step[0] == "window":
+                yield ("window", tmap.original(offset / A.SAMPLE_RATE + step[1]), total_s)
+                continue
+            seg = dict(step[1], id=len(segments), seek=step[1]["seek"] + offset // A.HOP_LENGTH)
+            seg["start"] = tmap.original(offset / A.SAMPLE_RATE + seg["start"])
+            seg["end"] = tmap.original(offset / A.SAMPLE_RATE + seg["end"], is_end=True)
+            if "words" in seg:
+                seg["words"] = [dict(w, start=tmap.original(offset / A.SAMPLE_RATE + w["start"]),
+                                     end=tmap.original(offset / A.SAMPLE_RATE + w["end"], is_end=True))
+                                for w in seg["words"]]
+            segments.append(seg)
+            yield ("segment", seg)
+        offset += clip.size
+    yield ("window", total_s, total_s)
+    return {"text": "".join(s["text"] for s in segments), "language": language or "en", "segments": segments,
+            "speech": [{"start": r["start"] / A.SAMPLE_RATE, "end": r["end"] / A.SAMPLE_RATE} for r in regions],
+            "pieces": [{"start": p[0]["start"] / A.SAMPLE_RATE, "end": p[-1]["end"] / A.SAMPLE_RATE} for p in chunks]}
 
 
 def _drive(steps, on_segment=None) -> dict:
@@ -140,15 +189,20 @@ def transcribe_features(model, tokenizer, mel, duration: float | None = None, *,
 
 def seek_loop(model, tokenizer, mel, duration: float | None = None, *, language=None, task="transcribe",
               timestamps=False, beam_size=None, temperature=0.0, compression_ratio_threshold=None,
-              logprob_threshold=None, no_speech_threshold=None, condition_on_previous_text=False, seed=0):
+              logprob_threshold=None, no_speech_threshold=None, condition_on_previous_text=False,
+              initial_prompt=None, word_timestamps=False, seed=0):
     """transcribe_features as a generator of ("window", seek_s, total_s) / ("segment", seg) steps."""
     cfg = tokenizer.config
     temps = (float(temperature),) if np.isscalar(temperature) else tuple(float(t) for t in temperature)
-    options = DecodingOptions(task=task, language=language, beam_size=beam_size, timestamps=timestamps, seed=seed)
+    # word timestamps re-read a window's tokens in one pass of the decoder's 448 positions: at most n_ctx // 2 new
+    # tokens per window then, as openai-whisper always decodes (transformers' default allows 448)
+    options = DecodingOptions(task=task, language=language, beam_size=beam_size, timestamps=timestamps, seed=seed,
+                              sample_len=model.decoder.n_ctx // 2 if word_timestamps else None)
     device = model.encoder.conv1.weight.device
     max_frames = mel.shape[1]
     total_s = duration if duration is not None else max_frames * FRAME_SECONDS
-    seek, segments, history = 0, [], []
+    history = prompt_tokens(tokenizer, initial_prompt)
+    seek, segments, reset_since, language_probs, last_speech = 0, [], 0, None, 0.0
     with ember.no_grad():
         while seek < max_frames:
             window_frames = min(max_frames - seek, A.N_FRAMES)
@@ -157,8 +211,11 @@ def seek_loop(model, tokenizer, mel, duration: float | None = None, *, language=
             window = A.pad_or_trim(mel[:, seek:seek + window_frames], A.N_FRAMES)  # (n_mels, 3000)
             audio_features = model.encoder(ember.tensor(window[None], device=device))  # (1, 1500, d)
             if language is None:
-                language = detect_language(model, tokenizer, audio_features)[0] if cfg.multilingual else "en"
-            prompt = tuple(history[-(model.decoder.n_ctx // 2 - 1):]) if condition_on_previous_text else ()
+                if cfg.multilingual:
+                    language, language_probs = detect_language(model, tokenizer, audio_features)
+                else:
+                    language = "en"
+            prompt = tuple(history[reset_since:][-(model.decoder.n_ctx // 2 - 1):])
             decoder = WindowDecoder(model, tokenizer, replace(options, language=language, prompt=prompt))
             result: DecodingResult = decode_with_fallback(decoder, audio_features, language, temps,
                                                           compression_ratio_threshold, logprob_threshold,
@@ -172,16 +229,41 @@ def seek_loop(model, tokenizer, mel, duration: float | None = None, *, language=
             else:
                 end = time_offset + window_frames * FRAME_SECONDS
                 pieces, advance = [(time_offset, min(end, duration or end), result.tokens)], window_frames
+            new = []
             for start, end, toks in pieces:
                 if not toks:
                     continue
-                seg = {"id": len(segments), "seek": seek, "start": round(float(start), 3), "end": round(float(end), 3),
-                       "text": tokenizer.decode(toks), "tokens": [int(t) for t in toks],
-                       "avg_logprob": result.avg_logprob, "compression_ratio": result.compression_ratio,
-                       "no_speech_prob": result.no_speech_prob, "temperature": result.temperature}
+                new.append({"id": len(segments) + len(new), "seek": seek, "start": round(float(start), 3),
+                            "end": round(float(end), 3), "text": tokenizer.decode(toks), "tokens": [int(t) for t in toks],
+                            "avg_logprob": result.avg_logprob, "compression_ratio": result.compression_ratio,
+                            "no_speech_prob": result.no_speech_prob, "temperature": result.temperature})
+            if word_timestamps and new:
+                from .timing import add_word_timestamps
+                content = window_frames if duration is None else \
+                    max(1, min(window_frames, int(round(duration * A.SAMPLE_RATE)) // A.HOP_LENGTH - seek))  # audio, not padding
+                last_speech = add_word_timestamps(new, model, tokenizer, audio_features, content, time_offset,
+                                                  language if cfg.multilingual else None, last_speech)
+            for seg in new:
                 segments.append(seg)
                 history.extend(seg["tokens"])
                 yield ("segment", seg)
+            if not condition_on_previous_text or result.temperature > 0.5:
+                reset_since = len(history)  # openai: a sampled window's text would mislead the next one
             seek += max(int(advance), 1)
     yield ("window", total_s, total_s)
-    return {"text": "".join(s["text"] for s in segments), "language": language, "segments": segments}
+    out = {"text": "".join(s["text"] for s in segments), "language": language, "segments": segments}
+    if language_probs is not None:
+        out["language_probs"] = language_probs
+    return out
+
+
+def prompt_tokens(tokenizer, initial_prompt) -> list:
+    """openai's initial prompt: text encoded after a space, or token ids as they are."""
+    if initial_prompt is None or initial_prompt == "":
+        return []
+    if isinstance(initial_prompt, str):
+        return tokenizer.encode(" " + initial_prompt.strip())
+    ids = [int(t) for t in initial_prompt]
+    if any(t < 0 or t >= tokenizer.eot for t in ids):
+        raise ValueError(f"ember: initial_prompt token ids must be text tokens below {tokenizer.eot}")
+    return ids

@@ -1,4 +1,4 @@
-"""YOLO11 detect and pose, inference only. Ported from ultralytics 8.4 (nn/modules/block.py C3k2, C3k,
+"""YOLO11 detect, pose and segmentation, inference only. Ported from ultralytics 8.4 (nn/modules/block.py C3k2, C3k,
 C2PSA, PSABlock, Attention; cfg/models/11/yolo11.yaml), BatchNorms folded into the convs as for YOLOv8.
 
 YOLO11 keeps YOLOv8's Conv, SPPF, upsample/concat neck and DFL head; what changes is the CSP block
@@ -120,5 +120,5 @@ class YOLO11(YOLOv8):
             C3k2(c256 + c512, c512, n, k),                       # 19 out P4/16
             Conv(c512, c512, 3, 2), gap(),                       # 20, 21 cat head P5
             C3k2(c512 + c1024, c1024, n, True),                  # 22 out P5/32
-            Detect(cfg.nc, (c256, c512, c1024), cfg.reg_max, cfg.kpt_shape, dw_cls=True),  # 23
+            Detect(cfg.nc, (c256, c512, c1024), cfg.reg_max, cfg.kpt_shape, dw_cls=True, nm=cfg.nm, npr=cfg.npr),  # 23
         ]

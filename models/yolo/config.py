@@ -52,6 +52,8 @@ class YoloConfig:
     strides: tuple = (8, 16, 32)
     version: int = 8  # 8 (yolov8.yaml) or 11 (yolo11.yaml)
     c3k: bool = False  # YOLO11 m/l/x: every C3k2 holds C3k blocks (ultralytics parse_model, scale in m/l/x)
+    nm: int = 0        # segmentation models: mask coefficients per box (ultralytics Segment's nm, 32); 0 otherwise
+    npr: int = 0       # segmentation models: prototype channels (Segment's npr, 256 scaled by the width)
 
     def __post_init__(self):
         if self.version not in ARCHS:
@@ -65,10 +67,16 @@ class YoloConfig:
                                   f"do not match nc={self.nc} (need exactly indices 0..{self.nc - 1})")
         if self.kpt_shape is not None and (len(self.kpt_shape) != 2 or self.kpt_shape[1] not in (2, 3)):
             raise YoloConfigError(f"ember: yolo config: kpt_shape must be (keypoints, 2|3), got {self.kpt_shape}")
+        if not (isinstance(self.nm, int) and isinstance(self.npr, int) and 0 <= self.nm <= 1024
+                and 0 <= self.npr <= 4096 and (self.nm > 0) == (self.npr > 0)):
+            raise YoloConfigError(f"ember: yolo config: nm {self.nm!r} and npr {self.npr!r} must both be 0 or both "
+                                  "positive (at most 1024 and 4096)")
+        if self.nm and self.kpt_shape:
+            raise YoloConfigError("ember: yolo config: a model is pose (kpt_shape) or segmentation (nm), not both")
 
     @property
     def task(self) -> str:
-        return "pose" if self.kpt_shape else "detect"
+        return "pose" if self.kpt_shape else "segment" if self.nm else "detect"
 
     @property
     def head_index(self) -> int:
@@ -134,9 +142,17 @@ class YoloConfig:
         kpt = y.get("kpt_shape")
         layers = [row[2] for row in (y.get("backbone") or []) if isinstance(row, (list, tuple)) and len(row) > 2]
         v11 = "C3k2" in layers
-        return cls(nc=int(y.get("nc", 80)), depth_multiple=float(d), width_multiple=float(w),
-                   max_channels=float(mc), kpt_shape=tuple(kpt) if kpt else None, version=11 if v11 else 8,
-                   c3k=v11 and scale in ("m", "l", "x"), **kw)
+        head = (y.get("head") or [[]])[-1]
+        nm = npr = 0
+        if isinstance(head, (list, tuple)) and len(head) > 3 and head[2] == "Segment":
+            args = list(head[3]) + [32, 256][len(head[3]) - 1:]                   # [nc, nm, npr] with defaults
+            nm, npr = int(args[1]), int(args[2])
+        cfg = cls(nc=int(y.get("nc", 80)), depth_multiple=float(d), width_multiple=float(w),
+                  max_channels=float(mc), kpt_shape=tuple(kpt) if kpt else None, version=11 if v11 else 8,
+                  c3k=v11 and scale in ("m", "l", "x"), **kw)
+        if nm:  # parse_model scales the prototype width as a layer's channels
+            cfg.nm, cfg.npr = nm, cfg.ch(npr)
+        return cfg
 
     @classmethod
     def infer(cls, shapes: dict, where: str = "weights", **kw) -> YoloConfig:
@@ -152,7 +168,10 @@ class YoloConfig:
                                   f"{len(shapes)} tensors") from None
         nk = int(shapes[p + "cv4.0.2.weight"][0]) if p + "cv4.0.2.weight" in shapes else 0
         kpt = kw.pop("kpt_shape", None)
-        if nk and not kpt:  # ultralytics' pose models use (x, y, visibility) triples
+        if p + "proto.cv1.conv.weight" in shapes:  # Segment: cv4 gives mask coefficients, the proto net prototypes
+            kw.update(nm=nk, npr=int(shapes[p + "proto.cv1.conv.weight"][0]))
+            kpt = None
+        elif nk and not kpt:  # ultralytics' pose models use (x, y, visibility) triples
             kpt = (nk // 3, 3) if nk % 3 == 0 else (nk // 2, 2)
         # (layer, yaml repeats) of two CSP layers whose block count pins down the depth
         depth = ((2, 2), (4, 2)) if version == 11 else ((2, 3), (4, 6))

@@ -70,6 +70,12 @@ def check_weights(tensors: dict, cfg: YoloConfig, where: str):
         if kp is None or kp.shape[0] != nk:
             raise YoloConfigError(f"ember: {where}: kpt_shape {cfg.kpt_shape} needs {nk} keypoint channels, "
                                   f"{p}cv4.0.2.weight is {None if kp is None else tuple(kp.shape)}")
+    if cfg.nm:
+        mc, pr = tensors.get(p + "cv4.0.2.weight"), tensors.get(p + "proto.cv1.conv.weight")
+        if mc is None or pr is None or mc.shape[0] != cfg.nm or pr.shape[0] != cfg.npr:
+            raise YoloConfigError(f"ember: {where}: nm={cfg.nm}, npr={cfg.npr} but {p}cv4.0.2.weight is "
+                                  f"{None if mc is None else tuple(mc.shape)} and {p}proto.cv1.conv.weight "
+                                  f"{None if pr is None else tuple(pr.shape)}")
 
 
 # ---------------------------------------------------------------- .pt checkpoints
@@ -95,11 +101,12 @@ def from_checkpoint(path) -> tuple[dict, YoloConfig]:
     modules = dict(_walk(model, module_state))
     head = cfg.head_index
     layers = tuple(getattr(modules.get(f"model.{i}"), "name", None) for i in range(head + 1))
-    if layers[:head] != _LAYERS[cfg.version] or layers[head] not in ("Detect", "Pose") \
-            or f"model.{head + 1}" in modules:
+    if layers[:head] != _LAYERS[cfg.version] or layers[head] not in ("Detect", "Pose", "Segment") \
+            or f"model.{head + 1}" in modules or (layers[head] == "Segment") != bool(cfg.nm):
         arch = "yolov8" if cfg.version == 8 else "yolo11"
-        raise YoloConfigError(f"ember: {path}: not a YOLOv8 / YOLO11 detect/pose model; its layers are {layers} "
-                              f"(ember runs {arch}.yaml / {arch}-pose.yaml: {_LAYERS[cfg.version] + ('Detect|Pose',)})")
+        raise YoloConfigError(f"ember: {path}: not a YOLOv8 / YOLO11 detect/pose/segment model; its layers are "
+                              f"{layers} (ember runs {arch}.yaml / {arch}-pose.yaml / {arch}-seg.yaml: "
+                              f"{_LAYERS[cfg.version] + ('Detect|Pose|Segment',)})")
     return _fuse(modules, path), cfg
 
 
@@ -124,15 +131,15 @@ def _param(rec, name, path, where):
 
 
 def _fuse(modules: dict, where) -> dict:
-    """Conv+BatchNorm pairs (DWConv too) -> conv weight/bias; plain convs (head outputs) copied; DFL
-    dropped (fixed). A Conv's activation must be what ember's model applies there: SiLU, or none for
-    YOLO11's attention and ffn-output convs."""
+    """Conv+BatchNorm pairs (DWConv too) -> conv weight/bias; plain convs (head outputs) and the prototype
+    net's transposed conv copied; DFL dropped (fixed). A Conv's activation must be what ember's model applies
+    there: SiLU, or none for YOLO11's attention and ffn-output convs."""
     from ember.io.torch_pickle import module_state
     out = {}
     for path, rec in modules.items():
-        if not path.startswith("model.") or rec.name not in ("Conv", "DWConv", "Conv2d"):
+        if not path.startswith("model.") or rec.name not in ("Conv", "DWConv", "Conv2d", "ConvTranspose2d"):
             continue
-        if rec.name == "Conv2d":
+        if rec.name in ("Conv2d", "ConvTranspose2d"):
             if path.endswith(".conv") or ".dfl." in path + ".":
                 continue  # inside a Conv (fused below) or the DFL's fixed arange kernel
             out[path + ".weight"] = _param(rec, "weight", path, where).astype(np.float32)

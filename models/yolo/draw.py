@@ -1,12 +1,10 @@
-"""Annotated PNG: labelled boxes drawn with Pillow when present, else with numpy (a 3x5 pixel font)
-and a tiny built-in PNG writer (zlib + crc32 from the standard library)."""
+"""Annotated PNG: labelled boxes drawn with Pillow when present, else with numpy (a 3x5 pixel font); written by
+models/common/png.py."""
 from __future__ import annotations
 
-import os
-import struct
-import zlib
-
 import numpy as np
+
+from ..common.png import encode_png, save_png  # noqa: F401  (the annotated image's writers)
 
 # ultralytics' Colors palette (hex), one per class index modulo its length
 _PALETTE = ("FF3838", "FF9D97", "FF701F", "FFB21D", "CFD231", "48F90A", "92CC17", "3DDB86", "1A9334", "00D4BB",
@@ -36,7 +34,9 @@ def caption(d: dict) -> str:
 
 
 def annotate(img: np.ndarray, detections: list[dict], use_pillow: bool | None = None) -> np.ndarray:
-    """(H, W, 3) uint8 RGB + detections (predict.detect) -> a new annotated (H, W, 3) uint8 image."""
+    """(H, W, 3) uint8 RGB + detections (predict.detect) -> a new annotated (H, W, 3) uint8 image; segmentation
+    masks tinted in their class colour under the boxes."""
+    img = _tint_masks(img, detections)
     if use_pillow is not False:
         try:
             from PIL import Image, ImageDraw
@@ -58,6 +58,17 @@ def annotate(img: np.ndarray, detections: list[dict], use_pillow: bool | None = 
                 dr.text((x1 + t, ty + t - (by0 - y1)), caption(d), fill=(255, 255, 255))
             return np.asarray(im).copy()
     return _annotate_numpy(img, detections)
+
+
+def _tint_masks(img: np.ndarray, detections: list[dict], alpha: float = 0.5) -> np.ndarray:
+    masked = [d for d in detections if "mask" in d]
+    if not masked:
+        return img
+    out = img.astype(np.float32)
+    for d in reversed(masked):  # the best detection's colour on top
+        m = d["mask"]
+        out[m] = out[m] * (1 - alpha) + np.array(color(d["class"]), np.float32) * alpha
+    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
 
 
 def _thickness(shape) -> int:
@@ -97,35 +108,3 @@ def _render(text: str, scale: int) -> np.ndarray:
         cols.append(np.pad(rows, ((0, 0), (0, 1))))
     bitmap = np.concatenate(cols, 1) if cols else np.zeros((5, 0), bool)
     return np.kron(bitmap, np.ones((scale, scale), bool)).astype(bool)
-
-
-# ---------------------------------------------------------------- PNG
-
-def encode_png(img: np.ndarray) -> bytes:
-    """(H, W, 3) uint8 RGB -> PNG bytes (8-bit truecolour, filter type 0 on every row)."""
-    if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
-        raise ValueError(f"ember: encode_png wants (H, W, 3) uint8, got {img.dtype} {img.shape}")
-    h, w = img.shape[:2]
-    raw = np.concatenate([np.zeros((h, 1), np.uint8), img.reshape(h, w * 3)], 1).tobytes()
-
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
-
-
-def save_png(img: np.ndarray, path, use_pillow: bool | None = None):
-    """Write an RGB uint8 image as PNG (Pillow when present, else the built-in encoder)."""
-    path = os.fspath(path)
-    if use_pillow is not False:
-        try:
-            from PIL import Image
-        except ImportError:
-            if use_pillow:
-                raise
-        else:
-            Image.fromarray(img).save(path, format="PNG")
-            return
-    with open(path, "wb") as f:
-        f.write(encode_png(img))

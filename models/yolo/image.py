@@ -1,4 +1,4 @@
-"""Images in: decoding (Pillow, imported lazily), ultralytics' letterbox reproduced bit for bit in numpy,
+"""Images in: decoding (models/common/image.py), ultralytics' letterbox reproduced bit for bit in numpy,
 and the mapping of boxes back to the original image.
 
 The letterbox resizes with OpenCV's cv2.resize(INTER_LINEAR) on uint8, whose result is what the
@@ -10,88 +10,14 @@ An exact 2x downscale takes OpenCV's INTER_AREA fast path instead: the rounded m
 """
 from __future__ import annotations
 
-import os
-import struct
 from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import FormatError, LimitError
-from ...io.image import check_png_chunks, convert, frame_to_array
-from ...limits import budget
+from ..common.image import ImageError, as_rgb, load_image  # noqa: F401  (this module's callers use them)
 
 PAD_VALUE = 114  # ultralytics' letterbox grey
 _COEF_SCALE = 2048  # OpenCV INTER_RESIZE_COEF_SCALE (11 fractional bits)
-
-
-class ImageError(FormatError):
-    """An image that cannot be read or used."""
-
-
-# ---------------------------------------------------------------- decoding
-
-def _pillow():
-    try:
-        from PIL import Image, ImageOps
-    except ImportError:
-        return None, None
-    return Image, ImageOps
-
-
-def load_image(src) -> np.ndarray:
-    """A path, encoded image bytes, or an (H, W, 3) uint8 RGB array -> (H, W, 3) uint8 RGB array.
-    Files are decoded with Pillow (EXIF orientation applied, as cv2.imread does).
-
-    Budget: the header's width x height is checked against budget.max_pixels before any pixel is decoded,
-    and decoding holds at most ember.io.image.BYTES_PER_PIXEL (8) bytes per pixel at its peak (50 MP, the
-    default cap: ~400 MB). A PNG's chunk lengths are checked against the file first."""
-    if isinstance(src, np.ndarray):
-        return as_rgb(src)
-    Image, ImageOps = _pillow()
-    where = "<image bytes>" if isinstance(src, (bytes, bytearray)) else os.fspath(src)
-    if Image is None:
-        raise ImageError(f"ember: decoding {where} needs Pillow (pip install pillow; Pyodide ships it); "
-                         "or pass an (H, W, 3) uint8 RGB array")
-    import io
-    try:
-        check_png_chunks(src, where, ImageError)
-        with Image.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else where) as im:
-            _check_pixels(where, *im.size)  # the header's size, before any pixel is decoded
-            return _decode_rgb(im, ImageOps)
-    except (LimitError, ImageError):
-        raise
-    except Image.DecompressionBombError:  # Pillow's own limit (~179 MP) fires inside open()
-        raise LimitError(where, "image size", f"over {2 * Image.MAX_IMAGE_PIXELS}", budget.max_pixels,
-                         "max_pixels", " pixels") from None
-    except FileNotFoundError:
-        raise ImageError(f"ember: image file not found: {where}") from None
-    except MemoryError:  # past what the checks above bound (a decoder's own buffers on a tight machine)
-        raise ImageError(f"ember: {where}: ran out of memory decoding the image (see "
-                         "ember.limits.budget.max_pixels)") from None
-    except (OSError, SyntaxError, ValueError, EOFError, struct.error) as e:  # UnidentifiedImageError: an OSError
-        raise ImageError(f"ember: {where}: not a readable image ({type(e).__name__}: {e})") from None
-
-
-def _decode_rgb(im, ImageOps) -> np.ndarray:
-    """Decode, orient (EXIF, in place) and convert an open image, then copy it out (ember.io.image)."""
-    im.load()
-    ImageOps.exif_transpose(im, in_place=True)
-    return frame_to_array(convert(im, "RGB"))
-
-
-def _check_pixels(where: str, w: int, h: int):
-    if w * h > budget.max_pixels:
-        raise LimitError(where, f"image size {w}x{h}", w * h, budget.max_pixels, "max_pixels", " pixels")
-
-
-def as_rgb(a: np.ndarray) -> np.ndarray:
-    if a.dtype != np.uint8:
-        raise ImageError(f"ember: image array must be uint8 RGB, got dtype {a.dtype} shape {a.shape}")
-    if a.ndim == 2:
-        a = np.repeat(a[:, :, None], 3, axis=2)
-    if a.ndim != 3 or a.shape[2] not in (3, 4) or a.shape[0] < 1 or a.shape[1] < 1:
-        raise ImageError(f"ember: image array must be (H, W, 3) RGB, got shape {a.shape}")
-    return np.ascontiguousarray(a[:, :, :3])
 
 
 # ---------------------------------------------------------------- cv2.resize INTER_LINEAR, uint8

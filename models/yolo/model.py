@@ -93,20 +93,38 @@ def _dw_branch(c_in, c_mid, c_out):
                          nn.Conv2d(c_mid, c_out, 1))
 
 
+class Proto(nn.Module):
+    """ultralytics Proto: the segmentation head's mask prototypes from the P3 features, at twice their size."""
+
+    def __init__(self, c1, c_, c2):
+        super().__init__()
+        self.cv1 = Conv(c1, c_, 3)
+        self.upsample = nn.ConvTranspose2d(c_, c_, 2, 2)                         # (c_, c_, 2, 2)
+        self.cv2, self.cv3 = Conv(c_, c_, 3), Conv(c_, c2)
+
+    def forward(self, x):
+        return self.cv3(self.cv2(self.upsample(self.cv1(x))))                   # (b, nm, 2h, 2w)
+
+
 class Detect(nn.Module):
     """Decoupled anchor-free head: per level a box branch (cv2, 4 * reg_max DFL logits) and a class
-    branch (cv3); Pose adds a keypoint branch (cv4). Output (b, 4 + nc [+ nk], anchors): boxes as
-    (cx, cy, w, h) in input pixels, class probabilities, then decoded keypoints (x, y[, visibility])."""
+    branch (cv3); Pose adds a keypoint branch (cv4), Segment a mask-coefficient branch (cv4) and the
+    prototype net (proto). Output (b, 4 + nc [+ nk | + nm], anchors): boxes as (cx, cy, w, h) in input
+    pixels, class probabilities, then decoded keypoints (x, y[, visibility]) or mask coefficients; Segment
+    returns (that, prototypes (b, nm, H/4, W/4))."""
 
-    def __init__(self, nc, ch, reg_max=16, kpt_shape=None, dw_cls=False):
+    def __init__(self, nc, ch, reg_max=16, kpt_shape=None, dw_cls=False, nm=0, npr=0):
         super().__init__()
-        self.nc, self.reg_max, self.kpt_shape = nc, reg_max, kpt_shape
+        self.nc, self.reg_max, self.kpt_shape, self.nm = nc, reg_max, kpt_shape, nm
         c2, c3 = max(16, ch[0] // 4, reg_max * 4), max(ch[0], min(nc, 100))
         self.cv2 = nn.ModuleList([_branch(c, c2, 4 * reg_max) for c in ch])
         self.cv3 = nn.ModuleList([(_dw_branch if dw_cls else _branch)(c, c3, nc) for c in ch])
         if kpt_shape:
             nk = kpt_shape[0] * kpt_shape[1]
             self.cv4 = nn.ModuleList([_branch(c, max(ch[0] // 4, nk), nk) for c in ch])
+        if nm:
+            self.proto = Proto(ch[0], npr, nm)
+            self.cv4 = nn.ModuleList([_branch(c, max(ch[0] // 4, nm), nm) for c in ch])
         self._anchors = {}  # (feature sizes, strides, device) -> (anchor points, strides)
         self._stems = {}    # level -> (source weight arrays, merged weight, merged bias); see _branch_inputs
 
@@ -153,7 +171,7 @@ class Detect(nn.Module):
 
     @property
     def branches(self):
-        return [self.cv2, self.cv3] + ([self.cv4] if self.kpt_shape else [])
+        return [self.cv2, self.cv3] + ([self.cv4] if self.kpt_shape or self.nm else [])
 
     def forward(self, feats, strides):
         b = feats[0].shape[0]
@@ -179,6 +197,9 @@ class Detect(nn.Module):
             xy = (kpt[:, :, :2] * 2.0 + (anchors.reshape(1, 1, 2, a) - 0.5)) * stride.reshape(1, 1, 1, a)
             parts = [xy, kpt[:, :, 2:].sigmoid()] if nd == 3 else [xy]
             out.append(ember.cat(parts, 2).reshape(b, k * nd, a))
+        if self.nm:
+            out.append(flat(2, self.cv4))                                        # (b, nm, A)
+            return ember.cat(out, 1), self.proto(feats[0])
         return ember.cat(out, 1)
 
 
@@ -222,11 +243,12 @@ class YOLOv8(nn.Module):
             C2f(c256 + c512, c512, n(3)),                # 18 out P4/16
             Conv(c512, c512, 3, 2), gap(),               # 19, 20 cat head P5
             C2f(c512 + c1024, c1024, n(3)),              # 21 out P5/32
-            Detect(cfg.nc, (c256, c512, c1024), cfg.reg_max, cfg.kpt_shape),  # 22
+            Detect(cfg.nc, (c256, c512, c1024), cfg.reg_max, cfg.kpt_shape, nm=cfg.nm, npr=cfg.npr),  # 22
         ]
 
     def forward(self, x):
-        """x (b, 3, H, W) RGB in [0, 1], H and W multiples of 32 -> (b, 4 + nc [+ nk], H*W/64 + H*W/256 + H*W/1024)."""
+        """x (b, 3, H, W) RGB in [0, 1], H and W multiples of 32 -> (b, 4 + nc [+ nk | nm], H*W/64 + H*W/256 +
+        H*W/1024); segmentation models: (that, prototypes (b, nm, H/4, W/4))."""
         steps = self.forward_steps(x)
         while True:
             try:

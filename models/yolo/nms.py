@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..common.boxes import nms
+
 MAX_WH = 7680     # class offset: boxes of different classes never overlap after shifting
 MAX_NMS = 30000   # candidates kept before NMS, by score
 MAX_DET = 300
@@ -13,32 +15,6 @@ MAX_DET = 300
 def xywh_to_xyxy(b: np.ndarray) -> np.ndarray:
     xy, half = b[..., :2], b[..., 2:4] / 2
     return np.concatenate([xy - half, xy + half], -1)
-
-
-def nms(boxes: np.ndarray, scores: np.ndarray, iou: float, max_keep: int | None = None) -> np.ndarray:
-    """Greedy NMS: indices of kept boxes, highest score first. (N, 4) xyxy, (N,) scores.
-    Boxes sorted once, coordinates as contiguous columns; each kept box updates an `alive` mask of the
-    boxes after it in one vectorized step (memory O(N)). Stopping after max_keep boxes equals running
-    to the end and truncating."""
-    order = np.argsort(-scores, kind="stable")
-    x1, y1, x2, y2 = (np.ascontiguousarray(boxes[order, k]) for k in range(4))
-    area = (x2 - x1) * (y2 - y1)
-    alive = np.ones(len(order), bool)
-    keep, i, n = [], 0, len(order)
-    max_keep = n if max_keep is None else max_keep
-    while i < n and len(keep) < max_keep:
-        keep.append(i)
-        j = slice(i + 1, n)
-        w = np.clip(np.minimum(x2[i], x2[j]) - np.maximum(x1[i], x1[j]), 0, None)
-        h = np.clip(np.minimum(y2[i], y2[j]) - np.maximum(y1[i], y1[j]), 0, None)
-        inter = w * h
-        with np.errstate(invalid="ignore", divide="ignore"):  # 0/0 for empty boxes: NaN, kept as torchvision does
-            alive[j] &= ~(inter / (area[i] + area[j] - inter) > iou)
-        nxt = alive[j].argmax() if i + 1 < n else 0
-        if i + 1 >= n or not alive[i + 1 + nxt]:
-            break
-        i += 1 + nxt
-    return order[np.array(keep, np.int64)]
 
 
 def postprocess(pred: np.ndarray, conf: float = 0.25, iou: float = 0.45, nc: int | None = None,

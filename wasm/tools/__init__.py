@@ -38,7 +38,7 @@ from types import ModuleType
 
 from ember.errors import EmberError
 
-TOOLS = ("whisper", "llama", "yolo", "embed", "train", "onnx")
+TOOLS = ("whisper", "llama", "yolo", "embed", "train", "onnx", "segment")
 _CANCEL = {"flag": False}
 
 

@@ -1,8 +1,11 @@
 """The speech tool: Whisper (tiny.en, base, or any Whisper folder: safetensors or ember's GGUF) transcribes
-WAV bytes or 16 kHz samples as `ember whisper --json --timestamps` does, segment by segment."""
+WAV bytes or 16 kHz samples as `ember whisper --json --timestamps --deterministic` does, segment by segment (the
+page computes in deterministic mode by default: the desktop's deterministic mode gives the same tokens), with word
+timestamps and Silero VAD on request; or captions a live stream (opts.stream: "start", "push", "stop")."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sys
 import time
@@ -11,9 +14,10 @@ import numpy as np
 
 from . import WorkerError, checkpoint, weight_sizes
 
+VAD_FILE = "silero_vad.onnx"  # Silero VAD beside the model (the demos carry it): {vad: true} and live captions
 # Whisper weights are either file: model.gguf is fetched only when model.safetensors is missing
 FILES = [["config.json"], ["generation_config.json", True], ["model.safetensors", True],
-         ["model.gguf", True, "model.safetensors"], ["tokenizer.json"]]
+         ["model.gguf", True, "model.safetensors"], ["tokenizer.json"], [VAD_FILE, True]]
 BESIDE: dict = {}
 PACKAGES = ()
 BUNDLES = "model"
@@ -22,7 +26,7 @@ DEMOS = {  # --model name -> (demo id, label); tiny.en first: the speech tool's 
     "tiny.en": ("whisper-tiny.en", "Whisper tiny.en (39 M parameters, English only, float16)"),
     "base": ("whisper-base", "Whisper base (74 M parameters, multilingual, float16)"),
 }
-_STATE: dict = {}  # "model", "tokenizer"
+_STATE: dict = {}  # "model", "tokenizer", "vad" (a SileroVAD or None), "live" (a LiveTranscriber)
 
 
 def demos(extra: bool = True) -> list[dict]:
@@ -40,8 +44,13 @@ def demos(extra: bool = True) -> list[dict]:
             print(f"ember: no Whisper {name} demo model ({e})", file=sys.stderr)
             continue
         demo_id, label = DEMOS[name]
-        out.append({"id": demo_id, "label": label,
-                    "files": {n: d / n for n in DEMO_FILES if (d / n).is_file()}})
+        files = {n: d / n for n in DEMO_FILES if (d / n).is_file()}
+        try:
+            from ember.models.whisper.vad import model_path
+            files[VAD_FILE] = model_path()
+        except (ValueError, OSError) as e:
+            print(f"ember: no Silero VAD beside the Whisper demos ({e})", file=sys.stderr)
+        out.append({"id": demo_id, "label": label, "files": files})
     return out
 
 
@@ -51,12 +60,17 @@ def load(folder: str, device: str) -> dict:
     from ember.models.whisper.load import load_whisper
     _STATE.clear()  # free the old model before the new one claims memory
     model, _, tokenizer = load_whisper(folder, device=device)
-    _STATE.update(model=model, tokenizer=tokenizer)
+    vad = None
+    if os.path.isfile(os.path.join(folder, VAD_FILE)):
+        from ember.models.whisper.vad import SileroVAD
+        vad = SileroVAD(os.path.join(folder, VAD_FILE))
+    _STATE.update(model=model, tokenizer=tokenizer, vad=vad)
     n_params, n_bytes = weight_sizes(model)
     cfg = tokenizer.config
     languages = ([t[2:-2] for t, _ in sorted(cfg.special.lang_to_id.items(), key=lambda kv: kv[1])]
                  if cfg.multilingual else ["en"])
-    return {"parameters": n_params, "bytes": n_bytes, "multilingual": bool(cfg.multilingual), "languages": languages}
+    return {"parameters": n_params, "bytes": n_bytes, "multilingual": bool(cfg.multilingual), "languages": languages,
+            "vad": vad is not None}
 
 
 def _readable(message: str, name: str) -> str:
@@ -89,28 +103,83 @@ def _samples(audio) -> np.ndarray:
 async def run(audio, opts: dict, on_partial=None, on_progress=None) -> dict:
     """-> {"text", "language", "segments": [{"start", "end", "text", "tokens"}]} as `ember whisper --json
     --timestamps` (plus "ms", "duration", "stopped": "done" | "cancelled"). opts: language, timestamps, beam,
-    fallback, name (the file's, for messages). on_partial(segment) as each segment is decoded; on_progress({"stage": "window" | "segment",
-    "done": seconds, "total": seconds}) before each 30 s window, after each segment (its end) and at the end.
+    fallback, words, vad, task, initial_prompt, condition_on_previous_text, deterministic, name (the file's, for
+    messages), stream (live captions). on_partial(segment) as each segment is decoded; on_progress({"stage":
+    "window" | "segment", "done": seconds, "total": seconds}) before each 30 s window, after each segment (its end)
+    and at the end.
     A cancel lands between windows and segments; the result then holds the segments decoded so far."""
-    from ember.models.whisper.transcribe import transcribe_steps
+    from ember.backends.cpu_matmul import set_deterministic
     if "model" not in _STATE:
         raise WorkerError("ember: no whisper model loaded yet; load one first", "not_loaded")
+    was = set_deterministic(opts.get("deterministic", True) is not False)
+    try:
+        if opts.get("stream"):
+            return _stream(audio, opts)
+        return await _transcribe(audio, opts, on_partial, on_progress)
+    finally:
+        set_deterministic(was)
+
+
+def _vad(opts):
+    if not opts.get("vad"):
+        return False
+    if _STATE.get("vad") is None:
+        raise WorkerError(f"ember: voice activity detection needs {VAD_FILE} beside the model (the demo models carry "
+                          f"it); this model was loaded without it", "bad_request")
+    return _STATE["vad"]
+
+
+def _stream(audio, opts: dict) -> dict:
+    """Live captions: "start" a stream (opts: language), "push" 16 kHz float32 samples (opts: rate, the
+    AudioContext's), "stop" it -> the update {committed: [{word, start, end}], partial, t, speech, level}."""
+    from ember.models.whisper.streaming import LiveTranscriber, StreamError
+    op = opts["stream"]
+    try:
+        if op == "start":
+            if _STATE.get("vad") is None:
+                _vad({"vad": True})
+            _STATE["live"] = LiveTranscriber(_STATE["model"], _STATE["tokenizer"], _STATE["vad"].fork(),
+                                             language=opts.get("language"))
+            return {"started": True}
+        live = _STATE.get("live")
+        if live is None:
+            raise StreamError("ember: no live stream is open; start one first")
+        if op == "stop":
+            _STATE.pop("live", None)
+            return live.close()
+        if op != "push":
+            raise WorkerError(f"ember: stream must be 'start', 'push' or 'stop', got {op!r}", "bad_request")
+        if isinstance(audio, (bytes, bytearray, memoryview)):
+            if len(audio) % 4:
+                raise StreamError(f"ember: live audio must be float32 samples (got {len(audio)} bytes)")
+            audio = np.frombuffer(audio, np.float32)
+        return live.push(np.asarray(audio), opts.get("rate", 16000))
+    except StreamError as e:
+        raise WorkerError(str(e), "bad_request") from None
+
+
+async def _transcribe(audio, opts: dict, on_partial, on_progress) -> dict:
+    from ember.models.whisper.transcribe import transcribe_steps
     try:
         samples = _samples(audio)
     except ValueError as e:
         raise WorkerError(_readable(str(e), str(opts.get("name") or "the audio")), "unsupported_file") from None
     t0 = time.perf_counter()
     temps = 0.0 if opts.get("fallback") is False else (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the CLI's default
+    words = bool(opts.get("words"))
     steps = transcribe_steps(_STATE["model"], _STATE["tokenizer"], samples, language=opts.get("language"),
-                             timestamps=bool(opts.get("timestamps", True)), beam_size=opts.get("beam"),
-                             temperature=temps)
+                             task=opts.get("task", "transcribe"), timestamps=bool(opts.get("timestamps", True)),
+                             beam_size=opts.get("beam"), temperature=temps, word_timestamps=words, vad=_vad(opts),
+                             initial_prompt=opts.get("initial_prompt"),
+                             condition_on_previous_text=bool(opts.get("condition_on_previous_text")))
+    keys = ("start", "end", "text", "tokens") + (("words",) if words else ())
     segs, language, stopped = [], opts.get("language"), "done"  # a cancelled run knows only a chosen language
     total, done = samples.size / 16000, 0.0  # progress in seconds of audio, never going back
     try:
         while True:
             step = next(steps)
             if step[0] == "segment":
-                seg = {k: step[1][k] for k in ("start", "end", "text", "tokens")}
+                seg = {k: step[1][k] for k in keys}
                 segs.append(seg)
                 if on_partial is not None:
                     on_partial(seg)

@@ -31,7 +31,7 @@ def demos(extra: bool = True) -> list[dict]:
 
 
 def load(folder: str, device: str) -> dict:
-    """-> "parameters", "bytes", "task" ("detect" | "pose") and "classes" (the label of each class index: the
+    """-> "parameters", "bytes", "task" ("detect" | "pose" | "segment") and "classes" (the label of each class index: the
     page says what the model detects)."""
     from ember.models.yolo.load import load_model
     _STATE.clear()  # free the old model before the new one claims memory
