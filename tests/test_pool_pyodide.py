@@ -8,13 +8,14 @@ References are computed in the test: numpy's product (tolerance), the single-thr
 build of q8dot.c / decode.c (bits)."""
 from __future__ import annotations
 
+import ctypes
 import hashlib
 
 import numpy as np
 import pytest
 
 import ember
-from ember.backends import cpu_decode, cpu_matmul, cpu_q8dot
+from ember.backends import cpu_decode, cpu_float_kernels, cpu_matmul, cpu_native_kernels, cpu_q8dot
 from ember.ggml.codec import quantize
 from pyodide_runner import PyodideSession, node_path, pyodide_dist, unavailable  # noqa: F401
 
@@ -77,6 +78,32 @@ for i, (ashape, bshape, layout) in enumerate(GEMM_CASES):
 out["status"] = cpu_matmul.pool_status()
 out["jobs"] = (pool.pool.state()["jobs"] - jobs) if pool is not None else 0
 result = out
+'''
+
+# the float kernels (conv.c, attention.c, rows.c), each call large enough for the pool (cpu_pool_kernels.POOL_MIN_*)
+FLOATS = INPUTS + r'''
+from ember.backends import cpu_float_kernels as CFK
+
+def float_calls(fk):
+    x, w, b = floats((1, 24, 40, 64), 1), floats((32, 24, 3, 3), 2) * 0.3, floats(32, 3)
+    dx, dw = floats((1, 32, 64, 64), 4), floats((32, 1, 3, 3), 5)
+    qkv = floats((2, 200, 3, 4, 64), 6)  # a fused projection: q, k, v strided views of it
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    kk, vv = floats((2, 4, 300, 64), 7), floats((2, 4, 300, 32), 8)
+    mask = np.where(floats((1, 1, 200, 300), 9) > 1.5, -np.inf, 0).astype(np.float32)
+    xs, lw, lb = floats((300, 512), 10) * 3, floats(512, 11), floats(512, 12)
+    inplace, ch = floats((300, 512), 13), floats((2, 16, 80, 80), 14)
+    wide = floats((300, 700), 15)[:, :512]  # rows with a stride, out into a strided view
+    out_view = np.zeros((300, 600), np.float32)[:, :512]
+    return {"conv": fk.conv2d(x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu"),
+            "conv_s2": fk.conv2d(x, w, None, (2, 2), (1, 1), (1, 1), 1, "gelu"),
+            "depthwise": fk.conv2d(dx, dw, None, (1, 1), (1, 1), (1, 1), 32, "relu"),
+            "attn_causal": fk.attention(q, k, v, None, 0.125, True),
+            "attn_mask": fk.attention(q, kk, vv, mask, 0.125, False),
+            "ln": fk.layer_norm(xs, lw, lb, 1e-5), "gelu": fk.bias_act(xs, lb, "gelu"),
+            "inplace": fk.bias_act(inplace, None, "gelu_tanh", out=inplace),
+            "channels": fk.bias_act(ch, floats(16, 16), "silu", channels=16),
+            "strided": fk.bias_act(wide, lb, "gelu", out=out_view)}
 '''
 
 # a Gemma 3-shaped model large enough that its matvecs (512 x 1536) and, past 128 cached rows, its attention (8
@@ -176,6 +203,37 @@ def test_every_kernel_gives_the_same_bits_on_any_thread_count(sessions):
         assert ns["digest"](cpu_q8dot.q8_matmul_numpy(x, raw, qtype, n)) == page, qtype
         if cpu_matmul.native_kernels() is not None:
             assert ns["digest"](cpu_q8dot.q8_matmul(x, raw, qtype, (n, k))) == page, qtype
+
+
+def test_the_float_kernels_give_the_same_bits_on_any_thread_count(sessions, tmp_path):
+    """conv.c, attention.c and rows.c on the pool: the side module's bits on 1 thread, native's where native
+    builds the same C (SSSE3, no FMA: the plain wasm module's arithmetic; the row kernels' everywhere)."""
+    code = FLOATS + r'''
+from ember.backends import cpu_matmul
+pool = cpu_matmul.pool_kernels()
+jobs = pool.pool.state()["jobs"] if pool is not None else 0
+fk = CFK.kernels()
+result = {"kind": type(fk).__name__, "path": cpu_matmul.matmul_path(),
+          "out": {k: v.tobytes().hex() for k, v in float_calls(fk).items()},
+          "jobs": (pool.pool.state()["jobs"] - jobs) if pool is not None else 0}
+'''
+    got = {n: sessions[n].run(code, timeout=600)["result"] for n in THREADS}
+    assert got[1]["kind"] == "FloatKernels" and got[1]["jobs"] == 0
+    for n in THREADS[1:]:
+        assert got[n]["kind"] == "PoolFloatKernels" and got[n]["jobs"] >= len(got[1]["out"]), (n, got[n]["jobs"])
+        for key, hexed in got[1]["out"].items():
+            assert got[n]["out"][key] == hexed, (n, key)
+    cc = cpu_native_kernels.compiler()
+    if cc is None:
+        pytest.skip("no C compiler to build native's float kernels with")
+    lib = ctypes.CDLL(str(cpu_native_kernels.build(cc, tmp_path / "k.so", ["-mssse3"])))
+    ns = {}
+    exec(FLOATS, ns)
+    native = ns["float_calls"](cpu_float_kernels.FloatKernels(lib, native=True))
+    relaxed = "relaxed" in got[2]["path"] and "no relaxed" not in got[2]["path"]
+    for key, y in native.items():
+        if key in ("ln", "gelu", "inplace", "channels", "strided") or not relaxed:
+            assert y.tobytes().hex() == got[2]["out"][key], key
 
 
 def test_the_decode_step_on_the_pool_equals_native(sessions):

@@ -4,7 +4,8 @@ same sources natively (cpu_native_kernels.py, threaded by threads.c) and in the 
 
 Each kernel reads an intptr_t parameter block (addresses, sizes) and computes ranges of output rows;
 `ember_<kernel>(params)` splits the rows between threads through parallel.h (threads.c's workers natively; in the
-Pyodide side module, serial.c, on one thread). Every row is computed alike in any range, so the result does not
+page, the kernel pool's workers where it has one: cpu_pool_kernels.PoolFloatKernels, else the Pyodide side module
+on one thread, serial.c). Every row is computed alike in any range, so the result does not
 depend on the thread count.
 
 `kernels()` is the loaded set where compiled kernels run here (None elsewhere: the callers compose); the
@@ -162,10 +163,14 @@ _loaded: list = []
 
 
 def kernels() -> FloatKernels | None:
-    """The float kernels where compiled kernels run here (the page's wasm module, else the native build), or
-    None."""
+    """The float kernels where compiled kernels run here (the page's kernel pool, its wasm module, else the native
+    build), or None."""
     if not _loaded:
         _loaded.append(_load())
+    if _loaded[0] is not None and cpu_matmul.NO_BLAS:
+        pool = cpu_matmul.pool_kernels()  # (looked up at every call: a pool that lost a worker is left)
+        if pool is not None:
+            return pool.float_kernels(_loaded[0])
     return _loaded[0]
 
 

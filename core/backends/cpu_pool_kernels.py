@@ -7,6 +7,9 @@ their array lives (Pool.place). A float GEMM copies both operands per call: its 
 write in place, and for the products it takes (at least POOL_MIN_MACS multiply-adds) the copy is a few percent.
 Smaller products run on this thread's side module, where a copy and a hand-off would cost more than they save.
 
+PoolFloatKernels: cpu_float_kernels.FloatKernels (conv.c, attention.c, rows.c) on the pool, with the same copies as
+the GEMM (operands in, strides kept; results out); calls too small to split stay on the side module.
+
 PoolDecodePlan: decode.c's plan with its layers in the shared memory and a copy of the KV cache there: the numpy
 cache stays the model's (the composed path reads and writes it); each step writes its new rows back to it, and
 a change by anyone else (a prompt's prefill, a beam reorder: KVCache.writes) copies the cache in again.
@@ -19,6 +22,7 @@ import weakref
 import numpy as np
 
 from .cpu_decode import L_CAPACITY, L_KCACHE, L_LENGTH, L_SLOT, L_VCACHE, DecodePlan
+from .cpu_float_kernels import ACTS, FloatKernels, _rows, _strides
 from .cpu_pool import Block, SharedRows, addr, i32
 
 F32 = np.dtype(np.float32)
@@ -26,6 +30,8 @@ POOL_MIN_MACS = 1 << 20  # below this a product stays on this thread (its copies
 POOL_MIN_ROWS = 16  # a float product with fewer rows of A stays too: its B, copied at every call, is read only
 # that many times (a decode step's x @ W^T reads W once: the copy costs what the product does, 80 MB a token
 # for Whisper's tied 51,864-word output)
+POOL_MIN_ELEMENTS = 1 << 17  # a row kernel (LayerNorm, bias + GELU) on fewer floats stays: parallel.h would not
+# split it (PARALLEL_MIN_WORK), and its copies in and out cost about what the kernel does
 IO_BYTES = 16 << 20  # a product's result goes out in pieces of about this much (a 2k prompt's attention scores are
 # 62 MB for Gemma 3 270M): the pool's per-call block, which its memory keeps, stays this size
 
@@ -45,6 +51,7 @@ class PoolKernels:
         self.qmatmul_types = side.qmatmul_types
         self._gemm_scratch = Block(pool.arena, int(ex.ember_sgemm_scratch_floats()) * 4 * pool.threads)
         self._io = Block(pool.arena, 1 << 20)
+        self._float = None
 
     @property
     def threads(self) -> int:
@@ -187,10 +194,139 @@ class PoolKernels:
             self.pool.write_raw(addr(x) + low, nbytes, at)
         return at - low
 
+    def float_kernels(self, side: FloatKernels) -> "PoolFloatKernels":
+        """The float kernels on the pool, over `side` (the side module's, for what stays on this thread)."""
+        if self._float is None or self._float.side is not side:
+            self._float = PoolFloatKernels(self, side)
+        return self._float
+
     # ---------------------------------------------------------------- the decode step
 
     def decode_plan(self, spec: dict) -> "PoolDecodePlan":
         return PoolDecodePlan(self, spec)
+
+
+class PoolFloatKernels(FloatKernels):
+    """FloatKernels' conv2d, attention, layer_norm and bias_act on the pool's threads: the same C as the side
+    module (`side`), so the same bits; small calls, and Whisper's decoder step (xattn_decode: its plan holds
+    addresses in Pyodide's heap), run on `side`."""
+
+    def __init__(self, kern: PoolKernels, side: FloatKernels):
+        self.native, self.kern, self.pool, self.side = False, kern, kern.pool, side
+        ex = self.pool.exports
+        self._conv2d, self._conv2d_scratch_floats = ex.ember_conv2d, ex.ember_conv2d_scratch_floats
+        self._attention, self._attention_scratch_floats = ex.ember_attention, ex.ember_attention_scratch_floats
+        self._layer_norm, self._bias_act = ex.ember_layer_norm, ex.ember_bias_act
+        self._scratch_block = Block(self.pool.arena, 1 << 16)
+
+    def xattn_decode(self, plan, fparams, x, scratch) -> int:
+        return self.side.xattn_decode(plan, fparams, x, scratch)
+
+    def xattn_decode_scratch_bytes(self, plan, max_keys) -> int:
+        return self.side.xattn_decode_scratch_bytes(plan, max_keys)
+
+    def _scratch_at(self, floats: int) -> int:
+        if self._scratch_block.nbytes < 4 * floats:
+            old = self._scratch_block.nbytes
+            self._scratch_block = None
+            self._scratch_block = Block(self.pool.arena, max(4 * floats, 2 * old))
+        return self._scratch_block.at
+
+    def _io(self, arrays) -> list[int]:
+        """Room in the per-call block for each array's span (None: none), in order -> each one's shared address
+        of its first element (strides kept)."""
+        spans = [_span(a) if a is not None else (0, 0) for a in arrays]
+        at = self.kern._io_at(sum(_align(n) for n, _ in spans) + 64)
+        out = []
+        for n, low in spans:
+            out.append(at - low)
+            at += _align(n)
+        return out
+
+    def _run(self, fn, params: np.ndarray, at_params: int, scratch_fn, slot: int, what: str, *scratch_args):
+        """Write params (pool addresses; the scratch's, params[slot], filled here) and run fn on the pool."""
+        self.pool.write(at_params, params)
+        size = int(scratch_fn(i32(at_params), *scratch_args))
+        if size < 0:
+            raise ValueError(f"ember: {what} kernel: parameters it does not take")
+        params[slot] = i32(self._scratch_at(size))
+        self.pool.write(at_params, params)
+        return self.pool.check(fn(i32(at_params)), what)
+
+    # ---------------------------------------------------------------------------------------- convolution
+    def conv2d(self, x, w, b, stride, padding, dilation, groups, act=None):
+        n, c, h, wd = x.shape
+        o, cg, kh, kw = w.shape
+        ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        if n * o * ho * wo * cg * kh * kw < POOL_MIN_MACS or ho <= 0 or wo <= 0:
+            return self.side.conv2d(x, w, b, stride, padding, dilation, groups, act)
+        y = np.empty((n, o, ho, wo), F32)
+        params = np.zeros(20, np.int32)
+        at_x, at_w, at_b, at_y, at_p = self._io([x, w, b, y, params])
+        params[:] = [i32(at_x), i32(at_w), 0 if b is None else i32(at_b), i32(at_y), 0, n, c, h, wd, o, kh, kw,
+                     stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], groups, ACTS[act]]
+        for a, at in ((x, at_x), (w, at_w), (b, at_b)):
+            if a is not None:
+                self.pool.write(at, a)
+        if self._run(self._conv2d, params, at_p, self._conv2d_scratch_floats, 4, "conv2d") != 0:
+            raise ValueError("ember: conv2d kernel refused its parameters")
+        return self.pool.read(at_y, y)
+
+    # ---------------------------------------------------------------------------------------- attention
+    def attention(self, q, k, v, mask, scale, causal):
+        b1, b2, l, d = q.shape
+        s, dv = k.shape[2], v.shape[3]
+        if b1 * b2 * l * s * (d + dv) < POOL_MIN_MACS or not (l and s):
+            return self.side.attention(q, k, v, mask, scale, causal)
+        base = np.empty((b1, l, b2, dv), F32)
+        out = base.transpose(0, 2, 1, 3)
+        q, k, v = _dense(q), _dense(k), _dense(v)
+        if mask is not None:
+            mask = _dense(np.broadcast_to(mask, (b1, b2, l, s)))
+        params = np.zeros(29, np.int32)
+        at_q, at_k, at_v, at_m, at_o, at_p = self._io([q, k, v, mask, base, params])
+        ms = (0, 0, 0) if mask is None else _strides(mask)
+        bits = int(np.array(scale, F32).view(np.uint32))
+        params[:] = [i32(at_q), i32(at_k), i32(at_v), 0 if mask is None else i32(at_m), i32(at_o), 0, b1, b2, l, s,
+                     d, dv, int(bool(causal)), i32(bits), *_strides(q), *_strides(k), *_strides(v), *ms,
+                     *_strides(out)]
+        for a, at in ((q, at_q), (k, at_k), (v, at_v), (mask, at_m)):
+            if a is not None:
+                self.kern._stage(a, _span(a), at + _span(a)[1])
+        if self._run(self._attention, params, at_p, self._attention_scratch_floats, 5, "attention", 2) != 0:
+            raise ValueError("ember: attention kernel refused its parameters")
+        self.pool.read(at_o, base)
+        return out
+
+    # ---------------------------------------------------------------------------------------- rows
+    def _rows_call(self, fn, x2, y2, w, b, arg, channels):
+        if x2.size < POOL_MIN_ELEMENTS:
+            side_fn = self.side._layer_norm if fn is self._layer_norm else self.side._bias_act
+            return self.side._rows_call(side_fn, x2, y2, w, b, arg, channels)
+        # in place (bias_act's out=x): the rows go in and come back with their strides; else the result is written
+        # contiguous in the pool and copied into y2 (whose gaps between rows, if any, are not the kernel's)
+        same = addr(x2) == addr(y2) and x2.strides == y2.strides
+        x2 = x2 if same else _dense(x2)
+        yc = None if same else np.empty(y2.shape, F32)
+        params = np.zeros(10, np.int32)
+        at_x, at_y, at_w, at_b, at_p = self._io([x2, yc, w, b, params])
+        at_y = at_x if same else at_y
+        params[:] = [i32(at_x), i32(at_y), 0 if w is None else i32(at_w), 0 if b is None else i32(at_b),
+                     x2.shape[0], x2.shape[1], x2.strides[0] // 4, (y2 if same else yc).strides[0] // 4, arg, channels]
+        n, low = _span(x2)
+        self.kern._stage(x2, (n, low), at_x + low)
+        for a, at in ((w, at_w), (b, at_b)):
+            if a is not None:
+                self.pool.write(at, np.ascontiguousarray(a, F32))
+        self.pool.write(at_p, params)
+        self.pool.check(fn(i32(at_p)), "row kernel")
+        if same:
+            self.pool.read_raw(at_x + low, n, addr(x2) + low)
+        elif y2.flags.c_contiguous:
+            self.pool.read(at_y, y2)
+        else:
+            y2[...] = self.pool.read(at_y, yc)
 
 
 def _es(x, axis) -> int:
