@@ -236,6 +236,18 @@ result = {"kind": type(fk).__name__, "path": cpu_matmul.matmul_path(),
             assert y.tobytes().hex() == got[2]["out"][key], key
 
 
+def test_whisper_decoder_steps_give_the_same_bits_on_any_thread_count(sessions):
+    """decode_xattn.c's plan on the pool (PoolXattnPlan: weights placed, the self-attention cache mirrored) and on
+    the side module: the same hidden states, including after a prompt run composed into the same cache between
+    fused steps (the mirror copies the cache in again). Native's bits: test_whisper_fused_decode."""
+    from test_whisper_fused_decode import BUILD, PAGE_RUN
+    code = BUILD + PAGE_RUN + "\nresult = run(random_whisper(5, d=384, heads=6, ffn=1536), 300, 64, middle=6)\n"
+    got = {n: sessions[n].run(code, timeout=600)["result"] for n in THREADS}
+    assert got[1][1] == "XattnPlan"
+    for n in THREADS[1:]:
+        assert got[n][1] == "PoolXattnPlan" and got[n][0] == got[1][0], n
+
+
 def test_the_decode_step_on_the_pool_equals_native(sessions):
     code = DECODE + """
 m = model()

@@ -22,7 +22,8 @@ import weakref
 import numpy as np
 
 from .cpu_decode import L_CAPACITY, L_KCACHE, L_LENGTH, L_SLOT, L_VCACHE, DecodePlan
-from .cpu_float_kernels import ACTS, FloatKernels, _rows, _strides
+from .cpu_decode_xattn import _L_CACHE, XattnPlan
+from .cpu_float_kernels import ACTS, FloatKernels, _strides
 from .cpu_pool import Block, SharedRows, addr, i32
 
 F32 = np.dtype(np.float32)
@@ -358,7 +359,35 @@ class _Mirror:
         self.cap = kc.shape[2]
 
 
-class PoolDecodePlan(DecodePlan):
+class _Mirrored:
+    """A plan's KV caches mirrored in the shared memory (`_mirrors`, one _Mirror a layer): copied in where a
+    mirror is not known to equal its cache (`written`, the cache's count of writes by others, changed), and each
+    step's new rows copied back."""
+
+    def _sync(self, caches, written):
+        """Copy a layer's cache in where the mirror is not known to equal it."""
+        everything = written is None or written != self._written
+        for i, (kc, vc, _, _) in enumerate(caches):
+            m = self._mirrors[i]
+            if m is None or m.cap != kc.shape[2] or m.kref() is not kc:
+                m = self._mirrors[i] = _Mirror(self._pool, kc)
+            elif not everything:
+                continue
+            self._pool.write(m.k.at, np.ascontiguousarray(kc))
+            self._pool.write(m.v.at, np.ascontiguousarray(vc))
+        self._written = written
+
+    def _rows_back(self, caches):
+        """The step's new rows (slot of every head), back into the model's caches."""
+        for m, (kc, vc, slot, _) in zip(self._mirrors, caches):
+            heads, hd = kc.shape[1], kc.shape[3]
+            for h in range(heads):
+                off = ((h * m.cap + slot) * hd) * 4
+                self._pool.read_raw(m.k.at + off, hd * 4, addr(kc) + off)
+                self._pool.read_raw(m.v.at + off, hd * 4, addr(vc) + off)
+
+
+class PoolDecodePlan(_Mirrored, DecodePlan):
     """decode.c's plan on the pool: its layers in the shared memory (placed once), the KV caches mirrored there."""
 
     def __init__(self, kern: PoolKernels, spec: dict):
@@ -367,8 +396,6 @@ class PoolDecodePlan(DecodePlan):
         self._mirrors: list = [None] * self.n_layers
         self._written = None
         self._scratch_block = None
-        heads = spec["kv_heads"]
-        self._kv = (heads, spec["head_dim"])
         io = 4 * (self.plan.size + 2 + len(spec.get("ropes", [0])) * spec["head_dim"] + self.dim)
         self._io_bytes = _align(io) + 4096
 
@@ -385,18 +412,6 @@ class PoolDecodePlan(DecodePlan):
         self._keep.append(a)  # (placed copies live while the array does)
         return a if isinstance(a, SharedRows) else self._pool.place(a)
 
-    def _sync(self, caches, written):
-        """Copy a layer's cache in where the mirror is not known to equal it."""
-        everything = written is None or written != self._written
-        for i, (kc, vc, _, _) in enumerate(caches):
-            m = self._mirrors[i]
-            if m is None or m.cap != kc.shape[2] or m.kref() is not kc:
-                m = self._mirrors[i] = _Mirror(self._pool, kc)
-            elif not everything:
-                continue
-            self._pool.write(m.k.at, np.ascontiguousarray(kc))
-            self._pool.write(m.v.at, np.ascontiguousarray(vc))
-        self._written = written
 
     def step(self, x: np.ndarray, rope: np.ndarray, caches, written=None) -> np.ndarray:
         pool, kern = self._pool, self._kern
@@ -424,10 +439,56 @@ class PoolDecodePlan(DecodePlan):
         if rc != 0:
             raise ValueError("ember: decode plan: a layer this build of the kernels cannot run")
         pool.read(at_x, x)
-        heads, hd = self._kv
-        for m, (kc, vc, slot, _) in zip(self._mirrors, caches):  # the step's new rows, back into the model's cache
-            for h in range(heads):
-                off = ((h * m.cap + slot) * hd) * 4
-                pool.read_raw(m.k.at + off, hd * 4, addr(kc) + off)
-                pool.read_raw(m.v.at + off, hd * 4, addr(vc) + off)
+        self._rows_back(caches)
+        return x
+
+
+class PoolXattnPlan(_Mirrored, XattnPlan):
+    """decode_xattn.c's plan (Whisper's decoder step) on the pool: its weights, norms and biases placed in the
+    shared memory once, the self-attention caches mirrored there (_Mirrored), the encoder's keys and values placed
+    while their arrays live (they are not written: a new utterance makes new ones)."""
+
+    def __init__(self, kern: PoolFloatKernels, spec: dict):
+        self._pool, self._pk = kern.pool, kern.kern
+        super().__init__(kern, spec)
+        self._mirrors: list = [None] * self.n_layers
+        self._written = None
+        self._scratch_block = None
+
+    def _vec(self, a) -> int:
+        if a is None:
+            return 0
+        a = np.ascontiguousarray(a, np.float32)
+        self._keep.append(a)  # (placed copies live while the array does)
+        return i32(self._pool.place(a).at)
+
+    def _weight(self, data, type_id, cols) -> tuple[int, int]:
+        data = np.ascontiguousarray(data)  # (input-major rows that are a slice of wider ones: placed contiguous)
+        self._keep.append(data)
+        return i32(self._pool.place(data).at), data.shape[1] if type_id == -1 else cols
+
+    def step(self, x: np.ndarray, caches, cross, written=None) -> np.ndarray:
+        pool = self._pool
+        self._sync(caches, written)
+        keys = 0
+        for row, m, (kc, _, slot, n), (xk, xv) in zip(self._layers, self._mirrors, caches, cross):
+            xkb, xvb = pool.place(xk), pool.place(xv)
+            row[_L_CACHE:] = [i32(m.k.at), i32(m.v.at), kc.shape[2], slot, n, i32(xkb.at), i32(xvb.at), xk.shape[2]]
+            keys = max(keys, n, xk.shape[2])
+        if keys > self._scratch_keys:
+            self._scratch_keys = max(keys, 2 * self._scratch_keys, 512)
+            self._scratch_block = None
+            self._scratch_block = Block(pool.arena, self._kern.side.xattn_decode_scratch_bytes(self.plan,
+                                                                                               self._scratch_keys))
+        at = self._pk._io_at(_align(self.plan.nbytes) + 64 + _align(x.nbytes))
+        at_f, at_x = at + _align(self.plan.nbytes), at + _align(self.plan.nbytes) + 64
+        pool.write(at, self.plan)
+        pool.write(at_f, self.fparams)
+        pool.write(at_x, x)
+        rc = pool.check(pool.exports.ember_xattn_decode(i32(at), i32(at_f), i32(at_x), i32(self._scratch_block.at)),
+                        "decoder step")
+        if rc != 0:
+            raise ValueError("ember: xattn decode plan: a layer this build of the kernels cannot run")
+        pool.read(at_x, x)
+        self._rows_back(caches)
         return x
