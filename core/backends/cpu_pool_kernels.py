@@ -209,8 +209,8 @@ class PoolKernels:
 
 class PoolFloatKernels(FloatKernels):
     """FloatKernels' conv2d, attention, layer_norm and bias_act on the pool's threads: the same C as the side
-    module (`side`), so the same bits; small calls, and Whisper's decoder step (xattn_decode: its plan holds
-    addresses in Pyodide's heap), run on `side`."""
+    module (`side`), so the same bits; small calls run on `side`, as does xattn_decode with a plan in Pyodide's
+    heap (cpu_decode_xattn gives the pool its own plan, PoolXattnPlan)."""
 
     def __init__(self, kern: PoolKernels, side: FloatKernels):
         self.native, self.kern, self.pool, self.side = False, kern, kern.pool, side
@@ -411,7 +411,6 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
     def _hold_block(self, a):
         self._keep.append(a)  # (placed copies live while the array does)
         return a if isinstance(a, SharedRows) else self._pool.place(a)
-
 
     def step(self, x: np.ndarray, rope: np.ndarray, caches, written=None) -> np.ndarray:
         pool, kern = self._pool, self._kern
