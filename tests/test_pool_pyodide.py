@@ -220,7 +220,8 @@ result = {"kind": type(fk).__name__, "path": cpu_matmul.matmul_path(),
     got = {n: sessions[n].run(code, timeout=600)["result"] for n in THREADS}
     assert got[1]["kind"] == "FloatKernels" and got[1]["jobs"] == 0
     for n in THREADS[1:]:
-        assert got[n]["kind"] == "PoolFloatKernels" and got[n]["jobs"] >= len(got[1]["out"]), (n, got[n]["jobs"])
+        # every call but LayerNorm's (its rows cost no more than their copies: it stays on this thread) split
+        assert got[n]["kind"] == "PoolFloatKernels" and got[n]["jobs"] >= len(got[1]["out"]) - 1, (n, got[n]["jobs"])
         for key, hexed in got[1]["out"].items():
             assert got[n]["out"][key] == hexed, (n, key)
     cc = cpu_native_kernels.compiler()

@@ -8,7 +8,8 @@ write in place, and for the products it takes (at least POOL_MIN_MACS multiply-a
 Smaller products run on this thread's side module, where a copy and a hand-off would cost more than they save.
 
 PoolFloatKernels: cpu_float_kernels.FloatKernels (conv.c, attention.c, rows.c) on the pool, with the same copies as
-the GEMM (operands in, strides kept; results out); calls too small to split stay on the side module.
+the GEMM (operands in, strides kept; results out); calls too small to split, and row kernels that cost no more
+than their copies (LayerNorm, ReLU, a bias), stay on the side module.
 
 PoolDecodePlan: decode.c's plan with its layers in the shared memory and a copy of the KV cache there: the numpy
 cache stays the model's (the composed path reads and writes it); each step writes its new rows back to it, and
@@ -31,8 +32,10 @@ POOL_MIN_MACS = 1 << 20  # below this a product stays on this thread (its copies
 POOL_MIN_ROWS = 16  # a float product with fewer rows of A stays too: its B, copied at every call, is read only
 # that many times (a decode step's x @ W^T reads W once: the copy costs what the product does, 80 MB a token
 # for Whisper's tied 51,864-word output)
-POOL_MIN_ELEMENTS = 1 << 17  # a row kernel (LayerNorm, bias + GELU) on fewer floats stays: parallel.h would not
-# split it (PARALLEL_MIN_WORK), and its copies in and out cost about what the kernel does
+POOL_MIN_ELEMENTS = 1 << 17  # bias + GELU / SiLU rows on fewer floats stay: parallel.h would not split them
+POOL_ROW_ACTS = (ACTS["silu"], ACTS["gelu"], ACTS["gelu_tanh"])  # the row kernels the pool takes: LayerNorm, ReLU and
+# a bias alone stream their rows at about the speed of the copies in and out (Node, 1500 x 1536 floats: LayerNorm
+# 2.4 ms on one thread, the copies 1.8 ms), GELU and SiLU compute (21.7 and 11.5 ms)
 IO_BYTES = 16 << 20  # a product's result goes out in pieces of about this much (a 2k prompt's attention scores are
 # 62 MB for Gemma 3 270M): the pool's per-call block, which its memory keeps, stays this size
 
@@ -302,7 +305,7 @@ class PoolFloatKernels(FloatKernels):
 
     # ---------------------------------------------------------------------------------------- rows
     def _rows_call(self, fn, x2, y2, w, b, arg, channels):
-        if x2.size < POOL_MIN_ELEMENTS:
+        if fn is self._layer_norm or arg not in POOL_ROW_ACTS or x2.size < POOL_MIN_ELEMENTS:
             side_fn = self.side._layer_norm if fn is self._layer_norm else self.side._bias_act
             return self.side._rows_call(side_fn, x2, y2, w, b, arg, channels)
         # in place (bias_act's out=x): the rows go in and come back with their strides; else the result is written
