@@ -3,7 +3,10 @@
 page's WebGPU device (SwiftShader here: `auto` picks the CPU, so `device=webgpu` is forced) gives the CPU's
 tokens, with its tokens/s.
 
-    python bench/bench_web_gemma_memory.py [--context 2048] [--rounds 2] [--webgpu] [--webgpu-tokens 4] [--json]
+    python bench/bench_web_gemma_memory.py [--context 2048] [--rounds 2] [--threads N] [--webgpu] [--webgpu-tokens 4] [--json]
+
+--threads: the page's kernel threads (1: no kernel pool, the weights in Pyodide's heap; 2 or more: in the pool's
+shared memory once, web/pool.js); default: the page's own choice (the cores, at most 8).
 
 Memory, measured three ways: the wasm heap (the worker's `wasm_memory_bytes`: it only grows, so it is the peak
 the Python runtime has needed), the KV cache the run held (`kv_cache_bytes`, the positions kept: a sliding layer
@@ -119,6 +122,7 @@ def main():
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--new-tokens", type=int, default=16, help="decoded after the prompt in each round")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--webgpu", action="store_true")
     ap.add_argument("--webgpu-tokens", type=int, default=4)
     ap.add_argument("--json", action="store_true")
@@ -133,8 +137,9 @@ def main():
     model, tok = load_gguf(next(iter(demo["files"].values())))
     cfg = model.config
     prompt = prompt_of(tok, a.context - a.new_tokens)
-    res = {"context": a.context}
-    with sync_playwright() as pw, site_page(pw, {"llama": [demo]}) as (app, server):
+    res = {"context": a.context, "threads": a.threads}
+    query = "?device=cpu" + (f"&threads={a.threads}" if a.threads else "")
+    with sync_playwright() as pw, site_page(pw, {"llama": [demo]}, query) as (app, server):
         peak = PeakSampler()
         try:
             res["renderer_peak_mib_booted"] = round(peak.take() / MiB)
@@ -142,6 +147,7 @@ def main():
             res["loaded"] = {"wasm_heap_mib": round(tiny["wasm_memory_bytes"] / MiB),
                              "renderer_peak_mib": round(peak.take() / MiB), "chromium_pss_mib": round(pss_total() / MiB)}
             res["status_line"] = app.page.inner_text("#picker-llama .model-status")
+            res["device_line"] = app.page.inner_text("#picker-llama .device-line")
             rounds = []
             for _ in range(a.rounds):
                 r = generate(app, prompt, a.new_tokens)

@@ -101,10 +101,13 @@ def main_info(args=None):
                       f"threads={lib.get('num_threads')}")
     except ImportError:
         pass
-    from ember.backends.cpu_matmul import NO_BLAS, matmul_path, native_kernels_status
+    from ember.backends.cpu_matmul import NO_BLAS, matmul_path, native_kernels, native_kernels_status
     print(f"cpu matmul: {matmul_path()}")  # blas; in Pyodide wasm-simd128 or einsum (why)
     if not NO_BLAS:  # builds them on the first call (~1-4 s), as the first quantized matmul would
         print(f"cpu quantized kernels: {native_kernels_status()}")
+        k = native_kernels()
+        print(f"cpu kernel threads: {k.threads if k is not None else 1} (quantized matmuls and the decode step; "
+              f"EMBER_NUM_THREADS sets it)")
     from ember.device import _NOT_DEVICES, _REGISTRY, device_status
     print("devices:")
     broken = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels as K
+from .backends.cpu_pool import SharedRows
 from .ggml import types as T
 from .ggml.codec import check_raw, dequantize_rows, quantize
 
@@ -22,7 +23,9 @@ class QTensor:
         q.dequantize()                     # ember Tensor, float32
         q.matmul_t(x)                      # x @ W.T without building W in float32
 
-    data is a uint8 array (rows, row_bytes): one row of blocks per row of the tensor (GGUF layout).
+    data is a uint8 array (rows, row_bytes): one row of blocks per row of the tensor (GGUF layout), or in the page
+    SharedRows: the same rows held in its kernel pool's memory only (ember.backends.cpu_pool), which the CPU's
+    kernels read there and anything else copies out.
 
     activations: how matmul_t treats x on the CPU (and in the page). "float32" multiplies x as it is:
     x @ dequantize(W).T up to summation order. "q8" quantizes x to 8 bits per block as llama.cpp's CPU backend
@@ -36,7 +39,8 @@ class QTensor:
         self.ggml_type = T.get(ggml_type)
         self.shape = tuple(int(s) for s in shape)
         self.name = name
-        self.data = check_raw(data, self.ggml_type, self.shape, self._what())
+        self.data = _check_shared(data, self.ggml_type, self.shape, self._what()) if isinstance(data, SharedRows) \
+            else check_raw(data, self.ggml_type, self.shape, self._what())
         self.activations = activations
         self._parts = None  # row slices a device multiplies by one at a time (device_parts)
 
@@ -77,7 +81,7 @@ class QTensor:
 
     def numpy(self) -> np.ndarray:
         """Dequantized values, float32, shape self.shape."""
-        return dequantize_rows(self.data, self.ggml_type).reshape(self.shape)
+        return dequantize_rows(np.asarray(self.data), self.ggml_type).reshape(self.shape)
 
     def dequantize(self):
         """An ember Tensor (float32, CPU) with the dequantized values."""
@@ -167,6 +171,14 @@ class QTensor:
 def _cpu():
     from .device import device
     return device("cpu").backend
+
+
+def _check_shared(rows: SharedRows, t, shape, what) -> SharedRows:
+    want = t.nbytes(shape, f"{what} of shape {shape}")
+    if rows.nbytes != want or (shape and rows.shape[1] != t.row_bytes(shape[-1])):
+        raise ValueError(f"ember: {what}: {rows.nbytes} bytes of {t.name} data in rows of {rows.shape[1]} for shape "
+                         f"{shape}, expected {want}")
+    return rows
 
 
 # ============================================================================ the registry's composed references

@@ -33,12 +33,15 @@ class Setting:
     scope: str = "ember"  # "ember": read by ember; "tests": read by the test suite and CI only
     choices: tuple = ()
     low: int | None = None  # an "int" below this is refused
+    high: int | None = None  # and above this
     shown: str = ""       # the default in words, where it is not a plain value
 
     def accepts(self) -> str:
         if self.kind == "flag":
             return "0 or 1"
         if self.kind == "int":
+            if self.low is not None and self.high is not None:
+                return f"an integer from {self.low} to {self.high}"
             return "an integer" + (f" >= {self.low}" if self.low is not None else "")
         if self.kind == "number":
             return "a number"
@@ -73,7 +76,7 @@ def _int(s, raw):
         v = int(raw)
     except ValueError:
         return None
-    return None if s.low is not None and v < s.low else v
+    return None if s.low is not None and v < s.low or s.high is not None and v > s.high else v
 
 
 def _number(s, raw):
@@ -126,8 +129,9 @@ _TABLE = [
             "malloc alone"),
     Setting("EMBER_NATIVE_KERNELS", "flag", True, "0: the CPU backend does not build or load its C kernels "
             "(numpy computes the same numbers, slower)", _CPU_KERNELS),
-    Setting("EMBER_NUM_THREADS", "int", None, "threads of the native CPU kernels' large matmuls", _CPU_KERNELS,
-            low=1, shown="the CPUs this process may run on, at most 8"),
+    Setting("EMBER_NUM_THREADS", "int", None, "threads of the native CPU kernels (quantized matmuls, the decode "
+            "step; `ember info` prints the count; the page's are createEmber's threads)", _CPU_KERNELS,
+            low=1, high=64, shown="the CPUs this process may run on, at most 8"),
     Setting("EMBER_WASM_KERNELS", "flag", True, "0: under Pyodide, the CPU backend does not load its wasm SIMD "
             "kernels (numpy's einsum serves)", _CPU_KERNELS),
     Setting("EMBER_DETERMINISTIC", "flag", False, "1: float32 matmuls, GELU, SiLU and softmax run in the page's C "

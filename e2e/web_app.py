@@ -79,16 +79,22 @@ ISOLATED = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-
 
 class Server:
     """ember serve's bounded http.server over the site (a plain static host), logging every path requested. /hub/
-    maps to a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>). headers: sent with every
-    response (ISOLATED); slow_bps: paths with /slow/ in them trickle at that many bytes per second."""
+    maps to a second folder laid out like the Hugging Face hub (<id>/resolve/main/<file>). isolate=False: without
+    the cross-origin isolation headers `ember serve` sends (a host that cannot set them). headers: sent with every
+    response besides (those isolation already sends are not sent twice: a repeated COEP is no policy);
+    slow_bps: paths with /slow/ in them trickle at that many bytes per second."""
 
-    def __init__(self, root: Path, hub: Path, headers: dict | None = None, slow_bps: float | None = None):
+    def __init__(self, root: Path, hub: Path, isolate: bool = True, headers: dict | None = None,
+                 slow_bps: float | None = None):
         from ember.httpd import BoundedServer
-        from ember.wasm.serve import Handler
+        from ember.wasm.serve import ISOLATION_HEADERS, Handler
         self.requests: list[str] = []
-        log = self.requests
+        log, isolate_headers = self.requests, isolate
+        headers = {k: v for k, v in (headers or {}).items() if not (isolate and k in ISOLATION_HEADERS)}
 
         class Logged(Handler):
+            isolate = isolate_headers
+
             def resolve(self, url_path):  # (SiteHandler's: the site's regular files, and the hub folder's)
                 if url_path.startswith("/hub/"):
                     f = hub / urllib.parse.unquote(url_path[len("/hub/"):].split("?")[0])
@@ -100,7 +106,7 @@ class Server:
                 super().do_GET()
 
             def end_headers(self):
-                for k, v in (headers or {}).items():
+                for k, v in headers.items():
                     self.send_header(k, v)
                 super().end_headers()
 

@@ -1,7 +1,10 @@
 // Runs Python snippets in Pyodide under Node (driven by tests/pyodide_runner.py).
 //
 // Usage: node pyodide_runner.mjs '<config json>'
-//   config: {indexURL, packages: [...], wheels: [host paths], mounts: {pyodide path: host path}}
+//   config: {indexURL, packages: [...], wheels: [host paths], mounts: {pyodide path: host path},
+//            pool?: {threads, timeoutMs, js, worker, module, variant}}
+// With `pool`, the page's kernel pool (web/pool.js) runs on worker_threads and this thread calls it, as the page's
+// Pyodide worker does: globalThis.emberPool is what ember's Python finds, globalThis.emberPoolOwner the owner.
 // Protocol: after setup, one JSON line {"ready": true, "timings": {...}} on stdout; then each
 // stdin line {"id", "code"} gets one stdout line {"id", "result", "stdout", "stderr", "error"}.
 // stdout carries only the protocol: Pyodide's own console output goes to stderr.
@@ -35,6 +38,18 @@ async def _ember_run_snippet(code):
                        "stderr": err.getvalue(), "error": error})
 `;
 
+async function startPool(cfg, heap) {
+  const { startPool, attachPool } = await import(pathToFileURL(cfg.js).href);
+  const { Worker } = await import("node:worker_threads");
+  const module = await WebAssembly.compile(readFileSync(cfg.module));
+  const owner = await startPool({ threads: cfg.threads, module, timeoutMs: cfg.timeoutMs,
+    spawn: () => new Worker(pathToFileURL(cfg.worker)) });
+  globalThis.emberPoolOwner = owner;
+  globalThis.emberPool = await attachPool({ memory: owner.memory, module, layout: owner.layout,
+    threads: owner.threads, variant: cfg.variant, reason: owner.reason, heap });
+  for (const w of owner.workers) if (w) w.unref(); // the pool does not keep the process alive
+}
+
 async function setup() {
   const start = performance.now();
   const { loadPyodide } = await import(
@@ -44,6 +59,10 @@ async function setup() {
                                       stderr: toStderr });
   const seconds = () => (performance.now() - start) / 1000;
   const timings = { pyodide_s: seconds() };
+  if (config.pool) {
+    await startPool(config.pool, () => pyodide._module.HEAPU8);
+    timings.pool_s = seconds();
+  }
   const wheels = config.wheels ?? [];
   const packages = [...(config.packages ?? []), ...(wheels.length ? ["micropip"] : [])];
   if (packages.length) {

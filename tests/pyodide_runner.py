@@ -32,7 +32,11 @@ import expected_skips
 from ember.wasm.assets import PyodideFetchError, build_wheel, ensure_pyodide
 
 NODE_SCRIPT = Path(__file__).with_name("pyodide_runner.mjs")
+ROOT = Path(__file__).resolve().parents[1]
 SETUP_TIMEOUT = 120.0  # seconds; cold Node + Pyodide + numpy + ember takes ~3 s
+# The page's kernel pool (web/pool.js on worker_threads) with the threads a 2-core visitor's page has: every
+# Pyodide test and bench runs the pool's kernels unless it asks for threads=1 (the side module alone).
+DEFAULT_THREADS = 2
 
 _wheel_cache: dict[str, Path] = {}
 _shared_sessions: dict[Path, "PyodideSession"] = {}
@@ -65,7 +69,7 @@ class PyodideSession:
     def __init__(self, *, packages=("numpy",), install_ember: bool = True, wheels=(),
                  mounts: dict[str, str | os.PathLike] | None = None,
                  dist: str | os.PathLike | None = None, timeout: float = SETUP_TIMEOUT,
-                 node_args=()):
+                 node_args=(), threads: int = DEFAULT_THREADS, pool_timeout_ms: int = 10000):
         node = node_path()
         if node is None:
             raise PyodideRunnerError("ember: node not found on PATH; Pyodide tests need "
@@ -75,6 +79,13 @@ class PyodideSession:
         config = {"indexURL": str(ensure_pyodide(dist)) + "/", "packages": list(packages),
                   "wheels": wheel_paths,
                   "mounts": {py: str(Path(host).resolve()) for py, host in (mounts or {}).items()}}
+        if threads > 1:  # the page's kernel pool on worker_threads (web/pool.js), this process the caller
+            from ember.backends.cpu_pool import POOL_MODULE, POOL_RELAXED_MODULE
+            relaxed = any("relaxed-simd" in a for a in node_args)
+            config["pool"] = {"threads": threads, "timeoutMs": pool_timeout_ms,
+                              "js": str(ROOT / "web" / "pool.js"), "worker": str(ROOT / "web" / "pool_worker.js"),
+                              "module": str(POOL_RELAXED_MODULE if relaxed else POOL_MODULE),
+                              "variant": "relaxed" if relaxed else "plain"}
         # node_args: flags for Node / V8 before the script, e.g. --experimental-wasm-relaxed-simd
         self._proc = subprocess.Popen([node, *node_args, str(NODE_SCRIPT), json.dumps(config)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -91,6 +102,7 @@ class PyodideSession:
         # cumulative seconds after loadPyodide, loadPackage, micropip installs, and in all
         self.timings: dict[str, float] = ready["timings"]
         self.version: str = ready["pyodide"]
+        self.threads = threads  # the kernel pool's (1: none)
 
     def run(self, code: str, *, timeout: float = 120.0, check: bool = True) -> dict:
         """Execute `code`; return {"result", "stdout", "stderr", "error"}."""

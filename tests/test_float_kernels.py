@@ -39,7 +39,7 @@ def builds(tmp_path_factory):
     for tag, flags in (("native", cnk.NATIVE), ("ssse3", ["-mssse3"]), ("scalar", ["-DEMBER_SIMD_SCALAR"])):
         path = cnk.build(cc, tmp_path_factory.mktemp(tag) / "k.so", flags)
         nk = cnk.NativeKernels(ctypes.CDLL(str(path)), path)
-        out[tag] = (CFK.FloatKernels(nk.lib, nk.parallel, native=True), nk)
+        out[tag] = (CFK.FloatKernels(nk.lib, native=True), nk)
     return out
 
 
@@ -271,6 +271,19 @@ def test_row_kernels_match_float64_and_agree_bitwise_everywhere(builds):
     np.testing.assert_allclose(r["channel_bias_silu"], _act64(xs.astype(np.float64) + cb[:, None], "silu"),
                                rtol=2e-6, atol=2e-6)
 
+
+
+def test_row_kernels_threads_do_not_change_bits(builds):
+    """Rows enough to be split between threads (parallel.h cuts a job of this size into several chunks)."""
+    fk, nk = builds["native"]
+    x, w, b = rnd(300, 384, seed=160, scale=3), rnd(384, seed=161), rnd(384, seed=162)
+    _threads(nk, 1)
+    one = fk.layer_norm(x, w, b, 1e-5), fk.bias_act(x, b, "gelu")
+    for n in (2, 3):
+        _threads(nk, n)
+        assert np.array_equal(fk.layer_norm(x, w, b, 1e-5), one[0]), n
+        assert np.array_equal(fk.bias_act(x, b, "gelu"), one[1]), n
+    _threads(nk, 1)
 
 # ------------------------------------------------------------------------------------------ the page
 

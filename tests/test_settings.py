@@ -128,7 +128,7 @@ def test_get_is_typed_and_read_at_the_call(monkeypatch, name, raw, value):
 
 @pytest.mark.parametrize("name,raw,accepts", [
     ("EMBER_WEBGPU_FUSE", "false", "0 or 1"), ("EMBER_WEBGPU_PACK16", "2", "0 or 1"),
-    ("EMBER_NUM_THREADS", "0", "an integer >= 1"), ("EMBER_NUM_THREADS", "four", "an integer >= 1"),
+    ("EMBER_NUM_THREADS", "0", "an integer from 1 to 64"), ("EMBER_NUM_THREADS", "four", "an integer from 1 to 64"),
     ("EMBER_MAX_PIXELS", "lots", "a number"), ("EMBER_WEBGPU_POWER", "fast", "one of high-performance, low-power"),
     ("EMBER_HUB_ENDPOINT", "127.0.0.1:8", "an http:// or https:// URL"),
 ])

@@ -150,14 +150,16 @@ result["unit_batch_out"] = [list(y.shape) if y is out else None, *rel_err(out, q
 
 def test_ember_ops_go_through_the_kernels(pyodide_session):
     # linear, conv2d (3x3: the direct convolution, conv.c, or banded im2col + GEMM) and attention reach the wasm
-    # module's kernels: count the kernel calls while each runs, and check the result against a float64 reference
+    # module's kernels (the side module's, or the kernel pool's for large products): count the kernel calls while
+    # each runs, and check the result against a float64 reference
     got = _run(pyodide_session, '''
 import ember, ember.nn.functional as F
 from ember.backends import cpu_float_kernels
 k = cpu_matmul.wasm_kernels()
+pool = cpu_matmul.pool_kernels()
 fk = cpu_float_kernels.kernels()
 calls = [0]
-inner = k._sgemm, k._sgemm_batched
+inner = k._sgemm, k._sgemm_batched, pool._sgemm_batched if pool else None
 def counted(f):
     def call(*args):
         calls[0] += 1
@@ -172,6 +174,8 @@ ops = {"linear": lambda: F.linear(x, w, bias), "conv3x3": lambda: F.conv2d(img, 
        "attention": lambda: F.scaled_dot_product_attention(q, kk, v)}
 got = {}
 k._sgemm, k._sgemm_batched = counted(inner[0]), counted(inner[1])
+if pool:
+    pool._sgemm_batched = counted(inner[2])
 float_inner = (fk.conv2d, fk.attention) if fk is not None else None
 if fk is not None:
     fk.conv2d, fk.attention = counted(fk.conv2d), counted(fk.attention)
@@ -181,7 +185,9 @@ try:
         y = op().numpy()
         got[name] = [calls[0] - before, y]
 finally:
-    k._sgemm, k._sgemm_batched = inner
+    k._sgemm, k._sgemm_batched = inner[:2]
+    if pool:
+        pool._sgemm_batched = inner[2]
     if fk is not None:
         fk.conv2d, fk.attention = float_inner
 f64 = lambda t: t.numpy().astype(np.float64)
@@ -310,7 +316,8 @@ def test_the_page_and_ember_info_report_the_kernels(pyodide_session):
         "from ember.wasm import worker_api\nfrom ember.cli import main_info\n"
         "main_info()\nresult = await worker_api.pick_device('cpu')\n", timeout=120)
     # no browser adapter under Node: "auto" has nothing to say
-    assert out["result"] == {"device": "cpu", "reason": "", "adapter": "", "kernels": PLAIN, "auto": None}
+    assert out["result"] == {"device": "cpu", "reason": "", "adapter": "", "kernels": PLAIN, "auto": None,
+                             "threads": pyodide_session.threads, "threads_reason": ""}
     assert f"cpu matmul: {PLAIN}\n" in out["stdout"]
 
 

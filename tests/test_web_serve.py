@@ -43,7 +43,7 @@ def test_cdn_site_layout_manifest_and_space_readme(tmp_path, fake_models):
     assert "app_file: index.html" in readme
 
 
-REWRITTEN = ["README.md", "config.json", "models/manifest.json", "sw.js"]  # the small files a rebuild writes again
+REWRITTEN = ["README.md", "_headers", "config.json", "models/manifest.json", "sw.js"]  # the small files a rebuild writes again
 
 
 def _files(out):
@@ -154,7 +154,8 @@ def test_the_service_worker_carries_this_builds_files_and_a_version_that_follows
     out = serve.build_site(tmp_path / "site", pyodide="cdn", models=fake_models, quiet=True)
     config = json.loads((out / "config.json").read_text())
     build = _build_of(out)
-    assert set(build["files"]) == {*serve.APP_FILES, "config.json", "models/manifest.json", config["wheelURL"]}
+    assert set(build["files"]) == {*serve.APP_FILES, "config.json", "models/manifest.json", config["wheelURL"],
+                                   config["poolURL"], config["poolRelaxedURL"]}  # (the kernel pool's module)
     for path, sha in build["files"].items():
         assert sha == hashlib.sha256((out / path).read_bytes()).hexdigest(), path
     assert (out / "sw.js").read_text().endswith((serve.WEB / "sw.js").read_text())

@@ -64,6 +64,30 @@ def _decode(model, steps=8, fused=True, prompt=(1, 2, 3)):
     return np.stack(states), tokens
 
 
+# a random model's decoder stepped in the page (tests/test_pool_pyodide.py runs it too)
+PAGE_RUN = '''
+def run(model, keys, head_dim, middle=None):
+    """Hidden states (hex) of fused steps after a one-token prompt; middle: a step given two tokens (composed)."""
+    dec = model.decoder
+    states, tok = [], 4
+    rng = np.random.default_rng(11)
+    with ember.no_grad():
+        cross = [tuple(ember.tensor(rng.standard_normal((1, dec.n_head, keys, head_dim)).astype(np.float32))
+                       for _ in range(2)) for _ in dec.layers]
+        h, cache = dec(ember.tensor([[1]]), cross)
+        for i in range(6 if middle is None else 9):
+            if i == middle:  # two tokens: composed, into the same cache
+                h, cache = dec(ember.tensor([[5, 6]]), cross, cache)
+                h = h[:, -1:]
+            else:
+                h, cache = dec(ember.tensor([[tok]]), cross, cache)
+            v = h.numpy().reshape(-1)
+            states.append(v.tobytes().hex())
+            tok = int(np.abs(v).argmax()) % 300
+    return states, type(dec.fused._plan).__name__
+'''
+
+
 @pytest.fixture(scope="module")
 def kernels_here():
     from ember.backends.cpu_float_kernels import kernels
@@ -124,26 +148,17 @@ def test_what_the_plan_does_not_cover_runs_composed(kernels_here):
 
 
 def test_fused_decode_in_pyodide(kernels_here, pyodide_session):
-    """The page's decode steps (the wasm build of decode_xattn.c) give native's hidden states bit for bit (the
-    encoder's keys and values given, not computed: the encoder's matmuls are BLAS natively, the wasm GEMM there)."""
-    code = BUILD + '''
-model = random_whisper(5)
-dec = model.decoder
-states, tok = [], 4
-rng = np.random.default_rng(11)
-with ember.no_grad():
-    cross = [tuple(ember.tensor(rng.standard_normal((1, 4, 40, 16)).astype(np.float32)) for _ in range(2))
-             for _ in dec.layers]
-    h, cache = dec(ember.tensor([[1]]), cross)
-    for _ in range(6):
-        h, cache = dec(ember.tensor([[tok]]), cross, cache)
-        v = h.numpy().reshape(-1)
-        states.append(v.tobytes().hex())
-        tok = int(np.abs(v).argmax()) % 300
-result = {"states": states, "fused": dec.fused._plan is not None}
+    """The page's decode steps (the wasm build of decode_xattn.c, on the page's kernel pool where the session has
+    one) give native's hidden states bit for bit (the encoder's keys and values given, not computed: the encoder's
+    matmuls are BLAS natively, the wasm GEMM there). test_pool_pyodide runs a larger model, which the pool splits,
+    and a prompt composed between fused steps, on 1, 2 and 3 threads."""
+    code = BUILD + PAGE_RUN + '''
+from ember.backends import cpu_matmul
+result = {"small": run(random_whisper(5), 40, 16), "threads": cpu_matmul.pool_threads()[0]}
 '''
     got = pyodide_session.run(code, timeout=300)["result"]
     ns = {}
     exec(code.replace("result = {", "_result = {"), ns)
-    assert got["fused"] and ns["_result"]["fused"]
-    assert got["states"] == ns["_result"]["states"]
+    want_plan = "PoolXattnPlan" if got["threads"] > 1 else "XattnPlan"
+    assert got["small"][1] == want_plan and ns["_result"]["small"][1] == "XattnPlan"
+    assert got["small"][0] == ns["_result"]["small"][0]

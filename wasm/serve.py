@@ -12,8 +12,14 @@ The site is self-contained and needs no server logic, so it deploys to a Hugging
     OUT/wheels/<hash>/pycache-cp312.zip                  numpy's and ember's precompiled __pycache__
     OUT/wheels/<hash>/boot-<hash>.tar.gz                 numpy + ember + that bytecode: what the page unpacks (boot.py)
     OUT/models/manifest.json + models/<id>/<files>       demo weights with sizes and sha256
-    OUT/README.md                                        Space front matter (sdk: static)
+    OUT/wheels/<hash>/cpu_pool_kernels*.wasm             the kernel pool's module (web/pool.js), plain and relaxed
+    OUT/README.md                                        Space front matter (sdk: static, custom_headers)
+    OUT/_headers                                         the same headers for static hosts that read one
     OUT/docs/                                            the ember book (--docs; `ember serve` when it can)
+
+The page computes on every core only when it is cross-origin isolated (SharedArrayBuffer): every place that serves
+it sends ISOLATION_HEADERS (`ember serve` itself, the Space's custom_headers, _headers). Where a host cannot, the
+page runs on one thread and its device line says why.
 
 From a checkout the page's wheel is built from the sources; from an installed ember (`pip install ember`, where
 web/ is the package ember.web) it is the installed files, repacked.
@@ -48,6 +54,11 @@ PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_st
 PYODIDE_PACKAGES = ("numpy",) + tuple(dict.fromkeys(p for t in tools.TOOLS for p in tools.get(t).PACKAGES))
 STDLIB_PYC, PYCACHE = "python_stdlib.pyc.zip", "pycache-cp312.zip"  # wasm/bytecode.py's two files
 WHEEL_SOURCES = ("core", "webgpu", "wasm", "models")
+# cross-origin isolation: the page's kernel pool needs SharedArrayBuffer. require-corp (not credentialless, which
+# Safari lacks): what the page fetches from other origins (Pyodide's CDN, the Hugging Face hub, a model URL) is
+# fetched in CORS mode, which require-corp lets through; CORP cross-origin lets other isolated pages embed ours.
+ISOLATION_HEADERS = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp",
+                     "Cross-Origin-Resource-Policy": "cross-origin"}
 
 
 def cache_dir() -> Path:
@@ -215,7 +226,9 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
         wheel = ensure_wheel()
         st.note = f"{wheel.name} ({'unchanged sources, cached' if cached else 'built'}, {wheel.stat().st_size / 1e6:.1f} MB)"
     wheel_rel = f"wheels/{wheel.parent.name}/{wheel.name}"
-    _replace_dir(out / "wheels", {wheel_rel.split("/", 1)[1]: wheel})
+    from ember.backends.cpu_pool import POOL_MODULE, POOL_RELAXED_MODULE
+    pool = {f"{wheel.parent.name}/{m.name}": m for m in (POOL_MODULE, POOL_RELAXED_MODULE)}
+    _replace_dir(out / "wheels", {wheel_rel.split("/", 1)[1]: wheel, **pool})
     with step(f"Pyodide {PYODIDE_VERSION} ({pyodide})") as st:
         if pyodide == "local":
             dist = ensure_pyodide()
@@ -263,7 +276,9 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
         st.note = f"{n_models} of {len(with_models)} ({', '.join(manifest) or 'none'})"
     (out / "models").mkdir(exist_ok=True)  # a build without demos still has a (empty) manifest
     (out / "models" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/"}
+    config = {"pyodideURL": "pyodide/" if pyodide == "local" else CDN, "wheelURL": wheel_rel, "modelsURL": "models/",
+              "poolURL": f"wheels/{wheel.parent.name}/{POOL_MODULE.name}",
+              "poolRelaxedURL": f"wheels/{wheel.parent.name}/{POOL_RELAXED_MODULE.name}"}
     if pyodide == "local" and boot:  # the page's boot without compiling Python (wasm/bytecode.py)
         config.update(stdlibURL=f"pyodide/{STDLIB_PYC}", pycacheURL=f"wheels/{wheel.parent.name}/{PYCACHE}",
                       bootURL=f"wheels/{wheel.parent.name}/{bundle.name}")  # numpy + ember installed in one go
@@ -275,10 +290,12 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
         config["docsURL"] = "docs/"
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / "README.md").write_text(_space_readme(manifest))
+    (out / "_headers").write_text("/*\n" + "".join(f"  {k}: {v}\n" for k, v in ISOLATION_HEADERS.items()))
     # the service worker keeps what the page needs to become ready: it then opens offline (offline.py)
     needed = [*APP_FILES, "config.json", "models/manifest.json"]
     needed += [config["bootURL"]] if "bootURL" in config else [config["wheelURL"]] + (
         [config["pycacheURL"]] if "pycacheURL" in config else [])
+    needed += [config["poolURL"], config["poolRelaxedURL"]]  # the kernel pool's module (either, by the browser)
     if pyodide == "local":
         needed += [f"pyodide/{n}" for n in ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "pyodide-lock.json")]
         needed.append(config.get("stdlibURL", "pyodide/python_stdlib.zip"))
@@ -330,7 +347,8 @@ def _replace_dir(folder: Path, files: dict[str, Path]) -> None:
 
 def _space_readme(manifest: dict) -> str:
     lines = ["---", "title: ember", "emoji: 🔥", "colorFrom: red", "colorTo: yellow", "sdk: static",
-             "app_file: index.html", "pinned: false", "---", "",
+             "app_file: index.html", "pinned: false", "custom_headers:",
+             *(f"  {k.lower()}: {v}" for k, v in ISOLATION_HEADERS.items()), "---", "",
              "# ember in the browser: Whisper, Llama and YOLO, client-side", "",
              "Everything runs in your browser (Pyodide + numpy + ember, on WebGPU when available). "
              "Nothing is sent to a server.", "", "Bundled demo models:", ""]
@@ -355,6 +373,7 @@ def site_size(folder: str | os.PathLike) -> dict[str, int]:
 # ---------------------------------------------------------------------------- serving
 
 class Handler(SiteHandler):  # only the site's regular files, bounded (site_server.py)
+    isolate = True  # send ISOLATION_HEADERS (make_server(isolate=False): a host that cannot, for the tests)
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".mjs": "text/javascript",
                       ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
                       ".whl": "application/zip", ".safetensors": "application/octet-stream"}
@@ -365,6 +384,9 @@ class Handler(SiteHandler):  # only the site's regular files, bounded (site_serv
         path = self.path.split("?")[0]
         self.send_header("Cache-Control", "public, max-age=31536000, immutable" if path.startswith("/wheels/")
                          else "public, max-age=86400" if path.startswith("/pyodide/") else "no-cache")
+        if self.isolate:
+            for k, v in ISOLATION_HEADERS.items():
+                self.send_header(k, v)
         super().end_headers()
 
     def log_message(self, fmt, *args):  # quiet: one line per error only
@@ -372,8 +394,9 @@ class Handler(SiteHandler):  # only the site's regular files, bounded (site_serv
             super().log_message(fmt, *args)
 
 
-def make_server(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1") -> BoundedServer:
-    return make_site_server(folder, Handler, port, host)
+def make_server(folder: str | os.PathLike, port: int = 0, host: str = "127.0.0.1",
+                isolate: bool = True) -> BoundedServer:
+    return make_site_server(folder, type("Handler", (Handler,), {"isolate": isolate}), port, host)
 
 
 # ---------------------------------------------------------------------------- commands

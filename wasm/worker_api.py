@@ -12,6 +12,9 @@ drives it there against the CLI's own functions).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+
+from ember.backends.cpu_pool import PoolError
 
 from . import tools
 from .tools import WorkerError, cancel  # noqa: F401  (cancel: worker.js calls worker_api.cancel())
@@ -20,14 +23,15 @@ from .tools import WorkerError, cancel  # noqa: F401  (cancel: worker.js calls w
 # ---------------------------------------------------------------------------- device
 
 async def pick_device(name: str, probe: bool = False) -> dict:
-    """Make `name` ("auto", "webgpu" or "cpu") usable; -> {"device", "reason", "adapter", "kernels"}. A missing
-    WebGPU adapter is not an error: the answer says "cpu" and why, and the page shows it. "auto" also takes
-    the CPU when the only adapter is a software renderer (SwiftShader, llvmpipe: slower than the CPU
-    backend); "webgpu" uses any adapter that works. "kernels" is the CPU's matmul path:
-    "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)", or "einsum (why the SIMD kernels are not used)".
+    """Make `name` ("auto", "webgpu" or "cpu") usable; -> {"device", "reason", "adapter", "kernels", "auto",
+    "threads", "threads_reason"}. A missing WebGPU adapter is not an error: the answer says "cpu" and why, and the
+    page shows it. "auto" also takes the CPU when the only adapter is a software renderer (SwiftShader, llvmpipe:
+    slower than the CPU backend); "webgpu" uses any adapter that works. "kernels" is the CPU's matmul path:
+    "wasm-simd128+relaxed", "wasm-simd128 (why not relaxed)", or "einsum (why the SIMD kernels are not used)";
+    "threads" the threads its kernels run on (the page's kernel pool), and "threads_reason" why 1 when it is.
     "auto": {"device", "reason"}, what "auto" picks here (the page notes a remembered manual choice that differs),
     or None where that is not known: for "cpu" the adapter is asked only with `probe` (never natively)."""
-    from ember.backends.cpu_matmul import matmul_path
+    from ember.backends.cpu_matmul import matmul_path, pool_threads
     picked = await _pick_device(name)
     if name == "auto":
         auto = {"device": picked["device"], "reason": picked["reason"]}
@@ -38,7 +42,8 @@ async def pick_device(name: str, probe: bool = False) -> dict:
         auto = {"device": "cpu", "reason": picked["reason"]}
     else:
         auto = await _auto_from_adapter() if probe else None
-    return {**picked, "kernels": matmul_path(), "auto": auto}
+    threads, why = pool_threads()
+    return {**picked, "kernels": matmul_path(), "auto": auto, "threads": threads, "threads_reason": why}
 
 
 def _webgpu_software() -> str | None:
@@ -108,8 +113,12 @@ def load(tool: str, folder: str, device: str = "cpu") -> dict:
     """Load `tool`'s model from the files in `folder`; -> {"tool", "device", "parameters", "bytes", ...} with
     what the tool adds (tools/<tool>.py load())."""
     module = tools.get(tool)
+    from ember.backends.cpu_pool import weights_in_pool
     try:
-        info = module.load(folder, device)
+        # for the CPU, quantized weights go from the files straight into the kernel pool's memory (where the page
+        # has a pool): held once, where its threads read them
+        with weights_in_pool() if device == "cpu" else contextlib.nullcontext():
+            info = module.load(folder, device)
     except MemoryError:
         raise WorkerError(f"ember: the {tool} model does not fit in this browser's memory", "out_of_memory") from None
     except (ValueError, KeyError, OSError, TypeError) as e:
@@ -143,6 +152,8 @@ async def handle(op: str, args: dict) -> dict:
         raise WorkerError(f"ember: unknown request {op!r}", "bad_request")
     except WorkerError as e:
         return {"error": e.code, "message": str(e)}
+    except PoolError as e:  # a kernel pool worker died mid-run: this run fails, the next ones run on one thread
+        return {"error": "pool_lost", "message": str(e)}
     except (asyncio.CancelledError, KeyboardInterrupt):  # KeyboardInterrupt: the page's interrupt buffer
         return {"error": "cancelled", "message": "ember: cancelled"}
     except MemoryError:

@@ -17,7 +17,7 @@ let choiceFrom = params.get("device") ? "url" : "memory";
 // the runtime starts first: the tools' page code loads while Pyodide boots. A remembered CPU also asks what Auto
 // would pick (a remembered WebGPU learns it from its own adapter)
 const started = createEmber({ device: choice, probe: choiceFrom === "memory" && choice === "cpu",
-  hubURL: params.get("hub") || undefined,
+  hubURL: params.get("hub") || undefined, threads: params.has("threads") ? Number(params.get("threads")) : undefined,
   onProgress: (p) => setProgress(p, p.stage === "download" || p.stage === "load" ? loadingLabel(p) : undefined),
   onRestart: restarted });
 
@@ -219,8 +219,9 @@ async function start() {
 function deviceLine(e) {
   if (e.device === "webgpu") return `Runs on WebGPU · adapter: ${e.deviceAdapter || "unnamed"}.`;
   const why = e.deviceReason ? `not WebGPU because ${e.deviceReason}` : "as chosen in Device";
-  return `Runs on the CPU: numpy in WebAssembly${e.deviceKernels ? ` (matmul: ${e.deviceKernels})` : ""}, ${why}` +
-    `${e.deviceAdapter && e.deviceReason ? ` · adapter: ${e.deviceAdapter}` : ""}.`;
+  const threads = e.threads > 1 ? `on ${e.threads} threads` : `on 1 thread${e.threadsReason ? ` (${e.threadsReason})` : ""}`;
+  return `Runs on the CPU: numpy in WebAssembly${e.deviceKernels ? ` (matmul: ${e.deviceKernels})` : ""} ${threads}, ` +
+    `${why}${e.deviceAdapter && e.deviceReason ? ` · adapter: ${e.deviceAdapter}` : ""}.`;
 }
 
 const DEVICE_NAMES = { webgpu: "WebGPU", cpu: "the CPU" };
@@ -292,7 +293,10 @@ const app = {
   run,
   cancel,
   busy: () => running(),
-  showError: (e, tool) => showError(e, tool ? who(tool) : ""),
+  showError: (e, tool) => {
+    showError(e, tool ? who(tool) : "");
+    if (e instanceof EmberError && e.code === "pool_lost") showDevice(); // the device line: 1 thread, and why
+  },
   showMessage,
   onRestart: (fn) => state.restartHooks.push(fn),
   nameModel: (tool, fn) => { state.names[tool] = fn; }, // a tool without a picker names its model itself

@@ -19,6 +19,9 @@
 //
 // Everything runs in a Web Worker (worker.js): Pyodide, numpy and the ember wheel, on WebGPU when the
 // browser has an adapter and on the CPU otherwise. Results carry the same fields as the CLI's `--json`.
+// On the CPU the kernels run on `ember.threads` threads (pool.js: createEmber({threads}), default the visitor's
+// cores up to 8) where the page is cross-origin isolated; `ember.threadsReason` says why it is 1 otherwise.
+import { poolSupport, relaxedSimd, startPool, threadCount } from "./pool.js";
 
 const HERE = new URL(".", import.meta.url).href;
 const HUB = "https://huggingface.co";
@@ -32,7 +35,8 @@ const INTERRUPT_MS = 250, RESTART_MS = 700;
 // file; the worker's `ready` carries that table (`ember.tools`), so nothing below knows a tool by name.
 
 /** An error from ember: `code` is one of download, too_large, out_of_memory, unsupported_file, bad_model,
- *  not_loaded, bad_request, cancelled, internal, not_ready (and, from the app's guard.js, busy). */
+ *  not_loaded, bad_request, cancelled, internal, not_ready, pool_lost (a kernel pool worker died mid-run: the
+ *  run failed, later ones run on one thread) (and, from the app's guard.js, busy). */
 export class EmberError extends Error {
   constructor(code, message) { super(message); this.name = "EmberError"; this.code = code; }
 }
@@ -44,13 +48,28 @@ export class EmberError extends Error {
  * hubURL (Hugging Face endpoint),
  * device ("auto" | "webgpu" | "cpu"), probe (with "cpu": also ask what "auto" would pick, `deviceAuto`),
  * onProgress({stage, file, done, total}), onRestart(): the runtime was restarted to end a request that did
- * not stop within a second of cancel(); the models are then unloaded.
+ * not stop within a second of cancel(); the models are then unloaded (and the kernel pool started afresh),
+ * threads (the CPU kernels' threads, 1..64; default navigator.hardwareConcurrency, at most 8; 1: no pool),
+ * poolURL / poolRelaxedURL (the kernel pool's module; from config.json), poolTimeoutMs (how long the page waits
+ * for a pool worker that stops answering before it gives the job up with an error; default 10 s).
  */
 export async function createEmber(options = {}) {
+  let threads;
+  try {
+    threads = threadCount(options.threads, globalThis.navigator && navigator.hardwareConcurrency);
+  } catch (e) {
+    throw new EmberError("bad_request", e.message);
+  }
   const config = await loadConfig(options.configURL || HERE + "config.json");
   const opts = { ...config, ...options };
   const ember = new Ember(opts);
-  await ember._init();
+  try {
+    ember._threadsWanted = threads;
+    await ember._init();
+  } catch (e) {
+    ember.terminate();
+    throw e;
+  }
   return ember;
 }
 
@@ -62,6 +81,7 @@ async function loadConfig(url) {
       const abs = (p) => (p ? new URL(p, url).href : p);
       return { ...c, pyodideURL: abs(c.pyodideURL), wheelURL: abs(c.wheelURL), modelsURL: abs(c.modelsURL),
                stdlibURL: abs(c.stdlibURL), pycacheURL: abs(c.pycacheURL), // precompiled bytecode
+               poolURL: abs(c.poolURL), poolRelaxedURL: abs(c.poolRelaxedURL), // the kernel pool's module
                bootURL: abs(c.bootURL), // numpy + ember + their bytecode in one tar
                prefetch: (c.prefetch || []).map(abs) }; // files the worker warms the HTTP cache with
     }
@@ -81,6 +101,10 @@ class Ember {
     this.deviceReason = "";
     this.deviceAdapter = ""; // the WebGPU adapter, vendor/architecture and limits, when one was tried
     this.deviceKernels = "";
+    this.threads = 1; // threads the CPU kernels run on (the kernel pool's, pool.js)
+    this.threadsReason = ""; // why threads is 1, when it is
+    this._pool = null; // the pool's owner side (its workers), when there is one
+    this._threadsWanted = 1; // createEmber's threads: what each start of the runtime (a restart too) asks of the pool
     this.deviceAuto = null; // {device, reason}: what "auto" picks here (null: not asked)
     this.models = {}; // tool -> {source, device, parameters, bytes}
     this.tools = {}; // tool -> {files: [[name, optional?, unless?]], beside: {".ext": [[name, optional?]]}, packages}
@@ -98,9 +122,11 @@ class Ember {
 
   async _init(device = this.options.device || "auto") {
     if (!this.wheelURL) throw new EmberError("bad_request", "ember: no wheelURL (the ember wheel); build the site with `ember build-web`");
+    const pool = await this._startPool(this._threadsWanted);
     const r = await this._request({ type: "init", pyodideURL: this.pyodideURL, wheelURL: this.wheelURL,
       stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL, bootURL: this.options.bootURL,
-      prefetch: this.options.prefetch || [], device, probe: !!this.options.probe });
+      prefetch: this.options.prefetch || [], device, probe: !!this.options.probe, pool,
+      poolReason: this.threadsReason });
     this._deviceInfo(r);
     this.startup = r.marks || {}; // {worker, pyodide, numpy, import, device}: epoch ms each boot stage ended
     this.tools = r.tools || {};
@@ -108,6 +134,7 @@ class Ember {
   }
 
   _deviceInfo(r) {
+    this._setThreads(r);
     this.device = r.device;
     this.deviceReason = r.reason || "";
     this.deviceAdapter = r.adapter || "";
@@ -123,6 +150,43 @@ class Ember {
     this._deviceInfo(r);
     this.models = {};
     return this.device;
+  }
+
+  // The kernel pool's workers, started here (this thread is never blocked, so it sees a worker die and tells the
+  // pool at once); -> what the runtime's worker attaches to, or null with threadsReason set.
+  async _startPool(threads) {
+    const why = (text) => { this.threadsReason = text; return null; };
+    if (threads === 1) return why("threads: 1 was asked for");
+    const unsupported = poolSupport();
+    if (unsupported) return why(unsupported);
+    const relaxed = relaxedSimd();
+    const url = relaxed ? this.options.poolRelaxedURL : this.options.poolURL;
+    if (!url) return why("this build has no kernel pool module (poolURL; `ember build-web` writes it)");
+    let module;
+    try {
+      const resp = await fetch(url);
+      if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+      module = await WebAssembly.compile(await resp.arrayBuffer());
+    } catch (e) {
+      return why(`the kernel pool's module did not load from ${url} (${e.message})`);
+    }
+    let pool;
+    try {
+      pool = await startPool({ threads, module, timeoutMs: this.options.poolTimeoutMs ?? 10000,
+        spawn: () => new Worker(new URL("pool_worker.js", import.meta.url), { type: "module" }) });
+    } catch (e) {
+      return why(`the kernel pool did not start (${e.message})`);
+    }
+    if (pool.threads < 2) return why(pool.reason);
+    this._pool = pool;
+    return { memory: pool.memory, module, layout: pool.layout, threads: pool.threads,
+             variant: relaxed ? "relaxed" : "plain" };
+  }
+
+  _setThreads(r) { // the runtime's word: the pool it uses (its module must match the thread's own kernels)
+    if (r.threads === undefined) return;
+    this.threads = r.threads;
+    this.threadsReason = r.threads > 1 ? "" : r.threads_reason || this.threadsReason;
   }
 
   /** The bundled demo models: {tool: [{id, label, files: [{name, url, size, sha256}], ...}]}. */
@@ -440,6 +504,8 @@ class Ember {
   /** A fresh worker on the same device, its models unloaded; pending requests reject with code "cancelled". */
   _restart() {
     this._worker.terminate();
+    if (this._pool) this._pool.stop(); // its memory held the old runtime's weights; _init starts a fresh one
+    this._pool = null;
     this._failAll(new EmberError("cancelled", "ember: cancelled (the runtime was restarted to stop it at once)"));
     this.models = {};
     this._spawn();
@@ -449,7 +515,11 @@ class Ember {
     return this._ready;
   }
 
-  terminate() { this._worker.terminate(); this._failAll(new EmberError("cancelled", "ember: terminated")); }
+  terminate() {
+    this._worker.terminate();
+    if (this._pool) this._pool.stop();
+    this._failAll(new EmberError("cancelled", "ember: terminated"));
+  }
 
   // The one run message: `tool`'s module in ember.wasm.tools gets input and opts; onPartial sees what it streams.
   // `transfer`: the buffers that move to the worker (default: the input's own, when it is one).
@@ -473,6 +543,10 @@ class Ember {
     if (!p) return;
     if (m.type === "partial") { if (p.onPartial) p.onPartial(m.data); return; }
     this._pending.delete(m.id);
+    if (m.type === "error" && m.code === "pool_lost") { // the runtime goes on, on one thread
+      this.threads = 1;
+      this.threadsReason = m.message.replace(/^ember: /, "");
+    }
     if (m.type === "error") p.reject(new EmberError(m.code, m.message));
     else p.resolve(m.type === "ready" ? m : m.data);
   }

@@ -11,7 +11,8 @@
 // activation deletes the older caches. Pyodide packages a tool loads later (Pillow) join the cache when first
 // fetched. Model weights are not the worker's business here: worker.js keeps them (model-cache.js).
 // Responses are kept whole, headers included, so a site served cross-origin isolated (COOP/COEP) stays so
-// offline.
+// offline; and the worker adds those headers where the host did not send them (a static host that cannot set
+// headers), so from the second visit on such a host the page is isolated too and its CPU kernels use the pool.
 
 const BUILD = self.BUILD || null; // null: web/ served unbuilt; the worker then stays out of the way
 const PREFIX = "ember-app-";
@@ -61,17 +62,30 @@ self.addEventListener("fetch", (event) => {
   // anything else (model weights, the book, hub files) goes to the network as if no worker were here
 });
 
+// What makes a page cross-origin isolated (SharedArrayBuffer: the kernel pool, the interrupt buffer); the same
+// as wasm/serve.py's ISOLATION_HEADERS. Every file this worker answers is same-origin, so requiring CORP of the
+// page's subresources costs it nothing.
+const ISOLATION = { "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp",
+  "Cross-Origin-Resource-Policy": "cross-origin" };
+
+function isolated(resp) {
+  if (resp.type === "opaque" || resp.status !== 200 || resp.headers.get("Cross-Origin-Embedder-Policy")) return resp;
+  const headers = new Headers(resp.headers);
+  for (const [k, v] of Object.entries(ISOLATION)) headers.set(k, v);
+  return new Response(resp.body, { status: resp.status, statusText: resp.statusText, headers });
+}
+
 async function fromCache(request, path) {
   const cache = await caches.open(CACHE);
-  return (await cache.match(path)) || fetch(request); // not cached yet (installing): the network
+  return isolated((await cache.match(path)) || await fetch(request)); // not cached yet (installing): the network
 }
 
 // A Pyodide package fetched on first use (Pillow): from the cache when it is there, else fetched and kept.
 async function keepOnFetch(request, path) {
   const cache = await caches.open(CACHE);
   const hit = await cache.match(path);
-  if (hit) return hit;
+  if (hit) return isolated(hit);
   const resp = await fetch(request);
   if (resp.ok) await cache.put(path, resp.clone()).catch(() => {});
-  return resp;
+  return isolated(resp);
 }

@@ -17,6 +17,7 @@ const HUMAN = {
   bad_model: "These files don't make a model for this tool.",
   not_loaded: "Load a model first.",
   cancelled: "Stopped.",
+  pool_lost: "A CPU worker thread stopped; the page now computes on one thread. Run it again.",
 };
 
 // The message's heading names the problem: first from what the detail says, else from the error's code.
@@ -36,6 +37,7 @@ const HEADS = {
   download: "Download failed", too_large: "Model too large", out_of_memory: "Out of memory",
   unsupported_file: "File can't be used", bad_model: "Not a model for this tool", not_loaded: "No model loaded",
   bad_request: "Invalid setting", too_long: "Input too long", not_ready: "Runtime not ready", busy: "Another tool is running",
+  pool_lost: "A worker thread stopped",
 };
 
 export function showMessage(text, kind = "error", head = "") {

@@ -2,12 +2,15 @@
 //
 // Protocol (every message carries the `id` of the request it belongs to); `tool` is any name of
 // ember.wasm.tools.TOOLS, and nothing here depends on which:
-//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, bootURL?, prefetch?, device}
-//                                                   -> {type: "ready", device, reason, adapter, kernels, tools, marks}
+//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, bootURL?, prefetch?, device,
+//                    pool?: {memory, module, layout, threads, variant}, poolReason?}   (the kernel pool: pool.js)
+//                                                   -> {type: "ready", device, reason, adapter, kernels, threads,
+//                                                       threads_reason, tools, marks}
 //                                                      (tools: {name: {files, beside, packages}}, tools.table())
 //                                                      (interrupt: a SharedArrayBuffer under cross-origin isolation:
 //                                                      the page writes 2 into it to interrupt Python mid-step)
-//                   {type: "device", device, probe?} -> {type: "result", data: {device, reason, adapter, kernels, auto}}
+//                   {type: "device", device, probe?} -> {type: "result", data: {device, reason, adapter, kernels, auto,
+//                                                                               threads, threads_reason}}
 //                   {type: "load", tool, key, label?, files: [{name, url, size?, sha256?, optional?, unless?} | {name, bytes}]}
 //                                                   -> {type: "result", data: {tool, device, parameters, bytes, ...}}
 //                   {type: "run", tool, input, opts} -> {type: "partial", data} ... {type: "result"}
@@ -16,6 +19,8 @@
 //                                                   the request ends "cancelled")
 //   worker -> page  {type: "progress", stage, file, done, total}       bytes for downloads, 0..1 otherwise
 //                   {type: "error", code, message}                    code picks the page's human message
+// The kernel pool's workers belong to the page; this worker instantiates the pool's module too (the caller's
+// share of every job) and sets self.emberPool, which ember's Python (core/backends/cpu_pool.py) calls.
 // Both load and run end in ember.wasm.worker_api.handle, which hands them to the tool's module.
 // A model's files are kept in the Cache API once it has loaded (model-cache.js), so a reload, or a visit
 // offline, reads them from disk, their sha256 checked.
@@ -68,6 +73,15 @@ async function init(msg, progress) {
   const marks = {}; // stage -> epoch ms, so the page can place each stage after its own navigation start
   const mark = (name) => { marks[name] = performance.timeOrigin + performance.now(); };
   mark("worker");
+  self.emberPool = { threads: 1, reason: msg.poolReason || "no kernel pool" };
+  if (msg.pool) { // the caller's instance over the pool's shared memory (Python copies between it and its heap)
+    try {
+      const { attachPool } = await import("./pool.js");
+      self.emberPool = await attachPool({ ...msg.pool, heap: () => pyodide._module.HEAPU8 });
+    } catch (e) {
+      self.emberPool.reason = `this worker could not join the kernel pool (${e.message})`;
+    }
+  }
   const abs = (u) => new URL(u, self.location.href).href;
   const base = abs(msg.pyodideURL).replace(/\/?$/, "/");
   // fetched while Pyodide boots: numpy + ember + their bytecode in one tar (`ember build-web`: wasm/boot.py), or

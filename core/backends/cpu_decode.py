@@ -19,8 +19,7 @@ import numpy as np
 
 from . import cpu_matmul
 
-_H = ("layers", "dim", "heads", "kv_heads", "head_dim", "hidden", "act", "threads", "final_norm")
-_THREADS = _H.index("threads")
+_H = ("layers", "dim", "heads", "kv_heads", "head_dim", "hidden", "act", "unused", "final_norm")
 _W = 5  # data, type, rows, cols, row bytes
 _NORMS = ("norm_attn", "norm_attn_post", "norm_ffn", "norm_ffn_post", "norm_q", "norm_k")
 _WEIGHTS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -38,12 +37,15 @@ def _addr(a: np.ndarray) -> int:
 
 
 def kernels():
-    """The compiled kernels that run plans here (native, or the page's wasm), or None."""
-    return cpu_matmul.wasm_kernels() if cpu_matmul.NO_BLAS else cpu_matmul.native_kernels()
+    """The compiled kernels that run plans here (native, the page's kernel pool, or its wasm module), or None."""
+    if not cpu_matmul.NO_BLAS:
+        return cpu_matmul.native_kernels()
+    return cpu_matmul.pool_kernels() or cpu_matmul.wasm_kernels()
 
 
 class DecodePlan:
-    """The layers of one model, laid out for decode.c (weights by address: the plan keeps the arrays alive)."""
+    """The layers of one model, laid out for decode.c (weights by address: the plan keeps the arrays alive).
+    cpu_pool_kernels.PoolDecodePlan lays them out in the page's kernel pool instead (its `_vector`, `_weight`)."""
 
     def __init__(self, kern, spec: dict):
         self._kern, self.spec = kern, spec
@@ -54,26 +56,31 @@ class DecodePlan:
         plan = np.zeros(len(_H) + L_FIELDS * len(layers), np.intp)
         final = spec.get("norm_final")
         plan[:len(_H)] = [len(layers), spec["dim"], spec["heads"], spec["kv_heads"], spec["head_dim"], spec["hidden"],
-                          ACTS[spec["act"]], getattr(kern, "threads", 1),
-                          0 if final is None else _addr(self._hold(np.ascontiguousarray(final, np.float32)))]
+                          ACTS[spec["act"]], 0, 0 if final is None else self._vector(final)]
         self._layers = plan[len(_H):].reshape(len(layers), L_FIELDS)
         for row, layer in zip(self._layers, layers):
             for i, name in enumerate(_NORMS):
-                a = layer[name]
-                if a is not None:
-                    a = self._hold(np.ascontiguousarray(a, np.float32))
-                    row[i] = _addr(a)
+                if layer[name] is not None:
+                    row[i] = self._vector(layer[name])
             for j, name in enumerate(_WEIGHTS):
                 data, type_id, rows, cols = layer[name]
-                data = self._hold(data, strided=type_id == -1)
-                # bytes of a row of blocks; for input-major float32, the leading dimension in floats
-                lead = data.shape[1] if type_id > 0 else data.strides[0] // 4 if type_id == -1 else 0
-                row[len(_NORMS) + _W * j: len(_NORMS) + _W * (j + 1)] = [_addr(data), type_id, rows, cols, lead]
+                at, lead = self._weight(data, type_id)
+                row[len(_NORMS) + _W * j: len(_NORMS) + _W * (j + 1)] = [at, type_id, rows, cols, lead]
             row[L_ROPE] = layer["rope"]
         self.plan = plan
         self.fparams = np.array([spec["eps"], spec["scale"]], np.float32)
         self._scratch = np.empty(0, np.uint8)
         self._scratch_rows = -1
+
+    def _vector(self, a) -> int:
+        """The address of a float32 (n,) array the plan reads (a norm's weight)."""
+        return _addr(self._hold(np.ascontiguousarray(a, np.float32)))
+
+    def _weight(self, data, type_id) -> tuple[int, int]:
+        """(address, lead) of a weight: lead is the bytes of a row of blocks, or for input-major float32 the
+        leading dimension in floats."""
+        data = self._hold(data, strided=type_id == -1)
+        return _addr(data), data.shape[1] if type_id > 0 else data.strides[0] // 4 if type_id == -1 else 0
 
     def _hold(self, a, strided=False):
         """Keep `a` alive as long as the plan reads it: C-contiguous, or (strided) rows of contiguous floats."""
@@ -83,10 +90,11 @@ class DecodePlan:
         self._keep.append(a)
         return a
 
-    def step(self, x: np.ndarray, rope: np.ndarray, caches) -> np.ndarray:
+    def step(self, x: np.ndarray, rope: np.ndarray, caches, written=None) -> np.ndarray:
         """x (dim,) float32 through every layer, in place; rope (kinds, head_dim) float32: [cos | sin] halves of
         the token's rotary angles per kind; caches: per layer (k buffer, v buffer, slot, length) with the buffers
-        float32 (1, kv_heads, capacity, head_dim) C-contiguous numpy arrays."""
+        float32 (1, kv_heads, capacity, head_dim) C-contiguous numpy arrays. written: a count of the writes made
+        to the caches by others (the pool's plan keeps copies of them; here it is not needed)."""
         length = 0
         for row, (kc, vc, slot, n) in zip(self._layers, caches):
             row[L_KCACHE], row[L_VCACHE], row[L_CAPACITY], row[L_SLOT], row[L_LENGTH] = \
@@ -97,7 +105,6 @@ class DecodePlan:
             self._scratch = np.empty(self._kern.decode_scratch_bytes(self.plan, rows), np.uint8)
             self._scratch_rows = rows
         rope = np.ascontiguousarray(rope, np.float32)
-        self.plan[_THREADS] = getattr(self._kern, "threads", 1)  # as set now (set_threads after the plan)
         if self._kern.decode(self.plan, self.fparams, x, rope, self._scratch) != 0:
             raise ValueError("ember: decode plan: a layer this build of the kernels cannot run")
         return x
@@ -105,15 +112,18 @@ class DecodePlan:
 
 def describe(be=None) -> str:
     k = kernels()
-    return "cpu_kernels/decode.c ember_decode" + (" (wasm)" if cpu_matmul.NO_BLAS else " (native)") if k is not None \
-        else "composed (no compiled kernels here)"
+    if k is None:
+        return "composed (no compiled kernels here)"
+    where = "native" if not cpu_matmul.NO_BLAS else "wasm" if k is cpu_matmul.wasm_kernels() else k.describe()
+    return f"cpu_kernels/decode.c ember_decode ({where})"
 
 
 def decoder_plan(be, spec: dict | None) -> DecodePlan | None:
     """A DecodePlan for spec where compiled kernels run here and take its weights, else None (the model then runs
     its layers op by op)."""
     kern = kernels()
-    if spec is None or kern is None or not hasattr(kern, "decode") or spec["act"] not in ACTS:
+    pool = cpu_matmul.NO_BLAS and kern is not None and kern is not cpu_matmul.wasm_kernels()  # the kernel pool's
+    if spec is None or kern is None or not (pool or hasattr(kern, "decode")) or spec["act"] not in ACTS:
         return None
     for layer in spec["layers"]:
         for name in _WEIGHTS:
@@ -121,4 +131,7 @@ def decoder_plan(be, spec: dict | None) -> DecodePlan | None:
             if type_id > 0 and kern.act_bytes(type_id, 1, cols) < 0 or \
                     type_id <= 0 and (data.dtype != np.float32 or cols % 8):
                 return None
+    if pool:
+        from .cpu_pool_kernels import PoolDecodePlan
+        return PoolDecodePlan(kern, spec)
     return DecodePlan(kern, spec)

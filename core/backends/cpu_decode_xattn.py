@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import cpu_matmul
 from .cpu_decode import _addr
 from .cpu_float_kernels import ACTS, kernels
 
-_H = ("layers", "dim", "heads", "head_dim", "hidden", "act", "threads", "norm_w", "norm_b")
+_H = ("layers", "dim", "heads", "head_dim", "hidden", "act", "unused", "norm_w", "norm_b")
 _W = 6  # data, type, rows, cols, lead, bias
 _NORMS = ("ln1", "ln2", "ln3")
 _WEIGHTS = ("q", "k", "v", "o", "xq", "xo", "fc1", "fc2")
@@ -54,26 +55,33 @@ class XattnPlan:
                 if type_id == -1 and not (data.ndim == 2 and data.strides[1] == 4 and data.strides[0] % 4 == 0) or \
                         type_id == 0 and not data.flags.c_contiguous or data.dtype != np.float32:
                     raise ValueError("ember: xattn decode plan: a weight whose layout decode_xattn.c does not read")
-                self._keep.append(data)
-                lead = data.strides[0] // 4 if type_id == -1 else cols
+                address, lead = self._weight(data, type_id, cols)
                 at = 2 * len(_NORMS) + _W * j
-                row[at:at + _W] = [_addr(data), type_id, rows, cols, lead, self._vec(bias)]
+                row[at:at + _W] = [address, type_id, rows, cols, lead, self._vec(bias)]
         self.plan = plan
         self.fparams = np.array([spec["eps"], spec["scale"]], np.float32)
         self._scratch = np.empty(0, np.uint8)
         self._scratch_keys = -1
 
     def _vec(self, a) -> int:
+        """The address of a float32 (n,) array the plan reads (a norm's weight, a bias), or 0 for None."""
         if a is None:
             return 0
         a = np.ascontiguousarray(a, np.float32)
         self._keep.append(a)
         return _addr(a)
 
-    def step(self, x: np.ndarray, caches, cross) -> np.ndarray:
+    def _weight(self, data, type_id, cols) -> tuple[int, int]:
+        """(address, lead) of a weight: lead is the floats from one input's row to the next (input-major), or cols.
+        cpu_pool_kernels.PoolXattnPlan places them in the page's kernel pool instead (its `_vec`, `_weight`)."""
+        self._keep.append(data)
+        return _addr(data), data.strides[0] // 4 if type_id == -1 else cols
+
+    def step(self, x: np.ndarray, caches, cross, written=None) -> np.ndarray:
         """x (dim,) float32 through every layer and the final norm, in place. caches: per layer (k buffer, v
         buffer, slot, length), buffers float32 (1, heads, capacity, head_dim) C-contiguous; cross: per layer (k,
-        v) float32 (1, heads, keys, head_dim) C-contiguous."""
+        v) float32 (1, heads, keys, head_dim) C-contiguous. written: a count of the writes made to the caches by
+        others (the pool's plan keeps copies of them; here it is not needed)."""
         keys = 0
         for row, (kc, vc, slot, n), (xk, xv) in zip(self._layers, caches, cross):
             row[_L_CACHE:] = [_addr(kc), _addr(vc), kc.shape[2], slot, n, _addr(xk), _addr(xv), xk.shape[2]]
@@ -99,4 +107,8 @@ def decoder_plan(be, spec: dict | None) -> XattnPlan | None:
             if type_id not in (0, -1) or data.dtype != np.float32 or cols % 8 or \
                     bias is not None and bias.dtype != np.float32:
                 return None
+    if cpu_matmul.NO_BLAS:
+        from .cpu_pool_kernels import PoolFloatKernels, PoolXattnPlan
+        if isinstance(kern, PoolFloatKernels):  # the page's kernel pool
+            return PoolXattnPlan(kern, spec)
     return XattnPlan(kern, spec)

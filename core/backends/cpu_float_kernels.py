@@ -2,10 +2,11 @@
 one online-softmax pass (attention.c) and the row kernels of dense encoders (rows.c: LayerNorm, GELU), from the
 same sources natively (cpu_native_kernels.py, threaded by threads.c) and in the page (the wasm module).
 
-Each kernel reads an intptr_t parameter block (addresses, sizes) and computes ranges of output rows; natively
-`ember_<kernel>(params, threads)` splits the rows between threads.c's workers, in the page it runs them on one
-thread (the page's worker pool calls the `*_rows` entry points). Every row is computed alike in any range, so the
-result does not depend on the thread count.
+Each kernel reads an intptr_t parameter block (addresses, sizes) and computes ranges of output rows;
+`ember_<kernel>(params)` splits the rows between threads through parallel.h (threads.c's workers natively; in the
+page, the kernel pool's workers where it has one: cpu_pool_kernels.PoolFloatKernels, else the Pyodide side module
+on one thread, serial.c). Every row is computed alike in any range, so the result does not
+depend on the thread count.
 
 `kernels()` is the loaded set where compiled kernels run here (None elsewhere: the callers compose); the
 registry's `choose` hooks (cpu_fused.py) say which calls take them.
@@ -24,9 +25,9 @@ ACTS = {None: 0, "none": 0, "relu": 1, "silu": 2, "gelu": 3, "gelu_tanh": 4}
 _P, _I = ctypes.c_void_p, ctypes.c_int
 # name: (argtypes, restype) of the native library's entry points (the page's ctypes takes plain ints)
 _SIGNATURES = {
-    "ember_conv2d": ([_P, _I], _I), "ember_conv2d_scratch_floats": ([_P], ctypes.c_long),
-    "ember_attention": ([_P, _I], _I), "ember_attention_scratch_floats": ([_P, _I], ctypes.c_long),
-    "ember_layer_norm": ([_P, _I], _I), "ember_bias_act": ([_P, _I], _I),
+    "ember_conv2d": ([_P], _I), "ember_conv2d_scratch_floats": ([_P], ctypes.c_long),
+    "ember_attention": ([_P], _I), "ember_attention_scratch_floats": ([_P, _I], ctypes.c_long),
+    "ember_layer_norm": ([_P], _I), "ember_bias_act": ([_P], _I),
     "ember_xattn_decode": ([_P, _P, _P, _P], _I), "ember_xattn_decode_scratch_bytes": ([_P, _I], ctypes.c_long),
 }
 
@@ -38,22 +39,20 @@ def _addr(a: np.ndarray) -> int:
 
 
 class FloatKernels:
-    """The float kernels of one loaded library (native or wasm). `parallel(fn, params)` runs fn(params, threads)
-    under the native thread pool, or fn(params, 1)."""
+    """The float kernels of one loaded library (native or wasm)."""
 
-    def __init__(self, lib, parallel, native: bool):
+    def __init__(self, lib, native: bool):
         self.native = native
         for name, (args, res) in _SIGNATURES.items():
             f = getattr(lib, name)
             if native:
                 f.argtypes, f.restype = args, res
             setattr(self, "_" + name.removeprefix("ember_"), f)
-        self._parallel = parallel
         self._scratch = np.empty(0, _F32)
 
     def _call(self, fn, params: np.ndarray) -> int:
         ptr = params.ctypes.data if self.native else _addr(params)
-        return self._parallel(fn, ptr)
+        return fn(ptr)
 
     def _scratch_floats(self, n: int) -> np.ndarray:
         """A scratch buffer of at least n floats, kept for the next calls (the page faults of a fresh one cost
@@ -113,13 +112,8 @@ class FloatKernels:
     # ---------------------------------------------------------------------------------------- decoding
     def xattn_decode(self, plan: np.ndarray, fparams: np.ndarray, x: np.ndarray, scratch: np.ndarray) -> int:
         """decode_xattn.c's ember_xattn_decode: x (dim,) float32 through the layers of `plan`
-        (cpu_decode_xattn.py), in place, on the threads the pool gives (the plan's thread field)."""
-        ptrs = [a.ctypes.data if self.native else _addr(a) for a in (plan, fparams, x, scratch)]
-
-        def run(_, threads):
-            plan[6] = threads  # decode_xattn.c's X_THREADS
-            return self._xattn_decode(*ptrs)
-        return self._parallel(run, None)
+        (cpu_decode_xattn.py), in place, its matvecs and heads split between threads (parallel.h)."""
+        return self._xattn_decode(*[a.ctypes.data if self.native else _addr(a) for a in (plan, fparams, x, scratch)])
 
     def xattn_decode_scratch_bytes(self, plan: np.ndarray, max_keys: int) -> int:
         return self._xattn_decode_scratch_bytes(plan.ctypes.data if self.native else _addr(plan), max_keys)
@@ -169,16 +163,20 @@ _loaded: list = []
 
 
 def kernels() -> FloatKernels | None:
-    """The float kernels where compiled kernels run here (the page's wasm module, else the native build), or
-    None."""
+    """The float kernels where compiled kernels run here (the page's kernel pool, its wasm module, else the native
+    build), or None."""
     if not _loaded:
         _loaded.append(_load())
+    if _loaded[0] is not None and cpu_matmul.NO_BLAS:
+        pool = cpu_matmul.pool_kernels()  # (looked up at every call: a pool that lost a worker is left)
+        if pool is not None:
+            return pool.float_kernels(_loaded[0])
     return _loaded[0]
 
 
 def _load():
     if cpu_matmul.NO_BLAS:
         k = cpu_matmul.wasm_kernels()
-        return None if k is None else FloatKernels(k.lib, lambda fn, ptr: fn(ptr, 1), native=False)
+        return None if k is None else FloatKernels(k.lib, native=False)
     k = cpu_matmul.native_kernels()
-    return None if k is None else FloatKernels(k.lib, k.parallel, native=True)
+    return None if k is None else FloatKernels(k.lib, native=True)

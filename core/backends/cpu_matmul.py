@@ -1,5 +1,6 @@
 """The CPU matmul kernel every numpy hot path calls (`mm`): BLAS's np.matmul natively; under Pyodide,
-which has no BLAS, the WebAssembly SIMD128 GEMM (cpu_wasm_kernels.py) when it loads, else float32
+which has no BLAS, the WebAssembly SIMD128 GEMM (cpu_wasm_kernels.py) when it loads, on every thread of the page's
+kernel pool for large products where the page has one (cpu_pool.py, `pool_kernels()`), else float32
 einsum (its kernels beat np.matmul's fallback loop there ~1.5-6x, same bits).
 
 Shared by the numpy backend (matmul, attention), its convolution (numpy_conv.py) and ember.quant's
@@ -14,7 +15,7 @@ import sys
 import numpy as np
 
 from .. import settings
-from . import cpu_native_kernels, cpu_wasm_kernels
+from . import cpu_native_kernels, cpu_pool, cpu_wasm_kernels
 
 NO_BLAS = sys.platform == "emscripten"
 # Deterministic mode: float32 matmuls, GELU, SiLU and attention's exponentials run in the page's C kernels with the
@@ -30,6 +31,7 @@ _F32 = np.dtype(np.float32)
 _KERNEL_MIN_MNK = 1 << 15
 _kernels: list = []  # [(WasmKernels or None, reason)] once loaded: loading is deferred to the first matmul
 _native: list = []  # [(NativeKernels or None, reason)] once built or loaded: at the first quantized matmul
+_pool: list = []  # [(PoolKernels or None, reason)] once looked up
 
 
 def wasm_kernels():
@@ -37,6 +39,53 @@ def wasm_kernels():
     if not _kernels:
         _kernels.append(cpu_wasm_kernels.load() if NO_BLAS else (None, "not running under Pyodide"))
     return _kernels[0][0]
+
+
+def pool_kernels():
+    """The page's kernel pool (cpu_pool_kernels.PoolKernels: the kernels on 2 threads or more) under Pyodide where
+    the page started one, else None (pool_status() says why)."""
+    if not _pool:
+        _pool.append(_load_pool())
+    kernels = _pool[0][0]
+    if kernels is not None and kernels.pool.broken:  # a lost worker: this thread alone from then on
+        _pool[0] = (None, kernels.pool.broken)
+        return None
+    return kernels
+
+
+def _load_pool():
+    if not NO_BLAS:
+        return None, "native kernels use their own threads"
+    side = wasm_kernels()
+    if side is None:
+        return None, f"no wasm kernels ({_kernels[0][1]})"
+    pool, why = cpu_pool.get()
+    if pool is None:
+        return None, why
+    relaxed = _kernels[0][1].startswith("wasm-simd128+relaxed")
+    if (pool.variant == "relaxed") != relaxed:
+        return None, f"the pool's module is the {pool.variant} build and this thread's the other one (their bits differ)"
+    from .cpu_pool_kernels import PoolKernels
+    return PoolKernels(pool, side), ""
+
+
+def pool_threads() -> tuple[int, str]:
+    """(threads the page's kernels run on, why 1 when it is 1)."""
+    k = pool_kernels()
+    return (k.pool.threads, "") if k is not None else (1, _pool[0][1])
+
+
+def pool_status() -> str:
+    """'<n> threads' when the page's kernel pool is in use, else '1 thread (why)'."""
+    n, why = pool_threads()
+    return f"{n} threads" if n > 1 else f"1 thread ({why})"
+
+
+def use_pool():
+    """Look the page's kernel pool up again (after the page attaches one, or in the tests); returns pool_status()."""
+    _pool.clear()
+    cpu_pool.reset()
+    return pool_status()
 
 
 def native_kernels():
@@ -83,6 +132,7 @@ def use_wasm_kernels(path=None):
     """(Re)load the kernels, from `path` instead of the shipped module when given; returns matmul_path().
     For the page's settings and the tests (a broken module must fall back to einsum with its reason)."""
     _kernels.clear()
+    _pool.clear()  # the pool follows the side module's variant
     if NO_BLAS:
         _kernels.append(cpu_wasm_kernels.load(path))
     return matmul_path()
@@ -135,9 +185,9 @@ def blas_ready(a):
 
 def mm(a, b, out=None):
     """np.matmul; under Pyodide the wasm SIMD GEMM for float32 (matrices, batched, broadcast, any strides)
-    but the smallest products, else float32 einsum (1.6x faster there than np.matmul on attention, see einsum_matmul).
-    Natively, operands BLAS cannot take as they lie are made contiguous first (blas_ready). In deterministic mode
-    every float32 product runs in the page's kernels."""
+    but the smallest products (on the kernel pool's threads for large ones), else float32 einsum (1.6x faster there
+    than np.matmul on attention, see einsum_matmul). Natively, operands BLAS cannot take as they lie are made
+    contiguous first (blas_ready). In deterministic mode every float32 product runs in the page's kernels."""
     if _deterministic[0] and a.dtype == _F32 and b.dtype == _F32 and a.ndim >= 2 and b.ndim >= 2:
         if b.ndim == 2 and a.size == a.shape[-1] and not b.flags.f_contiguous:
             # one row times a matrix sums in an order that follows B's layout (gemm.c's gemv): always the column-
@@ -147,6 +197,9 @@ def mm(a, b, out=None):
     if not NO_BLAS:
         return np.matmul(blas_ready(a), blas_ready(b), out=out)
     if a.dtype == _F32 and b.dtype == _F32:
+        pool = pool_kernels()
+        if pool is not None and a.ndim >= 2 and b.ndim >= 2 and pool.takes_matmul(a, b):
+            return pool.matmul(a, b, out)
         kernels = wasm_kernels()
         if kernels is not None and a.ndim >= 2 and b.ndim >= 2 \
                 and max(a.size * b.shape[-1], b.size * a.shape[-2]) >= _KERNEL_MIN_MNK:

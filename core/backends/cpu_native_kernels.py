@@ -11,8 +11,11 @@ it. The same sources are in the page's wasm module (cpu_wasm_kernels.py), and ev
 with EMBER_NATIVE_KERNELS=0, no C compiler ($CC, cc, gcc or clang), or a build or load that failed (its error).
 Where they cannot, ember.quant computes the same numbers with numpy (slower).
 
-Threads: matmuls of at least PARALLEL_MACS multiply-adds split W's rows between the caller and workers
-(threads.c). EMBER_NUM_THREADS sets how many (default: the CPUs this process may run on, at most 8).
+Threads: a quantized matmul, each matvec and attention of a decoded token (decode.c, decode_xattn.c), the LM
+head's float32 matvec and the float kernels (conv.c, attention.c, rows.c), of at least PARALLEL_MACS multiply-adds,
+split their output rows between the caller and workers (parallel.h, threads.c), the same bits on any number of
+threads. EMBER_NUM_THREADS sets how many (default: the CPUs this process may run on, at most 8);
+`ember info` prints the count in use.
 """
 from __future__ import annotations
 
@@ -30,24 +33,24 @@ from pathlib import Path
 import numpy as np
 
 from .. import settings
-from ..errors import SettingError
+from ..errors import EmberError, SettingError
 from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
 FILES = ("q8dot.c", "decode.c", "threads.c", "conv.c", "attention.c", "rows.c", "decode_xattn.c", "nbits.c")  # (+ HEADERS)
-HEADERS = ("simd.h", "half.h", "fvec.h", "matvec_f32.h")
+HEADERS = ("simd.h", "half.h", "parallel.h", "fvec.h", "matvec_f32.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
 FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
 NATIVE = ["-march=native"]  # this CPU's SIMD (AVX2, ...); a compiler that refuses it builds the portable paths
-PARALLEL_MACS = 1 << 18  # below this a matmul stays on the calling thread (a hand-off costs ~1-5 us)
+PARALLEL_MACS = 1 << 18  # parallel.h's PARALLEL_MIN_WORK: below it a job stays on the calling thread
 MAX_DEFAULT_THREADS = 8
 _P = ctypes.c_void_p
 _I = ctypes.c_int
 
 
 class NativeKernels:
-    """The loaded library: q8_matmul (x quantized per block as llama.cpp does, integer dot products), with
-    W's rows split between threads for large products."""
+    """The loaded library: q8_matmul (x quantized per block as llama.cpp does, integer dot products) and the
+    decode step, their rows split between threads for large products."""
 
     def __init__(self, lib: ctypes.CDLL, path: Path):
         self.path, self.lib = path, lib
@@ -55,34 +58,25 @@ class NativeKernels:
         lib.ember_q8_simd.argtypes, lib.ember_q8_simd.restype = [], ctypes.c_char_p
         lib.ember_q8_quantize.argtypes = [_I, _I, _I, _P, _I, _P]
         lib.ember_q8_dot.argtypes = [_I, _I, _I, _I, _P, _P, _P, _I]
-        lib.ember_q8_dot_parallel.argtypes = [_I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _I, _I]
+        lib.ember_q8_matmul.argtypes = [_I, _I, _I, _I, _P, _P, _I, _P, _I, _P]
         lib.ember_threads.argtypes = [_I]
         lib.ember_decode.argtypes = [_P, _P, _P, _P, _P]
-        lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P, _I]
+        lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
         lib.ember_nbits_supports.argtypes = [_I, _I]
         lib.ember_nbits_matmul.argtypes = [_I, _I, _I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _P, _P, _P, _I]
         self._lib = lib
         self.simd = lib.ember_q8_simd().decode()
         self.threads = lib.ember_threads(_default_threads())
-        self._pool = threading.Lock()  # threads.c runs one parallel matmul at a time
         self._act = np.empty(1 << 16, np.uint8)  # the activations' blocks, grown on demand
         self._act_lock = threading.Lock()
 
     def set_threads(self, n: int) -> int:
-        """Use up to n threads (workers are started, never stopped); returns the count in use."""
-        self.threads = min(int(n), self._lib.ember_threads(int(n)))
+        """Use n threads, 1..MAX_THREADS (workers are started, never stopped); returns the count in use."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_THREADS:
+            raise EmberError(f"ember: threads must be a whole number from 1 to {MAX_THREADS}, got {n!r}")
+        self.threads = self._lib.ember_threads(int(n))
         return self.threads
-
-    def parallel(self, fn, *args):
-        """fn(*args, threads) under the pool's lock (threads.c runs one parallel job at a time): how the row-range
-        kernels (cpu_float_kernels.py) run; on one thread while another job holds the pool."""
-        if self.threads > 1 and self._pool.acquire(blocking=False):
-            try:
-                return fn(*args, self.threads)
-            finally:
-                self._pool.release()
-        return fn(*args, 1)
 
     def nbits_supports(self, bits: int, block: int) -> bool:
         return bool(self._lib.ember_nbits_supports(bits, block))
@@ -101,9 +95,8 @@ class NativeKernels:
 
     def decode(self, plan: np.ndarray, fparams: np.ndarray, x: np.ndarray, rope: np.ndarray, scratch: np.ndarray) -> int:
         """decode.c's ember_decode: x (dim,) float32 through the layers of `plan` (cpu_decode.py), in place."""
-        with self._pool:  # its matmuls use the worker threads
-            return self._lib.ember_decode(plan.ctypes.data, fparams.ctypes.data, x.ctypes.data, rope.ctypes.data,
-                                          scratch.ctypes.data)
+        return self._lib.ember_decode(plan.ctypes.data, fparams.ctypes.data, x.ctypes.data, rope.ctypes.data,
+                                      scratch.ctypes.data)
 
     def matvec_f32(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
         """x (k,) float32 @ wt (k, n) float32 C-contiguous -> (n,) float32, k a multiple of 8 (decode.c's
@@ -111,7 +104,7 @@ class NativeKernels:
         k, n = wt.shape
         x = np.ascontiguousarray(x, np.float32)
         y = np.empty(n, np.float32)
-        if self.parallel(self._lib.ember_matvec_f32, wt.ctypes.data, n, n, k, x.ctypes.data, y.ctypes.data) != 0:
+        if self._lib.ember_matvec_f32(wt.ctypes.data, n, n, k, x.ctypes.data, y.ctypes.data) != 0:
             raise ValueError(f"ember: native matvec: {k} inputs, not a multiple of 8")
         return y
 
@@ -135,25 +128,20 @@ class NativeKernels:
         act = self._act if own and self._act.size >= size else np.empty(size, np.uint8)
         if own and act is not self._act and size <= 1 << 26:
             self._act = act  # keep the grown buffer (up to 64 MiB) for the next calls
-        try:
-            lib, pa, pw, py = self._lib, act.ctypes.data, w.ctypes.data, y.ctypes.data
-            lib.ember_q8_quantize(type_id, m, k, x.ctypes.data, k, pa)
-            if self.threads > 1 and m * out_features * k >= PARALLEL_MACS and self._pool.acquire(blocking=False):
-                try:
-                    lib.ember_q8_dot_parallel(type_id, m, out_features, k, pw, w.shape[1], pa, py, out_features,
-                                              self.threads)
-                finally:
-                    self._pool.release()
-            else:
-                lib.ember_q8_dot(type_id, m, out_features, k, pw, pa, py, out_features)
+        try:  # (threads.c runs one parallel job at a time: a second caller's runs on its own thread)
+            self._lib.ember_q8_matmul(type_id, m, out_features, k, w.ctypes.data, x.ctypes.data, k, y.ctypes.data,
+                                      out_features, act.ctypes.data)
         finally:
             if own:
                 self._act_lock.release()
         return y
 
 
+MAX_THREADS = 64  # parallel.h's PARALLEL_MAX_THREADS
+
+
 def _default_threads() -> int:
-    if settings.get("EMBER_NUM_THREADS") is not None:
+    if settings.get("EMBER_NUM_THREADS") is not None:  # 1..MAX_THREADS, else SettingError naming it
         return settings.get("EMBER_NUM_THREADS")
     try:
         n = len(os.sched_getaffinity(0))

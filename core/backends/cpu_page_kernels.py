@@ -24,7 +24,7 @@ from . import cpu_native_kernels
 from .cpu_wasm_kernels import WasmKernels
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
-FILES = ("gemm.c", "elementwise.c")
+FILES = ("gemm.c", "elementwise.c", "serial.c")  # serial.c: parallel.h on one thread, as in the page's side module
 SHIM = SOURCES / "native"
 FLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-std=gnu11", "-Wno-attributes",
          "-Wno-unknown-attributes", "-Wno-ignored-attributes", "-Wno-unknown-warning-option"]

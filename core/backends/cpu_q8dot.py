@@ -24,7 +24,9 @@ from ..ggml.codec import check_raw
 from ..ggml.kquants import unpack_scales_k4
 from ..ggml.legacy import f16_at
 from .cpu_levels import LEVELS  # per type: blocks -> (integer levels in element order, ...)
-from .cpu_matmul import NO_BLAS, native_kernels, wasm_kernels
+from .cpu_matmul import NO_BLAS, native_kernels, pool_kernels, wasm_kernels
+from .cpu_pool import SharedRows
+from .cpu_pool_kernels import PoolKernels
 
 F = np.float32
 ACTIVATIONS = T.VEC_DOT_TYPES  # weight type -> the activations' 8-bit type
@@ -46,15 +48,17 @@ def q8_matmul(x, raw, qtype, shape, name: str = "weight", checked: bool = False)
         raise ValueError(f"ember: quantized matmul needs a 2-d weight, {name} has shape {tuple(shape)}")
     out_f, in_f = (int(s) for s in shape)
     rows = raw if checked else check_raw(raw, t, shape, name)
+    kernels = (pool_kernels() or wasm_kernels()) if NO_BLAS else native_kernels()
+    if isinstance(rows, SharedRows) and not isinstance(kernels, PoolKernels):
+        rows = rows.heap()  # the page's pool stopped: this thread's kernels read the heap
     x = np.asarray(x)
     if x.shape[-1:] != (in_f,):
         raise ValueError(f"ember: quantized matmul: input of shape {x.shape} does not match {name} of shape "
                          f"{(out_f, in_f)} (last dim must be {in_f})")
     lead = x.shape[:-1]
     x2 = np.ascontiguousarray(x.reshape(-1, in_f), dtype=F)  # (m, in_features)
-    if not rows.flags.c_contiguous:
+    if not isinstance(rows, SharedRows) and not rows.flags.c_contiguous:
         rows = np.ascontiguousarray(rows)
-    kernels = wasm_kernels() if NO_BLAS else native_kernels()
     if kernels is not None:
         return kernels.q8_matmul(x2, rows, t.id, out_f).reshape(*lead, out_f)
     return q8_matmul_numpy(x2, rows, t, out_f).reshape(*lead, out_f)

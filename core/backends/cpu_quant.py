@@ -27,7 +27,9 @@ import numpy as np
 from ..ggml import types as T
 from ..ggml.codec import check_raw, dequantize_rows
 from . import cpu_levels, cpu_q8dot
-from .cpu_matmul import NO_BLAS, mm, native_kernels, native_kernels_status, wasm_kernels
+from .cpu_matmul import NO_BLAS, mm, native_kernels, native_kernels_status, pool_kernels, wasm_kernels
+from .cpu_pool import SharedRows
+from .cpu_pool_kernels import PoolKernels
 
 
 
@@ -40,8 +42,14 @@ def qmatmul(be, x, raw, qtype, shape, activations="float32"):
         return cpu_q8dot.q8_matmul(x, raw, qtype, shape, checked=True)
     y = _wasm_fused(x, raw, qtype, shape) if NO_BLAS else None
     if y is None:
+        raw = _host(raw)
         y = qmatmul_slabs(x, raw, qtype, shape, levels=_levels(raw, qtype, shape))
     return y
+
+
+def _host(raw):
+    """Rows the numpy and side-module paths read: a pool-held weight's copy in the heap (kept with it)."""
+    return raw.heap() if isinstance(raw, SharedRows) else raw
 
 
 def qlinear(be, x, weight):
@@ -116,12 +124,14 @@ def _wasm_fused(x, raw, qtype, shape):
     qmatmul_slabs' own path applies."""
     if len(shape) != 2 or x.shape[-1:] != tuple(shape[1:]):
         return None
-    kernels = wasm_kernels()
+    kernels = pool_kernels() or wasm_kernels()
     x2 = x.reshape(-1, shape[1])
     if kernels is None or qtype.id not in kernels.qmatmul_types or x2.shape[0] > FUSED_ROWS:
         return None
     if x2.dtype != np.float32 or not x2.flags.c_contiguous:
         x2 = np.ascontiguousarray(x2, np.float32)
+    if not isinstance(kernels, PoolKernels):
+        raw = _host(raw)
     return kernels.qmatmul(x2, raw, qtype.id, shape[0]).reshape(*x.shape[:-1], shape[0])
 
 
@@ -130,7 +140,7 @@ def _bounded(x, raw, qtype, shape, activations):
     (Pyodide, a 2-d Q8_0 weight with float32 activations, one row of x), else None."""
     n_in = shape[-1]
     if not (NO_BLAS and activations == "float32" and len(shape) == 2 and qtype.name == "Q8_0"
-            and int(np.prod(x.shape)) == n_in):
+            and int(np.prod(x.shape)) == n_in) or isinstance(raw, SharedRows):  # (the pool computes every row)
         return None
     kernels = wasm_kernels()
     if kernels is None:
@@ -173,7 +183,7 @@ def qmatmul_slabs(x, raw, qtype, shape, scratch_bytes: int = SCRATCH_BYTES, name
     x2 = np.ascontiguousarray(x.reshape(-1, in_f), dtype=np.float32)  # (m, in_features)
     if levels is not None:
         return _qmatmul_levels(x2, levels, out_f, in_f, scratch_bytes).reshape(*lead, out_f)
-    kernels = wasm_kernels() if NO_BLAS else None
+    kernels = (pool_kernels() or wasm_kernels()) if NO_BLAS else None
     if kernels is not None and t.id in kernels.qmatmul_types:
         if x2.shape[0] <= FUSED_ROWS:
             return kernels.qmatmul(x2, rows, t.id, out_f).reshape(*lead, out_f)

@@ -22,6 +22,7 @@ import struct
 import numpy as np
 
 from .. import dtypes
+from ..backends import cpu_pool
 from ..errors import SaveError
 from ..ggml import types as T
 from ..qtensor import QTensor
@@ -32,6 +33,7 @@ VERSION = 3
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS: llama.cpp rejects more
 MAX_ARRAY_DEPTH = 8
+SHARED_MIN_BYTES = 64 << 10  # smaller quantized tensors stay in the heap (a pool block each is not worth it)
 
 # metadata value types (gguf_type)
 UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 = range(13)
@@ -226,7 +228,9 @@ class GGUFReader(LazyFile):
         except BaseException:
             self.close()
             raise
-        if self._file is not None and mmap is not False and self.tensor_infos:
+        # quantized blocks for the page's kernel pool are read into it, not mapped (emscripten's mmap copies the file)
+        self._pool = cpu_pool.placing() if self._file is not None else None
+        if self._file is not None and mmap is not False and self.tensor_infos and self._pool is None:
             self._map = _try_memmap(self._file, self.data_offset, mmap)
 
     def _pread(self, at, n):
@@ -346,10 +350,17 @@ class GGUFReader(LazyFile):
         return out
 
     def get_stored(self, name):
-        """Stored (plain types) or QTensor (quantized types), without building ember Tensors."""
+        """Stored (plain types) or QTensor (quantized types), without building ember Tensors. In the page, inside
+        ember.backends.cpu_pool.weights_in_pool(), a quantized tensor's blocks go from the file straight into the
+        kernel pool's memory (SharedRows), never into Pyodide's heap."""
         info = self._info(name)
-        raw = self.raw(name)
         t = info.ggml_type
+        pool = self._pool if t.is_quantized else None
+        if pool is not None and info.nbytes >= SHARED_MIN_BYTES:
+            rows = pool.rows_from_file(self._file, self.data_offset + info.offset, info.nbytes,
+                                       t.row_bytes(info.shape[-1]))
+            return QTensor(rows, t, info.shape, name=name)
+        raw = self.raw(name)
         if t.is_quantized:
             return QTensor(raw, t, info.shape, name=name)
         arr = raw.view(t.np_dtype.newbyteorder("<")).reshape(info.shape)

@@ -26,6 +26,7 @@ class KVCache:
         self.k = [None] * n_layers  # (batch, n_kv_heads, capacity, head_dim) each
         self.v = [None] * n_layers
         self.pos = 0                # positions already seen (the next tokens' first index)
+        self.writes = 0             # rows written by update() / buffers replaced (a fused kernel's copy follows it)
         self._per_token = 2 * n_kv_heads * head_dim
 
     def check_room(self, n_new: int):
@@ -64,6 +65,7 @@ class KVCache:
     def update(self, layer: int, k, v):
         """Append k, v (batch, n_kv_heads, T, head_dim); return the keys/values to attend over
         (batch, n_kv_heads, S, head_dim), ordered as key_positions(layer, T)."""
+        self.writes += 1
         if self.windows[layer]:
             return self._update_ring(layer, k, v)
         end = self.pos + k.shape[2]
@@ -135,6 +137,7 @@ class KVCache:
         # a host index: its bounds are checked on the host and it goes up with the lookup (a device index would
         # be read back for the check: a round trip per step on webgpu)
         idx = rows if isinstance(rows, ember.Tensor) else ember.tensor(rows)
+        self.writes += 1
         self.k = [self._rows(t, idx) for t in self.k]
         self.v = [self._rows(t, idx) for t in self.v]
 

@@ -216,6 +216,6 @@ class FusedDecoder:
             kbuf, vbuf, slot, length = cache.slot(i, self._like)
             caches.append((kbuf._data, vbuf._data, slot, length))
         xv = np.array(x.numpy().reshape(-1), np.float32)
-        plan.step(xv, rope, caches)
+        plan.step(xv, rope, caches, cache.writes)
         cache.pos += 1
         return ember.tensor(xv.reshape(1, 1, -1))

@@ -114,6 +114,6 @@ class FusedXattnDecoder:
         for i in range(len(d.layers)):
             kbuf, vbuf, slot, length = cache.slot(i, self._like)
             caches.append((kbuf._data, vbuf._data, slot, length))
-        plan.step(x, caches, [(k._data, v._data) for k, v in cross])
+        plan.step(x, caches, [(k._data, v._data) for k, v in cross], cache.writes)
         cache.pos += 1
         return ember.tensor(x.reshape(1, 1, -1))

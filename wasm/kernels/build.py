@@ -1,12 +1,13 @@
-"""Build the CPU backend's WebAssembly SIMD128 kernels: core/backends/cpu_kernels/*.c (but threads.c: the page has no
-threads) into a Pyodide side module, twice.
+"""Build the CPU backend's WebAssembly SIMD128 kernels from core/backends/cpu_kernels/*.c, as two modules, each twice:
 
-    python -m ember.wasm.kernels.build            # (re)write core/backends/cpu_wasm_kernels{,_relaxed}.wasm
+    python -m ember.wasm.kernels.build            # (re)write core/backends/cpu_{wasm,pool}_kernels{,_relaxed}.wasm
     python -m ember.wasm.kernels.build --check    # rebuild into a temp dir; exit 1 if the committed bytes differ
 
-cpu_wasm_kernels.wasm is plain SIMD128; cpu_wasm_kernels_relaxed.wasm is the same sources with
--mrelaxed-simd (the GEMM's multiply-add becomes f32x4.relaxed_madd, a fused FMA where the CPU has
-one), loaded only where the browser validates relaxed SIMD (cpu_wasm_kernels.py).
+cpu_wasm_kernels.wasm, a Pyodide side module (Pyodide's own memory, one thread: serial.c), and cpu_pool_kernels.wasm,
+the page's kernel pool (the same kernels with pool.c, over a shared memory it imports, instantiated in every worker
+by web/pool.js: cpu_pool.py). Each is plain SIMD128, and *_relaxed.wasm is the same sources with -mrelaxed-simd (the
+GEMM's multiply-add becomes f32x4.relaxed_madd, a fused FMA where the CPU has one), loaded only where the browser
+validates relaxed SIMD (cpu_wasm_kernels.py; the pool follows the side module's choice, so both give the same bits).
 
 The module is committed and shipped as package data of ember.backends, so `pip install` needs no
 compiler and the wheel stays py3-none-any. clang-19's output is byte-for-byte reproducible (no paths
@@ -22,11 +23,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ember.backends.cpu_wasm_kernels import MODULE, RELAXED_MODULE  # package data of ember.backends
+from ember.backends.cpu_pool import POOL_MODULE, POOL_RELAXED_MODULE  # package data of ember.backends
+from ember.backends.cpu_wasm_kernels import MODULE, RELAXED_MODULE
 
 # the sources are package data of ember.backends, beside the module that loads them (and the native build)
 HERE = MODULE.parent / "cpu_kernels"
-NATIVE_ONLY = {"threads.c"}
+ONLY = {"threads.c": "native", "pool.c": "pool", "serial.c": "side"}  # parallel.h's three builds
 CLANG, LLD = "clang-19", "wasm-ld-19"  # Debian bookworm: apt-get install clang-19 lld-19
 # A Pyodide side module (a wasm with a dylink.0 section): emscripten's target ABI, no libc, SIMD128.
 # -ffreestanding keeps host headers out; -mbulk-memory lets clang's memset/memcpy be instructions; -ffp-contract=off:
@@ -37,14 +39,24 @@ FLAGS = ["--target=wasm32-unknown-emscripten", "-ffreestanding", "--sysroot=/non
          "-Wl,--experimental-pic", "-Wl,--no-entry", "-Wl,--export-dynamic"]
 # each shipped module and the flags it adds to FLAGS
 VARIANTS = {MODULE: [], RELAXED_MODULE: ["-mrelaxed-simd"]}
+# The pool's module: no Pyodide ABI, a memory it imports (shared: its maximum is wasm32's 4 GiB, which engines
+# reserve as address space only), atomics, and the stack pointer exported so that web/pool.js gives each worker's
+# instance its own stack (the caller keeps the 1 MiB one linked here).
+POOL_FLAGS = ["--target=wasm32-unknown-unknown", "-ffreestanding", "--sysroot=/nonexistent", "-msimd128",
+              "-mbulk-memory", "-matomics", "-O3", "-ffp-contract=off", "-nostdlib", "-fuse-ld=lld", "-Wall",
+              "-Wextra", "-Werror", "-Wl,--no-entry", "-Wl,--import-memory", "-Wl,--shared-memory",
+              "-Wl,--max-memory=4294967296", "-Wl,-z,stack-size=1048576", "-Wl,--export=__stack_pointer",
+              "-Wl,--export=__heap_base"]
+POOL_VARIANTS = {POOL_MODULE: [], POOL_RELAXED_MODULE: ["-mrelaxed-simd"]}
 
 
 class KernelBuildError(RuntimeError):
     pass
 
 
-def sources() -> list[Path]:
-    return sorted(p for p in HERE.glob("*.c") if p.name not in NATIVE_ONLY)
+def sources(kind: str = "side") -> list[Path]:
+    """The C files of the side module ("side") or the pool's ("pool")."""
+    return sorted(p for p in HERE.glob("*.c") if ONLY.get(p.name, kind) == kind)
 
 
 def compiler() -> str | None:
@@ -54,15 +66,18 @@ def compiler() -> str | None:
 
 
 def build(out: str | Path = MODULE, target: Path = MODULE) -> Path:
-    """Compile the module `target` (a key of VARIANTS) into `out`; build it under target's file name, which
-    the module's name section records."""
+    """Compile the module `target` (a key of VARIANTS or POOL_VARIANTS) into `out`; build it under target's file
+    name, which the module's name section records."""
     clang = compiler()
     if clang is None:
         raise KernelBuildError(f"ember: building the wasm kernels needs {CLANG} and {LLD} "
                                f"(Debian: apt-get install clang-19 lld-19)")
     out = Path(out)
     # relative source names, run from HERE: nothing of the checkout's location enters the module
-    cmd = [clang, *FLAGS, *VARIANTS[target], "-o", str(out.resolve()), *(s.name for s in sources())]
+    pool = target in POOL_VARIANTS
+    extra = POOL_VARIANTS[target] if pool else VARIANTS[target]
+    cmd = [clang, *(POOL_FLAGS if pool else FLAGS), *extra, "-o", str(out.resolve()),
+           *(s.name for s in sources("pool" if pool else "side"))]
     proc = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True)
     if proc.returncode != 0:
         raise KernelBuildError(f"ember: {' '.join(cmd)} failed:\n{proc.stderr}")
@@ -73,7 +88,7 @@ def check() -> str | None:
     """None when fresh builds equal the committed modules, else what differs."""
     problems = []
     with tempfile.TemporaryDirectory(prefix="ember-kernels-") as tmp:
-        for target in VARIANTS:
+        for target in {**VARIANTS, **POOL_VARIANTS}:
             fresh = build(Path(tmp) / target.name, target).read_bytes()
             if not target.is_file():
                 problems.append(f"{target} is missing; run python -m ember.wasm.kernels.build")
@@ -89,9 +104,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.check:
         problem = check()
-        print(problem or f"{', '.join(t.name for t in VARIANTS)}: up to date")
+        print(problem or f"{', '.join(t.name for t in {**VARIANTS, **POOL_VARIANTS})}: up to date")
         return 1 if problem else 0
-    for target in VARIANTS:
+    for target in {**VARIANTS, **POOL_VARIANTS}:
         print(f"wrote {build(target, target)} ({target.stat().st_size} bytes)")
     return 0
 

@@ -16,10 +16,7 @@
 
 #include "fvec.h"
 
-#if !defined(__wasm__)
-typedef void (*ember_rows_fn)(const void *arg, int r0, int r1);
-int ember_parallel_rows(ember_rows_fn fn, const void *arg, int n, int threads);
-#endif
+#include "parallel.h"
 
 enum { A_Q, A_K, A_V, A_M, A_O, A_SCRATCH, A_B1, A_B2, A_L, A_S, A_D, A_DV, A_CAUSAL, A_SCALE,  // scale: float bits
        A_QS, A_KS = A_QS + 3, A_VS = A_KS + 3, A_MS = A_VS + 3, A_OS = A_MS + 3,  // strides (b1, b2, row), floats
@@ -216,26 +213,24 @@ void ember_attention_rows(const intptr_t *p, int u0, int u1) {
         attend_rows(&a, u0, u1);
 }
 
-#if !defined(__wasm__)
-static void prepare_job(const void *arg, int h0, int h1) { transpose_heads((const attn_t *)arg, h0, h1); }
-static void rows_job(const void *arg, int u0, int u1) { attend_rows((const attn_t *)arg, u0, u1); }
-#endif
+static void prepare_job(const void *arg, int h0, int h1, int thread) {  // (parallel.h)
+    (void)thread;
+    transpose_heads((const attn_t *)arg, h0, h1);
+}
 
-// the whole attention: transposed keys, then every unit; natively split between `threads` threads. Returns 0, or
-// -1 for parameters it does not take.
+static void rows_job(const void *arg, int u0, int u1, int thread) {
+    (void)thread;
+    attend_rows((const attn_t *)arg, u0, u1);
+}
+
+// the whole attention: transposed keys, then every unit, each split between threads (parallel.h). Returns 0, -1
+// for parameters it does not take, or PARALLEL_LOST (the page's pool lost a worker).
 EMBER_EXPORT(ember_attention)
-int ember_attention(const intptr_t *p, int threads) {
+int ember_attention(const intptr_t *p) {
     attn_t a;
     if (setup(p, &a))
         return -1;
     int heads = a.b1 * a.b2, units = heads * a.qblocks;
-#if defined(__wasm__)
-    (void)threads;
-    transpose_heads(&a, 0, heads);
-    attend_rows(&a, 0, units);
-#else
-    ember_parallel_rows(prepare_job, &a, heads, threads);
-    ember_parallel_rows(rows_job, &a, units, threads);
-#endif
-    return 0;
+    int rc = ember_parallel(prepare_job, &a, heads, ember_chunks(heads, (long)a.d * a.spad));
+    return rc ? rc : ember_parallel(rows_job, &a, units, ember_chunks(units, (long)QB * a.s * (a.d + a.dv)));
 }

@@ -10,18 +10,15 @@
 // pixels loaded) in blocks of channels whose weights stay in L1 while a block of units streams through; sums go
 // to a flat accumulator, then each unit's rows are copied out with the bias and the activation.
 //
-// Work is cut into units of SEG flat pixels of one image. `ember_conv2d_rows` computes a range of units (the
-// page's worker pool and threads.c split ranges between threads), and every output is one multiply-add chain over
-// (channel, tap) in the same order whatever the tiling, the range or the thread: results do not depend on the
-// split. Freestanding: the caller passes every buffer (ember_conv2d_scratch_floats).
+// Work is cut into units of SEG flat pixels of one image. `ember_conv2d_rows` computes a range of units
+// (parallel.h splits ranges between threads: threads.c natively, the page's kernel pool), and every output is one
+// multiply-add chain over (channel, tap) in the same order whatever the tiling, the range or the thread: results
+// do not depend on the split. Freestanding: the caller passes every buffer (ember_conv2d_scratch_floats).
 #include <stdint.h>
 
 #include "fvec.h"
 
-#if !defined(__wasm__)
-typedef void (*ember_rows_fn)(const void *arg, int r0, int r1);
-int ember_parallel_rows(ember_rows_fn fn, const void *arg, int n, int threads);
-#endif
+#include "parallel.h"
 
 // intptr_t parameters, filled by cpu_float_kernels.py
 enum { C_X, C_W, C_B, C_Y, C_SCRATCH, C_N, C_C, C_H, C_W_, C_O, C_KH, C_KW, C_SH, C_SW, C_PH, C_PW, C_DH, C_DW,
@@ -269,26 +266,25 @@ void ember_conv2d_rows(const intptr_t *p, int u0, int u1) {
         conv_rows(&k, u0, u1);
 }
 
-#if !defined(__wasm__)
-static void planes_job(const void *arg, int u0, int u1) { planes_rows((const conv_t *)arg, u0, u1); }
-static void conv_job(const void *arg, int u0, int u1) { conv_rows((const conv_t *)arg, u0, u1); }
-#endif
+static void planes_job(const void *arg, int u0, int u1, int thread) {  // (parallel.h)
+    (void)thread;
+    planes_rows((const conv_t *)arg, u0, u1);
+}
 
-// the whole convolution: the planes, then every output unit; natively split between `threads` threads.
-// Returns 0, or -1 for parameters it does not take.
+static void conv_job(const void *arg, int u0, int u1, int thread) {
+    (void)thread;
+    conv_rows((const conv_t *)arg, u0, u1);
+}
+
+// the whole convolution: the planes, then every output unit, each split between threads (parallel.h). Returns 0,
+// -1 for parameters it does not take, or PARALLEL_LOST (the page's pool lost a worker).
 EMBER_EXPORT(ember_conv2d)
-int ember_conv2d(const intptr_t *p, int threads) {
+int ember_conv2d(const intptr_t *p) {
     conv_t k;
     if (setup(p, &k))
         return -1;
     int prep = k.n * k.c, units = (int)(k.n * k.units);
-#if defined(__wasm__)
-    (void)threads;
-    planes_rows(&k, 0, prep);
-    conv_rows(&k, 0, units);
-#else
-    ember_parallel_rows(planes_job, &k, prep, threads);
-    ember_parallel_rows(conv_job, &k, units, threads);
-#endif
-    return 0;
+    int rc = ember_parallel(planes_job, &k, prep, ember_chunks(prep, k.image / k.c));
+    long per_unit = (long)SEG * k.og * k.cg * k.taps * k.groups;  // multiply-adds
+    return rc ? rc : ember_parallel(conv_job, &k, units, ember_chunks(units, per_unit));
 }

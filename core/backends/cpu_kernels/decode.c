@@ -11,20 +11,19 @@
 // The matmuls are q8dot.c's (llama.cpp's 8-bit activations; one quantization of h serves q, k and v, one gate
 // and up) or float32 rows. Sums run in 8 fixed lanes, exp and tanh are written here with plain float operations:
 // the native and wasm builds give the same bits (and differ from the Python path by float rounding only).
+// Every matvec's output rows and attention's heads are split between threads (parallel.h: the native workers,
+// the page's kernel pool); each row and head is computed alike on any thread, so any thread count gives the same bits.
 // Freestanding: no libc; the caller passes every buffer (ember_decode_scratch_bytes).
 #include <stdint.h>
 
 #include "matvec_f32.h"
+#include "parallel.h"
 #include "simd.h"
 
 #if defined(__wasm__)
 #define EMBER_EXPORT(name) __attribute__((export_name(#name)))
 #else
 #define EMBER_EXPORT(name) __attribute__((visibility("default")))
-int ember_q8_dot_parallel(int type, int m, int n, int k, const uint8_t *w, long row_bytes, const void *act, float *y,
-                          int ldy, int threads);
-typedef void (*ember_rows_fn)(const void *arg, int r0, int r1);
-int ember_parallel_rows(ember_rows_fn fn, const void *arg, int n, int threads);
 #endif
 long ember_q8_act_bytes(int type, int m, int k);
 int ember_q8_act_kind(int type);
@@ -33,7 +32,7 @@ int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *ac
 
 // ---------------------------------------------------------------------------------------------- the plan
 // intptr_t fields, filled by the caller (core/backends/cpu_decode.py): a header, then one record per layer.
-enum { H_LAYERS, H_DIM, H_HEADS, H_KV_HEADS, H_HEAD_DIM, H_HIDDEN, H_ACT, H_THREADS,
+enum { H_LAYERS, H_DIM, H_HEADS, H_KV_HEADS, H_HEAD_DIM, H_HIDDEN, H_ACT, H_UNUSED,
        H_FINAL_NORM,  // float32 (dim,) of the model's final RMSNorm, applied after the last layer, or 0
        H_FIELDS };
 enum { ACT_GELU_TANH, ACT_SILU };
@@ -53,8 +52,6 @@ enum {
 enum { F_EPS, F_SCALE, F_FIELDS };  // float parameters: the norms' epsilon, the attention scale
 #define F32_TYPE 0
 #define F32_INPUT_MAJOR (-1)
-#define PARALLEL_MACS (1 << 18)  // smaller matmuls stay on the calling thread (cpu_native_kernels.py's threshold)
-#define PARALLEL_F32_MACS (1 << 16)  // float32 rows are 4x a q8 row's bytes: threads pay off sooner
 
 // ---------------------------------------------------------------------------------------------- float helpers
 
@@ -129,75 +126,77 @@ static void silu_mul(float *g, const float *u, int n) {  // g = g / (1 + exp(-g)
 
 // ---------------------------------------------------------------------------------------------- matmuls
 
-// y (rows) = W x for one weight (W_FIELDS at w); act: x quantized for W's type when *quantized says so, else
-// quantized here (and *quantized set)
 typedef struct {
-    const intptr_t *w;
+    int type, rows, cols;
+    long lead;  // bytes of a row of blocks, or (input-major float32) floats from one input's row to the next
+    const uint8_t *data;
     const float *x;
+    const void *act;
     float *y;
-} f32_matvec_t;
+} matvec_job;
 
 // y[o0:o1] of a float32 weight: rows (a dot each) or input-major (y = sum_i x[i] W^T[i, :], inputs in order: no
 // reduction across lanes); each output computed alike whichever range holds it
-static void f32_rows(const void *arg, int o0, int o1) {
-    const f32_matvec_t *m = (const f32_matvec_t *)arg;
-    const intptr_t *w = m->w;
-    const float *data = (const float *)w[W_DATA];
-    int cols = (int)w[W_COLS];
-    if (w[W_TYPE] == F32_INPUT_MAJOR) {
-        matvec_f32_input_major(data, (long)w[W_ROW_BYTES], m->x, cols, m->y, o0, o1);
-        return;
+static void f32_rows(const matvec_job *j, int o0, int o1) {
+    if (j->type == F32_TYPE) {
+        for (int o = o0; o < o1; o++)
+            j->y[o] = dot((const float *)j->data + (long)o * j->cols, j->x, j->cols);
+    } else if (j->cols % 8 == 0) {
+        matvec_f32_input_major((const float *)j->data, j->lead, j->x, j->cols, j->y, o0, o1);
+    } else {
+        const float *wt = (const float *)j->data;
+        for (int o = o0; o < o1; o++)
+            j->y[o] = 0.0f;
+        for (int i = 0; i < j->cols; i++) {
+            float xi = j->x[i];
+            const float *wi = wt + (long)i * j->lead;
+            for (int o = o0; o < o1; o++)
+                j->y[o] += xi * wi[o];
+        }
     }
-    for (int o = o0; o < o1; o++)
-        m->y[o] = dot(data + (long)o * cols, m->x, cols);
 }
 
-#if !defined(__wasm__)
-static void f32_blocks(const void *arg, int b0, int b1) { f32_rows(arg, 8 * b0, 8 * b1); }
-#endif
-
-static void matvec(const intptr_t *w, const float *x, float *y, void *act, int *quantized, int threads) {
-    int type = (int)w[W_TYPE], rows = (int)w[W_ROWS], cols = (int)w[W_COLS];
-    const uint8_t *data = (const uint8_t *)w[W_DATA];
-    if (type == F32_TYPE || type == F32_INPUT_MAJOR) {
-        f32_matvec_t m = {w, x, y};
-#if !defined(__wasm__)
-        if (threads > 1 && (long)rows * cols >= PARALLEL_F32_MACS) {
-            ember_parallel_rows(f32_blocks, &m, rows / 8, threads);  // in blocks of 8 outputs: whole vectors
-            if (rows % 8)
-                f32_rows(&m, rows - rows % 8, rows);
-            return;
-        }
-#endif
-        f32_rows(&m, 0, rows);
-        return;
+// y[r0:r1] (parallel.h): a float32 weight's rows in blocks of 8 outputs (whole vectors), a quantized one's rows
+static void matvec_rows(const void *p, int r0, int r1, int thread) {
+    const matvec_job *j = (const matvec_job *)p;
+    (void)thread;
+    if (j->type <= F32_TYPE) {
+        int o1 = 8 * r1 < j->rows ? 8 * r1 : j->rows;
+        f32_rows(j, 8 * r0, o1);
+    } else {
+        ember_q8_dot(j->type, 1, r1 - r0, j->cols, j->data + (long)r0 * j->lead, j->act, j->y + r0, j->rows);
     }
-    if (!*quantized) {
+}
+
+// y (rows) = W x for one weight (W_FIELDS at w); act: x quantized for W's type when *quantized says so, else
+// quantized here (and *quantized set). 0, or PARALLEL_LOST.
+static int matvec(const intptr_t *w, const float *x, float *y, void *act, int *quantized) {
+    int type = (int)w[W_TYPE], rows = (int)w[W_ROWS], cols = (int)w[W_COLS];
+    if (type > F32_TYPE && !*quantized) {
         ember_q8_quantize(type, 1, cols, x, cols, act);
         *quantized = 1;
     }
-#if defined(__wasm__)
-    (void)threads;
-#else
-    if (threads > 1 && (long)rows * cols >= PARALLEL_MACS) {
-        ember_q8_dot_parallel(type, 1, rows, cols, data, (long)w[W_ROW_BYTES], act, y, rows, threads);
-        return;
+    matvec_job j = {type, rows, cols, (long)w[W_ROW_BYTES], (const uint8_t *)w[W_DATA], x, act, y};
+    if (type <= F32_TYPE) {  // blocks of 8 outputs; a float32 row is 4x a q8 row's bytes: threads pay off sooner
+        int blocks = (rows + 7) / 8;
+        return ember_parallel(matvec_rows, &j, blocks, ember_chunks(blocks, 32L * cols));
     }
-#endif
-    ember_q8_dot(type, 1, rows, cols, data, act, y, rows);
+    return ember_parallel(matvec_rows, &j, rows, ember_chunks(rows, cols));
 }
 
 // q, k and v (gate and up) whose types quantize x alike share one quantization of their input (q8dot.c's kinds;
-// -1 for float32 rows)
-static void matvecs(const intptr_t *layer, const int *which, int n, const float *x, float **ys, void *act, int threads) {
+// -1 for float32 rows). 0, or PARALLEL_LOST.
+static int matvecs(const intptr_t *layer, const int *which, int n, const float *x, float **ys, void *act) {
     int held = -1;  // the activation kind act holds x quantized for (one at a time), -1: none yet
     for (int i = 0; i < n; i++) {
         const intptr_t *w = layer + which[i];
         int kind = w[W_TYPE] > F32_TYPE ? ember_q8_act_kind((int)w[W_TYPE]) : -1;
         int quantized = kind >= 0 && kind == held;
-        matvec(w, x, ys[i], act, &quantized, threads);
+        if (matvec(w, x, ys[i], act, &quantized) != 0)
+            return PARALLEL_LOST;
         held = kind >= 0 ? kind : held;
     }
+    return 0;
 }
 
 // ---------------------------------------------------------------------------------------------- attention
@@ -213,29 +212,39 @@ static void rope(float *x, const float *cs, int hd) {
     }
 }
 
-// o (heads, hd) = softmax(q_h K^T scale) V for each query head over the first `length` rows of its kv head's
-// cache (heads / kv_heads query heads share one); scores: room for `length` floats
-static void attend(const float *q, const float *kc, const float *vc, int heads, int kv_heads, int hd, int cap,
-                   int length, float scale, float *scores, float *qs, float *o) {
-    int group = heads / kv_heads;
-    for (int h = 0; h < heads; h++) {
-        const float *K = kc + (long)(h / group) * cap * hd, *V = vc + (long)(h / group) * cap * hd;
+typedef struct {
+    const float *q, *kc, *vc;
+    int group, hd, cap, length;
+    float scale;
+    float *work;  // per thread: qs (hd floats) then scores (length), `stride` floats apart
+    long stride;
+    float *o;
+} attend_job;
+
+// o[h] = softmax(q_h K^T scale) V for heads [h0, h1), over the first `length` rows of each one's kv head's cache
+// (`group` query heads share one) (parallel.h)
+static void attend_heads(const void *p, int h0, int h1, int thread) {
+    const attend_job *j = (const attend_job *)p;
+    int hd = j->hd;
+    float *qs = j->work + thread * j->stride, *scores = qs + hd;
+    for (int h = h0; h < h1; h++) {
+        const float *K = j->kc + (long)(h / j->group) * j->cap * hd, *V = j->vc + (long)(h / j->group) * j->cap * hd;
         for (int i = 0; i < hd; i++)
-            qs[i] = q[(long)h * hd + i] * scale;
+            qs[i] = j->q[(long)h * hd + i] * j->scale;
         float m = -__builtin_inff();
-        for (int j = 0; j < length; j++) {
-            scores[j] = dot(qs, K + (long)j * hd, hd);
-            m = scores[j] > m ? scores[j] : m;
+        for (int r = 0; r < j->length; r++) {
+            scores[r] = dot(qs, K + (long)r * hd, hd);
+            m = scores[r] > m ? scores[r] : m;
         }
-        float *oh = o + (long)h * hd, total = 0.0f;
+        float *oh = j->o + (long)h * hd, total = 0.0f;
         for (int i = 0; i < hd; i++)
             oh[i] = 0.0f;
-        for (int j = 0; j < length; j++) {
-            float p = expf_(scores[j] - m);
-            total += p;
-            const float *vj = V + (long)j * hd;
+        for (int r = 0; r < j->length; r++) {
+            float e = expf_(scores[r] - m);
+            total += e;
+            const float *vr = V + (long)r * hd;
             for (int i = 0; i < hd; i++)
-                oh[i] += p * vj[i];
+                oh[i] += e * vr[i];
         }
         for (int i = 0; i < hd; i++)
             oh[i] /= total;
@@ -256,36 +265,40 @@ static long max_act_bytes(const intptr_t *plan) {
     return most;
 }
 
+static long per_thread_floats(const intptr_t *plan, long max_length) {  // attention's qs and scores, 64-byte aligned
+    return (plan[H_HEAD_DIM] + max_length + 15) & ~15L;
+}
+
 // y (rows) = W x for a float32 W stored input-major, W^T (cols, rows) rows `lead` floats apart, cols a multiple of
 // 8: the CPU backend's row-vector product with a large re-stored weight (an LM head), the decode step's matvec
-// (natively split between threads by blocks of 8 outputs; the same bits for any count). -1 for cols not a
-// multiple of 8.
+// (split between threads by blocks of 8 outputs; the same bits for any count). -1 for cols not a multiple of 8,
+// or PARALLEL_LOST.
 EMBER_EXPORT(ember_matvec_f32)
-int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float *x, float *y, int threads) {
+int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float *x, float *y) {
     if (cols % 8 != 0)
         return -1;
     intptr_t w[W_FIELDS] = {(intptr_t)wt, F32_INPUT_MAJOR, rows, cols, lead};
     int quantized = 0;
-    matvec(w, x, y, 0, &quantized, threads);
-    return 0;
+    return matvec(w, x, y, 0, &quantized);
 }
 
 // bytes of scratch ember_decode needs for caches of at most `max_length` rows
 EMBER_EXPORT(ember_decode_scratch_bytes)
 long ember_decode_scratch_bytes(const intptr_t *plan, int max_length) {
     long dim = plan[H_DIM], qd = plan[H_HEADS] * plan[H_HEAD_DIM], kd = plan[H_KV_HEADS] * plan[H_HEAD_DIM];
-    long floats = 2 * dim + 3 * qd + 2 * kd + 2 * plan[H_HIDDEN] + plan[H_HEAD_DIM] + max_length + 64;
+    long floats = 2 * dim + 2 * qd + 2 * kd + 2 * plan[H_HIDDEN] + 64;
+    floats += PARALLEL_MAX_THREADS * per_thread_floats(plan, max_length);
     return floats * 4 + max_act_bytes(plan) + 64;
 }
 
 // x (dim) through every layer of the plan (and the final norm where the plan has one), in place. rope: the
 // (cos, sin) tables of the token's position, head_dim / 2 floats each, one pair per rope kind (a layer's L_ROPE
 // picks its pair). Returns 0, or -1 for a plan this build cannot run (a weight type without a kernel, dims that
-// are not whole blocks or lanes of 8).
+// are not whole blocks or lanes of 8), or PARALLEL_LOST (the page's pool lost a worker: x is not the answer).
 EMBER_EXPORT(ember_decode)
 int ember_decode(const intptr_t *plan, const float *fparams, float *x, const float *rope_tables, void *scratch) {
     int dim = (int)plan[H_DIM], heads = (int)plan[H_HEADS], kvh = (int)plan[H_KV_HEADS], hd = (int)plan[H_HEAD_DIM];
-    int hidden = (int)plan[H_HIDDEN], act_kind = (int)plan[H_ACT], threads = (int)plan[H_THREADS];
+    int hidden = (int)plan[H_HIDDEN], act_kind = (int)plan[H_ACT];
     float eps = fparams[F_EPS], scale = fparams[F_SCALE];
     if (dim % 8 || hd % 8 || hidden % 8 || heads % kvh)
         return -1;
@@ -297,18 +310,21 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         }
     float *h = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     float *a = h + dim, *q = a + dim, *o = q + (long)heads * hd, *k = o + (long)heads * hd, *v = k + (long)kvh * hd;
-    float *g = v + (long)kvh * hd, *u = g + hidden, *qs = u + hidden, *scores = qs + hd;
+    float *g = v + (long)kvh * hd, *u = g + hidden;
+    float *work = (float *)(((uintptr_t)(u + hidden) + 63) & ~(uintptr_t)63);  // attention's, per thread
     const intptr_t *layer = plan + H_FIELDS;
     long room = 0;
     for (long l = 0; l < plan[H_LAYERS]; l++)
         room = layer[l * L_FIELDS + L_LENGTH] > room ? layer[l * L_FIELDS + L_LENGTH] : room;
-    void *act = (void *)(((uintptr_t)(scores + room) + 63) & ~(uintptr_t)63);
+    long stride = per_thread_floats(plan, room);
+    void *act = (void *)(((uintptr_t)(work + PARALLEL_MAX_THREADS * stride) + 63) & ~(uintptr_t)63);
+    int rc = 0;
     for (long l = 0; l < plan[H_LAYERS]; l++, layer += L_FIELDS) {
         // attention
         rms_norm(x, (const float *)layer[L_NORM_ATTN], eps, dim, h);
         int qkv[3] = {L_Q, L_K, L_V};
         float *qkv_out[3] = {q, k, v};
-        matvecs(layer, qkv, 3, h, qkv_out, act, threads);
+        rc |= matvecs(layer, qkv, 3, h, qkv_out, act);
         const float *cs = rope_tables + layer[L_ROPE] * hd;
         for (int i = 0; i < heads; i++) {
             if (layer[L_NORM_Q])
@@ -327,10 +343,12 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
                 vc[((long)i * cap + slot) * hd + j] = v[(long)i * hd + j];
             }
         }
-        attend(q, kc, vc, heads, kvh, hd, cap, (int)layer[L_LENGTH], scale, scores, qs, o);
+        int length = (int)layer[L_LENGTH];
+        attend_job at = {q, kc, vc, heads / kvh, hd, cap, length, scale, work, stride, o};
+        rc |= ember_parallel(attend_heads, &at, heads, ember_chunks(heads, 2L * length * hd));
         int wo[1] = {L_O};
         float *ao[1] = {a};
-        matvecs(layer, wo, 1, o, ao, act, threads);
+        rc |= matvecs(layer, wo, 1, o, ao, act);
         if (layer[L_NORM_ATTN_POST])
             rms_norm(a, (const float *)layer[L_NORM_ATTN_POST], eps, dim, a);
         for (int i = 0; i < dim; i++)
@@ -339,18 +357,20 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         rms_norm(x, (const float *)layer[L_NORM_FFN], eps, dim, h);
         int gu[2] = {L_GATE, L_UP};
         float *gu_out[2] = {g, u};
-        matvecs(layer, gu, 2, h, gu_out, act, threads);
+        rc |= matvecs(layer, gu, 2, h, gu_out, act);
         if (act_kind == ACT_SILU)
             silu_mul(g, u, hidden);
         else
             gelu_tanh_mul(g, u, hidden);
         int wd[1] = {L_DOWN};
         float *do_[1] = {a};
-        matvecs(layer, wd, 1, g, do_, act, threads);
+        rc |= matvecs(layer, wd, 1, g, do_, act);
         if (layer[L_NORM_FFN_POST])
             rms_norm(a, (const float *)layer[L_NORM_FFN_POST], eps, dim, a);
         for (int i = 0; i < dim; i++)
             x[i] += a[i];
+        if (rc != 0)
+            return PARALLEL_LOST;
     }
     if (plan[H_FINAL_NORM])
         rms_norm(x, (const float *)plan[H_FINAL_NORM], eps, dim, x);

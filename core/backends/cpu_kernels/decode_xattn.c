@@ -9,20 +9,17 @@
 //   h = ln3(x);  x += W_2 act(W_1 h + b_1) + b_2
 // then the final LayerNorm. Weights are float32 rows (out, in) or input-major (in, out) with a leading dimension
 // (the CPU backend's layout for nn.Linear). Sums run in 8 lanes added in one order, no fused multiply-add, exp is
-// fvec.h's: the native and wasm builds give the same bits. Natively, the larger matvecs and the heads of the
-// cross-attention are split between threads by output rows (the same bits for any split).
+// fvec.h's: the native and wasm builds give the same bits. The larger matvecs and the attention's heads are
+// split between threads by output rows (parallel.h: natively and on the page's pool; the same bits for any split).
 #include <stdint.h>
 
 #include "fvec.h"
 #include "matvec_f32.h"
 
-#if !defined(__wasm__)
-typedef void (*ember_rows_fn)(const void *arg, int r0, int r1);
-int ember_parallel_rows(ember_rows_fn fn, const void *arg, int n, int threads);
-#endif
+#include "parallel.h"
 
 // ---------------------------------------------------------------------------------------------- the plan
-enum { X_LAYERS, X_DIM, X_HEADS, X_HEAD_DIM, X_HIDDEN, X_ACT, X_THREADS, X_NORM_W, X_NORM_B, X_FIELDS };
+enum { X_LAYERS, X_DIM, X_HEADS, X_HEAD_DIM, X_HIDDEN, X_ACT, X_UNUSED, X_NORM_W, X_NORM_B, X_FIELDS };
 // a weight: data, layout (0: rows (out, in); -1: input-major, (in, out) rows `lead` floats apart), out, in, lead,
 // bias (out,) or 0
 enum { W_DATA, W_TYPE, W_ROWS, W_COLS, W_LEAD, W_BIAS, W_FIELDS };
@@ -36,7 +33,6 @@ enum {
 };
 enum { F_EPS, F_SCALE, F_FIELDS };
 #define INPUT_MAJOR (-1)
-#define PARALLEL_MACS (1 << 16)  // smaller matvecs stay on the calling thread
 
 // ---------------------------------------------------------------------------------------------- helpers
 
@@ -92,24 +88,17 @@ static void matvec_rows(const void *arg, int o0, int o1) {
         for (int o = o0; o < o1; o++) y[o] += bias[o];
 }
 
-#if !defined(__wasm__)
-static void matvec_blocks(const void *arg, int b0, int b1) { matvec_rows(arg, 8 * b0, 8 * b1); }
-#endif
+static void matvec_blocks(const void *arg, int b0, int b1, int thread) {  // in blocks of 8 outputs (parallel.h)
+    int rows = (int)((const matvec_t *)arg)->w[W_ROWS];
+    (void)thread;
+    matvec_rows(arg, 8 * b0, 8 * b1 < rows ? 8 * b1 : rows);
+}
 
-static void matvec(const intptr_t *w, const float *x, float *y, int threads) {
+// 0, or PARALLEL_LOST; float32 rows are 4x a q8 row's bytes: threads pay off at a quarter of parallel.h's work
+static int matvec(const intptr_t *w, const float *x, float *y) {
     matvec_t m = {w, x, y};
-    int rows = (int)w[W_ROWS];
-#if defined(__wasm__)
-    (void)threads;
-#else
-    if (threads > 1 && (long)rows * w[W_COLS] >= PARALLEL_MACS) {
-        ember_parallel_rows(matvec_blocks, &m, rows / 8, threads);  // in blocks of 8 outputs
-        if (rows % 8)
-            matvec_rows(&m, rows - rows % 8, rows);
-        return;
-    }
-#endif
-    matvec_rows(&m, 0, rows);
+    int blocks = (int)((w[W_ROWS] + 7) / 8);
+    return ember_parallel(matvec_blocks, &m, blocks, ember_chunks(blocks, 32L * w[W_COLS]));
 }
 
 // ---------------------------------------------------------------------------------------------- attention
@@ -160,16 +149,13 @@ static void attend_heads(const void *arg, int h0, int h1) {
     }
 }
 
-static void attend(attend_t *a, int heads, int threads) {
-#if defined(__wasm__)
-    (void)threads;
-#else
-    if (threads > 1 && (long)a->length * a->hd * heads >= PARALLEL_MACS) {
-        ember_parallel_rows(attend_heads, a, heads, threads);
-        return;
-    }
-#endif
-    attend_heads(a, 0, heads);
+static void attend_job(const void *arg, int h0, int h1, int thread) {  // (parallel.h)
+    (void)thread;
+    attend_heads(arg, h0, h1);
+}
+
+static int attend(attend_t *a, int heads) {  // 0, or PARALLEL_LOST
+    return ember_parallel(attend_job, a, heads, ember_chunks(heads, 4L * a->length * a->hd));
 }
 
 // ---------------------------------------------------------------------------------------------- the step
@@ -192,12 +178,12 @@ long ember_xattn_decode_scratch_bytes(const intptr_t *plan, int max_keys_) {
     return floats * 4 + 64;
 }
 
-// x (dim) through every layer and the final norm, in place. Returns 0, or -1 for a plan it cannot run (sizes
-// not multiples of 8, a weight type it does not read).
+// x (dim) through every layer and the final norm, in place. Returns 0, -1 for a plan it cannot run (sizes
+// not multiples of 8, a weight type it does not read), or PARALLEL_LOST (the page's pool lost a worker).
 EMBER_EXPORT(ember_xattn_decode)
 int ember_xattn_decode(const intptr_t *plan, const float *fparams, float *x, void *scratch) {
     int dim = (int)plan[X_DIM], heads = (int)plan[X_HEADS], hd = (int)plan[X_HEAD_DIM];
-    int hidden = (int)plan[X_HIDDEN], act = (int)plan[X_ACT], threads = (int)plan[X_THREADS];
+    int hidden = (int)plan[X_HIDDEN], act = (int)plan[X_ACT], rc = 0;
     float eps = fparams[F_EPS], scale = fparams[F_SCALE];
     if (dim % 8 || hd % 8 || hidden % 8 || heads * hd != dim)
         return -1;
@@ -215,9 +201,9 @@ int ember_xattn_decode(const intptr_t *plan, const float *fparams, float *x, voi
     for (long l = 0; l < plan[X_LAYERS]; l++, layer += L_FIELDS) {
         // self-attention
         layer_norm(x, (const float *)layer[L_LN1_W], (const float *)layer[L_LN1_B], eps, dim, h);
-        matvec(layer + L_Q, h, q, threads);
-        matvec(layer + L_K, h, k, threads);
-        matvec(layer + L_V, h, v, threads);
+        rc |= matvec(layer + L_Q, h, q);
+        rc |= matvec(layer + L_K, h, k);
+        rc |= matvec(layer + L_V, h, v);
         int cap = (int)layer[L_CAPACITY], slot = (int)layer[L_SLOT];
         float *kc = (float *)layer[L_KCACHE], *vc = (float *)layer[L_VCACHE];
         for (int i = 0; i < heads; i++)
@@ -226,26 +212,26 @@ int ember_xattn_decode(const intptr_t *plan, const float *fparams, float *x, voi
                 vc[((long)i * cap + slot) * hd + j] = v[(long)i * hd + j];
             }
         attend_t self = {q, kc, vc, o, scores, (long)cap * hd, hd, (int)layer[L_LENGTH], stride, scale};
-        attend(&self, heads, threads);
-        matvec(layer + L_O, o, a, threads);
+        rc |= attend(&self, heads);
+        rc |= matvec(layer + L_O, o, a);
         for (int i = 0; i < dim; i++) x[i] += a[i];
         // cross-attention over the encoder's keys and values
         layer_norm(x, (const float *)layer[L_LN2_W], (const float *)layer[L_LN2_B], eps, dim, h);
-        matvec(layer + L_XQ, h, q, threads);
+        rc |= matvec(layer + L_XQ, h, q);
         int keys = (int)layer[L_XLEN];
         attend_t cross = {q, (const float *)layer[L_XK], (const float *)layer[L_XV], o, scores, (long)keys * hd, hd,
                           keys, stride, scale};
-        attend(&cross, heads, threads);
-        matvec(layer + L_XO, o, a, threads);
+        rc |= attend(&cross, heads);
+        rc |= matvec(layer + L_XO, o, a);
         for (int i = 0; i < dim; i++) x[i] += a[i];
         // MLP
         layer_norm(x, (const float *)layer[L_LN3_W], (const float *)layer[L_LN3_B], eps, dim, h);
-        matvec(layer + L_FC1, h, g, threads);
+        rc |= matvec(layer + L_FC1, h, g);
         act_row(g, hidden, 0.0f, act);
-        matvec(layer + L_FC2, g, a, threads);
+        rc |= matvec(layer + L_FC2, g, a);
         for (int i = 0; i < dim; i++) x[i] += a[i];
     }
     if (plan[X_NORM_W] || plan[X_NORM_B])
         layer_norm(x, (const float *)plan[X_NORM_W], (const float *)plan[X_NORM_B], eps, dim, x);
-    return 0;
+    return rc ? PARALLEL_LOST : 0;
 }

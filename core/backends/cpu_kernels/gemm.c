@@ -6,7 +6,11 @@
 // unit column stride. The structure is the usual one (Goto / BLIS): cache blocks of KC x NC of B
 // and MC x KC of A are packed into contiguous panels (NR columns / MR rows wide, zero-padded at the
 // edges), and a 4 x 8 register-blocked micro-kernel (8 f32x4 accumulators) runs over the panels.
+// Threads (parallel.h) take blocks of the larger of C's dimensions (and of the batch); each element of C is summed
+// in the same order whichever block holds it, so any thread count gives the same bits.
 #include <wasm_simd128.h>
+
+#include "parallel.h"
 
 // c + a b, the micro-kernel's inner step. The relaxed-SIMD build (-mrelaxed-simd, cpu_wasm_kernels_relaxed.wasm,
 // loaded only where WebAssembly validates a relaxed instruction) lets the engine fuse it into one FMA
@@ -30,8 +34,9 @@
 #define NC 1024             // the packed B block (KC x NC, 1 MiB) stays in L3
 #endif
 
-// floats of scratch ember_sgemm needs: the packed A block then the packed B block
+// floats of scratch ember_sgemm needs per thread: the packed A block then the packed B block
 #define SCRATCH_FLOATS (MC * KC + KC * NC)
+#define UNIT 128  // rows (or columns) of C a thread takes at a time: its packing of the other operand is ~5% of it
 
 __attribute__((export_name("ember_sgemm_scratch_floats")))
 int ember_sgemm_scratch_floats(void) { return SCRATCH_FLOATS; }
@@ -179,28 +184,11 @@ static void gemv(int n, int k, const float *a, int csa, const float *b, int rsb,
     }
 }
 
-// ---------------------------------------------------------------------------- entry points
+// ---------------------------------------------------------------------------- blocks and threads
 
-// C (m x n, row stride rsc, unit column stride) = A (m x k) B (k x n), or += when accumulate.
-// scratch: ember_sgemm_scratch_floats() floats, any alignment.
-__attribute__((export_name("ember_sgemm")))
-void ember_sgemm(int m, int n, int k, const float *a, int rsa, int csa, const float *b, int rsb, int csb,
-                 float *c, int rsc, float *scratch, int accumulate) {
-    if (m <= 0 || n <= 0) return;
-    if (k <= 0) {  // an empty sum
-        if (!accumulate)
-            for (int i = 0; i < m; i++)
-                for (int j = 0; j < n; j++) c[(long)i * rsc + j] = 0.0f;
-        return;
-    }
-    if (m == 1) {
-        gemv(n, k, a, csa, b, rsb, csb, c, accumulate);
-        return;
-    }
-    if (n == 1 && rsc == 1) {  // matrix x column vector (the quantized matmul's slabs when decoding): c^T = b^T a^T
-        gemv(m, k, b, rsb, a, csa, rsa, c, accumulate);
-        return;
-    }
+// C (m x n) (+)= A (m x k) B (k x n) through the packed panels and the micro-kernel; k > 0
+static void blocked(int m, int n, int k, const float *a, int rsa, int csa, const float *b, int rsb, int csb,
+                    float *c, int rsc, float *scratch, int accumulate) {
     float *pa = scratch, *pb = scratch + MC * KC;
     for (int j0 = 0; j0 < n; j0 += NC) {
         int nc = n - j0 < NC ? n - j0 : NC;
@@ -224,15 +212,66 @@ void ember_sgemm(int m, int n, int k, const float *a, int rsa, int csa, const fl
     }
 }
 
+typedef struct {
+    int m, n, k, rsa, csa, rsb, csb, rsc, bsa, bsb, bsc, accumulate;
+    int split_m, units;  // the dimension cut into UNIT blocks, and the blocks of one product
+    const float *a, *b;
+    float *c, *scratch;  // SCRATCH_FLOATS per thread
+} gemm_job;
+
+// units [u0, u1): block u % units of product u / units, by the path the whole product takes (parallel.h)
+static void gemm_units(const void *p, int u0, int u1, int thread) {
+    const gemm_job *j = (const gemm_job *)p;
+    for (int u = u0; u < u1; u++) {
+        int t = u / j->units, s = (u % j->units) * UNIT, len = j->split_m ? j->m : j->n;
+        int e = s + UNIT < len ? s + UNIT : len;
+        const float *a = j->a + (long)t * j->bsa, *b = j->b + (long)t * j->bsb;
+        float *c = j->c + (long)t * j->bsc;
+        if (j->m == 1)  // a row vector times B (decode steps): B streamed once, unpacked
+            gemv(e - s, j->k, a, j->csa, b + (long)s * j->csb, j->rsb, j->csb, c + s, j->accumulate);
+        else if (j->n == 1 && j->rsc == 1)  // a matrix times a column (the quantized matmul's slabs when decoding)
+            gemv(e - s, j->k, b, j->rsb, a + (long)s * j->rsa, j->csa, j->rsa, c + s, j->accumulate);
+        else if (j->split_m)
+            blocked(e - s, j->n, j->k, a + (long)s * j->rsa, j->rsa, j->csa, b, j->rsb, j->csb, c + (long)s * j->rsc,
+                    j->rsc, j->scratch + (long)thread * SCRATCH_FLOATS, j->accumulate);
+        else
+            blocked(j->m, e - s, j->k, a, j->rsa, j->csa, b + (long)s * j->csb, j->rsb, j->csb, c + s, j->rsc,
+                    j->scratch + (long)thread * SCRATCH_FLOATS, j->accumulate);
+    }
+}
+
+// ---------------------------------------------------------------------------- entry points
+
 // batch products; strides: 8 element strides {batch, row, column of A; of B; batch, row of C} (a batch
 // stride of 0 broadcasts). Passed as an array because Pyodide's ctypes calls a function of more than
-// 13 arguments ~20x slower (29 us against 1.5 us).
+// 13 arguments ~20x slower (29 us against 1.5 us). scratch: ember_sgemm_scratch_floats() floats per thread.
+// 0, or PARALLEL_LOST (the page's pool lost a worker: C is not the answer).
 __attribute__((export_name("ember_sgemm_batched")))
-void ember_sgemm_batched(int batch, int m, int n, int k, const float *a, const float *b, float *c,
-                         const int *strides, float *scratch, int accumulate) {
-    int bsa = strides[0], rsa = strides[1], csa = strides[2], bsb = strides[3], rsb = strides[4];
-    int csb = strides[5], bsc = strides[6], rsc = strides[7];
-    for (int t = 0; t < batch; t++)
-        ember_sgemm(m, n, k, a + (long)t * bsa, rsa, csa, b + (long)t * bsb, rsb, csb, c + (long)t * bsc,
-                    rsc, scratch, accumulate);
+int ember_sgemm_batched(int batch, int m, int n, int k, const float *a, const float *b, float *c,
+                        const int *strides, float *scratch, int accumulate) {
+    if (m <= 0 || n <= 0 || batch <= 0)
+        return 0;
+    int rsc = strides[7];
+    if (k <= 0) {  // an empty sum
+        if (!accumulate)
+            for (int t = 0; t < batch; t++)
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++) c[(long)t * strides[6] + (long)i * rsc + j] = 0.0f;
+        return 0;
+    }
+    int split_m = n == 1 && rsc == 1 ? 1 : m == 1 ? 0 : m >= n;
+    int len = split_m ? m : n, units = (len + UNIT - 1) / UNIT;
+    gemm_job j = {m, n, k, strides[1], strides[2], strides[4], strides[5], rsc, strides[0], strides[3], strides[6],
+                  accumulate, split_m, units, a, b, c, scratch};
+    long per_unit = (long)(len < UNIT ? len : UNIT) * (split_m ? n : m) * k;
+    return ember_parallel(gemm_units, &j, batch * units, ember_chunks((long)batch * units, per_unit));
+}
+
+// C (m x n, row stride rsc, unit column stride) = A (m x k) B (k x n), or += when accumulate.
+// scratch: ember_sgemm_scratch_floats() floats per thread, any alignment. 0, or PARALLEL_LOST.
+__attribute__((export_name("ember_sgemm")))
+int ember_sgemm(int m, int n, int k, const float *a, int rsa, int csa, const float *b, int rsb, int csb,
+                float *c, int rsc, float *scratch, int accumulate) {
+    int strides[8] = {0, rsa, csa, 0, rsb, csb, 0, rsc};
+    return ember_sgemm_batched(1, m, n, k, a, b, c, strides, scratch, accumulate);
 }

@@ -18,6 +18,7 @@
 // Freestanding: no libc; the caller passes every buffer (act: ember_q8_act_bytes). Type ids are GGML's.
 #include <stdint.h>
 
+#include "parallel.h"
 #include "simd.h"
 
 #if defined(__wasm__)
@@ -390,11 +391,40 @@ int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *ac
     return 0;
 }
 
-// quantize then dot in one call (a call costs ~10 us under Pyodide's ctypes)
+static long row_bytes(int type, int k) {  // bytes of one row of W's blocks
+    static const short size[] = {[Q4_0] = 18, [Q4_1] = 20, [Q5_0] = 22, [Q5_1] = 24, [Q8_0] = 34,
+                                 [Q4_K] = 144, [Q5_K] = 176, [Q6_K] = 210};
+    return (long)(k / block_of(type)) * size[type];
+}
+
+typedef struct {
+    int type, m, k, ldy;
+    long row_bytes;
+    const uint8_t *w;
+    const void *act;
+    float *y;
+} dot_job;
+
+static void dot_rows(const void *p, int r0, int r1, int thread) {  // rows [r0, r1) of W (parallel.h)
+    const dot_job *j = (const dot_job *)p;
+    (void)thread;
+    ember_q8_dot(j->type, j->m, r1 - r0, j->k, j->w + (long)r0 * j->row_bytes, j->act, j->y + r0, j->ldy);
+}
+
+// ember_q8_dot with W's n rows split between threads (parallel.h): 0, -1 (no kernel), PARALLEL_LOST.
+EMBER_EXPORT(ember_q8_dot_rows)
+int ember_q8_dot_rows(int type, int m, int n, int k, const uint8_t *w, const void *act, float *y, int ldy) {
+    if (ember_q8_act_bytes(type, m, k) < 0)
+        return -1;
+    dot_job j = {type, m, k, ldy, row_bytes(type, k), w, act, y};
+    return ember_parallel(dot_rows, &j, n, ember_chunks(n, (long)m * k));
+}
+
+// quantize then dot in one call (a call costs ~10 us under Pyodide's ctypes), W's rows split between threads
 EMBER_EXPORT(ember_q8_matmul)
 int ember_q8_matmul(int type, int m, int n, int k, const uint8_t *w, const float *x, int ldx, float *y, int ldy,
                     void *act) {
     if (ember_q8_quantize(type, m, k, x, ldx, act) != 0)
         return -1;
-    return ember_q8_dot(type, m, n, k, w, act, y, ldy);
+    return ember_q8_dot_rows(type, m, n, k, w, act, y, ldy);
 }

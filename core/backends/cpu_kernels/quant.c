@@ -15,6 +15,7 @@
 #include <wasm_simd128.h>
 
 #include "half.h"
+#include "parallel.h"
 #include "simd.h"  // FIFTH
 
 #define Q4_0 2
@@ -265,9 +266,61 @@ static int block_of(int type) {  // elements per block, 0 for a type without a k
 __attribute__((export_name("ember_qmatmul_supports")))
 int ember_qmatmul_supports(int type) { return block_of(type); }
 
-// y (m rows of stride ldy) = x (m rows of k floats, stride ldx) @ W^T, W: n rows of GGML blocks of `type`.
-// xsum: scratch of m * k / 32 floats (the per-32 sums of x, for the types with an offset).
-// Returns 0, or -1 for a type without a kernel / k not a whole number of blocks.
+static long type_size(int type) {  // bytes of one block
+    switch (type) {
+    case Q4_0: return 18; case Q4_1: return 20; case Q5_0: return 22; case Q5_1: return 24; case Q8_0: return 34;
+    case Q4_K: return 144; case Q5_K: return 176; default: return 210;
+    }
+}
+
+typedef struct {
+    int type, m, k, ldx, ldy;
+    long row_bytes;
+    const uint8_t *w;
+    const float *x, *xsum;
+    float *y;
+} qjob;
+
+static void qmatmul_rows(const void *p, int r0, int r1, int thread) {  // W's rows [r0, r1) (parallel.h)
+    const qjob *j = (const qjob *)p;
+    const uint8_t *w = j->w + (long)r0 * j->row_bytes;
+    int m = j->m, n = r1 - r0, k = j->k, ldx = j->ldx, ldy = j->ldy;
+    float *y = j->y + r0;
+    (void)thread;
+    switch (j->type) {
+    case Q4_0: qmatmul_q4_0(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
+    case Q4_1: qmatmul_q4_1(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
+    case Q5_0: qmatmul_q5_0(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
+    case Q5_1: qmatmul_q5_1(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
+    case Q8_0: qmatmul_q8_0(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
+    case Q4_K: qmatmul_q4_k(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
+    case Q5_K: qmatmul_q5_k(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
+    default:   qmatmul_q6_k(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
+    }
+}
+
+static void dequant_rows(const void *p, int r0, int r1, int thread) {  // rows [r0, r1) (parallel.h)
+    const qjob *j = (const qjob *)p;
+    const uint8_t *w = j->w + (long)r0 * j->row_bytes;
+    float *out = j->y + (long)r0 * j->k;
+    int rows = r1 - r0, k = j->k;
+    (void)thread;
+    switch (j->type) {
+    case Q4_0: dequant_q4_0(rows, k, w, out); break;
+    case Q4_1: dequant_q4_1(rows, k, w, out); break;
+    case Q5_0: dequant_q5_0(rows, k, w, out); break;
+    case Q5_1: dequant_q5_1(rows, k, w, out); break;
+    case Q8_0: dequant_q8_0(rows, k, w, out); break;
+    case Q4_K: dequant_q4_k(rows, k, w, out); break;
+    case Q5_K: dequant_q5_k(rows, k, w, out); break;
+    default:   dequant_q6_k(rows, k, w, out); break;
+    }
+}
+
+// y (m rows of stride ldy) = x (m rows of k floats, stride ldx) @ W^T, W: n rows of GGML blocks of `type`, split
+// between threads by rows of W (parallel.h). xsum: scratch of m * k / 32 floats (the per-32 sums of x, for the
+// types with an offset). Returns 0, -1 for a type without a kernel / k not a whole number of blocks, or
+// PARALLEL_LOST.
 __attribute__((export_name("ember_qmatmul")))
 int ember_qmatmul(int type, int m, int n, int k, const uint8_t *w, const float *x, int ldx, float *y, int ldy,
                   float *xsum) {
@@ -283,17 +336,8 @@ int ember_qmatmul(int type, int m, int n, int k, const uint8_t *w, const float *
                 s = wasm_f32x4_add(s, wasm_v128_load(p + 4 * v));
             xsum[(long)i * chunks + c] = hsum(s);
         }
-    switch (type) {
-    case Q4_0: qmatmul_q4_0(m, n, k, w, x, ldx, y, ldy, xsum); break;
-    case Q4_1: qmatmul_q4_1(m, n, k, w, x, ldx, y, ldy, xsum); break;
-    case Q5_0: qmatmul_q5_0(m, n, k, w, x, ldx, y, ldy, xsum); break;
-    case Q5_1: qmatmul_q5_1(m, n, k, w, x, ldx, y, ldy, xsum); break;
-    case Q8_0: qmatmul_q8_0(m, n, k, w, x, ldx, y, ldy, xsum); break;
-    case Q4_K: qmatmul_q4_k(m, n, k, w, x, ldx, y, ldy, xsum); break;
-    case Q5_K: qmatmul_q5_k(m, n, k, w, x, ldx, y, ldy, xsum); break;
-    default:   qmatmul_q6_k(m, n, k, w, x, ldx, y, ldy, xsum); break;
-    }
-    return 0;
+    qjob j = {type, m, k, ldx, ldy, (long)(k / block) * type_size(type), w, x, xsum, y};
+    return ember_parallel(qmatmul_rows, &j, n, ember_chunks(n, (long)m * k));
 }
 
 // out (rows x k floats, contiguous) = the dequantized rows; the same values as ember.quant's numpy dequantize
@@ -302,17 +346,8 @@ int ember_qdequant(int type, int rows, int k, const uint8_t *w, float *out) {
     int block = block_of(type);
     if (block == 0 || k % block != 0)
         return -1;
-    switch (type) {
-    case Q4_0: dequant_q4_0(rows, k, w, out); break;
-    case Q4_1: dequant_q4_1(rows, k, w, out); break;
-    case Q5_0: dequant_q5_0(rows, k, w, out); break;
-    case Q5_1: dequant_q5_1(rows, k, w, out); break;
-    case Q8_0: dequant_q8_0(rows, k, w, out); break;
-    case Q4_K: dequant_q4_k(rows, k, w, out); break;
-    case Q5_K: dequant_q5_k(rows, k, w, out); break;
-    default:   dequant_q6_k(rows, k, w, out); break;
-    }
-    return 0;
+    qjob j = {type, 0, k, 0, 0, (long)(k / block) * type_size(type), w, 0, 0, out};
+    return ember_parallel(dequant_rows, &j, rows, ember_chunks(rows, k));
 }
 
 // ---------------------------------------------------------------------------- greedy decoding's tied output

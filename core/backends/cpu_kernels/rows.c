@@ -7,10 +7,7 @@
 
 #include "fvec.h"
 
-#if !defined(__wasm__)
-typedef void (*ember_rows_fn)(const void *arg, int r0, int r1);
-int ember_parallel_rows(ember_rows_fn fn, const void *arg, int n, int threads);
-#endif
+#include "parallel.h"
 
 // intptr_t parameters: x, out, weight (or 0), bias (or 0), rows, cols, x's and out's row strides (floats), then
 // LayerNorm's eps (float bits) or the epilogue's activation (fvec.h's ACT_*), and for the epilogue 0 (a bias per
@@ -104,29 +101,28 @@ void ember_bias_act_rows(const intptr_t *p, int u0, int u1) {
 EMBER_EXPORT(ember_rows_units)
 int ember_rows_units(const intptr_t *p) { return (int)((p[R_ROWS] + ROWS_PER_UNIT - 1) / ROWS_PER_UNIT); }
 
-#if !defined(__wasm__)
-static void layer_norm_job(const void *arg, int u0, int u1) { ember_layer_norm_rows((const intptr_t *)arg, u0, u1); }
-static void bias_act_job(const void *arg, int u0, int u1) { ember_bias_act_rows((const intptr_t *)arg, u0, u1); }
-#endif
+static void layer_norm_job(const void *arg, int u0, int u1, int thread) {  // (parallel.h)
+    (void)thread;
+    ember_layer_norm_rows((const intptr_t *)arg, u0, u1);
+}
 
+static void bias_act_job(const void *arg, int u0, int u1, int thread) {
+    (void)thread;
+    ember_bias_act_rows((const intptr_t *)arg, u0, u1);
+}
+
+// a unit's work for parallel.h: its rows' floats, weighted as a float matvec's (a few operations each)
+static long unit_work(const intptr_t *p) { return 4L * ROWS_PER_UNIT * p[R_COLS]; }
+
+// the rows split between threads (parallel.h): 0, or PARALLEL_LOST (the page's pool lost a worker)
 EMBER_EXPORT(ember_layer_norm)
-int ember_layer_norm(const intptr_t *p, int threads) {
-#if defined(__wasm__)
-    (void)threads;
-    ember_layer_norm_rows(p, 0, ember_rows_units(p));
-#else
-    ember_parallel_rows(layer_norm_job, p, ember_rows_units(p), threads);
-#endif
-    return 0;
+int ember_layer_norm(const intptr_t *p) {
+    int units = ember_rows_units(p);
+    return ember_parallel(layer_norm_job, p, units, ember_chunks(units, unit_work(p)));
 }
 
 EMBER_EXPORT(ember_bias_act)
-int ember_bias_act(const intptr_t *p, int threads) {
-#if defined(__wasm__)
-    (void)threads;
-    ember_bias_act_rows(p, 0, ember_rows_units(p));
-#else
-    ember_parallel_rows(bias_act_job, p, ember_rows_units(p), threads);
-#endif
-    return 0;
+int ember_bias_act(const intptr_t *p) {
+    int units = ember_rows_units(p);
+    return ember_parallel(bias_act_job, p, units, ember_chunks(units, unit_work(p)));
 }

@@ -1,0 +1,496 @@
+"""The CPU backend's kernels on the page's kernel pool (cpu_pool.py): the same C as the Pyodide side module
+(cpu_wasm_kernels.py), so the same bits, with each product's output rows split between the pool's threads.
+
+Every call copies its activations into the pool's shared memory and its results back (a memcpy each way, ~10 GB/s);
+weights are there once: a QTensor's blocks and a decode plan's layers are placed at their first use and kept while
+their array lives (Pool.place). A float GEMM copies both operands per call: its weights are numpy arrays a model may
+write in place, and for the products it takes (at least POOL_MIN_MACS multiply-adds) the copy is a few percent.
+Smaller products run on this thread's side module, where a copy and a hand-off would cost more than they save.
+
+PoolFloatKernels: cpu_float_kernels.FloatKernels (conv.c, attention.c, rows.c) on the pool, with the same copies as
+the GEMM (operands in, strides kept; results out); calls too small to split, and row kernels that cost no more
+than their copies (LayerNorm, ReLU, a bias), stay on the side module.
+
+PoolDecodePlan: decode.c's plan with its layers in the shared memory and a copy of the KV cache there: the numpy
+cache stays the model's (the composed path reads and writes it); each step writes its new rows back to it, and
+a change by anyone else (a prompt's prefill, a beam reorder: KVCache.writes) copies the cache in again.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+
+from .cpu_decode import L_CAPACITY, L_KCACHE, L_LENGTH, L_SLOT, L_VCACHE, DecodePlan
+from .cpu_decode_xattn import _L_CACHE, XattnPlan
+from .cpu_float_kernels import ACTS, FloatKernels, _strides
+from .cpu_pool import Block, SharedRows, addr, i32
+
+F32 = np.dtype(np.float32)
+POOL_MIN_MACS = 1 << 20  # below this a product stays on this thread (its copies and hand-off ~30 us)
+POOL_MIN_ROWS = 16  # a float product with fewer rows of A stays too: its B, copied at every call, is read only
+# that many times (a decode step's x @ W^T reads W once: the copy costs what the product does, 80 MB a token
+# for Whisper's tied 51,864-word output)
+POOL_MIN_ELEMENTS = 1 << 17  # bias + GELU / SiLU rows on fewer floats stay: parallel.h would not split them
+POOL_ROW_ACTS = (ACTS["silu"], ACTS["gelu"], ACTS["gelu_tanh"])  # the row kernels the pool takes: LayerNorm, ReLU and
+# a bias alone stream their rows at about the speed of the copies in and out (Node, 1500 x 1536 floats: LayerNorm
+# 2.4 ms on one thread, the copies 1.8 ms), GELU and SiLU compute (21.7 and 11.5 ms)
+IO_BYTES = 16 << 20  # a product's result goes out in pieces of about this much (a 2k prompt's attention scores are
+# 62 MB for Gemma 3 270M): the pool's per-call block, which its memory keeps, stays this size
+
+
+def _align(n: int) -> int:
+    return -(-n // 64) * 64
+
+
+class PoolKernels:
+    """q8_matmul, qmatmul, matmul and the decode step of cpu_wasm_kernels.WasmKernels, on the pool's threads."""
+
+    def __init__(self, pool, side):
+        self.pool, self.side = pool, side
+        ex = pool.exports
+        self._q8_matmul, self._qmatmul, self._sgemm_batched = ex.ember_q8_matmul, ex.ember_qmatmul, ex.ember_sgemm_batched
+        self._decode = ex.ember_decode
+        self.qmatmul_types = side.qmatmul_types
+        self._gemm_scratch = Block(pool.arena, int(ex.ember_sgemm_scratch_floats()) * 4 * pool.threads)
+        self._io = Block(pool.arena, 1 << 20)
+        self._float = None
+
+    @property
+    def threads(self) -> int:
+        return self.pool.threads
+
+    def describe(self) -> str:
+        return f"wasm kernel pool, {self.pool.threads} threads"
+
+    def _io_at(self, nbytes: int) -> int:
+        """The per-call block (operands in, results out), grown as needed: calls come one at a time."""
+        if self._io.nbytes < nbytes:
+            old = self._io.nbytes
+            self._io = None  # (freed before the larger one is taken)
+            self._io = Block(self.pool.arena, max(nbytes, 2 * old))
+        return self._io.at
+
+    def _weights(self, w) -> int:
+        """A weight's address in the shared memory: where SharedRows hold it, else its placed copy."""
+        return w.at if isinstance(w, SharedRows) else self.pool.place(w).at
+
+    # ---------------------------------------------------------------- quantized products
+
+    def act_bytes(self, type_id: int, m: int, k: int) -> int:
+        return self.side.act_bytes(type_id, m, k)
+
+    def decode_scratch_bytes(self, plan: np.ndarray, max_length: int) -> int:
+        return self.side.decode_scratch_bytes(plan, max_length)
+
+    def q8_matmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
+        """WasmKernels.q8_matmul on the pool: x (m, k) float32 C-contiguous, w (out_features, row_bytes) uint8."""
+        m, k = x.shape
+        if m * out_features * k < POOL_MIN_MACS and not isinstance(w, SharedRows):
+            return self.side.q8_matmul(x, w, type_id, out_features)
+        size = self.side.act_bytes(type_id, m, k)
+        if size < 0:
+            raise ValueError(f"ember: wasm q8 matmul: no kernel for GGML type {type_id} with rows of {k}")
+        y = np.empty((m, out_features), F32)
+        wat = self._weights(w)
+        xat = self._io_at(_align(x.nbytes) + _align(y.nbytes) + size)
+        yat = xat + _align(x.nbytes)
+        self.pool.write(xat, x)
+        rc = self._q8_matmul(type_id, m, out_features, k, i32(wat), i32(xat), k, i32(yat), out_features,
+                             i32(yat + _align(y.nbytes)))
+        self.pool.check(rc, "quantized matmul")
+        return self.pool.read(yat, y)
+
+    def qmatmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
+        """WasmKernels.qmatmul (float32 activations, W decoded in registers) on the pool."""
+        m, k = x.shape
+        if m * out_features * k < POOL_MIN_MACS and not isinstance(w, SharedRows):
+            return self.side.qmatmul(x, w, type_id, out_features)
+        y = np.empty((m, out_features), F32)
+        wat = self._weights(w)
+        xat = self._io_at(_align(x.nbytes) + _align(y.nbytes) + _align(m * k // 32 * 4))
+        yat = xat + _align(x.nbytes)
+        self.pool.write(xat, x)
+        rc = self._qmatmul(type_id, m, out_features, k, i32(wat), i32(xat), k, i32(yat), out_features,
+                           i32(yat + _align(y.nbytes)))
+        if self.pool.check(rc, "quantized matmul") != 0:
+            raise ValueError(f"ember: wasm qmatmul: no kernel for GGML type {type_id} with rows of {k}")
+        return self.pool.read(yat, y)
+
+    def qdequant(self, w: np.ndarray, type_id: int, k: int) -> np.ndarray:
+        return self.side.qdequant(w, type_id, k)  # (a slab at a time, between GEMMs: memory-bound, small)
+
+    # ---------------------------------------------------------------- float GEMM
+
+    def takes_matmul(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """Whether a @ b is for the pool: large enough, and each B read by enough rows of A to pay for its copy."""
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        m = a.shape[-2]
+        return m >= POOL_MIN_ROWS and math.prod(batch) * m * a.shape[-1] * b.shape[-1] >= POOL_MIN_MACS
+
+    def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """WasmKernels.matmul on the pool: a (..., M, K) @ b (..., K, N) -> (..., M, N) float32 (into `out` when
+        given), batched and broadcast, any strides."""
+        (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+        if k2 != k:
+            raise ValueError(f"ember: matmul shapes {a.shape} and {b.shape} do not match (K {k} vs {k2})")
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        c = np.empty(batch + (m, n), F32)
+        if m and n:
+            a = np.broadcast_to(a, batch + (m, k)) if a.shape[:-2] != batch else a
+            b = np.broadcast_to(b, batch + (k, n)) if b.shape[:-2] != batch else b
+            if len(batch) <= 1:
+                self._batched(a, b, c)
+            else:  # one call per matrix of the leading dims, the last batch dim in C
+                for idx in np.ndindex(*batch[:-1]):
+                    self._batched(a[idx], b[idx], c[idx])
+        if out is not None:
+            np.copyto(out, c)
+            return out
+        return c
+
+    def _batched(self, a, b, c):
+        """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) C-contiguous, in calls of at most ~IO_BYTES of c each: whole
+        matrices of the batch, or blocks of rows (never one row alone where M > 1: gemm.c takes another path for
+        a single row, whose sums run in another order)."""
+        if c.nbytes <= IO_BYTES:
+            return self._call(a, b, c)
+        if c.ndim == 3 and c.shape[0] > 1:
+            step = max(1, IO_BYTES // c[0].nbytes)
+            for t in range(0, c.shape[0], step):
+                self._batched(a[t:t + step], b[t:t + step], c[t:t + step])
+            return
+        m = c.shape[-2]
+        step = max(4, IO_BYTES // (4 * c.shape[-1]) // 4 * 4)
+        starts = list(range(0, m, step))
+        if m - starts[-1] == 1 and len(starts) > 1:
+            starts.pop()  # (the last row goes with the block before it)
+        for i, r in enumerate(starts):
+            e = starts[i + 1] if i + 1 < len(starts) else m
+            self._call(a[..., r:e, :], b, c[..., r:e, :])
+
+    def _call(self, a, b, c):
+        """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) with unit column stride, in one call on the pool."""
+        three = c.ndim == 3
+        batch, (m, n), k = (c.shape[0] if three else 1), c.shape[-2:], a.shape[-1]
+        a, b = _dense(a), _dense(b)
+        sa, sb = _span(a), _span(b)
+        io = self._io_at(_align(sa[0]) + _align(sb[0]) + _align(m * n * batch * 4) + 64)
+        at_a, at_b, at_c = io, io + _align(sa[0]), io + _align(sa[0]) + _align(sb[0])
+        ea, eb = self._stage(a, sa, at_a), self._stage(b, sb, at_b)
+        strides = np.array([_es(a, -3) if three else 0, _es(a, -2), _es(a, -1), _es(b, -3) if three else 0,
+                            _es(b, -2), _es(b, -1), m * n, n], np.int32)  # (c is written contiguous in the pool)
+        at_s = at_c + _align(m * n * batch * 4)
+        self.pool.write(at_s, strides)
+        rc = self._sgemm_batched(batch, m, n, k, i32(ea), i32(eb), i32(at_c), i32(at_s), i32(self._gemm_scratch.at), 0)
+        self.pool.check(rc, "matmul")
+        if c.flags.c_contiguous:
+            self.pool.read(at_c, c)
+        else:  # a block of rows of a larger result
+            c[...] = self.pool.read(at_c, np.empty(c.shape, F32))
+
+    def _stage(self, x, span, at) -> int:
+        """Copy the bytes x's elements span into the shared memory at `at`; -> the shared address of x's first
+        element (strides are kept: a transposed or broadcast weight goes as it is)."""
+        nbytes, low = span
+        if nbytes:
+            self.pool.write_raw(addr(x) + low, nbytes, at)
+        return at - low
+
+    def float_kernels(self, side: FloatKernels) -> "PoolFloatKernels":
+        """The float kernels on the pool, over `side` (the side module's, for what stays on this thread)."""
+        if self._float is None or self._float.side is not side:
+            self._float = PoolFloatKernels(self, side)
+        return self._float
+
+    # ---------------------------------------------------------------- the decode step
+
+    def decode_plan(self, spec: dict) -> "PoolDecodePlan":
+        return PoolDecodePlan(self, spec)
+
+
+class PoolFloatKernels(FloatKernels):
+    """FloatKernels' conv2d, attention, layer_norm and bias_act on the pool's threads: the same C as the side
+    module (`side`), so the same bits; small calls run on `side`, as does xattn_decode with a plan in Pyodide's
+    heap (cpu_decode_xattn gives the pool its own plan, PoolXattnPlan)."""
+
+    def __init__(self, kern: PoolKernels, side: FloatKernels):
+        self.native, self.kern, self.pool, self.side = False, kern, kern.pool, side
+        ex = self.pool.exports
+        self._conv2d, self._conv2d_scratch_floats = ex.ember_conv2d, ex.ember_conv2d_scratch_floats
+        self._attention, self._attention_scratch_floats = ex.ember_attention, ex.ember_attention_scratch_floats
+        self._layer_norm, self._bias_act = ex.ember_layer_norm, ex.ember_bias_act
+        self._scratch_block = Block(self.pool.arena, 1 << 16)
+
+    def xattn_decode(self, plan, fparams, x, scratch) -> int:
+        return self.side.xattn_decode(plan, fparams, x, scratch)
+
+    def xattn_decode_scratch_bytes(self, plan, max_keys) -> int:
+        return self.side.xattn_decode_scratch_bytes(plan, max_keys)
+
+    def _scratch_at(self, floats: int) -> int:
+        if self._scratch_block.nbytes < 4 * floats:
+            old = self._scratch_block.nbytes
+            self._scratch_block = None
+            self._scratch_block = Block(self.pool.arena, max(4 * floats, 2 * old))
+        return self._scratch_block.at
+
+    def _io(self, arrays) -> list[int]:
+        """Room in the per-call block for each array's span (None: none), in order -> each one's shared address
+        of its first element (strides kept)."""
+        spans = [_span(a) if a is not None else (0, 0) for a in arrays]
+        at = self.kern._io_at(sum(_align(n) for n, _ in spans) + 64)
+        out = []
+        for n, low in spans:
+            out.append(at - low)
+            at += _align(n)
+        return out
+
+    def _run(self, fn, params: np.ndarray, at_params: int, scratch_fn, slot: int, what: str, *scratch_args):
+        """Write params (pool addresses; the scratch's, params[slot], filled here) and run fn on the pool."""
+        self.pool.write(at_params, params)
+        size = int(scratch_fn(i32(at_params), *scratch_args))
+        if size < 0:
+            raise ValueError(f"ember: {what} kernel: parameters it does not take")
+        params[slot] = i32(self._scratch_at(size))
+        self.pool.write(at_params, params)
+        return self.pool.check(fn(i32(at_params)), what)
+
+    # ---------------------------------------------------------------------------------------- convolution
+    def conv2d(self, x, w, b, stride, padding, dilation, groups, act=None):
+        n, c, h, wd = x.shape
+        o, cg, kh, kw = w.shape
+        ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        if n * o * ho * wo * cg * kh * kw < POOL_MIN_MACS or ho <= 0 or wo <= 0:
+            return self.side.conv2d(x, w, b, stride, padding, dilation, groups, act)
+        y = np.empty((n, o, ho, wo), F32)
+        params = np.zeros(20, np.int32)
+        at_x, at_w, at_b, at_y, at_p = self._io([x, w, b, y, params])
+        params[:] = [i32(at_x), i32(at_w), 0 if b is None else i32(at_b), i32(at_y), 0, n, c, h, wd, o, kh, kw,
+                     stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], groups, ACTS[act]]
+        for a, at in ((x, at_x), (w, at_w), (b, at_b)):
+            if a is not None:
+                self.pool.write(at, a)
+        if self._run(self._conv2d, params, at_p, self._conv2d_scratch_floats, 4, "conv2d") != 0:
+            raise ValueError("ember: conv2d kernel refused its parameters")
+        return self.pool.read(at_y, y)
+
+    # ---------------------------------------------------------------------------------------- attention
+    def attention(self, q, k, v, mask, scale, causal):
+        b1, b2, l, d = q.shape
+        s, dv = k.shape[2], v.shape[3]
+        if b1 * b2 * l * s * (d + dv) < POOL_MIN_MACS or not (l and s):
+            return self.side.attention(q, k, v, mask, scale, causal)
+        base = np.empty((b1, l, b2, dv), F32)
+        out = base.transpose(0, 2, 1, 3)
+        q, k, v = _dense(q), _dense(k), _dense(v)
+        if mask is not None:
+            mask = _dense(np.broadcast_to(mask, (b1, b2, l, s)))
+        params = np.zeros(29, np.int32)
+        at_q, at_k, at_v, at_m, at_o, at_p = self._io([q, k, v, mask, base, params])
+        ms = (0, 0, 0) if mask is None else _strides(mask)
+        bits = int(np.array(scale, F32).view(np.uint32))
+        params[:] = [i32(at_q), i32(at_k), i32(at_v), 0 if mask is None else i32(at_m), i32(at_o), 0, b1, b2, l, s,
+                     d, dv, int(bool(causal)), i32(bits), *_strides(q), *_strides(k), *_strides(v), *ms,
+                     *_strides(out)]
+        for a, at in ((q, at_q), (k, at_k), (v, at_v), (mask, at_m)):
+            if a is not None:
+                self.kern._stage(a, _span(a), at + _span(a)[1])
+        if self._run(self._attention, params, at_p, self._attention_scratch_floats, 5, "attention", 2) != 0:
+            raise ValueError("ember: attention kernel refused its parameters")
+        self.pool.read(at_o, base)
+        return out
+
+    # ---------------------------------------------------------------------------------------- rows
+    def _rows_call(self, fn, x2, y2, w, b, arg, channels):
+        if fn is self._layer_norm or arg not in POOL_ROW_ACTS or x2.size < POOL_MIN_ELEMENTS:
+            side_fn = self.side._layer_norm if fn is self._layer_norm else self.side._bias_act
+            return self.side._rows_call(side_fn, x2, y2, w, b, arg, channels)
+        # in place (bias_act's out=x): the rows go in and come back with their strides; else the result is written
+        # contiguous in the pool and copied into y2 (whose gaps between rows, if any, are not the kernel's)
+        same = addr(x2) == addr(y2) and x2.strides == y2.strides
+        x2 = x2 if same else _dense(x2)
+        yc = None if same else np.empty(y2.shape, F32)
+        params = np.zeros(10, np.int32)
+        at_x, at_y, at_w, at_b, at_p = self._io([x2, yc, w, b, params])
+        at_y = at_x if same else at_y
+        params[:] = [i32(at_x), i32(at_y), 0 if w is None else i32(at_w), 0 if b is None else i32(at_b),
+                     x2.shape[0], x2.shape[1], x2.strides[0] // 4, (y2 if same else yc).strides[0] // 4, arg, channels]
+        n, low = _span(x2)
+        self.kern._stage(x2, (n, low), at_x + low)
+        for a, at in ((w, at_w), (b, at_b)):
+            if a is not None:
+                self.pool.write(at, np.ascontiguousarray(a, F32))
+        self.pool.write(at_p, params)
+        self.pool.check(fn(i32(at_p)), "row kernel")
+        if same:
+            self.pool.read_raw(at_x + low, n, addr(x2) + low)
+        elif y2.flags.c_contiguous:
+            self.pool.read(at_y, y2)
+        else:
+            y2[...] = self.pool.read(at_y, yc)
+
+
+def _es(x, axis) -> int:
+    return x.strides[axis] // 4
+
+
+def _dense(x: np.ndarray) -> np.ndarray:
+    """x, or a contiguous copy where the memory its elements lie in is much larger than itself (a slice of a
+    larger array's rows or columns) or its strides are not whole floats (the kernels count in floats)."""
+    if any(s % 4 for s in x.strides) or _span(x)[0] > 2 * x.nbytes + 4096:
+        return np.ascontiguousarray(x)
+    return x
+
+
+def _span(x: np.ndarray) -> tuple[int, int]:
+    """(bytes, offset of the lowest byte from x's first element) of the memory x's elements lie in: a transpose
+    spans its own bytes, a broadcast fewer."""
+    low = sum(min(0, (d - 1) * s) for d, s in zip(x.shape, x.strides) if d)
+    high = sum(max(0, (d - 1) * s) for d, s in zip(x.shape, x.strides) if d) + x.itemsize
+    return (high - low if x.size else 0), low
+
+
+class _Mirror:
+    """A layer's KV cache in the shared memory: the copy of a numpy buffer (k and v)."""
+
+    def __init__(self, pool, kc: np.ndarray):
+        self.kref = weakref.ref(kc)
+        self.k, self.v = Block(pool.arena, kc.nbytes), Block(pool.arena, kc.nbytes)
+        self.cap = kc.shape[2]
+
+
+class _Mirrored:
+    """A plan's KV caches mirrored in the shared memory (`_mirrors`, one _Mirror a layer): copied in where a
+    mirror is not known to equal its cache (`written`, the cache's count of writes by others, changed), and each
+    step's new rows copied back."""
+
+    def _sync(self, caches, written):
+        """Copy a layer's cache in where the mirror is not known to equal it."""
+        everything = written is None or written != self._written
+        for i, (kc, vc, _, _) in enumerate(caches):
+            m = self._mirrors[i]
+            if m is None or m.cap != kc.shape[2] or m.kref() is not kc:
+                m = self._mirrors[i] = _Mirror(self._pool, kc)
+            elif not everything:
+                continue
+            self._pool.write(m.k.at, np.ascontiguousarray(kc))
+            self._pool.write(m.v.at, np.ascontiguousarray(vc))
+        self._written = written
+
+    def _rows_back(self, caches):
+        """The step's new rows (slot of every head), back into the model's caches."""
+        for m, (kc, vc, slot, _) in zip(self._mirrors, caches):
+            heads, hd = kc.shape[1], kc.shape[3]
+            for h in range(heads):
+                off = ((h * m.cap + slot) * hd) * 4
+                self._pool.read_raw(m.k.at + off, hd * 4, addr(kc) + off)
+                self._pool.read_raw(m.v.at + off, hd * 4, addr(vc) + off)
+
+
+class PoolDecodePlan(_Mirrored, DecodePlan):
+    """decode.c's plan on the pool: its layers in the shared memory (placed once), the KV caches mirrored there."""
+
+    def __init__(self, kern: PoolKernels, spec: dict):
+        self._pool = kern.pool
+        super().__init__(kern, spec)
+        self._mirrors: list = [None] * self.n_layers
+        self._written = None
+        self._scratch_block = None
+        io = 4 * (self.plan.size + 2 + len(spec.get("ropes", [0])) * spec["head_dim"] + self.dim)
+        self._io_bytes = _align(io) + 4096
+
+    def _vector(self, a) -> int:
+        return i32(self._hold_block(np.ascontiguousarray(a, np.float32)).at)
+
+    def _weight(self, data, type_id) -> tuple[int, int]:
+        if type_id == -1:  # input-major float32 rows (maybe a slice of wider ones): placed contiguous
+            data = np.ascontiguousarray(data)
+            return i32(self._hold_block(data).at), data.shape[1]
+        return i32(self._hold_block(data).at), data.shape[1] if type_id > 0 else 0
+
+    def _hold_block(self, a):
+        self._keep.append(a)  # (placed copies live while the array does)
+        return a if isinstance(a, SharedRows) else self._pool.place(a)
+
+    def step(self, x: np.ndarray, rope: np.ndarray, caches, written=None) -> np.ndarray:
+        pool, kern = self._pool, self._kern
+        self._sync(caches, written)
+        length = 0
+        for row, m, (kc, vc, slot, n) in zip(self._layers, self._mirrors, caches):
+            row[L_KCACHE], row[L_VCACHE], row[L_CAPACITY], row[L_SLOT], row[L_LENGTH] = \
+                i32(m.k.at), i32(m.v.at), kc.shape[2], slot, n
+            length = max(length, n)
+        if length > self._scratch_rows:  # grown by doubling, as the caches are
+            rows = max(length, 2 * self._scratch_rows, 256)
+            self._scratch_block = None
+            self._scratch_block = Block(pool.arena, kern.decode_scratch_bytes(self.plan, rows))
+            self._scratch_rows = rows
+        rope = np.ascontiguousarray(rope, np.float32)
+        at = kern._io_at(self._io_bytes + _align(rope.nbytes))
+        at_f, at_x = at + _align(self.plan.nbytes), at + _align(self.plan.nbytes) + 64
+        at_r = at_x + _align(x.nbytes)
+        pool.write(at, self.plan)
+        pool.write(at_f, self.fparams)
+        pool.write(at_x, x)
+        pool.write(at_r, rope)
+        rc = pool.check(kern._decode(i32(at), i32(at_f), i32(at_x), i32(at_r), i32(self._scratch_block.at)),
+                        "decode step")
+        if rc != 0:
+            raise ValueError("ember: decode plan: a layer this build of the kernels cannot run")
+        pool.read(at_x, x)
+        self._rows_back(caches)
+        return x
+
+
+class PoolXattnPlan(_Mirrored, XattnPlan):
+    """decode_xattn.c's plan (Whisper's decoder step) on the pool: its weights, norms and biases placed in the
+    shared memory once, the self-attention caches mirrored there (_Mirrored), the encoder's keys and values placed
+    while their arrays live (they are not written: a new utterance makes new ones)."""
+
+    def __init__(self, kern: PoolFloatKernels, spec: dict):
+        self._pool, self._pk = kern.pool, kern.kern
+        super().__init__(kern, spec)
+        self._mirrors: list = [None] * self.n_layers
+        self._written = None
+        self._scratch_block = None
+
+    def _vec(self, a) -> int:
+        if a is None:
+            return 0
+        a = np.ascontiguousarray(a, np.float32)
+        self._keep.append(a)  # (placed copies live while the array does)
+        return i32(self._pool.place(a).at)
+
+    def _weight(self, data, type_id, cols) -> tuple[int, int]:
+        data = np.ascontiguousarray(data)  # (input-major rows that are a slice of wider ones: placed contiguous)
+        self._keep.append(data)
+        return i32(self._pool.place(data).at), data.shape[1] if type_id == -1 else cols
+
+    def step(self, x: np.ndarray, caches, cross, written=None) -> np.ndarray:
+        pool = self._pool
+        self._sync(caches, written)
+        keys = 0
+        for row, m, (kc, _, slot, n), (xk, xv) in zip(self._layers, self._mirrors, caches, cross):
+            xkb, xvb = pool.place(xk), pool.place(xv)
+            row[_L_CACHE:] = [i32(m.k.at), i32(m.v.at), kc.shape[2], slot, n, i32(xkb.at), i32(xvb.at), xk.shape[2]]
+            keys = max(keys, n, xk.shape[2])
+        if keys > self._scratch_keys:
+            self._scratch_keys = max(keys, 2 * self._scratch_keys, 512)
+            self._scratch_block = None
+            self._scratch_block = Block(pool.arena, self._kern.side.xattn_decode_scratch_bytes(self.plan,
+                                                                                               self._scratch_keys))
+        at = self._pk._io_at(_align(self.plan.nbytes) + 64 + _align(x.nbytes))
+        at_f, at_x = at + _align(self.plan.nbytes), at + _align(self.plan.nbytes) + 64
+        pool.write(at, self.plan)
+        pool.write(at_f, self.fparams)
+        pool.write(at_x, x)
+        rc = pool.check(pool.exports.ember_xattn_decode(i32(at), i32(at_f), i32(at_x), i32(self._scratch_block.at)),
+                        "decoder step")
+        if rc != 0:
+            raise ValueError("ember: xattn decode plan: a layer this build of the kernels cannot run")
+        pool.read(at_x, x)
+        self._rows_back(caches)
+        return x

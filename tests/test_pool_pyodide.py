@@ -1,0 +1,374 @@
+"""The page's kernel pool (web/pool.js, cpu_kernels/pool.c, ember.backends.cpu_pool) under Pyodide in Node, its workers
+on worker_threads as the page's are Web Workers: the same bits on 1, 2 and 3 threads for every kernel it runs
+(llama.cpp-style quantized matmuls, float-activation quantized matmuls, the GEMM in every shape class, the fused
+decode step with threaded matvecs and attention), native's bits where native runs the same C, and a worker lost
+mid-job ends in an ember error, not a hang, after which the page computes on one thread with the same results.
+
+References are computed in the test: numpy's product (tolerance), the single-thread session (bits), and the native
+build of q8dot.c / decode.c (bits)."""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+
+import numpy as np
+import pytest
+
+import ember
+from ember.backends import cpu_decode, cpu_float_kernels, cpu_matmul, cpu_native_kernels, cpu_q8dot
+from ember.ggml.codec import quantize
+from pyodide_runner import PyodideSession, node_path, pyodide_dist, unavailable  # noqa: F401
+
+THREADS = (1, 2, 3)
+
+# seeded inputs, the same on every platform (numpy's PCG64, float32 casts)
+INPUTS = r'''
+import hashlib
+import numpy as np
+from ember.ggml.codec import quantize
+
+def digest(a):
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+def quantized(qtype, rows, cols, seed):
+    w = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+    return quantize(w, qtype, "w").reshape(rows, -1)
+
+def floats(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+Q8_CASES = [("Q4_0", 1, 2048, 512), ("Q8_0", 3, 1500, 640), ("Q4_K", 1, 1024, 768), ("Q6_K", 5, 700, 512),
+            ("Q5_1", 2, 900, 1024)]
+QF_CASES = [("Q4_K", 2, 1000, 512), ("Q8_0", 5, 800, 640)]
+GEMM_CASES = [  # (a shape, b shape, how b is laid out): each path of gemm.c, split by rows or columns
+    ((1, 640), (640, 3000), "plain"), ((700, 300), (300, 1), "plain"), ((257, 300), (300, 200), "plain"),
+    ((200, 300), (300, 1100), "transposed"), ((6, 200, 64), (6, 64, 200), "plain"),
+    ((3, 1, 130, 70), (70, 90), "transposed"), ((2, 3, 100, 64), (2, 3, 64, 100), "plain"),
+    # results past the pool's 16 MiB per call: blocks of the batch; blocks of rows (the last row not alone)
+    ((3, 1500, 64), (3, 64, 1500), "plain"), ((2097, 64), (64, 2000), "transposed")]
+
+def gemm_operands(i, ashape, bshape, layout):
+    a = floats(ashape, 100 + i)
+    b = floats(bshape, 200 + i)
+    if layout == "transposed":  # (K, N) as the transpose of an (N, K) array: strides kept, not copied
+        b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
+    return a, b
+'''
+
+KERNELS = INPUTS + r'''
+from ember.backends import cpu_matmul, cpu_q8dot
+from ember.backends.cpu_quant import qmatmul
+from ember.ggml import types as T
+pool = cpu_matmul.pool_kernels()
+jobs = pool.pool.state()["jobs"] if pool is not None else 0
+out = {"q8": [], "qf": [], "gemm": [], "gemm_close": []}
+for i, (qtype, m, n, k) in enumerate(Q8_CASES):
+    raw, x = quantized(qtype, n, k, i), floats((m, k), 50 + i)
+    out["q8"].append(digest(cpu_q8dot.q8_matmul(x, raw, qtype, (n, k))))
+for i, (qtype, m, n, k) in enumerate(QF_CASES):
+    raw, x = quantized(qtype, n, k, 10 + i), floats((m, k), 60 + i)
+    out["qf"].append(digest(qmatmul(None, x, raw, T.get(qtype), (n, k))))
+gemm = pool or cpu_matmul.wasm_kernels()  # (the kernels themselves: mm leaves a row vector to this thread)
+for i, (ashape, bshape, layout) in enumerate(GEMM_CASES):
+    a, b = gemm_operands(i, ashape, bshape, layout)
+    c = gemm.matmul(a, b)
+    out["gemm"].append(digest(c))
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    out["gemm_close"].append(float(np.abs(c - want).max() / np.abs(want).max()))
+out["status"] = cpu_matmul.pool_status()
+out["jobs"] = (pool.pool.state()["jobs"] - jobs) if pool is not None else 0
+result = out
+'''
+
+# the float kernels (conv.c, attention.c, rows.c), each call large enough for the pool (cpu_pool_kernels.POOL_MIN_*)
+FLOATS = INPUTS + r'''
+from ember.backends import cpu_float_kernels as CFK
+
+def float_calls(fk):
+    x, w, b = floats((1, 24, 40, 64), 1), floats((32, 24, 3, 3), 2) * 0.3, floats(32, 3)
+    dx, dw = floats((1, 32, 64, 64), 4), floats((32, 1, 3, 3), 5)
+    qkv = floats((2, 200, 3, 4, 64), 6)  # a fused projection: q, k, v strided views of it
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    kk, vv = floats((2, 4, 300, 64), 7), floats((2, 4, 300, 32), 8)
+    mask = np.where(floats((1, 1, 200, 300), 9) > 1.5, -np.inf, 0).astype(np.float32)
+    xs, lw, lb = floats((300, 512), 10) * 3, floats(512, 11), floats(512, 12)
+    inplace, ch = floats((300, 512), 13), floats((2, 16, 80, 80), 14)
+    wide = floats((300, 700), 15)[:, :512]  # rows with a stride, out into a strided view
+    out_view = np.zeros((300, 600), np.float32)[:, :512]
+    return {"conv": fk.conv2d(x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu"),
+            "conv_s2": fk.conv2d(x, w, None, (2, 2), (1, 1), (1, 1), 1, "gelu"),
+            "depthwise": fk.conv2d(dx, dw, None, (1, 1), (1, 1), (1, 1), 32, "relu"),
+            "attn_causal": fk.attention(q, k, v, None, 0.125, True),
+            "attn_mask": fk.attention(q, kk, vv, mask, 0.125, False),
+            "ln": fk.layer_norm(xs, lw, lb, 1e-5), "gelu": fk.bias_act(xs, lb, "gelu"),
+            "inplace": fk.bias_act(inplace, None, "gelu_tanh", out=inplace),
+            "channels": fk.bias_act(ch, floats(16, 16), "silu", channels=16),
+            "strided": fk.bias_act(wide, lb, "gelu", out=out_view)}
+'''
+
+# a Gemma 3-shaped model large enough that its matvecs (512 x 1536) and, past 128 cached rows, its attention (8
+# heads) split between threads; Q4_K / Q8_0 projections beside float32 ones
+DECODE = r'''
+import numpy as np
+import ember
+from ember.models.gemma3.config import Gemma3Config, GLOBAL, SLIDING
+from ember.models.gemma3.model import Gemma3
+from ember.quant import quantize as quantize_model, set_activations
+
+CONFIG = dict(vocab_size=300, dim=512, hidden_dim=1536, n_layers=3, n_heads=8, n_kv_heads=2, head_dim=64,
+              max_seq_len=256, sliding_window=160, layer_types=[SLIDING, GLOBAL, SLIDING], query_pre_attn_scalar=64.0)
+
+def model():
+    m = Gemma3(Gemma3Config(**CONFIG))
+    rng = np.random.default_rng(11)
+    m.model.embed_tokens.load_table(rng.standard_normal((CONFIG["vocab_size"], CONFIG["dim"])).astype(np.float32))
+    for name, p in m.named_parameters():
+        scale = 0.3 if "norm" in name else 1.0 / np.sqrt(p.shape[-1])
+        p._data[...] = (1.0 if "norm" in name else 0.0) + scale * rng.standard_normal(p.shape).astype(np.float32)
+    m = m.eval().requires_grad_(False)
+    quantize_model(m, "q4_k", include=lambda name, mod: "mlp" in name)
+    quantize_model(m, "q8_0", include=lambda name, mod: "q_proj" in name or "o_proj" in name)
+    set_activations(m, "q8")  # k_proj, v_proj stay float32
+    m.head = lambda x: x  # the final norm's output: decode.c's last step
+    return m
+
+def states(m, turns, keep=1):
+    """Hidden states (hex) of each turn's prompt (run composed) and of its greedy-ish decode steps (fused), every
+    keep-th step; and whether every step ran fused."""
+    cache = m.new_cache(256)
+    out, fused = [], []
+    with ember.no_grad():
+        for ids, steps in turns:
+            h = m(ember.tensor([ids]), cache).numpy()[0, -1]
+            out.append(h.tobytes().hex())
+            for i in range(steps):
+                h = m(ember.tensor([[int(np.abs(h).argmax()) % CONFIG["vocab_size"]]]), cache).numpy().reshape(-1)
+                if i % keep == 0 or i == steps - 1:
+                    out.append(h.tobytes().hex())
+                fused.append(m._fused_decoder._plan is not None)
+    return out, all(fused), type(m._fused_decoder._plan).__name__
+
+PROMPT = [int(t) for t in np.random.default_rng(12).integers(0, CONFIG["vocab_size"], 140)]
+ONE_TOKEN = [([3], 150)]  # every step fused: attention past 128 rows splits by heads
+TURNS = [(PROMPT, 5), (PROMPT[:7], 4)]  # prompts run composed between fused steps: the pool's cache copy follows
+
+def plan_steps():
+    """The model's decode plan stepped on fixed inputs (x, rope tables, caches of 200 rows): (x after each step,
+    the cache rows it wrote) as hex. The same inputs natively and in the page (a model's own rope tables come
+    from numpy's cos / sin, whose last bits differ between the two)."""
+    from ember.backends.cpu_decode import decoder_plan
+    from ember.models.common import fused_decode as FD
+    spec = FD.model_spec(model(), [])
+    plan = decoder_plan(None, spec)
+    rng = np.random.default_rng(13)
+    kvh, hd = CONFIG["n_kv_heads"], CONFIG["head_dim"]
+    bufs = [(rng.standard_normal((1, kvh, 256, hd)).astype(np.float32),
+             rng.standard_normal((1, kvh, 256, hd)).astype(np.float32)) for _ in range(CONFIG["n_layers"])]
+    out = []
+    for slot in (200, 201, 202):
+        x = rng.standard_normal(CONFIG["dim"]).astype(np.float32)
+        rope = rng.standard_normal((len(spec["ropes"]), hd)).astype(np.float32)
+        plan.step(x, rope, [(k, v, slot, slot + 1) for k, v in bufs], written=0)
+        out.append(x.tobytes().hex())
+        out += [k[0, :, slot].tobytes().hex() + v[0, :, slot].tobytes().hex() for k, v in bufs]
+    return out, type(plan).__name__
+'''
+
+
+@pytest.fixture(scope="module")
+def sessions(pyodide_dist):  # noqa: F811
+    if node_path() is None:
+        unavailable("ember: node not found on PATH; Pyodide tests need Node.js 20")
+    started = {n: PyodideSession(dist=pyodide_dist, threads=n) for n in THREADS}
+    yield started
+    for s in started.values():
+        s.close()
+
+
+def test_every_kernel_gives_the_same_bits_on_any_thread_count(sessions):
+    got = {n: sessions[n].run(KERNELS, timeout=600)["result"] for n in THREADS}
+    assert got[1]["status"].startswith("1 thread") and got[1]["jobs"] == 0
+    for n in THREADS[1:]:
+        assert got[n]["status"] == f"{n} threads"
+        assert got[n]["jobs"] >= len(got[1]["q8"]) + len(got[1]["gemm"])  # they ran on the pool, split
+        for key in ("q8", "qf", "gemm"):
+            assert got[n][key] == got[1][key], (n, key)
+    assert max(got[1]["gemm_close"]) < 1e-5  # a matmul (against float64 numpy)
+    # q8dot.c is native's C too: the page's bits are native's (and the numpy version's)
+    ns = {}
+    exec(INPUTS, ns)
+    for (qtype, m, n, k), page in zip(ns["Q8_CASES"], got[2]["q8"]):
+        i = ns["Q8_CASES"].index((qtype, m, n, k))
+        raw, x = ns["quantized"](qtype, n, k, i), ns["floats"]((m, k), 50 + i)
+        assert ns["digest"](cpu_q8dot.q8_matmul_numpy(x, raw, qtype, n)) == page, qtype
+        if cpu_matmul.native_kernels() is not None:
+            assert ns["digest"](cpu_q8dot.q8_matmul(x, raw, qtype, (n, k))) == page, qtype
+
+
+def test_the_float_kernels_give_the_same_bits_on_any_thread_count(sessions, tmp_path):
+    """conv.c, attention.c and rows.c on the pool: the side module's bits on 1 thread, native's where native
+    builds the same C (SSSE3, no FMA: the plain wasm module's arithmetic; the row kernels' everywhere)."""
+    code = FLOATS + r'''
+from ember.backends import cpu_matmul
+pool = cpu_matmul.pool_kernels()
+jobs = pool.pool.state()["jobs"] if pool is not None else 0
+fk = CFK.kernels()
+result = {"kind": type(fk).__name__, "path": cpu_matmul.matmul_path(),
+          "out": {k: v.tobytes().hex() for k, v in float_calls(fk).items()},
+          "jobs": (pool.pool.state()["jobs"] - jobs) if pool is not None else 0}
+'''
+    got = {n: sessions[n].run(code, timeout=600)["result"] for n in THREADS}
+    assert got[1]["kind"] == "FloatKernels" and got[1]["jobs"] == 0
+    for n in THREADS[1:]:
+        # every call but LayerNorm's (its rows cost no more than their copies: it stays on this thread) split
+        assert got[n]["kind"] == "PoolFloatKernels" and got[n]["jobs"] >= len(got[1]["out"]) - 1, (n, got[n]["jobs"])
+        for key, hexed in got[1]["out"].items():
+            assert got[n]["out"][key] == hexed, (n, key)
+    cc = cpu_native_kernels.compiler()
+    if cc is None:
+        pytest.skip("no C compiler to build native's float kernels with")
+    lib = ctypes.CDLL(str(cpu_native_kernels.build(cc, tmp_path / "k.so", ["-mssse3"])))
+    ns = {}
+    exec(FLOATS, ns)
+    native = ns["float_calls"](cpu_float_kernels.FloatKernels(lib, native=True))
+    relaxed = "relaxed" in got[2]["path"] and "no relaxed" not in got[2]["path"]
+    for key, y in native.items():
+        if key in ("ln", "gelu", "inplace", "channels", "strided") or not relaxed:
+            assert y.tobytes().hex() == got[2]["out"][key], key
+
+
+def test_whisper_decoder_steps_give_the_same_bits_on_any_thread_count(sessions):
+    """decode_xattn.c's plan on the pool (PoolXattnPlan: weights placed, the self-attention cache mirrored) and on
+    the side module: the same hidden states, including after a prompt run composed into the same cache between
+    fused steps (the mirror copies the cache in again). Native's bits: test_whisper_fused_decode."""
+    from test_whisper_fused_decode import BUILD, PAGE_RUN
+    code = BUILD + PAGE_RUN + "\nresult = run(random_whisper(5, d=384, heads=6, ffn=1536), 300, 64, middle=6)\n"
+    got = {n: sessions[n].run(code, timeout=600)["result"] for n in THREADS}
+    assert got[1][1] == "XattnPlan"
+    for n in THREADS[1:]:
+        assert got[n][1] == "PoolXattnPlan" and got[n][0] == got[1][0], n
+
+
+def test_the_decode_step_on_the_pool_equals_native(sessions):
+    code = DECODE + """
+m = model()
+result = {"one": states(m, ONE_TOKEN, keep=10), "turns": states(m, TURNS), "plan": plan_steps()}
+"""
+    got = {n: sessions[n].run(code, timeout=900)["result"] for n in THREADS}
+    for n in THREADS:
+        for key in ("one", "turns"):
+            page_states, fused, plan = got[n][key]
+            assert fused and plan == ("DecodePlan" if n == 1 else "PoolDecodePlan"), (n, key, plan)
+            assert page_states == got[1][key][0], (n, key)
+        assert got[n]["plan"][0] == got[1]["plan"][0], n
+    if cpu_decode.kernels() is None:
+        pytest.skip(f"no native kernels here to compare with ({cpu_matmul.native_kernels_status()})")
+    ns = {}
+    exec(DECODE, ns)
+    assert ns["plan_steps"]()[0] == got[2]["plan"][0]
+
+
+def test_a_lost_worker_ends_the_job_in_an_error_and_the_page_goes_on(pyodide_dist):  # noqa: F811
+    code = INPUTS + r'''
+import js
+from ember.backends import cpu_matmul, cpu_q8dot
+from ember.backends.cpu_pool import PoolError
+from ember.errors import EmberError
+raw, x = quantized("Q8_0", 4000, 1024, 1), floats((2, 1024), 2)
+before = digest(cpu_q8dot.q8_matmul(x, raw, "Q8_0", (4000, 1024)))
+js.emberPoolOwner.lose(1, "the test")  # as web/pool.js reports a worker that died or was terminated
+try:
+    cpu_q8dot.q8_matmul(x, raw, "Q8_0", (4000, 1024))
+    error = None
+except PoolError as e:
+    error = [str(e), isinstance(e, EmberError)]
+result = {"error": error, "status": cpu_matmul.pool_status(),
+          "after": digest(cpu_q8dot.q8_matmul(x, raw, "Q8_0", (4000, 1024))), "before": before}
+'''
+    with PyodideSession(dist=pyodide_dist, threads=2) as s:
+        got = s.run(code, timeout=300)["result"]
+    assert got["error"] is not None and got["error"][1], got
+    assert "worker 1 of the kernel pool was lost mid-job" in got["error"][0]
+    assert got["status"].startswith("1 thread (worker 1 of the kernel pool was lost")
+    assert got["after"] == got["before"]
+
+
+def test_quantized_weights_go_from_the_file_into_the_pool_only(pyodide_dist, tmp_path):  # noqa: F811
+    """Inside weights_in_pool(), a GGUF's quantized tensors are SharedRows (the pool's memory, not Pyodide's heap,
+    whether the file is in Pyodide's in-memory FS, read from its JS array, or a mounted one, read in pieces);
+    products with them equal those with the heap's copy, and every other use gets the same bytes."""
+    from ember.io import gguf
+    rng = np.random.default_rng(0)
+    tensors = {"a": ember.QTensor.quantize(rng.standard_normal((2000, 512)).astype(np.float32), "q4_k", "a"),
+               "b": ember.QTensor.quantize(rng.standard_normal((300, 256)).astype(np.float32), "q8_0", "b"),
+               "small": ember.QTensor.quantize(rng.standard_normal((8, 64)).astype(np.float32), "q8_0", "small"),
+               "norm": ember.tensor(rng.standard_normal(512).astype(np.float32))}
+    gguf.save(tensors, tmp_path / "w.gguf")
+    code = r'''
+import hashlib, pickle, shutil
+import numpy as np
+import pyodide_js
+import ember
+from ember.backends import cpu_matmul, cpu_q8dot
+from ember.backends.cpu_pool import SharedRows, weights_in_pool
+shutil.copy("/data/w.gguf", "/tmp/w.gguf")  # a file of the in-memory FS, as the page's model files are
+x = np.random.default_rng(1).standard_normal((3, 512)).astype(np.float32)
+out = {}
+for where in ("/tmp/w.gguf", "/data/w.gguf"):
+    heap0 = pyodide_js._module.HEAPU8.length
+    with weights_in_pool():
+        w = ember.load(where)
+    a = w["a"]
+    got = {"kinds": {k: type(getattr(v, "data", v)).__name__ for k, v in w.items()},
+           "heap_growth": pyodide_js._module.HEAPU8.length - heap0,
+           "bytes": hashlib.sha256(np.asarray(a.data).tobytes()).hexdigest(),
+           "rows": hashlib.sha256(a.data[np.array([5, 1999, 0])].tobytes()).hexdigest(),
+           "slice": hashlib.sha256(np.asarray(a.data[10:20]).tobytes()).hexdigest(),
+           "pickled": type(pickle.loads(pickle.dumps(a.data))).__name__}
+    a.activations = "q8"
+    y_pool = a.matmul_t(x)
+    y_heap = cpu_q8dot.q8_matmul_numpy(x, np.asarray(a.data), "Q4_K", 2000)
+    got["q8_equal"] = bool(np.array_equal(y_pool, y_heap))
+    y_float = a.matmul_t(x[:1])  # float32 activations: the pool's qmatmul
+    a.activations = "float32"
+    got["float_close"] = float(np.abs(a.matmul_t(x[:1]) - x[:1] @ a.numpy().T).max())
+    out[where] = got
+result = out
+'''
+    with PyodideSession(dist=pyodide_dist, threads=2, mounts={"/data": tmp_path}) as s:
+        got = s.run(code, timeout=300)["result"]
+    raw_a = np.asarray(tensors["a"].data)
+    for where, g in got.items():
+        assert g["kinds"] == {"a": "SharedRows", "b": "SharedRows", "small": "ndarray", "norm": "Tensor"}, where
+        assert g["heap_growth"] < 1 << 20, (where, g["heap_growth"])  # 576 KB of blocks went elsewhere
+        assert g["bytes"] == hashlib.sha256(raw_a.tobytes()).hexdigest()
+        assert g["rows"] == hashlib.sha256(raw_a[[5, 1999, 0]].tobytes()).hexdigest()
+        assert g["slice"] == hashlib.sha256(raw_a[10:20].tobytes()).hexdigest()
+        assert g["pickled"] == "ndarray" and g["q8_equal"] and g["float_close"] < 1e-3, (where, g)
+
+
+def test_the_arena_reuses_freed_ranges_and_grows_at_its_end():
+    """The shared memory's allocator (pure Python, so tested here directly): first fit, freed neighbours merge,
+    growth extends the last free range, and a memory that cannot grow raises MemoryError naming the sizes."""
+    from ember.backends.cpu_pool import Arena
+    size = [1 << 20]
+
+    def grow(end):  # as web/pool.js's: the size after growing, or -1
+        if end > 8 << 20:
+            return -1
+        size[0] = max(size[0], -(-end // 65536) * 65536)
+        return size[0]
+    arena = Arena(1000, size[0], grow)
+    a, b, c = arena.alloc(100), arena.alloc(200), arena.alloc(300)
+    assert a % 64 == 0 and a >= 1000 and b == a + 128 and c == b + 256
+    arena.free(b)
+    assert arena.alloc(150) == b  # first fit
+    arena.free(a)
+    arena.free(b)  # a and b merge: 384 bytes from a
+    assert arena.alloc(384) == a
+    big = arena.alloc(3 << 20)  # past the 1 MiB memory: grown
+    assert size[0] >= big + (3 << 20) and arena.used_bytes() >= 3 << 20
+    with pytest.raises(MemoryError, match="cannot grow"):
+        arena.alloc(16 << 20)
+    arena.free(big)
+    assert arena.alloc(3 << 20) == big
