@@ -9,6 +9,7 @@ import numpy as np
 from . import autograd as A
 from .autograd import TensorBase  # (isinstance checks: tensor.Tensor subclasses it)
 from . import dtypes as D
+from .ops_movement import broadcast_shapes
 
 # Host fast paths: a float numpy array (the CPU backend's) and no gradient recorded go straight to the ufunc the
 # backend would call (the checks, promotions and dispatch layers below cost more than the op on small tensors)
@@ -69,6 +70,11 @@ def _binary(op, a, b, reverse):
     if isinstance(b, TensorBase):
         if a.device is not b.device and a.device != b.device:
             _check_device(a, b)
+        ad, bd = a._data, b._data
+        if ad.__class__ is _ND and bd.__class__ is _ND and ad.dtype is bd.dtype and ad.dtype in _HOST_FLOAT:
+            if ad.shape != bd.shape:  # host floats of one dtype (recording a gradient): nothing to promote
+                broadcast_shapes(ad.shape, bd.shape)
+            return A.prim_binary(op, b, a) if reverse else A.prim_binary(op, a, b)
         da, db = a.dtype, b.dtype
         if da is not db:
             # a 0-d tensor does not promote a dimensioned one within the same category (torch)
@@ -124,7 +130,6 @@ def _check_divisor(op, a, b):
 
 
 def _check_broadcast(a, b):
-    from .ops_movement import broadcast_shapes
     broadcast_shapes(a.shape, b.shape)
 
 
