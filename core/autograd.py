@@ -97,7 +97,7 @@ def _record(out, kind, inputs, arg=None, saved=None):
         for t in inputs:
             if t is not None and t.requires_grad:
                 out.requires_grad = True
-                out._ctx = Node(kind, tuple(_frozen(t) for t in inputs), arg, saved)
+                out._ctx = Node(kind, tuple([_frozen(t) for t in inputs]), arg, saved)
                 break
     return out
 

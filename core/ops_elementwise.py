@@ -9,13 +9,15 @@ import numpy as np
 from . import autograd as A
 from .autograd import TensorBase  # (isinstance checks: tensor.Tensor subclasses it)
 from . import dtypes as D
+from .ops_movement import broadcast_shapes
 
 # Host fast paths: a float numpy array (the CPU backend's) and no gradient recorded go straight to the ufunc the
 # backend would call (the checks, promotions and dispatch layers below cost more than the op on small tensors)
 _ND = np.ndarray
 _HOST_FLOAT = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16))
 _HOST_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide, "maximum": np.maximum,
-                "minimum": np.minimum}
+                "minimum": np.minimum, "pow": np.power, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
+                "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
 _HOST_UNARY = {"exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "sqrt": np.sqrt, "tanh": np.tanh}
 _GRAD = A._GRAD
 
@@ -32,23 +34,47 @@ def _check_device(a, b):
         raise ValueError(f"ember: expected all tensors on the same device, got {a.device} and {b.device}")
 
 
-def binary(op, a, b, reverse=False):
-    """a: Tensor; b: Tensor, Python scalar or array-like. Promotes dtypes as torch."""
-    bc = b.__class__
-    ad = a._data
-    if ad.__class__ is _ND and ad.ndim and ad.dtype in _HOST_FLOAT and not (_GRAD[0] and a.requires_grad):
-        f = _HOST_BINARY.get(op)
-        if f is not None:
+def _host_op(op, f, reverse):
+    """binary(op, a, b, reverse) with the host fast path inline: float numpy arrays of one dtype (the CPU backend's)
+    recording no gradient go straight to the ufunc the backend would call, broadcasting as it does; anything else
+    (and a broadcast numpy refuses, for ember's error) takes the general path. The Tensor operators are these."""
+    def fast(a, b, reverse=reverse):
+        ad = a._data
+        if ad.__class__ is _ND and ad.ndim and ad.dtype in _HOST_FLOAT and not (_GRAD[0] and a.requires_grad):
+            bc = b.__class__
             if bc is float or bc is int:  # (a float tensor keeps its dtype with a Python scalar, as torch)
                 return a._new(f(b, ad) if reverse else f(ad, b))
             if isinstance(b, TensorBase):
                 bd = b._data
-                if bd.__class__ is _ND and bd.dtype is ad.dtype and bd.shape == ad.shape and b.device is a.device \
+                if bd.__class__ is _ND and bd.dtype is ad.dtype and b.device is a.device \
                         and not (_GRAD[0] and b.requires_grad):
-                    return a._new(f(bd, ad) if reverse else f(ad, bd))
+                    if bd.shape == ad.shape:
+                        return a._new(f(bd, ad) if reverse else f(ad, bd))
+                    try:
+                        return a._new(f(bd, ad) if reverse else f(ad, bd))
+                    except ValueError:
+                        pass  # shapes that do not broadcast: the general path names them
+        return _binary(op, a, b, reverse)
+    fast.__name__ = op
+    return fast
+
+
+def binary(op, a, b, reverse=False):
+    """a: Tensor; b: Tensor, Python scalar or array-like. Promotes dtypes as torch."""
+    fast = _FAST.get(op)
+    return fast(a, b, reverse) if fast is not None else _binary(op, a, b, reverse)
+
+
+def _binary(op, a, b, reverse):
+    bc = b.__class__
     if isinstance(b, TensorBase):
         if a.device is not b.device and a.device != b.device:
             _check_device(a, b)
+        ad, bd = a._data, b._data
+        if ad.__class__ is _ND and bd.__class__ is _ND and ad.dtype is bd.dtype and ad.dtype in _HOST_FLOAT:
+            if ad.shape != bd.shape:  # host floats of one dtype (recording a gradient): nothing to promote
+                broadcast_shapes(ad.shape, bd.shape)
+            return A.prim_binary(op, b, a) if reverse else A.prim_binary(op, a, b)
         da, db = a.dtype, b.dtype
         if da is not db:
             # a 0-d tensor does not promote a dimensioned one within the same category (torch)
@@ -75,7 +101,7 @@ def binary(op, a, b, reverse=False):
         if reverse:
             b = a.new_full((), b)
     else:
-        return binary(op, a, _as_tensor(b, a), reverse)
+        return _binary(op, a, _as_tensor(b, a), reverse)
     if reverse:
         a, b = b, a
     if op in _INT_DIVISION and not a.dtype.is_float:
@@ -84,6 +110,13 @@ def binary(op, a, b, reverse=False):
 
 
 _INT_DIVISION = ("floordiv", "fmod")
+_FAST = {op: _host_op(op, f, False) for op, f in _HOST_BINARY.items()}
+radd, rsub = _FAST["add"], _host_op("sub", np.subtract, True)
+
+
+def binary_fn(op):
+    """f(a, b) = binary(op, a, b), as one function (a Tensor method)."""
+    return _FAST[op]
 
 
 def _check_divisor(op, a, b):
@@ -97,7 +130,6 @@ def _check_divisor(op, a, b):
 
 
 def _check_broadcast(a, b):
-    from .ops_movement import broadcast_shapes
     broadcast_shapes(a.shape, b.shape)
 
 
@@ -196,9 +228,8 @@ def _unary(op, float_only=True):
 
     def f(x):
         d = x._data
-        if host is not None and d.__class__ is _ND and d.ndim and d.dtype in _HOST_FLOAT and \
-                not (_GRAD[0] and x.requires_grad):
-            return x._new(host(d))
+        if d.__class__ is _ND and d.ndim and d.dtype in _HOST_FLOAT and not (_GRAD[0] and x.requires_grad):
+            return x._new(host(d) if host is not None else x.device._backend.unary(op, d))
         if float_only and not x.dtype.is_float:
             x = A.prim_cast(x, D.float32)
         return A.prim_unary(op, x)

@@ -13,13 +13,21 @@ from .ops_movement import norm_dim
 
 
 def _check_index(idx, size, what, negative):
-    if idx.numel() == 0:
-        return
-    lo, hi = int(idx.min().item()), int(idx.max().item())
+    """The smallest index (None where there is none), after checking every one is in range."""
+    d = idx._data
+    if d.__class__ is np.ndarray:  # host indices: numpy's own min and max, no tensor reductions
+        if not d.size:
+            return None
+        lo, hi = int(d.min()), int(d.max())
+    else:
+        if idx.numel() == 0:
+            return None
+        lo, hi = int(idx.min().item()), int(idx.max().item())
     if lo < (-size if negative else 0) or hi >= size:
         bad = hi if hi >= size else lo
         valid = f"[{-size}, {size - 1}]" if negative else f"[0, {size - 1}]"
         raise IndexError(f"ember: {what}: index {bad} is out of bounds for size {size} (valid: {valid})")
+    return lo
 
 
 def _long_index(idx, size, what, device=None, negative=False):
@@ -36,8 +44,8 @@ def _long_index(idx, size, what, device=None, negative=False):
     if idx.dtype.is_float:
         raise IndexError(f"ember: {what}: indices must be integers, got {idx.dtype}")
     idx = A.prim_cast(idx, D.int64)
-    _check_index(idx, size, what, negative)
-    if negative and idx.numel() and int(idx.min().item()) < 0:
+    lo = _check_index(idx, size, what, negative)
+    if negative and lo is not None and lo < 0:
         idx = A.prim_where(idx < 0, idx + size, idx)
     return idx
 

@@ -29,9 +29,12 @@ def _size_args(size):
     return tuple(size)
 
 
+_INTS = {int}  # (sizes all Python ints: a set of their types, no per-size Python frame)
+
+
 def reshape(x, *shape):
     d = x._data
-    if d.__class__ is np.ndarray and not (A._GRAD[0] and x.requires_grad) and all(s.__class__ is int for s in shape):
+    if d.__class__ is np.ndarray and not (A._GRAD[0] and x.requires_grad) and set(map(type, shape)) == _INTS:
         try:  # a host array recording no gradient: numpy's reshape is the primitive's (a view where it can be)
             return x._new(d.reshape(shape))
         except ValueError:

@@ -60,6 +60,13 @@ def prod(x, dim=None, keepdim=False, dtype=None):
 
 
 def mean(x, dim=None, keepdim=False, dtype=None):
+    d = x._data
+    if dtype is None and d.__class__ is _ND and d.dtype in _HOST_FLOAT and not (A._GRAD[0] and x.requires_grad):
+        axes = _axes(x, dim)  # host floats, no gradient: the sum primitive and the scale, as below, on the arrays
+        if axes:
+            n = math.prod(d.shape[a] for a in axes)
+            y = np.multiply(x.device._backend.reduce("sum", d, axes, keepdim), 1.0 / n if n else float("nan"))
+            return x._new(y if y.__class__ is _ND else np.asarray(y))
     if dtype is not None:
         x = A.prim_cast(x, D.get(dtype))
     if not x.dtype.is_float:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import dtypes as D
 from .array_module_backend import _BF16, _F16, _F32, ArrayModuleBackend
-from .cpu_matmul import NO_BLAS, blas_ready, deterministic, mm, native_kernels
+from .cpu_matmul import NO_BLAS, _deterministic, blas_ready, deterministic, mm, native_kernels
 from .numpy_conv import conv as _conv_im2col
 
 _MATVEC_MIN = 1 << 18  # elements of a weight past which a row-vector product goes to the C matvec (1 MiB)
@@ -54,6 +54,8 @@ class NumpyBackend(ArrayModuleBackend):
 
     # -- compute ----------------------------------------------------------------------------------
     def matmul(self, a, b):
+        if a.dtype is _F32 and b.size < 16384 and a.ndim == 2 and not NO_BLAS and not _deterministic[0]:
+            return np.matmul(blas_ready(a), blas_ready(b))  # small matrices: what the checks below come to
         if a.dtype is _BF16:
             return self._down(mm(self._up(a), self._up(b)))
         if a.dtype is _F16:  # no f16 BLAS: accumulate in float32, round once (as torch CPU)
