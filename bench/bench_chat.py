@@ -10,13 +10,11 @@ llama.cpp's best in this run. The chat prompt is the rendered conversation (its 
 """
 from __future__ import annotations
 
-import argparse
-
 import ember
 from ember.models.common.chat import ChatEngine, ChatSession
 from ember.models.text import load_text_model
 from ember.models.text.smollm2 import fetch_smollm2
-from llamacpp_race import best_runs, print_report, speed_report
+from llamacpp_race import best_runs, llamacpp_model, parse_args, print_report, speed_report
 
 SYSTEM = "You are a helpful assistant who answers in a few sentences."
 TURNS = ["Tell me about the history of Paris, the capital of France.", "And what about its most famous museum?"]
@@ -35,13 +33,7 @@ def turns_ttft(engine, n):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args()
-    import llama_cpp
+    a = parse_args(__doc__, tokens=32)
     from ember.backends.cpu_matmul import native_kernels
     path = fetch_smollm2(progress=True)
     model, tok = load_text_model(path)
@@ -49,8 +41,7 @@ def main():
         native_kernels().set_threads(a.threads)
     engine = ChatEngine(model, tok)
     prompt = engine.prompt_ids([{"role": "system", "content": SYSTEM}, {"role": "user", "content": TURNS[0]}])
-    llm = llama_cpp.Llama(str(path), n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, logits_all=True,
-                          verbose=False, type_k=0, type_v=0)
+    llm = llamacpp_model(path, 1024, a.threads)
     e, l = best_runs(model, llm, prompt, a.tokens, a.repeats)
     with ember.no_grad():
         ttft = [turns_ttft(engine, 8) for _ in range(a.repeats)]

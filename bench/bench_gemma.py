@@ -8,27 +8,18 @@ down); the ratio is ember's best over llama.cpp's best, measured in this run.
 """
 from __future__ import annotations
 
-import argparse
-
 from ember.models.gemma3.fetch import fetch_gemma3_270m
 from ember.models.gemma3.load import load_gguf
-from llamacpp_race import best_runs, print_report, speed_report
+from llamacpp_race import best_runs, llamacpp_model, parse_args, print_report, speed_report
 
 PROMPT = "The capital of France is a city that has been at the centre of European history for centuries, and"
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args()
-    import llama_cpp
+    a = parse_args(__doc__, tokens=16)
     path = fetch_gemma3_270m(progress=True)
     model, tok = load_gguf(path)
-    llm = llama_cpp.Llama(str(path), n_ctx=512, n_threads=a.threads, n_threads_batch=a.threads, logits_all=True,
-                          verbose=False, type_k=0, type_v=0)
+    llm = llamacpp_model(path, 512, a.threads)
     prompt = tok.encode(PROMPT)
     e, l = best_runs(model, llm, prompt, a.tokens, a.repeats)
     res = {**speed_report(path, prompt, a.tokens, a.threads, e, l), "same_tokens": e["tokens"] == l["tokens"]}

@@ -4,12 +4,30 @@ benchmarks (bench_chat.py, bench_gemma.py).
 """
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
 
 import ember
 from ember.models.common.generate import SamplingParams, generate
+
+
+def parse_args(doc, tokens):
+    """--tokens (default `tokens`), --repeats, --threads and --json, described by the first line of doc."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=tokens)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    return ap.parse_args()
+
+
+def llamacpp_model(path, n_ctx, threads):
+    """llama.cpp on path with every logit kept and a float32 KV cache (as ember's), at `threads` threads."""
+    import llama_cpp
+    return llama_cpp.Llama(str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, logits_all=True,
+                           verbose=False, type_k=0, type_v=0)
 
 
 def run_ember(model, prompt, n):

@@ -39,23 +39,19 @@ CONFIGS = _configs()
 saved = saved_fixture(CONFIGS)
 
 
-def _ids(n, seed=0, rows=1):
-    return random_ids(n, V, seed, rows)
-
-
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_moe_logits_match_transformers(saved, kind, device):
     ref, folder = saved(kind)
     model = from_pretrained(folder, device=device)
     assert isinstance(model.model.layers[0].mlp, ember.nn.MoE)
-    check_logits(model, ref, _ids(13, rows=2))
+    check_logits(model, ref, random_ids(13, V, rows=2))
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_moe_greedy_tokens_match_transformers(saved, kind, device):
     ref, folder = saved(kind)
     model = from_pretrained(folder, device=device)
-    prompt = _ids(5, seed=1)
+    prompt = random_ids(5, V, seed=1)
     n = 10 if device == "cpu" else 5   # past Mixtral's sliding window (6) on cpu
     want = reference_greedy(ref, prompt[0].tolist(), n)
     assert list(generate(model, prompt[0].tolist(), n, SamplingParams(temperature=0))) == want

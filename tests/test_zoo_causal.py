@@ -53,15 +53,11 @@ CONFIGS = _configs()
 saved = saved_fixture(CONFIGS)
 
 
-def _ids(n, seed=0, rows=1):
-    return random_ids(n, V, seed, rows)
-
-
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_logits_match_transformers(saved, kind, device):
     ref, folder = saved(kind)
     model = from_pretrained(folder, device=device)
-    first, rest = check_logits(model, ref, _ids(13, rows=2))
+    first, rest = check_logits(model, ref, random_ids(13, V, rows=2))
     assert rest.past_key_values is first.past_key_values and rest.past_key_values.pos == 13
 
 
@@ -69,7 +65,7 @@ def test_logits_match_transformers(saved, kind, device):
 def test_greedy_tokens_match_transformers(saved, kind, device):
     ref, folder = saved(kind)
     model = from_pretrained(folder, device=device)
-    prompt = _ids(5, seed=1)
+    prompt = random_ids(5, V, seed=1)
     n = 12 if device == "cpu" else 6   # past the sliding window (6) on cpu
     want = reference_greedy(ref, prompt[0].tolist(), n)
     got = list(generate(model, prompt[0].tolist(), n, SamplingParams(temperature=0)))
@@ -80,7 +76,7 @@ def test_greedy_tokens_match_transformers(saved, kind, device):
 def test_left_padded_batch_equals_each_prompt_alone(saved, kind):
     _, folder = saved(kind)
     model = from_pretrained(folder)
-    prompts = [_ids(7, seed=2)[0].tolist(), _ids(3, seed=3)[0].tolist(), _ids(5, seed=4)[0].tolist()]
+    prompts = [random_ids(n, V, seed=seed)[0].tolist() for n, seed in ((7, 2), (3, 3), (5, 4))]
     greedy = SamplingParams(temperature=0)
     alone = [list(generate(model, p, 6, greedy)) for p in prompts]
     streamed = []
