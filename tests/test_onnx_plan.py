@@ -87,3 +87,103 @@ def test_intermediate_outputs_survive_freeing():
     (r, y) = sess.run(["r", "y"], {"x": x})
     np.testing.assert_array_equal(r, x.reshape(6, 4))
     assert y.shape == (6, 4)
+
+
+def _conv_if_lstm_graph():
+    """Conv -> Relu, Conv -> Sigmoid -> Mul (SiLU), a Conv whose output an If branch also reads, nested Ifs on
+    shapes (Shape -> Gather -> Equal) whose branches Squeeze / Slice / Unsqueeze, and a bidirectional LSTM with
+    biases and initial states: each against onnxruntime, fed shapes that switch the branches run to run."""
+    ort, T, helper, nh = _tools()
+    rng = np.random.default_rng(1)
+
+    def c(name, v):
+        return nh.from_array(np.asarray(v), name)
+
+    def f32(*shape):
+        return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+    hid = 6
+    then_inner = helper.make_graph([helper.make_node("Squeeze", ["a2", "ax2"], ["sq"])], "then_inner", [],
+                                   [helper.make_tensor_value_info("sq", T.FLOAT, None)])
+    else_inner = helper.make_graph([helper.make_node("Slice", ["a2", "st", "en", "ax2"], ["sl"]),
+                                    helper.make_node("Squeeze", ["sl", "ax2"], ["sq2"])], "else_inner", [],
+                                   [helper.make_tensor_value_info("sq2", T.FLOAT, None)])
+    then_b = helper.make_graph([
+        helper.make_node("Shape", ["a2"], ["s2"]),
+        helper.make_node("Gather", ["s2", "i2"], ["width"], axis=0),
+        helper.make_node("Equal", ["width", "one_i"], ["is1"]),
+        helper.make_node("If", ["is1"], ["picked"], then_branch=then_inner, else_branch=else_inner),
+        helper.make_node("Add", ["picked", "a1_last"], ["t_out"])], "then_b", [],
+        [helper.make_tensor_value_info("t_out", T.FLOAT, None)])
+    else_b = helper.make_graph([helper.make_node("ReduceMean", ["a2"], ["e_out"], axes=[2], keepdims=0)], "else_b",
+                               [], [helper.make_tensor_value_info("e_out", T.FLOAT, None)])
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1]),
+        helper.make_node("Relu", ["c1"], ["a1"]),
+        helper.make_node("Conv", ["a1", "w2"], ["c2"], pads=[1, 1], strides=[2]),
+        helper.make_node("Sigmoid", ["c2"], ["s"]),
+        helper.make_node("Mul", ["c2", "s"], ["a2"]),
+        helper.make_node("Conv", ["x", "w1", "b2"], ["c3"], pads=[1, 1]),  # a branch reads it too: not fused
+        helper.make_node("Relu", ["c3"], ["a3"]),
+        helper.make_node("Slice", ["c3", "m1", "big", "ax2"], ["a1_last"]),
+        helper.make_node("Shape", ["a2"], ["s1"]),
+        helper.make_node("Gather", ["s1", "i0"], ["n"], axis=0),
+        helper.make_node("Equal", ["n", "one_i"], ["is_one"]),
+        helper.make_node("If", ["is_one"], ["y"], then_branch=then_b, else_branch=else_b),
+        helper.make_node("Transpose", ["a3"], ["seq"], perm=[2, 0, 1]),  # (time, batch, channels)
+        helper.make_node("LSTM", ["seq", "W", "R", "B", "", "h0", "c0"], ["Y", "Yh", "Yc"], hidden_size=hid,
+                         direction="bidirectional"),
+    ]
+    inits = [c("w1", f32(4, 3, 3)), c("b1", f32(4)), c("w2", f32(4, 4, 3)), c("b2", f32(4)),
+             c("i0", np.int64(0)), c("i2", np.int64(2)), c("one_i", np.int64(1)), c("ax2", np.array([2], np.int64)),
+             c("st", np.array([0], np.int64)), c("en", np.array([1], np.int64)), c("m1", np.array([-1], np.int64)),
+             c("big", np.array([2 ** 62], np.int64)), c("W", f32(2, 4 * hid, 4)), c("R", f32(2, 4 * hid, hid)),
+             c("B", f32(2, 8 * hid))]
+    g = helper.make_graph(nodes, "fast", [helper.make_tensor_value_info("x", T.FLOAT, ["n", 3, "t"]),
+                                          helper.make_tensor_value_info("h0", T.FLOAT, [2, "n", hid]),
+                                          helper.make_tensor_value_info("c0", T.FLOAT, [2, "n", hid])],
+                          [helper.make_tensor_value_info(n, T.FLOAT, None) for n in ("y", "a3", "Y", "Yh", "Yc")],
+                          initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_fused_convs_inlined_ifs_and_lstm_match_onnxruntime(device):
+    ort = _tools()[0]
+    from ember.onnx import InferenceSession
+    model = _conv_if_lstm_graph()
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    sess = InferenceSession(model, device=device)
+    rng = np.random.default_rng(2)
+    # batch 1 takes the then branch (inner then at width 1, inner else at 2+), batch 2 the else branch; each
+    # shape twice in a row (what a node keeps from its last run is used) and again later (kept for another shape)
+    for n, t in [(1, 2), (1, 2), (1, 4), (1, 4), (2, 5), (2, 5), (1, 1), (1, 4), (2, 3), (1, 2)]:
+        feeds = {"x": rng.standard_normal((n, 3, t)).astype(np.float32),
+                 "h0": rng.standard_normal((2, n, 6)).astype(np.float32),
+                 "c0": rng.standard_normal((2, n, 6)).astype(np.float32)}
+        want = ref.run(None, feeds)
+        got = sess.run(None, feeds)
+        for name, g, w in zip(("y", "a3", "Y", "Yh", "Yc"), got, want):
+            assert g.shape == w.shape, (name, n, t)
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{name} at {(n, t)}")
+
+
+def test_conv_activations_fuse_and_ifs_run_inline():
+    """The plan of that graph: Conv+Relu and Conv+SiLU are one step each, the Conv whose output a branch reads
+    keeps its Relu, both Ifs run inline (no subgraph run), and a branch's inner value is no output of run()."""
+    import pytest
+
+    from ember.onnx import InferenceSession
+    from ember.onnx.wire import OnnxFormatError
+    sess = InferenceSession(_conv_if_lstm_graph())
+    steps = sess._steps[id(sess.model.graph)]
+    assert sorted(s.fn.__name__ for s in steps if s.node.op_type == "Conv") == ["_conv", "_conv_relu", "_conv_silu"]
+    assert [s.node.op_type for s in steps if s.node.op_type in ("Relu", "Sigmoid", "Mul")] == ["Relu"]
+    assert all(s.branches is not None for g in sess._steps.values() for s in g if s.node.op_type == "If")
+    runs = []
+    run_graph = sess._run_graph
+    sess._run_graph = lambda g, *a, **k: runs.append(g.name) or run_graph(g, *a, **k)
+    x = np.ones((1, 3, 4), np.float32)
+    h = np.zeros((2, 1, 6), np.float32)
+    sess.run(None, {"x": x, "h0": h, "c0": h})
+    assert runs == ["fast"]
+    with pytest.raises(OnnxFormatError, match="never produced"):
+        sess.run(["picked"], {"x": x, "h0": h, "c0": h})

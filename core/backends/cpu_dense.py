@@ -55,6 +55,9 @@ def choose_conv(be, tune, x_shape, w_shape, stride, dilation, groups):
     return len(w_shape) == 4 and min(w_shape[2:]) > 1 and taps >= tune["min_taps"]
 
 
+_SMALL_EPILOGUE = 1 << 12  # output elements up to which conv_bias_act adds the bias (and ReLU) in numpy
+
+
 def conv_bias(be, x, w, b, stride, padding, dilation, groups):
     return conv_bias_act(be, x, w, b, stride, padding, dilation, groups, None)
 
@@ -72,6 +75,11 @@ def conv_bias_act(be, x, w, b, stride, padding, dilation, groups, act):
         return fk.conv2d(np.ascontiguousarray(x), np.ascontiguousarray(w), b, tuple(stride), tuple(padding),
                          tuple(dilation), groups, act)
     y = be.conv(x, w, stride, padding, dilation, groups)                  # (N, O, *out)
+    if y.size <= _SMALL_EPILOGUE and act in (None, "relu") and b is not None and y.dtype is _F32 and b.dtype is _F32:
+        # a small output (a streaming model's conv): numpy's in-place add and max cost less than the kernel's
+        # call, with the same bits (one float add; max keeps NaN as rows.c does)
+        y += b.reshape((-1,) + (1,) * (y.ndim - 2))
+        return y if act is None else np.maximum(y, 0, out=y)
     fk = float_kernels() if y.dtype is _F32 and y.flags.c_contiguous else None
     if fk is not None and (b is not None or act is not None):
         return fk.bias_act(y, b, act, out=y, channels=y.shape[1] if b is not None else 0) if y.size else y

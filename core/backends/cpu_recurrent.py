@@ -7,9 +7,10 @@ import numpy as np
 
 
 def _sigmoid_(a):
-    """a <- 1 / (1 + exp(-a)), in place."""
+    """a <- 1 / (1 + exp(-a)), in place (exp overflowing to inf is 1 / inf = 0: the right limit, no warning)."""
     np.negative(a, out=a)
-    np.exp(a, out=a)
+    with np.errstate(over="ignore"):
+        np.exp(a, out=a)
     a += 1
     np.reciprocal(a, out=a)
     return a

@@ -25,6 +25,15 @@ def conv(x, w, stride, padding, dilation, groups):
     p = math.prod(out)
     if nd == 2 and g == 1 and (not NO_BLAS or wasm_kernels() is not None) and any(v != 1 for v in k):
         return _conv2d_bands(x, w, stride, dilation, out)
+    if nd == 1 and g == 1 and k[0] <= 8 and c * k[0] * p <= _SMALL_1D:
+        # a small 1-D conv (a streaming model's: Silero VAD's encoder): the columns written tap by tap from
+        # strided slices, without as_strided's view and the transposing copy (their fixed cost is most of it)
+        cols = np.empty((n, c, k[0], p), x.dtype)                           # (N, C, K, P)
+        span = stride[0] * (p - 1) + 1
+        for j in range(k[0]):
+            cols[:, :, j] = x[:, :, j * dilation[0]:j * dilation[0] + span:stride[0]]
+        y = mm(w.reshape(o, -1), cols.reshape(n, c * k[0], p))               # (N, O, P)
+        return y
     if all(v == 1 for v in k):  # 1x1: a plain matmul over (strided) pixels
         xs = x[(slice(None), slice(None)) + tuple(slice(0, stride[i] * (out[i] - 1) + 1, stride[i]) for i in range(nd))]
         cols = xs.reshape(n, g, cg, p)                                     # (N, g, Cg, P)
@@ -35,6 +44,9 @@ def conv(x, w, stride, padding, dilation, groups):
     wm = w.reshape(g, og, -1)                                              # (g, Og, Cg*K)
     y = mm(wm[None], cols)                                                 # (N, g, Og, P)
     return y.reshape((n, o) + out)
+
+
+_SMALL_1D = 1 << 16  # im2col elements up to which a 1-D conv builds its columns tap by tap
 
 
 def _zero_pad(x, padding):

@@ -12,15 +12,18 @@ import math
 import numpy as np
 
 from ..ops_elementwise import gelu, silu
+from .plan import free_names
 
 _DEFAULT = ("", "ai.onnx")
 
 
 class _Renamed:
-    """A node read through other inputs (a fused pattern's): everything else is the original's."""
+    """A node read through other inputs (a fused pattern's), and written to other outputs where given: everything
+    else is the original's."""
 
-    def __init__(self, node, inputs):
+    def __init__(self, node, inputs, outputs=None):
         self._node, self.input = node, inputs
+        self.output = node.output if outputs is None else outputs
 
     def __getattr__(self, name):
         return getattr(self._node, name)
@@ -43,6 +46,10 @@ class _Graph:
             node = step[0]
             for n in node.input:
                 self.uses.setdefault(n, []).append(node)
+            for a in node.attribute:  # what its subgraphs read counts as read by the node (never fused away)
+                for sub in ([a.g] if a.g is not None else []) + list(a.graphs):
+                    for n in free_names(sub):
+                        self.uses.setdefault(n, []).append(node)
             for n in node.output:
                 self.maker[n] = node
         self.outputs = {o.name for o in graph.output}
@@ -78,6 +85,32 @@ def fuse_silu(plan, graph):
             continue
         fused.append((node, fn, attrs, ctx))
     return [p for p in fused if id(getattr(p[0], "_node", p[0])) not in drop]
+
+
+def fuse_conv_act(plan, graph):
+    """Conv, then Relu or SiLU (a fused silu step) as its output's only reader: one conv with the activation (the
+    backend's conv_bias_act epilogue: Silero's encoder, YOLOv8's every Conv-BatchNorm-SiLU)."""
+    from .ops_nn import conv_act_step
+    g = _Graph(plan, graph)
+    act_of = {}  # id(reader node) -> "relu" | "silu"
+    for node, fn, attrs, ctx in plan:
+        if fn is _silu:
+            act_of[id(node)] = "silu"
+        elif node.op_type == "Relu" and node.domain in _DEFAULT and len(node.input) == 1:
+            act_of[id(node)] = "relu"
+    fused, drop = [], set()
+    for node, fn, attrs, ctx in plan:
+        if node.op_type == "Conv" and node.domain in _DEFAULT and len(node.output) == 1 \
+                and node.output[0] not in g.outputs:
+            readers = g.uses.get(node.output[0], [])
+            act = act_of.get(id(readers[0])) if len(readers) == 1 else None
+            if act is not None and list(readers[0].input) == [node.output[0]]:
+                drop.add(id(readers[0]))
+                fused.append((_Renamed(node, list(node.input), list(readers[0].output)), conv_act_step(act), attrs,
+                              ctx))
+                continue
+        fused.append((node, fn, attrs, ctx))
+    return [p for p in fused if id(p[0]) not in drop]
 
 
 def fuse_gelu(plan, graph, consts):

@@ -14,9 +14,9 @@ from .. import ops_indexing as I
 from .. import dtypes as D
 from .. import ops_movement as M
 from .. import ops_reduce as R
-from ..autograd import conv_transpose, prim_pad, prim_unary
+from ..autograd import conv_transpose, fused_kernel, prim_fused, prim_pad, prim_unary
 from ..linalg import matmul
-from ..nn.functional import conv_nd, layer_norm
+from ..nn.functional import conv_act, conv_nd, layer_norm
 from .guard import sized
 from .registry import op
 from .values import axis, cast, host
@@ -51,19 +51,73 @@ def _pad_input(x, pads, value=0.0):
     return prim_pad(x, tuple(spec), value)
 
 
+_MEMO_MAX = 16  # per node: a model fed ever new shapes recomputes, its memo never grows past this
+
+
+def _conv_args(ctx, at, x, w):
+    """(stride, padding, dilation, groups, pads or None) of a Conv on x's spatial shape and w's kernel: ONNX's
+    attributes resolved once per node and shape (a streaming model convolves every chunk alike). pads is None
+    where they are symmetric (padding holds them), else the ONNX pads the input gets first (padding is 0)."""
+    key = (x.shape, w.shape)
+    args = at.memo.get(key)
+    if args is None:
+        n = x.ndim - 2
+        k = at.ints("kernel_shape", list(w.shape[2:]))
+        s, d = at.ints("strides", [1] * n), at.ints("dilations", [1] * n)
+        pads = _auto_pads(at, x.shape[2:], k, s, d, ctx)
+        sym = pads[:n] == pads[n:]
+        args = (tuple(s), tuple(pads[:n]) if sym else (0,) * n, tuple(d), at.i("group", 1), None if sym else pads)
+        if len(at.memo) >= _MEMO_MAX:
+            at.memo.clear()
+        at.memo[key] = args
+    return args
+
+
 @op("Conv")
 def _conv(ctx, ins, at):
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
-    n = x.ndim - 2
-    k = at.ints("kernel_shape", list(w.shape[2:]))
-    s, d = at.ints("strides", [1] * n), at.ints("dilations", [1] * n)
-    pads = _auto_pads(at, x.shape[2:], k, s, d, ctx)
-    sym = pads[:n] == pads[n:]
-    if not sym:
+    s, p, d, g, pads = _conv_args(ctx, at, x, w)
+    if pads is not None:
         x = _pad_input(x, pads)
     # nn.functional's conv: the backend's fused conv + bias where it has one (YOLO's every layer)
-    return conv_nd(x, w, b, tuple(s), tuple(pads[:n]) if sym else (0,) * n, tuple(d), at.i("group", 1), n)
+    return _checked_conv(at, x, w, b, s, p, d, g, None, lambda: conv_nd(x, w, b, s, p, d, g, x.ndim - 2))
+
+
+def _checked_conv(at, x, w, b, s, p, d, g, act, call):
+    """call() (nn.functional's conv_nd, or conv_act with `act`) the first time this node sees x's, w's and b's
+    shapes and dtypes: it checks them and takes them to the backend's kernel (conv_bias with a bias, else
+    conv_bias_act) where it has one; later runs with the same ones call that kernel directly (still looked up
+    each run, in the registry)."""
+    key = (x.shape, x.dtype, w.shape, w.dtype, act, None if b is None else (b.shape, b.dtype))
+    if at.memo.get("conv_checked") == key:
+        if act is None and b is not None:
+            k = fused_kernel("conv_bias", x, w, b)
+            if k is not None:
+                return prim_fused(k, x, w._data, b._data, s, p, d, g)
+        else:
+            k = fused_kernel("conv_bias_act", x, w, b)
+            if k is not None:
+                return prim_fused(k, x, w._data, None if b is None else b._data, s, p, d, g, act)
+    y = call()
+    # what conv_nd / conv_act hand those kernels without a fallback (their checks passed: no error above)
+    if x.ndim in (3, 4) and x.ndim == w.ndim and x.dtype is w.dtype and (b is None or b.dtype is x.dtype):
+        at.memo["conv_checked"] = key
+    return y
+
+
+def conv_act_step(act):
+    """A Conv whose one reader was Relu or SiLU (fuse.py): act(Conv(...)), the activation in the backend's
+    conv_bias_act epilogue where it has one (nn.functional.conv_act; else the conv, then the activation)."""
+    def step(ctx, ins, at):
+        x, w = ins[0], ins[1]
+        b = ins[2] if len(ins) > 2 else None
+        s, p, d, g, pads = _conv_args(ctx, at, x, w)
+        if pads is not None:
+            x = _pad_input(x, pads)
+        return _checked_conv(at, x, w, b, s, p, d, g, act, lambda: conv_act(x, w, b, s, p, d, g, act))
+    step.__name__ = f"_conv_{act}"
+    return step
 
 
 @op("ConvTranspose")

@@ -14,6 +14,7 @@ from .. import ops_elementwise as E
 from .. import ops_indexing as I
 from .. import ops_movement as M
 from ..linalg import matmul
+from ..nn.recurrent import lstm_step
 from .registry import op
 from .values import host
 
@@ -58,6 +59,25 @@ def _activations(at, defaults, n_dirs):
     return [fns[d * k:(d + 1) * k] for d in range(n_dirs)]
 
 
+def _settings(at, kind, r_hidden):
+    """(hidden, direction, n_dirs, activations, clip, plain) of a recurrent node, read once per node: plain is an
+    LSTM of the default activations without clip or input_forget (the lstm_cell kernel's)."""
+    got = at.memo.get(("rnn", r_hidden))
+    if got is None:
+        hidden = at.i("hidden_size", r_hidden)
+        direction = at.s("direction", "forward")
+        n_dirs = 2 if direction == "bidirectional" else 1
+        defaults = {"rnn": ["Tanh"], "gru": ["Sigmoid", "Tanh"], "lstm": ["Sigmoid", "Tanh", "Tanh"]}[kind]
+        clip = at.f("clip")
+        names = [a.lower() for a in at.strings("activations", defaults * n_dirs)]
+        plain = kind == "lstm" and clip is None and not at.i("input_forget", 0) and \
+            names == ["sigmoid", "tanh", "tanh"] * n_dirs
+        if len(at.memo) >= 16:  # (R fed at ever new sizes: recomputed, never grown)
+            at.memo.clear()
+        got = at.memo[("rnn", r_hidden)] = (hidden, direction, n_dirs, _activations(at, defaults, n_dirs), clip, plain)
+    return got
+
+
 def _reverse_index(lens, seq, batch):
     """idx[t, b]: the step a reverse pass reads at time t (each row reversed within its length)."""
     t = np.arange(seq)[:, None]
@@ -77,21 +97,25 @@ def _recurrent(ctx, ins, at, kind):
         h0 = M.permute(h0, 1, 0, 2) if h0 is not None else None
         c0 = M.permute(c0, 1, 0, 2) if c0 is not None else None
     seq, batch = x.shape[0], x.shape[1]
-    hidden = at.i("hidden_size", r.shape[-1])
-    direction = at.s("direction", "forward")
-    n_dirs = 2 if direction == "bidirectional" else 1
     gates = {"rnn": 1, "gru": 3, "lstm": 4}[kind]
-    defaults = {"rnn": ["Tanh"], "gru": ["Sigmoid", "Tanh"], "lstm": ["Sigmoid", "Tanh", "Tanh"]}[kind]
-    acts = _activations(at, defaults, n_dirs)
-    clip = at.f("clip")
+    hidden, direction, n_dirs, acts, clip, plain = _settings(at, kind, r.shape[-1])
     lens = host(seq_lens).astype(np.int64).reshape(-1) if seq_lens is not None else None
     if lens is not None and (lens >= seq).all():
         lens = None  # every row runs the whole sequence: no masking needed
-    zeros = x.new_zeros((batch, hidden))
+    zeros = x.new_zeros((batch, hidden)) if h0 is None or c0 is None or lens is not None else None
+    plain_lstm = plain and lens is None and peep is None
 
     ys, hs, cs = [], [], []
     for d in range(n_dirs):
         reverse = direction == "reverse" or d == 1
+        if plain_lstm:  # the device's lstm_cell kernel, in torch's gate order, a step at a time
+            xs = M.flip(x, 0) if reverse else x
+            y, h, c = _lstm_cells(at, d, xs, w, r, b, h0[d] if h0 is not None else zeros,
+                                  c0[d] if c0 is not None else zeros, hidden)
+            ys.append(M.flip(y, 0) if reverse else y)
+            hs.append(h)
+            cs.append(c)
+            continue
         wd, rd = w[d], r[d]
         xs = x
         if reverse:
@@ -147,6 +171,38 @@ def _recurrent(ctx, ins, at, kind):
         y = M.permute(y, 2, 0, 1, 3)
         y_h, y_c = M.permute(y_h, 1, 0, 2), M.permute(y_c, 1, 0, 2)
     return [y, y_h, y_c] if kind == "lstm" else [y, y_h]
+
+
+# ONNX's LSTM gates are i o f c, torch's (the lstm_cell kernel's) i f g o: torch's k-th gate is ONNX's _TORCH_GATES[k]
+_TORCH_GATES = (0, 2, 3, 1)
+
+
+def _torch_gates(t, hidden):
+    return M.cat([M.narrow(t, 0, k * hidden, hidden) for k in _TORCH_GATES], 0)
+
+
+def _lstm_cells(at, d, xs, w, r, b, h, c, hidden):
+    """Direction d of a plain LSTM (default activations; no clip, peepholes, input_forget or sequence_lens)
+    through nn.recurrent's lstm_step (the lstm_cell kernel where the device has one). xs (seq, batch, input) in the
+    order this direction reads it. Returns (y (seq, batch, H), h, c). The weights in torch's gate order are kept
+    per node while it is handed the same W, R and B tensors (constants: every run)."""
+    key = ("lstm", d)
+    memo = at.memo.get(key)
+    if memo is None or memo[0] is not w or memo[1] is not r or memo[2] is not b:
+        bias = None
+        if b is not None:  # (8H,): Wb | Rb, both added to the input projection
+            bias = _torch_gates(M.narrow(b[d], 0, 0, 4 * hidden) + M.narrow(b[d], 0, 4 * hidden, 4 * hidden), hidden)
+        memo = at.memo[key] = (w, r, b, M.transpose(_torch_gates(w[d], hidden), 0, 1),  # (input, 4H)
+                               _torch_gates(r[d], hidden), bias)                        # (4H, H), (4H,)
+    w_in, w_hh, bias = memo[3:]
+    proj = matmul(xs, w_in)  # (seq, batch, 4H)
+    if bias is not None:
+        proj = proj + bias
+    out = []
+    for t in range(proj.shape[0]):
+        h, c = lstm_step(proj[t], h, c, w_hh, None)
+        out.append(h)
+    return M.stack(out, 0), h, c
 
 
 def _clip(v, clip):

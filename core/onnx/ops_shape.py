@@ -12,7 +12,7 @@ from .. import ops_elementwise as E
 from .. import ops_indexing as I
 from .. import ops_movement as M
 from .. import ops_reduce as R
-from ..autograd import prim_pad
+from ..autograd import prim_index_select, prim_pad
 from ..device import CPU
 from ..tensor import tensor
 from .guard import sized
@@ -89,11 +89,43 @@ def _unsqueeze(x, axes, ctx):
     return M.reshape(x, *shape)
 
 
+def _same_inputs(at, ins):
+    """What this node's operator kept from its last run (_keep) when x (ins[0]) has the same shape and its other
+    inputs (read on the host: axes, starts, indices ...) are the very tensors it read then (constants, or a
+    host step's cached value: every run of a streaming model), else None."""
+    m = at.memo.get("same")
+    if m is not None and m[0] == ins[0].shape and len(m[1]) == len(ins) - 1 and \
+            all(a is b for a, b in zip(m[1], ins[1:])):
+        return m[2]
+    return None
+
+
+def _keep(at, ins, value):
+    at.memo["same"] = (ins[0].shape, tuple(ins[1:]), value)  # (one entry per node: the last run's)
+    return value
+
+
+def _squeeze13(ctx, ins, at):
+    x = ins[0]
+    shape = _same_inputs(at, ins)
+    if shape is None:
+        axes = host_ints(ins[1]) if len(ins) > 1 and ins[1] is not None else None
+        shape = _keep(at, ins, _squeeze(x, axes, ctx).shape)
+    return M.reshape(x, *shape)
+
+
+def _unsqueeze13(ctx, ins, at):
+    x = ins[0]
+    shape = _same_inputs(at, ins)
+    if shape is None:
+        shape = _keep(at, ins, _unsqueeze(x, host_ints(ins[1]), ctx).shape)
+    return M.reshape(x, *shape)
+
+
 op("Squeeze", since=1)(lambda ctx, ins, at: _squeeze(ins[0], at.ints("axes"), ctx))
-op("Squeeze", since=13)(lambda ctx, ins, at: _squeeze(
-    ins[0], host_ints(ins[1]) if len(ins) > 1 and ins[1] is not None else None, ctx))
+op("Squeeze", since=13)(_squeeze13)
 op("Unsqueeze", since=1)(lambda ctx, ins, at: _unsqueeze(ins[0], at.ints("axes"), ctx))
-op("Unsqueeze", since=13)(lambda ctx, ins, at: _unsqueeze(ins[0], host_ints(ins[1]), ctx))
+op("Unsqueeze", since=13)(_unsqueeze13)
 
 
 @op("Concat", since=4)
@@ -135,6 +167,14 @@ def ctx_outputs(at):
 
 
 def _slice(x, starts, ends, axes, steps, ctx):
+    flips, key = _slice_key(x, starts, ends, axes, steps, ctx)
+    if flips:
+        x = M.flip(x, *flips)
+    return x[key]
+
+
+def _slice_key(x, starts, ends, axes, steps, ctx):
+    """(axes to flip first, the basic index that slices the flipped x)."""
     axes = list(range(len(starts))) if axes is None else [axis(a, x.ndim, ctx) for a in axes]
     steps = [1] * len(starts) if steps is None else steps
     key = [slice(None)] * x.ndim
@@ -148,9 +188,7 @@ def _slice(x, starts, ends, axes, steps, ctx):
             s, e, st = n - 1 - s, n - 1 - e, -st
             flips.append(a)
         key[a] = slice(s, max(e, s), st)
-    if flips:
-        x = M.flip(x, *flips)
-    return x[tuple(key)]
+    return flips, tuple(key)
 
 
 @op("Slice", since=1)
@@ -160,8 +198,15 @@ def _slice_attr(ctx, ins, at):
 
 @op("Slice", since=10)
 def _slice_in(ctx, ins, at):
-    opt = [host_ints(v) if v is not None else None for v in (list(ins[3:5]) + [None, None])[:2]]
-    return _slice(ins[0], host_ints(ins[1]), host_ints(ins[2]), opt[0], opt[1], ctx)
+    x = ins[0]
+    got = _same_inputs(at, ins)
+    if got is None:
+        opt = [host_ints(v) if v is not None else None for v in (list(ins[3:5]) + [None, None])[:2]]
+        got = _keep(at, ins, _slice_key(x, host_ints(ins[1]), host_ints(ins[2]), opt[0], opt[1], ctx))
+    flips, key = got
+    if flips:
+        x = M.flip(x, *flips)
+    return x[key]
 
 
 @op("Expand", since=8)
@@ -194,17 +239,29 @@ def _pad(ctx, at, x, pads, value, mode, axes=None):
     if mode not in _PAD_MODES:
         raise ValueError(f"ember: {ctx.where}: Pad mode {mode!r} is not one of {sorted(_PAD_MODES)}")
     sized(at, "pads", [max(d + b + a, 0) for d, b, a in zip(x.shape, before, after)], x.dtype.itemsize)
-    # negative pads crop
-    key = tuple(slice(-b if b < 0 else 0, x.shape[i] + a if a < 0 else None)
-                for i, (b, a) in enumerate(zip(before, after)))
-    x = x[key]
-    before, after = [max(b, 0) for b in before], [max(a, 0) for a in after]
+    if min(before) < 0 or min(after) < 0:  # negative pads crop
+        key = tuple(slice(-b if b < 0 else 0, x.shape[i] + a if a < 0 else None)
+                    for i, (b, a) in enumerate(zip(before, after)))
+        x = x[key]
+        before, after = [max(b, 0) for b in before], [max(a, 0) for a in after]
     if mode == "constant":
         return prim_pad(x, tuple(zip(before, after)), value) if any(before) or any(after) else x
     for i in range(n):
         b, a, d = before[i], after[i], x.shape[i]
-        if not (b or a):
-            continue
+        if b or a:  # (the index is in range by construction: no check per run)
+            x = prim_index_select(x, i, _pad_index(ctx, at, mode, b, a, d))
+    return x
+
+
+_MEMO_MAX = 16  # per node: a model fed ever new shapes recomputes, its memo never grows past this
+
+
+def _pad_index(ctx, at, mode, b, a, d):
+    """The source index of each output cell along one axis of an edge / wrap / reflect Pad, kept per node (a
+    streaming model pads every chunk alike: Silero's STFT)."""
+    key = ("pad", mode, b, a, d, ctx.device)
+    idx = at.memo.get(key)
+    if idx is None:
         idx = np.arange(-b, d + a)
         if mode == "edge":
             idx = np.clip(idx, 0, d - 1)
@@ -214,8 +271,10 @@ def _pad(ctx, at, x, pads, value, mode, axes=None):
             period = 2 * (d - 1) if d > 1 else 1
             idx = np.abs(idx) % period
             idx = np.where(idx >= d, period - idx, idx)
-        x = I.index_select(x, i, ctx.const(idx.astype(np.int64)))
-    return x
+        if len(at.memo) >= _MEMO_MAX:
+            at.memo.clear()
+        idx = at.memo[key] = ctx.const(idx.astype(np.int64))
+    return idx
 
 
 @op("Pad", since=2)
@@ -247,10 +306,14 @@ def _gather(ctx, ins, at):
     ax = axis(at.i("axis", 0), x.ndim, ctx)
     if x.device is CPU and idx.device is CPU and idx.numel() <= 64:
         # a few indices on the CPU (a state's layer, a dim of a shape): made positive in numpy, not by 3 ops
+        one = _same_inputs(at, ins)
+        if one is not None:  # the same one index into the same shape as the last run: the same view
+            return M.reshape(M.narrow(x, ax, one[0], 1), *one[1])
         i = host(idx).astype(np.int64)
         i = np.where(i < 0, i + x.shape[ax], i)
         if i.size == 1 and 0 <= i.item() < x.shape[ax]:  # one index: a view, no index_select
-            return M.reshape(M.narrow(x, ax, i.item(), 1), *x.shape[:ax], *i.shape, *x.shape[ax + 1:])
+            one = _keep(at, ins, (i.item(), (*x.shape[:ax], *i.shape, *x.shape[ax + 1:])))
+            return M.reshape(M.narrow(x, ax, one[0], 1), *one[1])
         idx = tensor(i)
     else:
         idx = _positive(cast(idx, D.int64), x.shape[ax])

@@ -18,6 +18,7 @@ from ..device import CPU
 from ..errors import EmberError, LimitError
 from ..tensor import Tensor
 from .guard import BROADCAST, broadcast_check, out_of_memory
+from .values import host
 from .wire import OnnxFormatError
 
 
@@ -45,11 +46,14 @@ _CACHE_MAX = 16  # cached shape keys per host step (a model fed many shapes reco
 
 class Step:
     __slots__ = ("node", "fn", "attrs", "ctx", "ins", "outs", "host", "of_shape", "host_idx", "need_dev",
-                 "drop", "cache", "broadcasts")
+                 "drop", "cache", "broadcasts", "named", "out1", "branches")
 
     def __init__(self, node, fn, attrs, ctx):
         self.node, self.fn, self.attrs, self.ctx = node, fn, attrs, ctx
         self.ins, self.outs = tuple(node.input), tuple(node.output)
+        self.named = all(self.ins)  # no omitted optional input: every input is read from the environment
+        self.out1 = self.outs[0] if self.outs else ""  # where a single (non-list) result goes
+        self.branches = None  # an inlined If: ((steps, output names, names to drop after) of then, of else)
         self.host = self.of_shape = False
         self.host_idx, self.need_dev, self.drop, self.cache = (), (), (), {}
         self.broadcasts = node.op_type in BROADCAST and node.domain in ("", "ai.onnx")
@@ -147,6 +151,47 @@ def build(plan, graph, consts, host_context, is_main):
     return steps, host_consts
 
 
+def defined_once(graph) -> bool:
+    """Is every value name of the model (graph inputs, initializers, node outputs, in every graph and subgraph)
+    defined once? ONNX asks for it; where a model breaks the rule, a subgraph's names could shadow its outer
+    scope's, and its If branches are not run in the enclosing environment (inline_ifs)."""
+    seen = set()
+
+    def walk(g):
+        for name in [v.name for v in g.input] + [t.name for t in g.initializer] + \
+                [n for node in g.node for n in node.output if n]:
+            if name in seen:
+                return False
+            seen.add(name)
+        return all(walk(sub) for node in g.node for a in node.attribute
+                   for sub in ([a.g] if a.g is not None else []) + list(a.graphs))
+    return walk(graph)
+
+
+def inline_ifs(steps_of, graphs):
+    """Mark each default-domain If step of `graphs` to run its chosen branch's steps in its own environment
+    (plan.run) instead of a subgraph run (a fresh environment, its outer values copied in): Silero VAD runs 7
+    small branches a call. Call only where `defined_once`. The branch's constants must be in the environment
+    the If runs in (the session puts them there). Returns {id(branch graph): id(graph it runs in)}."""
+    runs_in = {}
+    for g in graphs:
+        for st in steps_of[id(g)]:
+            if st.node.op_type != "If" or st.node.domain not in ("", "ai.onnx") or st.host:
+                continue
+            subs = {a.name: a.g for a in st.node.attribute if a.g is not None}
+            pair = (subs.get("then_branch"), subs.get("else_branch"))
+            if None in pair or any(len(b.output) < len([n for n in st.outs]) for b in pair):
+                continue
+            branches = []
+            for b in pair:
+                outs = tuple(o.name for o in b.output)
+                made = {n for bst in steps_of[id(b)] for n in bst.outs if n}
+                branches.append((steps_of[id(b)], outs, tuple(n for n in outs if n in made)))
+                runs_in[id(b)] = id(g)
+            st.branches = tuple(branches)
+    return runs_in
+
+
 def run(steps, env, hv, where, free=True):
     """Run `steps` over `env` (names -> values, holding constants, feeds and the outer scope) and `hv`
     (names -> host values: the host constants at the start)."""
@@ -178,24 +223,40 @@ def run(steps, env, hv, where, free=True):
                 for n, h, d in zip(st.outs, hit[0], hit[1]):
                     if n:
                         hv[n], env[n], keys[n] = h, d, key
+            elif st.branches is not None:  # an If run in this environment (inline_ifs): no subgraph run
+                c = st.ins[0]
+                v = hv[c] if st.host_idx else _read(env, c, st, where)
+                b_steps, b_outs, b_local = st.branches[0 if bool(host(v).reshape(-1)[0]) else 1]
+                run(b_steps, env, hv, where, free)
+                try:
+                    for n, b in zip(st.outs, b_outs):
+                        if n:
+                            env[n] = env[b]
+                except KeyError as e:
+                    raise OnnxFormatError(f"ember: {where}: node {st.node.name or 'If'!r} (If): its branch's "
+                                          f"output {e.args[0]!r} is never produced") from None
+                for b in b_local:
+                    env.pop(b, None)
             else:
                 try:
-                    ins = [env[n] if n else None for n in st.ins]
+                    ins = [env[n] for n in st.ins] if st.named else [env[n] if n else None for n in st.ins]
                 except KeyError as e:
                     raise _unknown(st, e.args[0], where) from None
-                for i in st.host_idx:
-                    ins[i] = hv[st.ins[i]]
-                st.ctx.scope = env  # what a subgraph of this node sees
+                if st.host_idx:
+                    for i in st.host_idx:
+                        ins[i] = hv[st.ins[i]]
+                ctx = st.ctx
+                ctx.scope = env  # what a subgraph of this node sees
                 if st.broadcasts:
                     broadcast_check(st.attrs, ins)
-                outs = st.fn(st.ctx, ins, st.attrs)
+                outs = st.fn(ctx, ins, st.attrs)
                 if isinstance(outs, (list, tuple)):
                     for n, v in zip(st.outs, outs):
                         if n:
                             env[n] = v
-                elif st.outs and st.outs[0]:
-                    env[st.outs[0]] = outs
-            if free:
+                elif st.out1:
+                    env[st.out1] = outs
+            if free and st.drop:
                 for n in st.drop:
                     env.pop(n, None)
     except MemoryError as e:  # past what guard.py's checks bound: still ember's error, naming the node

@@ -49,6 +49,9 @@ class Attrs:
         self.node, self.where = node, where
         self.by_name = {a.name: a for a in node.attribute}
         self._decoded = {}  # (getter, name) -> the attribute's value, decoded on first read (ops run often)
+        # what an operator derives once from its attributes and constant inputs and reuses run to run (an LSTM's
+        # reordered weights, a Conv's resolved pads); its users keep it bounded
+        self.memo = {}
 
     def __contains__(self, name):
         return name in self.by_name

@@ -9,7 +9,7 @@ from ..autograd import no_grad
 from ..device import CPU, device as as_device
 from ..tensor import Tensor, tensor
 from . import plan as P
-from .fuse import dedupe, fuse_attention, fuse_gelu, fuse_linear, fuse_silu
+from .fuse import dedupe, fuse_attention, fuse_conv_act, fuse_gelu, fuse_linear, fuse_silu
 from .proto import load_model
 from .registry import HOST_INPUTS, Attrs, lookup
 from .tensor_data import BFLOAT16, NAMES, NP_OF, STRING, to_numpy
@@ -53,10 +53,16 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
 
 
+_PLAIN = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int64, np.int32, np.int8, np.uint8,
+                                         np.bool_))
+
+
 def to_tensor(a, dev) -> Tensor:
     """A numpy array as an ember Tensor on `dev` (int16/uint16/uint64 widened, see WIDER); strings as
     the host array the string operators read."""
     a = np.asarray(a)
+    if a.dtype in _PLAIN:  # (most feeds: none of the cases below, whose dtype.name costs more than the rest)
+        return tensor(a if a.flags.c_contiguous else a.copy(), device=dev)
     if a.dtype.name in ML_NAMES:  # ml_dtypes' float8/int4/... (as onnx's numpy_helper returns them)
         a = a.astype(ML_NAMES[a.dtype.name])
     if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (what onnx's numpy_helper returns): keep the bits
@@ -170,13 +176,32 @@ class InferenceSession:
                 visible[id(g)] = self._fold_constants(g, inits, visible[id(self._parent[id(g)])])
                 self._sub_initializers[id(g)] = inits
         self._outputs = [NodeArg(v) for v in graph.output]
+        self._out_types = {o.name: _output_type(o) for o in graph.output}
         self._steps, self._host_consts = {}, {}
         self._free = {id(g): tuple(P.free_names(g)) for g in self._subgraphs}  # what a subgraph run copies in
+        # each graph's output names, as a tuple and a set (read on every run of it)
+        self._out_names = {id(g): (tuple(o.name for o in g.output), frozenset(o.name for o in g.output))
+                           for g in [graph] + self._subgraphs}
         for g in [graph] + self._subgraphs:
             plan = fuse_gelu(self._plans.pop(id(g)), g, visible[id(g)])
             plan = fuse_attention(fuse_linear(plan, g, visible[id(g)]), g, visible[id(g)])
             self._steps[id(g)], self._host_consts[id(g)] = P.build(
                 plan, g, visible[id(g)], lambda ctx: ctx.on_host(), is_main=g is graph)
+        # If branches run in the environment of the graph holding the If: their constants join that graph's
+        self._consts = {id(graph): dict(self._initializers)}
+        self._consts.update((id(g), dict(self._sub_initializers[id(g)])) for g in self._subgraphs)
+        self._branch_names = set()  # what inlined branches hold: in the main environment, yet no value of its graph
+        if P.defined_once(graph):
+            runs_in = P.inline_ifs(self._steps, [graph] + self._subgraphs)
+            for g in self._subgraphs:
+                if id(g) in runs_in:
+                    self._branch_names.update(n for node in g.node for n in node.output)
+                    self._branch_names.update(self._sub_initializers[id(g)])
+            for g in reversed(self._subgraphs):  # (children after parents in the list: nested branches first)
+                home = runs_in.get(id(g))
+                if home is not None:
+                    self._consts[home].update(self._consts[id(g)])
+                    self._host_consts[home] = {**self._host_consts[id(g)], **self._host_consts[home]}
 
     # -------------------------------------------------------------- load: resolve every node once
     def _plan(self, graph, missing):
@@ -200,7 +225,7 @@ class InferenceSession:
                     self._subgraphs.append(g)
                     self._parent[id(g)] = graph
                     self._plan(g, missing)
-        self._plans[id(graph)] = fuse_silu(dedupe(plan, graph, P.RANDOM), graph)
+        self._plans[id(graph)] = fuse_conv_act(fuse_silu(dedupe(plan, graph, P.RANDOM), graph), graph)
 
     def _fold_constants(self, graph, store, outer):
         """Run, once at load, every node whose inputs are all constants (`store`: the graph's initializers,
@@ -253,26 +278,36 @@ class InferenceSession:
             for name, a in input_feed.items():
                 feeds[name] = a if isinstance(a, (Tensor, list)) or a is None else to_tensor(a, self.device)
             values = self._run_graph(graph, feeds, {}, output_names)
-        names = [o.name for o in graph.output] if output_names is None else list(output_names)
-        types = {o.name: _output_type(o) for o in graph.output}
+        names = self._out_names[id(graph)][0] if output_names is None else output_names
+        types = self._out_types
         return [self._to_numpy(values[n], types.get(n)) for n in names]
 
     def _run_graph(self, graph, feeds, outer, wanted=None):
+        gid = id(graph)
         main = graph is self.model.graph
         if main:
             env = dict(outer)
         else:  # a subgraph sees the outer values it reads, not a copy of the whole scope
-            env = {n: outer[n] for n in self._free[id(graph)] if n in outer}
-        # a subgraph (If/Loop/Scan body): its initializers and folded constants, made at load
-        env.update(self._initializers if main else self._sub_initializers[id(graph)])
-        env.update(feeds)
-        out_names = [o.name for o in graph.output] if wanted is None else wanted
-        free = wanted is None or set(wanted) <= {o.name for o in graph.output}
-        P.run(self._steps[id(graph)], env, dict(self._host_consts[id(graph)]), self.where, free)
-        missing = [n for n in out_names if n not in env]
+            env = {n: outer[n] for n in self._free[gid] if n in outer}
+        # its initializers and (a subgraph's) folded constants, made at load, with those of the If branches
+        # it runs inline
+        env.update(self._consts[gid])
+        if feeds:
+            env.update(feeds)
+        out_names, out_set = self._out_names[gid]
+        free = wanted is None or out_set.issuperset(wanted)
+        if wanted is not None:
+            out_names = wanted
+        P.run(self._steps[gid], env, dict(self._host_consts[gid]), self.where, free)
+        if not main:
+            try:
+                return [env[n] for n in out_names]
+            except KeyError:
+                pass
+        missing = [n for n in out_names if n not in env or main and n in self._branch_names]
         if missing:
             raise OnnxFormatError(f"ember: {self.where}: graph {graph.name!r}: outputs {missing} are never produced")
-        return env if main else [env[n] for n in out_names]
+        return env
 
     @staticmethod
     def _to_numpy(v, onnx_type):
