@@ -164,13 +164,7 @@ def prim_cumsum(x, axis):
 
 
 def prim_reshape(x, shape):
-    shape = tuple(shape)
-    if x.shape == shape:
-        return x
-    out = x._new(x.device._backend.reshape(x._data, shape))
-    if _GRAD[0] and x.requires_grad:
-        _record(out, "reshape", (x,), x.shape)
-    return out
+    return _to_shape(x, shape, "reshape", x.device._backend.reshape)
 
 
 def prim_permute(x, order):
@@ -181,12 +175,17 @@ def prim_permute(x, order):
 
 
 def prim_expand(x, shape):
+    return _to_shape(x, shape, "expand", x.device._backend.expand)
+
+
+def _to_shape(x, shape, op, run):
+    """x itself where it has the shape already, else run(data, shape), recording op (its backward takes x.shape)."""
     shape = tuple(shape)
     if x.shape == shape:
         return x
-    out = x._new(x.device._backend.expand(x._data, shape))
+    out = x._new(run(x._data, shape))
     if _GRAD[0] and x.requires_grad:
-        _record(out, "expand", (x,), x.shape)
+        _record(out, op, (x,), x.shape)
     return out
 
 

@@ -21,10 +21,10 @@ import re
 import shutil
 
 import pytest
-from web_app import (FAKE_MEDIA, RUN_S, App, assert_same_detections, assert_same_segments, axe_violations, Server,
+from page_status import WAIT, heading, wait_message, wait_progress
+from web_app import (FAKE_MEDIA, App, assert_same_detections, assert_same_segments, axe_violations, Server,
                      whisper_reference, yolo_reference)
 
-WAIT = RUN_S * 1000
 TABS = ("whisper", "llama", "yolo", "search", "train", "onnx", "segment")
 SLOW_BPS = 8e6  # the slow hub's download speed: Whisper tiny.en's 75 MB take ~9 s
 
@@ -48,19 +48,6 @@ def app(playwright_session, keep_server):
     a.ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=keep_server.url.rstrip("/"))
     yield a
     a.close()
-
-
-def heading(app) -> str:
-    return "" if app.page.is_hidden("#message") else app.page.inner_text("#message .head")
-
-
-def wait_message(app):
-    app.page.wait_for_selector("#message:not([hidden])", timeout=WAIT)
-
-
-def wait_progress(app, pattern: str):
-    app.page.wait_for_function(f"new RegExp({json.dumps(pattern)}).test(document.querySelector('#progress-text').textContent)",
-                               timeout=WAIT)
 
 
 def click_and_time(app, button: str, done_js: str) -> float:

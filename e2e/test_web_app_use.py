@@ -8,15 +8,13 @@ score as on the CLI; each tool shows which device runs it and why. Screenshots g
 One page for the module; tests run in file order."""
 from __future__ import annotations
 
-import json
 import re
 import shutil
 
 import pytest
+from page_status import WAIT, heading, wait_message, wait_progress
 from web_app import (CACHE, RUN_S, App, assert_same_detections, assert_same_segments, tiled_wav,
                      whisper_reference, yolo_reference)
-
-WAIT = RUN_S * 1000
 
 
 @pytest.fixture(scope="module")
@@ -24,19 +22,6 @@ def app(playwright_session, server):
     a = App(playwright_session, f"{server.url}?device=cpu&hub={server.url}hub")
     yield a
     a.close()
-
-
-def heading(app) -> str:
-    return "" if app.page.is_hidden("#message") else app.page.inner_text("#message .head")
-
-
-def wait_message(app):
-    app.page.wait_for_selector("#message:not([hidden])", timeout=WAIT)
-
-
-def wait_progress(app, pattern: str):
-    app.page.wait_for_function(f"new RegExp({json.dumps(pattern)}).test(document.querySelector('#progress-text').textContent)",
-                               timeout=WAIT)
 
 
 def whisper_clean(app) -> bool:

@@ -10,16 +10,14 @@ spaces, on every vector path this machine builds (-march=native, SSSE3, plain C)
 """
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
 
 import ember
 from ember import kernels as K
 from ember.backends import cpu_float_kernels as CFK
-from ember.backends import cpu_native_kernels as cnk
 from ember.backends.numpy_conv import conv as im2col_conv
+from native_builds import build_variants
 from pyodide_runner import pyodide_dist, pyodide_session  # noqa: F401
 
 EPS = np.finfo(np.float32).eps
@@ -32,15 +30,8 @@ def rnd(*shape, seed=0, scale=1.0):
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
     """{tag: (FloatKernels, NativeKernels)} for the native, SSSE3 and plain-C builds of the kernels."""
-    cc = cnk.compiler()
-    if cc is None:
-        pytest.skip("no C compiler")
-    out = {}
-    for tag, flags in (("native", cnk.NATIVE), ("ssse3", ["-mssse3"]), ("scalar", ["-DEMBER_SIMD_SCALAR"])):
-        path = cnk.build(cc, tmp_path_factory.mktemp(tag) / "k.so", flags)
-        nk = cnk.NativeKernels(ctypes.CDLL(str(path)), path)
-        out[tag] = (CFK.FloatKernels(nk.lib, native=True), nk)
-    return out
+    return {tag: (CFK.FloatKernels(nk.lib, native=True), nk)
+            for tag, nk in build_variants(tmp_path_factory).items()}
 
 
 def _threads(nk, n):

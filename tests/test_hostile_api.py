@@ -5,12 +5,12 @@ on connections), as for `ember serve` (ember.httpd). Each test talks raw HTTP.""
 import contextlib
 import json
 import socket
-import threading
 import time
 
 import pytest
 
 import chat_folder
+from serving import raw as serving_raw, serving
 
 
 @pytest.fixture(scope="module")
@@ -25,24 +25,13 @@ def running(model, **limits):
     srv = make_server(*model, port=0, embedder=None, **limits)
     errors = []
     srv.handle_error = lambda request, addr: errors.append(addr)  # a traceback: counted
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    try:
-        yield srv.server_address[1]
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        t.join(5)
+    with serving(srv) as port:
+        yield port
     assert not errors, f"{len(errors)} requests ended in a traceback"
 
 
 def raw(port, data: bytes, timeout=20.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(data)
-        out = b""
-        while chunk := s.recv(65536):
-            out += chunk
-        return out
+    return serving_raw(port, data, timeout)
 
 
 def post(port, body: bytes, path="/v1/chat/completions") -> tuple[int, dict | bytes]:
@@ -131,12 +120,8 @@ def test_a_reply_streams_and_a_conversation_stays_usable(model):
         assert events[-1]["usage"]["completion_tokens"] == 5
         code, reply = post(port, json.dumps({"prompt": "Hello", "max_tokens": 3}).encode(), "/v1/completions")
         assert code == 200 and reply["usage"]["completion_tokens"] == 3
-        with socket.create_connection(("127.0.0.1", port), timeout=20) as s:  # two requests on one connection
-            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n"
-                      b"Connection: close\r\n\r\n")
-            out = b""
-            while chunk := s.recv(65536):
-                out += chunk
+        out = raw(port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n"
+                  b"Connection: close\r\n\r\n")  # two requests on one connection
         assert out.count(b"HTTP/1.1 200 OK") == 2
 
 

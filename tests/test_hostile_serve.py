@@ -1,7 +1,6 @@
 """`ember serve` against hostile requests: only the site's regular files (no symlinks out, no listings, no
 dotfiles), a status for every request that does not parse (never a traceback), and slow clients bounded by a
 header deadline and a cap on connections. Each test builds its own site folder and talks raw HTTP."""
-import contextlib
 import socket
 import threading
 import time
@@ -9,6 +8,7 @@ import time
 import pytest
 
 from ember.wasm import serve, site_server
+from serving import raw, serving
 
 
 @pytest.fixture
@@ -33,29 +33,10 @@ def site(tmp_path):
     return root
 
 
-@contextlib.contextmanager
 def running(root, **limits):
     if limits:
-        srv = site_server.make_site_server(root, serve.Handler, 0, **limits)
-    else:
-        srv = serve.make_server(root, 0)
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    try:
-        yield srv.server_address[1]
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        t.join(5)
-
-
-def raw(port, data: bytes, timeout=10.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(data)
-        out = b""
-        while chunk := s.recv(65536):
-            out += chunk
-        return out
+        return serving(site_server.make_site_server(root, serve.Handler, 0, **limits))
+    return serving(serve.make_server(root, 0))
 
 
 def status(reply: bytes) -> int:

@@ -9,6 +9,7 @@ import pytest
 import ember
 from ember.models.llama.load import load_llama
 from ember.quant import QLinear, set_activations
+from gguf_reference import add_bpe_vocab, add_dims, bpe_tokenizer, finish, llamacpp_permute, tiny_llama
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -20,43 +21,17 @@ TEXT = ("The for statement is used to iterate over the elements of a sequence. "
 
 
 def _tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([TEXT], trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
-                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                                         show_progress=False))
-    return tok
-
-
-def _llamacpp_permute(w, n_head):
-    """convert_hf_to_gguf.py LlamaModel.permute: HF rotate-half rows -> interleaved pairs."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+    return bpe_tokenizer(TEXT)
 
 
 def _write(path, hf, tok, qtype, f16=()):
     """qtype for every matrix except the HF layer names in f16 (stored float16, as mixed llama.cpp files do)."""
     c = hf.config
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
+    add_dims(w, c)
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     w.add_rope_freq_base(10000.0)
-    vocab = tok.get_vocab()
-    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    import json
-    merges = [" ".join(m) if isinstance(m, list) else m for m in json.loads(tok.to_str())["model"]["merges"]]
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_types([3 if t in ("<s>", "</s>") else 1 for t in tokens])
-    w.add_token_merges(merges)
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(1)
+    add_bpe_vocab(w, tok)
     names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
              "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
@@ -73,9 +48,9 @@ def _write(path, hf, tok, qtype, f16=()):
             base = ".".join(rest[:-1])
             n = f"blk.{i}.{names[base]}.weight"
             if base == "self_attn.q_proj":
-                a = _llamacpp_permute(a, c.num_attention_heads)
+                a = llamacpp_permute(a, c.num_attention_heads)
             elif base == "self_attn.k_proj":
-                a = _llamacpp_permute(a, c.num_key_value_heads)
+                a = llamacpp_permute(a, c.num_key_value_heads)
         if any(k.endswith(f"{b}.weight") for b in f16):
             w.add_tensor(n, a.astype(np.float16))
         elif qtype == "q8_0" and a.ndim == 2:
@@ -83,25 +58,14 @@ def _write(path, hf, tok, qtype, f16=()):
                          raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         else:
             w.add_tensor(n, a)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 @pytest.mark.parametrize("qtype,f16,tol", [("f32", (), 2e-5), ("q8_0", (), 2e-2),
                                            ("q8_0", ("v_proj", "up_proj"), 2e-2)])
 def test_gguf_llama_matches_transformers(tmp_path, qtype, f16, tol):
     tok = _tokenizer()
-    torch.manual_seed(0)
-    hc = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
-                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                  max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                                  attn_implementation="eager")
-    hf = transformers.LlamaForCausalLM(hc).eval()
-    with torch.no_grad():  # larger weights than the 0.02 init so the logits carry signal
-        for p in hf.parameters():
-            p.mul_(4.0) if p.ndim == 2 else p.copy_(1 + 0.2 * torch.randn_like(p))
+    hf = tiny_llama(tok.get_vocab_size(), attn_implementation="eager")
     path = tmp_path / f"tiny-{qtype}.gguf"
     _write(path, hf, tok, qtype, f16)
     model, etok = load_llama(str(path))

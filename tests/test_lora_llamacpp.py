@@ -18,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 llama_cpp = pytest.importorskip("llama_cpp")
 
+from gguf_reference import tiny_llama  # noqa: E402
 from test_llama_gguf import _tokenizer, _write  # noqa: E402
 from test_llama_llamacpp import GGML_TYPE_F32, _greedy_llamacpp  # noqa: E402
 
@@ -27,14 +28,7 @@ ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_pro
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     tok = _tokenizer()
-    torch.manual_seed(0)
-    hc = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
-                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                  max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False)
-    hf = transformers.LlamaForCausalLM(hc).eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.mul_(4.0) if p.ndim == 2 else p.copy_(1 + 0.2 * torch.randn_like(p))
+    hf = tiny_llama(tok.get_vocab_size())
     path = tmp_path_factory.mktemp("lora-llamacpp") / "tiny-f32.gguf"
     _write(path, hf, tok, "f32")
     return path

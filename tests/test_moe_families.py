@@ -5,13 +5,12 @@ top-8 of 16 with a shared expert and a dense layer (Qwen2-MoE), top-8 of 16 reno
 (Qwen3-MoE)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import ember
 from ember.models.auto import from_pretrained
 from ember.models.common.generate import SamplingParams, generate
-from zoo_reference import causal_lm, saved_reference
+from zoo_reference import check_logits, random_ids, reference_greedy, saved_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -37,19 +36,7 @@ def _configs():
 CONFIGS = _configs()
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    out = {}
-
-    def get(kind):
-        if kind not in out:
-            out[kind] = saved_reference(lambda: causal_lm(CONFIGS[kind]()), tmp_path_factory.mktemp(kind))
-        return out[kind]
-    return get
-
-
-def _ids(n, seed=0, rows=1):
-    return np.random.default_rng(seed).integers(1, V, (rows, n))
+saved = saved_fixture(CONFIGS)
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
@@ -57,26 +44,16 @@ def test_moe_logits_match_transformers(saved, kind, device):
     ref, folder = saved(kind)
     model = from_pretrained(folder, device=device)
     assert isinstance(model.model.layers[0].mlp, ember.nn.MoE)
-    ids = _ids(13, rows=2)
-    with torch.no_grad():
-        want = ref(torch.tensor(ids)).logits.numpy()
-    got = model(input_ids=ids).logits.numpy()                              # (2, 13, V)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    first = model(ember.tensor(ids[:, :9]), use_cache=True)
-    rest = model(ids[:, 9:], past_key_values=first.past_key_values)
-    got = np.concatenate([first.numpy(), rest.numpy()], 1)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    check_logits(model, ref, random_ids(13, V, rows=2))
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_moe_greedy_tokens_match_transformers(saved, kind, device):
     ref, folder = saved(kind)
     model = from_pretrained(folder, device=device)
-    prompt = _ids(5, seed=1)
+    prompt = random_ids(5, V, seed=1)
     n = 10 if device == "cpu" else 5   # past Mixtral's sliding window (6) on cpu
-    with torch.no_grad():
-        want = ref.generate(torch.tensor(prompt), max_new_tokens=n, do_sample=False, min_new_tokens=n,
-                            pad_token_id=0)[0, 5:].tolist()
+    want = reference_greedy(ref, prompt[0].tolist(), n)
     assert list(generate(model, prompt[0].tolist(), n, SamplingParams(temperature=0))) == want
 
 

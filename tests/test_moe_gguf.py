@@ -10,6 +10,7 @@ import pytest
 from ember.models.common.generate import SamplingParams, generate
 from ember.models.common.moe_gguf import QExperts
 from ember.models.text import load_text_model
+from gguf_reference import add_bpe_vocab, add_dims, bpe_tokenizer, finish, llamacpp_permute
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -17,17 +18,6 @@ gguf = pytest.importorskip("gguf")
 tokenizers = pytest.importorskip("tokenizers")
 
 TEXT = "The for statement is used to iterate over the elements of a sequence. " * 4
-
-
-def _tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([TEXT], trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
-                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                                         show_progress=False))
-    return tok
 
 
 def _config(kind, vocab):
@@ -55,11 +45,6 @@ QUANTIZED = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_exps", "ffn_
              "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"}
 
 
-def _permute(w, n_head):
-    """convert_hf_to_gguf.py LlamaModel.permute: HF rotate-half rows -> interleaved pairs."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 def _gguf_tensors(hf, kind):
     """{GGUF name: float32 array} from transformers' (stacked-expert) state_dict."""
     c, out = hf.config, {}
@@ -80,7 +65,7 @@ def _gguf_tensors(hf, kind):
                 out[f"blk.{i}.ffn_down_exps.weight"] = a
             continue
         if kind == "mixtral" and base in ("self_attn.q_proj", "self_attn.k_proj") and leaf == "weight":
-            a = _permute(a, c.num_attention_heads if base.endswith("q_proj") else c.num_key_value_heads)
+            a = llamacpp_permute(a, c.num_attention_heads if base.endswith("q_proj") else c.num_key_value_heads)
         out[f"blk.{i}.{LAYER[base]}.{leaf}"] = a
     return out
 
@@ -90,12 +75,7 @@ def _write(path, hf, kind, tok, quant):
     c = hf.config
     arch = "llama" if kind == "mixtral" else kind
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
+    add_dims(w, c)
     if kind == "qwen3moe":
         w.add_key_length(c.head_dim)
         w.add_value_length(c.head_dim)
@@ -107,26 +87,14 @@ def _write(path, hf, kind, tok, quant):
         w.add_expert_feed_forward_length(c.moe_intermediate_size)
     if kind == "qwen2moe":
         w.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
-    vocab = tok.get_vocab()
-    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    import json
-    merges = [" ".join(m) if isinstance(m, list) else m for m in json.loads(tok.to_str())["model"]["merges"]]
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_types([3 if t in ("<s>", "</s>") else 1 for t in tokens])
-    w.add_token_merges(merges)
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(1)
+    add_bpe_vocab(w, tok)
     Q8 = gguf.GGMLQuantizationType.Q8_0
     for n, a in _gguf_tensors(hf, kind).items():
         if quant and n.endswith(".weight") and n.split(".")[-2] in QUANTIZED:
             w.add_tensor(n, gguf.quants.quantize(a, Q8), raw_dtype=Q8)
         else:
             w.add_tensor(n, a)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def _quantized_in_place(hf):
@@ -144,7 +112,7 @@ def _quantized_in_place(hf):
                                         ("mixtral", True), ("qwen2moe", True),
                                         ("qwen3moe", True)])
 def test_moe_gguf_matches_transformers(tmp_path, kind, quant, device):
-    tok = _tokenizer()
+    tok = bpe_tokenizer(TEXT)
     torch.manual_seed(0)
     hf = transformers.AutoModelForCausalLM.from_config(_config(kind, tok.get_vocab_size())).eval()
     if quant:

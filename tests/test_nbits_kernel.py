@@ -5,13 +5,12 @@ compiled kernel takes go through the levels + BLAS slabs, within the same error.
 from __future__ import annotations
 
 import base64
-import ctypes
 
 import numpy as np
 import pytest
+from native_builds import build_variants, by_simd
 from pyodide_runner import pyodide_dist, pyodide_session  # noqa: F401  (fixtures)
 
-from ember.backends import cpu_native_kernels as cnk
 from ember.ggml.nbits import dequantize
 
 CASES = [(4, 32, 96, "float"), (4, 128, 256, "int"), (4, 32, 80, "int"), (8, 16, 48, "int"), (2, 64, 128, "float")]
@@ -34,14 +33,7 @@ def _x(m, k, blocks, block, seed=1):
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
-    cc = cnk.compiler()
-    if cc is None:
-        pytest.skip("no C compiler")
-    out = {}
-    for tag, flags in (("native", cnk.NATIVE), ("scalar", ["-DEMBER_SIMD_SCALAR"])):
-        path = cnk.build(cc, tmp_path_factory.mktemp(tag) / "k.so", flags)
-        k = cnk.NativeKernels(ctypes.CDLL(str(path)), path)
-        out.setdefault(k.simd, k)
+    out = by_simd(build_variants(tmp_path_factory, ("native", "scalar")))
     assert "scalar" in out
     return out
 

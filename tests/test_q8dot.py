@@ -21,6 +21,7 @@ from ember.backends import cpu_q8dot as q8dot
 from ember.ggml import codec
 from ember.quant import QTensor
 from ember.ggml import types as T
+from native_builds import build_variants, by_simd
 from pyodide_runner import pyodide_dist, pyodide_session  # noqa: F401
 
 TYPES = list(q8dot.ACTIVATIONS)  # Q4_0 Q5_0 Q8_0 Q4_1 Q5_1 Q4_K Q5_K Q6_K
@@ -133,14 +134,7 @@ def test_q8_differs_from_float_by_the_activations_rounding(rng):
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
     """{simd: NativeKernels} for each vector path this machine builds: its -march=native one, SSSE3, plain C."""
-    cc = cnk.compiler()
-    if cc is None:
-        pytest.skip("no C compiler")
-    out = {}
-    for tag, flags in (("native", cnk.NATIVE), ("ssse3", ["-mssse3"]), ("scalar", ["-DEMBER_SIMD_SCALAR"])):
-        path = cnk.build(cc, tmp_path_factory.mktemp(tag) / "k.so", flags)
-        k = cnk.NativeKernels(ctypes.CDLL(str(path)), path)
-        out.setdefault(k.simd, k)
+    out = by_simd(build_variants(tmp_path_factory))
     assert "scalar" in out
     return out
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
-import ember
 from ember.models.auto import from_pretrained
 from ember.models.common.generate import SamplingParams, generate, generate_batch
-from zoo_reference import causal_lm, saved_reference
+from zoo_reference import check_logits, random_ids, reference_greedy, saved_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -52,48 +50,24 @@ def _configs():
 CONFIGS = _configs()
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """kind -> (transformers model, folder it was saved to), built once per kind."""
-    out = {}
-
-    def get(kind):
-        if kind not in out:
-            out[kind] = saved_reference(lambda: causal_lm(CONFIGS[kind]()), tmp_path_factory.mktemp(kind))
-        return out[kind]
-    return get
-
-
-def _ids(n, seed=0, rows=1):
-    return np.random.default_rng(seed).integers(1, V, (rows, n))
+saved = saved_fixture(CONFIGS)
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_logits_match_transformers(saved, kind, device):
     ref, folder = saved(kind)
     model = from_pretrained(folder, device=device)
-    ids = _ids(13, rows=2)
-    with torch.no_grad():
-        want = ref(torch.tensor(ids)).logits.numpy()
-    got = model(input_ids=ids).logits.numpy()                              # (2, 13, V), as transformers' call
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    # the output is also the logits tensor itself (earlier callers), and a cache continues as past_key_values
-    first = model(ember.tensor(ids[:, :9]), use_cache=True)
-    rest = model(ids[:, 9:], past_key_values=first.past_key_values)
+    first, rest = check_logits(model, ref, random_ids(13, V, rows=2))
     assert rest.past_key_values is first.past_key_values and rest.past_key_values.pos == 13
-    got = np.concatenate([first.numpy(), rest.numpy()], 1)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_greedy_tokens_match_transformers(saved, kind, device):
     ref, folder = saved(kind)
     model = from_pretrained(folder, device=device)
-    prompt = _ids(5, seed=1)
+    prompt = random_ids(5, V, seed=1)
     n = 12 if device == "cpu" else 6   # past the sliding window (6) on cpu
-    with torch.no_grad():
-        want = ref.generate(torch.tensor(prompt), max_new_tokens=n, do_sample=False, min_new_tokens=n,
-                            pad_token_id=0)[0, 5:].tolist()
+    want = reference_greedy(ref, prompt[0].tolist(), n)
     got = list(generate(model, prompt[0].tolist(), n, SamplingParams(temperature=0)))
     assert got == want
 
@@ -102,7 +76,7 @@ def test_greedy_tokens_match_transformers(saved, kind, device):
 def test_left_padded_batch_equals_each_prompt_alone(saved, kind):
     _, folder = saved(kind)
     model = from_pretrained(folder)
-    prompts = [_ids(7, seed=2)[0].tolist(), _ids(3, seed=3)[0].tolist(), _ids(5, seed=4)[0].tolist()]
+    prompts = [random_ids(n, V, seed=seed)[0].tolist() for n, seed in ((7, 2), (3, 3), (5, 4))]
     greedy = SamplingParams(temperature=0)
     alone = [list(generate(model, p, 6, greedy)) for p in prompts]
     streamed = []
@@ -121,7 +95,4 @@ def test_ember_generate_cli_takes_any_causal_lm_folder(saved, tmp_path, capsys):
     from ember.cli import main
     assert main(["generate", "w5 w17 w33", "--model", str(folder), "-n", "6", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    with torch.no_grad():
-        want = ref.generate(torch.tensor([[5, 17, 33]]), max_new_tokens=6, do_sample=False, min_new_tokens=6,
-                            pad_token_id=0)[0, 3:].tolist()
-    assert out["tokens"] == want
+    assert out["tokens"] == reference_greedy(ref, [5, 17, 33], 6)

@@ -171,20 +171,25 @@ class GroupNorm(Module):
         return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
 
+def _norm_state(m, num_features, affine, track_running_stats, device, dtype):
+    """A batch or instance norm's weight and bias (or None) and its running statistics (or None), torch's names."""
+    m.weight = Parameter(ones(num_features, dtype=dtype, device=device)) if affine else None
+    m.bias = Parameter(zeros(num_features, dtype=dtype, device=device)) if affine else None
+    if track_running_stats:
+        m.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
+        m.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
+        from ..tensor import tensor
+        m.register_buffer("num_batches_tracked", tensor(0, device=device))
+    else:
+        m.running_mean = m.running_var = None
+
+
 class _BatchNorm(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
                  device=None, dtype=None):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.weight = Parameter(ones(num_features, dtype=dtype, device=device)) if affine else None
-        self.bias = Parameter(zeros(num_features, dtype=dtype, device=device)) if affine else None
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
-            self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
-            from ..tensor import tensor
-            self.register_buffer("num_batches_tracked", tensor(0, device=device))
-        else:
-            self.running_mean = self.running_var = None
+        _norm_state(self, num_features, affine, track_running_stats, device, dtype)
 
     def forward(self, x):
         use_batch = self.training or self.running_mean is None
@@ -210,15 +215,7 @@ class _InstanceNorm(Module):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        self.weight = Parameter(ones(num_features, dtype=dtype, device=device)) if affine else None
-        self.bias = Parameter(zeros(num_features, dtype=dtype, device=device)) if affine else None
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
-            self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
-            from ..tensor import tensor
-            self.register_buffer("num_batches_tracked", tensor(0, device=device))
-        else:
-            self.running_mean = self.running_var = None
+        _norm_state(self, num_features, affine, track_running_stats, device, dtype)
 
     def forward(self, x):
         batched = x.ndim == self._nd + 2
@@ -393,34 +390,43 @@ class Flatten(Module):
         return x.flatten(self.start_dim, self.end_dim)
 
 
-class MaxPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-        super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.dilation, self.ceil_mode = dilation, ceil_mode
+class _MaxPool(Module):
+    _pool = None  # F.max_pool1d or F.max_pool2d
 
-    def forward(self, x):
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
-
-
-class MaxPool1d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.dilation, self.ceil_mode = dilation, ceil_mode
 
     def forward(self, x):
-        return F.max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        return self._pool(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
 
 
-class AvgPool1d(Module):
+class MaxPool2d(_MaxPool):
+    _pool = staticmethod(F.max_pool2d)
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+        super().__init__(kernel_size, stride, padding, dilation, ceil_mode=ceil_mode)
+
+
+class MaxPool1d(_MaxPool):
+    _pool = staticmethod(F.max_pool1d)
+
+
+class _AvgPool(Module):
+    _pool = None  # F.avg_pool1d or F.avg_pool2d
+
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
     def forward(self, x):
-        return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+        return self._pool(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+
+
+class AvgPool1d(_AvgPool):
+    _pool = staticmethod(F.avg_pool1d)
 
 
 class AdaptiveMaxPool2d(Module):
@@ -432,14 +438,8 @@ class AdaptiveMaxPool2d(Module):
         return F.adaptive_max_pool2d(x, self.output_size)
 
 
-class AvgPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
-        super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
-
-    def forward(self, x):
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+class AvgPool2d(_AvgPool):
+    _pool = staticmethod(F.avg_pool2d)
 
 
 class AdaptiveAvgPool2d(Module):

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
-import traceback
 
 from mutate import dumps, mutate_bytes, mutate_json
-from serve_requests import RawReply, Refused
+from raw_http import RawReply, Refused, exchange, serve_in_thread
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
             {"role": "assistant", "content": "hello"}, {"role": "user", "content": "and? <|im_end|>"}]
@@ -77,44 +74,17 @@ def _server():
         folder = os.environ["FUZZ_CHAT_DIR"]  # tests/chat_folder.py's model, built by the test
         model, tok = load_text_model(folder)
         srv = make_server(model, tok, port=0, model_path=folder, max_connections=8, header_seconds=1.0)
-        errors = []
-        srv.handle_error = lambda request, addr: errors.append(traceback.format_exc(limit=-2))
-        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        _SERVER.update(port=srv.server_address[1], errors=errors)
+        serve_in_thread(srv, _SERVER)
     return _SERVER["port"], _SERVER["errors"]
 
 
 def load(raw: bytes):
     """Send one request; raise RawReply for a finding, Refused for a 4xx, return the status of a 2xx."""
-    port, errors = _server()
-    before = len(errors)
-    slow = raw.startswith(b"SLOW:")
-    data = raw[5:] if slow else raw
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    reply, reset = b"", False
-    try:
-        s.sendall(data)
-        while chunk := s.recv(65536):
-            reply += chunk
-    except socket.timeout:
-        raise RawReply(f"no reply within 10 s to {data[:80]!r}") from None
-    except (ConnectionResetError, BrokenPipeError):
-        reset = True
-    finally:
-        s.close()
-    if len(errors) > before:
-        raise RawReply(f"the server's handler raised: {' | '.join(errors[before:])[-400:]}")
-    if not reply:
-        if slow:
-            return None
-        if reset and len(data) > 65536:
-            raise Refused("ember: reset while sending a request over the header limits")
-        raise RawReply(f"no reply to {data[:80]!r}")
-    head, _, rest = reply.partition(b"\r\n\r\n")
-    parts = head.split(b"\r\n", 1)[0].split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-        raise RawReply(f"no status line: {head[:80]!r}")
-    status = int(parts[1])
+    got = exchange(*_server(), raw, timeout=10)
+    if got is None:
+        return None
+    status, _, reply, data = got
+    rest = reply.partition(b"\r\n\r\n")[2]
     if status == 500:
         raise RawReply(f"{status}: {rest[:300]!r} for {data[:120]!r}")
     if b"data: " in rest and b'"server_error"' in rest:  # a stream that failed after its headers went out

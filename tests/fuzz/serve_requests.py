@@ -6,12 +6,9 @@ printed, or no reply to a complete request within 5 s is a finding (RawReply).""
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
-import threading
-import traceback
 
-from ember.errors import EmberError
+from raw_http import RawReply, Refused, exchange, serve_in_thread
 
 SECRET = b"root:x:0:0:SECRET"
 HIDDEN = b"SECRET=dotfile"
@@ -43,10 +40,6 @@ def gen(rng, base) -> bytes:
 
 
 _SERVER = {}
-
-
-class RawReply(Exception):
-    pass
 
 
 def _site(base) -> str:
@@ -82,51 +75,19 @@ def _server(base):
                 pass
 
         srv = site_server.make_site_server(_site(base), Quiet, 0, max_connections=8, header_seconds=1.0)
-        errors = []
-        srv.handle_error = lambda request, addr: errors.append(traceback.format_exc(limit=-2))  # counted, not printed
-        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        _SERVER.update(port=srv.server_address[1], errors=errors)
+        serve_in_thread(srv, _SERVER)
     return _SERVER["port"], _SERVER["errors"]
 
 
 def load(raw: bytes, base=None):
     """Send one request; raise RawReply for a finding, return the status for an answer."""
-    port, errors = _server(base)
-    before = len(errors)
-    slow = raw.startswith(b"SLOW:")
-    data = raw[5:] if slow else raw
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    reply, reset = b"", False
-    try:
-        s.sendall(data)
-        while chunk := s.recv(65536):
-            reply += chunk
-    except socket.timeout:
-        if not slow:
-            raise RawReply("no reply within 5 s to a complete request") from None
-    except (ConnectionResetError, BrokenPipeError):
-        reset = True  # cut off (a request over the limits, a slow client at the deadline)
-    finally:
-        s.close()
-    if len(errors) > before:
-        raise RawReply(f"the server's handler raised: {' | '.join(errors[before:])[-300:]}")
-    if not reply:
-        if slow:
-            return None
-        if reset and len(data) > 65536:  # the server answered 431 and closed while the client still sent:
-            raise Refused("ember: reset while sending a request over the header limits")  # its reply was lost
-        raise RawReply(f"no reply to {data[:80]!r}")
-    head = reply.split(b"\r\n", 1)[0]
-    parts = head.split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-        raise RawReply(f"no status line: {head[:80]!r}")
-    status = int(parts[1])
+    got = exchange(*_server(base), raw, timeout=5, slow_may_hang=True)
+    if got is None:
+        return None
+    status, head, reply, _ = got
     if SECRET in reply or HIDDEN in reply:
         raise RawReply(f"{status} served a file outside the site or a dotfile")
     if status >= 400:
         raise Refused(f"ember: HTTP {status} for {head[:60]!r}")
     return status
 
-
-class Refused(EmberError):
-    """A 4xx/5xx answer: the fuzzer counts it as a clean refusal."""

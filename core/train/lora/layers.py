@@ -248,19 +248,19 @@ def unmerge(model: Module) -> Module:
 
 def merge_and_unload(model: Module) -> Module:
     """Fold the adapters into the base weights and put the base layers back in place of the wrappers."""
-    for parent, name, _, child in list(_children(model)):
-        if isinstance(child, LoraLinear):
-            child.merge()
-            setattr(parent, name, child.base_layer)
-    model.__dict__.pop("lora_config", None)
-    return model
+    return _unwrap(model, merged=True)
 
 
 def unload(model: Module) -> Module:
     """Remove the adapters (unmerging first where merged): the base model as it was."""
+    return _unwrap(model, merged=False)
+
+
+def _unwrap(model: Module, merged: bool) -> Module:
+    """Each LoraLinear merged (or unmerged) and replaced by its base layer; the model's LoRA config dropped."""
     for parent, name, _, child in list(_children(model)):
         if isinstance(child, LoraLinear):
-            child.unmerge()
+            (child.merge if merged else child.unmerge)()
             setattr(parent, name, child.base_layer)
     model.__dict__.pop("lora_config", None)
     return model

@@ -1,0 +1,31 @@
+"""The compiled CPU kernels built once per vector path this machine can run (its -march=native build, SSSE3, plain
+C), for the tests that hold every build to the same bits."""
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from ember.backends import cpu_native_kernels as cnk
+
+FLAGS = {"native": cnk.NATIVE, "ssse3": ["-mssse3"], "scalar": ["-DEMBER_SIMD_SCALAR"]}
+
+
+def build_variants(tmp_path_factory, tags=("native", "ssse3", "scalar")) -> dict:
+    """{tag: NativeKernels} for each build in tags, each in its own folder; skips the test without a C compiler."""
+    cc = cnk.compiler()
+    if cc is None:
+        pytest.skip("no C compiler")
+    out = {}
+    for tag in tags:
+        path = cnk.build(cc, tmp_path_factory.mktemp(tag) / "k.so", FLAGS[tag])
+        out[tag] = cnk.NativeKernels(ctypes.CDLL(str(path)), path)
+    return out
+
+
+def by_simd(kernels: dict) -> dict:
+    """{simd: NativeKernels}, the first build of each vector path (the native build may be SSSE3's or plain C's)."""
+    out = {}
+    for k in kernels.values():
+        out.setdefault(k.simd, k)
+    return out
