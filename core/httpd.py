@@ -80,6 +80,13 @@ class BoundedRequests:
             return False
         return True
 
+    def end_headers(self):
+        # a reply after which this side closes says so: a keep-alive client not told would send its next request
+        # on the socket and lose it when the close wins the race (a refused body is never read, so it must close)
+        if self.close_connection and b"\r\nconnection:" not in b"".join(getattr(self, "_headers_buffer", [])).lower():
+            self.send_header("Connection", "close")
+        super().end_headers()
+
     def send_response_only(self, code, message=None):
         if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):  # ember never answers without a status line
             self.request_version = "HTTP/1.0"

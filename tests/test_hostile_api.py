@@ -108,6 +108,8 @@ def test_a_refused_body_is_not_read_as_the_next_request(model):
         reply = raw(port, b"POST /v1/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled)
                     + smuggled)
         assert reply.count(b"HTTP/1.1 ") == 1 and b" 404 " in reply.split(b"\r\n", 1)[0]
+        # and the reply says the connection closes: a keep-alive client would otherwise send its next request on it
+        assert b"\r\nconnection: close\r\n" in reply.partition(b"\r\n\r\n")[0].lower() + b"\r\n"
 
 
 def test_a_reply_streams_and_a_conversation_stays_usable(model):
