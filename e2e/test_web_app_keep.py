@@ -277,6 +277,7 @@ def test_detection_slider_labels_exports_empty_table_and_webcam(app, bus_png, na
 
     page.click("#webcam")  # the fake camera: on, then off
     page.wait_for_selector("#video:not([hidden])")
+    page.wait_for_selector("#webcam-off", state="visible")  # shown once the video plays, after the video itself
     assert page.is_visible("#webcam-off") and page.inner_text("#webcam") == "Capture frame"
     page.click("#webcam-off")
     assert page.is_hidden("#video") and page.evaluate("document.querySelector('#video').srcObject") is None
