@@ -99,6 +99,19 @@ def _gap(a, b):
     return float((np.abs(a - b).max(1) / (b.max(1) - b.min(1))).max())
 
 
+def random_llama_weights(model, seed):
+    """Seeded weights for a random Llama: norms near 1, projections scaled by their fan-in; float nn.Linear weights
+    stored input-major (the CPU backend's layout). Returns the model."""
+    rng = np.random.default_rng(seed)
+    for name, p in model.named_parameters():
+        p._data[...] = (1.0 + 0.3 * rng.standard_normal(p.shape) if "norm" in name else
+                        rng.standard_normal(p.shape) / np.sqrt(p.shape[-1])).astype(np.float32)
+    for m in model.modules():
+        if type(m) is ember.nn.Linear:
+            ember.nn.relayout_linear_weight(m.weight)
+    return model
+
+
 def _llama_fused(layers=3, dim=128, hidden=384):
     """models/llama's Llama: q, k, v stacked in one projection and gate, up in another (rows the plan splits),
     float32 weights stored input-major above 16k elements (the CPU backend's layout)."""
@@ -106,14 +119,7 @@ def _llama_fused(layers=3, dim=128, hidden=384):
     from ember.models.llama.model import Llama
     model = Llama(LlamaConfig(vocab_size=97, dim=dim, hidden_dim=hidden, n_layers=layers, n_heads=4, n_kv_heads=2,
                               max_seq_len=64))
-    rng = np.random.default_rng(7)
-    for name, p in model.named_parameters():
-        p._data[...] = (1.0 + 0.3 * rng.standard_normal(p.shape) if "norm" in name else
-                        rng.standard_normal(p.shape) / np.sqrt(p.shape[-1])).astype(np.float32)
-    for m in model.modules():
-        if type(m) is ember.nn.Linear:
-            ember.nn.relayout_linear_weight(m.weight)
-    return model.eval().requires_grad_(False)
+    return random_llama_weights(model, seed=7).eval().requires_grad_(False)
 
 
 @pytest.mark.parametrize("kind", ["gemma3", "llama", "llama-stacked"])

@@ -15,6 +15,7 @@ import ember
 from ember.backends import cpu_decode, cpu_matmul
 from ember.errors import EmberError
 from ember.models.common import fused_decode as FD
+from test_fused_decode import random_llama_weights
 
 if cpu_decode.kernels() is None:  # no C compiler: the composed path serves, nothing is threaded
     pytest.skip(f"no compiled CPU kernels here ({cpu_matmul.native_kernels_status()})", allow_module_level=True)
@@ -29,13 +30,7 @@ def _llama(quantized: bool):
     from ember.quant import quantize, set_activations
     model = Llama(LlamaConfig(vocab_size=300, dim=512, hidden_dim=1536, n_layers=2, n_heads=8, n_kv_heads=2,
                               max_seq_len=512))
-    rng = np.random.default_rng(5)
-    for name, p in model.named_parameters():
-        p._data[...] = (1.0 + 0.3 * rng.standard_normal(p.shape) if "norm" in name else
-                        rng.standard_normal(p.shape) / np.sqrt(p.shape[-1])).astype(np.float32)
-    for m in model.modules():
-        if type(m) is ember.nn.Linear:
-            ember.nn.relayout_linear_weight(m.weight)
+    random_llama_weights(model, seed=5)
     if quantized:
         quantize(model, "q4_k", include=lambda name, m: "mlp" in name)
         quantize(model, "q8_0", include=lambda name, m: "attn" in name)
