@@ -1,5 +1,6 @@
 """ember.data: datasets, a DataLoader with torch.utils.data's semantics, and readers for the common
-training-data formats (IDX, CIFAR binary batches, image folders, CSV/NPZ tables, token blocks).
+training-data formats (IDX, CIFAR binary batches, image folders, CSV/NPZ tables, token blocks,
+chat JSONL with assistant-only labels).
 
     from ember.data import DataLoader, TensorDataset, random_split
     train, test = random_split(TensorDataset(x, y), [0.8, 0.2], seed=0)
@@ -9,6 +10,7 @@ training-data formats (IDX, CIFAR binary batches, image folders, CSV/NPZ tables,
 Everything runs in Pyodide too (no threads); a seeded shuffle gives the same order in both.
 """
 from .bundled import load_digits, load_iris, sklearn_data_file
+from .chat import ChatDataError, ChatExamples, read_chat_jsonl
 from .cifar import CIFARDataset, read_cifar, read_cifar100_coarse
 from .collate import default_collate, numpy_collate
 from .dataset import (ConcatDataset, Dataset, IterableDataset, MapDataset, Subset, TensorDataset,
@@ -21,9 +23,9 @@ from .tables import TableDataset, read_csv, read_npz
 from .text import TokenBlocks, TokenStream, encode_text, read_text
 from . import transforms
 
-__all__ = ["CIFARDataset", "ConcatDataset", "DataLoader", "Dataset", "IDXDataset", "ImageFolder",
+__all__ = ["CIFARDataset", "ChatDataError", "ChatExamples", "ConcatDataset", "DataLoader", "Dataset", "IDXDataset", "ImageFolder",
            "IterableDataset", "MapDataset", "RandomSampler", "SequentialSampler", "Subset", "TableDataset",
            "TensorDataset", "TokenBlocks", "TokenStream", "decode_image", "default_collate", "encode_text",
            "load_digits", "load_iris", "numpy_collate", "permutation", "random_split", "read_cifar",
-           "read_cifar100_coarse", "read_csv", "read_idx", "read_npz", "read_text", "sklearn_data_file",
+           "read_chat_jsonl", "read_cifar100_coarse", "read_csv", "read_idx", "read_npz", "read_text", "sklearn_data_file",
            "transforms", "write_idx"]

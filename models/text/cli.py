@@ -236,14 +236,17 @@ def add_finetune_parser(sub):
     p = sub.add_parser("finetune", help="train LoRA adapters on a text file (PEFT's layout, and llama.cpp's "
                                         "adapter.gguf for a .gguf model)")
     p.add_argument("--model", required=True, help="a .gguf file, folder, URL or hub id (quantized weights stay so)")
-    p.add_argument("--data", required=True, type=existing_file, help="a UTF-8 text file to learn")
+    p.add_argument("--data", required=True, type=existing_file,
+                   help="a UTF-8 text file to learn, or a .jsonl file of chat conversations ({\"messages\": [...]} "
+                        "a line; the loss is on the assistant turns, rendered by the model's chat template)")
     p.add_argument("--out", required=True, help="the adapter folder to write (adapter_config.json, "
                                                 "adapter_model.safetensors)")
     p.add_argument("--rank", type=positive_int, default=8, help="LoRA rank r (default 8)")
     p.add_argument("--alpha", type=positive_float, default=None, help="LoRA alpha (default 2 * rank)")
     p.add_argument("--steps", type=positive_int, default=100, help="optimizer steps, one block each (default 100)")
     p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate (default 1e-3)")
-    p.add_argument("--block", type=positive_int, default=128, help="tokens per step (default 128)")
+    p.add_argument("--block", type=positive_int, default=128,
+                   help="tokens per step (default 128; a longer conversation is cut)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="the adapters' initialisation seed")
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.set_defaults(func=main_finetune)
@@ -253,17 +256,20 @@ def main_finetune(args):
     from ember.train import lora
     from ember.train.progress import progress_bar
 
-    from .finetune import LoraTuner
+    from .finetune import LoraTuner, chat_examples
     from .load import load_text_model
-    try:
-        with open(args.data, encoding="utf-8") as f:
-            text = f.read()
-    except UnicodeDecodeError as e:
-        raise ValueError(f"ember: {args.data} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    chat = str(args.data).lower().endswith(".jsonl")
+    if not chat:
+        try:
+            with open(args.data, encoding="utf-8") as f:
+                text = f.read()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"ember: {args.data} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     model, tok = load_text_model(args.model, device=resolve_device(args.device), activations="float32")
     if tok is None:
         raise ValueError("ember: the model carries no tokenizer")
-    tuner = LoraTuner(model, tok, text, rank=args.rank, alpha=args.alpha, lr=args.lr, block=args.block,
+    data = chat_examples(args.data, tok, args.block) if chat else text
+    tuner = LoraTuner(model, tok, data, rank=args.rank, alpha=args.alpha, lr=args.lr, block=args.block,
                       seed=args.seed)
     bar = progress_bar(args.steps, desc="finetune")
     try:
@@ -278,5 +284,5 @@ def main_finetune(args):
         from ..common.lora_gguf import save_gguf_adapter
         save_gguf_adapter(model, os.path.join(args.out, "adapter.gguf"), arch)
     print(json.dumps({"out": args.out, "steps": tuner.steps_done, "first_loss": round(tuner.losses[0], 6),
-                      "last_loss": round(tuner.losses[-1], 6), "blocks": int(len(tuner.blocks))}))
+                      "last_loss": round(tuner.losses[-1], 6), "examples": len(tuner.examples)}))
     return 0

@@ -1,9 +1,10 @@
-"""LoRA fine-tuning of a causal LM on plain text (ember.train.lora): the loop `ember finetune` and the page's Teach
-panel (wasm/tools/llama_teach.py) share. The text is tokenized (BOS first) and cut into blocks of `block` + 1
-tokens; step i trains on block i mod n, one block a step, AdamW on the adapters only (the base, float or
-quantized, stays frozen).
+"""LoRA fine-tuning of a causal LM (ember.train.lora): the loop `ember finetune` and the page's Teach panel
+(wasm/tools/llama_teach.py) share. Plain text is tokenized (BOS first) and cut into blocks of `block` + 1 tokens;
+chat data (JSONL of {"messages": [...]}, ember.data.ChatExamples) is rendered by the model's chat template, one
+conversation an example of at most `block` tokens, with the loss on the assistant turns only. Step i trains on
+example i mod n, one example a step, AdamW on the adapters only (the base, float or quantized, stays frozen).
 
-    tuner = LoraTuner(model, tok, text, rank=8, lr=1e-3, seed=0)
+    tuner = LoraTuner(model, tok, text, rank=8, lr=1e-3, seed=0)          # or chat_examples("data.jsonl", tok)
     for _ in range(steps): loss = tuner.step()
     ember.train.lora.save_adapter(model, "adapter/")
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 import ember
+from ember.data import ChatExamples, read_chat_jsonl
+from ember.data.chat import IGNORE_INDEX
 from ember.errors import EmberError
 from ember.nn import functional as F
 from ember.train import lora
@@ -39,12 +42,28 @@ def text_blocks(text: str, tok, block: int) -> np.ndarray:
     return np.stack([ids[i * t: i * t + t + 1] for i in range(n)])             # (n, t + 1)
 
 
-class LoraTuner:
-    """Adapters on `model` (added here: any earlier ones are removed) and the optimizer that trains them."""
+def chat_examples(path, tok, block: int = 512) -> ChatExamples:
+    """The conversations of a chat JSONL file rendered by the tokenizer's chat template: (inputs, labels) each,
+    labels IGNORE_INDEX off the assistant turns, at most `block` tokens."""
+    if tok.chat_template is None:
+        raise FinetuneError(f"ember: {path} is chat data, and this model carries no chat template to render it "
+                            "(train a base model on plain text)")
+    return ChatExamples(read_chat_jsonl(path), tok.chat_template.render,
+                        lambda text: tok.encode(text, bos=False, special=True), block, where=str(path))
 
-    def __init__(self, model, tok, text: str, *, rank: int = 8, alpha: float | None = None, lr: float = 1e-3,
+
+class LoraTuner:
+    """Adapters on `model` (added here: any earlier ones are removed) and the optimizer that trains them. `data`:
+    plain text (cut into blocks) or a dataset of (inputs, labels) pairs (chat_examples)."""
+
+    def __init__(self, model, tok, data, *, rank: int = 8, alpha: float | None = None, lr: float = 1e-3,
                  block: int = 64, seed: int = 0, targets=TARGETS, weight_decay: float = 0.0):
-        self.model, self.blocks = model, text_blocks(text, tok, block)
+        self.model = model
+        if isinstance(data, str):
+            self.blocks = text_blocks(data, tok, block)                         # (n, T + 1)
+            self.examples = [(b[:-1], b[1:]) for b in self.blocks]
+        else:
+            self.blocks, self.examples = None, [data[i] for i in range(len(data))]
         lora.unload(model)
         lora.add_adapters(model, lora.LoraConfig(r=rank, lora_alpha=2 * rank if alpha is None else alpha,
                                                  target_modules=list(targets)), seed=seed)
@@ -52,15 +71,16 @@ class LoraTuner:
         self.steps_done, self.losses = 0, []
 
     def step(self) -> float:
-        """One AdamW step on the next block; returns its loss (before the update)."""
+        """One AdamW step on the next example; returns its loss (before the update): the mean cross-entropy over
+        the labelled positions (a chat example's assistant tokens)."""
         m, device = self.model, self.model.device
-        b = self.blocks[self.steps_done % len(self.blocks)][None]               # (1, T + 1)
-        x, y = ember.tensor(b[:, :-1], device=device), ember.tensor(b[:, 1:], device=device)
+        inputs, labels = self.examples[self.steps_done % len(self.examples)]
+        x, y = ember.tensor(inputs[None], device=device), ember.tensor(labels[None], device=device)  # (1, T) each
         m.train()
         try:
             out = m(x)
             logits = getattr(out, "logits", out)                                # (1, T, vocab)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE_INDEX)
             self.opt.zero_grad()
             loss.backward()
             self.opt.step()
