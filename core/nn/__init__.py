@@ -1,4 +1,5 @@
-"""ember.nn: Module, Parameter, layers, functional, init, utils (clipping, parameter vectors)."""
+"""ember.nn: Module, Parameter, layers, functional, init, utils (clipping, parameter vectors), checkpoint
+(gradient checkpointing)."""
 from . import functional, init, utils  # noqa: F401
 from .layers import (ELU, GELU, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d,  # noqa: F401
                      BatchNorm1d, BatchNorm2d, Bilinear, Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,
@@ -15,7 +16,8 @@ _LAZY = {"EmbeddingBag": "embedding_bag", "Fold": "patches", "PixelShuffle": "pa
          "TransformerDecoder": "transformer", "TransformerDecoderLayer": "transformer",
          "TransformerEncoder": "transformer", "TransformerEncoderLayer": "transformer", "GRU": "recurrent",
          "LSTM": "recurrent", "RNN": "recurrent", "GRUCell": "recurrent", "LSTMCell": "recurrent",
-         "RNNCell": "recurrent", "BCELoss": "losses", "BCEWithLogitsLoss": "losses", "CosineEmbeddingLoss": "losses",
+         "RNNCell": "recurrent", "checkpoint": "grad_checkpoint", "BCELoss": "losses",
+         "BCEWithLogitsLoss": "losses", "CosineEmbeddingLoss": "losses",
          "CrossEntropyLoss": "losses", "HuberLoss": "losses", "KLDivLoss": "losses", "L1Loss": "losses",
          "MSELoss": "losses", "NLLLoss": "losses", "SmoothL1Loss": "losses", "MoE": "moe"}
 

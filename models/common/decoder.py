@@ -19,6 +19,7 @@ import numpy as np
 import ember
 from ember import nn
 from ember.nn import functional as F
+from ember.nn.grad_checkpoint import checkpoint
 
 from .cache import KVCache
 from .fused_decode import FusedDecoder, block_parts
@@ -62,9 +63,12 @@ class DecoderBlock(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """Subclasses set modules, call setup(), and implement embed(tokens, positions) and blocks()."""
+    """Subclasses set modules, call setup(), and implement embed(tokens, positions) and blocks().
+    gradient_checkpointing: while training without a cache, each block's activations are recomputed in
+    backward instead of kept (ember.nn.checkpoint): one block's at a time in memory, one more forward a step."""
 
     tie_embeddings = False
+    gradient_checkpointing = False
 
     def setup(self, *, n_layers, n_heads, n_kv_heads, head_dim, max_seq_len, rope=None, windows=None,
               alibi: bool = False):
@@ -174,7 +178,10 @@ class CausalLM(nn.Module):
             if key not in masks:
                 masks[key] = self._mask(idx, cache.key_positions(i, T) if cache is not None else idx, key, valid,
                                         dtype, device)
-            x = block(x, steps.get(id(ropes[i])), masks[key], cache, i)
+            if self.gradient_checkpointing and self.training and cache is None:
+                x = checkpoint(block, x, steps.get(id(ropes[i])), masks[key], None, i)
+            else:
+                x = block(x, steps.get(id(ropes[i])), masks[key], cache, i)
         if cache is not None:
             cache.pos += T
         if last_only and T > 1:

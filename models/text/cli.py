@@ -248,6 +248,9 @@ def add_finetune_parser(sub):
     p.add_argument("--block", type=positive_int, default=128,
                    help="tokens per step (default 128; a longer conversation is cut)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="the adapters' initialisation seed")
+    p.add_argument("--checkpointing", action="store_true",
+                   help="gradient checkpointing: recompute each block's activations in backward (less memory for "
+                        "long blocks, about a third more time)")
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.set_defaults(func=main_finetune)
 
@@ -270,7 +273,7 @@ def main_finetune(args):
         raise ValueError("ember: the model carries no tokenizer")
     data = chat_examples(args.data, tok, args.block) if chat else text
     tuner = LoraTuner(model, tok, data, rank=args.rank, alpha=args.alpha, lr=args.lr, block=args.block,
-                      seed=args.seed)
+                      seed=args.seed, checkpointing=args.checkpointing)
     bar = progress_bar(args.steps, desc="finetune")
     try:
         for _ in range(args.steps):
