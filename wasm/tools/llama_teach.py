@@ -4,7 +4,7 @@
 It adapts the model the text tool holds, so generate and chat answer with the adapters as soon as a run ends
 (the chat's KV cache is dropped: the weights changed). The loop is ember.models.text.finetune's LoraTuner (as
 `ember finetune`'s): the text in blocks of `block` + 1 tokens, step i on block i mod n, AdamW on the adapters
-only. Between steps the loop awaits checkpoint(): a cancel returns "paused" and
+only (blocks past RECOMPUTE_PAST tokens with gradient checkpointing). Between steps the loop awaits checkpoint(): a cancel returns "paused" and
 {"resume": true} with the same options continues where it stopped. "export" returns the adapter in PEFT's
 layout (adapter_config.json, adapter_model.safetensors bytes) for the page to download; "reset" removes the
 adapters. Runs unchanged in CPython, which gives the e2e test its reference losses.
@@ -22,6 +22,8 @@ from . import llama as text_tool
 
 LIMITS = {"steps": (1, 10_000), "rank": (1, 256), "block": (2, 1024), "seed": (0, 2 ** 31 - 1)}
 MAX_TEXT = 1 << 20  # characters
+RECOMPUTE_PAST = 128  # tokens: longer blocks train with gradient checkpointing (same losses; a 512-token block's
+#                       activations, one decoder block's at a time, fit the page's memory)
 _SESSION: dict = {}  # "key": the model, text and options it was started with; "tuner": the LoraTuner
 
 
@@ -91,7 +93,7 @@ def _start(text, o: dict, model, tok, key) -> dict:
         raise WorkerError(f"ember: the text has {len(text)} characters, over the limit of {MAX_TEXT}", "bad_request")
     try:
         tuner = LoraTuner(model, tok, text if isinstance(text, str) else "", rank=o["rank"], alpha=o["alpha"],
-                          lr=o["lr"], block=o["block"], seed=o["seed"])
+                          lr=o["lr"], block=o["block"], seed=o["seed"], checkpointing=o["block"] > RECOMPUTE_PAST)
     except FinetuneError as e:
         raise WorkerError(str(e), "bad_request") from None
     _SESSION.clear()
