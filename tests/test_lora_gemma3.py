@@ -2,7 +2,7 @@
 test (sliding and global layers, q/k norms, the tied scaled embedding): peft's saved adapter loads into ember and
 gives peft's logits; ember's saved adapter loads into peft and gives ember's; AdamW training matches torch + peft
 step for step (with gradient checkpointing too); the GGUF adapter form names llama.cpp's gemma3 tensors and reads
-back."""
+back; on the real Gemma 3 270M GGUF, llama.cpp with ember's adapter.gguf moves its logits as ember's move."""
 from __future__ import annotations
 
 import numpy as np
@@ -157,3 +157,43 @@ def test_gemma3_gguf_adapter_names_and_round_trip(tmp_path):
     load_gguf_adapter(m2, tmp_path / "a.gguf", GEMMA3_GGUF)
     ids = ids_batch(7)
     np.testing.assert_allclose(logits(m2, ids), logits(m, ids), atol=1e-5, rtol=0)
+
+
+def test_real_gemma3_gguf_adapter_moves_llamacpp_as_ember(tmp_path):
+    """Gemma 3 270M (Q4_K_M, q8 activations on both sides) with rank-4 adapters on its last layer's projections:
+    llama.cpp with ember's adapter.gguf moves its logits from its base model's by what ember's move. The two
+    runtimes' base logits already differ (activation rounding: ~2-4% of the logit range, see test_gemma3_gguf), so
+    the adapters are large and on the last layer (no amplification through later layers); a wrong name or q/k row
+    layout would make the moves differ by about their own size."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from gemma3_assets import gemma3_gguf
+    from ember.models.gemma3.load import load_gguf
+    path = gemma3_gguf()
+    model, tok = load_gguf(path)
+    prompt = tok.encode("The capital of France is a city where")
+    last = model.config.n_layers - 1
+
+    def run_cpp(adapter=None):
+        kw = {"lora_path": str(adapter)} if adapter else {}
+        llm = llama_cpp.Llama(str(path), n_ctx=128, n_threads=2, logits_all=True, verbose=False, seed=0,
+                              type_k=0, type_v=0, **kw)
+        llm.eval(prompt)
+        return np.array(llm.scores[:len(prompt)])                               # (T, vocab)
+    ours_base, theirs_base = logits(model, np.array([prompt]))[0], run_cpp()
+    base_gap = np.linalg.norm(theirs_base - ours_base)
+    for k, which in enumerate([r"self_attn\.(q|k)_proj", r"(self_attn|mlp)\.\w+_proj"]):
+        lora.add_adapters(model, lora.LoraConfig(r=4, lora_alpha=8, target_modules=rf"model\.layers\.{last}\.{which}"),
+                          seed=0)
+        rng = np.random.default_rng(k)
+        with ember.no_grad():
+            for p in lora.lora_parameters(model):
+                p.copy_(rng.normal(0, 0.3, p.shape).astype(np.float32))
+        adapter = tmp_path / f"adapter{k}.gguf"
+        save_gguf_adapter(model, adapter, GEMMA3_GGUF)
+        delta = logits(model, np.array([prompt]))[0] - ours_base
+        lora.unload(model)
+        their_delta = run_cpp(adapter) - theirs_base
+        rel = np.linalg.norm(their_delta - delta) / np.linalg.norm(delta)
+        print(f"\nGemma 3 270M, layer {last} {which}: llama.cpp's move differs from ember's by {rel:.3f} of it "
+              f"(the base logits differ by {base_gap / np.linalg.norm(delta):.3f} of it)")
+        assert rel < 0.4, (which, rel)  # measured: 0.13-0.24 for q/k alone, ~0.07 for v and down
