@@ -10,9 +10,9 @@ generation prompt and its text for messages[:i + 1] are both prefixes of the who
 characters between the two are the turn (the reply and whatever the template closes it with, e.g. ChatML's
 `<|im_end|>`), the generation prompt before them is not. (A conversation that opens with an assistant message,
 under a template that writes a default system message only once there is a message, takes the text before that
-reply's content instead of the empty conversation's generation prompt.) The conversation's text is tokenized piece by piece at
-those boundaries (the prompt part as the chat tokenizes a prompt), so a turn's tokens are exactly the difference
-of the two prefixes' token counts. A template that does not render a conversation prefix-wise (one that rewrites
+reply's content instead of the empty conversation's generation prompt.) The conversation's text is tokenized
+piece by piece at those boundaries (the prompt part as the chat tokenizes a prompt), so a turn's tokens are
+exactly the difference of the two prefixes' token counts. A template that does not render a conversation prefix-wise (one that rewrites
 earlier turns) is refused with an error naming the line.
 
 The data layer knows no model: `render(messages, add_generation_prompt)` and `encode(text) -> ids` come from the
