@@ -5,9 +5,9 @@ It adapts the model the text tool holds, so generate and chat answer with the ad
 (the chat's KV cache is dropped: the weights changed). The loop is ember.models.text.finetune's LoraTuner (as
 `ember finetune`'s): the text in blocks of `block` + 1 tokens, step i on block i mod n, AdamW on the adapters
 only (blocks past RECOMPUTE_PAST tokens with gradient checkpointing). Between steps the loop awaits
-checkpoint(): a cancel returns "paused" and {"resume": true} with the same options continues where it stopped. "export" returns the adapter in PEFT's
-layout (adapter_config.json, adapter_model.safetensors bytes) for the page to download; "reset" removes the
-adapters. Runs unchanged in CPython, which gives the e2e test its reference losses.
+checkpoint(): a cancel returns "paused" and {"resume": true} with the same options continues where it stopped.
+"export" returns the adapter in PEFT's layout (adapter_config.json, adapter_model.safetensors bytes) for the page
+to download; "reset" removes the adapters. Runs unchanged in CPython, which gives the e2e test its reference losses.
 """
 from __future__ import annotations
 
