@@ -12,8 +12,8 @@ characters between the two are the turn (the reply and whatever the template clo
 under a template that writes a default system message only once there is a message, takes the text before that
 reply's content instead of the empty conversation's generation prompt.) The conversation's text is tokenized
 piece by piece at those boundaries (the prompt part as the chat tokenizes a prompt), so a turn's tokens are
-exactly the difference of the two prefixes' token counts. A template that does not render a conversation prefix-wise (one that rewrites
-earlier turns) is refused with an error naming the line.
+exactly the difference of the two prefixes' token counts. A template that does not render a conversation
+prefix-wise (one that rewrites earlier turns) is refused with an error naming the line.
 
 The data layer knows no model: `render(messages, add_generation_prompt)` and `encode(text) -> ids` come from the
 caller (ember.models.text.finetune passes the tokenizer's chat template and encoder).
