@@ -5,16 +5,20 @@ AdamW on the adapters. Engines alternate round by round; each figure is the best
 base (the GGUF's Q4_1/Q8_0 blocks kept, float32 activations: what `ember finetune` trains) and ember with gradient
 checkpointing are extra columns.
 
-Peak memory: the process's resident high-water mark (VmHWM, reset through /proc/self/clear_refs) over one step,
-less its resident size just before the step: what the step's activations, gradients and optimizer work add over
-the weights already loaded.
+Peak memory: each engine again in its own process, with glibc's mmap threshold fixed (MALLOC_MMAP_THRESHOLD_, so
+freed arrays go back to the system at once instead of staying in the heap): the resident high-water mark (VmHWM,
+reset through /proc/self/clear_refs) over its second step, less the resident size just before that step: what a
+step's activations, gradients and optimizer work add over the weights loaded.
 
     python bench/bench_lora.py [--seq 128] [--rank 8] [--steps 2] [--rounds 3] [--random] [--no-quantized]
+                               [--checkpoint]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -108,6 +112,45 @@ def torch_step_fn(hf, ids, rank, lr):
     return step
 
 
+def build(name, hf, path, ids, rank):
+    """The step function of engine `name`."""
+    import ember
+    from ember.models.llama.config import LlamaConfig
+    from ember.models.llama.names import from_hf_state_dict
+    from ember.models.text import load_text_model
+    if name == "torch+peft f32":
+        return torch_step_fn(hf, ids, rank, 1e-4)
+    if name == "ember Q4_1 base":
+        return ember_step_fn(load_text_model(str(path), activations="float32")[0], ids, rank, 1e-4)
+    model = from_hf_state_dict({k: ember.tensor(v.detach().numpy().copy()) for k, v in hf.state_dict().items()},
+                               LlamaConfig.from_hf(hf.config.to_dict()))
+    return ember_step_fn(model, ids, rank, 1e-4, checkpoint=name.endswith("ckpt"))
+
+
+def memory_child(a):
+    """One engine, two steps: the second's peak over the resident size before it, as JSON on stdout's last line."""
+    import gc
+    hf, path = bases(a.random)
+    ids = np.random.default_rng(0).integers(0, hf.config.vocab_size, (1, a.seq + 1))
+    step = build(a.memory, hf, path, ids, a.rank)
+    if a.memory != "torch+peft f32":
+        del hf
+    gc.collect()
+    step()
+    gc.collect()
+    peak = step_peak_mib(step)
+    print(json.dumps({"peak_mib": peak, "resident_mib": _status_kib("VmRSS") / 1024}))
+
+
+def memory(name, a) -> dict:
+    cmd = [sys.executable, __file__, "--memory", name, "--seq", str(a.seq), "--rank", str(a.rank)]
+    if a.random:
+        cmd.append("--random")
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, default=128)
@@ -117,42 +160,37 @@ def main(argv=None):
     ap.add_argument("--random", action="store_true", help="a random Llama of SmolLM2's shape, not its weights")
     ap.add_argument("--no-quantized", action="store_true", help="skip ember on the GGUF's quantized base")
     ap.add_argument("--checkpoint", action="store_true", help="add ember with gradient checkpointing")
+    ap.add_argument("--no-speed", action="store_true", help="peak memory only")
+    ap.add_argument("--memory", default=None, help=argparse.SUPPRESS)  # the child that measures one engine
     a = ap.parse_args(argv)
     import torch
-
-    import ember
-    from ember.models.llama.config import LlamaConfig
-    from ember.models.llama.names import from_hf_state_dict
-    from ember.models.text import load_text_model
     torch.set_num_threads(os.cpu_count() or 1)
+    if a.memory:
+        return memory_child(a)
     hf, path = bases(a.random)
-    ids = np.random.default_rng(0).integers(0, hf.config.vocab_size, (1, a.seq + 1))
-    engines = {}
-
-    def ember_f32():
-        return from_hf_state_dict({k: ember.tensor(v.detach().numpy().copy()) for k, v in hf.state_dict().items()},
-                                  LlamaConfig.from_hf(hf.config.to_dict()))
-    engines["ember f32"] = ember_step_fn(ember_f32(), ids, a.rank, 1e-4)
-    if a.checkpoint:
-        engines["ember f32 ckpt"] = ember_step_fn(ember_f32(), ids, a.rank, 1e-4, checkpoint=True)
-    if path is not None and not a.no_quantized:
-        qmodel, _ = load_text_model(str(path), activations="float32")
-        engines["ember Q4_1 base"] = ember_step_fn(qmodel, ids, a.rank, 1e-4)
-    engines["torch+peft f32"] = torch_step_fn(hf, ids, a.rank, 1e-4)
-    rate = {k: 0.0 for k in engines}
-    mem = {k: float("inf") for k in engines}
-    first = {k: s() for k, s in engines.items()}  # warm-up; the losses agree on the float32 bases
-    for _ in range(a.rounds):
-        for k, s in engines.items():
-            mem[k] = min(mem[k], step_peak_mib(s))
-            rate[k] = max(rate[k], timed(s, a.steps))
+    names = ["ember f32"] + ["ember f32 ckpt"] * a.checkpoint + \
+        ["ember Q4_1 base"] * (path is not None and not a.no_quantized) + ["torch+peft f32"]
     ref = "torch+peft f32"
+    rate, first = {k: 0.0 for k in names}, {}
+    if not a.no_speed:
+        ids = np.random.default_rng(0).integers(0, hf.config.vocab_size, (1, a.seq + 1))
+        engines = {k: build(k, hf, path, ids, a.rank) for k in names}
+        first = {k: s() for k, s in engines.items()}  # warm-up; the losses agree on the float32 bases
+        for _ in range(a.rounds):
+            for k, s in engines.items():
+                rate[k] = max(rate[k], timed(s, a.steps))
+        del engines
+    del hf
+    mem = {k: memory(k, a) for k in names}
     print(f"LoRA training, {'random Llama' if a.random else 'SmolLM2-135M-Instruct'} (30 blocks, width 576), "
           f"batch 1 x {a.seq} tokens, rank {a.rank}, {len(TARGETS)} projections; {os.cpu_count()} CPU threads; "
           f"best of {a.rounds} interleaved rounds x {a.steps} steps")
-    for k in engines:
-        print(f"  {k:17s} {rate[k]:6.3f} steps/s ({rate[k] / rate[ref]:5.2f}x torch)   step peak "
-              f"{mem[k]:7.1f} MiB ({mem[k] / mem[ref]:5.2f}x torch)   first loss {first[k]:.5f}")
+    for k in names:
+        speed = "" if a.no_speed else f"{rate[k]:6.3f} steps/s ({rate[k] / rate[ref]:5.2f}x torch)   "
+        loss = f"   first loss {first[k]:.5f}" if first else ""
+        m = mem[k]["peak_mib"]
+        print(f"  {k:17s} {speed}step peak {m:7.1f} MiB ({m / mem[ref]['peak_mib']:5.2f}x torch) over "
+              f"{mem[k]['resident_mib']:6.0f} MiB resident{loss}")
 
 
 if __name__ == "__main__":

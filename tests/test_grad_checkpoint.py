@@ -17,6 +17,15 @@ from test_lora import ALL, VOCAB, ember_llama, hf_llama, ids_batch, peft_model
 torch = pytest.importorskip("torch")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """torch's tiny ops wait on a busy machine's second thread (seconds a step); one thread keeps them fast."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def loss_and_grads(m, ids, device, params):
     m.train()
     x, y = ember.tensor(ids[:, :-1], device=device), ember.tensor(ids[:, 1:], device=device)
