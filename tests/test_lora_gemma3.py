@@ -168,6 +168,7 @@ def test_gemma3_gguf_adapter_names_and_round_trip(tmp_path):
     np.testing.assert_allclose(logits(m2, ids), logits(m, ids), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_real_gemma3_gguf_adapter_moves_llamacpp_as_ember(tmp_path):
     """Gemma 3 270M (Q4_K_M, q8 activations on both sides) with rank-4 adapters on its last layer's projections:
     llama.cpp with ember's adapter.gguf moves its logits from its base model's by what ember's move. The two
