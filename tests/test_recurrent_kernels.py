@@ -2,7 +2,9 @@
 run, webgpu/recurrent.wgsl) against their composed references and torch's cell arithmetic, over batch sizes and
 hidden sizes that exercise recurrent.c's tiles (hidden sizes off the 8-unit blocks, batch rows past a 16-row
 block, a step large enough to split between threads), with and without b_hh, with h a strided view (as the LSTM
-layer's previous output), and an LSTM / GRU layer without gradients (the kernel each step) against torch."""
+layer's previous output); the lstm_sequence / gru_sequence kernels (the time loop in recurrent.c) against theirs
+in both directions; and LSTM / GRU layers without gradients (a sequence kernel, or a cell kernel each step)
+against torch."""
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ import ember
 import ember.nn as nn
 from ember import kernels as K
 from ember.backends import cpu_matmul, cpu_recurrent
-from ember.nn.recurrent import gru_cell_composed, lstm_cell_composed
+from ember.nn.recurrent import gru_cell_composed, gru_sequence_composed, lstm_cell_composed, lstm_sequence_composed
 
 SHAPES = [(1, 1), (3, 5), (5, 37), (33, 24), (16, 256)]  # (batch rows, hidden)
 
@@ -108,9 +110,39 @@ def test_cpu_cells_give_the_same_bits_on_any_thread_count():
     np.testing.assert_array_equal(one, four)
 
 
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("steps,n,hid", [(1, 3, 5), (7, 5, 37), (4, 16, 128)])
+def test_sequence_kernel_matches_composed(kind, reverse, bias, steps, n, hid, monkeypatch):
+    """The time loop in C (and numpy's loop where no compiled kernels run) against the composed steps."""
+    o = _operands(kind, n, hid, bias, seed=steps * 100 + hid)
+    rng = np.random.default_rng(hid)
+    xg = rng.standard_normal((steps,) + o["xg"].shape).astype(np.float32)
+    k = K.bound(kind + "_sequence", ember.device("cpu").backend)
+    states = (o["h"], o["c"]) if kind == "lstm" else (o["h"],)
+    T = lambda a: None if a is None else ember.tensor(a)  # noqa: E731
+    composed = lstm_sequence_composed if kind == "lstm" else gru_sequence_composed
+    want = composed(T(xg), *map(T, states), T(o["w"]), T(o["b"]), reverse=reverse).numpy()
+    got = k(xg, *states, o["w"], o["b"], reverse=reverse)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+    monkeypatch.setattr(cpu_recurrent, "_loaded", [None])
+    np.testing.assert_allclose(k(xg, *states, o["w"], o["b"], reverse=reverse), want, rtol=1e-5, atol=2e-5)
+
+
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
-def test_layer_without_grad_matches_torch(device, kind):
-    """A 2-layer bidirectional layer under no_grad (the kernel each step) against torch's."""
+@pytest.mark.parametrize("sequence_kernel", [True, False])
+def test_layer_without_grad_matches_torch(device, kind, sequence_kernel):
+    """A 2-layer bidirectional layer under no_grad (a sequence kernel where the device has one, else a cell kernel
+    each step) against torch's."""
+    if sequence_kernel:
+        _layer_matches_torch(device, kind)
+    else:
+        with K.disabled("lstm_sequence", "gru_sequence"):
+            _layer_matches_torch(device, kind)
+
+
+def _layer_matches_torch(device, kind):
     torch.manual_seed(3)
     tm = getattr(torch.nn, kind)(12, 20, num_layers=2, bidirectional=True, batch_first=True)
     em = getattr(nn, kind)(12, 20, num_layers=2, bidirectional=True, batch_first=True).to(device)

@@ -16,26 +16,33 @@ _F32 = np.dtype(np.float32)
 
 
 class _Cells:
-    """recurrent.c's two entry points in one loaded library (native or the page's side module)."""
+    """recurrent.c's entry points in one loaded library (native or the page's side module)."""
 
     def __init__(self, lib, native: bool):
         self.native = native
-        self._lstm, self._gru = lib.ember_lstm_cell, lib.ember_gru_cell
+        self._fns = {(4, False): lib.ember_lstm_cell, (3, False): lib.ember_gru_cell,
+                     (4, True): lib.ember_lstm_sequence, (3, True): lib.ember_gru_sequence}
         if native:
-            for f in (self._lstm, self._gru):
+            for f in self._fns.values():
                 f.argtypes, f.restype = [ctypes.c_void_p], ctypes.c_int
 
-    def step(self, xg, h, c, w, b, hid):
-        """out (N, 2H) h' | c' for an LSTM (c given), (N, H) h' for a GRU (c None); float32 operands, rows of
-        unit column stride, w and b C-contiguous."""
-        n = h.shape[0]
-        out = np.empty((n, 2 * hid if c is not None else hid), _F32)
+    def run(self, xg, h, c, w, b, hid, reverse=None):
+        """One step (reverse None: xg (N, G H) -> out (N, 2H) h' | c' for an LSTM, c given, or (N, H) h' for a
+        GRU), or a sequence (xg (L, N, G H) -> out (L, N, 2H or H), every step's state, run from the last step
+        with reverse=True). Float32 operands, rows of unit column stride, w and b C-contiguous."""
+        n, seq = h.shape[0], reverse is not None
+        steps = xg.shape[0] if seq else 1
+        width = 2 * hid if c is not None else hid
+        out = np.empty((steps, n, width) if seq else (n, width), _F32)
+        if steps == 0:
+            return out
+        xg_rows = xg[0] if seq else xg
         params = np.array([_addr(xg), _addr(h), 0 if c is None else _addr(c), _addr(w), 0 if b is None else _addr(b),
-                           _addr(out), n, hid, _stride(xg), _stride(h), 0 if c is None else _stride(c), out.shape[1]],
-                          np.intp)
-        fn = self._lstm if c is not None else self._gru
-        if fn(params.ctypes.data if self.native else _addr(params)) != 0:
-            raise ValueError(f"ember: recurrent.c refused a step of {n} rows, hidden {hid}")
+                           _addr(out), n, hid, _stride(xg_rows), _stride(h), 0 if c is None else _stride(c), width,
+                           steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse))], np.intp)
+        fn = self._fns[4 if c is not None else 3, seq]
+        if out.size and fn(params.ctypes.data if self.native else _addr(params)) != 0:
+            raise ValueError(f"ember: recurrent.c refused {steps} step(s) of {n} rows, hidden {hid}")
         return out
 
 
@@ -44,8 +51,8 @@ def _stride(a) -> int:
 
 
 def _rows(a):
-    """a (2-D float32) with unit column stride and a whole-float row stride, copied where it has not."""
-    if a.strides[1] == 4 and a.strides[0] % 4 == 0 and a.strides[0] >= 0:
+    """a (float32) with unit column stride and whole-float, nonnegative other strides, copied where it has not."""
+    if a.strides[-1] == 4 and all(s % 4 == 0 and s >= 0 for s in a.strides):
         return a
     return np.ascontiguousarray(a)
 
@@ -69,9 +76,9 @@ def describe(be=None):
 
 
 def _takes(xg, h, c, w_hh, b_hh, gates):
-    """Float32 operands of one step's shapes (the kernel reads them by these sizes)."""
+    """Float32 operands of one step's (or a sequence's) shapes (the kernel reads them by these sizes)."""
     n, hid = h.shape
-    return all(a is None or a.dtype is _F32 for a in (xg, h, c, w_hh, b_hh)) and xg.shape == (n, gates * hid) \
+    return all(a is None or a.dtype is _F32 for a in (xg, h, c, w_hh, b_hh)) and xg.shape[-2:] == (n, gates * hid) \
         and w_hh.shape == (gates * hid, hid) and (c is None or c.shape == (n, hid)) \
         and (b_hh is None or b_hh.shape == (gates * hid,))
 
@@ -98,7 +105,7 @@ def lstm_cell(be, xg, h, c, w_hh, b_hh):
     H = c.shape[-1]
     k = cells()
     if k is not None and _takes(xg, h, c, w_hh, b_hh, 4):
-        return k.step(*_c_args(xg, h, c, w_hh, b_hh), H)
+        return k.run(*_c_args(xg, h, c, w_hh, b_hh), H)
     g = h @ w_hh.T                                                         # (N, 4H), fresh: written in place
     g += xg
     if b_hh is not None:
@@ -121,7 +128,7 @@ def gru_cell(be, xg, h, w_hh, b_hh):
     k = cells()
     if k is not None and _takes(xg, h, None, w_hh, b_hh, 3):
         xg, h, _, w_hh, b_hh = _c_args(xg, h, None, w_hh, b_hh)
-        return k.step(xg, h, None, w_hh, b_hh, H)
+        return k.run(xg, h, None, w_hh, b_hh, H)
     gh = h @ w_hh.T                                                        # (N, 3H)
     if b_hh is not None:
         gh += b_hh
@@ -132,4 +139,33 @@ def gru_cell(be, xg, h, w_hh, b_hh):
     out = h - n
     out *= rz[:, H:]
     out += n                                                               # n + z (h - n)
+    return out
+
+
+# ============================================================================ a sequence: the time loop in C
+
+def lstm_sequence(be, xg, h, c, w_hh, b_hh, reverse=False):
+    """xg (L, N, 4H) input gates of every step, h0, c0 (N, H) -> (L, N, 2H): h_t | c_t of every step t, run from
+    step L - 1 down with reverse (its final state is then step 0's)."""
+    H = c.shape[-1]
+    k = cells()
+    if k is not None and _takes(xg, h, c, w_hh, b_hh, 4):
+        return k.run(*_c_args(xg, h, c, w_hh, b_hh), H, reverse=reverse)
+    out = np.empty(xg.shape[:2] + (2 * H,), xg.dtype)
+    for t in (range(xg.shape[0] - 1, -1, -1) if reverse else range(xg.shape[0])):
+        out[t] = lstm_cell(be, xg[t], h, c, w_hh, b_hh)
+        h, c = out[t, :, :H], out[t, :, H:]
+    return out
+
+
+def gru_sequence(be, xg, h, w_hh, b_hh, reverse=False):
+    """xg (L, N, 3H), h0 (N, H) -> (L, N, H): h_t of every step t (from step L - 1 down with reverse)."""
+    H = h.shape[-1]
+    k = cells()
+    if k is not None and _takes(xg, h, None, w_hh, b_hh, 3):
+        xg, h, _, w_hh, b_hh = _c_args(xg, h, None, w_hh, b_hh)
+        return k.run(xg, h, None, w_hh, b_hh, H, reverse=reverse)
+    out = np.empty(xg.shape[:2] + (H,), xg.dtype)
+    for t in (range(xg.shape[0] - 1, -1, -1) if reverse else range(xg.shape[0])):
+        h = out[t] = gru_cell(be, xg[t], h, w_hh, b_hh)
     return out

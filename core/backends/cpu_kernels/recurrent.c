@@ -17,8 +17,11 @@
 #include "parallel.h"
 
 // intptr_t parameters: xg, h, c (LSTM; 0 for GRU), w_hh, b_hh (or 0), out, batch rows N, hidden size H, the row
-// strides (floats) of xg, h, c and out; columns have unit stride
-enum { P_XG, P_H, P_C, P_W, P_B, P_OUT, P_N, P_HID, P_XGS, P_HS, P_CS, P_OS, P_FIELDS };
+// strides (floats) of xg, h, c and out; columns have unit stride. A sequence (ember_*_sequence) adds its steps L,
+// the step strides (floats) of xg and out, and 1 to run it from its last step: step t reads xg[t] and the state
+// the previous step wrote into out (h0 / c0 for the first), and writes out[t]
+enum { P_XG, P_H, P_C, P_W, P_B, P_OUT, P_N, P_HID, P_XGS, P_HS, P_CS, P_OS, P_STEPS, P_XGT, P_OT, P_REVERSE,
+       P_FIELDS };
 
 #define UNIT 8        // hidden units of a unit of work (one f8 of each gate)
 #define ROW_BLOCK 16  // batch rows whose dot products are taken while a unit's rows of W_hh stay in L1
@@ -169,22 +172,40 @@ static void gru_job(const void *arg, int u0, int u1, int thread) {
     gru_units((const cell_t *)arg, u0, u1);
 }
 
-static int run(const intptr_t *p, int gates) {
+// steps of a sequence (1 for a cell), each's hidden units split between threads (parallel.h): 0, -1 for
+// parameters it does not take, or PARALLEL_LOST (the page's pool lost a worker)
+static int run(const intptr_t *p, int gates, int steps) {
     cell_t a;
     setup(p, &a, gates);
-    if (a.n < 0 || a.hid < 1)
+    if (a.n < 0 || a.hid < 1 || steps < 0)
         return -1;
-    int units = (a.hid + UNIT - 1) / UNIT;
+    int units = (a.hid + UNIT - 1) / UNIT, reverse = steps > 1 && p[P_REVERSE];
     if (a.n == 0)
         return 0;
-    return ember_parallel(gates == 4 ? lstm_job : gru_job, &a, units,
-                          ember_chunks(units, (long)a.n * gates * UNIT * a.hid));
+    const float *xg0 = a.xg;
+    float *out0 = a.out;
+    for (int s = 0; s < steps; s++) {
+        long t = reverse ? steps - 1 - s : s;
+        a.xg = xg0 + t * (steps > 1 ? p[P_XGT] : 0), a.out = out0 + t * (steps > 1 ? p[P_OT] : 0);
+        int rc = ember_parallel(gates == 4 ? lstm_job : gru_job, &a, units,
+                                ember_chunks(units, (long)a.n * gates * UNIT * a.hid));
+        if (rc)
+            return rc;
+        a.h = a.out, a.hs = a.os;  // the next step's state: this one's output (h' | c' for an LSTM)
+        a.c = a.out + a.hid, a.cs = a.os;
+    }
+    return 0;
 }
 
-// one step, its hidden units split between threads (parallel.h): 0, -1 for parameters it does not take, or
-// PARALLEL_LOST (the page's pool lost a worker)
 EMBER_EXPORT(ember_lstm_cell)
-int ember_lstm_cell(const intptr_t *p) { return run(p, 4); }
+int ember_lstm_cell(const intptr_t *p) { return run(p, 4, 1); }
 
 EMBER_EXPORT(ember_gru_cell)
-int ember_gru_cell(const intptr_t *p) { return run(p, 3); }
+int ember_gru_cell(const intptr_t *p) { return run(p, 3, 1); }
+
+// a whole sequence of one direction in one call (the time loop here, not in Python)
+EMBER_EXPORT(ember_lstm_sequence)
+int ember_lstm_sequence(const intptr_t *p) { return run(p, 4, (int)p[P_STEPS]); }
+
+EMBER_EXPORT(ember_gru_sequence)
+int ember_gru_sequence(const intptr_t *p) { return run(p, 3, (int)p[P_STEPS]); }
