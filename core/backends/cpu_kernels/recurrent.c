@@ -154,7 +154,8 @@ static void gru_units(const cell_t *a, int u0, int u1) {
                 const float *xg = a->xg + (long)(r0 + r) * a->xgs + j;
                 f8 rg = f8_sigmoid(f8_add(f8_load_part(xg, width), hidden_part(a, pre[0][r], 0, j, width)));
                 f8 zg = f8_sigmoid(f8_add(f8_load_part(xg + H, width), hidden_part(a, pre[1][r], 1, j, width)));
-                f8 n = f8_tanh(f8_add(f8_load_part(xg + 2 * H, width), f8_mul(rg, hidden_part(a, pre[2][r], 2, j, width))));
+                f8 hn = hidden_part(a, pre[2][r], 2, j, width);
+                f8 n = f8_tanh(f8_add(f8_load_part(xg + 2 * H, width), f8_mul(rg, hn)));
                 f8 h = f8_load_part(a->h + (long)(r0 + r) * a->hs + j, width);
                 f8_store_part(a->out + (long)(r0 + r) * a->os + j, f8_add(n, f8_mul(zg, f8_sub(h, n))), width);
             }
