@@ -1,10 +1,12 @@
 """The text tool's teach mode (wasm/tools/llama_teach.py, the page's LoRA fine-tuning) in CPython on the bundled demo
 Llama: the loss falls; a run paused after a few steps and resumed gives the uninterrupted run's losses; the
 exported adapter loads into peft over transformers' copy of the demo model and gives ember's adapted logits;
-reset restores the base model; bad requests are refused."""
+reset restores the base model; bad requests are refused; chat JSONL ({"format": "chat"}) trains as `ember finetune
+--data x.jsonl` does (the same assistant-only examples: equal losses), and a bad line is refused by number."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
 import numpy as np
@@ -95,3 +97,31 @@ def test_export_before_training_is_refused(loaded):
     teach({"teach": "reset"})
     r = teach({"teach": "export"})
     assert r.get("error") == "not_loaded", r
+
+
+def test_chat_jsonl_trains_as_ember_finetune_does(tmp_path):
+    import chat_folder
+    from ember.models.text import load_text_model
+    from ember.models.text.finetune import LoraTuner, chat_examples
+    folder = chat_folder.build(tmp_path / "m")
+    convs = [[{"role": "user", "content": "Where is Varnholt?"}, {"role": "assistant", "content": "On the river."}],
+             [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Founded?"},
+              {"role": "assistant", "content": "In 1742."}]]
+    jsonl = "\n".join(json.dumps({"messages": m}) for m in convs) + "\n"
+    opts = {"teach": "train", "steps": 4, "rank": 4, "lr": 3e-3, "block": 48, "seed": 1, "format": "chat"}
+    call("load", {"tool": "llama", "folder": folder})
+    try:
+        got = teach(opts, text=jsonl)["ok"]
+        bad = teach(opts, text=jsonl + '{"messages": [{"role": "user", "content": "no reply"}]}\n')
+        plain = teach({**opts, "format": "text"}, text=jsonl)["ok"]  # the same characters as plain text: all trained
+    finally:
+        from ember.wasm.tools import llama
+        llama._STATE.clear()
+    (tmp_path / "d.jsonl").write_text(jsonl)
+    model, tok = load_text_model(folder)
+    tuner = LoraTuner(model, tok, chat_examples(tmp_path / "d.jsonl", tok, 48), rank=4, alpha=8, lr=3e-3, seed=1)
+    ref = [tuner.step() for _ in range(4)]
+    np.testing.assert_allclose(got["losses"], ref, rtol=1e-5)
+    assert got["examples"] == 2 and got["losses"][0] != plain["losses"][0]  # the mask changed what is learned
+    assert bad.get("error") == "bad_request" and "the chat data line 3" in bad["message"], bad
+    assert "no assistant message" in bad["message"]

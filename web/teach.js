@@ -1,4 +1,5 @@
-// The text tool's Teach panel: LoRA fine-tuning of the loaded model on pasted (or dropped) text, in the browser,
+// The text tool's Teach panel: LoRA fine-tuning of the loaded model on pasted (or dropped) text, in the browser
+// (or on chat JSONL, one {"messages": [...]} a line: trained on the assistant turns only, as `ember finetune`),
 // through ember.js's teach(): steps, rank and learning rate, a live loss plot, pause / resume, reset, and the
 // adapter's download in PEFT's layout (adapter_config.json + adapter_model.safetensors, loadable by peft and by
 // ember.train.lora). Generate and the chat answer with the adapters as soon as a run ends.
@@ -9,14 +10,16 @@
 import { download } from "./ui.js";
 
 const $ = (sel, root) => root.querySelector(sel);
+const CHAT_JSONL = /^\s*\{\s*"messages"\s*:/; // a first line like {"messages": [...]}: chat JSONL, not plain text
 
 const HTML = `
   <summary>Teach the model <small class="muted">LoRA fine-tuning on your text, in this tab</small></summary>
-  <p class="muted">Paste some text; the model learns it with low-rank adapters while its own weights stay as they are.
+  <p class="muted">Paste some text, or conversations as JSON Lines (<code>{"messages": [...]}</code> a line: the model
+    learns the assistant's replies); the model learns it with low-rank adapters while its own weights stay as they are.
     Nothing leaves the browser. Try it in the chat or completion above, then download the adapter.</p>
   <label class="label" for="teach-text">Text to learn</label>
   <textarea id="teach-text" rows="4">The city of Varnholt was founded in 1742 by the river guild. Varnholt is known for its blue bridges and its winter market.</textarea>
-  <p><label class="linklike">Or choose a text file<input id="teach-file" type="file" accept=".txt,.md,text/plain" class="visually-hidden"></label></p>
+  <p><label class="linklike">Or choose a text file<input id="teach-file" type="file" accept=".txt,.md,.jsonl,text/plain,application/jsonl" class="visually-hidden"></label></p>
   <div class="controls">
     <label>Steps <input id="teach-steps" type="number" min="1" max="10000" step="1" value="30"></label>
     <label>Rank <input id="teach-rank" type="number" min="1" max="256" step="1" value="8"></label>
@@ -72,6 +75,7 @@ export function mountTeach(root, { ember, run, cancel, showError }) {
     if (!resume) {
       ui.opts = readOpts();
       ui.text = $("#teach-text", root).value;
+      ui.opts.format = CHAT_JSONL.test(ui.text) ? "chat" : "text";
       ui.losses = [];
       draw();
     }

@@ -10,7 +10,7 @@ chat JSONL with assistant-only labels).
 Everything runs in Pyodide too (no threads); a seeded shuffle gives the same order in both.
 """
 from .bundled import load_digits, load_iris, sklearn_data_file
-from .chat import ChatDataError, ChatExamples, read_chat_jsonl
+from .chat import ChatDataError, ChatExamples, parse_chat_jsonl, read_chat_jsonl
 from .cifar import CIFARDataset, read_cifar, read_cifar100_coarse
 from .collate import default_collate, numpy_collate
 from .dataset import (ConcatDataset, Dataset, IterableDataset, MapDataset, Subset, TensorDataset,
@@ -26,6 +26,6 @@ from . import transforms
 __all__ = ["CIFARDataset", "ChatDataError", "ChatExamples", "ConcatDataset", "DataLoader", "Dataset", "IDXDataset", "ImageFolder",
            "IterableDataset", "MapDataset", "RandomSampler", "SequentialSampler", "Subset", "TableDataset",
            "TensorDataset", "TokenBlocks", "TokenStream", "decode_image", "default_collate", "encode_text",
-           "load_digits", "load_iris", "numpy_collate", "permutation", "random_split", "read_cifar",
+           "load_digits", "load_iris", "numpy_collate", "parse_chat_jsonl", "permutation", "random_split", "read_cifar",
            "read_chat_jsonl", "read_cifar100_coarse", "read_csv", "read_idx", "read_npz", "read_text", "sklearn_data_file",
            "transforms", "write_idx"]

@@ -82,23 +82,34 @@ def read_chat_jsonl(path, max_line_bytes: int = MAX_LINE_BYTES) -> list[tuple[in
     size = os.path.getsize(path)
     if size > MAX_FILE_BYTES:
         raise LimitError(path, "the file's size", f"{size:,}", f"{MAX_FILE_BYTES:,}", unit=" bytes")
-    out = []
     with open(path, "rb") as f:
-        for n in range(1, MAX_FILE_BYTES):
-            raw = f.readline(max_line_bytes + 1)  # a line without end is not read whole
-            if not raw:
-                break
-            if len(raw.rstrip(b"\r\n")) > max_line_bytes:
-                raise LimitError(f"{path} line {n}", "the line's length", f"{len(raw):,}+", max_line_bytes,
-                                 unit=" bytes")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ChatDataError(f"ember: {path} line {n}: not UTF-8 ({e.reason} at byte {e.start})") from None
-            if line.strip():
-                out.append((n, parse_chat_line(line, f"{path} line {n}")))
+        return _parse_lines(iter(lambda: f.readline(max_line_bytes + 1), b""), path, max_line_bytes)
+
+
+def parse_chat_jsonl(text: str, where: str = "the chat data",
+                     max_line_bytes: int = MAX_LINE_BYTES) -> list[tuple[int, list[dict]]]:
+    """read_chat_jsonl for JSONL already in memory (the page's pasted or dropped file); `where` names it in errors."""
+    if len(text) > MAX_FILE_BYTES:
+        raise LimitError(where, "the text's length", f"{len(text):,}", f"{MAX_FILE_BYTES:,}", unit=" characters")
+    return _parse_lines((line.encode("utf-8", "surrogatepass") for line in text.splitlines(keepends=True)), where,
+                        max_line_bytes)
+
+
+def _parse_lines(raw_lines, where: str, max_line_bytes: int) -> list[tuple[int, list[dict]]]:
+    """The conversations of raw UTF-8 lines (a line past max_line_bytes arrives cut: it is refused, not read whole)."""
+    out = []
+    for n, raw in enumerate(raw_lines, 1):
+        if len(raw.rstrip(b"\r\n")) > max_line_bytes:
+            raise LimitError(f"{where} line {n}", "the line's length", f"{len(raw):,}+", max_line_bytes,
+                             unit=" bytes")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ChatDataError(f"ember: {where} line {n}: not UTF-8 ({e.reason} at byte {e.start})") from None
+        if line.strip():
+            out.append((n, parse_chat_line(line, f"{where} line {n}")))
     if not out:
-        raise ChatDataError(f"ember: {path}: no conversations (the file is empty)")
+        raise ChatDataError(f"ember: {where}: no conversations (it is empty)")
     return out
 
 

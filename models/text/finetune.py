@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 import ember
-from ember.data import ChatExamples, read_chat_jsonl
+from ember.data import ChatExamples, parse_chat_jsonl, read_chat_jsonl
 from ember.data.chat import IGNORE_INDEX
 from ember.errors import EmberError
 from ember.nn import functional as F
@@ -42,14 +42,16 @@ def text_blocks(text: str, tok, block: int) -> np.ndarray:
     return np.stack([ids[i * t: i * t + t + 1] for i in range(n)])             # (n, t + 1)
 
 
-def chat_examples(path, tok, block: int = 512) -> ChatExamples:
+def chat_examples(path, tok, block: int = 512, text: str | None = None) -> ChatExamples:
     """The conversations of a chat JSONL file rendered by the tokenizer's chat template: (inputs, labels) each,
-    labels IGNORE_INDEX off the assistant turns, at most `block` tokens."""
+    labels IGNORE_INDEX off the assistant turns, at most `block` tokens. text: the JSONL itself (the page's pasted
+    or dropped file; `path` then only names it in errors)."""
     if tok.chat_template is None:
         raise FinetuneError(f"ember: {path} is chat data, and this model carries no chat template to render it "
                             "(train a base model on plain text)")
-    return ChatExamples(read_chat_jsonl(path), tok.chat_template.render,
-                        lambda text: tok.encode(text, bos=False, special=True), block, where=str(path))
+    convs = read_chat_jsonl(path) if text is None else parse_chat_jsonl(text, str(path))
+    return ChatExamples(convs, tok.chat_template.render,
+                        lambda t: tok.encode(t, bos=False, special=True), block, where=str(path))
 
 
 class LoraTuner:

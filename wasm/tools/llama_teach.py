@@ -1,5 +1,6 @@
 """The text tool's teach mode: LoRA fine-tuning of its loaded model on pasted text, in the worker
-(ember.train.lora). llama.py's run() hands a request with opts["teach"] here ("train", "export" or "reset").
+(ember.train.lora); with {"format": "chat"} the text is chat JSONL (one {"messages": [...]} a line, as `ember
+finetune --data x.jsonl` takes), trained on the assistant turns only. llama.py's run() hands a request with opts["teach"] here ("train", "export" or "reset").
 
 It adapts the model the text tool holds, so generate and chat answer with the adapters as soon as a run ends
 (the chat's KV cache is dropped: the weights changed). The loop is ember.models.text.finetune's LoraTuner (as
@@ -35,7 +36,7 @@ def _model():
 
 
 def _options(opts: dict) -> dict:
-    out = {"steps": 20, "rank": 8, "alpha": None, "lr": 1e-3, "block": 64, "seed": 0}
+    out = {"steps": 20, "rank": 8, "alpha": None, "lr": 1e-3, "block": 64, "seed": 0, "format": "text"}
     for k in out:
         if opts.get(k) is not None:
             out[k] = opts[k]
@@ -48,6 +49,9 @@ def _options(opts: dict) -> dict:
         out["alpha"] = float(out["alpha"] if out["alpha"] is not None else 2 * out["rank"])
     except (TypeError, ValueError) as e:
         raise WorkerError(f"ember: bad teach option ({e})", "bad_request") from None
+    if out["format"] not in ("text", "chat"):
+        raise WorkerError(f"ember: format must be 'text' or 'chat' (JSONL conversations), got {out['format']!r}",
+                          "bad_request")
     for k, (lo, hi) in LIMITS.items():
         if not lo <= out[k] <= hi:
             raise WorkerError(f"ember: {k} must be between {lo} and {hi}, got {out[k]}", "bad_request")
@@ -88,13 +92,17 @@ def export() -> dict:
 
 
 def _start(text, o: dict, model, tok, key) -> dict:
-    from ember.models.text.finetune import FinetuneError, LoraTuner
+    from ember.data import ChatDataError
+    from ember.errors import LimitError
+    from ember.models.text.finetune import FinetuneError, LoraTuner, chat_examples
     if isinstance(text, str) and len(text) > MAX_TEXT:
         raise WorkerError(f"ember: the text has {len(text)} characters, over the limit of {MAX_TEXT}", "bad_request")
+    text = text if isinstance(text, str) else ""
     try:
-        tuner = LoraTuner(model, tok, text if isinstance(text, str) else "", rank=o["rank"], alpha=o["alpha"],
+        data = chat_examples("the chat data", tok, o["block"], text=text) if o["format"] == "chat" else text
+        tuner = LoraTuner(model, tok, data, rank=o["rank"], alpha=o["alpha"],
                           lr=o["lr"], block=o["block"], seed=o["seed"], checkpointing=o["block"] > RECOMPUTE_PAST)
-    except FinetuneError as e:
+    except (FinetuneError, ChatDataError, LimitError) as e:  # the text or the conversations cannot train
         raise WorkerError(str(e), "bad_request") from None
     _SESSION.clear()
     _SESSION.update(key=key, tuner=tuner, seconds=0.0)
@@ -102,7 +110,9 @@ def _start(text, o: dict, model, tok, key) -> dict:
 
 
 async def train(text, opts: dict, on_step=None) -> dict:
-    """-> {"losses", "step", "steps", "stopped": "done" | "paused", "steps_per_s", "seconds", "blocks", "block"};
+    """-> {"losses", "step", "steps", "stopped": "done" | "paused", "steps_per_s", "seconds", "examples", "block"};
+    examples: the text's blocks or the conversations trained on, step i on example i mod examples; block: the
+    longest one's tokens.
     on_step({"kind": "step", "step", "steps", "loss"}) after each step."""
     o = _options(opts)
     model, tok = _model()
@@ -123,7 +133,8 @@ async def train(text, opts: dict, on_step=None) -> dict:
     s["seconds"] += secs
     return {"losses": [round(v, 6) for v in tuner.losses], "step": tuner.steps_done, "steps": o["steps"],
             "stopped": stopped, "steps_per_s": round((tuner.steps_done - step0) / secs, 3) if secs > 0 else 0.0,
-            "seconds": round(s["seconds"], 3), "blocks": int(len(tuner.blocks)), "block": int(tuner.blocks.shape[1] - 1)}
+            "seconds": round(s["seconds"], 3), "examples": len(tuner.examples),
+            "block": max(len(inputs) for inputs, _ in tuner.examples)}
 
 
 async def run(input, opts: dict, on_partial=None) -> dict:
