@@ -51,6 +51,7 @@ class PoolKernels:
         self.pool, self.side = pool, side
         ex = pool.exports
         self._q8_matmul, self._qmatmul, self._sgemm_batched = ex.ember_q8_matmul, ex.ember_qmatmul, ex.ember_sgemm_batched
+        self._sgemm_exact = ex.ember_sgemm_batched_exact  # multiply then add, never fused: the plain module's bits
         self._decode = ex.ember_decode
         self.qmatmul_types = side.qmatmul_types
         self._gemm_scratch = Block(pool.arena, int(ex.ember_sgemm_scratch_floats()) * 4 * pool.threads)
@@ -129,37 +130,41 @@ class PoolKernels:
         m = a.shape[-2]
         return m >= POOL_MIN_ROWS and math.prod(batch) * m * a.shape[-1] * b.shape[-1] >= POOL_MIN_MACS
 
-    def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, exact: bool = False) -> np.ndarray:
         """WasmKernels.matmul on the pool: a (..., M, K) @ b (..., K, N) -> (..., M, N) float32 (into `out` when
-        given), batched and broadcast, any strides."""
+        given), batched and broadcast, any strides. exact: the plain SIMD128 module's bits whatever this module's
+        variant (deterministic mode: gemm_exact.c's multiply-add is never fused)."""
         (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
         if k2 != k:
             raise ValueError(f"ember: matmul shapes {a.shape} and {b.shape} do not match (K {k} vs {k2})")
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        c = np.empty(batch + (m, n), F32)
+        shape = batch + (m, n)
+        into = out is not None and out.shape == shape and out.dtype == F32 and out.flags.c_contiguous
+        c = out if into else np.empty(shape, F32)
         if m and n:
             a = np.broadcast_to(a, batch + (m, k)) if a.shape[:-2] != batch else a
             b = np.broadcast_to(b, batch + (k, n)) if b.shape[:-2] != batch else b
+            gemm = self._sgemm_exact if exact else self._sgemm_batched
             if len(batch) <= 1:
-                self._batched(a, b, c)
+                self._batched(a, b, c, gemm)
             else:  # one call per matrix of the leading dims, the last batch dim in C
                 for idx in np.ndindex(*batch[:-1]):
-                    self._batched(a[idx], b[idx], c[idx])
-        if out is not None:
+                    self._batched(a[idx], b[idx], c[idx], gemm)
+        if out is not None and not into:
             np.copyto(out, c)
             return out
         return c
 
-    def _batched(self, a, b, c):
+    def _batched(self, a, b, c, gemm):
         """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) C-contiguous, in calls of at most ~IO_BYTES of c each: whole
         matrices of the batch, or blocks of rows (never one row alone where M > 1: gemm.c takes another path for
         a single row, whose sums run in another order)."""
         if c.nbytes <= IO_BYTES:
-            return self._call(a, b, c)
+            return self._call(a, b, c, gemm)
         if c.ndim == 3 and c.shape[0] > 1:
             step = max(1, IO_BYTES // c[0].nbytes)
             for t in range(0, c.shape[0], step):
-                self._batched(a[t:t + step], b[t:t + step], c[t:t + step])
+                self._batched(a[t:t + step], b[t:t + step], c[t:t + step], gemm)
             return
         m = c.shape[-2]
         step = max(4, IO_BYTES // (4 * c.shape[-1]) // 4 * 4)
@@ -168,9 +173,9 @@ class PoolKernels:
             starts.pop()  # (the last row goes with the block before it)
         for i, r in enumerate(starts):
             e = starts[i + 1] if i + 1 < len(starts) else m
-            self._call(a[..., r:e, :], b, c[..., r:e, :])
+            self._call(a[..., r:e, :], b, c[..., r:e, :], gemm)
 
-    def _call(self, a, b, c):
+    def _call(self, a, b, c, gemm):
         """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) with unit column stride, in one call on the pool."""
         three = c.ndim == 3
         batch, (m, n), k = (c.shape[0] if three else 1), c.shape[-2:], a.shape[-1]
@@ -183,7 +188,7 @@ class PoolKernels:
                             _es(b, -2), _es(b, -1), m * n, n], np.int32)  # (c is written contiguous in the pool)
         at_s = at_c + _align(m * n * batch * 4)
         self.pool.write(at_s, strides)
-        rc = self._sgemm_batched(batch, m, n, k, i32(ea), i32(eb), i32(at_c), i32(at_s), i32(self._gemm_scratch.at), 0)
+        rc = gemm(batch, m, n, k, i32(ea), i32(eb), i32(at_c), i32(at_s), i32(self._gemm_scratch.at), 0)
         self.pool.check(rc, "matmul")
         if c.flags.c_contiguous:
             self.pool.read(at_c, c)
