@@ -453,7 +453,10 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
 class PoolXattnPlan(_Mirrored, XattnPlan):
     """decode_xattn.c's plan (Whisper's decoder step) on the pool: its weights, norms and biases placed in the
     shared memory once, the self-attention caches mirrored there (_Mirrored), the encoder's keys and values placed
-    while their arrays live (they are not written: a new utterance makes new ones)."""
+    while their arrays live (they are not written: a new utterance makes new ones). The head (a tied embedding:
+    51,864 x 384 floats for tiny.en, 80 MB read a token) is placed too, and `logits` runs the GEMM's one-row product
+    on it, its columns split between the threads: the same call, so the same bits, as the model's matmul makes on
+    this thread (gemm.c's gemv never fuses a multiply-add)."""
 
     def __init__(self, kern: PoolFloatKernels, spec: dict):
         self._pool, self._pk = kern.pool, kern.kern
@@ -461,6 +464,12 @@ class PoolXattnPlan(_Mirrored, XattnPlan):
         self._mirrors: list = [None] * self.n_layers
         self._written = None
         self._scratch_block = None
+        head = spec.get("head")
+        self._head = None  # (its block, vocab): (vocab, dim) float32 rows
+        if head is not None and head.dtype == F32 and head.flags.c_contiguous and head.shape[1:] == (self.dim,):
+            self._keep.append(head)
+            self._head = (self._pool.place(head), head.shape[0])
+            self._head_strides = np.array([0, self.dim, 1, 0, 1, self.dim, head.shape[0], head.shape[0]], np.int32)
 
     def _vec(self, a) -> int:
         if a is None:
@@ -499,3 +508,17 @@ class PoolXattnPlan(_Mirrored, XattnPlan):
         pool.read(at_x, x)
         self._rows_back(caches)
         return x
+
+    def logits(self, x: np.ndarray) -> np.ndarray | None:
+        if self._head is None:
+            return None
+        pool, (block, vocab) = self._pool, self._head
+        y = np.empty(vocab, F32)
+        at_x = self._pk._io_at(_align(x.nbytes) + _align(y.nbytes) + 64)
+        at_y, at_s = at_x + _align(x.nbytes), at_x + _align(x.nbytes) + _align(y.nbytes)
+        pool.write(at_x, np.ascontiguousarray(x, F32))
+        pool.write(at_s, self._head_strides)  # x (1, dim) @ head^T (dim, vocab): B column-major, as the model's
+        rc = self._pk._sgemm_exact(1, 1, vocab, self.dim, i32(at_x), i32(block.at), i32(at_y), i32(at_s),
+                                   i32(self._pk._gemm_scratch.at), 0)
+        pool.check(rc, "output projection")
+        return pool.read(at_y, y)
