@@ -77,6 +77,12 @@ for i, (ashape, bshape, layout) in enumerate(GEMM_CASES):
     out["gemm_close"].append(float(np.abs(c - want).max() / np.abs(want).max()))
 was = cpu_matmul.set_deterministic(True)  # the plain module's GEMM: on the pool (gemm_exact.c) from 2 threads
 out["exact"] = [digest(cpu_matmul.mm(*gemm_operands(i, *case))) for i, case in enumerate(GEMM_CASES)]
+from ember.backends import cpu_fused  # long attention, a block of query rows at a time (on the pool: attention_blocks)
+for det in (True, False):
+    cpu_matmul.set_deterministic(det)
+    for i, (length, keys) in enumerate(((1500, 1500), (1048, 1500))):  # (1048: a last block of one row, composed)
+        q, k, v = floats((1, 2, length, 64), 70 + i), floats((1, 2, keys, 64), 80 + i), floats((1, 2, keys, 64), 90 + i)
+        out.setdefault("attention", []).append(digest(cpu_fused.attention(None, q, k, v, None, 0.125, False)))
 cpu_matmul.set_deterministic(was)
 out["status"] = cpu_matmul.pool_status()
 out["jobs"] = (pool.pool.state()["jobs"] - jobs) if pool is not None else 0
@@ -195,7 +201,7 @@ def test_every_kernel_gives_the_same_bits_on_any_thread_count(sessions):
         assert got[n]["status"] == f"{n} threads"
         assert got[n]["jobs"] >= len(got[1]["q8"]) + 2 * len(got[1]["gemm"]) - 2  # they ran on the pool, split
         # (but deterministic mode's row vector times a matrix: mm leaves it to this thread)
-        for key in ("q8", "qf", "gemm", "exact"):  # exact: deterministic mode's GEMM, the plain side module's bits
+        for key in ("q8", "qf", "gemm", "exact", "attention"):  # exact: deterministic mode's GEMM, the plain module's bits
             assert got[n][key] == got[1][key], (n, key)  # on 1 thread
     assert max(got[1]["gemm_close"]) < 1e-5  # a matmul (against float64 numpy)
     # q8dot.c is native's C too: the page's bits are native's (and the numpy version's)

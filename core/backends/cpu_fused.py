@@ -11,7 +11,7 @@ import numpy as np
 
 from . import array_module_fused
 from .array_module_backend import _F32, _HALF
-from .cpu_matmul import mm, page_kernels
+from .cpu_matmul import deterministic, mm, page_kernels, pool_kernels
 
 _ATTN_BLOCK = 1 << 19  # (L, S) scores above this many elements are computed a block of query rows at a time
 _GELU_CHUNK = 1 << 15  # elements per chunk of the fused GELU
@@ -100,6 +100,13 @@ def _blocked_attention(q, k, v):
     v1 = v1.reshape(-1, S, Ev + 1)                                          # (heads, S, Ev | 1)
     out = np.empty((q3.shape[0], L, Ev), dt)                                # (heads, L, Ev)
     rows = max(16, min(L, _ATTN_BLOCK // S))
+    # the page's kernel pool: the same calls, each block's scores kept in its memory (but a last block of one row,
+    # which deterministic mode's mm turns into a column-major row-vector product: rare, composed)
+    pool = pool_kernels() if dt == np.float32 and L % rows != 1 else None
+    if pool is not None:
+        acc = pool.attention_blocks(q3, kt, v1, rows, exact=deterministic())  # (heads, L, Ev | row sum)
+        np.divide(acc[..., :Ev], acc[..., Ev:], out=out)
+        return out.reshape(lead + out.shape[1:])
     buf, mx, acc = np.empty((rows, S), dt), np.empty((rows, 1), dt), np.empty((rows, Ev + 1), dt)
     # under Pyodide, max, subtract and exp in one SIMD kernel (numpy's exp is scalar there: 12% of Whisper tiny)
     kernels = page_kernels() if dt == np.float32 else None

@@ -195,6 +195,40 @@ class PoolKernels:
         else:  # a block of rows of a larger result
             c[...] = self.pool.read(at_c, np.empty(c.shape, F32))
 
+    def attention_blocks(self, q3, kt, v1, rows: int, exact: bool) -> np.ndarray:
+        """cpu_fused._blocked_attention's products and exponentials on the pool: q3 (heads, L, E) @ kt (heads, E, S),
+        a block of `rows` query rows at a time, its exponentials (exp_rowmax), then @ v1 (heads, S, Ev + 1) ->
+        (heads, L, Ev + 1) (the weighted values | the sums). The operands go in once and each block's scores stay in
+        the shared memory (the composed path copies them out and in again around exp_rowmax); the calls are mm's
+        and exp_rowmax's, in the same shapes, so the bits are theirs."""
+        heads, n_q, e = q3.shape
+        s_len, ev1 = kt.shape[2], v1.shape[2]
+        q3, kt, v1 = (np.ascontiguousarray(t, F32) for t in (q3, kt, v1))
+        acc = np.empty((heads, n_q, ev1), F32)
+        sizes = [q3.nbytes, kt.nbytes, v1.nbytes, acc.nbytes, rows * s_len * 4, 64]
+        at_q = self._io_at(sum(_align(n) for n in sizes))
+        at_k = at_q + _align(q3.nbytes)
+        at_v = at_k + _align(kt.nbytes)
+        at_a = at_v + _align(v1.nbytes)
+        at_s = at_a + _align(acc.nbytes)
+        at_st = at_s + _align(rows * s_len * 4)
+        for a, at in ((q3, at_q), (kt, at_k), (v1, at_v)):
+            self.pool.write(at, a)
+        gemm, scratch = self._sgemm_exact if exact else self._sgemm_batched, i32(self._gemm_scratch.at)
+        rowmax = self.pool.exports.ember_exp_rowmax_rows_f32
+        for h in range(heads):
+            for i in range(0, n_q, rows):
+                n = min(rows, n_q - i)
+                self.pool.write(at_st, np.array([0, e, 1, 0, s_len, 1, n * s_len, s_len], np.int32))
+                rc = gemm(1, n, s_len, e, i32(at_q + 4 * (h * n_q + i) * e), i32(at_k + 4 * h * e * s_len), i32(at_s),
+                          i32(at_st), scratch, 0)
+                rc = rc or rowmax(i32(at_s), n, s_len, s_len)
+                self.pool.write(at_st, np.array([0, s_len, 1, 0, ev1, 1, n * ev1, ev1], np.int32))
+                rc = rc or gemm(1, n, ev1, s_len, i32(at_s), i32(at_v + 4 * h * s_len * ev1),
+                                i32(at_a + 4 * (h * n_q + i) * ev1), i32(at_st), scratch, 0)
+                self.pool.check(rc, "attention")
+        return self.pool.read(at_a, acc)
+
     def _stage(self, x, span, at) -> int:
         """Copy the bytes x's elements span into the shared memory at `at`; -> the shared address of x's first
         element (strides are kept: a transposed or broadcast weight goes as it is)."""
