@@ -49,9 +49,9 @@ print(json.dumps({"phases": ph, "out": text.strip()}))
 """
 EMBER_GENERATE = r"""
 import sys, time, json; t0 = time.perf_counter(); ph = {}
-import ember; from ember.models.gemma3 import cli; from ember.models.common.generate import SamplingParams, generate
+import ember; from ember.models.text import load_text_model; from ember.models.common.generate import SamplingParams, generate
 ph["imports"] = time.perf_counter() - t0
-model, tok = cli.load(sys.argv[1]); ph["load"] = time.perf_counter() - t0  # as `ember generate` loads
+model, tok = load_text_model(sys.argv[1]); ph["load"] = time.perf_counter() - t0  # as `ember generate` loads
 ids = tok.encode(sys.argv[2], bos=True)
 out = list(generate(model, ids, int(sys.argv[3]), SamplingParams(0.0), tok.eos_ids))
 ph["request"] = time.perf_counter() - t0
