@@ -100,11 +100,9 @@ def _blocked_attention(q, k, v):
     v1 = v1.reshape(-1, S, Ev + 1)                                          # (heads, S, Ev | 1)
     out = np.empty((q3.shape[0], L, Ev), dt)                                # (heads, L, Ev)
     rows = max(16, min(L, _ATTN_BLOCK // S))
-    # the page's kernel pool: the same calls, each block's scores kept in its memory (but a last block of one row,
-    # which deterministic mode's mm turns into a column-major row-vector product: rare, composed)
-    pool = pool_kernels() if dt == np.float32 and L % rows != 1 else None
-    if pool is not None:
-        acc = pool.attention_blocks(q3, kt, v1, rows, exact=deterministic())  # (heads, L, Ev | row sum)
+    pool = pool_kernels() if dt == np.float32 else None  # the page's kernel pool: the same calls, the scores in its memory
+    acc = None if pool is None else pool.attention_blocks(q3, kt, v1, exact=deterministic())  # (heads, L, Ev | sum)
+    if acc is not None:
         np.divide(acc[..., :Ev], acc[..., Ev:], out=out)
         return out.reshape(lead + out.shape[1:])
     buf, mx, acc = np.empty((rows, S), dt), np.empty((rows, 1), dt), np.empty((rows, Ev + 1), dt)

@@ -195,14 +195,22 @@ class PoolKernels:
         else:  # a block of rows of a larger result
             c[...] = self.pool.read(at_c, np.empty(c.shape, F32))
 
-    def attention_blocks(self, q3, kt, v1, rows: int, exact: bool) -> np.ndarray:
+    def attention_blocks(self, q3, kt, v1, exact: bool) -> np.ndarray | None:
         """cpu_fused._blocked_attention's products and exponentials on the pool: q3 (heads, L, E) @ kt (heads, E, S),
-        a block of `rows` query rows at a time, its exponentials (exp_rowmax), then @ v1 (heads, S, Ev + 1) ->
-        (heads, L, Ev + 1) (the weighted values | the sums). The operands go in once and each block's scores stay in
-        the shared memory (the composed path copies them out and in again around exp_rowmax); the calls are mm's
-        and exp_rowmax's, in the same shapes, so the bits are theirs."""
+        a block of query rows at a time, its exponentials (exp_rowmax), then @ v1 (heads, S, Ev + 1) -> (heads, L,
+        Ev + 1) (the weighted values | the sums). The operands go in once and each block's scores stay in the
+        shared memory (the composed path copies them out and in again around exp_rowmax); the calls are mm's and
+        exp_rowmax's, so the bits are theirs: a row's sums do not depend on the rows beside it (gemm.c), except
+        a block of one row (a row-vector product, which deterministic mode's mm makes column-major): then None.
+        Blocks are as large as IO_BYTES of scores allows (a whole head of Whisper's: 1500 rows), so that the
+        values' product (S x 65) has enough rows to split evenly (349 rows are 3 of gemm.c's units): Whisper tiny's
+        encoder attention (6 heads, 1500 x 1500) 125 ms in blocks of 349 rows, 107 ms in whole heads, on 2 threads
+        (Node; 183-199 ms on one)."""
         heads, n_q, e = q3.shape
         s_len, ev1 = kt.shape[2], v1.shape[2]
+        rows = max(16, min(n_q, IO_BYTES // (4 * s_len)))
+        if n_q % rows == 1:
+            return None
         q3, kt, v1 = (np.ascontiguousarray(t, F32) for t in (q3, kt, v1))
         acc = np.empty((heads, n_q, ev1), F32)
         sizes = [q3.nbytes, kt.nbytes, v1.nbytes, acc.nbytes, rows * s_len * 4, 64]
