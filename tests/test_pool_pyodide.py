@@ -84,6 +84,8 @@ for det in (True, False):
         q, k, v = floats((1, 2, length, 64), 70 + i), floats((1, 2, keys, 64), 80 + i), floats((1, 2, keys, 64), 90 + i)
         out.setdefault("attention", []).append(digest(cpu_fused.attention(None, q, k, v, None, 0.125, False)))
 cpu_matmul.set_deterministic(was)
+x = floats((300, 1537), 95) * 4  # SiLU and GELU (elementwise.c, blocks of elements on the pool; an odd tail)
+out["attention"] += [digest(cpu_fused.silu(None, x)), digest(cpu_fused.gelu(None, x, "none"))]
 out["status"] = cpu_matmul.pool_status()
 out["jobs"] = (pool.pool.state()["jobs"] - jobs) if pool is not None else 0
 result = out

@@ -21,6 +21,12 @@ def _wasm():
     return page_kernels()
 
 
+def _elementwise():
+    """Where SiLU / GELU run under Pyodide: the page's kernel pool (elementwise.c split between its threads, the
+    same bits), else the page's kernels (None natively outside deterministic mode)."""
+    return pool_kernels() or page_kernels()
+
+
 def describe_gelu(be=None):
     return "cpu_kernels/elementwise.c ember_gelu_f32 (wasm)" if _wasm() is not None else "numpy, cache-sized chunks (erf by A&S)"
 
@@ -61,7 +67,7 @@ def silu(be, x):
     if x.dtype in _HALF:
         return be._back(silu(be, be._f32(x)), x.dtype)
     if x.dtype is _F32 and _wasm() is not None:
-        return _wasm().silu(x)  # numpy's exp is scalar in wasm: 20% of YOLOv8s went there
+        return _elementwise().silu(x)  # numpy's exp is scalar in wasm: 20% of YOLOv8s went there
     out = be._sigmoid(x)  # one fresh array, then in place (YOLO: every conv is followed by a SiLU)
     out *= x
     return out
@@ -71,7 +77,7 @@ def gelu(be, x, approximate):
     if x.dtype in _HALF:
         return be._back(gelu(be, be._f32(x), approximate), x.dtype)
     if approximate != "tanh" and x.dtype is _F32 and _wasm() is not None:
-        return _wasm().gelu(x)  # numpy's exp is scalar in wasm: 7% of Whisper tiny
+        return _elementwise().gelu(x)  # numpy's exp is scalar in wasm: 7% of Whisper tiny
     # in cache-sized chunks: the ~20 passes stay in L2 (2x faster on Whisper's (1500, 1536) MLP).
     # (Splitting the chunks across threads gains little in a model: OpenBLAS's workers spin ~0.1 s
     # after every matmul and keep the other core.)

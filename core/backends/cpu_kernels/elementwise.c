@@ -68,6 +68,29 @@ static v128_t gelu4(v128_t x) {
 ELEMENTWISE("ember_silu_f32", silu4)
 ELEMENTWISE("ember_gelu_f32", gelu4)
 
+// The same with the elements split between threads (parallel.h: the page's pool), UNARY_BLOCK at a time: every
+// lane is computed alone, so the bits are the serial call's. which: 0 SiLU, 1 GELU; 0, or PARALLEL_LOST.
+#define UNARY_BLOCK 4096
+typedef struct {
+    const float *x;
+    float *y;
+    int n, which;
+} unary_t;
+
+static void unary_blocks(const void *arg, int b0, int b1, int thread) {
+    const unary_t *u = (const unary_t *)arg;
+    long s = (long)b0 * UNARY_BLOCK, e = (long)b1 * UNARY_BLOCK < u->n ? (long)b1 * UNARY_BLOCK : u->n;
+    (void)thread;
+    (u->which ? gelu4_f32 : silu4_f32)(u->x + s, u->y + s, (int)(e - s));
+}
+
+__attribute__((export_name("ember_unary_blocks_f32")))
+int ember_unary_blocks_f32(int which, const float *x, float *y, int n) {
+    unary_t u = {x, y, n, which};
+    int blocks = (n + UNARY_BLOCK - 1) / UNARY_BLOCK;
+    return ember_parallel(unary_blocks, &u, blocks, ember_chunks(blocks, 16L * UNARY_BLOCK));
+}
+
 // x[r, 0:cols] = exp(x[r, :] - max(x[r, :])) for each of `rows` rows (row stride rs), in place: the
 // unnormalised softmax of a block of attention scores (the caller sums the rows in its next matmul).
 // One read for the max, one read-write for the exponentials, where numpy makes three passes and a
