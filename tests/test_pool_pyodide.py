@@ -203,7 +203,7 @@ def test_every_kernel_gives_the_same_bits_on_any_thread_count(sessions):
         assert got[n]["status"] == f"{n} threads"
         assert got[n]["jobs"] >= len(got[1]["q8"]) + 2 * len(got[1]["gemm"]) - 2  # they ran on the pool, split
         # (but deterministic mode's row vector times a matrix: mm leaves it to this thread)
-        for key in ("q8", "qf", "gemm", "exact", "attention"):  # exact: deterministic mode's GEMM, the plain module's bits
+        for key in ("q8", "qf", "gemm", "exact", "attention"):  # exact: deterministic mode's GEMM (plain module's bits)
             assert got[n][key] == got[1][key], (n, key)  # on 1 thread
     assert max(got[1]["gemm_close"]) < 1e-5  # a matmul (against float64 numpy)
     # q8dot.c is native's C too: the page's bits are native's (and the numpy version's)
@@ -254,7 +254,8 @@ def test_whisper_decoder_steps_give_the_same_bits_on_any_thread_count(sessions):
     the side module: the same hidden states, including after a prompt run composed into the same cache between
     fused steps (the mirror copies the cache in again). Native's bits: test_whisper_fused_decode."""
     from test_whisper_fused_decode import BUILD, PAGE_RUN
-    code = BUILD + PAGE_RUN + "\nresult = run(random_whisper(5, d=384, heads=6, ffn=1536, vocab=3000), 300, 64, middle=6)\n"
+    code = BUILD + PAGE_RUN + \
+        "\nresult = run(random_whisper(5, d=384, heads=6, ffn=1536, vocab=3000), 300, 64, middle=6)\n"
     got = {n: sessions[n].run(code, timeout=600)["result"] for n in THREADS}
     assert got[1][1] == "XattnPlan"
     for n in THREADS[1:]:

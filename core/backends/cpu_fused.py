@@ -106,7 +106,7 @@ def _blocked_attention(q, k, v):
     v1 = v1.reshape(-1, S, Ev + 1)                                          # (heads, S, Ev | 1)
     out = np.empty((q3.shape[0], L, Ev), dt)                                # (heads, L, Ev)
     rows = max(16, min(L, _ATTN_BLOCK // S))
-    pool = pool_kernels() if dt == np.float32 else None  # the page's kernel pool: the same calls, the scores in its memory
+    pool = pool_kernels() if dt == np.float32 else None  # the page's kernel pool: the same calls, scores kept there
     acc = None if pool is None else pool.attention_blocks(q3, kt, v1, exact=deterministic())  # (heads, L, Ev | sum)
     if acc is not None:
         np.divide(acc[..., :Ev], acc[..., Ev:], out=out)
