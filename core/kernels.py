@@ -260,9 +260,19 @@ op("linears", "(x, [w], [b|None]) -> one x @ [w0 | w1 | ...].T + [b0 | ...] whos
    webgpu=Kernel(_WG + "linears", "quant.wgsl qmatvec over the weights where they lie (decode rows)"))
 op("lstm_cell", "(xg (N, 4H), h (N, H), c (N, H), w_hh (4H, H), b_hh|None) -> (N, 2H) h' | c' of one LSTM step, "
    "gates i f g o", composed="ember.nn.recurrent:lstm_cell_composed",
-   cpu=Kernel("ember.backends.cpu_recurrent:lstm_cell", "numpy, gates in place"))
+   cpu=Kernel("ember.backends.cpu_recurrent:lstm_cell", "ember.backends.cpu_recurrent:describe"),
+   webgpu=Kernel(_WG + "lstm_cell", "recurrent.wgsl (dot products and gates, a thread per hidden unit)"))
 op("gru_cell", "(xg (N, 3H), h (N, H), w_hh (3H, H), b_hh|None) -> h' (N, H) of one GRU step, gates r z n",
-   composed="ember.nn.recurrent:gru_cell_composed", cpu=Kernel("ember.backends.cpu_recurrent:gru_cell", "numpy, gates in place"))
+   composed="ember.nn.recurrent:gru_cell_composed",
+   cpu=Kernel("ember.backends.cpu_recurrent:gru_cell", "ember.backends.cpu_recurrent:describe"),
+   webgpu=Kernel(_WG + "gru_cell", "recurrent.wgsl (dot products and gates, a thread per hidden unit)"))
+op("lstm_sequence", "(xg (L, N, 4H), h0 (N, H), c0 (N, H), w_hh (4H, H), b_hh|None, reverse=) -> (L, N, 2H) h_t | c_t "
+   "of every step of one LSTM direction (from step L - 1 down with reverse): the time loop in the kernel",
+   composed="ember.nn.recurrent:lstm_sequence_composed",
+   cpu=Kernel("ember.backends.cpu_recurrent:lstm_sequence", "ember.backends.cpu_recurrent:describe"))
+op("gru_sequence", "(xg (L, N, 3H), h0 (N, H), w_hh (3H, H), b_hh|None, reverse=) -> (L, N, H) h_t of every step of "
+   "one GRU direction: the time loop in the kernel", composed="ember.nn.recurrent:gru_sequence_composed",
+   cpu=Kernel("ember.backends.cpu_recurrent:gru_sequence", "ember.backends.cpu_recurrent:describe"))
 op("conv_bias", "(x, w, b, stride, padding, dilation, groups) -> conv(x, w) + b per output channel",
    composed="ember.nn.functional:conv_bias_composed",
    cpu=Kernel(_DN + "conv_bias", _DN + "describe_conv"))

@@ -193,6 +193,20 @@ def _gru_cell(dev):
             ((T(rnd(2, 24, seed=144), dev), T(rnd(2, 8, seed=145), dev), T(rnd(24, 8, seed=146), dev), None), {})]
 
 
+def _lstm_sequence(dev):
+    return [((T(rnd(4, 3, 20, seed=150), dev), T(rnd(3, 5, seed=151), dev), T(rnd(3, 5, seed=152), dev),
+              T(rnd(20, 5, seed=153, scale=0.5), dev), T(rnd(20, seed=154), dev)), {}),
+            ((T(rnd(3, 2, 36, seed=155), dev), T(rnd(2, 9, seed=156), dev), T(rnd(2, 9, seed=157), dev),
+              T(rnd(36, 9, seed=158, scale=0.5), dev), None), {"reverse": True})]
+
+
+def _gru_sequence(dev):
+    return [((T(rnd(4, 3, 15, seed=160), dev), T(rnd(3, 5, seed=161), dev), T(rnd(15, 5, seed=162, scale=0.5), dev),
+              T(rnd(15, seed=163), dev)), {"reverse": True}),
+            ((T(rnd(3, 2, 27, seed=164), dev), T(rnd(2, 9, seed=165), dev), T(rnd(27, 9, seed=166, scale=0.5), dev),
+              None), {})]
+
+
 EXAMPLES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _norms(False), "rms_norm": _norms(True),
             "attention": _attention, "gelu": _gelu, "silu": _silu, "linear": _linear, "conv_bias": _conv_bias,
             "conv_bias_act": _conv_bias_act, "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul,
@@ -200,7 +214,7 @@ EXAMPLES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _norms(F
             "qmatmul_topk": lambda dev: _qpick(dev, (5,)), "rotary_embedding": _rotary, "flash_attention": _flash,
             "flash_attention_split": _flash_split, "flash_attention_combine": _flash_combine,
             "rope_append_attention": _rope_append, "nbits_matmul": _nbits, "lstm_cell": _lstm_cell,
-            "gru_cell": _gru_cell}
+            "gru_cell": _gru_cell, "lstm_sequence": _lstm_sequence, "gru_sequence": _gru_sequence}
 IN_PLACE = ("copy_into", "rope_append_attention")  # kernels that write an input (the composed run gets copies)
 # ops whose kernel is tested against its composed form by a test of its own (file::test)
 ELSEWHERE = {"decoder_plan": "tests/test_fused_decode.py::test_fused_float32_equals_composed",

@@ -63,6 +63,29 @@ def qlinear(be, x, weight):
     return ys[0] if len(ys) == 1 else be.cat(ys, len(ys[0].shape) - 1)
 
 
+# ============================================================================ recurrent cells
+
+def _cell_grid(out_shape, xg, h, *rest, **attrs):
+    """One thread per (batch row, hidden unit), 64 a workgroup, 2-D past 65535 workgroups."""
+    groups = -(-(h.shape[0] * h.shape[1]) // 64)
+    return (min(groups, _MAX_GROUPS), -(-groups // _MAX_GROUPS), 1)
+
+
+RECURRENT = WGSL(_wgsl("recurrent.wgsl"), workgroup_size=64, grid=_cell_grid,
+                 params=lambda xg, h, c, w, b, gates: [h.shape[0], h.shape[1], gates, 0 if b is None else 1])
+RECURRENT.op = "lstm_cell / gru_cell"
+
+
+def lstm_cell(be, xg, h, c, w_hh, b_hh):
+    n, hid = h.shape
+    return be.custom_kernel(RECURRENT, [xg, h, c, w_hh, b_hh], (n, 2 * hid), xg.dtype, {"gates": 4})
+
+
+def gru_cell(be, xg, h, w_hh, b_hh):
+    n, hid = h.shape
+    return be.custom_kernel(RECURRENT, [xg, h, None, w_hh, b_hh], (n, hid), xg.dtype, {"gates": 3})
+
+
 # ============================================================================ rotary embedding
 
 ROTARY = WGSL(_wgsl("rope.wgsl"), params=lambda x, cos, sin: list(x.shape[1:]))

@@ -1,10 +1,94 @@
 """The CPU backend's recurrent-cell kernels (kernel-registry entries lstm_cell and gru_cell): one time step of an
-LSTM or GRU in numpy with the gate nonlinearities applied in place on one gate buffer, instead of a dozen
-Tensor ops per step (the composed references are ember.nn.recurrent's lstm_cell_composed / gru_cell_composed)."""
+LSTM or GRU. Where compiled kernels run here (natively, or the page's wasm module) cpu_kernels/recurrent.c takes
+float32 steps: the product h W_hh^T and the gate nonlinearities in one pass over W_hh, no gate buffer; elsewhere
+(no compiler, deterministic mode, other dtypes) numpy with the nonlinearities applied in place on one gate buffer.
+The composed references are ember.nn.recurrent's lstm_cell_composed / gru_cell_composed."""
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 
+from . import cpu_matmul
+from .cpu_float_kernels import _addr
+
+_F32 = np.dtype(np.float32)
+
+
+class _Cells:
+    """recurrent.c's entry points in one loaded library (native or the page's side module)."""
+
+    def __init__(self, lib, native: bool):
+        self.native = native
+        self._fns = {(4, False): lib.ember_lstm_cell, (3, False): lib.ember_gru_cell,
+                     (4, True): lib.ember_lstm_sequence, (3, True): lib.ember_gru_sequence}
+        if native:
+            for f in self._fns.values():
+                f.argtypes, f.restype = [ctypes.c_void_p], ctypes.c_int
+
+    def run(self, xg, h, c, w, b, hid, reverse=None):
+        """One step (reverse None: xg (N, G H) -> out (N, 2H) h' | c' for an LSTM, c given, or (N, H) h' for a
+        GRU), or a sequence (xg (L, N, G H) -> out (L, N, 2H or H), every step's state, run from the last step
+        with reverse=True). Float32 operands, rows of unit column stride, w and b C-contiguous."""
+        n, seq = h.shape[0], reverse is not None
+        steps = xg.shape[0] if seq else 1
+        width = 2 * hid if c is not None else hid
+        out = np.empty((steps, n, width) if seq else (n, width), _F32)
+        if steps == 0:
+            return out
+        xg_rows = xg[0] if seq else xg
+        params = np.array([_addr(xg), _addr(h), 0 if c is None else _addr(c), _addr(w), 0 if b is None else _addr(b),
+                           _addr(out), n, hid, _stride(xg_rows), _stride(h), 0 if c is None else _stride(c), width,
+                           steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse))], np.intp)
+        fn = self._fns[4 if c is not None else 3, seq]
+        if out.size and fn(params.ctypes.data if self.native else _addr(params)) != 0:
+            raise ValueError(f"ember: recurrent.c refused {steps} step(s) of {n} rows, hidden {hid}")
+        return out
+
+
+def _stride(a) -> int:
+    return a.strides[0] // 4 if a.shape[0] > 1 else a.shape[1]
+
+
+def _rows(a):
+    """a (float32) with unit column stride and whole-float, nonnegative other strides, copied where it has not."""
+    if a.strides[-1] == 4 and all(s % 4 == 0 and s >= 0 for s in a.strides):
+        return a
+    return np.ascontiguousarray(a)
+
+
+_loaded: list = []
+
+
+def cells() -> _Cells | None:
+    """The compiled step kernels, or None where none run here, or in deterministic mode (where the page's
+    answers come from its GEMM source alone, cpu_float_kernels)."""
+    if cpu_matmul.deterministic():
+        return None
+    if not _loaded:
+        k = cpu_matmul.wasm_kernels() if cpu_matmul.NO_BLAS else cpu_matmul.native_kernels()
+        _loaded.append(None if k is None else _Cells(k.lib, native=not cpu_matmul.NO_BLAS))
+    return _loaded[0]
+
+
+def describe(be=None):
+    return "cpu_kernels/recurrent.c (fused step) | numpy" if cells() is not None else "numpy, gates in place"
+
+
+def _takes(xg, h, c, w_hh, b_hh, gates):
+    """Float32 operands of one step's (or a sequence's) shapes (the kernel reads them by these sizes)."""
+    n, hid = h.shape
+    return all(a is None or a.dtype is _F32 for a in (xg, h, c, w_hh, b_hh)) and xg.shape[-2:] == (n, gates * hid) \
+        and w_hh.shape == (gates * hid, hid) and (c is None or c.shape == (n, hid)) \
+        and (b_hh is None or b_hh.shape == (gates * hid,))
+
+
+def _c_args(xg, h, c, w_hh, b_hh):
+    return (_rows(xg), _rows(h), None if c is None else _rows(c), np.ascontiguousarray(w_hh),
+            None if b_hh is None else np.ascontiguousarray(b_hh))
+
+
+# ============================================================================ the kernels
 
 def _sigmoid_(a):
     """a <- 1 / (1 + exp(-a)), in place (exp overflowing to inf is 1 / inf = 0: the right limit, no warning)."""
@@ -18,11 +102,14 @@ def _sigmoid_(a):
 
 def lstm_cell(be, xg, h, c, w_hh, b_hh):
     """xg (N, 4H) input gates, h (N, H), c (N, H), w_hh (4H, H), b_hh (4H,) or None -> (N, 2H): h' | c'."""
+    H = c.shape[-1]
+    k = cells()
+    if k is not None and _takes(xg, h, c, w_hh, b_hh, 4):
+        return k.run(*_c_args(xg, h, c, w_hh, b_hh), H)
     g = h @ w_hh.T                                                         # (N, 4H), fresh: written in place
     g += xg
     if b_hh is not None:
         g += b_hh
-    H = c.shape[-1]
     _sigmoid_(g[:, :2 * H])                                                # i, f
     np.tanh(g[:, 2 * H:3 * H], out=g[:, 2 * H:3 * H])                      # g
     _sigmoid_(g[:, 3 * H:])                                                # o
@@ -37,10 +124,14 @@ def lstm_cell(be, xg, h, c, w_hh, b_hh):
 
 def gru_cell(be, xg, h, w_hh, b_hh):
     """xg (N, 3H), h (N, H), w_hh (3H, H), b_hh (3H,) or None -> h' (N, H)."""
+    H = h.shape[-1]
+    k = cells()
+    if k is not None and _takes(xg, h, None, w_hh, b_hh, 3):
+        xg, h, _, w_hh, b_hh = _c_args(xg, h, None, w_hh, b_hh)
+        return k.run(xg, h, None, w_hh, b_hh, H)
     gh = h @ w_hh.T                                                        # (N, 3H)
     if b_hh is not None:
         gh += b_hh
-    H = h.shape[-1]
     rz = _sigmoid_(xg[:, :2 * H] + gh[:, :2 * H])                          # r | z
     n = gh[:, 2 * H:] * rz[:, :H]
     n += xg[:, 2 * H:]
@@ -48,4 +139,33 @@ def gru_cell(be, xg, h, w_hh, b_hh):
     out = h - n
     out *= rz[:, H:]
     out += n                                                               # n + z (h - n)
+    return out
+
+
+# ============================================================================ a sequence: the time loop in C
+
+def lstm_sequence(be, xg, h, c, w_hh, b_hh, reverse=False):
+    """xg (L, N, 4H) input gates of every step, h0, c0 (N, H) -> (L, N, 2H): h_t | c_t of every step t, run from
+    step L - 1 down with reverse (its final state is then step 0's)."""
+    H = c.shape[-1]
+    k = cells()
+    if k is not None and _takes(xg, h, c, w_hh, b_hh, 4):
+        return k.run(*_c_args(xg, h, c, w_hh, b_hh), H, reverse=reverse)
+    out = np.empty(xg.shape[:2] + (2 * H,), xg.dtype)
+    for t in (range(xg.shape[0] - 1, -1, -1) if reverse else range(xg.shape[0])):
+        out[t] = lstm_cell(be, xg[t], h, c, w_hh, b_hh)
+        h, c = out[t, :, :H], out[t, :, H:]
+    return out
+
+
+def gru_sequence(be, xg, h, w_hh, b_hh, reverse=False):
+    """xg (L, N, 3H), h0 (N, H) -> (L, N, H): h_t of every step t (from step L - 1 down with reverse)."""
+    H = h.shape[-1]
+    k = cells()
+    if k is not None and _takes(xg, h, None, w_hh, b_hh, 3):
+        xg, h, _, w_hh, b_hh = _c_args(xg, h, None, w_hh, b_hh)
+        return k.run(xg, h, None, w_hh, b_hh, H, reverse=reverse)
+    out = np.empty(xg.shape[:2] + (H,), xg.dtype)
+    for t in (range(xg.shape[0] - 1, -1, -1) if reverse else range(xg.shape[0])):
+        h = out[t] = gru_cell(be, xg[t], h, w_hh, b_hh)
     return out

@@ -73,6 +73,58 @@ def gru_cell_composed(xg, h, w_hh, b_hh):
     return gru_step(xg, h, w_hh, b_hh, _composed=True)
 
 
+def lstm_sequence_composed(xg, h, c, w_hh, b_hh, reverse=False):
+    """The lstm_sequence kernel's reference: xg (L, N, 4H) -> h_t | c_t of every step (L, N, 2H)."""
+    L = xg.shape[0]
+    out = [None] * L
+    for t in (range(L - 1, -1, -1) if reverse else range(L)):
+        h, c = lstm_step(xg[t], h, c, w_hh, b_hh, _composed=True)
+        out[t] = cat([h, c], -1)
+    return stack(out, 0)
+
+
+def gru_sequence_composed(xg, h, w_hh, b_hh, reverse=False):
+    """The gru_sequence kernel's reference: xg (L, N, 3H) -> h_t of every step (L, N, H)."""
+    L = xg.shape[0]
+    out = [None] * L
+    for t in (range(L - 1, -1, -1) if reverse else range(L)):
+        h = out[t] = gru_step(xg[t], h, w_hh, b_hh, _composed=True)
+    return stack(out, 0)
+
+
+def _sequence(lstm, xg, h, c, w_hh, b_hh, reverse):
+    """One direction's steps in one call of the device's lstm_sequence / gru_sequence kernel (no gradient
+    recorded): (outputs (L, N, H), h_n, c_n), or None where it has none (the caller steps)."""
+    if xg.ndim != 3 or xg.shape[0] == 0 or not _fits(h, c, w_hh, b_hh) or xg.dtype is not h.dtype \
+            or xg.device is not h.device:
+        return None
+    states = (h, c) if lstm else (h,)
+    k = A.fused_kernel("lstm_sequence" if lstm else "gru_sequence", xg, *states, w_hh, b_hh)
+    if k is None:
+        return None
+    out = xg._new(k(xg._data, *(s._data for s in states), w_hh._data, None if b_hh is None else b_hh._data,
+                    reverse=reverse))                                      # (L, N, 2H) h_t | c_t, or (L, N, H)
+    H = w_hh.shape[1]
+    last = 0 if reverse else xg.shape[0] - 1
+    ys = out.narrow(-1, 0, H) if lstm else out
+    return ys, ys[last], out[last].narrow(-1, H, H) if lstm else None
+
+
+def lstm_sequence(xg, h, c, w_hh, b_hh, reverse=False):
+    """xg (L, N, 4H) input gates of every step, h, c (N, H) -> (outputs (L, N, H), h_n, c_n) of one LSTM
+    direction: the device's lstm_sequence kernel where it has one and no gradient is recorded, else a step at a
+    time (lstm_step)."""
+    done = _sequence(True, xg, h, c, w_hh, b_hh, reverse)
+    if done is not None:
+        return done
+    L = xg.shape[0]
+    ys = [None] * L
+    for t in (range(L - 1, -1, -1) if reverse else range(L)):
+        h, c = lstm_step(xg[t], h, c, w_hh, b_hh)
+        ys[t] = h
+    return stack(ys, 0), h, c
+
+
 # ------------------------------------------------------------------ multi-layer, bidirectional layers
 
 def _steps(t):
@@ -205,7 +257,12 @@ class RNNBase(Module):
     def _direction(self, x, h, c, weights, reverse, mask):
         """One direction of one layer over the whole sequence: (outputs (L, N, out), h_n, c_n)."""
         w_ih, w_hh, b_ih, b_hh, w_hr = weights
-        xg = _steps(F.linear(x, w_ih, b_ih))                               # L x (N, gates): one matmul for all steps
+        proj = F.linear(x, w_ih, b_ih)                                     # (L, N, gates): one matmul for all steps
+        if mask is None and w_hr is None and self.mode in ("LSTM", "GRU"):
+            done = _sequence(self.mode == "LSTM", proj, h, c, w_hh, b_hh, reverse)
+            if done is not None:
+                return done
+        xg = _steps(proj)                                                  # L x (N, gates)
         ms = None if mask is None else mask.unbind(0)
         ys = [None] * len(xg)
         for t in (range(len(xg) - 1, -1, -1) if reverse else range(len(xg))):

@@ -14,7 +14,7 @@ from .. import ops_elementwise as E
 from .. import ops_indexing as I
 from .. import ops_movement as M
 from ..linalg import matmul
-from ..nn.recurrent import lstm_step
+from ..nn.recurrent import lstm_sequence
 from .registry import op
 from .values import host
 
@@ -108,11 +108,10 @@ def _recurrent(ctx, ins, at, kind):
     ys, hs, cs = [], [], []
     for d in range(n_dirs):
         reverse = direction == "reverse" or d == 1
-        if plain_lstm:  # the device's lstm_cell kernel, in torch's gate order, a step at a time
-            xs = M.flip(x, 0) if reverse else x
-            y, h, c = _lstm_cells(at, d, xs, w, r, b, h0[d] if h0 is not None else zeros,
-                                  c0[d] if c0 is not None else zeros, hidden)
-            ys.append(M.flip(y, 0) if reverse else y)
+        if plain_lstm:  # in torch's gate order: the device's lstm_sequence / lstm_cell kernel
+            y, h, c = _lstm_cells(at, d, x, w, r, b, h0[d] if h0 is not None else zeros,
+                                  c0[d] if c0 is not None else zeros, hidden, reverse)
+            ys.append(y)
             hs.append(h)
             cs.append(c)
             continue
@@ -181,11 +180,11 @@ def _torch_gates(t, hidden):
     return M.cat([M.narrow(t, 0, k * hidden, hidden) for k in _TORCH_GATES], 0)
 
 
-def _lstm_cells(at, d, xs, w, r, b, h, c, hidden):
+def _lstm_cells(at, d, x, w, r, b, h, c, hidden, reverse):
     """Direction d of a plain LSTM (default activations; no clip, peepholes, input_forget or sequence_lens)
-    through nn.recurrent's lstm_step (the lstm_cell kernel where the device has one). xs (seq, batch, input) in the
-    order this direction reads it. Returns (y (seq, batch, H), h, c). The weights in torch's gate order are kept
-    per node while it is handed the same W, R and B tensors (constants: every run)."""
+    through nn.recurrent's lstm_sequence (the device's lstm_sequence or lstm_cell kernel where it has one). x
+    (seq, batch, input), read from its last step with reverse. Returns (y (seq, batch, H), h, c). The weights in
+    torch's gate order are kept per node while it is handed the same W, R and B tensors (constants: every run)."""
     key = ("lstm", d)
     memo = at.memo.get(key)
     if memo is None or memo[0] is not w or memo[1] is not r or memo[2] is not b:
@@ -195,14 +194,10 @@ def _lstm_cells(at, d, xs, w, r, b, h, c, hidden):
         memo = at.memo[key] = (w, r, b, M.transpose(_torch_gates(w[d], hidden), 0, 1),  # (input, 4H)
                                _torch_gates(r[d], hidden), bias)                        # (4H, H), (4H,)
     w_in, w_hh, bias = memo[3:]
-    proj = matmul(xs, w_in)  # (seq, batch, 4H)
+    proj = matmul(x, w_in)  # (seq, batch, 4H)
     if bias is not None:
         proj = proj + bias
-    out = []
-    for t in range(proj.shape[0]):
-        h, c = lstm_step(proj[t], h, c, w_hh, None)
-        out.append(h)
-    return M.stack(out, 0), h, c
+    return lstm_sequence(proj, h, c, w_hh, None, reverse=reverse)
 
 
 def _clip(v, clip):
