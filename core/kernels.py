@@ -314,8 +314,10 @@ op("decoder_plan", "(spec) -> a plan whose step(x, rope, caches) runs one decode
    cpu=Kernel("ember.backends.cpu_decode:decoder_plan", "ember.backends.cpu_decode:describe"))
 op("xattn_decoder_plan", "(spec) -> a plan whose step(x, caches, cross) runs one decoded token through an "
    "encoder-decoder's decoder layers (LayerNorm blocks, self-attention with its cache, cross-attention over the "
-   "encoder's keys and values, an MLP) in place (models/whisper/fused_decode.py builds the spec), or None where it "
-   "does not take the spec; composed: the model's layers op by op", composed=None,
+   "encoder's keys and values, an MLP) in place (models/whisper/fused_decode.py builds the spec), and whose "
+   "logits(x) gives the output projection's logits where the plan runs it (the page's kernel pool: the head placed "
+   "with the layers) or None; None where it does not take the spec; composed: the model's layers op by op and its "
+   "head's matmul", composed=None,
    cpu=Kernel("ember.backends.cpu_decode_xattn:decoder_plan", "ember.backends.cpu_decode_xattn:describe"))
 op("rotary_embedding", "(x (B, T, H, D), cos, sin (T, D / 2)) -> [x1 cos - x2 sin, x2 cos + x1 sin] (rotate-half)",
    composed="ember.nn.fused_ops:rope_composed", backward="ember.nn.fused_ops:rope_backward", tensor_call=True,

@@ -75,6 +75,17 @@ for i, (ashape, bshape, layout) in enumerate(GEMM_CASES):
     out["gemm"].append(digest(c))
     want = np.matmul(a.astype(np.float64), b.astype(np.float64))
     out["gemm_close"].append(float(np.abs(c - want).max() / np.abs(want).max()))
+was = cpu_matmul.set_deterministic(True)  # the plain module's GEMM: on the pool (gemm_exact.c) from 2 threads
+out["exact"] = [digest(cpu_matmul.mm(*gemm_operands(i, *case))) for i, case in enumerate(GEMM_CASES)]
+from ember.backends import cpu_fused  # long attention, a block of query rows at a time (on the pool: attention_blocks)
+for det in (True, False):
+    cpu_matmul.set_deterministic(det)
+    for i, (length, keys) in enumerate(((1500, 1500), (2797, 1500))):  # (2797: a last block of one row, composed)
+        q, k, v = floats((1, 2, length, 64), 70 + i), floats((1, 2, keys, 64), 80 + i), floats((1, 2, keys, 64), 90 + i)
+        out.setdefault("attention", []).append(digest(cpu_fused.attention(None, q, k, v, None, 0.125, False)))
+cpu_matmul.set_deterministic(was)
+x = floats((300, 1537), 95) * 4  # SiLU and GELU (elementwise.c, blocks of elements on the pool; an odd tail)
+out["attention"] += [digest(cpu_fused.silu(None, x)), digest(cpu_fused.gelu(None, x, "none"))]
 out["status"] = cpu_matmul.pool_status()
 out["jobs"] = (pool.pool.state()["jobs"] - jobs) if pool is not None else 0
 result = out
@@ -190,9 +201,10 @@ def test_every_kernel_gives_the_same_bits_on_any_thread_count(sessions):
     assert got[1]["status"].startswith("1 thread") and got[1]["jobs"] == 0
     for n in THREADS[1:]:
         assert got[n]["status"] == f"{n} threads"
-        assert got[n]["jobs"] >= len(got[1]["q8"]) + len(got[1]["gemm"])  # they ran on the pool, split
-        for key in ("q8", "qf", "gemm"):
-            assert got[n][key] == got[1][key], (n, key)
+        assert got[n]["jobs"] >= len(got[1]["q8"]) + 2 * len(got[1]["gemm"]) - 2  # they ran on the pool, split
+        # (but deterministic mode's row vector times a matrix: mm leaves it to this thread)
+        for key in ("q8", "qf", "gemm", "exact", "attention"):  # exact: deterministic mode's GEMM (plain module's bits)
+            assert got[n][key] == got[1][key], (n, key)  # on 1 thread
     assert max(got[1]["gemm_close"]) < 1e-5  # a matmul (against float64 numpy)
     # q8dot.c is native's C too: the page's bits are native's (and the numpy version's)
     ns = {}
@@ -242,11 +254,13 @@ def test_whisper_decoder_steps_give_the_same_bits_on_any_thread_count(sessions):
     the side module: the same hidden states, including after a prompt run composed into the same cache between
     fused steps (the mirror copies the cache in again). Native's bits: test_whisper_fused_decode."""
     from test_whisper_fused_decode import BUILD, PAGE_RUN
-    code = BUILD + PAGE_RUN + "\nresult = run(random_whisper(5, d=384, heads=6, ffn=1536), 300, 64, middle=6)\n"
+    code = BUILD + PAGE_RUN + \
+        "\nresult = run(random_whisper(5, d=384, heads=6, ffn=1536, vocab=3000), 300, 64, middle=6)\n"
     got = {n: sessions[n].run(code, timeout=600)["result"] for n in THREADS}
     assert got[1][1] == "XattnPlan"
     for n in THREADS[1:]:
         assert got[n][1] == "PoolXattnPlan" and got[n][0] == got[1][0], n
+        assert got[n][2] == got[1][2], n  # the head on the pool (the plan's) = the side module's matmul
 
 
 def test_the_decode_step_on_the_pool_equals_native(sessions):

@@ -16,6 +16,7 @@ import pytest
 
 import ember
 from ember import kernels as K
+from ember.backends import cpu_matmul
 from pyodide_runner import pyodide_dist, pyodide_session  # noqa: F401
 
 BUILD = '''
@@ -67,9 +68,11 @@ def _decode(model, steps=8, fused=True, prompt=(1, 2, 3)):
 # a random model's decoder stepped in the page (tests/test_pool_pyodide.py runs it too)
 PAGE_RUN = '''
 def run(model, keys, head_dim, middle=None):
-    """Hidden states (hex) of fused steps after a one-token prompt; middle: a step given two tokens (composed)."""
+    """Hidden states (hex) of fused steps after a one-token prompt, the plan's kind, and each step's logits (their
+    sha256: the head's product, in the plan where it runs it); middle: a step given two tokens (composed)."""
+    import hashlib
     dec = model.decoder
-    states, tok = [], 4
+    states, tok, logits = [], 4, []
     rng = np.random.default_rng(11)
     with ember.no_grad():
         cross = [tuple(ember.tensor(rng.standard_normal((1, dec.n_head, keys, head_dim)).astype(np.float32))
@@ -83,8 +86,9 @@ def run(model, keys, head_dim, middle=None):
                 h, cache = dec(ember.tensor([[tok]]), cross, cache)
             v = h.numpy().reshape(-1)
             states.append(v.tobytes().hex())
+            logits.append(hashlib.sha256(dec.logits(h).numpy().tobytes()).hexdigest())
             tok = int(np.abs(v).argmax()) % 300
-    return states, type(dec.fused._plan).__name__
+    return states, type(dec.fused._plan).__name__, logits
 '''
 
 
@@ -158,7 +162,12 @@ result = {"small": run(random_whisper(5), 40, 16), "threads": cpu_matmul.pool_th
 '''
     got = pyodide_session.run(code, timeout=300)["result"]
     ns = {}
-    exec(code.replace("result = {", "_result = {"), ns)
+    was = cpu_matmul.set_deterministic(True)  # the head's product natively in the page's GEMM (the plan's layers
+    try:  # are decode_xattn.c in either mode)
+        exec(code.replace("result = {", "_result = {"), ns)
+    finally:
+        cpu_matmul.set_deterministic(was)
     want_plan = "PoolXattnPlan" if got["threads"] > 1 else "XattnPlan"
     assert got["small"][1] == want_plan and ns["_result"]["small"][1] == "XattnPlan"
     assert got["small"][0] == ns["_result"]["small"][0]
+    assert got["small"][2] == ns["_result"]["small"][2]  # the logits: the pool's head (or the page's matmul)

@@ -8,8 +8,9 @@ place, where each layer's self-attention cache row goes and the encoder's keys a
 spec = {"dim", "heads", "head_dim", "hidden": ints, "act": "gelu" | "gelu_tanh" | "relu" | "silu", "eps",
 "scale": floats, "norm": (weight, bias) of the final LayerNorm or None, "layers": [{"ln1", "ln2", "ln3":
 (weight, bias) float32 (dim,) (either may be None), "q", "k", "v", "o", "xq", "xo", "fc1", "fc2": (data, type,
-rows, cols, bias or None)}]}, a weight's data float32 (rows, cols) (type 0) or input-major (cols, rows) rows of
-floats (type -1).
+rows, cols, bias or None)}], "head": the output projection's float32 (vocab, dim) or absent}, a weight's data
+float32 (rows, cols) (type 0) or input-major (cols, rows) rows of floats (type -1). The head is the model's: here
+`logits` leaves it to the model's own matmul; the page's kernel pool runs it (cpu_pool_kernels.PoolXattnPlan).
 """
 from __future__ import annotations
 
@@ -92,6 +93,11 @@ class XattnPlan:
         if self._kern.xattn_decode(self.plan, self.fparams, x, self._scratch) != 0:
             raise ValueError("ember: xattn decode plan: a layer this build of the kernels cannot run")
         return x
+
+    def logits(self, x: np.ndarray) -> np.ndarray | None:
+        """x (dim,) float32, a step's output -> the head's logits (vocab,) float32 (x @ head^T, as the model's matmul
+        gives them) where this plan computes them, else None (the model's own matmul: here)."""
+        return None
 
 
 def decoder_plan(be, spec: dict | None) -> XattnPlan | None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import array_module_fused
 from .array_module_backend import _F32, _HALF
-from .cpu_matmul import mm, page_kernels
+from .cpu_matmul import deterministic, mm, page_kernels, pool_kernels
 
 _ATTN_BLOCK = 1 << 19  # (L, S) scores above this many elements are computed a block of query rows at a time
 _GELU_CHUNK = 1 << 15  # elements per chunk of the fused GELU
@@ -19,6 +19,12 @@ _GELU_CHUNK = 1 << 15  # elements per chunk of the fused GELU
 
 def _wasm():
     return page_kernels()
+
+
+def _elementwise():
+    """Where SiLU / GELU run under Pyodide: the page's kernel pool (elementwise.c split between its threads, the
+    same bits), else the page's kernels (None natively outside deterministic mode)."""
+    return pool_kernels() or page_kernels()
 
 
 def describe_gelu(be=None):
@@ -61,7 +67,7 @@ def silu(be, x):
     if x.dtype in _HALF:
         return be._back(silu(be, be._f32(x)), x.dtype)
     if x.dtype is _F32 and _wasm() is not None:
-        return _wasm().silu(x)  # numpy's exp is scalar in wasm: 20% of YOLOv8s went there
+        return _elementwise().silu(x)  # numpy's exp is scalar in wasm: 20% of YOLOv8s went there
     out = be._sigmoid(x)  # one fresh array, then in place (YOLO: every conv is followed by a SiLU)
     out *= x
     return out
@@ -71,7 +77,7 @@ def gelu(be, x, approximate):
     if x.dtype in _HALF:
         return be._back(gelu(be, be._f32(x), approximate), x.dtype)
     if approximate != "tanh" and x.dtype is _F32 and _wasm() is not None:
-        return _wasm().gelu(x)  # numpy's exp is scalar in wasm: 7% of Whisper tiny
+        return _elementwise().gelu(x)  # numpy's exp is scalar in wasm: 7% of Whisper tiny
     # in cache-sized chunks: the ~20 passes stay in L2 (2x faster on Whisper's (1500, 1536) MLP).
     # (Splitting the chunks across threads gains little in a model: OpenBLAS's workers spin ~0.1 s
     # after every matmul and keep the other core.)
@@ -100,6 +106,11 @@ def _blocked_attention(q, k, v):
     v1 = v1.reshape(-1, S, Ev + 1)                                          # (heads, S, Ev | 1)
     out = np.empty((q3.shape[0], L, Ev), dt)                                # (heads, L, Ev)
     rows = max(16, min(L, _ATTN_BLOCK // S))
+    pool = pool_kernels() if dt == np.float32 else None  # the page's kernel pool: the same calls, scores kept there
+    acc = None if pool is None else pool.attention_blocks(q3, kt, v1, exact=deterministic())  # (heads, L, Ev | sum)
+    if acc is not None:
+        np.divide(acc[..., :Ev], acc[..., Ev:], out=out)
+        return out.reshape(lead + out.shape[1:])
     buf, mx, acc = np.empty((rows, S), dt), np.empty((rows, 1), dt), np.empty((rows, Ev + 1), dt)
     # under Pyodide, max, subtract and exp in one SIMD kernel (numpy's exp is scalar there: 12% of Whisper tiny)
     kernels = page_kernels() if dt == np.float32 else None

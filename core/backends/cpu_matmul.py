@@ -193,6 +193,10 @@ def mm(a, b, out=None):
             # one row times a matrix sums in an order that follows B's layout (gemm.c's gemv): always the column-
             # major one, a weight's as the page stores it, whatever layout this process loaded the weight in
             b = np.asfortranarray(b)
+        if NO_BLAS:  # the page's pool runs the plain module's GEMM too (gemm_exact.c): the same bits, on every thread
+            pool = pool_kernels()
+            if pool is not None and pool.takes_matmul(a, b):
+                return pool.matmul(a, b, out, exact=True)
         return page_kernels().matmul(a, b, out)  # every size: einsum's and BLAS's orders differ between builds
     if not NO_BLAS:
         return np.matmul(blas_ready(a), blas_ready(b), out=out)

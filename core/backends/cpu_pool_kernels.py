@@ -51,6 +51,7 @@ class PoolKernels:
         self.pool, self.side = pool, side
         ex = pool.exports
         self._q8_matmul, self._qmatmul, self._sgemm_batched = ex.ember_q8_matmul, ex.ember_qmatmul, ex.ember_sgemm_batched
+        self._sgemm_exact = ex.ember_sgemm_batched_exact  # multiply then add, never fused: the plain module's bits
         self._decode = ex.ember_decode
         self.qmatmul_types = side.qmatmul_types
         self._gemm_scratch = Block(pool.arena, int(ex.ember_sgemm_scratch_floats()) * 4 * pool.threads)
@@ -129,37 +130,41 @@ class PoolKernels:
         m = a.shape[-2]
         return m >= POOL_MIN_ROWS and math.prod(batch) * m * a.shape[-1] * b.shape[-1] >= POOL_MIN_MACS
 
-    def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, exact: bool = False) -> np.ndarray:
         """WasmKernels.matmul on the pool: a (..., M, K) @ b (..., K, N) -> (..., M, N) float32 (into `out` when
-        given), batched and broadcast, any strides."""
+        given), batched and broadcast, any strides. exact: the plain SIMD128 module's bits whatever this module's
+        variant (deterministic mode: gemm_exact.c's multiply-add is never fused)."""
         (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
         if k2 != k:
             raise ValueError(f"ember: matmul shapes {a.shape} and {b.shape} do not match (K {k} vs {k2})")
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        c = np.empty(batch + (m, n), F32)
+        shape = batch + (m, n)
+        into = out is not None and out.shape == shape and out.dtype == F32 and out.flags.c_contiguous
+        c = out if into else np.empty(shape, F32)
         if m and n:
             a = np.broadcast_to(a, batch + (m, k)) if a.shape[:-2] != batch else a
             b = np.broadcast_to(b, batch + (k, n)) if b.shape[:-2] != batch else b
+            gemm = self._sgemm_exact if exact else self._sgemm_batched
             if len(batch) <= 1:
-                self._batched(a, b, c)
+                self._batched(a, b, c, gemm)
             else:  # one call per matrix of the leading dims, the last batch dim in C
                 for idx in np.ndindex(*batch[:-1]):
-                    self._batched(a[idx], b[idx], c[idx])
-        if out is not None:
+                    self._batched(a[idx], b[idx], c[idx], gemm)
+        if out is not None and not into:
             np.copyto(out, c)
             return out
         return c
 
-    def _batched(self, a, b, c):
+    def _batched(self, a, b, c, gemm):
         """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) C-contiguous, in calls of at most ~IO_BYTES of c each: whole
         matrices of the batch, or blocks of rows (never one row alone where M > 1: gemm.c takes another path for
         a single row, whose sums run in another order)."""
         if c.nbytes <= IO_BYTES:
-            return self._call(a, b, c)
+            return self._call(a, b, c, gemm)
         if c.ndim == 3 and c.shape[0] > 1:
             step = max(1, IO_BYTES // c[0].nbytes)
             for t in range(0, c.shape[0], step):
-                self._batched(a[t:t + step], b[t:t + step], c[t:t + step])
+                self._batched(a[t:t + step], b[t:t + step], c[t:t + step], gemm)
             return
         m = c.shape[-2]
         step = max(4, IO_BYTES // (4 * c.shape[-1]) // 4 * 4)
@@ -168,9 +173,9 @@ class PoolKernels:
             starts.pop()  # (the last row goes with the block before it)
         for i, r in enumerate(starts):
             e = starts[i + 1] if i + 1 < len(starts) else m
-            self._call(a[..., r:e, :], b, c[..., r:e, :])
+            self._call(a[..., r:e, :], b, c[..., r:e, :], gemm)
 
-    def _call(self, a, b, c):
+    def _call(self, a, b, c, gemm):
         """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) with unit column stride, in one call on the pool."""
         three = c.ndim == 3
         batch, (m, n), k = (c.shape[0] if three else 1), c.shape[-2:], a.shape[-1]
@@ -183,12 +188,76 @@ class PoolKernels:
                             _es(b, -2), _es(b, -1), m * n, n], np.int32)  # (c is written contiguous in the pool)
         at_s = at_c + _align(m * n * batch * 4)
         self.pool.write(at_s, strides)
-        rc = self._sgemm_batched(batch, m, n, k, i32(ea), i32(eb), i32(at_c), i32(at_s), i32(self._gemm_scratch.at), 0)
+        rc = gemm(batch, m, n, k, i32(ea), i32(eb), i32(at_c), i32(at_s), i32(self._gemm_scratch.at), 0)
         self.pool.check(rc, "matmul")
         if c.flags.c_contiguous:
             self.pool.read(at_c, c)
         else:  # a block of rows of a larger result
             c[...] = self.pool.read(at_c, np.empty(c.shape, F32))
+
+    # ---------------------------------------------------------------- SiLU, GELU (elementwise.c)
+
+    def silu(self, x: np.ndarray) -> np.ndarray:
+        return self._unary(0, x)
+
+    def gelu(self, x: np.ndarray) -> np.ndarray:
+        return self._unary(1, x)
+
+    def _unary(self, which: int, x: np.ndarray) -> np.ndarray:
+        """WasmKernels.silu / gelu with the elements split between the pool's threads (every lane alone: the same
+        bits); fewer than POOL_MIN_ELEMENTS on this thread. Whisper tiny's (1500, 1536) GELU: 11.5 ms on one thread,
+        the copies in and out ~1.8 ms."""
+        if x.size < POOL_MIN_ELEMENTS:
+            return self.side.gelu(x) if which else self.side.silu(x)
+        x = np.ascontiguousarray(x, F32)
+        y = np.empty_like(x)
+        at_x = self._io_at(2 * _align(x.nbytes))
+        at_y = at_x + _align(x.nbytes)
+        self.pool.write(at_x, x)
+        self.pool.check(self.pool.exports.ember_unary_blocks_f32(which, i32(at_x), i32(at_y), x.size), "SiLU/GELU")
+        return self.pool.read(at_y, y)
+
+    def attention_blocks(self, q3, kt, v1, exact: bool) -> np.ndarray | None:
+        """cpu_fused._blocked_attention's products and exponentials on the pool: q3 (heads, L, E) @ kt (heads, E, S),
+        a block of query rows at a time, its exponentials (exp_rowmax), then @ v1 (heads, S, Ev + 1) -> (heads, L,
+        Ev + 1) (the weighted values | the sums). The operands go in once and each block's scores stay in the
+        shared memory (the composed path copies them out and in again around exp_rowmax); the calls are mm's and
+        exp_rowmax's, so the bits are theirs: a row's sums do not depend on the rows beside it (gemm.c), except
+        a block of one row (a row-vector product, which deterministic mode's mm makes column-major): then None.
+        Blocks are as large as IO_BYTES of scores allows (a whole head of Whisper's: 1500 rows), so that the
+        values' product (S x 65) has enough rows to split evenly (349 rows are 3 of gemm.c's units): Whisper tiny's
+        encoder attention (6 heads, 1500 x 1500) 125 ms in blocks of 349 rows, 107 ms in whole heads, on 2 threads
+        (Node; 183-199 ms on one)."""
+        heads, n_q, e = q3.shape
+        s_len, ev1 = kt.shape[2], v1.shape[2]
+        rows = max(16, min(n_q, IO_BYTES // (4 * s_len)))
+        if n_q % rows == 1:
+            return None
+        q3, kt, v1 = (np.ascontiguousarray(t, F32) for t in (q3, kt, v1))
+        acc = np.empty((heads, n_q, ev1), F32)
+        sizes = [q3.nbytes, kt.nbytes, v1.nbytes, acc.nbytes, rows * s_len * 4, 64]
+        at_q = self._io_at(sum(_align(n) for n in sizes))
+        at_k = at_q + _align(q3.nbytes)
+        at_v = at_k + _align(kt.nbytes)
+        at_a = at_v + _align(v1.nbytes)
+        at_s = at_a + _align(acc.nbytes)
+        at_st = at_s + _align(rows * s_len * 4)
+        for a, at in ((q3, at_q), (kt, at_k), (v1, at_v)):
+            self.pool.write(at, a)
+        gemm, scratch = self._sgemm_exact if exact else self._sgemm_batched, i32(self._gemm_scratch.at)
+        rowmax = self.pool.exports.ember_exp_rowmax_rows_f32
+        for h in range(heads):
+            for i in range(0, n_q, rows):
+                n = min(rows, n_q - i)
+                self.pool.write(at_st, np.array([0, e, 1, 0, s_len, 1, n * s_len, s_len], np.int32))
+                rc = gemm(1, n, s_len, e, i32(at_q + 4 * (h * n_q + i) * e), i32(at_k + 4 * h * e * s_len), i32(at_s),
+                          i32(at_st), scratch, 0)
+                rc = rc or rowmax(i32(at_s), n, s_len, s_len)
+                self.pool.write(at_st, np.array([0, s_len, 1, 0, ev1, 1, n * ev1, ev1], np.int32))
+                rc = rc or gemm(1, n, ev1, s_len, i32(at_s), i32(at_v + 4 * h * s_len * ev1),
+                                i32(at_a + 4 * (h * n_q + i) * ev1), i32(at_st), scratch, 0)
+                self.pool.check(rc, "attention")
+        return self.pool.read(at_a, acc)
 
     def _stage(self, x, span, at) -> int:
         """Copy the bytes x's elements span into the shared memory at `at`; -> the shared address of x's first
@@ -448,7 +517,10 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
 class PoolXattnPlan(_Mirrored, XattnPlan):
     """decode_xattn.c's plan (Whisper's decoder step) on the pool: its weights, norms and biases placed in the
     shared memory once, the self-attention caches mirrored there (_Mirrored), the encoder's keys and values placed
-    while their arrays live (they are not written: a new utterance makes new ones)."""
+    while their arrays live (they are not written: a new utterance makes new ones). The head (a tied embedding:
+    51,864 x 384 floats for tiny.en, 80 MB read a token) is placed too, and `logits` runs the GEMM's one-row product
+    on it, its columns split between the threads: the same call, so the same bits, as the model's matmul makes on
+    this thread (gemm.c's gemv never fuses a multiply-add)."""
 
     def __init__(self, kern: PoolFloatKernels, spec: dict):
         self._pool, self._pk = kern.pool, kern.kern
@@ -456,6 +528,12 @@ class PoolXattnPlan(_Mirrored, XattnPlan):
         self._mirrors: list = [None] * self.n_layers
         self._written = None
         self._scratch_block = None
+        head = spec.get("head")
+        self._head = None  # (its block, vocab): (vocab, dim) float32 rows
+        if head is not None and head.dtype == F32 and head.flags.c_contiguous and head.shape[1:] == (self.dim,):
+            self._keep.append(head)
+            self._head = (self._pool.place(head), head.shape[0])
+            self._head_strides = np.array([0, self.dim, 1, 0, 1, self.dim, head.shape[0], head.shape[0]], np.int32)
 
     def _vec(self, a) -> int:
         if a is None:
@@ -494,3 +572,17 @@ class PoolXattnPlan(_Mirrored, XattnPlan):
         pool.read(at_x, x)
         self._rows_back(caches)
         return x
+
+    def logits(self, x: np.ndarray) -> np.ndarray | None:
+        if self._head is None:
+            return None
+        pool, (block, vocab) = self._pool, self._head
+        y = np.empty(vocab, F32)
+        at_x = self._pk._io_at(_align(x.nbytes) + _align(y.nbytes) + 64)
+        at_y, at_s = at_x + _align(x.nbytes), at_x + _align(x.nbytes) + _align(y.nbytes)
+        pool.write(at_x, np.ascontiguousarray(x, F32))
+        pool.write(at_s, self._head_strides)  # x (1, dim) @ head^T (dim, vocab): B column-major, as the model's
+        rc = self._pk._sgemm_exact(1, 1, vocab, self.dim, i32(at_x), i32(block.at), i32(at_y), i32(at_s),
+                                   i32(self._pk._gemm_scratch.at), 0)
+        pool.check(rc, "output projection")
+        return pool.read(at_y, y)

@@ -69,9 +69,10 @@ def decoder_spec(decoder, sources):
     if norm is None or len(eps | {decoder.layer_norm.eps}) != 1:
         return None
     sa = decoder.layers[0].self_attn
+    head = decoder.embed_tokens.weight._data  # (n_vocab, d): the tied output projection (its sources: the caller's)
     return {"dim": sa.n_heads * sa.hd, "heads": sa.n_heads, "head_dim": sa.hd, "hidden": decoder.layers[0].fc1.out_features,
             "act": "gelu", "eps": float(eps.pop()), "scale": float(np.float32(sa.scale if sa.scale is not None else sa.hd ** -0.5)),
-            "norm": norm, "layers": layers}
+            "norm": norm, "layers": layers, "head": head if isinstance(head, np.ndarray) else None}
 
 
 class FusedXattnDecoder:
@@ -102,6 +103,16 @@ class FusedXattnDecoder:
         self._plan = None if spec is None else build(spec)
         self._sources = sources if self._plan is not None else None
         return self._plan
+
+    def logits(self, hidden):
+        """hidden (1, 1, d) float32 -> logits (1, 1, n_vocab) where the device's plan runs the head (the page's
+        kernel pool), else None (the decoder's matmul)."""
+        if hidden.shape[:2] != (1, 1) or hidden.dtype is not ember.float32 or ember.is_grad_enabled() or \
+                not isinstance(hidden._data, np.ndarray):
+            return None
+        plan = self.plan()
+        y = None if plan is None else plan.logits(hidden._data.reshape(-1))
+        return None if y is None else ember.tensor(y.reshape(1, 1, -1))
 
     def step(self, plan, token: int, cross, cache):
         """One token at position cache.pos -> its hidden state (1, 1, d) after the final norm; the cache advances."""

@@ -146,8 +146,10 @@ class TextDecoder(nn.Module):
         nn.relayout_linear_weight(self.embed_tokens.weight)
 
     def logits(self, hidden):
-        """hidden (batch, T, d) -> logits (batch, T, n_vocab) through the tied embedding."""
-        return hidden @ self.embed_tokens.weight.transpose(0, 1)
+        """hidden (batch, T, d) -> logits (batch, T, n_vocab) through the tied embedding (one token's in the fused
+        plan where it runs the head)."""
+        fused = self.fused.logits(hidden)
+        return fused if fused is not None else hidden @ self.embed_tokens.weight.transpose(0, 1)
 
 
 class Whisper(nn.Module):

@@ -3,6 +3,8 @@
 // Freestanding, in place or out of place, any alignment.
 #include <wasm_simd128.h>
 
+#include "parallel.h"
+
 // exp(x) for f32x4 (Cephes expf): x = n ln2 + r with |r| <= ln2 / 2, a degree-7 polynomial for e^r,
 // 2^n built in the exponent bits. ~2 ulp; below -87.3 it returns exp(-87.3), above 88.7 +inf (as expf),
 // NaN stays NaN.
@@ -66,13 +68,44 @@ static v128_t gelu4(v128_t x) {
 ELEMENTWISE("ember_silu_f32", silu4)
 ELEMENTWISE("ember_gelu_f32", gelu4)
 
+// The same with the elements split between threads (parallel.h: the page's pool), UNARY_BLOCK at a time: every
+// lane is computed alone, so the bits are the serial call's. which: 0 SiLU, 1 GELU; 0, or PARALLEL_LOST.
+#define UNARY_BLOCK 4096
+typedef struct {
+    const float *x;
+    float *y;
+    int n, which;
+} unary_t;
+
+static void unary_blocks(const void *arg, int b0, int b1, int thread) {
+    const unary_t *u = (const unary_t *)arg;
+    long s = (long)b0 * UNARY_BLOCK, e = (long)b1 * UNARY_BLOCK < u->n ? (long)b1 * UNARY_BLOCK : u->n;
+    (void)thread;
+    (u->which ? gelu4_f32 : silu4_f32)(u->x + s, u->y + s, (int)(e - s));
+}
+
+__attribute__((export_name("ember_unary_blocks_f32")))
+int ember_unary_blocks_f32(int which, const float *x, float *y, int n) {
+    unary_t u = {x, y, n, which};
+    int blocks = (n + UNARY_BLOCK - 1) / UNARY_BLOCK;
+    return ember_parallel(unary_blocks, &u, blocks, ember_chunks(blocks, 16L * UNARY_BLOCK));
+}
+
 // x[r, 0:cols] = exp(x[r, :] - max(x[r, :])) for each of `rows` rows (row stride rs), in place: the
 // unnormalised softmax of a block of attention scores (the caller sums the rows in its next matmul).
 // One read for the max, one read-write for the exponentials, where numpy makes three passes and a
 // scalar exp. A NaN in a row makes that row NaN (as numpy's max then exp); a row of -inf gives NaN too.
-__attribute__((export_name("ember_exp_rowmax_f32")))
-void ember_exp_rowmax_f32(float *x, int rows, int cols, int rs) {
-    for (int r = 0; r < rows; r++) {
+typedef struct {
+    float *x;
+    int cols, rs;
+} rowmax_t;
+
+static void exp_rowmax_rows(const void *arg, int r0, int r1, int thread) {
+    const rowmax_t *a = (const rowmax_t *)arg;
+    float *x = a->x;
+    int cols = a->cols, rs = a->rs;
+    (void)thread;
+    for (int r = r0; r < r1; r++) {
         float *row = x + (long)r * rs;
         int full = cols & ~3;
         v128_t m4 = wasm_f32x4_splat(-__builtin_inff());
@@ -92,4 +125,17 @@ void ember_exp_rowmax_f32(float *x, int rows, int cols, int rs) {
             for (int j = full; j < cols; j++) row[j] = t[j - full];
         }
     }
+}
+
+__attribute__((export_name("ember_exp_rowmax_f32")))
+void ember_exp_rowmax_f32(float *x, int rows, int cols, int rs) {
+    rowmax_t a = {x, cols, rs};
+    exp_rowmax_rows(&a, 0, rows, 0);
+}
+
+// ember_exp_rowmax_f32 with the rows split between threads (parallel.h: the page's pool); 0, or PARALLEL_LOST
+__attribute__((export_name("ember_exp_rowmax_rows_f32")))
+int ember_exp_rowmax_rows_f32(float *x, int rows, int cols, int rs) {
+    rowmax_t a = {x, cols, rs};
+    return ember_parallel(exp_rowmax_rows, &a, rows, ember_chunks(rows, 8L * cols));
 }

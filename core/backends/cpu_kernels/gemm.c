@@ -15,8 +15,9 @@
 // c + a b, the micro-kernel's inner step. The relaxed-SIMD build (-mrelaxed-simd, cpu_wasm_kernels_relaxed.wasm,
 // loaded only where WebAssembly validates a relaxed instruction) lets the engine fuse it into one FMA
 // (one rounding instead of two): 1.2-1.5x the GEMM's GFLOP/s in V8. gemv keeps mul then add in both
-// builds: its few accumulators make it latency-bound, and an FMA's longer latency made it slower.
-#ifdef __wasm_relaxed_simd__
+// builds: its few accumulators make it latency-bound, and an FMA's longer latency made it slower. gemm_exact.c is
+// this file with GEMM_EXACT defined: the multiply-add never fused in any build (deterministic mode on the pool).
+#if defined(__wasm_relaxed_simd__) && !defined(GEMM_EXACT)
 #define MADD(c, a, b) wasm_f32x4_relaxed_madd(a, b, c)
 #else
 #define MADD(c, a, b) wasm_f32x4_add(c, wasm_f32x4_mul(a, b))
@@ -38,8 +39,10 @@
 #define SCRATCH_FLOATS (MC * KC + KC * NC)
 #define UNIT 128  // rows (or columns) of C a thread takes at a time: its packing of the other operand is ~5% of it
 
+#ifndef GEMM_EXACT
 __attribute__((export_name("ember_sgemm_scratch_floats")))
 int ember_sgemm_scratch_floats(void) { return SCRATCH_FLOATS; }
+#endif
 
 // ---------------------------------------------------------------------------- packing
 
@@ -246,9 +249,13 @@ static void gemm_units(const void *p, int u0, int u1, int thread) {
 // stride of 0 broadcasts). Passed as an array because Pyodide's ctypes calls a function of more than
 // 13 arguments ~20x slower (29 us against 1.5 us). scratch: ember_sgemm_scratch_floats() floats per thread.
 // 0, or PARALLEL_LOST (the page's pool lost a worker: C is not the answer).
-__attribute__((export_name("ember_sgemm_batched")))
-int ember_sgemm_batched(int batch, int m, int n, int k, const float *a, const float *b, float *c,
-                        const int *strides, float *scratch, int accumulate) {
+#ifdef GEMM_EXACT
+#define BATCHED_EXPORT(name) __attribute__((export_name(#name "_exact"))) int name##_exact
+#else
+#define BATCHED_EXPORT(name) __attribute__((export_name(#name))) int name
+#endif
+BATCHED_EXPORT(ember_sgemm_batched)(int batch, int m, int n, int k, const float *a, const float *b, float *c,
+                                    const int *strides, float *scratch, int accumulate) {
     if (m <= 0 || n <= 0 || batch <= 0)
         return 0;
     int rsc = strides[7];
@@ -267,6 +274,7 @@ int ember_sgemm_batched(int batch, int m, int n, int k, const float *a, const fl
     return ember_parallel(gemm_units, &j, batch * units, ember_chunks((long)batch * units, per_unit));
 }
 
+#ifndef GEMM_EXACT
 // C (m x n, row stride rsc, unit column stride) = A (m x k) B (k x n), or += when accumulate.
 // scratch: ember_sgemm_scratch_floats() floats per thread, any alignment. 0, or PARALLEL_LOST.
 __attribute__((export_name("ember_sgemm")))
@@ -275,3 +283,4 @@ int ember_sgemm(int m, int n, int k, const float *a, int rsa, int csa, const flo
     int strides[8] = {0, rsa, csa, 0, rsb, csb, 0, rsc};
     return ember_sgemm_batched(1, m, n, k, a, b, c, strides, scratch, accumulate);
 }
+#endif
