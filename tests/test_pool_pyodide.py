@@ -45,13 +45,19 @@ GEMM_CASES = [  # (a shape, b shape, how b is laid out): each path of gemm.c, sp
     ((200, 300), (300, 1100), "transposed"), ((6, 200, 64), (6, 64, 200), "plain"),
     ((3, 1, 130, 70), (70, 90), "transposed"), ((2, 3, 100, 64), (2, 3, 64, 100), "plain"),
     # results past the pool's 16 MiB per call: blocks of the batch; blocks of rows (the last row not alone)
-    ((3, 1500, 64), (3, 64, 1500), "plain"), ((2097, 64), (64, 2000), "transposed")]
+    ((3, 1500, 64), (3, 64, 1500), "plain"), ((2097, 64), (64, 2000), "transposed"),
+    # a batch of short sentences through a linear layer (one GEMM over all rows); attention's (batch, heads) stacks
+    # as views of (batch, tokens, heads, dim) (copied into one batch dim)
+    ((32, 19, 384), (384, 1536), "transposed"), ((8, 3, 40, 32), (8, 3, 32, 40), "heads")]
 
 def gemm_operands(i, ashape, bshape, layout):
     a = floats(ashape, 100 + i)
     b = floats(bshape, 200 + i)
     if layout == "transposed":  # (K, N) as the transpose of an (N, K) array: strides kept, not copied
         b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
+    if layout == "heads":  # q (B, H, T, D) and k^T (B, H, D, T) as views of (B, T, H, D) arrays
+        a = np.ascontiguousarray(a.swapaxes(1, 2)).swapaxes(1, 2)
+        b = np.ascontiguousarray(b.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1)
     return a, b
 '''
 
