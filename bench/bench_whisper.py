@@ -155,7 +155,11 @@ def main(argv=None):
     clip = make_clip(tmp)
     seconds = round(audio.load_audio(clip).size / 16000, 2)
     env = {k: os.environ.get(k, "(unset)") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")}
-    engines = [e for e in ENGINES if e != "faster-whisper" or _has("faster_whisper")]
+    wanted = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = sorted(set(wanted) - set(ENGINES))
+    if unknown or not wanted or wanted[0] != "ember":
+        ap.error(f"--engines: ember first, then any of {', '.join(ENGINES[1:])}; got {args.engines!r}")
+    engines = [e for e in wanted if e != "faster-whisper" or _has("faster_whisper")]
     sys.path.insert(0, os.path.dirname(__file__))
     import threads as bench_threads
     reports = []
@@ -194,7 +198,6 @@ def main(argv=None):
                       f"ms/token ({sp['tokens']} tokens, features and decoding logic included)")
             for name, text in texts.items():
                 print(f"  {name:15s} {text!r}")
-    ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated: which engines run (ember first)")
     shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(reports, indent=2))

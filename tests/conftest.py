@@ -71,3 +71,14 @@ def pytest_report_header(config):
 def rng():
     import numpy as np
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch's tiny ops wait on a busy machine's second thread (seconds a step); one thread keeps them fast. A test
+    module takes it with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

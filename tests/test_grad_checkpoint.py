@@ -17,13 +17,7 @@ from test_lora import ALL, VOCAB, ember_llama, hf_llama, ids_batch, peft_model
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """torch's tiny ops wait on a busy machine's second thread (seconds a step); one thread keeps them fast."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def loss_and_grads(m, ids, device, params):
