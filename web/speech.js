@@ -154,7 +154,12 @@ export function mountSpeechTool(app) {
     rec = null;
   }
   $("#record").addEventListener("click", async () => {
-    if (rec) { rec.recorder.stop(); return; }
+    if (rec) { // the meter and clock stop at once; onstop (after the recorder's last data) transcribes and cleans up
+      clearInterval(rec.timer);
+      $("#record-meter").hidden = true;
+      if (rec.recorder.state !== "inactive") rec.recorder.stop();
+      return;
+    }
     try {
       const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
       const chunks = [];
