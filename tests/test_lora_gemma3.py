@@ -14,6 +14,7 @@ from ember.models.gemma3.config import GLOBAL, SLIDING, Gemma3Config
 from ember.models.gemma3.load import GGUF as GEMMA3_GGUF
 from ember.models.gemma3.load import from_hf_state_dict
 from ember.train import lora
+from test_lora import logits, peft_model  # the Llama adapter tests' peft setup and logits
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -46,24 +47,6 @@ def hf_gemma3(seed=0):
 def ember_gemma3(hf, device="cpu"):
     sd = {k: v.detach().numpy().copy() for k, v in hf.state_dict().items()}
     return from_hf_state_dict(sd, Gemma3Config.from_hf(hf.config.to_dict()), "random gemma3").to(device)
-
-
-def peft_model(hf, r=4, alpha=8, randomize_b=True, seed=1):
-    torch.manual_seed(seed)
-    pm = peft.get_peft_model(hf, peft.LoraConfig(r=r, lora_alpha=alpha, target_modules=ALL, lora_dropout=0.0,
-                                                 task_type="CAUSAL_LM"))
-    if randomize_b:
-        with torch.no_grad():
-            for n, p in pm.named_parameters():
-                if "lora_B" in n:
-                    p.normal_(0, 0.1)
-    return pm
-
-
-def logits(m, ids, device="cpu"):
-    with ember.no_grad():
-        out = m(ember.tensor(ids, device=device))
-    return getattr(out, "logits", out).numpy()
 
 
 def ids_batch(seed=0, shape=(2, 11)):
