@@ -6,7 +6,9 @@ thread counts, interleaved, best of --rounds; ratios are 2 threads over 1, and p
 Work, the same on both sides (the page tools' modules, ember.wasm.tools, also run natively): Gemma 3 270M (Q4_K_M
 GGUF, greedy, 32 new tokens after a ~100-token prompt: decode tok/s and prefill tok/s, the prompt over the time to
 the first token), Whisper tiny.en on an 18 s espeak-ng clip (seconds), YOLOv8s on bus.jpg (as PNG; seconds),
-all-MiniLM-L6-v2 on 64 sentences (sentences/s). The page: one bare page of a `build-web` site per thread count,
+all-MiniLM-L6-v2 on 64 sentences (sentences/s), and with --tools ...,teach LoRA fine-tuning of Gemma 3 270M in the
+text tool's teach mode (rank 8, 32-token blocks, TEACH_STEPS AdamW steps a run, adapters reset after each: training
+steps/s; the losses must agree across thread counts). The page: one bare page of a `build-web` site per thread count,
 each its own runtime (createEmber({threads})), alive side by side so rounds alternate. Natively: the kernels'
 threads (set_threads) and BLAS's (threadpoolctl) at the same count. The machine's load average is printed.
 
@@ -40,9 +42,11 @@ PROMPT = ("The river runs past the old mill and under the stone bridge, where th
 SENTENCES = [f"Sentence number {i} is about {w} and how it changes the way people live and work."
              for i, w in enumerate(["rivers", "bridges", "music", "science", "markets", "cities", "forests", "trains"] * 8)]
 NEW_TOKENS = 32
-TOOL_OF = {"gemma": "llama", "whisper": "whisper", "yolo": "yolo", "embed": "embed"}
+TOOL_OF = {"gemma": "llama", "whisper": "whisper", "yolo": "yolo", "embed": "embed", "teach": "llama"}
+TEACH = {"teach": "train", "steps": 4, "rank": 8, "block": 32, "lr": 2e-3, "seed": 0}
+TEACH_STEPS = TEACH["steps"]
 
-PAGE_RUN = """async ({tool, prompt, n, sentences}) => {
+PAGE_RUN = """async ({tool, prompt, n, sentences, teach}) => {
   const e = window.__e, t0 = performance.now();
   if (tool === 'gemma') {
     let first = null;
@@ -50,6 +54,8 @@ PAGE_RUN = """async ({tool, prompt, n, sentences}) => {
     return {decode_tok_s: g.tokens_per_s, prefill_tok_s: g.prompt_tokens.length / ((first - t0) / 1000),
             tokens: g.tokens};
   }
+  if (tool === 'teach') { const r = await e.teach(prompt, teach); await e.teachReset();
+                          return {steps_s: r.steps_per_s, losses: r.losses}; }
   if (tool === 'whisper') { const r = await e.transcribe(await (await fetch('hub/speech.wav')).blob());
                             return {s: (performance.now() - t0) / 1000, text: r.text}; }
   if (tool === 'yolo') { const r = await e.detect(await (await fetch('hub/bus.png')).blob());
@@ -65,7 +71,7 @@ def build(tmp: Path, tools) -> tuple[Path, Path]:
     from ember.wasm.serve import build_site, demo_models
     from ember.wasm.tools.llama import cached_gemma_demo
     models = {k: v for k, v in demo_models(extra=False).items() if k in ("whisper", "yolo", "embed")}
-    if "gemma" in tools:
+    if "gemma" in tools or "teach" in tools:
         models["llama"] = [cached_gemma_demo()]
     site = build_site(tmp / "site", models=models, quiet=True)
     hub = tmp / "hub"
@@ -86,7 +92,7 @@ class Native:
         self.mods, self.hub = {}, hub
         for t in tools:
             mod = T.get(TOOL_OF[t])
-            folder = next((site / "models").glob({"gemma": "gemma-*", "whisper": "whisper-*", "yolo": "yolov8s-*",
+            folder = next((site / "models").glob({"gemma": "gemma-*", "teach": "gemma-*", "whisper": "whisper-*", "yolo": "yolov8s-*",
                                                   "embed": "all-MiniLM-*"}[t]))
             mod.load(str(folder), "cpu")
             self.mods[t] = mod
@@ -99,6 +105,10 @@ class Native:
                                     lambda *a: first or first.append(time.perf_counter())))
             return {"decode_tok_s": r["tokens_per_s"], "prefill_tok_s": len(r["prompt_tokens"]) / (first[0] - t0),
                     "tokens": r["tokens"]}
+        if tool == "teach":
+            r = _drive(mod.run(PROMPT, dict(TEACH)))
+            _drive(mod.run(None, {"teach": "reset"}))
+            return {"steps_s": r["steps_per_s"], "losses": r["losses"]}
         if tool == "whisper":
             r = _drive(mod.run((self.hub / "speech.wav").read_bytes(), {}))
             return {"s": time.perf_counter() - t0, "text": r["text"]}
@@ -144,7 +154,7 @@ def browser_pids() -> list[int]:
     return [p["pid"] for p in chromium_processes()]
 
 
-BETTER = {"decode_tok_s": max, "prefill_tok_s": max, "sentences_s": max, "s": min}
+BETTER = {"decode_tok_s": max, "prefill_tok_s": max, "sentences_s": max, "steps_s": max, "s": min}
 
 
 def best(runs: list[dict]) -> dict:
@@ -193,7 +203,7 @@ def main(argv=None):
                         boost(browser_pids())
                     for t in tools:
                         p.evaluate("async (tool) => __e.loadModel(tool, 'demo')", TOOL_OF[t])
-                args = {"prompt": PROMPT, "n": NEW_TOKENS, "sentences": SENTENCES}
+                args = {"prompt": PROMPT, "n": NEW_TOKENS, "sentences": SENTENCES, "teach": TEACH}
                 for r in range(a.rounds + 1):  # round 0 warms up (first runs compile, allocate, fill caches)
                     for t in tools:
                         for n in counts:
@@ -203,7 +213,7 @@ def main(argv=None):
                             if r:
                                 page_runs[n][t].append(page)
                                 native_runs[n][t].append(nat)
-                            for k in ("tokens", "text", "boxes", "n"):
+                            for k in ("tokens", "text", "boxes", "n", "losses"):
                                 if k in page:
                                     same.setdefault(t, set()).add(json.dumps(page[k]))
                     loads.append(os.getloadavg()[0])
