@@ -55,6 +55,16 @@ def peft_model(hf, targets=ALL, r=4, alpha=8, rslora=False, randomize_b=True, se
     return pm
 
 
+def random_adapters(model, seed, std):
+    """Every adapter weight of `model` drawn from N(0, std) by one seeded generator, in lora_parameters' order (a
+    non-zero B makes the adapters show in the logits)."""
+    rng = np.random.default_rng(seed)
+    with ember.no_grad():
+        for p in lora.lora_parameters(model):
+            p.copy_(rng.normal(0, std, p.shape).astype(np.float32))
+    return model
+
+
 def logits(m, ids, device="cpu"):
     with ember.no_grad():
         out = m(ember.tensor(ids, device=device))
@@ -88,10 +98,7 @@ def test_ember_adapter_loads_into_peft(tmp_path):
     hf = hf_llama(seed=3)
     m = lora.add_adapters(ember_llama(hf), lora.LoraConfig(r=4, lora_alpha=16, target_modules=["k_proj", "o_proj",
                                                                                                  "down_proj"]), seed=0)
-    rng = np.random.default_rng(5)
-    with ember.no_grad():
-        for p in lora.lora_parameters(m):
-            p.copy_(rng.normal(0, 0.2, p.shape).astype(np.float32))
+    random_adapters(m, 5, 0.2)
     lora.save_adapter(m, tmp_path, base_model_name_or_path="tiny-llama")
     cfg = json.loads((tmp_path / "adapter_config.json").read_text())
     assert cfg["peft_type"] == "LORA" and cfg["r"] == 4 and cfg["lora_alpha"] == 16

@@ -14,7 +14,7 @@ from ember.models.gemma3.config import GLOBAL, SLIDING, Gemma3Config
 from ember.models.gemma3.load import GGUF as GEMMA3_GGUF
 from ember.models.gemma3.load import from_hf_state_dict
 from ember.train import lora
-from test_lora import logits, peft_model  # the Llama adapter tests' peft setup and logits
+from test_lora import logits, peft_model, random_adapters  # the Llama adapter tests' peft setup and logits
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -73,10 +73,7 @@ def test_peft_adapter_loads_into_ember_gemma3(tmp_path, device):
 def test_ember_gemma3_adapter_loads_into_peft(tmp_path):
     hf = hf_gemma3(seed=1)
     m = lora.add_adapters(ember_gemma3(hf), lora.LoraConfig(r=4, lora_alpha=8, target_modules=ALL), seed=2)
-    rng = np.random.default_rng(3)
-    with ember.no_grad():
-        for p in lora.lora_parameters(m):
-            p.copy_(rng.normal(0, 0.1, p.shape).astype(np.float32))
+    random_adapters(m, 3, 0.1)
     lora.save_adapter(m, tmp_path)
     pm = peft.PeftModel.from_pretrained(hf, str(tmp_path)).eval()
     ids = ids_batch(1)
@@ -128,10 +125,7 @@ def test_gemma3_gguf_adapter_names_and_round_trip(tmp_path):
     lora_b is written as trained) and the file loads back into a fresh model with the same logits."""
     hf = hf_gemma3(seed=3)
     m = lora.add_adapters(ember_gemma3(hf), lora.LoraConfig(r=2, lora_alpha=4, target_modules=ALL), seed=0)
-    rng = np.random.default_rng(5)
-    with ember.no_grad():
-        for p in lora.lora_parameters(m):
-            p.copy_(rng.normal(0, 0.1, p.shape).astype(np.float32))
+    random_adapters(m, 5, 0.1)
     t = gguf_adapter_tensors(m, GEMMA3_GGUF)
     want = {f"blk.{i}.{n}.weight.lora_{ab}" for i in range(3) for n in
             ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down") for ab in "ab"}
@@ -172,10 +166,7 @@ def test_real_gemma3_gguf_adapter_moves_llamacpp_as_ember(tmp_path):
     for k, which in enumerate([r"self_attn\.(q|k)_proj", r"(self_attn|mlp)\.\w+_proj"]):
         lora.add_adapters(model, lora.LoraConfig(r=4, lora_alpha=8, target_modules=rf"model\.layers\.{last}\.{which}"),
                           seed=0)
-        rng = np.random.default_rng(k)
-        with ember.no_grad():
-            for p in lora.lora_parameters(model):
-                p.copy_(rng.normal(0, 0.3, p.shape).astype(np.float32))
+        random_adapters(model, k, 0.3)
         adapter = tmp_path / f"adapter{k}.gguf"
         save_gguf_adapter(model, adapter, GEMMA3_GGUF)
         delta = logits(model, np.array([prompt]))[0] - ours_base
