@@ -127,8 +127,7 @@ def gru_cell(be, xg, h, w_hh, b_hh):
     H = h.shape[-1]
     k = cells()
     if k is not None and _takes(xg, h, None, w_hh, b_hh, 3):
-        xg, h, _, w_hh, b_hh = _c_args(xg, h, None, w_hh, b_hh)
-        return k.run(xg, h, None, w_hh, b_hh, H)
+        return k.run(*_c_args(xg, h, None, w_hh, b_hh), H)
     gh = h @ w_hh.T                                                        # (N, 3H)
     if b_hh is not None:
         gh += b_hh
@@ -163,8 +162,7 @@ def gru_sequence(be, xg, h, w_hh, b_hh, reverse=False):
     H = h.shape[-1]
     k = cells()
     if k is not None and _takes(xg, h, None, w_hh, b_hh, 3):
-        xg, h, _, w_hh, b_hh = _c_args(xg, h, None, w_hh, b_hh)
-        return k.run(xg, h, None, w_hh, b_hh, H, reverse=reverse)
+        return k.run(*_c_args(xg, h, None, w_hh, b_hh), H, reverse=reverse)
     out = np.empty(xg.shape[:2] + (H,), xg.dtype)
     for t in (range(xg.shape[0] - 1, -1, -1) if reverse else range(xg.shape[0])):
         h = out[t] = gru_cell(be, xg[t], h, w_hh, b_hh)
