@@ -92,7 +92,8 @@ class Native:
         self.mods, self.hub = {}, hub
         for t in tools:
             mod = T.get(TOOL_OF[t])
-            folder = next((site / "models").glob({"gemma": "gemma-*", "teach": "gemma-*", "whisper": "whisper-*", "yolo": "yolov8s-*",
+            folder = next((site / "models").glob({"gemma": "gemma-*", "teach": "gemma-*", "whisper": "whisper-*",
+                                                  "yolo": "yolov8s-*",
                                                   "embed": "all-MiniLM-*"}[t]))
             mod.load(str(folder), "cpu")
             self.mods[t] = mod

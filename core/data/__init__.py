@@ -23,9 +23,9 @@ from .tables import TableDataset, read_csv, read_npz
 from .text import TokenBlocks, TokenStream, encode_text, read_text
 from . import transforms
 
-__all__ = ["CIFARDataset", "ChatDataError", "ChatExamples", "ConcatDataset", "DataLoader", "Dataset", "IDXDataset", "ImageFolder",
-           "IterableDataset", "MapDataset", "RandomSampler", "SequentialSampler", "Subset", "TableDataset",
-           "TensorDataset", "TokenBlocks", "TokenStream", "decode_image", "default_collate", "encode_text",
-           "load_digits", "load_iris", "numpy_collate", "parse_chat_jsonl", "permutation", "random_split", "read_cifar",
-           "read_chat_jsonl", "read_cifar100_coarse", "read_csv", "read_idx", "read_npz", "read_text", "sklearn_data_file",
-           "transforms", "write_idx"]
+__all__ = ["CIFARDataset", "ChatDataError", "ChatExamples", "ConcatDataset", "DataLoader", "Dataset", "IDXDataset",
+           "ImageFolder", "IterableDataset", "MapDataset", "RandomSampler", "SequentialSampler", "Subset",
+           "TableDataset", "TensorDataset", "TokenBlocks", "TokenStream", "decode_image", "default_collate",
+           "encode_text", "load_digits", "load_iris", "numpy_collate", "parse_chat_jsonl", "permutation",
+           "random_split", "read_cifar", "read_chat_jsonl", "read_cifar100_coarse", "read_csv", "read_idx",
+           "read_npz", "read_text", "sklearn_data_file", "transforms", "write_idx"]

@@ -1,6 +1,7 @@
 """The text tool's teach mode: LoRA fine-tuning of its loaded model on pasted text, in the worker
 (ember.train.lora); with {"format": "chat"} the text is chat JSONL (one {"messages": [...]} a line, as `ember
-finetune --data x.jsonl` takes), trained on the assistant turns only. llama.py's run() hands a request with opts["teach"] here ("train", "export" or "reset").
+finetune --data x.jsonl` takes), trained on the assistant turns only. llama.py's run() hands a request with
+opts["teach"] here ("train", "export" or "reset").
 
 It adapts the model the text tool holds, so generate and chat answer with the adapters as soon as a run ends
 (the chat's KV cache is dropped: the weights changed). The loop is ember.models.text.finetune's LoraTuner (as
