@@ -5,7 +5,8 @@ thread counts, interleaved, best of --rounds; ratios are 2 threads over 1, and p
 
 Work, the same on both sides (the page tools' modules, ember.wasm.tools, also run natively): Gemma 3 270M (Q4_K_M
 GGUF, greedy, 32 new tokens after a ~100-token prompt: decode tok/s and prefill tok/s, the prompt over the time to
-the first token), Whisper tiny.en on an 18 s espeak-ng clip (seconds), YOLOv8s on bus.jpg (as PNG; seconds),
+the first token; --tools chat: the same for SmolLM2-135M-Instruct, the chat demo), Whisper tiny.en on an 18 s
+espeak-ng clip (seconds), YOLOv8s on bus.jpg (as PNG; seconds),
 all-MiniLM-L6-v2 on 64 sentences (sentences/s), and with --tools ...,teach LoRA fine-tuning of Gemma 3 270M in the
 text tool's teach mode (rank 8, 32-token blocks, TEACH_STEPS AdamW steps a run, adapters reset after each: training
 steps/s; the losses must agree across thread counts). The page: one bare page of a `build-web` site per thread count,
@@ -42,13 +43,17 @@ PROMPT = ("The river runs past the old mill and under the stone bridge, where th
 SENTENCES = [f"Sentence number {i} is about {w} and how it changes the way people live and work."
              for i, w in enumerate(["rivers", "bridges", "music", "science", "markets", "cities", "forests", "trains"] * 8)]
 NEW_TOKENS = 32
-TOOL_OF = {"gemma": "llama", "whisper": "whisper", "yolo": "yolo", "embed": "embed", "teach": "llama"}
+TOOL_OF = {"gemma": "llama", "chat": "llama", "whisper": "whisper", "yolo": "yolo", "embed": "embed",
+           "teach": "llama"}
+DEMO_OF = {"chat": "demo:smollm2-135m-instruct"}  # the page's model id where a tool's model is not its first demo
+FOLDER_OF = {"gemma": "gemma-*", "teach": "gemma-*", "chat": "smollm2-*", "whisper": "whisper-*",
+             "yolo": "yolov8s-*", "embed": "all-MiniLM-*"}
 TEACH = {"teach": "train", "steps": 4, "rank": 8, "block": 32, "lr": 2e-3, "seed": 0}
 TEACH_STEPS = TEACH["steps"]
 
 PAGE_RUN = """async ({tool, prompt, n, sentences, teach}) => {
   const e = window.__e, t0 = performance.now();
-  if (tool === 'gemma') {
+  if (tool === 'gemma' || tool === 'chat') {
     let first = null;
     const g = await e.generate(prompt, {temperature: 0, max_new_tokens: n}, () => { first = first ?? performance.now(); });
     return {decode_tok_s: g.tokens_per_s, prefill_tok_s: g.prompt_tokens.length / ((first - t0) / 1000),
@@ -69,10 +74,12 @@ def build(tmp: Path, tools) -> tuple[Path, Path]:
 
     from ember.models.yolo.fetch import ensure_file
     from ember.wasm.serve import build_site, demo_models
-    from ember.wasm.tools.llama import cached_gemma_demo
+    from ember.wasm.tools.llama import cached_gemma_demo, cached_smollm2_demo
     models = {k: v for k, v in demo_models(extra=False).items() if k in ("whisper", "yolo", "embed")}
     if "gemma" in tools or "teach" in tools:
         models["llama"] = [cached_gemma_demo()]
+    if "chat" in tools:
+        models["llama"] = models.get("llama", []) + [cached_smollm2_demo()]
     site = build_site(tmp / "site", models=models, quiet=True)
     hub = tmp / "hub"
     hub.mkdir()
@@ -92,15 +99,13 @@ class Native:
         self.mods, self.hub = {}, hub
         for t in tools:
             mod = T.get(TOOL_OF[t])
-            folder = next((site / "models").glob({"gemma": "gemma-*", "teach": "gemma-*", "whisper": "whisper-*",
-                                                  "yolo": "yolov8s-*",
-                                                  "embed": "all-MiniLM-*"}[t]))
+            folder = next((site / "models").glob(FOLDER_OF[t]))
             mod.load(str(folder), "cpu")
             self.mods[t] = mod
 
     def run(self, tool: str) -> dict:
         mod, t0 = self.mods[tool], time.perf_counter()
-        if tool == "gemma":
+        if tool in ("gemma", "chat"):
             first = []
             r = _drive(mod.run(PROMPT, {"temperature": 0, "max_new_tokens": NEW_TOKENS},
                                     lambda *a: first or first.append(time.perf_counter())))
@@ -171,6 +176,8 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     counts, tools = [int(n) for n in a.threads.split(",")], a.tools.split(",")
+    if "chat" in tools and {"gemma", "teach"} & set(tools):
+        ap.error("--tools: chat and gemma/teach share the text tool (one model at a time): run them separately")
     if a.boost:
         boost(["self"])
     from playwright.sync_api import sync_playwright
@@ -203,7 +210,7 @@ def main(argv=None):
                     if a.boost:
                         boost(browser_pids())
                     for t in tools:
-                        p.evaluate("async (tool) => __e.loadModel(tool, 'demo')", TOOL_OF[t])
+                        p.evaluate("async ([tool, id]) => __e.loadModel(tool, id)", [TOOL_OF[t], DEMO_OF.get(t, "demo")])
                 args = {"prompt": PROMPT, "n": NEW_TOKENS, "sentences": SENTENCES, "teach": TEACH}
                 for r in range(a.rounds + 1):  # round 0 warms up (first runs compile, allocate, fill caches)
                     for t in tools:
