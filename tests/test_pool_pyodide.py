@@ -97,6 +97,14 @@ for det in (True, False):
         out.setdefault("linear", []).append(digest(y))
         out.setdefault("linear_composed", []).append(digest(ref))
 cpu_matmul.set_deterministic(was)
+from ember.nn import functional as F  # linear_act: on the pool, the bias and the activation in its memory
+for i, act in enumerate(("gelu", "gelu_tanh", "silu")):
+    x, w, b = floats((32, 19, 384), 140 + i), floats((1536, 384), 150 + i) * 0.1, floats(1536, 160 + i)
+    y = cpu_fused.linear_act(ember.device("cpu").backend, x, w, b, act)  # (None: no pool, composed)
+    ref = F.linear_act_composed(ember.tensor(x), ember.tensor(w), ember.tensor(b), act).numpy()
+    out.setdefault("linear_act", []).append(digest(ref if y is None else y))
+    out.setdefault("linear_act_composed", []).append(digest(ref))
+    out.setdefault("linear_act_fused", []).append(y is not None)
 x = floats((300, 1537), 95) * 4  # SiLU and GELU (elementwise.c, blocks of elements on the pool; an odd tail)
 out["attention"] += [digest(cpu_fused.silu(None, x)), digest(cpu_fused.gelu(None, x, "none"))]
 out["status"] = cpu_matmul.pool_status()
@@ -216,9 +224,12 @@ def test_every_kernel_gives_the_same_bits_on_any_thread_count(sessions):
         assert got[n]["status"] == f"{n} threads"
         assert got[n]["jobs"] >= len(got[1]["q8"]) + 2 * len(got[1]["gemm"]) - 2  # they ran on the pool, split
         # (but deterministic mode's row vector times a matrix: mm leaves it to this thread)
-        for key in ("q8", "qf", "gemm", "exact", "attention", "linear"):  # exact: deterministic mode's GEMM (plain
-            assert got[n][key] == got[1][key], (n, key)  # module's bits) on 1 thread
+        for key in ("q8", "qf", "gemm", "exact", "attention", "linear", "linear_act"):  # exact: deterministic
+            assert got[n][key] == got[1][key], (n, key)  # mode's GEMM (plain module's bits) on 1 thread
         assert got[n]["linear"] == got[n]["linear_composed"], n  # the bias added on the pool: numpy's add's bits
+        # the registry's linear_act (its kernel runs on the pool only): its composed reference's bits
+        assert all(got[n]["linear_act_fused"]) and got[n]["linear_act"] == got[n]["linear_act_composed"], n
+    assert not any(got[1]["linear_act_fused"])
     assert max(got[1]["gemm_close"]) < 1e-5  # a matmul (against float64 numpy)
     # q8dot.c is native's C too: the page's bits are native's (and the numpy version's)
     ns = {}
