@@ -83,13 +83,28 @@ for i, (ashape, bshape, layout) in enumerate(GEMM_CASES):
     out["gemm_close"].append(float(np.abs(c - want).max() / np.abs(want).max()))
 was = cpu_matmul.set_deterministic(True)  # the plain module's GEMM: on the pool (gemm_exact.c) from 2 threads
 out["exact"] = [digest(cpu_matmul.mm(*gemm_operands(i, *case))) for i, case in enumerate(GEMM_CASES)]
+import ember
 from ember.backends import cpu_fused  # long attention, a block of query rows at a time (on the pool: attention_blocks)
 for det in (True, False):
     cpu_matmul.set_deterministic(det)
     for i, (length, keys) in enumerate(((1500, 1500), (2797, 1500))):  # (2797: a last block of one row, composed)
         q, k, v = floats((1, 2, length, 64), 70 + i), floats((1, 2, keys, 64), 80 + i), floats((1, 2, keys, 64), 90 + i)
         out.setdefault("attention", []).append(digest(cpu_fused.attention(None, q, k, v, None, 0.125, False)))
+    for i, (xshape, n) in enumerate((((32, 19, 384), 1536), ((700, 300), 200))):  # a linear layer: on the pool its
+        x, w, b = floats(xshape, 110 + i), floats((n, xshape[-1]), 120 + i), floats(n, 130 + i)  # bias is added there
+        y, ref = cpu_fused.linear(ember.device("cpu").backend, x, w, b), cpu_matmul.mm(x, w.T)
+        ref += b  # (the composed linear: the product, then numpy's add)
+        out.setdefault("linear", []).append(digest(y))
+        out.setdefault("linear_composed", []).append(digest(ref))
 cpu_matmul.set_deterministic(was)
+from ember.nn import functional as F  # linear_act: on the pool, the bias and the activation in its memory
+for i, act in enumerate(("gelu", "gelu_tanh", "silu")):
+    x, w, b = floats((32, 19, 384), 140 + i), floats((1536, 384), 150 + i) * 0.1, floats(1536, 160 + i)
+    y = cpu_fused.linear_act(ember.device("cpu").backend, x, w, b, act)  # (None: no pool, composed)
+    ref = F.linear_act_composed(ember.tensor(x), ember.tensor(w), ember.tensor(b), act).numpy()
+    out.setdefault("linear_act", []).append(digest(ref if y is None else y))
+    out.setdefault("linear_act_composed", []).append(digest(ref))
+    out.setdefault("linear_act_fused", []).append(y is not None)
 x = floats((300, 1537), 95) * 4  # SiLU and GELU (elementwise.c, blocks of elements on the pool; an odd tail)
 out["attention"] += [digest(cpu_fused.silu(None, x)), digest(cpu_fused.gelu(None, x, "none"))]
 out["status"] = cpu_matmul.pool_status()
@@ -209,8 +224,12 @@ def test_every_kernel_gives_the_same_bits_on_any_thread_count(sessions):
         assert got[n]["status"] == f"{n} threads"
         assert got[n]["jobs"] >= len(got[1]["q8"]) + 2 * len(got[1]["gemm"]) - 2  # they ran on the pool, split
         # (but deterministic mode's row vector times a matrix: mm leaves it to this thread)
-        for key in ("q8", "qf", "gemm", "exact", "attention"):  # exact: deterministic mode's GEMM (plain module's bits)
-            assert got[n][key] == got[1][key], (n, key)  # on 1 thread
+        for key in ("q8", "qf", "gemm", "exact", "attention", "linear", "linear_act"):  # exact: deterministic
+            assert got[n][key] == got[1][key], (n, key)  # mode's GEMM (plain module's bits) on 1 thread
+        assert got[n]["linear"] == got[n]["linear_composed"], n  # the bias added on the pool: numpy's add's bits
+        # the registry's linear_act (its kernel runs on the pool only): its composed reference's bits
+        assert all(got[n]["linear_act_fused"]) and got[n]["linear_act"] == got[n]["linear_act_composed"], n
+    assert not any(got[1]["linear_act_fused"])
     assert max(got[1]["gemm_close"]) < 1e-5  # a matmul (against float64 numpy)
     # q8dot.c is native's C too: the page's bits are native's (and the numpy version's)
     ns = {}

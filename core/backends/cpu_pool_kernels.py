@@ -130,10 +130,14 @@ class PoolKernels:
         m = a.shape[-2]
         return m >= POOL_MIN_ROWS and math.prod(batch) * m * a.shape[-1] * b.shape[-1] >= POOL_MIN_MACS
 
-    def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, exact: bool = False) -> np.ndarray:
+    def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, exact: bool = False,
+               bias: np.ndarray | None = None, act: str | None = None) -> np.ndarray:
         """WasmKernels.matmul on the pool: a (..., M, K) @ b (..., K, N) -> (..., M, N) float32 (into `out` when
         given), batched and broadcast, any strides. exact: the plain SIMD128 module's bits whatever this module's
-        variant (deterministic mode: gemm_exact.c's multiply-add is never fused)."""
+        variant (deterministic mode: gemm_exact.c's multiply-add is never fused). bias: (N,) float32 added to every
+        row in the shared memory before the result comes out (rows.c's bias_act, split between the threads: one
+        float add, numpy's `c += bias` bits), for a linear layer (cpu_fused.linear); act (with a bias): then that
+        activation of rows.c's (cpu_fused.linear_act)."""
         (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
         if k2 != k:
             raise ValueError(f"ember: matmul shapes {a.shape} and {b.shape} do not match (K {k} vs {k2})")
@@ -147,29 +151,29 @@ class PoolKernels:
                 # (..., M, K) @ (K, N), a linear layer: one GEMM over all of a's rows, as the side module does (a
                 # batch of short rows, MiniLM's 32 sentences x 19 tokens, would pack the weight once per sentence)
                 # (the side module's bits: it folds the same way, so 1 and N threads agree)
-                self._batched(a.reshape(-1, k), b, c.reshape(-1, n), gemm)
+                self._batched(a.reshape(-1, k), b, c.reshape(-1, n), gemm, (bias, act))
             else:
                 a = np.broadcast_to(a, batch + (m, k)) if a.shape[:-2] != batch else a
                 b = np.broadcast_to(b, batch + (k, n)) if b.shape[:-2] != batch else b
                 if len(batch) <= 1:
-                    self._batched(a, b, c, gemm)
+                    self._batched(a, b, c, gemm, (bias, act))
                 else:  # (B, heads, ...): one batch dim, one call (a stack in heads-inside-tokens order copied first)
-                    self._batched(_one_batch_dim(a), _one_batch_dim(b), c.reshape(-1, m, n), gemm)
+                    self._batched(_one_batch_dim(a), _one_batch_dim(b), c.reshape(-1, m, n), gemm, (bias, act))
         if out is not None and not into:
             np.copyto(out, c)
             return out
         return c
 
-    def _batched(self, a, b, c, gemm):
+    def _batched(self, a, b, c, gemm, epilogue=(None, None)):
         """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) C-contiguous, in calls of at most ~IO_BYTES of c each: whole
         matrices of the batch, or blocks of rows (never one row alone where M > 1: gemm.c takes another path for
         a single row, whose sums run in another order)."""
         if c.nbytes <= IO_BYTES:
-            return self._call(a, b, c, gemm)
+            return self._call(a, b, c, gemm, epilogue)
         if c.ndim == 3 and c.shape[0] > 1:
             step = max(1, IO_BYTES // c[0].nbytes)
             for t in range(0, c.shape[0], step):
-                self._batched(a[t:t + step], b[t:t + step], c[t:t + step], gemm)
+                self._batched(a[t:t + step], b[t:t + step], c[t:t + step], gemm, epilogue)
             return
         m = c.shape[-2]
         step = max(4, IO_BYTES // (4 * c.shape[-1]) // 4 * 4)
@@ -178,15 +182,18 @@ class PoolKernels:
             starts.pop()  # (the last row goes with the block before it)
         for i, r in enumerate(starts):
             e = starts[i + 1] if i + 1 < len(starts) else m
-            self._call(a[..., r:e, :], b, c[..., r:e, :], gemm)
+            self._call(a[..., r:e, :], b, c[..., r:e, :], gemm, epilogue)
 
-    def _call(self, a, b, c, gemm):
-        """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) with unit column stride, in one call on the pool."""
+    def _call(self, a, b, c, gemm, epilogue=(None, None)):
+        """a (B?, M, K) @ b (B?, K, N) -> c (B?, M, N) with unit column stride, in one call on the pool (and one
+        more for an epilogue: (bias (N,), activation) or (None, None))."""
+        bias, act = epilogue
         three = c.ndim == 3
         batch, (m, n), k = (c.shape[0] if three else 1), c.shape[-2:], a.shape[-1]
         a, b = _dense(a), _dense(b)
         sa, sb = _span(a), _span(b)
-        io = self._io_at(_align(sa[0]) + _align(sb[0]) + _align(m * n * batch * 4) + 64)
+        extra = 0 if bias is None else _align(n * 4) + 64  # (the bias and bias_act's parameters)
+        io = self._io_at(_align(sa[0]) + _align(sb[0]) + _align(m * n * batch * 4) + 64 + extra)
         at_a, at_b, at_c = io, io + _align(sa[0]), io + _align(sa[0]) + _align(sb[0])
         ea, eb = self._stage(a, sa, at_a), self._stage(b, sb, at_b)
         strides = np.array([_es(a, -3) if three else 0, _es(a, -2), _es(a, -1), _es(b, -3) if three else 0,
@@ -195,6 +202,12 @@ class PoolKernels:
         self.pool.write(at_s, strides)
         rc = gemm(batch, m, n, k, i32(ea), i32(eb), i32(at_c), i32(at_s), i32(self._gemm_scratch.at), 0)
         self.pool.check(rc, "matmul")
+        if bias is not None:  # c's rows = act(c + bias) where they lie, in place (rows.c's bias_act)
+            at_b, at_p = at_s + 64, at_s + 64 + _align(n * 4)
+            self.pool.write(at_b, np.ascontiguousarray(bias, F32))
+            self.pool.write(at_p, np.array([i32(at_c), i32(at_c), 0, i32(at_b), m * batch, n, n, n, ACTS[act], 0],
+                                           np.int32))
+            self.pool.check(self.pool.exports.ember_bias_act(i32(at_p)), "linear's bias")
         if c.flags.c_contiguous:
             self.pool.read(at_c, c)
         else:  # a block of rows of a larger result

@@ -225,6 +225,28 @@ def conv_nd(x, weight, bias, stride, padding, dilation, groups, nd):
 _ACTS = {"relu": relu, "silu": silu, "gelu": gelu, "gelu_tanh": lambda x: gelu(x, approximate="tanh"), None: None}
 
 
+def linear_act(x, weight, bias, act="gelu"):
+    """act(linear(x, weight, bias)) (act: "gelu" (erf), "gelu_tanh", "silu", "relu" or None): one kernel where the
+    device fuses the bias and the activation into the product (the registry op linear_act: the page's kernel pool,
+    where the result leaves its memory once instead of going out and in again for the activation), else the two."""
+    if act not in _ACTS:
+        raise ValueError(f"ember: linear_act: act must be one of {sorted(a for a in _ACTS if a)} or None, got {act!r}")
+    ws = weight.shape
+    if bias is not None and len(ws) == 2 and x.ndim >= 2 and x.shape[-1] == ws[-1] and bias.shape == ws[:1] and \
+            x.dtype is weight.dtype and bias.dtype is x.dtype and x.device is weight.device:
+        k = A.fused_kernel("linear_act", x, weight, bias)
+        y = None if k is None else k(x._data, weight._data, bias._data, act)
+        if y is not None:
+            return x._new(y)
+    return linear_act_composed(x, weight, bias, act)
+
+
+def linear_act_composed(x, weight, bias, act):
+    """linear, then the activation: the kernels' reference."""
+    y = linear(x, weight, bias)
+    return y if act is None else _ACTS[act](y)
+
+
 def conv_act(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, act="silu"):
     """act(conv1d or conv2d(x, weight, bias, ...)) (act: "silu", "relu", "gelu" (erf), "gelu_tanh" or None): one
     kernel where the device fuses the bias and the activation into the convolution (the registry op

@@ -15,7 +15,7 @@ from ember.nn import functional as F
 
 from ..common.attention import Attention
 from ..common.masks import padding_mask
-from ..common.mlp import activation
+from ..common.mlp import LINEAR_ACTS, activation
 from .config import BertConfig
 
 
@@ -43,16 +43,19 @@ class Embeddings(nn.Module):
 
 
 class Dense(nn.Module):
-    """dense -> (act) or dense -> + residual -> LayerNorm: BERT's `intermediate` and `output` modules."""
+    """dense -> (act) or dense -> + residual -> LayerNorm: BERT's `intermediate` and `output` modules. act:
+    config.json's activation name; a float Linear and an activation F.linear_act takes run as that one op."""
 
     def __init__(self, d_in, d_out, eps=None, act=None):
         super().__init__()
         self.dense = nn.Linear(d_in, d_out)                                         # (d_out, d_in)
         if eps is not None:
             self.LayerNorm = nn.LayerNorm(d_out, eps=eps)                           # (d_out,)
-        self.act = act
+        self.act, self.fused_act = None if act is None else activation(act), LINEAR_ACTS.get(act)
 
     def forward(self, x, residual=None):
+        if residual is None and self.fused_act and type(self.dense) is nn.Linear and self.dense.bias is not None:
+            return F.linear_act(x, self.dense.weight, self.dense.bias, self.fused_act)
         y = self.dense(x)
         return self.act(y) if residual is None else self.LayerNorm(y + residual)
 
@@ -72,7 +75,7 @@ class Layer(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
         self.attention = AttentionBlock(c)
-        self.intermediate = Dense(c.dim, c.hidden_dim, act=activation(c.act))
+        self.intermediate = Dense(c.dim, c.hidden_dim, act=c.act)
         self.output = Dense(c.hidden_dim, c.dim, c.norm_eps)
 
     def forward(self, x, mask):

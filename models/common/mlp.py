@@ -18,6 +18,10 @@ ACTIVATIONS = {
     "tanh": F.tanh,
 }
 
+# the activations F.linear_act fuses into a linear layer (its `act`), by config.json's names: the same functions
+LINEAR_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+               "silu": "silu", "swish": "silu", "relu": "relu"}
+
 
 def activation(name: str, where: str = "config.json hidden_act"):
     """The function config.json's activation name stands for (a clear error for one ember lacks)."""

@@ -6,8 +6,9 @@
 // unit column stride. The structure is the usual one (Goto / BLIS): cache blocks of KC x NC of B
 // and MC x KC of A are packed into contiguous panels (NR columns / MR rows wide, zero-padded at the
 // edges), and a 4 x 8 register-blocked micro-kernel (8 f32x4 accumulators) runs over the panels.
-// Threads (parallel.h) take blocks of the larger of C's dimensions (and of the batch); each element of C is summed
-// in the same order whichever block holds it, so any thread count gives the same bits.
+// Threads (parallel.h) take blocks of the larger of C's dimensions (and of the batch), and of the other dimension too
+// where the first gives few blocks; each element of C is summed in the same order whichever block holds it, so any
+// thread count gives the same bits.
 #include <wasm_simd128.h>
 
 #include "parallel.h"
@@ -38,6 +39,11 @@
 // floats of scratch ember_sgemm needs per thread: the packed A block then the packed B block
 #define SCRATCH_FLOATS (MC * KC + KC * NC)
 #define UNIT 128  // rows (or columns) of C a thread takes at a time: its packing of the other operand is ~5% of it
+// A product of fewer than MIN_UNITS such blocks (MiniLM's linear layers: 32 sentences x 19 tokens = 608 rows, 5 blocks
+// of 128, 3 of them on one of 2 threads) has its other dimension cut too, into parts of at least MIN_PART (a
+// multiple of the micro-kernel's width): 608 x 384 in 10 blocks of 128 x 192
+#define MIN_UNITS 8
+#define MIN_PART 128
 
 #ifndef GEMM_EXACT
 __attribute__((export_name("ember_sgemm_scratch_floats")))
@@ -217,29 +223,46 @@ static void blocked(int m, int n, int k, const float *a, int rsa, int csa, const
 
 typedef struct {
     int m, n, k, rsa, csa, rsb, csb, rsc, bsa, bsb, bsc, accumulate;
-    int split_m, units;  // the dimension cut into UNIT blocks, and the blocks of one product
+    int split_m, units;  // the dimension cut into UNIT blocks, and the blocks of one product (UNIT blocks x parts)
+    int parts, part;     // the other dimension in `parts` ranges of `part` (1 and all of it, mostly)
     const float *a, *b;
     float *c, *scratch;  // SCRATCH_FLOATS per thread
 } gemm_job;
 
-// units [u0, u1): block u % units of product u / units, by the path the whole product takes (parallel.h)
+// C's rows or columns [s, e) of `len` (split_m: rows) and [os, oe) of the other dimension, of product t
+static void gemm_block(const gemm_job *j, int t, int s, int e, int os, int oe, int thread) {
+    const float *a = j->a + (long)t * j->bsa, *b = j->b + (long)t * j->bsb;
+    float *c = j->c + (long)t * j->bsc, *scratch = j->scratch + (long)thread * SCRATCH_FLOATS;
+    if (j->m == 1)  // a row vector times B (decode steps): B streamed once, unpacked
+        gemv(e - s, j->k, a, j->csa, b + (long)s * j->csb, j->rsb, j->csb, c + s, j->accumulate);
+    else if (j->n == 1 && j->rsc == 1)  // a matrix times a column (the quantized matmul's slabs when decoding)
+        gemv(e - s, j->k, b, j->rsb, a + (long)s * j->rsa, j->csa, j->rsa, c + s, j->accumulate);
+    else if (j->split_m)  // rows [s, e), columns [os, oe)
+        blocked(e - s, oe - os, j->k, a + (long)s * j->rsa, j->rsa, j->csa, b + (long)os * j->csb, j->rsb, j->csb,
+                c + (long)s * j->rsc + os, j->rsc, scratch, j->accumulate);
+    else  // rows [os, oe), columns [s, e)
+        blocked(oe - os, e - s, j->k, a + (long)os * j->rsa, j->rsa, j->csa, b + (long)s * j->csb, j->rsb, j->csb,
+                c + (long)os * j->rsc + s, j->rsc, scratch, j->accumulate);
+}
+
+// units [u0, u1): block u % units of product u / units, by the path the whole product takes (parallel.h). Consecutive
+// UNIT blocks with all their parts go as one block (one thread, or a large chunk: the other operand packed once)
 static void gemm_units(const void *p, int u0, int u1, int thread) {
     const gemm_job *j = (const gemm_job *)p;
-    for (int u = u0; u < u1; u++) {
-        int t = u / j->units, s = (u % j->units) * UNIT, len = j->split_m ? j->m : j->n;
-        int e = s + UNIT < len ? s + UNIT : len;
-        const float *a = j->a + (long)t * j->bsa, *b = j->b + (long)t * j->bsb;
-        float *c = j->c + (long)t * j->bsc;
-        if (j->m == 1)  // a row vector times B (decode steps): B streamed once, unpacked
-            gemv(e - s, j->k, a, j->csa, b + (long)s * j->csb, j->rsb, j->csb, c + s, j->accumulate);
-        else if (j->n == 1 && j->rsc == 1)  // a matrix times a column (the quantized matmul's slabs when decoding)
-            gemv(e - s, j->k, b, j->rsb, a + (long)s * j->rsa, j->csa, j->rsa, c + s, j->accumulate);
-        else if (j->split_m)
-            blocked(e - s, j->n, j->k, a + (long)s * j->rsa, j->rsa, j->csa, b, j->rsb, j->csb, c + (long)s * j->rsc,
-                    j->rsc, j->scratch + (long)thread * SCRATCH_FLOATS, j->accumulate);
-        else
-            blocked(j->m, e - s, j->k, a, j->rsa, j->csa, b + (long)s * j->csb, j->rsb, j->csb, c + s, j->rsc,
-                    j->scratch + (long)thread * SCRATCH_FLOATS, j->accumulate);
+    int len = j->split_m ? j->m : j->n, other = j->split_m ? j->n : j->m;
+    for (int u = u0; u < u1;) {
+        int t = u / j->units, r = u % j->units, here = (t + 1) * j->units - u;
+        here = u1 - u < here ? u1 - u : here;  // units of product t in the range
+        int s = r / j->parts * UNIT, whole = r % j->parts == 0 ? here / j->parts : 0;
+        if (whole) {
+            int e = s + whole * UNIT < len ? s + whole * UNIT : len;
+            gemm_block(j, t, s, e, 0, other, thread);
+            u += whole * j->parts;
+        } else {
+            int os = r % j->parts * j->part, oe = os + j->part < other ? os + j->part : other;
+            gemm_block(j, t, s, s + UNIT < len ? s + UNIT : len, os, oe, thread);
+            u++;
+        }
     }
 }
 
@@ -267,10 +290,17 @@ BATCHED_EXPORT(ember_sgemm_batched)(int batch, int m, int n, int k, const float 
         return 0;
     }
     int split_m = n == 1 && rsc == 1 ? 1 : m == 1 ? 0 : m >= n;
-    int len = split_m ? m : n, units = (len + UNIT - 1) / UNIT;
+    int len = split_m ? m : n, other = split_m ? n : m, units = (len + UNIT - 1) / UNIT, parts = 1;
+    if (m > 1 && n > 1 && (long)batch * units < MIN_UNITS) {  // (the row-vector paths keep whole rows)
+        parts = (MIN_UNITS + batch * units - 1) / (batch * units);
+        parts = parts < other / MIN_PART ? parts : other / MIN_PART > 1 ? other / MIN_PART : 1;
+    }
+    int part = parts > 1 ? ((other + parts - 1) / parts + NR - 1) / NR * NR : other;
+    parts = (other + part - 1) / part;
     gemm_job j = {m, n, k, strides[1], strides[2], strides[4], strides[5], rsc, strides[0], strides[3], strides[6],
-                  accumulate, split_m, units, a, b, c, scratch};
-    long per_unit = (long)(len < UNIT ? len : UNIT) * (split_m ? n : m) * k;
+                  accumulate, split_m, units * parts, parts, part, a, b, c, scratch};
+    long per_unit = (long)(len < UNIT ? len : UNIT) * (part < other ? part : other) * k;
+    units *= parts;
     return ember_parallel(gemm_units, &j, batch * units, ember_chunks((long)batch * units, per_unit));
 }
 
