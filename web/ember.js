@@ -115,17 +115,18 @@ class Ember {
   }
 
   _spawn() {
-    this._worker = new Worker(new URL("worker.js", import.meta.url), { type: "module" });
+    this._worker = new Worker(new URL("worker.js", import.meta.url));
     this._worker.onmessage = (ev) => this._onMessage(ev.data);
     this._worker.onerror = (ev) => this._failAll(new EmberError("internal", `ember: worker crashed: ${ev.message}`));
   }
 
   async _init(device = this.options.device || "auto") {
     if (!this.wheelURL) throw new EmberError("bad_request", "ember: no wheelURL (the ember wheel); build the site with `ember build-web`");
+    const urls = { pyodideURL: this.pyodideURL, wheelURL: this.wheelURL, stdlibURL: this.options.stdlibURL,
+      pycacheURL: this.options.pycacheURL, bootURL: this.options.bootURL, prefetch: this.options.prefetch || [] };
+    this._worker.postMessage({ type: "boot", ...urls }); // Pyodide starts now, while the kernel pool starts here
     const pool = await this._startPool(this._threadsWanted);
-    const r = await this._request({ type: "init", pyodideURL: this.pyodideURL, wheelURL: this.wheelURL,
-      stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL, bootURL: this.options.bootURL,
-      prefetch: this.options.prefetch || [], device, probe: !!this.options.probe, pool,
+    const r = await this._request({ type: "init", ...urls, device, probe: !!this.options.probe, pool,
       poolReason: this.threadsReason });
     this._deviceInfo(r);
     this.startup = r.marks || {}; // {worker, pyodide, numpy, import, device}: epoch ms each boot stage ended
