@@ -82,8 +82,7 @@ async function loadConfig(url) {
       return { ...c, pyodideURL: abs(c.pyodideURL), wheelURL: abs(c.wheelURL), modelsURL: abs(c.modelsURL),
                stdlibURL: abs(c.stdlibURL), pycacheURL: abs(c.pycacheURL), // precompiled bytecode
                poolURL: abs(c.poolURL), poolRelaxedURL: abs(c.poolRelaxedURL), // the kernel pool's module
-               bootURL: abs(c.bootURL), // numpy + ember + their bytecode in one tar
-               prefetch: (c.prefetch || []).map(abs) }; // files the worker warms the HTTP cache with
+               bootURL: abs(c.bootURL) }; // numpy + ember + their bytecode in one tar
     }
   } catch (e) { /* no config.json: defaults below */ }
   return {};
@@ -123,7 +122,7 @@ class Ember {
   async _init(device = this.options.device || "auto") {
     if (!this.wheelURL) throw new EmberError("bad_request", "ember: no wheelURL (the ember wheel); build the site with `ember build-web`");
     const urls = { pyodideURL: this.pyodideURL, wheelURL: this.wheelURL, stdlibURL: this.options.stdlibURL,
-      pycacheURL: this.options.pycacheURL, bootURL: this.options.bootURL, prefetch: this.options.prefetch || [] };
+      pycacheURL: this.options.pycacheURL, bootURL: this.options.bootURL };
     this._worker.postMessage({ type: "boot", ...urls }); // Pyodide starts now, while the kernel pool starts here
     const pool = await this._startPool(this._threadsWanted);
     const r = await this._request({ type: "init", ...urls, device, probe: !!this.options.probe, pool,

@@ -5,8 +5,8 @@
 //
 // files: the app shell, config.json, the models manifest, Pyodide's boot files, ember's wheel and bytecode: all
 // the page needs to become ready. Install fetches each, checks its sha256 and keeps it in the cache
-// "ember-app-<version>"; the fetch handler answers those paths from that cache only, so one page never mixes
-// two builds. A new build is a new sw.js (its version changed): it installs beside the old one and takes over
+// "ember-app-<version>"; the fetch handler answers those paths from that cache (Pyodide's wasm from the network
+// only while it is the same file: CODE_CACHED below), so one page never mixes two builds. A new build is a new sw.js (its version changed): it installs beside the old one and takes over
 // when no page of the old one is open, or at once when the page asks (its "Reload" button: offline.js); its
 // activation deletes the older caches. Pyodide packages a tool loads later (Pillow) join the cache when first
 // fetched. Model weights are not the worker's business here: worker.js keeps them (model-cache.js).

@@ -2,10 +2,10 @@
 //
 // Protocol (every message carries the `id` of the request it belongs to); `tool` is any name of
 // ember.wasm.tools.TOOLS, and nothing here depends on which:
-//   page -> worker  {type: "boot", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, bootURL?, prefetch?}   (no reply:
+//   page -> worker  {type: "boot", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, bootURL?}   (no reply:
 //                                                   Pyodide starts and ember is imported while the page starts
 //                                                   the kernel pool; the init that follows waits for it)
-//                   {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, bootURL?, prefetch?, device,
+//                   {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, bootURL?, device,
 //                    pool?: {memory, module, layout, threads, variant}, poolReason?}   (the kernel pool: pool.js)
 //                                                   -> {type: "ready", device, reason, adapter, kernels, threads,
 //                                                       threads_reason, tools, marks}
@@ -95,8 +95,8 @@ async function boot(msg, progress) {
   const wheel = bundle ? null : fetchBytes(abs(msg.wheelURL), "the ember wheel");
   const pycache = !bundle && msg.pycacheURL ? fetchBytes(abs(msg.pycacheURL), "precompiled bytecode") : null;
   for (const p of [bundle, wheel, pycache]) if (p) p.catch(() => {}); // awaited below; no "unhandled" report meanwhile
-  // Pyodide's wasm, stdlib and numpy wheel, into the HTTP cache while pyodide.asm.js loads (config.json's list)
-  for (const u of msg.prefetch || []) fetch(abs(u)).then((r) => r.arrayBuffer()).catch(() => {});
+  // (no prefetch of Pyodide's wasm and stdlib: loadPyodide asks for them before it loads pyodide.asm.js, and a
+  // second request for the wasm waited for the first whole, then read it again, past the service worker too)
   progress("runtime", "pyodide", 0, 4);
   let loadPyodide;
   try {
