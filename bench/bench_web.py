@@ -129,7 +129,7 @@ def plain_site(site: Path, dest: Path) -> Path:
             (dest / p.relative_to(site)).parent.mkdir(parents=True, exist_ok=True)
             os.link(p, dest / p.relative_to(site))
     config = json.loads((site / "config.json").read_text())
-    for key in ("stdlibURL", "pycacheURL", "bootURL", "prefetch"):
+    for key in ("stdlibURL", "pycacheURL", "bootURL", "prefetch"):  # (prefetch: what older builds name)
         config.pop(key, None)
     (dest / "config.json").write_text(json.dumps(config))
     return dest

@@ -95,7 +95,7 @@ def test_without_node_the_site_builds_without_bytecode(tmp_path, monkeypatch, ca
 def test_local_site_config_names_the_bytecode_and_serve_sends_cache_headers(tmp_path):
     out = serve.build_site(tmp_path / "site", pyodide="local", models={}, quiet=True)
     config = json.loads((out / "config.json").read_text())
-    for key in ("stdlibURL", "pycacheURL", *config["prefetch"]):
+    for key in ("stdlibURL", "pycacheURL", "bootURL"):
         path = out / (config.get(key) or key)
         assert path.is_file(), key
     server = serve.make_server(out, 0)

@@ -282,10 +282,6 @@ def build_site(out: str | os.PathLike, pyodide: str = "local", models: dict | No
     if pyodide == "local" and boot:  # the page's boot without compiling Python (wasm/bytecode.py)
         config.update(stdlibURL=f"pyodide/{STDLIB_PYC}", pycacheURL=f"wheels/{wheel.parent.name}/{PYCACHE}",
                       bootURL=f"wheels/{wheel.parent.name}/{bundle.name}")  # numpy + ember installed in one go
-    if pyodide == "local":  # fetched into the HTTP cache as the worker starts, while pyodide.asm.js loads and
-        # Pyodide boots: Pyodide's own requests for them then read the cache (its headers: Handler below)
-        config["prefetch"] = [f"pyodide/{n}" for n in ("pyodide.asm.wasm", STDLIB_PYC if boot else "python_stdlib.zip")
-                              ] + ([] if bundle else [f"pyodide/{numpy_file}"])
     if docs and _book(out, docs, quiet):
         config["docsURL"] = "docs/"
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")

@@ -82,8 +82,7 @@ async function loadConfig(url) {
       return { ...c, pyodideURL: abs(c.pyodideURL), wheelURL: abs(c.wheelURL), modelsURL: abs(c.modelsURL),
                stdlibURL: abs(c.stdlibURL), pycacheURL: abs(c.pycacheURL), // precompiled bytecode
                poolURL: abs(c.poolURL), poolRelaxedURL: abs(c.poolRelaxedURL), // the kernel pool's module
-               bootURL: abs(c.bootURL), // numpy + ember + their bytecode in one tar
-               prefetch: (c.prefetch || []).map(abs) }; // files the worker warms the HTTP cache with
+               bootURL: abs(c.bootURL) }; // numpy + ember + their bytecode in one tar
     }
   } catch (e) { /* no config.json: defaults below */ }
   return {};
@@ -115,17 +114,18 @@ class Ember {
   }
 
   _spawn() {
-    this._worker = new Worker(new URL("worker.js", import.meta.url), { type: "module" });
+    this._worker = new Worker(new URL("worker.js", import.meta.url));
     this._worker.onmessage = (ev) => this._onMessage(ev.data);
     this._worker.onerror = (ev) => this._failAll(new EmberError("internal", `ember: worker crashed: ${ev.message}`));
   }
 
   async _init(device = this.options.device || "auto") {
     if (!this.wheelURL) throw new EmberError("bad_request", "ember: no wheelURL (the ember wheel); build the site with `ember build-web`");
+    const urls = { pyodideURL: this.pyodideURL, wheelURL: this.wheelURL, stdlibURL: this.options.stdlibURL,
+      pycacheURL: this.options.pycacheURL, bootURL: this.options.bootURL };
+    this._worker.postMessage({ type: "boot", ...urls }); // Pyodide starts now, while the kernel pool starts here
     const pool = await this._startPool(this._threadsWanted);
-    const r = await this._request({ type: "init", pyodideURL: this.pyodideURL, wheelURL: this.wheelURL,
-      stdlibURL: this.options.stdlibURL, pycacheURL: this.options.pycacheURL, bootURL: this.options.bootURL,
-      prefetch: this.options.prefetch || [], device, probe: !!this.options.probe, pool,
+    const r = await this._request({ type: "init", ...urls, device, probe: !!this.options.probe, pool,
       poolReason: this.threadsReason });
     this._deviceInfo(r);
     this.startup = r.marks || {}; // {worker, pyodide, numpy, import, device}: epoch ms each boot stage ended

@@ -2,7 +2,10 @@
 //
 // Protocol (every message carries the `id` of the request it belongs to); `tool` is any name of
 // ember.wasm.tools.TOOLS, and nothing here depends on which:
-//   page -> worker  {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, bootURL?, prefetch?, device,
+//   page -> worker  {type: "boot", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, bootURL?}   (no reply:
+//                                                   Pyodide starts and ember is imported while the page starts
+//                                                   the kernel pool; the init that follows waits for it)
+//                   {type: "init", pyodideURL, wheelURL, stdlibURL?, pycacheURL?, bootURL?, device,
 //                    pool?: {memory, module, layout, threads, variant}, poolReason?}   (the kernel pool: pool.js)
 //                                                   -> {type: "ready", device, reason, adapter, kernels, threads,
 //                                                       threads_reason, tools, marks}
@@ -46,6 +49,7 @@ self.onmessage = async (ev) => {
     if (pyodide) pyodide.runPython("from ember.wasm import worker_api; worker_api.cancel()");
     return;
   }
+  if (msg.type === "boot") { startBoot(msg); return; } // no reply: the "init" that follows awaits it
   queue = queue.then(() => serve(msg)); // one request at a time, in order
 };
 let queue = Promise.resolve();
@@ -69,19 +73,20 @@ async function serve(msg) {
 
 // ------------------------------------------------------------------ runtime
 
-async function init(msg, progress) {
+// The runtime's start, once per worker: Pyodide booted, numpy and ember installed and imported; -> {marks}
+let booting = null;
+function startBoot(msg) {
+  if (!booting) {
+    booting = boot(msg, (stage, file, done, total) => post({ type: "progress", id: msg.id, stage, file, done, total }));
+    booting.catch(() => {}); // awaited by init; no "unhandled" report meanwhile
+  }
+  return booting;
+}
+
+async function boot(msg, progress) {
   const marks = {}; // stage -> epoch ms, so the page can place each stage after its own navigation start
   const mark = (name) => { marks[name] = performance.timeOrigin + performance.now(); };
   mark("worker");
-  self.emberPool = { threads: 1, reason: msg.poolReason || "no kernel pool" };
-  if (msg.pool) { // the caller's instance over the pool's shared memory (Python copies between it and its heap)
-    try {
-      const { attachPool } = await import("./pool.js");
-      self.emberPool = await attachPool({ ...msg.pool, heap: () => pyodide._module.HEAPU8 });
-    } catch (e) {
-      self.emberPool.reason = `this worker could not join the kernel pool (${e.message})`;
-    }
-  }
   const abs = (u) => new URL(u, self.location.href).href;
   const base = abs(msg.pyodideURL).replace(/\/?$/, "/");
   // fetched while Pyodide boots: numpy + ember + their bytecode in one tar (`ember build-web`: wasm/boot.py), or
@@ -90,8 +95,8 @@ async function init(msg, progress) {
   const wheel = bundle ? null : fetchBytes(abs(msg.wheelURL), "the ember wheel");
   const pycache = !bundle && msg.pycacheURL ? fetchBytes(abs(msg.pycacheURL), "precompiled bytecode") : null;
   for (const p of [bundle, wheel, pycache]) if (p) p.catch(() => {}); // awaited below; no "unhandled" report meanwhile
-  // Pyodide's wasm, stdlib and numpy wheel, into the HTTP cache while pyodide.asm.js loads (config.json's list)
-  for (const u of msg.prefetch || []) fetch(abs(u)).then((r) => r.arrayBuffer()).catch(() => {});
+  // (no prefetch of Pyodide's wasm and stdlib: loadPyodide asks for them before it loads pyodide.asm.js, and a
+  // second request for the wasm waited for the first whole, then read it again, past the service worker too)
   progress("runtime", "pyodide", 0, 4);
   let loadPyodide;
   try {
@@ -121,6 +126,22 @@ async function init(msg, progress) {
   pyodide.runPython("import ember, ember.wasm.worker_api");
   tools = JSON.parse(pyodide.runPython("import json\nfrom ember.wasm import tools\njson.dumps(tools.table())"));
   mark("import");
+  return { marks };
+}
+
+async function init(msg, progress) {
+  const booted = startBoot(msg); // begun by "boot" already, unless the page sent none
+  self.emberPool = { threads: 1, reason: msg.poolReason || "no kernel pool" };
+  if (msg.pool) { // the caller's instance over the pool's shared memory (Python copies between it and its heap)
+    try {
+      const { attachPool } = await import("./pool.js");
+      self.emberPool = await attachPool({ ...msg.pool, heap: () => pyodide._module.HEAPU8 });
+    } catch (e) {
+      self.emberPool.reason = `this worker could not join the kernel pool (${e.message})`;
+    }
+  }
+  const { marks } = await booted;
+  const mark = (name) => { marks[name] = performance.timeOrigin + performance.now(); };
   progress("runtime", "device", 3, 4);
   const want = msg.device === "cpu" || msg.device === "webgpu" ? msg.device : "auto";  // auto skips software adapters
   const picked = self.navigator.gpu || want === "cpu" ? await setDevice(want, msg.probe)
