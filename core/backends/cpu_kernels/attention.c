@@ -189,17 +189,16 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
 #define GEMM(name, MR, NV)                                                                                         \
     static void name(int rows, int cols, int kd, const float *a0, long lda, const float *b0, long ldb, float *c0,  \
                      long ldc, const float *scale0, int full) {                                                    \
-        for (int r0 = 0; r0 < rows; r0 += MR) {                                                                    \
-            int mr = rows - r0 < MR ? rows - r0 : MR;                                                              \
-            const float *a = a0 + r0 * lda, *scale = scale0 ? scale0 + r0 : 0;                                     \
-            for (int j0 = 0; j0 < cols;) {                                                                         \
-                int left = cols - j0, nv = left >= VW * NV ? NV : (left + VW - 1) / VW;                            \
-                int width = left < VW * nv ? left : VW * nv;                                                       \
-                const float *b = b0 + j0;                                                                          \
+        for (int j0 = 0; j0 < cols;) { /* a block of b's columns, in cache for every block of rows */             \
+            int left = cols - j0, nv = left >= VW * NV ? NV : (left + VW - 1) / VW;                                \
+            int width = left < VW * nv ? left : VW * nv;                                                           \
+            for (int r0 = 0; r0 < rows; r0 += MR) {                                                                \
+                int mr = rows - r0 < MR ? rows - r0 : MR;                                                          \
+                const float *a = a0 + r0 * lda, *scale = scale0 ? scale0 + r0 : 0, *b = b0 + j0;                   \
                 float *c = c0 + r0 * ldc + j0;                                                                     \
                 TILE_MR(MR, NV)                                                                                    \
-                j0 += width;                                                                                       \
             }                                                                                                      \
+            j0 += width;                                                                                           \
         }                                                                                                          \
     }
 GEMM(gemm_scores, QK_MR, QK_NV)
