@@ -25,7 +25,7 @@ enum { A_Q, A_K, A_V, A_M, A_O, A_SCRATCH, A_B1, A_B2, A_L, A_S, A_D, A_DV, A_CA
 #define QB 32      // query rows of a unit (its scores and output rows: 56 KiB of stack)
 #endif
 #ifndef NK
-#define NK 192     // keys of a block (a multiple of 8 F8_NV on every target)
+#define NK 192     // keys of a block (a multiple of a score tile's width on every target: 48 at most)
 #endif
 #define MAX_DV 256
 static const float IOTA[8] = {0, 1, 2, 3, 4, 5, 6, 7};
@@ -85,76 +85,160 @@ void ember_attention_prepare_rows(const intptr_t *p, int h0, int h1) {
         transpose_heads(&a, h0, h1);
 }
 
-// ---------------------------------------------------------------------------------------------- the tile
+// ---------------------------------------------------------------------------------------------- the tiles
+// vw: the widest float vector the target computes with, and its register tiles (rows x vectors): AVX-512's 16
+// lanes natively (32 registers: 8 x 3 for the scores, 6 x 4 for the output rows, 64 columns), f8 elsewhere
+// (fvec.h's F8_MR x F8_NV). Each lane's multiply-adds are f8_madd's (fused on x86 natively, as AVX2's), in one
+// order along the inner dimension whatever the width or tile: every target that fuses alike gets the same bits.
+#if defined(__AVX512F__) && !defined(EMBER_TILE4)
+typedef __m512 vw;
+#define VW 16
+static inline vw vw_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline __mmask16 vw_mask(int n) { return (__mmask16)(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1); }
+static inline vw vw_load_part(const float *p, int n) { return _mm512_maskz_loadu_ps(vw_mask(n), p); }
+static inline void vw_store_part(float *p, vw v, int n) { _mm512_mask_storeu_ps(p, vw_mask(n), v); }
+static inline vw vw_bcast(const float *p) { return _mm512_set1_ps(*p); }
+static inline vw vw_splat(float x) { return _mm512_set1_ps(x); }
+static inline vw vw_zero(void) { return _mm512_setzero_ps(); }
+static inline vw vw_mul(vw a, vw b) { return _mm512_mul_ps(a, b); }
+static inline vw vw_madd(vw c, vw a, vw b) { return _mm512_fmadd_ps(a, b, c); }
+#define QK_MR 8
+#define QK_NV 3
+#define PV_MR 6
+#define PV_NV 4
+#else
+typedef f8 vw;
+#define VW 8
+static inline vw vw_load(const float *p) { return f8_load(p); }
+static inline vw vw_load_part(const float *p, int n) { return f8_load_part(p, n); }
+static inline void vw_store_part(float *p, vw v, int n) { f8_store_part(p, v, n); }
+static inline vw vw_bcast(const float *p) { return f8_bcast(p); }
+static inline vw vw_splat(float x) { return f8_splat(x); }
+static inline vw vw_zero(void) { return f8_zero(); }
+static inline vw vw_mul(vw a, vw b) { return f8_mul(a, b); }
+static inline vw vw_madd(vw c, vw a, vw b) { return f8_madd(c, a, b); }
+#define QK_MR F8_MR
+#define QK_NV F8_NV
+#define PV_MR F8_MR
+#define PV_NV F8_NV
+#endif
 
-// c[r][0:width] = (scale ? c[r] scale[r] : 0) + sum over kd of a[r][i] b[i][0:width], for MRc rows (a's rows lda
-// apart, unit stride along i; b's rows ldb apart; c's ldc apart), width <= 8 NVc
+// accumulators c<row><vector> in named variables (never an array: fvec.h's register tiles), MRc <= 8, NVc <= 4
+#define VT_ROW(M, r) M(r, 0) M(r, 1) M(r, 2) M(r, 3)
+#define VT_EACH(M) VT_ROW(M, 0) VT_ROW(M, 1) VT_ROW(M, 2) VT_ROW(M, 3) VT_ROW(M, 4) VT_ROW(M, 5) VT_ROW(M, 6) \
+    VT_ROW(M, 7)
+#define VT_DECL(r, j) vw c##r##j = vw_zero();
+#define VT_LOAD(r, j)                                                             \
+    if (r < MRc && j < NVc) {                                                     \
+        c##r##j = vw_load_part(c + r * ldc + VW * j, width - VW * j);            \
+        c##r##j = vw_mul(c##r##j, vw_splat(scale[r]));                            \
+    }
+#define VT_STORE(r, j) \
+    if (r < MRc && j < NVc) vw_store_part(c + r * ldc + VW * j, c##r##j, width - VW * j);
+#define VT_MADD(r)                                                        \
+    if (r < MRc) {                                                        \
+        vw av = vw_bcast(a + r * lda + i);                                \
+        c##r##0 = vw_madd(c##r##0, av, x0);                               \
+        if (NVc > 1) c##r##1 = vw_madd(c##r##1, av, x1);                  \
+        if (NVc > 2) c##r##2 = vw_madd(c##r##2, av, x2);                  \
+        if (NVc > 3) c##r##3 = vw_madd(c##r##3, av, x3);                  \
+    }
+
+// c[r][0:width] = (scale ? c[r] scale[r] : 0) + sum over i < kd of a[r][i] b[i][0:width], for MRc rows; b's rows
+// are read `width` floats wide (full vectors where `full`: b has them, zero padding), c's written `width` wide
 static inline __attribute__((always_inline)) void tile(const int MRc, const int NVc, int kd, const float *a, long lda,
                                                        const float *b, long ldb, float *c, long ldc, int width,
-                                                       const float *scale) {
-#define TILE_Y c
-#define TILE_YS ldc
-#define TILE_W width
-#define TILE_MUL scale
-#define TILE_A(r) (a + (r) * lda + i)
-    TILE_DECL;
+                                                       const float *scale, int full) {
+    VT_EACH(VT_DECL)
     if (scale) {
-        TILE_EACH(TILE_LOAD_ONE)
+        VT_EACH(VT_LOAD)
     }
-    for (int i = 0; i < kd; i++)
-        TILE_STEP(b + i * ldb);
-    TILE_EACH(TILE_STORE_ONE)
-#undef TILE_Y
-#undef TILE_YS
-#undef TILE_W
-#undef TILE_MUL
-#undef TILE_A
+    for (int i = 0; i < kd; i++) {
+        const float *x = b + i * ldb;
+        vw x0 = full ? vw_load(x) : vw_load_part(x, width);
+        vw x1 = NVc > 1 ? (full ? vw_load(x + VW) : vw_load_part(x + VW, width - VW)) : x0;
+        vw x2 = NVc > 2 ? (full ? vw_load(x + 2 * VW) : vw_load_part(x + 2 * VW, width - 2 * VW)) : x0;
+        vw x3 = NVc > 3 ? (full ? vw_load(x + 3 * VW) : vw_load_part(x + 3 * VW, width - 3 * VW)) : x0;
+        VT_MADD(0) VT_MADD(1) VT_MADD(2) VT_MADD(3) VT_MADD(4) VT_MADD(5) VT_MADD(6) VT_MADD(7)
+    }
+    VT_EACH(VT_STORE)
 }
 
-#define TILE_ARGS kd, a, lda, b, ldb, c, ldc, width, scale
-#define TILE_NV(MRc)                                                         \
-    switch (nv) {                                                            \
-    case 1: tile(MRc, 1, TILE_ARGS); break;                                  \
-    case 2: if (F8_NV >= 2) tile(MRc, F8_NV >= 2 ? 2 : 1, TILE_ARGS); break; \
-    default: if (F8_NV >= 3) tile(MRc, F8_NV >= 3 ? 3 : 1, TILE_ARGS); break; \
+#define TILE_ARGS kd, a, lda, b, ldb, c, ldc, width, scale, full
+#define TILE_NV(MRc, NVMAX)                                                           \
+    switch (nv) {                                                                     \
+    case 1: tile(MRc, 1, TILE_ARGS); break;                                           \
+    case 2: tile(MRc, NVMAX >= 2 ? 2 : 1, TILE_ARGS); break;                          \
+    case 3: tile(MRc, NVMAX >= 3 ? 3 : 1, TILE_ARGS); break;                          \
+    default: tile(MRc, NVMAX >= 4 ? 4 : 1, TILE_ARGS); break;                         \
+    }
+#define TILE_MR(MR, NVMAX)                                      \
+    switch (mr) {  /* (cases past MR are never taken) */        \
+    case 1: TILE_NV(1, NVMAX) break;                            \
+    case 2: TILE_NV(MR >= 2 ? 2 : 1, NVMAX) break;              \
+    case 3: TILE_NV(MR >= 3 ? 3 : 1, NVMAX) break;              \
+    case 4: TILE_NV(MR >= 4 ? 4 : 1, NVMAX) break;              \
+    case 5: TILE_NV(MR >= 5 ? 5 : 1, NVMAX) break;              \
+    case 6: TILE_NV(MR >= 6 ? 6 : 1, NVMAX) break;              \
+    case 7: TILE_NV(MR >= 7 ? 7 : 1, NVMAX) break;              \
+    default: TILE_NV(MR >= 8 ? 8 : 1, NVMAX) break;             \
     }
 
-// c (rows x cols) = (scale ? c diag(scale) : 0) + a (rows x kd) b (kd x cols), in register tiles
-static void gemm(int rows, int cols, int kd, const float *a0, long lda, const float *b0, long ldb, float *c0,
-                 long ldc, const float *scale0) {
-    for (int r0 = 0; r0 < rows; r0 += F8_MR) {
-        int mr = rows - r0 < F8_MR ? rows - r0 : F8_MR;
-        const float *a = a0 + r0 * lda, *scale = scale0 ? scale0 + r0 : 0;
-        for (int j0 = 0; j0 < cols;) {
-            int left = cols - j0, nv = left >= 8 * F8_NV ? F8_NV : (left + 7) / 8;
-            int width = left < 8 * nv ? left : 8 * nv;
-            const float *b = b0 + j0;
-            float *c = c0 + r0 * ldc + j0;
-            switch (mr) {  // (the cases past F8_MR are never taken: mr <= F8_MR)
-            case 1: TILE_NV(1) break;
-            case 2: TILE_NV(2) break;
-            case 3: TILE_NV(3) break;
-            case 4: TILE_NV(4) break;
-            case 5: TILE_NV(F8_MR >= 5 ? 5 : 1) break;
-            case 6: TILE_NV(F8_MR >= 6 ? 6 : 1) break;
-            case 7: TILE_NV(F8_MR >= 7 ? 7 : 1) break;
-            default: TILE_NV(F8_MR) break;
-            }
-            j0 += width;
-        }
+// c (rows x cols) = (scale ? c diag(scale) : 0) + a (rows x kd) b (kd x cols), in MR x NV register tiles; `full`:
+// b's rows may be read in whole vectors past cols
+#define GEMM(name, MR, NV)                                                                                         \
+    static void name(int rows, int cols, int kd, const float *a0, long lda, const float *b0, long ldb, float *c0,  \
+                     long ldc, const float *scale0, int full) {                                                    \
+        for (int j0 = 0; j0 < cols;) { /* a block of b's columns, in cache for every block of rows */             \
+            int left = cols - j0, nv = left >= VW * NV ? NV : (left + VW - 1) / VW;                                \
+            int width = left < VW * nv ? left : VW * nv;                                                           \
+            for (int r0 = 0; r0 < rows; r0 += MR) {                                                                \
+                int mr = rows - r0 < MR ? rows - r0 : MR;                                                          \
+                const float *a = a0 + r0 * lda, *scale = scale0 ? scale0 + r0 : 0, *b = b0 + j0;                   \
+                float *c = c0 + r0 * ldc + j0;                                                                     \
+                TILE_MR(MR, NV)                                                                                    \
+            }                                                                                                      \
+            j0 += width;                                                                                           \
+        }                                                                                                          \
     }
-}
+GEMM(gemm_scores, QK_MR, QK_NV)
+GEMM(gemm_values, PV_MR, PV_NV)
 
 // ---------------------------------------------------------------------------------------------- a unit
+// The weights are 2^x for x = (s - row max) scale log2(e) (the scale and log2(e) in one multiply-add, and a
+// mask's scores first scaled and masked in place), by exp2_weights: 0 below 2^-125 (no subnormal weight slows the
+// product with V, and -inf, a masked key, gives 0).
+
+#define LOG2E 1.44269504088896341f
+
+// 2^x for x <= 0 (-inf and NaN too): x = m + f with m an integer (rounded by adding 1.5 2^23), f in [-0.5, 0.5];
+// 2^f by Cephes exp2f's degree-6 polynomial (~1 ulp), 2^m in the exponent bits
+static inline f8 exp2_weights(f8 x) {
+    x = f8_max(f8_splat(-127.0f), x);  // (NaN stays: f8_max(a, b) is a > b ? a : b)
+    f8 m = f8_sub(f8_add(x, f8_splat(12582912.0f)), f8_splat(12582912.0f));
+    f8 f = f8_sub(x, m);
+    f8 p = f8_splat(1.535336188319500e-4f);
+    p = f8_madd(f8_splat(1.339887440266574e-3f), p, f);
+    p = f8_madd(f8_splat(9.618437357674640e-3f), p, f);
+    p = f8_madd(f8_splat(5.550332471162809e-2f), p, f);
+    p = f8_madd(f8_splat(2.402264791363012e-1f), p, f);
+    p = f8_madd(f8_splat(6.931472028550421e-1f), p, f);
+    p = f8_madd(f8_splat(1.0f), p, f);
+    m = f8_sel(f8_gt(m, f8_splat(-126.5f)), m, f8_zero());  // (NaN: 2^0, p is NaN; -127: 2^0, zeroed next)
+    return f8_sel(f8_gt(f8_splat(-125.5f), x), f8_zero(), f8_mul(p, f8_pow2i(m)));
+}
 
 static void attend_rows(const attn_t *a, int u0, int u1) {
     float sc[QB * NK], acc[QB * MAX_DV], mx[QB], sum[QB], alpha[QB];
+    const f8 ninf = f8_splat(-__builtin_inff());
     for (int u = u0; u < u1; u++) {
         int h = u / a->qblocks, i0 = (u % a->qblocks) * QB, hb = h / a->b2, hh = h % a->b2;
         int n = a->l - i0 < QB ? a->l - i0 : QB;
         const float *q = a->q + hb * a->qs[0] + hh * a->qs[1] + i0 * a->qs[2];
         const float *kt = a->kt + (long)h * a->d * a->spad, *v = a->v + hb * a->vs[0] + hh * a->vs[1];
         const float *m = a->m ? a->m + hb * a->ms[0] + hh * a->ms[1] + i0 * a->ms[2] : 0;
+        // the exponent's multiplier: raw scores' scale log2(e); log2(e) where a mask's scores are scaled first
+        float mul = m ? LOG2E : a->scale * LOG2E;
         for (int r = 0; r < n; r++) {
             mx[r] = -__builtin_inff(), sum[r] = 0.0f;
             for (int j = 0; j < a->dv; j++) acc[r * MAX_DV + j] = 0.0f;
@@ -162,35 +246,43 @@ static void attend_rows(const attn_t *a, int u0, int u1) {
         int keys = a->causal && i0 + n < a->s ? i0 + n : a->s;  // causal: no key past the last row's
         for (int j0 = 0; j0 < keys; j0 += NK) {
             int nk = keys - j0 < NK ? keys - j0 : NK, nk8 = (nk + 7) & ~7;
-            gemm(n, nk8, a->d, q, a->qs[2], kt + j0, a->spad, sc, NK, 0);  // (n, nk8) raw scores
+            gemm_scores(n, nk8, a->d, q, a->qs[2], kt + j0, a->spad, sc, NK, 0, 1);  // (n, nk8) raw scores
             for (int r = 0; r < n; r++) {
                 float *s = sc + r * NK;
                 int visible = a->causal ? i0 + r + 1 - j0 : nk;  // keys j0 + j <= i0 + r
                 visible = visible < nk ? (visible < 0 ? 0 : visible) : nk;
                 const float *mr = m ? m + r * a->ms[2] + j0 : 0;
                 float lanes[8];
-                f8 top8 = f8_splat(mx[r]), sv = f8_splat(a->scale), ninf = f8_splat(-__builtin_inff());
-                for (int j = 0; j < nk8; j += 8) {  // s scale (+ mask), -inf past the visible keys
-                    f8 x = f8_mul(f8_load(s + j), sv);
-                    if (mr)
-                        x = f8_add(x, f8_load_part(mr + j, visible - j));
-                    if (j + 8 > visible)
-                        x = f8_sel(f8_gt(f8_splat((float)(visible - j)), f8_load(IOTA)), x, ninf);
-                    f8_store(s + j, x);
-                    top8 = f8_max(x, top8);
+                f8 top8 = f8_splat(mx[r]);
+                if (mr) {  // s scale + mask, -inf past the visible keys
+                    f8 sv = f8_splat(a->scale);
+                    for (int j = 0; j < nk8; j += 8) {
+                        f8 x = f8_add(f8_mul(f8_load(s + j), sv), f8_load_part(mr + j, visible - j));
+                        if (j + 8 > visible)
+                            x = f8_sel(f8_gt(f8_splat((float)(visible - j)), f8_load(IOTA)), x, ninf);
+                        f8_store(s + j, x);
+                        top8 = f8_max(x, top8);
+                    }
+                } else {  // raw scores, -inf past the visible keys
+                    int j = 0;
+                    for (; j + 8 <= visible; j += 8) top8 = f8_max(f8_load(s + j), top8);
+                    for (; j < nk8; j += 8) {
+                        f8 x = f8_sel(f8_gt(f8_splat((float)(visible - j)), f8_load(IOTA)), f8_load(s + j), ninf);
+                        f8_store(s + j, x);
+                        top8 = f8_max(x, top8);
+                    }
                 }
                 f8_store(lanes, top8);
                 float top = lanes[0];
                 for (int l = 1; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
-                // a row whose keys so far are all masked keeps weights 0 (exp of -inf - -inf would be NaN)
+                // a row whose keys so far are all masked keeps weights 0 (-inf - -inf would be NaN)
                 float base = top == -__builtin_inff() ? 0.0f : top;
-                float old[8];
-                f8_store(old, f8_exp(f8_splat(mx[r] - base)));
-                alpha[r] = mx[r] == -__builtin_inff() ? 0.0f : old[0];
+                f8_store(lanes, exp2_weights(f8_mul(f8_sub(f8_splat(mx[r]), f8_splat(base)), f8_splat(mul))));
+                alpha[r] = mx[r] == -__builtin_inff() ? 0.0f : lanes[0];
                 mx[r] = top;
-                f8 total = f8_zero(), bv = f8_splat(base);
-                for (int j = 0; j < nk8; j += 8) {  // weights exp(s - max), 0 for masked keys
-                    f8 x = f8_load(s + j), e = f8_sel(f8_eq(x, ninf), f8_zero(), f8_exp(f8_sub(x, bv)));
+                f8 total = f8_zero(), nb = f8_splat(-base * mul), mv = f8_splat(mul);
+                for (int j = 0; j < nk8; j += 8) {  // weights 2^((s - max) mul)
+                    f8 e = exp2_weights(f8_madd(nb, f8_load(s + j), mv));
                     f8_store(s + j, e);
                     total = f8_add(total, e);
                 }
@@ -198,7 +290,8 @@ static void attend_rows(const attn_t *a, int u0, int u1) {
                 sum[r] = sum[r] * alpha[r] + (((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
                                               ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])));
             }
-            gemm(n, a->dv, nk, sc, NK, v + (long)j0 * a->vs[2], a->vs[2], acc, MAX_DV, alpha);
+            gemm_values(n, a->dv, nk, sc, NK, v + (long)j0 * a->vs[2], a->vs[2], acc, MAX_DV, alpha,
+                        a->dv % VW == 0);
         }
         float *o = a->o + hb * a->os[0] + hh * a->os[1] + i0 * a->os[2];
         for (int r = 0; r < n; r++)

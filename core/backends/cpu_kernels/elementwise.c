@@ -32,18 +32,20 @@ static v128_t silu4(v128_t x) {  // x / (1 + exp(-x)): silu(-inf) = -inf / inf =
 
 // GELU (erf form) as the CPU backend's numpy path: x Phi(x) = relu(x) - |x| Phi(-|x|), no cancellation
 // in the negative tail; Phi(-|x|) = t P(t) exp(-x^2 / 2) / 2 with t = 1 / (1 + p |x| / sqrt 2)
-// (Abramowitz & Stegun 7.1.26, |abs err| < 1.5e-7). gelu(+inf) = +inf, gelu(-inf) = NaN, as torch.
+// (Abramowitz & Stegun 7.1.26, |abs err| < 1.5e-7). gelu(+inf) = +inf, gelu(-inf) = NaN, as torch. The tail is
+// 0 past |x| = 12.6, computed from |x| held there: no subnormals (fvec.h's f8_gelu, the same steps).
 static v128_t gelu4(v128_t x) {
-    v128_t ax = wasm_f32x4_abs(x);
+    v128_t ax = wasm_f32x4_abs(x), a = wasm_f32x4_min(wasm_f32x4_splat(12.6f), ax);  // (NaN stays)
     v128_t t = wasm_f32x4_div(wasm_f32x4_splat(1.0f),
-                              wasm_f32x4_add(wasm_f32x4_splat(1.0f), wasm_f32x4_mul(ax, wasm_f32x4_splat(0.2316419f))));
+                              wasm_f32x4_add(wasm_f32x4_splat(1.0f), wasm_f32x4_mul(a, wasm_f32x4_splat(0.2316419f))));
     v128_t p = wasm_f32x4_splat(1.061405429f * 0.5f);
     p = wasm_f32x4_mul(wasm_f32x4_add(wasm_f32x4_mul(p, t), wasm_f32x4_splat(-1.453152027f * 0.5f)), t);
     p = wasm_f32x4_mul(wasm_f32x4_add(p, wasm_f32x4_splat(1.421413741f * 0.5f)), t);
     p = wasm_f32x4_mul(wasm_f32x4_add(p, wasm_f32x4_splat(-0.284496736f * 0.5f)), t);
     p = wasm_f32x4_mul(wasm_f32x4_add(p, wasm_f32x4_splat(0.254829592f * 0.5f)), t);
-    v128_t e = exp4(wasm_f32x4_mul(wasm_f32x4_mul(ax, ax), wasm_f32x4_splat(-0.5f)));
-    v128_t tail = wasm_f32x4_mul(wasm_f32x4_mul(p, e), ax);
+    v128_t e = exp4(wasm_f32x4_mul(wasm_f32x4_mul(a, a), wasm_f32x4_splat(-0.5f)));
+    v128_t tail = wasm_f32x4_mul(wasm_f32x4_mul(p, e), a);
+    tail = wasm_v128_andnot(tail, wasm_f32x4_gt(ax, wasm_f32x4_splat(12.6f)));
     v128_t inf = wasm_f32x4_eq(ax, wasm_f32x4_splat(__builtin_inff()));  // 0 * inf: the tail is 0 there
     tail = wasm_v128_andnot(tail, wasm_v128_and(inf, wasm_f32x4_gt(x, wasm_f32x4_splat(0.0f))));
     tail = wasm_v128_bitselect(wasm_f32x4_splat(__builtin_nanf("")), tail,
