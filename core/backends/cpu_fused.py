@@ -54,10 +54,18 @@ def _add_bias(be, y, b):
     return y
 
 
-def linear(be, x, w, b):
+def _pool_for_linear(x, w, b):
+    """The page's kernel pool where it takes x @ w.T + b (float32 operands, an (out,) bias), else None."""
     pool = pool_kernels()
     if pool is not None and x.dtype is _F32 and w.dtype is _F32 and b.dtype is _F32 and b.ndim == 1 \
             and x.ndim >= 2 and pool.takes_matmul(x, w.T):
+        return pool
+    return None
+
+
+def linear(be, x, w, b):
+    pool = _pool_for_linear(x, w, b)
+    if pool is not None:
         # the page's kernel pool: the bias added in its memory, between the product and the copy out (numpy's
         # add on this thread was 3% of MiniLM on 2 threads); the same bits (one float add)
         return pool.matmul(x, w.T, exact=deterministic(), bias=b)  # (..., out)
@@ -70,9 +78,8 @@ def linear_act(be, x, w, b, act):
     result out, in and out again (MiniLM's 608 x 1536 GELU: 3.7 MB each way); None elsewhere (the caller composes).
     The composed path's bits: its bias add and its activation are rows.c's too (cpu_dense; not in deterministic
     mode, whose GELU is elementwise.c's: composed there)."""
-    pool = pool_kernels()
-    if pool is None or deterministic() or act not in ("gelu", "gelu_tanh", "silu") or x.dtype is not _F32 \
-            or w.dtype is not _F32 or b.dtype is not _F32 or not pool.takes_matmul(x, w.T):
+    pool = None if deterministic() or act not in ("gelu", "gelu_tanh", "silu") else _pool_for_linear(x, w, b)
+    if pool is None:
         return None
     return pool.matmul(x, w.T, bias=b, act=act)  # (..., out)
 
