@@ -297,8 +297,9 @@ class Ember {
    *    for await (const c of await ember.chat.completions.create({ messages, stream: true })) c.choices[0].delta
    *  messages: [{role, content}] (the whole conversation: the worker keeps the previous one's KV cache and
    *  prefills only what is new); response_format: {type: "json_schema", json_schema: {schema}} or
-   *  {type: "json_object"} constrains decoding; top_p, top_k, repetition_penalty as generate(). `cancel()` ends a
-   *  reply early (finish_reason "abort"). */
+   *  {type: "json_object"} constrains decoding; top_p, top_k, repetition_penalty as generate(); deterministic
+   *  (default true: the desktop's EMBER_DETERMINISTIC=1 tokens). `cancel()` ends a reply early (finish_reason
+   *  "abort"). */
   get chat() {
     return { completions: { create: (params) => this._chatCreate(params || {}) } };
   }
@@ -310,7 +311,7 @@ class Ember {
     if (!info) throw new EmberError("not_loaded", "ember: no text model loaded; call loadModel('llama', ...) first");
     if (!info.chat) throw new EmberError("bad_request", "ember: the loaded model has no chat template (a base model)");
     const opts = { chat: true };
-    for (const k of ["max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty"])
+    for (const k of ["max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty", "deterministic"])
       if (p[k] !== undefined && p[k] !== null) opts[k] = p[k];
     if (p.stop !== undefined && p.stop !== null) opts.stop = Array.isArray(p.stop) ? p.stop : [p.stop];
     if (p.response_format) opts.response_format = JSON.stringify(p.response_format);

@@ -16,6 +16,8 @@ import ember
 from ember import kernels, nn
 from ember.quant import QLinear, QTensor
 
+from .positions import cos_sin
+
 # config.json activation names decode.c computes
 ACTS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "silu": "silu",
         "swish": "silu"}
@@ -208,7 +210,7 @@ class FusedDecoder:
         plan.final_norm); the cache advances."""
         m = self.model
         pos = cache.pos
-        rope = np.stack([np.concatenate([np.cos(a), np.sin(a)]) for a in (r.angles(pos) for r in self._spec["ropes"])])
+        rope = np.stack([np.concatenate(cos_sin(r.angles(pos))) for r in self._spec["ropes"]])
         if self._like is None:
             self._like = ember.zeros(1, m.n_kv_heads, 1, m.head_dim)
         caches = []

@@ -20,10 +20,24 @@ class PositionConfigError(FormatError):
 
 # ============================================================================ rotary frequencies
 
+def _rounded(x64: np.ndarray) -> np.ndarray:
+    """A float64 result rounded to float32: numpy's float32 pow/cos/sin are its own SIMD code natively and libm's
+    under Pyodide, which differ in the last bit (and a rotary angle's last bit moves a q8 rounding, then a token);
+    float64 then one rounding gives both the correctly rounded float32 (but for a float64 within an ulp of a tie)."""
+    return x64.astype(np.float32)
+
+
+def cos_sin(ang: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float32 cos and sin of float32 angles, the same bits natively and in the page (see _rounded)."""
+    a = np.asarray(ang, np.float32).astype(np.float64)
+    return _rounded(np.cos(a)), _rounded(np.sin(a))
+
+
 def rope_inv_freq(rotary_dim: int, theta: float = 10000.0, scaling: dict | None = None):
     """(rotary_dim // 2,) float32 inverse frequencies and the attention factor (1 except YaRN) for a
     `rope_scaling` dict as config.json carries it (rope_type / type: default, linear, llama3, yarn)."""
-    inv = 1.0 / (theta ** (np.arange(0, rotary_dim, 2, dtype=np.int64).astype(np.float32) / rotary_dim))
+    exponents = np.arange(0, rotary_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(rotary_dim)
+    inv = np.float32(1.0) / _rounded(np.power(np.float64(theta), exponents.astype(np.float64)))
     rs = dict(scaling or {})
     kind = rs.get("rope_type", rs.get("type", "default"))
     if kind == "default":
@@ -105,7 +119,8 @@ class RotaryEmbedding:
 
     def _full(self, ang):
         """cos, sin (..., head_dim) with 1 / 0 on pass-through dims and the attention factor applied."""
-        c, s = self._spread(np.cos(ang)) * self.factor, self._spread(np.sin(ang)) * self.factor
+        c, s = cos_sin(ang)
+        c, s = self._spread(c) * self.factor, self._spread(s) * self.factor
         pad = self.head_dim - self._rd
         if pad:
             c = np.concatenate([c, np.ones(c.shape[:-1] + (pad,), np.float32)], -1)
@@ -122,7 +137,8 @@ class RotaryEmbedding:
             return Rope(matrix=ember.tensor(np.diag(c) + self.rot * s[None, :], dtype=dtype, device=device))
         ang = self.angles(positions[0] if shared else positions)               # (T, rd/2) | (B, T, rd/2)
         if shared and self._fused_ok:
-            return Rope(cos=ember.tensor(np.cos(ang), device=device), sin=ember.tensor(np.sin(ang), device=device))
+            c, s = cos_sin(ang)
+            return Rope(cos=ember.tensor(c, device=device), sin=ember.tensor(s, device=device))
         c, s = self._full(ang)                                                 # (..., T, hd)
         c, s = c[..., None, :], s[..., None, :]                                # (..., T, 1, hd)
         rot = ember.tensor(self.rot, dtype=dtype, device=device)
