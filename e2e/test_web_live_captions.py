@@ -1,4 +1,4 @@
-"""Live captions in Chromium with a fake microphone (Chromium's --use-file-for-fake-audio-capture) playing a 60 s
+"""Live captions in Chromium with a fake microphone (Chromium's --use-file-for-fake-audio-capture) playing a 30 s
 recording of espeak-ng sentences with pauses: the committed text only ever grows (no committed word is revised),
 its words match each utterance transcribed alone natively (deterministic mode) within a 20% word error rate and the
 whole file's transcript within 35% (the stream hears each utterance alone, cut at its pauses, where the file's 30 s
@@ -19,6 +19,7 @@ from web_app import site_page
 SENTENCES = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
              "It is easy to tell the depth of a well.", "Rice is often served in round bowls.",
              "The juice of lemons makes fine punch.", "The box was thrown beside the parked truck."]
+SECONDS = 30  # the recording: every sentence once, then again from the first (each with a 1.2 s pause)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def recording(tmp_path_factory):
     from ember.models.whisper import audio
     tmp = tmp_path_factory.mktemp("live")
     parts = [np.zeros(16000, np.float32)]
-    while sum(p.size for p in parts) < 60 * 16000:
+    while sum(p.size for p in parts) < SECONDS * 16000:
         for i, s in enumerate(SENTENCES):
             raw, clip = tmp / f"r{i}.wav", tmp / f"c{i}.wav"
             if not clip.is_file():
@@ -35,8 +36,8 @@ def recording(tmp_path_factory):
                 subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)], check=True,
                                capture_output=True)
             parts += [audio.load_audio(clip), np.zeros(int(1.2 * 16000), np.float32)]
-    sig = np.concatenate(parts)[:60 * 16000]
-    path = tmp / "speech60.wav"
+    sig = np.concatenate(parts)[:SECONDS * 16000]
+    path = tmp / f"speech{SECONDS}.wav"
     with wave.open(str(path), "wb") as w:
         w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
         w.writeframes((np.clip(sig, -1, 1) * 32767).astype("<i2").tobytes())
@@ -59,11 +60,11 @@ def test_live_captions_from_a_fake_microphone(playwright_session, recording, mon
         page.click("#live-captions")
         page.wait_for_function("window.__emberLive && window.__emberLive.running", timeout=web_app.RUN_S * 1000)
         seen, t0 = [], time.time()
-        while time.time() - t0 < 66:  # the recording plays in real time
+        while time.time() - t0 < SECONDS + 6:  # the recording plays in real time
             seen.append(page.eval_on_selector(".live-text .committed", "e => e.textContent"))
             time.sleep(2)
         assert page.eval_on_selector(".live-level", "e => e.value") is not None
-        assert page.inner_text(".live-timer").startswith("1:0")
+        assert page.inner_text(".live-timer").startswith(f"0:{SECONDS // 10}")
         page.click("#live-captions")
         page.wait_for_function("!window.__emberLive.running", timeout=web_app.RUN_S * 1000)
         stats = page.evaluate("window.__emberLive")
