@@ -19,11 +19,12 @@ def fresh(tmp_path_factory):
     return {t: build.build(tmp / t.name, t).read_bytes() for t in build.VARIANTS}
 
 
-def test_committed_modules_equal_a_fresh_build(fresh):
+def test_committed_modules_equal_a_fresh_build(fresh, monkeypatch):
     assert set(fresh) == {build.MODULE, build.RELAXED_MODULE}
-    assert build.check() is None
     for target, data in fresh.items():
         assert data == target.read_bytes(), target
+    monkeypatch.setattr(build, "VARIANTS", {})  # the side modules were just compared: check() builds the pool's
+    assert build.check() is None
 
 
 def test_a_stale_module_fails_the_check(fresh, tmp_path, monkeypatch):
