@@ -32,6 +32,7 @@ run message, cancel and error codes come with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 from types import ModuleType
@@ -86,6 +87,19 @@ async def checkpoint() -> None:
 
 
 # ---------------------------------------------------------------------------- what tools share
+
+@contextlib.contextmanager
+def deterministic(opts: dict):
+    """A request in deterministic mode unless opts["deterministic"] is False: the page's float products then run
+    the C sources the desktop's deterministic mode runs, so the page's tokens are the desktop's (its own faster
+    kernels sum in other orders, and a last-bit difference can flip a token). The mode is restored after."""
+    from ember.backends.cpu_matmul import set_deterministic
+    was = set_deterministic(opts.get("deterministic", True) is not False)
+    try:
+        yield
+    finally:
+        set_deterministic(was)
+
 
 def one_file(folder: str, suffixes: tuple[str, ...], refusal: str) -> str:
     """The first file in `folder` whose name ends in one of `suffixes`; else an "unsupported_file" error that

@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import WorkerError, checkpoint, weight_sizes
+from . import WorkerError, checkpoint, deterministic, weight_sizes
 
 # one weights file, or the shards a model.safetensors.index.json names (worker.js fetches those it lists)
 FILES = [["config.json"], ["model.safetensors", True], ["model.safetensors.index.json", True, "model.safetensors"],
@@ -131,15 +131,10 @@ async def chat(messages_json: str, opts: dict, on_partial=None) -> dict:
     "tokens", "text", "stopped", "finish_reason", "prefill_tokens", "cached_tokens", "ttft_ms", "tokens_per_s",
     "context"}. messages_json: the whole conversation (JSON); the engine's KV cache holds the previous one, so
     only what is new is prefilled. opts: max_tokens, temperature, top_p, top_k, seed, repetition_penalty, stop
-    (a list), response_format (JSON: OpenAI's json_schema / json_object), deterministic (default true: the float
-    products in the C sources the desktop's deterministic mode runs, so a reply's tokens are the desktop's; the
-    page's own attention kernel sums in another order, and a last-bit difference flips a sampled token)."""
-    from ember.backends.cpu_matmul import set_deterministic
-    was = set_deterministic(opts.get("deterministic", True) is not False)
-    try:
+    (a list), response_format (JSON: OpenAI's json_schema / json_object), deterministic (default true: the
+    desktop's deterministic-mode tokens, see tools.deterministic)."""
+    with deterministic(opts):
         return await _chat(messages_json, opts, on_partial)
-    finally:
-        set_deterministic(was)
 
 
 async def _chat(messages_json: str, opts: dict, on_partial=None) -> dict:

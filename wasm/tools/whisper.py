@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from . import WorkerError, checkpoint, weight_sizes
+from . import WorkerError, checkpoint, deterministic, weight_sizes
 
 VAD_FILE = "silero_vad.onnx"  # Silero VAD beside the model (the demos carry it): {vad: true} and live captions
 # Whisper weights are either file: model.gguf is fetched only when model.safetensors is missing
@@ -108,16 +108,12 @@ async def run(audio, opts: dict, on_partial=None, on_progress=None) -> dict:
     "window" | "segment", "done": seconds, "total": seconds}) before each 30 s window, after each segment (its end)
     and at the end.
     A cancel lands between windows and segments; the result then holds the segments decoded so far."""
-    from ember.backends.cpu_matmul import set_deterministic
     if "model" not in _STATE:
         raise WorkerError("ember: no whisper model loaded yet; load one first", "not_loaded")
-    was = set_deterministic(opts.get("deterministic", True) is not False)
-    try:
+    with deterministic(opts):
         if opts.get("stream"):
             return _stream(audio, opts)
         return await _transcribe(audio, opts, on_partial, on_progress)
-    finally:
-        set_deterministic(was)
 
 
 def _vad(opts):
