@@ -11,16 +11,20 @@ from ember.backends import cpu_native_kernels as cnk
 FLAGS = {"native": cnk.NATIVE, "ssse3": ["-mssse3"], "scalar": ["-DEMBER_SIMD_SCALAR"]}
 
 
+_BUILT: dict = {}  # tag -> NativeKernels: each build once per session (~15 s each), shared by the test modules
+
+
 def build_variants(tmp_path_factory, tags=("native", "ssse3", "scalar")) -> dict:
-    """{tag: NativeKernels} for each build in tags, each in its own folder; skips the test without a C compiler."""
+    """{tag: NativeKernels} for each build in tags, each in its own folder; skips the test without a C compiler.
+    A test that changes a build's thread count sets the count it needs first: the builds are shared."""
     cc = cnk.compiler()
     if cc is None:
         pytest.skip("no C compiler")
-    out = {}
     for tag in tags:
-        path = cnk.build(cc, tmp_path_factory.mktemp(tag) / "k.so", FLAGS[tag])
-        out[tag] = cnk.NativeKernels(ctypes.CDLL(str(path)), path)
-    return out
+        if tag not in _BUILT:
+            path = cnk.build(cc, tmp_path_factory.mktemp(tag) / "k.so", FLAGS[tag])
+            _BUILT[tag] = cnk.NativeKernels(ctypes.CDLL(str(path)), path)
+    return {tag: _BUILT[tag] for tag in tags}
 
 
 def by_simd(kernels: dict) -> dict:

@@ -3,9 +3,10 @@ activations, as llama.cpp computes it), decode.c (a decoded token through a stac
 threads.c, built for this machine by its C compiler at first use.
 
 Like the CUDA backend's kernels (NVRTC at run time) and tinygrad's CPU backend, nothing is compiled at install:
-the first quantized matmul runs `cc -O3 -march=native` on the shipped sources (~1 s) into the cache folder,
-`<cache>/kernels/cpu-<hash>.so`, keyed by the sources, the flags, the compiler and this CPU; later processes load
-it. The same sources are in the page's wasm module (cpu_wasm_kernels.py), and every target gives the same bits.
+the first quantized matmul runs `cc -O3 -march=native` on the shipped sources (a compiler per CPU: ~17 s on two
+cores) into the cache folder, `<cache>/kernels/cpu-<hash>.so`, keyed by the sources, the flags, the compiler and
+this CPU; later processes load it. The same sources are in the page's wasm module (cpu_wasm_kernels.py), and every
+target gives the same bits.
 
 `load()` says whether they can be used here and why not: under Pyodide (the wasm module serves), switched off
 with EMBER_NATIVE_KERNELS=0, no C compiler ($CC, cc, gcc or clang), or a build or load that failed (its error).
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -141,14 +143,18 @@ class NativeKernels:
 MAX_THREADS = 64  # parallel.h's PARALLEL_MAX_THREADS
 
 
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _default_threads() -> int:
     if settings.get("EMBER_NUM_THREADS") is not None:  # 1..MAX_THREADS, else SettingError naming it
         return settings.get("EMBER_NUM_THREADS")
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    return max(1, min(n, MAX_DEFAULT_THREADS))
+    return max(1, min(_cpus(), MAX_DEFAULT_THREADS))
 
 
 def compiler() -> str | None:
@@ -181,6 +187,24 @@ def _library_path(cc: str) -> Path:
     return cache_dir("kernels", f"cpu-{h.hexdigest()[:20]}.so")
 
 
+def _failure(cmd: list, proc) -> str:
+    return f"{' '.join(cmd)} failed:\n{proc.stderr.strip()[-2000:]}"
+
+
+def _compile_all(cc: str, flags: list, objects: Path) -> str | None:
+    """Each source into its own object file in `objects`, as many compilers at once as this process has CPUs (the
+    sources take 1 to 13 s each: one after the other ~32 s, ~17 s on two cores); None, or the first failure's
+    stderr."""
+    def one(name):
+        cmd = [cc, *flags, "-c", "-o", str(objects / (name + ".o")), str(SOURCES / name)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        return None if proc.returncode == 0 else _failure(cmd, proc)
+    # the slowest sources first, so that no core is left with conv.c at the end
+    names = sorted(FILES, key=lambda f: -(SOURCES / f).stat().st_size)
+    with ThreadPoolExecutor(min(len(names), _cpus())) as ex:
+        return next(filter(None, ex.map(one, names)), None)
+
+
 def build(cc: str, out: Path, extra_flags=NATIVE) -> Path:
     """Compile the kernels with `cc` into `out` (written to a temporary name, then renamed: processes that build
     at once each get a whole file); without extra_flags when the compiler refuses them."""
@@ -188,13 +212,17 @@ def build(cc: str, out: Path, extra_flags=NATIVE) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=out.stem + "-", suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        for extra in (list(extra_flags), []) if extra_flags else ([],):
-            cmd = [cc, *FLAGS, *extra, "-o", tmp, *(str(SOURCES / f) for f in FILES)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-            if proc.returncode == 0:
-                break
-        else:
-            raise OSError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()[-2000:]}")
+        with tempfile.TemporaryDirectory(prefix="ember-objects-") as objects:
+            for extra in (list(extra_flags), []) if extra_flags else ([],):
+                failed = _compile_all(cc, [*FLAGS, *extra], Path(objects))
+                if failed is None:
+                    cmd = [cc, *FLAGS, *extra, "-o", tmp, *(str(Path(objects) / (f + ".o")) for f in FILES)]
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+                    failed = None if proc.returncode == 0 else _failure(cmd, proc)
+                if failed is None:
+                    break
+            else:
+                raise OSError(failed)
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
