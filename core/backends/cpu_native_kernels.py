@@ -70,7 +70,7 @@ class NativeKernels:
         lib.ember_nbits_matmul.argtypes = [_I, _I, _I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _P, _P, _P, _I]
         self._lib = lib
         self.simd = lib.ember_q8_simd().decode()
-        self.threads = lib.ember_threads(_default_threads())
+        self.threads = lib.ember_threads(default_threads())
         self._act = np.empty(1 << 16, np.uint8)  # the activations' blocks, grown on demand
         self._act_lock = threading.Lock()
 
@@ -151,7 +151,8 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _default_threads() -> int:
+def default_threads() -> int:
+    """EMBER_NUM_THREADS, else the CPUs this process may run on, at most MAX_DEFAULT_THREADS."""
     if settings.get("EMBER_NUM_THREADS") is not None:  # 1..MAX_THREADS, else SettingError naming it
         return settings.get("EMBER_NUM_THREADS")
     return max(1, min(_cpus(), MAX_DEFAULT_THREADS))
