@@ -51,16 +51,15 @@ def test_live_captions_from_a_fake_microphone(playwright_session, recording, mon
     from ember.wasm.tools import whisper
     from test_whisper_streaming import wer
     path, sig = recording
-    T0=time.time(); print("\nT start", flush=True)
     monkeypatch.setattr(web_app, "ARGS", web_app.ARGS + [
         "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
         f"--use-file-for-fake-audio-capture={path}%noloop"])
     demos = whisper.demos(extra=False)
     with site_page(playwright_session, {"whisper": demos}) as (app, _):
         page = app.page
-        print("T page", time.time()-T0, flush=True); page.click("#live-captions")
+        page.click("#live-captions")
         page.wait_for_function("window.__emberLive && window.__emberLive.running", timeout=web_app.RUN_S * 1000)
-        print("T running", time.time()-T0, flush=True); seen, t0 = [], time.time()
+        seen, t0 = [], time.time()
         while time.time() - t0 < SECONDS + 6:  # the recording plays in real time
             seen.append(page.eval_on_selector(".live-text .committed", "e => e.textContent"))
             time.sleep(2)
@@ -68,12 +67,12 @@ def test_live_captions_from_a_fake_microphone(playwright_session, recording, mon
         assert page.inner_text(".live-timer").startswith(f"0:{SECONDS // 10}")
         page.click("#live-captions")
         page.wait_for_function("!window.__emberLive.running", timeout=web_app.RUN_S * 1000)
-        print("T stopped", time.time()-T0, flush=True); stats = page.evaluate("window.__emberLive")
+        stats = page.evaluate("window.__emberLive")
         final = page.eval_on_selector(".live-text .committed", "e => e.textContent")
         assert not app.errors, app.errors
     assert all(final.startswith(s) for s in seen)  # committed text only grows: nothing committed is revised
     assert final == "".join(w["word"] for w in stats["words"])
-    print("T closed", time.time()-T0, flush=True); model, _, tok = load_whisper(demos[0]["files"]["config.json"].parent)
+    model, _, tok = load_whisper(demos[0]["files"]["config.json"].parent)
     from test_whisper_streaming import _utterances
     was = set_deterministic(True)
     try:
@@ -81,7 +80,7 @@ def test_live_captions_from_a_fake_microphone(playwright_session, recording, mon
         alone = [transcribe(model, tok, sig[int(a * 16000):int(b * 16000)])["text"] for a, b in _utterances(sig)]
     finally:
         set_deterministic(was)
-    print("T ref", time.time()-T0, flush=True); err, err_alone = wer([ref["text"]], [final]), wer(alone, [final])
+    err, err_alone = wer([ref["text"]], [final]), wer(alone, [final])
     lat = np.array(stats["latencies"])
     print(f"\nlive captions: {len(stats['words'])} words, WER {err:.3f} vs the file transcript, {err_alone:.3f} vs each "
           f"utterance alone; latency from a word's "
