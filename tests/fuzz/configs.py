@@ -4,6 +4,7 @@ loaded the way ember loads that family; causal LMs and BERT then run a forward o
 must be finite (NaN logits from a config that passed the checks are a finding, raised as SilentNaN)."""
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -19,9 +20,11 @@ _COPIES: dict[str, str] = {}
 
 
 def scratch(family: str, folder: str) -> str:
-    """A private copy of the family's folder (the weights linked, not copied), made once per process."""
+    """A private copy of the family's folder (the weights linked, not copied), made once per process and removed
+    when it exits."""
     if family not in _COPIES:
         dst = tempfile.mkdtemp(prefix=f"fuzz-config-{family}-")
+        atexit.register(shutil.rmtree, dst, True)
         for name in os.listdir(folder):
             src = os.path.join(folder, name)
             try:
