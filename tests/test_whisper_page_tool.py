@@ -52,9 +52,14 @@ def test_words_and_vad_as_the_cli(loaded):
     assert got["segments"][0]["words"][0]["start"] >= 5.5  # the 6 s of silence are skipped, times in the input's
 
 
-def test_live_stream_messages_and_hostile_pushes(loaded):
+def test_live_stream_messages_and_hostile_pushes(loaded, monkeypatch):
     info, clip = loaded
+    from ember.backends import cpu_matmul
+    from ember.models.whisper.streaming import LiveTranscriber
     from ember.models.whisper.transcribe import load_input
+    modes, push = [], LiveTranscriber.push
+    monkeypatch.setattr(LiveTranscriber, "push", lambda self, *a: modes.append(cpu_matmul.deterministic()) or
+                        push(self, *a))
     samples = np.concatenate([load_input(clip), np.zeros(16000, np.float32)])
     assert call(None, stream="start")["ok"] == {"started": True}
     committed = []
@@ -62,6 +67,9 @@ def test_live_stream_messages_and_hostile_pushes(loaded):
         u = call(samples[a:a + 8000].tobytes(), stream="push", rate=16000)["ok"]
         committed += u["committed"]
         assert set(u) >= {"committed", "partial", "t", "speech", "level"}
+    call(np.zeros(160, np.float32).tobytes(), stream="push", rate=16000, deterministic=True)
+    # live captions run the fast kernels unless asked (their words depend on when audio arrives), files do not
+    assert modes == [False] * (len(modes) - 1) + [True] and not cpu_matmul.deterministic()
     bad = [(np.array([0.1, np.nan], np.float32).tobytes(), {"rate": 16000}, "NaN"),
            (np.zeros(4800, np.float32).tobytes(), {"rate": 48000}, "changed mid-stream"),
            (b"\x00" * 7, {}, "float32 samples")]

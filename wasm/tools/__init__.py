@@ -89,12 +89,14 @@ async def checkpoint() -> None:
 # ---------------------------------------------------------------------------- what tools share
 
 @contextlib.contextmanager
-def deterministic(opts: dict):
-    """A request in deterministic mode unless opts["deterministic"] is False: the page's float products then run
-    the C sources the desktop's deterministic mode runs, so the page's tokens are the desktop's (its own faster
-    kernels sum in other orders, and a last-bit difference can flip a token). The mode is restored after."""
+def deterministic(opts: dict, default: bool = True):
+    """A request in deterministic mode when opts["deterministic"] (else `default`) is true: the page's float
+    products then run the C sources the desktop's deterministic mode runs, so the page's tokens are the desktop's
+    (its own faster kernels sum in other orders, and a last-bit difference can flip a token). The mode is
+    restored after."""
     from ember.backends.cpu_matmul import set_deterministic
-    was = set_deterministic(opts.get("deterministic", True) is not False)
+    asked = opts.get("deterministic")
+    was = set_deterministic(default if asked is None else asked is not False)
     try:
         yield
     finally:

@@ -110,7 +110,9 @@ async def run(audio, opts: dict, on_partial=None, on_progress=None) -> dict:
     A cancel lands between windows and segments; the result then holds the segments decoded so far."""
     if "model" not in _STATE:
         raise WorkerError("ember: no whisper model loaded yet; load one first", "not_loaded")
-    with deterministic(opts):
+    # live captions run the fastest kernels unless asked: their words depend on when the audio arrives, so there
+    # is no desktop transcript for them to equal, and each push re-transcribes the buffer
+    with deterministic(opts, default=not opts.get("stream")):
         if opts.get("stream"):
             return _stream(audio, opts)
         return await _transcribe(audio, opts, on_partial, on_progress)
