@@ -15,6 +15,7 @@ so the bits do not depend on the count (Whisper tiny.en's 30 s window: 11.8 -> s
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import subprocess
 from pathlib import Path
@@ -41,12 +42,10 @@ class PageKernels(WasmKernels):
         self.path = path
         lib.ember_sgemm.argtypes = [_I, _I, _I, _P, _I, _I, _P, _I, _I, _P, _I, _P, _I]
         lib.ember_sgemm_batched.argtypes = [_I, _I, _I, _I, _P, _P, _P, _P, _P, _I]
-        # elementwise.c's ELEMENTWISE macro names the C functions silu4_f32 / gelu4_f32; only the wasm export
-        # names carry the ember_ prefix
-        silu, gelu = lib.silu4_f32, lib.gelu4_f32
-        for f in (silu, gelu):
-            f.argtypes = [_P, _P, _I]
-        lib.ember_exp_rowmax_f32.argtypes = [_P, _I, _I, _I]
+        # SiLU / GELU (which 0 / 1) and the softmax exponentials with their blocks or rows split between threads:
+        # every lane is computed alone, so the bits are the single-threaded entry points' (the page's)
+        lib.ember_unary_blocks_f32.argtypes = [_I, _P, _P, _I]
+        lib.ember_exp_rowmax_rows_f32.argtypes = [_P, _I, _I, _I]
         self._ptr, self._addr = _address, int
         self._sgemm, self._sgemm_batched = lib.ember_sgemm, lib.ember_sgemm_batched
         lib.ember_threads.argtypes = [_I]
@@ -54,7 +53,8 @@ class PageKernels(WasmKernels):
         self.set_threads(cpu_native_kernels.default_threads())
         self._strides = np.empty(8, np.int32)
         self._strides_ptr = _address(self._strides)
-        self._silu, self._gelu, self._exp_rowmax = silu, gelu, lib.ember_exp_rowmax_f32
+        self._silu, self._gelu = (functools.partial(lib.ember_unary_blocks_f32, which) for which in (0, 1))
+        self._exp_rowmax = lib.ember_exp_rowmax_rows_f32
 
     def set_threads(self, n: int) -> int:
         """Compute on n threads (the same bits on any count); returns how many are in use."""
