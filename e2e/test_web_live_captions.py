@@ -1,4 +1,4 @@
-"""Live captions in Chromium with a fake microphone (Chromium's --use-file-for-fake-audio-capture) playing a 30 s
+"""Live captions in Chromium with a fake microphone (Chromium's --use-file-for-fake-audio-capture) playing a 60 s
 recording of espeak-ng sentences with pauses: the committed text only ever grows (no committed word is revised),
 its words match each utterance transcribed alone natively (deterministic mode) within a 20% word error rate and the
 whole file's transcript within 35% (the stream hears each utterance alone, cut at its pauses, where the file's 30 s
@@ -19,7 +19,7 @@ from web_app import site_page
 SENTENCES = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
              "It is easy to tell the depth of a well.", "Rice is often served in round bowls.",
              "The juice of lemons makes fine punch.", "The box was thrown beside the parked truck."]
-SECONDS = 30  # the recording: every sentence once, then again from the first (each with a 1.2 s pause)
+SECONDS = 60  # the recording: every sentence once, then again from the first (each with a 1.2 s pause)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_live_captions_from_a_fake_microphone(playwright_session, recording, mon
             seen.append(page.eval_on_selector(".live-text .committed", "e => e.textContent"))
             time.sleep(2)
         assert page.eval_on_selector(".live-level", "e => e.value") is not None
-        assert page.inner_text(".live-timer").startswith(f"0:{SECONDS // 10}")
+        assert page.inner_text(".live-timer").startswith(f"{SECONDS // 60}:{SECONDS % 60 // 10}")
         page.click("#live-captions")
         page.wait_for_function("!window.__emberLive.running", timeout=web_app.RUN_S * 1000)
         stats = page.evaluate("window.__emberLive")
