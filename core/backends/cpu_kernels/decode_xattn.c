@@ -94,11 +94,13 @@ static void matvec_blocks(const void *arg, int b0, int b1, int thread) {  // in 
     matvec_rows(arg, 8 * b0, 8 * b1 < rows ? 8 * b1 : rows);
 }
 
-// 0, or PARALLEL_LOST; float32 rows are 4x a q8 row's bytes: threads pay off at a quarter of parallel.h's work
+// 0, or PARALLEL_LOST. A block's work is its multiply-adds: a 384 x 384 projection (tiny's q, k, v, o) stays on
+// the calling thread, whose hand-offs (~40 a token) cost more than they saved (Whisper tiny.en's step 9.1 ms on
+// two threads against 6.7 on one when they split)
 static int matvec(const intptr_t *w, const float *x, float *y) {
     matvec_t m = {w, x, y};
     int blocks = (int)((w[W_ROWS] + 7) / 8);
-    return ember_parallel(matvec_blocks, &m, blocks, ember_chunks(blocks, 32L * w[W_COLS]));
+    return ember_parallel(matvec_blocks, &m, blocks, ember_chunks(blocks, 8L * w[W_COLS]));
 }
 
 // ---------------------------------------------------------------------------------------------- attention
