@@ -200,7 +200,7 @@ def _compile_all(cc: str, flags: list, objects: Path) -> str | None:
         cmd = [cc, *flags, "-c", "-o", str(objects / (name + ".o")), str(SOURCES / name)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         return None if proc.returncode == 0 else _failure(cmd, proc)
-    # the slowest sources first, so that no core is left with conv.c at the end
+    # the largest sources first, roughly the slowest, so that no core is left with a long one at the end
     names = sorted(FILES, key=lambda f: -(SOURCES / f).stat().st_size)
     with ThreadPoolExecutor(min(len(names), _cpus())) as ex:
         return next(filter(None, ex.map(one, names)), None)

@@ -10,7 +10,7 @@ Built at first use like cpu_native_kernels.py (cc -O2, ~1 s, cached under <cache
 -march=native: vector width and instruction choice do not change IEEE lane results, and a portable build can be
 shared by any x86-64 / arm64 machine. Its jobs run on threads.c's workers (as many threads as the native kernels
 use): parallel.h splits them into chunks computed by the same code on any thread, as on the page's kernel pool,
-so the bits do not depend on the count (Whisper tiny.en's 30 s window: 11.8 -> s on two threads).
+so the bits do not depend on the count (a 1500 x 384 x 1536 product: 169 -> 90 ms on two threads).
 """
 from __future__ import annotations
 
