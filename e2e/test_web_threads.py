@@ -1,6 +1,7 @@
 """The page's kernel pool in Chromium (web/pool.js, core/backends/cpu_pool.py): Whisper tiny.en's transcript, YOLOv8s's
-boxes, MiniLM's embeddings and Gemma 3 270M's tokens are the same bits on 1, 2 and 3 threads, and Gemma's tokens on 2
-threads are native's; a page that is not cross-origin isolated runs on one thread and says why (and from its next
+boxes, MiniLM's embeddings and Gemma 3 270M's tokens are the same bits on 1 and 3 threads (2, this machine's
+default, is what the other e2e runs compare with native), and Gemma's tokens on 3 threads are native's; a page
+that is not cross-origin isolated runs on one thread and says why (and from its next
 visit its service worker isolates it, the headers added); a model URL on
 another origin loads under isolation (a second server that sends CORS headers); a pool worker terminated mid-run
 ends the run in an error (announced: at once; unannounced: within the pool's timeout), after which the page runs
@@ -86,26 +87,26 @@ RUN_ALL = """async ({sentences, prompt}) => {
   return out; }"""
 
 
-def test_results_are_the_same_bits_on_1_2_and_3_threads(page, server, site):
+def test_results_are_the_same_bits_on_1_and_3_threads(page, server, site):
+    # (2 threads, this machine's default, is what every other e2e run compares with native)
     got = {}
-    for n in (1, 2, 3):
+    for n in (1, 3):
         _open(page, server.url)
         info = page.evaluate(START, {"threads": n})
         assert info["threads"] == n, info
         got[n] = page.evaluate(RUN_ALL, {"sentences": SENTENCES, "prompt": PROMPT})
         got[n]["jobs"] = page.evaluate(JOBS)
         page.evaluate("() => __e.terminate()")
-    assert got[1]["jobs"] == 0 and got[2]["jobs"] > 100 and got[3]["jobs"] > 100  # the pool ran them
-    for n in (2, 3):
-        for tool in ("whisper", "yolo", "embed", "llama"):
-            assert got[n][tool] == got[1][tool], (n, tool)  # JSON floats: float32 values compare exactly
+    assert got[1]["jobs"] == 0 and got[3]["jobs"] > 100  # the pool ran them
+    for tool in ("whisper", "yolo", "embed", "llama"):
+        assert got[3][tool] == got[1][tool], tool  # JSON floats: float32 values compare exactly
     assert got[1]["whisper"]["text"].strip() and got[1]["yolo"] and len(got[1]["embed"]) == len(SENTENCES)
-    # Gemma on 2 threads: native's tokens (the decode step's bits are native's: tests/test_pool_pyodide.py)
+    # Gemma on 3 threads: native's tokens (the decode step's bits are native's: tests/test_pool_pyodide.py)
     from ember.models.common.generate import SamplingParams, generate
     from ember.models.text import load_text_model
     model, tok = load_text_model(str(next((site / "models").glob("gemma-*")) / "gemma-3-270m-q4_k_m.gguf"))
     ids = tok.encode(PROMPT, bos=True)
-    assert got[2]["llama"] == {"prompt_tokens": ids,
+    assert got[3]["llama"] == {"prompt_tokens": ids,
                                "tokens": list(generate(model, ids, 6, SamplingParams(temperature=0), tok.eos_ids))}
 
 
