@@ -1,5 +1,5 @@
 """The page's kernel pool (web/pool.js, cpu_kernels/pool.c, ember.backends.cpu_pool) under Pyodide in Node, its workers
-on worker_threads as the page's are Web Workers: the same bits on 1, 2 and 3 threads for every kernel it runs
+on worker_threads as the page's are Web Workers: the same bits on 1 and 3 threads for every kernel it runs
 (llama.cpp-style quantized matmuls, float-activation quantized matmuls, the GEMM in every shape class, the fused
 decode step with threaded matvecs and attention), native's bits where native runs the same C, and a worker lost
 mid-job ends in an ember error, not a hang, after which the page computes on one thread with the same results.
@@ -19,7 +19,7 @@ from ember.backends import cpu_decode, cpu_float_kernels, cpu_matmul, cpu_native
 from ember.ggml.codec import quantize
 from pyodide_runner import PyodideSession, node_path, pyodide_dist, unavailable  # noqa: F401
 
-THREADS = (1, 2, 3)
+THREADS = (1, 3)  # (a job's cut never depends on the thread count; 3 threads also claim its chunks unevenly)
 
 # seeded inputs, the same on every platform (numpy's PCG64, float32 casts)
 INPUTS = r'''
@@ -234,7 +234,7 @@ def test_every_kernel_gives_the_same_bits_on_any_thread_count(sessions):
     # q8dot.c is native's C too: the page's bits are native's (and the numpy version's)
     ns = {}
     exec(INPUTS, ns)
-    for (qtype, m, n, k), page in zip(ns["Q8_CASES"], got[2]["q8"]):
+    for (qtype, m, n, k), page in zip(ns["Q8_CASES"], got[3]["q8"]):
         i = ns["Q8_CASES"].index((qtype, m, n, k))
         raw, x = ns["quantized"](qtype, n, k, i), ns["floats"]((m, k), 50 + i)
         assert ns["digest"](cpu_q8dot.q8_matmul_numpy(x, raw, qtype, n)) == page, qtype
@@ -268,10 +268,10 @@ result = {"kind": type(fk).__name__, "path": cpu_matmul.matmul_path(),
     ns = {}
     exec(FLOATS, ns)
     native = ns["float_calls"](cpu_float_kernels.FloatKernels(lib, native=True))
-    relaxed = "relaxed" in got[2]["path"] and "no relaxed" not in got[2]["path"]
+    relaxed = "relaxed" in got[3]["path"] and "no relaxed" not in got[3]["path"]
     for key, y in native.items():
         if key in ("ln", "gelu", "inplace", "channels", "strided") or not relaxed:
-            assert y.tobytes().hex() == got[2]["out"][key], key
+            assert y.tobytes().hex() == got[3]["out"][key], key
 
 
 def test_whisper_decoder_steps_give_the_same_bits_on_any_thread_count(sessions):
@@ -304,7 +304,7 @@ result = {"one": states(m, ONE_TOKEN, keep=10), "turns": states(m, TURNS), "plan
         pytest.skip(f"no native kernels here to compare with ({cpu_matmul.native_kernels_status()})")
     ns = {}
     exec(DECODE, ns)
-    assert ns["plan_steps"]()[0] == got[2]["plan"][0]
+    assert ns["plan_steps"]()[0] == got[3]["plan"][0]
 
 
 def test_a_lost_worker_ends_the_job_in_an_error_and_the_page_goes_on(pyodide_dist):  # noqa: F811

@@ -155,7 +155,7 @@ def test_fused_decode_in_pyodide(kernels_here, pyodide_session):
     """The page's decode steps (the wasm build of decode_xattn.c, on the page's kernel pool where the session has
     one) give native's hidden states bit for bit (the encoder's keys and values given, not computed: the encoder's
     matmuls are BLAS natively, the wasm GEMM there). test_pool_pyodide runs a larger model, which the pool splits,
-    and a prompt composed between fused steps, on 1, 2 and 3 threads."""
+    and a prompt composed between fused steps, on 1 and 3 threads."""
     code = BUILD + PAGE_RUN + '''
 from ember.backends import cpu_matmul
 result = {"small": run(random_whisper(5), 40, 16), "threads": cpu_matmul.pool_threads()[0]}
