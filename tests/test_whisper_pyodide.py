@@ -91,7 +91,9 @@ def stages(tmp_path_factory, pyodide_dist):  # noqa: F811
         unavailable("ember: node not found on PATH; Pyodide tests need Node.js 20")
     model_dir = tiny_en()
     root = tmp_path_factory.mktemp("whisper-pyodide")
-    clips = _clips(root)
+    # c0 (16 kHz mono, the issue's near-tie clip) and c2 (44.1 kHz stereo: resampled and mixed down); c1's
+    # 22.05 kHz resampling is the same code (test_whisper_deterministic runs all three, bit for bit)
+    clips = {k: v for k, v in _clips(root).items() if k != "c1"}
     native_dir, page_dir = root / "native", root / "page"
     native_dir.mkdir(), page_dir.mkdir()
     ns = {}
