@@ -3,7 +3,8 @@ decode.c's ember_matvec_f32 natively, in place of BLAS's M=1 gemm.
 
 Reference: the composed in-order sum, y = 0; y = y + x[i] * W^T[i, :] for each input i, in float32 numpy (a
 multiply then an add per input, rounded each step): the kernel computes every output in exactly these steps, so
-the two are equal bit for bit, at any thread count; both within float32 rounding of the float64 product."""
+the two are equal bit for bit, at any thread count; both within float32 rounding of the float64 product. A weight
+whose values are all halves (a float16 checkpoint's) is read as halves (matvec_f16.c): the same bits again."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,6 +42,32 @@ def test_row_vector_product_is_the_in_order_sum(k, n):
     assert np.array_equal(got[2], got[1]) and np.array_equal(got[3], got[1])
     ref = x.astype(np.float64) @ wt.astype(np.float64)
     assert np.abs(got[1] - ref).max() <= 1e-5 * np.sqrt(k) * np.abs(ref).max()
+
+
+def test_a_weight_of_halves_is_read_as_halves_with_the_same_bits(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 384), dtype=np.float32)
+    halves = rng.standard_normal((384, 5003)).astype(np.float16).astype(np.float32)  # a float16 checkpoint's values
+    floats = halves + np.float32(1e-5)  # (not halves)
+    nk = cpu_matmul.native_kernels()
+    read = []
+    for name in ("matvec_f32", "matvec_f16"):
+        monkeypatch.setattr(nk, name, lambda *a, _f=getattr(nk, name), _n=name: read.append(_n) or _f(*a))
+    before = nk.threads
+    try:
+        for wt in (halves, floats):
+            got = {}
+            for t in (1, 3):
+                nk.set_threads(t)
+                got[t] = (ember.tensor(x) @ ember.tensor(wt)).numpy()
+            np.testing.assert_array_equal(got[1][0], _in_order(x[0], wt))
+            assert np.array_equal(got[3], got[1])
+    finally:
+        nk.set_threads(before)
+    assert read == ["matvec_f16"] * 2 + ["matvec_f32"] * 2
+    half = cpu_matmul.half_copy(halves)
+    assert half is cpu_matmul.half_copy(halves) and half.dtype == np.float16  # one copy per weight
+    assert cpu_matmul.half_copy(floats) is None
 
 
 def test_what_the_kernel_does_not_take_stays_exact():

@@ -185,24 +185,44 @@ def blas_ready(a):
 
 
 _COLUMN_MAJOR_MIN = 1 << 16  # elements: a smaller matrix is copied each time (microseconds)
-_column_major: dict = {}  # (id(owner), address, shape, strides) -> (weakref to owner, column-major copy)
+_derived: dict = {}  # (what, id(owner), address, shape, strides) -> (weakref to owner, the derived array or None)
+
+
+def _derived_copy(b, what: str, make):
+    """make(b), made once per large matrix and kept while the array owning its memory lives (backend arrays are
+    never written in place, so it stays equal)."""
+    owner = b if b.base is None else b.base
+    if not isinstance(owner, np.ndarray):
+        return make(b)
+    key = (what, id(owner), b.__array_interface__["data"][0], b.shape, b.strides)
+    hit = _derived.get(key)
+    if hit is not None and hit[0]() is owner:
+        return hit[1]
+    value = make(b)
+    _derived[key] = (weakref.ref(owner, lambda _, key=key: _derived.pop(key, None)), value)
+    return value
 
 
 def _column_major_copy(b):
-    """b in column-major order: for a large matrix, one copy per weight kept while the array owning its memory
-    lives (backend arrays are never written in place, so the copy stays equal): natively a Linear weight is stored
-    transposed for BLAS, and deterministic mode's row-vector products, one per layer and token, copied it each call
-    (Whisper tiny.en's 80 MB head: 49 ms a token)."""
-    owner = b if b.base is None else b.base
-    if b.size < _COLUMN_MAJOR_MIN or not isinstance(owner, np.ndarray):
-        return np.asfortranarray(b)
-    key = (id(owner), b.__array_interface__["data"][0], b.shape, b.strides)
-    hit = _column_major.get(key)
-    if hit is not None and hit[0]() is owner:
-        return hit[1]
-    copy = np.asfortranarray(b)
-    _column_major[key] = (weakref.ref(owner, lambda _, key=key: _column_major.pop(key, None)), copy)
-    return copy
+    """b in column-major order, one copy per large weight: natively a Linear weight is stored transposed for BLAS,
+    and deterministic mode's row-vector products, one per layer and token, copied it each call (Whisper tiny.en's
+    80 MB head: 49 ms a token)."""
+    return np.asfortranarray(b) if b.size < _COLUMN_MAJOR_MIN else _derived_copy(b, "F", np.asfortranarray)
+
+
+def _exact_halves(b):
+    head = b.reshape(-1)[:4096] if b.flags.c_contiguous else b[:1]
+    if not np.array_equal(head.astype(np.float16).astype(np.float32), head):  # a float32 model's: told at once
+        return None
+    h = b.astype(np.float16)
+    return h if np.array_equal(h.astype(np.float32), b) else None
+
+
+def half_copy(b):
+    """b (float32) as float16 when every value is exactly a half (a float16 checkpoint's weight, such as Whisper's
+    tied LM head), else None; checked and made once per weight. A product that reads it gives the same bits from
+    half the bytes."""
+    return _derived_copy(b, "f16", _exact_halves)
 
 
 def mm(a, b, out=None):

@@ -40,7 +40,7 @@ from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
 FILES = ("q8dot.c", "decode.c", "threads.c", "conv.c", "attention.c", "rows.c", "decode_xattn.c", "nbits.c",
-         "recurrent.c")  # (+ HEADERS)
+         "recurrent.c", "matvec_f16.c")  # (+ HEADERS)
 HEADERS = ("simd.h", "half.h", "parallel.h", "fvec.h", "matvec_f32.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
 FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
@@ -65,6 +65,7 @@ class NativeKernels:
         lib.ember_threads.argtypes = [_I]
         lib.ember_decode.argtypes = [_P, _P, _P, _P, _P]
         lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
+        lib.ember_matvec_f16.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
         lib.ember_nbits_supports.argtypes = [_I, _I]
         lib.ember_nbits_matmul.argtypes = [_I, _I, _I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _P, _P, _P, _I]
@@ -108,6 +109,16 @@ class NativeKernels:
         x = np.ascontiguousarray(x, np.float32)
         y = np.empty(n, np.float32)
         if self._lib.ember_matvec_f32(wt.ctypes.data, n, n, k, x.ctypes.data, y.ctypes.data) != 0:
+            raise ValueError(f"ember: native matvec: {k} inputs, not a multiple of 8")
+        return y
+
+    def matvec_f16(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
+        """matvec_f32 for wt (k, n) float16 C-contiguous: the bits matvec_f32 gives on wt as float32, from half
+        the bytes (matvec_f16.c)."""
+        k, n = wt.shape
+        x = np.ascontiguousarray(x, np.float32)
+        y = np.empty(n, np.float32)
+        if self._lib.ember_matvec_f16(wt.ctypes.data, n, n, k, x.ctypes.data, y.ctypes.data) != 0:
             raise ValueError(f"ember: native matvec: {k} inputs, not a multiple of 8")
         return y
 

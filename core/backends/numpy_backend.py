@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import dtypes as D
 from .array_module_backend import _BF16, _F16, _F32, ArrayModuleBackend
-from .cpu_matmul import NO_BLAS, _deterministic, blas_ready, deterministic, mm, native_kernels
+from .cpu_matmul import NO_BLAS, _deterministic, blas_ready, deterministic, half_copy, mm, native_kernels
 from .numpy_conv import conv as _conv_im2col
 
 _MATVEC_MIN = 1 << 18  # elements of a weight past which a row-vector product goes to the C matvec (1 MiB)
@@ -74,7 +74,9 @@ class NumpyBackend(ArrayModuleBackend):
                 # decode.c's matvec streams it ~1.4x faster than OpenBLAS's M=1 gemm on one thread, threaded alike
                 kern = native_kernels()
                 if kern is not None:
-                    return kern.matvec_f32(a.reshape(-1), b).reshape(a.shape[:-1] + (b.shape[1],))
+                    half = half_copy(b)  # a float16 checkpoint's weight: the same bits from half the bytes
+                    y = kern.matvec_f32(a.reshape(-1), b) if half is None else kern.matvec_f16(a.reshape(-1), half)
+                    return y.reshape(a.shape[:-1] + (b.shape[1],))
         if a.ndim > 2 and b.ndim == 2 and a.shape[-2] > 1:
             # (..., M, K) x (K, N) as one 2-D gemm: numpy's stacked matmul runs ~20x slower than BLAS on the
             # same rows (every linear layer of an encoder pass; bench_embed)

@@ -6,44 +6,51 @@
 // target and for any split of the rows between threads. What changes is the memory traffic: eight inputs' rows
 // are streamed a pass over y (eight sequential streams the prefetcher follows, y read and written once per eight
 // inputs instead of once per input), which is what a token of a small float32 model waits on.
+//
+// MATVEC_INPUT_MAJOR(name, type, load8, load1) makes the loop for another stored type whose values are exact
+// floats (matvec_f16.c: half weights, half the bytes, the same sums and so the same bits).
 #pragma once
 #include <stdint.h>
 
 #include "simd.h"
 
-static inline void matvec_f32_input_major(const float *wt, long lead, const float *x, int cols, float *y, int o0,
-                                          int o1) {
-    for (int o = o0; o < o1; o++)
-        y[o] = 0.0f;
-    for (int i = 0; i < cols; i += 8) {
-        const float *w0 = wt + (long)i * lead, *w1 = w0 + lead, *w2 = w1 + lead, *w3 = w2 + lead;
-        const float *w4 = w3 + lead, *w5 = w4 + lead, *w6 = w5 + lead, *w7 = w6 + lead;
-        f8 x0 = f8_splat(x[i]), x1 = f8_splat(x[i + 1]), x2 = f8_splat(x[i + 2]), x3 = f8_splat(x[i + 3]);
-        f8 x4 = f8_splat(x[i + 4]), x5 = f8_splat(x[i + 5]), x6 = f8_splat(x[i + 6]), x7 = f8_splat(x[i + 7]);
-        int o = o0;
-        for (; o + 8 <= o1; o += 8) {
-            f8 a = f8_load(y + o);
-            a = f8_add(a, f8_mul(x0, f8_load(w0 + o)));
-            a = f8_add(a, f8_mul(x1, f8_load(w1 + o)));
-            a = f8_add(a, f8_mul(x2, f8_load(w2 + o)));
-            a = f8_add(a, f8_mul(x3, f8_load(w3 + o)));
-            a = f8_add(a, f8_mul(x4, f8_load(w4 + o)));
-            a = f8_add(a, f8_mul(x5, f8_load(w5 + o)));
-            a = f8_add(a, f8_mul(x6, f8_load(w6 + o)));
-            a = f8_add(a, f8_mul(x7, f8_load(w7 + o)));
-            f8_store(y + o, a);
-        }
-        for (; o < o1; o++) {
-            float a = y[o];
-            a += x[i] * w0[o];
-            a += x[i + 1] * w1[o];
-            a += x[i + 2] * w2[o];
-            a += x[i + 3] * w3[o];
-            a += x[i + 4] * w4[o];
-            a += x[i + 5] * w5[o];
-            a += x[i + 6] * w6[o];
-            a += x[i + 7] * w7[o];
-            y[o] = a;
-        }
+#define MATVEC_INPUT_MAJOR(name, type, load8, load1)                                                          \
+    static inline void name(const type *wt, long lead, const float *x, int cols, float *y, int o0, int o1) {    \
+        for (int o = o0; o < o1; o++)                                                                          \
+            y[o] = 0.0f;                                                                                       \
+        for (int i = 0; i < cols; i += 8) {                                                                    \
+            const type *w0 = wt + (long)i * lead, *w1 = w0 + lead, *w2 = w1 + lead, *w3 = w2 + lead;           \
+            const type *w4 = w3 + lead, *w5 = w4 + lead, *w6 = w5 + lead, *w7 = w6 + lead;                     \
+            f8 x0 = f8_splat(x[i]), x1 = f8_splat(x[i + 1]), x2 = f8_splat(x[i + 2]), x3 = f8_splat(x[i + 3]); \
+            f8 x4 = f8_splat(x[i + 4]), x5 = f8_splat(x[i + 5]), x6 = f8_splat(x[i + 6]);                      \
+            f8 x7 = f8_splat(x[i + 7]);                                                                        \
+            int o = o0;                                                                                        \
+            for (; o + 8 <= o1; o += 8) {                                                                      \
+                f8 a = f8_load(y + o);                                                                         \
+                a = f8_add(a, f8_mul(x0, load8(w0 + o)));                                                      \
+                a = f8_add(a, f8_mul(x1, load8(w1 + o)));                                                      \
+                a = f8_add(a, f8_mul(x2, load8(w2 + o)));                                                      \
+                a = f8_add(a, f8_mul(x3, load8(w3 + o)));                                                      \
+                a = f8_add(a, f8_mul(x4, load8(w4 + o)));                                                      \
+                a = f8_add(a, f8_mul(x5, load8(w5 + o)));                                                      \
+                a = f8_add(a, f8_mul(x6, load8(w6 + o)));                                                      \
+                a = f8_add(a, f8_mul(x7, load8(w7 + o)));                                                      \
+                f8_store(y + o, a);                                                                            \
+            }                                                                                                  \
+            for (; o < o1; o++) {                                                                              \
+                float a = y[o];                                                                                \
+                a += x[i] * load1(w0 + o);                                                                     \
+                a += x[i + 1] * load1(w1 + o);                                                                 \
+                a += x[i + 2] * load1(w2 + o);                                                                 \
+                a += x[i + 3] * load1(w3 + o);                                                                 \
+                a += x[i + 4] * load1(w4 + o);                                                                 \
+                a += x[i + 5] * load1(w5 + o);                                                                 \
+                a += x[i + 6] * load1(w6 + o);                                                                 \
+                a += x[i + 7] * load1(w7 + o);                                                                 \
+                y[o] = a;                                                                                      \
+            }                                                                                                  \
+        }                                                                                                      \
     }
-}
+
+static inline float load1_f32(const float *p) { return *p; }
+MATVEC_INPUT_MAJOR(matvec_f32_input_major, float, f8_load, load1_f32)
