@@ -126,6 +126,31 @@ def test_threads_give_the_same_bits(kernels_here):
         nk.set_threads(before)
 
 
+def test_weights_of_halves_are_read_as_halves_with_the_same_bits(kernels_here, monkeypatch):
+    """A float16 checkpoint's decoder (every weight a half): natively the plan reads its input-major weights as
+    halves (type -2, half the bytes a token), with the bits of the float32 plan, on any thread count."""
+    from ember.backends import cpu_decode_xattn
+    nk = cpu_matmul.native_kernels()
+    if nk is None:
+        pytest.skip("the native kernels run the plan's halves")
+    model = _model(5, d=256, heads=4, ffn=1024)
+    model.load_state_dict({k: ember.tensor(v.numpy().astype(np.float16).astype(np.float32))
+                           for k, v in model.state_dict().items()})
+    before = nk.threads
+    try:
+        got = {}
+        for halves, threads in ((False, 1), (True, 1), (True, 3)):
+            monkeypatch.setattr(cpu_decode_xattn.XattnPlan, "halves", halves)
+            nk.set_threads(threads)
+            model.decoder.fused._sources = None  # (the plan is built again, as halves say)
+            got[halves, threads] = _decode(model)
+            assert (-2 in model.decoder.fused._plan._layers) == halves
+    finally:
+        nk.set_threads(before)
+    assert np.array_equal(got[True, 1][0], got[False, 1][0]) and np.array_equal(got[True, 3][0], got[False, 1][0])
+    assert got[True, 1][1] == got[False, 1][1]
+
+
 def test_the_plan_follows_the_weights(kernels_here):
     model = _model(3)
     first, _ = _decode(model, steps=3)

@@ -35,7 +35,10 @@ def describe(be=None) -> str:
 
 
 class XattnPlan:
-    """The decoder layers of one model, laid out for decode_xattn.c (the plan keeps the arrays alive)."""
+    """The decoder layers of one model, laid out for decode_xattn.c (the plan keeps the arrays alive). Natively an
+    input-major weight whose values are all halves (a float16 checkpoint's) is read as halves (type -2): the same
+    bits from half the bytes a token; the page's plans keep float32 (its heap holds one copy of each weight)."""
+    halves = True
 
     def __init__(self, kern, spec: dict):
         self._kern, self.spec = kern, spec
@@ -56,6 +59,9 @@ class XattnPlan:
                 if type_id == -1 and not (data.ndim == 2 and data.strides[1] == 4 and data.strides[0] % 4 == 0) or \
                         type_id == 0 and not data.flags.c_contiguous or data.dtype != np.float32:
                     raise ValueError("ember: xattn decode plan: a weight whose layout decode_xattn.c does not read")
+                if type_id == -1 and self.halves and not cpu_matmul.NO_BLAS:
+                    half = cpu_matmul.half_copy(data)
+                    data, type_id = (data, type_id) if half is None else (half, -2)
                 address, lead = self._weight(data, type_id, cols)
                 at = 2 * len(_NORMS) + _W * j
                 row[at:at + _W] = [address, type_id, rows, cols, lead, self._vec(bias)]
@@ -73,10 +79,10 @@ class XattnPlan:
         return _addr(a)
 
     def _weight(self, data, type_id, cols) -> tuple[int, int]:
-        """(address, lead) of a weight: lead is the floats from one input's row to the next (input-major), or cols.
+        """(address, lead) of a weight: lead is the values from one input's row to the next (input-major), or cols.
         cpu_pool_kernels.PoolXattnPlan places them in the page's kernel pool instead (its `_vec`, `_weight`)."""
         self._keep.append(data)
-        return _addr(data), data.strides[0] // 4 if type_id == -1 else cols
+        return _addr(data), data.strides[0] // data.itemsize if type_id < 0 else cols
 
     def step(self, x: np.ndarray, caches, cross, written=None) -> np.ndarray:
         """x (dim,) float32 through every layer and the final norm, in place. caches: per layer (k buffer, v

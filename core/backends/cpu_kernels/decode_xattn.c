@@ -20,8 +20,8 @@
 
 // ---------------------------------------------------------------------------------------------- the plan
 enum { X_LAYERS, X_DIM, X_HEADS, X_HEAD_DIM, X_HIDDEN, X_ACT, X_UNUSED, X_NORM_W, X_NORM_B, X_FIELDS };
-// a weight: data, layout (0: rows (out, in); -1: input-major, (in, out) rows `lead` floats apart), out, in, lead,
-// bias (out,) or 0
+// a weight: data, layout (0: rows (out, in); -1: input-major, (in, out) rows `lead` floats apart; -2: the same in
+// IEEE halves, `lead` halves apart, for weights whose values are all halves), out, in, lead, bias (out,) or 0
 enum { W_DATA, W_TYPE, W_ROWS, W_COLS, W_LEAD, W_BIAS, W_FIELDS };
 enum {
     L_LN1_W, L_LN1_B, L_LN2_W, L_LN2_B, L_LN3_W, L_LN3_B,
@@ -33,6 +33,7 @@ enum {
 };
 enum { F_EPS, F_SCALE, F_FIELDS };
 #define INPUT_MAJOR (-1)
+#define INPUT_MAJOR_F16 (-2)
 
 // ---------------------------------------------------------------------------------------------- helpers
 
@@ -81,6 +82,8 @@ static void matvec_rows(const void *arg, int o0, int o1) {
     float *y = m->y;
     if (w[W_TYPE] == INPUT_MAJOR) {  // y = sum_i x[i] W^T[i, :], inputs in order
         matvec_f32_input_major(data, (long)w[W_LEAD], x, cols, y, o0, o1);
+    } else if (w[W_TYPE] == INPUT_MAJOR_F16) {  // the same sums (every half is a float): the same bits
+        matvec_f16_input_major((const uint16_t *)w[W_DATA], (long)w[W_LEAD], x, cols, y, o0, o1);
     } else {
         for (int o = o0; o < o1; o++) y[o] = dot(data + (long)o * cols, x, cols);
     }
@@ -192,7 +195,7 @@ int ember_xattn_decode(const intptr_t *plan, const float *fparams, float *x, voi
     for (long l = 0; l < plan[X_LAYERS]; l++)
         for (int w = L_Q; w <= L_FC2; w += W_FIELDS) {
             const intptr_t *f = plan + X_FIELDS + l * L_FIELDS + w;
-            if ((f[W_TYPE] != 0 && f[W_TYPE] != INPUT_MAJOR) || f[W_COLS] % 8)
+            if ((f[W_TYPE] != 0 && f[W_TYPE] != INPUT_MAJOR && f[W_TYPE] != INPUT_MAJOR_F16) || f[W_COLS] % 8)
                 return -1;
         }
     float *h = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);

@@ -1,24 +1,13 @@
-// y = W x for a weight stored as IEEE halves, input-major ((in, out) rows `lead` halves apart): matvec_f32.h's loop
-// reading half the bytes. Every half is exactly a float, so y has the bits ember_matvec_f32 gives on the same
-// weight in float32: a large re-stored weight whose values are all halves (Whisper's tied LM head, a float16
-// checkpoint) is streamed at half the memory traffic a token. Native only (the page's head runs on its pool).
+// y = W x for a weight stored as IEEE halves, input-major ((in, out) rows `lead` halves apart): matvec_f32.h's
+// matvec_f16_input_major, threaded. Every half is exactly a float, so y has the bits ember_matvec_f32 gives on
+// the same weight in float32: a large re-stored weight whose values are all halves (Whisper's tied LM head, a
+// float16 checkpoint) is streamed at half the memory traffic a token. Native only (the page's head runs on its
+// pool).
 #include <stdint.h>
 
 #include "fvec.h"  // (EMBER_EXPORT, simd.h, half.h)
 #include "matvec_f32.h"
 #include "parallel.h"
-
-static inline f8 load8_f16(const uint16_t *p) {
-#if defined(__AVX2__) && defined(__F16C__) && !defined(EMBER_SIMD_SCALAR)
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-#else
-    return f8_halves((const uint8_t *)p, 2);
-#endif
-}
-
-static inline float load1_f16(const uint16_t *p) { return f16_to_f32((const uint8_t *)p); }
-
-MATVEC_INPUT_MAJOR(matvec_f16_input_major, uint16_t, load8_f16, load1_f16)
 
 typedef struct {
     const uint16_t *wt;

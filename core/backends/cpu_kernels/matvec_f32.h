@@ -8,10 +8,12 @@
 // inputs instead of once per input), which is what a token of a small float32 model waits on.
 //
 // MATVEC_INPUT_MAJOR(name, type, load8, load1) makes the loop for another stored type whose values are exact
-// floats (matvec_f16.c: half weights, half the bytes, the same sums and so the same bits).
+// floats: matvec_f16_input_major reads IEEE halves (a float16 checkpoint's weights: half the bytes, the same sums
+// and so the same bits).
 #pragma once
 #include <stdint.h>
 
+#include "half.h"
 #include "simd.h"
 
 #define MATVEC_INPUT_MAJOR(name, type, load8, load1)                                                          \
@@ -54,3 +56,13 @@
 
 static inline float load1_f32(const float *p) { return *p; }
 MATVEC_INPUT_MAJOR(matvec_f32_input_major, float, f8_load, load1_f32)
+
+static inline f8 load8_f16(const uint16_t *p) {
+#if defined(__AVX2__) && defined(__F16C__) && !defined(EMBER_SIMD_SCALAR)
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+#else
+    return f8_halves((const uint8_t *)p, 2);
+#endif
+}
+static inline float load1_f16(const uint16_t *p) { return f16_to_f32((const uint8_t *)p); }
+MATVEC_INPUT_MAJOR(matvec_f16_input_major, uint16_t, load8_f16, load1_f16)
