@@ -105,20 +105,19 @@ class NativeKernels:
     def matvec_f32(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
         """x (k,) float32 @ wt (k, n) float32 C-contiguous -> (n,) float32, k a multiple of 8 (decode.c's
         ember_matvec_f32: inputs summed in order, a multiply then an add each; threads by blocks of outputs)."""
-        k, n = wt.shape
-        x = np.ascontiguousarray(x, np.float32)
-        y = np.empty(n, np.float32)
-        if self._lib.ember_matvec_f32(wt.ctypes.data, n, n, k, x.ctypes.data, y.ctypes.data) != 0:
-            raise ValueError(f"ember: native matvec: {k} inputs, not a multiple of 8")
-        return y
+        return self._matvec(self._lib.ember_matvec_f32, x, wt)
 
     def matvec_f16(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
         """matvec_f32 for wt (k, n) float16 C-contiguous: the bits matvec_f32 gives on wt as float32, from half
         the bytes (matvec_f16.c)."""
+        return self._matvec(self._lib.ember_matvec_f16, x, wt)
+
+    @staticmethod
+    def _matvec(fn, x, wt):
         k, n = wt.shape
         x = np.ascontiguousarray(x, np.float32)
         y = np.empty(n, np.float32)
-        if self._lib.ember_matvec_f16(wt.ctypes.data, n, n, k, x.ctypes.data, y.ctypes.data) != 0:
+        if fn(wt.ctypes.data, n, n, k, x.ctypes.data, y.ctypes.data) != 0:
             raise ValueError(f"ember: native matvec: {k} inputs, not a multiple of 8")
         return y
 

@@ -551,7 +551,6 @@ class PoolXattnPlan(_Mirrored, XattnPlan):
     51,864 x 384 floats for tiny.en, 80 MB read a token) is placed too, and `logits` runs the GEMM's one-row product
     on it, its columns split between the threads: the same call, so the same bits, as the model's matmul makes on
     this thread (gemm.c's gemv never fuses a multiply-add)."""
-    halves = False  # (one float32 copy of each weight in the pool's memory)
 
     def __init__(self, kern: PoolFloatKernels, spec: dict):
         self._pool, self._pk = kern.pool, kern.kern
