@@ -164,8 +164,11 @@ def _recurrent(ctx, ins, at, kind):
         ys.append(y)
         hs.append(h)
         cs.append(c)
-    y = M.stack(ys, 1)                    # (seq, dirs, batch, hidden)
-    y_h, y_c = M.stack(hs, 0), M.stack(cs, 0)  # (dirs, batch, hidden)
+    if n_dirs == 1:  # views, not copies (a streaming model's one-step call pays for every op)
+        y, y_h, y_c = M.unsqueeze(ys[0], 1), M.unsqueeze(hs[0], 0), M.unsqueeze(cs[0], 0)
+    else:
+        y = M.stack(ys, 1)                    # (seq, dirs, batch, hidden)
+        y_h, y_c = M.stack(hs, 0), M.stack(cs, 0)  # (dirs, batch, hidden)
     if layout:
         y = M.permute(y, 2, 0, 1, 3)
         y_h, y_c = M.permute(y_h, 1, 0, 2), M.permute(y_c, 1, 0, 2)
@@ -191,7 +194,9 @@ def _lstm_cells(at, d, x, w, r, b, h, c, hidden, reverse):
         bias = None
         if b is not None:  # (8H,): Wb | Rb, both added to the input projection
             bias = _torch_gates(M.narrow(b[d], 0, 0, 4 * hidden) + M.narrow(b[d], 0, 4 * hidden, 4 * hidden), hidden)
-        memo = at.memo[key] = (w, r, b, M.transpose(_torch_gates(w[d], hidden), 0, 1),  # (input, 4H)
+        # (input, 4H) laid out as such: a transposed view would take the backend's strided row-vector path,
+        # ~10x a plain product for Silero VAD's one-step call
+        memo = at.memo[key] = (w, r, b, M.transpose(_torch_gates(w[d], hidden), 0, 1).contiguous(),
                                _torch_gates(r[d], hidden), bias)                        # (4H, H), (4H,)
     w_in, w_hh, bias = memo[3:]
     proj = matmul(x, w_in)  # (seq, batch, 4H)
