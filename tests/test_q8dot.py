@@ -133,7 +133,8 @@ def test_q8_differs_from_float_by_the_activations_rounding(rng):
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
-    """{simd: NativeKernels} for each vector path this machine builds: its -march=native one, SSSE3, plain C."""
+    """{simd: NativeKernels} for each vector path this machine builds: its -march=native one, AVX2 without VNNI
+    (where the native one has it), SSSE3, plain C."""
     out = by_simd(build_variants(tmp_path_factory))
     assert "scalar" in out
     return out

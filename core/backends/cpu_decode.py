@@ -15,6 +15,8 @@ stored input-major: data is (cols, rows), rows of floats that may be a slice of 
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from . import cpu_matmul
@@ -71,6 +73,7 @@ class DecodePlan:
         self.fparams = np.array([spec["eps"], spec["scale"]], np.float32)
         self._scratch = np.empty(0, np.uint8)
         self._scratch_rows = -1
+        self._buffers = [None] * len(layers)  # per layer weak references to the (k, v) buffers its row points at
 
     def _vector(self, a) -> int:
         """The address of a float32 (n,) array the plan reads (a norm's weight)."""
@@ -95,11 +98,15 @@ class DecodePlan:
         the token's rotary angles per kind; caches: per layer (k buffer, v buffer, slot, length) with the buffers
         float32 (1, kv_heads, capacity, head_dim) C-contiguous numpy arrays. written: a count of the writes made
         to the caches by others (the pool's plan keeps copies of them; here it is not needed)."""
-        length = 0
-        for row, (kc, vc, slot, n) in zip(self._layers, caches):
-            row[L_KCACHE], row[L_VCACHE], row[L_CAPACITY], row[L_SLOT], row[L_LENGTH] = \
-                _addr(kc), _addr(vc), kc.shape[2], slot, n
-            length = max(length, n)
+        held = self._buffers
+        for i, (kc, vc, _, _) in enumerate(caches):
+            if held[i] is None or held[i][0]() is not kc or held[i][1]() is not vc:  # (a cache grows by new buffers)
+                held[i] = (weakref.ref(kc), weakref.ref(vc))  # (a dead one is never taken for a new one)
+                row = self._layers[i]
+                row[L_KCACHE], row[L_VCACHE], row[L_CAPACITY] = _addr(kc), _addr(vc), kc.shape[2]
+        # (every layer's row and length at once: ~0.3 ms a token as 30 rows' field writes)
+        self._layers[:, L_SLOT:L_LENGTH + 1] = [c[2:] for c in caches]
+        length = max(c[3] for c in caches)
         if length > self._scratch_rows:  # grown by doubling, as the caches are
             rows = max(length, 2 * self._scratch_rows, 256)
             self._scratch = np.empty(self._kern.decode_scratch_bytes(self.plan, rows), np.uint8)

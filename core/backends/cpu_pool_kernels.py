@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from .cpu_decode import L_CAPACITY, L_KCACHE, L_LENGTH, L_SLOT, L_VCACHE, DecodePlan
+from .cpu_decode import L_KCACHE, L_LENGTH, DecodePlan
 from .cpu_decode_xattn import _L_CACHE, XattnPlan
 from .cpu_float_kernels import ACTS, FloatKernels, _strides
 from .cpu_pool import Block, SharedRows, addr, i32
@@ -517,11 +517,10 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
     def step(self, x: np.ndarray, rope: np.ndarray, caches, written=None) -> np.ndarray:
         pool, kern = self._pool, self._kern
         self._sync(caches, written)
-        length = 0
-        for row, m, (kc, vc, slot, n) in zip(self._layers, self._mirrors, caches):
-            row[L_KCACHE], row[L_VCACHE], row[L_CAPACITY], row[L_SLOT], row[L_LENGTH] = \
-                i32(m.k.at), i32(m.v.at), kc.shape[2], slot, n
-            length = max(length, n)
+        # every layer's fields at once (one numpy write, not five a layer)
+        self._layers[:, L_KCACHE:L_LENGTH + 1] = [(i32(m.k.at), i32(m.v.at), kc.shape[2], slot, n)
+                                                  for m, (kc, vc, slot, n) in zip(self._mirrors, caches)]
+        length = max(c[3] for c in caches)
         if length > self._scratch_rows:  # grown by doubling, as the caches are
             rows = max(length, 2 * self._scratch_rows, 256)
             self._scratch_block = None

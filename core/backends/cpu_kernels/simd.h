@@ -21,6 +21,10 @@
 #elif defined(__wasm_simd128__)
 #define EMBER_SIMD "wasm-simd128"
 #include <wasm_simd128.h>
+#elif defined(__AVX2__) && (defined(__AVXVNNI__) || defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define EMBER_SIMD "avx2-vnni"  // AVX2's paths, the byte dot products in one instruction (the same integers)
+#define EMBER_VNNI
+#include <immintrin.h>
 #elif defined(__AVX2__)
 #define EMBER_SIMD "avx2"
 #include <immintrin.h>
@@ -299,13 +303,30 @@ static inline xv xv_load(const xact *p, const int8_t *p8) { (void)p8; return v32
 static inline acc acc_zero(void) { return _mm256_setzero_si256(); }
 // |w| (unsigned, 128 for -128) times x with w's sign, pairs summed in 16 bits (<= 2 * 128 * 127, no saturation
 // for x in [-127, 127]), then pairs of those in 32 bits
+// With VNNI, one dpbusd: the four products of a 32-bit lane summed into it at once, never through 16 bits (where the
+// pairs above never saturate either), so the same integer in every lane
+#if defined(EMBER_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define DPBUSD(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+#elif defined(EMBER_VNNI)
+#define DPBUSD(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+#endif
 static inline acc acc_dot(v32 w, xv x) {
+#if defined(DPBUSD)
+    return DPBUSD(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+#else
     __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#endif
 }
 // unsigned levels (<= 127) multiply x as they are, no sign transfer; scales enter the pairs' 32-bit sums
 // (|s| <= 128: at most 2 * 16129 * 128 a lane), one madd for both steps
-static inline acc acc_dotu(v32 w, xv x) { return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)); }
+static inline acc acc_dotu(v32 w, xv x) {
+#if defined(DPBUSD)
+    return DPBUSD(w, x);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+#endif
+}
 static inline acc acc_dotu_scaled(v32 w, xv x, int s0, int s1) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x),
                              _mm256_setr_epi16(s0, s0, s0, s0, s0, s0, s0, s0, s1, s1, s1, s1, s1, s1, s1, s1));

@@ -2,14 +2,17 @@
 // and `threads - 1` workers claim the chunks of one job; every chunk is computed by the same code whichever thread
 // runs it, so the result does not depend on the number of threads.
 //
-// A decoded token makes ~130 matvecs of 0.05-20 ms with a few us between them, so a worker spins (with a pause)
-// for a while after each job, as llama.cpp's do, and sleeps on a condition variable only after ~0.1 ms of
-// nothing; the caller wakes sleepers only when there are any. A forked child has no workers (pthread_atfork).
+// A decoded token makes ~150 jobs of 0.02-3 ms with up to ~50 us of serial work between them (a small model's k
+// and v, its attention), so a worker spins (with a pause) for a while after each job, as llama.cpp's do, and
+// sleeps on a condition variable only after IDLE_NS of nothing, timed by the clock: a pause takes from ~10 to
+// ~140 cycles by CPU, and 512 of them were 16 us on a recent Xeon, where SmolLM2's worker then slept (and was
+// woken by a system call) ~63 times a token instead of ~2. The caller wakes sleepers only when there are any. A forked child has no workers (pthread_atfork).
 // One job at a time: a second caller (another Python thread, or a kernel inside a chunk) runs its job serially.
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_PAUSE() _mm_pause()
@@ -21,7 +24,9 @@
 
 #include "parallel.h"
 
-#define SPIN 512  // pauses before a worker sleeps or the caller yields (~0.1 ms)
+#define SPIN 512         // pauses before the caller, waiting for a job's last chunk, yields
+#define IDLE_NS 100000L  // a worker's spin after a job before it sleeps
+#define CLOCK_EVERY 32   // pauses between its looks at the clock
 #define CLOSED (-1)
 
 static struct {
@@ -52,15 +57,26 @@ static void work(int thread) {
     }
 }
 
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 static void *worker(void *arg) {
     int id = (int)(intptr_t)arg, seen = atomic_load(&pool.gen);
     for (;;) {
         int g, spin = 0;
+        int64_t idle_since = -1;
         while ((g = atomic_load(&pool.gen)) == seen || g == CLOSED) {
-            if (++spin < SPIN) {
-                CPU_PAUSE();
+            CPU_PAUSE();
+            if (++spin % CLOCK_EVERY)
                 continue;
-            }
+            int64_t t = now_ns();
+            if (idle_since < 0)
+                idle_since = t;
+            if (t - idle_since < IDLE_NS)
+                continue;
             pthread_mutex_lock(&pool.lock);
             atomic_fetch_add(&pool.sleeping, 1);
             while ((g = atomic_load(&pool.gen)) == seen || g == CLOSED)
