@@ -86,7 +86,7 @@ def whisper_case():
     raw, clip = tmp / "raw.wav", tmp / "clip.wav"
     subprocess.run(["espeak-ng", "-w", str(raw), "The quick brown fox jumps over the lazy dog near the river bank."],
                    check=True, capture_output=True)
-    subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)], check=True, capture_output=True)
+    subprocess.run(["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)], check=True, capture_output=True)
     import zipfile
     ct2 = tmp / "ct2"
     ct2.mkdir()

@@ -37,7 +37,7 @@ def make_clips(folder: Path, n: int) -> list[str]:
     for i in range(n):
         raw, out = folder / "raw.wav", folder / f"{i:03d}.wav"
         subprocess.run(["espeak-ng", "-w", str(raw), SENTENCES[i % len(SENTENCES)]], check=True)
-        subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(out)], check=True)
+        subprocess.run(["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(out)], check=True)
         paths.append(str(out))
     return paths
 

@@ -37,7 +37,7 @@ def inputs(tmp: Path, speech: str = SPEECH) -> tuple[Path, Path]:
     from ember.models.yolo.fetch import ensure_file
     raw, wav, png = tmp / "raw.wav", tmp / "speech.wav", tmp / "bus.png"
     subprocess.run(["espeak-ng", "-w", str(raw), speech], check=True)
-    subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)], check=True)
+    subprocess.run(["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)], check=True)
     with Image.open(ensure_file("bus.jpg")) as im:
         im.convert("RGB").save(png)
     return wav, png

@@ -85,7 +85,7 @@ def build(tmp: Path, tools) -> tuple[Path, Path]:
     hub.mkdir()
     raw = tmp / "raw.wav"
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(raw), SPEECH], check=True)
-    subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(hub / "speech.wav")], check=True)
+    subprocess.run(["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(hub / "speech.wav")], check=True)
     with Image.open(ensure_file("bus.jpg")) as im:
         im.convert("RGB").save(hub / "bus.png")
     return site, hub

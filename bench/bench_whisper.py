@@ -36,7 +36,7 @@ TEXT = ("Whisper is a speech recognition model trained on many hours of audio. T
 def make_clip(folder: Path) -> Path:
     raw, clip = folder / "raw.wav", folder / "clip.wav"
     subprocess.run(["espeak-ng", "-w", str(raw), TEXT], check=True, capture_output=True)
-    subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)], check=True,
+    subprocess.run(["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)], check=True,
                    capture_output=True)
     return clip
 

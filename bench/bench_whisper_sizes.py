@@ -47,7 +47,7 @@ def make_clips(tmp: Path) -> list[Path]:
     for i, text in enumerate(CLIPS):
         raw, wav = tmp / f"c{i}-raw.wav", tmp / f"c{i}.wav"
         subprocess.run(["espeak-ng", "-w", str(raw), text], check=True, capture_output=True)
-        subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)], check=True)
+        subprocess.run(["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)], check=True)
         out.append(wav)
     return out
 

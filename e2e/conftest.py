@@ -39,7 +39,7 @@ def clip_wav() -> Path:
         with tempfile.TemporaryDirectory() as tmp:
             raw = Path(tmp) / "raw.wav"
             subprocess.run(["espeak-ng", "-w", str(raw), SPEECH], check=True)
-            subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(dest)], check=True)
+            subprocess.run(["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(dest)], check=True)
     return dest
 
 
@@ -55,7 +55,7 @@ def long_clip() -> Path:
                 "The box was thrown beside the parked truck. The hogs were fed chopped corn and garbage. "
                 "Four hours of steady work faced us. A large size in stockings is hard to sell.")
         subprocess.run(["espeak-ng", "-w", str(raw), text], check=True)
-        subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(dest)], check=True)
+        subprocess.run(["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(dest)], check=True)
         raw.unlink()
     return dest
 

@@ -33,7 +33,7 @@ def recording(tmp_path_factory):
             raw, clip = tmp / f"r{i}.wav", tmp / f"c{i}.wav"
             if not clip.is_file():
                 subprocess.run(["espeak-ng", "-w", str(raw), s], check=True, capture_output=True)
-                subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)], check=True,
+                subprocess.run(["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)], check=True,
                                capture_output=True)
             parts += [audio.load_audio(clip), np.zeros(int(1.2 * 16000), np.float32)]
     sig = np.concatenate(parts)[:SECONDS * 16000]

@@ -37,7 +37,7 @@ def clips(tmp_path_factory):
     d = tmp_path_factory.mktemp("clips")
     for name, text in CLIPS.items():
         subprocess.run(["espeak-ng", "-w", str(d / "raw.wav"), text], check=True)
-        subprocess.run(["sox", str(d / "raw.wav"), "-r", "16000", "-c", "1", "-b", "16", str(d / name)], check=True)
+        subprocess.run(["sox", "-R", str(d / "raw.wav"), "-r", "16000", "-c", "1", "-b", "16", str(d / name)], check=True)
     (d / "raw.wav").unlink()
     (d / "broken.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEjunk")
     return d

@@ -24,7 +24,7 @@ SENTENCES = ["The quick brown fox jumps over the lazy dog.",
 
 
 def _sox(*args):
-    subprocess.run(["sox", *map(str, args)], check=True, capture_output=True)
+    subprocess.run(["sox", "-R", *map(str, args)], check=True, capture_output=True)
 
 
 def _speech(tmp_path, text, name):

@@ -267,7 +267,7 @@ def test_tiny_en_loads_strictly_and_transcribes(tmp_path):
     for i, sentence in enumerate(SENTENCES):
         raw, clip = tmp_path / f"raw{i}.wav", tmp_path / f"clip{i}.wav"
         subprocess.run(["espeak-ng", "-w", str(raw), sentence], check=True, capture_output=True)
-        subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)],
+        subprocess.run(["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)],
                        check=True, capture_output=True)
         with wave.open(str(clip)) as w:  # the reference pipeline reads with the stdlib
             samples = np.frombuffer(w.readframes(w.getnframes()), "<i2") / 32768.0

@@ -216,7 +216,7 @@ def test_bad_input_and_resampling(real, tmp_path):
     with pytest.raises(ValueError, match="notes.wav: not a RIFF/WAVE file"):
         transcribe(model, tok, not_wav)
     empty = tmp_path / "empty.wav"
-    subprocess.run(["sox", "-n", "-r", "16000", "-c", "1", "-b", "16", str(empty), "trim", "0", "0"], check=True,
+    subprocess.run(["sox", "-R", "-n", "-r", "16000", "-c", "1", "-b", "16", str(empty), "trim", "0", "0"], check=True,
                    capture_output=True)
     with pytest.raises(ValueError, match="empty.wav"):
         transcribe(model, tok, empty)

@@ -198,7 +198,9 @@ def speech_clip(folder, text, name):
         pytest.skip("espeak-ng and sox needed for speech clips")
     raw, clip = folder / f"{name}-raw.wav", folder / f"{name}.wav"
     subprocess.run(["espeak-ng", "-w", str(raw), text], check=True, capture_output=True)
-    subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)], check=True,
+    # -R: sox dithers its 16-bit output with a new random seed each run, so a clip's samples (and near-tie words of
+    # a transcript: the no-pause live-captions WER went 0.36-0.74 between runs) differed; repeatable mode seeds it
+    subprocess.run(["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(clip)], check=True,
                    capture_output=True)
     return clip
 

@@ -79,7 +79,7 @@ def _clips(folder):
         if rate is None:
             raw.rename(clip)
         else:
-            subprocess.run(["sox", str(raw), "-r", str(rate[0]), "-c", str(rate[1]), "-b", "16", str(clip)],
+            subprocess.run(["sox", "-R", str(raw), "-r", str(rate[0]), "-c", str(rate[1]), "-b", "16", str(clip)],
                            check=True, capture_output=True)
         paths[f"c{i}"] = clip
     return paths

@@ -107,7 +107,7 @@ def test_memory_stays_bounded_without_pauses(tiny, recording):
     """Speech with no pause long enough to end an utterance (the sentences back to back, ~10 s), with the buffer's
     limits scaled down (trim at 4 s, commit words older than 2 s, at most 6 s): the buffer stays within its bound
     plus one push, words are committed as it goes, and most are the sentences' words (WER against the file
-    transcript at most 0.6, measured 0.36-0.52 between runs whose BLAS threads split the sums differently: with a
+    transcript at most 0.6, measured 0.42; 0.36-0.74 between runs while sox dithered each run's clips anew: with a
     6 s buffer most windows start or end inside a word, and words older than 2 s are committed without agreement)."""
     model, tok = tiny
     dense = recording[recording != 0]  # the sentences back to back

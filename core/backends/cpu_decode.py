@@ -104,9 +104,9 @@ class DecodePlan:
                 held[i] = (weakref.ref(kc), weakref.ref(vc))  # (a dead one is never taken for a new one)
                 row = self._layers[i]
                 row[L_KCACHE], row[L_VCACHE], row[L_CAPACITY] = _addr(kc), _addr(vc), kc.shape[2]
-        # (every layer's row and length at once: ~0.3 ms a token as 30 rows' field writes)
-        self._layers[:, L_SLOT:L_LENGTH + 1] = [c[2:] for c in caches]
-        length = max(c[3] for c in caches)
+        if caches:  # every layer's row and length at once (~0.3 ms a token as 30 rows' field writes)
+            self._layers[:, L_SLOT:L_LENGTH + 1] = [c[2:] for c in caches]
+        length = max((c[3] for c in caches), default=0)
         if length > self._scratch_rows:  # grown by doubling, as the caches are
             rows = max(length, 2 * self._scratch_rows, 256)
             self._scratch = np.empty(self._kern.decode_scratch_bytes(self.plan, rows), np.uint8)

@@ -517,10 +517,10 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
     def step(self, x: np.ndarray, rope: np.ndarray, caches, written=None) -> np.ndarray:
         pool, kern = self._pool, self._kern
         self._sync(caches, written)
-        # every layer's fields at once (one numpy write, not five a layer)
-        self._layers[:, L_KCACHE:L_LENGTH + 1] = [(i32(m.k.at), i32(m.v.at), kc.shape[2], slot, n)
-                                                  for m, (kc, vc, slot, n) in zip(self._mirrors, caches)]
-        length = max(c[3] for c in caches)
+        if caches:  # every layer's fields at once (one numpy write, not five a layer)
+            self._layers[:, L_KCACHE:L_LENGTH + 1] = [(i32(m.k.at), i32(m.v.at), kc.shape[2], slot, n)
+                                                      for m, (kc, vc, slot, n) in zip(self._mirrors, caches)]
+        length = max((c[3] for c in caches), default=0)
         if length > self._scratch_rows:  # grown by doubling, as the caches are
             rows = max(length, 2 * self._scratch_rows, 256)
             self._scratch_block = None
