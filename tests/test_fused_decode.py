@@ -170,6 +170,31 @@ def test_k_types_and_float_rows_in_one_model():
     assert _gap(fused, composed) < 2e-2, _gap(fused, composed)
 
 
+def test_one_job_of_weights_with_mixed_activations():
+    """decode.c runs q, k and v (gate and up) as one job of their rows: q8_0 and K-type activations side by side in
+    it, float32 rows among them, and a gate-up pair of a quantized and a float32 weight (its activation applied
+    after the job): the composed path's values within rounding, the same bits on 1, 2 and 3 threads."""
+    config = dict(GEMMA, dim=256, hidden_dim=512, head_dim=64)
+    model = random_gemma(config, 5)
+    quantize(model, "q8_0", include=lambda name, m: name.endswith(("q_proj", "down_proj")))
+    quantize(model, "q6_k", include=lambda name, m: name.endswith(("v_proj", "gate_proj")))
+    set_activations(model, "q8")
+    composed = _decode(model, [3], 6, False)
+    nk = cpu_matmul.native_kernels()
+    before = None if nk is None else nk.threads
+    try:
+        runs = []
+        for n in (1, 2, 3) if nk is not None else (None,):
+            if nk is not None:
+                nk.set_threads(n)
+            runs.append(_decode(model, [3], 6, True))
+            assert np.array_equal(runs[-1], runs[0]), n
+    finally:
+        if nk is not None:
+            nk.set_threads(before)
+    assert _gap(runs[0], composed) < 2e-2, _gap(runs[0], composed)
+
+
 def test_the_plan_follows_the_weights():
     model = random_gemma(GEMMA, 4)
     quantize(model, "q8_0")

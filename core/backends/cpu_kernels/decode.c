@@ -168,35 +168,96 @@ static void matvec_rows(const void *p, int r0, int r1, int thread) {
     }
 }
 
-// y (rows) = W x for one weight (W_FIELDS at w); act: x quantized for W's type when *quantized says so, else
-// quantized here (and *quantized set). 0, or PARALLEL_LOST.
-static int matvec(const intptr_t *w, const float *x, float *y, void *act, int *quantized) {
-    int type = (int)w[W_TYPE], rows = (int)w[W_ROWS], cols = (int)w[W_COLS];
-    if (type > F32_TYPE && !*quantized) {
-        ember_q8_quantize(type, 1, cols, x, cols, act);
-        *quantized = 1;
-    }
-    matvec_job j = {type, rows, cols, (long)w[W_ROW_BYTES], (const uint8_t *)w[W_DATA], x, act, y};
-    if (type <= F32_TYPE) {  // blocks of 8 outputs; a float32 row is 4x a q8 row's bytes: threads pay off sooner
-        int blocks = (rows + 7) / 8;
-        return ember_parallel(matvec_rows, &j, blocks, ember_chunks(blocks, 32L * cols));
-    }
-    return ember_parallel(matvec_rows, &j, rows, ember_chunks(rows, cols));
+// A decoded token's jobs come one after another with the workers spinning between them (threads.c, pool.c), so a
+// job here pays off on threads from less work than PARALLEL_MIN_WORK (which allows for waking a sleeping worker);
+// a finer cut than PARALLEL_CHUNK_WORK evens out two threads' shares of a small model's matvecs. A function of the
+// job alone, as ember_chunks.
+#define DECODE_MIN_WORK (1L << 15)
+#define DECODE_CHUNK_WORK (1L << 15)
+static int decode_chunks(long n, long per_row) {
+    long work = n * per_row;
+    if (n < 2 || work < DECODE_MIN_WORK)
+        return 1;
+    long c = work / DECODE_CHUNK_WORK;
+    c = c > PARALLEL_MAX_CHUNKS ? PARALLEL_MAX_CHUNKS : c;
+    return (int)(c > n ? n : c);
 }
 
-// q, k and v (gate and up) whose types quantize x alike share one quantization of their input (q8dot.c's kinds;
-// -1 for float32 rows). 0, or PARALLEL_LOST.
-static int matvecs(const intptr_t *layer, const int *which, int n, const float *x, float **ys, void *act) {
-    int held = -1;  // the activation kind act holds x quantized for (one at a time), -1: none yet
-    for (int i = 0; i < n; i++) {
-        const intptr_t *w = layer + which[i];
-        int kind = w[W_TYPE] > F32_TYPE ? ember_q8_act_kind((int)w[W_TYPE]) : -1;
-        int quantized = kind >= 0 && kind == held;
-        if (matvec(w, x, ys[i], act, &quantized) != 0)
-            return PARALLEL_LOST;
-        held = kind >= 0 ? kind : held;
+#define MAX_MATVECS 3
+// Up to 3 weights' products with one input as one job: units (a quantized weight's rows, a float32 weight's
+// blocks of 8 rows) of the first weight, then the second's, ... Paired (gate and up, alike in rows and units):
+// unit i is row (block) i of both, and the chunk then computes g = act(g) * u over its rows.
+typedef struct {
+    int n, pair;            // pair: 1 + ACT_* of a gate-up pair, 0: none
+    int first[MAX_MATVECS + 1];  // the unit where weight i starts; first[n]: the job's units
+    matvec_job w[MAX_MATVECS];
+} matvecs_job;
+
+static void matvecs_rows(const void *p, int r0, int r1, int thread) {
+    const matvecs_job *m = (const matvecs_job *)p;
+    if (m->pair) {
+        matvec_rows(&m->w[0], r0, r1, thread);
+        matvec_rows(&m->w[1], r0, r1, thread);
+        int o0 = r0, o1 = r1;
+        if (m->w[0].type <= F32_TYPE) {
+            o0 = 8 * r0;
+            o1 = 8 * r1 < m->w[0].rows ? 8 * r1 : m->w[0].rows;
+        }
+        if (m->pair - 1 == ACT_SILU)
+            silu_mul(m->w[0].y + o0, m->w[1].y + o0, o1 - o0);
+        else
+            gelu_tanh_mul(m->w[0].y + o0, m->w[1].y + o0, o1 - o0);
+        return;
     }
-    return 0;
+    for (int i = 0; i < m->n; i++) {
+        int a = r0 > m->first[i] ? r0 : m->first[i], b = r1 < m->first[i + 1] ? r1 : m->first[i + 1];
+        if (a < b)
+            matvec_rows(&m->w[i], a - m->first[i], b - m->first[i], thread);
+    }
+}
+
+// ys[i] (rows) = W_i x for n <= 3 weights (W_FIELDS records at ws[i]), one job; x quantized once per activation kind
+// (q8dot.c's kinds: q, k and v of one type share one), into act's slots of act_bytes. pair: 1 + ACT_* to compute
+// ys[0] = act(W_0 x) * W_1 x (gate and up), where the two weights allow it (else after the job). 0, or PARALLEL_LOST.
+static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, float *const *ys, uint8_t *act,
+                   long act_bytes) {
+    matvecs_job m = {n, 0, {0}, {{0}}};
+    int kinds[MAX_MATVECS], units = 0;
+    long work = 0;
+    for (int i = 0; i < n; i++) {
+        const intptr_t *w = ws[i];
+        int type = (int)w[W_TYPE], rows = (int)w[W_ROWS], cols = (int)w[W_COLS];
+        const void *a = 0;
+        kinds[i] = type > F32_TYPE ? ember_q8_act_kind(type) : -1;
+        if (kinds[i] >= 0) {
+            int slot = 0;
+            while (slot < i && kinds[slot] != kinds[i])
+                slot++;
+            a = act + slot * act_bytes;
+            if (slot == i)
+                ember_q8_quantize(type, 1, cols, x, cols, act + slot * act_bytes);
+        }
+        m.w[i] = (matvec_job){type, rows, cols, (long)w[W_ROW_BYTES], (const uint8_t *)w[W_DATA], x, a, ys[i]};
+        // a float32 weight in blocks of 8 outputs: its row is 4x a q8 row's bytes, threads pay off sooner
+        int u = type <= F32_TYPE ? (rows + 7) / 8 : rows;
+        work += type <= F32_TYPE ? 32L * cols * u : (long)cols * u;
+        m.first[i] = units;
+        units += u;
+    }
+    m.first[n] = units;
+    int paired = pair && n == 2 && m.w[0].rows == m.w[1].rows && (m.w[0].type <= F32_TYPE) == (m.w[1].type <= F32_TYPE);
+    if (paired) {
+        m.pair = pair;
+        units = m.first[1];
+    }
+    int rc = ember_parallel(matvecs_rows, &m, units, decode_chunks(units, (work + units - 1) / units));
+    if (pair && !paired) {
+        if (pair - 1 == ACT_SILU)
+            silu_mul(ys[0], ys[1], m.w[0].rows);
+        else
+            gelu_tanh_mul(ys[0], ys[1], m.w[0].rows);
+    }
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------------- attention
@@ -262,7 +323,7 @@ static long max_act_bytes(const intptr_t *plan) {
             long b = type <= F32_TYPE ? 0 : ember_q8_act_bytes(type, 1, (int)layer[w + W_COLS]);
             most = b > most ? b : most;
         }
-    return most;
+    return (most + 63) & ~63L;  // one slot of the activations (matvecs), 64-byte aligned
 }
 
 static long per_thread_floats(const intptr_t *plan, long max_length) {  // attention's qs and scores, 64-byte aligned
@@ -278,8 +339,8 @@ int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float
     if (cols % 8 != 0)
         return -1;
     intptr_t w[W_FIELDS] = {(intptr_t)wt, F32_INPUT_MAJOR, rows, cols, lead};
-    int quantized = 0;
-    return matvec(w, x, y, 0, &quantized);
+    const intptr_t *ws[1] = {w};
+    return matvecs(ws, 1, 0, x, &y, 0, 0);
 }
 
 // bytes of scratch ember_decode needs for caches of at most `max_length` rows
@@ -288,7 +349,7 @@ long ember_decode_scratch_bytes(const intptr_t *plan, int max_length) {
     long dim = plan[H_DIM], qd = plan[H_HEADS] * plan[H_HEAD_DIM], kd = plan[H_KV_HEADS] * plan[H_HEAD_DIM];
     long floats = 2 * dim + 2 * qd + 2 * kd + 2 * plan[H_HIDDEN] + 64;
     floats += PARALLEL_MAX_THREADS * per_thread_floats(plan, max_length);
-    return floats * 4 + max_act_bytes(plan) + 64;
+    return floats * 4 + MAX_MATVECS * max_act_bytes(plan) + 64;
 }
 
 // x (dim) through every layer of the plan (and the final norm where the plan has one), in place. rope: the
@@ -317,14 +378,15 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
     for (long l = 0; l < plan[H_LAYERS]; l++)
         room = layer[l * L_FIELDS + L_LENGTH] > room ? layer[l * L_FIELDS + L_LENGTH] : room;
     long stride = per_thread_floats(plan, room);
-    void *act = (void *)(((uintptr_t)(work + PARALLEL_MAX_THREADS * stride) + 63) & ~(uintptr_t)63);
+    uint8_t *act = (uint8_t *)(((uintptr_t)(work + PARALLEL_MAX_THREADS * stride) + 63) & ~(uintptr_t)63);
+    long act_bytes = max_act_bytes(plan);
     int rc = 0;
     for (long l = 0; l < plan[H_LAYERS]; l++, layer += L_FIELDS) {
         // attention
         rms_norm(x, (const float *)layer[L_NORM_ATTN], eps, dim, h);
-        int qkv[3] = {L_Q, L_K, L_V};
+        const intptr_t *qkv[3] = {layer + L_Q, layer + L_K, layer + L_V};
         float *qkv_out[3] = {q, k, v};
-        rc |= matvecs(layer, qkv, 3, h, qkv_out, act);
+        rc |= matvecs(qkv, 3, 0, h, qkv_out, act, act_bytes);
         const float *cs = rope_tables + layer[L_ROPE] * hd;
         for (int i = 0; i < heads; i++) {
             if (layer[L_NORM_Q])
@@ -345,26 +407,20 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         }
         int length = (int)layer[L_LENGTH];
         attend_job at = {q, kc, vc, heads / kvh, hd, cap, length, scale, work, stride, o};
-        rc |= ember_parallel(attend_heads, &at, heads, ember_chunks(heads, 2L * length * hd));
-        int wo[1] = {L_O};
-        float *ao[1] = {a};
-        rc |= matvecs(layer, wo, 1, o, ao, act);
+        rc |= ember_parallel(attend_heads, &at, heads, decode_chunks(heads, 2L * length * hd));
+        const intptr_t *wo[1] = {layer + L_O};
+        rc |= matvecs(wo, 1, 0, o, &a, act, act_bytes);
         if (layer[L_NORM_ATTN_POST])
             rms_norm(a, (const float *)layer[L_NORM_ATTN_POST], eps, dim, a);
         for (int i = 0; i < dim; i++)
             x[i] += a[i];
-        // MLP
+        // MLP: g = act(W_gate h) * W_up h
         rms_norm(x, (const float *)layer[L_NORM_FFN], eps, dim, h);
-        int gu[2] = {L_GATE, L_UP};
+        const intptr_t *gu[2] = {layer + L_GATE, layer + L_UP};
         float *gu_out[2] = {g, u};
-        rc |= matvecs(layer, gu, 2, h, gu_out, act);
-        if (act_kind == ACT_SILU)
-            silu_mul(g, u, hidden);
-        else
-            gelu_tanh_mul(g, u, hidden);
-        int wd[1] = {L_DOWN};
-        float *do_[1] = {a};
-        rc |= matvecs(layer, wd, 1, g, do_, act);
+        rc |= matvecs(gu, 2, 1 + act_kind, h, gu_out, act, act_bytes);
+        const intptr_t *wd[1] = {layer + L_DOWN};
+        rc |= matvecs(wd, 1, 0, g, &a, act, act_bytes);
         if (layer[L_NORM_FFN_POST])
             rms_norm(a, (const float *)layer[L_NORM_FFN_POST], eps, dim, a);
         for (int i = 0; i < dim; i++)
