@@ -131,7 +131,7 @@ def test_fused_float32_equals_composed(kind):
 
 
 def test_float32_threads_give_the_same_bits():
-    """decode.c splits a float32 matvec past its threshold between threads by blocks of 8 outputs, each output
+    """decode.c splits a float32 matvec past its threshold between threads by blocks of 64 outputs, each output
     summed in input order whichever thread computes it: the same bits at any thread count, and the composed
     path's values within rounding."""
     nk = cpu_matmul.native_kernels()

@@ -126,6 +126,11 @@ static void silu_mul(float *g, const float *u, int n) {  // g = g / (1 + exp(-g)
 
 // ---------------------------------------------------------------------------------------------- matmuls
 
+// A float32 weight's rows are split between threads in blocks of 64 outputs (256 bytes of each input's row when
+// stored input-major): in blocks of 8, two threads shared cache lines of y and of each weight row at every cut,
+// and a small float32 model's step (the stories15M shape) ran 3x slower on two threads than on one.
+#define F32_UNIT 64
+
 typedef struct {
     int type, rows, cols;
     long lead;  // bytes of a row of blocks, or (input-major float32) floats from one input's row to the next
@@ -156,13 +161,13 @@ static void f32_rows(const matvec_job *j, int o0, int o1) {
     }
 }
 
-// y[r0:r1] (parallel.h): a float32 weight's rows in blocks of 8 outputs (whole vectors), a quantized one's rows
+// y[r0:r1] (parallel.h): a float32 weight's rows in blocks of F32_UNIT outputs, a quantized one's rows
 static void matvec_rows(const void *p, int r0, int r1, int thread) {
     const matvec_job *j = (const matvec_job *)p;
     (void)thread;
     if (j->type <= F32_TYPE) {
-        int o1 = 8 * r1 < j->rows ? 8 * r1 : j->rows;
-        f32_rows(j, 8 * r0, o1);
+        int o1 = F32_UNIT * r1 < j->rows ? F32_UNIT * r1 : j->rows;
+        f32_rows(j, F32_UNIT * r0, o1);
     } else {
         ember_q8_dot(j->type, 1, r1 - r0, j->cols, j->data + (long)r0 * j->lead, j->act, j->y + r0, j->rows);
     }
@@ -185,7 +190,7 @@ static int decode_chunks(long n, long per_row) {
 
 #define MAX_MATVECS 3
 // Up to 3 weights' products with one input as one job: units (a quantized weight's rows, a float32 weight's
-// blocks of 8 rows) of the first weight, then the second's, ... Paired (gate and up, alike in rows and units):
+// blocks of F32_UNIT rows) of the first weight, then the second's, ... Paired (gate and up, alike in rows and units):
 // unit i is row (block) i of both, and the chunk then computes g = act(g) * u over its rows.
 typedef struct {
     int n, pair;            // pair: 1 + ACT_* of a gate-up pair, 0: none
@@ -200,8 +205,8 @@ static void matvecs_rows(const void *p, int r0, int r1, int thread) {
         matvec_rows(&m->w[1], r0, r1, thread);
         int o0 = r0, o1 = r1;
         if (m->w[0].type <= F32_TYPE) {
-            o0 = 8 * r0;
-            o1 = 8 * r1 < m->w[0].rows ? 8 * r1 : m->w[0].rows;
+            o0 = F32_UNIT * r0;
+            o1 = F32_UNIT * r1 < m->w[0].rows ? F32_UNIT * r1 : m->w[0].rows;
         }
         if (m->pair - 1 == ACT_SILU)
             silu_mul(m->w[0].y + o0, m->w[1].y + o0, o1 - o0);
@@ -238,9 +243,9 @@ static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, f
                 ember_q8_quantize(type, 1, cols, x, cols, act + slot * act_bytes);
         }
         m.w[i] = (matvec_job){type, rows, cols, (long)w[W_ROW_BYTES], (const uint8_t *)w[W_DATA], x, a, ys[i]};
-        // a float32 weight in blocks of 8 outputs: its row is 4x a q8 row's bytes, threads pay off sooner
-        int u = type <= F32_TYPE ? (rows + 7) / 8 : rows;
-        work += type <= F32_TYPE ? 32L * cols * u : (long)cols * u;
+        // a float32 row is 4x a q8 row's bytes: threads pay off sooner
+        int u = type <= F32_TYPE ? (rows + F32_UNIT - 1) / F32_UNIT : rows;
+        work += type <= F32_TYPE ? 4L * F32_UNIT * cols * u : (long)cols * u;
         m.first[i] = units;
         units += u;
     }
@@ -332,7 +337,7 @@ static long per_thread_floats(const intptr_t *plan, long max_length) {  // atten
 
 // y (rows) = W x for a float32 W stored input-major, W^T (cols, rows) rows `lead` floats apart, cols a multiple of
 // 8: the CPU backend's row-vector product with a large re-stored weight (an LM head), the decode step's matvec
-// (split between threads by blocks of 8 outputs; the same bits for any count). -1 for cols not a multiple of 8,
+// (split between threads by blocks of F32_UNIT outputs; the same bits for any count). -1 for cols not a multiple of 8,
 // or PARALLEL_LOST.
 EMBER_EXPORT(ember_matvec_f32)
 int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float *x, float *y) {

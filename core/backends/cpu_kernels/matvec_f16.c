@@ -24,8 +24,8 @@ static void f16_rows(const void *p, int r0, int r1, int thread) {  // (parallel.
     matvec_f16_input_major(j->wt, j->lead, j->x, j->cols, j->y, 8 * r0, o1);
 }
 
-// y (rows) = x (cols) @ wt (cols, rows, `lead` halves a row), split between threads by blocks of 8 outputs as
-// ember_matvec_f32 is. 0, -1 for cols not a multiple of 8, or PARALLEL_LOST.
+// y (rows) = x (cols) @ wt (cols, rows, `lead` halves a row), split between threads by blocks of 8 outputs (an LM
+// head's: ember_chunks' chunks are hundreds of outputs wide). 0, -1 for cols not a multiple of 8, or PARALLEL_LOST.
 EMBER_EXPORT(ember_matvec_f16)
 int ember_matvec_f16(const uint16_t *wt, long lead, int rows, int cols, const float *x, float *y) {
     if (cols % 8 != 0)
