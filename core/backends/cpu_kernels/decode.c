@@ -126,10 +126,16 @@ static void silu_mul(float *g, const float *u, int n) {  // g = g / (1 + exp(-g)
 
 // ---------------------------------------------------------------------------------------------- matmuls
 
-// A float32 weight's rows are split between threads in blocks of 64 outputs (256 bytes of each input's row when
-// stored input-major): in blocks of 8, two threads shared cache lines of y and of each weight row at every cut,
-// and a small float32 model's step (the stories15M shape) ran 3x slower on two threads than on one.
+// A float32 weight's rows are split between threads in blocks of F32_UNIT outputs. Not 8: two threads then shared
+// cache lines of y (and of an input-major weight's rows) at every cut, and the stories15M shape's step ran 3x
+// slower on two threads than on one.
 #define F32_UNIT 64
+// The step's input-major float32 weights are split by inputs instead: SEG_INPUTS of them a unit, each unit's partial
+// sums of every output (a contiguous band of the weight: what the prefetcher streams) added in unit order after the
+// job (so the same bits on any number of threads). By outputs, a thread read 256 bytes of every input's row and
+// the stories15M shape gained nothing from a second thread; by inputs, 1.2-1.4x. (An LM head, ember_matvec_f32, is
+// split by outputs: its bands are hundreds of outputs wide.)
+#define SEG_INPUTS 32
 
 typedef struct {
     int type, rows, cols;
@@ -138,6 +144,7 @@ typedef struct {
     const float *x;
     const void *act;
     float *y;
+    float *part;  // split by inputs: (units, rows) partial sums; 0: split by outputs
 } matvec_job;
 
 // y[o0:o1] of a float32 weight: rows (a dot each) or input-major (y = sum_i x[i] W^T[i, :], inputs in order: no
@@ -165,7 +172,13 @@ static void f32_rows(const matvec_job *j, int o0, int o1) {
 static void matvec_rows(const void *p, int r0, int r1, int thread) {
     const matvec_job *j = (const matvec_job *)p;
     (void)thread;
-    if (j->type <= F32_TYPE) {
+    if (j->part) {
+        for (int s = r0; s < r1; s++) {
+            int i0 = s * SEG_INPUTS, n = j->cols - i0 < SEG_INPUTS ? j->cols - i0 : SEG_INPUTS;
+            matvec_f32_input_major((const float *)j->data + (long)i0 * j->lead, j->lead, j->x + i0, n,
+                                   j->part + (long)s * j->rows, 0, j->rows);
+        }
+    } else if (j->type <= F32_TYPE) {
         int o1 = F32_UNIT * r1 < j->rows ? F32_UNIT * r1 : j->rows;
         f32_rows(j, F32_UNIT * r0, o1);
     } else {
@@ -221,11 +234,16 @@ static void matvecs_rows(const void *p, int r0, int r1, int thread) {
     }
 }
 
+static int split_by_inputs(const intptr_t *w) {  // an input-major float32 weight's units (SEG_INPUTS), else 0
+    return w[W_TYPE] == F32_INPUT_MAJOR && w[W_COLS] % 8 == 0 ? (int)((w[W_COLS] + SEG_INPUTS - 1) / SEG_INPUTS) : 0;
+}
+
 // ys[i] (rows) = W_i x for n <= 3 weights (W_FIELDS records at ws[i]), one job; x quantized once per activation kind
-// (q8dot.c's kinds: q, k and v of one type share one), into act's slots of act_bytes. pair: 1 + ACT_* to compute
-// ys[0] = act(W_0 x) * W_1 x (gate and up), where the two weights allow it (else after the job). 0, or PARALLEL_LOST.
+// (q8dot.c's kinds: q, k and v of one type share one), into act's slots of act_bytes; input-major float32 weights
+// split by inputs into `part` (0: by outputs). pair: 1 + ACT_* to compute ys[0] = act(W_0 x) * W_1 x (gate and up),
+// in the job's chunks where the two weights allow it (else after the job). 0, or PARALLEL_LOST.
 static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, float *const *ys, uint8_t *act,
-                   long act_bytes) {
+                   long act_bytes, float *part) {
     matvecs_job m = {n, 0, {0}, {{0}}};
     int kinds[MAX_MATVECS], units = 0;
     long work = 0;
@@ -242,20 +260,36 @@ static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, f
             if (slot == i)
                 ember_q8_quantize(type, 1, cols, x, cols, act + slot * act_bytes);
         }
-        m.w[i] = (matvec_job){type, rows, cols, (long)w[W_ROW_BYTES], (const uint8_t *)w[W_DATA], x, a, ys[i]};
+        int segs = part ? split_by_inputs(w) : 0;
+        m.w[i] = (matvec_job){type, rows, cols, (long)w[W_ROW_BYTES], (const uint8_t *)w[W_DATA], x, a, ys[i],
+                              segs ? part : 0};
+        part += (long)segs * rows;
         // a float32 row is 4x a q8 row's bytes: threads pay off sooner
-        int u = type <= F32_TYPE ? (rows + F32_UNIT - 1) / F32_UNIT : rows;
-        work += type <= F32_TYPE ? 4L * F32_UNIT * cols * u : (long)cols * u;
+        int u = segs ? segs : type <= F32_TYPE ? (rows + F32_UNIT - 1) / F32_UNIT : rows;
+        work += segs ? 4L * SEG_INPUTS * rows * u : type <= F32_TYPE ? 4L * F32_UNIT * cols * u : (long)cols * u;
         m.first[i] = units;
         units += u;
     }
     m.first[n] = units;
-    int paired = pair && n == 2 && m.w[0].rows == m.w[1].rows && (m.w[0].type <= F32_TYPE) == (m.w[1].type <= F32_TYPE);
+    int paired = pair && n == 2 && m.w[0].rows == m.w[1].rows && (m.w[0].type <= F32_TYPE) == (m.w[1].type <= F32_TYPE)
+                 && !m.w[0].part && !m.w[1].part;
     if (paired) {
         m.pair = pair;
         units = m.first[1];
     }
     int rc = ember_parallel(matvecs_rows, &m, units, decode_chunks(units, (work + units - 1) / units));
+    for (int i = 0; i < n; i++) {  // y = the partial sums added in input order
+        const matvec_job *j = &m.w[i];
+        if (!j->part)
+            continue;
+        int segs = m.first[i + 1] - m.first[i];
+        for (int o = 0; o < j->rows; o++) {
+            float t = j->part[o];
+            for (int s2 = 1; s2 < segs; s2++)
+                t += j->part[(long)s2 * j->rows + o];
+            j->y[o] = t;
+        }
+    }
     if (pair && !paired) {
         if (pair - 1 == ACT_SILU)
             silu_mul(ys[0], ys[1], m.w[0].rows);
@@ -331,6 +365,20 @@ static long max_act_bytes(const intptr_t *plan) {
     return (most + 63) & ~63L;  // one slot of the activations (matvecs), 64-byte aligned
 }
 
+static long partial_floats(const intptr_t *plan) {  // the partial sums of the step's largest job (matvecs)
+    static const int jobs[][3] = {{L_Q, L_K, L_V}, {L_O, 0, 0}, {L_GATE, L_UP, 0}, {L_DOWN, 0, 0}};
+    long most = 0;
+    const intptr_t *layer = plan + H_FIELDS;
+    for (long l = 0; l < plan[H_LAYERS]; l++, layer += L_FIELDS)
+        for (int j = 0; j < 4; j++) {
+            long floats = 0;
+            for (int i = 0; i < 3 && (i == 0 || jobs[j][i]); i++)
+                floats += (long)split_by_inputs(layer + jobs[j][i]) * layer[jobs[j][i] + W_ROWS];
+            most = floats > most ? floats : most;
+        }
+    return (most + 15) & ~15L;
+}
+
 static long per_thread_floats(const intptr_t *plan, long max_length) {  // attention's qs and scores, 64-byte aligned
     return (plan[H_HEAD_DIM] + max_length + 15) & ~15L;
 }
@@ -345,7 +393,7 @@ int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float
         return -1;
     intptr_t w[W_FIELDS] = {(intptr_t)wt, F32_INPUT_MAJOR, rows, cols, lead};
     const intptr_t *ws[1] = {w};
-    return matvecs(ws, 1, 0, x, &y, 0, 0);
+    return matvecs(ws, 1, 0, x, &y, 0, 0, 0);  // (a head's bands of outputs are hundreds wide: split by outputs)
 }
 
 // bytes of scratch ember_decode needs for caches of at most `max_length` rows
@@ -353,7 +401,7 @@ EMBER_EXPORT(ember_decode_scratch_bytes)
 long ember_decode_scratch_bytes(const intptr_t *plan, int max_length) {
     long dim = plan[H_DIM], qd = plan[H_HEADS] * plan[H_HEAD_DIM], kd = plan[H_KV_HEADS] * plan[H_HEAD_DIM];
     long floats = 2 * dim + 2 * qd + 2 * kd + 2 * plan[H_HIDDEN] + 64;
-    floats += PARALLEL_MAX_THREADS * per_thread_floats(plan, max_length);
+    floats += PARALLEL_MAX_THREADS * per_thread_floats(plan, max_length) + partial_floats(plan);
     return floats * 4 + MAX_MATVECS * max_act_bytes(plan) + 64;
 }
 
@@ -385,13 +433,14 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
     long stride = per_thread_floats(plan, room);
     uint8_t *act = (uint8_t *)(((uintptr_t)(work + PARALLEL_MAX_THREADS * stride) + 63) & ~(uintptr_t)63);
     long act_bytes = max_act_bytes(plan);
+    float *part = (float *)(act + MAX_MATVECS * act_bytes);  // (act_bytes: a multiple of 64)
     int rc = 0;
     for (long l = 0; l < plan[H_LAYERS]; l++, layer += L_FIELDS) {
         // attention
         rms_norm(x, (const float *)layer[L_NORM_ATTN], eps, dim, h);
         const intptr_t *qkv[3] = {layer + L_Q, layer + L_K, layer + L_V};
         float *qkv_out[3] = {q, k, v};
-        rc |= matvecs(qkv, 3, 0, h, qkv_out, act, act_bytes);
+        rc |= matvecs(qkv, 3, 0, h, qkv_out, act, act_bytes, part);
         const float *cs = rope_tables + layer[L_ROPE] * hd;
         for (int i = 0; i < heads; i++) {
             if (layer[L_NORM_Q])
@@ -414,7 +463,7 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         attend_job at = {q, kc, vc, heads / kvh, hd, cap, length, scale, work, stride, o};
         rc |= ember_parallel(attend_heads, &at, heads, decode_chunks(heads, 2L * length * hd));
         const intptr_t *wo[1] = {layer + L_O};
-        rc |= matvecs(wo, 1, 0, o, &a, act, act_bytes);
+        rc |= matvecs(wo, 1, 0, o, &a, act, act_bytes, part);
         if (layer[L_NORM_ATTN_POST])
             rms_norm(a, (const float *)layer[L_NORM_ATTN_POST], eps, dim, a);
         for (int i = 0; i < dim; i++)
@@ -423,9 +472,9 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         rms_norm(x, (const float *)layer[L_NORM_FFN], eps, dim, h);
         const intptr_t *gu[2] = {layer + L_GATE, layer + L_UP};
         float *gu_out[2] = {g, u};
-        rc |= matvecs(gu, 2, 1 + act_kind, h, gu_out, act, act_bytes);
+        rc |= matvecs(gu, 2, 1 + act_kind, h, gu_out, act, act_bytes, part);
         const intptr_t *wd[1] = {layer + L_DOWN};
-        rc |= matvecs(wd, 1, 0, g, &a, act, act_bytes);
+        rc |= matvecs(wd, 1, 0, g, &a, act, act_bytes, part);
         if (layer[L_NORM_FFN_POST])
             rms_norm(a, (const float *)layer[L_NORM_FFN_POST], eps, dim, a);
         for (int i = 0; i < dim; i++)
