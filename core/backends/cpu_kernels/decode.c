@@ -193,12 +193,7 @@ static void matvec_rows(const void *p, int r0, int r1, int thread) {
 #define DECODE_MIN_WORK (1L << 15)
 #define DECODE_CHUNK_WORK (1L << 15)
 static int decode_chunks(long n, long per_row) {
-    long work = n * per_row;
-    if (n < 2 || work < DECODE_MIN_WORK)
-        return 1;
-    long c = work / DECODE_CHUNK_WORK;
-    c = c > PARALLEL_MAX_CHUNKS ? PARALLEL_MAX_CHUNKS : c;
-    return (int)(c > n ? n : c);
+    return ember_chunks_sized(n, per_row, DECODE_MIN_WORK, DECODE_CHUNK_WORK);
 }
 
 #define MAX_MATVECS 3

@@ -71,6 +71,7 @@ typedef struct {
     const intptr_t *w;
     const float *x;
     float *y;
+    float *part;  // (SEG_INPUTS units, rows) partial sums of a weight split by inputs
 } matvec_t;
 
 // y[o0:o1] = W x (+ b) for output rows [o0, o1)
@@ -97,12 +98,50 @@ static void matvec_blocks(const void *arg, int b0, int b1, int thread) {  // in 
     matvec_rows(arg, 8 * b0, 8 * b1 < rows ? 8 * b1 : rows);
 }
 
+// An input-major weight large enough for threads is split by inputs, SEG_INPUTS a unit (decode.c's reason: a
+// unit reads a contiguous band of the weight; by outputs, a thread read a short piece of every input's row), the
+// units' partial sums of every output added in unit order after the job: the same bits on any thread count.
+#define SEG_INPUTS 32
+
+static void matvec_segments(const void *arg, int s0, int s1, int thread) {  // (parallel.h)
+    const matvec_t *m = (const matvec_t *)arg;
+    const intptr_t *w = m->w;
+    int rows = (int)w[W_ROWS], cols = (int)w[W_COLS];
+    (void)thread;
+    for (int s = s0; s < s1; s++) {
+        int i0 = s * SEG_INPUTS, n = cols - i0 < SEG_INPUTS ? cols - i0 : SEG_INPUTS;
+        long at = (long)i0 * w[W_LEAD];
+        float *p = m->part + (long)s * rows;
+        if (w[W_TYPE] == INPUT_MAJOR)
+            matvec_f32_input_major((const float *)w[W_DATA] + at, w[W_LEAD], m->x + i0, n, p, 0, rows);
+        else
+            matvec_f16_input_major((const uint16_t *)w[W_DATA] + at, w[W_LEAD], m->x + i0, n, p, 0, rows);
+    }
+}
+
+static long segments(const intptr_t *w) {  // an input-major weight's units split by inputs
+    return w[W_TYPE] == INPUT_MAJOR || w[W_TYPE] == INPUT_MAJOR_F16 ? (w[W_COLS] + SEG_INPUTS - 1) / SEG_INPUTS : 0;
+}
+
 // 0, or PARALLEL_LOST. A block's work is its multiply-adds: a 384 x 384 projection (tiny's q, k, v, o) stays on
 // the calling thread, whose hand-offs (~40 a token) cost more than they saved (Whisper tiny.en's step 9.1 ms on
 // two threads against 6.7 on one when they split)
-static int matvec(const intptr_t *w, const float *x, float *y) {
-    matvec_t m = {w, x, y};
-    int blocks = (int)((w[W_ROWS] + 7) / 8);
+static int matvec(const intptr_t *w, const float *x, float *y, float *part) {
+    matvec_t m = {w, x, y, part};
+    int rows = (int)w[W_ROWS], segs = (int)segments(w);
+    int chunks = segs ? ember_chunks(segs, (long)SEG_INPUTS * rows) : 1;
+    if (chunks > 1) {
+        int rc = ember_parallel(matvec_segments, &m, segs, chunks);
+        const float *bias = (const float *)w[W_BIAS];
+        for (int o = 0; o < rows; o++) {
+            float t = part[o];
+            for (int s = 1; s < segs; s++)
+                t += part[(long)s * rows + o];
+            y[o] = bias ? t + bias[o] : t;
+        }
+        return rc;
+    }
+    int blocks = (rows + 7) / 8;
     return ember_parallel(matvec_blocks, &m, blocks, ember_chunks(blocks, 8L * w[W_COLS]));
 }
 
@@ -165,6 +204,17 @@ static int attend(attend_t *a, int heads) {  // 0, or PARALLEL_LOST
 
 // ---------------------------------------------------------------------------------------------- the step
 
+static long partial_floats(const intptr_t *plan) {  // matvec's partial sums for the plan's largest split weight
+    long most = 0;
+    const intptr_t *layer = plan + X_FIELDS;
+    for (long l = 0; l < plan[X_LAYERS]; l++, layer += L_FIELDS)
+        for (int w = L_Q; w <= L_FC2; w += W_FIELDS) {
+            long floats = segments(layer + w) * layer[w + W_ROWS];
+            most = floats > most ? floats : most;
+        }
+    return most;
+}
+
 static int max_keys(const intptr_t *plan) {
     long most = 0;
     const intptr_t *layer = plan + X_FIELDS;
@@ -179,7 +229,7 @@ static int max_keys(const intptr_t *plan) {
 EMBER_EXPORT(ember_xattn_decode_scratch_bytes)
 long ember_xattn_decode_scratch_bytes(const intptr_t *plan, int max_keys_) {
     long dim = plan[X_DIM], qd = plan[X_HEADS] * plan[X_HEAD_DIM];
-    long floats = 2 * dim + 4 * qd + plan[X_HIDDEN] + plan[X_HEADS] * ((long)max_keys_ + 8) + 64;
+    long floats = 2 * dim + 4 * qd + plan[X_HIDDEN] + plan[X_HEADS] * ((long)max_keys_ + 8) + partial_floats(plan) + 64;
     return floats * 4 + 64;
 }
 
@@ -202,13 +252,14 @@ int ember_xattn_decode(const intptr_t *plan, const float *fparams, float *x, voi
     float *a = h + dim, *q = a + dim, *k = q + dim, *v = k + dim, *o = v + dim, *g = o + dim;
     float *scores = g + hidden;
     int stride = max_keys(plan) + 8;
+    float *part = scores + (long)heads * stride;
     const intptr_t *layer = plan + X_FIELDS;
     for (long l = 0; l < plan[X_LAYERS]; l++, layer += L_FIELDS) {
         // self-attention
         layer_norm(x, (const float *)layer[L_LN1_W], (const float *)layer[L_LN1_B], eps, dim, h);
-        rc |= matvec(layer + L_Q, h, q);
-        rc |= matvec(layer + L_K, h, k);
-        rc |= matvec(layer + L_V, h, v);
+        rc |= matvec(layer + L_Q, h, q, part);
+        rc |= matvec(layer + L_K, h, k, part);
+        rc |= matvec(layer + L_V, h, v, part);
         int cap = (int)layer[L_CAPACITY], slot = (int)layer[L_SLOT];
         float *kc = (float *)layer[L_KCACHE], *vc = (float *)layer[L_VCACHE];
         for (int i = 0; i < heads; i++)
@@ -218,22 +269,22 @@ int ember_xattn_decode(const intptr_t *plan, const float *fparams, float *x, voi
             }
         attend_t self = {q, kc, vc, o, scores, (long)cap * hd, hd, (int)layer[L_LENGTH], stride, scale};
         rc |= attend(&self, heads);
-        rc |= matvec(layer + L_O, o, a);
+        rc |= matvec(layer + L_O, o, a, part);
         for (int i = 0; i < dim; i++) x[i] += a[i];
         // cross-attention over the encoder's keys and values
         layer_norm(x, (const float *)layer[L_LN2_W], (const float *)layer[L_LN2_B], eps, dim, h);
-        rc |= matvec(layer + L_XQ, h, q);
+        rc |= matvec(layer + L_XQ, h, q, part);
         int keys = (int)layer[L_XLEN];
         attend_t cross = {q, (const float *)layer[L_XK], (const float *)layer[L_XV], o, scores, (long)keys * hd, hd,
                           keys, stride, scale};
         rc |= attend(&cross, heads);
-        rc |= matvec(layer + L_XO, o, a);
+        rc |= matvec(layer + L_XO, o, a, part);
         for (int i = 0; i < dim; i++) x[i] += a[i];
         // MLP
         layer_norm(x, (const float *)layer[L_LN3_W], (const float *)layer[L_LN3_B], eps, dim, h);
-        rc |= matvec(layer + L_FC1, h, g);
+        rc |= matvec(layer + L_FC1, h, g, part);
         act_row(g, hidden, 0.0f, act);
-        rc |= matvec(layer + L_FC2, g, a);
+        rc |= matvec(layer + L_FC2, g, a, part);
         for (int i = 0; i < dim; i++) x[i] += a[i];
     }
     if (plan[X_NORM_W] || plan[X_NORM_B])

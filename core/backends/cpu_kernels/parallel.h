@@ -36,13 +36,17 @@ int ember_parallel(ember_rows_fn fn, const void *args, int n, int chunks);
 // How many threads a job may use now (1: serial).
 int ember_parallel_threads(void);
 
-// The chunks of a job of n rows of `per_row` multiply-adds each: 1 for a small job, else ~PARALLEL_CHUNK_WORK each,
-// at most PARALLEL_MAX_CHUNKS and at most n. A function of the job alone (see above).
-static inline int ember_chunks(long n, long per_row) {
+// The chunks of a job of n rows of `per_row` multiply-adds each: 1 below min_work, else ~chunk_work each, at most
+// PARALLEL_MAX_CHUNKS and at most n. A function of the job alone (see above).
+static inline int ember_chunks_sized(long n, long per_row, long min_work, long chunk_work) {
     long work = n * per_row;
-    if (n < 2 || work < PARALLEL_MIN_WORK)
+    if (n < 2 || work < min_work)
         return 1;
-    long c = work / PARALLEL_CHUNK_WORK;
+    long c = work / chunk_work;
     c = c > PARALLEL_MAX_CHUNKS ? PARALLEL_MAX_CHUNKS : c;
     return (int)(c > n ? n : c);
+}
+
+static inline int ember_chunks(long n, long per_row) {
+    return ember_chunks_sized(n, per_row, PARALLEL_MIN_WORK, PARALLEL_CHUNK_WORK);
 }
