@@ -76,8 +76,10 @@ static void *worker(void *arg) {
             int64_t t = now_ns();
             if (idle_since < 0)
                 idle_since = t;
-            if (t - idle_since < IDLE_NS)
+            if (t - idle_since < IDLE_NS) {
+                sched_yield();  // a runnable thread on this core (BLAS's, between our jobs) goes first
                 continue;
+            }
             pthread_mutex_lock(&pool.lock);
             atomic_fetch_add(&pool.sleeping, 1);
             while ((g = atomic_load(&pool.gen)) == seen || g == CLOSED)
