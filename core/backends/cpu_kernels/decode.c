@@ -379,9 +379,9 @@ static long per_thread_floats(const intptr_t *plan, long max_length) {  // atten
 }
 
 // y (rows) = W x for a float32 W stored input-major, W^T (cols, rows) rows `lead` floats apart, cols a multiple of
-// 8: the CPU backend's row-vector product with a large re-stored weight (an LM head), the decode step's matvec
-// (split between threads by blocks of F32_UNIT outputs; the same bits for any count). -1 for cols not a multiple of 8,
-// or PARALLEL_LOST.
+// 8: the CPU backend's row-vector product with a large re-stored weight (an LM head), by the decode step's matvecs
+// (split between threads by blocks of F32_UNIT outputs; the same bits for any count). -1 for cols not a multiple
+// of 8, or PARALLEL_LOST.
 EMBER_EXPORT(ember_matvec_f32)
 int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float *x, float *y) {
     if (cols % 8 != 0)

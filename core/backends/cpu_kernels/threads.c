@@ -6,8 +6,8 @@
 // cache writes, its norms), so a worker spins (pausing, and yielding to any other thread on its core) for a while
 // after each job, as llama.cpp's do, and sleeps on a condition variable only after IDLE_NS of nothing, timed by
 // the clock: a pause takes from ~10 to ~140 cycles by CPU, and 512 of them were 16 us on a recent Xeon, where
-// SmolLM2's worker then slept (and was woken by a system call) ~63 times a token instead of ~2. The caller wakes sleepers only when there are any.
-// A forked child has no workers (pthread_atfork).
+// SmolLM2's worker then slept (and was woken by a system call) ~63 times a token instead of ~2. The caller wakes
+// sleepers only when there are any. A forked child has no workers (pthread_atfork).
 // One job at a time: a second caller (another Python thread, or a kernel inside a chunk) runs its job serially.
 #include <pthread.h>
 #include <sched.h>
