@@ -130,12 +130,10 @@ static void silu_mul(float *g, const float *u, int n) {  // g = g / (1 + exp(-g)
 // cache lines of y (and of an input-major weight's rows) at every cut, and the stories15M shape's step ran 3x
 // slower on two threads than on one.
 #define F32_UNIT 64
-// The step's input-major float32 weights are split by inputs instead: SEG_INPUTS of them a unit, each unit's partial
-// sums of every output (a contiguous band of the weight: what the prefetcher streams) added in unit order after the
-// job (so the same bits on any number of threads). By outputs, a thread read 256 bytes of every input's row and
-// the stories15M shape gained nothing from a second thread; by inputs, 1.2-1.4x. (An LM head, ember_matvec_f32, is
-// split by outputs: its bands are hundreds of outputs wide.)
-#define SEG_INPUTS 32
+// The step's input-major float32 weights are split by inputs instead (matvec_f32.h's MATVEC_SEG_INPUTS: 1.2-1.4x on
+// two threads for the stories15M shape). An LM head, ember_matvec_f32, is split by outputs: its bands are hundreds
+// of outputs wide.
+#define SEG_INPUTS MATVEC_SEG_INPUTS
 
 typedef struct {
     int type, rows, cols;
@@ -273,17 +271,11 @@ static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, f
         units = m.first[1];
     }
     int rc = ember_parallel(matvecs_rows, &m, units, decode_chunks(units, (work + units - 1) / units));
-    for (int i = 0; i < n; i++) {  // y = the partial sums added in input order
+    for (int i = 0; i < n; i++) {  // y = the partial sums of a weight split by inputs
         const matvec_job *j = &m.w[i];
         if (!j->part)
             continue;
-        int segs = m.first[i + 1] - m.first[i];
-        for (int o = 0; o < j->rows; o++) {
-            float t = j->part[o];
-            for (int s2 = 1; s2 < segs; s2++)
-                t += j->part[(long)s2 * j->rows + o];
-            j->y[o] = t;
-        }
+        matvec_sum_partials(j->part, m.first[i + 1] - m.first[i], j->rows, 0, j->y);
     }
     if (pair && !paired) {
         if (pair - 1 == ACT_SILU)

@@ -98,10 +98,8 @@ static void matvec_blocks(const void *arg, int b0, int b1, int thread) {  // in 
     matvec_rows(arg, 8 * b0, 8 * b1 < rows ? 8 * b1 : rows);
 }
 
-// An input-major weight large enough for threads is split by inputs, SEG_INPUTS a unit (decode.c's reason: a
-// unit reads a contiguous band of the weight; by outputs, a thread read a short piece of every input's row), the
-// units' partial sums of every output added in unit order after the job: the same bits on any thread count.
-#define SEG_INPUTS 32
+// An input-major weight large enough for threads is split by inputs (matvec_f32.h's MATVEC_SEG_INPUTS)
+#define SEG_INPUTS MATVEC_SEG_INPUTS
 
 static void matvec_segments(const void *arg, int s0, int s1, int thread) {  // (parallel.h)
     const matvec_t *m = (const matvec_t *)arg;
@@ -132,13 +130,7 @@ static int matvec(const intptr_t *w, const float *x, float *y, float *part) {
     int chunks = segs ? ember_chunks(segs, (long)SEG_INPUTS * rows) : 1;
     if (chunks > 1) {
         int rc = ember_parallel(matvec_segments, &m, segs, chunks);
-        const float *bias = (const float *)w[W_BIAS];
-        for (int o = 0; o < rows; o++) {
-            float t = part[o];
-            for (int s = 1; s < segs; s++)
-                t += part[(long)s * rows + o];
-            y[o] = bias ? t + bias[o] : t;
-        }
+        matvec_sum_partials(part, segs, rows, (const float *)w[W_BIAS], y);
         return rc;
     }
     int blocks = (rows + 7) / 8;

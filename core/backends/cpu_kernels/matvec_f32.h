@@ -66,3 +66,18 @@ static inline f8 load8_f16(const uint16_t *p) {
 }
 static inline float load1_f16(const uint16_t *p) { return f16_to_f32((const uint8_t *)p); }
 MATVEC_INPUT_MAJOR(matvec_f16_input_major, uint16_t, load8_f16, load1_f16)
+
+// A decode step's input-major weight split between threads by inputs: MATVEC_SEG_INPUTS inputs a unit, each unit's
+// partial sums of every output (a contiguous band of the weight, what the prefetcher streams) in part (units, rows);
+// by outputs, a thread read a short piece of every input's row and the stories15M shape gained nothing from a second
+// thread. matvec_sum_partials adds them in unit order after the job: the same bits on any thread count.
+#define MATVEC_SEG_INPUTS 32
+
+static inline void matvec_sum_partials(const float *part, int units, int rows, const float *bias, float *y) {
+    for (int o = 0; o < rows; o++) {
+        float t = part[o];
+        for (int s = 1; s < units; s++)
+            t += part[(long)s * rows + o];
+        y[o] = bias ? t + bias[o] : t;
+    }
+}
