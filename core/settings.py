@@ -129,6 +129,8 @@ _TABLE = [
             "malloc alone"),
     Setting("EMBER_NATIVE_KERNELS", "flag", True, "0: the CPU backend does not build or load its C kernels "
             "(numpy computes the same numbers, slower)", _CPU_KERNELS),
+    Setting("EMBER_BLAS_POOL", "flag", True, "0: numpy's OpenBLAS keeps its own threads instead of running its jobs "
+            "on the native CPU kernels' (whose spin then competes with them for the cores)", _CPU_KERNELS),
     Setting("EMBER_NUM_THREADS", "int", None, "threads of the native CPU kernels (quantized matmuls, the decode "
             "step; `ember info` prints the count; the page's are createEmber's threads)", _CPU_KERNELS,
             low=1, high=64, shown="the CPUs this process may run on, at most 8"),

@@ -16,7 +16,7 @@ Threads: a quantized matmul, each matvec and attention of a decoded token (decod
 head's float32 matvec and the float kernels (conv.c, attention.c, rows.c), of at least PARALLEL_MACS multiply-adds,
 split their output rows between the caller and workers (parallel.h, threads.c), the same bits on any number of
 threads. EMBER_NUM_THREADS sets how many (default: the CPUs this process may run on, at most 8);
-`ember info` prints the count in use.
+`ember info` prints the count in use. numpy's OpenBLAS runs its jobs on the same threads (cpu_blas_pool.py).
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import settings
+from . import cpu_blas_pool
 from ..errors import EmberError, SettingError
 from ..paths import cache_dir
 
@@ -255,8 +256,9 @@ def load() -> tuple[NativeKernels | None, str]:
         if not path.is_file():
             build(cc, path)
         kernels = NativeKernels(ctypes.CDLL(str(path)), path)
+        blas = cpu_blas_pool.install(kernels.lib)
     except SettingError:  # a bad EMBER_NUM_THREADS is the user's to fix, not a reason to run without the kernels
         raise
     except Exception as exc:  # a failed build (its stderr), an unwritable cache, a library that does not load
         return None, f"kernel build or load failed: {type(exc).__name__}: {exc}"
-    return kernels, f"native {kernels.simd}, {kernels.threads} threads ({path})"
+    return kernels, f"native {kernels.simd}, {kernels.threads} threads, {blas} ({path})"

@@ -190,6 +190,9 @@ static void matvec_rows(const void *p, int r0, int r1, int thread) {
 // job alone, as ember_chunks.
 #define DECODE_MIN_WORK (1L << 15)
 #define DECODE_CHUNK_WORK (1L << 15)
+// An LM head's job is cut into ~4 chunks (stories15M's 32000 x 288): in 64, a chunk read 288 pieces of 2 KB, each in
+// another page of the weight, and a token took 1.2x the time on two threads (8 chunks: 1.04x, 2: 0.98x)
+#define HEAD_CHUNK_WORK (1L << 23)
 static int decode_chunks(long n, long per_row) {
     return ember_chunks_sized(n, per_row, DECODE_MIN_WORK, DECODE_CHUNK_WORK);
 }
@@ -234,9 +237,10 @@ static int split_by_inputs(const intptr_t *w) {  // an input-major float32 weigh
 // ys[i] (rows) = W_i x for n <= 3 weights (W_FIELDS records at ws[i]), one job; x quantized once per activation kind
 // (q8dot.c's kinds: q, k and v of one type share one), into act's slots of act_bytes; input-major float32 weights
 // split by inputs into `part` (0: by outputs). pair: 1 + ACT_* to compute ys[0] = act(W_0 x) * W_1 x (gate and up),
-// in the job's chunks where the two weights allow it (else after the job). 0, or PARALLEL_LOST.
+// in the job's chunks where the two weights allow it (else after the job); ~chunk_work multiply-adds a chunk. 0, or
+// PARALLEL_LOST.
 static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, float *const *ys, uint8_t *act,
-                   long act_bytes, float *part) {
+                   long act_bytes, float *part, long chunk_work) {
     matvecs_job m = {n, 0, {0}, {{0}}};
     int kinds[MAX_MATVECS], units = 0;
     long work = 0;
@@ -270,7 +274,8 @@ static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, f
         m.pair = pair;
         units = m.first[1];
     }
-    int rc = ember_parallel(matvecs_rows, &m, units, decode_chunks(units, (work + units - 1) / units));
+    int chunks = ember_chunks_sized(units, (work + units - 1) / units, DECODE_MIN_WORK, chunk_work);
+    int rc = ember_parallel(matvecs_rows, &m, units, chunks);
     for (int i = 0; i < n; i++) {  // y = the partial sums of a weight split by inputs
         const matvec_job *j = &m.w[i];
         if (!j->part)
@@ -380,7 +385,7 @@ int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float
         return -1;
     intptr_t w[W_FIELDS] = {(intptr_t)wt, F32_INPUT_MAJOR, rows, cols, lead};
     const intptr_t *ws[1] = {w};
-    return matvecs(ws, 1, 0, x, &y, 0, 0, 0);  // (a head's bands of outputs are hundreds wide: split by outputs)
+    return matvecs(ws, 1, 0, x, &y, 0, 0, 0, HEAD_CHUNK_WORK);  // (by outputs: a head's bands are thousands wide)
 }
 
 // bytes of scratch ember_decode needs for caches of at most `max_length` rows
@@ -427,7 +432,7 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         rms_norm(x, (const float *)layer[L_NORM_ATTN], eps, dim, h);
         const intptr_t *qkv[3] = {layer + L_Q, layer + L_K, layer + L_V};
         float *qkv_out[3] = {q, k, v};
-        rc |= matvecs(qkv, 3, 0, h, qkv_out, act, act_bytes, part);
+        rc |= matvecs(qkv, 3, 0, h, qkv_out, act, act_bytes, part, DECODE_CHUNK_WORK);
         const float *cs = rope_tables + layer[L_ROPE] * hd;
         for (int i = 0; i < heads; i++) {
             if (layer[L_NORM_Q])
@@ -450,7 +455,7 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         attend_job at = {q, kc, vc, heads / kvh, hd, cap, length, scale, work, stride, o};
         rc |= ember_parallel(attend_heads, &at, heads, decode_chunks(heads, 2L * length * hd));
         const intptr_t *wo[1] = {layer + L_O};
-        rc |= matvecs(wo, 1, 0, o, &a, act, act_bytes, part);
+        rc |= matvecs(wo, 1, 0, o, &a, act, act_bytes, part, DECODE_CHUNK_WORK);
         if (layer[L_NORM_ATTN_POST])
             rms_norm(a, (const float *)layer[L_NORM_ATTN_POST], eps, dim, a);
         for (int i = 0; i < dim; i++)
@@ -459,9 +464,9 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         rms_norm(x, (const float *)layer[L_NORM_FFN], eps, dim, h);
         const intptr_t *gu[2] = {layer + L_GATE, layer + L_UP};
         float *gu_out[2] = {g, u};
-        rc |= matvecs(gu, 2, 1 + act_kind, h, gu_out, act, act_bytes, part);
+        rc |= matvecs(gu, 2, 1 + act_kind, h, gu_out, act, act_bytes, part, DECODE_CHUNK_WORK);
         const intptr_t *wd[1] = {layer + L_DOWN};
-        rc |= matvecs(wd, 1, 0, g, &a, act, act_bytes, part);
+        rc |= matvecs(wd, 1, 0, g, &a, act, act_bytes, part, DECODE_CHUNK_WORK);
         if (layer[L_NORM_FFN_POST])
             rms_norm(a, (const float *)layer[L_NORM_FFN_POST], eps, dim, a);
         for (int i = 0; i < dim; i++)
