@@ -185,11 +185,12 @@ static void matvec_rows(const void *p, int r0, int r1, int thread) {
 }
 
 // A decoded token's jobs come one after another with the workers spinning between them (threads.c, pool.c), so a
-// job here pays off on threads from less work than PARALLEL_MIN_WORK (which allows for waking a sleeping worker);
-// a finer cut than PARALLEL_CHUNK_WORK evens out two threads' shares of a small model's matvecs. A function of the
-// job alone, as ember_chunks.
+// job here pays off on threads from less work than PARALLEL_MIN_WORK (which allows for waking a sleeping worker).
+// Chunks of ~128k multiply-adds: on a host whose core streams SmolLM2's Q4_1 step in ~4 ms, chunks of 32k (~100 a
+// layer, two claims of a shared cache line each) made two threads slower than one (4.7 against 4.2 ms); 64k took
+// 3.1 ms, 128k 2.6, 512k 3.3. A function of the job alone, as ember_chunks.
 #define DECODE_MIN_WORK (1L << 15)
-#define DECODE_CHUNK_WORK (1L << 15)
+#define DECODE_CHUNK_WORK (1L << 17)
 // An LM head's job is cut into ~4 chunks (stories15M's 32000 x 288): in 64, a chunk read 288 pieces of 2 KB, each in
 // another page of the weight, and a token took 1.2x the time on two threads (8 chunks: 1.04x, 2: 0.98x)
 #define HEAD_CHUNK_WORK (1L << 23)
