@@ -4,7 +4,7 @@ inside on one thread, p, bounds what N threads can give (Amdahl: 1 / ((1 - p) + 
 on 2 threads is measured too. Shares are ratios of times in one process, so a loaded machine skews them less than
 the wall-clock ratios of bench_web_threads.py.
 
-    python bench/bench_pool_profile.py [--tools gemma,whisper,yolo,embed] [--rounds 2] [--json]
+    python bench/bench_pool_profile.py [--tools gemma,whisper,yolo,embed | chat] [--json]
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_web_threads import NEW_TOKENS, PROMPT, SENTENCES, TOOL_OF, build  # noqa: E402
+from bench_web_threads import FOLDER_OF, NEW_TOKENS, PROMPT, SENTENCES, TOOL_OF, build  # noqa: E402
 from pyodide_runner import PyodideSession  # noqa: E402
 
 CODE = r'''
@@ -52,9 +52,9 @@ TOOL, FOLDER = {tool!r}, {folder!r}
 mod = T.get({tool_module!r})
 with weights_in_pool():
     mod.load(FOLDER, "cpu")
-INPUT = {{"gemma": {prompt!r}, "whisper": open("/hub/speech.wav", "rb").read(),
+INPUT = {{"gemma": {prompt!r}, "chat": {prompt!r}, "whisper": open("/hub/speech.wav", "rb").read(),
           "yolo": open("/hub/bus.png", "rb").read(), "embed": {sentences!r}}}[TOOL]
-OPTS = {{"temperature": 0, "max_new_tokens": {new_tokens}}} if TOOL == "gemma" else {{}}
+OPTS = {{"temperature": 0, "max_new_tokens": {new_tokens}}} if TOOL in ("gemma", "chat") else {{}}
 out = {{}}
 for active in (1, 2, 1, 2):
     js.emberPool.setActive(active)
@@ -87,8 +87,7 @@ def main(argv=None):
         site, hub = build(Path(tmp), tools)
         models = site / "models"
         for tool in tools:
-            folder = next(models.glob({"gemma": "gemma-*", "whisper": "whisper-*", "yolo": "yolov8s-*",
-                                       "embed": "all-MiniLM-*"}[tool]))
+            folder = next(models.glob(FOLDER_OF[tool]))
             code = CODE.format(tool=tool, folder=f"/models/{folder.name}", tool_module=TOOL_OF[tool], prompt=PROMPT,
                                sentences=SENTENCES, new_tokens=NEW_TOKENS)
             with PyodideSession(packages=("numpy", "pillow"), threads=2, mounts={"/models": models, "/hub": hub}) as s:

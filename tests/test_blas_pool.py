@@ -1,6 +1,6 @@
 """numpy's OpenBLAS runs its threaded jobs on the native kernels' threads (cpu_blas_pool.py, threads.c's
 ember_blas_jobs): the products are OpenBLAS's own bits, callers on several Python threads at once beside the kernels'
-jobs get their answers, and the gang under it (every job of a call at once, on threads of their own: OpenBLAS's GEMM
+jobs and in forked children get their answers, and the gang under it (every job of a call at once, on threads of their own: OpenBLAS's GEMM
 threads wait for one another's packed panels) holds where it could deadlock: workers started just before the jobs
 are posted, a gang asked for from inside a kernel's chunk, a gang waiting for another thread's job."""
 from __future__ import annotations
@@ -25,6 +25,8 @@ _PRODUCTS = textwrap.dedent("""
     from threadpoolctl import threadpool_limits
     from ember.backends import cpu_matmul
     status = cpu_matmul.native_kernels_status()
+    def _check(_):
+        return bool(np.array_equal(a @ b, want))
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(2, 301, 517)).astype(np.float32), rng.normal(size=(517, 263)).astype(np.float32)
     out = {"status": status}
@@ -50,6 +52,10 @@ _PRODUCTS = textwrap.dedent("""
         [t.start() for t in ts]
         [t.join() for t in ts]
         out["concurrent_ok"] = not wrong
+        import multiprocessing as mp  # a forked child has none of the pool's workers: it starts its own
+        ctx = mp.get_context("fork")
+        with ctx.Pool(2) as p:
+            out["forked_ok"] = all(p.map(_check, range(2)))
     print(json.dumps(out))
 """)
 
@@ -73,6 +79,7 @@ def test_openblas_jobs_on_the_kernels_threads_give_openblas_own_bits(threads):
         assert pooled[key] == own[key], key
     assert pooled["inv"] and own["inv"]
     assert pooled["concurrent_ok"] and own["concurrent_ok"]
+    assert pooled["forked_ok"] and own["forked_ok"]
 
 
 _HARNESS = r"""
