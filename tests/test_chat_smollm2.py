@@ -134,8 +134,7 @@ def test_q8_activations_against_llamacpp(q8, path):
         assert min(agree) >= 0
 
 
-def test_second_turn_prefills_only_the_new_tokens(q8):
-    model, tok = q8
+def _second_turn(model, tok):
     chat = ChatSession(ChatEngine(model, tok), system="Answer briefly.")
     first = chat.send("What is the capital of France?", max_tokens=24)
     first.text()
@@ -143,20 +142,29 @@ def test_second_turn_prefills_only_the_new_tokens(q8):
     second = chat.send("And of Germany?", max_tokens=24)
     second.text()
     r2 = chat.last
+    # each greedy token of the second reply against the logits of one fresh forward over the prompt and that reply
+    ids = chat.engine.prompt_ids(chat.messages[:-1]) + list(r2.tokens)
+    assert len(ids) == r2.prompt_tokens + len(r2.tokens)
+    with ember.no_grad():
+        logits = model(ember.tensor([ids])).logits.numpy()[0, r2.prompt_tokens - 1:-1]   # (reply, vocab)
+    return r1, r2, logits.max(-1) - logits[np.arange(len(r2.tokens)), r2.tokens]
+
+
+@pytest.mark.parametrize("activations", ["q8", "float32"])
+def test_second_turn_prefills_only_the_new_tokens(q8, path, activations):
+    model, tok = q8 if activations == "q8" else load_text_model(path, activations="float32")
+    r1, r2, gaps = _second_turn(model, tok)
     assert r1.cached_tokens == 0 and r1.prefill_tokens == r1.prompt_tokens
     # the cache held the first prompt and the reply it generated; the second prompt re-renders both
     assert r2.cached_tokens >= r1.prompt_tokens + len(r1.tokens) - 1
     assert r2.prefill_tokens == r2.prompt_tokens - r2.cached_tokens < 20
     # the reused cache holds the first reply's keys and values as the one-token decode steps computed them
-    # (another summation order than one prefill of the whole text): each greedy token of the second reply is, in
-    # the logits of one fresh forward over the prompt and that reply, the argmax or within a near-tie of it (a
-    # stale or misplaced cache row moves logits by whole units)
-    ids = chat.engine.prompt_ids(chat.messages[:-1]) + list(r2.tokens)
-    assert len(ids) == r2.prompt_tokens + len(r2.tokens)
-    with ember.no_grad():
-        logits = model(ember.tensor([ids])).logits.numpy()[0, r2.prompt_tokens - 1:-1]   # (reply, vocab)
-    gaps = logits.max(-1) - logits[np.arange(len(r2.tokens)), r2.tokens]
-    assert gaps.max() < 0.05, gaps
+    # (another summation order than one prefill of the whole text): each greedy token is the fresh forward's argmax
+    # or within a near-tie of it, where a stale or misplaced cache row moves logits by whole units. With float32
+    # activations the orders differ in the last bits only; with 8-bit ones an activation of a cached row that
+    # rounds the other way moves a logit by ~0.1-0.2 (0.15 and 0.17 seen on an AVX2-VNNI host: float32's gaps there
+    # were 0)
+    assert gaps.max() < (0.05 if activations == "float32" else 0.5), gaps
     print(f"turn 1: {r1.prefill_tokens} tokens prefilled, first token after {r1.ttft_s * 1000:.0f} ms; turn 2: "
           f"{r2.prefill_tokens} of {r2.prompt_tokens} prefilled, first token after {r2.ttft_s * 1000:.0f} ms")
 
