@@ -256,9 +256,9 @@ def load() -> tuple[NativeKernels | None, str]:
         if not path.is_file():
             build(cc, path)
         kernels = NativeKernels(ctypes.CDLL(str(path)), path)
-        blas = cpu_blas_pool.install(kernels.lib)
     except SettingError:  # a bad EMBER_NUM_THREADS is the user's to fix, not a reason to run without the kernels
         raise
     except Exception as exc:  # a failed build (its stderr), an unwritable cache, a library that does not load
         return None, f"kernel build or load failed: {type(exc).__name__}: {exc}"
+    blas = cpu_blas_pool.install(kernels.lib)  # (what it cannot do it says: the kernels serve either way)
     return kernels, f"native {kernels.simd}, {kernels.threads} threads, {blas} ({path})"

@@ -191,9 +191,6 @@ static void matvec_rows(const void *p, int r0, int r1, int thread) {
 // 3.1 ms, 128k 2.6, 512k 3.3. A function of the job alone, as ember_chunks.
 #define DECODE_MIN_WORK (1L << 15)
 #define DECODE_CHUNK_WORK (1L << 17)
-// An LM head's job is cut into ~4 chunks (stories15M's 32000 x 288): in 64, a chunk read 288 pieces of 2 KB, each in
-// another page of the weight, and a token took 1.2x the time on two threads (8 chunks: 1.04x, 2: 0.98x)
-#define HEAD_CHUNK_WORK (1L << 23)
 static int decode_chunks(long n, long per_row) {
     return ember_chunks_sized(n, per_row, DECODE_MIN_WORK, DECODE_CHUNK_WORK);
 }
@@ -386,7 +383,7 @@ int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float
         return -1;
     intptr_t w[W_FIELDS] = {(intptr_t)wt, F32_INPUT_MAJOR, rows, cols, lead};
     const intptr_t *ws[1] = {w};
-    return matvecs(ws, 1, 0, x, &y, 0, 0, 0, HEAD_CHUNK_WORK);  // (by outputs: a head's bands are thousands wide)
+    return matvecs(ws, 1, 0, x, &y, 0, 0, 0, MATVEC_HEAD_CHUNK_WORK);  // (by outputs: a head's bands are thousands wide)
 }
 
 // bytes of scratch ember_decode needs for caches of at most `max_length` rows

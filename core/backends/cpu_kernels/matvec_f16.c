@@ -25,13 +25,14 @@ static void f16_rows(const void *p, int r0, int r1, int thread) {  // (parallel.
 }
 
 // y (rows) = x (cols) @ wt (cols, rows, `lead` halves a row), split between threads by blocks of 8 outputs in ~4
-// chunks (decode.c's HEAD_CHUNK_WORK: a thread streams long pieces of each input's row). 0, -1 for cols not a
-// multiple of 8, or PARALLEL_LOST.
+// chunks (matvec_f32.h's MATVEC_HEAD_CHUNK_WORK: a thread streams long pieces of each input's row). 0, -1 for cols
+// not a multiple of 8, or PARALLEL_LOST.
 EMBER_EXPORT(ember_matvec_f16)
 int ember_matvec_f16(const uint16_t *wt, long lead, int rows, int cols, const float *x, float *y) {
     if (cols % 8 != 0)
         return -1;
     f16_job j = {wt, lead, rows, cols, x, y};
     int blocks = (rows + 7) / 8;
-    return ember_parallel(f16_rows, &j, blocks, ember_chunks_sized(blocks, 16L * cols, PARALLEL_MIN_WORK, 1L << 23));
+    int chunks = ember_chunks_sized(blocks, 16L * cols, PARALLEL_MIN_WORK, MATVEC_HEAD_CHUNK_WORK);
+    return ember_parallel(f16_rows, &j, blocks, chunks);
 }

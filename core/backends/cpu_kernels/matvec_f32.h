@@ -73,6 +73,11 @@ MATVEC_INPUT_MAJOR(matvec_f16_input_major, uint16_t, load8_f16, load1_f16)
 // thread. matvec_sum_partials adds them in unit order after the job: the same bits on any thread count.
 #define MATVEC_SEG_INPUTS 32
 
+// An LM head's row-vector product (ember_matvec_f32, ember_matvec_f16) is cut into ~4 chunks of this much work
+// (stories15M's 32000 x 288, Whisper's 51864 x 384): in 64, a chunk read 288 pieces of 2 KB, each in another page
+// of the weight, and a stories15M token took 1.2x the time on two threads (8 chunks: 1.04x, 2: 0.98x)
+#define MATVEC_HEAD_CHUNK_WORK (1L << 23)
+
 static inline void matvec_sum_partials(const float *part, int units, int rows, const float *bias, float *y) {
     for (int o = 0; o < rows; o++) {
         float t = part[o];

@@ -163,11 +163,10 @@ int ember_threads(int n) {
 
 int ember_parallel_threads(void) { return pool.active; }
 
-// A job's fields are written while its number reads CLOSED and no worker is inside the last one: a worker that
-// saw the last job late finds its chunks all claimed and leaves without reading the new fields half-written.
-// The caller waits for the last chunk spinning, then yielding the CPU.
-// The job's fields are written, the workers woken where any sleep, the caller computes its share and waits for the
-// rest; the caller holds pool.busy.
+// A job run by its caller, who holds pool.busy. Its fields are written while its number reads CLOSED and no worker
+// is inside the last one: a worker that saw the last job late finds its chunks all claimed (or, a gang's, its
+// number gone) and leaves without reading the new fields half-written. Sleeping workers are woken; the caller
+// computes its share, then waits for the last chunk spinning, then yielding the CPU.
 static void run_job(ember_rows_fn fn, const void *args, int n, int chunks, int gang) {
     static int number;
     atomic_store(&pool.gen, CLOSED);
@@ -219,8 +218,9 @@ static void *run_own(void *p) {
     return 0;
 }
 
-// Chunks [0, n) each on a thread of its own, all at once (threads made for this call and joined): a gang asked for
-// from inside a chunk, where the pool is taken by the job that chunk belongs to.
+// Chunks [0, n) each on a thread of its own, all at once (threads made for this call and joined): a gang the pool
+// cannot run (asked for from inside a chunk, where the pool is taken by that chunk's job; more chunks than the
+// pool has threads; workers that could not be started).
 static void gang_on_own_threads(ember_rows_fn fn, const void *args, int n) {
     pthread_t *th = malloc(n * sizeof *th);
     own_thread *t = malloc(n * sizeof *t);
@@ -239,9 +239,8 @@ static void gang_on_own_threads(ember_rows_fn fn, const void *args, int n) {
 }
 
 // Chunk c of [0, n) computed by thread c, the n at once, for work whose chunks wait for one another (OpenBLAS's
-// GEMM threads exchange packed panels). Workers are started as needed (beyond the count
-// in use for the kernels' jobs, which this does not change); while another thread's job holds the pool, this waits
-// for it.
+// GEMM threads exchange packed panels). Workers are started as needed (beyond the count in use for the kernels'
+// jobs, which this does not change); while another thread's job holds the pool, this waits for it.
 static void ember_gang(ember_rows_fn fn, const void *args, int n) {
     if (n <= 1) {
         if (n == 1)
