@@ -89,10 +89,11 @@ class Backend:
         """Whether arrays of this ember dtype can live on the device (e.g. WebGPU has no float64)."""
         return True
 
-    def weight_layout(self, w):
+    def weight_layout(self, w, dtype=None):
         """A linear layer's (out, in) weight, re-stored for the `x @ w.T` reads of every forward: same
-        values and shape, any memory layout. Called once after loading weights; default unchanged."""
-        return w
+        values and shape, any memory layout; cast to ember dtype `dtype` on the way where given (loading
+        builds the stored copy straight from the checkpoint's array). Default: unchanged but for the cast."""
+        return w if dtype is None else self.cast(w, dtype)
 
     # -- elementwise ----------------------------------------------------------------------
     def unary(self, op, x):

@@ -43,14 +43,19 @@ class NumpyBackend(ArrayModuleBackend):
     _down = staticmethod(D.f32_to_bf16_bits)  # branches on NaN instead of a where over every element
 
     # -- layout -----------------------------------------------------------------------------------
-    def weight_layout(self, w):
+    def weight_layout(self, w, dtype=None):
         # input-major storage makes w.T C-contiguous: OpenBLAS then streams a decoding step's
         # row-vector x weight product 1.2-2x faster than from the (out, in) rows (bench_llama)
         # (not under Pyodide: no BLAS to feed there, and the wasm kernels read either layout; nor in deterministic
         # mode: the kernels' one-row product sums in an order that follows the layout, so it keeps the page's)
-        if not NO_BLAS and not deterministic() and w.ndim == 2 and w.dtype.kind == "f" and w.flags.c_contiguous and w.size >= 16384:
-            return np.ascontiguousarray(w.T).T
-        return w
+        to = w.dtype if dtype is None else dtype.np
+        if not NO_BLAS and not deterministic() and w.ndim == 2 and to.kind == "f" and w.flags.c_contiguous and w.size >= 16384:
+            if w.dtype.kind != "f":  # bfloat16 bits: widened by the cast
+                w = self.cast(w, dtype)
+            # a checkpoint's float16 cast and transposed in one pass: a row-major float32 twin of the matrix
+            # was a transient as large as the weight (Whisper's 80 MB tied head: a cold process's peak)
+            return np.ascontiguousarray(w.T, dtype=to).T
+        return w if dtype is None else self.cast(w, dtype)
 
     # -- compute ----------------------------------------------------------------------------------
     def matmul(self, a, b):

@@ -41,8 +41,8 @@ class Linear(Module):
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
 
-    def _after_load(self):
-        relayout_linear_weight(self.weight)
+    def _linear_weights(self):
+        return (self.weight,)
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

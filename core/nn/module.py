@@ -200,23 +200,34 @@ class Module:
         source = None if source is None else os.fspath(source)
         missing, unexpected = check_state_dict({k: tuple(v.shape) for k, v in own.items()}, state_dict, strict,
                                                source, type(self).__name__)
+        # weights a linear reads (`_linear_weights`) are stored the way their backend reads them fastest, built
+        # straight from the checkpoint's array (no second full-size copy on the way)
+        linear = {id(p) for m in self.modules() for p in m._linear_weights()}
         with A.no_grad():
             for k, t in own.items():
                 if k not in state_dict:
+                    if id(t) in linear:
+                        t._data = t.device.backend.weight_layout(t._data)
                     continue
                 src = state_dict[k]
                 if not isinstance(src, Tensor):
                     from ..tensor import tensor
                     src = tensor(src)
-                if assign:
-                    src = src.to(t.device)
-                else:
-                    src = src.to(device=t.device, dtype=t.dtype)
-                t._data = src._data  # safe to share: tensors never mutate backend arrays in place
-        for m in self.modules():  # e.g. Linear re-stores its weight the way its backend reads it fastest
+                src = src.to(t.device)
+                cast = None if assign or src.dtype is t.dtype else t.dtype
+                if id(t) in linear:
+                    t._data = t.device.backend.weight_layout(src._data, cast)
+                    continue
+                t._data = (src.to(dtype=cast) if cast is not None else src)._data  # shared: never mutated in place
+        for m in self.modules():
             if hasattr(m, "_after_load"):
                 m._after_load()
         return missing, unexpected
+
+    def _linear_weights(self):
+        """This module's own parameters that F.linear reads as (out, in) weights (a tied embedding is one):
+        load_state_dict stores them in their backend's weight_layout. Default: none."""
+        return ()
 
     # ------------------------------------------------------------------ modes / devices
     def train(self, mode=True):

@@ -142,8 +142,8 @@ class TextDecoder(nn.Module):
         cache.pos += t
         return self.layer_norm(x), cache
 
-    def _after_load(self):  # the tied embedding is also the output projection: store it as F.linear reads it
-        nn.relayout_linear_weight(self.embed_tokens.weight)
+    def _linear_weights(self):  # the tied embedding is also the output projection: store it as F.linear reads it
+        return (self.embed_tokens.weight,)
 
     def logits(self, hidden):
         """hidden (batch, T, d) -> logits (batch, T, n_vocab) through the tied embedding (one token's in the fused

@@ -1,0 +1,74 @@
+"""Loading holds one full-size copy of a weight at a time: a float16 checkpoint's linear weights are cast and
+re-stored in their backend's layout in one pass, and the float16 twin the half-precision products read is
+checked a chunk at a time. Peaks measured with tracemalloc (numpy reports its buffers to it)."""
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import ember
+from ember import nn
+from ember.backends import cpu_matmul
+
+OUT, IN = 2048, 1024  # 8 MiB in float32
+
+
+def _peak(fn):
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        out = fn()
+        return out, tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def _half_state(rng):
+    return {"weight": rng.standard_normal((OUT, IN)).astype(np.float16),
+            "bias": rng.standard_normal(OUT).astype(np.float16)}
+
+
+def test_half_checkpoint_into_float32_linear_one_copy():
+    rng = np.random.default_rng(0)
+    state = {k: ember.tensor(v) for k, v in _half_state(rng).items()}
+    lin = nn.Linear(IN, OUT)  # its initial weight is held before the measurement starts
+    _, peak = _peak(lambda: lin.load_state_dict(state))
+    f32 = OUT * IN * 4
+    assert peak < 1.25 * f32, f"loading held {peak / f32:.2f}x the weight's float32 size"
+    w = lin.weight._data
+    np.testing.assert_array_equal(w, state["weight"].numpy().astype(np.float32))
+    assert lin.weight.dtype is ember.float32 and lin.bias.dtype is ember.float32
+    # the layout the backend reads fastest, as a float32 checkpoint's weight gets it
+    ref = nn.Linear(IN, OUT)
+    ref.load_state_dict({k: v.numpy().astype(np.float32) for k, v in state.items()})
+    assert w.strides == ref.weight._data.strides
+    x = ember.tensor(rng.standard_normal((3, IN)).astype(np.float32))
+    np.testing.assert_array_equal(lin(x).numpy(), ref(x).numpy())
+
+
+def test_missing_linear_weight_is_still_restored():
+    lin = nn.Linear(IN, OUT)
+    before = lin.weight.numpy().copy()
+    lin.load_state_dict({"bias": np.zeros(OUT, np.float32)}, strict=False)
+    ref = nn.Linear(IN, OUT)
+    ref.load_state_dict({"weight": before, "bias": np.zeros(OUT, np.float32)})
+    np.testing.assert_array_equal(lin.weight.numpy(), before)
+    assert lin.weight._data.strides == ref.weight._data.strides
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_half_copy_checks_in_chunks(transposed):
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((OUT, IN)).astype(np.float16).astype(np.float32)
+    b = np.ascontiguousarray(w.T).T if transposed else w  # a re-stored weight's view, or a plain matrix
+    h, peak = _peak(lambda: cpu_matmul._exact_halves(b))
+    assert h is not None and h.dtype == np.float16 and h.strides == (b.strides[0] // 2, b.strides[1] // 2)
+    np.testing.assert_array_equal(h.astype(np.float32), b)
+    assert peak < 1.25 * b.nbytes / 2, f"the check held {peak / (b.nbytes / 2):.2f}x the half copy's size"
+    late = w.copy()
+    late[-1, -1] = np.float32(1 + 2 ** -20)  # not a half, in the last chunk
+    assert cpu_matmul._exact_halves(np.ascontiguousarray(late.T).T if transposed else late) is None
+    nan = w.copy()
+    nan[OUT // 2, 3] = np.nan
+    assert cpu_matmul._exact_halves(nan) is None
