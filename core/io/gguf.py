@@ -53,10 +53,18 @@ _PLAIN_TO_EMBER = {"F32": dtypes.float32, "F16": dtypes.float16, "BF16": dtypes.
 class GGUFValue:
     """A metadata value with its GGUF type spelled out (sub_type: the element type of an ARRAY).
     The reader's `fields` hold these; pass them to `save` to write exactly those types back."""
-    __slots__ = ("value", "type", "sub_type")
+    __slots__ = ("_value", "type", "sub_type")
 
     def __init__(self, value, type: int, sub_type: int | None = None):
-        self.value, self.type, self.sub_type = value, type, sub_type
+        self._value, self.type, self.sub_type = value, type, sub_type
+
+    @property
+    def value(self):
+        """The value; a numeric array as a list, made on each read: the reader holds it as a numpy array (a
+        262k-word vocabulary's scores: 1 MB where a list of Python floats held 8 MB as long as the header
+        stayed cached)."""
+        v = self._value
+        return v.tolist() if isinstance(v, np.ndarray) else v
 
     def __repr__(self):
         sub = f"[{TYPE_NAMES[self.sub_type]}]" if self.type == ARRAY and self.sub_type is not None else ""
@@ -168,7 +176,7 @@ class _Cursor:
                 dt = np.dtype(_NUMERIC[sub])
                 n = self.count(f"the element count of {what}", dt.itemsize)
                 arr = np.frombuffer(self.take(n * dt.itemsize, what), dt)
-                return (arr.astype(bool) if sub == BOOL else arr).tolist(), sub
+                return (arr.astype(bool) if sub == BOOL else arr.copy()), sub  # owned: not a view of the read
             if sub == STRING:
                 n = self.count(f"the element count of {what}", 8)
                 return self.strings(n, what), sub
@@ -183,9 +191,15 @@ class _Cursor:
         return v, ARRAY, sub
 
 
-# (path, size) -> (header bytes, the parse of them) of the file opened last: parsing a header is Python work a
-# field at a time (a 262k-word vocabulary), reading its bytes to compare is one read
+# (path, size) -> (the header's length and digest, the parse of it) of the file opened last: parsing a header is
+# Python work a field at a time (a 262k-word vocabulary), reading and hashing its bytes to compare is one read
+# (the digest rather than the bytes: Gemma 3's 6.5 MB header stayed resident for the process's life)
 _HEADERS: dict = {}
+
+
+def _digest(header: bytes) -> bytes:
+    import hashlib
+    return hashlib.blake2b(header, digest_size=32).digest()
 
 
 class GGUFReader(LazyFile):
@@ -217,14 +231,14 @@ class GGUFReader(LazyFile):
         key = None if self._file is None else (os.path.realpath(os.fspath(src)), total)
         try:
             seen = _HEADERS.get(key) if key is not None else None
-            if seen is not None and read(0, len(seen[0])) == seen[0]:  # these header bytes parsed already
+            if seen is not None and _digest(read(0, seen[0][0])) == seen[0][1]:  # this header parsed already
                 (self.version, self.fields, self.alignment, self.tensor_infos, self.data_offset) = seen[1]
             else:
                 self._parse(_Cursor(read, total, self.where))
                 if key is not None:
                     _HEADERS.clear()  # one file's header kept: a CLI reads it for its family, metadata and weights
-                    _HEADERS[key] = (read(0, self.data_offset), (self.version, self.fields, self.alignment,
-                                                                  self.tensor_infos, self.data_offset))
+                    _HEADERS[key] = ((self.data_offset, _digest(read(0, self.data_offset))),
+                                     (self.version, self.fields, self.alignment, self.tensor_infos, self.data_offset))
         except BaseException:
             self.close()
             raise

@@ -19,6 +19,7 @@ from __future__ import annotations
 import codecs
 
 import heapq
+from array import array
 
 from .errors import TokenizerError
 
@@ -39,7 +40,13 @@ class SpmTokenizer:
         for name, i in (("bos_token_id", bos_id), *(("eos_token_id", e) for e in eos_ids)):
             if i is not None and not 0 <= i < n:
                 raise TokenizerError(f"{where}: tokenizer.ggml.{name} {i} is outside the vocabulary [0, {n})")
-        self.tokens, self.scores, self.types = list(tokens), [float(s) for s in scores], list(types)
+        # scores as float32 (llama.cpp's type) and types in arrays: 262k Python floats were 8 MB
+        try:
+            self.scores, self.types = array("f", scores), array("q", types)
+        except (TypeError, OverflowError) as e:
+            raise TokenizerError(f"{where}: tokenizer.ggml.scores must be numbers and token_type integers "
+                                 f"within int64 ({e})") from None
+        self.tokens = list(tokens)
         self.bos_id, self.eos_ids = bos_id, list(eos_ids)
         self.add_bos, self.add_space_prefix = add_bos, add_space_prefix
         self.lookup = {t: i for i, t in enumerate(self.tokens)}  # a repeated text maps to its last id, as llama.cpp
