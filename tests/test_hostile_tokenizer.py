@@ -206,3 +206,14 @@ def test_an_empty_user_defined_gguf_token_is_never_cut():
         for special in (False, True):
             assert tok.encode(text, special=special) == ref.encode(text, special=special), (text, special)
     assert tok.encode("a<|user|>b", special=True)[2] == 4
+
+
+@pytest.mark.parametrize("field, value", [("tokenizer.ggml.scores", ["high"] + [0.0] * 3),
+                                          ("tokenizer.ggml.token_type", [1, 1, 2 ** 70, 1]),
+                                          ("tokenizer.ggml.token_type", [1, "control", 1, 1])])
+def test_gguf_vocabulary_scores_and_types_must_be_numbers(field, value):
+    from ember.tokenizers.gguf_spm import SpmTokenizer
+    md = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["<unk>", "<s>", "a", "b"],
+          "tokenizer.ggml.scores": [0.0] * 4, "tokenizer.ggml.token_type": [2, 3, 1, 1], field: value}
+    with pytest.raises(TokenizerError, match="x.gguf: tokenizer.ggml.scores must be numbers"):
+        SpmTokenizer.from_gguf_metadata(md, "x.gguf")

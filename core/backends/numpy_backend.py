@@ -50,7 +50,7 @@ class NumpyBackend(ArrayModuleBackend):
         # mode: the kernels' one-row product sums in an order that follows the layout, so it keeps the page's)
         to = w.dtype if dtype is None else dtype.np
         if not NO_BLAS and not deterministic() and w.ndim == 2 and to.kind == "f" and w.flags.c_contiguous and w.size >= 16384:
-            if w.dtype.kind != "f":  # bfloat16 bits: widened by the cast
+            if w.dtype.kind != "f":  # bfloat16 bits (or integers): the backend's cast first
                 w = self.cast(w, dtype)
             # a checkpoint's float16 cast and transposed in one pass: a row-major float32 twin of the matrix
             # was a transient as large as the weight (Whisper's 80 MB tied head: a cold process's peak)
