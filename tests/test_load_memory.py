@@ -72,3 +72,32 @@ def test_half_copy_checks_in_chunks(transposed):
     nan = w.copy()
     nan[OUT // 2, 3] = np.nan
     assert cpu_matmul._exact_halves(nan) is None
+
+
+def test_bfloat16_checkpoint_into_float32_linear_one_copy():
+    rng = np.random.default_rng(2)
+    w32 = rng.standard_normal((OUT, IN)).astype(np.float32)
+    state = {"weight": ember.tensor(w32).to(ember.bfloat16), "bias": ember.tensor(np.zeros(OUT, np.float32))}
+    lin = nn.Linear(IN, OUT)
+    _, peak = _peak(lambda: lin.load_state_dict(state))
+    assert peak < 1.25 * OUT * IN * 4, f"loading held {peak / (OUT * IN * 4):.2f}x the weight's float32 size"
+    np.testing.assert_array_equal(lin.weight.numpy(), state["weight"].to(ember.float32).numpy())
+
+
+def test_tied_embedding_is_stored_for_the_head_from_a_bfloat16_checkpoint():
+    # the tied table a model names in _linear_weights is stored as a Linear weight is, cast on the way
+    from ember.models.llama import Llama, LlamaConfig
+    cfg = LlamaConfig(vocab_size=512, dim=64, hidden_dim=128, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=32,
+                      tie_embeddings=True)
+    ember.manual_seed(0)
+    ref = Llama(cfg).eval()
+    half = {k: v.to(ember.bfloat16) for k, v in ref.state_dict().items()}
+    ref.load_state_dict({k: v.to(ember.float32) for k, v in half.items()})
+    got = Llama(cfg).eval()
+    got.load_state_dict(half)
+    table = got.output_embedding()
+    assert table.dtype is ember.float32
+    assert table._data.strides == ref.output_embedding()._data.strides == (4, 4 * 512)  # input-major, as lm heads
+    ids = ember.tensor([[1, 7, 300, 42]])
+    with ember.no_grad():
+        np.testing.assert_array_equal(got(ids).logits.numpy(), ref(ids).logits.numpy())

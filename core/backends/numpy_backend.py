@@ -22,6 +22,9 @@ _EINSUM_MAX = 1 << 22  # above this, multi-threaded BLAS streams a weight faster
 _REDUCE = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce, "prod": np.multiply.reduce}
 
 
+_LAYOUT_ROWS = 64  # rows of a weight weight_layout casts and transposes at once
+
+
 class NumpyBackend(ArrayModuleBackend):
     name = "cpu"
     on_host = True
@@ -50,11 +53,14 @@ class NumpyBackend(ArrayModuleBackend):
         # mode: the kernels' one-row product sums in an order that follows the layout, so it keeps the page's)
         to = w.dtype if dtype is None else dtype.np
         if not NO_BLAS and not deterministic() and w.ndim == 2 and to.kind == "f" and w.flags.c_contiguous and w.size >= 16384:
-            if w.dtype.kind != "f":  # bfloat16 bits (or integers): the backend's cast first
-                w = self.cast(w, dtype)
-            # a checkpoint's float16 cast and transposed in one pass: a row-major float32 twin of the matrix
-            # was a transient as large as the weight (Whisper's 80 MB tied head: a cold process's peak)
-            return np.ascontiguousarray(w.T, dtype=to).T
+            # cast and transposed a block of rows at a time: no full-size intermediate (a row-major float32 twin
+            # of Whisper's 80 MB tied head, or of a bfloat16 checkpoint's widened table, was a cold process's
+            # peak), and blocks of rows transpose faster than numpy's whole strided copy (41 vs 52 ms, 80 MB)
+            out = np.empty(w.shape[::-1], to)                                  # (in, out)
+            for a in range(0, w.shape[0], _LAYOUT_ROWS):
+                rows = w[a:a + _LAYOUT_ROWS]
+                out[:, a:a + _LAYOUT_ROWS] = (rows if rows.dtype.kind == "f" else self.cast(rows, dtype)).T
+            return out.T
         return w if dtype is None else self.cast(w, dtype)
 
     # -- compute ----------------------------------------------------------------------------------

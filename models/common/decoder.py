@@ -105,9 +105,9 @@ class CausalLM(nn.Module):
     def _dtype(self):  # host-built constants (masks, rotations) follow the weights' dtype
         return next(iter(self.parameters())).dtype
 
-    def _after_load(self):  # a tied embedding is also the output weight: store it the way F.linear reads it
-        if self.tie_embeddings:
-            nn.relayout_linear_weight(self.output_embedding())
+    def _linear_weights(self):  # a tied embedding is also the output weight: stored the way F.linear reads it
+        w = self.output_embedding() if self.tie_embeddings else None
+        return (w,) if isinstance(w, nn.Parameter) else ()
 
     def _mask(self, idx, kpos, window, valid, dtype, device):
         """The additive mask of queries at positions idx over keys at kpos (-1: an unwritten ring slot)."""

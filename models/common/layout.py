@@ -68,9 +68,8 @@ class LlamaLayout(CausalLM):
         emb = self.model.embed_tokens
         return emb if self.tie_embeddings and isinstance(emb, QEmbedding) else None
 
-    def _after_load(self):
-        if self._quantized_output() is None:
-            super()._after_load()
+    def _linear_weights(self):
+        return super()._linear_weights() if self._quantized_output() is None else ()
 
     def head(self, x):
         q = self._quantized_output()

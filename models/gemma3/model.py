@@ -15,7 +15,6 @@ import math
 import numpy as np
 
 from ember import nn
-from ember.quant import QTensor
 
 from ..common.attention import Attention
 from ..common.decoder import CausalLM
@@ -75,9 +74,9 @@ class Gemma3(CausalLM):
     def _dtype(self):
         return self.model.norm.weight.dtype
 
-    def _after_load(self):  # the tied float embedding is also the output weight: store it the way F.linear reads it
-        if not isinstance(self.model.embed_tokens.weight, (QTensor, type(None))):
-            nn.relayout_linear_weight(self.model.embed_tokens.weight)
+    def _linear_weights(self):  # the tied float embedding is also the output weight: stored as F.linear reads it
+        w = self.model.embed_tokens.weight
+        return (w,) if isinstance(w, nn.Parameter) else ()
 
     def embed(self, tokens, positions):
         x = self.model.embed_tokens(tokens)                                     # (B, T, dim)

@@ -114,9 +114,8 @@ class T5ForConditionalGeneration(nn.Module):
     def device(self):
         return self.shared.weight.device
 
-    def _after_load(self):
-        if self.config.tied:
-            nn.relayout_linear_weight(self.shared.weight)
+    def _linear_weights(self):  # the tied table is also the output weight: stored the way F.linear reads it
+        return (self.shared.weight,) if self.config.tied else ()
 
     def encoder_states(self, input_ids, attention_mask=None):
         """(B, S, dim) encoder output (transformers' encoder_last_hidden_state) and the (B, S) bool mask or None."""
