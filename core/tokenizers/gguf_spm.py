@@ -46,7 +46,7 @@ class SpmTokenizer:
         except (TypeError, OverflowError) as e:
             raise TokenizerError(f"{where}: tokenizer.ggml.scores must be numbers and token_type integers "
                                  f"within int64 ({e})") from None
-        self.tokens = list(tokens)
+        self.tokens = tokens if type(tokens) is list else list(tokens)  # (never written: the reader's list, shared)
         self.bos_id, self.eos_ids = bos_id, list(eos_ids)
         self.add_bos, self.add_space_prefix = add_bos, add_space_prefix
         self.lookup = {t: i for i, t in enumerate(self.tokens)}  # a repeated text maps to its last id, as llama.cpp
