@@ -217,16 +217,16 @@ def _exact_halves(b):
     """b as float16 when every value is exactly a half, else None. Converted and checked a chunk at a time in
     memory order: a whole-matrix round trip held float32 and bool temporaries as large as b (Whisper tiny.en's
     tied head: 100 MB on top of its 80, the peak of a cold process)."""
-    head = b.reshape(-1)[:4096] if b.flags.c_contiguous else b[:1]
-    if not np.array_equal(head.astype(np.float16).astype(np.float32), head):  # a float32 model's: told at once
-        return None
     flat = b.T if b.ndim == 2 and not b.flags.c_contiguous and b.T.flags.c_contiguous else b  # memory order
     if not flat.flags.c_contiguous:
+        head = b[:1]
+        if not np.array_equal(head.astype(np.float16).astype(np.float32), head):  # a float32 model's: told at once
+            return None
         h = b.astype(np.float16)
         return h if np.array_equal(h.astype(np.float32), b) else None
     h = np.empty(flat.shape, np.float16)
     src, dst = flat.reshape(-1), h.reshape(-1)
-    for i in range(0, src.size, _HALF_CHECK_ROWS):
+    for i in range(0, src.size, _HALF_CHECK_ROWS):  # (a float32 model's weight is told in the first chunk)
         part = dst[i:i + _HALF_CHECK_ROWS]
         np.copyto(part, src[i:i + _HALF_CHECK_ROWS], casting="unsafe")
         if not np.array_equal(part.astype(np.float32), src[i:i + _HALF_CHECK_ROWS]):
