@@ -1,6 +1,8 @@
 """Core benchmarks, as ratios measured in one run: per-op overhead (ember vs numpy vs torch eager),
-matmul 1024^2 and a ResNet-like conv2d vs torch on CPU at each thread count (1 and 2 by default, ember's BLAS and
-kernels and torch alike, interleaved, best of), `import ember` vs `import torch`.
+matmul 1024^2, encoder-shaped products (an activation of 32-128 rows times a weight, a model's worth of weights
+cycled so each comes from memory as in a forward pass: ember's gemm_native.c against numpy's OpenBLAS and torch)
+and a ResNet-like conv2d vs torch on CPU at each thread count (1 and 2 by default, ember's BLAS and kernels and
+torch alike, interleaved, best of), `import ember` vs `import torch`.
 
     python bench/bench_core.py [--threads 1,2]
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_core.py   # current numpy's own kernel
@@ -13,6 +15,10 @@ import sys
 import timeit
 
 import numpy as np
+
+
+# (rows, k, n): MiniLM's projections and FFN at 128 tokens, a 32-token prompt through a 768-wide FFN
+ENCODER_PRODUCTS = [(128, 384, 384), (128, 384, 1536), (128, 1536, 384), (32, 768, 3072)]
 
 
 def best(f, number, repeat=5):
@@ -91,6 +97,19 @@ def main():
         print(f"\nthreads {n} ({what}; torch {n}):")
         print(f"  matmul 1024^2: ember {te * 1e3:.1f} ms ({2 * 1024 ** 3 / te / 1e9:.1f} GFLOP/s), "
               f"torch {tt * 1e3:.1f} ms ({2 * 1024 ** 3 / tt / 1e9:.1f} GFLOP/s), ember/torch {te / tt:.2f}x")
+        for rows, k, n in ENCODER_PRODUCTS:
+            t = {"ember": float("inf"), "numpy": float("inf"), "torch": float("inf")}
+            xs = np.random.default_rng(4).standard_normal((rows, k)).astype(np.float32)
+            ws = [np.random.default_rng(5 + i).standard_normal((k, n)).astype(np.float32)
+                  for i in range(max(2, (64 << 20) // (k * n * 4)))]  # 64 MiB of weights: past L3, as in a model
+            runs = {"ember": (ember.tensor(xs), [ember.tensor(w) for w in ws]), "numpy": (xs, ws),
+                    "torch": (torch.tensor(xs), [torch.tensor(w) for w in ws])}
+            for _ in range(3):
+                for name, (xx, wl) in runs.items():
+                    t[name] = min(t[name], best(lambda: [xx @ w for w in wl], 3) / len(wl))
+            print(f"  {rows} x {k} @ {k} x {n} (weights from memory): ember {t['ember'] * 1e6:.0f} us, "
+                  f"numpy {t['numpy'] * 1e6:.0f} us, torch {t['torch'] * 1e6:.0f} us: ember/numpy "
+                  f"{t['ember'] / t['numpy']:.2f}x, ember/torch {t['ember'] / t['torch']:.2f}x")
         te = tt = float("inf")
         with torch.no_grad():
             for _ in range(3):  # interleaved rounds, best of

@@ -41,7 +41,7 @@ from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
 FILES = ("q8dot.c", "decode.c", "threads.c", "conv.c", "attention.c", "rows.c", "decode_xattn.c", "nbits.c",
-         "recurrent.c", "matvec_f16.c")  # (+ HEADERS)
+         "recurrent.c", "matvec_f16.c", "gemm_native.c")  # (+ HEADERS)
 HEADERS = ("simd.h", "half.h", "parallel.h", "fvec.h", "matvec_f32.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
 FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
@@ -67,11 +67,14 @@ class NativeKernels:
         lib.ember_decode.argtypes = [_P, _P, _P, _P, _P]
         lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
         lib.ember_matvec_f16.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
+        lib.ember_sgemm_native.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, ctypes.c_long, _P, ctypes.c_long]
+        lib.ember_sgemm_native_width.argtypes = []
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
         lib.ember_nbits_supports.argtypes = [_I, _I]
         lib.ember_nbits_matmul.argtypes = [_I, _I, _I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _P, _P, _P, _I]
         self._lib = lib
         self.simd = lib.ember_q8_simd().decode()
+        self.sgemm_width = lib.ember_sgemm_native_width()  # 0: no float GEMM kernel in this build (BLAS keeps it)
         self.threads = lib.ember_threads(default_threads())
         self._act = np.empty(1 << 16, np.uint8)  # the activations' blocks, grown on demand
         self._act_lock = threading.Lock()
@@ -112,6 +115,16 @@ class NativeKernels:
         """matvec_f32 for wt (k, n) float16 C-contiguous: the bits matvec_f32 gives on wt as float32, from half
         the bytes (matvec_f16.c)."""
         return self._matvec(self._lib.ember_matvec_f16, x, wt)
+
+    def sgemm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """a (m, k) @ b (k, n) -> (m, n) float32 C-contiguous (gemm_native.c, threads by panels of columns): float32
+        operands of unit column stride and whole-float row strides, as they lie. Only where sgemm_width > 0."""
+        (m, k), n = a.shape, b.shape[1]
+        c = np.empty((m, n), np.float32)
+        if self._lib.ember_sgemm_native(m, n, k, a.ctypes.data, a.strides[0] // 4, b.ctypes.data, b.strides[0] // 4,
+                                        c.ctypes.data, n) != 0:
+            raise ValueError(f"ember: gemm_native.c refused a ({m}, {k}) x ({k}, {n}) product")
+        return c
 
     @staticmethod
     def _matvec(fn, x, wt):

@@ -1,0 +1,196 @@
+// C = A B for float32 matrices as they lie, natively (AVX-512, or AVX2 with FMA): the products of tens to hundreds
+// of rows against a weight that encoders and prefill run (MiniLM's 128 tokens, a prompt), where OpenBLAS packs all
+// of B on every call (one core, 128 x 384 x 1536: ~255 against ~220 GFLOP/s with B in cache, ~205 against ~195
+// with B coming from memory as in a forward pass; the backend's rule for which products come here is
+// numpy_backend._GEMM_ROWS).
+//
+// A is read in place (unit column stride); B (unit column stride, any row stride) in panels of NR columns, K cut
+// into KC blocks, and every block of MR rows of A (held in registers: 8 x 32 with AVX-512's 32 vector registers,
+// 6 x 16 with AVX2's 16) passes over a block of a panel while it is in L1. Where more than one block of rows reads
+// it, the block is first copied to a thread-local buffer, zero-padded past n (B's own rows, a multiple of 4 KiB
+// apart in a 2048- or 3072-wide weight, fall in the same L1 sets and evict one another: 0.7x BLAS there without
+// the copy), GROUP panels together (longer runs of each row), the next block's rows prefetched into L2 meanwhile
+// (runs this short are not followed by the hardware prefetcher).
+//
+// Each output is summed over k in order, one fused multiply-add per k (a block after the first resumes from C), so
+// the bits depend on neither the row blocks, the threads (they take whole groups of panels: parallel.h) nor the
+// build (AVX-512's and AVX2's agree). Native only: the page's products run gemm.c on its pool. Without either SIMD
+// target the entry points say so (width 0) and the caller keeps BLAS.
+#include "fvec.h"  // (EMBER_EXPORT)
+#include "parallel.h"
+
+#if defined(__AVX512F__) && !defined(EMBER_SIMD_SCALAR)
+#include <immintrin.h>
+#define GN_MR 8
+#define GN_NR 32
+#elif defined(__AVX2__) && defined(__FMA__) && !defined(EMBER_SIMD_SCALAR)
+#include <immintrin.h>
+#define GN_MR 6
+#define GN_NR 16
+#else
+#define GN_NR 0
+#endif
+
+#define GN_KC 256  // k per block of a panel's copy: KC x NR floats
+#define GN_GROUP 2  // panels copied together (units of the threads' work: 6 of a 384-wide weight with AVX-512)
+
+#if GN_NR
+typedef struct {
+    int m, n, k;
+    const float *a, *b;
+    long rsa, rsb, rsc;
+    float *c;
+} gn_job;
+
+#if GN_NR == 32
+// c[0:m, 0:nn] (+)= a[0:m, 0:kk] b[0:kk, 0:nn] for m <= 8 rows, nn <= 32 columns
+static inline void gn_tile(int kk, const float *a, long rsa, const float *b, long rsb, float *c, long rsc, int m,
+                           int nn, int resume) {
+    __mmask16 m0 = nn >= 16 ? 0xFFFF : (__mmask16)((1u << nn) - 1);
+    __mmask16 m1 = nn <= 16 ? 0 : nn >= 32 ? 0xFFFF : (__mmask16)((1u << (nn - 16)) - 1);
+    __m512 acc0[GN_MR], acc1[GN_MR];
+    const float *ar[GN_MR];
+    for (int i = 0; i < GN_MR; i++) {
+        int live = i < m;
+        ar[i] = a + (live ? i : 0) * rsa;  // (rows past m read row 0; their sums are never stored)
+        acc0[i] = resume && live ? _mm512_maskz_loadu_ps(m0, c + i * rsc) : _mm512_setzero_ps();
+        acc1[i] = resume && live ? _mm512_maskz_loadu_ps(m1, c + i * rsc + 16) : _mm512_setzero_ps();
+    }
+    for (int p = 0; p < kk; p++) {
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, b + p * rsb), b1 = _mm512_maskz_loadu_ps(m1, b + p * rsb + 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < GN_MR; i++) {
+            __m512 av = _mm512_set1_ps(ar[i][p]);
+            acc0[i] = _mm512_fmadd_ps(av, b0, acc0[i]);
+            acc1[i] = _mm512_fmadd_ps(av, b1, acc1[i]);
+        }
+    }
+    for (int i = 0; i < m; i++) {
+        _mm512_mask_storeu_ps(c + i * rsc, m0, acc0[i]);
+        _mm512_mask_storeu_ps(c + i * rsc + 16, m1, acc1[i]);
+    }
+}
+
+// block (kk, 32) = b[0:kk, 0:nn], zeros past nn; the rows of `next` (the block copied after this one, or NULL)
+// fetched into L2 meanwhile
+static inline void gn_copy(int kk, const float *b, long rsb, int nn, float *block, const float *next, int next_kk) {
+    __mmask16 m0 = nn >= 16 ? 0xFFFF : (__mmask16)((1u << nn) - 1);
+    __mmask16 m1 = nn <= 16 ? 0 : nn >= 32 ? 0xFFFF : (__mmask16)((1u << (nn - 16)) - 1);
+    for (int r = 0; r < kk; r++) {
+        if (next && r < next_kk) {
+            _mm_prefetch((const char *)(next + r * rsb), _MM_HINT_T1);
+            _mm_prefetch((const char *)(next + r * rsb + 16), _MM_HINT_T1);
+        }
+        _mm512_store_ps(block + r * 32, _mm512_maskz_loadu_ps(m0, b + r * rsb));
+        _mm512_store_ps(block + r * 32 + 16, _mm512_maskz_loadu_ps(m1, b + r * rsb + 16));
+    }
+}
+#else
+static inline __m256i gn_mask8(int lanes) {  // the first `lanes` (0..8) lanes set
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), idx);
+}
+
+// c[0:m, 0:nn] (+)= a[0:m, 0:kk] b[0:kk, 0:nn] for m <= 6 rows, nn <= 16 columns
+static inline void gn_tile(int kk, const float *a, long rsa, const float *b, long rsb, float *c, long rsc, int m,
+                           int nn, int resume) {
+    __m256i m0 = gn_mask8(nn >= 8 ? 8 : nn), m1 = gn_mask8(nn <= 8 ? 0 : nn - 8);
+    __m256 acc0[GN_MR], acc1[GN_MR];
+    const float *ar[GN_MR];
+    for (int i = 0; i < GN_MR; i++) {
+        int live = i < m;
+        ar[i] = a + (live ? i : 0) * rsa;
+        acc0[i] = resume && live ? _mm256_maskload_ps(c + i * rsc, m0) : _mm256_setzero_ps();
+        acc1[i] = resume && live ? _mm256_maskload_ps(c + i * rsc + 8, m1) : _mm256_setzero_ps();
+    }
+    for (int p = 0; p < kk; p++) {
+        __m256 b0 = _mm256_maskload_ps(b + p * rsb, m0), b1 = _mm256_maskload_ps(b + p * rsb + 8, m1);
+#pragma GCC unroll 6
+        for (int i = 0; i < GN_MR; i++) {
+            __m256 av = _mm256_broadcast_ss(ar[i] + p);
+            acc0[i] = _mm256_fmadd_ps(av, b0, acc0[i]);
+            acc1[i] = _mm256_fmadd_ps(av, b1, acc1[i]);
+        }
+    }
+    for (int i = 0; i < m; i++) {
+        _mm256_maskstore_ps(c + i * rsc, m0, acc0[i]);
+        _mm256_maskstore_ps(c + i * rsc + 8, m1, acc1[i]);
+    }
+}
+
+// block (kk, 16) = b[0:kk, 0:nn], zeros past nn; the rows of `next` fetched into L2 meanwhile (as above)
+static inline void gn_copy(int kk, const float *b, long rsb, int nn, float *block, const float *next, int next_kk) {
+    __m256i m0 = gn_mask8(nn >= 8 ? 8 : nn), m1 = gn_mask8(nn <= 8 ? 0 : nn - 8);
+    for (int r = 0; r < kk; r++) {
+        if (next && r < next_kk)
+            _mm_prefetch((const char *)(next + r * rsb), _MM_HINT_T1);
+        _mm256_store_ps(block + r * 16, _mm256_maskload_ps(b + r * rsb, m0));
+        _mm256_store_ps(block + r * 16 + 8, _mm256_maskload_ps(b + r * rsb + 8, m1));
+    }
+}
+#endif
+
+static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel.h) groups [p0, p1) of GN_GROUP panels
+    const gn_job *j = (const gn_job *)p;
+    (void)thread;
+    static _Thread_local float block[GN_KC * GN_NR * GN_GROUP] __attribute__((aligned(64)));
+    int panels = (j->n + GN_NR - 1) / GN_NR;
+    for (int g = p0; g < p1; g++) {
+        int q0 = g * GN_GROUP, q1 = q0 + GN_GROUP < panels ? q0 + GN_GROUP : panels;
+        for (int k0 = 0; k0 < j->k; k0 += GN_KC) {
+            int kk = j->k - k0 < GN_KC ? j->k - k0 : GN_KC;
+            int copy = j->m > GN_MR;  // read by several blocks of rows: copied once
+            if (copy)
+                for (int q = q0; q < q1; q++) {
+                    int n0 = q * GN_NR, nn = j->n - n0 < GN_NR ? j->n - n0 : GN_NR;
+                    // the same panel's next block, else the next group's first (B's rows are read from memory in
+                    // short runs, which the hardware prefetcher does not run ahead of)
+                    const float *next = NULL;
+                    int next_kk = 0;
+                    if (k0 + GN_KC < j->k) {
+                        next = j->b + (k0 + GN_KC) * j->rsb + n0;
+                        next_kk = j->k - k0 - GN_KC < GN_KC ? j->k - k0 - GN_KC : GN_KC;
+                    } else if (g + 1 < p1 && n0 + GN_GROUP * GN_NR < j->n) {
+                        next = j->b + n0 + GN_GROUP * GN_NR;
+                        next_kk = j->k < GN_KC ? j->k : GN_KC;
+                    }
+                    gn_copy(kk, j->b + k0 * j->rsb + n0, j->rsb, nn, block + (q - q0) * GN_KC * GN_NR, next, next_kk);
+                }
+            for (int q = q0; q < q1; q++) {
+                int n0 = q * GN_NR, nn = j->n - n0 < GN_NR ? j->n - n0 : GN_NR;
+                const float *b = copy ? block + (q - q0) * GN_KC * GN_NR : j->b + k0 * j->rsb + n0;
+                long rsb = copy ? GN_NR : j->rsb;
+                for (int i = 0; i < j->m; i += GN_MR)
+                    gn_tile(kk, j->a + i * j->rsa + k0, j->rsa, b, rsb, j->c + i * j->rsc + n0, j->rsc,
+                            j->m - i < GN_MR ? j->m - i : GN_MR, nn, k0 > 0);
+            }
+        }
+    }
+}
+#endif
+
+// Columns per panel of this build's kernel: 32 (AVX-512), 16 (AVX2 + FMA), 0 where there is none.
+EMBER_EXPORT(ember_sgemm_native_width)
+int ember_sgemm_native_width(void) { return GN_NR; }
+
+// c (m, n; rows rsc floats apart) = a (m, k; rows rsa apart) b (k, n; rows rsb apart), every operand with unit
+// column stride. 0, -1 where this build has no kernel, or PARALLEL_LOST.
+EMBER_EXPORT(ember_sgemm_native)
+int ember_sgemm_native(int m, int n, int k, const float *a, long rsa, const float *b, long rsb, float *c, long rsc) {
+#if GN_NR
+    if (m <= 0 || n <= 0)
+        return 0;
+    if (k <= 0) {
+        for (int i = 0; i < m; i++)
+            for (int q = 0; q < n; q++)
+                c[i * rsc + q] = 0.0f;
+        return 0;
+    }
+    gn_job j = {m, n, k, a, b, rsa, rsb, rsc, c};
+    int groups = (n + GN_NR * GN_GROUP - 1) / (GN_NR * GN_GROUP);
+    return ember_parallel(gn_panels, &j, groups, ember_chunks(groups, (long)m * k * GN_NR * GN_GROUP));
+#else
+    (void)m, (void)n, (void)k, (void)a, (void)rsa, (void)b, (void)rsb, (void)c, (void)rsc;
+    return -1;
+#endif
+}

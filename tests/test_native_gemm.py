@@ -1,0 +1,109 @@
+"""gemm_native.c, the native float32 GEMM the CPU backend's matmul takes from BLAS for products of a few to a few
+hundred rows (ember.backends.numpy_backend._native_gemm), against references computed here:
+
+- Each build that has the kernel (-march=native: AVX-512 or AVX2 with FMA; plain AVX2 where the native build adds
+  VNNI) against float64 numpy over its edges: rows past a register tile, columns past a panel or a vector, k past a
+  block of the panel's copy, operands as strided views.
+- The bits depend on neither the thread count nor the build: every output is one fused multiply-add per k, in
+  order, in each of them.
+- Builds without those vector paths (SSSE3, plain C) say so, and the backend keeps BLAS.
+- The backend routes the products the rule chooses to the kernel, and the rest to BLAS.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember.backends import numpy_backend as NB
+from ember.backends.cpu_matmul import native_kernels
+from native_builds import build_variants
+
+EPS = np.finfo(np.float32).eps
+
+
+def rnd(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    return build_variants(tmp_path_factory, tags=("native", "avx2", "ssse3", "scalar"))
+
+
+def _check(c, a, b):
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    bound = 4 * EPS * a.shape[1] * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)) + 1e-30
+    assert c.shape == ref.shape and c.dtype == np.float32
+    assert (np.abs(c - ref) <= bound).all(), float((np.abs(c - ref) / bound).max())
+
+
+def _gemm_builds(builds):
+    out = {tag: k for tag, k in builds.items() if k.sgemm_width}
+    assert out or not {"native", "avx2"} & set(builds), "a native or AVX2 build without the GEMM kernel"
+    return out
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 8, 9, 17, 70])
+@pytest.mark.parametrize("k,n", [(1, 1), (3, 17), (128, 31), (300, 33), (513, 100), (64, 257)])
+def test_against_float64(builds, m, k, n):
+    for tag, kern in _gemm_builds(builds).items():
+        kern.set_threads(2)
+        a, b = rnd(m, k, seed=m), rnd(k, n, seed=k + n)
+        _check(kern.sgemm(a, b), a, b)
+        # views: rows further apart than they are wide (a slice of wider arrays)
+        wa, wb = rnd(m, k + 7, seed=1), rnd(k, n + 40, seed=2)
+        av, bv = wa[:, 3:3 + k], wb[:, 5:5 + n]
+        _check(kern.sgemm(av, bv), av, bv)
+
+
+def test_bits_independent_of_threads_and_build(builds):
+    kernels = _gemm_builds(builds)
+    a, b = rnd(96, 700, seed=3), rnd(700, 600, seed=4)  # several groups of panels and blocks of k
+    results = []
+    for tag, kern in kernels.items():
+        for t in (1, 2, 3):
+            kern.set_threads(t)
+            results.append((tag, t, kern.sgemm(a, b)))
+        kern.set_threads(2)
+    assert len(results) >= 3 or not kernels
+    for tag, t, c in results[1:]:
+        assert np.array_equal(c, results[0][2]), (tag, t)
+
+
+def test_builds_without_the_kernel(builds):
+    for tag in ("ssse3", "scalar"):
+        kern = builds.get(tag)
+        if kern is None or tag == "ssse3" and kern.simd != "ssse3":
+            continue
+        assert kern.sgemm_width == 0
+        with pytest.raises(ValueError, match="gemm_native"):
+            kern.sgemm(rnd(4, 8), rnd(8, 8))
+
+
+def test_backend_routes_by_rows(monkeypatch):
+    kern = native_kernels()
+    assert kern is not None, "no native kernels (a C compiler builds them)"
+    if not kern.sgemm_width:
+        pytest.skip("this CPU has neither AVX-512 nor AVX2 with FMA")
+    taken = []
+    real = type(kern).sgemm
+
+    def spy(self, a, b):
+        taken.append(a.shape[0])
+        return real(self, a, b)
+    monkeypatch.setattr(type(kern), "sgemm", spy)
+    be = NB.NumpyBackend()
+    w = rnd(384, 400, seed=5)
+    for rows, lead, expect in [(128, (1,), True), (8, (2,), True), (300, (1,), False), (4, (1,), False),
+                               (1, (1,), False)]:
+        taken.clear()
+        x = rnd(*lead, rows, 384, seed=rows)
+        y = be.matmul(x, w)
+        assert y.shape == lead + (rows, 400)
+        _check(y.reshape(-1, 400), x.reshape(-1, 384), w)
+        assert bool(taken) == expect, (rows, lead)
+    taken.clear()
+    small = rnd(16, 64, seed=6)
+    be.matmul(rnd(32, 16, seed=7), small)  # under 2^20 multiply-adds: the call's overhead, BLAS keeps it
+    be.matmul(rnd(64, 256, seed=8), rnd(256, 2048, seed=9))  # rows 8 KiB apart: L2 set conflicts, BLAS keeps it
+    assert not taken
