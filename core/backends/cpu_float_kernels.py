@@ -14,6 +14,7 @@ registry's `choose` hooks (cpu_fused.py) say which calls take them.
 from __future__ import annotations
 
 import ctypes
+import struct
 
 import numpy as np
 
@@ -32,10 +33,34 @@ _SIGNATURES = {
 }
 
 
-def _addr(a: np.ndarray) -> int:
+def _interface_addr(a: np.ndarray) -> int:
     """a's address as an intp (a wasm32 heap past 2 GiB has addresses >= 2**31: the same bits, negative)."""
     p = a.__array_interface__["data"][0]
     return p - (1 << _BITS) if p >= 1 << (_BITS - 1) else p
+
+
+_from_buffer, _address_of = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def _buffer_addr(a: np.ndarray) -> int:
+    """_interface_addr natively, a quarter of its cost for the arrays most calls pass (a fresh or written one,
+    contiguous: ~0.2 against ~0.9 us; a small model's kernel call passes 4-6 of them)."""
+    f = a.flags
+    if f.c_contiguous and f.writeable and a.size:
+        return _address_of(_from_buffer(a))
+    return a.__array_interface__["data"][0]
+
+
+_addr = _interface_addr if cpu_matmul.NO_BLAS else _buffer_addr  # (the page's addresses need the sign fix)
+_F32_STRUCT, _U32_STRUCT = struct.Struct("<f"), struct.Struct("<I")
+
+
+def f32_bits(v: float) -> int:
+    """v rounded to float32, its bits as an unsigned int (a kernel's float parameter in an intptr_t block)."""
+    try:
+        return _U32_STRUCT.unpack(_F32_STRUCT.pack(v))[0]
+    except OverflowError:  # past float32's range: inf, as numpy rounds it
+        return int(np.array(v, _F32).view(np.uint32))
 
 
 class FloatKernels:
@@ -51,8 +76,7 @@ class FloatKernels:
         self._scratch = np.empty(0, _F32)
 
     def _call(self, fn, params: np.ndarray) -> int:
-        ptr = params.ctypes.data if self.native else _addr(params)
-        return fn(ptr)
+        return fn(_addr(params))
 
     def _scratch_floats(self, n: int) -> np.ndarray:
         """A scratch buffer of at least n floats, kept for the next calls (the page faults of a fresh one cost
@@ -73,7 +97,7 @@ class FloatKernels:
         params = np.array([_addr(x), _addr(w), 0 if b is None else _addr(b), _addr(y), 0, n, c, h, wd, o, kh, kw,
                            stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], groups, ACTS[act]],
                           np.intp)
-        size = self._conv2d_scratch_floats(params.ctypes.data if self.native else _addr(params))
+        size = self._conv2d_scratch_floats(_addr(params))
         if size < 0:
             raise ValueError(f"ember: conv2d kernel: parameters it does not take (x {x.shape}, w {w.shape}, "
                              f"stride {stride}, padding {padding}, dilation {dilation}, groups {groups})")
@@ -97,10 +121,10 @@ class FloatKernels:
         else:
             mask = np.broadcast_to(mask, (b1, b2, l, s))
             m, ms = _addr(mask), tuple(st // 4 for st in mask.strides[:3])
-        bits = int(np.array(scale, _F32).view(np.uint32))
+        bits = f32_bits(scale)
         params = np.array([_addr(q), _addr(k), _addr(v), m, _addr(out), 0, b1, b2, l, s, d, dv, int(bool(causal)),
                            bits, *_strides(q), *_strides(k), *_strides(v), *ms, *_strides(out)], np.intp)
-        ptr = params.ctypes.data if self.native else _addr(params)
+        ptr = _addr(params)
         size = self._attention_scratch_floats(ptr, 2)
         if size < 0:
             raise ValueError(f"ember: attention kernel: shapes it does not take (q {q.shape}, k {k.shape}, v {v.shape})")
@@ -113,18 +137,17 @@ class FloatKernels:
     def xattn_decode(self, plan: np.ndarray, fparams: np.ndarray, x: np.ndarray, scratch: np.ndarray) -> int:
         """decode_xattn.c's ember_xattn_decode: x (dim,) float32 through the layers of `plan`
         (cpu_decode_xattn.py), in place, its matvecs and heads split between threads (parallel.h)."""
-        return self._xattn_decode(*[a.ctypes.data if self.native else _addr(a) for a in (plan, fparams, x, scratch)])
+        return self._xattn_decode(_addr(plan), _addr(fparams), _addr(x), _addr(scratch))
 
     def xattn_decode_scratch_bytes(self, plan: np.ndarray, max_keys: int) -> int:
-        return self._xattn_decode_scratch_bytes(plan.ctypes.data if self.native else _addr(plan), max_keys)
+        return self._xattn_decode_scratch_bytes(_addr(plan), max_keys)
 
     # ---------------------------------------------------------------------------------------- rows
     def layer_norm(self, x, w, b, eps):
         """LayerNorm over the last axis of float32 x (any leading shape, rows of unit stride) -> a fresh array."""
         x2 = _rows(x)
         y = np.empty(x.shape, _F32)
-        bits = int(np.array(eps, _F32).view(np.uint32))
-        self._rows_call(self._layer_norm, x2, y.reshape(x2.shape), w, b, bits, 0)
+        self._rows_call(self._layer_norm, x2, y.reshape(x2.shape), w, b, f32_bits(eps), 0)
         return y
 
     def bias_act(self, x, b, act, out=None, channels=0):

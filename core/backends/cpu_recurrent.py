@@ -19,7 +19,6 @@ class _Cells:
     """recurrent.c's entry points in one loaded library (native or the page's side module)."""
 
     def __init__(self, lib, native: bool):
-        self.native = native
         self._fns = {(4, False): lib.ember_lstm_cell, (3, False): lib.ember_gru_cell,
                      (4, True): lib.ember_lstm_sequence, (3, True): lib.ember_gru_sequence}
         if native:
@@ -41,7 +40,7 @@ class _Cells:
                            _addr(out), n, hid, _stride(xg_rows), _stride(h), 0 if c is None else _stride(c), width,
                            steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse))], np.intp)
         fn = self._fns[4 if c is not None else 3, seq]
-        if out.size and fn(params.ctypes.data if self.native else _addr(params)) != 0:
+        if out.size and fn(_addr(params)) != 0:
             raise ValueError(f"ember: recurrent.c refused {steps} step(s) of {n} rows, hidden {hid}")
         return out
 
