@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ember.backends import cpu_fused
 from ember.backends import numpy_backend as NB
 from ember.backends.cpu_matmul import native_kernels
 from native_builds import build_variants
@@ -54,6 +55,9 @@ def test_against_float64(builds, m, k, n):
         wa, wb = rnd(m, k + 7, seed=1), rnd(k, n + 40, seed=2)
         av, bv = wa[:, 3:3 + k], wb[:, 5:5 + n]
         _check(kern.sgemm(av, bv), av, bv)
+        # the bias: the product's bits plus one add, as numpy's y += b after it
+        bias = rnd(n, seed=3)
+        assert np.array_equal(kern.sgemm(av, bv, bias), kern.sgemm(av, bv) + bias)
 
 
 def test_bits_independent_of_threads_and_build(builds):
@@ -88,9 +92,9 @@ def test_backend_routes_by_rows(monkeypatch):
     taken = []
     real = type(kern).sgemm
 
-    def spy(self, a, b):
+    def spy(self, a, b, bias=None):
         taken.append(a.shape[0])
-        return real(self, a, b)
+        return real(self, a, b, bias)
     monkeypatch.setattr(type(kern), "sgemm", spy)
     be = NB.NumpyBackend()
     w = rnd(384, 400, seed=5)
@@ -102,6 +106,11 @@ def test_backend_routes_by_rows(monkeypatch):
         assert y.shape == lead + (rows, 400)
         _check(y.reshape(-1, 400), x.reshape(-1, 384), w)
         assert bool(taken) == expect, (rows, lead)
+    # the linear kernel: its bias in the product's store, the bits of the product then numpy's add
+    taken.clear()
+    x, wl, bl = rnd(2, 64, 384, seed=10), rnd(384, 400, seed=11).T, rnd(400, seed=12)  # (the weight as stored)
+    y = cpu_fused.linear(be, x, wl, bl)
+    assert taken and np.array_equal(y, be.matmul(x, wl.T) + bl)
     taken.clear()
     small = rnd(16, 64, seed=6)
     be.matmul(rnd(32, 16, seed=7), small)  # under 2^20 multiply-adds: the call's overhead, BLAS keeps it

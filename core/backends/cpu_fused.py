@@ -11,7 +11,7 @@ import numpy as np
 
 from . import array_module_fused
 from .array_module_backend import _F32, _HALF
-from .cpu_matmul import deterministic, mm, page_kernels, pool_kernels
+from .cpu_matmul import deterministic, mm, native_gemm, page_kernels, pool_kernels
 
 _ATTN_BLOCK = 1 << 19  # (L, S) scores above this many elements are computed a block of query rows at a time
 _GELU_CHUNK = 1 << 15  # elements per chunk of the fused GELU
@@ -64,6 +64,9 @@ def _pool_for_linear(x, w, b):
 
 
 def linear(be, x, w, b):
+    y = native_gemm(x, w.T, b)  # natively, 16-256 rows: gemm_native.c, the bias added as each tile is stored
+    if y is not None:
+        return y
     pool = _pool_for_linear(x, w, b)
     if pool is not None:
         # the page's kernel pool: the bias added in its memory, between the product and the copy out (numpy's

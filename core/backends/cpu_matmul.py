@@ -241,6 +241,37 @@ def half_copy(b):
     return _derived_copy(b, "f16", _exact_halves)
 
 
+# products gemm_native.c takes from OpenBLAS, measured with the weights coming from memory as in a forward pass
+# (bench/bench_core.py): 16..256 rows against a weight at least 128 x 128, 2^20 multiply-adds or more (1.0-1.45x
+# BLAS's speed on 1 and 2 threads; MiniLM's linears 5-8% faster); fewer rows stream the weight slower than BLAS
+# (0.2-0.6x), more are even at 512 and 0.9x at 1500, and a weight whose rows lie a multiple of 4 KiB apart (2048 or
+# 3072 wide) loses its L2 prefetch to set conflicts (0.9-0.97x)
+_GEMM_ROWS = (16, 256)
+_GEMM_MIN_SIDE, _GEMM_MIN_WORK = 128, 1 << 20
+
+
+def native_gemm(a, b, bias=None):
+    """a (..., M, K) @ b (K, N) (+ bias (N,)), float32, on gemm_native.c where it beats BLAS (_GEMM_ROWS, ...) and
+    takes the operands as they lie (unit column strides), natively outside deterministic mode; else None."""
+    if NO_BLAS or _deterministic[0] or b.ndim != 2 or b.dtype != _F32 or a.dtype != _F32 or a.ndim < 2:
+        return None
+    k, n = b.shape
+    rows = a.size // k if k else 0
+    if not (_GEMM_ROWS[0] <= rows <= _GEMM_ROWS[1] and k >= _GEMM_MIN_SIDE and n >= _GEMM_MIN_SIDE
+            and rows * k * n >= _GEMM_MIN_WORK):
+        return None
+    if bias is not None and (bias.dtype != _F32 or bias.shape != (n,) or not bias.flags.c_contiguous):
+        return None
+    kern = native_kernels()
+    if kern is None or not kern.sgemm_width:
+        return None
+    a2 = a.reshape(rows, k)  # (a view where a's rows lie evenly apart, else a copy)
+    if a2.strides[1] != 4 or b.strides[1] != 4 or a2.strides[0] % 4 or b.strides[0] % 4 or \
+            a2.strides[0] < 0 or b.strides[0] <= 0 or b.strides[0] % 4096 == 0:
+        return None
+    return kern.sgemm(a2, b, bias).reshape(a.shape[:-1] + (n,))
+
+
 def mm(a, b, out=None):
     """np.matmul; under Pyodide the wasm SIMD GEMM for float32 (matrices, batched, broadcast, any strides)
     but the smallest products (on the kernel pool's threads for large ones), else float32 einsum (1.6x faster there

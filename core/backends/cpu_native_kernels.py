@@ -67,7 +67,7 @@ class NativeKernels:
         lib.ember_decode.argtypes = [_P, _P, _P, _P, _P]
         lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
         lib.ember_matvec_f16.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
-        lib.ember_sgemm_native.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, ctypes.c_long, _P, ctypes.c_long]
+        lib.ember_sgemm_native.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, ctypes.c_long, _P, _P, ctypes.c_long]
         lib.ember_sgemm_native_width.argtypes = []
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
         lib.ember_nbits_supports.argtypes = [_I, _I]
@@ -116,13 +116,14 @@ class NativeKernels:
         the bytes (matvec_f16.c)."""
         return self._matvec(self._lib.ember_matvec_f16, x, wt)
 
-    def sgemm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """a (m, k) @ b (k, n) -> (m, n) float32 C-contiguous (gemm_native.c, threads by panels of columns): float32
-        operands of unit column stride and whole-float row strides, as they lie. Only where sgemm_width > 0."""
+    def sgemm(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        """a (m, k) @ b (k, n) (+ bias (n,) C-contiguous, added to each row after its sum) -> (m, n) float32
+        C-contiguous (gemm_native.c, threads by panels of columns): float32 operands of unit column stride and
+        whole-float row strides, as they lie. Only where sgemm_width > 0."""
         (m, k), n = a.shape, b.shape[1]
         c = np.empty((m, n), np.float32)
         if self._lib.ember_sgemm_native(m, n, k, a.ctypes.data, a.strides[0] // 4, b.ctypes.data, b.strides[0] // 4,
-                                        c.ctypes.data, n) != 0:
+                                        None if bias is None else bias.ctypes.data, c.ctypes.data, n) != 0:
             raise ValueError(f"ember: gemm_native.c refused a ({m}, {k}) x ({k}, {n}) product")
         return c
 

@@ -13,18 +13,11 @@ import numpy as np
 
 from .. import dtypes as D
 from .array_module_backend import _BF16, _F16, _F32, ArrayModuleBackend
-from .cpu_matmul import NO_BLAS, _deterministic, blas_ready, deterministic, half_copy, mm, native_kernels
+from .cpu_matmul import NO_BLAS, _deterministic, blas_ready, deterministic, half_copy, mm, native_gemm, native_kernels
 from .numpy_conv import conv as _conv_im2col
 
 _MATVEC_MIN = 1 << 18  # elements of a weight past which a row-vector product goes to the C matvec (1 MiB)
 _EINSUM_MAX = 1 << 22  # above this, multi-threaded BLAS streams a weight faster (32000x288 lm_head: 1.2 vs 1.5 ms)
-# products gemm_native.c takes from OpenBLAS, measured with the weights coming from memory as in a forward pass
-# (bench/bench_core.py): 16..256 rows against a weight at least 128 x 128, 2^20 multiply-adds or more (1.0-1.45x
-# BLAS's speed on 1 and 2 threads; MiniLM's linears 5-8% faster); fewer rows stream the weight slower than BLAS
-# (0.2-0.6x), more are even at 512 and 0.9x at 1500, and a weight whose rows lie a multiple of 4 KiB apart (2048 or
-# 3072 wide) loses its L2 prefetch to set conflicts (0.9-0.97x)
-_GEMM_ROWS = (16, 256)
-_GEMM_MIN_SIDE, _GEMM_MIN_WORK = 128, 1 << 20
 # ufunc.reduce directly: np.sum & co. add ~2 us of Python wrapping per call
 _REDUCE = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce, "prod": np.multiply.reduce}
 
@@ -95,7 +88,7 @@ class NumpyBackend(ArrayModuleBackend):
                     half = half_copy(b)  # a float16 checkpoint's weight: the same bits from half the bytes
                     y = kern.matvec_f32(a.reshape(-1), b) if half is None else kern.matvec_f16(a.reshape(-1), half)
                     return y.reshape(a.shape[:-1] + (b.shape[1],))
-            y = _native_gemm(a, b)
+            y = native_gemm(a, b)
             if y is not None:
                 return y
         if a.ndim > 2 and b.ndim == 2 and a.shape[-2] > 1:
@@ -107,22 +100,3 @@ class NumpyBackend(ArrayModuleBackend):
     def _conv(self, x, w, stride, padding, dilation, groups):
         return _conv_im2col(x, w, stride, padding, dilation, groups)  # sliding windows, bands of rows, BLAS
 
-
-def _native_gemm(a, b):
-    """a (..., M, K) @ b (K, N), both float32, on gemm_native.c where it beats BLAS (_GEMM_ROWS, ...) and takes
-    the operands as they lie (unit column strides); else None."""
-    if b.ndim != 2 or b.dtype is not _F32 or a.ndim < 2:
-        return None
-    k, n = b.shape
-    rows = a.size // k if k else 0
-    if not (_GEMM_ROWS[0] <= rows <= _GEMM_ROWS[1] and k >= _GEMM_MIN_SIDE and n >= _GEMM_MIN_SIDE
-            and rows * k * n >= _GEMM_MIN_WORK):
-        return None
-    kern = native_kernels()
-    if kern is None or not kern.sgemm_width:
-        return None
-    a2 = a.reshape(rows, k)  # (a view where a's rows lie evenly apart, else a copy)
-    if a2.strides[1] != 4 or b.strides[1] != 4 or a2.strides[0] % 4 or b.strides[0] % 4 or \
-            a2.strides[0] < 0 or b.strides[0] <= 0 or b.strides[0] % 4096 == 0:
-        return None
-    return kern.sgemm(a2, b).reshape(a.shape[:-1] + (n,))

@@ -199,10 +199,9 @@ def _lstm_cells(at, d, x, w, r, b, h, c, hidden, reverse):
         memo = at.memo[key] = (w, r, b, M.transpose(_torch_gates(w[d], hidden), 0, 1).contiguous(),
                                _torch_gates(r[d], hidden), bias)                        # (4H, H), (4H,)
     w_in, w_hh, bias = memo[3:]
-    proj = matmul(x, w_in)  # (seq, batch, 4H)
-    if bias is not None:
-        proj = proj + bias
-    return lstm_sequence(proj, h, c, w_hh, None, reverse=reverse)
+    # (seq, batch, 4H); the bias added in the kernel's gate sums (xg + (h W_hh^T + b)): one op less a step, which
+    # is most of a streaming model's one-step call
+    return lstm_sequence(matmul(x, w_in), h, c, w_hh, bias, reverse=reverse)
 
 
 def _clip(v, clip):

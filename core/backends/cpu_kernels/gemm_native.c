@@ -37,7 +37,7 @@
 #if GN_NR
 typedef struct {
     int m, n, k;
-    const float *a, *b;
+    const float *a, *b, *bias;
     long rsa, rsb, rsc;
     float *c;
 } gn_job;
@@ -130,6 +130,12 @@ static inline void gn_copy(int kk, const float *b, long rsb, int nn, float *bloc
 }
 #endif
 
+// c[r, 0:nn] += bias[0:nn] for rows [0, m): the sum, then one add (numpy's y += b after the product, bit for bit)
+static void gn_add_bias(float *c, long rsc, int m, int nn, const float *bias) {
+    for (int r = 0; r < m; r++)
+        for (int t = 0; t < nn; t++) c[r * rsc + t] += bias[t];
+}
+
 static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel.h) groups [p0, p1) of GN_GROUP panels
     const gn_job *j = (const gn_job *)p;
     (void)thread;
@@ -165,6 +171,11 @@ static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel
                             j->m - i < GN_MR ? j->m - i : GN_MR, nn, k0 > 0);
             }
         }
+        if (j->bias)  // (the group's columns of C are still in cache)
+            for (int q = q0; q < q1; q++) {
+                int n0 = q * GN_NR, nn = j->n - n0 < GN_NR ? j->n - n0 : GN_NR;
+                gn_add_bias(j->c + n0, j->rsc, j->m, nn, j->bias + n0);
+            }
     }
 }
 #endif
@@ -173,24 +184,25 @@ static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel
 EMBER_EXPORT(ember_sgemm_native_width)
 int ember_sgemm_native_width(void) { return GN_NR; }
 
-// c (m, n; rows rsc floats apart) = a (m, k; rows rsa apart) b (k, n; rows rsb apart), every operand with unit
-// column stride. 0, -1 where this build has no kernel, or PARALLEL_LOST.
+// c (m, n; rows rsc floats apart) = a (m, k; rows rsa apart) b (k, n; rows rsb apart) + bias (n; or NULL: none),
+// every operand with unit column stride. 0, -1 where this build has no kernel, or PARALLEL_LOST.
 EMBER_EXPORT(ember_sgemm_native)
-int ember_sgemm_native(int m, int n, int k, const float *a, long rsa, const float *b, long rsb, float *c, long rsc) {
+int ember_sgemm_native(int m, int n, int k, const float *a, long rsa, const float *b, long rsb, const float *bias,
+                       float *c, long rsc) {
 #if GN_NR
     if (m <= 0 || n <= 0)
         return 0;
     if (k <= 0) {
         for (int i = 0; i < m; i++)
             for (int q = 0; q < n; q++)
-                c[i * rsc + q] = 0.0f;
+                c[i * rsc + q] = bias ? 0.0f + bias[q] : 0.0f;
         return 0;
     }
-    gn_job j = {m, n, k, a, b, rsa, rsb, rsc, c};
+    gn_job j = {m, n, k, a, b, bias, rsa, rsb, rsc, c};
     int groups = (n + GN_NR * GN_GROUP - 1) / (GN_NR * GN_GROUP);
     return ember_parallel(gn_panels, &j, groups, ember_chunks(groups, (long)m * k * GN_NR * GN_GROUP));
 #else
-    (void)m, (void)n, (void)k, (void)a, (void)rsa, (void)b, (void)rsb, (void)c, (void)rsc;
+    (void)m, (void)n, (void)k, (void)a, (void)rsa, (void)b, (void)rsb, (void)bias, (void)c, (void)rsc;
     return -1;
 #endif
 }
