@@ -6,9 +6,11 @@
 // row is a and column b modulo the stride; for stride 1 it is the padded image), rows `wq` floats apart, so every
 // kernel tap reads a contiguous run of a plane for consecutive "flat" output pixels f = oh wq + ow (the columns
 // ow >= wo of each flat row are computed and dropped: a register tile never stops at a row's end). A tile of
-// F8_MR output channels x F8_NV 8-pixel vectors accumulates over input channels and taps (weights broadcast,
-// pixels loaded) in blocks of channels whose weights stay in L1 while a block of units streams through; sums go
-// to a flat accumulator, then each unit's rows are copied out with the bias and the activation.
+// CV_MR output channels x CV_NV pixel vectors (16 lanes with AVX-512: 8 x 3 of them, 48 pixels; fvec.h's f8
+// elsewhere) accumulates over input channels and taps (weights broadcast, pixels loaded) in blocks of channels
+// whose weights stay in L1 while a block of units streams through; sums go to a flat accumulator, then each
+// unit's rows are copied out with the bias and the activation. The vector width changes only how many pixels a
+// multiply-add covers: every lane's chain is the same, so AVX-512 gives the AVX2 build's bits.
 //
 // Work is cut into units of SEG flat pixels of one image. `ember_conv2d_rows` computes a range of units
 // (parallel.h splits ranges between threads: threads.c natively, the page's kernel pool), and every output is one
@@ -23,8 +25,45 @@
 // intptr_t parameters, filled by cpu_float_kernels.py
 enum { C_X, C_W, C_B, C_Y, C_SCRATCH, C_N, C_C, C_H, C_W_, C_O, C_KH, C_KW, C_SH, C_SW, C_PH, C_PW, C_DH, C_DW,
        C_GROUPS, C_ACT, C_FIELDS };
-#define SEG 192        // output pixels a unit at most (a multiple of every target's 8 * F8_NV)
-#define KC_TAPS (2304 / F8_MR)  // channels x taps of a weight block (its F8_MR rows: 9 KiB, in L1)
+// cv: the vector a tile accumulates in: AVX-512's 16 lanes natively where the target has them (fused multiply-adds,
+// as fvec.h's f8_madd there; the epilogue's activation per 8-lane half, f8_act's code), else fvec.h's f8
+#if defined(__AVX512F__) && !defined(EMBER_TILE4) && !defined(EMBER_SIMD_SCALAR)
+#include <immintrin.h>
+typedef __m512 cv;
+#define CV 16
+#define CV_MR 8
+#define CV_NV 3
+static inline __mmask16 cv_mask(int n) { return (__mmask16)(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1); }
+static inline cv cv_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline cv cv_load_part(const float *p, int n) { return _mm512_maskz_loadu_ps(cv_mask(n), p); }
+static inline void cv_store_part(float *p, cv v, int n) { _mm512_mask_storeu_ps(p, cv_mask(n), v); }
+static inline cv cv_bcast(const float *p) { return _mm512_set1_ps(*p); }
+static inline cv cv_zero(void) { return _mm512_setzero_ps(); }
+static inline cv cv_madd(cv c, cv a, cv b) { return _mm512_fmadd_ps(a, b, c); }
+static inline cv cv_bias_act(cv v, const float *b, int act) {  // act(v + *b) (b 0: v), an 8-lane half at a time
+    f8 lo = _mm512_castps512_ps256(v), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    if (b)
+        lo = f8_add(lo, f8_splat(*b)), hi = f8_add(hi, f8_splat(*b));
+    lo = f8_act(lo, act), hi = f8_act(hi, act);
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+#else
+typedef f8 cv;
+#define CV 8
+#define CV_MR F8_MR
+#define CV_NV F8_NV
+static inline cv cv_load(const float *p) { return f8_load(p); }
+static inline cv cv_load_part(const float *p, int n) { return f8_load_part(p, n); }
+static inline void cv_store_part(float *p, cv v, int n) { f8_store_part(p, v, n); }
+static inline cv cv_bcast(const float *p) { return f8_bcast(p); }
+static inline cv cv_zero(void) { return f8_zero(); }
+static inline cv cv_madd(cv c, cv a, cv b) { return f8_madd(c, a, b); }
+static inline cv cv_bias_act(cv v, const float *b, int act) { return f8_act(b ? f8_add(v, f8_splat(*b)) : v, act); }
+#endif
+
+#define SEG 192        // output pixels a unit at most (a multiple of every target's CV * CV_NV)
+#define KC_TAPS (2304 / CV_MR)  // channels x taps of a weight block (its CV_MR rows: 9 KiB, in L1)
+#define PAD 48         // zeros after each plane: a tile's last vector reads up to CV - 1 floats past its pixels
 #define PANEL 65536    // floats of input planes a block of units reads for a block of channels (in L2)
 #define MAX_TAPS 1024
 
@@ -63,7 +102,7 @@ static int setup(const intptr_t *p, conv_t *k) {
     // units that share a pass over the weights: their new input rows of every phase fill about PANEL floats
     long per_unit = (long)k->kc * k->sh * k->sw * SEG;
     k->ub = PANEL / per_unit < 1 ? 1 : PANEL / per_unit > 8 ? 8 : (int)(PANEL / per_unit);
-    k->cs = (long)k->hq * k->wq + 32;  // a tile's last vector reads past the plane: zeros there
+    k->cs = (long)k->hq * k->wq + PAD;  // a tile's last vector reads past the plane: zeros there
     k->phase = k->cs * k->c;
     k->image = k->phase * k->sh * k->sw;
     k->acc = k->planes + k->image * k->n + 8;
@@ -114,7 +153,7 @@ static void planes_rows(const conv_t *k, int u0, int u1) {
                         for (int q = q0; q < q1; q++) dst[q] = row[(long)q * k->sw];
                     for (int q = q1; q < k->wq; q++) dst[q] = 0.0f;
                 }
-                for (int q = 0; q < 32; q++) dst[q] = 0.0f;  // (dst: the plane's end)
+                for (int q = 0; q < PAD; q++) dst[q] = 0.0f;  // (dst: the plane's end)
             }
     }
 }
@@ -129,60 +168,71 @@ void ember_conv2d_prepare_rows(const intptr_t *p, int u0, int u1) {
 // ---------------------------------------------------------------------------------------------- the tile
 
 // y[r][0:width] (+)= sum over kc channels and the taps of w[r][c][t] x_t[c][0:width] for MRc output channels
-// (rows of y yos apart, of w wos apart) and width <= 8 NVc pixels; src: the planes at this output pixel of the
+// (rows of y yos apart, of w wos apart) and width <= CV NVc pixels; src: the planes at this output pixel of the
 // block's first channel (off: each tap's offset). last: the block of the last channels, whose sums leave with the
-// bias (b[r], or none) added and the activation applied.
+// bias (b[r], or none) added and the activation applied. The accumulators are named variables c<row><vector>,
+// never an array (GCC keeps an array of vectors in memory: every multiply-add through the stack).
+#define CT_ROW3(M, r) M(r, 0) M(r, 1) M(r, 2)
+#define CT_EACH(M) CT_ROW3(M, 0) CT_ROW3(M, 1) CT_ROW3(M, 2) CT_ROW3(M, 3) CT_ROW3(M, 4) CT_ROW3(M, 5) CT_ROW3(M, 6) \
+    CT_ROW3(M, 7)
+#define CT_DECL(r, j) cv c##r##j = cv_zero();
+#define CT_LOAD(r, j) \
+    if (r < MRc && j < NVc) c##r##j = cv_load_part(y + r * yos + CV * j, width - CV * j);
+#define CT_STORE(r, j) \
+    if (r < MRc && j < NVc) cv_store_part(y + r * yos + CV * j, c##r##j, width - CV * j);
+#define CT_ACT(r, j) \
+    if (r < MRc && j < NVc) c##r##j = cv_bias_act(c##r##j, b ? b + r : 0, act);
+#define CT_MADD(r)                                                        \
+    if (r < MRc) {                                                        \
+        cv av = cv_bcast(wc + (r) * wos + t);                             \
+        c##r##0 = cv_madd(c##r##0, av, x0);                               \
+        if (NVc > 1) c##r##1 = cv_madd(c##r##1, av, x1);                  \
+        if (NVc > 2) c##r##2 = cv_madd(c##r##2, av, x2);                  \
+    }
+
 static inline __attribute__((always_inline)) void tile(const int MRc, const int NVc, const float *src, long cs,
                                                        const long *off, int taps, const float *w, long wos, int kc,
                                                        float *y, long yos, int width, int first, int last,
                                                        const float *b, int act) {
-#define TILE_Y y
-#define TILE_YS yos
-#define TILE_W width
-#define TILE_MUL ((const float *)0)
-#define TILE_A(r) (wc + (r) * wos + t)
-    TILE_DECL;
+    CT_EACH(CT_DECL)
     if (!first) {
-        TILE_EACH(TILE_LOAD_ONE)
+        CT_EACH(CT_LOAD)
     }
     for (int c = 0; c < kc; c++) {
         const float *xc = src + c * cs, *wc = w + c * taps;
-        for (int t = 0; t < taps; t++)
-            TILE_STEP(xc + off[t]);
+        for (int t = 0; t < taps; t++) {
+            const float *xs = xc + off[t];
+            cv x0 = cv_load(xs);
+            cv x1 = NVc > 1 ? cv_load(xs + CV) : x0;
+            cv x2 = NVc > 2 ? cv_load(xs + 2 * CV) : x0;
+            CT_MADD(0) CT_MADD(1) CT_MADD(2) CT_MADD(3) CT_MADD(4) CT_MADD(5) CT_MADD(6) CT_MADD(7)
+        }
     }
     if (last && (b || act)) {
-#define TILE_ACT_ONE(r, j) \
-        if (r < MRc && j < NVc) c##r##j = f8_act(b ? f8_add(c##r##j, f8_splat(b[r])) : c##r##j, act);
-        TILE_EACH(TILE_ACT_ONE)
-#undef TILE_ACT_ONE
+        CT_EACH(CT_ACT)
     }
-    TILE_EACH(TILE_STORE_ONE)
-#undef TILE_Y
-#undef TILE_YS
-#undef TILE_W
-#undef TILE_MUL
-#undef TILE_A
+    CT_EACH(CT_STORE)
 }
 
 #define TILE_ARGS src, k->cs, off, k->taps, w, wos, kc, y, yos, width, first, last, b, k->act
 #define TILE_NV(MRc)                                                         \
     switch (nv) {                                                            \
     case 1: tile(MRc, 1, TILE_ARGS); break;                                  \
-    case 2: if (F8_NV >= 2) tile(MRc, F8_NV >= 2 ? 2 : 1, TILE_ARGS); break; \
-    default: if (F8_NV >= 3) tile(MRc, F8_NV >= 3 ? 3 : 1, TILE_ARGS); break; \
+    case 2: if (CV_NV >= 2) tile(MRc, CV_NV >= 2 ? 2 : 1, TILE_ARGS); break; \
+    default: if (CV_NV >= 3) tile(MRc, CV_NV >= 3 ? 3 : 1, TILE_ARGS); break; \
     }
 
 static void tile_any(const conv_t *k, int mr, int nv, const float *src, const long *off, const float *w, long wos,
                      int kc, float *y, long yos, int width, int first, int last, const float *b) {
-    switch (mr) {  // (the cases past F8_MR are never taken: mr <= F8_MR)
+    switch (mr) {  // (the cases past CV_MR are never taken: mr <= CV_MR)
     case 1: TILE_NV(1) break;
     case 2: TILE_NV(2) break;
     case 3: TILE_NV(3) break;
     case 4: TILE_NV(4) break;
-    case 5: TILE_NV(F8_MR >= 5 ? 5 : 1) break;
-    case 6: TILE_NV(F8_MR >= 6 ? 6 : 1) break;
-    case 7: TILE_NV(F8_MR >= 7 ? 7 : 1) break;
-    default: TILE_NV(F8_MR) break;
+    case 5: TILE_NV(CV_MR >= 5 ? 5 : 1) break;
+    case 6: TILE_NV(CV_MR >= 6 ? 6 : 1) break;
+    case 7: TILE_NV(CV_MR >= 7 ? 7 : 1) break;
+    default: TILE_NV(CV_MR) break;
     }
 }
 
@@ -214,22 +264,22 @@ static void conv_rows(const conv_t *k, int u0, int u1) {
         for (int g = 0; g < k->groups; g++)
             for (int c0 = 0; c0 < k->cg; c0 += k->kc) {
                 int kc = k->cg - c0 < k->kc ? k->cg - c0 : k->kc, first = c0 == 0, last = c0 + kc >= k->cg;
-                for (int o0 = 0; o0 < k->og; o0 += F8_MR) {
-                    int mr = k->og - o0 < F8_MR ? k->og - o0 : F8_MR, o = g * k->og + o0;
+                for (int o0 = 0; o0 < k->og; o0 += CV_MR) {
+                    int mr = k->og - o0 < CV_MR ? k->og - o0 : CV_MR, o = g * k->og + o0;
                     const float *w = k->w + (long)o * wos + (long)c0 * k->taps, *b = k->b ? k->b + o : 0;
                     for (int u = ub; u < ue; u++) {
                         int n = (int)(u / k->units);
                         long f0 = (u % k->units) * SEG, f1 = f0 + SEG < k->flat ? f0 + SEG : k->flat;
                         const float *base = k->planes + n * k->image + (long)(g * k->cg + c0) * k->cs;
                         float *acc = k->acc + ((long)n * k->o + o) * aos;
-                        float tmp[F8_MR * 8 * F8_NV];
+                        float tmp[CV_MR * CV * CV_NV];
                         for (long f = f0; f < f1;) {
                             long left = f1 - f;
-                            int nv = left >= 8 * F8_NV ? F8_NV : (int)(left + 7) / 8;
-                            int width = left < 8 * nv ? (int)left : 8 * nv;
+                            int nv = left >= CV * CV_NV ? CV_NV : (int)(left + CV - 1) / CV;
+                            int width = left < CV * nv ? (int)left : CV * nv;
                             if (first && last) {  // one block of channels: no sums to keep, straight to y's rows
-                                tile_any(k, mr, nv, base + f, off, w, wos, kc, tmp, 8 * F8_NV, width, 1, 1, b);
-                                scatter(k, tmp, 8 * F8_NV, mr, f, width, k->y + ((long)n * k->o + o) * yos, yos);
+                                tile_any(k, mr, nv, base + f, off, w, wos, kc, tmp, CV * CV_NV, width, 1, 1, b);
+                                scatter(k, tmp, CV * CV_NV, mr, f, width, k->y + ((long)n * k->o + o) * yos, yos);
                             } else {
                                 tile_any(k, mr, nv, base + f, off, w, wos, kc, acc + f, aos, width, first, last, b);
                             }

@@ -4,8 +4,9 @@
 //   plain SIMD128). A product of float kernels is therefore the same on targets that agree on fusing, and within
 //   a rounding per multiply-add of the others; every kernel accumulates each output in one fixed order, so no
 //   target's result depends on tiling or on how rows are split between threads.
-//   F8_MR x F8_NV: the register tile of the float micro-kernels (rows x 8-lane vectors) that fits the target's
-//   vector registers: 8 x 3 with AVX-512's 32 (as 256-bit ones), 4 x 3 with AVX2's 16, 4 x 1 with 128-bit ones
+//   F8_MR x F8_NV: the register tile of f8 micro-kernels (rows x 8-lane vectors) that fits the target's vector
+//   registers: 8 x 3 with AVX-512's 32 (conv.c and attention.c tile 16-lane vectors there), 4 x 3 with AVX2's 16,
+//   4 x 1 with 128-bit ones
 //   (a f8 is two there).
 // And scalar float math written with plain IEEE operations (Cephes exp, Abramowitz & Stegun erf), which every
 // target computes alike, vectorised or not (-ffp-contract=off everywhere).
@@ -148,10 +149,8 @@ static inline f8 f8_abs(f8 a) {
 #define EMBER_EXPORT(name) __attribute__((visibility("default")))
 #endif
 
-// ---------------------------------------------------------------------------------------------- register tiles
-// A tile of MRc x NVc f8 accumulators (MRc <= 8, NVc <= 3, both constants where the tile is inlined) in named
-// variables, never in an array: GCC keeps arrays of vectors in memory, and every multiply-add then goes through
-// the stack. Lanes past `width` are neither read nor written.
+// ---------------------------------------------------------------------------------------------- partial vectors
+// Lanes past n are neither read nor written (a register tile's last vector: conv.c, attention.c).
 
 static inline f8 f8_load_part(const float *p, int n) {  // p[0:n] (n < 8 read through a copy), zeros after
     if (n >= 8)
@@ -170,38 +169,6 @@ static inline void f8_store_part(float *p, f8 v, int n) {
     f8_store(t, v);
     for (int i = 0; i < n && i < 8; i++) p[i] = t[i];
 }
-
-#define TILE_ROW3(M, r) M(r, 0) M(r, 1) M(r, 2)
-#define TILE_EACH(M) TILE_ROW3(M, 0) TILE_ROW3(M, 1) TILE_ROW3(M, 2) TILE_ROW3(M, 3) TILE_ROW3(M, 4) TILE_ROW3(M, 5) \
-    TILE_ROW3(M, 6) TILE_ROW3(M, 7)
-#define TILE_DECL_ONE(r, j) f8 c##r##j = f8_zero();
-#define TILE_DECL TILE_EACH(TILE_DECL_ONE) (void)0
-// c[r][j] = the tile of y (rows ys apart) times mul[r] (mul 0: as it is)
-#define TILE_LOAD_ONE(r, j)                                                          \
-    if (r < MRc && j < NVc) {                                                        \
-        c##r##j = f8_load_part(TILE_Y + r * TILE_YS + 8 * j, TILE_W - 8 * j);         \
-        if (TILE_MUL)                                                                \
-            c##r##j = f8_mul(c##r##j, f8_splat(TILE_MUL[r]));                        \
-    }
-#define TILE_STORE_ONE(r, j) \
-    if (r < MRc && j < NVc) f8_store_part(TILE_Y + r * TILE_YS + 8 * j, c##r##j, TILE_W - 8 * j);
-// one step: x0..x2 = the vectors at xp; row r's multiplier broadcast from A(r)
-#define TILE_ROW(r)                                                       \
-    if (r < MRc) {                                                        \
-        f8 av = f8_bcast(TILE_A(r));                                      \
-        c##r##0 = f8_madd(c##r##0, av, x0);                               \
-        if (NVc > 1) c##r##1 = f8_madd(c##r##1, av, x1);                  \
-        if (NVc > 2) c##r##2 = f8_madd(c##r##2, av, x2);                  \
-    }
-#define TILE_STEP(xp)                                                     \
-    do {                                                                  \
-        const float *xs_ = (xp);                                          \
-        f8 x0 = f8_load(xs_);                                             \
-        f8 x1 = NVc > 1 ? f8_load(xs_ + 8) : x0;                          \
-        f8 x2 = NVc > 2 ? f8_load(xs_ + 16) : x0;                         \
-        TILE_ROW(0) TILE_ROW(1) TILE_ROW(2) TILE_ROW(3)                   \
-        TILE_ROW(4) TILE_ROW(5) TILE_ROW(6) TILE_ROW(7)                   \
-    } while (0)
 
 // ---------------------------------------------------------------------------------------------- vector math
 // exp, SiLU, GELU on 8 lanes with IEEE operations in one order on every target (no fused multiply-add): each
