@@ -100,6 +100,9 @@ def test_conv_matches_float64_on_every_build(builds, case):
         assert np.all(err <= bound), (tag, float((err / bound).max()))
     # SSSE3 and plain C both multiply then add, in the same order: the same bits
     assert np.array_equal(got["ssse3"], got["scalar"], equal_nan=True)
+    # the native build (16-lane tiles where it has AVX-512) and plain AVX2 both fuse: the same chains, the same bits
+    if "avx2" in got:
+        assert np.array_equal(got["native"], got["avx2"], equal_nan=True)
 
 
 @pytest.mark.parametrize("case", [1, 3, 7, 9])
