@@ -99,4 +99,3 @@ class NumpyBackend(ArrayModuleBackend):
 
     def _conv(self, x, w, stride, padding, dilation, groups):
         return _conv_im2col(x, w, stride, padding, dilation, groups)  # sliding windows, bands of rows, BLAS
-

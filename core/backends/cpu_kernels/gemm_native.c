@@ -19,14 +19,36 @@
 #include "fvec.h"  // (EMBER_EXPORT)
 #include "parallel.h"
 
+// gv: one vector of a tile row, two per panel row (NR = 2 GV): AVX-512's 16 lanes, or AVX2's 8; gm: which lanes of
+// one a masked load or store touches
 #if defined(__AVX512F__) && !defined(EMBER_SIMD_SCALAR)
 #include <immintrin.h>
 #define GN_MR 8
 #define GN_NR 32
+typedef __m512 gv;
+typedef __mmask16 gm;
+static inline gm gm_first(int lanes) { return lanes >= 16 ? 0xFFFF : lanes <= 0 ? 0 : (gm)((1u << lanes) - 1); }
+static inline gv gv_load(const float *p, gm m) { return _mm512_maskz_loadu_ps(m, p); }
+static inline void gv_store(float *p, gm m, gv v) { _mm512_mask_storeu_ps(p, m, v); }
+static inline void gv_put(float *p, gv v) { _mm512_store_ps(p, v); }  // (p 64-byte aligned)
+static inline gv gv_bcast(const float *p) { return _mm512_set1_ps(*p); }
+static inline gv gv_zero(void) { return _mm512_setzero_ps(); }
+static inline gv gv_madd(gv c, gv a, gv b) { return _mm512_fmadd_ps(a, b, c); }
 #elif defined(__AVX2__) && defined(__FMA__) && !defined(EMBER_SIMD_SCALAR)
 #include <immintrin.h>
 #define GN_MR 6
 #define GN_NR 16
+typedef __m256 gv;
+typedef __m256i gm;
+static inline gm gm_first(int lanes) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline gv gv_load(const float *p, gm m) { return _mm256_maskload_ps(p, m); }
+static inline void gv_store(float *p, gm m, gv v) { _mm256_maskstore_ps(p, m, v); }
+static inline void gv_put(float *p, gv v) { _mm256_store_ps(p, v); }  // (p 32-byte aligned)
+static inline gv gv_bcast(const float *p) { return _mm256_broadcast_ss(p); }
+static inline gv gv_zero(void) { return _mm256_setzero_ps(); }
+static inline gv gv_madd(gv c, gv a, gv b) { return _mm256_fmadd_ps(a, b, c); }
 #else
 #define GN_NR 0
 #endif
@@ -42,93 +64,47 @@ typedef struct {
     float *c;
 } gn_job;
 
-#if GN_NR == 32
-// c[0:m, 0:nn] (+)= a[0:m, 0:kk] b[0:kk, 0:nn] for m <= 8 rows, nn <= 32 columns
+#define GV (GN_NR / 2)
+
+// c[0:m, 0:nn] (+)= a[0:m, 0:kk] b[0:kk, 0:nn] for m <= MR rows, nn <= NR columns
 static inline void gn_tile(int kk, const float *a, long rsa, const float *b, long rsb, float *c, long rsc, int m,
                            int nn, int resume) {
-    __mmask16 m0 = nn >= 16 ? 0xFFFF : (__mmask16)((1u << nn) - 1);
-    __mmask16 m1 = nn <= 16 ? 0 : nn >= 32 ? 0xFFFF : (__mmask16)((1u << (nn - 16)) - 1);
-    __m512 acc0[GN_MR], acc1[GN_MR];
+    gm m0 = gm_first(nn), m1 = gm_first(nn - GV);
+    gv acc0[GN_MR], acc1[GN_MR];
     const float *ar[GN_MR];
     for (int i = 0; i < GN_MR; i++) {
         int live = i < m;
         ar[i] = a + (live ? i : 0) * rsa;  // (rows past m read row 0; their sums are never stored)
-        acc0[i] = resume && live ? _mm512_maskz_loadu_ps(m0, c + i * rsc) : _mm512_setzero_ps();
-        acc1[i] = resume && live ? _mm512_maskz_loadu_ps(m1, c + i * rsc + 16) : _mm512_setzero_ps();
+        acc0[i] = resume && live ? gv_load(c + i * rsc, m0) : gv_zero();
+        acc1[i] = resume && live ? gv_load(c + i * rsc + GV, m1) : gv_zero();
     }
     for (int p = 0; p < kk; p++) {
-        __m512 b0 = _mm512_maskz_loadu_ps(m0, b + p * rsb), b1 = _mm512_maskz_loadu_ps(m1, b + p * rsb + 16);
+        gv b0 = gv_load(b + p * rsb, m0), b1 = gv_load(b + p * rsb + GV, m1);
 #pragma GCC unroll 8
         for (int i = 0; i < GN_MR; i++) {
-            __m512 av = _mm512_set1_ps(ar[i][p]);
-            acc0[i] = _mm512_fmadd_ps(av, b0, acc0[i]);
-            acc1[i] = _mm512_fmadd_ps(av, b1, acc1[i]);
+            gv av = gv_bcast(ar[i] + p);
+            acc0[i] = gv_madd(acc0[i], av, b0);
+            acc1[i] = gv_madd(acc1[i], av, b1);
         }
     }
     for (int i = 0; i < m; i++) {
-        _mm512_mask_storeu_ps(c + i * rsc, m0, acc0[i]);
-        _mm512_mask_storeu_ps(c + i * rsc + 16, m1, acc1[i]);
+        gv_store(c + i * rsc, m0, acc0[i]);
+        gv_store(c + i * rsc + GV, m1, acc1[i]);
     }
 }
 
-// block (kk, 32) = b[0:kk, 0:nn], zeros past nn; the rows of `next` (the block copied after this one, or NULL)
+// block (kk, NR) = b[0:kk, 0:nn], zeros past nn; the rows of `next` (the block copied after this one, or NULL)
 // fetched into L2 meanwhile
 static inline void gn_copy(int kk, const float *b, long rsb, int nn, float *block, const float *next, int next_kk) {
-    __mmask16 m0 = nn >= 16 ? 0xFFFF : (__mmask16)((1u << nn) - 1);
-    __mmask16 m1 = nn <= 16 ? 0 : nn >= 32 ? 0xFFFF : (__mmask16)((1u << (nn - 16)) - 1);
-    for (int r = 0; r < kk; r++) {
-        if (next && r < next_kk) {
-            _mm_prefetch((const char *)(next + r * rsb), _MM_HINT_T1);
-            _mm_prefetch((const char *)(next + r * rsb + 16), _MM_HINT_T1);
-        }
-        _mm512_store_ps(block + r * 32, _mm512_maskz_loadu_ps(m0, b + r * rsb));
-        _mm512_store_ps(block + r * 32 + 16, _mm512_maskz_loadu_ps(m1, b + r * rsb + 16));
-    }
-}
-#else
-static inline __m256i gn_mask8(int lanes) {  // the first `lanes` (0..8) lanes set
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), idx);
-}
-
-// c[0:m, 0:nn] (+)= a[0:m, 0:kk] b[0:kk, 0:nn] for m <= 6 rows, nn <= 16 columns
-static inline void gn_tile(int kk, const float *a, long rsa, const float *b, long rsb, float *c, long rsc, int m,
-                           int nn, int resume) {
-    __m256i m0 = gn_mask8(nn >= 8 ? 8 : nn), m1 = gn_mask8(nn <= 8 ? 0 : nn - 8);
-    __m256 acc0[GN_MR], acc1[GN_MR];
-    const float *ar[GN_MR];
-    for (int i = 0; i < GN_MR; i++) {
-        int live = i < m;
-        ar[i] = a + (live ? i : 0) * rsa;
-        acc0[i] = resume && live ? _mm256_maskload_ps(c + i * rsc, m0) : _mm256_setzero_ps();
-        acc1[i] = resume && live ? _mm256_maskload_ps(c + i * rsc + 8, m1) : _mm256_setzero_ps();
-    }
-    for (int p = 0; p < kk; p++) {
-        __m256 b0 = _mm256_maskload_ps(b + p * rsb, m0), b1 = _mm256_maskload_ps(b + p * rsb + 8, m1);
-#pragma GCC unroll 6
-        for (int i = 0; i < GN_MR; i++) {
-            __m256 av = _mm256_broadcast_ss(ar[i] + p);
-            acc0[i] = _mm256_fmadd_ps(av, b0, acc0[i]);
-            acc1[i] = _mm256_fmadd_ps(av, b1, acc1[i]);
-        }
-    }
-    for (int i = 0; i < m; i++) {
-        _mm256_maskstore_ps(c + i * rsc, m0, acc0[i]);
-        _mm256_maskstore_ps(c + i * rsc + 8, m1, acc1[i]);
-    }
-}
-
-// block (kk, 16) = b[0:kk, 0:nn], zeros past nn; the rows of `next` fetched into L2 meanwhile (as above)
-static inline void gn_copy(int kk, const float *b, long rsb, int nn, float *block, const float *next, int next_kk) {
-    __m256i m0 = gn_mask8(nn >= 8 ? 8 : nn), m1 = gn_mask8(nn <= 8 ? 0 : nn - 8);
+    gm m0 = gm_first(nn), m1 = gm_first(nn - GV);
     for (int r = 0; r < kk; r++) {
         if (next && r < next_kk)
-            _mm_prefetch((const char *)(next + r * rsb), _MM_HINT_T1);
-        _mm256_store_ps(block + r * 16, _mm256_maskload_ps(b + r * rsb, m0));
-        _mm256_store_ps(block + r * 16 + 8, _mm256_maskload_ps(b + r * rsb + 8, m1));
+            for (int o = 0; o < GN_NR; o += 16)  // (each 64-byte line of the row)
+                _mm_prefetch((const char *)(next + r * rsb + o), _MM_HINT_T1);
+        gv_put(block + r * GN_NR, gv_load(b + r * rsb, m0));
+        gv_put(block + r * GN_NR + GV, gv_load(b + r * rsb + GV, m1));
     }
 }
-#endif
 
 // c[r, 0:nn] += bias[0:nn] for rows [0, m): the sum, then one add (numpy's y += b after the product, bit for bit)
 static void gn_add_bias(float *c, long rsc, int m, int nn, const float *bias) {
