@@ -199,7 +199,7 @@ def _gelu_erf(x, out):
     np.exp(e, out=e)
     p *= e
     p *= ax
-    p[ax > t(12.6)] = 0                            # 0 past |x| = 12.6, as fvec.h's f8_gelu (no subnormals)
+    p[ax > t(12.6)] = 0                            # 0 past |x| = 12.6, as fvec_math.h's gelu (no subnormals)
     np.maximum(x, 0, out=out)
     out -= p
 

@@ -28,7 +28,7 @@ enum { A_Q, A_K, A_V, A_M, A_O, A_SCRATCH, A_B1, A_B2, A_L, A_S, A_D, A_DV, A_CA
 #define NK 192     // keys of a block (a multiple of a score tile's width on every target: 48 at most)
 #endif
 #define MAX_DV 256
-static const float IOTA[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+static const float IOTA[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 typedef struct {
     const float *q, *k, *v, *m;
@@ -86,37 +86,16 @@ void ember_attention_prepare_rows(const intptr_t *p, int h0, int h1) {
 }
 
 // ---------------------------------------------------------------------------------------------- the tiles
-// vw: the widest float vector the target computes with, and its register tiles (rows x vectors): AVX-512's 16
-// lanes natively (32 registers: 8 x 3 for the scores, 6 x 4 for the output rows, 64 columns), f8 elsewhere
-// (fvec.h's F8_MR x F8_NV). Each lane's multiply-adds are f8_madd's (fused on x86 natively, as AVX2's), in one
-// order along the inner dimension whatever the width or tile: every target that fuses alike gets the same bits.
-#if defined(__AVX512F__) && !defined(EMBER_TILE4)
-typedef __m512 vw;
-#define VW 16
-static inline vw vw_load(const float *p) { return _mm512_loadu_ps(p); }
-static inline __mmask16 vw_mask(int n) { return (__mmask16)(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1); }
-static inline vw vw_load_part(const float *p, int n) { return _mm512_maskz_loadu_ps(vw_mask(n), p); }
-static inline void vw_store_part(float *p, vw v, int n) { _mm512_mask_storeu_ps(p, vw_mask(n), v); }
-static inline vw vw_bcast(const float *p) { return _mm512_set1_ps(*p); }
-static inline vw vw_splat(float x) { return _mm512_set1_ps(x); }
-static inline vw vw_zero(void) { return _mm512_setzero_ps(); }
-static inline vw vw_mul(vw a, vw b) { return _mm512_mul_ps(a, b); }
-static inline vw vw_madd(vw c, vw a, vw b) { return _mm512_fmadd_ps(a, b, c); }
+// The register tiles of fvec.h's fw (rows x vectors): AVX-512's 16 lanes natively (32 registers: 8 x 3 for the
+// scores, 6 x 4 for the output rows, 64 columns), f8 elsewhere (fvec.h's F8_MR x F8_NV). Each lane's multiply-adds
+// are f8_madd's (fused on x86 natively, as AVX2's), in one order along the inner dimension whatever the width or
+// tile: every target that fuses alike gets the same bits.
+#if FW == 16
 #define QK_MR 8
 #define QK_NV 3
 #define PV_MR 6
 #define PV_NV 4
 #else
-typedef f8 vw;
-#define VW 8
-static inline vw vw_load(const float *p) { return f8_load(p); }
-static inline vw vw_load_part(const float *p, int n) { return f8_load_part(p, n); }
-static inline void vw_store_part(float *p, vw v, int n) { f8_store_part(p, v, n); }
-static inline vw vw_bcast(const float *p) { return f8_bcast(p); }
-static inline vw vw_splat(float x) { return f8_splat(x); }
-static inline vw vw_zero(void) { return f8_zero(); }
-static inline vw vw_mul(vw a, vw b) { return f8_mul(a, b); }
-static inline vw vw_madd(vw c, vw a, vw b) { return f8_madd(c, a, b); }
 #define QK_MR F8_MR
 #define QK_NV F8_NV
 #define PV_MR F8_MR
@@ -127,21 +106,21 @@ static inline vw vw_madd(vw c, vw a, vw b) { return f8_madd(c, a, b); }
 #define VT_ROW(M, r) M(r, 0) M(r, 1) M(r, 2) M(r, 3)
 #define VT_EACH(M) VT_ROW(M, 0) VT_ROW(M, 1) VT_ROW(M, 2) VT_ROW(M, 3) VT_ROW(M, 4) VT_ROW(M, 5) VT_ROW(M, 6) \
     VT_ROW(M, 7)
-#define VT_DECL(r, j) vw c##r##j = vw_zero();
+#define VT_DECL(r, j) fw c##r##j = fw_zero();
 #define VT_LOAD(r, j)                                                             \
     if (r < MRc && j < NVc) {                                                     \
-        c##r##j = vw_load_part(c + r * ldc + VW * j, width - VW * j);            \
-        c##r##j = vw_mul(c##r##j, vw_splat(scale[r]));                            \
+        c##r##j = fw_load_part(c + r * ldc + FW * j, width - FW * j);            \
+        c##r##j = fw_mul(c##r##j, fw_splat(scale[r]));                            \
     }
 #define VT_STORE(r, j) \
-    if (r < MRc && j < NVc) vw_store_part(c + r * ldc + VW * j, c##r##j, width - VW * j);
+    if (r < MRc && j < NVc) fw_store_part(c + r * ldc + FW * j, c##r##j, width - FW * j);
 #define VT_MADD(r)                                                        \
     if (r < MRc) {                                                        \
-        vw av = vw_bcast(a + r * lda + i);                                \
-        c##r##0 = vw_madd(c##r##0, av, x0);                               \
-        if (NVc > 1) c##r##1 = vw_madd(c##r##1, av, x1);                  \
-        if (NVc > 2) c##r##2 = vw_madd(c##r##2, av, x2);                  \
-        if (NVc > 3) c##r##3 = vw_madd(c##r##3, av, x3);                  \
+        fw av = fw_bcast(a + r * lda + i);                                \
+        c##r##0 = fw_madd(c##r##0, av, x0);                               \
+        if (NVc > 1) c##r##1 = fw_madd(c##r##1, av, x1);                  \
+        if (NVc > 2) c##r##2 = fw_madd(c##r##2, av, x2);                  \
+        if (NVc > 3) c##r##3 = fw_madd(c##r##3, av, x3);                  \
     }
 
 // c[r][0:width] = (scale ? c[r] scale[r] : 0) + sum over i < kd of a[r][i] b[i][0:width], for MRc rows; b's rows
@@ -155,10 +134,10 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
     }
     for (int i = 0; i < kd; i++) {
         const float *x = b + i * ldb;
-        vw x0 = full ? vw_load(x) : vw_load_part(x, width);
-        vw x1 = NVc > 1 ? (full ? vw_load(x + VW) : vw_load_part(x + VW, width - VW)) : x0;
-        vw x2 = NVc > 2 ? (full ? vw_load(x + 2 * VW) : vw_load_part(x + 2 * VW, width - 2 * VW)) : x0;
-        vw x3 = NVc > 3 ? (full ? vw_load(x + 3 * VW) : vw_load_part(x + 3 * VW, width - 3 * VW)) : x0;
+        fw x0 = full ? fw_load(x) : fw_load_part(x, width);
+        fw x1 = NVc > 1 ? (full ? fw_load(x + FW) : fw_load_part(x + FW, width - FW)) : x0;
+        fw x2 = NVc > 2 ? (full ? fw_load(x + 2 * FW) : fw_load_part(x + 2 * FW, width - 2 * FW)) : x0;
+        fw x3 = NVc > 3 ? (full ? fw_load(x + 3 * FW) : fw_load_part(x + 3 * FW, width - 3 * FW)) : x0;
         VT_MADD(0) VT_MADD(1) VT_MADD(2) VT_MADD(3) VT_MADD(4) VT_MADD(5) VT_MADD(6) VT_MADD(7)
     }
     VT_EACH(VT_STORE)
@@ -190,8 +169,8 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
     static void name(int rows, int cols, int kd, const float *a0, long lda, const float *b0, long ldb, float *c0,  \
                      long ldc, const float *scale0, int full) {                                                    \
         for (int j0 = 0; j0 < cols;) { /* a block of b's columns, in cache for every block of rows */             \
-            int left = cols - j0, nv = left >= VW * NV ? NV : (left + VW - 1) / VW;                                \
-            int width = left < VW * nv ? left : VW * nv;                                                           \
+            int left = cols - j0, nv = left >= FW * NV ? NV : (left + FW - 1) / FW;                                \
+            int width = left < FW * nv ? left : FW * nv;                                                           \
             for (int r0 = 0; r0 < rows; r0 += MR) {                                                                \
                 int mr = rows - r0 < MR ? rows - r0 : MR;                                                          \
                 const float *a = a0 + r0 * lda, *scale = scale0 ? scale0 + r0 : 0, *b = b0 + j0;                   \
@@ -213,24 +192,24 @@ GEMM(gemm_values, PV_MR, PV_NV)
 
 // 2^x for x <= 0 (-inf and NaN too): x = m + f with m an integer (rounded by adding 1.5 2^23), f in [-0.5, 0.5];
 // 2^f by Cephes exp2f's degree-6 polynomial (~1 ulp), 2^m in the exponent bits
-static inline f8 exp2_weights(f8 x) {
-    x = f8_max(f8_splat(-127.0f), x);  // (NaN stays: f8_max(a, b) is a > b ? a : b)
-    f8 m = f8_sub(f8_add(x, f8_splat(12582912.0f)), f8_splat(12582912.0f));
-    f8 f = f8_sub(x, m);
-    f8 p = f8_splat(1.535336188319500e-4f);
-    p = f8_madd(f8_splat(1.339887440266574e-3f), p, f);
-    p = f8_madd(f8_splat(9.618437357674640e-3f), p, f);
-    p = f8_madd(f8_splat(5.550332471162809e-2f), p, f);
-    p = f8_madd(f8_splat(2.402264791363012e-1f), p, f);
-    p = f8_madd(f8_splat(6.931472028550421e-1f), p, f);
-    p = f8_madd(f8_splat(1.0f), p, f);
-    m = f8_sel(f8_gt(m, f8_splat(-126.5f)), m, f8_zero());  // (NaN: 2^0, p is NaN; -127: 2^0, zeroed next)
-    return f8_sel(f8_gt(f8_splat(-125.5f), x), f8_zero(), f8_mul(p, f8_pow2i(m)));
+static inline fw exp2_weights(fw x) {
+    x = fw_max(fw_splat(-127.0f), x);  // (NaN stays: fw_max(a, b) is a > b ? a : b)
+    fw m = fw_sub(fw_add(x, fw_splat(12582912.0f)), fw_splat(12582912.0f));
+    fw f = fw_sub(x, m);
+    fw p = fw_splat(1.535336188319500e-4f);
+    p = fw_madd(fw_splat(1.339887440266574e-3f), p, f);
+    p = fw_madd(fw_splat(9.618437357674640e-3f), p, f);
+    p = fw_madd(fw_splat(5.550332471162809e-2f), p, f);
+    p = fw_madd(fw_splat(2.402264791363012e-1f), p, f);
+    p = fw_madd(fw_splat(6.931472028550421e-1f), p, f);
+    p = fw_madd(fw_splat(1.0f), p, f);
+    m = fw_sel(fw_gt(m, fw_splat(-126.5f)), m, fw_zero());  // (NaN: 2^0, p is NaN; -127: 2^0, zeroed next)
+    return fw_sel(fw_gt(fw_splat(-125.5f), x), fw_zero(), fw_mul(p, fw_pow2i(m)));
 }
 
 static void attend_rows(const attn_t *a, int u0, int u1) {
     float sc[QB * NK], acc[QB * MAX_DV], mx[QB], sum[QB], alpha[QB];
-    const f8 ninf = f8_splat(-__builtin_inff());
+    const fw ninf = fw_splat(-__builtin_inff());
     for (int u = u0; u < u1; u++) {
         int h = u / a->qblocks, i0 = (u % a->qblocks) * QB, hb = h / a->b2, hh = h % a->b2;
         int n = a->l - i0 < QB ? a->l - i0 : QB;
@@ -252,46 +231,51 @@ static void attend_rows(const attn_t *a, int u0, int u1) {
                 int visible = a->causal ? i0 + r + 1 - j0 : nk;  // keys j0 + j <= i0 + r
                 visible = visible < nk ? (visible < 0 ? 0 : visible) : nk;
                 const float *mr = m ? m + r * a->ms[2] + j0 : 0;
-                float lanes[8];
-                f8 top8 = f8_splat(mx[r]);
+                // FW scores at a time (a row of sc has room for whole fw past nk8; lanes past the visible keys are
+                // set to -inf), the sum of the weights in f8's lanes (j % 8) in key order: the bits of any width
+                float lanes[FW];
+                fw top = fw_splat(mx[r]);
                 if (mr) {  // s scale + mask, -inf past the visible keys
-                    f8 sv = f8_splat(a->scale);
-                    for (int j = 0; j < nk8; j += 8) {
-                        f8 x = f8_add(f8_mul(f8_load(s + j), sv), f8_load_part(mr + j, visible - j));
-                        if (j + 8 > visible)
-                            x = f8_sel(f8_gt(f8_splat((float)(visible - j)), f8_load(IOTA)), x, ninf);
-                        f8_store(s + j, x);
-                        top8 = f8_max(x, top8);
+                    fw sv = fw_splat(a->scale);
+                    for (int j = 0; j < nk8; j += FW) {
+                        fw x = fw_add(fw_mul(fw_load(s + j), sv), fw_load_part(mr + j, visible - j));
+                        if (j + FW > visible)
+                            x = fw_sel(fw_gt(fw_splat((float)(visible - j)), fw_load(IOTA)), x, ninf);
+                        fw_store(s + j, x);
+                        top = fw_max(x, top);
                     }
                 } else {  // raw scores, -inf past the visible keys
                     int j = 0;
-                    for (; j + 8 <= visible; j += 8) top8 = f8_max(f8_load(s + j), top8);
-                    for (; j < nk8; j += 8) {
-                        f8 x = f8_sel(f8_gt(f8_splat((float)(visible - j)), f8_load(IOTA)), f8_load(s + j), ninf);
-                        f8_store(s + j, x);
-                        top8 = f8_max(x, top8);
+                    for (; j + FW <= visible; j += FW) top = fw_max(fw_load(s + j), top);
+                    for (; j < nk8; j += FW) {
+                        fw x = fw_sel(fw_gt(fw_splat((float)(visible - j)), fw_load(IOTA)), fw_load(s + j), ninf);
+                        fw_store(s + j, x);
+                        top = fw_max(x, top);
                     }
                 }
-                f8_store(lanes, top8);
-                float top = lanes[0];
-                for (int l = 1; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
+                fw_store(lanes, top);
+                float best = lanes[0];
+                for (int l = 1; l < FW; l++) best = lanes[l] > best ? lanes[l] : best;
                 // a row whose keys so far are all masked keeps weights 0 (-inf - -inf would be NaN)
-                float base = top == -__builtin_inff() ? 0.0f : top;
-                f8_store(lanes, exp2_weights(f8_mul(f8_sub(f8_splat(mx[r]), f8_splat(base)), f8_splat(mul))));
+                float base = best == -__builtin_inff() ? 0.0f : best;
+                fw_store(lanes, exp2_weights(fw_mul(fw_sub(fw_splat(mx[r]), fw_splat(base)), fw_splat(mul))));
                 alpha[r] = mx[r] == -__builtin_inff() ? 0.0f : lanes[0];
-                mx[r] = top;
-                f8 total = f8_zero(), nb = f8_splat(-base * mul), mv = f8_splat(mul);
-                for (int j = 0; j < nk8; j += 8) {  // weights 2^((s - max) mul)
-                    f8 e = exp2_weights(f8_madd(nb, f8_load(s + j), mv));
-                    f8_store(s + j, e);
-                    total = f8_add(total, e);
+                mx[r] = best;
+                f8 total = f8_zero();
+                fw nb = fw_splat(-base * mul), mv = fw_splat(mul);
+                for (int j = 0; j < nk8; j += FW) {  // weights 2^((s - max) mul)
+                    fw e = exp2_weights(fw_madd(nb, fw_load(s + j), mv));
+                    fw_store(s + j, e);
+                    total = f8_add(total, fw_half(e, 0));
+                    if (FW == 16 && j + 8 < nk8)
+                        total = f8_add(total, fw_half(e, 1));
                 }
                 f8_store(lanes, total);
                 sum[r] = sum[r] * alpha[r] + (((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
                                               ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])));
             }
             gemm_values(n, a->dv, nk, sc, NK, v + (long)j0 * a->vs[2], a->vs[2], acc, MAX_DV, alpha,
-                        a->dv % VW == 0);
+                        a->dv % FW == 0);
         }
         float *o = a->o + hb * a->os[0] + hh * a->os[1] + i0 * a->os[2];
         for (int r = 0; r < n; r++)

@@ -25,45 +25,20 @@
 // intptr_t parameters, filled by cpu_float_kernels.py
 enum { C_X, C_W, C_B, C_Y, C_SCRATCH, C_N, C_C, C_H, C_W_, C_O, C_KH, C_KW, C_SH, C_SW, C_PH, C_PW, C_DH, C_DW,
        C_GROUPS, C_ACT, C_FIELDS };
-// cv: the vector a tile accumulates in: AVX-512's 16 lanes natively where the target has them (fused multiply-adds,
-// as fvec.h's f8_madd there; the epilogue's activation per 8-lane half, f8_act's code), else fvec.h's f8
-#if defined(__AVX512F__) && !defined(EMBER_TILE4) && !defined(EMBER_SIMD_SCALAR)
-#include <immintrin.h>
-typedef __m512 cv;
-#define CV 16
+// A tile accumulates in fvec.h's fw (AVX-512's 16 lanes natively where the target has them, f8 elsewhere): its
+// rows x vectors 8 x 3 of 32 registers with AVX-512, fvec.h's f8 tile elsewhere
+#if FW == 16
 #define CV_MR 8
 #define CV_NV 3
-static inline __mmask16 cv_mask(int n) { return (__mmask16)(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1); }
-static inline cv cv_load(const float *p) { return _mm512_loadu_ps(p); }
-static inline cv cv_load_part(const float *p, int n) { return _mm512_maskz_loadu_ps(cv_mask(n), p); }
-static inline void cv_store_part(float *p, cv v, int n) { _mm512_mask_storeu_ps(p, cv_mask(n), v); }
-static inline cv cv_bcast(const float *p) { return _mm512_set1_ps(*p); }
-static inline cv cv_zero(void) { return _mm512_setzero_ps(); }
-static inline cv cv_madd(cv c, cv a, cv b) { return _mm512_fmadd_ps(a, b, c); }
-static inline cv cv_bias_act(cv v, const float *b, int act) {  // act(v + *b) (b 0: v), an 8-lane half at a time
-    f8 lo = _mm512_castps512_ps256(v), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    if (b)
-        lo = f8_add(lo, f8_splat(*b)), hi = f8_add(hi, f8_splat(*b));
-    lo = f8_act(lo, act), hi = f8_act(hi, act);
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
-}
 #else
-typedef f8 cv;
-#define CV 8
 #define CV_MR F8_MR
 #define CV_NV F8_NV
-static inline cv cv_load(const float *p) { return f8_load(p); }
-static inline cv cv_load_part(const float *p, int n) { return f8_load_part(p, n); }
-static inline void cv_store_part(float *p, cv v, int n) { f8_store_part(p, v, n); }
-static inline cv cv_bcast(const float *p) { return f8_bcast(p); }
-static inline cv cv_zero(void) { return f8_zero(); }
-static inline cv cv_madd(cv c, cv a, cv b) { return f8_madd(c, a, b); }
-static inline cv cv_bias_act(cv v, const float *b, int act) { return f8_act(b ? f8_add(v, f8_splat(*b)) : v, act); }
 #endif
+static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? fw_add(v, fw_splat(*b)) : v, act); }
 
-#define SEG 192        // output pixels a unit at most (a multiple of every target's CV * CV_NV)
+#define SEG 192        // output pixels a unit at most (a multiple of every target's FW * CV_NV)
 #define KC_TAPS (2304 / CV_MR)  // channels x taps of a weight block (its CV_MR rows: 9 KiB, in L1)
-#define PAD 48         // zeros after each plane: a tile's last vector reads up to CV - 1 floats past its pixels
+#define PAD 48         // zeros after each plane: a tile's last vector reads up to FW - 1 floats past its pixels
 #define PANEL 65536    // floats of input planes a block of units reads for a block of channels (in L2)
 #define MAX_TAPS 1024
 
@@ -168,26 +143,26 @@ void ember_conv2d_prepare_rows(const intptr_t *p, int u0, int u1) {
 // ---------------------------------------------------------------------------------------------- the tile
 
 // y[r][0:width] (+)= sum over kc channels and the taps of w[r][c][t] x_t[c][0:width] for MRc output channels
-// (rows of y yos apart, of w wos apart) and width <= CV NVc pixels; src: the planes at this output pixel of the
+// (rows of y yos apart, of w wos apart) and width <= FW NVc pixels; src: the planes at this output pixel of the
 // block's first channel (off: each tap's offset). last: the block of the last channels, whose sums leave with the
 // bias (b[r], or none) added and the activation applied. The accumulators are named variables c<row><vector>,
 // never an array (GCC keeps an array of vectors in memory: every multiply-add through the stack).
 #define CT_ROW3(M, r) M(r, 0) M(r, 1) M(r, 2)
 #define CT_EACH(M) CT_ROW3(M, 0) CT_ROW3(M, 1) CT_ROW3(M, 2) CT_ROW3(M, 3) CT_ROW3(M, 4) CT_ROW3(M, 5) CT_ROW3(M, 6) \
     CT_ROW3(M, 7)
-#define CT_DECL(r, j) cv c##r##j = cv_zero();
+#define CT_DECL(r, j) fw c##r##j = fw_zero();
 #define CT_LOAD(r, j) \
-    if (r < MRc && j < NVc) c##r##j = cv_load_part(y + r * yos + CV * j, width - CV * j);
+    if (r < MRc && j < NVc) c##r##j = fw_load_part(y + r * yos + FW * j, width - FW * j);
 #define CT_STORE(r, j) \
-    if (r < MRc && j < NVc) cv_store_part(y + r * yos + CV * j, c##r##j, width - CV * j);
+    if (r < MRc && j < NVc) fw_store_part(y + r * yos + FW * j, c##r##j, width - FW * j);
 #define CT_ACT(r, j) \
-    if (r < MRc && j < NVc) c##r##j = cv_bias_act(c##r##j, b ? b + r : 0, act);
+    if (r < MRc && j < NVc) c##r##j = fw_bias_act(c##r##j, b ? b + r : 0, act);
 #define CT_MADD(r)                                                        \
     if (r < MRc) {                                                        \
-        cv av = cv_bcast(wc + (r) * wos + t);                             \
-        c##r##0 = cv_madd(c##r##0, av, x0);                               \
-        if (NVc > 1) c##r##1 = cv_madd(c##r##1, av, x1);                  \
-        if (NVc > 2) c##r##2 = cv_madd(c##r##2, av, x2);                  \
+        fw av = fw_bcast(wc + (r) * wos + t);                             \
+        c##r##0 = fw_madd(c##r##0, av, x0);                               \
+        if (NVc > 1) c##r##1 = fw_madd(c##r##1, av, x1);                  \
+        if (NVc > 2) c##r##2 = fw_madd(c##r##2, av, x2);                  \
     }
 
 static inline __attribute__((always_inline)) void tile(const int MRc, const int NVc, const float *src, long cs,
@@ -202,9 +177,9 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
         const float *xc = src + c * cs, *wc = w + c * taps;
         for (int t = 0; t < taps; t++) {
             const float *xs = xc + off[t];
-            cv x0 = cv_load(xs);
-            cv x1 = NVc > 1 ? cv_load(xs + CV) : x0;
-            cv x2 = NVc > 2 ? cv_load(xs + 2 * CV) : x0;
+            fw x0 = fw_load(xs);
+            fw x1 = NVc > 1 ? fw_load(xs + FW) : x0;
+            fw x2 = NVc > 2 ? fw_load(xs + 2 * FW) : x0;
             CT_MADD(0) CT_MADD(1) CT_MADD(2) CT_MADD(3) CT_MADD(4) CT_MADD(5) CT_MADD(6) CT_MADD(7)
         }
     }
@@ -272,14 +247,14 @@ static void conv_rows(const conv_t *k, int u0, int u1) {
                         long f0 = (u % k->units) * SEG, f1 = f0 + SEG < k->flat ? f0 + SEG : k->flat;
                         const float *base = k->planes + n * k->image + (long)(g * k->cg + c0) * k->cs;
                         float *acc = k->acc + ((long)n * k->o + o) * aos;
-                        float tmp[CV_MR * CV * CV_NV];
+                        float tmp[CV_MR * FW * CV_NV];
                         for (long f = f0; f < f1;) {
                             long left = f1 - f;
-                            int nv = left >= CV * CV_NV ? CV_NV : (int)(left + CV - 1) / CV;
-                            int width = left < CV * nv ? (int)left : CV * nv;
+                            int nv = left >= FW * CV_NV ? CV_NV : (int)(left + FW - 1) / FW;
+                            int width = left < FW * nv ? (int)left : FW * nv;
                             if (first && last) {  // one block of channels: no sums to keep, straight to y's rows
-                                tile_any(k, mr, nv, base + f, off, w, wos, kc, tmp, CV * CV_NV, width, 1, 1, b);
-                                scatter(k, tmp, CV * CV_NV, mr, f, width, k->y + ((long)n * k->o + o) * yos, yos);
+                                tile_any(k, mr, nv, base + f, off, w, wos, kc, tmp, FW * CV_NV, width, 1, 1, b);
+                                scatter(k, tmp, FW * CV_NV, mr, f, width, k->y + ((long)n * k->o + o) * yos, yos);
                             } else {
                                 tile_any(k, mr, nv, base + f, off, w, wos, kc, acc + f, aos, width, first, last, b);
                             }

@@ -33,7 +33,7 @@ static v128_t silu4(v128_t x) {  // x / (1 + exp(-x)): silu(-inf) = -inf / inf =
 // GELU (erf form) as the CPU backend's numpy path: x Phi(x) = relu(x) - |x| Phi(-|x|), no cancellation
 // in the negative tail; Phi(-|x|) = t P(t) exp(-x^2 / 2) / 2 with t = 1 / (1 + p |x| / sqrt 2)
 // (Abramowitz & Stegun 7.1.26, |abs err| < 1.5e-7). gelu(+inf) = +inf, gelu(-inf) = NaN, as torch. The tail is
-// 0 past |x| = 12.6, computed from |x| held there: no subnormals (fvec.h's f8_gelu, the same steps).
+// 0 past |x| = 12.6, computed from |x| held there: no subnormals (fvec_math.h's gelu, the same steps).
 static v128_t gelu4(v128_t x) {
     v128_t ax = wasm_f32x4_abs(x), a = wasm_f32x4_min(wasm_f32x4_splat(12.6f), ax);  // (NaN stays)
     v128_t t = wasm_f32x4_div(wasm_f32x4_splat(1.0f),

@@ -8,8 +8,8 @@
 //   registers: 8 x 3 with AVX-512's 32 (conv.c and attention.c tile 16-lane vectors there), 4 x 3 with AVX2's 16,
 //   4 x 1 with 128-bit ones
 //   (a f8 is two there).
-// And scalar float math written with plain IEEE operations (Cephes exp, Abramowitz & Stegun erf), which every
-// target computes alike, vectorised or not (-ffp-contract=off everywhere).
+// And float math written with plain IEEE operations (Cephes exp, Abramowitz & Stegun erf: fvec_math.h), which every
+// target computes alike, vectorised or not and at any vector width (-ffp-contract=off everywhere).
 #pragma once
 #include <stdint.h>
 
@@ -170,93 +170,102 @@ static inline void f8_store_part(float *p, f8 v, int n) {
     for (int i = 0; i < n && i < 8; i++) p[i] = t[i];
 }
 
+// ---------------------------------------------------------------------------------------------- fw
+// fw: the widest float vector of the target, for loops whose lanes are independent (an activation over a row,
+// attention's weights): AVX-512's 16 lanes natively (conv.c and attention.c tile them too), f8 elsewhere. Each
+// lane's IEEE operations are f8's (fw_madd fuses where f8_madd does), so the width changes no lane's value.
+#if defined(__AVX512F__) && !defined(EMBER_TILE4) && !defined(EMBER_SIMD_SCALAR)
+typedef __m512 fw;
+typedef __mmask16 mw;
+#define FW 16
+static inline __mmask16 fw_mask(int n) { return (__mmask16)(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1); }
+static inline fw fw_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void fw_store(float *p, fw v) { _mm512_storeu_ps(p, v); }
+static inline fw fw_load_part(const float *p, int n) { return _mm512_maskz_loadu_ps(fw_mask(n), p); }
+static inline void fw_store_part(float *p, fw v, int n) { _mm512_mask_storeu_ps(p, fw_mask(n), v); }
+static inline fw fw_bcast(const float *p) { return _mm512_set1_ps(*p); }
+static inline fw fw_splat(float c) { return _mm512_set1_ps(c); }
+static inline fw fw_zero(void) { return _mm512_setzero_ps(); }
+static inline fw fw_add(fw a, fw b) { return _mm512_add_ps(a, b); }
+static inline fw fw_sub(fw a, fw b) { return _mm512_sub_ps(a, b); }
+static inline fw fw_mul(fw a, fw b) { return _mm512_mul_ps(a, b); }
+static inline fw fw_div(fw a, fw b) { return _mm512_div_ps(a, b); }
+static inline fw fw_madd(fw c, fw a, fw b) { return _mm512_fmadd_ps(a, b, c); }
+static inline fw fw_max(fw a, fw b) { return _mm512_max_ps(a, b); }  // a > b ? a : b, as AVX2's
+static inline fw fw_min(fw a, fw b) { return _mm512_min_ps(a, b); }  // a < b ? a : b
+static inline fw fw_floor(fw a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+static inline fw fw_pow2i(fw m) {
+    __m512i i = _mm512_add_epi32(_mm512_cvttps_epi32(m), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(i, 23));
+}
+static inline mw fw_gt(fw a, fw b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+static inline mw fw_eq(fw a, fw b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+static inline fw fw_sel(mw m, fw a, fw b) { return _mm512_mask_blend_ps(m, b, a); }
+static inline fw fw_abs(fw a) { return _mm512_abs_ps(a); }
+static inline f8 fw_half(fw v, int hi) {  // lanes 0-7 or 8-15
+    return hi ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)) : _mm512_castps512_ps256(v);
+}
+#else
+typedef f8 fw;
+typedef m8 mw;
+#define FW 8
+#define fw_load f8_load
+#define fw_store f8_store
+#define fw_load_part f8_load_part
+#define fw_store_part f8_store_part
+#define fw_bcast f8_bcast
+#define fw_splat f8_splat
+#define fw_zero f8_zero
+#define fw_add f8_add
+#define fw_sub f8_sub
+#define fw_mul f8_mul
+#define fw_div f8_div
+#define fw_madd f8_madd
+#define fw_max f8_max
+#define fw_min f8_min
+#define fw_gt f8_gt
+#define fw_eq f8_eq
+#define fw_floor f8_floor
+#define fw_pow2i f8_pow2i
+#define fw_abs f8_abs
+#define fw_sel f8_sel
+static inline f8 fw_half(fw v, int hi) { return (void)hi, v; }  // (one half: FW is 8)
+#endif
+
 // ---------------------------------------------------------------------------------------------- vector math
-// exp, SiLU, GELU on 8 lanes with IEEE operations in one order on every target (no fused multiply-add): each
-// lane's value is the same whichever target computes it (NaN aside, whose payload may differ).
-
-static inline f8 f8_c(float c) { return f8_splat(c); }
-
-// exp(x), Cephes expf (elementwise.c's, decode.c's): x = m ln2 + r, a degree-7 polynomial for e^r, 2^m in the
-// exponent bits. ~2 ulp; below -87.3 exp(-87.3), above 88.7 inf, NaN stays NaN.
-static inline f8 f8_exp(f8 x0) {
-    f8 x = f8_min(f8_c(88.7228390f), f8_max(f8_c(-87.3365448f), x0));  // (NaN passes both)
-    f8 m = f8_floor(f8_add(f8_mul(x, f8_c(1.44269504088896341f)), f8_c(0.5f)));
-    f8 r = f8_sub(x, f8_mul(m, f8_c(0.693359375f)));
-    r = f8_sub(r, f8_mul(m, f8_c(-2.12194440e-4f)));
-    f8 p = f8_c(1.9875691500e-4f);
-    p = f8_add(f8_mul(p, r), f8_c(1.3981999507e-3f));
-    p = f8_add(f8_mul(p, r), f8_c(8.3334519073e-3f));
-    p = f8_add(f8_mul(p, r), f8_c(4.1665795894e-2f));
-    p = f8_add(f8_mul(p, r), f8_c(1.6666665459e-1f));
-    p = f8_add(f8_mul(p, r), f8_c(5.0000001201e-1f));
-    p = f8_add(f8_add(f8_mul(f8_mul(p, r), r), r), f8_c(1.0f));
-    f8 y = f8_mul(p, f8_pow2i(f8_sel(f8_eq(m, m), m, f8_zero())));  // (a NaN's m: 2^0, p is NaN)
-    return f8_sel(f8_gt(x0, f8_c(88.7228390f)), f8_c(__builtin_inff()), y);
-}
-
-static inline f8 f8_silu(f8 x) {  // x / (1 + exp(-x)); silu(-inf) = NaN, as torch
-    return f8_div(x, f8_add(f8_c(1.0f), f8_exp(f8_sub(f8_zero(), x))));
-}
-
-// x Phi(x) = relu(x) - |x| Phi(-|x|) with Phi(-|x|) = t P(t) exp(-x^2 / 2) / 2, t = 1 / (1 + p |x| / sqrt 2)
-// (Abramowitz & Stegun 7.1.26, |abs err| < 1.5e-7): the CPU backend's erf GELU (cpu_fused.py) step for step.
-// gelu(+inf) = +inf, gelu(-inf) = NaN, as torch. The tail is 0 past |x| = 12.6 (below 1.5e-35; torch's 1 + erf
-// rounds to 0 from x = -5.9), computed from |x| held at 12.6: no step makes a subnormal (each costs a microcode
-// assist, there and in the next product: Whisper's last fc2 was 20x slower, the GELU itself 10x).
-static inline f8 f8_gelu(f8 x) {
-    f8 ax = f8_abs(x), a = f8_min(f8_c(12.6f), ax);  // (NaN stays)
-    f8 t = f8_div(f8_c(1.0f), f8_add(f8_c(1.0f), f8_mul(a, f8_c(0.2316419f))));
-    f8 p = f8_c(1.061405429f * 0.5f);
-    p = f8_mul(f8_add(f8_mul(p, t), f8_c(-1.453152027f * 0.5f)), t);
-    p = f8_mul(f8_add(p, f8_c(1.421413741f * 0.5f)), t);
-    p = f8_mul(f8_add(p, f8_c(-0.284496736f * 0.5f)), t);
-    p = f8_mul(f8_add(p, f8_c(0.254829592f * 0.5f)), t);
-    f8 tail = f8_mul(f8_mul(p, f8_exp(f8_mul(f8_mul(a, a), f8_c(-0.5f)))), a);
-    tail = f8_sel(f8_gt(ax, f8_c(12.6f)), f8_zero(), tail);
-    m8 inf = f8_eq(ax, f8_c(__builtin_inff()));  // 0 * inf in the tail: 0 at +inf, NaN at -inf
-    tail = f8_sel(inf, f8_sel(f8_gt(x, f8_zero()), f8_zero(), f8_c(__builtin_nanf(""))), tail);
-    return f8_sub(f8_max(x, f8_zero()), tail);
-}
-
-// tanh(x), Cephes tanhf (decode.c's): a polynomial near 0, 1 - 2 / (e^2|x| + 1) beyond; ~2 ulp
-static inline f8 f8_tanh(f8 x) {
-    f8 a = f8_abs(x), z = f8_mul(x, x);
-    f8 p = f8_c(-5.70498872745e-3f);
-    p = f8_add(f8_mul(p, z), f8_c(2.06390887954e-2f));
-    p = f8_sub(f8_mul(p, z), f8_c(5.37397155531e-2f));
-    p = f8_add(f8_mul(p, z), f8_c(1.33314422036e-1f));
-    p = f8_sub(f8_mul(p, z), f8_c(3.33332819422e-1f));
-    f8 near = f8_add(f8_mul(f8_mul(p, z), x), x);
-    f8 far = f8_sub(f8_c(1.0f), f8_div(f8_c(2.0f), f8_add(f8_exp(f8_mul(f8_c(2.0f), a)), f8_c(1.0f))));
-    far = f8_sel(f8_gt(f8_zero(), x), f8_sub(f8_zero(), far), far);
-    return f8_sel(f8_gt(a, f8_c(0.625f)), far, near);
-}
-
-static inline f8 f8_gelu_tanh(f8 x) {  // ember's tanh GELU: (tanh(sqrt(2/pi) (x + 0.044715 x^3)) + 1) x / 2
-    f8 u = f8_mul(f8_add(x, f8_mul(f8_mul(f8_mul(f8_c(0.044715f), x), x), x)), f8_c(0.7978845608028654f));
-    return f8_mul(f8_mul(f8_add(f8_tanh(u), f8_c(1.0f)), x), f8_c(0.5f));
-}
+// exp, SiLU, GELU, tanh and an epilogue's activation (fvec_math.h) on f8, and on fw where that is wider.
 
 // the activations an epilogue applies (conv.c, rows.c): the ids cpu_float_kernels.py passes
 enum { ACT_NONE, ACT_RELU, ACT_SILU, ACT_GELU, ACT_GELU_TANH };
 
-static inline f8 f8_act(f8 v, int act) {
-    switch (act) {
-    case ACT_RELU: return f8_max(f8_zero(), v);  // (0 > NaN is false: NaN stays, as torch)
-    case ACT_SILU: return f8_silu(v);
-    case ACT_GELU: return f8_gelu(v);
-    case ACT_GELU_TANH: return f8_gelu_tanh(v);
-    default: return v;
-    }
-}
+#define VT f8
+#define VM m8
+#define V(name) f8_##name
+#include "fvec_math.h"
+#undef VT
+#undef VM
+#undef V
+#if FW == 16
+#define VT fw
+#define VM mw
+#define V(name) fw_##name
+#include "fvec_math.h"
+#undef VT
+#undef VM
+#undef V
+#else
+#define fw_c f8_c
+#define fw_exp f8_exp
+#define fw_act f8_act
+#endif
 
-// y[0:n] = act(y[0:n] + b) (b: one float added to every element, 0 for none), 8 at a time; the tail through the
+// y[0:n] = act(y[0:n] + b) (b: one float added to every element, 0 for none), FW at a time; the tail through the
 // same vector code, so every element gets the same rounding
 static inline void act_row(float *y, int n, float b, int act) {
-    f8 bv = f8_splat(b);
+    fw bv = fw_splat(b);
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        f8_store(y + i, f8_act(f8_add(f8_load(y + i), bv), act));
+    for (; i + FW <= n; i += FW)
+        fw_store(y + i, fw_act(fw_add(fw_load(y + i), bv), act));
     if (i < n)
-        f8_store_part(y + i, f8_act(f8_add(f8_load_part(y + i, n - i), bv), act), n - i);
+        fw_store_part(y + i, fw_act(fw_add(fw_load_part(y + i, n - i), bv), act), n - i);
 }
