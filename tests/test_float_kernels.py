@@ -281,6 +281,25 @@ def test_row_kernels_threads_do_not_change_bits(builds):
         assert np.array_equal(fk.bias_act(x, b, "gelu"), one[1]), n
     _threads(nk, 1)
 
+# ------------------------------------------------------------------------------------------ float matvec
+
+def test_input_major_matvec_is_the_plain_loop_on_every_build(builds):
+    """matvec_f32.h (the decode steps' and LM heads' float32 products): y = sum_i x[i] W^T[i] in input order, a
+    multiply then an add each, so numpy's float32 loop gives its bits whichever width computes them (AVX-512's 16
+    lanes, 8, and the 8-wide and scalar tails); float16 weights give the same sums of their float values."""
+    k, n = 64, 300  # outputs: 18 vectors of 16, then one of 8, then 4 alone
+    x, wt = rnd(k, seed=170), rnd(k, n, seed=171)
+    w16 = wt.astype(np.float16)
+    want, want16 = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    for i in range(k):
+        want = want + x[i] * wt[i]
+        want16 = want16 + x[i] * w16[i].astype(np.float32)
+    for tag, (_, nk) in builds.items():
+        _threads(nk, 1)
+        assert np.array_equal(nk.matvec_f32(x, wt), want), tag
+        assert np.array_equal(nk.matvec_f16(x, w16), want16), tag
+
+
 # ------------------------------------------------------------------------------------------ the page
 
 def test_the_page_runs_the_same_kernels(builds, pyodide_session):

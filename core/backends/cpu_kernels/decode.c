@@ -20,11 +20,6 @@
 #include "parallel.h"
 #include "simd.h"
 
-#if defined(__wasm__)
-#define EMBER_EXPORT(name) __attribute__((export_name(#name)))
-#else
-#define EMBER_EXPORT(name) __attribute__((visibility("default")))
-#endif
 long ember_q8_act_bytes(int type, int m, int k);
 int ember_q8_act_kind(int type);
 int ember_q8_quantize(int type, int m, int k, const float *x, int ldx, void *act);
@@ -35,7 +30,7 @@ int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *ac
 enum { H_LAYERS, H_DIM, H_HEADS, H_KV_HEADS, H_HEAD_DIM, H_HIDDEN, H_ACT, H_UNUSED,
        H_FINAL_NORM,  // float32 (dim,) of the model's final RMSNorm, applied after the last layer, or 0
        H_FIELDS };
-enum { ACT_GELU_TANH, ACT_SILU };
+enum { H_ACT_GELU_TANH, H_ACT_SILU };  // H_ACT: the feed-forward's activation
 // a weight (rows = outputs, columns = inputs): data, its GGML type (0: float32 (rows, columns); -1: float32 stored
 // input-major, (columns, rows), the CPU backend's layout for a float nn.Linear), rows, columns, and bytes a row
 // of blocks (-1: the floats from one input's row to the next, the rows of q, k, v stacked in one matrix)
@@ -200,7 +195,7 @@ static int decode_chunks(long n, long per_row) {
 // blocks of F32_UNIT rows) of the first weight, then the second's, ... Paired (gate and up, alike in rows and units):
 // unit i is row (block) i of both, and the chunk then computes g = act(g) * u over its rows.
 typedef struct {
-    int n, pair;            // pair: 1 + ACT_* of a gate-up pair, 0: none
+    int n, pair;            // pair: 1 + H_ACT_* of a gate-up pair, 0: none
     int first[MAX_MATVECS + 1];  // the unit where weight i starts; first[n]: the job's units
     matvec_job w[MAX_MATVECS];
 } matvecs_job;
@@ -215,7 +210,7 @@ static void matvecs_rows(const void *p, int r0, int r1, int thread) {
             o0 = F32_UNIT * r0;
             o1 = F32_UNIT * r1 < m->w[0].rows ? F32_UNIT * r1 : m->w[0].rows;
         }
-        if (m->pair - 1 == ACT_SILU)
+        if (m->pair - 1 == H_ACT_SILU)
             silu_mul(m->w[0].y + o0, m->w[1].y + o0, o1 - o0);
         else
             gelu_tanh_mul(m->w[0].y + o0, m->w[1].y + o0, o1 - o0);
@@ -234,7 +229,7 @@ static int split_by_inputs(const intptr_t *w) {  // an input-major float32 weigh
 
 // ys[i] (rows) = W_i x for n <= 3 weights (W_FIELDS records at ws[i]), one job; x quantized once per activation kind
 // (q8dot.c's kinds: q, k and v of one type share one), into act's slots of act_bytes; input-major float32 weights
-// split by inputs into `part` (0: by outputs). pair: 1 + ACT_* to compute ys[0] = act(W_0 x) * W_1 x (gate and up),
+// split by inputs into `part` (0: by outputs). pair: 1 + H_ACT_* to compute ys[0] = act(W_0 x) * W_1 x (gate and up),
 // in the job's chunks where the two weights allow it (else after the job); ~chunk_work multiply-adds a chunk. 0, or
 // PARALLEL_LOST.
 static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, float *const *ys, uint8_t *act,
@@ -281,7 +276,7 @@ static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, f
         matvec_sum_partials(j->part, m.first[i + 1] - m.first[i], j->rows, 0, j->y);
     }
     if (pair && !paired) {
-        if (pair - 1 == ACT_SILU)
+        if (pair - 1 == H_ACT_SILU)
             silu_mul(ys[0], ys[1], m.w[0].rows);
         else
             gelu_tanh_mul(ys[0], ys[1], m.w[0].rows);
