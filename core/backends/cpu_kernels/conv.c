@@ -37,10 +37,7 @@ enum { C_X, C_W, C_B, C_Y, C_SCRATCH, C_N, C_C, C_H, C_W_, C_O, C_KH, C_KW, C_SH
 static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? fw_add(v, fw_splat(*b)) : v, act); }
 
 #define SEG 192        // output pixels a unit at most (a multiple of every target's FW * CV_NV)
-#ifndef KCT
-#define KCT 2304
-#endif
-#define KC_TAPS (KCT / CV_MR)  // channels x taps of a weight block (its CV_MR rows: 9 KiB, in L1)
+#define KC_TAPS (2304 / CV_MR)  // channels x taps of a weight block (its CV_MR rows: 9 KiB, in L1)
 #define PAD 48         // zeros after each plane: a tile's last vector reads up to FW - 1 floats past its pixels
 #define PANEL 65536    // floats of input planes a block of units reads for a block of channels (in L2)
 #define MAX_TAPS 1024
@@ -75,11 +72,7 @@ static int setup(const intptr_t *p, conv_t *k) {
     k->units = (k->flat + SEG - 1) / SEG;
     k->taps = k->kh * k->kw;
     k->cg = k->c / k->groups, k->og = k->o / k->groups;
-#ifdef KCDIV
-    k->kc = KC_TAPS / (k->taps * k->sh * k->sw) > 0 ? KC_TAPS / (k->taps * k->sh * k->sw) : 1;
-#else
     k->kc = KC_TAPS / k->taps > 0 ? KC_TAPS / k->taps : 1;
-#endif
     k->kc = k->kc < k->cg ? k->kc : k->cg;
     // units that share a pass over the weights: their new input rows of every phase fill about PANEL floats
     long per_unit = (long)k->kc * k->sh * k->sw * SEG;
