@@ -312,8 +312,13 @@ class ArrayModuleBackend(Backend):
         return self.xp.take_along_axis(x, idx.astype(self.xp.intp, copy=False), axis=axis)
 
     def index_select(self, x, axis, idx):
+        idx = idx.astype(self.xp.intp, copy=False)
+        if x.flags.c_contiguous:
+            # take: a C-contiguous result; indexing an inner axis gives a transposed layout, which every later
+            # copy pays for (a nearest Resize's output concatenated with another map: 36 against 4 ms in YOLOv8s)
+            return self.xp.take(x, idx, axis=axis)
         # indexing, not take: numpy's take copies a non-C-contiguous x whole first (see weight_layout)
-        return x[(slice(None),) * axis + (idx.astype(self.xp.intp, copy=False),)]
+        return x[(slice(None),) * axis + (idx,)]
 
     def scatter(self, x, axis, idx, src, reduce):
         xp = self.xp
