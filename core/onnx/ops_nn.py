@@ -196,14 +196,30 @@ def _pool_params(at, x, ctx, kernel=None):
     return k, s, d, pads, bool(at.i("ceil_mode", 0))
 
 
+def _max_by_axis(x, k, s, d, pads, ceil_mode, low):
+    """The max pool one spatial axis at a time (max is separable): sum(k) windows instead of prod(k) (YOLOv8s's
+    5x5 SPPF pools: 8 maximum passes instead of 24, ~3x faster)."""
+    n = len(k)
+    for i in range(n):
+        if k[i] == 1 and s[i] == 1 and pads[i] == pads[i + n] == 0:
+            continue
+        one = [1] * n
+        ki, si, di = one[:i] + [k[i]] + one[i + 1:], one[:i] + [s[i]] + one[i + 1:], one[:i] + [d[i]] + one[i + 1:]
+        pi = [0] * (2 * n)
+        pi[i], pi[i + n] = pads[i], pads[i + n]
+        y = None
+        for win in _windows(x, ki, si, di, pi, ceil_mode, low):
+            y = win if y is None else E.maximum(y, win)
+        x = y
+    return x
+
+
 @op("MaxPool")
 def _maxpool(ctx, ins, at):
     x = ins[0]
     k, s, d, pads, ceil = _pool_params(at, x, ctx)
     low = -np.inf if x.dtype.is_float else np.iinfo(x.dtype.np).min
-    y = None
-    for win in _windows(x, k, s, d, pads, ceil, low):
-        y = win if y is None else E.maximum(y, win)
+    y = _max_by_axis(x, k, s, d, pads, ceil, low)
     if len(at.node.output) < 2 or not at.node.output[1]:
         return y
     # Indices: the flat position (row-major, or column-major with storage_order=1) of each window's
