@@ -226,12 +226,15 @@ def main():
         torch.set_num_threads(n)
         ember_decode(m, prompt, 8), torch_decode(hf, prompt, 8)   # warm up
         e_runs, t_runs, l_runs, l_toks = [], [], [], None
-        for _ in range(a.repeats):
+        for _ in range(a.repeats):  # a pause before each engine: the last one's worker threads stop spinning
+            time.sleep(0.2)
             e_toks, e = ember_decode(m, prompt, a.tokens)
+            time.sleep(0.2)
             t_toks, t = torch_decode(hf, prompt, a.tokens)
             e_runs.append(e)
             t_runs.append(t)
             if lcpp:
+                time.sleep(0.2)
                 l_toks, l = llamacpp_decode(lcpp, prompt, a.tokens, n)
                 l_runs.append(l)
         res = {"shape": "stories15M", "tokens": a.tokens, "threads": n, "ember_threads": what,
