@@ -361,11 +361,11 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     p, d = _tuple(padding, 2, "padding"), _tuple(dilation, 2, "dilation")
     if any(p[i] * 2 > k[i] for i in range(2)):
         raise ValueError(f"ember: max_pool2d padding {p} must be at most half the kernel {k}")
-    for i in (1, 0):  # one axis at a time (max is separable): k_h + k_w windows instead of k_h k_w
+    # one axis at a time (max is separable): k_h + k_w windows instead of k_h k_w
+    for ka, sa, pa, da in (((1, k[1]), (1, s[1]), (0, p[1]), (1, d[1])),     # along the width
+                           ((k[0], 1), (s[0], 1), (p[0], 0), (d[0], 1))):    # then the height
         y = None
-        for win in _pool_windows(x, (1, k[1]) if i else (k[0], 1), (1, s[1]) if i else (s[0], 1),
-                                 (0, p[1]) if i else (p[0], 0), (1, d[1]) if i else (d[0], 1), ceil_mode,
-                                 float("-inf")):
+        for win in _pool_windows(x, ka, sa, pa, da, ceil_mode, float("-inf")):
             y = win if y is None else y.maximum(win)
         x = y
     return x

@@ -69,9 +69,7 @@ class SPPF(nn.Module):
         self.k = k
 
     def _pool(self, x):
-        # a k x k max pool is separable: a k x 1 then a 1 x k pool, 2k windows instead of k^2
-        p = self.k // 2
-        return F.max_pool2d(F.max_pool2d(x, (self.k, 1), 1, (p, 0)), (1, self.k), 1, (0, p))
+        return F.max_pool2d(x, self.k, 1, self.k // 2)  # (separable inside: 2k windows, not k^2)
 
     def forward(self, x):
         ys = [self.cv1(x)]

@@ -2,7 +2,7 @@
 // of rows against a weight that encoders and prefill run (MiniLM's 128 tokens, a prompt), where OpenBLAS packs all
 // of B on every call (one core, 128 x 384 x 1536: ~255 against ~220 GFLOP/s with B in cache, ~205 against ~195
 // with B coming from memory as in a forward pass; the backend's rule for which products come here is
-// numpy_backend._GEMM_ROWS).
+// cpu_matmul._GEMM_ROWS).
 //
 // A is read in place (unit column stride); B (unit column stride, any row stride) in panels of NR columns, K cut
 // into KC blocks, and every block of MR rows of A (held in registers: 8 x 32 with AVX-512's 32 vector registers,
