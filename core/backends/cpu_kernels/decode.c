@@ -186,8 +186,10 @@ static void matvec_rows(const void *p, int r0, int r1, int thread) {
 // 3.1 ms, 128k 2.6, 512k 3.3. A function of the job alone, as ember_chunks.
 #define DECODE_MIN_WORK (1L << 15)
 #define DECODE_CHUNK_WORK (1L << 17)
-static int decode_chunks(long n, long per_row) {
-    return ember_chunks_sized(n, per_row, DECODE_MIN_WORK, DECODE_CHUNK_WORK);
+// Attention goes by heads (a handful: Gemma 3 270M has 4 of 256 over ~100 cached rows, ~50k multiply-adds each),
+// each head a chunk from DECODE_MIN_WORK in all: at 128k a chunk, such a step ran its attention on one thread.
+static int attend_chunks(long heads, long per_head) {
+    return ember_chunks_sized(heads, per_head, DECODE_MIN_WORK, 1);
 }
 
 #define MAX_MATVECS 3
@@ -268,6 +270,8 @@ static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, f
         units = m.first[1];
     }
     int chunks = ember_chunks_sized(units, (work + units - 1) / units, DECODE_MIN_WORK, chunk_work);
+    if (chunks > 1 && chunks % 2 && chunks < units)
+        chunks++;
     int rc = ember_parallel(matvecs_rows, &m, units, chunks);
     for (int i = 0; i < n; i++) {  // y = the partial sums of a weight split by inputs
         const matvec_job *j = &m.w[i];
@@ -446,7 +450,7 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         }
         int length = (int)layer[L_LENGTH];
         attend_job at = {q, kc, vc, heads / kvh, hd, cap, length, scale, work, stride, o};
-        rc |= ember_parallel(attend_heads, &at, heads, decode_chunks(heads, 2L * length * hd));
+        rc |= ember_parallel(attend_heads, &at, heads, attend_chunks(heads, 2L * length * hd));
         const intptr_t *wo[1] = {layer + L_O};
         rc |= matvecs(wo, 1, 0, o, &a, act, act_bytes, part, DECODE_CHUNK_WORK);
         if (layer[L_NORM_ATTN_POST])
