@@ -242,6 +242,46 @@ def test_every_kernel_gives_the_same_bits_on_any_thread_count(sessions):
             assert ns["digest"](cpu_q8dot.q8_matmul(x, raw, qtype, (n, k))) == page, qtype
 
 
+ARGMAX = INPUTS + r'''
+from ember.backends import cpu_matmul, cpu_pool_kernels, cpu_q8dot
+kern = cpu_matmul.pool_kernels()
+raw = quantized("Q8_0", 1003, 640, 7)
+raw[500] = raw[17]  # two equal rows: equal logits, the first one wins
+x = floats((1, 640), 8)
+picks, ys = [], []
+for name, xv in (("random", x), ("tie", None)):
+    if xv is None:  # x along row 17's levels: rows 17 and 500 are the largest
+        from ember.ggml.codec import dequantize
+        xv = dequantize(raw[17:18].reshape(-1), "Q8_0", (1, 640)).astype(np.float32)
+    y = cpu_q8dot.q8_matmul(xv, raw, "Q8_0", (1003, 640))
+    picks.append(cpu_q8dot.q8_matmul_argmax(xv, raw, "Q8_0", (1003, 640)))
+    ys.append(y.reshape(-1).tolist())
+# the scan alone on the edge cases of numpy's argmax: NaN (the first), -0 and +0, -inf only, short and odd lengths
+scans = []
+for case in ([np.nan, 1.0, np.nan], [-0.0, 0.0], [-np.inf] * 40, [1.0], floats(4099, 3), np.r_[floats(37, 4), np.nan],
+             np.r_[floats(33, 5), 9.0, floats(30, 6), 9.0]) if kern is not None else ():
+    a = np.asarray(case, np.float32)
+    at = kern._io_at(a.nbytes)
+    kern.pool.write(at, a)
+    scans.append([int(kern._argmax(at, a.size)), int(np.argmax(a))])
+result = {"pool": isinstance(kern, cpu_pool_kernels.PoolKernels), "picks": picks, "ys": ys, "scans": scans}
+'''
+
+
+def test_the_greedy_pick_from_logits_in_the_pool_is_numpys_argmax(sessions):
+    """A greedy decode's head on the pool picks its token where the logits lie: the index numpy's argmax gives
+    (ties: the first; NaN: the first NaN), on any thread count."""
+    got = {n: sessions[n].run(ARGMAX, timeout=600)["result"] for n in THREADS}
+    assert not got[1]["pool"] and got[3]["pool"]
+    for n in THREADS[1:]:
+        assert got[n]["picks"] == [int(np.argmax(np.asarray(y, np.float32))) for y in got[n]["ys"]]
+        assert got[n]["ys"] == got[1]["ys"] and got[n]["picks"] == got[1]["picks"]
+        assert got[n]["picks"][1] == 17  # the tie: rows 17 and 500
+        assert len(got[n]["scans"]) == 7
+        for pool_pick, numpy_pick in got[n]["scans"]:
+            assert pool_pick == numpy_pick
+
+
 def test_the_float_kernels_give_the_same_bits_on_any_thread_count(sessions, tmp_path):
     """conv.c, attention.c and rows.c on the pool: the side module's bits on 1 thread, native's where native
     builds the same C (SSSE3, no FMA: the plain wasm module's arithmetic; the row kernels' everywhere)."""

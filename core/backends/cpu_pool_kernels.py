@@ -52,7 +52,7 @@ class PoolKernels:
         ex = pool.exports
         self._q8_matmul, self._qmatmul, self._sgemm_batched = ex.ember_q8_matmul, ex.ember_qmatmul, ex.ember_sgemm_batched
         self._sgemm_exact = ex.ember_sgemm_batched_exact  # multiply then add, never fused: the plain module's bits
-        self._decode = ex.ember_decode
+        self._decode, self._argmax = ex.ember_decode, ex.ember_argmax_f32
         self.qmatmul_types = side.qmatmul_types
         self._gemm_scratch = Block(pool.arena, int(ex.ember_sgemm_scratch_floats()) * 4 * pool.threads)
         self._io = Block(pool.arena, 1 << 20)
@@ -102,6 +102,22 @@ class PoolKernels:
                              i32(yat + _align(y.nbytes)))
         self.pool.check(rc, "quantized matmul")
         return self.pool.read(yat, y)
+
+    def q8_matmul_argmax(self, x: np.ndarray, w, type_id: int, out_features: int) -> int:
+        """int(np.argmax(self.q8_matmul(x, w, type_id, out_features))) for one row x (1, k), the logits left in
+        the shared memory (a greedy decode's pick: no 1 MB read back and numpy scan for Gemma 3's 262k)."""
+        k = x.shape[1]
+        size = self.side.act_bytes(type_id, 1, k)
+        if size < 0:
+            raise ValueError(f"ember: wasm q8 matmul: no kernel for GGML type {type_id} with rows of {k}")
+        ybytes = _align(4 * out_features)
+        xat = self._io_at(_align(x.nbytes) + ybytes + size)
+        yat = xat + _align(x.nbytes)
+        self.pool.write(xat, x)
+        rc = self._q8_matmul(type_id, 1, out_features, k, i32(self._weights(w)), i32(xat), k, i32(yat), out_features,
+                             i32(yat + ybytes))
+        self.pool.check(rc, "quantized matmul")
+        return int(self._argmax(i32(yat), out_features))
 
     def qmatmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
         """WasmKernels.qmatmul (float32 activations, W decoded in registers) on the pool."""

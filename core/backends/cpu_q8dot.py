@@ -64,6 +64,18 @@ def q8_matmul(x, raw, qtype, shape, name: str = "weight", checked: bool = False)
     return q8_matmul_numpy(x2, rows, t, out_f).reshape(*lead, out_f)
 
 
+def q8_matmul_argmax(x, raw, qtype, shape) -> int:
+    """int(np.argmax(q8_matmul(x, raw, qtype, shape, checked=True))) for one row x: on the page's pool, the
+    logits stay where the kernel wrote them and are scanned there."""
+    kernels = pool_kernels() if NO_BLAS else None
+    t = T.get(qtype)
+    x = np.asarray(x)
+    if (isinstance(kernels, PoolKernels) and t.name in ACTIVATIONS and len(shape) == 2 and x.size == shape[1]
+            and x.shape[-1:] == tuple(shape[1:])):
+        return kernels.q8_matmul_argmax(np.ascontiguousarray(x.reshape(1, -1), dtype=F), raw, t.id, int(shape[0]))
+    return int(np.argmax(q8_matmul(x, raw, qtype, shape, checked=True)))
+
+
 # ------------------------------------------------------------------------------------------- activations
 
 def quantize_activations(x2: np.ndarray, t):

@@ -59,6 +59,8 @@ def qlinear(be, x, weight):
 
 def qmatmul_argmax(be, x, raw, qtype, shape, activations="float32") -> int:
     """int(argmax(qmatmul(x))) for one row x (K,) or (1, ..., K)."""
+    if activations == "q8":
+        return cpu_q8dot.q8_matmul_argmax(x, raw, qtype, shape)
     bounded = _bounded(x, raw, qtype, shape, activations)
     if bounded is not None:
         kernels, row, l1 = bounded

@@ -428,3 +428,49 @@ int ember_q8_matmul(int type, int m, int n, int k, const uint8_t *w, const float
         return -1;
     return ember_q8_dot_rows(type, m, n, k, w, act, y, ldy);
 }
+
+// The index numpy's argmax gives for y (n >= 1 floats): the first of the largest values, or the first NaN where
+// there is one (-0 and +0 are equal). A greedy decode's pick from an LM head's logits where they lie (the page's
+// pool: Gemma 3's 262k, read back and scanned by numpy, were ~0.2 ms of a token). Two passes: the largest value
+// (vector maxima propagate a NaN), then the first element equal to it, or the first NaN.
+EMBER_EXPORT(ember_argmax_f32)
+int ember_argmax_f32(const float *y, int n) {
+    int i = 0, nan = 0;
+    float top = -__builtin_inff();
+#if defined(__wasm_simd128__)
+    if (n >= 16) {
+        v128_t m0 = wasm_v128_load(y), m1 = wasm_v128_load(y + 4), m2 = wasm_v128_load(y + 8), m3 = wasm_v128_load(y + 12);
+        for (i = 16; i + 16 <= n; i += 16) {
+            m0 = wasm_f32x4_max(m0, wasm_v128_load(y + i)), m1 = wasm_f32x4_max(m1, wasm_v128_load(y + i + 4));
+            m2 = wasm_f32x4_max(m2, wasm_v128_load(y + i + 8)), m3 = wasm_f32x4_max(m3, wasm_v128_load(y + i + 12));
+        }
+        v128_t m = wasm_f32x4_max(wasm_f32x4_max(m0, m1), wasm_f32x4_max(m2, m3));
+        m = wasm_f32x4_max(m, wasm_i32x4_shuffle(m, m, 2, 3, 0, 1));
+        m = wasm_f32x4_max(m, wasm_i32x4_shuffle(m, m, 1, 0, 3, 2));
+        top = wasm_f32x4_extract_lane(m, 0);
+        nan = top != top;
+    }
+#endif
+    for (; i < n; i++) {
+        nan |= y[i] != y[i];
+        top = y[i] > top ? y[i] : top;
+    }
+    i = 0;
+    if (nan) {
+        while (y[i] == y[i])
+            i++;
+        return i;
+    }
+#if defined(__wasm_simd128__)
+    v128_t t = wasm_f32x4_splat(top);
+    for (; i + 16 <= n; i += 16) {
+        v128_t e = wasm_v128_or(wasm_v128_or(wasm_f32x4_eq(wasm_v128_load(y + i), t), wasm_f32x4_eq(wasm_v128_load(y + i + 4), t)),
+                                wasm_v128_or(wasm_f32x4_eq(wasm_v128_load(y + i + 8), t), wasm_f32x4_eq(wasm_v128_load(y + i + 12), t)));
+        if (wasm_v128_any_true(e))
+            break;
+    }
+#endif
+    while (y[i] != top)
+        i++;
+    return i;
+}
