@@ -66,14 +66,16 @@ def q8_matmul(x, raw, qtype, shape, name: str = "weight", checked: bool = False)
 
 def q8_matmul_argmax(x, raw, qtype, shape) -> int:
     """int(np.argmax(q8_matmul(x, raw, qtype, shape, checked=True))) for one row x: on the page's pool, the
-    logits stay where the kernel wrote them and are scanned there."""
-    kernels = pool_kernels() if NO_BLAS else None
+    logits stay where the kernel wrote them and are scanned there; the side module scans them in wasm too."""
+    kernels = (pool_kernels() or wasm_kernels()) if NO_BLAS else None
     t = T.get(qtype)
     x = np.asarray(x)
     if (isinstance(kernels, PoolKernels) and t.name in ACTIVATIONS and len(shape) == 2 and x.size == shape[1]
             and x.shape[-1:] == tuple(shape[1:])):
         return kernels.q8_matmul_argmax(np.ascontiguousarray(x.reshape(1, -1), dtype=F), raw, t.id, int(shape[0]))
-    return int(np.argmax(q8_matmul(x, raw, qtype, shape, checked=True)))
+    y = q8_matmul(x, raw, qtype, shape, checked=True)
+    return kernels.argmax(y.reshape(-1)) if kernels is not None and not isinstance(kernels, PoolKernels) and y.size \
+        else int(np.argmax(y))
 
 
 # ------------------------------------------------------------------------------------------- activations
