@@ -41,19 +41,33 @@ def resize_linear(img: np.ndarray, new_h: int, new_w: int) -> np.ndarray:
     h, w = img.shape[:2]
     if (h, w) == (new_h, new_w):
         return img.copy()
-    x = img.astype(np.int32)
     if 2 * new_h == h and 2 * new_w == w:
+        x = img.astype(np.int32)
         return ((x[0::2, 0::2] + x[0::2, 1::2] + x[1::2, 0::2] + x[1::2, 1::2] + 2) >> 2).astype(np.uint8)
     x0, x1, a0, a1 = _weights(w, new_w, True)
     y0, y1, b0, b1 = _weights(h, new_h, False)
-    # vertical first on the source rows we need (same integers: the horizontal pass is exact)
+    x0, x1 = x0.astype(np.intp), x1.astype(np.intp)  # (np.take wants the platform's index type: int32 in wasm)
+    # the horizontal pass on the source rows the vertical one reads, gathered as bytes (np.take along an axis, in
+    # place products in int32: every value stays below 2^31), 4-5x faster than fancy indexing on int64 weights
     rows = np.unique(np.concatenate([y0, y1]))
-    xs = x[rows]
-    hr = xs[:, x0] * a0[None, :, None].astype(np.int32) + xs[:, x1] * a1[None, :, None].astype(np.int32)
-    pos = np.searchsorted(rows, np.stack([y0, y1]))
-    r0, r1 = hr[pos[0]] >> 4, hr[pos[1]] >> 4                                  # (new_h, new_w, C)
-    v = ((r0 * b0[:, None, None]) >> 16) + ((r1 * b1[:, None, None]) >> 16)
-    return np.clip((v + 2) >> 2, 0, 255).astype(np.uint8)
+    src = img if rows.size == h else img[rows]                                  # (rows, W, C) uint8
+    hr = np.take(src, x0, axis=1).astype(np.int32)                              # (rows, new_w, C)
+    hr *= a0.astype(np.int32)[None, :, None]
+    t = np.take(src, x1, axis=1).astype(np.int32)
+    t *= a1.astype(np.int32)[None, :, None]
+    hr += t
+    hr >>= 4
+    pos = np.searchsorted(rows, np.stack([y0, y1])).astype(np.intp)
+    v = np.take(hr, pos[0], axis=0)                                             # (new_h, new_w, C)
+    v *= b0.astype(np.int32)[:, None, None]
+    v >>= 16
+    t = np.take(hr, pos[1], axis=0)
+    t *= b1.astype(np.int32)[:, None, None]
+    t >>= 16
+    v += t
+    v += 2
+    v >>= 2
+    return np.clip(v, 0, 255, out=v).astype(np.uint8)
 
 
 # ---------------------------------------------------------------- letterbox
