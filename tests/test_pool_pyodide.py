@@ -268,7 +268,9 @@ for case in ([np.nan, 1.0, np.nan], [-0.0, 0.0], [-np.inf] * 40, [1.0], floats(4
         scans.append([int(kern._argmax(at, a.size)), int(np.argmax(a))])
     else:  # the side module's
         scans.append([side.argmax(a), int(np.argmax(a))])
-result = {"pool": isinstance(kern, cpu_pool_kernels.PoolKernels), "picks": picks, "ys": ys, "scans": scans}
+empty = int(kern._argmax(kern._io_at(64), 0)) if kern is not None else side.argmax(np.empty(0, np.float32))
+result = {"pool": isinstance(kern, cpu_pool_kernels.PoolKernels), "picks": picks, "ys": ys, "scans": scans,
+          "empty": empty}
 '''
 
 
@@ -281,7 +283,7 @@ def test_the_greedy_pick_from_logits_in_the_pool_is_numpys_argmax(sessions):
         assert got[n]["picks"] == [int(np.argmax(np.asarray(y, np.float32))) for y in got[n]["ys"]]
         assert got[n]["ys"] == got[1]["ys"] and got[n]["picks"] == got[1]["picks"]
         assert got[n]["picks"][1] == 17  # the tie: rows 17 and 500
-        assert len(got[n]["scans"]) == 7
+        assert len(got[n]["scans"]) == 7 and got[n]["empty"] == -1  # (no logits: no index, never a read past them)
         for pool_pick, numpy_pick in got[n]["scans"]:
             assert pool_pick == numpy_pick
 

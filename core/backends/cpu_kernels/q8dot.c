@@ -429,12 +429,14 @@ int ember_q8_matmul(int type, int m, int n, int k, const uint8_t *w, const float
     return ember_q8_dot_rows(type, m, n, k, w, act, y, ldy);
 }
 
-// The index numpy's argmax gives for y (n >= 1 floats): the first of the largest values, or the first NaN where
-// there is one (-0 and +0 are equal). A greedy decode's pick from an LM head's logits where they lie (the page's
+// The index numpy's argmax gives for y (n floats): the first of the largest values, or the first NaN where there
+// is one (-0 and +0 are equal); -1 for n < 1. A greedy decode's pick from an LM head's logits where they lie (the page's
 // pool: Gemma 3's 262k, read back and scanned by numpy, were ~0.2 ms of a token). Two passes: the largest value
 // (vector maxima propagate a NaN), then the first element equal to it, or the first NaN.
 EMBER_EXPORT(ember_argmax_f32)
 int ember_argmax_f32(const float *y, int n) {
+    if (n < 1)
+        return -1;
     int i = 0, nan = 0;
     float top = -__builtin_inff();
 #if defined(__wasm_simd128__)
