@@ -142,7 +142,7 @@ def test_weights_of_halves_are_read_as_halves_with_the_same_bits(kernels_here, m
         for halves, threads in ((False, 1), (True, 1), (True, 3)):
             monkeypatch.setattr(cpu_decode_xattn.XattnPlan, "halves", halves)
             nk.set_threads(threads)
-            model.decoder.fused._sources = None  # (the plan is built again, as halves say)
+            model.decoder.fused._unchanged = None  # (the plan is built again, as halves say)
             got[halves, threads] = _decode(model)
             assert (-2 in model.decoder.fused._plan._layers) == halves
     finally:
