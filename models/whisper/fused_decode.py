@@ -54,7 +54,8 @@ def unchanged(sources):
     data, is_not = operator.attrgetter("_data"), operator.is_not
 
     def check() -> bool:
-        return not (any(map(is_not, map(getattr, mods, attrs), tensors)) or any(map(is_not, map(data, tensors), arrays)))
+        return not (any(map(is_not, map(getattr, mods, attrs), tensors))
+                    or any(map(is_not, map(data, tensors), arrays)))
     return check
 
 

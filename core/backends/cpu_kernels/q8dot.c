@@ -430,9 +430,9 @@ int ember_q8_matmul(int type, int m, int n, int k, const uint8_t *w, const float
 }
 
 // The index numpy's argmax gives for y (n floats): the first of the largest values, or the first NaN where there
-// is one (-0 and +0 are equal); -1 for n < 1. A greedy decode's pick from an LM head's logits where they lie (the page's
-// pool: Gemma 3's 262k, read back and scanned by numpy, were ~0.2 ms of a token). Two passes: the largest value
-// (vector maxima propagate a NaN), then the first element equal to it, or the first NaN.
+// is one (-0 and +0 are equal); -1 for n < 1. A greedy decode's pick from an LM head's logits where they lie (the
+// page's pool: Gemma 3's 262k, read back and scanned by numpy, were ~0.2 ms of a token). Two passes: the largest
+// value (vector maxima propagate a NaN), then the first element equal to it, or the first NaN.
 EMBER_EXPORT(ember_argmax_f32)
 int ember_argmax_f32(const float *y, int n) {
     if (n < 1)
@@ -441,7 +441,8 @@ int ember_argmax_f32(const float *y, int n) {
     float top = -__builtin_inff();
 #if defined(__wasm_simd128__)
     if (n >= 16) {
-        v128_t m0 = wasm_v128_load(y), m1 = wasm_v128_load(y + 4), m2 = wasm_v128_load(y + 8), m3 = wasm_v128_load(y + 12);
+        v128_t m0 = wasm_v128_load(y), m1 = wasm_v128_load(y + 4);
+        v128_t m2 = wasm_v128_load(y + 8), m3 = wasm_v128_load(y + 12);
         for (i = 16; i + 16 <= n; i += 16) {
             m0 = wasm_f32x4_max(m0, wasm_v128_load(y + i)), m1 = wasm_f32x4_max(m1, wasm_v128_load(y + i + 4));
             m2 = wasm_f32x4_max(m2, wasm_v128_load(y + i + 8)), m3 = wasm_f32x4_max(m3, wasm_v128_load(y + i + 12));
@@ -466,8 +467,9 @@ int ember_argmax_f32(const float *y, int n) {
 #if defined(__wasm_simd128__)
     v128_t t = wasm_f32x4_splat(top);
     for (; i + 16 <= n; i += 16) {
-        v128_t e = wasm_v128_or(wasm_v128_or(wasm_f32x4_eq(wasm_v128_load(y + i), t), wasm_f32x4_eq(wasm_v128_load(y + i + 4), t)),
-                                wasm_v128_or(wasm_f32x4_eq(wasm_v128_load(y + i + 8), t), wasm_f32x4_eq(wasm_v128_load(y + i + 12), t)));
+        v128_t e0 = wasm_f32x4_eq(wasm_v128_load(y + i), t), e1 = wasm_f32x4_eq(wasm_v128_load(y + i + 4), t);
+        v128_t e2 = wasm_f32x4_eq(wasm_v128_load(y + i + 8), t), e3 = wasm_f32x4_eq(wasm_v128_load(y + i + 12), t);
+        v128_t e = wasm_v128_or(wasm_v128_or(e0, e1), wasm_v128_or(e2, e3));
         if (wasm_v128_any_true(e))
             break;
     }
