@@ -90,34 +90,32 @@ class PoolKernels:
         m, k = x.shape
         if m * out_features * k < POOL_MIN_MACS and not isinstance(w, SharedRows):
             return self.side.q8_matmul(x, w, type_id, out_features)
+        return self.pool.read(self._q8_product(x, w, type_id, out_features), np.empty((m, out_features), F32))
+
+    def q8_matmul_argmax(self, x: np.ndarray, w, type_id: int, out_features: int) -> int:
+        """int(np.argmax(self.q8_matmul(x, w, type_id, out_features))) for one row x (1, k), scanned where the
+        logits lie in the shared memory (a greedy decode's pick: no 1 MB read back and numpy scan for Gemma 3's
+        262k)."""
+        return int(self._argmax(i32(self._q8_product(x, w, type_id, out_features)), out_features))
+
+    def argmax(self, y: np.ndarray) -> int:
+        """int(np.argmax(y)) for float32 y in this thread's heap (the side module's scan)."""
+        return self.side.argmax(y)
+
+    def _q8_product(self, x, w, type_id, out_features) -> int:
+        """x @ W.T computed on the pool into the per-call block: the address of its (m, out_features) floats."""
+        m, k = x.shape
         size = self.side.act_bytes(type_id, m, k)
         if size < 0:
             raise ValueError(f"ember: wasm q8 matmul: no kernel for GGML type {type_id} with rows of {k}")
-        y = np.empty((m, out_features), F32)
-        wat = self._weights(w)
-        xat = self._io_at(_align(x.nbytes) + _align(y.nbytes) + size)
-        yat = xat + _align(x.nbytes)
-        self.pool.write(xat, x)
-        rc = self._q8_matmul(type_id, m, out_features, k, i32(wat), i32(xat), k, i32(yat), out_features,
-                             i32(yat + _align(y.nbytes)))
-        self.pool.check(rc, "quantized matmul")
-        return self.pool.read(yat, y)
-
-    def q8_matmul_argmax(self, x: np.ndarray, w, type_id: int, out_features: int) -> int:
-        """int(np.argmax(self.q8_matmul(x, w, type_id, out_features))) for one row x (1, k), the logits left in
-        the shared memory (a greedy decode's pick: no 1 MB read back and numpy scan for Gemma 3's 262k)."""
-        k = x.shape[1]
-        size = self.side.act_bytes(type_id, 1, k)
-        if size < 0:
-            raise ValueError(f"ember: wasm q8 matmul: no kernel for GGML type {type_id} with rows of {k}")
-        ybytes = _align(4 * out_features)
+        ybytes = _align(4 * m * out_features)
         xat = self._io_at(_align(x.nbytes) + ybytes + size)
         yat = xat + _align(x.nbytes)
         self.pool.write(xat, x)
-        rc = self._q8_matmul(type_id, 1, out_features, k, i32(self._weights(w)), i32(xat), k, i32(yat), out_features,
+        rc = self._q8_matmul(type_id, m, out_features, k, i32(self._weights(w)), i32(xat), k, i32(yat), out_features,
                              i32(yat + ybytes))
         self.pool.check(rc, "quantized matmul")
-        return int(self._argmax(i32(yat), out_features))
+        return yat
 
     def qmatmul(self, x: np.ndarray, w: np.ndarray, type_id: int, out_features: int) -> np.ndarray:
         """WasmKernels.qmatmul (float32 activations, W decoded in registers) on the pool."""

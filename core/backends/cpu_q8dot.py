@@ -74,8 +74,7 @@ def q8_matmul_argmax(x, raw, qtype, shape) -> int:
             and x.shape[-1:] == tuple(shape[1:]) and shape[0] > 0):
         return kernels.q8_matmul_argmax(np.ascontiguousarray(x.reshape(1, -1), dtype=F), raw, t.id, int(shape[0]))
     y = q8_matmul(x, raw, qtype, shape, checked=True)
-    return kernels.argmax(y.reshape(-1)) if kernels is not None and not isinstance(kernels, PoolKernels) and y.size \
-        else int(np.argmax(y))
+    return kernels.argmax(y.reshape(-1)) if kernels is not None and y.size else int(np.argmax(y))
 
 
 # ------------------------------------------------------------------------------------------- activations
