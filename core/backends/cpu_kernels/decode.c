@@ -179,18 +179,11 @@ static void matvec_rows(const void *p, int r0, int r1, int thread) {
     }
 }
 
-// A decoded token's jobs come one after another with the workers spinning between them (threads.c, pool.c), so a
-// job here pays off on threads from less work than PARALLEL_MIN_WORK (which allows for waking a sleeping worker).
-// Chunks of ~128k multiply-adds: on a host whose core streams SmolLM2's Q4_1 step in ~4 ms, chunks of 32k (~100 a
-// layer, two claims of a shared cache line each) made two threads slower than one (4.7 against 4.2 ms); 64k took
-// 3.1 ms, 128k 2.6, 512k 3.3. A function of the job alone, as ember_chunks.
-#define DECODE_MIN_WORK (1L << 15)
+// Chunks of ~128k multiply-adds, from PARALLEL_STEP_MIN_WORK in all (parallel.h): on a host whose core streams
+// SmolLM2's Q4_1 step in ~4 ms, chunks of 32k (~100 a layer, two claims of a shared cache line each) made two threads
+// slower than one (4.7 against 4.2 ms); 64k took 3.1 ms, 128k 2.6, 512k 3.3. A function of the job alone, as
+// ember_chunks.
 #define DECODE_CHUNK_WORK (1L << 17)
-// Attention goes by heads (a handful: Gemma 3 270M has 4 of 256 over ~100 cached rows, ~50k multiply-adds each),
-// each head a chunk from DECODE_MIN_WORK in all: at 128k a chunk, such a step ran its attention on one thread.
-static int attend_chunks(long heads, long per_head) {
-    return ember_chunks_sized(heads, per_head, DECODE_MIN_WORK, 1);
-}
 
 #define MAX_MATVECS 3
 // Up to 3 weights' products with one input as one job: units (a quantized weight's rows, a float32 weight's
@@ -269,7 +262,7 @@ static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, f
         m.pair = pair;
         units = m.first[1];
     }
-    int chunks = ember_chunks_sized(units, (work + units - 1) / units, DECODE_MIN_WORK, chunk_work);
+    int chunks = ember_chunks_sized(units, (work + units - 1) / units, PARALLEL_STEP_MIN_WORK, chunk_work);
     if (chunks > 1 && chunks % 2 && chunks < units)
         chunks++;
     int rc = ember_parallel(matvecs_rows, &m, units, chunks);
@@ -450,7 +443,9 @@ int ember_decode(const intptr_t *plan, const float *fparams, float *x, const flo
         }
         int length = (int)layer[L_LENGTH];
         attend_job at = {q, kc, vc, heads / kvh, hd, cap, length, scale, work, stride, o};
-        rc |= ember_parallel(attend_heads, &at, heads, attend_chunks(heads, 2L * length * hd));
+        // by heads (Gemma 3 270M: 4 of 256 over ~100 cached rows, ~50k multiply-adds each, which at 128k a chunk
+        // ran on one thread)
+        rc |= ember_parallel(attend_heads, &at, heads, ember_step_chunks_each(heads, 2L * length * hd));
         const intptr_t *wo[1] = {layer + L_O};
         rc |= matvecs(wo, 1, 0, o, &a, act, act_bytes, part, DECODE_CHUNK_WORK);
         if (layer[L_NORM_ATTN_POST])

@@ -121,19 +121,18 @@ static long segments(const intptr_t *w) {  // an input-major weight's units spli
     return w[W_TYPE] == INPUT_MAJOR || w[W_TYPE] == INPUT_MAJOR_F16 ? (w[W_COLS] + SEG_INPUTS - 1) / SEG_INPUTS : 0;
 }
 
-// A step's jobs come one after another with the workers spinning between them (threads.c, pool.c), so they are
-// split from XATTN_MIN_WORK multiply-adds, in chunks of ~XATTN_CHUNK_WORK: tiny's 384 x 384 projections (q, k, v,
-// o and the cross-attention's q and o, half a step's multiply-adds) in 2 chunks each. (At PARALLEL_MIN_WORK they
-// stayed on the calling thread, from when a worker slept between jobs and ~40 hand-offs a token cost more than
-// they saved; tiny.en's step in the page then took 0.9x the time on two threads.) Functions of the job alone.
-#define XATTN_MIN_WORK (1L << 15)
+// A step's jobs are split from PARALLEL_STEP_MIN_WORK multiply-adds (parallel.h), in chunks of ~XATTN_CHUNK_WORK:
+// tiny's 384 x 384 projections (q, k, v, o and the cross-attention's q and o, half a step's multiply-adds) in 2
+// chunks each. (At PARALLEL_MIN_WORK they stayed on the calling thread, from when a worker slept between jobs and
+// ~40 hand-offs a token cost more than they saved; tiny.en's step in the page then took 0.9x the time on two
+// threads.) Functions of the job alone.
 #define XATTN_CHUNK_WORK (1L << 16)
 
 // 0, or PARALLEL_LOST. A block's work is its multiply-adds.
 static int matvec(const intptr_t *w, const float *x, float *y, float *part) {
     matvec_t m = {w, x, y, part};
     int rows = (int)w[W_ROWS], segs = (int)segments(w);
-    int chunks = segs ? ember_chunks_sized(segs, (long)SEG_INPUTS * rows, XATTN_MIN_WORK, XATTN_CHUNK_WORK) : 1;
+    int chunks = segs ? ember_chunks_sized(segs, (long)SEG_INPUTS * rows, PARALLEL_STEP_MIN_WORK, XATTN_CHUNK_WORK) : 1;
     if (chunks > 1) {
         int rc = ember_parallel(matvec_segments, &m, segs, chunks);
         matvec_sum_partials(part, segs, rows, (const float *)w[W_BIAS], y);
@@ -141,7 +140,7 @@ static int matvec(const intptr_t *w, const float *x, float *y, float *part) {
     }
     int blocks = (rows + 7) / 8;
     return ember_parallel(matvec_blocks, &m, blocks,
-                          ember_chunks_sized(blocks, 8L * w[W_COLS], XATTN_MIN_WORK, XATTN_CHUNK_WORK));
+                          ember_chunks_sized(blocks, 8L * w[W_COLS], PARALLEL_STEP_MIN_WORK, XATTN_CHUNK_WORK));
 }
 
 // ---------------------------------------------------------------------------------------------- attention
@@ -197,8 +196,8 @@ static void attend_job(const void *arg, int h0, int h1, int thread) {  // (paral
     attend_heads(arg, h0, h1);
 }
 
-static int attend(attend_t *a, int heads) {  // 0, or PARALLEL_LOST; a head a chunk from XATTN_MIN_WORK in all
-    return ember_parallel(attend_job, a, heads, ember_chunks_sized(heads, 4L * a->length * a->hd, XATTN_MIN_WORK, 1));
+static int attend(attend_t *a, int heads) {  // 0, or PARALLEL_LOST
+    return ember_parallel(attend_job, a, heads, ember_step_chunks_each(heads, 4L * a->length * a->hd));
 }
 
 // ---------------------------------------------------------------------------------------------- the step

@@ -50,3 +50,13 @@ static inline int ember_chunks_sized(long n, long per_row, long min_work, long c
 static inline int ember_chunks(long n, long per_row) {
     return ember_chunks_sized(n, per_row, PARALLEL_MIN_WORK, PARALLEL_CHUNK_WORK);
 }
+
+// A decode step's jobs (decode.c, decode_xattn.c) come one after another with the workers spinning between them
+// (threads.c, pool.c), so a job there pays off on threads from less work than PARALLEL_MIN_WORK (which allows for
+// waking a sleeping worker).
+#define PARALLEL_STEP_MIN_WORK (1L << 15)
+
+// A step's job of a few rows (attention's heads) split a row a chunk, from PARALLEL_STEP_MIN_WORK in all.
+static inline int ember_step_chunks_each(long n, long per_row) {
+    return ember_chunks_sized(n, per_row, PARALLEL_STEP_MIN_WORK, 1);
+}
