@@ -393,13 +393,16 @@ def main(argv=None):
                     "takes minutes per forward on lavapipe at 128)")
     ap.add_argument("--only-decode", action="store_true", help="just the Llama and Whisper decode steps")
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--no-whisper", action="store_true", help="skip Whisper's decode step (its weights come from a "
+                    "package index: a machine without one)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     res = {}
     print("native (wgpu):", flush=True)
     if args.only_decode:
         res["llama_decode"] = [llama_decode(qt) for qt in ("q8_0", "q4_0")]
-        res["whisper_decode"] = whisper_decode()
+        if not args.no_whisper:
+            res["whisper_decode"] = whisper_decode()
         if args.json:
             Path(args.json).write_text(json.dumps(res, indent=1))
         return 0
@@ -410,7 +413,8 @@ def main(argv=None):
     res["quant_matvec"] = quant_matvec(args.qn, args.qk)
     res["attention"] = attention()
     res["llama_decode"] = [llama_decode(qt) for qt in ("q8_0", "q4_0")]
-    res["whisper_decode"] = whisper_decode()
+    if not args.no_whisper:
+        res["whisper_decode"] = whisper_decode()
     if args.yolo_size and not args.only_quant:
         res["yolo_forward"] = yolo_forward(args.yolo_size)
     if not (args.no_browser or args.only_quant):

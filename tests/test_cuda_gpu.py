@@ -141,3 +141,20 @@ def test_llama_decode_runs_on_cuda():
         got = cuda(toks.to("cuda")).numpy()
     assert math.isfinite(float(np.abs(got).max()))
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_bench_cuda_small_runs_and_its_fused_rows_equal_the_fallbacks():
+    """bench/bench_cuda.py --small end to end (it had named a fallback that moved), and the fused kernels it times
+    equal the CuPy-written forms it times them against."""
+    import pathlib
+    import runpy
+    from ember.backends import array_module_fused as AF
+    bench = runpy.run_path(str(pathlib.Path(__file__).parents[1] / "bench" / "bench_cuda.py"))
+    assert bench["main"](["--small"]) == 0
+    x = BE.from_numpy(rnd(64, 1000), ember.float32)
+    np.testing.assert_allclose(BE.to_numpy(CF.softmax(BE, x, 1)), BE.to_numpy(AF.softmax(BE, x, 1)), rtol=1e-5,
+                               atol=1e-7)
+    q, k, v = (BE.from_numpy(rnd(1, 4, 40, 64, seed=s), ember.float16) for s in (1, 2, 3))
+    got = BE.to_numpy(CF.attention(BE, q, k, v, None, 0.125, True)).astype(np.float32)
+    want = BE.to_numpy(AF.attention(BE, q, k, v, None, 0.125, True)).astype(np.float32)
+    np.testing.assert_allclose(got, want, atol=3e-3)

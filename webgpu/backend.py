@@ -340,8 +340,8 @@ class WebGPUBackend(ComputeMixin, QuantMixin, CustomKernelMixin, Pack16Mixin, Fu
         wt, _, ofix = self._word(out_dtype)
         if ofix and fix:
             expr = f"{ofix}({expr})"
-        if wt == "f16":
-            expr = f"f16({expr})"
+        if wt == "f16":  # rounded in integers first: NVIDIA's driver drops the f32 -> f16 -> f32 of a fused chain
+            expr = f"f16(fix_f16({expr}))" if fix else f"f16({expr})"
         # pending until read: a chain of elementwise ops becomes one kernel (fusion.py); packed 16-bit words
         # (opt-in, pack16.py) dispatch each op, as fusion's generated loads read whole words
         if self.fuse and n and not any(self._is_packed(t) for t in (out_dtype, *[x.dtype for x in inputs])):

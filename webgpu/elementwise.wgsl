@@ -119,11 +119,13 @@ fn op_pow_i(a: i32, b: i32) -> i32 {
 }
 fn op_maximum_i(a: i32, b: i32) -> i32 { return max(a, b); }
 fn op_minimum_i(a: i32, b: i32) -> i32 { return min(a, b); }
-fn op_fmod_i(a: i32, b: i32) -> i32 { return select(a % b, 0, b == 0); }
+// remainders from the quotient, not `%`: NVIDIA's Vulkan driver gave -1 % 3 == 0 (an unsigned remainder)
+fn op_fmod_i(a: i32, b: i32) -> i32 { return select(a - b * (a / b), 0, b == 0); }
 fn op_floordiv_i(a: i32, b: i32) -> i32 {
     if (b == 0) { return 0; }
     let q = a / b;
-    return select(q, q - 1, (a % b != 0) && ((a < 0) != (b < 0)));
+    let r = a - b * q;
+    return select(q, q - 1, (r != 0) && ((r < 0) != (b < 0)));
 }
 fn op_eq_i(a: i32, b: i32) -> bool { return a == b; }
 fn op_ne_i(a: i32, b: i32) -> bool { return a != b; }
