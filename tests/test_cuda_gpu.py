@@ -95,6 +95,31 @@ def test_cublas_matmul_dtypes(dtype):
     np.testing.assert_allclose(got, want, atol=8 * TOL[dtype], rtol=TOL[dtype])
 
 
+@pytest.mark.parametrize("case", ["2d", "folded", "transposed", "batched", "batched_transposed", "strided",
+                                  "broadcast"])
+def test_bf16_gemm_layouts_match_torch_and_the_float32_route(case):
+    """bfloat16 matmuls run as one cuBLAS bfloat16 GEMM (float32 sums) for the layouts models use, and give the
+    float32 route's values to within a bfloat16 rounding; a broadcast batch keeps the float32 route."""
+    from ember.backends.array_module_backend import ArrayModuleBackend
+    shapes = {"2d": ((65, 130), (130, 33)), "folded": ((2, 3, 65, 130), (130, 33)),
+              "transposed": ((3, 65, 130), (33, 130)), "batched": ((2, 3, 65, 130), (2, 3, 130, 33)),
+              "batched_transposed": ((2, 65, 130), (2, 33, 130)), "strided": ((65, 260), (130, 33)),
+              "broadcast": ((2, 3, 65, 130), (1, 3, 130, 33))}[case]
+    a, b = gpu(rnd(*shapes[0]), "bfloat16"), gpu(rnd(*shapes[1], seed=1), "bfloat16")
+    if case == "strided":
+        a = a[:, ::2]
+    if "transposed" in case:
+        b = b.transpose(-1, -2)
+    fast = BE._bf16_gemm(a._data, b._data)
+    assert (fast is None) == (case == "broadcast")
+    got = (a @ b).float().numpy()
+    want = (ref(a.float().numpy(), "float32").double() @ ref(b.float().numpy(), "float32").double()).numpy()
+    np.testing.assert_allclose(got, want, atol=8 * TOL["bfloat16"], rtol=TOL["bfloat16"])
+    route = BE.to_numpy(ArrayModuleBackend.matmul(BE, a._data, b._data)).astype(np.uint32) << 16
+    route = route.view(np.float32)
+    assert np.all(np.abs(got - route) <= 2.0 ** -7 * np.abs(route) + 1e-30)
+
+
 def test_tf32_only_when_allowed():
     a, b = rnd(256, 256), rnd(256, 256, seed=1)
     want = a.astype(np.float64) @ b
