@@ -43,6 +43,7 @@ class WGSL:
         s = self._source() if callable(self._source) else self._source
         if not isinstance(s, str):
             raise CustomOpError(f"ember: custom op {self.op!r}: WGSL source must be a str, got {type(s).__name__}")
+        self._source = s  # read once (the registry's kernels read a packaged file)
         return s
 
 
@@ -59,4 +60,6 @@ class CUDA:
         self.op = None
 
     def source(self):
-        return self._source() if callable(self._source) else self._source
+        if callable(self._source):
+            self._source = self._source()  # read once
+        return self._source

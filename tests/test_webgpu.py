@@ -229,3 +229,30 @@ def test_llama_prefill_and_cached_decode_match_cpu():
             out[dev] = (prefill, step)
     np.testing.assert_allclose(out["webgpu"][0], out["cpu"][0], atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(out["webgpu"][1], out["cpu"][1], atol=1e-5, rtol=1e-5)
+
+
+def test_bind_groups_made_once_per_buffers_and_dropped_with_a_released_buffer(monkeypatch):
+    """The adapter records every dispatch into one compute pass and reuses a bind group for the same pipeline and
+    buffers (a decoded token repeats the last one's); a buffer the pool releases drops them all, so no cached group
+    names a freed buffer: results stay numpy's while buffers come and go."""
+    ad = BE.adapter
+    made = []
+    create = ad.device.create_bind_group
+    monkeypatch.setattr(ad.device, "create_bind_group", lambda **kw: made.append(1) or create(**kw))
+    monkeypatch.setattr(BE, "fuse", False)
+    a = rnd(257)
+    x = gpu(a)
+    y = x * 3.0
+    first = len(made)
+    for _ in range(5):
+        z = x * 3.0  # the same pipeline, input, meta and (pooled) output buffer as y's twin before it
+        np.testing.assert_array_equal(z.numpy(), y.numpy())
+        del z
+    assert first >= 1 and len(made) == first + 1  # one more group: z's output buffer, then reused
+    monkeypatch.setattr(BE.pool, "max_pooled", 0)  # every freed buffer is released now
+    for k in range(8):
+        w = gpu(a + k) * 2.0 + 1.0
+        np.testing.assert_allclose(w.numpy(), (a + k) * np.float32(2) + np.float32(1), rtol=1e-6)
+        del w
+        gc.collect()
+    assert len(ad._groups) <= 4  # cleared by each release

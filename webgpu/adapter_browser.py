@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .adapter_choice import software_reason
-from .adapter_native import _BATCH, AdapterError
+from .adapter_native import _BATCH, _GROUPS_MAX, AdapterError
 
 # WebGPU limit names as the JS API spells them -> the names the backend reads
 _LIMITS = {"maxBufferSize": "max-buffer-size", "maxStorageBufferBindingSize": "max-storage-buffer-binding-size",
@@ -74,7 +74,8 @@ class BrowserAdapter:
         self.software = software_reason(self.details)
         self._queue = device.queue
         self._usage = js.GPUBufferUsage.STORAGE | js.GPUBufferUsage.COPY_SRC | js.GPUBufferUsage.COPY_DST
-        self._enc = None
+        self._enc = self._pass = None  # the open command encoder and its compute pass
+        self._groups = {}  # (id(pipeline), *ids of buffers) -> (bind group, pipeline, buffers)
         self._pending = 0
         import pyodide_js
         from pyodide.ffi import create_proxy
@@ -153,20 +154,29 @@ class BrowserAdapter:
 
     # -- work -----------------------------------------------------------------------------------
     def release(self, handle):
+        self._groups.clear()  # (a cached bind group must not name a destroyed buffer)
         handle.destroy()  # free GPU memory now rather than at the proxy's garbage collection
 
     def dispatch(self, pipeline, handles, groups):
+        # one compute pass holds every dispatch until the submit, and a bind group is made once for a pipeline and
+        # its buffers, as adapter_native.py does: each call into the page's WebGPU crosses from Python to JS
         self._check("dispatch")
-        if self._enc is None:
+        if self._pass is None:
             self._enc = self.device.createCommandEncoder()
-        bg = self.device.createBindGroup(_obj({
-            "layout": pipeline.getBindGroupLayout(0),
-            "entries": [{"binding": i, "resource": {"buffer": h}} for i, h in enumerate(handles)]}))
-        p = self._enc.beginComputePass()
+            self._pass = self._enc.beginComputePass()
+        key = (id(pipeline), *map(id, handles))
+        hit = self._groups.get(key)
+        if hit is None:
+            if len(self._groups) >= _GROUPS_MAX:
+                self._groups.clear()
+            bg = self.device.createBindGroup(_obj({
+                "layout": pipeline.getBindGroupLayout(0),
+                "entries": [{"binding": i, "resource": {"buffer": h}} for i, h in enumerate(handles)]}))
+            self._groups[key] = hit = (bg, pipeline, tuple(handles))  # (holding them: no id reused while cached)
+        p = self._pass
         p.setPipeline(pipeline)
-        p.setBindGroup(0, bg)
+        p.setBindGroup(0, hit[0])
         p.dispatchWorkgroups(*groups)
-        p.end()
         self._pending += 1
         if self._pending >= _BATCH:
             self.flush()
@@ -177,7 +187,8 @@ class BrowserAdapter:
 
     def flush(self):
         if self._enc is not None:
-            enc, self._enc, self._pending = self._enc, None, 0
+            enc, p, self._enc, self._pass, self._pending = self._enc, self._pass, None, None, 0
+            p.end()
             self._queue.submit(_obj([enc.finish()]))
 
 

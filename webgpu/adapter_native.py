@@ -28,6 +28,7 @@ from .adapter_choice import software_reason
 from ember.device import DeviceError
 
 _BATCH = 128  # dispatches per submit: bounds the encoder's size without per-op submits
+_GROUPS_MAX = 1024  # bind groups kept for reuse
 
 
 class AdapterError(DeviceError):
@@ -77,7 +78,8 @@ class NativeAdapter:
                                                      "backend_type", "adapter_type")}
         self.software = software_reason(self.details)  # None for hardware; `auto` skips software adapters
         self._queue = self.device.queue
-        self._enc = None
+        self._enc = self._pass = None  # the open command encoder and its compute pass
+        self._groups = {}  # (id(pipeline), *ids of buffers) -> (bind group, pipeline, buffers)
         self._pending = 0
         self._usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self._probe = self.buffer(16)
@@ -100,7 +102,8 @@ class NativeAdapter:
             raise self._lost("allocating a parameter buffer", e) from e
 
     def release(self, handle):
-        pass  # wgpu-py frees the buffer when its last reference (ours or a pending command's) goes
+        # wgpu-py frees the buffer when its last reference (ours, a cached bind group's or a pending command's) goes
+        self._groups.clear()
 
     def pipeline(self, wgsl):
         module = self.device.create_shader_module(code=wgsl)
@@ -130,20 +133,30 @@ class NativeAdapter:
         try:
             self._record(pipeline, handles, groups)
         except Exception as e:
-            self._enc, self._pending = None, 0
+            self._enc, self._pass, self._pending = None, None, 0
             raise self._lost("dispatch", e) from e
 
     def _record(self, pipeline, handles, groups):
-        if self._enc is None:
+        # one compute pass holds every dispatch until the submit (WebGPU orders a pass's dispatches, each its own
+        # usage scope), and a bind group is made once for a pipeline and its buffers (a decoded token repeats
+        # the last one's): fewer calls into wgpu a dispatch
+        if self._pass is None:
             self._enc = self.device.create_command_encoder()
-        bg = self.device.create_bind_group(
-            layout=pipeline.get_bind_group_layout(0),
-            entries=[{"binding": i, "resource": {"buffer": h}} for i, h in enumerate(handles)])
-        p = self._enc.begin_compute_pass()
+            self._pass = self._enc.begin_compute_pass()
+        key = (id(pipeline), *map(id, handles))
+        hit = self._groups.get(key)
+        if hit is None:
+            if len(self._groups) >= _GROUPS_MAX:
+                self._groups.clear()
+            bg = self.device.create_bind_group(
+                layout=pipeline.get_bind_group_layout(0),
+                entries=[{"binding": i, "resource": {"buffer": h}} for i, h in enumerate(handles)])
+            # the entry holds the pipeline and buffers it names, so no id in a key is reused while it is cached
+            self._groups[key] = hit = (bg, pipeline, tuple(handles))
+        p = self._pass
         p.set_pipeline(pipeline)
-        p.set_bind_group(0, bg)
+        p.set_bind_group(0, hit[0])
         p.dispatch_workgroups(*groups)
-        p.end()
         self._pending += 1
         if self._pending >= _BATCH:
             self.flush()
@@ -157,8 +170,9 @@ class NativeAdapter:
 
     def flush(self):
         if self._enc is not None:
-            enc, self._enc, self._pending = self._enc, None, 0
+            enc, p, self._enc, self._pass, self._pending = self._enc, self._pass, None, None, 0
             try:
+                p.end()
                 self._queue.submit([enc.finish()])
             except Exception as e:
                 raise self._lost("submit", e) from e

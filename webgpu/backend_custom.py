@@ -7,6 +7,7 @@ failure would otherwise surface as an anonymous bind-group error at dispatch.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from ember import dtypes as D
@@ -15,9 +16,11 @@ from ember.errors import CustomOpError
 from . import kernels, pack16
 from .buffers import compute_type
 
+@functools.lru_cache(maxsize=256)
 def binding_names(source):
-    """The binding names (prm, out, in0, in1 ...) a WGSL source mentions outside comments."""
-    return set(re.findall(r"\b(prm|out|in\d+)\b", pack16.strip_comments(source)))
+    """The binding names (prm, out, in0, in1 ...) a WGSL source mentions outside comments (once a source: a
+    fused kernel runs a few times a decoded token)."""
+    return frozenset(re.findall(r"\b(prm|out|in\d+)\b", pack16.strip_comments(source)))
 
 
 def _word_bits(v):
