@@ -320,3 +320,26 @@ def test_multilingual_prompt_and_detection_match_transformers(multilingual_pair,
                          [max_diff(a, b) for a, b in zip(steps, scores)])
     assert got.prompt == [50258, langs[f"<|{lang}|>"], cfg.special.translate
                           if task == "translate" else cfg.special.transcribe, 50363]
+
+
+def test_sampler_shares_the_timestamp_rules_log_softmax_only_when_it_holds():
+    """The greedy sampler reads the timestamp rule's log_softmax where the rule left the logits as they were when
+    it took it, else makes its own: in both cases the bits of log_softmax of the filtered logits."""
+    from ember.models.whisper.decoding import ApplyTimestampRules, log_softmax
+    rng = np.random.default_rng(3)
+    begin, vocab = 60, 100
+    wd = WindowDecoder.__new__(WindowDecoder)
+    rule = ApplyTimestampRules(eot=50, no_timestamps=51, timestamp_begin=begin, max_initial_index=None)
+    wd.filters = [rule]
+    shared = 0
+    for boost in (-6.0, -6.0, 6.0, 9.0, -6.0):  # a large one puts the timestamps' mass past every text token
+        logits = rng.standard_normal((1, vocab)).astype(np.float32)
+        logits[0, begin:] += boost
+        filtered = wd.apply_filters(logits, [[1, 2]])
+        held = rule.logprobs is not None
+        shared += held
+        got = wd.filtered_logprobs(filtered)
+        np.testing.assert_array_equal(got, log_softmax(filtered))
+        assert held == (not np.isneginf(filtered[0, :begin]).all())
+        assert rule.logprobs is None  # read once
+    assert 0 < shared < 5
