@@ -305,3 +305,19 @@ def test_pad_or_trim():
     assert audio.pad_or_trim(x, 12).tolist() == list(range(10)) + [0, 0]
     m = np.ones((80, 5))
     assert audio.pad_or_trim(m, 3000).shape == (80, 3000)
+
+
+@pytest.mark.parametrize("n_mels", [80, 128])
+def test_mel_product_is_the_dense_product_summed_in_bin_order(n_mels):
+    """The filters' product over their bands gives the bits of the dense (n_mels, n_bins) @ (n_bins, frames)
+    product summed bin after bin (numpy's own loop, the page's: it has no BLAS), so page and desktop features
+    agree bit for bit; and BLAS's sums to rounding."""
+    rng = np.random.default_rng(n_mels)
+    power = audio._power_spectrogram((rng.standard_normal(16000 * 3) * 0.1).astype(np.float32))
+    w = audio.mel_filters(n_mels).astype(np.float64)
+    want = np.zeros((n_mels, power.shape[1]))
+    for b in range(power.shape[0]):
+        want = want + w[:, b:b + 1] * power[b]
+    got = audio._mel_power(n_mels, power)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, w @ power, rtol=1e-14, atol=0)

@@ -77,6 +77,34 @@ def mel_filters(n_mels: int, sr: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.nd
     return out
 
 
+@lru_cache(maxsize=4)
+def _mel_bands(n_mels: int) -> tuple:
+    """Each filter's band of nonzero weights: ((lo, float64 weights of bins lo, lo + 1, ...), ...) (~390 of the
+    80 x 201 weights for 80 mels)."""
+    w = mel_filters(n_mels).astype(np.float64)
+    bands = []
+    for row in w:
+        nz = np.flatnonzero(row)
+        lo = int(nz[0]) if nz.size else 0
+        bands.append((lo, row[lo:int(nz[-1]) + 1 if nz.size else 0]))
+    return tuple(bands)
+
+
+def _mel_power(n_mels: int, power: np.ndarray) -> np.ndarray:
+    """mel_filters(n_mels) @ power (float64 (n_bins, frames) -> (n_mels, frames)) summed over each filter's band in
+    bin order: the bits of a dense product summed in bin order (the zeros outside a band add +0), so the page's numpy
+    (no BLAS: ~24 ms for 30 s of audio) and the desktop's give the same features, the page in ~6 ms."""
+    power = np.ascontiguousarray(power)  # (rows of bins: a band reads a few whole rows)
+    mel = np.zeros((n_mels, power.shape[1]))
+    for m, (lo, w) in enumerate(_mel_bands(n_mels)):
+        if w.size:
+            acc = mel[m]
+            np.multiply(w[0], power[lo], out=acc)
+            for j in range(1, w.size):
+                acc += w[j] * power[lo + j]
+    return mel
+
+
 # ---------------------------------------------------------------------------------------------
 # Log-mel spectrogram
 # ---------------------------------------------------------------------------------------------
@@ -122,7 +150,7 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, pad_to_30s: bool = 
         audio = np.pad(audio, (0, HOP_LENGTH))
     elif audio.size < N_FFT // 2 + 1:  # reflect padding needs n_fft // 2 + 1 samples
         raise ValueError(f"ember: log_mel_spectrogram needs at least {N_FFT // 2 + 1} samples, got {audio.size}")
-    mel = mel_filters(n_mels).astype(np.float64) @ _power_spectrogram(audio)  # (n_mels, frames)
+    mel = _mel_power(n_mels, _power_spectrogram(audio))  # (n_mels, frames)
     log_spec = np.log10(np.maximum(mel, 1e-10))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
     return ((log_spec + 4.0) / 4.0).astype(np.float32)
@@ -161,7 +189,7 @@ class LongFormMel:
         idx = np.abs(idx)                                     # reflect at the start ...
         idx = np.where(idx >= n, 2 * (n - 1) - idx, idx)      # ... and at the end (np.pad mode="reflect")
         power = _frames_power(self.audio[idx].astype(np.float64), b - a)
-        mel = mel_filters(self.n_mels).astype(np.float64) @ power
+        mel = _mel_power(self.n_mels, power)
         return np.log10(np.maximum(mel, 1e-10))
 
     def __getitem__(self, key) -> np.ndarray:
