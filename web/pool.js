@@ -144,6 +144,15 @@ export async function attachPool({ memory, module, layout, threads, variant, rea
     },
     copyIn(ptr, n, at) { view().set(heap().subarray(ptr, ptr + n), at); },
     copyOut(at, n, ptr) { heap().set(view().subarray(at, at + n), ptr); },
+    /** `count` copies out, listed in Pyodide's heap at `list` as int32 (at, n, ptr) triples (a decode step's new
+     *  KV rows: one call, not one a row); addresses read unsigned */
+    copyOutList(list, count) {
+      const h = heap(), v = view(), t = new Int32Array(h.buffer, list, 3 * count);
+      for (let i = 0; i < 3 * count; i += 3) {
+        const at = t[i] >>> 0;
+        h.set(v.subarray(at, at + t[i + 1]), t[i + 2] >>> 0);
+      }
+    },
     /** a file's bytes (Pyodide's in-memory FS keeps them as a JS array) straight into the memory: no copy in
      *  Pyodide's heap; false when the file is not one held in memory */
     fileIn(node, offset, n, at) {

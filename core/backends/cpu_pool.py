@@ -148,6 +148,10 @@ class Pool:
         """nbytes from the shared memory at `at` to Pyodide's heap at `ptr`."""
         self._copy_out(at, nbytes, ptr)
 
+    def read_list(self, rows: np.ndarray):
+        """Copies out of the shared memory listed as rows of (at, nbytes, ptr): int32 (n, 3) C-contiguous."""
+        self.js.copyOutList(addr(rows), len(rows))
+
     def place(self, a: np.ndarray) -> Block:
         """The shared copy of an array that is not written while it lives (weights: QTensor blocks, the layers a
         decode plan reads), made at its first use and freed with it."""

@@ -494,13 +494,31 @@ class _Mirrored:
         self._written = written
 
     def _rows_back(self, caches):
-        """The step's new rows (slot of every head), back into the model's caches."""
-        for m, (kc, vc, slot, _) in zip(self._mirrors, caches):
-            heads, hd = kc.shape[1], kc.shape[3]
-            for h in range(heads):
-                off = ((h * m.cap + slot) * hd) * 4
-                self._pool.read_raw(m.k.at + off, hd * 4, addr(kc) + off)
-                self._pool.read_raw(m.v.at + off, hd * 4, addr(vc) + off)
+        """The step's new rows (slot of every head), back into the model's caches: one call copies them all
+        (web/pool.js copyOutList; Gemma 3 270M has 36 rows a token, Whisper tiny 48), listed in a table of (from,
+        bytes, to) made once for these mirrors and caches, its addresses moved to this step's slots."""
+        key = tuple(map(id, self._mirrors)) + tuple(id(c[1]) for c in caches)
+        table = getattr(self, "_rows_table", None)
+        if table is None or table[0] != key:
+            base, per_layer = [], []
+            for m, (kc, vc, _, _) in zip(self._mirrors, caches):
+                heads, hd = kc.shape[1], kc.shape[3]
+                per_layer.append(2 * heads)
+                for h in range(heads):
+                    off = h * m.cap * hd * 4
+                    base += [(m.k.at + off, hd * 4, addr(kc) + off), (m.v.at + off, hd * 4, addr(vc) + off)]
+            base = np.array(base, np.int64)
+            # (the caches held: no id in the key is reused while the table lists their addresses)
+            table = self._rows_table = (key, base, np.empty((len(base), 3), np.int32), np.array(per_layer),
+                                        (list(self._mirrors), [c[:2] for c in caches]))
+        _, base, rows, per_layer, _ = table
+        if not len(base):
+            return
+        step = np.repeat(np.array([c[2] * c[0].shape[3] * 4 for c in caches]), per_layer)  # each layer's slot
+        rows[:, 1] = base[:, 1]
+        rows[:, 0] = base[:, 0] + step  # (int32 bits of addresses past 2 GiB: pool.js reads them unsigned)
+        rows[:, 2] = base[:, 2] + step
+        self._pool.read_list(rows)
 
 
 class PoolDecodePlan(_Mirrored, DecodePlan):
