@@ -301,6 +301,9 @@ op("qlinear", "(x (..., K), weight=QTensor (N, K)) -> x @ W.T as qmatmul, differ
    output="ember.qtensor:qlinear_output", tensor_call=True,
    cpu=Kernel(_Q + "qlinear", _Q + "describe_qmatmul"),
    webgpu=Kernel(_WG + "qlinear", "quant.wgsl qmatvec / dequant + matmul.wgsl, per device part"))
+op("qrows", "(ids int64 (n,), raw uint8 (N, row_bytes), GGMLType, (N, K)) -> float32 (n, K): rows ids of the "
+   "dequantized weight (a quantized embedding's lookup)", composed="ember.qtensor:qrows_composed",
+   cpu=Kernel(_Q + "qrows", _Q + "describe_qrows"))
 op("qmatmul_argmax", "(x one row, raw, GGMLType, (N, K), activations) -> argmax of qmatmul: greedy decoding's pick "
    "from a quantized output layer", composed="ember.qtensor:qmatmul_argmax_composed",
    cpu=Kernel(_Q + "qmatmul_argmax", _Q + "describe_bounded"))

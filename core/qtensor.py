@@ -135,6 +135,17 @@ class QTensor:
                          self.name, self.activations) for s in range(0, self.shape[0], step)]
         return self._parts
 
+    def rows(self, ids) -> np.ndarray:
+        """Rows ids (int, any shape) of a 2-d weight, dequantized: float32 (n, in) for the n ids, through the
+        registry's qrows (under Pyodide the wasm blocks decoder, from the kernel pool's memory where the weight
+        lives there: an embedding's lookup a decoded token)."""
+        if len(self.shape) != 2:
+            raise ValueError(f"ember: rows of a quantized weight need it 2-d, {self._what()} has shape {self.shape}")
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.shape[0]):
+            raise ValueError(f"ember: row id out of range [0, {self.shape[0]}) of {self._what()}")
+        return K.bound("qrows", _cpu())(ids, self.data, self.ggml_type, self.shape)
+
     def argmax_matmul_t(self, x) -> int:
         """int(np.argmax(self.matmul_t(x))) for one row x (in,) or (1, ..., in): greedy decoding's pick from a
         tied output, through the registry's qmatmul_argmax (the CPU's bounded Q8_0 kernel under Pyodide computes
@@ -224,6 +235,11 @@ def qlinear_backward(ctx, g):
         dx = part if dx is None else dx + part
     x = ctx.inputs[0]
     return dx if x.dtype is float32 else dx.to(x.dtype)
+
+
+def qrows_composed(ids, raw, qtype, shape) -> np.ndarray:
+    rows = raw[np.asarray(ids, np.int64).reshape(-1)]  # (n, row_bytes): a copy (also of SharedRows)
+    return dequantize_rows(np.asarray(rows), qtype).reshape(-1, int(shape[1]))
 
 
 def qmatmul_argmax_composed(x, raw, qtype, shape, activations="float32") -> int:

@@ -142,6 +142,12 @@ def _qpick(dev, extra=()):
     return [((T(rnd(64, seed=101 + s), dev), w.data, w.ggml_type, w.shape, "float32", *extra), {}) for s in range(3)]
 
 
+def _qrows(dev):
+    ids = [np.array([3, 0, 499, 3], np.int64), np.array([7], np.int64), np.zeros(0, np.int64)]
+    return [((i, w.data, w.ggml_type, w.shape), {}) for i in ids
+            for w in (_qweight("q8_0", rows=500, cols=64, seed=102), _qweight("q4_k", rows=500, cols=256, seed=103))]
+
+
 def _qlinear(dev):
     w = _qweight("q4_k", rows=40, cols=256, seed=45)
     return [((T(rnd(2, 3, 256, seed=46), dev),), {"weight": w}), ((T(rnd(5, 256, seed=47), dev),), {"weight": w})]
@@ -210,7 +216,7 @@ def _gru_sequence(dev):
 EXAMPLES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _norms(False), "rms_norm": _norms(True),
             "attention": _attention, "gelu": _gelu, "silu": _silu, "linear": _linear, "conv_bias": _conv_bias,
             "conv_bias_act": _conv_bias_act, "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul,
-            "qlinear": _qlinear, "qmatmul_argmax": _qpick,
+            "qlinear": _qlinear, "qmatmul_argmax": _qpick, "qrows": _qrows,
             "qmatmul_topk": lambda dev: _qpick(dev, (5,)), "rotary_embedding": _rotary, "flash_attention": _flash,
             "flash_attention_split": _flash_split, "flash_attention_combine": _flash_combine,
             "rope_append_attention": _rope_append, "nbits_matmul": _nbits, "lstm_cell": _lstm_cell,
@@ -288,6 +294,8 @@ def _run_kernel(op, dev, args, kwargs):
     k = K.bound(op, ember.device(dev).backend)
     assert k is not None
     res = k(*[_arrays(a) for a in args], **kwargs)
+    if op == "qrows":  # (host ids in, host rows out)
+        return res
     first = next(a for a in args if isinstance(a, ember.Tensor))
     if op == "linears":
         assert res is not None, "the linears kernel declined its example (x must be a pending decode row)"
@@ -317,7 +325,8 @@ def test_kernel_matches_its_composed_reference(op, col):
     dev = BACKENDS[col]
     entry = K.get(op)
     for args, kwargs in EXAMPLES[op](dev):
-        if not ember.device(dev).backend.supports(next(a for a in args if isinstance(a, ember.Tensor)).dtype):
+        first = next((a for a in args if isinstance(a, ember.Tensor)), None)  # (none: qrows's host arrays)
+        if first is not None and not ember.device(dev).backend.supports(first.dtype):
             continue
         kargs, kkw = _fresh(args, kwargs) if op in IN_PLACE else (args, kwargs)
         with ember.no_grad():
@@ -333,6 +342,10 @@ def test_kernel_matches_its_composed_reference(op, col):
 def _compare(op, got, want, args):
     if op == "qmatmul_argmax":
         assert got == want, (got, want)
+        return
+    if op == "qrows":  # the same values as the codec, bit for bit
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert np.asarray(got).dtype == np.float32
         return
     if op == "qmatmul_topk":
         ids, vals = (np.asarray(v) for v in got)

@@ -397,6 +397,7 @@ import ember
 from ember.backends import cpu_matmul, cpu_q8dot
 from ember.backends.cpu_pool import SharedRows, weights_in_pool
 shutil.copy("/data/w.gguf", "/tmp/w.gguf")  # a file of the in-memory FS, as the page's model files are
+QROWS = {"a": [5, 1999, 0, 5], "b": [299], "small": [7, 0]}
 x = np.random.default_rng(1).standard_normal((3, 512)).astype(np.float32)
 out = {}
 for where in ("/tmp/w.gguf", "/data/w.gguf"):
@@ -409,7 +410,9 @@ for where in ("/tmp/w.gguf", "/data/w.gguf"):
            "bytes": hashlib.sha256(np.asarray(a.data).tobytes()).hexdigest(),
            "rows": hashlib.sha256(a.data[np.array([5, 1999, 0])].tobytes()).hexdigest(),
            "slice": hashlib.sha256(np.asarray(a.data[10:20]).tobytes()).hexdigest(),
-           "pickled": type(pickle.loads(pickle.dumps(a.data))).__name__}
+           "pickled": type(pickle.loads(pickle.dumps(a.data))).__name__,
+           # rows dequantized where they lie (the pool's SharedRows) or by the side module (a heap array)
+           "qrows": {k: hashlib.sha256(w[k].rows(np.array(QROWS[k])).tobytes()).hexdigest() for k in QROWS}}
     a.activations = "q8"
     y_pool = a.matmul_t(x)
     y_heap = cpu_q8dot.q8_matmul_numpy(x, np.asarray(a.data), "Q4_K", 2000)
@@ -430,6 +433,8 @@ result = out
         assert g["rows"] == hashlib.sha256(raw_a[[5, 1999, 0]].tobytes()).hexdigest()
         assert g["slice"] == hashlib.sha256(raw_a[10:20].tobytes()).hexdigest()
         assert g["pickled"] == "ndarray" and g["q8_equal"] and g["float_close"] < 1e-3, (where, g)
+        for k, ids in {"a": [5, 1999, 0, 5], "b": [299], "small": [7, 0]}.items():  # the codec's values, bit for bit
+            assert g["qrows"][k] == hashlib.sha256(tensors[k].rows(np.array(ids)).tobytes()).hexdigest(), (where, k)
 
 
 def test_the_arena_reuses_freed_ranges_and_grows_at_its_end():

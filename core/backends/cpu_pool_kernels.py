@@ -52,7 +52,7 @@ class PoolKernels:
         ex = pool.exports
         self._q8_matmul, self._qmatmul, self._sgemm_batched = ex.ember_q8_matmul, ex.ember_qmatmul, ex.ember_sgemm_batched
         self._sgemm_exact = ex.ember_sgemm_batched_exact  # multiply then add, never fused: the plain module's bits
-        self._decode, self._argmax = ex.ember_decode, ex.ember_argmax_f32
+        self._decode, self._argmax, self._qdequant = ex.ember_decode, ex.ember_argmax_f32, ex.ember_qdequant
         self.qmatmul_types = side.qmatmul_types
         self._gemm_scratch = Block(pool.arena, int(ex.ember_sgemm_scratch_floats()) * 4 * pool.threads)
         self._io = Block(pool.arena, 1 << 20)
@@ -135,6 +135,16 @@ class PoolKernels:
 
     def qdequant(self, w: np.ndarray, type_id: int, k: int) -> np.ndarray:
         return self.side.qdequant(w, type_id, k)  # (a slab at a time, between GEMMs: memory-bound, small)
+
+    def qrows(self, w: SharedRows, ids: np.ndarray, type_id: int, k: int) -> np.ndarray:
+        """Rows ids of a weight the pool holds, dequantized where they lie and read back: float32 (n, k)."""
+        y = np.empty((len(ids), k), F32)
+        at, row_bytes = self._io_at(_align(y.nbytes)), w.shape[1]
+        for i, r in enumerate(ids.tolist()):
+            rc = self._qdequant(type_id, 1, k, i32(w.at + r * row_bytes), i32(at + i * k * 4))
+            if self.pool.check(rc, "dequantizing rows") != 0:
+                raise ValueError(f"ember: wasm qdequant: no kernel for GGML type {type_id} with rows of {k}")
+        return self.pool.read(at, y)
 
     # ---------------------------------------------------------------- float GEMM
 

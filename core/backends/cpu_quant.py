@@ -83,6 +83,25 @@ def qmatmul_topk(be, x, raw, qtype, shape, activations, k):
     return np.arange(y.size, dtype=np.int64), y
 
 
+def qrows(be, ids, raw, qtype, shape) -> np.ndarray:
+    """float32 (n, K) rows ids of the dequantized weight: in the page quant.c's block decoder (the pool's, reading
+    the rows where the pool holds them), else the numpy codec; the same values either way."""
+    t = T.get(qtype)
+    k = int(shape[1])
+    if NO_BLAS:
+        pool = pool_kernels()
+        if pool is not None and isinstance(raw, SharedRows) and t.id in pool.qmatmul_types:
+            return pool.qrows(raw, ids, t.id, k)
+        kernels = wasm_kernels()
+        if kernels is not None and t.id in kernels.qmatmul_types:
+            return kernels.qdequant(np.ascontiguousarray(np.asarray(raw[ids])), t.id, k)
+    return dequantize_rows(np.asarray(raw[ids]), t).reshape(-1, k)
+
+
+def describe_qrows(be=None) -> str:
+    return "cpu_kernels/quant.c ember_qdequant (wasm)" if NO_BLAS and wasm_kernels() is not None else "numpy codec"
+
+
 def describe_qmatmul(be=None) -> str:
     if NO_BLAS:
         k = wasm_kernels()

@@ -8,7 +8,6 @@ import ember
 from ember import nn
 from ember.nn import functional as F
 from ember.quant import QTensor
-from ember.ggml.codec import dequantize_rows
 
 
 class QEmbedding(nn.Module):
@@ -33,7 +32,7 @@ class QEmbedding(nn.Module):
             ids = tokens.numpy().reshape(-1)
             if ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
                 raise ValueError(f"ember: token id out of range [0, {self.num_embeddings})")
-            rows = dequantize_rows(self.weight.data[ids], self.weight.ggml_type)  # (B * T, dim) float32
+            rows = self.weight.rows(ids)  # (B * T, dim) float32
             return ember.tensor(rows.reshape(*tokens.shape, self.embedding_dim), device=tokens.device)
         return F.embedding(tokens, self.weight)                              # (B, T, dim)
 
