@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .adapter_choice import software_reason
-from .adapter_native import _BATCH, _GROUPS_MAX, AdapterError
+from .adapter_native import _BATCH, AdapterError, BindGroups
 
 # WebGPU limit names as the JS API spells them -> the names the backend reads
 _LIMITS = {"maxBufferSize": "max-buffer-size", "maxStorageBufferBindingSize": "max-storage-buffer-binding-size",
@@ -75,7 +75,7 @@ class BrowserAdapter:
         self._queue = device.queue
         self._usage = js.GPUBufferUsage.STORAGE | js.GPUBufferUsage.COPY_SRC | js.GPUBufferUsage.COPY_DST
         self._enc = self._pass = None  # the open command encoder and its compute pass
-        self._groups = {}  # (id(pipeline), *ids of buffers) -> (bind group, pipeline, buffers)
+        self._groups = BindGroups()
         self._pending = 0
         import pyodide_js
         from pyodide.ffi import create_proxy
@@ -164,18 +164,12 @@ class BrowserAdapter:
         if self._pass is None:
             self._enc = self.device.createCommandEncoder()
             self._pass = self._enc.beginComputePass()
-        key = (id(pipeline), *map(id, handles))
-        hit = self._groups.get(key)
-        if hit is None:
-            if len(self._groups) >= _GROUPS_MAX:
-                self._groups.clear()
-            bg = self.device.createBindGroup(_obj({
-                "layout": pipeline.getBindGroupLayout(0),
-                "entries": [{"binding": i, "resource": {"buffer": h}} for i, h in enumerate(handles)]}))
-            self._groups[key] = hit = (bg, pipeline, tuple(handles))  # (holding them: no id reused while cached)
+        bg = self._groups.get(pipeline, handles, lambda: self.device.createBindGroup(_obj({
+            "layout": pipeline.getBindGroupLayout(0),
+            "entries": [{"binding": i, "resource": {"buffer": h}} for i, h in enumerate(handles)]})))
         p = self._pass
         p.setPipeline(pipeline)
-        p.setBindGroup(0, hit[0])
+        p.setBindGroup(0, bg)
         p.dispatchWorkgroups(*groups)
         self._pending += 1
         if self._pending >= _BATCH:

@@ -31,6 +31,31 @@ _BATCH = 128  # dispatches per submit: bounds the encoder's size without per-op 
 _GROUPS_MAX = 1024  # bind groups kept for reuse
 
 
+class BindGroups:
+    """Bind groups made once per pipeline and buffers (a decoded token repeats the last one's), for both adapters.
+    An entry holds the pipeline and buffers it names, so no id in a key is reused while it is cached; clear() when
+    a buffer is released (no cached group may name a freed or destroyed one)."""
+
+    def __init__(self):
+        self._cache = {}  # (id(pipeline), *ids of buffers) -> (bind group, pipeline, buffers)
+
+    def get(self, pipeline, handles, make):
+        """The bind group of pipeline over handles, make() the first time."""
+        key = (id(pipeline), *map(id, handles))
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) >= _GROUPS_MAX:
+                self._cache.clear()
+            hit = self._cache[key] = (make(), pipeline, tuple(handles))
+        return hit[0]
+
+    def clear(self):
+        self._cache.clear()
+
+    def __len__(self):
+        return len(self._cache)
+
+
 class AdapterError(DeviceError):
     """No usable GPU adapter, or the device was lost."""
 
@@ -79,7 +104,7 @@ class NativeAdapter:
         self.software = software_reason(self.details)  # None for hardware; `auto` skips software adapters
         self._queue = self.device.queue
         self._enc = self._pass = None  # the open command encoder and its compute pass
-        self._groups = {}  # (id(pipeline), *ids of buffers) -> (bind group, pipeline, buffers)
+        self._groups = BindGroups()
         self._pending = 0
         self._usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self._probe = self.buffer(16)
@@ -143,19 +168,12 @@ class NativeAdapter:
         if self._pass is None:
             self._enc = self.device.create_command_encoder()
             self._pass = self._enc.begin_compute_pass()
-        key = (id(pipeline), *map(id, handles))
-        hit = self._groups.get(key)
-        if hit is None:
-            if len(self._groups) >= _GROUPS_MAX:
-                self._groups.clear()
-            bg = self.device.create_bind_group(
-                layout=pipeline.get_bind_group_layout(0),
-                entries=[{"binding": i, "resource": {"buffer": h}} for i, h in enumerate(handles)])
-            # the entry holds the pipeline and buffers it names, so no id in a key is reused while it is cached
-            self._groups[key] = hit = (bg, pipeline, tuple(handles))
+        bg = self._groups.get(pipeline, handles, lambda: self.device.create_bind_group(
+            layout=pipeline.get_bind_group_layout(0),
+            entries=[{"binding": i, "resource": {"buffer": h}} for i, h in enumerate(handles)]))
         p = self._pass
         p.set_pipeline(pipeline)
-        p.set_bind_group(0, hit[0])
+        p.set_bind_group(0, bg)
         p.dispatch_workgroups(*groups)
         self._pending += 1
         if self._pending >= _BATCH:

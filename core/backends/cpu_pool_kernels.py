@@ -519,13 +519,14 @@ class _Mirrored:
                     base += [(m.k.at + off, hd * 4, addr(kc) + off), (m.v.at + off, hd * 4, addr(vc) + off)]
             base = np.array(base, np.int64)
             # (the caches held: no id in the key is reused while the table lists their addresses)
-            table = self._rows_table = (key, base, np.empty((len(base), 3), np.int32), np.array(per_layer),
+            rows = np.empty((len(base), 3), np.int32)
+            rows[:, 1] = base[:, 1]  # (the byte counts: the same every step)
+            table = self._rows_table = (key, base, rows, np.array(per_layer),
                                         (list(self._mirrors), [c[:2] for c in caches]))
         _, base, rows, per_layer, _ = table
         if not len(base):
             return
         step = np.repeat(np.array([c[2] * c[0].shape[3] * 4 for c in caches]), per_layer)  # each layer's slot
-        rows[:, 1] = base[:, 1]
         rows[:, 0] = base[:, 0] + step  # (int32 bits of addresses past 2 GiB: pool.js reads them unsigned)
         rows[:, 2] = base[:, 2] + step
         self._pool.read_list(rows)

@@ -29,10 +29,7 @@ class QEmbedding(nn.Module):
 
     def forward(self, tokens):                                               # (B, T) int
         if isinstance(self.weight, QTensor):
-            ids = tokens.numpy().reshape(-1)
-            if ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
-                raise ValueError(f"ember: token id out of range [0, {self.num_embeddings})")
-            rows = self.weight.rows(ids)  # (B * T, dim) float32
+            rows = self.weight.rows(tokens.numpy())  # (B * T, dim) float32; ids out of range: ValueError
             return ember.tensor(rows.reshape(*tokens.shape, self.embedding_dim), device=tokens.device)
         return F.embedding(tokens, self.weight)                              # (B, T, dim)
 
