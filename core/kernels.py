@@ -284,7 +284,7 @@ op("conv_bias_act", "(x, w, b|None, stride, padding, dilation, groups, act None|
    "act(conv(x, w) + b): conv1d / conv2d with the bias and activation in its epilogue",
    composed="ember.nn.functional:conv_bias_act_composed",
    cpu=Kernel(_DN + "conv_bias_act", _DN + "describe_conv", choose=_DN + "choose_conv",
-              tune={"mode": "auto", "min_taps": 4}))
+              tune={"mode": "auto", "min_taps": 4, "narrow": 8}))
 op("copy_into", "(dst, src, starts) -> dst with src written at offsets starts, in place (views of dst see it)",
    composed="ember.ops_indexing:copy_into_composed",
    cpu=Kernel(_AM + "copy_into", "numpy slice assignment"), webgpu=Kernel(_WG + "copy_into", "copy.wgsl copy"),

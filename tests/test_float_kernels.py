@@ -78,6 +78,13 @@ CONV_CASES = [
     ((1, 5, 23, 23), (9, 5, 5, 5), (3, 3), (2, 2), (1, 1), 1, True, None),
     ((1, 64, 14, 200), (40, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, True, "silu"),    # several segments, channel blocks
     ((1, 4, 9, 9), (4, 4, 3, 3), (2, 1), (0, 3), (1, 2), 1, True, None),            # mixed stride / dilation
+    # outputs of at most 8 pixels an image: dot products (conv.c's narrow_rows)
+    ((1, 129, 1, 3), (128, 129, 1, 3), (1, 1), (0, 1), (1, 1), 1, True, "relu"),    # Silero VAD's encoder
+    ((1, 1, 1, 576), (258, 1, 1, 256), (1, 128), (0, 0), (1, 1), 1, False, None),   # its STFT as a conv
+    ((2, 6, 3, 4), (9, 2, 2, 2), (2, 2), (1, 1), (1, 1), 3, True, "silu"),          # groups of 3 rows, 2 images
+    ((1, 37, 1, 1), (5, 37, 1, 1), (1, 1), (0, 0), (1, 1), 1, True, "gelu"),        # one pixel, a partial vector
+    ((1, 10, 1, 5), (7, 10, 1, 3), (1, 1), (0, 1), (1, 1), 1, True, "gelu_tanh"),   # 5 pixels: 4 + 1
+    ((1, 512, 1, 4), (256, 512, 1, 3), (1, 1), (0, 1), (1, 1), 1, True, None),     # split between threads
 ]
 
 
@@ -105,7 +112,7 @@ def test_conv_matches_float64_on_every_build(builds, case):
         assert np.array_equal(got["native"], got["avx2"], equal_nan=True)
 
 
-@pytest.mark.parametrize("case", [1, 3, 7, 9])
+@pytest.mark.parametrize("case", [1, 3, 7, 9, 16])
 def test_conv_threads_do_not_change_bits(builds, case):
     fk, nk = builds["native"]
     x, w, b, stride, padding, dilation, groups, act = _conv_case(case)
@@ -133,13 +140,17 @@ def test_conv_bias_act_op_against_its_composed_form():
                 assert np.all(np.abs(got - ref) <= 2 * bound), (i, mode)
 
 
-def test_conv_rule_takes_c_for_wide_kernels_and_blas_for_1x1_and_1d():
+def test_conv_rule_takes_c_for_wide_kernels_and_narrow_outputs_and_blas_for_1x1_and_1d():
     be = ember.tensor([0.0]).device.backend
     if CFK.kernels() is None:
         pytest.skip("no compiled kernels here")
     assert K.chooses("conv_bias_act", be, (1, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), 1)
     assert not K.chooses("conv_bias_act", be, (1, 64, 56, 56), (32, 64, 1, 1), (1, 1), (1, 1), 1)
     assert not K.chooses("conv_bias_act", be, (1, 80, 3000), (384, 80, 3), (1,), (1,), 1)
+    # a few output pixels (a streaming model's frames): C's dot products, whatever the kernel
+    assert K.chooses("conv_bias_act", be, (1, 129, 3), (128, 129, 3), (1,), (1,), 1, (1,))
+    assert K.chooses("conv_bias_act", be, (1, 64, 4, 2), (32, 64, 1, 1), (1, 1), (1, 1), 1, (0, 0))
+    assert not K.chooses("conv_bias_act", be, (1, 129, 9), (128, 129, 3), (1,), (1,), 1, (1,))
     with K.tuned("conv_bias_act", "cpu", mode="c"):
         assert K.chooses("conv_bias_act", be, (1, 80, 3000), (384, 80, 3), (1,), (1,), 1)
 

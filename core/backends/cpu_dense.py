@@ -42,15 +42,24 @@ def describe_attention(be=None):
 
 # ============================================================================ convolution
 
-def choose_conv(be, tune, x_shape, w_shape, stride, dilation, groups):
+def choose_conv(be, tune, x_shape, w_shape, stride, dilation, groups, padding=None):
     """The direct C convolution for this call, or im2col + BLAS? tune["mode"]: "c" always (where the kernel
     takes the call), "blas" never, "auto": kernels of at least tune["min_taps"] taps spanning both axes (a 1x1
-    is one BLAS product without im2col, and a 1-D conv's im2col is cheap: BLAS wins both, bench_core)."""
+    is one BLAS product without im2col, and a 1-D conv's im2col is cheap: BLAS wins both, bench_core), and any
+    output of at most tune["narrow"] pixels an image (conv.c's dot products: a streaming model's conv over a few
+    frames, where im2col's numpy calls and BLAS's small-product cost are most of the time)."""
     if float_kernels() is None or len(w_shape) not in (3, 4) or w_shape[2] * (w_shape[3] if len(w_shape) == 4 else 1) > 1024:
         return False
     mode = tune["mode"]
     if mode != "auto":
         return mode == "c"
+    k, sp = w_shape[2:], x_shape[2:]
+    pad = padding or (0,) * len(k)
+    pixels = 1
+    for i in range(len(k)):
+        pixels *= max(0, (sp[i] + 2 * pad[i] - dilation[i] * (k[i] - 1) - 1) // stride[i] + 1)
+    if pixels <= tune["narrow"]:
+        return True
     taps = w_shape[2] * (w_shape[3] if len(w_shape) == 4 else 1)
     return len(w_shape) == 4 and min(w_shape[2:]) > 1 and taps >= tune["min_taps"]
 
@@ -66,7 +75,7 @@ def conv_bias_act(be, x, w, b, stride, padding, dilation, groups, act):
     """act(conv(x, w) + b) (b may be None): the C kernel where the rule chooses it, else the backend's conv, then
     the bias and the activation in one pass over the output rows (rows.c) or numpy's."""
     f32 = x.dtype is _F32 and w.dtype is _F32 and (b is None or b.dtype is _F32)
-    if f32 and K.chooses("conv_bias_act", be, x.shape, w.shape, stride, dilation, groups):
+    if f32 and K.chooses("conv_bias_act", be, x.shape, w.shape, stride, dilation, groups, padding):
         fk = float_kernels()
         if x.ndim == 3:  # conv1d: one row of a conv2d
             y = fk.conv2d(np.ascontiguousarray(x)[:, :, None], np.ascontiguousarray(w)[:, :, None], b,

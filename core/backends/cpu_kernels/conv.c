@@ -12,10 +12,10 @@
 // unit's rows are copied out with the bias and the activation. The vector width changes only how many pixels a
 // multiply-add covers: every lane's chain is the same, so AVX-512 gives the AVX2 build's bits.
 //
-// Work is cut into units of SEG flat pixels of one image. `ember_conv2d_rows` computes a range of units
-// (parallel.h splits ranges between threads: threads.c natively, the page's kernel pool), and every output is one
-// multiply-add chain over (channel, tap) in the same order whatever the tiling, the range or the thread: results
-// do not depend on the split. Freestanding: the caller passes every buffer (ember_conv2d_scratch_floats).
+// Work is cut into units of SEG flat pixels of one image, ranges of units split between threads (parallel.h:
+// threads.c natively, the page's kernel pool), and every output is one multiply-add chain over (channel, tap) in
+// the same order whatever the tiling, the range or the thread: results do not depend on the split. Outputs of a
+// few pixels are dot products instead (narrow_rows). Freestanding: the caller passes every buffer (ember_conv2d_scratch_floats).
 #include <stdint.h>
 
 #include "fvec.h"
@@ -41,12 +41,13 @@ static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? 
 #define PAD 48         // zeros after each plane: a tile's last vector reads up to FW - 1 floats past its pixels
 #define PANEL 65536    // floats of input planes a block of units reads for a block of channels (in L2)
 #define MAX_TAPS 1024
+#define NARROW 8       // output pixels an image up to which each output is a dot product (narrow_rows)
 
 typedef struct {
     const float *x, *w, *b;
     float *y, *planes;
     int n, c, h, wd, o, kh, kw, sh, sw, ph, pw, dh, dw, groups, act;
-    int ho, wo, hq, wq, taps, cg, og, kc, ub;
+    int ho, wo, hq, wq, taps, cg, og, kc, ub, narrow;
     long flat, units, cs, phase, image;  // flat pixels of an image, units; floats from one plane channel, phase,
     float *acc;                          // image to the next; the accumulator: (n, o, flat + 32)
 } conv_t;
@@ -81,6 +82,7 @@ static int setup(const intptr_t *p, conv_t *k) {
     k->phase = k->cs * k->c;
     k->image = k->phase * k->sh * k->sw;
     k->acc = k->planes + k->image * k->n + 8;
+    k->narrow = (long)k->ho * k->wo <= NARROW;
     return 0;
 }
 
@@ -88,16 +90,10 @@ static int setup(const intptr_t *p, conv_t *k) {
 EMBER_EXPORT(ember_conv2d_scratch_floats)
 long ember_conv2d_scratch_floats(const intptr_t *p) {
     conv_t k;
-    return setup(p, &k) ? -1 : k.image * k.n + 8 + (long)k.n * k.o * (k.flat + 32);
-}
-
-// units of each pass: the planes' (images x channels), then the output's (images x rows x segments)
-EMBER_EXPORT(ember_conv2d_units)
-long ember_conv2d_units(const intptr_t *p, int pass) {
-    conv_t k;
     if (setup(p, &k))
         return -1;
-    return pass == 0 ? (long)k.n * k.c : (long)k.n * k.units;
+    // narrow: the columns, (n, pixels, groups, cg taps rounded up to 8)
+    return k.narrow ? (long)k.n * k.ho * k.wo * k.groups * ((k.cg * k.taps + 7) & ~7L) + 8 : k.image * k.n + 8 + (long)k.n * k.o * (k.flat + 32);
 }
 
 // ---------------------------------------------------------------------------------------------- the planes
@@ -131,13 +127,6 @@ static void planes_rows(const conv_t *k, int u0, int u1) {
                 for (int q = 0; q < PAD; q++) dst[q] = 0.0f;  // (dst: the plane's end)
             }
     }
-}
-
-EMBER_EXPORT(ember_conv2d_prepare_rows)
-void ember_conv2d_prepare_rows(const intptr_t *p, int u0, int u1) {
-    conv_t k;
-    if (!setup(p, &k))
-        planes_rows(&k, u0, u1);
 }
 
 // ---------------------------------------------------------------------------------------------- the tile
@@ -283,12 +272,97 @@ static void conv_rows(const conv_t *k, int u0, int u1) {
     }
 }
 
-// output units [u0, u1) (after the planes are prepared)
-EMBER_EXPORT(ember_conv2d_rows)
-void ember_conv2d_rows(const intptr_t *p, int u0, int u1) {
-    conv_t k;
-    if (!setup(p, &k))
-        conv_rows(&k, u0, u1);
+// ---------------------------------------------------------------------------------------------- narrow outputs
+// An output of at most NARROW pixels an image (a streaming model's conv1d over a few frames: Silero VAD's convolve
+// 1-4 frames of 64-258 channels) would fill a tile's 16-48 pixel lanes with one to four pixels, and its planes
+// would cost more than its multiply-adds. There each output is a dot product: every pixel's receptive field written
+// once as a column (zeros where padding), then each output channel's weight row against each column, 8 lanes at a
+// time on every target (f8, whatever FW is: the same partial sums at any vector width), the lanes summed in one
+// fixed order, then the bias and the activation as the tile's epilogue applies them.
+
+static void narrow_cols(const conv_t *k) {  // scratch (n, pixels, groups, cg taps rounded up to 8: zeros there)
+    long px = (long)k->ho * k->wo, ck = (long)k->cg * k->taps, ck8 = (ck + 7) & ~7L;
+    float *col = k->planes;
+    for (int n = 0; n < k->n; n++)
+        for (long q = 0; q < px; q++) {
+            int oh = (int)(q / k->wo), ow = (int)(q % k->wo);
+            for (int c = 0; c < k->c; c++) {
+                const float *src = k->x + ((long)n * k->c + c) * k->h * k->wd;
+                for (int i = 0; i < k->kh; i++) {
+                    int ih = oh * k->sh - k->ph + i * k->dh;
+                    for (int j = 0; j < k->kw; j++) {
+                        int iw = ow * k->sw - k->pw + j * k->dw;
+                        *col++ = ih >= 0 && ih < k->h && iw >= 0 && iw < k->wd ? src[(long)ih * k->wd + iw] : 0.0f;
+                    }
+                }
+                if ((c + 1) % k->cg == 0)
+                    for (long e = ck; e < ck8; e++) *col++ = 0.0f;
+            }
+        }
+}
+
+static inline float sum8(f8 v) {
+    float t[8];
+    f8_store(t, v);
+    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}
+
+// s0[q] = w0[0:len] . col[q][0:len] and s1[q] = w1[0:len] . col[q][0:len] for the m <= 4 columns col + q cs (zeros
+// past len up to a multiple of 8): two rows, so that eight multiply-add chains run side by side (one row's four
+// wait on the multiply-add's latency)
+#define ND_STEP(i, u, v)                                                                               \
+    {                                                                                                  \
+        f8 x = f8_load(col + i);                                                                       \
+        a0 = f8_madd(a0, u, x), b0 = f8_madd(b0, v, x);                                                \
+        if (m > 1) x = f8_load(c1 + i), a1 = f8_madd(a1, u, x), b1 = f8_madd(b1, v, x);              \
+        if (m > 2) x = f8_load(c2 + i), a2 = f8_madd(a2, u, x), b2 = f8_madd(b2, v, x);              \
+        if (m > 3) x = f8_load(c3 + i), a3 = f8_madd(a3, u, x), b3 = f8_madd(b3, v, x);              \
+    }
+
+static void dots(const float *w0, const float *w1, const float *col, long cs, long len, int m, float *s0, float *s1) {
+    f8 a0 = f8_zero(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    const float *c1 = col + cs, *c2 = col + 2 * cs, *c3 = col + 3 * cs;
+    long i = 0;
+    for (; i + 8 <= len; i += 8)
+        ND_STEP(i, f8_load(w0 + i), f8_load(w1 + i))
+    if (i < len)  // (the weights' rows end here: zeros past them, never their next row times a column's zeros)
+        ND_STEP(i, f8_load_part(w0 + i, (int)(len - i)), f8_load_part(w1 + i, (int)(len - i)))
+    f8 a[4] = {a0, a1, a2, a3}, b[4] = {b0, b1, b2, b3};
+    for (int q = 0; q < m; q++) s0[q] = sum8(a[q]), s1[q] = sum8(b[q]);
+}
+
+// rows [r0, r1) of (images x output channels), two at a time where both read the same columns (one image and
+// group); each output's sums are the same either way
+static void narrow_rows(const conv_t *k, int r0, int r1) {
+    int px = k->ho * k->wo;
+    long ck = (long)k->cg * k->taps, ck8 = (ck + 7) & ~7L, colw = k->groups * ck8;
+    for (int r = r0; r < r1; r += 2) {
+        int rows = r + 1 < r1 ? 2 : 1;
+        float s[2][NARROW], unused[NARROW];
+        const float *w[2], *cols[2];
+        for (int e = 0; e < rows; e++) {
+            int n = (r + e) / k->o, o = (r + e) % k->o;
+            w[e] = k->w + o * ck, cols[e] = k->planes + (long)n * px * colw + (o / k->og) * ck8;
+        }
+        for (int q = 0; q < px; q += 4) {
+            int m = px - q < 4 ? px - q : 4;
+            if (rows == 2 && cols[0] == cols[1]) {
+                dots(w[0], w[1], cols[0] + q * colw, colw, ck, m, s[0] + q, s[1] + q);
+            } else {
+                for (int e = 0; e < rows; e++) dots(w[e], w[e], cols[e] + q * colw, colw, ck, m, s[e] + q, unused);
+            }
+        }
+        for (int e = 0; e < rows; e++) {
+            int o = (r + e) % k->o;
+            fw_store_part(k->y + (long)(r + e) * px, fw_bias_act(fw_load_part(s[e], px), k->b ? k->b + o : 0, k->act),
+                          px);
+        }
+    }
+}
+
+static void narrow_job(const void *arg, int r0, int r1, int thread) {
+    (void)thread;
+    narrow_rows((const conv_t *)arg, r0, r1);
 }
 
 static void planes_job(const void *arg, int u0, int u1, int thread) {  // (parallel.h)
@@ -308,6 +382,11 @@ int ember_conv2d(const intptr_t *p) {
     conv_t k;
     if (setup(p, &k))
         return -1;
+    if (k.narrow) {
+        narrow_cols(&k);
+        int rows = k.n * k.o;
+        return ember_parallel(narrow_job, &k, rows, ember_chunks(rows, (long)k.cg * k.taps * k.ho * k.wo));
+    }
     int prep = k.n * k.c, units = (int)(k.n * k.units);
     // the planes: a copy (floats, not multiply-adds), threaded from 32k floats in chunks of 16k: ResNet's 64 x 58 x 58
     // planes (218k floats) were copied on one thread, 3% of the convolution on two
