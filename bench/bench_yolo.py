@@ -62,8 +62,9 @@ def timed_pair(fa, fb, repeat, rounds=3):
 
 
 def breakdown(fn):
-    """Seconds of one call spent inside the cpu backend's conv (im2col copies included) and its
-    sigmoid, and everything else (bias adds, SiLU products, concats, head), from cProfile cumtimes."""
+    """Seconds of one call spent inside the cpu backend's convolutions (the registry's conv_bias_act: conv.c, or
+    im2col + BLAS, with the bias and SiLU in the epilogue) and its sigmoid, and everything else (concats, splits,
+    upsampling, the head), from cProfile cumtimes."""
     pr = cProfile.Profile()
     t = time.perf_counter()
     pr.enable()
@@ -72,7 +73,7 @@ def breakdown(fn):
     total = time.perf_counter() - t
     parts = {"conv": 0.0, "sigmoid": 0.0}
     for (path, _, name), (_, _, _, cum, _) in pstats.Stats(pr).stats.items():
-        if path.endswith("numpy_conv.py") and name == "conv":
+        if path.endswith("cpu_dense.py") and name == "conv_bias_act":
             parts["conv"] += cum
         elif path.endswith("array_module_backend.py") and "sigmoid" in name:
             parts["sigmoid"] += cum

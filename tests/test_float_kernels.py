@@ -85,6 +85,8 @@ CONV_CASES = [
     ((1, 37, 1, 1), (5, 37, 1, 1), (1, 1), (0, 0), (1, 1), 1, True, "gelu"),        # one pixel, a partial vector
     ((1, 10, 1, 5), (7, 10, 1, 3), (1, 1), (0, 1), (1, 1), 1, True, "gelu_tanh"),   # 5 pixels: 4 + 1
     ((1, 512, 1, 4), (256, 512, 1, 3), (1, 1), (0, 1), (1, 1), 1, True, None),     # split between threads
+    # a few units of many channels: cut by blocks of output channels too (channel blocks summed in the accumulator)
+    ((1, 72, 12, 12), (136, 72, 3, 3), (1, 1), (1, 1), (1, 1), 1, True, "silu"),
 ]
 
 
@@ -112,7 +114,7 @@ def test_conv_matches_float64_on_every_build(builds, case):
         assert np.array_equal(got["native"], got["avx2"], equal_nan=True)
 
 
-@pytest.mark.parametrize("case", [1, 3, 7, 9, 16])
+@pytest.mark.parametrize("case", [1, 3, 7, 9, 16, 17])
 def test_conv_threads_do_not_change_bits(builds, case):
     fk, nk = builds["native"]
     x, w, b, stride, padding, dilation, groups, act = _conv_case(case)

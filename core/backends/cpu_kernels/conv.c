@@ -42,12 +42,14 @@ static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? 
 #define PANEL 65536    // floats of input planes a block of units reads for a block of channels (in L2)
 #define MAX_TAPS 1024
 #define NARROW 8       // output pixels an image up to which each output is a dot product (narrow_rows)
+#define FEW_UNITS 16   // units below which the work is also cut by blocks of OBLOCK output channels (groups 1)
+#define OBLOCK 64      // (a multiple of every target's CV_MR)
 
 typedef struct {
     const float *x, *w, *b;
     float *y, *planes;
     int n, c, h, wd, o, kh, kw, sh, sw, ph, pw, dh, dw, groups, act;
-    int ho, wo, hq, wq, taps, cg, og, kc, ub, narrow;
+    int ho, wo, hq, wq, taps, cg, og, kc, ub, narrow, nob;  // nob: blocks of output channels (OBLOCK each)
     long flat, units, cs, phase, image;  // flat pixels of an image, units; floats from one plane channel, phase,
     float *acc;                          // image to the next; the accumulator: (n, o, flat + 32)
 } conv_t;
@@ -83,6 +85,9 @@ static int setup(const intptr_t *p, conv_t *k) {
     k->image = k->phase * k->sh * k->sw;
     k->acc = k->planes + k->image * k->n + 8;
     k->narrow = (long)k->ho * k->wo <= NARROW;
+    // a small image's few units would leave threads idle (YOLO's 20 x 20 maps: 3 units of 512 channels, 2 of them
+    // on one thread): its output channels are cut into blocks too, every output still summed alike
+    k->nob = k->groups == 1 && k->n * k->units < FEW_UNITS ? (k->o + OBLOCK - 1) / OBLOCK : 1;
     return 0;
 }
 
@@ -92,8 +97,9 @@ long ember_conv2d_scratch_floats(const intptr_t *p) {
     conv_t k;
     if (setup(p, &k))
         return -1;
-    // narrow: the columns, (n, pixels, groups, cg taps rounded up to 8)
-    return k.narrow ? (long)k.n * k.ho * k.wo * k.groups * ((k.cg * k.taps + 7) & ~7L) + 8 : k.image * k.n + 8 + (long)k.n * k.o * (k.flat + 32);
+    if (k.narrow)  // the columns, (n, pixels, groups, cg taps rounded up to 8)
+        return (long)k.n * k.ho * k.wo * k.groups * ((k.cg * k.taps + 7) & ~7L) + 8;
+    return k.image * k.n + 8 + (long)k.n * k.o * (k.flat + 32);
 }
 
 // ---------------------------------------------------------------------------------------------- the planes
@@ -215,7 +221,8 @@ static void scatter(const conv_t *k, const float *t, int ts, int mr, long f, int
     }
 }
 
-static void conv_rows(const conv_t *k, int u0, int u1) {
+// units [u0, u1) of output channels [oa, ob) (a block of them where nob > 1, else every channel)
+static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
     long off[MAX_TAPS];
     for (int i = 0; i < k->kh; i++)
         for (int j = 0; j < k->kw; j++) {
@@ -228,8 +235,8 @@ static void conv_rows(const conv_t *k, int u0, int u1) {
         for (int g = 0; g < k->groups; g++)
             for (int c0 = 0; c0 < k->cg; c0 += k->kc) {
                 int kc = k->cg - c0 < k->kc ? k->cg - c0 : k->kc, first = c0 == 0, last = c0 + kc >= k->cg;
-                for (int o0 = 0; o0 < k->og; o0 += CV_MR) {
-                    int mr = k->og - o0 < CV_MR ? k->og - o0 : CV_MR, o = g * k->og + o0;
+                for (int o0 = k->nob > 1 ? oa : 0, oe = k->nob > 1 ? ob : k->og; o0 < oe; o0 += CV_MR) {
+                    int mr = oe - o0 < CV_MR ? oe - o0 : CV_MR, o = g * k->og + o0;
                     const float *w = k->w + (long)o * wos + (long)c0 * k->taps, *b = k->b ? k->b + o : 0;
                     for (int u = ub; u < ue; u++) {
                         int n = (int)(u / k->units);
@@ -257,7 +264,7 @@ static void conv_rows(const conv_t *k, int u0, int u1) {
         for (int u = ub; u < ue; u++) {  // each unit's rows out of the accumulator
             int n = (int)(u / k->units);
             long f0 = (u % k->units) * SEG, f1 = f0 + SEG < k->flat ? f0 + SEG : k->flat;
-            for (int o = 0; o < k->o; o++) {
+            for (int o = oa; o < ob; o++) {
                 const float *acc = k->acc + ((long)n * k->o + o) * aos;
                 float *y = k->y + ((long)n * k->o + o) * yos;
                 for (long oh = f0 / k->wq; oh * k->wq < f1; oh++) {
@@ -370,9 +377,17 @@ static void planes_job(const void *arg, int u0, int u1, int thread) {  // (paral
     planes_rows((const conv_t *)arg, u0, u1);
 }
 
-static void conv_job(const void *arg, int u0, int u1, int thread) {
+// jobs [j0, j1) of (blocks of output channels x units), units within a block
+static void conv_job(const void *arg, int j0, int j1, int thread) {
+    const conv_t *k = (const conv_t *)arg;
+    int units = (int)(k->n * k->units);
     (void)thread;
-    conv_rows((const conv_t *)arg, u0, u1);
+    for (int j = j0; j < j1;) {
+        int b = j / units, u1 = (b + 1) * units < j1 ? units : j1 - b * units;
+        int oa = k->nob > 1 ? b * OBLOCK : 0, ob = k->nob > 1 && oa + OBLOCK < k->o ? oa + OBLOCK : k->o;
+        conv_rows(k, j % units, u1, oa, ob);
+        j = b * units + u1;
+    }
 }
 
 // the whole convolution: the planes, then every output unit, each split between threads (parallel.h). Returns 0,
@@ -391,6 +406,7 @@ int ember_conv2d(const intptr_t *p) {
     // the planes: a copy (floats, not multiply-adds), threaded from 32k floats in chunks of 16k: ResNet's 64 x 58 x 58
     // planes (218k floats) were copied on one thread, 3% of the convolution on two
     int rc = ember_parallel(planes_job, &k, prep, ember_chunks_sized(prep, k.image / k.c, 1L << 15, 1L << 14));
-    long per_unit = (long)SEG * k.og * k.cg * k.taps * k.groups;  // multiply-adds
-    return rc ? rc : ember_parallel(conv_job, &k, units, ember_chunks(units, per_unit));
+    int jobs = units * k.nob;
+    long per_job = (long)SEG * (k.nob > 1 ? OBLOCK : k.o) * k.cg * k.taps;  // multiply-adds
+    return rc ? rc : ember_parallel(conv_job, &k, jobs, ember_chunks(jobs, per_job));
 }
