@@ -42,8 +42,8 @@ static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? 
 #define PANEL 65536    // floats of input planes a block of units reads for a block of channels (in L2)
 #define MAX_TAPS 1024
 #define NARROW 8       // output pixels an image up to which each output is a dot product (narrow_rows)
-#define FEW_UNITS 16   // units below which the work is also cut by blocks of OBLOCK output channels (groups 1)
-#define OBLOCK 64      // (a multiple of every target's CV_MR)
+#define FEW_UNITS 32   // units below which the work is also cut by blocks of OBLOCK output channels (groups 1)
+#define OBLOCK 32      // (a multiple of every target's CV_MR)
 
 typedef struct {
     const float *x, *w, *b;
