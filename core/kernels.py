@@ -285,6 +285,12 @@ op("conv_bias_act", "(x, w, b|None, stride, padding, dilation, groups, act None|
    composed="ember.nn.functional:conv_bias_act_composed",
    cpu=Kernel(_DN + "conv_bias_act", _DN + "describe_conv", choose=_DN + "choose_conv",
               tune={"mode": "auto", "min_taps": 4, "narrow": 8}))
+op("letterbox", "(img (H, W, C) uint8, tables (x0, x1, a0, a1, y0, y1, b0, b1) int32 or None, new_h, new_w, out_h, "
+   "out_w, top, left, pad) -> float32 (1, C, out_h, out_w): img resized as cv2.resize on uint8 (INTER_LINEAR through "
+   "the tables, INTER_AREA's 2x path for None), placed at (top, left) on a canvas of pad, over 255 (a detector's input)",
+   composed="ember.data.resize:letterbox_composed",
+   cpu=Kernel("ember.backends.cpu_image:letterbox", "ember.backends.cpu_image:describe",
+              choose="ember.backends.cpu_image:choose_letterbox"))
 op("copy_into", "(dst, src, starts) -> dst with src written at offsets starts, in place (views of dst see it)",
    composed="ember.ops_indexing:copy_into_composed",
    cpu=Kernel(_AM + "copy_into", "numpy slice assignment"), webgpu=Kernel(_WG + "copy_into", "copy.wgsl copy"),

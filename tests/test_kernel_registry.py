@@ -148,6 +148,21 @@ def _qrows(dev):
             for w in (_qweight("q8_0", rows=500, cols=64, seed=102), _qweight("q4_k", rows=500, cols=256, seed=103))]
 
 
+def _letterbox(dev):
+    """Host uint8 images: a downscale, an upscale, an exact 2x one (INTER_AREA), the same size on one channel, and a
+    crop (rows further apart than its width) of four channels, each placed on a padded canvas."""
+    from ember.data.resize import linear_tables
+    cases = []
+    for i, (h, w, c, nh, nw, oh, ow, top, left, pad) in enumerate(
+            [(37, 53, 3, 20, 29, 32, 32, 6, 1, 114), (11, 7, 3, 30, 19, 32, 19, 1, 0, 0),
+             (40, 64, 3, 20, 32, 32, 32, 6, 0, 114), (16, 16, 1, 16, 16, 16, 20, 0, 2, 7),
+             (50, 60, 4, 33, 41, 40, 48, 3, 4, 255)]):
+        big = np.random.default_rng(120 + i).integers(0, 256, (h + 5, w + 9, c), dtype=np.uint8)
+        img = big[2:2 + h, 3:3 + w] if i == 4 else np.ascontiguousarray(big[:h, :w])
+        cases.append(((img, linear_tables(h, w, nh, nw), nh, nw, oh, ow, top, left, pad), {}))
+    return cases
+
+
 def _qlinear(dev):
     w = _qweight("q4_k", rows=40, cols=256, seed=45)
     return [((T(rnd(2, 3, 256, seed=46), dev),), {"weight": w}), ((T(rnd(5, 256, seed=47), dev),), {"weight": w})]
@@ -216,7 +231,7 @@ def _gru_sequence(dev):
 EXAMPLES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _norms(False), "rms_norm": _norms(True),
             "attention": _attention, "gelu": _gelu, "silu": _silu, "linear": _linear, "conv_bias": _conv_bias,
             "conv_bias_act": _conv_bias_act, "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul,
-            "qlinear": _qlinear, "qmatmul_argmax": _qpick, "qrows": _qrows,
+            "qlinear": _qlinear, "qmatmul_argmax": _qpick, "qrows": _qrows, "letterbox": _letterbox,
             "qmatmul_topk": lambda dev: _qpick(dev, (5,)), "rotary_embedding": _rotary, "flash_attention": _flash,
             "flash_attention_split": _flash_split, "flash_attention_combine": _flash_combine,
             "rope_append_attention": _rope_append, "nbits_matmul": _nbits, "lstm_cell": _lstm_cell,
@@ -294,7 +309,7 @@ def _run_kernel(op, dev, args, kwargs):
     k = K.bound(op, ember.device(dev).backend)
     assert k is not None
     res = k(*[_arrays(a) for a in args], **kwargs)
-    if op == "qrows":  # (host ids in, host rows out)
+    if op in ("qrows", "letterbox"):  # (host arrays in and out)
         return res
     first = next(a for a in args if isinstance(a, ember.Tensor))
     if op == "linears":
@@ -325,7 +340,7 @@ def test_kernel_matches_its_composed_reference(op, col):
     dev = BACKENDS[col]
     entry = K.get(op)
     for args, kwargs in EXAMPLES[op](dev):
-        first = next((a for a in args if isinstance(a, ember.Tensor)), None)  # (none: qrows's host arrays)
+        first = next((a for a in args if isinstance(a, ember.Tensor)), None)  # (none: qrows's, letterbox's host arrays)
         if first is not None and not ember.device(dev).backend.supports(first.dtype):
             continue
         kargs, kkw = _fresh(args, kwargs) if op in IN_PLACE else (args, kwargs)
@@ -343,7 +358,7 @@ def _compare(op, got, want, args):
     if op == "qmatmul_argmax":
         assert got == want, (got, want)
         return
-    if op == "qrows":  # the same values as the codec, bit for bit
+    if op in ("qrows", "letterbox"):  # the same values as the codec / numpy's integers over 255, bit for bit
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert np.asarray(got).dtype == np.float32
         return

@@ -1,5 +1,6 @@
-"""YOLOv8 inside Pyodide (numpy + pillow wheels of Pyodide 0.27.7): letterbox, a random yolov8n forward,
-NMS, the built-in PNG writer and Pillow decoding give what CPython gives for the same inputs."""
+"""YOLOv8 inside Pyodide (numpy + pillow wheels of Pyodide 0.27.7): letterbox, the model input (the page's image.c),
+a random yolov8n forward, NMS, the built-in PNG writer and Pillow decoding give what CPython gives for the same
+inputs."""
 import base64
 import io
 import json
@@ -11,7 +12,7 @@ from pyodide_runner import PyodideSession, node_path, pyodide_dist, unavailable 
 import ember
 from ember.models.yolo.config import YoloConfig
 from ember.models.yolo.draw import encode_png
-from ember.models.yolo.image import letterbox
+from ember.models.yolo.image import letterbox, preprocess
 from ember.models.yolo.model import YOLOv8
 from ember.models.yolo.nms import postprocess
 from ember.models.yolo.predict import run_model
@@ -22,13 +23,15 @@ import numpy as np
 import ember
 from ember.models.yolo.config import YoloConfig
 from ember.models.yolo.draw import encode_png
-from ember.models.yolo.image import letterbox, load_image
+from ember.backends import cpu_image
+from ember.models.yolo.image import letterbox, load_image, preprocess
 from ember.models.yolo.model import YOLOv8
 from ember.models.yolo.nms import postprocess
 from ember.models.yolo.predict import run_model
 
 img = np.frombuffer(base64.b64decode({img!r}), np.uint8).reshape({shape!r})
 boxed, lb = letterbox(img, 96)
+pre = [preprocess(img, 96)[0].tobytes().hex(), preprocess(img[::2, ::2], 35)[0].tobytes().hex(), cpu_image.describe()]
 pred = np.frombuffer(base64.b64decode({pred!r}), np.float32).reshape(6, -1)
 ember.manual_seed(0)
 model = YOLOv8(YoloConfig.from_scale("n", nc=3)).eval()
@@ -37,7 +40,7 @@ raw = run_model(model, boxed.transpose(2, 0, 1)[None].astype(np.float32) / np.fl
 decoded = load_image(base64.b64decode({png!r}))
 result = {{"boxed": boxed.tobytes().hex(), "lb": [*lb.new_shape, lb.left, lb.top],
            "nms": postprocess(pred, 0.25, 0.45).tolist(), "weights": weights, "raw": raw.tolist(),
-           "png": encode_png(img).hex(), "decoded": decoded.tobytes().hex()}}
+           "png": encode_png(img).hex(), "decoded": decoded.tobytes().hex(), "pre": pre}}
 """
 
 
@@ -64,6 +67,9 @@ def test_yolo_in_pyodide_matches_cpython(session):
     boxed, lb = letterbox(img, 96)
     assert out["boxed"] == boxed.tobytes().hex()
     assert out["lb"] == [*lb.new_shape, lb.left, lb.top]
+    # the model input from the page's image.c: native's bits (a resize and a strided view's exact 2x downscale)
+    assert out["pre"][2] == "cpu_kernels/image.c"
+    assert out["pre"][:2] == [preprocess(img, 96)[0].tobytes().hex(), preprocess(img[::2, ::2], 35)[0].tobytes().hex()]
     np.testing.assert_allclose(np.array(out["nms"]), postprocess(pred, 0.25, 0.45), rtol=1e-6)
     assert out["png"] == encode_png(img).hex()
     assert out["decoded"] == img.tobytes().hex()  # Pyodide's Pillow decodes a PNG to the same pixels
