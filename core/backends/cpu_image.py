@@ -1,6 +1,6 @@
 """The CPU backend's image kernel: the registry's `letterbox` op (a detector's input from an 8-bit image) in
 cpu_kernels/image.c, natively on the kernels' threads and in the page's wasm module (on the calling thread: the
-image is in Pyodide's memory, not the pool's). The composed reference is ember.data.transforms.letterbox_composed;
+image is in Pyodide's memory, not the pool's). The composed reference is ember.data.resize.letterbox_composed;
 every output is an exact integer over 255, so both give the same bits."""
 from __future__ import annotations
 
@@ -32,12 +32,12 @@ def choose_letterbox(be, tune, img_shape):
 
 
 def describe(be=None) -> str:
-    return "cpu_kernels/image.c" if _lib() is not None else "numpy (ember.data.transforms)"
+    return "cpu_kernels/image.c" if _lib() is not None else "numpy (ember.data.resize)"
 
 
 def letterbox(be, img, tables, new_h, new_w, out_h, out_w, top, left, pad):
     """img (H, W, C) uint8 (unit channel stride, rows any stride), tables: (x0, x1, a0, a1, y0, y1, b0, b1) int32
-    as ember.data.transforms.linear_tables gives them, or None for an exact 2x downscale (INTER_AREA) -> float32
+    as ember.data.resize.linear_tables gives them, or None for an exact 2x downscale (INTER_AREA) -> float32
     (1, C, out_h, out_w)."""
     h, w, c = img.shape
     if img.strides[2] != 1 or img.strides[1] != c or img.strides[0] < w * c:

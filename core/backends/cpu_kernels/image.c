@@ -1,7 +1,7 @@
 // A detector's input from an 8-bit image in one pass: the image resized as OpenCV's cv2.resize does on uint8
 // (INTER_LINEAR, or INTER_AREA for an exact 2x downscale), placed at (top, left) on a canvas of `pad`, channels
 // first, each value over 255 in float32. The CPU backend's kernel for the registry's `letterbox` op
-// (cpu_image.py), natively and in the page; the composed reference is ember.data.transforms' numpy.
+// (cpu_image.py), natively and in the page; the composed reference is ember.data.resize's numpy.
 //
 // Integer arithmetic as OpenCV's (and the reference's): the caller passes each output column's and row's source
 // indices and 11-bit weights; the horizontal pass (p0 a0 + p1 a1) >> 4, the vertical ((h0 b0) >> 16) +
