@@ -15,7 +15,8 @@
 // Work is cut into units of SEG flat pixels of one image, ranges of units split between threads (parallel.h:
 // threads.c natively, the page's kernel pool), and every output is one multiply-add chain over (channel, tap) in
 // the same order whatever the tiling, the range or the thread: results do not depend on the split. Outputs of a
-// few pixels are dot products instead (narrow_rows). Freestanding: the caller passes every buffer (ember_conv2d_scratch_floats).
+// few pixels are dot products instead (narrow_rows). Freestanding: the caller passes every buffer
+// (ember_conv2d_scratch_floats).
 #include <stdint.h>
 
 #include "fvec.h"
@@ -221,7 +222,7 @@ static void scatter(const conv_t *k, const float *t, int ts, int mr, long f, int
     }
 }
 
-// units [u0, u1) of output channels [oa, ob) (a block of them where nob > 1, else every channel)
+// units [u0, u1) of output channels [oa, ob) of every group (a block of them where nob > 1, else [0, og))
 static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
     long off[MAX_TAPS];
     for (int i = 0; i < k->kh; i++)
@@ -235,8 +236,8 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
         for (int g = 0; g < k->groups; g++)
             for (int c0 = 0; c0 < k->cg; c0 += k->kc) {
                 int kc = k->cg - c0 < k->kc ? k->cg - c0 : k->kc, first = c0 == 0, last = c0 + kc >= k->cg;
-                for (int o0 = k->nob > 1 ? oa : 0, oe = k->nob > 1 ? ob : k->og; o0 < oe; o0 += CV_MR) {
-                    int mr = oe - o0 < CV_MR ? oe - o0 : CV_MR, o = g * k->og + o0;
+                for (int o0 = oa; o0 < ob; o0 += CV_MR) {
+                    int mr = ob - o0 < CV_MR ? ob - o0 : CV_MR, o = g * k->og + o0;
                     const float *w = k->w + (long)o * wos + (long)c0 * k->taps, *b = k->b ? k->b + o : 0;
                     for (int u = ub; u < ue; u++) {
                         int n = (int)(u / k->units);
@@ -264,17 +265,19 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
         for (int u = ub; u < ue; u++) {  // each unit's rows out of the accumulator
             int n = (int)(u / k->units);
             long f0 = (u % k->units) * SEG, f1 = f0 + SEG < k->flat ? f0 + SEG : k->flat;
-            for (int o = oa; o < ob; o++) {
-                const float *acc = k->acc + ((long)n * k->o + o) * aos;
-                float *y = k->y + ((long)n * k->o + o) * yos;
-                for (long oh = f0 / k->wq; oh * k->wq < f1; oh++) {
-                    long a = oh * k->wq > f0 ? oh * k->wq : f0, e = oh * k->wq + k->wo < f1 ? oh * k->wq + k->wo : f1;
-                    if (a >= e)
-                        continue;
-                    float *run = y + oh * k->wo + (a - oh * k->wq);
-                    for (long i = 0; i < e - a; i++) run[i] = acc[a + i];
+            for (int g = 0; g < k->groups; g++)
+                for (int o = g * k->og + oa; o < g * k->og + ob; o++) {
+                    const float *acc = k->acc + ((long)n * k->o + o) * aos;
+                    float *y = k->y + ((long)n * k->o + o) * yos;
+                    for (long oh = f0 / k->wq; oh * k->wq < f1; oh++) {
+                        long a = oh * k->wq > f0 ? oh * k->wq : f0;
+                        long e = oh * k->wq + k->wo < f1 ? oh * k->wq + k->wo : f1;
+                        if (a >= e)
+                            continue;
+                        float *run = y + oh * k->wo + (a - oh * k->wq);
+                        for (long i = 0; i < e - a; i++) run[i] = acc[a + i];
+                    }
                 }
-            }
         }
     }
 }
@@ -317,13 +320,13 @@ static inline float sum8(f8 v) {
 // s0[q] = w0[0:len] . col[q][0:len] and s1[q] = w1[0:len] . col[q][0:len] for the m <= 4 columns col + q cs (zeros
 // past len up to a multiple of 8): two rows, so that eight multiply-add chains run side by side (one row's four
 // wait on the multiply-add's latency)
-#define ND_STEP(i, u, v)                                                                               \
-    {                                                                                                  \
-        f8 x = f8_load(col + i);                                                                       \
-        a0 = f8_madd(a0, u, x), b0 = f8_madd(b0, v, x);                                                \
-        if (m > 1) x = f8_load(c1 + i), a1 = f8_madd(a1, u, x), b1 = f8_madd(b1, v, x);              \
-        if (m > 2) x = f8_load(c2 + i), a2 = f8_madd(a2, u, x), b2 = f8_madd(b2, v, x);              \
-        if (m > 3) x = f8_load(c3 + i), a3 = f8_madd(a3, u, x), b3 = f8_madd(b3, v, x);              \
+#define ND_STEP(i, u, v)                                                                  \
+    {                                                                                     \
+        f8 x = f8_load(col + i);                                                          \
+        a0 = f8_madd(a0, u, x), b0 = f8_madd(b0, v, x);                                   \
+        if (m > 1) x = f8_load(c1 + i), a1 = f8_madd(a1, u, x), b1 = f8_madd(b1, v, x); \
+        if (m > 2) x = f8_load(c2 + i), a2 = f8_madd(a2, u, x), b2 = f8_madd(b2, v, x); \
+        if (m > 3) x = f8_load(c3 + i), a3 = f8_madd(a3, u, x), b3 = f8_madd(b3, v, x); \
     }
 
 static void dots(const float *w0, const float *w1, const float *col, long cs, long len, int m, float *s0, float *s1) {
@@ -384,7 +387,7 @@ static void conv_job(const void *arg, int j0, int j1, int thread) {
     (void)thread;
     for (int j = j0; j < j1;) {
         int b = j / units, u1 = (b + 1) * units < j1 ? units : j1 - b * units;
-        int oa = k->nob > 1 ? b * OBLOCK : 0, ob = k->nob > 1 && oa + OBLOCK < k->o ? oa + OBLOCK : k->o;
+        int oa = b * OBLOCK, ob = k->nob > 1 && oa + OBLOCK < k->og ? oa + OBLOCK : k->og;  // (nob 1: b is 0)
         conv_rows(k, j % units, u1, oa, ob);
         j = b * units + u1;
     }
