@@ -150,6 +150,45 @@ def test_float32_threads_give_the_same_bits():
     assert _gap(one, _decode(model, [3, 9], 6, False)) < 1e-5
 
 
+def _weight_types(model):
+    """The decode plan's weight types (decode.c's W_TYPE of q, k, v, o, gate, up, down in every layer)."""
+    plan = model._fused_decoder._plan
+    first = len(cpu_decode._NORMS)  # the weights' records follow the norms' fields
+    types = plan._layers[:, first:cpu_decode.L_ROPE].reshape(len(plan._layers), 7, 5)[:, :, 1]
+    return set(types.reshape(-1).tolist())
+
+
+def test_blocked_weights_give_the_input_major_bits(monkeypatch):
+    """A plan re-lays its input-major float32 weights in blocks of 16 outputs (the last block zero-padded: 1000 and
+    the 96-row k, v are not multiples of 64) where EMBER_DECODE_BLOCKED_BYTES allows: the same sums in the same
+    order as the input-major weights, so the same bits, on one thread or several."""
+    nk = cpu_matmul.native_kernels()
+    if nk is None:
+        pytest.skip("the native kernels run decode plans")
+    model = _llama_fused(2, dim=288, hidden=1000)
+    before = nk.threads
+    try:
+        for n in (1, 2):
+            nk.set_threads(n)
+            monkeypatch.setenv("EMBER_DECODE_BLOCKED_BYTES", "0")
+            plain = _decode(model, [3, 9], 6, True)
+            assert _weight_types(model) == {-1}
+            monkeypatch.delenv("EMBER_DECODE_BLOCKED_BYTES")
+            assert np.array_equal(_decode(model, [3, 9], 6, True), plain), n
+            assert _weight_types(model) == {-2}
+    finally:
+        nk.set_threads(before)
+
+
+def test_the_blocked_layout():
+    wt = np.random.default_rng(0).standard_normal((24, 37)).astype(np.float32)  # (inputs, outputs)
+    wb = cpu_decode.blocked(wt[:, 2:])  # rows of a wider weight (a slice, as q of a stacked q, k, v)
+    assert wb.shape == (3, 24, 16)
+    for o in range(35):
+        assert np.array_equal(wb[o // 16, :, o % 16], wt[:, 2 + o])
+    assert not wb[2, :, 3:].any()  # rows past the last: zero
+
+
 @pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q5_1"])
 def test_fused_q8_activations_follow_composed(qtype):
     model = random_gemma(GEMMA, 1)

@@ -11,7 +11,9 @@ spec = {"dim", "heads", "kv_heads", "head_dim", "hidden": ints, "act": "gelu_tan
 floats, "norm_final": the final RMSNorm's float32 (dim,) or absent, "layers": [{"norm_attn", "norm_attn_post", "norm_ffn", "norm_ffn_post", "norm_q", "norm_k": float32 (n,)
 or None, "q", "k", "v", "o", "gate", "up", "down": (data, type, rows, cols), "rope": int}]}, a weight's type a
 GGML id of a q8dot.c type (data: its uint8 blocks (rows, row_bytes)), 0 (float32 (rows, cols)) or -1 (float32
-stored input-major: data is (cols, rows), rows of floats that may be a slice of wider ones).
+stored input-major: data is (cols, rows), rows of floats that may be a slice of wider ones). A plan re-lays the
+input-major ones in blocks of 16 outputs (`blocked`, type -2: what decode.c streams fastest, the same bits) where
+EMBER_DECODE_BLOCKED_BYTES allows the copy.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import weakref
 
 import numpy as np
 
+from .. import settings
 from . import cpu_matmul
 
 _H = ("layers", "dim", "heads", "kv_heads", "head_dim", "hidden", "act", "unused", "final_norm")
@@ -60,12 +63,15 @@ class DecodePlan:
         plan[:len(_H)] = [len(layers), spec["dim"], spec["heads"], spec["kv_heads"], spec["head_dim"], spec["hidden"],
                           ACTS[spec["act"]], 0, 0 if final is None else self._vector(final)]
         self._layers = plan[len(_H):].reshape(len(layers), L_FIELDS)
+        blocks = self._blocked_copies([layer[name] for layer in layers for name in _WEIGHTS])
         for row, layer in zip(self._layers, layers):
             for i, name in enumerate(_NORMS):
                 if layer[name] is not None:
                     row[i] = self._vector(layer[name])
             for j, name in enumerate(_WEIGHTS):
                 data, type_id, rows, cols = layer[name]
+                if type_id == -1 and blocks is not None:
+                    data, type_id = next(blocks), -2
                 at, lead = self._weight(data, type_id)
                 row[len(_NORMS) + _W * j: len(_NORMS) + _W * (j + 1)] = [at, type_id, rows, cols, lead]
             row[L_ROPE] = layer["rope"]
@@ -74,6 +80,23 @@ class DecodePlan:
         self._scratch = np.empty(0, np.uint8)
         self._scratch_rows = -1
         self._buffers = [None] * len(layers)  # per layer weak references to the (k, v) buffers its row points at
+
+    def _blocked_copies(self, weights):
+        """The blocked copies (type -2) of the input-major float32 weights among `weights`' (data, type, rows, cols),
+        in their order, or None where they would take more than EMBER_DECODE_BLOCKED_BYTES (the weights stay
+        input-major: a second copy of them is the price)."""
+        shapes = [(-(-rows // BLOCK), cols, BLOCK) for data, type_id, rows, cols in weights if type_id == -1]
+        total = sum(4 * int(np.prod(shape)) for shape in shapes)
+        if not shapes or total > settings.get("EMBER_DECODE_BLOCKED_BYTES"):
+            return None
+        # one array: numpy asks the kernel to back a large one with huge pages (in 4 KB pages, as separate
+        # 0.3-0.9 MB arrays, the stories15M shape's layers streamed at ~2/3 the rate of its 37 MB head)
+        arena, at, views = np.empty(total // 4, np.float32), 0, []
+        for (data, type_id, rows, cols), shape in zip([w for w in weights if w[1] == -1], shapes):
+            n = int(np.prod(shape))
+            views.append(blocked(data, arena[at:at + n].reshape(shape)))
+            at += n
+        return iter(views)
 
     def _vector(self, a) -> int:
         """The address of a float32 (n,) array the plan reads (a norm's weight)."""
@@ -115,6 +138,25 @@ class DecodePlan:
         if self._kern.decode(self.plan, self.fparams, x, rope, self._scratch) != 0:
             raise ValueError("ember: decode plan: a layer this build of the kernels cannot run")
         return x
+
+
+BLOCK = 16  # outputs a block of a blocked float32 weight (matvec_f32.h's MATVEC_BLOCK)
+
+
+def blocked(wt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """An input-major float32 weight (cols, rows) re-laid in blocks of BLOCK outputs, (ceil(rows / BLOCK), cols,
+    BLOCK) (into `out` where given), the rows past the last zero: what decode.c streams a block at a time (type -2,
+    one contiguous stream a block where the input-major rows are read a short piece of every input's row at a time;
+    the same sums, so the same bits)."""
+    cols, rows = wt.shape
+    nb = -(-rows // BLOCK)
+    out = np.empty((nb, cols, BLOCK), np.float32) if out is None else out
+    full = rows // BLOCK
+    out[:full] = wt[:, :full * BLOCK].reshape(cols, full, BLOCK).transpose(1, 0, 2)
+    if rows > full * BLOCK:
+        out[full] = 0.0
+        out[full, :, :rows - full * BLOCK] = wt[:, full * BLOCK:]
+    return out
 
 
 def describe(be=None) -> str:

@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from .cpu_decode import L_KCACHE, L_LENGTH, DecodePlan
+from .cpu_decode import L_KCACHE, L_LENGTH, DecodePlan, blocked
 from .cpu_decode_xattn import _L_CACHE, XattnPlan
 from .cpu_float_kernels import ACTS, FloatKernels, _strides
 from .cpu_pool import Block, SharedRows, addr, i32
@@ -544,13 +544,20 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
         io = 4 * (self.plan.size + 2 + len(spec.get("ropes", [0])) * spec["head_dim"] + self.dim)
         self._io_bytes = _align(io) + 4096
 
+    def _blocked_copies(self, weights):
+        # the blocked copy is the one placed (the input-major rows were copied to be placed contiguous anyway): no
+        # memory beyond today's, so no bound; each made as it is placed, and only its shared copy kept
+        return (blocked(data) for data, type_id, rows, cols in weights if type_id == -1)
+
     def _vector(self, a) -> int:
         return i32(self._hold_block(np.ascontiguousarray(a, np.float32)).at)
 
     def _weight(self, data, type_id) -> tuple[int, int]:
-        if type_id == -1:  # input-major float32 rows (maybe a slice of wider ones): placed contiguous
-            data = np.ascontiguousarray(data)
-            return i32(self._hold_block(data).at), data.shape[1]
+        if type_id == -2:  # a blocked copy made for this plan: placed, and the Block kept rather than the array
+            block = Block(self._pool.arena, data.nbytes)
+            self._pool.write(block.at, data)
+            self._keep.append(block)
+            return i32(block.at), 0
         return i32(self._hold_block(data).at), data.shape[1] if type_id > 0 else 0
 
     def _hold_block(self, a):

@@ -32,8 +32,9 @@ enum { H_LAYERS, H_DIM, H_HEADS, H_KV_HEADS, H_HEAD_DIM, H_HIDDEN, H_ACT, H_UNUS
        H_FIELDS };
 enum { H_ACT_GELU_TANH, H_ACT_SILU };  // H_ACT: the feed-forward's activation
 // a weight (rows = outputs, columns = inputs): data, its GGML type (0: float32 (rows, columns); -1: float32 stored
-// input-major, (columns, rows), the CPU backend's layout for a float nn.Linear), rows, columns, and bytes a row
-// of blocks (-1: the floats from one input's row to the next, the rows of q, k, v stacked in one matrix)
+// input-major, (columns, rows), the CPU backend's layout for a float nn.Linear; -2: float32 in blocks of 16 outputs,
+// matvec_f32.h's (ceil(rows / 16), columns, 16)), rows, columns, and bytes a row of blocks (-1: the floats from one
+// input's row to the next, the rows of q, k, v stacked in one matrix; -2: unused)
 enum { W_DATA, W_TYPE, W_ROWS, W_COLS, W_ROW_BYTES, W_FIELDS };
 enum {
     L_NORM_ATTN, L_NORM_ATTN_POST, L_NORM_FFN, L_NORM_FFN_POST, L_NORM_Q, L_NORM_K,  // float32 (n,) or 0
@@ -47,6 +48,7 @@ enum {
 enum { F_EPS, F_SCALE, F_FIELDS };  // float parameters: the norms' epsilon, the attention scale
 #define F32_TYPE 0
 #define F32_INPUT_MAJOR (-1)
+#define F32_BLOCKED (-2)
 
 // ---------------------------------------------------------------------------------------------- float helpers
 
@@ -138,12 +140,15 @@ typedef struct {
     const void *act;
     float *y;
     float *part;  // split by inputs: (units, rows) partial sums; 0: split by outputs
+    int seg;      // a blocked weight's segments of inputs (SEG_INPUTS in a step, as the input-major split sums)
 } matvec_job;
 
 // y[o0:o1] of a float32 weight: rows (a dot each) or input-major (y = sum_i x[i] W^T[i, :], inputs in order: no
 // reduction across lanes); each output computed alike whichever range holds it
 static void f32_rows(const matvec_job *j, int o0, int o1) {
-    if (j->type == F32_TYPE) {
+    if (j->type == F32_BLOCKED) {
+        matvec_f32_blocked((const float *)j->data, j->cols, j->seg, j->x, j->y, o0, o1, j->rows);
+    } else if (j->type == F32_TYPE) {
         for (int o = o0; o < o1; o++)
             j->y[o] = dot((const float *)j->data + (long)o * j->cols, j->x, j->cols);
     } else if (j->cols % 8 == 0) {
@@ -247,7 +252,7 @@ static int matvecs(const intptr_t *const *ws, int n, int pair, const float *x, f
         }
         int segs = part ? split_by_inputs(w) : 0;
         m.w[i] = (matvec_job){type, rows, cols, (long)w[W_ROW_BYTES], (const uint8_t *)w[W_DATA], x, a, ys[i],
-                              segs ? part : 0};
+                              segs ? part : 0, part ? SEG_INPUTS : cols};
         part += (long)segs * rows;
         // a float32 row is 4x a q8 row's bytes: threads pay off sooner
         int u = segs ? segs : type <= F32_TYPE ? (rows + F32_UNIT - 1) / F32_UNIT : rows;

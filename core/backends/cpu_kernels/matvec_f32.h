@@ -99,3 +99,60 @@ static inline void matvec_sum_partials(const float *part, int units, int rows, c
         y[o] = bias ? t + bias[o] : t;
     }
 }
+
+// The same products from a copy of the weight laid out in blocks of MATVEC_BLOCK outputs: wb (ceil(rows / 16), cols,
+// 16), block b holding W[16 b + j, i] at wb[b][i][j] (rows past the last zero). A block of outputs is one contiguous
+// stream the prefetcher follows to its end, where the input-major loop reads eight short rows of every input's row
+// a pass (the stories15M shape's 288-768 outputs: ~14 GB/s on a Zen 4 core, the long rows of an LM head ~29).
+// Each output is summed as matvec_f32_input_major sums it over inputs [s, s + seg) from 0, and those segments' sums
+// added in order as matvec_sum_partials adds them (seg >= cols: one chain): the same bits as the input-major weight
+// split by segments of seg inputs. Four blocks go at once (four independent chains of adds in flight).
+#define MATVEC_BLOCK 16
+#define MATVEC_BLOCK_VECS (MATVEC_BLOCK / FW)
+#define MATVEC_BLOCKS_AT_ONCE 4
+
+__attribute__((always_inline)) static inline void matvec_f32_blocks(const float *wb, int cols, int seg, const float *x,
+                                                                   float *y, int b, int nb, int rows) {
+    // (nb is a constant where this is inlined: the arrays are registers)
+    fw total[MATVEC_BLOCKS_AT_ONCE][MATVEC_BLOCK_VECS], acc[MATVEC_BLOCKS_AT_ONCE][MATVEC_BLOCK_VECS];
+    const float *w = wb + (long)b * cols * MATVEC_BLOCK;
+    long stride = (long)cols * MATVEC_BLOCK;
+    for (int s = 0; s < cols; s += seg) {
+        int e = s + seg < cols ? s + seg : cols;
+        for (int k = 0; k < nb; k++)
+            for (int v = 0; v < MATVEC_BLOCK_VECS; v++)
+                acc[k][v] = fw_zero();
+        for (int i = s; i < e; i++) {
+            fw xi = fw_splat(x[i]);
+            for (int k = 0; k < nb; k++)
+                for (int v = 0; v < MATVEC_BLOCK_VECS; v++)
+                    acc[k][v] = fw_add(acc[k][v], fw_mul(xi, fw_load(w + k * stride + (long)i * MATVEC_BLOCK + v * FW)));
+        }
+        for (int k = 0; k < nb; k++)
+            for (int v = 0; v < MATVEC_BLOCK_VECS; v++)
+                total[k][v] = s ? fw_add(total[k][v], acc[k][v]) : acc[k][v];
+    }
+    for (int k = 0; k < nb; k++) {
+        int o = (b + k) * MATVEC_BLOCK, n = rows - o < MATVEC_BLOCK ? rows - o : MATVEC_BLOCK;
+        if (n == MATVEC_BLOCK) {
+            for (int v = 0; v < MATVEC_BLOCK_VECS; v++)
+                fw_store(y + o + v * FW, total[k][v]);
+        } else {
+            float tmp[MATVEC_BLOCK];
+            for (int v = 0; v < MATVEC_BLOCK_VECS; v++)
+                fw_store(tmp + v * FW, total[k][v]);
+            for (int j = 0; j < n; j++)
+                y[o + j] = tmp[j];
+        }
+    }
+}
+
+// y[o0:o1] of a blocked weight (o0 a multiple of MATVEC_BLOCK; o1 one too, or the weight's rows)
+static inline void matvec_f32_blocked(const float *wb, int cols, int seg, const float *x, float *y, int o0, int o1,
+                                      int rows) {
+    int b = o0 / MATVEC_BLOCK, end = (o1 + MATVEC_BLOCK - 1) / MATVEC_BLOCK;
+    for (; b + MATVEC_BLOCKS_AT_ONCE <= end; b += MATVEC_BLOCKS_AT_ONCE)
+        matvec_f32_blocks(wb, cols, seg, x, y, b, MATVEC_BLOCKS_AT_ONCE, rows);
+    for (; b < end; b++)
+        matvec_f32_blocks(wb, cols, seg, x, y, b, 1, rows);
+}
