@@ -273,6 +273,8 @@ def main():
     p.add_argument("--page-models", default="MiniLM,Silero,YOLO")
     p.add_argument("--page-repeat", type=int, default=3, help="timed runs in the page (MiniLM on SwiftShader: ~40 s each)")
     a = p.parse_args()
+    from ember.backends.cpu_malloc import keep_freed_memory
+    keep_freed_memory()  # as the ember CLI does, and onnxruntime's arena (EMBER_MALLOC_TUNING=0 opts out)
     import ember
     if not a.skip_conformance:
         conformance([d for d in a.devices.split(",") if d in ember.devices()])

@@ -93,14 +93,10 @@ static inline void gn_tile(int kk, const float *a, long rsa, const float *b, lon
     }
 }
 
-// block (kk, NR) = b[0:kk, 0:nn], zeros past nn; the rows of `next` (the block copied after this one, or NULL)
-// fetched into L2 meanwhile
-static inline void gn_copy(int kk, const float *b, long rsb, int nn, float *block, const float *next, int next_kk) {
+// block (kk, NR) = b[0:kk, 0:nn], zeros past nn
+static inline void gn_copy(int kk, const float *b, long rsb, int nn, float *block) {
     gm m0 = gm_first(nn), m1 = gm_first(nn - GV);
     for (int r = 0; r < kk; r++) {
-        if (next && r < next_kk)
-            for (int o = 0; o < GN_NR; o += 16)  // (each 64-byte line of the row)
-                _mm_prefetch((const char *)(next + r * rsb + o), _MM_HINT_T1);
         gv_put(block + r * GN_NR, gv_load(b + r * rsb, m0));
         gv_put(block + r * GN_NR + GV, gv_load(b + r * rsb + GV, m1));
     }
@@ -125,26 +121,34 @@ static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel
             if (copy)
                 for (int q = q0; q < q1; q++) {
                     int n0 = q * GN_NR, nn = j->n - n0 < GN_NR ? j->n - n0 : GN_NR;
-                    // the same panel's next block, else the next group's first (B's rows are read from memory in
-                    // short runs, which the hardware prefetcher does not run ahead of)
-                    const float *next = NULL;
-                    int next_kk = 0;
-                    if (k0 + GN_KC < j->k) {
-                        next = j->b + (k0 + GN_KC) * j->rsb + n0;
-                        next_kk = j->k - k0 - GN_KC < GN_KC ? j->k - k0 - GN_KC : GN_KC;
-                    } else if (g + 1 < p1 && n0 + GN_GROUP * GN_NR < j->n) {
-                        next = j->b + n0 + GN_GROUP * GN_NR;
-                        next_kk = j->k < GN_KC ? j->k : GN_KC;
-                    }
-                    gn_copy(kk, j->b + k0 * j->rsb + n0, j->rsb, nn, block + (q - q0) * GN_KC * GN_NR, next, next_kk);
+                    gn_copy(kk, j->b + k0 * j->rsb + n0, j->rsb, nn, block + (q - q0) * GN_KC * GN_NR);
                 }
             for (int q = q0; q < q1; q++) {
                 int n0 = q * GN_NR, nn = j->n - n0 < GN_NR ? j->n - n0 : GN_NR;
                 const float *b = copy ? block + (q - q0) * GN_KC * GN_NR : j->b + k0 * j->rsb + n0;
                 long rsb = copy ? GN_NR : j->rsb;
-                for (int i = 0; i < j->m; i += GN_MR)
+                // the block this panel's copy takes next (its next block, else the next group's first), fetched
+                // into L2 a few rows per block of A's rows while the tiles compute: B's rows come from memory in
+                // short runs the hardware prefetcher does not run ahead of, and all of a block's lines requested
+                // at once (during the copy) overflowed the core's queue of misses and were mostly dropped
+                const float *next = NULL;
+                int next_kk = 0;
+                if (copy && k0 + GN_KC < j->k) {
+                    next = j->b + (k0 + GN_KC) * j->rsb + n0;
+                    next_kk = j->k - k0 - GN_KC < GN_KC ? j->k - k0 - GN_KC : GN_KC;
+                } else if (copy && g + 1 < p1 && n0 + GN_GROUP * GN_NR < j->n) {
+                    next = j->b + n0 + GN_GROUP * GN_NR;
+                    next_kk = j->k < GN_KC ? j->k : GN_KC;
+                }
+                int tiles = (j->m + GN_MR - 1) / GN_MR, per = (next_kk + tiles - 1) / tiles;
+                for (int i = 0, t = 0; i < j->m; i += GN_MR, t++) {
+                    if (next)
+                        for (int r = t * per; r < (t + 1) * per && r < next_kk; r++)
+                            for (int o = 0; o < GN_NR; o += 16)  // (each 64-byte line of the row)
+                                _mm_prefetch((const char *)(next + r * j->rsb + o), _MM_HINT_T1);
                     gn_tile(kk, j->a + i * j->rsa + k0, j->rsa, b, rsb, j->c + i * j->rsc + n0, j->rsc,
                             j->m - i < GN_MR ? j->m - i : GN_MR, nn, k0 > 0);
+                }
             }
         }
         if (j->bias)  // (the group's columns of C are still in cache)

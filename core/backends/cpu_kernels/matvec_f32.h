@@ -109,7 +109,7 @@ static inline void matvec_sum_partials(const float *part, int units, int rows, c
 // split by segments of seg inputs. Four blocks go at once (four independent chains of adds in flight).
 #define MATVEC_BLOCK 16
 #define MATVEC_BLOCK_VECS (MATVEC_BLOCK / FW)
-#define MATVEC_BLOCKS_AT_ONCE 4
+#define MATVEC_BLOCKS_AT_ONCE (FW == 16 ? 4 : 2)  // (AVX2: 2 x 2 chains and their totals in 16 registers)
 
 __attribute__((always_inline)) static inline void matvec_f32_blocks(const float *wb, int cols, int seg, const float *x,
                                                                    float *y, int b, int nb, int rows) {
