@@ -205,16 +205,22 @@ def _host_basic(x, key):
     """x[key] for ints and slices of positive step on a host (numpy) array recording no gradient: numpy's view
     (the same view the slice and reshape primitives make), or None where the full path must check or record."""
     d = x._data
-    if d.__class__ is not np.ndarray or A._GRAD[0] and x.requires_grad or len(key) > d.ndim:
+    if d.__class__ is not np.ndarray or A._GRAD[0] and x.requires_grad:
         return None
-    shape = d.shape
-    for i, k in enumerate(key):
+    shape, at, ellipsis = d.shape, 0, False
+    for k in key:
         if k.__class__ is int:
-            if not -shape[i] <= k < shape[i]:
+            if at >= len(shape) or not -shape[at] <= k < shape[at]:
                 return None
-        elif k.__class__ is not slice or k.step is not None and (k.step.__class__ is not int or k.step <= 0):
+        elif k is Ellipsis and not ellipsis:  # x[..., :n]: the keys after it index the last dims
+            ellipsis, at = True, len(shape) - (len(key) - 1 - at) - 1
+            if at < -1:
+                return None
+        elif k.__class__ is not slice or k.step is not None and (k.step.__class__ is not int or k.step <= 0) \
+                or at >= len(shape):
             return None
-    return x._new(d[key + (Ellipsis,)])
+        at += 1
+    return x._new(d[key] if ellipsis else d[key + (Ellipsis,)])
 
 
 def getitem(x, key):

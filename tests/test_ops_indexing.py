@@ -16,6 +16,8 @@ def _i(m, a):
 GETITEM = {
     "int": lambda m, x: x[1], "neg_int": lambda m, x: x[-1, 2], "slice": lambda m, x: x[1:3, ::2],
     "none_ellipsis": lambda m, x: x[None, ..., 1], "ellipsis": lambda m, x: x[..., 1:],
+    "ellipsis_int": lambda m, x: x[..., -2], "int_ellipsis_slice": lambda m, x: x[1, ..., 2:4],
+    "ints_around_ellipsis": lambda m, x: x[0, ..., 3], "ellipsis_alone": lambda m, x: x[...],
     "step": lambda m, x: x[::2, 1::3, ::2], "tensor": lambda m, x: x[_i(m, IDX)],
     "tensor_dim1": lambda m, x: x[:, _i(m, IDX)], "two_tensors": lambda m, x: x[_i(m, IDX), _i(m, IDX[::-1].copy())],
     "nonadjacent": lambda m, x: x[_i(m, IDX), :, _i(m, np.array([0, 1, 2, 3]))],
@@ -75,6 +77,24 @@ def test_index_errors(device):
     with pytest.raises(IndexError, match="too many indices"):
         x[0, 0, 0]
     with pytest.raises(IndexError, match="out of bounds"):
+        x[..., 4]  # (an int after the ellipsis indexes the last dim)
+    with pytest.raises(IndexError, match="too many indices"):
+        x[..., 0, 0, 0]
+    with pytest.raises(IndexError, match="out of bounds"):
         x.index_select(0, ember.tensor([-4]))
     with pytest.raises(IndexError, match="out of range"):
         ember.nn.functional.cross_entropy(x, ember.tensor([0, 1, 4]))
+
+
+def test_basic_keys_without_gradients_are_numpy_views():
+    """Ints, slices and one Ellipsis on a tensor recording no gradient take numpy's view directly: the same
+    values and shape as numpy, the errors of the full path where numpy's would differ."""
+    a = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
+    x = ember.tensor(a)
+    for key in [(..., slice(None, 3)), (..., 4), (1, ...), (1, ..., slice(2, 4)), (...,), (0, 1, ..., 3),
+                (..., 1, 2, 3), (..., -1), (slice(None), ..., slice(None, None, 2)), (0, slice(1, 3))]:
+        got = x[key]
+        assert got.shape == a[key].shape and np.array_equal(got.numpy(), a[key]), key
+    for key in [(..., 5), (..., 0, 0, 0, 0), (2, ...)]:
+        with pytest.raises(IndexError):
+            x[key]
