@@ -90,3 +90,26 @@ def test_nbits_in_pyodide(pyodide_session):  # noqa: F811
     for i, y in want.items():
         got = np.frombuffer(base64.b64decode(out[str(i)] if str(i) in out else out[i]), np.float32).reshape(y.shape)
         assert np.array_equal(got, y), CASES[i]
+
+
+def test_rows_split_between_threads_give_the_same_bits():
+    """A weight past the threads' threshold (a decode step's LM head is 50k rows) is cut into units of four rows
+    between the kernels' threads; each row is summed alike whichever thread takes it."""
+    from ember.backends.cpu_matmul import native_kernels
+    nk = native_kernels()
+    if nk is None:
+        pytest.skip("the native kernels run the threads")
+    packed, scales, z = _weight(4, 32, 768, "int", n=1003)  # (a last unit of three rows)
+    x = _x(2, 768, scales.shape[1], 32)
+    before = nk.threads
+    try:
+        nk.set_threads(1)
+        one = nk.nbits_matmul(x, packed, scales, z, 4, 32, 1003)
+        for n in (2, 3):
+            nk.set_threads(n)
+            assert np.array_equal(nk.nbits_matmul(x, packed, scales, z, 4, 32, 1003), one), n
+    finally:
+        nk.set_threads(before)
+    w = dequantize(packed, scales, z, 4, 32, (1003, 768)).astype(np.float64)
+    exact = x.astype(np.float64) @ w.T
+    assert np.all(np.abs(one - exact) <= 1e-5 * (np.abs(x) @ np.abs(w).T) + 1e-6)
