@@ -160,7 +160,7 @@ def _weight_types(model):
 
 def test_blocked_weights_give_the_input_major_bits(monkeypatch):
     """A plan re-lays its input-major float32 weights in blocks of 16 outputs (the last block zero-padded: 1000 and
-    the 96-row k, v are not multiples of 64) where EMBER_DECODE_BLOCKED_BYTES allows: the same sums in the same
+    the 96-row k, v are not multiples of 64) where EMBER_BLOCKED_WEIGHT_BYTES allows: the same sums in the same
     order as the input-major weights, so the same bits, on one thread or several."""
     nk = cpu_matmul.native_kernels()
     if nk is None:
@@ -170,10 +170,10 @@ def test_blocked_weights_give_the_input_major_bits(monkeypatch):
     try:
         for n in (1, 2):
             nk.set_threads(n)
-            monkeypatch.setenv("EMBER_DECODE_BLOCKED_BYTES", "0")
+            monkeypatch.setenv("EMBER_BLOCKED_WEIGHT_BYTES", "0")
             plain = _decode(model, [3, 9], 6, True)
             assert _weight_types(model) == {-1}
-            monkeypatch.delenv("EMBER_DECODE_BLOCKED_BYTES")
+            monkeypatch.delenv("EMBER_BLOCKED_WEIGHT_BYTES")
             assert np.array_equal(_decode(model, [3, 9], 6, True), plain), n
             assert _weight_types(model) == {-2}
     finally:

@@ -7,6 +7,8 @@ the two are equal bit for bit, at any thread count; both within float32 rounding
 whose values are all halves (a float16 checkpoint's) is read as halves (matvec_f16.c): the same bits again."""
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -68,6 +70,35 @@ def test_a_weight_of_halves_is_read_as_halves_with_the_same_bits(monkeypatch):
     half = cpu_matmul.half_copy(halves)
     assert half is cpu_matmul.half_copy(halves) and half.dtype == np.float16  # one copy per weight
     assert cpu_matmul.half_copy(floats) is None
+
+
+def test_a_short_weight_is_read_from_its_blocked_copy_within_the_budget(monkeypatch):
+    """A weight of at most BLOCKED_MAX_OUTPUTS outputs: its blocked copy (made once, counted against
+    EMBER_BLOCKED_WEIGHT_BYTES while it lives) gives the in-order sum's bits on any thread count; with no budget
+    left the input-major weight serves, the same bits."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 768), dtype=np.float32)
+    wt = rng.standard_normal((768, 770), dtype=np.float32)  # (a last block of two outputs)
+    nk = cpu_matmul.native_kernels()
+    read = []
+    for name in ("matvec_f32", "matvec_f32_blocked"):
+        monkeypatch.setattr(nk, name, lambda *a, _f=getattr(nk, name), _n=name: read.append(_n) or _f(*a))
+    gc.collect()  # (copies of earlier tests' weights freed now, not while this one counts)
+    before, live, w = nk.threads, cpu_matmul._blocked_bytes[0], ember.tensor(wt)
+    try:
+        for t in (1, 3):
+            nk.set_threads(t)
+            np.testing.assert_array_equal((ember.tensor(x) @ w).numpy()[0], _in_order(x[0], wt))
+        assert cpu_matmul._blocked_bytes[0] == live + 4 * 49 * 16 * 768  # one copy: 49 blocks of 16 outputs
+        other = wt.copy()
+        monkeypatch.setenv("EMBER_BLOCKED_WEIGHT_BYTES", "0")
+        np.testing.assert_array_equal((ember.tensor(x) @ ember.tensor(other)).numpy()[0], _in_order(x[0], other))
+    finally:
+        nk.set_threads(before)
+    assert read == ["matvec_f32_blocked"] * 2 + ["matvec_f32"]
+    del w
+    gc.collect()
+    assert cpu_matmul._blocked_bytes[0] == live  # freed with its weight
 
 
 def test_what_the_kernel_does_not_take_stays_exact():

@@ -13,7 +13,7 @@ or None, "q", "k", "v", "o", "gate", "up", "down": (data, type, rows, cols), "ro
 GGML id of a q8dot.c type (data: its uint8 blocks (rows, row_bytes)), 0 (float32 (rows, cols)) or -1 (float32
 stored input-major: data is (cols, rows), rows of floats that may be a slice of wider ones). A plan re-lays the
 input-major ones in blocks of 16 outputs (`blocked`, type -2: what decode.c streams fastest, the same bits) where
-EMBER_DECODE_BLOCKED_BYTES allows the copy.
+EMBER_BLOCKED_WEIGHT_BYTES allows the copy.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import weakref
 
 import numpy as np
 
-from .. import settings
 from . import cpu_matmul
+from .cpu_matmul import BLOCK, blocked, blocked_arena
 
 _H = ("layers", "dim", "heads", "kv_heads", "head_dim", "hidden", "act", "unused", "final_norm")
 _W = 5  # data, type, rows, cols, row bytes
@@ -83,15 +83,16 @@ class DecodePlan:
 
     def _blocked_copies(self, weights):
         """The blocked copies (type -2) of the input-major float32 weights among `weights`' (data, type, rows, cols),
-        in their order, or None where they would take more than EMBER_DECODE_BLOCKED_BYTES (the weights stay
-        input-major: a second copy of them is the price)."""
+        in their order, or None where they would take the blocked copies past EMBER_BLOCKED_WEIGHT_BYTES (the
+        weights stay input-major: a second copy of them is the price)."""
         shapes = [(-(-rows // BLOCK), cols, BLOCK) for data, type_id, rows, cols in weights if type_id == -1]
-        total = sum(4 * int(np.prod(shape)) for shape in shapes)
-        if not shapes or total > settings.get("EMBER_DECODE_BLOCKED_BYTES"):
-            return None
+        total = sum(int(np.prod(shape)) for shape in shapes)
         # one array: numpy asks the kernel to back a large one with huge pages (in 4 KB pages, as separate
         # 0.3-0.9 MB arrays, the stories15M shape's layers streamed at ~2/3 the rate of its 37 MB head)
-        arena, at, views = np.empty(total // 4, np.float32), 0, []
+        arena = blocked_arena(total) if shapes else None
+        if arena is None:
+            return None
+        at, views = 0, []
         for (data, type_id, rows, cols), shape in zip([w for w in weights if w[1] == -1], shapes):
             n = int(np.prod(shape))
             views.append(blocked(data, arena[at:at + n].reshape(shape)))
@@ -138,25 +139,6 @@ class DecodePlan:
         if self._kern.decode(self.plan, self.fparams, x, rope, self._scratch) != 0:
             raise ValueError("ember: decode plan: a layer this build of the kernels cannot run")
         return x
-
-
-BLOCK = 16  # outputs a block of a blocked float32 weight (matvec_f32.h's MATVEC_BLOCK)
-
-
-def blocked(wt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """An input-major float32 weight (cols, rows) re-laid in blocks of BLOCK outputs, (ceil(rows / BLOCK), cols,
-    BLOCK) (into `out` where given), the rows past the last zero: what decode.c streams a block at a time (type -2,
-    one contiguous stream a block where the input-major rows are read a short piece of every input's row at a time;
-    the same sums, so the same bits)."""
-    cols, rows = wt.shape
-    nb = -(-rows // BLOCK)
-    out = np.empty((nb, cols, BLOCK), np.float32) if out is None else out
-    full = rows // BLOCK
-    out[:full] = wt[:, :full * BLOCK].reshape(cols, full, BLOCK).transpose(1, 0, 2)
-    if rows > full * BLOCK:
-        out[full] = 0.0
-        out[full, :, :rows - full * BLOCK] = wt[:, full * BLOCK:]
-    return out
 
 
 def describe(be=None) -> str:

@@ -210,6 +210,60 @@ def _column_major_copy(b):
     return np.asfortranarray(b) if b.size < _COLUMN_MAJOR_MIN else _derived_copy(b, "F", np.asfortranarray)
 
 
+BLOCK = 16  # outputs a block of a blocked float32 weight (matvec_f32.h's MATVEC_BLOCK)
+# the outputs of a weight whose one-row products read its blocked copy: past this the input-major rows are long
+# enough to stream well (stories15M's 32000-wide head: the blocked copy no faster), and the copy is large
+BLOCKED_MAX_OUTPUTS = 4096
+_blocked_bytes = [0]  # the blocked copies alive, in bytes (EMBER_BLOCKED_WEIGHT_BYTES bounds them)
+
+
+def _release(nbytes):
+    _blocked_bytes[0] -= nbytes
+
+
+def blocked_arena(floats: int) -> np.ndarray | None:
+    """An array of `floats` float32 for blocked copies, counted against EMBER_BLOCKED_WEIGHT_BYTES while it lives,
+    or None where it would take the copies alive past it."""
+    nbytes = 4 * floats
+    if _blocked_bytes[0] + nbytes > settings.get("EMBER_BLOCKED_WEIGHT_BYTES"):
+        return None
+    out = np.empty(floats, _F32)
+    _blocked_bytes[0] += nbytes
+    weakref.finalize(out, _release, nbytes)
+    return out
+
+
+def blocked(wt: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """An input-major float32 weight (cols, rows) re-laid in blocks of BLOCK outputs, (ceil(rows / BLOCK), cols,
+    BLOCK) (into `out` where given), the rows past the last zero: one contiguous stream a block where the
+    input-major rows are read a short piece of every input's row at a time (decode.c's type -2; the same sums,
+    so the same bits)."""
+    cols, rows = wt.shape
+    nb = -(-rows // BLOCK)
+    out = np.empty((nb, cols, BLOCK), np.float32) if out is None else out
+    full = rows // BLOCK
+    out[:full] = wt[:, :full * BLOCK].reshape(cols, full, BLOCK).transpose(1, 0, 2)
+    if rows > full * BLOCK:
+        out[full] = 0.0
+        out[full, :, :rows - full * BLOCK] = wt[:, full * BLOCK:]
+    return out
+
+
+def _blocked_within_budget(b):
+    arena = blocked_arena(-(-b.shape[1] // BLOCK) * b.shape[0] * BLOCK)
+    return None if arena is None else blocked(b, arena.reshape(-1, b.shape[0], BLOCK))
+
+
+def blocked_copy(b):
+    """b (in, out) float32's blocked copy for its one-row products (ember_matvec_f32_blocked: the same bits as
+    from b), made once per weight of at most BLOCKED_MAX_OUTPUTS outputs while EMBER_BLOCKED_WEIGHT_BYTES allows
+    it, else None. The input-major loop reads such a weight's rows in pieces a few KB long, from memory (a
+    decode step reads every weight once) at ~half the rate of one stream, and cannot split them between threads."""
+    if b.shape[1] > BLOCKED_MAX_OUTPUTS:
+        return None
+    return _derived_copy(b, "blocked", _blocked_within_budget)
+
+
 _HALF_CHECK_ROWS = 1 << 14  # values a chunk of the exactness check converts at once (a few pages, not the matrix)
 
 

@@ -67,6 +67,7 @@ class NativeKernels:
         lib.ember_decode.argtypes = [_P, _P, _P, _P, _P]
         lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
         lib.ember_matvec_f16.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
+        lib.ember_matvec_f32_blocked.argtypes = [_P, _I, _I, _P, _P]
         lib.ember_sgemm_native.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, ctypes.c_long, _P, _P, ctypes.c_long]
         lib.ember_sgemm_native_width.argtypes = []
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
@@ -110,6 +111,16 @@ class NativeKernels:
         """x (k,) float32 @ wt (k, n) float32 C-contiguous -> (n,) float32, k a multiple of 8 (decode.c's
         ember_matvec_f32: inputs summed in order, a multiply then an add each; threads by blocks of outputs)."""
         return self._matvec(self._lib.ember_matvec_f32, x, wt)
+
+    def matvec_f32_blocked(self, x: np.ndarray, wb: np.ndarray, n: int) -> np.ndarray:
+        """matvec_f32's product (the same bits) from the weight's blocked copy wb (cpu_matmul.blocked: (ceil(n /
+        16), k, 16) C-contiguous): x (k,) -> (n,) float32."""
+        k = wb.shape[1]
+        x = np.ascontiguousarray(x, np.float32)
+        y = np.empty(n, np.float32)
+        if self._lib.ember_matvec_f32_blocked(wb.ctypes.data, n, k, x.ctypes.data, y.ctypes.data) != 0:
+            raise ValueError(f"ember: native matvec: {k} inputs, not a multiple of 8")
+        return y
 
     def matvec_f16(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
         """matvec_f32 for wt (k, n) float16 C-contiguous: the bits matvec_f32 gives on wt as float32, from half

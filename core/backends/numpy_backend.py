@@ -13,7 +13,8 @@ import numpy as np
 
 from .. import dtypes as D
 from .array_module_backend import _BF16, _F16, _F32, ArrayModuleBackend
-from .cpu_matmul import NO_BLAS, _deterministic, blas_ready, deterministic, half_copy, mm, native_gemm, native_kernels
+from .cpu_matmul import (NO_BLAS, _deterministic, blas_ready, blocked_copy, deterministic, half_copy, mm, native_gemm,
+                         native_kernels)
 from .numpy_conv import conv as _conv_im2col
 
 _MATVEC_MIN = 1 << 18  # elements of a weight past which a row-vector product goes to the C matvec (1 MiB)
@@ -85,8 +86,12 @@ class NumpyBackend(ArrayModuleBackend):
                 # decode.c's matvec streams it ~1.4x faster than OpenBLAS's M=1 gemm on one thread, threaded alike
                 kern = native_kernels()
                 if kern is not None:
-                    half = half_copy(b)  # a float16 checkpoint's weight: the same bits from half the bytes
-                    y = kern.matvec_f32(a.reshape(-1), b) if half is None else kern.matvec_f16(a.reshape(-1), half)
+                    x, half = a.reshape(-1), half_copy(b)
+                    if half is not None:  # a float16 checkpoint's weight: the same bits from half the bytes
+                        y = kern.matvec_f16(x, half)
+                    else:  # a short weight from its blocked copy: one stream a block, split between threads
+                        wb = blocked_copy(b)
+                        y = kern.matvec_f32(x, b) if wb is None else kern.matvec_f32_blocked(x, wb, b.shape[1])
                     return y.reshape(a.shape[:-1] + (b.shape[1],))
             y = native_gemm(a, b)
             if y is not None:

@@ -383,6 +383,18 @@ int ember_matvec_f32(const float *wt, long lead, int rows, int cols, const float
     return matvecs(ws, 1, 0, x, &y, 0, 0, 0, MATVEC_HEAD_CHUNK_WORK);  // (by outputs: a head's bands are thousands wide)
 }
 
+// ember_matvec_f32's product from the weight's copy in blocks of 16 outputs (wb (ceil(rows / 16), cols, 16),
+// matvec_f32.h): the same bits, each block one stream, and split between threads by blocks of outputs at any size
+// (the input-major rows of a short weight are read in pieces too short to split: it stays on one thread)
+EMBER_EXPORT(ember_matvec_f32_blocked)
+int ember_matvec_f32_blocked(const float *wb, int rows, int cols, const float *x, float *y) {
+    if (cols % 8 != 0)
+        return -1;
+    intptr_t w[W_FIELDS] = {(intptr_t)wb, F32_BLOCKED, rows, cols, 0};
+    const intptr_t *ws[1] = {w};
+    return matvecs(ws, 1, 0, x, &y, 0, 0, 0, DECODE_CHUNK_WORK);
+}
+
 // bytes of scratch ember_decode needs for caches of at most `max_length` rows
 EMBER_EXPORT(ember_decode_scratch_bytes)
 long ember_decode_scratch_bytes(const intptr_t *plan, int max_length) {
