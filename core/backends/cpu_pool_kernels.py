@@ -22,9 +22,10 @@ import weakref
 
 import numpy as np
 
-from .cpu_decode import L_KCACHE, L_LENGTH, DecodePlan, blocked
+from .cpu_decode import L_KCACHE, L_LENGTH, DecodePlan
 from .cpu_decode_xattn import _L_CACHE, XattnPlan
 from .cpu_float_kernels import ACTS, FloatKernels, _strides
+from .cpu_matmul import blocked
 from .cpu_pool import Block, SharedRows, addr, i32
 
 F32 = np.dtype(np.float32)
@@ -545,8 +546,8 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
         self._io_bytes = _align(io) + 4096
 
     def _blocked_copies(self, weights):
-        # the blocked copy is the one placed (the input-major rows were copied to be placed contiguous anyway): no
-        # memory beyond today's, so no bound; each made as it is placed, and only its shared copy kept
+        # the blocked copy is the one placed, in place of the contiguous copy of the input-major rows placing took:
+        # no memory beyond that, so no bound; each made as it is placed, and only its shared copy kept
         return (blocked(data) for data, type_id, rows, cols in weights if type_id == -1)
 
     def _vector(self, a) -> int:

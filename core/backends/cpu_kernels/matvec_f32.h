@@ -124,9 +124,10 @@ __attribute__((always_inline)) static inline void matvec_f32_blocks(const float 
                 acc[k][v] = fw_zero();
         for (int i = s; i < e; i++) {
             fw xi = fw_splat(x[i]);
+            const float *wi = w + (long)i * MATVEC_BLOCK;
             for (int k = 0; k < nb; k++)
                 for (int v = 0; v < MATVEC_BLOCK_VECS; v++)
-                    acc[k][v] = fw_add(acc[k][v], fw_mul(xi, fw_load(w + k * stride + (long)i * MATVEC_BLOCK + v * FW)));
+                    acc[k][v] = fw_add(acc[k][v], fw_mul(xi, fw_load(wi + k * stride + v * FW)));
         }
         for (int k = 0; k < nb; k++)
             for (int v = 0; v < MATVEC_BLOCK_VECS; v++)
