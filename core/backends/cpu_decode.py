@@ -85,7 +85,8 @@ class DecodePlan:
         """The blocked copies (type -2) of the input-major float32 weights among `weights`' (data, type, rows, cols),
         in their order, or None where they would take the blocked copies past EMBER_BLOCKED_WEIGHT_BYTES (the
         weights stay input-major: a second copy of them is the price)."""
-        shapes = [(-(-rows // BLOCK), cols, BLOCK) for data, type_id, rows, cols in weights if type_id == -1]
+        major = [w for w in weights if w[1] == -1]
+        shapes = [(-(-rows // BLOCK), cols, BLOCK) for data, type_id, rows, cols in major]
         total = sum(int(np.prod(shape)) for shape in shapes)
         # one array: numpy asks the kernel to back a large one with huge pages (in 4 KB pages, as separate
         # 0.3-0.9 MB arrays, the stories15M shape's layers streamed at ~2/3 the rate of its 37 MB head)
@@ -93,7 +94,7 @@ class DecodePlan:
         if arena is None:
             return None
         at, views = 0, []
-        for (data, type_id, rows, cols), shape in zip([w for w in weights if w[1] == -1], shapes):
+        for (data, type_id, rows, cols), shape in zip(major, shapes):
             n = int(np.prod(shape))
             views.append(blocked(data, arena[at:at + n].reshape(shape)))
             at += n

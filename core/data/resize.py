@@ -79,13 +79,19 @@ def resize_linear(img: np.ndarray, new_h: int, new_w: int) -> np.ndarray:
     return _resize(img, linear_tables(h, w, new_h, new_w), new_h, new_w)
 
 
-def letterbox_composed(img, tables, new_h, new_w, out_h, out_w, top, left, pad):
-    """The `letterbox` op's reference: img (H, W, C) uint8 resized to (new_h, new_w) through `tables`
-    (linear_tables'), placed at (top, left) on an (out_h, out_w) canvas of `pad` -> float32 (1, C, out_h, out_w),
-    each value over 255."""
+def letterbox_uint8(img, tables, new_h, new_w, out_h, out_w, top, left, pad):
+    """img (H, W, C) uint8 resized to (new_h, new_w) through `tables` (linear_tables'), placed at (top, left) on an
+    (out_h, out_w) canvas of `pad` -> (out_h, out_w, C) uint8."""
     boxed = np.full((out_h, out_w, img.shape[2]), pad, np.uint8)
     same = img.shape[:2] == (new_h, new_w)
     boxed[top:top + new_h, left:left + new_w] = img if same else _resize(img, tables, new_h, new_w)
+    return boxed
+
+
+def letterbox_composed(img, tables, new_h, new_w, out_h, out_w, top, left, pad):
+    """The `letterbox` op's reference: letterbox_uint8's canvas -> float32 (1, C, out_h, out_w), each value over
+    255."""
+    boxed = letterbox_uint8(img, tables, new_h, new_w, out_h, out_w, top, left, pad)
     return boxed.transpose(2, 0, 1)[None].astype(np.float32) / np.float32(255)
 
 

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.data.resize import letterbox_input, resize_linear  # noqa: F401  (resize_linear: this module's callers)
+from ember.data.resize import (  # noqa: F401  (resize_linear: this module's callers use it)
+    letterbox_input,
+    letterbox_uint8,
+    linear_tables,
+    resize_linear,
+)
 
 from ..common.image import ImageError, as_rgb, load_image  # noqa: F401  (this module's callers use them)
 
@@ -69,8 +74,7 @@ def letterbox(img: np.ndarray, size: int = 640, square: bool = False, stride: in
     with 114. (H, W, 3) uint8 -> (H', W', 3) uint8 (see input_shape) and the placement."""
     h, w = img.shape[:2]
     nh, nw, out_h, out_w, top, left = _placement(h, w, size, square, stride)
-    out = np.full((out_h, out_w, img.shape[2]), PAD_VALUE, np.uint8)
-    out[top:top + nh, left:left + nw] = resize_linear(img, nh, nw)
+    out = letterbox_uint8(img, linear_tables(h, w, nh, nw), nh, nw, out_h, out_w, top, left, PAD_VALUE)
     return out, Letterbox((h, w), (nh, nw), left, top)
 
 
