@@ -258,7 +258,8 @@ op("linear", "(x, w (out, in), b (out,)) -> x @ w.T + b", composed="ember.nn.fun
 op("linear_act", "(x, w (out, in), b (out,), act 'gelu'|'gelu_tanh'|'silu'|'relu'|None) -> act(x @ w.T + b), or None "
    "where the kernel does not take it: a linear layer with its activation in the product's epilogue",
    composed="ember.nn.functional:linear_act_composed",
-   cpu=Kernel(_CPU + "linear_act", "the page's kernel pool: bias and activation in its memory (rows.c bias_act)"))
+   cpu=Kernel(_CPU + "linear_act", "natively gemm_native.c's epilogue; in the page the kernel pool: bias and "
+              "activation in its memory (rows.c bias_act)"))
 op("linears", "(x, [w], [b|None]) -> one x @ [w0 | w1 | ...].T + [b0 | ...] whose column ranges are the results, "
    "or None where the kernel does not take it", composed="ember.nn.functional:linears_composed",
    webgpu=Kernel(_WG + "linears", "quant.wgsl qmatvec over the weights where they lie (decode rows)"))

@@ -135,9 +135,10 @@ _TABLE = [
             "step; `ember info` prints the count; the page's are createEmber's threads)", _CPU_KERNELS,
             low=1, high=64, shown="the CPUs this process may run on, at most 8"),
     Setting("EMBER_BLOCKED_WEIGHT_BYTES", "int", 512 << 20, "bytes of float32 weights the native CPU backend may "
-            "copy into blocks of 16 outputs for one-row products (a decode plan's layers, a row times a weight of "
-            "up to 4096 outputs): streamed 1.2-1.7x faster and split between threads; the copies are memory beyond "
-            "the model's; 0: never", low=0),
+            "copy into blocks of 16 outputs (weights of up to 4096 outputs, a decode plan's layers): one-row "
+            "products streamed 1.2-1.7x faster and split between threads, products of 2-2048 rows (an encoder's, a "
+            "prompt's) from their second one on 5-50% faster (one copy a weight, the same bits); the copies are "
+            "memory beyond the model's; 0: never", low=0),
     Setting("EMBER_WASM_KERNELS", "flag", True, "0: under Pyodide, the CPU backend does not load its wasm SIMD "
             "kernels (numpy's einsum serves)", _CPU_KERNELS),
     Setting("EMBER_DETERMINISTIC", "flag", False, "1: float32 matmuls, GELU, SiLU and softmax run in the page's C "

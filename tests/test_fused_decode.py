@@ -10,6 +10,8 @@ few such moves: 2e-2 of the range, while an error in the kernel (a wrong block, 
 The page runs the same C: its decode steps equal native's bit for bit (test_fused_decode_in_pyodide)."""
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -178,6 +180,35 @@ def test_blocked_weights_give_the_input_major_bits(monkeypatch):
             assert _weight_types(model) == {-2}
     finally:
         nk.set_threads(before)
+
+
+def test_a_prompts_blocked_copies_move_into_the_plan(monkeypatch):
+    """Products of a prompt read a weight's blocked copy from its second one on (gemm_native.c); the decode plan
+    then moves those copies into its one array rather than making second ones (the stacked q, k, v and gate, up
+    copied whole, the plan reading slices of them), and its steps give the bits of a plan built without them."""
+    nk = cpu_matmul.native_kernels()
+    if nk is None or not nk.sgemm_width:
+        pytest.skip("the native GEMM reads blocked copies")
+    gc.collect()  # (copies of earlier tests' weights freed now, not while this one counts)
+    monkeypatch.setenv("EMBER_BLOCKED_WEIGHT_BYTES", str(1 << 40))  # (whatever other copies hold)
+    prompt = list(range(3, 27))  # 24 tokens: products of the kernel's size
+    fresh = _decode(_llama_fused(2, dim=288, hidden=1024), prompt, 5, True)
+    gc.collect()  # (that model's plan and copies freed)
+    live = cpu_matmul._blocked_bytes[0]
+    model = _llama_fused(2, dim=288, hidden=1024)
+    _decode(model, prompt, 0, False)
+    _decode(model, prompt, 0, False)  # (the second prompt's products make the copies)
+    matrices = [m.weight._data.T for m in model.modules() if type(m) is ember.nn.Linear and m.out_features != 97]
+    copies = [cpu_matmul.derived(a, "blocked") for a in matrices]
+    assert all(c is not None for c in copies) and len(copies) == 2 * 4  # (q, k, v stacked; o; gate, up; down)
+    made = cpu_matmul._blocked_bytes[0] - live
+    assert made == sum(c.nbytes for c in copies)
+    del copies
+    assert np.array_equal(_decode(model, prompt, 5, True), fresh)
+    assert _weight_types(model) == {-2}
+    assert cpu_matmul._blocked_bytes[0] - live == made  # moved, not copied again
+    moved = [cpu_matmul.derived(a, "blocked") for a in matrices]
+    assert all(c is not None and c.base is moved[0].base for c in moved)  # one array
 
 
 def test_the_blocked_layout():

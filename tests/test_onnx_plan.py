@@ -187,3 +187,57 @@ def test_conv_activations_fuse_and_ifs_run_inline():
     assert runs == ["fast"]
     with pytest.raises(OnnxFormatError, match="never produced"):
         sess.run(["picked"], {"x": x, "h0": h, "c0": h})
+
+
+def _linear_gelu_graph():
+    """MatMul + Add + erf GELU (torch's export: x * 0.5 * (1 + erf(x / sqrt 2))) twice: h's GELU is its only
+    reader (one linear_act step), y's linear output is also a graph output (a linear step and a gelu step)."""
+    ort, T, helper, nh = _tools()
+    rng = np.random.default_rng(3)
+
+    def c(name, v):
+        return nh.from_array(np.asarray(v), name)
+
+    def gelu(x, out, tag):
+        return [helper.make_node("Div", [x, "sqrt2"], [tag + "s"]), helper.make_node("Erf", [tag + "s"], [tag + "e"]),
+                helper.make_node("Add", [tag + "e", "one"], [tag + "e1"]),
+                helper.make_node("Mul", [x, tag + "e1"], [tag + "m"]), helper.make_node("Mul", [tag + "m", "half"], [out])]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["p1"]), helper.make_node("Add", ["p1", "b1"], ["l1"]),
+             *gelu("l1", "h", "g1"),
+             helper.make_node("MatMul", ["h", "w2"], ["p2"]), helper.make_node("Add", ["b2", "p2"], ["l2"]),
+             *gelu("l2", "y", "g2")]
+    inits = [c("w1", (rng.standard_normal((384, 256)) / 20).astype(np.float32)),
+             c("b1", rng.standard_normal(256).astype(np.float32)),
+             c("w2", (rng.standard_normal((256, 384)) / 16).astype(np.float32)),
+             c("b2", rng.standard_normal(384).astype(np.float32)),
+             c("sqrt2", np.float32(np.sqrt(2))), c("one", np.float32(1)), c("half", np.float32(0.5))]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", T.FLOAT, ["n", 384])],
+                          [helper.make_tensor_value_info(n, T.FLOAT, None) for n in ("y", "l2")], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(), \
+        {i.name: nh.to_array(i) for i in inits}
+
+
+def test_a_linear_and_its_gelu_fuse(device):
+    """The plan: MatMul + Add + GELU is one linear_act step where the GELU is the linear's only reader; outputs
+    against onnxruntime, and on cpu (the GELU in gemm_native.c's epilogue natively) the bits of the linear then
+    the GELU, run after run (the weight's blocked copy from its second run on)."""
+    ort = _tools()[0]
+    import ember
+    import ember.nn.functional as F
+    from ember.onnx import InferenceSession
+    model, consts = _linear_gelu_graph()
+    sess = InferenceSession(model, device=device)
+    steps = sess._steps[id(sess.model.graph)]
+    assert sorted(s.fn.__name__ for s in steps) == ["_gelu", "_linear", "_linear_gelu"]
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    w1, b1 = consts["w1"], consts["b1"]
+    rng = np.random.default_rng(4)
+    for n in (32, 32, 5, 100):
+        x = rng.standard_normal((n, 384)).astype(np.float32)
+        got, want = sess.run(None, {"x": x}), ref.run(None, {"x": x})
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+        if device == "cpu":
+            h = F.gelu(F.linear(ember.tensor(x), ember.tensor(w1.T.copy()), ember.tensor(b1))).numpy()
+            (h_got,) = sess.run(["h"], {"x": x})
+            assert np.array_equal(h_got, h), n

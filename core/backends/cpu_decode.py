@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 from . import cpu_matmul
-from .cpu_matmul import BLOCK, blocked, blocked_arena
+from .cpu_matmul import BLOCK, adopt_derived, blocked, blocked_arena, derived
 
 _H = ("layers", "dim", "heads", "kv_heads", "head_dim", "hidden", "act", "unused", "final_norm")
 _W = 5  # data, type, rows, cols, row bytes
@@ -47,6 +47,17 @@ def kernels():
         return cpu_matmul.native_kernels()
     return cpu_matmul.pool_kernels() or cpu_matmul.wasm_kernels()
 
+
+def _stacked(data):
+    """(matrix, first block): the input-major matrix whose columns the weight `data` is a slice of (the stacked
+    q, k, v) and the block of 16 its first column starts, -1 where it starts inside one; (data, 0) for a weight
+    that is no such slice."""
+    whole = data.base
+    if not (isinstance(whole, np.ndarray) and whole.ndim == 2 and whole.flags.c_contiguous
+            and whole.shape[0] == data.shape[0] and whole.strides == data.strides):
+        return data, 0
+    col = (data.__array_interface__["data"][0] - whole.__array_interface__["data"][0]) // 4
+    return whole, col // BLOCK if col % BLOCK == 0 else -1
 
 class DecodePlan:
     """The layers of one model, laid out for decode.c (weights by address: the plan keeps the arrays alive).
@@ -85,20 +96,35 @@ class DecodePlan:
         """The blocked copies (type -2) of the input-major float32 weights among `weights`' (data, type, rows, cols),
         in their order, or None where they would take the blocked copies past EMBER_BLOCKED_WEIGHT_BYTES (the
         weights stay input-major: a second copy of them is the price)."""
-        major = [w for w in weights if w[1] == -1]
-        shapes = [(-(-rows // BLOCK), cols, BLOCK) for data, type_id, rows, cols in major]
-        total = sum(int(np.prod(shape)) for shape in shapes)
+        major = [w[0] for w in weights if w[1] == -1]
+        # a copy a matrix: the stacked q, k, v (gate, up) the plan reads slices of, where each starts at a block
+        # (a prompt's products of the whole matrix, gemm_native.c's, then read the same copy)
+        places = [_stacked(data) for data in major]
+        off = {id(m) for m, first in places if first < 0}  # (a matrix with a slice off the blocks: copied by slices)
+        places = [(data, 0) if id(m) in off else (m, first) for data, (m, first) in zip(major, places)]
+        units = list({id(m): m for m, _ in places}.values())
+        shapes = [(-(-m.shape[1] // BLOCK), m.shape[0], BLOCK) for m in units]
         # one array: numpy asks the kernel to back a large one with huge pages (in 4 KB pages, as separate
-        # 0.3-0.9 MB arrays, the stories15M shape's layers streamed at ~2/3 the rate of its 37 MB head)
-        arena = blocked_arena(total) if shapes else None
+        # 0.3-0.9 MB arrays, the stories15M shape's layers streamed at ~2/3 the rate of its 37 MB head). Copies
+        # that products made before (a prompt's) move into it: one copy of a weight, not two
+        made = [derived(m, "blocked") for m in units]
+        total = sum(int(np.prod(shape)) for shape in shapes)
+        arena = blocked_arena(total, sum(c.nbytes for c in made if c is not None)) if units else None
         if arena is None:
             return None
-        at, views = 0, []
-        for (data, type_id, rows, cols), shape in zip(major, shapes):
+        copies, at = {}, 0
+        for m, shape, old in zip(units, shapes, made):
             n = int(np.prod(shape))
-            views.append(blocked(data, arena[at:at + n].reshape(shape)))
+            view = arena[at:at + n].reshape(shape)
+            if old is None:
+                blocked(m, view)
+            else:
+                view[...] = old
+            adopt_derived(m, "blocked", view)
+            copies[id(m)] = view
             at += n
-        return iter(views)
+        return iter(copies[id(m)][first:first + -(-data.shape[1] // BLOCK)]
+                    for data, (m, first) in zip(major, places))
 
     def _vector(self, a) -> int:
         """The address of a float32 (n,) array the plan reads (a norm's weight)."""

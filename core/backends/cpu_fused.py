@@ -64,7 +64,7 @@ def _pool_for_linear(x, w, b):
 
 
 def linear(be, x, w, b):
-    y = native_gemm(x, w.T, b)  # natively, 16-256 rows: gemm_native.c, the bias added as each tile is stored
+    y = native_gemm(x, w.T, b, weight=True)  # natively, 16-256 rows: gemm_native.c, the bias in its stores
     if y is not None:
         return y
     pool = _pool_for_linear(x, w, b)
@@ -75,13 +75,21 @@ def linear(be, x, w, b):
     return _add_bias(be, be.matmul(x, w.T), b)                      # (..., out)
 
 
+_GEMM_ACTS = {"silu": 2, "gelu": 3, "gelu_tanh": 4}  # (cpu_float_kernels.ACTS' ids: fvec.h's ACT_*)
+
+
 def linear_act(be, x, w, b, act):
-    """act(x @ w.T + b) on the page's kernel pool: the product, its bias and its activation in the pool's memory
-    (rows.c's bias_act, split between the threads) and one copy out, where linear then the activation copy the
-    result out, in and out again (MiniLM's 608 x 1536 GELU: 3.7 MB each way); None elsewhere (the caller composes).
-    The composed path's bits: its bias add and its activation are rows.c's too (cpu_dense; not in deterministic
-    mode, whose GELU is elementwise.c's: composed there)."""
-    pool = None if deterministic() or act not in ("gelu", "gelu_tanh", "silu") else _pool_for_linear(x, w, b)
+    """act(x @ w.T + b) natively in gemm_native.c's epilogue, as each group of columns is done (MiniLM's 6 GELUs
+    were a pass of their own over (128, 1536) each); in the page on the kernel pool: the product, its bias and
+    its activation in the pool's memory (rows.c's bias_act, split between the threads) and one copy out, where
+    linear then the activation copy the result out, in and out again (MiniLM's 608 x 1536 GELU: 3.7 MB each way);
+    None elsewhere (the caller composes). The composed path's bits: its bias add and its activation are rows.c's
+    too (cpu_dense; not in deterministic mode, whose GELU is elementwise.c's: composed there)."""
+    if act in _GEMM_ACTS and b.ndim == 1:
+        y = native_gemm(x, w.T, b, weight=True, act=_GEMM_ACTS[act])
+        if y is not None:
+            return y
+    pool = None if deterministic() or act not in _GEMM_ACTS else _pool_for_linear(x, w, b)
     if pool is None:
         return None
     return pool.matmul(x, w.T, bias=b, act=act)  # (..., out)

@@ -188,19 +188,41 @@ _COLUMN_MAJOR_MIN = 1 << 16  # elements: a smaller matrix is copied each time (m
 _derived: dict = {}  # (what, id(owner), address, shape, strides) -> (weakref to owner, the derived array or None)
 
 
-def _derived_copy(b, what: str, make):
+_UNMADE = object()  # a derived-copy entry for a matrix seen once, whose copy waits for its second product
+
+
+def _derived_copy(b, what: str, make, second=False):
     """make(b), made once per large matrix and kept while the array owning its memory lives (backend arrays are
-    never written in place, so it stays equal)."""
-    owner = b if b.base is None else b.base
+    never written in place, so it stays equal). second: only from the matrix's second call on (None before), so
+    an array read once (a training step's weight, an activation) never pays for a copy it does not reuse."""
+    owner, key = _derived_key(b, what)
     if not isinstance(owner, np.ndarray):
-        return make(b)
-    key = (what, id(owner), b.__array_interface__["data"][0], b.shape, b.strides)
+        return None if second else make(b)
     hit = _derived.get(key)
-    if hit is not None and hit[0]() is owner:
+    if hit is not None and hit[0]() is owner and hit[1] is not _UNMADE:
         return hit[1]
-    value = make(b)
+    value = make(b) if hit is not None and hit[0]() is owner or not second else _UNMADE
     _derived[key] = (weakref.ref(owner, lambda _, key=key: _derived.pop(key, None)), value)
-    return value
+    return None if value is _UNMADE else value
+
+
+def _derived_key(b, what: str):
+    owner = b if b.base is None else b.base
+    return owner, (what, id(owner), b.__array_interface__["data"][0], b.shape, b.strides)
+
+
+def derived(b, what: str):
+    """The copy of b _derived_copy made for `what`, else None."""
+    owner, key = _derived_key(b, what)
+    hit = _derived.get(key)
+    return hit[1] if hit is not None and hit[0]() is owner and hit[1] is not _UNMADE else None
+
+
+def adopt_derived(b, what: str, value) -> None:
+    """`value` becomes b's copy for `what` (one made before is freed once nothing else holds it)."""
+    owner, key = _derived_key(b, what)
+    if isinstance(owner, np.ndarray):
+        _derived[key] = (weakref.ref(owner, lambda _, key=key: _derived.pop(key, None)), value)
 
 
 def _column_major_copy(b):
@@ -221,11 +243,11 @@ def _release(nbytes):
     _blocked_bytes[0] -= nbytes
 
 
-def blocked_arena(floats: int) -> np.ndarray | None:
+def blocked_arena(floats: int, replacing: int = 0) -> np.ndarray | None:
     """An array of `floats` float32 for blocked copies, counted against EMBER_BLOCKED_WEIGHT_BYTES while it lives,
-    or None where it would take the copies alive past it."""
+    or None where it would take the copies alive past it (less `replacing` bytes of copies it takes the place of)."""
     nbytes = 4 * floats
-    if _blocked_bytes[0] + nbytes > settings.get("EMBER_BLOCKED_WEIGHT_BYTES"):
+    if _blocked_bytes[0] - replacing + nbytes > settings.get("EMBER_BLOCKED_WEIGHT_BYTES"):
         return None
     out = np.empty(floats, _F32)
     _blocked_bytes[0] += nbytes
@@ -254,14 +276,16 @@ def _blocked_within_budget(b):
     return None if arena is None else blocked(b, arena.reshape(-1, b.shape[0], BLOCK))
 
 
-def blocked_copy(b):
-    """b (in, out) float32's blocked copy for its one-row products (ember_matvec_f32_blocked: the same bits as
-    from b), made once per weight of at most BLOCKED_MAX_OUTPUTS outputs while EMBER_BLOCKED_WEIGHT_BYTES allows
-    it, else None. The input-major loop reads such a weight's rows in pieces a few KB long, from memory (a
-    decode step reads every weight once) at ~half the rate of one stream, and cannot split them between threads."""
+def blocked_copy(b, second=False):
+    """b (in, out) float32's blocked copy for its one-row products (ember_matvec_f32_blocked) and its products of
+    a few to a few hundred rows (gemm_native.c), the same bits as from b, made once per weight of at most
+    BLOCKED_MAX_OUTPUTS outputs while EMBER_BLOCKED_WEIGHT_BYTES allows it, else None. The input-major loop reads
+    such a weight's rows in pieces a few KB long, from memory (a decode step reads every weight once) at ~half the
+    rate of one stream, and cannot split them between threads; the GEMM copied pieces of them every call.
+    second: made at the weight's second product (_derived_copy)."""
     if b.shape[1] > BLOCKED_MAX_OUTPUTS:
         return None
-    return _derived_copy(b, "blocked", _blocked_within_budget)
+    return _derived_copy(b, "blocked", _blocked_within_budget, second)
 
 
 _HALF_CHECK_ROWS = 1 << 14  # values a chunk of the exactness check converts at once (a few pages, not the matrix)
@@ -301,17 +325,24 @@ def half_copy(b):
 # (0.2-0.6x), more are even at 512 and 0.9x at 1500, and a weight whose rows lie a multiple of 4 KiB apart (2048 or
 # 3072 wide) loses its L2 prefetch to set conflicts (0.9-0.97x)
 _GEMM_ROWS = (16, 256)
+# ... and from a weight's blocked copy (one stream a panel), 2..2048 rows: MiniLM's 36 weights at 1 / 2 threads,
+# 0.45-0.65x BLAS's time at 2-16 rows, 0.73-0.94 at 32-256, 0.91-0.98 at 512-1500, 0.92-1.01 at 3000
+_BLOCKED_ROWS = (2, 2048)
 _GEMM_MIN_SIDE, _GEMM_MIN_WORK = 128, 1 << 20
 
 
-def native_gemm(a, b, bias=None):
+def native_gemm(a, b, bias=None, weight=False, act=0):
     """a (..., M, K) @ b (K, N) (+ bias (N,)), float32, on gemm_native.c where it beats BLAS (_GEMM_ROWS, ...) and
-    takes the operands as they lie (unit column strides), natively outside deterministic mode; else None."""
+    takes the operands as they lie (unit column strides), natively outside deterministic mode; else None. A
+    `weight` (a matrix that may be read again) is read from its blocked copy from its second product on, where
+    EMBER_BLOCKED_WEIGHT_BYTES allows one (blocked_copy: the same bits; MiniLM's 36 linears 10% faster, as
+    onnxruntime's pre-packed weights), which also takes more rows (_BLOCKED_ROWS) and weights whose rows lie
+    4 KiB apart from BLAS. act: an activation applied as the result is stored (cpu_float_kernels.ACTS' id)."""
     if NO_BLAS or _deterministic[0] or b.ndim != 2 or b.dtype != _F32 or a.dtype != _F32 or a.ndim < 2:
         return None
     k, n = b.shape
     rows = a.size // k if k else 0
-    if not (_GEMM_ROWS[0] <= rows <= _GEMM_ROWS[1] and k >= _GEMM_MIN_SIDE and n >= _GEMM_MIN_SIDE
+    if not (_BLOCKED_ROWS[0] <= rows <= _BLOCKED_ROWS[1] and k >= _GEMM_MIN_SIDE and n >= _GEMM_MIN_SIDE
             and rows * k * n >= _GEMM_MIN_WORK):
         return None
     if bias is not None and (bias.dtype != _F32 or bias.shape != (n,) or not bias.flags.c_contiguous):
@@ -321,9 +352,12 @@ def native_gemm(a, b, bias=None):
         return None
     a2 = a.reshape(rows, k)  # (a view where a's rows lie evenly apart, else a copy)
     if a2.strides[1] != 4 or b.strides[1] != 4 or a2.strides[0] % 4 or b.strides[0] % 4 or \
-            a2.strides[0] < 0 or b.strides[0] <= 0 or b.strides[0] % 4096 == 0:
+            a2.strides[0] < 0 or b.strides[0] <= 0:
         return None
-    return kern.sgemm(a2, b, bias).reshape(a.shape[:-1] + (n,))
+    wb = blocked_copy(b, second=True) if weight else None
+    if wb is None and not (_GEMM_ROWS[0] <= rows <= _GEMM_ROWS[1] and b.strides[0] % 4096):
+        return None
+    return kern.sgemm(a2, b, bias, wb, act).reshape(a.shape[:-1] + (n,))
 
 
 def mm(a, b, out=None):

@@ -93,7 +93,7 @@ class NumpyBackend(ArrayModuleBackend):
                         wb = blocked_copy(b)
                         y = kern.matvec_f32(x, b) if wb is None else kern.matvec_f32_blocked(x, wb, b.shape[1])
                     return y.reshape(a.shape[:-1] + (b.shape[1],))
-            y = native_gemm(a, b)
+            y = native_gemm(a, b, weight=True)  # (a bias-free layer's weight: its blocked copy once read again)
             if y is not None:
                 return y
         if a.ndim > 2 and b.ndim == 2 and a.shape[-2] > 1:

@@ -186,9 +186,11 @@ def _is_const_vector(consts, name, n):
 
 def fuse_linear(plan, graph, consts):
     """MatMul(x, W) then Add(·, b), W a constant (K, N) and b a constant (N,) read nowhere else in between: one
-    linear (the backend's matmul with the bias added in place; onnxruntime's MatMulAdd fusion)."""
+    linear (the backend's matmul with the bias added in place; onnxruntime's MatMulAdd fusion); with a fused erf
+    GELU (fuse_gelu's) as its only reader, one linear_act (the activation in the product's epilogue)."""
     g = _Graph(plan, graph)
-    replaced, drop = {}, set()
+    gelus = {id(node) for node, fn, *_ in plan if fn is _gelu}
+    replaced, drop, acts = {}, set(), {}
     for node, *_ in plan:
         if node.op_type != "MatMul" or node.domain not in _DEFAULT or len(node.input) != 2:
             continue
@@ -203,8 +205,21 @@ def fuse_linear(plan, graph, consts):
             continue
         drop.add(id(node))
         replaced[id(add)] = [node.input[0], node.input[1], b]
-    return [((_Renamed(n, replaced[id(n)]), _linear, at, ctx) if id(n) in replaced else (n, fn, at, ctx))
-            for n, fn, at, ctx in plan if id(n) not in drop]
+        readers = g.uses.get(add.output[0], [])
+        if len(readers) == 1 and id(readers[0]) in gelus and add.output[0] not in g.outputs:
+            drop.add(id(readers[0]))
+            acts[id(add)] = list(readers[0].output)
+    out = []
+    for n, fn, at, ctx in plan:
+        if id(n) in drop:
+            continue
+        if id(n) in acts:
+            out.append((_Renamed(n, replaced[id(n)], acts[id(n)]), _linear_gelu, at, ctx))
+        elif id(n) in replaced:
+            out.append((_Renamed(n, replaced[id(n)]), _linear, at, ctx))
+        else:
+            out.append((n, fn, at, ctx))
+    return out
 
 
 def _linear(ctx, ins, at):
@@ -212,6 +227,13 @@ def _linear(ctx, ins, at):
     from ..ops_movement import transpose
     x, w, b = ins
     return linear(x, transpose(w, 0, 1), b)
+
+
+def _linear_gelu(ctx, ins, at):
+    from ..nn.functional import linear_act
+    from ..ops_movement import transpose
+    x, w, b = ins
+    return linear_act(x, transpose(w, 0, 1), b, "gelu")
 
 
 def _scalar(consts, name):
