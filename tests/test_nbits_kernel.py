@@ -1,7 +1,8 @@
 """The CPU's kernel for onnxruntime's MatMulNBits layout (core/backends/cpu_kernels/nbits.c via ember.backends.cpu_nbits):
 every build (AVX2 or this machine's SIMD, plain C) gives the same bits, and so does the page's wasm build (Pyodide);
 those bits are the float64 product of the dequantized weight within float32 summation error; rows past what the
-compiled kernel takes go through the levels + BLAS slabs, within the same error."""
+compiled kernel takes go through the levels + BLAS slabs, within the same error. A 4-bit weight's copy as units of
+four rows (one stream a unit, natively from its second product) gives the same bits in every build."""
 from __future__ import annotations
 
 import base64
@@ -113,3 +114,53 @@ def test_rows_split_between_threads_give_the_same_bits():
     w = dequantize(packed, scales, z, 4, 32, (1003, 768)).astype(np.float64)
     exact = x.astype(np.float64) @ w.T
     assert np.all(np.abs(one - exact) <= 1e-5 * (np.abs(x) @ np.abs(w).T) + 1e-6)
+
+
+@pytest.mark.parametrize("bits,block,k,zeros", [c for c in CASES if c[0] == 4])
+def test_units_of_four_rows_give_the_same_bits(builds, bits, block, k, zeros):
+    """nbits.c's units layout (cpu_nbits.units_of: four rows' bytes, scales and scale * zero products a block, the
+    rows padded to whole units) against the MatMulNBits layout: the same bits in every build, on any thread count,
+    for row counts that end inside a unit."""
+    from ember.backends import cpu_nbits
+    for n in (37, 4, 1):
+        packed, scales, z = _weight(bits, block, k, zeros, n=n)
+        units = cpu_nbits._make_units(packed, scales, z, block)
+        for m in (1, 8):
+            x = _x(m, k, scales.shape[1], block, seed=m)
+            for simd, kn in builds.items():
+                want = kn.nbits_matmul(x, packed, scales, z, bits, block, n)
+                for t in (1, 3):
+                    kn.set_threads(t)
+                    assert np.array_equal(kn.nbits_matmul_units(x, units, scales.shape[1], block, n), want), (simd, n, t)
+                kn.set_threads(2)
+
+
+def test_a_weight_read_again_is_read_as_units_within_the_budget(monkeypatch):
+    """The registry kernel reads a 4-bit weight's units copy from its second decode product on (made once, counted
+    against EMBER_BLOCKED_WEIGHT_BYTES while it lives); with no budget left, the MatMulNBits layout as it lies."""
+    import gc
+
+    from ember.backends import cpu_matmul, cpu_nbits
+    nk = cpu_matmul.native_kernels()
+    if nk is None:
+        pytest.skip("the native kernels read the units")
+    read = []
+    for name in ("nbits_matmul", "nbits_matmul_units"):
+        monkeypatch.setattr(nk, name, lambda *a, _f=getattr(nk, name), _n=name: read.append(_n) or _f(*a))
+    gc.collect()
+    monkeypatch.setenv("EMBER_BLOCKED_WEIGHT_BYTES", str(1 << 40))  # (whatever earlier tests' copies hold)
+    live = cpu_matmul._blocked_bytes[0]
+    packed, scales, z = _weight(4, 32, 96, "int", n=37)
+    x = _x(2, 96, scales.shape[1], 32)
+    ys = [cpu_nbits.nbits_matmul(None, x[:, :96], packed, scales, z, 4, 32, (37, 96)) for _ in range(3)]
+    assert read == ["nbits_matmul", "nbits_matmul_units", "nbits_matmul_units"]
+    assert all(np.array_equal(y, ys[0]) for y in ys)
+    assert cpu_matmul._blocked_bytes[0] == live + nk.nbits_units_bytes(37, 3, 32)  # one copy: 10 units of 3 blocks
+    monkeypatch.setenv("EMBER_BLOCKED_WEIGHT_BYTES", "0")
+    other, read[:] = packed.copy(), []
+    for _ in range(2):
+        assert np.array_equal(cpu_nbits.nbits_matmul(None, x[:, :96], other, scales, z, 4, 32, (37, 96)), ys[0])
+    assert read == ["nbits_matmul"] * 2
+    del packed
+    gc.collect()
+    assert cpu_matmul._blocked_bytes[0] == live  # freed with its weight

@@ -201,7 +201,8 @@ def _linear_gelu_graph():
     def gelu(x, out, tag):
         return [helper.make_node("Div", [x, "sqrt2"], [tag + "s"]), helper.make_node("Erf", [tag + "s"], [tag + "e"]),
                 helper.make_node("Add", [tag + "e", "one"], [tag + "e1"]),
-                helper.make_node("Mul", [x, tag + "e1"], [tag + "m"]), helper.make_node("Mul", [tag + "m", "half"], [out])]
+                helper.make_node("Mul", [x, tag + "e1"], [tag + "m"]),
+                helper.make_node("Mul", [tag + "m", "half"], [out])]
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["p1"]), helper.make_node("Add", ["p1", "b1"], ["l1"]),
              *gelu("l1", "h", "g1"),
              helper.make_node("MatMul", ["h", "w2"], ["p2"]), helper.make_node("Add", ["b2", "p2"], ["l2"]),

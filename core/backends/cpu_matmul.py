@@ -191,7 +191,7 @@ _derived: dict = {}  # (what, id(owner), address, shape, strides) -> (weakref to
 _UNMADE = object()  # a derived-copy entry for a matrix seen once, whose copy waits for its second product
 
 
-def _derived_copy(b, what: str, make, second=False):
+def derived_copy(b, what: str, make, second=False):
     """make(b), made once per large matrix and kept while the array owning its memory lives (backend arrays are
     never written in place, so it stays equal). second: only from the matrix's second call on (None before), so
     an array read once (a training step's weight, an activation) never pays for a copy it does not reuse."""
@@ -212,7 +212,7 @@ def _derived_key(b, what: str):
 
 
 def derived(b, what: str):
-    """The copy of b _derived_copy made for `what`, else None."""
+    """The copy of b derived_copy made for `what`, else None."""
     owner, key = _derived_key(b, what)
     hit = _derived.get(key)
     return hit[1] if hit is not None and hit[0]() is owner and hit[1] is not _UNMADE else None
@@ -229,7 +229,7 @@ def _column_major_copy(b):
     """b in column-major order, one copy per large weight: natively a Linear weight is stored transposed for BLAS,
     and deterministic mode's row-vector products, one per layer and token, copied it each call (Whisper tiny.en's
     80 MB head: 49 ms a token)."""
-    return np.asfortranarray(b) if b.size < _COLUMN_MAJOR_MIN else _derived_copy(b, "F", np.asfortranarray)
+    return np.asfortranarray(b) if b.size < _COLUMN_MAJOR_MIN else derived_copy(b, "F", np.asfortranarray)
 
 
 BLOCK = 16  # outputs a block of a blocked float32 weight (matvec_f32.h's MATVEC_BLOCK)
@@ -282,10 +282,10 @@ def blocked_copy(b, second=False):
     BLOCKED_MAX_OUTPUTS outputs while EMBER_BLOCKED_WEIGHT_BYTES allows it, else None. The input-major loop reads
     such a weight's rows in pieces a few KB long, from memory (a decode step reads every weight once) at ~half the
     rate of one stream, and cannot split them between threads; the GEMM copied pieces of them every call.
-    second: made at the weight's second product (_derived_copy)."""
+    second: made at the weight's second product (derived_copy)."""
     if b.shape[1] > BLOCKED_MAX_OUTPUTS:
         return None
-    return _derived_copy(b, "blocked", _blocked_within_budget, second)
+    return derived_copy(b, "blocked", _blocked_within_budget, second)
 
 
 _HALF_CHECK_ROWS = 1 << 14  # values a chunk of the exactness check converts at once (a few pages, not the matrix)
@@ -316,7 +316,7 @@ def half_copy(b):
     """b (float32) as float16 when every value is exactly a half (a float16 checkpoint's weight, such as Whisper's
     tied LM head), else None; checked and made once per weight. A product that reads it gives the same bits from
     half the bytes."""
-    return _derived_copy(b, "f16", _exact_halves)
+    return derived_copy(b, "f16", _exact_halves)
 
 
 # products gemm_native.c takes from OpenBLAS, measured with the weights coming from memory as in a forward pass

@@ -73,6 +73,9 @@ class NativeKernels:
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
         lib.ember_nbits_supports.argtypes = [_I, _I]
         lib.ember_nbits_matmul.argtypes = [_I, _I, _I, _I, _I, _I, _P, ctypes.c_long, _P, _P, _P, _P, _P, _I]
+        lib.ember_nbits_matmul_units.argtypes = [_I, _I, _I, _I, _P, _P, _P, _P, _I]
+        lib.ember_nbits_units_bytes.argtypes = [_I, _I, _I]
+        lib.ember_nbits_units_bytes.restype = ctypes.c_long
         self._lib = lib
         self.simd = lib.ember_q8_simd().decode()
         self.sgemm_width = lib.ember_sgemm_native_width()  # 0: no float GEMM kernel in this build (BLAS keeps it)
@@ -100,6 +103,19 @@ class NativeKernels:
                                         scales.ctypes.data, zeros.ctypes.data, x.ctypes.data, xsum.ctypes.data,
                                         y.ctypes.data, n) != 0:
             raise ValueError(f"ember: nbits.c takes no {bits}-bit blocks of {block} for {m} rows")
+        return y
+
+    def nbits_units_bytes(self, n: int, blocks: int, block: int) -> int:
+        return self._lib.ember_nbits_units_bytes(n, blocks, block)
+
+    def nbits_matmul_units(self, x, units, blocks, block, n):
+        """nbits_matmul's y (the same bits) for a 4-bit W of n rows as units of four rows (cpu_nbits.units_of)."""
+        m = x.shape[0]
+        y = np.empty((m, n), np.float32)
+        xsum = np.empty(m * blocks * (block + 1), np.float32)
+        if self._lib.ember_nbits_matmul_units(block, m, n, blocks, units.ctypes.data, x.ctypes.data, xsum.ctypes.data,
+                                              y.ctypes.data, n) != 0:
+            raise ValueError(f"ember: nbits.c takes no 4-bit blocks of {block} as units for {m} rows")
         return y
 
     def decode(self, plan: np.ndarray, fparams: np.ndarray, x: np.ndarray, rope: np.ndarray, scratch: np.ndarray) -> int:

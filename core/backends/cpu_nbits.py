@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 
 from ..ggml.nbits import unpack
-from .cpu_matmul import NO_BLAS, mm, native_kernels, native_kernels_status, wasm_kernels
+from .cpu_matmul import NO_BLAS, derived_copy, blocked_arena, mm, native_kernels, native_kernels_status, wasm_kernels
 
 SCRATCH_BYTES = 1 << 20
 FUSED_ROWS = 8  # rows of x the packed-bits kernel takes; more dequantize slabs for the GEMM
@@ -35,6 +35,9 @@ def nbits_matmul(be, x, packed, scales, zeros, bits, block, shape):
         padded = scales.shape[1] * block
         if padded != k:  # the last block's padding levels meet zeros
             x2 = np.concatenate([x2, np.zeros((x2.shape[0], padded - k), np.float32)], 1)
+        units = units_of(packed, scales, zeros, block) if bits == 4 and not NO_BLAS else None
+        if units is not None:
+            return kernels.nbits_matmul_units(x2, units, scales.shape[1], block, n).reshape(*lead, n)
         return kernels.nbits_matmul(x2, packed, scales, zeros, bits, block, n).reshape(*lead, n)
     return _slabs(x2, _levels(packed, zeros, bits, block, shape), scales, k).reshape(*lead, n)
 
@@ -48,6 +51,36 @@ def describe(be=None) -> str:
 
 def _compiled():
     return wasm_kernels() if NO_BLAS else native_kernels()
+
+
+# ============================================================================ 4-bit weights as units of four rows
+
+def units_of(packed, scales, zeros, block):
+    """A 4-bit weight's copy as nbits.c's units of four rows (ember_nbits_units_bytes: one stream a unit for a
+    decode step's products, the same bits), made natively at the weight's second product while
+    EMBER_BLOCKED_WEIGHT_BYTES allows it (counted there while it lives), else None."""
+    return derived_copy(packed, "nbits units", lambda p: _make_units(p, scales, zeros, block), second=True)
+
+
+def _make_units(packed, scales, zeros, block):
+    n, blocks = scales.shape
+    bpb = block // 2
+    size = native_kernels().nbits_units_bytes(n, blocks, block)
+    arena = blocked_arena(size // 4)
+    if arena is None:
+        return None
+    n4 = -(-n // 4) * 4
+    units = arena.view(np.uint8).reshape(n4 // 4, blocks, 4 * bpb + 32)          # (units, blocks, bytes | 8 floats)
+    bits = np.zeros((n4, blocks, bpb), np.uint8)
+    bits[:n] = packed.reshape(n, blocks, bpb)
+    units[:, :, :4 * bpb] = bits.reshape(n4 // 4, 4, blocks, bpb).transpose(0, 2, 1, 3).reshape(n4 // 4, blocks, -1)
+    products = np.multiply(scales, zeros, dtype=np.float32)  # (rounded as nbits.c rounds scale * zero)
+    for at, v in ((4 * bpb, scales), (4 * bpb + 16, products)):
+        f = np.zeros((n4, blocks), np.float32)
+        f[:n] = v
+        units[:, :, at:at + 16] = np.ascontiguousarray(f.reshape(n4 // 4, 4, blocks).transpose(0, 2, 1)).view(
+            np.uint8).reshape(n4 // 4, blocks, 16)
+    return units
 
 
 # ============================================================================ the unpacked levels, kept per weight
