@@ -91,7 +91,8 @@ def test_builds_without_the_kernel(builds):
             kern.sgemm(rnd(4, 8), rnd(8, 8))
 
 
-def test_backend_routes_by_rows(monkeypatch):
+def _spy_on_the_kernel(monkeypatch, note):
+    """The native kernels' sgemm, each call noted as note(a, blocked) in the list returned."""
     kern = native_kernels()
     assert kern is not None, "no native kernels (a C compiler builds them)"
     if not kern.sgemm_width:
@@ -100,9 +101,14 @@ def test_backend_routes_by_rows(monkeypatch):
     real = type(kern).sgemm
 
     def spy(self, a, b, bias=None, blocked=None, act=0):
-        taken.append(a.shape[0])
+        taken.append(note(a, blocked))
         return real(self, a, b, bias, blocked, act)
     monkeypatch.setattr(type(kern), "sgemm", spy)
+    return taken
+
+
+def test_backend_routes_by_rows(monkeypatch):
+    taken = _spy_on_the_kernel(monkeypatch, lambda a, blocked: a.shape[0])
     be = NB.NumpyBackend()
     w = rnd(384, 400, seed=5)
     for rows, lead, expect in [(128, (1,), True), (8, (2,), True), (300, (1,), False), (4, (1,), False),
@@ -149,17 +155,7 @@ def test_a_weight_read_again_is_read_from_its_blocked_copy(monkeypatch):
     against EMBER_BLOCKED_WEIGHT_BYTES while it lives) with the same bits, which also takes products of a few rows
     and of thousands (_BLOCKED_ROWS) and a weight whose rows lie 8 KiB apart. An array read once (a training step's
     weight, an activation) is never copied; with no budget left the weight is read as it lies."""
-    kern = native_kernels()
-    assert kern is not None, "no native kernels (a C compiler builds them)"
-    if not kern.sgemm_width:
-        pytest.skip("this CPU has neither AVX-512 nor AVX2 with FMA")
-    taken = []
-    real = type(kern).sgemm
-
-    def spy(self, a, b, bias=None, blocked=None, act=0):
-        taken.append((a.shape[0], blocked is not None))
-        return real(self, a, b, bias, blocked, act)
-    monkeypatch.setattr(type(kern), "sgemm", spy)
+    taken = _spy_on_the_kernel(monkeypatch, lambda a, blocked: (a.shape[0], blocked is not None))
     gc.collect()  # (copies of earlier tests' weights freed now, not while this one counts)
     monkeypatch.setenv("EMBER_BLOCKED_WEIGHT_BYTES", str(1 << 40))  # (whatever earlier tests' copies hold)
     be = NB.NumpyBackend()
