@@ -11,7 +11,10 @@ import math
 
 import numpy as np
 
+from .. import ops_elementwise as E
+from ..nn.functional import linear, linear_act, scaled_dot_product_attention
 from ..ops_elementwise import gelu, silu
+from ..ops_movement import transpose
 from .plan import free_names
 
 _DEFAULT = ("", "ai.onnx")
@@ -223,15 +226,11 @@ def fuse_linear(plan, graph, consts):
 
 
 def _linear(ctx, ins, at):
-    from ..nn.functional import linear
-    from ..ops_movement import transpose
     x, w, b = ins
     return linear(x, transpose(w, 0, 1), b)
 
 
 def _linear_gelu(ctx, ins, at):
-    from ..nn.functional import linear_act
-    from ..ops_movement import transpose
     x, w, b = ins
     return linear_act(x, transpose(w, 0, 1), b, "gelu")
 
@@ -318,9 +317,6 @@ def fuse_attention(plan, graph, consts):
 
 def _attention_step(scale, nan_zero):
     def run(ctx, ins, at):
-        from .. import ops_elementwise as E
-        from ..nn.functional import scaled_dot_product_attention
-        from ..ops_movement import transpose
         q, kt, v = ins[:3]
         mask = ins[3] if len(ins) > 3 else None
         if mask is not None and mask.dtype is not q.dtype and mask.dtype.is_float:
