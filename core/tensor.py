@@ -456,9 +456,14 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
 
 
 def from_numpy(a: np.ndarray) -> Tensor:
-    """Shares memory on CPU (as torch.from_numpy); float64 stays float64."""
+    """Shares memory on CPU (as torch.from_numpy); float64 stays float64. The caller may write `a` in place: the
+    CPU backend then keeps no copy derived from it (a weight's blocked or column-major copy)."""
+    from .backends.cpu_matmul import share
     a = np.asarray(a)
-    return _wrap(CPU.backend.from_numpy(a, _infer_dtype(a)), CPU)
+    data = CPU.backend.from_numpy(a, _infer_dtype(a))
+    if isinstance(data, np.ndarray) and np.may_share_memory(data, a):
+        share(data)
+    return _wrap(data, CPU)
 
 
 def _shape(size):

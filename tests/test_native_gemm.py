@@ -219,3 +219,18 @@ def test_an_activation_in_the_epilogue_gives_the_composed_bits(builds, act):
     x, w, bw = rnd(64, 300, seed=4), rnd(300, 200, seed=5).T, rnd(200, seed=6)  # (the weight as stored)
     y = cpu_fused.linear_act(be, x, w, bw, act)
     assert y is not None and np.array_equal(y, fk.bias_act(cpu_fused.linear(be, x, w, bw), None, act))
+
+
+def test_memory_shared_with_the_caller_keeps_no_derived_copy(monkeypatch):
+    """ember.from_numpy shares the caller's array, which the caller may write in place: products after such a
+    write give the new values (no blocked copy kept from the old ones), for products of many rows and of one."""
+    import ember
+    monkeypatch.setenv("EMBER_BLOCKED_WEIGHT_BYTES", str(1 << 40))
+    w = rnd(384, 400, seed=40)
+    t = ember.from_numpy(w)
+    for rows in (128, 1):
+        x = rnd(rows, 384, seed=rows)
+        for step in range(4):  # (a copy would be made at the second product and read from the third)
+            w[...] = rnd(384, 400, seed=50 + step)
+            _check((ember.tensor(x) @ t).numpy(), x, w)
+    assert cpu_matmul.derived(w, "blocked") is None

@@ -189,15 +189,27 @@ _derived: dict = {}  # (what, id(owner), address, shape, strides) -> (weakref to
 
 
 _UNMADE = object()  # a derived-copy entry for a matrix seen once, whose copy waits for its second product
+_shared: dict = {}  # id(array) -> weakref: memory the caller shares (ember.from_numpy), which it may write in place
 
 
-def derived_copy(b, what: str, make, second=False):
+def share(a) -> None:
+    """The memory of numpy array `a` is the caller's too (ember.from_numpy): it may write it in place, so no
+    copy derived from it is kept (a kept one would go stale)."""
+    owner = a if a.base is None else a.base
+    if isinstance(owner, np.ndarray):
+        _shared[id(owner)] = weakref.ref(owner, lambda _, key=id(owner): _shared.pop(key, None))
+
+
+def derived_copy(b, what: str, make, second=False, needed=False):
     """make(b), made once per large matrix and kept while the array owning its memory lives (backend arrays are
     never written in place, so it stays equal). second: only from the matrix's second call on (None before), so
-    an array read once (a training step's weight, an activation) never pays for a copy it does not reuse."""
+    an array read once (a training step's weight, an activation) never pays for a copy it does not reuse. Memory
+    shared with the caller (share) keeps none: make(b) each call where the copy is `needed`, else None."""
     owner, key = _derived_key(b, what)
     if not isinstance(owner, np.ndarray):
-        return None if second else make(b)
+        return None if second and not needed else make(b)
+    if id(owner) in _shared and _shared[id(owner)]() is owner:
+        return make(b) if needed else None
     hit = _derived.get(key)
     if hit is not None and hit[0]() is owner and hit[1] is not _UNMADE:
         return hit[1]
@@ -221,7 +233,7 @@ def derived(b, what: str):
 def adopt_derived(b, what: str, value) -> None:
     """`value` becomes b's copy for `what` (one made before is freed once nothing else holds it)."""
     owner, key = _derived_key(b, what)
-    if isinstance(owner, np.ndarray):
+    if isinstance(owner, np.ndarray) and id(owner) not in _shared:
         _derived[key] = (weakref.ref(owner, lambda _, key=key: _derived.pop(key, None)), value)
 
 
@@ -229,7 +241,8 @@ def _column_major_copy(b):
     """b in column-major order, one copy per large weight: natively a Linear weight is stored transposed for BLAS,
     and deterministic mode's row-vector products, one per layer and token, copied it each call (Whisper tiny.en's
     80 MB head: 49 ms a token)."""
-    return np.asfortranarray(b) if b.size < _COLUMN_MAJOR_MIN else derived_copy(b, "F", np.asfortranarray)
+    return np.asfortranarray(b) if b.size < _COLUMN_MAJOR_MIN else derived_copy(b, "F", np.asfortranarray,
+                                                                                   needed=True)
 
 
 BLOCK = 16  # outputs a block of a blocked float32 weight (matvec_f32.h's MATVEC_BLOCK)
