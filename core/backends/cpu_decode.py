@@ -59,6 +59,7 @@ def _stacked(data):
     col = (data.__array_interface__["data"][0] - whole.__array_interface__["data"][0]) // 4
     return whole, col // BLOCK if col % BLOCK == 0 else -1
 
+
 class DecodePlan:
     """The layers of one model, laid out for decode.c (weights by address: the plan keeps the arrays alive).
     cpu_pool_kernels.PoolDecodePlan lays them out in the page's kernel pool instead (its `_vector`, `_weight`)."""

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import array_module_fused
 from .array_module_backend import _F32, _HALF
+from .cpu_float_kernels import ACTS
 from .cpu_matmul import deterministic, mm, native_gemm, page_kernels, pool_kernels
 
 _ATTN_BLOCK = 1 << 19  # (L, S) scores above this many elements are computed a block of query rows at a time
@@ -75,7 +76,7 @@ def linear(be, x, w, b):
     return _add_bias(be, be.matmul(x, w.T), b)                      # (..., out)
 
 
-_GEMM_ACTS = {"silu": 2, "gelu": 3, "gelu_tanh": 4}  # (cpu_float_kernels.ACTS' ids: fvec.h's ACT_*)
+_GEMM_ACTS = ("silu", "gelu", "gelu_tanh")  # the activations gemm_native.c's epilogue and the pool apply
 
 
 def linear_act(be, x, w, b, act):
@@ -86,7 +87,7 @@ def linear_act(be, x, w, b, act):
     None elsewhere (the caller composes). The composed path's bits: its bias add and its activation are rows.c's
     too (cpu_dense; not in deterministic mode, whose GELU is elementwise.c's: composed there)."""
     if act in _GEMM_ACTS and b.ndim == 1:
-        y = native_gemm(x, w.T, b, weight=True, act=_GEMM_ACTS[act])
+        y = native_gemm(x, w.T, b, weight=True, act=ACTS[act])
         if y is not None:
             return y
     pool = None if deterministic() or act not in _GEMM_ACTS else _pool_for_linear(x, w, b)

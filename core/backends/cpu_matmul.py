@@ -211,9 +211,10 @@ def derived_copy(b, what: str, make, second=False, needed=False):
     if id(owner) in _shared and _shared[id(owner)]() is owner:
         return make(b) if needed else None
     hit = _derived.get(key)
-    if hit is not None and hit[0]() is owner and hit[1] is not _UNMADE:
+    seen = hit is not None and hit[0]() is owner
+    if seen and hit[1] is not _UNMADE:
         return hit[1]
-    value = make(b) if hit is not None and hit[0]() is owner or not second else _UNMADE
+    value = make(b) if seen or not second else _UNMADE
     _derived[key] = (weakref.ref(owner, lambda _, key=key: _derived.pop(key, None)), value)
     return None if value is _UNMADE else value
 

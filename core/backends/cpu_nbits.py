@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 
 from ..ggml.nbits import unpack
-from .cpu_matmul import NO_BLAS, derived_copy, blocked_arena, mm, native_kernels, native_kernels_status, wasm_kernels
+from .cpu_matmul import NO_BLAS, blocked_arena, derived_copy, mm, native_kernels, native_kernels_status, wasm_kernels
 
 SCRATCH_BYTES = 1 << 20
 FUSED_ROWS = 8  # rows of x the packed-bits kernel takes; more dequantize slabs for the GEMM
