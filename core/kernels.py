@@ -286,6 +286,15 @@ op("conv_bias_act", "(x, w, b|None, stride, padding, dilation, groups, act None|
    composed="ember.nn.functional:conv_bias_act_composed",
    cpu=Kernel(_DN + "conv_bias_act", _DN + "describe_conv", choose=_DN + "choose_conv",
               tune={"mode": "auto", "min_taps": 4, "narrow": 8}))
+op("max_pool2d", "(x (N, C, H, W), kernel (kh, kw), stride, pads (top, left), dilation, out (ho, wo)) -> (N, C, ho, wo): "
+   "the max of each window (taps dilation apart, windows stride apart from (-top, -left); the lowest value outside "
+   "x, NaN where a window holds one)",
+   composed="ember.nn.functional:max_pool2d_composed",
+   cpu=Kernel(_DN + "max_pool2d", _DN + "describe_maps"))
+op("upsample_nearest", "(x (N, C, H, W), factors (fh, fw) whole numbers) -> (N, C, H fh, W fw): each pixel an fh x fw "
+   "block (nearest-neighbour upsampling)",
+   composed="ember.nn.functional:upsample_nearest_composed",
+   cpu=Kernel(_DN + "upsample_nearest", _DN + "describe_maps"))
 op("letterbox", "(img (H, W, C) uint8, tables (x0, x1, a0, a1, y0, y1, b0, b1) int32 or None, new_h, new_w, out_h, "
    "out_w, top, left, pad) -> float32 (1, C, out_h, out_w): img resized as cv2.resize on uint8 (INTER_LINEAR through "
    "the tables, INTER_AREA's 2x path for None), placed at (top, left) on a canvas of pad, over 255 (a detector's input)",

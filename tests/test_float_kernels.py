@@ -1,5 +1,5 @@
-"""The float C kernels (cpu_kernels/conv.c, attention.c, rows.c) against references computed here, over their shape
-spaces, on every vector path this machine builds (-march=native, SSSE3, plain C) and in the page (wasm).
+"""The float C kernels (cpu_kernels/conv.c, attention.c, rows.c, maps.c) against references computed here, over
+their shape spaces, on every vector path this machine builds (-march=native, SSSE3, plain C) and in the page (wasm).
 
 - Each kernel against float64 numpy (and the registry op against its composed Tensor-op form), within float32
   rounding bounded by the inputs' magnitudes.
@@ -87,6 +87,15 @@ CONV_CASES = [
     ((1, 512, 1, 4), (256, 512, 1, 3), (1, 1), (0, 1), (1, 1), 1, True, None),     # split between threads
     # a few units of many channels: cut by blocks of output channels too (channel blocks summed in the accumulator)
     ((1, 72, 12, 12), (136, 72, 3, 3), (1, 1), (1, 1), (1, 1), 1, True, "silu"),
+    # pointwise, stride 1, unpadded, pixels a whole number of vectors: x read in place, sums kept in y (300 channels:
+    # two blocks); 72 pixels: whole 8-lane vectors, not 16-lane ones (the planes there, the same bits)
+    ((2, 300, 8, 16), (20, 300, 1, 1), (1, 1), (0, 0), (1, 1), 1, True, "silu"),
+    ((1, 24, 6, 12), (10, 24, 1, 1), (1, 1), (0, 0), (1, 1), 1, True, "relu"),
+    ((1, 8, 9, 10), (6, 8, 3, 1), (1, 1), (1, 0), (1, 1), 1, True, None),            # one column wide: y's pixels
+    # stride 2: both column phases of a row in one pass, padding 0 / 1 / 2 and odd widths leaving edge columns
+    ((1, 5, 11, 13), (4, 5, 3, 3), (2, 2), (0, 0), (1, 1), 1, True, "silu"),
+    ((1, 3, 10, 9), (6, 3, 5, 5), (2, 2), (2, 2), (1, 1), 1, False, None),
+    ((1, 2, 4, 3), (3, 2, 3, 3), (2, 2), (1, 1), (1, 1), 1, True, "relu"),
 ]
 
 
@@ -114,7 +123,7 @@ def test_conv_matches_float64_on_every_build(builds, case):
         assert np.array_equal(got["native"], got["avx2"], equal_nan=True)
 
 
-@pytest.mark.parametrize("case", [1, 3, 7, 9, 16, 17])
+@pytest.mark.parametrize("case", [1, 3, 7, 9, 16, 17, 18, 21])
 def test_conv_threads_do_not_change_bits(builds, case):
     fk, nk = builds["native"]
     x, w, b, stride, padding, dilation, groups, act = _conv_case(case)
@@ -294,6 +303,49 @@ def test_row_kernels_threads_do_not_change_bits(builds):
         assert np.array_equal(fk.bias_act(x, b, "gelu"), one[1]), n
     _threads(nk, 1)
 
+# ------------------------------------------------------------------------------------------ feature maps
+
+# x (N, C, H, W), kernel, stride, pads (top, left), dilation, output size: YOLO's SPPF pool; a stride-2 pool whose
+# last windows reach past the input (ceil mode); dilation, a wider stride, a window partly in the padding; planes
+# enough to be split between threads
+POOL_CASES = [((2, 3, 11, 13), (5, 5), (1, 1), (2, 2), (1, 1), (11, 13)),
+              ((1, 2, 9, 10), (3, 3), (2, 2), (1, 0), (1, 1), (5, 5)),
+              ((1, 4, 12, 17), (2, 3), (1, 3), (0, 1), (2, 2), (10, 6)),
+              ((1, 64, 20, 37), (5, 5), (1, 1), (2, 2), (1, 1), (20, 37))]
+
+
+def _pool_reference(x, kernel, stride, pads, dilation, out):
+    """Each window's max in a Python loop over its in-bounds taps (-inf where it has none, NaN where it holds one)."""
+    n, c, h, w = x.shape
+    y = np.full((n, c, *out), -np.inf, np.float32)
+    for oh in range(out[0]):
+        for ow in range(out[1]):
+            for i in range(kernel[0]):
+                for j in range(kernel[1]):
+                    ih, iw = oh * stride[0] - pads[0] + i * dilation[0], ow * stride[1] - pads[1] + j * dilation[1]
+                    if 0 <= ih < h and 0 <= iw < w:
+                        v = x[:, :, ih, iw]
+                        y[:, :, oh, ow] = np.where(np.isnan(v) | (v > y[:, :, oh, ow]), v, y[:, :, oh, ow])
+    return y
+
+
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+def test_max_pool_and_upsampling_are_exact_on_every_build(builds, case):
+    """maps.c: a max and a copy are exact, so every build and thread count gives the reference's values (NaN
+    where a window holds one) and nearest upsampling gives numpy's repeat."""
+    shape, kernel, stride, pads, dilation, out = POOL_CASES[case]
+    x = rnd(*shape, seed=180 + case)
+    x[0, -1, shape[2] // 2, shape[3] // 3] = np.nan
+    want = _pool_reference(x, kernel, stride, pads, dilation, out)
+    up = np.repeat(np.repeat(x, 2, 2), 3, 3)
+    for tag, (fk, nk) in builds.items():
+        for n in (1, 2, 3):
+            _threads(nk, n)
+            np.testing.assert_array_equal(fk.max_pool2d(x, kernel, stride, pads, dilation, out), want, err_msg=tag)
+            np.testing.assert_array_equal(fk.upsample_nearest(x, (2, 3)), up, err_msg=tag)
+        _threads(nk, 1)
+
+
 # ------------------------------------------------------------------------------------------ float matvec
 
 def test_input_major_matvec_is_the_plain_loop_on_every_build(builds):
@@ -335,7 +387,8 @@ out = {"conv": fk.conv2d(x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu"),
        "conv_narrow": fk.conv2d(xn, wn, b[:20], (1, 1), (0, 1), (1, 1), 1, "relu"),
        "conv_blocks": fk.conv2d(xb, wb, None, (1, 1), (1, 1), (1, 1), 1, "silu"),
        "attn": fk.attention(q, k, v, None, 0.125, False), "attn_causal": fk.attention(q, k, v, None, 0.125, True),
-       "ln": fk.layer_norm(xs, rnd(384, seed=8), rnd(384, seed=9), 1e-5), "gelu": fk.bias_act(xs, None, "gelu")}
+       "ln": fk.layer_norm(xs, rnd(384, seed=8), rnd(384, seed=9), 1e-5), "gelu": fk.bias_act(xs, None, "gelu"),
+       "pool": fk.max_pool2d(x, (5, 5), (1, 1), (2, 2), (1, 1), (20, 37)), "up": fk.upsample_nearest(x, (2, 2))}
 result = {"path": cpu_matmul.matmul_path(), "native": fk.native,
           "out": {key: val.tobytes().hex() for key, val in out.items()}}
 '''
@@ -347,7 +400,7 @@ result = {"path": cpu_matmul.matmul_path(), "native": fk.native,
     for key, hexed in got["out"].items():
         page = np.frombuffer(bytes.fromhex(hexed), np.float32)
         want = np.frombuffer(bytes.fromhex(ns["_result"]["out"][key]), np.float32)
-        if key in ("ln", "gelu") or not relaxed:
+        if key in ("ln", "gelu", "pool", "up") or not relaxed:
             assert np.array_equal(page, want), key
         else:
             np.testing.assert_allclose(page, want, rtol=1e-5, atol=1e-5)

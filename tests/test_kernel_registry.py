@@ -163,6 +163,22 @@ def _letterbox(dev):
     return cases
 
 
+def _max_pool(dev):
+    """YOLO's SPPF pool (5x5, stride 1, padded 2), a strided one whose last windows reach past the input, one with
+    dilation and a width stride, each over a map holding a NaN (its windows give NaN)."""
+    x = rnd(2, 3, 11, 13, seed=170)
+    x[0, 1, 4, 6] = np.nan
+    return [((T(x, dev), (5, 5), (1, 1), (2, 2), (1, 1), (11, 13)), {}),
+            ((T(x, dev), (3, 3), (2, 2), (1, 0), (1, 1), (6, 6)), {}),
+            ((T(x, dev), (2, 3), (1, 2), (0, 1), (2, 1), (9, 7)), {}),
+            ((T(rnd(1, 40, 20, 20, seed=171), dev), (5, 5), (1, 1), (2, 2), (1, 1), (20, 20)), {})]
+
+
+def _upsample(dev):
+    return [((T(rnd(2, 3, 5, 7, seed=175), dev), (2, 2)), {}), ((T(rnd(1, 4, 3, 2, seed=176), dev), (3, 1)), {}),
+            ((T(rnd(1, 64, 20, 20, seed=177), dev), (1, 4)), {})]
+
+
 def _qlinear(dev):
     w = _qweight("q4_k", rows=40, cols=256, seed=45)
     return [((T(rnd(2, 3, 256, seed=46), dev),), {"weight": w}), ((T(rnd(5, 256, seed=47), dev),), {"weight": w})]
@@ -235,7 +251,8 @@ EXAMPLES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _norms(F
             "qmatmul_topk": lambda dev: _qpick(dev, (5,)), "rotary_embedding": _rotary, "flash_attention": _flash,
             "flash_attention_split": _flash_split, "flash_attention_combine": _flash_combine,
             "rope_append_attention": _rope_append, "nbits_matmul": _nbits, "lstm_cell": _lstm_cell,
-            "gru_cell": _gru_cell, "lstm_sequence": _lstm_sequence, "gru_sequence": _gru_sequence}
+            "gru_cell": _gru_cell, "lstm_sequence": _lstm_sequence, "gru_sequence": _gru_sequence,
+            "max_pool2d": _max_pool, "upsample_nearest": _upsample}
 IN_PLACE = ("copy_into", "rope_append_attention")  # kernels that write an input (the composed run gets copies)
 # ops whose kernel is tested against its composed form by a test of its own (file::test)
 ELSEWHERE = {"decoder_plan": "tests/test_fused_decode.py::test_fused_float32_equals_composed",

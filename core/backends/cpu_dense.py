@@ -105,6 +105,40 @@ def _act(be, y, act):
     return be.binary("maximum", y, np.zeros((), y.dtype))
 
 
+# ============================================================================ feature maps
+
+def describe_maps(be=None):
+    return "cpu_kernels/maps.c" if float_kernels() is not None else "numpy"
+
+
+def max_pool2d(be, x, kernel, stride, pads, dilation, out):
+    """The registry's max_pool2d: maps.c for float32 where compiled kernels run here, else numpy's maximum over
+    one strided view per tap of x padded with its dtype's lowest value."""
+    fk = float_kernels()
+    if fk is not None and x.dtype is _F32 and x.ndim == 4:
+        return fk.max_pool2d(x, kernel, stride, pads, dilation, out)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    h, w = x.shape[-2:]
+    ends = [max(0, (out[i] - 1) * stride[i] + (kernel[i] - 1) * dilation[i] + 1 - pads[i] - (h, w)[i])
+            for i in range(2)]
+    xp = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(pads[0], ends[0]), (pads[1], ends[1])], constant_values=low)
+    y = None
+    for a in range(kernel[0]):
+        for b in range(kernel[1]):
+            win = xp[..., a * dilation[0]:a * dilation[0] + (out[0] - 1) * stride[0] + 1:stride[0],
+                     b * dilation[1]:b * dilation[1] + (out[1] - 1) * stride[1] + 1:stride[1]]
+            y = win.copy() if y is None else np.maximum(y, win, out=y)
+    return y
+
+
+def upsample_nearest(be, x, factors):
+    """The registry's upsample_nearest: maps.c for float32 where compiled kernels run here, else numpy's repeat."""
+    fk = float_kernels()
+    if fk is not None and x.dtype is _F32 and x.ndim == 4:
+        return fk.upsample_nearest(x, factors)
+    return np.repeat(np.repeat(x, factors[0], -2), factors[1], -1)
+
+
 # ============================================================================ rows
 
 def layer_norm(be, x, w, b, eps):

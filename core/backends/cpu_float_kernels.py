@@ -30,6 +30,7 @@ _SIGNATURES = {
     "ember_attention": ([_P], _I), "ember_attention_scratch_floats": ([_P, _I], ctypes.c_long),
     "ember_layer_norm": ([_P], _I), "ember_bias_act": ([_P], _I),
     "ember_xattn_decode": ([_P, _P, _P, _P], _I), "ember_xattn_decode_scratch_bytes": ([_P, _I], ctypes.c_long),
+    "ember_max_pool2d": ([_P], _I), "ember_upsample_nearest": ([_P], _I),
 }
 
 
@@ -159,6 +160,31 @@ class FloatKernels:
         x2 = _rows(x)
         y = np.empty(shape, _F32) if out is None else out
         self._rows_call(self._bias_act, x2, y.reshape(x2.shape), None, b, ACTS[act], channels)
+        return y
+
+    # ---------------------------------------------------------------------------------------- feature maps
+    def max_pool2d(self, x, kernel, stride, pads, dilation, out):
+        """x (N, C, H, W) float32 -> (N, C, *out): the max of each window (kernel taps dilation apart, windows
+        stride apart from (-pads[0], -pads[1])), -inf outside x, NaN where a window holds one (maps.c)."""
+        x = np.ascontiguousarray(x)
+        n, c, h, w = x.shape
+        y = np.empty((n, c, *out), _F32)
+        params = np.array([_addr(x), _addr(y), n * c, h, w, *out, *kernel, *stride, *pads, *dilation], np.intp)
+        if y.size and self._call(self._max_pool2d, params) != 0:
+            raise ValueError(f"ember: max_pool2d kernel: parameters it does not take (x {x.shape}, kernel {kernel}, "
+                             f"stride {stride}, pads {pads}, dilation {dilation}, out {out})")
+        return y
+
+    def upsample_nearest(self, x, factors):
+        """x (N, C, H, W) float32 -> (N, C, H fh, W fw): each pixel repeated into an fh x fw block (maps.c)."""
+        x = np.ascontiguousarray(x)
+        n, c, h, w = x.shape
+        fh, fw = factors
+        y = np.empty((n, c, h * fh, w * fw), _F32)
+        params = np.array([_addr(x), _addr(y), n * c, h, w, fh, fw], np.intp)
+        if y.size and self._call(self._upsample_nearest, params) != 0:
+            raise ValueError(f"ember: upsample_nearest kernel: parameters it does not take (x {x.shape}, factors "
+                             f"{factors})")
         return y
 
     def _rows_call(self, fn, x2, y2, w, b, arg, channels):

@@ -324,8 +324,9 @@ class PoolKernels:
 
 class PoolFloatKernels(FloatKernels):
     """FloatKernels' conv2d, attention, layer_norm and bias_act on the pool's threads: the same C as the side
-    module (`side`), so the same bits; small calls run on `side`, as does xattn_decode with a plan in Pyodide's
-    heap (cpu_decode_xattn gives the pool its own plan, PoolXattnPlan)."""
+    module (`side`), so the same bits; small calls run on `side`, as do xattn_decode with a plan in Pyodide's
+    heap (cpu_decode_xattn gives the pool its own plan, PoolXattnPlan) and the feature-map passes (max pooling,
+    upsampling: memory-bound, a copy into the pool's memory would cost what they do)."""
 
     def __init__(self, kern: PoolKernels, side: FloatKernels):
         self.native, self.kern, self.pool, self.side = False, kern, kern.pool, side
@@ -337,6 +338,12 @@ class PoolFloatKernels(FloatKernels):
 
     def xattn_decode(self, plan, fparams, x, scratch) -> int:
         return self.side.xattn_decode(plan, fparams, x, scratch)
+
+    def max_pool2d(self, x, kernel, stride, pads, dilation, out):  # (a pass over a map: the side module's thread)
+        return self.side.max_pool2d(x, kernel, stride, pads, dilation, out)
+
+    def upsample_nearest(self, x, factors):
+        return self.side.upsample_nearest(x, factors)
 
     def xattn_decode_scratch_bytes(self, plan, max_keys) -> int:
         return self.side.xattn_decode_scratch_bytes(plan, max_keys)

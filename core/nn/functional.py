@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from .. import autograd as A
 from .. import dtypes as D
 from ..autograd import conv_transpose as _conv_transpose
@@ -332,16 +334,22 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
 
 # ------------------------------------------------------------------ pooling / resizing
 
+def _pool_out(hw, k, s, p, d, ceil_mode):
+    """A pool's output size (ho, wo): floor or ceil mode, the last window starting inside the input or its padding."""
+    out = []
+    for i in range(2):
+        L = hw[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1
+        o = (-(-L // s[i]) if ceil_mode else L // s[i]) + 1
+        if ceil_mode and (o - 1) * s[i] >= hw[i] + p[i]:
+            o -= 1
+        out.append(o)
+    return tuple(out)
+
+
 def _pool_windows(x, k, s, p, d, ceil_mode, fill):
     """Yields one strided slice of x per kernel offset; their elementwise max/sum is the pool."""
     h, w = x.shape[-2:]
-    out = []
-    for i in range(2):
-        L = (h, w)[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1
-        o = (-(-L // s[i]) if ceil_mode else L // s[i]) + 1
-        if ceil_mode and (o - 1) * s[i] >= (h, w)[i] + p[i]:
-            o -= 1
-        out.append(o)
+    out = _pool_out((h, w), k, s, p, d, ceil_mode)
     extra = [max(0, (out[i] - 1) * s[i] + d[i] * (k[i] - 1) + 1 - ((h, w)[i] + 2 * p[i])) for i in range(2)]
     pads = [(0, 0)] * (x.ndim - 2) + [(p[0], p[0] + extra[0]), (p[1], p[1] + extra[1])]
     xp = A.prim_pad(x, pads, fill) if any(a or b for a, b in pads) else x
@@ -361,6 +369,9 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     p, d = _tuple(padding, 2, "padding"), _tuple(dilation, 2, "dilation")
     if any(p[i] * 2 > k[i] for i in range(2)):
         raise ValueError(f"ember: max_pool2d padding {p} must be at most half the kernel {k}")
+    kern = A.fused_kernel("max_pool2d", x) if x.ndim == 4 else None
+    if kern is not None:  # the backend's pass over each window (the registry's max_pool2d)
+        return A.prim_fused(kern, x, k, s, p, d, _pool_out(x.shape[-2:], k, s, p, d, ceil_mode))
     # one axis at a time (max is separable): k_h + k_w windows instead of k_h k_w
     for ka, sa, pa, da in (((1, k[1]), (1, s[1]), (0, p[1]), (1, d[1])),     # along the width
                            ((k[0], 1), (s[0], 1), (p[0], 0), (d[0], 1))):    # then the height
@@ -369,6 +380,33 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
             y = win if y is None else y.maximum(win)
         x = y
     return x
+
+
+def max_pool2d_composed(x, kernel, stride, pads, dilation, out):
+    """The registry's max_pool2d in Tensor ops: x padded with its lowest value on every side a window reaches past
+    (pads before, what the output size needs after), then the max of one strided slice per tap."""
+    h, w = x.shape[-2:]
+    ends = [max(0, (out[i] - 1) * stride[i] + (kernel[i] - 1) * dilation[i] + 1 - pads[i] - (h, w)[i])
+            for i in range(2)]
+    low = float("-inf") if x.dtype.is_float else int(np.iinfo(x.dtype.np).min)
+    xp = A.prim_pad(x, [(0, 0)] * (x.ndim - 2) + [(pads[0], ends[0]), (pads[1], ends[1])], low)
+    lead = list(x.shape[:-2])
+    y = None
+    for a in range(kernel[0]):
+        for b in range(kernel[1]):
+            st = [0] * len(lead) + [a * dilation[0], b * dilation[1]]
+            sp = lead + [st[-2] + (out[0] - 1) * stride[0] + 1, st[-1] + (out[1] - 1) * stride[1] + 1]
+            win = A.prim_slice(xp, st, sp, [1] * len(lead) + list(stride))
+            y = win if y is None else y.maximum(win)
+    return y
+
+
+def upsample_nearest_composed(x, factors):
+    """The registry's upsample_nearest in Tensor ops: each pixel broadcast into its block, one copy (no index to
+    gather by: a device needs no host round trip)."""
+    b, c, h, w = x.shape
+    fh, fw = factors
+    return x.reshape(b, c, h, 1, w, 1).expand(b, c, h, fh, w, fw).reshape(b, c, h * fh, w * fw)
 
 
 def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
@@ -433,6 +471,21 @@ def adaptive_max_pool2d(x, output_size, return_indices=False):
     return stack(rows, -2)
 
 
+def _whole_factors(dims, size, scales):
+    """(fh, fw) where nearest resizing to `size` repeats every input pixel a whole number of times (_nearest_index's
+    indices, computed alike in float32, are 0 0 1 1 ...), else None."""
+    out = []
+    for n_in, n_out, scale in zip(dims, size, scales):
+        if n_in < 1 or n_out % n_in:
+            return None
+        s = np.float32(scale if scale is not None else n_in / n_out)
+        idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * s), n_in - 1)
+        if not np.array_equal(idx, np.arange(n_out) // (n_out // n_in)):
+            return None
+        out.append(n_out // n_in)
+    return tuple(out)
+
+
 def _nearest_index(n_in, n_out, scale, device):
     from ..tensor import arange
     s = scale if scale is not None else n_in / n_out
@@ -469,6 +522,11 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
         sf = (scale_factor,) * nd if isinstance(scale_factor, numbers.Number) else tuple(scale_factor)
         size = tuple(int(math.floor(x.shape[2 + i] * sf[i])) for i in range(nd))
         scales = [1.0 / f for f in sf]
+    if mode == "nearest" and nd == 2:
+        f = _whole_factors(x.shape[2:], size, scales)
+        if f is not None:  # each pixel a block: the registry's upsample_nearest
+            kern = A.fused_kernel("upsample_nearest", x)
+            return A.prim_fused(kern, x, f) if kern is not None else upsample_nearest_composed(x, f)
     for i in range(nd):
         ax = 2 + i
         if mode == "nearest":

@@ -16,7 +16,7 @@ from .. import ops_movement as M
 from .. import ops_reduce as R
 from ..autograd import conv_transpose, fused_kernel, prim_fused, prim_pad, prim_unary
 from ..linalg import matmul
-from ..nn.functional import conv_act, conv_nd, layer_norm
+from ..nn.functional import conv_act, conv_nd, layer_norm, upsample_nearest_composed
 from .guard import sized
 from .registry import op
 from .values import axis, cast, host
@@ -162,11 +162,9 @@ def _conv_transpose(ctx, ins, at):
 
 # ====================================================================== pooling
 
-def _windows(x, k, s, d, pads, ceil_mode, fill, overhang=None):
-    """Yield one strided view per kernel offset, each (N, C, *out): the pool's inputs. The pads hold
-    `fill`; the cells a ceil_mode window reaches past them hold `overhang` (default: `fill`)."""
+def _pool_out(sp, k, s, d, pads, ceil_mode):
+    """The windows along each spatial axis (ONNX's output shape of a pool)."""
     n = len(k)
-    sp = x.shape[2:]
     out = []
     for i in range(n):
         span = sp[i] + pads[i] + pads[i + n] - ((k[i] - 1) * d[i] + 1)
@@ -174,6 +172,15 @@ def _windows(x, k, s, d, pads, ceil_mode, fill, overhang=None):
         if ceil_mode and (o - 1) * s[i] >= sp[i] + pads[i]:
             o -= 1  # the last window must start inside the input or its left padding
         out.append(max(o, 0))
+    return out
+
+
+def _windows(x, k, s, d, pads, ceil_mode, fill, overhang=None):
+    """Yield one strided view per kernel offset, each (N, C, *out): the pool's inputs. The pads hold
+    `fill`; the cells a ceil_mode window reaches past them hold `overhang` (default: `fill`)."""
+    n = len(k)
+    sp = x.shape[2:]
+    out = _pool_out(sp, k, s, d, pads, ceil_mode)
     # extra right padding so every window of the ceil-mode output is in bounds
     need = [(out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - (sp[i] + pads[i] + pads[i + n]) for i in range(n)]
     xp = _pad_input(x, pads, fill)
@@ -218,9 +225,15 @@ def _max_by_axis(x, k, s, d, pads, ceil_mode, low):
 def _maxpool(ctx, ins, at):
     x = ins[0]
     k, s, d, pads, ceil = _pool_params(at, x, ctx)
+    values_only = len(at.node.output) < 2 or not at.node.output[1]
+    kern = fused_kernel("max_pool2d", x) if values_only and x.ndim == 4 else None
+    if kern is not None:  # the backend's pass over each window (YOLO's SPPF: nn.functional's registry op)
+        out = _pool_out(x.shape[2:], k, s, d, pads, ceil)
+        if min(out) > 0:
+            return prim_fused(kern, x, tuple(k), tuple(s), tuple(pads[:2]), tuple(d), tuple(out))
     low = -np.inf if x.dtype.is_float else np.iinfo(x.dtype.np).min
     y = _max_by_axis(x, k, s, d, pads, ceil, low)
-    if len(at.node.output) < 2 or not at.node.output[1]:
+    if values_only:
         return y
     # Indices: the flat position (row-major, or column-major with storage_order=1) of each window's
     # first maximum, windowed exactly as the values were
@@ -414,9 +427,8 @@ for _name, _fn in {"Softmax": R.softmax, "LogSoftmax": R.log_softmax, "Hardmax":
 
 # ====================================================================== resize
 
-def _resize_axis(x, ax, n_out, scale, roi, mode, at, ctx):
-    """Resample axis `ax` of x to n_out samples (separable: nearest, linear and cubic all are)."""
-    n_in = x.shape[ax]
+def _source_coords(n_in, n_out, scale, roi, at):
+    """Each output sample's coordinate in the input along one axis (float64), by coordinate_transformation_mode."""
     coord = at.s("coordinate_transformation_mode", "half_pixel")
     o = np.arange(n_out, dtype=np.float64)
     if coord == "asymmetric":
@@ -436,18 +448,30 @@ def _resize_axis(x, ax, n_out, scale, roi, mode, at, ctx):
         src = center * (1 - adj) + (o + 0.5) / scale - 0.5
     else:  # half_pixel
         src = (o + 0.5) / scale - 0.5
+    return src
+
+
+def _nearest(src, n_in, at):
+    """The input sample each output takes in nearest mode, by nearest_mode."""
+    nm = at.s("nearest_mode", "round_prefer_floor")
+    if nm == "floor":
+        idx = np.floor(src)
+    elif nm == "ceil":
+        idx = np.ceil(src)
+    elif nm == "round_prefer_ceil":
+        idx = np.floor(src + 0.5)
+    else:
+        idx = np.ceil(src - 0.5)
+    return np.clip(idx, 0, n_in - 1).astype(np.int64)
+
+
+def _resize_axis(x, ax, n_out, scale, roi, mode, at, ctx):
+    """Resample axis `ax` of x to n_out samples (separable: nearest, linear and cubic all are)."""
+    n_in = x.shape[ax]
+    src = _source_coords(n_in, n_out, scale, roi, at)
+    coord = at.s("coordinate_transformation_mode", "half_pixel")
     if mode == "nearest":
-        nm = at.s("nearest_mode", "round_prefer_floor")
-        if nm == "floor":
-            idx = np.floor(src)
-        elif nm == "ceil":
-            idx = np.ceil(src)
-        elif nm == "round_prefer_ceil":
-            idx = np.floor(src + 0.5)
-        else:
-            idx = np.ceil(src - 0.5)
-        idx = np.clip(idx, 0, n_in - 1).astype(np.int64)
-        return I.index_select(x, ax, ctx.const(idx))
+        return I.index_select(x, ax, ctx.const(_nearest(src, n_in, at)))
     if mode in ("linear", "cubic") and at.i("antialias", 0) and scale < 1:
         taps = _antialias_taps(src, n_in, scale, mode, at.f("cubic_coeff_a", -0.75), at.i("exclude_outside", 0))
     elif mode == "linear":
@@ -552,12 +576,33 @@ def _resize(ctx, ins, at):
     for j, a in enumerate(axes):
         out[a] = sz[j]
     sized(at, "sizes" if sizes is not None else "scales", out, x.dtype.itemsize)
-    for j, a in enumerate(axes):
-        if sz[j] == x.shape[a] and sc[j] == 1.0 and at.s("coordinate_transformation_mode", "") != "tf_crop_and_resize":
-            continue
-        roi_a = (roi_v[j], roi_v[j + len(axes)]) if roi_v is not None and len(roi_v) == 2 * len(axes) else (0.0, 1.0)
-        x = _resize_axis(x, a, sz[j], sc[j], roi_a, mode, at, ctx)
+    todo = [(j, a) for j, a in enumerate(axes) if not (
+        sz[j] == x.shape[a] and sc[j] == 1.0 and at.s("coordinate_transformation_mode", "") != "tf_crop_and_resize")]
+    rois = [(roi_v[j], roi_v[j + len(axes)]) if roi_v is not None and len(roi_v) == 2 * len(axes) else (0.0, 1.0)
+            for j in range(len(axes))]
+    if mode == "nearest" and x.ndim == 4 and todo and all(a >= 2 for _, a in todo):
+        f = _whole_factors(x, todo, sz, sc, rois, at)
+        if f is not None:  # every pixel a block (YOLO's neck): the registry's upsample_nearest
+            kern = fused_kernel("upsample_nearest", x)
+            return prim_fused(kern, x, f) if kern is not None else upsample_nearest_composed(x, f)
+    for j, a in todo:
+        x = _resize_axis(x, a, sz[j], sc[j], rois[j], mode, at, ctx)
     return x
+
+
+def _whole_factors(x, todo, sz, sc, rois, at):
+    """(fh, fw) where nearest resizing repeats each input row and column a whole number of times (the indices are
+    0 0 1 1 ...), else None."""
+    f = [1, 1]
+    for j, a in todo:
+        n_in, n_out = x.shape[a], sz[j]
+        if n_in < 1 or n_out % n_in:
+            return None
+        idx = _nearest(_source_coords(n_in, n_out, sc[j], rois[j], at), n_in, at)
+        if not np.array_equal(idx, np.arange(n_out) // (n_out // n_in)):
+            return None
+        f[a - 2] = n_out // n_in
+    return tuple(f)
 
 
 @op("Upsample", since=9)

@@ -69,7 +69,7 @@ class SPPF(nn.Module):
         self.k = k
 
     def _pool(self, x):
-        return F.max_pool2d(x, self.k, 1, self.k // 2)  # (separable inside: 2k windows, not k^2)
+        return F.max_pool2d(x, self.k, 1, self.k // 2)
 
     def forward(self, x):
         ys = [self.cv1(x)]
@@ -201,15 +201,6 @@ class Detect(nn.Module):
         return ember.cat(out, 1)
 
 
-def _upsample2x(x):
-    """Nearest-neighbour 2x upsampling (b, c, h, w) -> (b, c, 2h, 2w): columns doubled by a stack, then rows by a
-    broadcast copy of whole doubled rows (4x faster on the CPU than one broadcast copy whose innermost run is a
-    pair of floats)."""
-    b, c, h, w = x.shape
-    cols = ember.stack([x, x], -1).reshape(b, c, h, 1, 2 * w)                  # (b, c, h, 1, 2w)
-    return cols.expand(b, c, h, 2, 2 * w).reshape(b, c, 2 * h, 2 * w)          # (b, c, 2h, 2w)
-
-
 class YOLOv8(nn.Module):
     """Backbone (0-9), PAN neck (10-21) and head (22), numbered as in yolov8.yaml. Layers without
     weights (upsample 10/13, concat 11/14/17/20) are Identity placeholders that keep the numbering."""
@@ -284,9 +275,9 @@ class YOLOv8(nn.Module):
         for i in self.P5_LAYERS:
             p5 = m[i](p5)                                                        # (b, c1024, H/32, W/32)
         yield 4
-        h4 = top4(ember.cat([_upsample2x(p5), p4], 1))                           # (b, c512, H/16, W/16)
+        h4 = top4(ember.cat([F.interpolate(p5, scale_factor=2), p4], 1))  # (b, c512, H/16, W/16)
         yield 5
-        o3 = top3(ember.cat([_upsample2x(h4), p3], 1))                           # (b, c256, H/8, W/8)
+        o3 = top3(ember.cat([F.interpolate(h4, scale_factor=2), p3], 1))  # (b, c256, H/8, W/8)
         yield 6
         o4 = out4(ember.cat([down4(o3), h4], 1))                                 # (b, c512, H/16, W/16)
         yield 7

@@ -38,7 +38,14 @@ enum { C_X, C_W, C_B, C_Y, C_SCRATCH, C_N, C_C, C_H, C_W_, C_O, C_KH, C_KW, C_SH
 static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? fw_add(v, fw_splat(*b)) : v, act); }
 
 #define SEG 192        // output pixels a unit at most (a multiple of every target's FW * CV_NV)
-#define KC_TAPS (2304 / CV_MR)  // channels x taps of a weight block (its CV_MR rows: 9 KiB, in L1)
+// channels x taps of a weight block (its CV_MR rows: 9 KiB natively, in L1 beside the inputs its tiles read); a
+// quarter of that in the page, whose 8-pixel tiles make fewer multiply-adds of each input line they load (YOLOv8s's
+// 3x3 convs there: 5-35% faster than with the native block, which stays best natively)
+#if defined(__wasm__)
+#define KC_TAPS (2304 / CV_MR / 4)
+#else
+#define KC_TAPS (2304 / CV_MR)
+#endif
 #define PAD 48         // zeros after each plane: a tile's last vector reads up to FW - 1 floats past its pixels
 #define PANEL 65536    // floats of input planes a block of units reads for a block of channels (in L2)
 #define MAX_TAPS 1024
@@ -51,8 +58,10 @@ typedef struct {
     float *y, *planes;
     int n, c, h, wd, o, kh, kw, sh, sw, ph, pw, dh, dw, groups, act;
     int ho, wo, hq, wq, taps, cg, og, kc, ub, narrow, nob;  // nob: blocks of output channels (OBLOCK each)
+    int own_planes;  // 0: x is its own plane (a 1x1 stride-1 unpadded conv whose pixels fill whole vectors)
+    int flat_y;      // 1: flat pixels are y's pixels (wq == wo: kernels one column wide), sums kept in y itself
     long flat, units, cs, phase, image;  // flat pixels of an image, units; floats from one plane channel, phase,
-    float *acc;                          // image to the next; the accumulator: (n, o, flat + 32)
+    float *acc;                          // image to the next; the accumulator: (n, o, flat + 32), or y
 } conv_t;
 
 static int setup(const intptr_t *p, conv_t *k) {
@@ -81,11 +90,18 @@ static int setup(const intptr_t *p, conv_t *k) {
     // units that share a pass over the weights: their new input rows of every phase fill about PANEL floats
     long per_unit = (long)k->kc * k->sh * k->sw * SEG;
     k->ub = PANEL / per_unit < 1 ? 1 : PANEL / per_unit > 8 ? 8 : (int)(PANEL / per_unit);
-    k->cs = (long)k->hq * k->wq + PAD;  // a tile's last vector reads past the plane: zeros there
+    // a pointwise conv reads x in place (no copy: YOLO's 1x1 convs are a third of its multiply-adds, over maps of up
+    // to 6.5 MB) where no tile's vector reaches past an image's pixels: they are a whole number of vectors
+    k->narrow = (long)k->ho * k->wo <= NARROW;
+    k->own_planes = k->narrow || !(k->kh == 1 && k->kw == 1 && k->sh == 1 && k->sw == 1 && k->ph == 0 && k->pw == 0 &&
+                      k->flat % FW == 0);
+    k->flat_y = k->wq == k->wo;
+    k->cs = (long)k->hq * k->wq + (k->own_planes ? PAD : 0);  // a tile's last vector reads past the plane: zeros there
     k->phase = k->cs * k->c;
     k->image = k->phase * k->sh * k->sw;
-    k->acc = k->planes + k->image * k->n + 8;
-    k->narrow = (long)k->ho * k->wo <= NARROW;
+    if (!k->own_planes)
+        k->planes = (float *)k->x;  // (read only)
+    k->acc = k->flat_y ? k->y : (float *)p[C_SCRATCH] + (k->own_planes ? k->image * k->n : 0) + 8;
     // a small image's few units would leave threads idle (YOLO's 20 x 20 maps: 3 units of 512 channels, 2 of them
     // on one thread): its output channels are cut into blocks too, every output still summed alike
     k->nob = k->groups == 1 && k->n * k->units < FEW_UNITS ? (k->o + OBLOCK - 1) / OBLOCK : 1;
@@ -100,15 +116,54 @@ long ember_conv2d_scratch_floats(const intptr_t *p) {
         return -1;
     if (k.narrow)  // the columns, (n, pixels, groups, cg taps rounded up to 8)
         return (long)k.n * k.ho * k.wo * k.groups * ((k.cg * k.taps + 7) & ~7L) + 8;
-    return k.image * k.n + 8 + (long)k.n * k.o * (k.flat + 32);
+    return (k.own_planes ? k.image * k.n : 0) + 8 + (k.flat_y ? 0 : (long)k.n * k.o * (k.flat + 32));
 }
 
 // ---------------------------------------------------------------------------------------------- the planes
+
+// Both column phases of stride-2 planes' row r of row phase a, in one pass over the input row (a deinterleave the
+// compiler vectorizes; a row at a time per phase read each input row twice, a float at a time: 10% of YOLOv8s's
+// stride-2 convs). dst0, dst1: the rows of phases (a, 0) and (a, 1).
+static void deinterleave_row(const conv_t *k, const float *src, int ih, float *dst0, float *dst1) {
+    if (ih < 0 || ih >= k->h) {
+        for (int q = 0; q < k->wq; q++) dst0[q] = dst1[q] = 0.0f;
+        return;
+    }
+    const float *row = src + (long)ih * k->wd;
+    // plane column q of phase b holds input column 2 q + b - pw: both inside the row for q in [qa, qb)
+    int qa = (k->pw + 1) / 2, qb = (k->wd + k->pw) / 2;
+    qb = qb < k->wq ? qb : k->wq;
+    qa = qa < qb ? qa : qb;
+    for (int q = 0; q < k->wq; q++) {  // the columns of either phase past the row's ends: zeros there
+        if (q == qa)
+            q = qb;  // (the loop below fills [qa, qb))
+        if (q >= k->wq)
+            break;
+        int c0 = 2 * q - k->pw, c1 = c0 + 1;
+        dst0[q] = c0 >= 0 && c0 < k->wd ? row[c0] : 0.0f;
+        dst1[q] = c1 >= 0 && c1 < k->wd ? row[c1] : 0.0f;
+    }
+    const float *pair = row + 2 * qa - k->pw;
+    for (int i = 0; i < qb - qa; i++) {
+        dst0[qa + i] = pair[2 * i];
+        dst1[qa + i] = pair[2 * i + 1];
+    }
+}
 
 static void planes_rows(const conv_t *k, int u0, int u1) {
     for (int u = u0; u < u1; u++) {
         int n = u / k->c, c = u % k->c;
         const float *src = k->x + ((long)n * k->c + c) * k->h * k->wd;
+        if (k->sw == 2) {
+            for (int a = 0; a < k->sh; a++) {
+                float *dst0 = k->planes + n * k->image + (a * 2) * k->phase + c * k->cs, *dst1 = dst0 + k->phase;
+                for (int r = 0; r < k->hq; r++)
+                    deinterleave_row(k, src, r * k->sh + a - k->ph, dst0 + (long)r * k->wq, dst1 + (long)r * k->wq);
+                for (int q = 0; q < PAD; q++)  // (the planes' ends)
+                    dst0[(long)k->hq * k->wq + q] = dst1[(long)k->hq * k->wq + q] = 0.0f;
+            }
+            continue;
+        }
         for (int a = 0; a < k->sh; a++)
             for (int b = 0; b < k->sw; b++) {
                 float *dst = k->planes + n * k->image + (a * k->sw + b) * k->phase + c * k->cs;
@@ -230,7 +285,7 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
             int dy = i * k->dh, dx = j * k->dw;
             off[i * k->kw + j] = ((dy % k->sh) * k->sw + dx % k->sw) * k->phase + (long)(dy / k->sh) * k->wq + dx / k->sw;
         }
-    long wos = (long)k->cg * k->taps, aos = k->flat + 32, yos = (long)k->ho * k->wo;
+    long wos = (long)k->cg * k->taps, yos = (long)k->ho * k->wo, aos = k->flat_y ? yos : k->flat + 32;
     for (int ub = u0; ub < u1; ub += k->ub) {
         int ue = ub + k->ub < u1 ? ub + k->ub : u1;
         for (int g = 0; g < k->groups; g++)
@@ -249,7 +304,7 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
                             long left = f1 - f;
                             int nv = left >= FW * CV_NV ? CV_NV : (int)(left + FW - 1) / FW;
                             int width = left < FW * nv ? (int)left : FW * nv;
-                            if (first && last) {  // one block of channels: no sums to keep, straight to y's rows
+                            if (first && last && !k->flat_y) {  // one block of channels: no sums kept, to y's rows
                                 tile_any(k, mr, nv, base + f, off, w, wos, kc, tmp, FW * CV_NV, width, 1, 1, b);
                                 scatter(k, tmp, FW * CV_NV, mr, f, width, k->y + ((long)n * k->o + o) * yos, yos);
                             } else {
@@ -260,7 +315,7 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
                     }
                 }
             }
-        if (k->kc >= k->cg)
+        if (k->kc >= k->cg || k->flat_y)
             continue;
         for (int u = ub; u < ue; u++) {  // each unit's rows out of the accumulator
             int n = (int)(u / k->units);
@@ -408,7 +463,8 @@ int ember_conv2d(const intptr_t *p) {
     int prep = k.n * k.c, units = (int)(k.n * k.units);
     // the planes: a copy (floats, not multiply-adds), threaded from 32k floats in chunks of 16k: ResNet's 64 x 58 x 58
     // planes (218k floats) were copied on one thread, 3% of the convolution on two
-    int rc = ember_parallel(planes_job, &k, prep, ember_chunks_sized(prep, k.image / k.c, 1L << 15, 1L << 14));
+    int chunks = ember_chunks_sized(prep, k.image / k.c, 1L << 15, 1L << 14);
+    int rc = k.own_planes ? ember_parallel(planes_job, &k, prep, chunks) : 0;
     int jobs = units * k.nob;
     long per_job = (long)SEG * (k.nob > 1 ? OBLOCK : k.o) * k.cg * k.taps;  // multiply-adds
     return rc ? rc : ember_parallel(conv_job, &k, jobs, ember_chunks(jobs, per_job));
