@@ -242,3 +242,52 @@ def test_a_linear_and_its_gelu_fuse(device):
             h = F.gelu(F.linear(ember.tensor(x), ember.tensor(w1.T.copy()), ember.tensor(b1))).numpy()
             (h_got,) = sess.run(["h"], {"x": x})
             assert np.array_equal(h_got, h), n
+
+
+def _scaled_attention_graph(fully_masked_row):
+    """torch's SDPA export: MatMul(Mul(q, c), Mul(kᵀ, c)) with c = sqrt(1 / sqrt(d)), + mask, Softmax,
+    Where(IsNaN(p), 0, p), MatMul(., v); q (1, 4, L, 8), kᵀ (1, 4, 8, L), v (1, 4, L, 8), the mask (1, 1, 1, L)
+    (-inf on every key of one row's batch: all-NaN probabilities there, zeros out)."""
+    ort, T, helper, nh = _tools()
+    c = float(np.sqrt(1 / np.sqrt(8)))
+    nodes = [
+        helper.make_node("Mul", ["q", "c"], ["qs"]),
+        helper.make_node("Mul", ["c", "kt"], ["ks"]),  # (the constant first: either order)
+        helper.make_node("MatMul", ["qs", "ks"], ["s"]),
+        helper.make_node("Add", ["s", "mask"], ["sm"]),
+        helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+        helper.make_node("IsNaN", ["p"], ["nan"]),
+        helper.make_node("Where", ["nan", "zero", "p"], ["p0"]),
+        helper.make_node("MatMul", ["p0", "v"], ["y"]),
+    ]
+    f = T.FLOAT
+    g = helper.make_graph(
+        nodes, "sdpa",
+        [helper.make_tensor_value_info("q", f, [1, 4, "L", 8]), helper.make_tensor_value_info("kt", f, [1, 4, 8, "L"]),
+         helper.make_tensor_value_info("v", f, [1, 4, "L", 8]), helper.make_tensor_value_info("mask", f, [1, 1, 1, "L"])],
+        [helper.make_tensor_value_info("y", f, [1, 4, "L", 8])],
+        [nh.from_array(np.array(c, np.float32), "c"), nh.from_array(np.array(0.0, np.float32), "zero")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_attention_takes_the_scales_of_q_and_k_into_one(device):
+    """The plan: both Muls by a constant join the attention's scale (one step, no pass over q or kᵀ); outputs
+    against onnxruntime, a masked key and a fully masked row (zeros) among them."""
+    ort = _tools()[0]
+    from ember.onnx import InferenceSession
+    model = _scaled_attention_graph(True)
+    sess = InferenceSession(model, device=device)
+    steps = sess._steps[id(sess.model.graph)]
+    assert [s.node.op_type for s in steps if not s.host] == ["MatMul"]  # the attention, on the pattern's last node
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for n in (16, 7):
+        feeds = {"q": rng.standard_normal((1, 4, n, 8)).astype(np.float32),
+                 "kt": rng.standard_normal((1, 4, 8, n)).astype(np.float32),
+                 "v": rng.standard_normal((1, 4, n, 8)).astype(np.float32),
+                 "mask": np.where(np.arange(n) == 2, -np.inf, 0.0).astype(np.float32).reshape(1, 1, 1, n)}
+        (got,), (want,) = sess.run(None, feeds), ref.run(None, feeds)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        feeds["mask"] = np.full((1, 1, 1, n), -np.inf, np.float32)  # every key masked: NaN probabilities -> zeros
+        (got,), (want,) = sess.run(None, feeds), ref.run(None, feeds)
+        assert np.array_equal(got, want) and not got.any()

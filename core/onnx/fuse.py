@@ -243,9 +243,10 @@ def _scalar(consts, name):
 
 
 def fuse_attention(plan, graph, consts):
-    """softmax(MatMul(q, kᵀ) [* or / a constant] [+ mask], last axis) [NaN -> 0] then MatMul(·, v), every
-    intermediate read only by the pattern: one scaled_dot_product_attention (the backend's fused attention: the
-    (L, S) scores are made once, not once per op; onnxruntime's AttentionFusion). The mask may be any tensor
+    """softmax(MatMul(q [* a constant], kᵀ [* a constant]) [* or / a constant] [+ mask], last axis) [NaN -> 0] then
+    MatMul(·, v), every intermediate read only by the pattern: one scaled_dot_product_attention (the backend's fused
+    attention: the (L, S) scores are made once, not once per op; onnxruntime's AttentionFusion), the constants
+    one scale (q and kᵀ are not each multiplied: two passes a layer). The mask may be any tensor
     that broadcasts; the optional Where(IsNaN(p), 0, p) that exporters add after the softmax becomes NaN -> 0 on
     the output, which is what it gives (a fully masked row: all-NaN probabilities, zeros out)."""
     g = _Graph(plan, graph)
@@ -279,6 +280,19 @@ def fuse_attention(plan, graph, consts):
         if qk is None or g.uses.get(x) != [nodes[-1]] or x in g.outputs:
             continue
         nodes.append(qk)
+        # MatMul(Mul(q, a), Mul(kT, b)): torch's exporter scales q and kT each by sqrt(scale); a and b join the scale
+        q_name, k_name = qk.input[0], qk.input[1]
+        for i, name in enumerate((q_name, k_name)):
+            m = g.made_by(name, "Mul")
+            if m is None or g.uses.get(name) != [qk] or name in g.outputs or len(m.input) != 2:
+                continue
+            c, other = _scalar(consts, m.input[1]), m.input[0]
+            if c is None:
+                c, other = _scalar(consts, m.input[0]), m.input[1]
+            if c is not None and math.isfinite(c):
+                scale *= c
+                nodes.append(m)
+                q_name, k_name = (other, k_name) if i == 0 else (q_name, other)
         # forward: [Where(IsNaN(p), 0, p)] -> MatMul(p, v)
         p, nan_zero = sm.output[0], False
         readers = g.uses.get(p, [])
@@ -302,7 +316,7 @@ def fuse_attention(plan, graph, consts):
         if any(id(n) in drop for n in nodes + [pv]):
             continue
         drop.update(id(n) for n in nodes)
-        out[id(pv)] = ([qk.input[0], qk.input[1], pv.input[1]] + ([mask] if mask else []), scale, nan_zero)
+        out[id(pv)] = ([q_name, k_name, pv.input[1]] + ([mask] if mask else []), scale, nan_zero)
     fused = []
     for n, fn, at, ctx in plan:
         if id(n) in drop:
