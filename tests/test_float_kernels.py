@@ -346,6 +346,23 @@ def test_max_pool_and_upsampling_are_exact_on_every_build(builds, case):
         _threads(nk, 1)
 
 
+def test_concatenations_of_whole_blocks_copy_exactly_on_any_thread_count(builds):
+    """maps.c's span copy (the CPU backend's cat of blocks: dims before the axis all 1), chunks crossing the inputs'
+    ends, against numpy's concatenate; and the backend's cat takes it for big ones, any axis sign."""
+    r = np.random.default_rng(190)
+    xs = [r.standard_normal((1, c, 67, 129)).astype(np.float32) for c in (5, 1, 40, 3)]
+    ints = [r.integers(0, 9, (1, 1, n), dtype=np.int64) for n in (70001, 3, 90000)]
+    for tag, (_, nk) in builds.items():
+        for n in (1, 2, 3):
+            _threads(nk, n)
+            assert np.array_equal(nk.cat(xs, 1), np.concatenate(xs, 1)), (tag, n)
+            assert np.array_equal(nk.cat(ints, 2), np.concatenate(ints, 2)), (tag, n)
+        _threads(nk, 1)
+    be = ember.tensor([0.0]).device.backend
+    assert np.array_equal(be.cat(xs, -3), np.concatenate(xs, 1))
+    assert np.array_equal(be.cat([x[0] for x in xs], 0), np.concatenate([x[0] for x in xs], 0))
+
+
 # ------------------------------------------------------------------------------------------ float matvec
 
 def test_input_major_matvec_is_the_plain_loop_on_every_build(builds):

@@ -68,6 +68,7 @@ class NativeKernels:
         lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
         lib.ember_matvec_f16.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
         lib.ember_matvec_f32_blocked.argtypes = [_P, _I, _I, _P, _P]
+        lib.ember_copy_spans.argtypes = [_P, _P, _P, _I]
         lib.ember_sgemm_native.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, ctypes.c_long, _P, _P, ctypes.c_long, _I]
         lib.ember_sgemm_native_width.argtypes = []
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
@@ -122,6 +123,17 @@ class NativeKernels:
         """decode.c's ember_decode: x (dim,) float32 through the layers of `plan` (cpu_decode.py), in place."""
         return self._lib.ember_decode(plan.ctypes.data, fparams.ctypes.data, x.ctypes.data, rope.ctypes.data,
                                       scratch.ctypes.data)
+
+    def cat(self, xs: list, axis: int) -> np.ndarray:
+        """np.concatenate(xs, axis) for C-contiguous arrays of one dtype whose dims before `axis` are all 1 (each one
+        block of the output): maps.c's copy, split between the threads."""
+        shape = list(xs[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in xs)
+        out = np.empty(shape, xs[0].dtype)
+        srcs = np.array([x.ctypes.data for x in xs], np.uintp)
+        sizes = np.array([x.nbytes for x in xs], np.int64)
+        self._lib.ember_copy_spans(out.ctypes.data, srcs.ctypes.data, sizes.ctypes.data, len(xs))
+        return out
 
     def matvec_f32(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
         """x (k,) float32 @ wt (k, n) float32 C-contiguous -> (n,) float32, k a multiple of 8 (decode.c's

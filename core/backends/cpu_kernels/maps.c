@@ -152,3 +152,38 @@ int ember_upsample_nearest(const intptr_t *p) {
     int planes = (int)p[U_PLANES];
     return ember_parallel(upsample_job, p, planes, ember_chunks(planes, p[U_H] * p[U_W] * p[U_FH] * p[U_FW]));
 }
+
+// ---------------------------------------------------------------------------------------------- concatenation
+
+// n spans of bytes (srcs[i], sizes[i]) written one after another from dst: a concatenation whose inputs are each
+// one block of the output (along the first axis that is not 1), in chunks of CAT_CHUNK bytes split between
+// threads (one core's copy of YOLOv8s's 57 MB of concatenated maps ran at ~12 GB/s; two cores read and write more)
+#define CAT_CHUNK (1L << 18)
+
+typedef struct {
+    char *dst;
+    const char *const *srcs;
+    const long *sizes;
+    int n;
+} spans_t;
+
+static void copy_job(const void *arg, int c0, int c1, int thread) {
+    const spans_t *s = (const spans_t *)arg;
+    (void)thread;
+    long lo = (long)c0 * CAT_CHUNK, hi = (long)c1 * CAT_CHUNK, at = 0;
+    for (int i = 0; i < s->n && at < hi; at += s->sizes[i], i++) {
+        long a = lo > at ? lo : at, b = hi < at + s->sizes[i] ? hi : at + s->sizes[i];
+        if (a < b)
+            __builtin_memcpy(s->dst + a, s->srcs[i] + (a - at), (unsigned long)(b - a));
+    }
+}
+
+EMBER_EXPORT(ember_copy_spans)
+int ember_copy_spans(char *dst, const char *const *srcs, const long *sizes, int n) {
+    spans_t s = {dst, srcs, sizes, n};
+    long total = 0;
+    for (int i = 0; i < n; i++) total += sizes[i];
+    int chunks = (int)((total + CAT_CHUNK - 1) / CAT_CHUNK);
+    return chunks ? ember_parallel(copy_job, &s, chunks, chunks < PARALLEL_MAX_CHUNKS ? chunks : PARALLEL_MAX_CHUNKS)
+                  : 0;
+}
