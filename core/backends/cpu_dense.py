@@ -107,6 +107,9 @@ def _act(be, y, act):
 
 # ============================================================================ feature maps
 
+_POOL_TAPS = 4096  # window taps maps.c takes (its parameter check)
+
+
 def describe_maps(be=None):
     return "cpu_kernels/maps.c" if float_kernels() is not None else "numpy"
 
@@ -115,7 +118,7 @@ def max_pool2d(be, x, kernel, stride, pads, dilation, out):
     """The registry's max_pool2d: maps.c for float32 where compiled kernels run here, else numpy's maximum over
     one strided view per tap of x padded with its dtype's lowest value."""
     fk = float_kernels()
-    if fk is not None and x.dtype is _F32 and x.ndim == 4:
+    if fk is not None and x.dtype is _F32 and x.ndim == 4 and kernel[0] * kernel[1] <= _POOL_TAPS:
         return fk.max_pool2d(x, kernel, stride, pads, dilation, out)
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     h, w = x.shape[-2:]

@@ -476,7 +476,7 @@ def _whole_factors(dims, size, scales):
     indices, computed alike in float32, are 0 0 1 1 ...), else None."""
     out = []
     for n_in, n_out, scale in zip(dims, size, scales):
-        if n_in < 1 or n_out % n_in:
+        if n_in < 1 or n_out < n_in or n_out % n_in:
             return None
         s = np.float32(scale if scale is not None else n_in / n_out)
         idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * s), n_in - 1)
@@ -522,6 +522,8 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
         sf = (scale_factor,) * nd if isinstance(scale_factor, numbers.Number) else tuple(scale_factor)
         size = tuple(int(math.floor(x.shape[2 + i] * sf[i])) for i in range(nd))
         scales = [1.0 / f for f in sf]
+    if min(size) < 1 or min(x.shape[2:]) < 1:
+        raise ValueError(f"ember: interpolate needs sizes of at least 1, got {tuple(x.shape[2:])} -> {size}")
     if mode == "nearest" and nd == 2:
         f = _whole_factors(x.shape[2:], size, scales)
         if f is not None:  # each pixel a block: the registry's upsample_nearest

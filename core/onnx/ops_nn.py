@@ -596,7 +596,7 @@ def _whole_factors(x, todo, sz, sc, rois, at):
     f = [1, 1]
     for j, a in todo:
         n_in, n_out = x.shape[a], sz[j]
-        if n_in < 1 or n_out % n_in:
+        if n_in < 1 or n_out < n_in or n_out % n_in:
             return None
         idx = _nearest(_source_coords(n_in, n_out, sc[j], rois[j], at), n_in, at)
         if not np.array_equal(idx, np.arange(n_out) // (n_out // n_in)):
