@@ -93,7 +93,9 @@ def main():
     for n in bench_threads.parse(args.threads):
         what = bench_threads.use(n)
         torch.set_num_threads(n)
-        te, tt = best(lambda: em @ em, 5), best(lambda: tm @ tm, 5)
+        bench_threads.settle()  # (torch's workers spin on after its last op: each engine is timed alone)
+        te = best(lambda: em @ em, 5)
+        tt = best(lambda: tm @ tm, 5)
         print(f"\nthreads {n} ({what}; torch {n}):")
         print(f"  matmul 1024^2: ember {te * 1e3:.1f} ms ({2 * 1024 ** 3 / te / 1e9:.1f} GFLOP/s), "
               f"torch {tt * 1e3:.1f} ms ({2 * 1024 ** 3 / tt / 1e9:.1f} GFLOP/s), ember/torch {te / tt:.2f}x")
@@ -106,6 +108,7 @@ def main():
                     "torch": (torch.tensor(xs), [torch.tensor(w) for w in ws])}
             for _ in range(3):
                 for name, (xx, wl) in runs.items():
+                    bench_threads.settle()
                     t[name] = min(t[name], best(lambda: [xx @ w for w in wl], 3) / len(wl))
             print(f"  {rows} x {k} @ {k} x {n} (weights from memory): ember {t['ember'] * 1e6:.0f} us, "
                   f"numpy {t['numpy'] * 1e6:.0f} us, torch {t['torch'] * 1e6:.0f} us: ember/numpy "
@@ -113,7 +116,9 @@ def main():
         te = tt = float("inf")
         with torch.no_grad():
             for _ in range(3):  # interleaved rounds, best of
+                bench_threads.settle()
                 te = min(te, best(lambda: ember.nn.functional.conv2d(ex, ew, padding=1), 3))
+                bench_threads.settle()
                 tt = min(tt, best(lambda: torch.nn.functional.conv2d(tx, tw, padding=1), 3))
         print(f"  conv2d 64->64 3x3 on 56x56 (ResNet layer): ember {te * 1e3:.2f} ms, torch {tt * 1e3:.2f} ms, "
               f"ember/torch {te / tt:.2f}x")

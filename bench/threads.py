@@ -7,7 +7,10 @@ kernels' (threads.c: the float and quantized C kernels; set_threads, or EMBER_NU
 """
 from __future__ import annotations
 
+import glob
 import os
+import threading
+import time
 
 
 def parse(text: str | None) -> list[int]:
@@ -38,3 +41,34 @@ def child_env(n: int) -> dict:
     """The environment of a subprocess that runs an engine at n threads (BLAS, OpenMP, ember's kernels)."""
     return {**os.environ, "OPENBLAS_NUM_THREADS": str(n), "OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n),
             "EMBER_NUM_THREADS": str(n)}
+
+
+def _others_cpu_ticks() -> int:
+    """CPU clock ticks (user + system) of this process's threads other than the calling one."""
+    me, total = threading.get_native_id(), 0
+    for path in glob.glob("/proc/self/task/*/stat"):
+        if int(path.split("/")[-2]) == me:
+            continue
+        try:
+            fields = open(path).read().rsplit(")", 1)[1].split()
+        except OSError:  # (a thread that ended)
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+def settle(max_s: float = 5.0, window: float = 0.05) -> None:
+    """Wait, up to max_s, until no other thread of this process has used the CPU for `window` seconds: the engine
+    timed before may leave worker threads spinning that take a core from the next one (onnxruntime's spin ~10-50
+    ms after a run; torch's OpenMP workers 1-2 s: ember's ResNet conv on 2 threads took 2.1 ms right after torch's
+    against 1.25 ms alone). Without /proc, a fixed 2 s."""
+    if not os.path.isdir("/proc/self/task"):
+        time.sleep(min(max_s, 2.0))
+        return
+    end, last = time.monotonic() + max_s, _others_cpu_ticks()
+    while time.monotonic() < end:
+        time.sleep(window)
+        now = _others_cpu_ticks()
+        if now == last:
+            return
+        last = now
