@@ -242,6 +242,17 @@ def _scalar(consts, name):
     return float(np.asarray(t.numpy()).reshape(-1)[0])
 
 
+def _const_factor(consts, node):
+    """(c, x) for a two-input Mul by a scalar constant c (on either side) or a Div of x by one; (None, None)
+    where neither input is one."""
+    x, y = node.input
+    c = _scalar(consts, y)
+    if c is not None:
+        return c, x
+    c = _scalar(consts, x) if node.op_type == "Mul" else None
+    return (c, y) if c is not None else (None, None)
+
+
 def fuse_attention(plan, graph, consts):
     """softmax(MatMul(q [* a constant], kᵀ [* a constant]) [* or / a constant] [+ mask], last axis) [NaN -> 0] then
     MatMul(·, v), every intermediate read only by the pattern: one scaled_dot_product_attention (the backend's fused
@@ -269,12 +280,10 @@ def fuse_attention(plan, graph, consts):
             x = inner
         sc = g.made_by(x, "Mul") or g.made_by(x, "Div")
         if sc is not None and g.uses.get(x) == [nodes[-1]] and x not in g.outputs and len(sc.input) == 2:
-            a, b = sc.input
-            c = _scalar(consts, b) if sc.op_type == "Div" else (_scalar(consts, b) if _scalar(consts, b) is not None
-                                                               else _scalar(consts, a))
+            c, other = _const_factor(consts, sc)
             if c is not None and c != 0:
                 scale = 1.0 / c if sc.op_type == "Div" else c
-                x = a if sc.op_type == "Div" or _scalar(consts, b) is not None else b
+                x = other
                 nodes.append(sc)
         qk = g.made_by(x, "MatMul")
         if qk is None or g.uses.get(x) != [nodes[-1]] or x in g.outputs:
@@ -286,9 +295,7 @@ def fuse_attention(plan, graph, consts):
             m = g.made_by(name, "Mul")
             if m is None or g.uses.get(name) != [qk] or name in g.outputs or len(m.input) != 2:
                 continue
-            c, other = _scalar(consts, m.input[1]), m.input[0]
-            if c is None:
-                c, other = _scalar(consts, m.input[0]), m.input[1]
+            c, other = _const_factor(consts, m)
             if c is not None and math.isfinite(c):
                 scale *= c
                 nodes.append(m)
