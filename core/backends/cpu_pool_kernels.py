@@ -339,14 +339,14 @@ class PoolFloatKernels(FloatKernels):
     def xattn_decode(self, plan, fparams, x, scratch) -> int:
         return self.side.xattn_decode(plan, fparams, x, scratch)
 
+    def xattn_decode_scratch_bytes(self, plan, max_keys) -> int:
+        return self.side.xattn_decode_scratch_bytes(plan, max_keys)
+
     def max_pool2d(self, x, kernel, stride, pads, dilation, out):  # (a pass over a map: the side module's thread)
         return self.side.max_pool2d(x, kernel, stride, pads, dilation, out)
 
     def upsample_nearest(self, x, factors):
         return self.side.upsample_nearest(x, factors)
-
-    def xattn_decode_scratch_bytes(self, plan, max_keys) -> int:
-        return self.side.xattn_decode_scratch_bytes(plan, max_keys)
 
     def _scratch_at(self, floats: int) -> int:
         if self._scratch_block.nbytes < 4 * floats:

@@ -471,18 +471,26 @@ def adaptive_max_pool2d(x, output_size, return_indices=False):
     return stack(rows, -2)
 
 
+def repeat_factor(idx, n_in):
+    """f where nearest resizing's input indices `idx` (one per output) repeat each of n_in inputs f times in order
+    (0 0 1 1 ...), else None."""
+    n_out = len(idx)
+    if n_in < 1 or n_out < n_in or n_out % n_in:
+        return None
+    f = n_out // n_in
+    return f if np.array_equal(idx, np.arange(n_out) // f) else None
+
+
 def _whole_factors(dims, size, scales):
     """(fh, fw) where nearest resizing to `size` repeats every input pixel a whole number of times (_nearest_index's
-    indices, computed alike in float32, are 0 0 1 1 ...), else None."""
+    indices, computed alike in float32), else None."""
     out = []
     for n_in, n_out, scale in zip(dims, size, scales):
-        if n_in < 1 or n_out < n_in or n_out % n_in:
+        s = np.float32(scale if scale is not None else n_in / n_out)  # (interpolate checked n_out >= 1)
+        f = repeat_factor(np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * s), n_in - 1), n_in)
+        if f is None:
             return None
-        s = np.float32(scale if scale is not None else n_in / n_out)
-        idx = np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * s), n_in - 1)
-        if not np.array_equal(idx, np.arange(n_out) // (n_out // n_in)):
-            return None
-        out.append(n_out // n_in)
+        out.append(f)
     return tuple(out)
 
 

@@ -16,7 +16,7 @@ from .. import ops_movement as M
 from .. import ops_reduce as R
 from ..autograd import conv_transpose, fused_kernel, prim_fused, prim_pad, prim_unary
 from ..linalg import matmul
-from ..nn.functional import conv_act, conv_nd, layer_norm, upsample_nearest_composed
+from ..nn.functional import conv_act, conv_nd, layer_norm, repeat_factor, upsample_nearest_composed
 from .guard import sized
 from .registry import op
 from .values import axis, cast, host
@@ -595,13 +595,10 @@ def _whole_factors(x, todo, sz, sc, rois, at):
     0 0 1 1 ...), else None."""
     f = [1, 1]
     for j, a in todo:
-        n_in, n_out = x.shape[a], sz[j]
-        if n_in < 1 or n_out < n_in or n_out % n_in:
+        n_in = x.shape[a]
+        f[a - 2] = repeat_factor(_nearest(_source_coords(n_in, sz[j], sc[j], rois[j], at), n_in, at), n_in)
+        if f[a - 2] is None:
             return None
-        idx = _nearest(_source_coords(n_in, n_out, sc[j], rois[j], at), n_in, at)
-        if not np.array_equal(idx, np.arange(n_out) // (n_out // n_in)):
-            return None
-        f[a - 2] = n_out // n_in
     return tuple(f)
 
 
