@@ -85,6 +85,8 @@ CONV_CASES = [
     ((1, 37, 1, 1), (5, 37, 1, 1), (1, 1), (0, 0), (1, 1), 1, True, "gelu"),        # one pixel, a partial vector
     ((1, 10, 1, 5), (7, 10, 1, 3), (1, 1), (0, 1), (1, 1), 1, True, "gelu_tanh"),   # 5 pixels: 4 + 1
     ((1, 512, 1, 4), (256, 512, 1, 3), (1, 1), (0, 1), (1, 1), 1, True, None),     # split between threads
+    ((1, 6, 1, 6), (11, 6, 1, 3), (1, 1), (0, 2), (1, 2), 1, True, "silu"),        # dilated taps past both edges
+    ((1, 3, 3, 3), (5, 3, 3, 3), (2, 2), (2, 2), (2, 2), 1, True, None),            # 2 x 2 pixels, dilated, padded
     # a few units of many channels: cut by blocks of output channels too (channel blocks summed in the accumulator)
     ((1, 72, 12, 12), (136, 72, 3, 3), (1, 1), (1, 1), (1, 1), 1, True, "silu"),
     # pointwise, stride 1, unpadded, pixels a whole number of vectors: x read in place, sums kept in y (300 channels:

@@ -48,7 +48,26 @@ def choose_conv(be, tune, x_shape, w_shape, stride, dilation, groups, padding=No
     is one BLAS product without im2col, and a 1-D conv's im2col is cheap: BLAS wins both, bench_core), and any
     output of at most tune["narrow"] pixels an image (conv.c's dot products: a streaming model's conv over a few
     frames, where im2col's numpy calls and BLAS's small-product cost are most of the time)."""
-    if float_kernels() is None or len(w_shape) not in (3, 4) or w_shape[2] * (w_shape[3] if len(w_shape) == 4 else 1) > 1024:
+    key = (tune["mode"], tune["narrow"], tune["min_taps"], x_shape, w_shape, stride, dilation, groups, padding)
+    try:
+        got = _CHOSEN.get(key)
+    except TypeError:  # (a caller's list of strides)
+        got = key = None
+    if got is None:  # (decided once per shapes and tuning: a streaming model's conv asks every chunk)
+        got = _choose_conv(tune, x_shape, w_shape, stride, dilation, padding)
+        if key is None:
+            return got and float_kernels() is not None
+        if len(_CHOSEN) >= 256:
+            _CHOSEN.clear()
+        _CHOSEN[key] = got
+    return got and float_kernels() is not None
+
+
+_CHOSEN: dict = {}
+
+
+def _choose_conv(tune, x_shape, w_shape, stride, dilation, padding):
+    if len(w_shape) not in (3, 4) or w_shape[2] * (w_shape[3] if len(w_shape) == 4 else 1) > 1024:
         return False
     mode = tune["mode"]
     if mode != "auto":
@@ -78,9 +97,10 @@ def conv_bias_act(be, x, w, b, stride, padding, dilation, groups, act):
     if f32 and K.chooses("conv_bias_act", be, x.shape, w.shape, stride, dilation, groups, padding):
         fk = float_kernels()
         if x.ndim == 3:  # conv1d: one row of a conv2d
-            y = fk.conv2d(np.ascontiguousarray(x)[:, :, None], np.ascontiguousarray(w)[:, :, None], b,
-                          (1,) + tuple(stride), (0,) + tuple(padding), (1,) + tuple(dilation), groups, act)
-            return y[:, :, 0]
+            n, c, length = x.shape
+            y = fk.conv2d(np.ascontiguousarray(x).reshape(n, c, 1, length), np.ascontiguousarray(w)[:, :, None], b,
+                          (1, *stride), (0, *padding), (1, *dilation), groups, act)
+            return y.reshape(y.shape[0], y.shape[1], y.shape[3])
         return fk.conv2d(np.ascontiguousarray(x), np.ascontiguousarray(w), b, tuple(stride), tuple(padding),
                          tuple(dilation), groups, act)
     y = be.conv(x, w, stride, padding, dilation, groups)                  # (N, O, *out)

@@ -75,6 +75,7 @@ class FloatKernels:
                 f.argtypes, f.restype = args, res
             setattr(self, "_" + name.removeprefix("ember_"), f)
         self._scratch = np.empty(0, _F32)
+        self._conv_plans = {}  # (shapes, ...) -> _conv_plan's
 
     def _call(self, fn, params: np.ndarray) -> int:
         return fn(_addr(params))
@@ -90,23 +91,40 @@ class FloatKernels:
     def conv2d(self, x, w, b, stride, padding, dilation, groups, act=None):
         """x (N, C, H, W), w (O, C / groups, KH, KW), b (O,) or None, float32 C-contiguous -> act(conv(x, w) + b)
         (N, O, Ho, Wo) float32; act: None, 'relu', 'silu', 'gelu' (erf), 'gelu_tanh'."""
+        key = (x.shape, w.shape, b is None, stride, padding, dilation, groups, act)
+        got = self._conv_plans.get(key)
+        if got is None:
+            got = self._conv_plan(x, w, b, stride, padding, dilation, groups, act)
+            if len(self._conv_plans) >= 64:  # (a model fed ever new shapes: recomputed, never grown past this)
+                self._conv_plans.clear()
+            self._conv_plans[key] = got
+        # a call of shapes seen before (every layer of a model after its first run): the sizes' parameter block
+        # copied, the arrays' addresses written in; no scratch-size query (a streaming model's conv of a few
+        # frames is ~10 us of work: this path was a third of it)
+        y_shape, template, size = got
+        y = np.empty(y_shape, _F32)
+        params = template.copy()
+        params[0], params[1], params[3] = _addr(x), _addr(w), _addr(y)
+        if b is not None:
+            params[2] = _addr(b)
+        params[4] = _addr(self._scratch_floats(size))
+        if y.size and self._call(self._conv2d, params) != 0:
+            raise ValueError("ember: conv2d kernel refused its parameters")
+        return y
+
+    def _conv_plan(self, x, w, b, stride, padding, dilation, groups, act):
+        """(y's shape, the parameter block with its sizes (addresses 0), scratch floats) of a conv2d call."""
         n, c, h, wd = x.shape
         o, _, kh, kw = w.shape
         ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
         wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-        y = np.empty((n, o, ho, wo), _F32)
-        params = np.array([_addr(x), _addr(w), 0 if b is None else _addr(b), _addr(y), 0, n, c, h, wd, o, kh, kw,
-                           stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], groups, ACTS[act]],
-                          np.intp)
-        size = self._conv2d_scratch_floats(_addr(params))
+        params = np.array([0, 0, 0, 0, 0, n, c, h, wd, o, kh, kw, stride[0], stride[1], padding[0], padding[1],
+                           dilation[0], dilation[1], groups, ACTS[act]], np.intp)
+        size = self._conv2d_scratch_floats(_addr(params))  # (reads the sizes only)
         if size < 0:
             raise ValueError(f"ember: conv2d kernel: parameters it does not take (x {x.shape}, w {w.shape}, "
                              f"stride {stride}, padding {padding}, dilation {dilation}, groups {groups})")
-        scratch = self._scratch_floats(size)
-        params[4] = _addr(scratch)
-        if y.size and self._call(self._conv2d, params) != 0:
-            raise ValueError("ember: conv2d kernel refused its parameters")
-        return y
+        return (n, o, ho, wo), params, size
 
     # ---------------------------------------------------------------------------------------- attention
     def attention(self, q, k, v, mask, scale, causal):

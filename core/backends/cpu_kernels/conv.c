@@ -351,17 +351,25 @@ static void narrow_cols(const conv_t *k) {  // scratch (n, pixels, groups, cg ta
     for (int n = 0; n < k->n; n++)
         for (long q = 0; q < px; q++) {
             int oh = (int)(q / k->wo), ow = (int)(q % k->wo);
-            for (int c = 0; c < k->c; c++) {
-                const float *src = k->x + ((long)n * k->c + c) * k->h * k->wd;
+            // (the taps inside the input: [j0, j1) of a row, from each row i inside; the rest zeros)
+            int w0 = ow * k->sw - k->pw, j0 = 0, j1 = k->kw;
+            while (j0 < k->kw && w0 + j0 * k->dw < 0) j0++;
+            while (j1 > j0 && w0 + (j1 - 1) * k->dw >= k->wd) j1--;
+            for (int c = 0, in_group = 0; c < k->c; c++) {
+                const float *src = k->x + ((long)n * k->c + c) * k->h * k->wd + w0;
                 for (int i = 0; i < k->kh; i++) {
-                    int ih = oh * k->sh - k->ph + i * k->dh;
-                    for (int j = 0; j < k->kw; j++) {
-                        int iw = ow * k->sw - k->pw + j * k->dw;
-                        *col++ = ih >= 0 && ih < k->h && iw >= 0 && iw < k->wd ? src[(long)ih * k->wd + iw] : 0.0f;
+                    int ih = oh * k->sh - k->ph + i * k->dh, j = 0;
+                    if (ih >= 0 && ih < k->h) {
+                        const float *row = src + (long)ih * k->wd;
+                        for (; j < j0; j++) *col++ = 0.0f;
+                        for (; j < j1; j++) *col++ = row[j * k->dw];
                     }
+                    for (; j < k->kw; j++) *col++ = 0.0f;
                 }
-                if ((c + 1) % k->cg == 0)
+                if (++in_group == k->cg) {  // (a counter: a division a channel was most of this pass)
+                    in_group = 0;
                     for (long e = ck; e < ck8; e++) *col++ = 0.0f;
+                }
             }
         }
 }
@@ -372,49 +380,88 @@ static inline float sum8(f8 v) {
     return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
 }
 
-// s0[q] = w0[0:len] . col[q][0:len] and s1[q] = w1[0:len] . col[q][0:len] for the m <= 4 columns col + q cs (zeros
-// past len up to a multiple of 8): two rows, so that eight multiply-add chains run side by side (one row's four
-// wait on the multiply-add's latency)
-#define ND_STEP(i, u, v)                                                                  \
-    {                                                                                     \
-        f8 x = f8_load(col + i);                                                          \
-        a0 = f8_madd(a0, u, x), b0 = f8_madd(b0, v, x);                                   \
-        if (m > 1) x = f8_load(c1 + i), a1 = f8_madd(a1, u, x), b1 = f8_madd(b1, v, x); \
-        if (m > 2) x = f8_load(c2 + i), a2 = f8_madd(a2, u, x), b2 = f8_madd(b2, v, x); \
-        if (m > 3) x = f8_load(c3 + i), a3 = f8_madd(a3, u, x), b3 = f8_madd(b3, v, x); \
-    }
-
-static void dots(const float *w0, const float *w1, const float *col, long cs, long len, int m, float *s0, float *s1) {
-    f8 a0 = f8_zero(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    const float *c1 = col + cs, *c2 = col + 2 * cs, *c3 = col + 3 * cs;
+// s[e][q0 + q] = w[e][0:len] . col[q][0:len] for R rows e and m <= 4 columns col + q cs (zeros past len up to a
+// multiple of 8): R rows at once, so that R m multiply-add chains run side by side and each column vector loaded
+// serves R of them (one row's chains wait on the multiply-add's latency). R and m are constants where it is
+// inlined: the accumulators live in registers.
+static inline __attribute__((always_inline)) void dots(const int R, const int m, const float *const *w,
+                                                       const float *col, long cs, long len, float (*s)[NARROW],
+                                                       int q0) {
+    f8 acc[4][4];
+    for (int e = 0; e < R; e++)
+        for (int q = 0; q < m; q++) acc[e][q] = f8_zero();
     long i = 0;
-    for (; i + 8 <= len; i += 8)
-        ND_STEP(i, f8_load(w0 + i), f8_load(w1 + i))
-    if (i < len)  // (the weights' rows end here: zeros past them, never their next row times a column's zeros)
-        ND_STEP(i, f8_load_part(w0 + i, (int)(len - i)), f8_load_part(w1 + i, (int)(len - i)))
-    f8 a[4] = {a0, a1, a2, a3}, b[4] = {b0, b1, b2, b3};
-    for (int q = 0; q < m; q++) s0[q] = sum8(a[q]), s1[q] = sum8(b[q]);
+    for (; i + 8 <= len; i += 8) {
+        f8 x[4];
+        for (int q = 0; q < m; q++) x[q] = f8_load(col + q * cs + i);
+        for (int e = 0; e < R; e++) {
+            f8 u = f8_load(w[e] + i);
+            for (int q = 0; q < m; q++) acc[e][q] = f8_madd(acc[e][q], u, x[q]);
+        }
+    }
+    if (i < len) {  // (the weights' rows end here: zeros past them, never their next row times a column's zeros)
+        f8 x[4];
+        for (int q = 0; q < m; q++) x[q] = f8_load(col + q * cs + i);
+        for (int e = 0; e < R; e++) {
+            f8 u = f8_load_part(w[e] + i, (int)(len - i));
+            for (int q = 0; q < m; q++) acc[e][q] = f8_madd(acc[e][q], u, x[q]);
+        }
+    }
+    for (int e = 0; e < R; e++)
+        for (int q = 0; q < m; q++) s[e][q0 + q] = sum8(acc[e][q]);
 }
 
-// rows [r0, r1) of (images x output channels), two at a time where both read the same columns (one image and
-// group); each output's sums are the same either way
+// Rows that read the same columns at once: 4 natively (12-16 accumulators: AVX-512's 32 registers hold 4 x 4, AVX2's
+// 16 hold 4 x 3, so 4 columns take 2 rows there), 2 in the page (a wasm f8 is two 128-bit registers)
+#if defined(__wasm__)
+#define NROWS 2
+#define NROWS_4COLS 2
+#elif FW == 16
+#define NROWS 4
+#define NROWS_4COLS 4
+#else
+#define NROWS 4
+#define NROWS_4COLS 2
+#endif
+
+#define DOTS_M(R, wr, sr)                                            \
+    switch (m) {                                                     \
+    case 1: dots(R, 1, wr, cq, colw, ck, sr, q); break;              \
+    case 2: dots(R, 2, wr, cq, colw, ck, sr, q); break;              \
+    case 3: dots(R, 3, wr, cq, colw, ck, sr, q); break;              \
+    default: dots(R, 4, wr, cq, colw, ck, sr, q);                    \
+    }
+
+// rows [r0, r1) of (images x output channels), up to NROWS at a time where they read the same columns (one image
+// and group); each output's sums are the same either way
 static void narrow_rows(const conv_t *k, int r0, int r1) {
     int px = k->ho * k->wo;
     long ck = (long)k->cg * k->taps, ck8 = (ck + 7) & ~7L, colw = k->groups * ck8;
-    for (int r = r0; r < r1; r += 2) {
-        int rows = r + 1 < r1 ? 2 : 1;
-        float s[2][NARROW], unused[NARROW];
-        const float *w[2], *cols[2];
-        for (int e = 0; e < rows; e++) {
-            int n = (r + e) / k->o, o = (r + e) % k->o;
-            w[e] = k->w + o * ck, cols[e] = k->planes + (long)n * px * colw + (o / k->og) * ck8;
+    for (int r = r0; r < r1;) {
+        float s[4][NARROW];
+        const float *w[4], *cols = 0;
+        int rows = 0;
+        for (; rows < NROWS && r + rows < r1; rows++) {
+            int n = (r + rows) / k->o, o = (r + rows) % k->o;
+            const float *c = k->planes + (long)n * px * colw + (o / k->og) * ck8;
+            if (rows && c != cols)
+                break;
+            w[rows] = k->w + o * ck, cols = c;
         }
         for (int q = 0; q < px; q += 4) {
             int m = px - q < 4 ? px - q : 4;
-            if (rows == 2 && cols[0] == cols[1]) {
-                dots(w[0], w[1], cols[0] + q * colw, colw, ck, m, s[0] + q, s[1] + q);
-            } else {
-                for (int e = 0; e < rows; e++) dots(w[e], w[e], cols[e] + q * colw, colw, ck, m, s[e] + q, unused);
+            const float *cq = cols + q * colw;
+            for (int e = 0; e < rows;) {  // rows e.. : 4, 2 or 1 at a time
+                if (rows - e >= 4 && (m < 4 || NROWS_4COLS == 4)) {
+                    DOTS_M(4, w + e, s + e)
+                    e += 4;
+                } else if (rows - e >= 2) {
+                    DOTS_M(2, w + e, s + e)
+                    e += 2;
+                } else {
+                    DOTS_M(1, w + e, s + e)
+                    e += 1;
+                }
             }
         }
         for (int e = 0; e < rows; e++) {
@@ -422,6 +469,7 @@ static void narrow_rows(const conv_t *k, int r0, int r1) {
             fw_store_part(k->y + (long)(r + e) * px, fw_bias_act(fw_load_part(s[e], px), k->b ? k->b + o : 0, k->act),
                           px);
         }
+        r += rows;
     }
 }
 
