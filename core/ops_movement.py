@@ -67,6 +67,12 @@ def unflatten(x, dim, sizes):
 
 
 def permute(x, *dims):
+    d = x._data
+    if d.__class__ is np.ndarray and len(dims) == d.ndim > 1 and not (A._GRAD[0] and x.requires_grad):
+        try:  # a host array recording no gradient: numpy's transpose is the primitive's (it checks the order)
+            return x._new(d.transpose(dims))
+        except (ValueError, TypeError):
+            pass  # (the checks below name the dims)
     dims = _size_args(dims)
     if len(dims) != x.ndim:
         raise ValueError(f"ember: permute needs {x.ndim} dims, got {dims}")

@@ -58,6 +58,10 @@ def broadcast_check(at, ins):
     dims broadcast, times rows times columns), against budget.max_tensor_bytes. Runs on every such node,
     so the common case returns after a product of sizes: the output has at most that many elements."""
     shapes = [v.shape for v in ins if v is not None and hasattr(v, "shape")]
+    limit = budget.max_tensor_bytes
+    if at.memo.get("broadcast") == (shapes, limit):  # (these shapes passed on this node's last run, this budget)
+        return
+    seen = shapes
     prod = math.prod
     bound = prod(prod(s) for s in shapes)
     matmul = at.node.op_type == "MatMul"
@@ -74,3 +78,4 @@ def broadcast_check(at, ins):
     dims = [max(s[len(s) - rank + i] if len(s) - rank + i >= 0 else 1 for s in shapes) for i in range(rank)]
     if prod(dims) * prod(core) * 4 > budget.max_tensor_bytes:
         sized(at, "broadcast inputs " + " x ".join(str(list(s)) for s in shapes), dims + core)
+    at.memo["broadcast"] = (seen, limit)

@@ -53,7 +53,10 @@ def _reshape_attr(ctx, ins, at):
 
 @op("Reshape", since=5)
 def _reshape(ctx, ins, at):
-    return _reshape_to(ins[0], host_ints(ins[1]), at.i("allowzero", 0), ctx)
+    shape = _same_inputs(at, ins)  # (the same shape tensor on the same input shape as the last run: its target)
+    if shape is None:
+        shape = _keep(at, ins, _reshape_to(ins[0], host_ints(ins[1]), at.i("allowzero", 0), ctx).shape)
+    return M.reshape(ins[0], *shape)
 
 
 @op("Flatten")
@@ -68,7 +71,11 @@ def _flatten(ctx, ins, at):
 @op("Transpose")
 def _transpose(ctx, ins, at):
     x = ins[0]
-    perm = at.ints("perm", list(range(x.ndim))[::-1])
+    perm = at.memo.get(("perm", x.ndim))
+    if perm is None:  # (checked once per node and rank)
+        perm = tuple(at.ints("perm", list(range(x.ndim))[::-1]))
+        M.permute(x, *perm)
+        at.memo[("perm", x.ndim)] = perm
     return M.permute(x, *perm)
 
 
@@ -304,13 +311,14 @@ def _positive(idx, n):
 def _gather(ctx, ins, at):
     x, idx = ins
     ax = axis(at.i("axis", 0), x.ndim, ctx)
-    if x.device is CPU and idx.device is CPU and idx.numel() <= 64:
-        # a few indices on the CPU (a state's layer, a dim of a shape): made positive in numpy, not by 3 ops
+    if x.device is CPU and idx.device is CPU:
+        # indices on the CPU (token ids, a state's layer, a dim of a shape): made positive in numpy, not by 3 ops
         one = _same_inputs(at, ins)
         if one is not None:  # the same one index into the same shape as the last run: the same view
             return M.reshape(M.narrow(x, ax, one[0], 1), *one[1])
         i = host(idx).astype(np.int64)
-        i = np.where(i < 0, i + x.shape[ax], i)
+        if i.size and i.min() < 0:
+            i = np.where(i < 0, i + x.shape[ax], i)
         if i.size == 1 and 0 <= i.item() < x.shape[ax]:  # one index: a view, no index_select
             one = _keep(at, ins, (i.item(), (*x.shape[:ax], *i.shape, *x.shape[ax + 1:])))
             return M.reshape(M.narrow(x, ax, one[0], 1), *one[1])
@@ -340,16 +348,17 @@ def _flat_nd_index(x_shape, idx, batch_dims, ctx):
 @op("GatherND", since=11)
 def _gather_nd(ctx, ins, at):
     x, idx = ins
-    b = at.i("batch_dims", 0)
-    rows, k = _flat_nd_index(x.shape, idx, b, ctx)  # (*idx.shape[:-1])
-    bshape = list(x.shape[:b])
-    nb = int(np.prod(bshape)) if b else 1
-    rest = list(x.shape[b + k:])
-    per = int(np.prod(x.shape[b:b + k]))
-    xr = M.reshape(x, nb * per, *rest)  # (batch * indexed rows, *rest)
-    rows = M.reshape(rows, nb, -1) + ctx.const((np.arange(nb, dtype=np.int64) * per)[:, None])
-    out = I.index_select(xr, 0, M.reshape(rows, -1))
-    return M.reshape(out, *idx.shape[:-1], *rest)
+    got = _same_inputs(at, ins)  # the same index tensor (a shape chain's cached value) into the same shape
+    if got is None:
+        b = at.i("batch_dims", 0)
+        rows, k = _flat_nd_index(x.shape, idx, b, ctx)  # (*idx.shape[:-1])
+        nb = int(np.prod(x.shape[:b])) if b else 1
+        rest = list(x.shape[b + k:])
+        per = int(np.prod(x.shape[b:b + k]))
+        rows = M.reshape(rows, nb, -1) + ctx.const((np.arange(nb, dtype=np.int64) * per)[:, None])
+        got = _keep(at, ins, ((nb * per, *rest), M.reshape(rows, -1), (*idx.shape[:-1], *rest)))
+    flat, rows, out = got
+    return M.reshape(I.index_select(M.reshape(x, *flat), 0, rows), *out)  # x as (batch * indexed rows, *rest)
 
 
 @op("ScatterND", since=11)

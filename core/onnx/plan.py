@@ -46,7 +46,7 @@ _CACHE_MAX = 16  # cached shape keys per host step (a model fed many shapes reco
 
 class Step:
     __slots__ = ("node", "fn", "attrs", "ctx", "ins", "outs", "host", "of_shape", "host_idx", "need_dev",
-                 "drop", "cache", "broadcasts", "named", "out1", "branches")
+                 "drop", "cache", "broadcasts", "named", "out1", "branches", "scoped", "cond")
 
     def __init__(self, node, fn, attrs, ctx):
         self.node, self.fn, self.attrs, self.ctx = node, fn, attrs, ctx
@@ -57,6 +57,8 @@ class Step:
         self.host = self.of_shape = False
         self.host_idx, self.need_dev, self.drop, self.cache = (), (), (), {}
         self.broadcasts = node.op_type in BROADCAST and node.domain in ("", "ai.onnx")
+        self.scoped = _has_subgraph(node)  # its subgraphs read the scope it runs in (ctx.scope)
+        self.cond = (None, 0)  # an inlined If's last condition value and the branch it chose
 
 
 def free_names(graph) -> set:
@@ -226,7 +228,9 @@ def run(steps, env, hv, where, free=True):
             elif st.branches is not None:  # an If run in this environment (inline_ifs): no subgraph run
                 c = st.ins[0]
                 v = hv[c] if st.host_idx else _read(env, c, st, where)
-                b_steps, b_outs, b_local = st.branches[0 if bool(host(v).reshape(-1)[0]) else 1]
+                if st.cond[0] is not v:  # (a host step's cached value: the same tensor every run of the same shapes)
+                    st.cond = (v, 0 if bool(host(v).reshape(-1)[0]) else 1)
+                b_steps, b_outs, b_local = st.branches[st.cond[1]]
                 run(b_steps, env, hv, where, free)
                 try:
                     for n, b in zip(st.outs, b_outs):
@@ -246,7 +250,8 @@ def run(steps, env, hv, where, free=True):
                     for i in st.host_idx:
                         ins[i] = hv[st.ins[i]]
                 ctx = st.ctx
-                ctx.scope = env  # what a subgraph of this node sees
+                if st.scoped:
+                    ctx.scope = env  # what a subgraph of this node sees
                 if st.broadcasts:
                     broadcast_check(st.attrs, ins)
                 outs = st.fn(ctx, ins, st.attrs)

@@ -62,7 +62,7 @@ def to_tensor(a, dev) -> Tensor:
     the host array the string operators read."""
     a = np.asarray(a)
     if a.dtype in _PLAIN:  # (most feeds: none of the cases below, whose dtype.name costs more than the rest)
-        return tensor(a if a.flags.c_contiguous else a.copy(), device=dev)
+        return Tensor._from_storage(np.array(a, copy=True, order="C"), D.FROM_NP[a.dtype], dev)
     if a.dtype.name in ML_NAMES:  # ml_dtypes' float8/int4/... (as onnx's numpy_helper returns them)
         a = a.astype(ML_NAMES[a.dtype.name])
     if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (what onnx's numpy_helper returns): keep the bits
