@@ -161,7 +161,18 @@ def broadcast_to(x, shape):
     return expand(x, shape)
 
 
+_ALL = slice(None)
+
+
 def narrow(x, dim, start, length):
+    a = x._data
+    if a.__class__ is np.ndarray and dim.__class__ is int and start.__class__ is int and length.__class__ is int \
+            and -a.ndim <= dim < a.ndim and not (A._GRAD[0] and x.requires_grad):
+        dm = dim % a.ndim  # a host array recording no gradient: numpy's basic slice is the primitive's (a view)
+        n = a.shape[dm]
+        s = start + n if start < 0 else start
+        if 0 <= s <= n and 0 <= length and s + length <= n:
+            return x._new(a[(_ALL,) * dm + (slice(s, s + length),)])
     d = norm_dim(dim, x.ndim)
     n = x.shape[d]
     if start < 0:
