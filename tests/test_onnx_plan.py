@@ -2,6 +2,7 @@
 shapes they come from, values are freed after their last reader, patterns fuse. Each against onnxruntime
 on the same model, with the input shape changing from run to run (a stale cached shape would show)."""
 import numpy as np
+import pytest
 
 from expected_skips import missing
 
@@ -291,3 +292,74 @@ def test_attention_takes_the_scales_of_q_and_k_into_one(device):
         feeds["mask"] = np.full((1, 1, 1, n), -np.inf, np.float32)  # every key masked: NaN probabilities -> zeros
         (got,), (want,) = sess.run(None, feeds), ref.run(None, feeds)
         assert np.array_equal(got, want) and not got.any()
+
+
+def _kept_graph():
+    """What nodes keep from their last run (a Reshape's target, a Transpose's order, GatherND's flat rows of a
+    cached index, a broadcasting node's size check), fed shapes that change: y = Transpose(Reshape(x, [-1, 2, k]))
+    with k from a shape chain; e = Gather(table, ids) (negative ids too); z = GatherND(m, idx) where idx comes from
+    Shape -> Range chains (a cached host value); s = a (n, 1) + b (1, m)."""
+    ort, T, helper, nh = _tools()
+
+    def c(name, v):
+        return nh.from_array(np.asarray(v), name)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Gather", ["sx", "i2"], ["k"], axis=0),
+        helper.make_node("Unsqueeze", ["k", "ax0"], ["k1"]),
+        helper.make_node("Concat", ["m1_2", "k1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["y"], perm=[2, 0, 1]),
+        helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+        helper.make_node("Shape", ["m"], ["sm"]),
+        helper.make_node("Gather", ["sm", "i1"], ["w"], axis=0),
+        helper.make_node("Range", ["zero", "w", "one"], ["cols"]),
+        helper.make_node("Unsqueeze", ["cols", "ax1"], ["cols1"]),
+        helper.make_node("Mul", ["cols1", "zero"], ["rows1"]),
+        helper.make_node("Concat", ["rows1", "cols1"], ["idx"], axis=1),
+        helper.make_node("GatherND", ["m", "idx"], ["z"]),
+        helper.make_node("Add", ["a", "b"], ["s"]),
+    ]
+    inits = [c("i1", np.int64(1)), c("i2", np.int64(2)), c("ax0", np.array([0], np.int64)),
+             c("ax1", np.array([1], np.int64)), c("m1_2", np.array([-1, 2], np.int64)), c("zero", np.int64(0)),
+             c("one", np.int64(1)), c("table", np.arange(40, dtype=np.float32).reshape(10, 4))]
+    f = T.FLOAT
+    g = helper.make_graph(nodes, "kept", [helper.make_tensor_value_info("x", f, [2, "h", "k"]),
+                                          helper.make_tensor_value_info("ids", T.INT64, ["q"]),
+                                          helper.make_tensor_value_info("m", f, [1, "w"]),
+                                          helper.make_tensor_value_info("a", f, ["n", "n2"]),
+                                          helper.make_tensor_value_info("b", f, ["p2", "p"])],
+                          [helper.make_tensor_value_info(n, f, None) for n in ("y", "e", "z", "s")], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_what_nodes_keep_follows_new_shapes_and_a_lowered_limit(device, monkeypatch):
+    ort = _tools()[0]
+    from ember.errors import LimitError
+    from ember.limits import budget
+    from ember.onnx import InferenceSession
+    model = _kept_graph()
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    sess = InferenceSession(model, device=device)
+    rng = np.random.default_rng(3)
+    # each shape twice in a row (what a node kept is used) and again after another (kept for that one)
+    for h, k, q, w, n, p in [(3, 4, 5, 6, 2, 3), (3, 4, 5, 6, 2, 3), (1, 6, 2, 3, 4, 1), (3, 4, 5, 6, 2, 3),
+                             (2, 2, 7, 9, 1, 5), (2, 2, 7, 9, 1, 5)]:
+        feeds = {"x": rng.standard_normal((2, h, k)).astype(np.float32),
+                 "ids": rng.integers(-10, 10, q).astype(np.int64),
+                 "m": rng.standard_normal((1, w)).astype(np.float32),
+                 "a": rng.standard_normal((n, 1)).astype(np.float32),
+                 "b": rng.standard_normal((1, p)).astype(np.float32)}
+        want = ref.run(None, feeds)
+        got = sess.run(None, feeds)
+        for name, g_, w_ in zip(("y", "e", "z", "s"), got, want):
+            assert g_.shape == w_.shape, (name, h, k, q, w, n, p)
+            np.testing.assert_allclose(g_, w_, rtol=1e-6, atol=1e-6, err_msg=name)
+    # two (512, 512) inputs: past the quick bound (the product of the inputs' sizes), their 1 MiB sum passes the
+    # full check at the default limit, twice; under a lower limit the same shapes are refused, not passed as before
+    feeds.update(a=np.ones((512, 512), np.float32), b=np.ones((512, 512), np.float32))
+    for _ in range(2):
+        assert sess.run(None, feeds)[3].shape == (512, 512)
+    monkeypatch.setattr(budget, "max_tensor_bytes", 1 << 19)
+    with pytest.raises(LimitError, match="max_tensor_bytes"):
+        sess.run(None, feeds)
