@@ -245,7 +245,7 @@ op("rms_norm", "(x, weight|None, eps) -> RMSNorm over the last axis", composed="
 op("attention", "(q, k, v, mask|None, scale, causal) -> softmax(q k^T scale + mask) v, batch dims broadcast",
    composed="ember.nn.functional:attention_composed",
    cpu=Kernel(_DN + "attention", _DN + "describe_attention", choose=_DN + "choose_attention",
-              tune={"mode": "auto", "min_scores": 4096}),
+              tune={"mode": "auto", "min_scores": 128}),
    webgpu=Kernel(_WG + "attention", "matmul.wgsl + norm.wgsl attn_softmax + matmul.wgsl"),
    cuda=Kernel(_CU + "attention", "cuda/attention.cu attention_*"))
 op("gelu", "(x, approximate 'none'|'tanh') -> x * Phi(x)", composed="ember.ops_elementwise:gelu_composed",

@@ -34,7 +34,7 @@ typedef struct {
     const float *q, *k, *v, *m;
     float *o, *kt;
     int b1, b2, l, s, d, dv, causal, qblocks;
-    long spad;  // keys of a transposed head, whole blocks
+    long spad;  // keys of a transposed head, rounded up to 16 (zeros past s)
     float scale;
     long qs[3], ks[3], vs[3], ms[3], os[3];
 } attn_t;
@@ -52,7 +52,9 @@ static int setup(const intptr_t *p, attn_t *a) {
     if (a->b1 < 1 || a->b2 < 1 || a->l < 1 || a->s < 1 || a->d < 1 || a->dv < 1 || a->dv > MAX_DV)
         return -1;
     a->qblocks = (a->l + QB - 1) / QB;
-    a->spad = ((long)a->s + NK - 1) / NK * NK;
+    // the score tiles read a block's keys in whole vectors of up to 16 lanes, nothing past that: a decoded token's
+    // 12 heads of 16 keys were padded to 192 (each call wrote 147k floats, mostly zeros: ~60 us)
+    a->spad = ((long)a->s + 15) / 16 * 16;
     return 0;
 }
 
@@ -81,7 +83,7 @@ static void transpose_heads(const attn_t *a, int h0, int h1) {
                 t[4] = r[4 * rs + i], t[5] = r[5 * rs + i], t[6] = r[6 * rs + i], t[7] = r[7 * rs + i];
             }
         }
-        for (int j0 = whole; j0 < a->spad; j0 += 8)  // the last keys, then zeros to whole blocks
+        for (int j0 = whole; j0 < a->spad; j0 += 8)  // the last keys, then zeros to the padded width
             for (int i = 0; i < a->d; i++)
                 for (int j = j0; j < j0 + 8; j++)
                     kt[(long)i * a->spad + j] = j < a->s ? k[(long)j * a->ks[2] + i] : 0.0f;
@@ -320,5 +322,6 @@ int ember_attention(const intptr_t *p) {
     int heads = a.b1 * a.b2, units = heads * a.qblocks;
     // (a float moved costs about what 8 multiply-adds do: MiniLM's 12 heads of 128 keys were one thread's 50 us)
     int rc = ember_parallel(prepare_job, &a, heads, ember_chunks(heads, 8L * a.d * a.spad));
-    return rc ? rc : ember_parallel(rows_job, &a, units, ember_chunks(units, (long)QB * a.s * (a.d + a.dv)));
+    long rows = a.l < QB ? a.l : QB;  // (a unit's query rows: one for a decoded token)
+    return rc ? rc : ember_parallel(rows_job, &a, units, ember_chunks(units, rows * a.s * (a.d + a.dv)));
 }
