@@ -255,6 +255,9 @@ op("silu", "(x) -> x * sigmoid(x)", composed="ember.ops_elementwise:silu_compose
 op("linear", "(x, w (out, in), b (out,)) -> x @ w.T + b", composed="ember.nn.functional:linear_composed",
    cpu=Kernel(_CPU + "linear", "BLAS matmul, bias added in place"),
    webgpu=Kernel(_WG + "linear", "matmul.wgsl with the bias as its epilogue"))
+op("linear_argmax", "(x one row (..., K), w (N, K)) -> int: the index of the largest of x @ w.T, the first of equal "
+   "ones: greedy decoding's pick from a float output layer", composed="ember.nn.functional:linear_argmax_composed",
+   cpu=Kernel("ember.backends.cpu_argmax:linear_argmax", "ember.backends.cpu_argmax:describe"))
 op("linear_act", "(x, w (out, in), b (out,), act 'gelu'|'gelu_tanh'|'silu'|'relu'|None) -> act(x @ w.T + b), or None "
    "where the kernel does not take it: a linear layer with its activation in the product's epilogue",
    composed="ember.nn.functional:linear_act_composed",

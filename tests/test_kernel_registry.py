@@ -257,6 +257,7 @@ IN_PLACE = ("copy_into", "rope_append_attention")  # kernels that write an input
 # ops whose kernel is tested against its composed form by a test of its own (file::test)
 ELSEWHERE = {"decoder_plan": "tests/test_fused_decode.py::test_fused_float32_equals_composed",
              "xattn_decoder_plan": "tests/test_whisper_fused_decode.py::test_fused_steps_equal_the_composed_layers",
+             "linear_argmax": "tests/test_linear_argmax.py::test_the_pick_is_the_products_argmax_at_near_ties",
              # (its CPU kernel runs on the page's kernel pool only)
              "linear_act": "tests/test_pool_pyodide.py::test_every_kernel_gives_the_same_bits_on_any_thread_count"}
 

@@ -333,6 +333,32 @@ def half_copy(b):
     return derived_copy(b, "f16", _exact_halves)
 
 
+def _screen(b):
+    """(halves, norms) for b (in, out) float32 C-contiguous: b's values as float16 (b's own where they are exact,
+    half_copy's; else b rounded, in an array counted against EMBER_BLOCKED_WEIGHT_BYTES while it lives) and each
+    output's norm of them, rounded up (cpu_kernels/argmax_f32.c); None where a value is past the halves' range or
+    not finite, or past the budget."""
+    kern, exact = native_kernels(), half_copy(b)
+    if exact is not None:
+        return exact, kern.f16_screen_copy(b, np.empty(b.shape, np.float16))  # (the norms; the copy is dropped)
+    arena = blocked_arena(-(-b.size // 2))
+    if arena is None:
+        return None
+    h = arena.view(np.float16)[:b.size].reshape(b.shape)
+    norms = kern.f16_screen_copy(b, h)
+    return None if norms is None else (h, norms)
+
+
+def screen_copy(b):
+    """(halves, norms) of b (in, out) float32 for linear_argmax's screen (cpu_kernels/argmax_f32.c): b's values as
+    float16 (b's own where they are exact, half_copy's, else b rounded, counted against EMBER_BLOCKED_WEIGHT_BYTES)
+    and each output's norm of them, made once per weight at its second pick (derived_copy); None where there is
+    none (yet, or a value is past the halves' range, or past the budget)."""
+    if not b.flags.c_contiguous:
+        return None
+    return derived_copy(b, "f16 screen", _screen, second=True)
+
+
 # products gemm_native.c takes from OpenBLAS, measured with the weights coming from memory as in a forward pass
 # (bench/bench_core.py): 16..256 rows against a weight at least 128 x 128, 2^20 multiply-adds or more (1.0-1.45x
 # BLAS's speed on 1 and 2 threads; MiniLM's linears 5-8% faster); fewer rows stream the weight slower than BLAS

@@ -41,7 +41,7 @@ from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
 FILES = ("q8dot.c", "decode.c", "threads.c", "conv.c", "attention.c", "rows.c", "decode_xattn.c", "nbits.c",
-         "recurrent.c", "matvec_f16.c", "gemm_native.c", "image.c", "maps.c")  # (+ HEADERS)
+         "recurrent.c", "matvec_f16.c", "gemm_native.c", "image.c", "maps.c", "argmax_f32.c")  # (+ HEADERS)
 HEADERS = ("simd.h", "half.h", "parallel.h", "fvec.h", "fvec_math.h", "matvec_f32.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
 FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
@@ -67,6 +67,8 @@ class NativeKernels:
         lib.ember_decode.argtypes = [_P, _P, _P, _P, _P]
         lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
         lib.ember_matvec_f16.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
+        lib.ember_f16_screen_copy.argtypes = [_P, _I, _I, _P, _P]
+        lib.ember_matvec_f32_argmax.argtypes = [_P, ctypes.c_long, _P, ctypes.c_long, _P, _I, _I, _P, _P, _I, _P]
         lib.ember_matvec_f32_blocked.argtypes = [_P, _I, _I, _P, _P]
         lib.ember_copy_spans.argtypes = [_P, _P, _P, _I]
         lib.ember_sgemm_native.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, ctypes.c_long, _P, _P, ctypes.c_long, _I]
@@ -154,6 +156,30 @@ class NativeKernels:
         """matvec_f32 for wt (k, n) float16 C-contiguous: the bits matvec_f32 gives on wt as float32, from half
         the bytes (matvec_f16.c)."""
         return self._matvec(self._lib.ember_matvec_f16, x, wt)
+
+    def f16_screen_copy(self, wt: np.ndarray, halves: np.ndarray) -> np.ndarray | None:
+        """wt (k, n) float32 C-contiguous rounded to float16 into halves (k, n) (nearest even), and each output's
+        norm of them rounded up ((n,) float32, returned): matvec_f32_argmax's screen; None where a value of wt is not
+        finite or past the halves' range."""
+        k, n = wt.shape
+        norms = np.empty(n, np.float32)
+        if self._lib.ember_f16_screen_copy(wt.ctypes.data, k, n, halves.ctypes.data, norms.ctypes.data) != 0:
+            return None
+        return norms
+
+    def matvec_f32_argmax(self, x: np.ndarray, wt: np.ndarray, halves: np.ndarray, norms: np.ndarray,
+                          max_exact: int) -> int:
+        """argmax(matvec_f32(x, wt)) (the first of equal largest) from a screen over halves (wt rounded to float16,
+        the same layout; norms: each output's norm of them, rounded up) and the outputs that can be the largest
+        computed from wt (argmax_f32.c), or < 0 where the screen decides nothing (x too large or not finite, more
+        than max_exact such outputs): the caller then computes them all."""
+        k, n = wt.shape
+        x = np.ascontiguousarray(x, np.float32)
+        scratch = np.empty(2 * n, np.float32)
+        exact = ctypes.c_int(0)
+        return self._lib.ember_matvec_f32_argmax(wt.ctypes.data, wt.strides[0] // 4, halves.ctypes.data,
+                                                 halves.strides[0] // 2, norms.ctypes.data, n, k, x.ctypes.data,
+                                                 scratch.ctypes.data, max_exact, ctypes.byref(exact))
 
     def sgemm(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
               blocked: np.ndarray | None = None, act: int = 0) -> np.ndarray:

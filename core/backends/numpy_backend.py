@@ -19,6 +19,16 @@ from .numpy_conv import conv as _conv_im2col
 
 _MATVEC_MIN = 1 << 18  # elements of a weight past which a row-vector product goes to the C matvec (1 MiB)
 _EINSUM_MAX = 1 << 22  # above this, multi-threaded BLAS streams a weight faster (32000x288 lm_head: 1.2 vs 1.5 ms)
+
+
+def row_matvec(a, b) -> bool:
+    """Whether matmul(a, b) runs decode.c's row-vector product (its bits: each output summed over the inputs in
+    order, a multiply then an add): one float32 row against a large re-stored float32 (in, out) weight, natively."""
+    return a.dtype is _F32 and b.dtype is _F32 and b.ndim == 2 and a.size == b.shape[0] and b.size >= _MATVEC_MIN \
+        and b.flags.c_contiguous and b.shape[0] % 8 == 0 and not NO_BLAS and not deterministic() \
+        and native_kernels() is not None
+
+
 # ufunc.reduce directly: np.sum & co. add ~2 us of Python wrapping per call
 _REDUCE = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce, "prod": np.multiply.reduce}
 
@@ -94,19 +104,16 @@ class NumpyBackend(ArrayModuleBackend):
                 # e.g. while training): memory-bound, and numpy's SIMD einsum loop streams that layout
                 # ~1.4-2.2x faster than OpenBLAS's M=1 gemm (bench_llama)
                 return np.einsum("...ij,jk->...ik", a, b)
-            if b.ndim == 2 and b.dtype is _F32 and a.size == b.shape[0] and b.size >= _MATVEC_MIN and \
-                    b.flags.c_contiguous and b.shape[0] % 8 == 0:
+            if row_matvec(a, b):
                 # one row x a large re-stored (in, out) weight (an LM head each decoded token): memory-bound, and
                 # decode.c's matvec streams it ~1.4x faster than OpenBLAS's M=1 gemm on one thread, threaded alike
-                kern = native_kernels()
-                if kern is not None:
-                    x, half = a.reshape(-1), half_copy(b)
-                    if half is not None:  # a float16 checkpoint's weight: the same bits from half the bytes
-                        y = kern.matvec_f16(x, half)
-                    else:  # a short weight from its blocked copy: one stream a block, split between threads
-                        wb = blocked_copy(b)
-                        y = kern.matvec_f32(x, b) if wb is None else kern.matvec_f32_blocked(x, wb, b.shape[1])
-                    return y.reshape(a.shape[:-1] + (b.shape[1],))
+                kern, x, half = native_kernels(), a.reshape(-1), half_copy(b)
+                if half is not None:  # a float16 checkpoint's weight: the same bits from half the bytes
+                    y = kern.matvec_f16(x, half)
+                else:  # a short weight from its blocked copy: one stream a block, split between threads
+                    wb = blocked_copy(b)
+                    y = kern.matvec_f32(x, b) if wb is None else kern.matvec_f32_blocked(x, wb, b.shape[1])
+                return y.reshape(a.shape[:-1] + (b.shape[1],))
             y = native_gemm(a, b, weight=True)  # (a bias-free layer's weight: its blocked copy once read again)
             if y is not None:
                 return y

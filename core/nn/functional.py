@@ -175,6 +175,25 @@ def linear_composed(x, weight, bias):
     return A.prim_matmul(x, A.prim_permute(weight, (1, 0))) + bias
 
 
+def linear_argmax(x, weight) -> int:
+    """int(argmax(linear(x, weight))) for one row x (..., in): the index of the largest output, the first of equal
+    ones (greedy decoding's pick). A device's kernel (the registry's linear_argmax) may find it without computing
+    every output: natively, from a float16 screen of the weight and the few outputs that can win."""
+    if x.shape[-1] != weight.shape[-1] or x.numel() != x.shape[-1] or weight.ndim != 2:
+        raise ValueError(f"ember: linear_argmax takes one row against a (out, in) weight, got input {x.shape}, "
+                         f"weight {weight.shape}")
+    if x.dtype is weight.dtype and x.device is weight.device:
+        k = A.fused_kernel("linear_argmax", x, weight)
+        if k is not None:
+            return int(k(x._data, weight._data))
+    return linear_argmax_composed(x, weight)
+
+
+def linear_argmax_composed(x, weight) -> int:
+    """argmax of linear(x, weight)'s outputs: the kernels' reference."""
+    return int(np.argmax(linear(x, weight).numpy()))
+
+
 def embedding(idx, weight, padding_idx=None):
     if idx.dtype.is_float:
         raise TypeError(f"ember: embedding indices must be integers, got {idx.dtype}")

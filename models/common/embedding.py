@@ -36,7 +36,7 @@ class QEmbedding(nn.Module):
     def argmax_logits(self, x) -> int:                                       # (1, 1, dim) -> argmax of logits
         if isinstance(self.weight, QTensor):
             return self.weight.argmax_matmul_t(x)
-        return int(np.argmax(self.logits(x).numpy()))
+        return F.linear_argmax(x, self.weight)
 
     def topk_logits(self, x, k: int):                                       # (1, 1, dim) -> (ids, logits)
         """The logits of a set of ids holding every one among the k largest (QTensor.topk_matmul_t)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember import nn
+from ember.nn import functional as F
 
 from .attention import Attention
 from .decoder import CausalLM, DecoderBlock
@@ -78,7 +79,20 @@ class LlamaLayout(CausalLM):
     def greedy_head(self, x) -> int:
         """The id of head(x)'s largest logit for one position x (1, 1, dim) (generate's greedy pick)."""
         q = self._quantized_output()
-        return q.argmax_logits(x) if q is not None else int(np.argmax(self.head(x).numpy()))
+        if q is not None:
+            return q.argmax_logits(x)
+        weight = self._output_weight()
+        return F.linear_argmax(x, weight) if weight is not None else int(np.argmax(self.head(x).numpy()))
+
+    def _output_weight(self):
+        """The (vocab, dim) weight head(x) is x @ weight.T with (a tied embedding's, a bias-free nn.Linear's), or
+        None where the head is more than that (a family's own head, a LoRA-wrapped or quantized lm_head)."""
+        if type(self).head is not LlamaLayout.head:
+            return None
+        if self.tie_embeddings:
+            return self.output_embedding()
+        head = self.lm_head
+        return head.weight if type(head) is nn.Linear and head.bias is None else None
 
     def topk_head(self, x, k: int):
         """(ids, logits) of head(x) over ids holding every one among the k largest (generate's top-k draw)."""

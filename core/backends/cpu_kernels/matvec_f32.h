@@ -76,7 +76,12 @@ static inline f8 load8_f16(const uint16_t *p) {
 #endif
 }
 static inline float load1_f16(const uint16_t *p) { return f16_to_f32((const uint8_t *)p); }
-MATVEC_INPUT_MAJOR(matvec_f16_input_major, uint16_t, f8, f8, 8, load8_f16, load8_f16, load1_f16)
+#if FW == 16  // (AVX-512: 16 halves a vector, converted in one instruction; each lane's steps are f8's)
+static inline fw loadw_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+#else
+#define loadw_f16 load8_f16
+#endif
+MATVEC_INPUT_MAJOR(matvec_f16_input_major, uint16_t, fw, fw, FW, loadw_f16, load8_f16, load1_f16)
 
 // A decode step's input-major weight split between threads by inputs: MATVEC_SEG_INPUTS inputs a unit, each unit's
 // partial sums of every output (a contiguous band of the weight, what the prefetcher streams) in part (units, rows);
