@@ -178,3 +178,33 @@ def test_greedy_generation_matches_the_composed_head():
     assert got == want
     assert sum(p >= 0 for p in picks) >= 30  # (the screen picked, from the weight's second token on)
     assert cpu_argmax.MAX_EXACT >= 1
+
+
+def test_every_build_rounds_the_screen_alike_and_picks_the_products_argmax(tmp_path_factory):
+    from native_builds import build_variants
+    rng = np.random.default_rng(8)
+    wt = rng.normal(0, 0.05, (96, 3001)).astype(np.float32)
+    wt[0, :8] = [65504.0, -65504.0, 6.1e-5, 3e-8, -2.9e-8, 1e-30, 65500.0, 0.0]  # (the halves' range and edges)
+    for a in rng.choice(3000, 40, replace=False):  # near ties, as _near_ties makes them
+        wt[:, a + 1] = wt[:, a] * (1 + rng.uniform(-2.0 ** -11, 2.0 ** -11, 96)).astype(np.float32)
+    want_halves = wt.astype(np.float16)
+    exact_norms = np.sqrt((want_halves.astype(np.float64) ** 2).sum(0))
+    for tag, kern in build_variants(tmp_path_factory).items():
+        kern.set_threads(2)
+        halves = np.empty(wt.shape, np.float16)
+        norms = kern.f16_screen_copy(wt, halves)
+        assert np.array_equal(halves.view(np.uint16), want_halves.view(np.uint16)), tag
+        assert (norms >= exact_norms).all() and (norms <= exact_norms * (1 + 1e-5) + 1e-30).all(), tag
+        for t in range(30):
+            a = int(rng.integers(3000))
+            x = (wt[:, a] * 30 + rng.normal(0, 0.3, 96)).astype(np.float32)
+            if t == 0:
+                x[0] = 0.0  # (the huge weights out of it)
+            y = kern.matvec_f32(x, wt)
+            got = kern.matvec_f32_argmax(x, wt, halves, norms, 64)
+            assert got == int(np.argmax(y)) or got < 0 and t == 0, (tag, t)
+        bad = wt.copy()
+        bad[5, 5] = 65520.0  # (rounds to inf as a half)
+        assert kern.f16_screen_copy(bad, np.empty(wt.shape, np.float16)) is None, tag
+        bad[5, 5] = np.nan
+        assert kern.f16_screen_copy(bad, np.empty(wt.shape, np.float16)) is None, tag
