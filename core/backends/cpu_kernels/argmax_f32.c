@@ -58,9 +58,11 @@ int ember_matvec_f32_argmax(const float *wt, long lead, const uint16_t *ht, long
         xl2 += m * m;
     }
     screen_job j = {ht, hlead, rows, cols, x, scratch};
+    // in chunks as the float32 head's (decode.c counts 4 a multiply-add of float32 rows: ~4 for stories15M's
+    // head, which on 2 threads in 1 or 2 chunks screened no faster than on one)
     int blocks = (rows + 7) / 8;
     int rc = ember_parallel(screen_rows, &j, blocks,
-                            ember_chunks_sized(blocks, 8L * cols, PARALLEL_MIN_WORK, MATVEC_HEAD_CHUNK_WORK));
+                            ember_chunks_sized(blocks, 16L * cols, PARALLEL_MIN_WORK, MATVEC_HEAD_CHUNK_WORK));
     if (rc != 0)
         return rc;
     double u = 1.0 / 16777216.0, g = cols * u / (1.0 - cols * u), r = (1.0 / 2048.0) / (1.0 - 1.0 / 2048.0);
