@@ -157,13 +157,14 @@ class NativeKernels:
         the bytes (matvec_f16.c)."""
         return self._matvec(self._lib.ember_matvec_f16, x, wt)
 
-    def f16_screen_copy(self, wt: np.ndarray, halves: np.ndarray) -> np.ndarray | None:
-        """wt (k, n) float32 C-contiguous rounded to float16 into halves (k, n) (nearest even), and each output's
-        norm of them rounded up ((n,) float32, returned): matvec_f32_argmax's screen; None where a value of wt is not
-        finite or past the halves' range."""
+    def f16_screen_copy(self, wt: np.ndarray, halves: np.ndarray | None) -> np.ndarray | None:
+        """wt (k, n) float32 C-contiguous rounded to float16 into halves (k, n) (nearest even; None: not kept), and
+        each output's norm of them rounded up ((n,) float32, returned): matvec_f32_argmax's screen; None where a value
+        of wt is not finite or past the halves' range."""
         k, n = wt.shape
         norms = np.empty(n, np.float32)
-        if self._lib.ember_f16_screen_copy(wt.ctypes.data, k, n, halves.ctypes.data, norms.ctypes.data) != 0:
+        at = None if halves is None else halves.ctypes.data
+        if self._lib.ember_f16_screen_copy(wt.ctypes.data, k, n, at, norms.ctypes.data) != 0:
             return None
         return norms
 

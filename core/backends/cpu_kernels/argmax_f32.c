@@ -104,8 +104,9 @@ int ember_matvec_f32_argmax(const float *wt, long lead, const uint16_t *ht, long
 
 // The screen's copy, made once per weight: W (n_in, n_out) float32 rounded to halves (nearest even) in h, the same
 // layout, and each output's Euclidean norm of them in norms, rounded up (a half's square is exact as a float, so
-// only the n_in additions round: the sum is within n_in u of its value). 0, or -1 where a value is not finite or
-// is past the halves' range (no screen: the pick then computes every output).
+// only the n_in additions round: the sum is within n_in u of its value); h 0: the norms alone (W's values are
+// halves already). 0, or -1 where a value is not finite or is past the halves' range (no screen: the pick then
+// computes every output).
 EMBER_EXPORT(ember_f16_screen_copy)
 int ember_f16_screen_copy(const float *w, int n_in, int n_out, uint16_t *h, float *norms) {
     int bad = 0;
@@ -113,7 +114,7 @@ int ember_f16_screen_copy(const float *w, int n_in, int n_out, uint16_t *h, floa
         norms[o] = 0.0f;  // (sums of squares first)
     for (int i = 0; i < n_in; i++) {
         const float *src = w + (long)i * n_out;
-        uint16_t *dst = h + (long)i * n_out;
+        uint16_t *dst = h ? h + (long)i * n_out : 0;
         int o = 0;
 #if defined(__AVX512F__) && !defined(EMBER_SIMD_SCALAR)
         for (; o + 16 <= n_out; o += 16) {
@@ -121,7 +122,8 @@ int ember_f16_screen_copy(const float *w, int n_in, int n_out, uint16_t *h, floa
             __m512 a = _mm512_andnot_ps(_mm512_set1_ps(-0.0f), v);
             bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(65504.0f), _CMP_LE_OQ) != 0xFFFF;  // (NaN: not <=)
             __m256i q = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            _mm256_storeu_si256((__m256i *)(dst + o), q);
+            if (dst)
+                _mm256_storeu_si256((__m256i *)(dst + o), q);
             __m512 hv = _mm512_cvtph_ps(q);
             _mm512_storeu_ps(norms + o, _mm512_add_ps(_mm512_loadu_ps(norms + o), _mm512_mul_ps(hv, hv)));
         }
@@ -131,7 +133,8 @@ int ember_f16_screen_copy(const float *w, int n_in, int n_out, uint16_t *h, floa
             __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
             bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(65504.0f), _CMP_LE_OQ)) != 0xFF;
             __m128i q = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            _mm_storeu_si128((__m128i *)(dst + o), q);
+            if (dst)
+                _mm_storeu_si128((__m128i *)(dst + o), q);
             __m256 hv = _mm256_cvtph_ps(q);
             _mm256_storeu_ps(norms + o, _mm256_add_ps(_mm256_loadu_ps(norms + o), _mm256_mul_ps(hv, hv)));
         }
@@ -139,8 +142,10 @@ int ember_f16_screen_copy(const float *w, int n_in, int n_out, uint16_t *h, floa
         for (; o < n_out; o++) {
             float a = src[o] < 0 ? -src[o] : src[o];
             bad |= !(a <= 65504.0f);
-            dst[o] = f32_to_f16(src[o]);
-            uint8_t b[2] = {(uint8_t)dst[o], (uint8_t)(dst[o] >> 8)};
+            uint16_t q = f32_to_f16(src[o]);
+            if (dst)
+                dst[o] = q;
+            uint8_t b[2] = {(uint8_t)q, (uint8_t)(q >> 8)};
             float hv = f16_to_f32(b);
             norms[o] += hv * hv;
         }
