@@ -208,3 +208,29 @@ def test_every_build_rounds_the_screen_alike_and_picks_the_products_argmax(tmp_p
         assert kern.f16_screen_copy(bad, np.empty(wt.shape, np.float16)) is None, tag
         bad[5, 5] = np.nan
         assert kern.f16_screen_copy(bad, np.empty(wt.shape, np.float16)) is None, tag
+
+
+def test_a_trained_models_head_is_decided_by_the_screen():
+    """SmolLM2-135M-Instruct's tied head (its GGUF's, as float32) at the hidden states of a real greedy run: the
+    screen leaves a few outputs to compute (not the random weights' doing), and the pick is every output's argmax."""
+    from smollm2_assets import smollm2_gguf
+    from ember.models.text.load import load_text_model
+    model, tok = load_text_model(str(smollm2_gguf()))
+    states = []
+    pick = model.greedy_head
+    model.greedy_head = lambda x: states.append(x.numpy().copy()) or pick(x)
+    from ember.models.common.generate import SamplingParams, generate
+    list(generate(model, tok.encode("The capital of France is Paris. Three facts about the Eiffel tower:"), 12,
+                  SamplingParams(temperature=0)))
+    w = _weight(np.ascontiguousarray(model.model.embed_tokens.weight.numpy().T))  # (vocab, dim) float32
+    nk = cpu_matmul.native_kernels()
+    decided = []
+    real = nk.matvec_f32_argmax
+    try:
+        nk.matvec_f32_argmax = lambda *a: decided.append(real(*a)) or decided[-1]
+        for x in states:
+            x = ember.tensor(x)
+            assert _screened(x, w) == _reference(x, w)
+    finally:
+        del nk.matvec_f32_argmax
+    assert len(states) == 12 and all(d >= 0 for d in decided[-12:])  # (at most MAX_EXACT outputs left each time)
