@@ -21,23 +21,10 @@
 #include <stdint.h>
 
 #include "fvec.h"  // (EMBER_EXPORT, simd.h, half.h)
-#include "matvec_f32.h"
 #include "parallel.h"
 
-typedef struct {
-    const uint16_t *ht;
-    long lead;
-    int rows, cols;
-    const float *x;
-    float *a;
-} screen_job;
-
-static void screen_rows(const void *p, int r0, int r1, int thread) {  // (parallel.h) blocks of 8 outputs
-    const screen_job *j = (const screen_job *)p;
-    (void)thread;
-    int o1 = 8 * r1 < j->rows ? 8 * r1 : j->rows;
-    matvec_f16_input_major(j->ht, j->lead, j->x, j->cols, j->a, 8 * r0, o1);
-}
+// the screen: a = the halves' product, as matvec_f16.c computes it (threaded by blocks of outputs)
+int ember_matvec_f16(const uint16_t *wt, long lead, int rows, int cols, const float *x, float *y);
 
 // The pick (>= 0), or: -1 cols not a multiple of 8, -2 x or a screened output not finite, -3 more than
 // `max_exact` outputs could be the largest (x all zeros: every one), PARALLEL_LOST; the caller then computes every
@@ -57,12 +44,7 @@ int ember_matvec_f32_argmax(const float *wt, long lead, const uint16_t *ht, long
         xl1 += m;
         xl2 += m * m;
     }
-    screen_job j = {ht, hlead, rows, cols, x, scratch};
-    // in chunks as the float32 head's (decode.c counts 4 a multiply-add of float32 rows: ~4 for stories15M's
-    // head, which on 2 threads in 1 or 2 chunks screened no faster than on one)
-    int blocks = (rows + 7) / 8;
-    int rc = ember_parallel(screen_rows, &j, blocks,
-                            ember_chunks_sized(blocks, 16L * cols, PARALLEL_MIN_WORK, MATVEC_HEAD_CHUNK_WORK));
+    int rc = ember_matvec_f16(ht, hlead, rows, cols, x, scratch);
     if (rc != 0)
         return rc;
     double u = 1.0 / 16777216.0, g = cols * u / (1.0 - cols * u), r = (1.0 / 2048.0) / (1.0 - 1.0 / 2048.0);
