@@ -407,7 +407,20 @@ static inline __attribute__((always_inline)) void dots(const int R, const int m,
             for (int q = 0; q < m; q++) acc[e][q] = f8_madd(acc[e][q], u, x[q]);
         }
     }
-    for (int e = 0; e < R; e++)
+    int e0 = 0;
+#if defined(__AVX2__) && !defined(EMBER_SIMD_SCALAR) && !defined(__wasm__)
+    // four rows' sums of a column at once: hadd pairs the lanes as sum8 does (commuted pairs, the same bits);
+    // sum8's store and seven scalar adds an output were ~40% of a 129-channel conv over 3 frames
+    for (; e0 + 4 <= R; e0 += 4)
+        for (int q = 0; q < m; q++) {
+            __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[e0][q], acc[e0 + 1][q]),
+                                      _mm256_hadd_ps(acc[e0 + 2][q], acc[e0 + 3][q]));
+            float t[4];
+            _mm_storeu_ps(t, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+            for (int e = 0; e < 4; e++) s[e0 + e][q0 + q] = t[e];
+        }
+#endif
+    for (int e = e0; e < R; e++)
         for (int q = 0; q < m; q++) s[e][q0 + q] = sum8(acc[e][q]);
 }
 
