@@ -30,8 +30,9 @@ from ember.backends.cpu_wasm_kernels import MODULE, RELAXED_MODULE
 HERE = MODULE.parent / "cpu_kernels"
 ONLY = {"threads.c": "native", "pool.c": "pool", "serial.c": "side",  # parallel.h's three builds
         "gemm_exact.c": "pool",  # (deterministic mode's GEMM in the relaxed pool module)
-        # native only: a half-weight LM head and the float GEMM of encoders (the page runs both on its pool)
-        "matvec_f16.c": "native", "gemm_native.c": "native"}
+        # native only: a half-weight LM head, greedy's screened pick from a float32 head (on the first) and the
+        # float GEMM of encoders (the page runs the heads and the GEMM on its pool)
+        "matvec_f16.c": "native", "argmax_f32.c": "native", "gemm_native.c": "native"}
 CLANG, LLD = "clang-19", "wasm-ld-19"  # Debian bookworm: apt-get install clang-19 lld-19
 # A Pyodide side module (a wasm with a dylink.0 section): emscripten's target ABI, no libc, SIMD128.
 # -ffreestanding keeps host headers out; -mbulk-memory lets clang's memset/memcpy be instructions; -ffp-contract=off:
