@@ -217,15 +217,22 @@ static void planes_rows(const conv_t *k, int u0, int u1) {
     }
 
 static inline __attribute__((always_inline)) void tile(const int MRc, const int NVc, const float *src, long cs,
-                                                       const long *off, int taps, const float *w, long wos, int kc,
-                                                       float *y, long yos, int width, int first, int last,
-                                                       const float *b, int act) {
+                                                       const long *off, int taps, const long *pf, int npf,
+                                                       const float *w, long wos, int kc, float *y, long yos,
+                                                       int width, int first, int last, const float *b, int act) {
     CT_EACH(CT_DECL)
     if (!first) {
         CT_EACH(CT_LOAD)
     }
     for (int c = 0; c < kc; c++) {
         const float *xc = src + c * cs, *wc = w + c * taps;
+        // the next channel's lines (pf: one tap per plane row read) while this one's multiply-adds run: a tile
+        // reads a short run of several rows a channel, more streams than the hardware prefetcher follows (YOLOv8s's
+        // 3x3 convs 3-15% faster, its 1x1 convs over 160 x 160 maps 25%)
+        for (int i = 0; i < npf; i++) {
+            const char *nx = (const char *)(xc + cs + pf[i]);
+            for (int l = 0; l < 4 * FW * CV_NV + 64; l += 64) __builtin_prefetch(nx + l);
+        }
         for (int t = 0; t < taps; t++) {
             const float *xs = xc + off[t];
             fw x0 = fw_load(xs);
@@ -240,7 +247,7 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
     CT_EACH(CT_STORE)
 }
 
-#define TILE_ARGS src, k->cs, off, k->taps, w, wos, kc, y, yos, width, first, last, b, k->act
+#define TILE_ARGS src, k->cs, off, k->taps, pf, npf, w, wos, kc, y, yos, width, first, last, b, k->act
 #define TILE_NV(MRc)                                                         \
     switch (nv) {                                                            \
     case 1: tile(MRc, 1, TILE_ARGS); break;                                  \
@@ -248,8 +255,9 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
     default: if (CV_NV >= 3) tile(MRc, CV_NV >= 3 ? 3 : 1, TILE_ARGS); break; \
     }
 
-static void tile_any(const conv_t *k, int mr, int nv, const float *src, const long *off, const float *w, long wos,
-                     int kc, float *y, long yos, int width, int first, int last, const float *b) {
+static void tile_any(const conv_t *k, int mr, int nv, const float *src, const long *off, const long *pf, int npf,
+                     const float *w, long wos, int kc, float *y, long yos, int width, int first, int last,
+                     const float *b) {
     switch (mr) {  // (the cases past CV_MR are never taken: mr <= CV_MR)
     case 1: TILE_NV(1) break;
     case 2: TILE_NV(2) break;
@@ -279,11 +287,14 @@ static void scatter(const conv_t *k, const float *t, int ts, int mr, long f, int
 
 // units [u0, u1) of output channels [oa, ob) of every group (a block of them where nob > 1, else [0, og))
 static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
-    long off[MAX_TAPS];
+    long off[MAX_TAPS], pf[MAX_TAPS];
+    int npf = 0;
     for (int i = 0; i < k->kh; i++)
         for (int j = 0; j < k->kw; j++) {
             int dy = i * k->dh, dx = j * k->dw;
             off[i * k->kw + j] = ((dy % k->sh) * k->sw + dx % k->sw) * k->phase + (long)(dy / k->sh) * k->wq + dx / k->sw;
+            if (j * k->dw < k->sw || k->dw % k->sw)  // pf: a tap per plane row the taps read (a phase's first)
+                pf[npf++] = off[i * k->kw + j];
         }
     long wos = (long)k->cg * k->taps, yos = (long)k->ho * k->wo, aos = k->flat_y ? yos : k->flat + 32;
     for (int ub = u0; ub < u1; ub += k->ub) {
@@ -305,10 +316,12 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
                             int nv = left >= FW * CV_NV ? CV_NV : (int)(left + FW - 1) / FW;
                             int width = left < FW * nv ? (int)left : FW * nv;
                             if (first && last && !k->flat_y) {  // one block of channels: no sums kept, to y's rows
-                                tile_any(k, mr, nv, base + f, off, w, wos, kc, tmp, FW * CV_NV, width, 1, 1, b);
+                                tile_any(k, mr, nv, base + f, off, pf, npf, w, wos, kc, tmp, FW * CV_NV, width, 1,
+                                         1, b);
                                 scatter(k, tmp, FW * CV_NV, mr, f, width, k->y + ((long)n * k->o + o) * yos, yos);
                             } else {
-                                tile_any(k, mr, nv, base + f, off, w, wos, kc, acc + f, aos, width, first, last, b);
+                                tile_any(k, mr, nv, base + f, off, pf, npf, w, wos, kc, acc + f, aos, width, first,
+                                         last, b);
                             }
                             f += width;
                         }
