@@ -8,8 +8,9 @@
 // ow >= wo of each flat row are computed and dropped: a register tile never stops at a row's end). A tile of
 // CV_MR output channels x CV_NV pixel vectors (16 lanes with AVX-512: 8 x 3 of them, 48 pixels; fvec.h's f8
 // elsewhere) accumulates over input channels and taps (weights broadcast, pixels loaded) in blocks of channels
-// whose weights stay in L1 while a block of units streams through; sums go to a flat accumulator, then each
-// unit's rows are copied out with the bias and the activation. The vector width changes only how many pixels a
+// whose weights stay in L1 while a block of units streams through; the sums of every block but the last go to a
+// flat accumulator, and the last block's tile, from those sums, leaves through a tile-sized buffer into y's rows with
+// the bias and the activation (no second pass over the accumulator). The vector width changes only how many pixels a
 // multiply-add covers: every lane's chain is the same, so AVX-512 gives the AVX2 build's bits.
 //
 // Work is cut into units of SEG flat pixels of one image, ranges of units split between threads (parallel.h:
@@ -203,7 +204,7 @@ static void planes_rows(const conv_t *k, int u0, int u1) {
     CT_ROW3(M, 7)
 #define CT_DECL(r, j) fw c##r##j = fw_zero();
 #define CT_LOAD(r, j) \
-    if (r < MRc && j < NVc) c##r##j = fw_load_part(y + r * yos + FW * j, width - FW * j);
+    if (r < MRc && j < NVc) c##r##j = fw_load_part(ys + r * yss + FW * j, width - FW * j);
 #define CT_STORE(r, j) \
     if (r < MRc && j < NVc) fw_store_part(y + r * yos + FW * j, c##r##j, width - FW * j);
 #define CT_ACT(r, j) \
@@ -219,7 +220,8 @@ static void planes_rows(const conv_t *k, int u0, int u1) {
 static inline __attribute__((always_inline)) void tile(const int MRc, const int NVc, const float *src, long cs,
                                                        const long *off, int taps, const long *pf, int npf,
                                                        const float *w, long wos, int kc, float *y, long yos,
-                                                       int width, int first, int last, const float *b, int act) {
+                                                       const float *ys, long yss, int width, int first, int last,
+                                                       const float *b, int act) {
     CT_EACH(CT_DECL)
     if (!first) {
         CT_EACH(CT_LOAD)
@@ -247,7 +249,7 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
     CT_EACH(CT_STORE)
 }
 
-#define TILE_ARGS src, k->cs, off, k->taps, pf, npf, w, wos, kc, y, yos, width, first, last, b, k->act
+#define TILE_ARGS src, k->cs, off, k->taps, pf, npf, w, wos, kc, y, yos, ys, yss, width, first, last, b, k->act
 #define TILE_NV(MRc)                                                         \
     switch (nv) {                                                            \
     case 1: tile(MRc, 1, TILE_ARGS); break;                                  \
@@ -256,8 +258,8 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
     }
 
 static void tile_any(const conv_t *k, int mr, int nv, const float *src, const long *off, const long *pf, int npf,
-                     const float *w, long wos, int kc, float *y, long yos, int width, int first, int last,
-                     const float *b) {
+                     const float *w, long wos, int kc, float *y, long yos, const float *ys, long yss, int width,
+                     int first, int last, const float *b) {
     switch (mr) {  // (the cases past CV_MR are never taken: mr <= CV_MR)
     case 1: TILE_NV(1) break;
     case 2: TILE_NV(2) break;
@@ -315,38 +317,19 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
                             long left = f1 - f;
                             int nv = left >= FW * CV_NV ? CV_NV : (int)(left + FW - 1) / FW;
                             int width = left < FW * nv ? (int)left : FW * nv;
-                            if (first && last && !k->flat_y) {  // one block of channels: no sums kept, to y's rows
-                                tile_any(k, mr, nv, base + f, off, pf, npf, w, wos, kc, tmp, FW * CV_NV, width, 1,
-                                         1, b);
+                            if (last && !k->flat_y) {  // the last block of channels: to y's rows through tmp
+                                tile_any(k, mr, nv, base + f, off, pf, npf, w, wos, kc, tmp, FW * CV_NV, acc + f,
+                                         aos, width, first, 1, b);
                                 scatter(k, tmp, FW * CV_NV, mr, f, width, k->y + ((long)n * k->o + o) * yos, yos);
                             } else {
-                                tile_any(k, mr, nv, base + f, off, pf, npf, w, wos, kc, acc + f, aos, width, first,
-                                         last, b);
+                                tile_any(k, mr, nv, base + f, off, pf, npf, w, wos, kc, acc + f, aos, acc + f, aos,
+                                         width, first, last, b);
                             }
                             f += width;
                         }
                     }
                 }
             }
-        if (k->kc >= k->cg || k->flat_y)
-            continue;
-        for (int u = ub; u < ue; u++) {  // each unit's rows out of the accumulator
-            int n = (int)(u / k->units);
-            long f0 = (u % k->units) * SEG, f1 = f0 + SEG < k->flat ? f0 + SEG : k->flat;
-            for (int g = 0; g < k->groups; g++)
-                for (int o = g * k->og + oa; o < g * k->og + ob; o++) {
-                    const float *acc = k->acc + ((long)n * k->o + o) * aos;
-                    float *y = k->y + ((long)n * k->o + o) * yos;
-                    for (long oh = f0 / k->wq; oh * k->wq < f1; oh++) {
-                        long a = oh * k->wq > f0 ? oh * k->wq : f0;
-                        long e = oh * k->wq + k->wo < f1 ? oh * k->wq + k->wo : f1;
-                        if (a >= e)
-                            continue;
-                        float *run = y + oh * k->wo + (a - oh * k->wq);
-                        for (long i = 0; i < e - a; i++) run[i] = acc[a + i];
-                    }
-                }
-        }
     }
 }
 
