@@ -98,6 +98,10 @@ CONV_CASES = [
     ((1, 5, 11, 13), (4, 5, 3, 3), (2, 2), (0, 0), (1, 1), 1, True, "silu"),
     ((1, 3, 10, 9), (6, 3, 5, 5), (2, 2), (2, 2), (1, 1), 1, False, None),
     ((1, 2, 4, 3), (3, 2, 3, 3), (2, 2), (1, 1), (1, 1), 1, True, "relu"),
+    # stride 1, 3 taps wide, as wide as the input: AVX-512's masked tiles natively (rows without padding columns),
+    # the AVX2 build's padded rows: the same bits. 5 x 3 over rows of 7 (several rows a tile, two images), 1 x 3
+    ((2, 7, 9, 7), (5, 7, 5, 3), (1, 1), (1, 1), (1, 1), 1, True, "relu"),
+    ((1, 4, 3, 40), (6, 4, 1, 3), (1, 1), (0, 1), (1, 1), 1, True, None),
 ]
 
 

@@ -5,7 +5,9 @@
 // No im2col: the padded input is split once into stride-phase planes (plane (a, b) holds the padded pixels whose
 // row is a and column b modulo the stride; for stride 1 it is the padded image), rows `wq` floats apart, so every
 // kernel tap reads a contiguous run of a plane for consecutive "flat" output pixels f = oh wq + ow (the columns
-// ow >= wo of each flat row are computed and dropped: a register tile never stops at a row's end). A tile of
+// ow >= wo of each flat row are computed and dropped: a register tile never stops at a row's end; natively with
+// AVX-512 a 3-wide stride-1 conv as wide as its input instead reads planes without padding columns, its outer taps'
+// loads masked at the rows' ends: the same zeros, no dropped columns). A tile of
 // CV_MR output channels x CV_NV pixel vectors (16 lanes with AVX-512: 8 x 3 of them, 48 pixels; fvec.h's f8
 // elsewhere) accumulates over input channels and taps (weights broadcast, pixels loaded) in blocks of channels
 // whose weights stay in L1 while a block of units streams through; the sums of every block but the last go to a
@@ -36,6 +38,16 @@ enum { C_X, C_W, C_B, C_Y, C_SCRATCH, C_N, C_C, C_H, C_W_, C_O, C_KH, C_KW, C_SH
 #define CV_MR F8_MR
 #define CV_NV F8_NV
 #endif
+// masked tiles (setup's k->masked): with AVX-512's masked loads, whose lanes left out read nothing and give zeros
+#if FW == 16
+#define MASKED_TILES 1
+typedef __mmask16 lanes_t;
+#define LOAD_MASKED(p, m) _mm512_maskz_loadu_ps(m, p)
+#else
+#define MASKED_TILES 0
+typedef int lanes_t;
+#define LOAD_MASKED(p, m) ((void)(m), fw_load(p))  // (never taken: no masked tiles there)
+#endif
 static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? fw_add(v, fw_splat(*b)) : v, act); }
 
 #define SEG 192        // output pixels a unit at most (a multiple of every target's FW * CV_NV)
@@ -50,6 +62,8 @@ static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? 
 #define PAD 48         // zeros after each plane: a tile's last vector reads up to FW - 1 floats past its pixels
 #define PANEL 65536    // floats of input planes a block of units reads for a block of channels (in L2)
 #define MAX_TAPS 1024
+#define MASK_TAPS 49   // taps of a masked conv at most (7 x 7): its tiles' masks for a block of units stay small
+#define MASK_UB 8      // (k->ub's most)
 #define NARROW 8       // output pixels an image up to which each output is a dot product (narrow_rows)
 #define FEW_UNITS 32   // units below which the work is also cut by blocks of OBLOCK output channels (groups 1)
 #define OBLOCK 32      // (a multiple of every target's CV_MR)
@@ -60,6 +74,8 @@ typedef struct {
     int n, c, h, wd, o, kh, kw, sh, sw, ph, pw, dh, dw, groups, act;
     int ho, wo, hq, wq, taps, cg, og, kc, ub, narrow, nob;  // nob: blocks of output channels (OBLOCK each)
     int own_planes;  // 0: x is its own plane (a 1x1 stride-1 unpadded conv whose pixels fill whole vectors)
+    int masked;      // 1: planes without padding columns, the taps' loads masked at rows' ends (MASKED_TILES)
+    int ppw;         // the planes' padding columns each side: pw, or 0 where masked
     int flat_y;      // 1: flat pixels are y's pixels (wq == wo: kernels one column wide), sums kept in y itself
     long flat, units, cs, phase, image;  // flat pixels of an image, units; floats from one plane channel, phase,
     float *acc;                          // image to the next; the accumulator: (n, o, flat + 32), or y
@@ -80,8 +96,15 @@ static int setup(const intptr_t *p, conv_t *k) {
     k->wo = (k->wd + 2 * k->pw - k->dw * (k->kw - 1) - 1) / k->sw + 1;
     if (k->ho < 1 || k->wo < 1)
         return -1;
+    k->narrow = (long)k->ho * k->wo <= NARROW;
+    // a stride-1 conv as wide as its input (padding (kw - 1) dw / 2 each side) reads planes without padding columns
+    // where masked loads zero the lanes past a row's ends: no output columns computed only to be dropped (2 of
+    // every 58 at 56 x 56, of every 22 at 20 x 20) and y is the flat accumulator (no buffer, no scatter)
+    k->masked = MASKED_TILES && !k->narrow && k->kw == 3 && k->kh * k->kw <= MASK_TAPS && k->sh == 1 &&
+                k->sw == 1 && k->pw == k->dw;
+    k->ppw = k->masked ? 0 : k->pw;
     k->hq = k->ho + (k->kh - 1) * k->dh / k->sh;
-    k->wq = k->wo + (k->kw - 1) * k->dw / k->sw;
+    k->wq = k->masked ? k->wo : k->wo + (k->kw - 1) * k->dw / k->sw;
     k->flat = (long)k->ho * k->wq;
     k->units = (k->flat + SEG - 1) / SEG;
     k->taps = k->kh * k->kw;
@@ -90,10 +113,9 @@ static int setup(const intptr_t *p, conv_t *k) {
     k->kc = k->kc < k->cg ? k->kc : k->cg;
     // units that share a pass over the weights: their new input rows of every phase fill about PANEL floats
     long per_unit = (long)k->kc * k->sh * k->sw * SEG;
-    k->ub = PANEL / per_unit < 1 ? 1 : PANEL / per_unit > 8 ? 8 : (int)(PANEL / per_unit);
+    k->ub = PANEL / per_unit < 1 ? 1 : PANEL / per_unit > MASK_UB ? MASK_UB : (int)(PANEL / per_unit);
     // a pointwise conv reads x in place (no copy: YOLO's 1x1 convs are a third of its multiply-adds, over maps of up
     // to 6.5 MB) where no tile's vector reaches past an image's pixels: they are a whole number of vectors
-    k->narrow = (long)k->ho * k->wo <= NARROW;
     k->own_planes = k->narrow || !(k->kh == 1 && k->kw == 1 && k->sh == 1 && k->sw == 1 && k->ph == 0 && k->pw == 0 &&
                       k->flat % FW == 0);
     k->flat_y = k->wq == k->wo;
@@ -168,9 +190,9 @@ static void planes_rows(const conv_t *k, int u0, int u1) {
         for (int a = 0; a < k->sh; a++)
             for (int b = 0; b < k->sw; b++) {
                 float *dst = k->planes + n * k->image + (a * k->sw + b) * k->phase + c * k->cs;
-                // plane columns q whose input column q sw + b - pw lies in [0, wd): [q0, q1)
-                int q0 = k->pw - b > 0 ? (k->pw - b + k->sw - 1) / k->sw : 0;
-                int q1 = (k->wd + k->pw - b + k->sw - 1) / k->sw;
+                // plane columns q whose input column q sw + b - ppw lies in [0, wd): [q0, q1)
+                int q0 = k->ppw - b > 0 ? (k->ppw - b + k->sw - 1) / k->sw : 0;
+                int q1 = (k->wd + k->ppw - b + k->sw - 1) / k->sw;
                 q1 = q1 < k->wq ? q1 : k->wq;
                 q0 = q0 < q1 ? q0 : q1;
                 for (int r = 0; r < k->hq; r++, dst += k->wq) {
@@ -179,7 +201,7 @@ static void planes_rows(const conv_t *k, int u0, int u1) {
                         for (int q = 0; q < k->wq; q++) dst[q] = 0.0f;
                         continue;
                     }
-                    const float *row = src + (long)ih * k->wd + b - k->pw;
+                    const float *row = src + (long)ih * k->wd + b - k->ppw;
                     for (int q = 0; q < q0; q++) dst[q] = 0.0f;
                     if (k->sw == 1)
                         for (int q = q0; q < q1; q++) dst[q] = row[q];
@@ -209,15 +231,26 @@ static void planes_rows(const conv_t *k, int u0, int u1) {
     if (r < MRc && j < NVc) fw_store_part(y + r * yos + FW * j, c##r##j, width - FW * j);
 #define CT_ACT(r, j) \
     if (r < MRc && j < NVc) c##r##j = fw_bias_act(c##r##j, b ? b + r : 0, act);
-#define CT_MADD(r)                                                        \
+#define CT_MADD_T(r, t)                                                   \
     if (r < MRc) {                                                        \
-        fw av = fw_bcast(wc + (r) * wos + t);                             \
+        fw av = fw_bcast(wc + (r) * wos + (t));                           \
         c##r##0 = fw_madd(c##r##0, av, x0);                               \
         if (NVc > 1) c##r##1 = fw_madd(c##r##1, av, x1);                  \
         if (NVc > 2) c##r##2 = fw_madd(c##r##2, av, x2);                  \
     }
 
-static inline __attribute__((always_inline)) void tile(const int MRc, const int NVc, const float *src, long cs,
+// one tap t: its input vectors (the loads L0-L2 of xs, the tap's pixels) times each row's weight
+#define CT_TAP(t, L0, L1, L2)                                                              \
+    {                                                                                      \
+        const float *xs = xc + off[t];                                                     \
+        fw x0 = L0, x1 = NVc > 1 ? L1 : x0, x2 = NVc > 2 ? L2 : x0;                        \
+        (void)x1, (void)x2;                                                                \
+        CT_MADD_T(0, t) CT_MADD_T(1, t) CT_MADD_T(2, t) CT_MADD_T(3, t) CT_MADD_T(4, t)    \
+        CT_MADD_T(5, t) CT_MADD_T(6, t) CT_MADD_T(7, t)                                    \
+    }
+
+static inline __attribute__((always_inline)) void tile(const int MRc, const int NVc, const int MASKED,
+                                                       const lanes_t *mt, const float *src, long cs,
                                                        const long *off, int taps, const long *pf, int npf,
                                                        const float *w, long wos, int kc, float *y, long yos,
                                                        const float *ys, long yss, int width, int first, int last,
@@ -226,6 +259,11 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
     if (!first) {
         CT_EACH(CT_LOAD)
     }
+    // a masked tile's masks: the left and right taps' (every row's alike), CV_NV vectors each
+    const lanes_t l0 = MASKED ? mt[0] : 0, l1 = MASKED ? mt[1] : 0, l2 = MASKED ? mt[2] : 0;
+    const lanes_t r0 = MASKED ? mt[2 * CV_NV] : 0, r1 = MASKED ? mt[2 * CV_NV + 1] : 0;
+    const lanes_t r2 = MASKED ? mt[2 * CV_NV + 2] : 0;
+    (void)l0, (void)l1, (void)l2, (void)r0, (void)r1, (void)r2;
     for (int c = 0; c < kc; c++) {
         const float *xc = src + c * cs, *wc = w + c * taps;
         // the next channel's lines (pf: one tap per plane row read) while this one's multiply-adds run: a tile
@@ -235,12 +273,16 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
             const char *nx = (const char *)(xc + cs + pf[i]);
             for (int l = 0; l < 4 * FW * CV_NV + 64; l += 64) __builtin_prefetch(nx + l);
         }
+        if (MASKED) {  // kw 3: each row's outer taps masked (the masks held in registers), its middle one plain
+            for (int t = 0; t < taps; t += 3) {
+                CT_TAP(t, LOAD_MASKED(xs, l0), LOAD_MASKED(xs + FW, l1), LOAD_MASKED(xs + 2 * FW, l2))
+                CT_TAP(t + 1, fw_load(xs), fw_load(xs + FW), fw_load(xs + 2 * FW))
+                CT_TAP(t + 2, LOAD_MASKED(xs, r0), LOAD_MASKED(xs + FW, r1), LOAD_MASKED(xs + 2 * FW, r2))
+            }
+            continue;
+        }
         for (int t = 0; t < taps; t++) {
-            const float *xs = xc + off[t];
-            fw x0 = fw_load(xs);
-            fw x1 = NVc > 1 ? fw_load(xs + FW) : x0;
-            fw x2 = NVc > 2 ? fw_load(xs + 2 * FW) : x0;
-            CT_MADD(0) CT_MADD(1) CT_MADD(2) CT_MADD(3) CT_MADD(4) CT_MADD(5) CT_MADD(6) CT_MADD(7)
+            CT_TAP(t, fw_load(xs), fw_load(xs + FW), fw_load(xs + 2 * FW))
         }
     }
     if (last && (b || act)) {
@@ -250,14 +292,21 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
 }
 
 #define TILE_ARGS src, k->cs, off, k->taps, pf, npf, w, wos, kc, y, yos, ys, yss, width, first, last, b, k->act
-#define TILE_NV(MRc)                                                         \
-    switch (nv) {                                                            \
-    case 1: tile(MRc, 1, TILE_ARGS); break;                                  \
-    case 2: if (CV_NV >= 2) tile(MRc, CV_NV >= 2 ? 2 : 1, TILE_ARGS); break; \
-    default: if (CV_NV >= 3) tile(MRc, CV_NV >= 3 ? 3 : 1, TILE_ARGS); break; \
+#define TILE_NV_M(MRc, M)                                                          \
+    switch (nv) {                                                                  \
+    case 1: tile(MRc, 1, M, mt, TILE_ARGS); break;                                  \
+    case 2: if (CV_NV >= 2) tile(MRc, CV_NV >= 2 ? 2 : 1, M, mt, TILE_ARGS); break; \
+    default: if (CV_NV >= 3) tile(MRc, CV_NV >= 3 ? 3 : 1, M, mt, TILE_ARGS); break; \
+    }
+#define TILE_NV(MRc)            \
+    if (MASKED_TILES && mt) {   \
+        TILE_NV_M(MRc, 1)       \
+    } else {                    \
+        TILE_NV_M(MRc, 0)       \
     }
 
-static void tile_any(const conv_t *k, int mr, int nv, const float *src, const long *off, const long *pf, int npf,
+static void tile_any(const conv_t *k, int mr, int nv, const lanes_t *mt, const float *src, const long *off,
+                     const long *pf, int npf,
                      const float *w, long wos, int kc, float *y, long yos, const float *ys, long yss, int width,
                      int first, int last, const float *b) {
     switch (mr) {  // (the cases past CV_MR are never taken: mr <= CV_MR)
@@ -287,6 +336,29 @@ static void scatter(const conv_t *k, const float *t, int ts, int mr, long f, int
     }
 }
 
+// a masked tile's lanes (flat pixels f .. f + width, FW CV_NV at most) that each tap reads inside its row, CV_NV
+// masks a tap: lane i (column ow + i of its row, in runs to each row's end) reads column ow + i + d of the same row
+// for the tap's column offset d = j dw - pw, zeros where that is outside [0, wo) (the padding)
+static void tile_masks(const conv_t *k, long f, int width, lanes_t *mt) {
+#if MASKED_TILES
+    int ow0 = (int)(f % k->wo);
+    for (int j = 0; j < k->kw; j++) {
+        int d = j * k->dw - k->pw;
+        uint64_t bits = 0;
+        for (int l = 0, ow = ow0; l < width; l += k->wo - ow, ow = 0) {  // (a run: lanes l.. of one row)
+            int run = k->wo - ow < width - l ? k->wo - ow : width - l;
+            int a = -d - ow > 0 ? -d - ow : 0, e = k->wo - d - ow < run ? k->wo - d - ow : run;
+            if (e > a)
+                bits |= (e - a >= 64 ? ~0ULL : (1ULL << (e - a)) - 1) << (l + a);
+        }
+        for (int i = 0; i < k->kh; i++)
+            for (int v = 0; v < CV_NV; v++) mt[(i * k->kw + j) * CV_NV + v] = (lanes_t)(bits >> (FW * v));
+    }
+#else
+    (void)k, (void)f, (void)width, (void)mt;
+#endif
+}
+
 // units [u0, u1) of output channels [oa, ob) of every group (a block of them where nob > 1, else [0, og))
 static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
     long off[MAX_TAPS], pf[MAX_TAPS];
@@ -294,13 +366,24 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
     for (int i = 0; i < k->kh; i++)
         for (int j = 0; j < k->kw; j++) {
             int dy = i * k->dh, dx = j * k->dw;
-            off[i * k->kw + j] = ((dy % k->sh) * k->sw + dx % k->sw) * k->phase + (long)(dy / k->sh) * k->wq + dx / k->sw;
+            off[i * k->kw + j] = ((dy % k->sh) * k->sw + dx % k->sw) * k->phase + (long)(dy / k->sh) * k->wq +
+                                 dx / k->sw - (k->pw - k->ppw);  // (a masked tap reads from its pixel's column)
             if (j * k->dw < k->sw || k->dw % k->sw)  // pf: a tap per plane row the taps read (a phase's first)
                 pf[npf++] = off[i * k->kw + j];
         }
     long wos = (long)k->cg * k->taps, yos = (long)k->ho * k->wo, aos = k->flat_y ? yos : k->flat + 32;
+#if MASKED_TILES
+    lanes_t masks[MASK_UB][SEG / (FW * CV_NV)][MASK_TAPS * CV_NV];  // (9 KiB)
+#else
+    lanes_t masks[1][1][1];  // (never read)
+#endif
     for (int ub = u0; ub < u1; ub += k->ub) {
         int ue = ub + k->ub < u1 ? ub + k->ub : u1;
+        if (k->masked)  // every tile's masks of these units, once
+            for (int u = ub; u < ue; u++)
+                for (long f0 = (u % k->units) * SEG, f = f0; f < f0 + SEG && f < k->flat; f += FW * CV_NV)
+                    tile_masks(k, f, k->flat - f < FW * CV_NV ? (int)(k->flat - f) : FW * CV_NV,
+                               masks[u - ub][(f - f0) / (FW * CV_NV)]);
         for (int g = 0; g < k->groups; g++)
             for (int c0 = 0; c0 < k->cg; c0 += k->kc) {
                 int kc = k->cg - c0 < k->kc ? k->cg - c0 : k->kc, first = c0 == 0, last = c0 + kc >= k->cg;
@@ -317,13 +400,14 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
                             long left = f1 - f;
                             int nv = left >= FW * CV_NV ? CV_NV : (int)(left + FW - 1) / FW;
                             int width = left < FW * nv ? (int)left : FW * nv;
+                            const lanes_t *mt = k->masked ? masks[u - ub][(f - f0) / (FW * CV_NV)] : 0;
                             if (last && !k->flat_y) {  // the last block of channels: to y's rows through tmp
-                                tile_any(k, mr, nv, base + f, off, pf, npf, w, wos, kc, tmp, FW * CV_NV, acc + f,
-                                         aos, width, first, 1, b);
+                                tile_any(k, mr, nv, mt, base + f, off, pf, npf, w, wos, kc, tmp, FW * CV_NV,
+                                         acc + f, aos, width, first, 1, b);
                                 scatter(k, tmp, FW * CV_NV, mr, f, width, k->y + ((long)n * k->o + o) * yos, yos);
                             } else {
-                                tile_any(k, mr, nv, base + f, off, pf, npf, w, wos, kc, acc + f, aos, acc + f, aos,
-                                         width, first, last, b);
+                                tile_any(k, mr, nv, mt, base + f, off, pf, npf, w, wos, kc, acc + f, aos, acc + f,
+                                         aos, width, first, last, b);
                             }
                             f += width;
                         }
