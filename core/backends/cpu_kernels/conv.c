@@ -11,8 +11,9 @@
 // CV_MR output channels x CV_NV pixel vectors (16 lanes with AVX-512: 8 x 3 of them, 48 pixels; fvec.h's f8
 // elsewhere) accumulates over input channels and taps (weights broadcast, pixels loaded) in blocks of channels
 // whose weights stay in L1 while a block of units streams through; the sums of every block but the last go to a
-// flat accumulator, and the last block's tile, from those sums, leaves through a tile-sized buffer into y's rows with
-// the bias and the activation (no second pass over the accumulator). The vector width changes only how many pixels a
+// flat accumulator, and the last block's tile, from those sums, leaves with the bias and the activation straight
+// into y where its pixels lie in one row, else through a tile-sized buffer into y's rows (no second pass over the
+// accumulator). The vector width changes only how many pixels a
 // multiply-add covers: every lane's chain is the same, so AVX-512 gives the AVX2 build's bits.
 //
 // Work is cut into units of SEG flat pixels of one image, ranges of units split between threads (parallel.h:
@@ -401,7 +402,12 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
                             int nv = left >= FW * CV_NV ? CV_NV : (int)(left + FW - 1) / FW;
                             int width = left < FW * nv ? (int)left : FW * nv;
                             const lanes_t *mt = k->masked ? masks[u - ub][(f - f0) / (FW * CV_NV)] : 0;
-                            if (last && !k->flat_y) {  // the last block of channels: to y's rows through tmp
+                            long oh = f / k->wq, col = f - oh * k->wq;
+                            if (last && !k->flat_y && col + width <= k->wo) {  // the last block, inside a row: to y
+                                float *yr = k->y + ((long)n * k->o + o) * yos + oh * k->wo + col;
+                                tile_any(k, mr, nv, mt, base + f, off, pf, npf, w, wos, kc, yr, yos, acc + f, aos,
+                                         width, first, 1, b);
+                            } else if (last && !k->flat_y) {  // (across a row's end: to y's rows through tmp)
                                 tile_any(k, mr, nv, mt, base + f, off, pf, npf, w, wos, kc, tmp, FW * CV_NV,
                                          acc + f, aos, width, first, 1, b);
                                 scatter(k, tmp, FW * CV_NV, mr, f, width, k->y + ((long)n * k->o + o) * yos, yos);
