@@ -288,7 +288,7 @@ op("conv_bias_act", "(x, w, b|None, stride, padding, dilation, groups, act None|
    "act(conv(x, w) + b): conv1d / conv2d with the bias and activation in its epilogue",
    composed="ember.nn.functional:conv_bias_act_composed",
    cpu=Kernel(_DN + "conv_bias_act", _DN + "describe_conv", choose=_DN + "choose_conv",
-              tune={"mode": "auto", "min_taps": 4, "narrow": 8}))
+              tune={"mode": "auto", "min_taps": 4, "narrow": 8, "pointwise_pixels": 16384}))
 op("max_pool2d", "(x (N, C, H, W), kernel (kh, kw), stride, pads (top, left), dilation, out (ho, wo)) -> (N, C, ho, wo): "
    "the max of each window (taps dilation apart, windows stride apart from (-top, -left); the lowest value outside "
    "x, NaN where a window holds one)",

@@ -157,12 +157,15 @@ def test_conv_bias_act_op_against_its_composed_form():
                 assert np.all(np.abs(got - ref) <= 2 * bound), (i, mode)
 
 
-def test_conv_rule_takes_c_for_wide_kernels_and_narrow_outputs_and_blas_for_1x1_and_1d():
+def test_conv_rule_takes_c_for_wide_kernels_narrow_outputs_and_large_maps_and_blas_for_1x1_and_1d():
     be = ember.tensor([0.0]).device.backend
     if CFK.kernels() is None:
         pytest.skip("no compiled kernels here")
     assert K.chooses("conv_bias_act", be, (1, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), 1)
     assert not K.chooses("conv_bias_act", be, (1, 64, 56, 56), (32, 64, 1, 1), (1, 1), (1, 1), 1)
+    # 1x1 over a large map (YOLOv8s's 160 x 160): C, which reads x in place with the activation in its epilogue
+    assert K.chooses("conv_bias_act", be, (1, 64, 160, 160), (64, 64, 1, 1), (1, 1), (1, 1), 1, (0, 0))
+    assert not K.chooses("conv_bias_act", be, (1, 64, 160, 160), (64, 64, 1, 1), (2, 2), (1, 1), 1, (0, 0))
     assert not K.chooses("conv_bias_act", be, (1, 80, 3000), (384, 80, 3), (1,), (1,), 1)
     # a few output pixels (a streaming model's frames): C's dot products, whatever the kernel
     assert K.chooses("conv_bias_act", be, (1, 129, 3), (128, 129, 3), (1,), (1,), 1, (1,))
