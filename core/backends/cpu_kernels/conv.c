@@ -63,8 +63,7 @@ static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? 
 #define PAD 48         // zeros after each plane: a tile's last vector reads up to FW - 1 floats past its pixels
 #define PANEL 65536    // floats of input planes a block of units reads for a block of channels (in L2)
 #define MAX_TAPS 1024
-#define MASK_TAPS 49   // taps of a masked conv at most (7 x 7): its tiles' masks for a block of units stay small
-#define MASK_UB 8      // (k->ub's most)
+#define MASK_UB 8      // units that share a pass over the weights at most (k->ub)
 #define NARROW 8       // output pixels an image up to which each output is a dot product (narrow_rows)
 #define FEW_UNITS 32   // units below which the work is also cut by blocks of OBLOCK output channels (groups 1)
 #define OBLOCK 32      // (a multiple of every target's CV_MR)
@@ -101,8 +100,7 @@ static int setup(const intptr_t *p, conv_t *k) {
     // a stride-1 conv as wide as its input (padding (kw - 1) dw / 2 each side) reads planes without padding columns
     // where masked loads zero the lanes past a row's ends: no output columns computed only to be dropped (2 of
     // every 58 at 56 x 56, of every 22 at 20 x 20) and y is the flat accumulator (no buffer, no scatter)
-    k->masked = MASKED_TILES && !k->narrow && k->kw == 3 && k->kh * k->kw <= MASK_TAPS && k->sh == 1 &&
-                k->sw == 1 && k->pw == k->dw;
+    k->masked = MASKED_TILES && !k->narrow && k->kw == 3 && k->sh == 1 && k->sw == 1 && k->pw == k->dw;
     k->ppw = k->masked ? 0 : k->pw;
     k->hq = k->ho + (k->kh - 1) * k->dh / k->sh;
     k->wq = k->masked ? k->wo : k->wo + (k->kw - 1) * k->dw / k->sw;
@@ -262,8 +260,7 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
     }
     // a masked tile's masks: the left and right taps' (every row's alike), CV_NV vectors each
     const lanes_t l0 = MASKED ? mt[0] : 0, l1 = MASKED ? mt[1] : 0, l2 = MASKED ? mt[2] : 0;
-    const lanes_t r0 = MASKED ? mt[2 * CV_NV] : 0, r1 = MASKED ? mt[2 * CV_NV + 1] : 0;
-    const lanes_t r2 = MASKED ? mt[2 * CV_NV + 2] : 0;
+    const lanes_t r0 = MASKED ? mt[CV_NV] : 0, r1 = MASKED ? mt[CV_NV + 1] : 0, r2 = MASKED ? mt[CV_NV + 2] : 0;
     (void)l0, (void)l1, (void)l2, (void)r0, (void)r1, (void)r2;
     for (int c = 0; c < kc; c++) {
         const float *xc = src + c * cs, *wc = w + c * taps;
@@ -337,14 +334,15 @@ static void scatter(const conv_t *k, const float *t, int ts, int mr, long f, int
     }
 }
 
-// a masked tile's lanes (flat pixels f .. f + width, FW CV_NV at most) that each tap reads inside its row, CV_NV
-// masks a tap: lane i (column ow + i of its row, in runs to each row's end) reads column ow + i + d of the same row
-// for the tap's column offset d = j dw - pw, zeros where that is outside [0, wo) (the padding)
+// a masked tile's lanes (flat pixels f .. f + width, FW CV_NV at most) that its left and right taps read inside
+// their rows, CV_NV masks each (mt: left, then right): lane i (column ow + i of its row, in runs to each row's end)
+// reads column ow + i + d of the same row for the tap's column offset d = -dw, +dw, zeros where that is outside
+// [0, wo) (the padding); the middle taps read every lane's own column
 static void tile_masks(const conv_t *k, long f, int width, lanes_t *mt) {
 #if MASKED_TILES
     int ow0 = (int)(f % k->wo);
-    for (int j = 0; j < k->kw; j++) {
-        int d = j * k->dw - k->pw;
+    for (int side = 0; side < 2; side++) {
+        int d = side ? k->dw : -k->dw;
         uint64_t bits = 0;
         for (int l = 0, ow = ow0; l < width; l += k->wo - ow, ow = 0) {  // (a run: lanes l.. of one row)
             int run = k->wo - ow < width - l ? k->wo - ow : width - l;
@@ -352,8 +350,7 @@ static void tile_masks(const conv_t *k, long f, int width, lanes_t *mt) {
             if (e > a)
                 bits |= (e - a >= 64 ? ~0ULL : (1ULL << (e - a)) - 1) << (l + a);
         }
-        for (int i = 0; i < k->kh; i++)
-            for (int v = 0; v < CV_NV; v++) mt[(i * k->kw + j) * CV_NV + v] = (lanes_t)(bits >> (FW * v));
+        for (int v = 0; v < CV_NV; v++) mt[side * CV_NV + v] = (lanes_t)(bits >> (FW * v));
     }
 #else
     (void)k, (void)f, (void)width, (void)mt;
@@ -374,7 +371,7 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob) {
         }
     long wos = (long)k->cg * k->taps, yos = (long)k->ho * k->wo, aos = k->flat_y ? yos : k->flat + 32;
 #if MASKED_TILES
-    lanes_t masks[MASK_UB][SEG / (FW * CV_NV)][MASK_TAPS * CV_NV];  // (9 KiB)
+    lanes_t masks[MASK_UB][SEG / (FW * CV_NV)][2 * CV_NV];
 #else
     lanes_t masks[1][1][1];  // (never read)
 #endif
