@@ -102,6 +102,7 @@ CONV_CASES = [
     # the AVX2 build's padded rows: the same bits. 5 x 3 over rows of 7 (several rows a tile, two images), 1 x 3
     ((2, 7, 9, 7), (5, 7, 5, 3), (1, 1), (1, 1), (1, 1), 1, True, "relu"),
     ((1, 4, 3, 40), (6, 4, 1, 3), (1, 1), (0, 1), (1, 1), 1, True, None),
+    ((1, 5, 20, 2), (4, 5, 3, 3), (1, 1), (1, 1), (1, 1), 1, True, "silu"),         # rows of 2: both taps outside
 ]
 
 
