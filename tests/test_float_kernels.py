@@ -268,6 +268,11 @@ def test_row_kernels_match_float64_and_agree_bitwise_everywhere(builds):
     w, b = rnd(384, seed=151), rnd(384, seed=152)
     xs = rnd(4, 7, 29, seed=153, scale=4)  # odd widths: the vector tail
     cb = rnd(7, seed=154)
+    # exp's edges: where its 2^m reaches 2^128 (x from 88.376) and its input is held (88.72, -87.34), for SiLU's
+    # exp(-x) and tanh's exp(2|x|); NaN, infinities, zeros, subnormals (AVX-512 scales by 2^m in one instruction)
+    near = [t + d for t in (88.3762, 88.7228, 87.3365, 44.1881, 44.3614) for d in np.linspace(-0.01, 0.01, 41)]
+    edges = np.array(near + [-v for v in near] + [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 1e30, -1e30],
+                     np.float32).reshape(1, -1)
     got = {}
     for tag, (fk, nk) in builds.items():
         for n in (1, 3):
@@ -276,6 +281,7 @@ def test_row_kernels_match_float64_and_agree_bitwise_everywhere(builds):
                    "bias_gelu": fk.bias_act(x, b, "gelu")}
             for act in ("gelu", "gelu_tanh", "silu", "relu"):
                 out[act] = fk.bias_act(xs, None, act)
+                out["edges_" + act] = fk.bias_act(edges, None, act)
             out["channel_bias_silu"] = fk.bias_act(xs, cb, "silu", channels=7)
             if tag in got:
                 for key, val in out.items():

@@ -249,7 +249,9 @@ enum { ACT_NONE, ACT_RELU, ACT_SILU, ACT_GELU, ACT_GELU_TANH };
 #define VT fw
 #define VM mw
 #define V(name) fw_##name
+#define V_SCALEF(p, m) _mm512_scalef_ps(p, m)
 #include "fvec_math.h"
+#undef V_SCALEF
 #undef VT
 #undef VM
 #undef V

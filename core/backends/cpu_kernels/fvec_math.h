@@ -19,8 +19,15 @@ static inline VT V(exp)(VT x0) {
     p = V(add)(V(mul)(p, r), V(c)(1.6666665459e-1f));
     p = V(add)(V(mul)(p, r), V(c)(5.0000001201e-1f));
     p = V(add)(V(add)(V(mul)(V(mul)(p, r), r), r), V(c)(1.0f));
+#if defined(V_SCALEF)
+    // p 2^m in one instruction and one rounding (AVX-512's scalef), as p pow2i(m) rounds it for m up to 127; m is
+    // 128 from x0 = 88.376 on (x is held at 88.72), where pow2i(128) is inf and so is p inf: inf here too (p > 0),
+    // and past 88.72 as below. A NaN's m fails the test and scales a NaN p: NaN. The same values as the lines below
+    return V(sel)(V(gt)(m, V(c)(127.5f)), V(c)(__builtin_inff()), V_SCALEF(p, m));
+#else
     VT y = V(mul)(p, V(pow2i)(V(sel)(V(eq)(m, m), m, V(zero)())));  // (a NaN's m: 2^0, p is NaN)
     return V(sel)(V(gt)(x0, V(c)(88.7228390f)), V(c)(__builtin_inff()), y);
+#endif
 }
 
 static inline VT V(silu)(VT x) {  // x / (1 + exp(-x)); silu(-inf) = NaN, as torch
