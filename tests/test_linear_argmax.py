@@ -18,6 +18,13 @@ if cpu_matmul.native_kernels() is None:  # no C compiler: the product's every ou
     pytest.skip(f"no compiled CPU kernels here ({cpu_matmul.native_kernels_status()})", allow_module_level=True)
 
 
+@pytest.fixture(autouse=True)
+def _room_for_screens(monkeypatch):
+    """Every screen these tests ask for is made, whatever copies earlier tests' weights still hold against
+    EMBER_BLOCKED_WEIGHT_BYTES (the screens are counted there too)."""
+    monkeypatch.setenv("EMBER_BLOCKED_WEIGHT_BYTES", str(1 << 40))
+
+
 def _weight(wt):
     """The (n, k) weight of a bias-free Linear loaded from wt.T, as the CPU backend stores it (wt C-contiguous),
     not recording gradients (as an inference model's)."""
@@ -210,7 +217,7 @@ def test_every_build_rounds_the_screen_alike_and_picks_the_products_argmax(tmp_p
         assert kern.f16_screen_copy(bad, np.empty(wt.shape, np.float16)) is None, tag
 
 
-def test_a_trained_models_head_is_decided_by_the_screen():
+def test_a_trained_models_head_is_decided_by_the_screen(monkeypatch):
     """SmolLM2-135M-Instruct's tied head (its GGUF's, as float32) at the hidden states of a real greedy run: the
     screen leaves a few outputs to compute (not the random weights' doing), and the pick is every output's argmax."""
     from smollm2_assets import smollm2_gguf
@@ -225,12 +232,9 @@ def test_a_trained_models_head_is_decided_by_the_screen():
     w = _weight(np.ascontiguousarray(model.model.embed_tokens.weight.numpy().T))  # (vocab, dim) float32
     nk = cpu_matmul.native_kernels()
     decided = []
-    real = nk.matvec_f32_argmax
-    try:
-        nk.matvec_f32_argmax = lambda *a: decided.append(real(*a)) or decided[-1]
-        for x in states:
-            x = ember.tensor(x)
-            assert _screened(x, w) == _reference(x, w)
-    finally:
-        del nk.matvec_f32_argmax
+    monkeypatch.setattr(nk, "matvec_f32_argmax",
+                        lambda *a, _f=nk.matvec_f32_argmax: decided.append(_f(*a)) or decided[-1])
+    for x in states:
+        x = ember.tensor(x)
+        assert _screened(x, w) == _reference(x, w)
     assert len(states) == 12 and all(d >= 0 for d in decided[-12:])  # (at most MAX_EXACT outputs left each time)
