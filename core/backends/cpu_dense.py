@@ -101,14 +101,10 @@ def conv_bias_act(be, x, w, b, stride, padding, dilation, groups, act):
     the bias and the activation in one pass over the output rows (rows.c) or numpy's."""
     f32 = x.dtype is _F32 and w.dtype is _F32 and (b is None or b.dtype is _F32)
     if f32 and K.chooses("conv_bias_act", be, x.shape, w.shape, stride, dilation, groups, padding):
-        fk = float_kernels()
-        if x.ndim == 3:  # conv1d: one row of a conv2d
-            n, c, length = x.shape
-            y = fk.conv2d(np.ascontiguousarray(x).reshape(n, c, 1, length), np.ascontiguousarray(w)[:, :, None], b,
-                          (1, *stride), (0, *padding), (1, *dilation), groups, act)
-            return y.reshape(y.shape[0], y.shape[1], y.shape[3])
-        return fk.conv2d(np.ascontiguousarray(x), np.ascontiguousarray(w), b, tuple(stride), tuple(padding),
-                         tuple(dilation), groups, act)
+        # (a 1-D conv is the kernel's conv2d of one row)
+        return float_kernels().conv2d(x if x.flags.c_contiguous else np.ascontiguousarray(x),
+                                      w if w.flags.c_contiguous else np.ascontiguousarray(w), b, tuple(stride),
+                                      tuple(padding), tuple(dilation), groups, act)
     y = be.conv(x, w, stride, padding, dilation, groups)                  # (N, O, *out)
     if y.size <= _SMALL_EPILOGUE and act in (None, "relu") and b is not None and y.dtype is _F32 and b.dtype is _F32:
         # a small output (a streaming model's conv): numpy's in-place add and max cost less than the kernel's

@@ -75,6 +75,7 @@ class FloatKernels:
                 f.argtypes, f.restype = args, res
             setattr(self, "_" + name.removeprefix("ember_"), f)
         self._scratch = np.empty(0, _F32)
+        self._scratch_at = (0, 0)  # (the scratch's address, its floats)
         self._conv_plans = {}  # (shapes, ...) -> _conv_plan's
 
     def _call(self, fn, params: np.ndarray) -> int:
@@ -85,12 +86,14 @@ class FloatKernels:
         as much as a small convolution)."""
         if self._scratch.size < n:
             self._scratch = np.empty(max(n, 2 * self._scratch.size), _F32)
+            self._scratch_at = (_addr(self._scratch), self._scratch.size)
         return self._scratch
 
     # ---------------------------------------------------------------------------------------- convolution
     def conv2d(self, x, w, b, stride, padding, dilation, groups, act=None):
         """x (N, C, H, W), w (O, C / groups, KH, KW), b (O,) or None, float32 C-contiguous -> act(conv(x, w) + b)
-        (N, O, Ho, Wo) float32; act: None, 'relu', 'silu', 'gelu' (erf), 'gelu_tanh'."""
+        (N, O, Ho, Wo) float32; act: None, 'relu', 'silu', 'gelu' (erf), 'gelu_tanh'. A 1-D conv (x (N, C, W),
+        w (O, C / groups, KW), stride/padding/dilation of one axis) is the conv2d of one row: (N, O, Wo)."""
         key = (x.shape, w.shape, b is None, stride, padding, dilation, groups, act)
         got = self._conv_plans.get(key)
         if got is None:
@@ -100,22 +103,34 @@ class FloatKernels:
             self._conv_plans[key] = got
         # a call of shapes seen before (every layer of a model after its first run): the sizes' parameter block
         # copied, the arrays' addresses written in; no scratch-size query (a streaming model's conv of a few
-        # frames is ~10 us of work: this path was a third of it)
-        y_shape, template, size = got
+        # frames is ~10 us of work: this path was a third of it). The weights' and the scratch's addresses are
+        # kept with the plan while the same arrays come (w and b are a model's constants)
+        y_shape, template, size, held = got
         y = np.empty(y_shape, _F32)
         params = template.copy()
-        params[0], params[1], params[3] = _addr(x), _addr(w), _addr(y)
-        if b is not None:
-            params[2] = _addr(b)
-        params[4] = _addr(self._scratch_floats(size))
+        params[0], params[3] = _addr(x), _addr(y)
+        weights = held[0]
+        if weights[0] is w and weights[1] is b:
+            params[1], params[2] = weights[2], weights[3]
+        else:
+            params[1], params[2] = _addr(w), 0 if b is None else _addr(b)
+            held[0] = (w, b, params[1], params[2])  # (one assignment: a thread reading it sees all four)
+        scratch = self._scratch_at
+        params[4] = scratch[0] if scratch[1] >= size and scratch[1] else _addr(self._scratch_floats(size))
         if y.size and self._call(self._conv2d, params) != 0:
             raise ValueError("ember: conv2d kernel refused its parameters")
         return y
 
     def _conv_plan(self, x, w, b, stride, padding, dilation, groups, act):
-        """(y's shape, the parameter block with its sizes (addresses 0), scratch floats) of a conv2d call."""
-        n, c, h, wd = x.shape
-        o, _, kh, kw = w.shape
+        """[y's shape, the parameter block with its sizes (addresses 0), scratch floats, [(w, b, their addresses)]]
+        of a conv2d call."""
+        if x.ndim == 3:  # a 1-D conv: one row
+            x_shape, w_shape = (x.shape[0], x.shape[1], 1, x.shape[2]), (*w.shape[:2], 1, w.shape[2])
+            stride, padding, dilation = (1, *stride), (0, *padding), (1, *dilation)
+        else:
+            x_shape, w_shape = x.shape, w.shape
+        n, c, h, wd = x_shape
+        o, _, kh, kw = w_shape
         ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
         wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
         params = np.array([0, 0, 0, 0, 0, n, c, h, wd, o, kh, kw, stride[0], stride[1], padding[0], padding[1],
@@ -124,7 +139,7 @@ class FloatKernels:
         if size < 0:
             raise ValueError(f"ember: conv2d kernel: parameters it does not take (x {x.shape}, w {w.shape}, "
                              f"stride {stride}, padding {padding}, dilation {dilation}, groups {groups})")
-        return (n, o, ho, wo), params, size
+        return (n, o, wo) if x.ndim == 3 else (n, o, ho, wo), params, size, [(None, None, 0, 0)]
 
     # ---------------------------------------------------------------------------------------- attention
     def attention(self, q, k, v, mask, scale, causal):

@@ -378,6 +378,9 @@ class PoolFloatKernels(FloatKernels):
 
     # ---------------------------------------------------------------------------------------- convolution
     def conv2d(self, x, w, b, stride, padding, dilation, groups, act=None):
+        if x.ndim == 3:  # a 1-D conv: the conv2d of one row
+            y = self.conv2d(x[:, :, None], w[:, :, None], b, (1, *stride), (0, *padding), (1, *dilation), groups, act)
+            return y.reshape(y.shape[0], y.shape[1], y.shape[3])
         n, c, h, wd = x.shape
         o, cg, kh, kw = w.shape
         ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1

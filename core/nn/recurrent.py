@@ -92,18 +92,27 @@ def gru_sequence_composed(xg, h, w_hh, b_hh, reverse=False):
     return stack(out, 0)
 
 
-def _sequence(lstm, xg, h, c, w_hh, b_hh, reverse):
+def sequence_states(lstm, xg, h, c, w_hh, b_hh, reverse=False):
     """One direction's steps in one call of the device's lstm_sequence / gru_sequence kernel (no gradient
-    recorded): (outputs (L, N, H), h_n, c_n), or None where it has none (the caller steps)."""
+    recorded): every step's state, (L, N, 2H) h_t | c_t of an LSTM or (L, N, H) h_t of a GRU, or None where it has
+    none (the caller steps)."""
     if xg.ndim != 3 or xg.shape[0] == 0 or not _fits(h, c, w_hh, b_hh) or xg.dtype is not h.dtype \
             or xg.device is not h.device:
         return None
-    states = (h, c) if lstm else (h,)
-    k = A.fused_kernel("lstm_sequence" if lstm else "gru_sequence", xg, *states, w_hh, b_hh)
-    if k is None:
+    if lstm:
+        k = A.fused_kernel("lstm_sequence", xg, h, c, w_hh, b_hh)
+        return None if k is None else A.prim_fused(k, xg, h._data, c._data, w_hh._data,
+                                                   None if b_hh is None else b_hh._data, reverse)
+    k = A.fused_kernel("gru_sequence", xg, h, w_hh, b_hh)
+    return None if k is None else A.prim_fused(k, xg, h._data, w_hh._data, None if b_hh is None else b_hh._data,
+                                               reverse)
+
+
+def _sequence(lstm, xg, h, c, w_hh, b_hh, reverse):
+    """sequence_states as (outputs (L, N, H), h_n, c_n), or None."""
+    out = sequence_states(lstm, xg, h, c, w_hh, b_hh, reverse)
+    if out is None:
         return None
-    out = xg._new(k(xg._data, *(s._data for s in states), w_hh._data, None if b_hh is None else b_hh._data,
-                    reverse=reverse))                                      # (L, N, 2H) h_t | c_t, or (L, N, H)
     H = w_hh.shape[1]
     last = 0 if reverse else xg.shape[0] - 1
     ys = out.narrow(-1, 0, H) if lstm else out

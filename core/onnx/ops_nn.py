@@ -75,34 +75,31 @@ def _conv_args(ctx, at, x, w):
 
 @op("Conv")
 def _conv(ctx, ins, at):
+    return _conv_step(ctx, ins, at, None)
+
+
+def _conv_step(ctx, ins, at, act):
+    """act(Conv(...)): nn.functional's conv_nd / conv_act (the backend's fused conv + bias (+ activation) where it
+    has one: YOLO's every layer) the first time this node sees x's shape and dtype and these w and b (checked
+    there); later runs with the same ones call that kernel directly, looked up each run in the registry."""
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
+    fast = at.memo.get("conv_fast")
+    if fast is not None and fast[0] == x.shape and fast[1] is x.dtype and fast[2] is w and fast[3] is b:
+        k = fused_kernel(fast[4], x, w, b)
+        if k is not None:
+            return prim_fused(k, x if fast[6] is None else _pad_input(x, fast[6]), *fast[5])
+    shape = x.shape
     s, p, d, g, pads = _conv_args(ctx, at, x, w)
     if pads is not None:
         x = _pad_input(x, pads)
-    # nn.functional's conv: the backend's fused conv + bias where it has one (YOLO's every layer)
-    return _checked_conv(at, x, w, b, s, p, d, g, None, lambda: conv_nd(x, w, b, s, p, d, g, x.ndim - 2))
-
-
-def _checked_conv(at, x, w, b, s, p, d, g, act, call):
-    """call() (nn.functional's conv_nd, or conv_act with `act`) the first time this node sees x's, w's and b's
-    shapes and dtypes: it checks them and takes them to the backend's kernel (conv_bias with a bias, else
-    conv_bias_act) where it has one; later runs with the same ones call that kernel directly (still looked up
-    each run, in the registry)."""
-    key = (x.shape, x.dtype, w.shape, w.dtype, act, None if b is None else (b.shape, b.dtype))
-    if at.memo.get("conv_checked") == key:
-        if act is None and b is not None:
-            k = fused_kernel("conv_bias", x, w, b)
-            if k is not None:
-                return prim_fused(k, x, w._data, b._data, s, p, d, g)
-        else:
-            k = fused_kernel("conv_bias_act", x, w, b)
-            if k is not None:
-                return prim_fused(k, x, w._data, None if b is None else b._data, s, p, d, g, act)
-    y = call()
-    # what conv_nd / conv_act hand those kernels without a fallback (their checks passed: no error above)
+    y = conv_nd(x, w, b, s, p, d, g, x.ndim - 2) if act is None else conv_act(x, w, b, s, p, d, g, act)
+    # what conv_nd / conv_act hand these kernels without a fallback (their checks passed: no error above)
     if x.ndim in (3, 4) and x.ndim == w.ndim and x.dtype is w.dtype and (b is None or b.dtype is x.dtype):
-        at.memo["conv_checked"] = key
+        bias = None if b is None else b._data
+        name, args = ("conv_bias", (w._data, bias, s, p, d, g)) if act is None and b is not None else \
+            ("conv_bias_act", (w._data, bias, s, p, d, g, act))
+        at.memo["conv_fast"] = (shape, x.dtype, w, b, name, args, pads)
     return y
 
 
@@ -110,12 +107,7 @@ def conv_act_step(act):
     """A Conv whose one reader was Relu or SiLU (fuse.py): act(Conv(...)), the activation in the backend's
     conv_bias_act epilogue where it has one (nn.functional.conv_act; else the conv, then the activation)."""
     def step(ctx, ins, at):
-        x, w = ins[0], ins[1]
-        b = ins[2] if len(ins) > 2 else None
-        s, p, d, g, pads = _conv_args(ctx, at, x, w)
-        if pads is not None:
-            x = _pad_input(x, pads)
-        return _checked_conv(at, x, w, b, s, p, d, g, act, lambda: conv_act(x, w, b, s, p, d, g, act))
+        return _conv_step(ctx, ins, at, act)
     step.__name__ = f"_conv_{act}"
     return step
 

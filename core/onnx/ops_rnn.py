@@ -14,7 +14,7 @@ from .. import ops_elementwise as E
 from .. import ops_indexing as I
 from .. import ops_movement as M
 from ..linalg import matmul
-from ..nn.recurrent import lstm_sequence
+from ..nn.recurrent import lstm_sequence, sequence_states
 from .registry import op
 from .values import host
 
@@ -105,6 +105,13 @@ def _recurrent(ctx, ins, at, kind):
     zeros = x.new_zeros((batch, hidden)) if h0 is None or c0 is None or lens is not None else None
     plain_lstm = plain and lens is None and peep is None
 
+    if plain_lstm and n_dirs == 1 and not layout and h0 is not None and c0 is not None:
+        # a streaming model's one-step call (Silero VAD): the states straight from the kernel's (L, N, 2H) output
+        out = _lstm_states(at, x, w, r, b, h0[0], c0[0], hidden, direction == "reverse")
+        if out is not None:
+            last = M.narrow(out, 0, 0 if direction == "reverse" else seq - 1, 1)
+            return [M.unsqueeze(M.narrow(out, 2, 0, hidden), 1), M.narrow(last, 2, 0, hidden),
+                    M.narrow(last, 2, hidden, hidden)]
     ys, hs, cs = [], [], []
     for d in range(n_dirs):
         reverse = direction == "reverse" or d == 1
@@ -183,11 +190,9 @@ def _torch_gates(t, hidden):
     return M.cat([M.narrow(t, 0, k * hidden, hidden) for k in _TORCH_GATES], 0)
 
 
-def _lstm_cells(at, d, x, w, r, b, h, c, hidden, reverse):
-    """Direction d of a plain LSTM (default activations; no clip, peepholes, input_forget or sequence_lens)
-    through nn.recurrent's lstm_sequence (the device's lstm_sequence or lstm_cell kernel where it has one). x
-    (seq, batch, input), read from its last step with reverse. Returns (y (seq, batch, H), h, c). The weights in
-    torch's gate order are kept per node while it is handed the same W, R and B tensors (constants: every run)."""
+def _lstm_weights(at, d, w, r, b, hidden):
+    """(W (input, 4H), R (4H, H), bias (4H,) or None) of direction d in torch's gate order, kept per node while it is
+    handed the same W, R and B tensors (constants: every run)."""
     key = ("lstm", d)
     memo = at.memo.get(key)
     if memo is None or memo[0] is not w or memo[1] is not r or memo[2] is not b:
@@ -198,7 +203,21 @@ def _lstm_cells(at, d, x, w, r, b, h, c, hidden, reverse):
         # ~10x a plain product for Silero VAD's one-step call
         memo = at.memo[key] = (w, r, b, M.transpose(_torch_gates(w[d], hidden), 0, 1).contiguous(),
                                _torch_gates(r[d], hidden), bias)                        # (4H, H), (4H,)
-    w_in, w_hh, bias = memo[3:]
+    return memo[3:]
+
+
+def _lstm_states(at, x, w, r, b, h, c, hidden, reverse):
+    """The one direction of a plain LSTM as the device's lstm_sequence kernel's (seq, batch, 2H) h_t | c_t, or None
+    where it has none."""
+    w_in, w_hh, bias = _lstm_weights(at, 0, w, r, b, hidden)
+    return sequence_states(True, matmul(x, w_in), h, c, w_hh, bias, reverse)
+
+
+def _lstm_cells(at, d, x, w, r, b, h, c, hidden, reverse):
+    """Direction d of a plain LSTM (default activations; no clip, peepholes, input_forget or sequence_lens)
+    through nn.recurrent's lstm_sequence (the device's lstm_sequence or lstm_cell kernel where it has one). x
+    (seq, batch, input), read from its last step with reverse. Returns (y (seq, batch, H), h, c)."""
+    w_in, w_hh, bias = _lstm_weights(at, d, w, r, b, hidden)
     # (seq, batch, 4H); the bias added in the kernel's gate sums (xg + (h W_hh^T + b)): one op less a step, which
     # is most of a streaming model's one-step call
     return lstm_sequence(matmul(x, w_in), h, c, w_hh, bias, reverse=reverse)

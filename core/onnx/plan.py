@@ -194,9 +194,9 @@ def inline_ifs(steps_of, graphs):
     return runs_in
 
 
-def run(steps, env, hv, where, free=True):
+def run(steps, env, hv, where, free=True, rec=None):
     """Run `steps` over `env` (names -> values, holding constants, feeds and the outer scope) and `hv`
-    (names -> host values: the host constants at the start)."""
+    (names -> host values: the host constants at the start); `rec`, a trace.Recorder, is told the path taken."""
     keys = {}
     st = None
     try:
@@ -209,6 +209,8 @@ def run(steps, env, hv, where, free=True):
                         v = _read(env, n, st, where)
                     key = tuple(v.shape)
                     ins = (v,)
+                    if rec is not None:
+                        rec.shape(n, key)
                 else:
                     key = tuple(keys.get(n) for n in st.ins)
                     ins = None
@@ -230,12 +232,16 @@ def run(steps, env, hv, where, free=True):
                 v = hv[c] if st.host_idx else _read(env, c, st, where)
                 if st.cond[0] is not v:  # (a host step's cached value: the same tensor every run of the same shapes)
                     st.cond = (v, 0 if bool(host(v).reshape(-1)[0]) else 1)
+                if rec is not None and not st.host_idx:
+                    rec.cond(c, st.cond[1])
                 b_steps, b_outs, b_local = st.branches[st.cond[1]]
-                run(b_steps, env, hv, where, free)
+                run(b_steps, env, hv, where, free, rec)
                 try:
                     for n, b in zip(st.outs, b_outs):
                         if n:
                             env[n] = env[b]
+                            if rec is not None:
+                                rec.alias(n, b)
                 except KeyError as e:
                     raise OnnxFormatError(f"ember: {where}: node {st.node.name or 'If'!r} (If): its branch's "
                                           f"output {e.args[0]!r} is never produced") from None
@@ -254,6 +260,8 @@ def run(steps, env, hv, where, free=True):
                     ctx.scope = env  # what a subgraph of this node sees
                 if st.broadcasts:
                     broadcast_check(st.attrs, ins)
+                if rec is not None:
+                    rec.step(st, ins)
                 outs = st.fn(ctx, ins, st.attrs)
                 if isinstance(outs, (list, tuple)):
                     for n, v in zip(st.outs, outs):

@@ -9,6 +9,7 @@ from ..autograd import no_grad
 from ..device import CPU, device as as_device
 from ..tensor import Tensor, tensor
 from . import plan as P
+from .trace import Recorder, Stale
 from .fuse import dedupe, fuse_attention, fuse_conv_act, fuse_gelu, fuse_linear, fuse_silu
 from .proto import load_model
 from .registry import HOST_INPUTS, Attrs, lookup
@@ -75,6 +76,19 @@ def to_tensor(a, dev) -> Tensor:
 
 
 _I32 = np.iinfo(np.int32)
+_TRACES_MAX = 8  # recorded runs a session keeps (by feed shapes and dtypes)
+_STALE_MAX = 3   # replays that may leave their recorded path before a session stops recording
+
+
+def _signature(feeds: dict):
+    """The feeds' names, shapes, dtypes and devices (what a recorded run is replayed for), or None where a feed is
+    not a tensor (a sequence, an omitted optional input, strings)."""
+    sig = []
+    for n, v in feeds.items():
+        if type(v) is not Tensor:
+            return None
+        sig.append((n, v.shape, v.dtype, v.device))
+    return tuple(sig)
 
 
 def constant(a, dev) -> Tensor:
@@ -190,6 +204,9 @@ class InferenceSession:
         # If branches run in the environment of the graph holding the If: their constants join that graph's
         self._consts = {id(graph): dict(self._initializers)}
         self._consts.update((id(g), dict(self._sub_initializers[id(g)])) for g in self._subgraphs)
+        # replays of the main graph's runs by their feeds' shapes and dtypes (trace.py): a signature is recorded the
+        # second time it is fed (a decoder fed ever longer caches records nothing), replayed from the third
+        self._traces, self._seen, self._stale = {}, {}, 0
         self._branch_names = set()  # what inlined branches hold: in the main environment, yet no value of its graph
         if P.defined_once(graph):
             runs_in = P.inline_ifs(self._steps, [graph] + self._subgraphs)
@@ -298,7 +315,27 @@ class InferenceSession:
         free = wanted is None or out_set.issuperset(wanted)
         if wanted is not None:
             out_names = wanted
-        P.run(self._steps[gid], env, dict(self._host_consts[gid]), self.where, free)
+        rec = None
+        if main and free and self._traces is not None:
+            sig = _signature(feeds)
+            trace = self._traces.get(sig)
+            if trace is not None:
+                try:
+                    return dict(zip(self._out_names[gid][0], trace.replay(feeds)))
+                except Stale:  # this run's shapes or conditions leave the recorded path: run it step by step
+                    del self._traces[sig]
+                    self._stale += 1
+                    if self._stale >= _STALE_MAX:  # (shapes that follow the data: replays would mostly fail)
+                        self._traces = None
+                except Exception:  # noqa: BLE001  (the planned executor raises it again, naming the node)
+                    pass
+            elif sig is not None:
+                seen = self._seen[sig] = self._seen.get(sig, 0) + 1
+                if seen >= 2:
+                    rec = Recorder(feeds)
+                if len(self._seen) > _TRACES_MAX * 8:
+                    self._seen.clear()
+        P.run(self._steps[gid], env, dict(self._host_consts[gid]), self.where, free, rec)
         if not main:
             try:
                 return [env[n] for n in out_names]
@@ -307,6 +344,12 @@ class InferenceSession:
         missing = [n for n in out_names if n not in env or main and n in self._branch_names]
         if missing:
             raise OnnxFormatError(f"ember: {self.where}: graph {graph.name!r}: outputs {missing} are never produced")
+        if rec is not None and self._traces is not None:
+            trace = rec.trace(feeds, self._out_names[gid][0], env)
+            if trace is not None:
+                if len(self._traces) >= _TRACES_MAX:
+                    self._traces.clear()
+                self._traces[sig] = trace
         return env
 
     @staticmethod

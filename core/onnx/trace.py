@@ -1,0 +1,147 @@
+"""Replaying a graph's run: the steps one run took, with its host values bound in, kept for the next run fed the
+same shapes.
+
+The planned executor (plan.run) walks every step each run: it looks host steps up in their shape caches, picks If
+branches, reads and writes each value by name and drops it after its last reader. For a small model called many
+times (Silero VAD's 512-sample chunk: ~80 steps, ~40 of them shape work) that walk costs as much as the
+operators. A run fed the same input shapes and dtypes as an earlier one takes the same path wherever the shapes
+its Shape/Size steps read and the conditions its If steps test come out the same, and then every host value is the
+same (host steps compute from shapes and constants alone). So the first such run is recorded (`Recorder`, called
+from plan.run) and later ones replay the recording (`Trace.replay`): only the operator steps, each reading
+numbered slots (constants, host values and feeds bound at their slots once), their dead values cleared after the
+last reader, with a guard wherever the recorded path read a shape or a condition. A guard that fails (a shape that
+depends on the data, as after NonZero, or an If whose condition changed) abandons the replay, and the session
+runs the planned executor from the start: steps compute from their inputs alone, so nothing the abandoned
+replay did is seen.
+"""
+from __future__ import annotations
+
+from .guard import broadcast_check
+from .values import host
+
+
+class Stale(Exception):
+    """A replay's guard failed: this run leaves the recorded path (plan.run takes it from the start)."""
+
+
+_SHAPE, _COND, _STEP = 0, 1, 2
+
+
+class Recorder:
+    """What plan.run reports while it runs a graph once: each operator step (its inputs' sources: a slot another
+    recorded step or a feed filled, or a constant), each shape a Shape/Size step read of a computed value and each
+    condition an inlined If tested on one."""
+
+    def __init__(self, feeds):
+        self.origin = {n: i for i, n in enumerate(feeds)}  # value name -> the slot holding it this run
+        self.slots = len(self.origin)
+        self.consts = []  # [(slot, value)]: constants and host values the steps read
+        self.items = []   # (_STEP, st, srcs, dsts) | (_SHAPE, slot, shape) | (_COND, slot, branch)
+        self.broken = False  # a step a replay cannot redo ran: a subgraph's, reading the environment by name
+
+    def _const(self, v) -> int:
+        self.consts.append((self.slots, v))
+        self.slots += 1
+        return self.slots - 1
+
+    def shape(self, name, key):
+        slot = self.origin.get(name)
+        if slot is not None:  # (a constant's shape never changes: no guard)
+            self.items.append((_SHAPE, slot, key))
+
+    def cond(self, name, branch):
+        slot = self.origin.get(name)
+        if slot is not None:
+            self.items.append((_COND, slot, branch))
+
+    def alias(self, name, branch_name):
+        """An inlined If's output: the value of its branch's output (a slot, or a constant left unrecorded)."""
+        slot = self.origin.get(branch_name)
+        if slot is not None:
+            self.origin[name] = slot
+
+    def step(self, st, ins):
+        """Operator step st about to run on `ins` (the values it reads, host values at its host indices)."""
+        if st.scoped:
+            self.broken = True
+        srcs = []
+        for i, n in enumerate(st.ins):
+            slot = self.origin.get(n) if n and i not in st.host_idx else None
+            srcs.append(self._const(ins[i]) if slot is None else slot)
+        dsts = []
+        for n in st.outs:
+            if n:
+                self.origin[n] = self.slots
+                dsts.append(self.slots)
+                self.slots += 1
+            else:
+                dsts.append(-1)
+        self.items.append((_STEP, st, tuple(srcs), tuple(dsts)))
+
+    def trace(self, feeds, outputs, env) -> "Trace | None":
+        """The recorded run as a Trace returning `outputs` (a constant where no recorded step made one)."""
+        if self.broken:
+            return None
+        outs = [self.origin[n] if n in self.origin else self._const(env[n]) for n in outputs]
+        return Trace(self, feeds, outs)
+
+
+class Trace:
+    """A recorded run, replayable: `replay(feeds)` -> the outputs' values, or Stale."""
+
+    def __init__(self, rec, feeds, outs):
+        self.feeds, self.outs = tuple(feeds), tuple(outs)
+        template = [None] * rec.slots
+        for slot, v in rec.consts:
+            template[slot] = v
+        self.template = template
+        # each slot's last reader: the item after which it is cleared (never an output's, a constant's)
+        last = {}
+        for k, item in enumerate(rec.items):
+            if item[0] == _STEP:
+                for s in item[2]:
+                    last[s] = k
+            else:
+                last[item[1]] = k
+        keep = set(self.outs) | {s for s, _ in rec.consts}
+        frees = [[] for _ in rec.items]
+        for s, k in last.items():
+            if s not in keep:
+                frees[k].append(s)
+        for k, item in enumerate(rec.items):  # outputs no step reads (an LSTM's unused Y): cleared at once
+            if item[0] == _STEP:
+                frees[k].extend(s for s in item[3] if s >= 0 and s not in last and s not in keep)
+        self.items = []
+        for item, free in zip(rec.items, frees):
+            if item[0] == _STEP:
+                st, srcs, dsts = item[1], item[2], item[3]
+                self.items.append((_STEP, st, srcs, dsts, dsts[0] if dsts else -1, tuple(free)))
+            else:
+                self.items.append((item[0], item[1], item[2], None, None, tuple(free)))
+
+    def replay(self, feeds: dict):
+        vals = self.template.copy()
+        for i, n in enumerate(self.feeds):
+            vals[i] = feeds[n]
+        for kind, a, b, dsts, out1, free in self.items:
+            if kind == _STEP:
+                st = a
+                ins = [vals[s] for s in b]
+                if st.broadcasts:
+                    broadcast_check(st.attrs, ins)
+                outs = st.fn(st.ctx, ins, st.attrs)
+                if isinstance(outs, (list, tuple)):
+                    for s, v in zip(dsts, outs):
+                        if s >= 0:
+                            vals[s] = v
+                elif out1 >= 0:
+                    vals[out1] = outs
+            elif kind == _SHAPE:
+                if tuple(vals[a].shape) != b:
+                    raise Stale
+            elif (0 if bool(host(vals[a]).reshape(-1)[0]) else 1) != b:
+                raise Stale
+            for s in free:
+                vals[s] = None
+        return [vals[s] for s in self.outs]
+
