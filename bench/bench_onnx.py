@@ -135,7 +135,7 @@ def latency(repeat, device="cpu", ort_threads=1, only=None):
                 time.sleep(0.2)  # the other engine's worker threads stop spinning (they took the second core)
                 best[name] = min(best[name], _best(lambda: sess.run(None, feeds), inner[name]))
         found[label] = best
-        print(f"{label:28s} ember {device} {best['ember'] * 1e3:8.1f} ms   onnxruntime {best['onnxruntime'] * 1e3:7.1f} ms"
+        print(f"{label:28s} ember {device} {best['ember'] * 1e3:8.3f} ms   onnxruntime {best['onnxruntime'] * 1e3:7.3f} ms"
               f"   ratio {best['ember'] / best['onnxruntime']:6.2f}x   (best of {repeat})", flush=True)
     return found
 

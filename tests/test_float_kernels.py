@@ -142,6 +142,41 @@ def test_conv_threads_do_not_change_bits(builds, case):
     _threads(nk, 1)
 
 
+def test_conv_plans_keep_each_calls_arrays_across_weights_and_python_threads(builds):
+    """A conv plan (one per shapes) keeps the weights' addresses while the same arrays come and its own parameter
+    block for the thread that made it: calls alternating two weight sets, and four Python threads calling at once
+    (the kernel runs without the GIL), each get the answer of their own arrays; a 1-D conv (3-D arrays) is the
+    conv2d of one row."""
+    import threading
+    fk, nk = builds["native"]
+    _threads(nk, 1)
+    x = [rnd(1, 16, 9, 11, seed=s) for s in range(4)]
+    w = [rnd(24, 16, 3, 3, seed=10 + s, scale=0.3) for s in range(2)]
+    b = [rnd(24, seed=20 + s) for s in range(2)]
+    args = ((1, 1), (1, 1), (1, 1), 1, "relu")
+    want = {(i, j): fk.conv2d(x[i], w[j], b[j], *args).copy() for i in range(4) for j in range(2)}
+    for _ in range(3):  # the kept addresses follow the arrays handed in
+        for j in (0, 1, 1, 0):
+            assert np.array_equal(fk.conv2d(x[0], w[j], b[j], *args), want[0, j])
+    wrong = []
+
+    def calls(i):
+        for k in range(200):
+            j = (i + k) % 2
+            if not np.array_equal(fk.conv2d(x[i], w[j], b[j], *args), want[i, j]):
+                wrong.append((i, k))
+    threads = [threading.Thread(target=calls, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, wrong[:5]
+    x1, w1 = rnd(2, 5, 40, seed=30), rnd(7, 5, 4, seed=31)
+    y1 = fk.conv2d(x1, w1, b[0][:7], (3,), (2,), (2,), 1, None)
+    y2 = fk.conv2d(x1[:, :, None], w1[:, :, None], b[0][:7], (1, 3), (0, 2), (1, 2), 1, None)
+    assert y1.shape == (2, 7, y2.shape[3]) and np.array_equal(y1, y2[:, :, 0])
+
+
 def test_conv_bias_act_op_against_its_composed_form():
     """The registry op on the CPU (C where its rule chooses it, im2col + BLAS elsewhere, either forced) against
     conv_bias_act_composed in Tensor ops."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 
 import numpy as np
 
@@ -52,7 +53,8 @@ def _buffer_addr(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-_addr = _interface_addr if cpu_matmul.NO_BLAS else _buffer_addr  # (the page's addresses need the sign fix)
+_addr = _interface_addr if cpu_matmul.NO_BLAS else _buffer_addr
+_thread = threading.get_ident  # (the page's addresses need the sign fix)
 _F32_STRUCT, _U32_STRUCT = struct.Struct("<f"), struct.Struct("<I")
 
 
@@ -74,8 +76,7 @@ class FloatKernels:
             if native:
                 f.argtypes, f.restype = args, res
             setattr(self, "_" + name.removeprefix("ember_"), f)
-        self._scratch = np.empty(0, _F32)
-        self._scratch_at = (0, 0)  # (the scratch's address, its floats)
+        self._scratch = threading.local()  # .buf: this thread's scratch, .at: (its address, its floats)
         self._conv_plans = {}  # (shapes, ...) -> _conv_plan's
 
     def _call(self, fn, params: np.ndarray) -> int:
@@ -83,11 +84,14 @@ class FloatKernels:
 
     def _scratch_floats(self, n: int) -> np.ndarray:
         """A scratch buffer of at least n floats, kept for the next calls (the page faults of a fresh one cost
-        as much as a small convolution)."""
-        if self._scratch.size < n:
-            self._scratch = np.empty(max(n, 2 * self._scratch.size), _F32)
-            self._scratch_at = (_addr(self._scratch), self._scratch.size)
-        return self._scratch
+        as much as a small convolution); one per Python thread (two threads' calls run at once: the kernels
+        release the GIL)."""
+        mine = self._scratch
+        got = getattr(mine, "buf", None)
+        if got is None or got.size < n:
+            got = mine.buf = np.empty(max(n, 2 * (0 if got is None else got.size)), _F32)
+            mine.at = (_addr(got), got.size)
+        return got
 
     # ---------------------------------------------------------------------------------------- convolution
     def conv2d(self, x, w, b, stride, padding, dilation, groups, act=None):
@@ -107,7 +111,12 @@ class FloatKernels:
         # kept with the plan while the same arrays come (w and b are a model's constants)
         y_shape, template, size, held = got
         y = np.empty(y_shape, _F32)
-        params = template.copy()
+        mine = held[1]
+        if mine[0] == _thread():  # the thread that made the plan writes its own block (no other thread reads it)
+            params, at = mine[1], mine[2]
+        else:
+            params = template.copy()
+            at = _addr(params)
         params[0], params[3] = _addr(x), _addr(y)
         weights = held[0]
         if weights[0] is w and weights[1] is b:
@@ -115,9 +124,9 @@ class FloatKernels:
         else:
             params[1], params[2] = _addr(w), 0 if b is None else _addr(b)
             held[0] = (w, b, params[1], params[2])  # (one assignment: a thread reading it sees all four)
-        scratch = self._scratch_at
-        params[4] = scratch[0] if scratch[1] >= size and scratch[1] else _addr(self._scratch_floats(size))
-        if y.size and self._call(self._conv2d, params) != 0:
+        scratch = getattr(self._scratch, "at", None)
+        params[4] = scratch[0] if scratch is not None and scratch[1] >= size else _addr(self._scratch_floats(size))
+        if y.size and self._conv2d(at) != 0:
             raise ValueError("ember: conv2d kernel refused its parameters")
         return y
 
@@ -139,7 +148,9 @@ class FloatKernels:
         if size < 0:
             raise ValueError(f"ember: conv2d kernel: parameters it does not take (x {x.shape}, w {w.shape}, "
                              f"stride {stride}, padding {padding}, dilation {dilation}, groups {groups})")
-        return (n, o, wo) if x.ndim == 3 else (n, o, ho, wo), params, size, [(None, None, 0, 0)]
+        own = params.copy()
+        return (n, o, wo) if x.ndim == 3 else (n, o, ho, wo), params, size, [(None, None, 0, 0),
+                                                                             (_thread(), own, _addr(own))]
 
     # ---------------------------------------------------------------------------------------- attention
     def attention(self, q, k, v, mask, scale, causal):

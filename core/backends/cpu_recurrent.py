@@ -6,6 +6,7 @@ The composed references are ember.nn.recurrent's lstm_cell_composed / gru_cell_c
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 
@@ -13,6 +14,7 @@ from . import cpu_matmul
 from .cpu_float_kernels import _addr
 
 _F32 = np.dtype(np.float32)
+_thread = threading.get_ident
 
 
 class _Cells:
@@ -21,9 +23,60 @@ class _Cells:
     def __init__(self, lib, native: bool):
         self._fns = {(4, False): lib.ember_lstm_cell, (3, False): lib.ember_gru_cell,
                      (4, True): lib.ember_lstm_sequence, (3, True): lib.ember_gru_sequence}
+        self._plans = {}  # (operands' shapes, strides, dtypes ...) -> _plan's
         if native:
             for f in self._fns.values():
                 f.argtypes, f.restype = [ctypes.c_void_p], ctypes.c_int
+
+    def call(self, xg, h, c, w, b, gates, reverse=None):
+        """run() where the kernel takes these operands (_takes), else None. A call of the shapes, strides and dtypes
+        of an earlier one that needed no copy (a streaming model's every step) reuses that call's parameter block
+        and the weights' addresses, checked once."""
+        key = (xg.shape, xg.strides, xg.dtype, h.shape, h.strides, h.dtype, w.shape, w.strides, w.dtype, gates,
+               reverse, None if c is None else (c.shape, c.strides, c.dtype),
+               None if b is None else (b.shape, b.strides, b.dtype))
+        plan = self._plans.get(key)
+        if plan is None:
+            if not _takes(xg, h, c, w, b, gates):
+                return None
+            args = _c_args(xg, h, c, w, b)
+            if any(a is not o for a, o in zip(args, (xg, h, c, w, b))):  # (copies: no plan for these strides)
+                return self.run(*args, h.shape[1], reverse)
+            if len(self._plans) >= 32:
+                self._plans.clear()
+            plan = self._plans[key] = self._plan(xg, h, c, h.shape[1], reverse)
+        out_shape, template, fn, held = plan
+        out = np.empty(out_shape, _F32)
+        mine = held[1]
+        if mine[0] == _thread():  # the thread that made the plan writes its own block (no other thread reads it)
+            params, at = mine[1], mine[2]
+        else:
+            params = template.copy()
+            at = _addr(params)
+        params[0], params[1], params[5] = _addr(xg), _addr(h), _addr(out)
+        if c is not None:
+            params[2] = _addr(c)
+        weights = held[0]
+        if weights[0] is w and weights[1] is b:
+            params[3], params[4] = weights[2], weights[3]
+        else:
+            params[3], params[4] = _addr(w), 0 if b is None else _addr(b)
+            held[0] = (w, b, params[3], params[4])  # (one assignment: a thread reading it sees all four)
+        if out.size and fn(at) != 0:
+            raise ValueError(f"ember: recurrent.c refused {out_shape} steps, hidden {h.shape[1]}")
+        return out
+
+    def _plan(self, xg, h, c, hid, reverse):
+        """[out's shape, the parameter block without addresses, the entry point, [(w, b, their addresses)]]."""
+        n, seq = h.shape[0], reverse is not None
+        steps = xg.shape[0] if seq else 1
+        width = 2 * hid if c is not None else hid
+        xg_rows = xg[0] if seq else xg
+        params = np.array([0, 0, 0, 0, 0, 0, n, hid, _stride(xg_rows), _stride(h), 0 if c is None else _stride(c),
+                           width, steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse))], np.intp)
+        own = params.copy()
+        return (steps, n, width) if seq else (n, width), params, self._fns[4 if c is not None else 3, seq], \
+            [(None, None, 0, 0), (_thread(), own, _addr(own))]
 
     def run(self, xg, h, c, w, b, hid, reverse=None):
         """One step (reverse None: xg (N, G H) -> out (N, 2H) h' | c' for an LSTM, c given, or (N, H) h' for a
@@ -103,8 +156,9 @@ def lstm_cell(be, xg, h, c, w_hh, b_hh):
     """xg (N, 4H) input gates, h (N, H), c (N, H), w_hh (4H, H), b_hh (4H,) or None -> (N, 2H): h' | c'."""
     H = c.shape[-1]
     k = cells()
-    if k is not None and _takes(xg, h, c, w_hh, b_hh, 4):
-        return k.run(*_c_args(xg, h, c, w_hh, b_hh), H)
+    out = k.call(xg, h, c, w_hh, b_hh, 4) if k is not None else None
+    if out is not None:
+        return out
     g = h @ w_hh.T                                                         # (N, 4H), fresh: written in place
     g += xg
     if b_hh is not None:
@@ -125,8 +179,9 @@ def gru_cell(be, xg, h, w_hh, b_hh):
     """xg (N, 3H), h (N, H), w_hh (3H, H), b_hh (3H,) or None -> h' (N, H)."""
     H = h.shape[-1]
     k = cells()
-    if k is not None and _takes(xg, h, None, w_hh, b_hh, 3):
-        return k.run(*_c_args(xg, h, None, w_hh, b_hh), H)
+    out = k.call(xg, h, None, w_hh, b_hh, 3) if k is not None else None
+    if out is not None:
+        return out
     gh = h @ w_hh.T                                                        # (N, 3H)
     if b_hh is not None:
         gh += b_hh
@@ -147,8 +202,9 @@ def lstm_sequence(be, xg, h, c, w_hh, b_hh, reverse=False):
     step L - 1 down with reverse (its final state is then step 0's)."""
     H = c.shape[-1]
     k = cells()
-    if k is not None and _takes(xg, h, c, w_hh, b_hh, 4):
-        return k.run(*_c_args(xg, h, c, w_hh, b_hh), H, reverse=reverse)
+    done = k.call(xg, h, c, w_hh, b_hh, 4, reverse=bool(reverse)) if k is not None else None
+    if done is not None:
+        return done
     out = np.empty(xg.shape[:2] + (2 * H,), xg.dtype)
     for t in (range(xg.shape[0] - 1, -1, -1) if reverse else range(xg.shape[0])):
         out[t] = lstm_cell(be, xg[t], h, c, w_hh, b_hh)
@@ -160,8 +216,9 @@ def gru_sequence(be, xg, h, w_hh, b_hh, reverse=False):
     """xg (L, N, 3H), h0 (N, H) -> (L, N, H): h_t of every step t (from step L - 1 down with reverse)."""
     H = h.shape[-1]
     k = cells()
-    if k is not None and _takes(xg, h, None, w_hh, b_hh, 3):
-        return k.run(*_c_args(xg, h, None, w_hh, b_hh), H, reverse=reverse)
+    done = k.call(xg, h, None, w_hh, b_hh, 3, reverse=bool(reverse)) if k is not None else None
+    if done is not None:
+        return done
     out = np.empty(xg.shape[:2] + (H,), xg.dtype)
     for t in (range(xg.shape[0] - 1, -1, -1) if reverse else range(xg.shape[0])):
         h = out[t] = gru_cell(be, xg[t], h, w_hh, b_hh)

@@ -50,8 +50,13 @@ def lstm_cell_composed(xg, h, c, w_hh, b_hh):
 def _fits(*ts):
     """All 2-D (biases 1-D), one dtype and device, contiguous-friendly: what the cell kernels take."""
     first = ts[0]
-    return all(t is None or (t.dtype is first.dtype and t.device is first.device and t.ndim in (1, 2)) for t in ts) \
-        and first.ndim == 2
+    if first.ndim != 2:
+        return False
+    dtype, dev = first.dtype, first.device
+    for t in ts:
+        if t is not None and (t.dtype is not dtype or t.device is not dev or t.ndim not in (1, 2)):
+            return False
+    return True
 
 
 def gru_step(xg, h, w_hh, b_hh, _composed=False):

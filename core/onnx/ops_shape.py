@@ -101,10 +101,15 @@ def _same_inputs(at, ins):
     inputs (read on the host: axes, starts, indices ...) are the very tensors it read then (constants, or a
     host step's cached value: every run of a streaming model), else None."""
     m = at.memo.get("same")
-    if m is not None and m[0] == ins[0].shape and len(m[1]) == len(ins) - 1 and \
-            all(a is b for a, b in zip(m[1], ins[1:])):
-        return m[2]
-    return None
+    if m is None or m[0] != ins[0].shape:
+        return None
+    kept = m[1]
+    if len(kept) != len(ins) - 1:
+        return None
+    for i, a in enumerate(kept, 1):
+        if a is not ins[i]:
+            return None
+    return m[2]
 
 
 def _keep(at, ins, value):
@@ -237,6 +242,12 @@ _PAD_MODES = {"constant", "reflect", "edge", "wrap"}
 
 
 def _pad(ctx, at, x, pads, value, mode, axes=None):
+    return _padded(x, _pad_plan(ctx, at, x, pads, value, mode, axes))
+
+
+def _pad_plan(ctx, at, x, pads, value, mode, axes):
+    """How a Pad pads x: (the crop of negative pads or None, mode, value, ((before, after) per axis) for a constant
+    pad or [(axis, source index)] for the others), checked against the tensor limit."""
     n = x.ndim
     axes = list(range(n)) if axes is None else [axis(a, n, ctx) for a in axes]
     k = len(axes)
@@ -246,17 +257,27 @@ def _pad(ctx, at, x, pads, value, mode, axes=None):
     if mode not in _PAD_MODES:
         raise ValueError(f"ember: {ctx.where}: Pad mode {mode!r} is not one of {sorted(_PAD_MODES)}")
     sized(at, "pads", [max(d + b + a, 0) for d, b, a in zip(x.shape, before, after)], x.dtype.itemsize)
+    crop, shape = None, list(x.shape)
     if min(before) < 0 or min(after) < 0:  # negative pads crop
-        key = tuple(slice(-b if b < 0 else 0, x.shape[i] + a if a < 0 else None)
-                    for i, (b, a) in enumerate(zip(before, after)))
-        x = x[key]
+        crop = tuple(slice(-b if b < 0 else 0, x.shape[i] + a if a < 0 else None)
+                     for i, (b, a) in enumerate(zip(before, after)))
+        shape = [len(range(*c.indices(d))) for c, d in zip(crop, x.shape)]
         before, after = [max(b, 0) for b in before], [max(a, 0) for a in after]
     if mode == "constant":
-        return prim_pad(x, tuple(zip(before, after)), value) if any(before) or any(after) else x
-    for i in range(n):
-        b, a, d = before[i], after[i], x.shape[i]
-        if b or a:  # (the index is in range by construction: no check per run)
-            x = prim_index_select(x, i, _pad_index(ctx, at, mode, b, a, d))
+        return crop, mode, value, tuple(zip(before, after)) if any(before) or any(after) else None
+    # (each index is in range by construction: no check per run)
+    return crop, mode, value, [(i, _pad_index(ctx, at, mode, before[i], after[i], shape[i]))
+                               for i in range(n) if before[i] or after[i]]
+
+
+def _padded(x, plan):
+    crop, mode, value, how = plan
+    if crop is not None:
+        x = x[crop]
+    if mode == "constant":
+        return x if how is None else prim_pad(x, how, value)
+    for i, idx in how:
+        x = prim_index_select(x, i, idx)
     return x
 
 
@@ -292,12 +313,15 @@ def _pad_attr(ctx, ins, at):
 @op("Pad", since=11)
 def _pad_in(ctx, ins, at):
     x = ins[0]
-    value = 0
-    if len(ins) > 2 and ins[2] is not None:
-        v = host(ins[2]).reshape(-1)
-        value = v[0].item() if v.size else 0
-    axes = host_ints(ins[3]) if len(ins) > 3 and ins[3] is not None else None
-    return _pad(ctx, at, x, host_ints(ins[1]), value, at.s("mode", "constant"), axes)
+    plan = _same_inputs(at, ins)  # (the same pads, value and axes tensors on the same input shape: its plan)
+    if plan is None:
+        value = 0
+        if len(ins) > 2 and ins[2] is not None:
+            v = host(ins[2]).reshape(-1)
+            value = v[0].item() if v.size else 0
+        axes = host_ints(ins[3]) if len(ins) > 3 and ins[3] is not None else None
+        plan = _keep(at, ins, _pad_plan(ctx, at, x, host_ints(ins[1]), value, at.s("mode", "constant"), axes))
+    return _padded(x, plan)
 
 
 # ====================================================================== indexing

@@ -46,7 +46,7 @@ _CACHE_MAX = 16  # cached shape keys per host step (a model fed many shapes reco
 
 class Step:
     __slots__ = ("node", "fn", "attrs", "ctx", "ins", "outs", "host", "of_shape", "host_idx", "need_dev",
-                 "drop", "cache", "broadcasts", "named", "out1", "branches", "scoped", "cond")
+                 "drop", "cache", "broadcasts", "named", "out1", "branches", "scoped", "cond", "identity")
 
     def __init__(self, node, fn, attrs, ctx):
         self.node, self.fn, self.attrs, self.ctx = node, fn, attrs, ctx
@@ -57,6 +57,9 @@ class Step:
         self.host = self.of_shape = False
         self.host_idx, self.need_dev, self.drop, self.cache = (), (), (), {}
         self.broadcasts = node.op_type in BROADCAST and node.domain in ("", "ai.onnx")
+        # an Identity of one tensor: a replay (trace.py) reads its input's slot in its place
+        self.identity = node.op_type == "Identity" and node.domain in ("", "ai.onnx") and len(self.ins) == 1 and \
+            self.named and len(self.outs) == 1 and bool(self.outs[0])
         self.scoped = _has_subgraph(node)  # its subgraphs read the scope it runs in (ctx.scope)
         self.cond = (None, 0)  # an inlined If's last condition value and the branch it chose
 

@@ -64,6 +64,11 @@ class Recorder:
         """Operator step st about to run on `ins` (the values it reads, host values at its host indices)."""
         if st.scoped:
             self.broken = True
+        if st.identity:  # its output is its input's value: no step, the same slot (or constant)
+            slot = self.origin.get(st.ins[0])
+            if slot is not None:
+                self.origin[st.outs[0]] = slot
+            return
         srcs = []
         for i, n in enumerate(st.ins):
             slot = self.origin.get(n) if n and i not in st.host_idx else None
@@ -111,37 +116,38 @@ class Trace:
         for k, item in enumerate(rec.items):  # outputs no step reads (an LSTM's unused Y): cleared at once
             if item[0] == _STEP:
                 frees[k].extend(s for s in item[3] if s >= 0 and s not in last and s not in keep)
+        # (fn, ctx, attrs, sources, destinations, the one destination, slots cleared after, checks broadcasts) of
+        # a step; (None, _SHAPE or _COND, slot, the shape or branch, None, None, slots cleared after, False) of a guard
         self.items = []
         for item, free in zip(rec.items, frees):
             if item[0] == _STEP:
                 st, srcs, dsts = item[1], item[2], item[3]
-                self.items.append((_STEP, st, srcs, dsts, dsts[0] if dsts else -1, tuple(free)))
+                self.items.append((st.fn, st.ctx, st.attrs, srcs, dsts, dsts[0] if dsts else -1, tuple(free),
+                                   st.broadcasts))
             else:
-                self.items.append((item[0], item[1], item[2], None, None, tuple(free)))
+                self.items.append((None, item[0], item[1], item[2], None, None, tuple(free), False))
 
     def replay(self, feeds: dict):
         vals = self.template.copy()
         for i, n in enumerate(self.feeds):
             vals[i] = feeds[n]
-        for kind, a, b, dsts, out1, free in self.items:
-            if kind == _STEP:
-                st = a
-                ins = [vals[s] for s in b]
-                if st.broadcasts:
-                    broadcast_check(st.attrs, ins)
-                outs = st.fn(st.ctx, ins, st.attrs)
+        for fn, ctx, attrs, srcs, dsts, out1, free, broadcasts in self.items:
+            if fn is not None:
+                ins = [vals[s] for s in srcs]
+                if broadcasts:
+                    broadcast_check(attrs, ins)
+                outs = fn(ctx, ins, attrs)
                 if isinstance(outs, (list, tuple)):
                     for s, v in zip(dsts, outs):
                         if s >= 0:
                             vals[s] = v
                 elif out1 >= 0:
                     vals[out1] = outs
-            elif kind == _SHAPE:
-                if tuple(vals[a].shape) != b:
+            elif ctx == _SHAPE:
+                if tuple(vals[attrs].shape) != srcs:
                     raise Stale
-            elif (0 if bool(host(vals[a]).reshape(-1)[0]) else 1) != b:
+            elif (0 if bool(host(vals[attrs]).reshape(-1)[0]) else 1) != srcs:
                 raise Stale
             for s in free:
                 vals[s] = None
         return [vals[s] for s in self.outs]
-
