@@ -110,6 +110,13 @@ def resolve(ref):
 REGISTRY: dict[str, FusedOp] = {}
 _BOUND: dict = {}  # backend object -> {op name: bound kernel or None}
 _OFF: set = set()  # (op name, backend name or None for all) switched off by disabled()
+_GENERATION = [0]  # counts changes of the table, its switches and its tuning (what a kept decision was made under)
+
+
+def generation() -> int:
+    """Changes whenever an op is declared, switched off or on, or tuned: a caller keeping a `chooses` decision per
+    shapes keeps it with this number and asks again when it differs."""
+    return _GENERATION[0]
 
 
 def op(name, doc, composed=None, backward=None, output=None, user=False, tensor_call=False, replace=False,
@@ -126,6 +133,7 @@ def op(name, doc, composed=None, backward=None, output=None, user=False, tensor_
                                 f"got {type(k).__name__}")
     entry = REGISTRY[name] = FusedOp(name, doc, composed, kernels, backward, output, user, tensor_call)
     _BOUND.clear()
+    _GENERATION[0] += 1
     return entry
 
 
@@ -171,11 +179,13 @@ def disabled(*names, backend=None):
     keys = {(n, backend) for n in names if get(n)} - _OFF
     _OFF.update(keys)
     _BOUND.clear()
+    _GENERATION[0] += 1
     try:
         yield
     finally:
         _OFF.difference_update(keys)
         _BOUND.clear()
+        _GENERATION[0] += 1
 
 
 @contextlib.contextmanager
@@ -191,11 +201,13 @@ def tuned(name, backend, **values):
                             f"(it has {sorted(k.tune)})")
     saved = dict(k.tune)
     k.tune.update(values)
+    _GENERATION[0] += 1
     try:
         yield k.tune
     finally:
         k.tune.clear()
         k.tune.update(saved)
+        _GENERATION[0] += 1
 
 
 # ops switched off for the whole process (read once, at import): EMBER_KERNELS_OFF=attention,qmatmul

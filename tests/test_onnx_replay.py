@@ -124,3 +124,25 @@ def test_an_error_in_a_replayed_run_names_its_node_and_the_session_goes_on(devic
         sess.run(None, {"i": np.array([0, 9, 2], np.int64)})
     for _ in range(2):
         np.testing.assert_array_equal(sess.run(None, {"i": good[::-1].copy()})[0], ref.run(None, {"i": good[::-1].copy()})[0])
+
+
+def test_casts_to_the_type_a_value_has_are_read_in_place_in_a_replay(device):
+    ort, T, helper, nh = _tools()
+    from ember.onnx import InferenceSession
+    nodes = [helper.make_node("Cast", ["x"], ["same"], to=T.FLOAT),            # a float to float: its input
+             helper.make_node("Cast", ["same"], ["whole"], to=T.INT32),        # a real cast (truncation)
+             helper.make_node("Cast", ["whole"], ["back"], to=T.FLOAT),
+             helper.make_node("Add", ["same", "back"], ["y"]),
+             helper.make_node("Cast", ["k"], ["k1"], to=T.FLOAT),              # a constant's: the constant
+             helper.make_node("Identity", ["same"], ["alias"]),
+             helper.make_node("Mul", ["y", "k1"], ["z"])]
+    model = _model(helper, nodes, [helper.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                   [helper.make_tensor_value_info(n, T.FLOAT, None) for n in ("y", "z", "same", "alias")],
+                   [nh.from_array(np.float32(1.5), "k")])
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    sess = InferenceSession(model, device=device)
+    rng = np.random.default_rng(4)
+    for k in range(5):
+        x = (rng.standard_normal((2, 3)) * 4).astype(np.float32)
+        for w, g in zip(ref.run(None, {"x": x}), sess.run(None, {"x": x})):
+            np.testing.assert_array_equal(g, w, err_msg=f"run {k}")

@@ -89,6 +89,24 @@ def _choose_conv(tune, x_shape, w_shape, stride, dilation, padding):
     return len(w_shape) == 4 and min(w_shape[2:]) > 1 and taps >= tune["min_taps"]
 
 
+def _takes_c(be, x_shape, w_shape, stride, dilation, groups, padding):
+    """The rule's decision (K.chooses) for these shapes, kept while the registry's switches and tuning and the
+    deterministic mode stay as they were (a streaming model's conv asks every chunk)."""
+    key = (be, x_shape, w_shape, stride, dilation, groups, padding, cpu_matmul.deterministic())
+    try:
+        got = _TAKES_C.get(key)
+    except TypeError:  # (a caller's lists)
+        return K.chooses("conv_bias_act", be, x_shape, w_shape, stride, dilation, groups, padding)
+    gen = K.generation()
+    if got is None or got[0] != gen:
+        if len(_TAKES_C) >= 256:
+            _TAKES_C.clear()
+        got = _TAKES_C[key] = (gen, K.chooses("conv_bias_act", be, x_shape, w_shape, stride, dilation, groups,
+                                              padding))
+    return got[1]
+
+
+_TAKES_C: dict = {}
 _SMALL_EPILOGUE = 1 << 12  # output elements up to which conv_bias_act adds the bias (and ReLU) in numpy
 
 
@@ -100,11 +118,12 @@ def conv_bias_act(be, x, w, b, stride, padding, dilation, groups, act):
     """act(conv(x, w) + b) (b may be None): the C kernel where the rule chooses it, else the backend's conv, then
     the bias and the activation in one pass over the output rows (rows.c) or numpy's."""
     f32 = x.dtype is _F32 and w.dtype is _F32 and (b is None or b.dtype is _F32)
-    if f32 and K.chooses("conv_bias_act", be, x.shape, w.shape, stride, dilation, groups, padding):
-        # (a 1-D conv is the kernel's conv2d of one row)
-        return float_kernels().conv2d(x if x.flags.c_contiguous else np.ascontiguousarray(x),
-                                      w if w.flags.c_contiguous else np.ascontiguousarray(w), b, tuple(stride),
-                                      tuple(padding), tuple(dilation), groups, act)
+    if f32 and _takes_c(be, x.shape, w.shape, stride, dilation, groups, padding):
+        fk = float_kernels()
+        if fk is not None:  # (a 1-D conv is the kernel's conv2d of one row)
+            return fk.conv2d(x if x.flags.c_contiguous else np.ascontiguousarray(x),
+                             w if w.flags.c_contiguous else np.ascontiguousarray(w), b, tuple(stride),
+                             tuple(padding), tuple(dilation), groups, act)
     y = be.conv(x, w, stride, padding, dilation, groups)                  # (N, O, *out)
     if y.size <= _SMALL_EPILOGUE and act in (None, "relu") and b is not None and y.dtype is _F32 and b.dtype is _F32:
         # a small output (a streaming model's conv): numpy's in-place add and max cost less than the kernel's

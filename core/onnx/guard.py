@@ -59,6 +59,11 @@ def broadcast_check(at, ins):
     so the common case returns after a product of sizes: the output has at most that many elements."""
     shapes = [v.shape for v in ins if v is not None and hasattr(v, "shape")]
     limit = budget.max_tensor_bytes
+    if len(shapes) == 2:  # (most nodes: two inputs of one shape, or one a scalar: the output has the other's size)
+        a, b = shapes
+        same = a if a == b or not b else b if not a else None
+        if same is not None and math.prod(same) * 4 <= limit and at.node.op_type != "MatMul":
+            return
     if at.memo.get("broadcast") == (shapes, limit):  # (these shapes passed on this node's last run, this budget)
         return
     seen = shapes

@@ -16,6 +16,8 @@ replay did is seen.
 """
 from __future__ import annotations
 
+from operator import itemgetter
+
 from .guard import broadcast_check
 from .values import host
 
@@ -83,6 +85,16 @@ class Recorder:
                 dsts.append(-1)
         self.items.append((_STEP, st, tuple(srcs), tuple(dsts)))
 
+    def same(self, st):
+        """The step just recorded handed back its input (a Cast to the type it has): dropped, its output read from
+        its input's slot (or the same constant)."""
+        self.items.pop()
+        slot = self.origin.get(st.ins[0])
+        if slot is None:
+            self.origin.pop(st.outs[0], None)  # (its readers read the constant)
+        else:
+            self.origin[st.outs[0]] = slot
+
     def trace(self, feeds, outputs, env) -> "Trace | None":
         """The recorded run as a Trace returning `outputs` (a constant where no recorded step made one)."""
         if self.broken:
@@ -116,24 +128,25 @@ class Trace:
         for k, item in enumerate(rec.items):  # outputs no step reads (an LSTM's unused Y): cleared at once
             if item[0] == _STEP:
                 frees[k].extend(s for s in item[3] if s >= 0 and s not in last and s not in keep)
-        # (fn, ctx, attrs, sources, destinations, the one destination, slots cleared after, checks broadcasts) of
-        # a step; (None, _SHAPE or _COND, slot, the shape or branch, None, None, slots cleared after, False) of a guard
+        # (fn, ctx, attrs, its sources' getter, their count, destinations, the one destination, slots cleared after,
+        # checks broadcasts) of a step; (None, _SHAPE or _COND, slot, the shape or branch, None, None, None, slots
+        # cleared after, False) of a guard
         self.items = []
         for item, free in zip(rec.items, frees):
             if item[0] == _STEP:
                 st, srcs, dsts = item[1], item[2], item[3]
-                self.items.append((st.fn, st.ctx, st.attrs, srcs, dsts, dsts[0] if dsts else -1, tuple(free),
-                                   st.broadcasts))
+                self.items.append((st.fn, st.ctx, st.attrs, itemgetter(*srcs) if srcs else None, len(srcs), dsts,
+                                   dsts[0] if dsts else -1, tuple(free), st.broadcasts))
             else:
-                self.items.append((None, item[0], item[1], item[2], None, None, tuple(free), False))
+                self.items.append((None, item[0], item[1], item[2], None, None, None, tuple(free), False))
 
     def replay(self, feeds: dict):
         vals = self.template.copy()
         for i, n in enumerate(self.feeds):
             vals[i] = feeds[n]
-        for fn, ctx, attrs, srcs, dsts, out1, free, broadcasts in self.items:
+        for fn, ctx, attrs, get, n, dsts, out1, free, broadcasts in self.items:
             if fn is not None:
-                ins = [vals[s] for s in srcs]
+                ins = [get(vals)] if n == 1 else list(get(vals)) if n else []
                 if broadcasts:
                     broadcast_check(attrs, ins)
                 outs = fn(ctx, ins, attrs)
@@ -144,9 +157,9 @@ class Trace:
                 elif out1 >= 0:
                     vals[out1] = outs
             elif ctx == _SHAPE:
-                if tuple(vals[attrs].shape) != srcs:
+                if tuple(vals[attrs].shape) != get:
                     raise Stale
-            elif (0 if bool(host(vals[attrs]).reshape(-1)[0]) else 1) != srcs:
+            elif (0 if bool(host(vals[attrs]).reshape(-1)[0]) else 1) != get:
                 raise Stale
             for s in free:
                 vals[s] = None
