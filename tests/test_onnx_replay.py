@@ -146,3 +146,22 @@ def test_casts_to_the_type_a_value_has_are_read_in_place_in_a_replay(device):
         x = (rng.standard_normal((2, 3)) * 4).astype(np.float32)
         for w, g in zip(ref.run(None, {"x": x}), sess.run(None, {"x": x})):
             np.testing.assert_array_equal(g, w, err_msg=f"run {k}")
+
+
+def test_a_replay_of_a_model_with_hostile_names_runs_what_its_nodes_say(device, tmp_path):
+    """The replay is Python written for the recording: value, node and graph names that read as code (quotes, new
+    lines, calls) are never in its source."""
+    ort, T, helper, nh = _tools()
+    from ember.onnx import InferenceSession
+    flag = tmp_path / "ran"
+    evil = f"x'\n__import__('pathlib').Path({str(flag)!r}).touch()#\"\\"
+    nodes = [helper.make_node("Relu", [evil], [evil + "1"], name=evil),
+             helper.make_node("Mul", [evil + "1", "two\n)"], ["y\"'"], name="n\n2")]
+    model = _model(helper, nodes, [helper.make_tensor_value_info(evil, T.FLOAT, [4])],
+                   [helper.make_tensor_value_info("y\"'", T.FLOAT, None)], [nh.from_array(np.float32(2), "two\n)")])
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    sess = InferenceSession(model, device=device)
+    for k in range(4):
+        x = np.array([-1, 2, -3, 4 + k], np.float32)
+        np.testing.assert_array_equal(sess.run(None, {evil: x})[0], ref.run(None, {evil: x})[0])
+    assert not flag.exists()

@@ -285,13 +285,20 @@ def _shrink(ctx, ins, at):
 
 def _reduce_axes(ctx, ins, at, axes_input: bool):
     x = ins[0]
+    given = ins[1] if axes_input and len(ins) > 1 else None
+    kept = at.memo.get("axes")  # (the same axes tensor, or the attribute, on the same rank as the last run: its axes)
+    if kept is not None and kept[0] is given and kept[1] == x.ndim:
+        return x, kept[2]
     if axes_input:
-        axes = host_ints(ins[1]) if len(ins) > 1 and ins[1] is not None else []
+        axes = host_ints(given) if given is not None else []
     else:
         axes = at.ints("axes", [])
     if not axes:
-        return x, None if at.i("noop_with_empty_axes", 0) else tuple(range(x.ndim))
-    return x, tuple(sorted({axis(a, x.ndim, ctx) for a in axes}))
+        got = None if at.i("noop_with_empty_axes", 0) else tuple(range(x.ndim))
+    else:
+        got = tuple(sorted({axis(a, x.ndim, ctx) for a in axes}))
+    at.memo["axes"] = (given, x.ndim, got)
+    return x, got
 
 
 def _reduction(kernel, axes_input_since):
