@@ -106,12 +106,14 @@ def _recurrent(ctx, ins, at, kind):
     plain_lstm = plain and lens is None and peep is None
 
     if plain_lstm and n_dirs == 1 and not layout and h0 is not None and c0 is not None:
-        # a streaming model's one-step call (Silero VAD): the states straight from the kernel's (L, N, 2H) output
-        out = _lstm_states(at, x, w, r, b, h0[0], c0[0], hidden, direction == "reverse")
-        if out is not None:
-            last = M.narrow(out, 0, 0 if direction == "reverse" else seq - 1, 1)
-            return [M.unsqueeze(M.narrow(out, 2, 0, hidden), 1), M.narrow(last, 2, 0, hidden),
-                    M.narrow(last, 2, hidden, hidden)]
+        # a streaming model's one-step call (Silero VAD): the states straight from the kernel's (L, N, 2H) output;
+        # what this takes is kept for the next run handed the same W, R and B (_lstm)
+        w_in, w_hh, bias = _lstm_weights(at, 0, w, r, b, hidden)
+        one = (w, r, b, w_in, w_hh, bias, hidden, direction == "reverse")
+        got = _one_direction(one, x, h0, c0)
+        if got is not None:
+            at.memo["one"] = one
+            return got
     ys, hs, cs = [], [], []
     for d in range(n_dirs):
         reverse = direction == "reverse" or d == 1
@@ -206,11 +208,29 @@ def _lstm_weights(at, d, w, r, b, hidden):
     return memo[3:]
 
 
-def _lstm_states(at, x, w, r, b, h, c, hidden, reverse):
-    """The one direction of a plain LSTM as the device's lstm_sequence kernel's (seq, batch, 2H) h_t | c_t, or None
-    where it has none."""
-    w_in, w_hh, bias = _lstm_weights(at, 0, w, r, b, hidden)
-    return sequence_states(True, matmul(x, w_in), h, c, w_hh, bias, reverse)
+def _lstm(ctx, ins, at):
+    """LSTM: a node that ran as one plain direction with these W, R and B (_recurrent's first path) goes straight
+    there while its sequence_lens and peepholes stay omitted."""
+    one = at.memo.get("one")
+    if one is not None and 7 <= len(ins) <= 8 and ins[1] is one[0] and ins[2] is one[1] and ins[3] is one[2] and \
+            ins[4] is None and ins[5] is not None and ins[6] is not None and (len(ins) == 7 or ins[7] is None):
+        got = _one_direction(one, ins[0], ins[5], ins[6])
+        if got is not None:
+            return got
+    return _recurrent(ctx, ins, at, "lstm")
+
+
+def _one_direction(one, x, h0, c0):
+    """[Y, Y_h, Y_c] of a plain one-direction LSTM from the device's lstm_sequence kernel's (seq, batch, 2H)
+    h_t | c_t, or None where it has none. one: (W, R, B, W in torch's gate order (input, 4H), R so (4H, H), bias
+    (4H,) or None, hidden, reverse)."""
+    w_in, w_hh, bias, hidden, reverse = one[3:]
+    out = sequence_states(True, matmul(x, w_in), h0[0], c0[0], w_hh, bias, reverse)
+    if out is None:
+        return None
+    last = M.narrow(out, 0, 0 if reverse else x.shape[0] - 1, 1)
+    return [M.unsqueeze(M.narrow(out, 2, 0, hidden), 1), M.narrow(last, 2, 0, hidden),
+            M.narrow(last, 2, hidden, hidden)]
 
 
 def _lstm_cells(at, d, x, w, r, b, h, c, hidden, reverse):
@@ -267,4 +287,4 @@ def _lstm_step(xt, h, c, rt, peep, hidden, f, g, hact, clip, input_forget):
 
 op("RNN", since=7)(lambda ctx, ins, at: _recurrent(ctx, ins, at, "rnn"))
 op("GRU", since=7)(lambda ctx, ins, at: _recurrent(ctx, ins, at, "gru"))
-op("LSTM", since=7)(lambda ctx, ins, at: _recurrent(ctx, ins, at, "lstm"))
+op("LSTM", since=7)(_lstm)
