@@ -81,12 +81,17 @@ def _nonzero_graph():
         helper.make_node("ConstantOfShape", ["n"], ["ones"], value=nh.from_array(np.ones(1, np.float32))),
         helper.make_node("Cast", ["n"], ["nf"], to=T.FLOAT),
         helper.make_node("Add", ["ones", "nf"], ["y"]),
+        # reshapes of a shape no guard reads: a replay reshapes what has the recorded shape, runs the node otherwise
+        helper.make_node("Reshape", ["idx", "flat"], ["idx_flat"]),
+        helper.make_node("Unsqueeze", ["idx_flat", "ax0"], ["idx_row"]),
+        helper.make_node("Squeeze", ["idx_row", "ax0"], ["idx_back"]),
     ]
     inits = [nh.from_array(np.float32(0), "zerof"), nh.from_array(np.int64(1), "one_i"),
-             nh.from_array(np.array([0], np.int64), "ax0")]
+             nh.from_array(np.array([0], np.int64), "ax0"), nh.from_array(np.array([-1], np.int64), "flat")]
     return _model(helper, nodes, [helper.make_tensor_value_info("x", T.FLOAT, [2, 5])],
-                  [helper.make_tensor_value_info("y", T.FLOAT, None), helper.make_tensor_value_info("idx", T.INT64, None)],
-                  inits)
+                  [helper.make_tensor_value_info("y", T.FLOAT, None), helper.make_tensor_value_info("idx", T.INT64, None),
+                   helper.make_tensor_value_info("idx_row", T.INT64, None),
+                   helper.make_tensor_value_info("idx_back", T.INT64, None)], inits)
 
 
 def test_a_replay_leaves_its_path_where_a_shape_follows_the_data(device):
@@ -102,8 +107,9 @@ def test_a_replay_leaves_its_path_where_a_shape_follows_the_data(device):
         x = x.reshape(2, 5)
         want, got = ref.run(None, {"x": x}), sess.run(None, {"x": x})
         assert got[0].shape == want[0].shape == (positives,), k
-        np.testing.assert_array_equal(got[0], want[0])
-        np.testing.assert_array_equal(got[1], want[1])
+        assert got[2].shape == want[2].shape == (1, 2 * positives), k
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
 
 
 def test_an_error_in_a_replayed_run_names_its_node_and_the_session_goes_on(device):
@@ -165,3 +171,47 @@ def test_a_replay_of_a_model_with_hostile_names_runs_what_its_nodes_say(device, 
         x = np.array([-1, 2, -3, 4 + k], np.float32)
         np.testing.assert_array_equal(sess.run(None, {evil: x})[0], ref.run(None, {evil: x})[0])
     assert not flag.exists()
+
+
+def test_a_replayed_reshape_of_a_shape_no_guard_reads_follows_its_input(device):
+    """NonZero's count reaches only reshapes (no Shape node reads it, so no guard): the replay reshapes an input of the
+    recorded shape to the recorded output shape, and runs the node on any other."""
+    ort, T, helper, nh = _tools()
+    from ember.onnx import InferenceSession
+    nodes = [helper.make_node("NonZero", ["x"], ["idx"]),
+             helper.make_node("Reshape", ["idx", "flat"], ["idx_flat"]),
+             helper.make_node("Unsqueeze", ["idx_flat", "ax0"], ["idx_row"]),
+             helper.make_node("Squeeze", ["idx_row", "ax0"], ["idx_back"]),
+             helper.make_node("Flatten", ["idx_row"], ["idx_2d"], axis=0)]
+    model = _model(helper, nodes, [helper.make_tensor_value_info("x", T.FLOAT, [6])],
+                   [helper.make_tensor_value_info(n, T.INT64, None) for n in ("idx_row", "idx_back", "idx_2d")],
+                   [nh.from_array(np.array([0], np.int64), "ax0"), nh.from_array(np.array([-1], np.int64), "flat")])
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    sess = InferenceSession(model, device=device)
+    for k, x in enumerate([[0, 1, 0, 2, 0, 0]] * 3 + [[1, 1, 1, 0, 0, 1], [0] * 6, [0, 1, 0, 2, 0, 0], [3] * 6]):
+        x = np.array(x, np.float32)
+        want, got = ref.run(None, {"x": x}), sess.run(None, {"x": x})
+        for w, g in zip(want, got):
+            assert g.shape == w.shape, k
+            np.testing.assert_array_equal(g, w)
+    assert len(sess._traces) == 1  # (one recording, replayed throughout: no guard left its path)
+
+
+def test_a_replayed_reshape_checks_its_input_shape_where_the_data_sets_it(device):
+    """Reshape's target is a feed's values (the same feed shape, so the same recording): the Unsqueeze after it sees
+    (2, 3) and (3, 2), the same size, and must give (1, 2, 3) and (1, 3, 2)."""
+    ort, T, helper, nh = _tools()
+    from ember.onnx import InferenceSession
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"]),
+             helper.make_node("Unsqueeze", ["y", "ax0"], ["z"])]
+    model = _model(helper, nodes, [helper.make_tensor_value_info("x", T.FLOAT, [6]),
+                                   helper.make_tensor_value_info("s", T.INT64, [2])],
+                   [helper.make_tensor_value_info("z", T.FLOAT, None)], [nh.from_array(np.array([0], np.int64), "ax0")])
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    sess = InferenceSession(model, device=device)
+    x = np.arange(6, dtype=np.float32)
+    for k, s in enumerate([(2, 3)] * 3 + [(3, 2), (2, 3), (3, 2), (6, 1)]):
+        feeds = {"x": x, "s": np.array(s, np.int64)}
+        want, got = ref.run(None, feeds)[0], sess.run(None, feeds)[0]
+        assert got.shape == want.shape == (1, *s), k
+        np.testing.assert_array_equal(got, want)

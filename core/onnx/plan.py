@@ -46,7 +46,7 @@ _CACHE_MAX = 16  # cached shape keys per host step (a model fed many shapes reco
 
 class Step:
     __slots__ = ("node", "fn", "attrs", "ctx", "ins", "outs", "host", "of_shape", "host_idx", "need_dev",
-                 "drop", "cache", "broadcasts", "named", "out1", "branches", "scoped", "cond", "identity", "cast")
+                 "drop", "cache", "broadcasts", "named", "out1", "branches", "scoped", "cond", "identity", "cast", "reshape")
 
     def __init__(self, node, fn, attrs, ctx):
         self.node, self.fn, self.attrs, self.ctx = node, fn, attrs, ctx
@@ -61,9 +61,10 @@ class Step:
         self.identity = node.op_type == "Identity" and node.domain in ("", "ai.onnx") and len(self.ins) == 1 and \
             self.named and len(self.outs) == 1 and bool(self.outs[0])
         # a Cast: where it hands back its input (already of the type it casts to, which the feeds' types decide),
-        # a replay reads its input's slot in its place too
-        self.cast = node.op_type in ("Cast", "CastLike") and node.domain in ("", "ai.onnx") and self.named and \
-            len(self.outs) == 1 and bool(self.outs[0])
+        # a replay reads its input's slot in its place too; a reshape: a replay reshapes to the shape it gave
+        one = node.domain in ("", "ai.onnx") and self.named and len(self.outs) == 1 and bool(self.outs[0])
+        self.cast = one and node.op_type in ("Cast", "CastLike")
+        self.reshape = one and node.op_type in ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
         self.scoped = _has_subgraph(node)  # its subgraphs read the scope it runs in (ctx.scope)
         self.cond = (None, 0)  # an inlined If's last condition value and the branch it chose
 
@@ -270,8 +271,8 @@ def run(steps, env, hv, where, free=True, rec=None):
                 if rec is not None:
                     rec.step(st, ins)
                 outs = st.fn(ctx, ins, st.attrs)
-                if rec is not None and st.cast and outs is ins[0]:
-                    rec.same(st)
+                if rec is not None:
+                    rec.ran(st, ins, outs)
                 if isinstance(outs, (list, tuple)):
                     for n, v in zip(st.outs, outs):
                         if n:

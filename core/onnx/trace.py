@@ -16,6 +16,7 @@ replay did is seen.
 """
 from __future__ import annotations
 
+from ..ops_movement import reshape
 from .guard import broadcast_check
 from .values import host
 
@@ -38,8 +39,11 @@ class Recorder:
         self.consts = []  # [(slot, value)]: constants and host values the steps read
         self.items = []   # (_STEP, st, srcs, dsts) | (_SHAPE, slot, shape) | (_COND, slot, branch)
         self.broken = False  # a step a replay cannot redo ran: a subgraph's, reading the environment by name
+        self.constant = set()  # the constants' slots
+        self.reshapes = {}     # item index -> (input shape, output shape) of a reshape (ran)
 
     def _const(self, v) -> int:
+        self.constant.add(self.slots)
         self.consts.append((self.slots, v))
         self.slots += 1
         return self.slots - 1
@@ -83,15 +87,23 @@ class Recorder:
                 dsts.append(-1)
         self.items.append((_STEP, st, tuple(srcs), tuple(dsts)))
 
-    def same(self, st):
-        """The step just recorded handed back its input (a Cast to the type it has): dropped, its output read from
-        its input's slot (or the same constant)."""
-        self.items.pop()
-        slot = self.origin.get(st.ins[0])
-        if slot is None:
-            self.origin.pop(st.outs[0], None)  # (its readers read the constant)
-        else:
-            self.origin[st.outs[0]] = slot
+    def ran(self, st, ins, out):
+        """Operator step st, just recorded, gave `out`. A Cast that handed back its input (of the type it casts to)
+        is dropped, its output read from its input's slot (or the same constant). A reshape (Reshape, Squeeze,
+        Unsqueeze, Flatten) whose other inputs are constants keeps its input's and output's shapes: the replay
+        reshapes an input of that shape straight to that output shape."""
+        if st.cast and out is ins[0]:
+            self.items.pop()
+            slot = self.origin.get(st.ins[0])
+            if slot is None:
+                self.origin.pop(st.outs[0], None)  # (its readers read the constant)
+            else:
+                self.origin[st.outs[0]] = slot
+        elif st.reshape and self.items and self.items[-1][1] is st and hasattr(out, "shape") and \
+                hasattr(ins[0], "shape"):
+            srcs = self.items[-1][2]
+            if all(s in self.constant for s in srcs[1:]):
+                self.reshapes[len(self.items) - 1] = (tuple(ins[0].shape), tuple(out.shape))
 
     def trace(self, feeds, outputs, env) -> "Trace | None":
         """The recorded run as a Trace returning `outputs` (a constant where no recorded step made one)."""
@@ -107,8 +119,9 @@ class Trace:
     The replay is a Python function written for the recording (compiled once): each step a call on local variables,
     so a step costs its call and nothing of a loop's bookkeeping (Silero VAD's 36 steps: ~0.1 against ~0.6 us a
     step walking a list of them). Its source names values by number alone (v<slot> a step's, k<slot> a constant's,
-    f<k> / c<k> / a<k> step k's function, context and attributes, g<k> guard k's shape): nothing of the model's
-    text is in it; the constants and steps are in the namespace it runs in."""
+    f<k> / c<k> / a<k> step k's function, context and attributes, g<k> guard k's shape or reshape k's input shape,
+    h<k> reshape k's output shape): nothing of the model's text is in it; the constants and steps are in the
+    namespace it runs in."""
 
     def __init__(self, rec, feeds, outs):
         self.feeds, self.outs = tuple(feeds), tuple(outs)
@@ -129,7 +142,7 @@ class Trace:
         for k, item in enumerate(rec.items):  # outputs no step reads (an LSTM's unused Y): cleared at once
             if item[0] == _STEP:
                 frees[k].extend(s for s in item[3] if s >= 0 and s not in last and s not in keep)
-        ns = {"Stale": Stale, "host": host, "bc": broadcast_check, "spread": _spread}
+        ns = {"Stale": Stale, "host": host, "bc": broadcast_check, "spread": _spread, "reshape": reshape}
         ns.update((f"k{slot}", v) for slot, v in rec.consts)
         name = lambda slot: f"k{slot}" if slot in consts else f"v{slot}"  # noqa: E731
         lines = ["def replay(feeds):"]
@@ -139,6 +152,14 @@ class Trace:
             if item[0] == _STEP:
                 st, srcs, dsts = item[1], item[2], item[3]
                 ns[f"f{k}"], ns[f"c{k}"], ns[f"a{k}"] = st.fn, st.ctx, st.attrs
+                shapes = rec.reshapes.get(k)
+                if shapes is not None:  # (the shape this input had: the output's shape, a view or copy of it)
+                    ns[f"g{k}"], ns[f"h{k}"] = shapes
+                    x = name(srcs[0])
+                    lines.append(f"    if {x}.shape == g{k}:\n        v{dsts[0]} = reshape({x}, *h{k})\n"
+                                 f"    else:\n        v{dsts[0]} = f{k}(c{k}, [{', '.join(name(s) for s in srcs)}], a{k})")
+                    lines += [f"    v{s} = None" for s in free]
+                    continue
                 lines.append(f"    i = [{', '.join(name(s) for s in srcs)}]")
                 if st.broadcasts:
                     lines.append(f"    bc(a{k}, i)")
