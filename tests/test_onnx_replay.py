@@ -215,3 +215,21 @@ def test_a_replayed_reshape_checks_its_input_shape_where_the_data_sets_it(device
         want, got = ref.run(None, feeds)[0], sess.run(None, feeds)[0]
         assert got.shape == want.shape == (1, *s), k
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_decoder_fed_growing_shapes_generation_after_generation_records_nothing():
+    """What a decoder's steps look like (each run a new length, the lengths repeating one generation after another):
+    nothing is recorded (a recording per step, compiled and never replayed, cost a third of a generation's time)."""
+    ort, T, helper, nh = _tools()
+    from ember.onnx import InferenceSession
+    model = _model(helper, [helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    sess = InferenceSession(model)
+    for _ in range(3):
+        for n in range(1, 6):
+            x = np.linspace(-1, 1, n).astype(np.float32)
+            np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.maximum(x, 0))
+    assert not sess._traces
+    for _ in range(3):  # the same shape twice in a row: recorded, then replayed
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.maximum(x, 0))
+    assert len(sess._traces) == 1

@@ -209,9 +209,10 @@ class InferenceSession:
         # If branches run in the environment of the graph holding the If: their constants join that graph's
         self._consts = {id(graph): dict(self._initializers)}
         self._consts.update((id(g), dict(self._sub_initializers[id(g)])) for g in self._subgraphs)
-        # replays of the main graph's runs by their feeds' shapes and dtypes (trace.py): a signature is recorded the
-        # second time it is fed (a decoder fed ever longer caches records nothing), replayed from the third
-        self._traces, self._seen, self._stale = {}, {}, 0
+        # replays of the main graph's runs by their feeds' shapes and dtypes (trace.py): a signature is recorded when
+        # it is fed twice in a row (a streaming model's chunks, a batch of one size), replayed from then on; a decoder
+        # fed ever longer caches, one generation after another, records nothing
+        self._traces, self._last, self._stale = {}, None, 0
         self._branch_names = set()  # what inlined branches hold: in the main environment, yet no value of its graph
         if P.defined_once(graph):
             runs_in = P.inline_ifs(self._steps, [graph] + self._subgraphs)
@@ -325,12 +326,9 @@ class InferenceSession:
                         self._traces = None
                 except Exception:  # noqa: BLE001  (the planned executor raises it again, naming the node)
                     pass
-            elif sig is not None:
-                seen = self._seen[sig] = self._seen.get(sig, 0) + 1
-                if seen >= 2:
-                    rec = Recorder(feeds)
-                if len(self._seen) > _TRACES_MAX * 8:
-                    self._seen.clear()
+            elif sig is not None and sig == self._last:
+                rec = Recorder(feeds)
+            self._last = sig
         if main:
             env = dict(outer)
         else:  # a subgraph sees the outer values it reads, not a copy of the whole scope
