@@ -35,26 +35,29 @@ _SIGNATURES = {
 }
 
 
-def _interface_addr(a: np.ndarray) -> int:
-    """a's address as an intp (a wasm32 heap past 2 GiB has addresses >= 2**31: the same bits, negative)."""
-    p = a.__array_interface__["data"][0]
-    return p - (1 << _BITS) if p >= 1 << (_BITS - 1) else p
-
-
 _from_buffer, _address_of = ctypes.c_char.from_buffer, ctypes.addressof
 
 
 def _buffer_addr(a: np.ndarray) -> int:
-    """_interface_addr natively, a quarter of its cost for the arrays most calls pass (a fresh or written one,
-    contiguous: ~0.2 against ~0.9 us; a small model's kernel call passes 4-6 of them)."""
+    """a's address: through ctypes for the arrays most calls pass (a fresh or written one, contiguous: ~0.2 against
+    ~0.9 us for __array_interface__'s; a small model's kernel call passes 4-6 of them)."""
     f = a.flags
     if f.c_contiguous and f.writeable and a.size:
         return _address_of(_from_buffer(a))
     return a.__array_interface__["data"][0]
 
 
-_addr = _interface_addr if cpu_matmul.NO_BLAS else _buffer_addr
-_thread = threading.get_ident  # (the page's addresses need the sign fix)
+def _page_addr(a: np.ndarray) -> int:
+    """_buffer_addr in the page, as an intp (a wasm32 heap past 2 GiB has addresses >= 2**31: the same bits,
+    negative); ~0.8 against ~2.1 us a call under Pyodide."""
+    f = a.flags
+    p = _address_of(_from_buffer(a)) if f.c_contiguous and f.writeable and a.size else \
+        a.__array_interface__["data"][0]
+    return p - (1 << _BITS) if p >= 1 << (_BITS - 1) else p
+
+
+_addr = _page_addr if cpu_matmul.NO_BLAS else _buffer_addr  # (the page's addresses need the sign fix)
+_thread = threading.get_ident
 _F32_STRUCT, _U32_STRUCT = struct.Struct("<f"), struct.Struct("<I")
 
 

@@ -272,8 +272,13 @@ class WasmKernels:
             self._sgemm_batched(c.shape[-3], m, n, k, pa, pb, pc, self._strides_ptr, self._scratch_ptr, 0)
 
 
+_from_buffer, _address_of = ctypes.c_char.from_buffer, ctypes.addressof
+
+
 def _ptr(x: np.ndarray) -> int:
-    return _i32(x.__array_interface__["data"][0])  # (cheaper than x.ctypes.data under Pyodide: 6 vs 9 us)
+    f = x.flags  # (a writeable contiguous array's address through ctypes: ~0.8 against ~2.1 us under Pyodide)
+    return _i32(_address_of(_from_buffer(x)) if f.c_contiguous and f.writeable and x.size else
+                x.__array_interface__["data"][0])
 
 
 def _i32(address: int) -> int:
