@@ -7,7 +7,7 @@ import numpy as np
 from .. import dtypes as D
 from ..autograd import no_grad
 from ..device import CPU, device as as_device
-from ..tensor import Tensor, _wrap, tensor
+from ..tensor import Tensor, tensor
 from . import plan as P
 from .trace import Recorder, Stale
 from .fuse import dedupe, fuse_attention, fuse_conv_act, fuse_gelu, fuse_linear, fuse_silu
@@ -63,12 +63,7 @@ def to_tensor(a, dev) -> Tensor:
     the host array the string operators read."""
     a = np.asarray(a)
     if a.dtype in _PLAIN:  # (most feeds: none of the cases below, whose dtype.name costs more than the rest)
-        c = np.array(a, copy=True, order="C")
-        if dev is CPU and CPU._backend is not None:  # (the host array is the CPU backend's: wrapped as it is, in
-            # numpy's own dtype object)
-            own = D.FROM_NP[c.dtype].np
-            return _wrap(c if c.dtype is own else c.view(own), CPU)
-        return Tensor._from_storage(c, D.FROM_NP[a.dtype], dev)
+        return Tensor._from_storage(np.array(a, copy=True, order="C"), D.FROM_NP[a.dtype], dev)
     if a.dtype.name in ML_NAMES:  # ml_dtypes' float8/int4/... (as onnx's numpy_helper returns them)
         a = a.astype(ML_NAMES[a.dtype.name])
     if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16 (what onnx's numpy_helper returns): keep the bits
