@@ -6,10 +6,11 @@ branches, reads and writes each value by name and drops it after its last reader
 times (Silero VAD's 512-sample chunk: ~80 steps, ~40 of them shape work) that walk costs as much as the
 operators. A run fed the same input shapes and dtypes as an earlier one takes the same path wherever the shapes
 its Shape/Size steps read and the conditions its If steps test come out the same, and then every host value is the
-same (host steps compute from shapes and constants alone). So the first such run is recorded (`Recorder`, called
-from plan.run) and later ones replay the recording (`Trace.replay`): only the operator steps, each reading
-numbered slots (constants, host values and feeds bound at their slots once), their dead values cleared after the
-last reader, with a guard wherever the recorded path read a shape or a condition. A guard that fails (a shape that
+same (host steps compute from shapes and constants alone). So a run fed the shapes of the run before it is recorded
+(`Recorder`, called from plan.run; the session's policy) and later runs of those shapes replay the recording
+(`Trace.replay`, a Python function written for it): only the operator steps, each reading numbered slots
+(constants, host values and feeds bound once), their dead values cleared after the last reader, with a guard
+wherever the recorded path read a shape or a condition. A guard that fails (a shape that
 depends on the data, as after NonZero, or an If whose condition changed) abandons the replay, and the session
 runs the planned executor from the start: steps compute from their inputs alone, so nothing the abandoned
 replay did is seen.
