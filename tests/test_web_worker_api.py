@@ -61,6 +61,37 @@ def test_llama_greedy_equals_generate(llama_dir):
     assert [n for _, n in pieces] == sorted(n for _, n in pieces)  # streamed in order
 
 
+def test_handle_now_answers_at_once_or_finishes_as_a_task_with_handles_answer(llama_dir):
+    """worker.js's CPU runs go through handle_now: a request that never waits is answered on the caller's stack; one
+    that waits (a generation, at each token's checkpoint) comes back as a task of the loop whose answer is handle's,
+    streamed pieces and a cancel included."""
+    W.load("llama", str(llama_dir))
+    got = W.handle_now("run", {"tool": "bert", "input": "x"})
+    assert got == run(W.handle("run", {"tool": "bert", "input": "x"})) and got["error"] == "bad_request"
+    opts = {"temperature": 0, "max_new_tokens": 8, "seed": 0}
+
+    async def both():
+        now, later = [], []
+        task = W.handle_now("run", {"tool": "llama", "input": "the for", "opts": dict(opts),
+                                    "on_partial": lambda piece, n, tps: now.append(piece)})
+        assert isinstance(task, asyncio.Future)
+        a = await task
+        b = await W.handle("run", {"tool": "llama", "input": "the for", "opts": dict(opts),
+                                   "on_partial": lambda piece, n, tps: later.append(piece)})
+        seen = []
+
+        def cancel_at_3(piece, n, tps):
+            seen.append(n)
+            if n >= 3:
+                W.cancel()
+        c = await W.handle_now("run", {"tool": "llama", "input": "the", "on_partial": cancel_at_3,
+                                       "opts": {"temperature": 1.0, "max_new_tokens": 100, "seed": 1}})
+        return a, b, now, later, c
+    a, b, now, later, c = run(both())
+    assert a["ok"]["tokens"] == b["ok"]["tokens"] and a["ok"]["text"] == b["ok"]["text"] and now == later
+    assert c["ok"]["stopped"] == "cancelled" and 3 <= len(c["ok"]["tokens"]) < 10
+
+
 def test_cancel_stops_at_the_next_token(llama_dir):
     W.load("llama", str(llama_dir))
     seen = []

@@ -221,17 +221,22 @@ async function setDevice(name, probe = false) {
   return r;
 }
 
-// Call worker_api.handle(op, args) and unwrap its answer. The coroutine runs as a task of Pyodide's event loop, as
-// runPythonAsync's code does (JSPI can suspend inside it), without runPythonAsync parsing and compiling its source
-// each request (~0.4 ms: a streaming model's whole chunk costs a few).
-let pyHandle = null;
+// Call worker_api.handle(op, args) and unwrap its answer: as a task of Pyodide's event loop (as runPythonAsync's code
+// runs: JSPI can suspend inside it, for WebGPU's synchronous reads), not through runPythonAsync, which parses and
+// compiles its source each request (~1 ms). A run on the CPU, which never reads a GPU, goes through handle_now: on
+// this call's stack until it first waits (most never do), sparing a task's scheduling (~0.25 ms a request).
+let pyHandle = null, pyHandleNow = null;
 async function callPy(op, args) {
-  if (!pyHandle) pyHandle = pyodide.pyimport("ember.wasm.worker_api").handle;
+  if (!pyHandle) {
+    const api = pyodide.pyimport("ember.wasm.worker_api");
+    pyHandle = api.handle;
+    pyHandleNow = api.handle_now;
+  }
   const pyArgs = pyodide.toPy(args, { depth: 1 });
   try {
     let out;
     try {
-      out = await pyHandle(op, pyArgs);
+      out = await (op === "run" && device === "cpu" ? pyHandleNow : pyHandle)(op, pyArgs);
     } catch (e) { // the page's interrupt landed outside handle()'s own net
       if (/KeyboardInterrupt/.test(e.message)) throw new WorkerFail("cancelled", "ember: cancelled");
       throw e;
