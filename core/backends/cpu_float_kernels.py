@@ -69,6 +69,35 @@ def f32_bits(v: float) -> int:
         return int(np.array(v, _F32).view(np.uint32))
 
 
+class ParamBlock:
+    """A kernel's parameter block for one plan of calls (one set of shapes): the sizes kept, the arrays' addresses
+    written each call. The thread that made it writes its own block in place; any other thread a copy (the kernels
+    run without the GIL, so two calls can be inside at once). The weights' and bias's addresses (a model's
+    constants, at slots w_at and w_at + 1) are kept while the same arrays come."""
+    __slots__ = ("template", "w_at", "own", "weights")
+
+    def __init__(self, template: np.ndarray, w_at: int):
+        own = template.copy()
+        self.template, self.w_at, self.own = template, w_at, (_thread(), own, _addr(own))
+        self.weights = (None, None, 0, 0)  # (w, b, their addresses): one assignment, so a thread sees all four
+
+    def take(self, w, b) -> tuple[np.ndarray, int]:
+        """(the block to write this call's other addresses into, its address), w's and b's already in."""
+        own = self.own
+        if own[0] == _thread():
+            params, at = own[1], own[2]
+        else:
+            params = self.template.copy()
+            at = _addr(params)
+        k, held = self.w_at, self.weights
+        if held[0] is w and held[1] is b:
+            params[k], params[k + 1] = held[2], held[3]
+        else:
+            params[k], params[k + 1] = _addr(w), 0 if b is None else _addr(b)
+            self.weights = (w, b, params[k], params[k + 1])
+        return params, at
+
+
 class FloatKernels:
     """The float kernels of one loaded library (native or wasm)."""
 
@@ -112,21 +141,10 @@ class FloatKernels:
         # copied, the arrays' addresses written in; no scratch-size query (a streaming model's conv of a few
         # frames is ~10 us of work: this path was a third of it). The weights' and the scratch's addresses are
         # kept with the plan while the same arrays come (w and b are a model's constants)
-        y_shape, template, size, held = got
+        y_shape, block, size = got
         y = np.empty(y_shape, _F32)
-        mine = held[1]
-        if mine[0] == _thread():  # the thread that made the plan writes its own block (no other thread reads it)
-            params, at = mine[1], mine[2]
-        else:
-            params = template.copy()
-            at = _addr(params)
+        params, at = block.take(w, b)
         params[0], params[3] = _addr(x), _addr(y)
-        weights = held[0]
-        if weights[0] is w and weights[1] is b:
-            params[1], params[2] = weights[2], weights[3]
-        else:
-            params[1], params[2] = _addr(w), 0 if b is None else _addr(b)
-            held[0] = (w, b, params[1], params[2])  # (one assignment: a thread reading it sees all four)
         scratch = getattr(self._scratch, "at", None)
         params[4] = scratch[0] if scratch is not None and scratch[1] >= size else _addr(self._scratch_floats(size))
         if y.size and self._conv2d(at) != 0:
@@ -134,8 +152,7 @@ class FloatKernels:
         return y
 
     def _conv_plan(self, x, w, b, stride, padding, dilation, groups, act):
-        """[y's shape, the parameter block with its sizes (addresses 0), scratch floats, [(w, b, their addresses)]]
-        of a conv2d call."""
+        """(y's shape, its ParamBlock, scratch floats) of a conv2d call."""
         if x.ndim == 3:  # a 1-D conv: one row
             x_shape, w_shape = (x.shape[0], x.shape[1], 1, x.shape[2]), (*w.shape[:2], 1, w.shape[2])
             stride, padding, dilation = (1, *stride), (0, *padding), (1, *dilation)
@@ -151,9 +168,7 @@ class FloatKernels:
         if size < 0:
             raise ValueError(f"ember: conv2d kernel: parameters it does not take (x {x.shape}, w {w.shape}, "
                              f"stride {stride}, padding {padding}, dilation {dilation}, groups {groups})")
-        own = params.copy()
-        return (n, o, wo) if x.ndim == 3 else (n, o, ho, wo), params, size, [(None, None, 0, 0),
-                                                                             (_thread(), own, _addr(own))]
+        return (n, o, wo) if x.ndim == 3 else (n, o, ho, wo), ParamBlock(params, 1), size
 
     # ---------------------------------------------------------------------------------------- attention
     def attention(self, q, k, v, mask, scale, causal):

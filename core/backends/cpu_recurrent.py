@@ -6,15 +6,13 @@ The composed references are ember.nn.recurrent's lstm_cell_composed / gru_cell_c
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import numpy as np
 
 from . import cpu_matmul
-from .cpu_float_kernels import _addr
+from .cpu_float_kernels import ParamBlock, _addr
 
 _F32 = np.dtype(np.float32)
-_thread = threading.get_ident
 
 
 class _Cells:
@@ -45,38 +43,26 @@ class _Cells:
             if len(self._plans) >= 32:
                 self._plans.clear()
             plan = self._plans[key] = self._plan(xg, h, c, h.shape[1], reverse)
-        out_shape, template, fn, held = plan
+        out_shape, block, fn = plan
         out = np.empty(out_shape, _F32)
-        mine = held[1]
-        if mine[0] == _thread():  # the thread that made the plan writes its own block (no other thread reads it)
-            params, at = mine[1], mine[2]
-        else:
-            params = template.copy()
-            at = _addr(params)
+        params, at = block.take(w, b)
         params[0], params[1], params[5] = _addr(xg), _addr(h), _addr(out)
         if c is not None:
             params[2] = _addr(c)
-        weights = held[0]
-        if weights[0] is w and weights[1] is b:
-            params[3], params[4] = weights[2], weights[3]
-        else:
-            params[3], params[4] = _addr(w), 0 if b is None else _addr(b)
-            held[0] = (w, b, params[3], params[4])  # (one assignment: a thread reading it sees all four)
         if out.size and fn(at) != 0:
             raise ValueError(f"ember: recurrent.c refused {out_shape} steps, hidden {h.shape[1]}")
         return out
 
     def _plan(self, xg, h, c, hid, reverse):
-        """[out's shape, the parameter block without addresses, the entry point, [(w, b, their addresses)]]."""
+        """(out's shape, its ParamBlock, the entry point)."""
         n, seq = h.shape[0], reverse is not None
         steps = xg.shape[0] if seq else 1
         width = 2 * hid if c is not None else hid
         xg_rows = xg[0] if seq else xg
         params = np.array([0, 0, 0, 0, 0, 0, n, hid, _stride(xg_rows), _stride(h), 0 if c is None else _stride(c),
                            width, steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse))], np.intp)
-        own = params.copy()
-        return (steps, n, width) if seq else (n, width), params, self._fns[4 if c is not None else 3, seq], \
-            [(None, None, 0, 0), (_thread(), own, _addr(own))]
+        fn = self._fns[4 if c is not None else 3, seq]
+        return (steps, n, width) if seq else (n, width), ParamBlock(params, 3), fn
 
     def run(self, xg, h, c, w, b, hid, reverse=None):
         """One step (reverse None: xg (N, G H) -> out (N, 2H) h' | c' for an LSTM, c given, or (N, H) h' for a

@@ -126,7 +126,7 @@ class Trace:
 
     def __init__(self, rec, feeds, outs):
         self.feeds, self.outs = tuple(feeds), tuple(outs)
-        consts = {slot for slot, _ in rec.consts}
+        consts = rec.constant
         # each slot's last reader: the item after which it is cleared (never an output's, a constant's)
         last = {}
         for k, item in enumerate(rec.items):
