@@ -20,6 +20,8 @@ ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 def _axes(x, dim):
     if dim.__class__ is int:
         return (norm_dim(dim, len(x.shape)),)
+    if dim.__class__ is tuple and len(dim) == 1 and dim[0].__class__ is int and x.ndim:  # (one axis: ONNX's)
+        return (norm_dim(dim[0], x.ndim),)
     if dim is None:
         return tuple(range(x.ndim))
     dims = dim if isinstance(dim, (tuple, list)) else (dim,)

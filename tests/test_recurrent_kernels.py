@@ -1,6 +1,6 @@
 """The lstm_cell / gru_cell kernels (ember.kernels: cpu_kernels/recurrent.c with numpy where no compiled kernels
 run, webgpu/recurrent.wgsl) against their composed references and torch's cell arithmetic, over batch sizes and
-hidden sizes that exercise recurrent.c's tiles (hidden sizes off the 8-unit blocks, batch rows past a 16-row
+hidden sizes that exercise recurrent.c's tiles (hidden sizes off the 32-unit blocks, batch rows past a 16-row
 block, a step large enough to split between threads), with and without b_hh, with h a strided view (as the LSTM
 layer's previous output); the lstm_sequence / gru_sequence kernels (the time loop in recurrent.c) against theirs
 in both directions; and LSTM / GRU layers without gradients (a sequence kernel, or a cell kernel each step)
@@ -108,6 +108,32 @@ def test_cpu_cells_give_the_same_bits_on_any_thread_count():
     finally:
         native.set_threads(before)
     np.testing.assert_array_equal(one, four)
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    """{tag: recurrent.c's entry points} of the native, AVX2, SSSE3 and plain-C builds."""
+    from native_builds import build_variants
+    return {tag: (cpu_recurrent._Cells(nk.lib, native=True), nk)
+            for tag, nk in build_variants(tmp_path_factory).items()}
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("n,hid", [(1, 128), (3, 37), (33, 24)])
+def test_every_build_gives_the_bits_of_its_fusing(builds, kind, n, hid):
+    """Each output is one lane's chain of multiply-adds over k in order, whatever the vector width (AVX-512's 16
+    lanes, AVX2's 8, SSSE3's 4 x 2) and register tile: builds that fuse the multiply-add (native, AVX2) agree bit
+    for bit, as do those that multiply then add (SSSE3, plain C); all are torch's step within float32 rounding."""
+    o = _operands(kind, n, hid, True, seed=n + hid)
+    want = _torch_step(kind, o)
+    got = {}
+    for tag, (cells, nk) in builds.items():
+        nk.set_threads(1)
+        got[tag] = cells.run(o["xg"], np.ascontiguousarray(o["h"]), o["c"], o["w"], o["b"], hid)
+        np.testing.assert_allclose(got[tag], want, rtol=1e-5, atol=1e-5, err_msg=tag)
+    assert np.array_equal(got["ssse3"], got["scalar"])
+    if "avx2" in got:
+        assert np.array_equal(got["native"], got["avx2"])
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])

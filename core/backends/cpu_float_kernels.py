@@ -73,13 +73,15 @@ class ParamBlock:
     """A kernel's parameter block for one plan of calls (one set of shapes): the sizes kept, the arrays' addresses
     written each call. The thread that made it writes its own block in place; any other thread a copy (the kernels
     run without the GIL, so two calls can be inside at once). The weights' and bias's addresses (a model's
-    constants, at slots w_at and w_at + 1) are kept while the same arrays come."""
-    __slots__ = ("template", "w_at", "own", "weights")
+    constants, at slots w_at and w_at + 1) are kept while the same arrays come; derive(w), where given, is the
+    array the kernel reads in w's place (a copy in its layout), kept with them."""
+    __slots__ = ("template", "w_at", "own", "weights", "derive")
 
-    def __init__(self, template: np.ndarray, w_at: int):
+    def __init__(self, template: np.ndarray, w_at: int, derive=None):
         own = template.copy()
         self.template, self.w_at, self.own = template, w_at, (_thread(), own, _addr(own))
-        self.weights = (None, None, 0, 0)  # (w, b, their addresses): one assignment, so a thread sees all four
+        self.weights = (None, None, 0, 0, None)  # (w, b, their addresses, derive(w)): one assignment, so a thread
+        self.derive = derive                     # sees all five
 
     def take(self, w, b) -> tuple[np.ndarray, int]:
         """(the block to write this call's other addresses into, its address), w's and b's already in."""
@@ -93,8 +95,9 @@ class ParamBlock:
         if held[0] is w and held[1] is b:
             params[k], params[k + 1] = held[2], held[3]
         else:
-            params[k], params[k + 1] = _addr(w), 0 if b is None else _addr(b)
-            self.weights = (w, b, params[k], params[k + 1])
+            read = w if self.derive is None else self.derive(w)
+            params[k], params[k + 1] = _addr(read), 0 if b is None else _addr(b)
+            self.weights = (w, b, params[k], params[k + 1], read)
         return params, at
 
 

@@ -2,6 +2,7 @@
 LSTM or GRU. Where compiled kernels run here (natively, or the page's wasm module) cpu_kernels/recurrent.c takes
 float32 steps: the product h W_hh^T and the gate nonlinearities in one pass over W_hh, no gate buffer; elsewhere
 (no compiler, deterministic mode, other dtypes) numpy with the nonlinearities applied in place on one gate buffer.
+The kernel reads W_hh input-major, from a copy in blocks of 32 units made once per weight (blocked()).
 The composed references are ember.nn.recurrent's lstm_cell_composed / gru_cell_composed."""
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class _Cells:
                 return self.run(*args, h.shape[1], reverse)
             if len(self._plans) >= 32:
                 self._plans.clear()
-            plan = self._plans[key] = self._plan(xg, h, c, h.shape[1], reverse)
+            plan = self._plans[key] = self._plan(xg, h, c, h.shape[1], gates, reverse)
         out_shape, block, fn = plan
         out = np.empty(out_shape, _F32)
         params, at = block.take(w, b)
@@ -53,16 +54,17 @@ class _Cells:
             raise ValueError(f"ember: recurrent.c refused {out_shape} steps, hidden {h.shape[1]}")
         return out
 
-    def _plan(self, xg, h, c, hid, reverse):
+    def _plan(self, xg, h, c, hid, gates, reverse):
         """(out's shape, its ParamBlock, the entry point)."""
         n, seq = h.shape[0], reverse is not None
         steps = xg.shape[0] if seq else 1
         width = 2 * hid if c is not None else hid
         xg_rows = xg[0] if seq else xg
         params = np.array([0, 0, 0, 0, 0, 0, n, hid, _stride(xg_rows), _stride(h), 0 if c is None else _stride(c),
-                           width, steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse))], np.intp)
+                           width, steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse)),
+                           _padded(hid)], np.intp)
         fn = self._fns[4 if c is not None else 3, seq]
-        return (steps, n, width) if seq else (n, width), ParamBlock(params, 3), fn
+        return (steps, n, width) if seq else (n, width), ParamBlock(params, 3, lambda w: blocked(w, gates)), fn
 
     def run(self, xg, h, c, w, b, hid, reverse=None):
         """One step (reverse None: xg (N, G H) -> out (N, 2H) h' | c' for an LSTM, c given, or (N, H) h' for a
@@ -75,13 +77,36 @@ class _Cells:
         if steps == 0:
             return out
         xg_rows = xg[0] if seq else xg
-        params = np.array([_addr(xg), _addr(h), 0 if c is None else _addr(c), _addr(w), 0 if b is None else _addr(b),
+        wt = blocked(w, 4 if c is not None else 3)
+        params = np.array([_addr(xg), _addr(h), 0 if c is None else _addr(c), _addr(wt), 0 if b is None else _addr(b),
                            _addr(out), n, hid, _stride(xg_rows), _stride(h), 0 if c is None else _stride(c), width,
-                           steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse))], np.intp)
+                           steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse)), _padded(hid)],
+                          np.intp)
         fn = self._fns[4 if c is not None else 3, seq]
         if out.size and fn(_addr(params)) != 0:
             raise ValueError(f"ember: recurrent.c refused {steps} step(s) of {n} rows, hidden {hid}")
         return out
+
+
+_WB = 32  # hidden units of a block of W_hh's copy (recurrent.c's WB)
+
+
+def _padded(hid: int) -> int:
+    return -(-hid // _WB) * _WB
+
+
+def _blocks(w: np.ndarray, gates: int) -> np.ndarray:
+    hid = w.shape[1]
+    wp = np.zeros((gates, _padded(hid), hid), _F32)                        # (gates, Hp, H): zero units past H
+    wp[:, :hid] = w.reshape(gates, hid, hid)
+    return np.ascontiguousarray(wp.reshape(gates, -1, _WB, hid).transpose(1, 3, 0, 2))  # (Hp / 32, H, gates, 32)
+
+
+def blocked(w: np.ndarray, gates: int) -> np.ndarray:
+    """W_hh (gates H, H) as recurrent.c reads it: blocks of 32 hidden units, each (H, gates, 32), row k the block's
+    columns k of every gate (one sequential stream a block). One copy per weight, kept while it lives
+    (cpu_matmul.derived_copy: backend arrays are never written in place)."""
+    return cpu_matmul.derived_copy(w, f"recurrent{gates}", lambda a: _blocks(a, gates), needed=True)
 
 
 def _stride(a) -> int:
@@ -122,7 +147,7 @@ def _takes(xg, h, c, w_hh, b_hh, gates):
 
 
 def _c_args(xg, h, c, w_hh, b_hh):
-    return (_rows(xg), _rows(h), None if c is None else _rows(c), np.ascontiguousarray(w_hh),
+    return (_rows(xg), _rows(h), None if c is None else _rows(c), w_hh,  # (w_hh: read through blocked())
             None if b_hh is None else np.ascontiguousarray(b_hh))
 
 

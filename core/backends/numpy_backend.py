@@ -79,9 +79,11 @@ class NumpyBackend(ArrayModuleBackend):
         # a big concatenation whose inputs are each one block of the output (the dims before the axis all 1: YOLO's
         # channel concatenations of single images) copies on the kernels' threads (57 MB a YOLOv8s forward)
         if len(xs) > 1 and not NO_BLAS:
-            first = xs[0]
+            first, total = xs[0], 0
             axis %= first.ndim
-            if sum(x.nbytes for x in xs) >= _CAT_THREADED and all(d == 1 for d in first.shape[:axis]) and all(
+            for x in xs:
+                total += x.nbytes
+            if total >= _CAT_THREADED and all(d == 1 for d in first.shape[:axis]) and all(
                     x.dtype is first.dtype and x.flags.c_contiguous for x in xs):
                 nk = native_kernels()
                 if nk is not None:

@@ -142,6 +142,10 @@ op("Unsqueeze", since=13)(_unsqueeze13)
 
 @op("Concat", since=4)
 def _concat(ctx, ins, at):
+    if len(ins) == 2 and ins[0] is not None and ins[1] is not None:  # (two inputs, neither empty: most Concats)
+        ax = axis(at.i("axis"), ins[0].ndim, ctx)
+        if ins[0].shape[ax] and ins[1].shape[ax]:
+            return M.cat(ins, ax)
     xs = [x for x in ins if x is not None]
     ax = axis(at.i("axis"), xs[0].ndim, ctx)
     xs = [x for x in xs if x.shape[ax] != 0] or xs[:1]
@@ -334,20 +338,25 @@ def _positive(idx, n):
 @op("Gather")
 def _gather(ctx, ins, at):
     x, idx = ins
-    ax = axis(at.i("axis", 0), x.ndim, ctx)
     if x.device is CPU and idx.device is CPU:
         # indices on the CPU (token ids, a state's layer, a dim of a shape): made positive in numpy, not by 3 ops
         one = _same_inputs(at, ins)
         if one is not None:  # the same one index into the same shape as the last run: the same view
-            return M.reshape(M.narrow(x, ax, one[0], 1), *one[1])
+            d = x._data
+            if one[3] is not None and d.__class__ is np.ndarray:  # (a 0-d index: numpy's basic index is that view)
+                return x._new(d[one[3]])
+            return M.reshape(M.narrow(x, one[2], one[0], 1), *one[1])
+        ax = axis(at.i("axis", 0), x.ndim, ctx)
         i = host(idx).astype(np.int64)
         if i.size and i.min() < 0:
             i = np.where(i < 0, i + x.shape[ax], i)
         if i.size == 1 and 0 <= i.item() < x.shape[ax]:  # one index: a view, no index_select
-            one = _keep(at, ins, (i.item(), (*x.shape[:ax], *i.shape, *x.shape[ax + 1:])))
+            key = (slice(None),) * ax + (i.item(),) if i.ndim == 0 else None
+            one = _keep(at, ins, (i.item(), (*x.shape[:ax], *i.shape, *x.shape[ax + 1:]), ax, key))
             return M.reshape(M.narrow(x, ax, one[0], 1), *one[1])
         idx = tensor(i)
     else:
+        ax = axis(at.i("axis", 0), x.ndim, ctx)
         idx = _positive(cast(idx, D.int64), x.shape[ax])
     flat = I.index_select(x, ax, M.reshape(idx, -1))
     return M.reshape(flat, *x.shape[:ax], *idx.shape, *x.shape[ax + 1:])

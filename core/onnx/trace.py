@@ -17,6 +17,8 @@ replay did is seen.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..ops_movement import reshape
 from .guard import broadcast_check
 from .values import host
@@ -143,7 +145,8 @@ class Trace:
         for k, item in enumerate(rec.items):  # outputs no step reads (an LSTM's unused Y): cleared at once
             if item[0] == _STEP:
                 frees[k].extend(s for s in item[3] if s >= 0 and s not in last and s not in keep)
-        ns = {"Stale": Stale, "host": host, "bc": broadcast_check, "spread": _spread, "reshape": reshape}
+        ns = {"Stale": Stale, "host": host, "bc": broadcast_check, "spread": _spread, "reshape": reshape,
+              "nd": np.ndarray}
         ns.update((f"k{slot}", v) for slot, v in rec.consts)
         name = lambda slot: f"k{slot}" if slot in consts else f"v{slot}"  # noqa: E731
         lines = ["def replay(feeds):"]
@@ -154,10 +157,12 @@ class Trace:
                 st, srcs, dsts = item[1], item[2], item[3]
                 ns[f"f{k}"], ns[f"c{k}"], ns[f"a{k}"] = st.fn, st.ctx, st.attrs
                 shapes = rec.reshapes.get(k)
-                if shapes is not None:  # (the shape this input had: the output's shape, a view or copy of it)
-                    ns[f"g{k}"], ns[f"h{k}"] = shapes
+                if shapes is not None:  # (the shape this input had: the output's shape, a view or copy of it;
+                    ns[f"g{k}"], ns[f"h{k}"] = shapes  # numpy's reshape of a host array, as the reshape op's)
                     x = name(srcs[0])
-                    lines.append(f"    if {x}.shape == g{k}:\n        v{dsts[0]} = reshape({x}, *h{k})\n"
+                    lines.append(f"    if {x}.shape == g{k}:\n"
+                                 f"        v{dsts[0]} = {x}._new({x}._data.reshape(h{k})) if {x}._data.__class__ is nd "
+                                 f"else reshape({x}, *h{k})\n"
                                  f"    else:\n        v{dsts[0]} = f{k}(c{k}, [{', '.join(name(s) for s in srcs)}], a{k})")
                     lines += [f"    v{s} = None" for s in free]
                     continue
