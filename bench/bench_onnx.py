@@ -19,7 +19,8 @@
    SwiftShader adapter where the machine has no GPU) through `ember.loadModel("onnx", url)` +
    `ember.run(feeds)`, best of --page-repeat after a warm run, timed in the page (typed arrays in and out,
    the worker's message round trip included; the worker's own InferenceSession.run time beside it),
-   against the native runs of step 2: page / native.
+   against the native runs of step 2: page / native, the page's CPU at each of --threads (its kernel pool's
+   threads) against native at the same count.
 """
 from __future__ import annotations
 
@@ -141,9 +142,9 @@ def latency(repeat, device="cpu", ort_threads=1, only=None):
 
 
 # In the page: ember.js in Pyodide loads the model by URL, runs the feeds once (warm), then `repeat` times
-PAGE_RUN = """async ([device, url, feeds, repeat]) => {
+PAGE_RUN = """async ([device, threads, url, feeds, repeat]) => {
   const { createEmber } = await import("/ember.js");
-  const ember = await createEmber({ device });
+  const ember = await createEmber(threads ? { device, threads } : { device });
   await ember.loadModel("onnx", url);
   const arrays = { float32: Float32Array, int64: BigInt64Array };
   const unb64 = (s, Arr) => { const b = Uint8Array.from(atob(s), (c) => c.charCodeAt(0)); return new Arr(b.buffer); };
@@ -157,7 +158,8 @@ PAGE_RUN = """async ([device, url, feeds, repeat]) => {
     best = Math.min(best, performance.now() - t0);
     inside = Math.min(inside, r.ms);  // the worker's time in InferenceSession.run alone
   }
-  return { device: ember.device, kernels: ember.deviceKernels, best_ms: best, run_ms: inside };
+  return { device: ember.device, kernels: ember.deviceKernels, best_ms: best, run_ms: inside, threads: ember.threads,
+           why: ember.threadsReason };
 }"""
 
 
@@ -220,8 +222,9 @@ def _page_feed(a):
             "b64": base64.b64encode(a.tobytes()).decode()}
 
 
-def page(devices, repeat, only, native):
-    """{device: {label: (actual device, seconds)}} in headless Chromium; prints page / native."""
+def page(devices, repeat, only, natives):
+    """{(device, threads): {label: (actual device, seconds)}} in headless Chromium, the CPU at each thread count of
+    natives ({threads: latency()'s}); prints page / native at the same thread count."""
     from playwright.sync_api import sync_playwright
     from web_app import ARGS, CHROMIUM, RUN_S, Server
 
@@ -239,21 +242,24 @@ def page(devices, repeat, only, native):
         try:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-                for dev in devices:
-                    found[dev] = {}
+                for dev, n in [(d, t) for d in devices for t in (natives if d == "cpu" else [None])]:
+                    found[dev, n] = {}
+                    native = natives.get(n) or natives.get(max(natives, default=None), {})
                     for i, (label, _, feeds) in enumerate(models):
                         pg = browser.new_page()
                         pg.set_default_timeout(RUN_S * 1000 * (repeat + 2))
                         pg.goto(server.url + "style.css")  # any page of the origin: ember.js is imported from it
-                        r = pg.evaluate(PAGE_RUN, [dev, f"{server.url}hub/m{i}.onnx",
+                        r = pg.evaluate(PAGE_RUN, [dev, n, f"{server.url}hub/m{i}.onnx",
                                                    {k: _page_feed(v) for k, v in feeds.items()}, repeat])
                         pg.close()
                         s = r["best_ms"] / 1e3
-                        found[dev][label] = (r["device"], s)
+                        found[dev, n][label] = (r["device"], s)
                         nat = native.get(label, {})
                         ratio = "".join(f"   page/{k} {s / v:6.1f}x" for k, v in nat.items())
-                        print(f"{label:28s} page {dev} (ran on {r['device']}, cpu matmul {r['kernels']}) {s * 1e3:9.1f} ms "
-                              f"(in the worker's run: {r['run_ms']:.1f} ms){ratio}", flush=True)
+                        why = f" ({r['why']})" if r["threads"] == 1 and n != 1 and r["why"] else ""
+                        print(f"{label:28s} page {dev} {r['threads']} thread(s){why} (ran on {r['device']}, cpu matmul "
+                              f"{r['kernels']}) {s * 1e3:9.1f} ms (in the worker's run: {r['run_ms']:.1f} ms){ratio}",
+                              flush=True)
                 browser.close()
         finally:
             server.close()
@@ -280,13 +286,13 @@ def main():
         conformance([d for d in a.devices.split(",") if d in ember.devices()])
     sys.path.insert(0, str(ROOT / "bench"))
     import threads as bench_threads
-    native, dec = {}, None
+    natives, dec = {}, None
     for n in bench_threads.parse(a.threads):
         print(f"latency at {n} thread(s): ember {bench_threads.use(n)}, onnxruntime intra-op {n}", flush=True)
-        native = latency(a.repeat, a.latency_device, n, a.models.split(",")) if a.models else {}
+        natives[n] = latency(a.repeat, a.latency_device, n, a.models.split(",")) if a.models else {}
         dec = decode(a.repeat, n) if a.decode else None
-    if a.page:
-        page(a.page.split(","), a.page_repeat, a.page_models.split(","), native)
+    if a.page:  # (the CPU in the page at each of --threads, against native at the same count)
+        page(a.page.split(","), a.page_repeat, a.page_models.split(","), natives)
         if dec:
             page_decode(a.page.split(","), a.page_repeat, dec)
 
