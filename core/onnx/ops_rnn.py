@@ -228,7 +228,7 @@ def _one_direction(one, x, h0, c0):
     out = sequence_states(True, matmul(x, w_in), h0[0], c0[0], w_hh, bias, reverse)
     if out is None:
         return None
-    last = M.narrow(out, 0, 0 if reverse else x.shape[0] - 1, 1)
+    last = out if x.shape[0] == 1 else M.narrow(out, 0, 0 if reverse else x.shape[0] - 1, 1)  # (1, N, 2H)
     return [M.unsqueeze(M.narrow(out, 2, 0, hidden), 1), M.narrow(last, 2, 0, hidden),
             M.narrow(last, 2, hidden, hidden)]
 
