@@ -245,7 +245,8 @@ op("softmax", "(x, axis) -> exp(x - max) / sum along axis", composed="ember.ops_
    cuda=Kernel(_CU + "softmax", "cuda/rows.cu softmax_*"))
 op("log_softmax", "(x, axis) -> x - max - log(sum(exp(x - max))) along axis",
    composed="ember.ops_reduce:log_softmax_composed",
-   cpu=Kernel(_AM + "log_softmax", "numpy"), webgpu=Kernel(_WG + "log_softmax", "norm.wgsl softmax (log)"),
+   cpu=Kernel(_CPU + "log_softmax", "numpy (the page's exp kernel in the page and deterministic mode)"),
+   webgpu=Kernel(_WG + "log_softmax", "norm.wgsl softmax (log)"),
    cuda=Kernel(_CU + "log_softmax", "cuda/rows.cu log_softmax_*"))
 op("layer_norm", "(x, weight|None, bias|None, eps) -> LayerNorm over the last axis",
    composed="ember.nn.functional:layer_norm_composed",

@@ -1,7 +1,8 @@
 """Deterministic mode: the page's float kernels (cpu_kernels/gemm.c, elementwise.c) built natively give the bits the
 page's plain SIMD128 module gives in Pyodide (Node), and Whisper then gives the page's tokens token for token.
 
-- kernels: matmul in every layout and batching the models use, GELU, SiLU, softmax exponentials and attention,
+- kernels: matmul in every layout and batching the models use, GELU, SiLU, softmax exponentials, log_softmax (a
+  decoder's logits: its exponentials the page's kernel) and attention,
   computed in Pyodide and natively (on 1 and 3 threads) on the same seeded inputs: bit-identical;
 - Whisper tiny.en on three espeak-ng clips (one resampled from 44.1 kHz stereo): the page's transcription (the
   speech tool's options) against native deterministic mode: identical tokens, and the encoder output bit-identical
@@ -41,6 +42,9 @@ def kernel_outputs(out_path):
     res["gelu"], res["silu"] = k.gelu(x), k.silu(x)
     s = (rng.standard_normal((301, 1503)) * 6).astype(np.float32)
     res["exp_rowmax"] = k.exp_rowmax(s.copy())
+    logits = (rng.standard_normal((2, 51864)) * 5).astype(np.float32)
+    logits[:, 50257:50300] = -np.inf  # (suppressed tokens, as the decoder's filters leave them)
+    res["log_softmax"] = ember.log_softmax(ember.from_numpy(logits), -1).numpy()
     q, kv = rng.standard_normal((1, 6, 3, 64)).astype(np.float32), rng.standard_normal((1, 6, 1500, 64)).astype(np.float32)
     res["attn"] = F.scaled_dot_product_attention(ember.tensor(q), ember.tensor(kv), ember.tensor(kv)).numpy()
     q = rng.standard_normal((1, 6, 400, 64)).astype(np.float32)
@@ -123,6 +127,26 @@ def test_deterministic_mode_is_close_to_blas():
         cpu_matmul.set_deterministic(was)
     np.testing.assert_allclose(got_mm, want_mm, atol=2e-5 * np.abs(want_mm).max())
     np.testing.assert_allclose(got_gelu, want_gelu, atol=1e-6)
+
+
+def test_deterministic_log_softmax_is_torchs_within_rounding():
+    """log_softmax's exponentials in the page's kernel (deterministic mode): torch's log_softmax within float32
+    rounding, suppressed (-inf) entries -inf; a row with an infinite maximum keeps numpy's arithmetic."""
+    import torch
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((3, 51864)) * 8).astype(np.float32)
+    x[:, 100:200] = -np.inf
+    want = torch.log_softmax(torch.tensor(x), -1).numpy()
+    was = cpu_matmul.set_deterministic(True)
+    try:
+        got = ember.log_softmax(ember.from_numpy(x), -1).numpy()
+        with np.errstate(invalid="ignore"):  # (inf - inf)
+            inf_row = ember.log_softmax(ember.tensor(np.array([[1.0, np.inf, 2.0]], np.float32)), -1).numpy()
+    finally:
+        cpu_matmul.set_deterministic(was)
+    assert np.all(got[:, 100:200] == -np.inf)
+    np.testing.assert_allclose(got[:, 200:], want[:, 200:], rtol=1e-6, atol=2e-6)
+    np.testing.assert_array_equal(inf_row, torch.log_softmax(torch.tensor([[1.0, np.inf, 2.0]]), -1).numpy())
 
 
 @pytest.mark.slow

@@ -168,6 +168,25 @@ def _blocked_attention(q, k, v):
     return out.reshape(lead + out.shape[1:])
 
 
+def log_softmax(be, x, axis):
+    """array_module_fused.log_softmax, with the exponentials in the page's kernel where it runs (in the page, and
+    natively in deterministic mode: numpy's exp differs between builds, and a greedy decoder's timestamp rule and
+    fallbacks read these values; in Pyodide numpy's exp is also scalar: Whisper's 51,864 a token 0.6 -> 0.3 ms)."""
+    kernels = page_kernels()
+    if kernels is None or x.dtype is not _F32 or not x.size or axis % x.ndim != x.ndim - 1:
+        return array_module_fused.log_softmax(be, x, axis)
+    m = x.max(axis=-1, keepdims=True)
+    if not np.isfinite(m).all():  # (a row of infinities: numpy's arithmetic, as before)
+        return array_module_fused.log_softmax(be, x, axis)
+    s = x - m                                                          # (..., n): each row's max exactly 0
+    e = s.reshape(-1, s.shape[-1]).copy()
+    kernels.exp_rowmax(e)                                              # exp(s - 0)
+    # summed and logged in float64, then rounded: the same float32 on every build (numpy's float32 sums run in an
+    # order that differs between Pyodide's build and a SIMD one)
+    lse = np.log(e.sum(axis=-1, dtype=np.float64)).astype(np.float32)
+    return s - lse.reshape(m.shape)
+
+
 def _page_attention(be, q, k, v, mask, scale, causal):
     """array_module_fused.attention with the exponentials in the page's kernel (numpy's exp differs between
     builds: scalar in Pyodide, SIMD natively)."""

@@ -54,10 +54,14 @@ def compression_ratio(text: str) -> float:
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:  # (..., vocab), float32 as torch computes it
+    """The registry's log_softmax (in the page and in deterministic mode its exponentials are the page's kernel:
+    the desktop's bits there); a row whose largest logit is not finite keeps numpy's arithmetic."""
     m = x.max(-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)
-    s = x - m
-    return s - np.log(np.exp(s).sum(-1, keepdims=True))
+    if not np.isfinite(m).all():
+        m = np.where(np.isfinite(m), m, 0)
+        s = x - m
+        return s - np.log(np.exp(s).sum(-1, keepdims=True))
+    return ember.log_softmax(ember.from_numpy(x), -1).numpy()
 
 
 # ---------------------------------------------------------------------------------------------
