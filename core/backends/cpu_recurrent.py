@@ -61,9 +61,8 @@ class _Cells:
         width = 2 * hid if c is not None else hid
         xg_rows = xg[0] if seq else xg
         params = np.array([0, 0, 0, 0, 0, 0, n, hid, _stride(xg_rows), _stride(h), 0 if c is None else _stride(c),
-                           width, steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse)),
-                           _padded(hid)], np.intp)
-        fn = self._fns[4 if c is not None else 3, seq]
+                           width, steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse))], np.intp)
+        fn = self._fns[gates, seq]
         return (steps, n, width) if seq else (n, width), ParamBlock(params, 3, lambda w: blocked(w, gates)), fn
 
     def run(self, xg, h, c, w, b, hid, reverse=None):
@@ -77,12 +76,12 @@ class _Cells:
         if steps == 0:
             return out
         xg_rows = xg[0] if seq else xg
-        wt = blocked(w, 4 if c is not None else 3)
+        gates = 4 if c is not None else 3
+        wt = blocked(w, gates)
         params = np.array([_addr(xg), _addr(h), 0 if c is None else _addr(c), _addr(wt), 0 if b is None else _addr(b),
                            _addr(out), n, hid, _stride(xg_rows), _stride(h), 0 if c is None else _stride(c), width,
-                           steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse)), _padded(hid)],
-                          np.intp)
-        fn = self._fns[4 if c is not None else 3, seq]
+                           steps, xg.strides[0] // 4 if seq else 0, n * width, int(bool(reverse))], np.intp)
+        fn = self._fns[gates, seq]
         if out.size and fn(_addr(params)) != 0:
             raise ValueError(f"ember: recurrent.c refused {steps} step(s) of {n} rows, hidden {hid}")
         return out

@@ -21,10 +21,9 @@
 // intptr_t parameters: xg, h, c (LSTM; 0 for GRU), W_hh's blocked copy, b_hh (or 0), out, batch rows N, hidden
 // size H, the row strides (floats) of xg, h, c and out; columns have unit stride. A sequence (ember_*_sequence)
 // adds its steps L, the step strides (floats) of xg and out, and 1 to run it from its last step: step t reads xg[t]
-// and the state the previous step wrote into out (h0 / c0 for the first), and writes out[t]. Last, the copy's units
-// (H rounded up to a multiple of WB).
+// and the state the previous step wrote into out (h0 / c0 for the first), and writes out[t].
 enum { P_XG, P_H, P_C, P_W, P_B, P_OUT, P_N, P_HID, P_XGS, P_HS, P_CS, P_OS, P_STEPS, P_XGT, P_OT, P_REVERSE,
-       P_HP, P_FIELDS };
+       P_FIELDS };
 
 #define WB 32         // hidden units of a block of the weight's copy
 #define ROW_BLOCK 16  // batch rows whose products are taken while a unit's columns stay in L1
@@ -46,14 +45,14 @@ typedef struct {
     const float *xg, *h, *c, *w, *b;
     float *out;
     int n, hid, gates;
-    long xgs, hs, cs, os, hp;
+    long xgs, hs, cs, os;
 } cell_t;
 
 static void setup(const intptr_t *p, cell_t *a, int gates) {
     a->xg = (const float *)p[P_XG], a->h = (const float *)p[P_H], a->c = (const float *)p[P_C];
     a->w = (const float *)p[P_W], a->b = (const float *)p[P_B], a->out = (float *)p[P_OUT];
     a->n = (int)p[P_N], a->hid = (int)p[P_HID], a->gates = gates;
-    a->xgs = p[P_XGS], a->hs = p[P_HS], a->cs = p[P_CS], a->os = p[P_OS], a->hp = p[P_HP];
+    a->xgs = p[P_XGS], a->hs = p[P_HS], a->cs = p[P_CS], a->os = p[P_OS];
 }
 
 // ---------------------------------------------------------------------------------------------- products
@@ -175,7 +174,7 @@ static void gru_job(const void *arg, int u0, int u1, int thread) {
 static int run(const intptr_t *p, int gates, int steps) {
     cell_t a;
     setup(p, &a, gates);
-    if (a.n < 0 || a.hid < 1 || steps < 0 || a.hp < a.hid || a.hp % WB)
+    if (a.n < 0 || a.hid < 1 || steps < 0)
         return -1;
     int units = (a.hid + UNIT - 1) / UNIT, reverse = steps > 1 && p[P_REVERSE];
     if (a.n == 0)
