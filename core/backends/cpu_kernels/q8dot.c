@@ -41,8 +41,9 @@ static int act_of(int type) {  // the activations' block type for a weight type,
 
 // ---------------------------------------------------------------------------------------------- activations
 // act: m rows of  q (k xact: int8, int16 in wasm) | [its int8 copy: ACT_I8_COPY] | d (one float per block) |
-// s (Q8_1: a float per 32) or bsums (Q8_K: an int16 per 16) | xsum (Q8_0 / Q8_1: a float per 32), each part a whole
-// number of 16 bytes
+// s (Q8_1: a float per 32; Q8_0 with ACT_I8_COPY: negsum) or bsums (Q8_K: an int16 per 16) | xsum (Q8_0 / Q8_1: a
+// float per 32), each part a whole number of 16 bytes. With ACT_I8_COPY (relaxed SIMD) q's 2 bytes an element hold,
+// per 32 elements, their 32 |x| then 32 signs (0 or -1: simd.h's acc_dot), and x itself is the int8 copy
 
 typedef struct {
     xact *q;
@@ -50,7 +51,14 @@ typedef struct {
     float *d, *s;
     int16_t *bsum;  // Q8_K: sums of q per 16 (|sum| <= 2032)
     float *xsum;  // Q8_0 / Q8_1: the sum of q per 32, exact (|sum| <= 32 * 127), for the levels' offset
+    float *negsum;  // Q8_0 with ACT_I8_COPY: the sum of |q| over q < 0 per 32, exact, which acc_dot leaves out
 } act_t;
+
+#if defined(ACT_I8_COPY)
+#define ACT_NEGSUM 1
+#else
+#define ACT_NEGSUM 0
+#endif
 
 static long align16(long n) { return (n + 15) & ~15L; }
 
@@ -69,6 +77,7 @@ static act_t act_at(void *base, int kind, int m, int k) {
     a.s = (float *)((uint8_t *)a.d + align16((long)m * nd * 4));
     a.bsum = (int16_t *)a.s;
     a.xsum = (float *)((uint8_t *)a.s + align16((long)m * (kind == ACT_Q8_K ? k / 16 : k / 32) * 4));
+    a.negsum = ACT_NEGSUM && kind == ACT_Q8_0 ? a.s : 0;
     return a;
 }
 
@@ -91,7 +100,20 @@ static inline int nearest_int(float v) {  // ggml's: round half to even through 
     return (i & 0x007FFFFF) - 0x00400000;
 }
 
-static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, float *s, float *xsum) {  // s: Q8_1's, or 0
+// level v of element i (< 32) of the chunk of 32 at q (and at q8: ACT_I8_COPY's int8 copy); -> v < 0 ? -v : 0
+static inline int store_level(xact *q, int8_t *q8, int i, int v) {
+#if defined(ACT_I8_COPY)
+    ((int8_t *)q)[i] = (int8_t)(v < 0 ? -v : v), ((int8_t *)q)[32 + i] = (int8_t)(v < 0 ? -1 : 0);
+    q8[i] = (int8_t)v;
+#else
+    q[i] = (xact)v;
+    (void)q8;
+#endif
+    return v < 0 ? -v : 0;
+}
+
+// s: Q8_1's (else 0); negsum: Q8_0's with ACT_I8_COPY (else 0)
+static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, float *s, float *xsum, float *negsum) {
     for (int b = 0; b < k / 32; b++, x += 32, q += 32, q8 += 32) {
         float amax = 0.0f;
         for (int i = 0; i < 32; i++) {
@@ -99,17 +121,16 @@ static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, 
             amax = a > amax ? a : amax;
         }
         float db = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        int sum = 0;
+        int sum = 0, neg = 0;
         for (int i = 0; i < 32; i++) {
             int v = nearest_int(x[i] * id);
-            q[i] = (xact)v;
-#if defined(ACT_I8_COPY)
-            q8[i] = (int8_t)v;
-#endif
+            neg += store_level(q, q8, i, v);
             sum += v;
         }
         d[b] = f16_round(db);
         xsum[b] = (float)sum;
+        if (negsum)
+            negsum[b] = (float)neg;
         if (s)
             s[b] = f16_round(db * (float)sum);
     }
@@ -125,7 +146,7 @@ static void quantize_q8_k(const float *x, int k, xact *q, int8_t *q8, float *d, 
         }
         if (amax == 0.0f) {
             d[b] = 0.0f;
-            for (int i = 0; i < 256; i++) q[i] = 0, q8[i] = 0;
+            for (int i = 0; i < 256; i++) store_level(q + 32 * (i / 32), q8 + 32 * (i / 32), i % 32, 0);
             for (int j = 0; j < 16; j++) bsum[j] = 0;
             continue;
         }
@@ -135,10 +156,7 @@ static void quantize_q8_k(const float *x, int k, xact *q, int8_t *q8, float *d, 
             for (int i = 16 * j; i < 16 * j + 16; i++) {
                 int v = nearest_int(iscale * x[i]);
                 v = v < 127 ? v : 127;
-                q[i] = (xact)v;
-#if defined(ACT_I8_COPY)
-                q8[i] = (int8_t)v;
-#endif
+                store_level(q + 32 * (i / 32), q8 + 32 * (i / 32), i % 32, v);
                 sum += v;
             }
             bsum[j] = (int16_t)sum;
@@ -183,6 +201,8 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }  // 
                 for (int l = 0; l < 8; l++)                                                                     \
                     t[l] = DOT(SIGNED, levels_##T(blk + l * TSIZE), xv_load(xq + 32 * l, x8 + 32 * l));         \
                 f8 is = acc_sum8(t);                                                                            \
+                if (SIGNED && ACT_NEGSUM)                                                                       \
+                    is = f8_add(is, f8_load(a.negsum + i));                                                     \
                 if (OFF)                                                                                        \
                     is = f8_sub(is, f8_mul(f8_splat((float)OFF), f8_load(a.xsum + i)));                         \
                 f8 p = f8_mul(f8_mul(dw, f8_load(a.d + i)), is);                                                \
@@ -199,6 +219,8 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }  // 
                 float d = f16_to_f32(blk) * a.d[i];                                                             \
                 xv x = xv_load(a.q + row * k + 32 * bt, a.q8 + row * k + 32 * bt);                              \
                 float is = (float)acc_sum(DOT(SIGNED, levels_##T(blk), x));                                     \
+                if (SIGNED && ACT_NEGSUM)                                                                       \
+                    is += a.negsum[i];                                                                          \
                 if (OFF)                                                                                        \
                     is -= (float)OFF * a.xsum[i];                                                               \
                 p[bt & 7] += MIN ? d * is + f16_to_f32(blk + 2) * a.s[i] : d * is;                              \
@@ -212,6 +234,74 @@ DEFINE_DOT32(q4_1, 20, 1, 0, 0)
 DEFINE_DOT32(q5_0, 22, 0, 16, 0)
 DEFINE_DOT32(q5_1, 24, 1, 0, 0)
 DEFINE_DOT32(q8_0, 34, 0, 0, 1)
+
+#if defined(__wasm_simd128__)
+// The page's decode products (one activation row, m = 1): a row of W at a time, four blocks a step, the four
+// blocks' integer sums in the four lanes of one vector (the lanes dot_T's 8-lane float steps give blocks b % 8 < 4
+// and >= 4), so that each step holds a few vectors. V8 kept dot_T's 8 blocks of two-vector sums out of registers
+// (spilled to the stack: Q8_0 ran at 9.9 GMAC/s on one thread in Chromium, 12.4 this way; Q5_0 8.0 -> 11.0, the
+// weights streamed from memory). The same float operations in the same order as dot_T (a row's last blocks,
+// fewer than four, fill the other lanes with zeros, which add nothing: no lane of `part` is ever -0), the same
+// bits.
+#define DOT4(SIGNED, w, x) ((SIGNED) ? dot4(w, x) : dotu4(w, x))
+#define DEFINE_ROW1_32(T, TSIZE, MIN, OFF, SIGNED)                                                            \
+    static void row1_##T(int n, int k, const uint8_t *w, act_t a, float *y) {                                 \
+        int nb = k / 32;                                                                                        \
+        long rb = (long)nb * TSIZE;                                                                             \
+        for (int o = 0; o < n; o++) {                                                                           \
+            const uint8_t *wr = w + (long)o * rb;                                                               \
+            v128_t part[2] = {wasm_f32x4_splat(0.0f), wasm_f32x4_splat(0.0f)};                                  \
+            for (int b = 0; b < nb; b += 4) {                                                                   \
+                const uint8_t *blk = wr + (long)b * TSIZE;                                                      \
+                int r = nb - b < 4 ? nb - b : 4;                                                                \
+                v128_t s[4];                                                                                    \
+                for (int l = 0; l < 4; l++)                                                                     \
+                    s[l] = l < r ? DOT4(SIGNED, levels_##T(blk + l * TSIZE), xv_load(a.q + 32 * (b + l), a.q8 + 32 * (b + l))) \
+                                 : wasm_i32x4_splat(0);                                                         \
+                v128_t is = wasm_f32x4_convert_i32x4(sum4v(s[0], s[1], s[2], s[3]));                            \
+                v128_t dw, dx, ng, xs, mw, sx;                                                                  \
+                if (r == 4) {                                                                                   \
+                    dw = halves4(blk, blk + TSIZE, blk + 2 * TSIZE, blk + 3 * TSIZE);                           \
+                    dx = wasm_v128_load(a.d + b);                                                               \
+                    ng = SIGNED && ACT_NEGSUM ? wasm_v128_load(a.negsum + b) : dx;                              \
+                    xs = OFF ? wasm_v128_load(a.xsum + b) : dx;                                                 \
+                    mw = MIN ? halves4(blk + 2, blk + TSIZE + 2, blk + 2 * TSIZE + 2, blk + 3 * TSIZE + 2) : dx; \
+                    sx = MIN ? wasm_v128_load(a.s + b) : dx;                                                    \
+                } else {                                                                                        \
+                    float t[6][4] = {{0}};                                                                      \
+                    for (int l = 0; l < r; l++) {                                                               \
+                        t[0][l] = f16_to_f32(blk + l * TSIZE), t[1][l] = a.d[b + l];                            \
+                        t[2][l] = SIGNED && ACT_NEGSUM ? a.negsum[b + l] : 0.0f;                                \
+                        t[3][l] = OFF ? a.xsum[b + l] : 0.0f;                                                   \
+                        t[4][l] = MIN ? f16_to_f32(blk + l * TSIZE + 2) : 0.0f, t[5][l] = MIN ? a.s[b + l] : 0.0f; \
+                    }                                                                                           \
+                    dw = wasm_v128_load(t[0]), dx = wasm_v128_load(t[1]), ng = wasm_v128_load(t[2]);            \
+                    xs = wasm_v128_load(t[3]), mw = wasm_v128_load(t[4]), sx = wasm_v128_load(t[5]);            \
+                }                                                                                               \
+                if (SIGNED && ACT_NEGSUM)                                                                       \
+                    is = wasm_f32x4_add(is, ng);                                                                \
+                if (OFF)                                                                                        \
+                    is = wasm_f32x4_sub(is, wasm_f32x4_mul(wasm_f32x4_splat((float)OFF), xs));                  \
+                v128_t p = wasm_f32x4_mul(wasm_f32x4_mul(dw, dx), is);                                          \
+                if (MIN)                                                                                        \
+                    p = wasm_f32x4_add(p, wasm_f32x4_mul(mw, sx));                                              \
+                part[(b >> 2) & 1] = wasm_f32x4_add(part[(b >> 2) & 1], p);                                     \
+            }                                                                                                   \
+            float q[8];                                                                                         \
+            wasm_v128_store(q, part[0]), wasm_v128_store(q + 4, part[1]);                                       \
+            y[o] = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));                          \
+        }                                                                                                       \
+    }
+
+DEFINE_ROW1_32(q4_0, 18, 0, 8, 0)
+DEFINE_ROW1_32(q4_1, 20, 1, 0, 0)
+DEFINE_ROW1_32(q5_0, 22, 0, 16, 0)
+DEFINE_ROW1_32(q5_1, 24, 1, 0, 0)
+DEFINE_ROW1_32(q8_0, 34, 0, 0, 1)
+#define ROW1_32(T) if (m == 1) { row1_##T(n, k, w, a, y); break; }
+#else
+#define ROW1_32(T)
+#endif
 
 // The K types: 8 chunks of 32 per block of 256, each chunk's levels decoded where they are multiplied (decode has
 // one row of x; keeping them would be a store and a load more). Per block:
@@ -366,7 +456,8 @@ int ember_q8_quantize(int type, int m, int k, const float *x, int ldx, void *act
                           a.bsum + (long)r * (k / 16));
         else
             quantize_q8_0(xr, k, a.q + (long)r * k, a.q8 + (long)r * k, a.d + (long)r * (k / 32),
-                          kind == ACT_Q8_1 ? a.s + (long)r * (k / 32) : 0, a.xsum + (long)r * (k / 32));
+                          kind == ACT_Q8_1 ? a.s + (long)r * (k / 32) : 0, a.xsum + (long)r * (k / 32),
+                          a.negsum ? a.negsum + (long)r * (k / 32) : 0);
     }
     return 0;
 }
@@ -379,11 +470,11 @@ int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *ac
         return -1;
     act_t a = act_at((void *)act, act_of(type), m, k);
     switch (type) {
-    case Q4_0: rows_q4_0(m, n, k, w, a, y, ldy); break;
-    case Q4_1: rows_q4_1(m, n, k, w, a, y, ldy); break;
-    case Q5_0: rows_q5_0(m, n, k, w, a, y, ldy); break;
-    case Q5_1: rows_q5_1(m, n, k, w, a, y, ldy); break;
-    case Q8_0: rows_q8_0(m, n, k, w, a, y, ldy); break;
+    case Q4_0: ROW1_32(q4_0) rows_q4_0(m, n, k, w, a, y, ldy); break;
+    case Q4_1: ROW1_32(q4_1) rows_q4_1(m, n, k, w, a, y, ldy); break;
+    case Q5_0: ROW1_32(q5_0) rows_q5_0(m, n, k, w, a, y, ldy); break;
+    case Q5_1: ROW1_32(q5_1) rows_q5_1(m, n, k, w, a, y, ldy); break;
+    case Q8_0: ROW1_32(q8_0) rows_q8_0(m, n, k, w, a, y, ldy); break;
     case Q4_K: rows_q4_k(m, n, k, w, a, y, ldy); break;
     case Q5_K: rows_q5_k(m, n, k, w, a, y, ldy); break;
     default:   rows_q6_k(m, n, k, w, a, y, ldy); break;

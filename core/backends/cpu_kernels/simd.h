@@ -163,7 +163,7 @@ typedef int16_t xact;
 // as they are against x as bytes (exact on every engine: no level has its top bit); Q8_0's signed levels keep
 // the int16 dot. So x is stored twice: int16 and int8 (ACT_I8_COPY)
 #define ACT_I8_COPY 1
-typedef struct { v128_t a, b, c, d, lo8, hi8; } xv;
+typedef struct { v128_t a, b, c, d, lo8, hi8; } xv;  // a, b: |x| (bytes 0-15, 16-31); c, d: x's signs (0 / -1)
 #else
 typedef struct { v128_t a, b, c, d; } xv;  // 32 int16
 #endif
@@ -206,7 +206,19 @@ static inline v128_t dot16(v128_t w, v128_t x0, v128_t x1) {  // 16 products sum
     return wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(w), x0),
                           wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(w), x1));
 }
+#if defined(ACT_I8_COPY)
+// Q8_0's signed levels against |x| (7 bits), the sign of x moved onto w by complementing: w ^ s is w where x >= 0
+// and -w - 1 where x < 0 (never out of range, even for w = -128), so this is sum(w x) - sum(|x| : x < 0), and the
+// caller adds that second sum back (the activations' `negsum`)
+static inline acc acc_dot(v32 w, xv x) {
+    v128_t z = wasm_i32x4_splat(0);
+    acc a = {wasm_i32x4_relaxed_dot_i8x16_i7x16_add(wasm_v128_xor(w.lo, x.c), x.a, z),
+             wasm_i32x4_relaxed_dot_i8x16_i7x16_add(wasm_v128_xor(w.hi, x.d), x.b, z)};
+    return a;
+}
+#else
 static inline acc acc_dot(v32 w, xv x) { acc a = {dot16(w.lo, x.a, x.b), dot16(w.hi, x.c, x.d)}; return a; }
+#endif
 static inline v128_t dot16u(v128_t w, v128_t x0, v128_t x1) {
     return wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_u16x8_extend_low_u8x16(w), x0),
                           wasm_i32x4_dot_i16x8(wasm_u16x8_extend_high_u8x16(w), x1));
@@ -220,10 +232,46 @@ static inline acc acc_dotu(v32 w, xv x) {
 #else
 static inline acc acc_dotu(v32 w, xv x) { acc a = {dot16u(w.lo, x.a, x.b), dot16u(w.hi, x.c, x.d)}; return a; }
 #endif
+#if defined(ACT_I8_COPY)
+// each 16's byte dot as int16 pair sums (levels <= 63: at most 2 * 63 * 127), widened and scaled in one
+// i32x4.dot_i16x8 against the scale (one pmaddwd, where widening then multiplying took V8 seven instructions)
+static inline acc acc_dotu_scaled(v32 w, xv x, int s0, int s1) {
+    acc c = {wasm_i32x4_dot_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(x.lo8, w.lo), wasm_i16x8_splat((int16_t)s0)),
+             wasm_i32x4_dot_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(x.hi8, w.hi), wasm_i16x8_splat((int16_t)s1))};
+    return c;
+}
+#else
 static inline acc acc_dotu_scaled(v32 w, xv x, int s0, int s1) {
     acc d = acc_dotu(w, x);
     acc c = {wasm_i32x4_mul(d.lo, wasm_i32x4_splat(s0)), wasm_i32x4_mul(d.hi, wasm_i32x4_splat(s1))};
     return c;
+}
+#endif
+// The same integer sums folded into one vector of 4 partial sums (whose total is the chunk's dot), for q8dot.c's
+// one-row kernel (row1_T). With relaxed SIMD the byte dots are i16x8.relaxed_dot (one pmaddubsw on x86) widened by
+// extadd_pairwise (one pmaddwd): V8 lowers the i32x4 form to five instructions. Pair sums stay in int16: a
+// signed one is at most 2 * 128 * 127, and two unsigned chunks' of levels <= 63 add to at most 4 * 63 * 127.
+static inline v128_t dot4(v32 w, xv x) {
+#if defined(ACT_I8_COPY)
+    return wasm_i32x4_add(wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_xor(w.lo, x.c), x.a)),
+                          wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_xor(w.hi, x.d), x.b)));
+#else
+    return wasm_i32x4_add(dot16(w.lo, x.a, x.b), dot16(w.hi, x.c, x.d));
+#endif
+}
+static inline v128_t dotu4(v32 w, xv x) {  // w: levels <= 63
+#if defined(ACT_I8_COPY)
+    return wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(x.lo8, w.lo),
+                                                           wasm_i16x8_relaxed_dot_i8x16_i7x16(x.hi8, w.hi)));
+#else
+    return wasm_i32x4_add(dot16u(w.lo, x.a, x.b), dot16u(w.hi, x.c, x.d));
+#endif
+}
+// lane r = the total of a[r] (4 partial sums each)
+static inline v128_t sum4v(v128_t a, v128_t b, v128_t c, v128_t d) {
+    v128_t ab = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), wasm_i32x4_shuffle(a, b, 2, 6, 3, 7));
+    v128_t cd = wasm_i32x4_add(wasm_i32x4_shuffle(c, d, 0, 4, 1, 5), wasm_i32x4_shuffle(c, d, 2, 6, 3, 7));
+    return wasm_i32x4_add(wasm_i32x4_shuffle(ab, cd, 0, 1, 4, 5), wasm_i32x4_shuffle(ab, cd, 2, 3, 6, 7));
 }
 static inline acc acc_dot16(const int8_t *s, const int16_t *b) {
     v128_t v = wasm_v128_load(s);
@@ -238,11 +286,8 @@ static inline int32_t acc_sum(acc a) {
            wasm_i32x4_extract_lane(s, 3);
 }
 static inline v128_t sum4(const acc *a) {  // the sums of a[0..3] in 4 lanes: a 4 x 4 transpose, then adds
-    v128_t sa = wasm_i32x4_add(a[0].lo, a[0].hi), sb = wasm_i32x4_add(a[1].lo, a[1].hi);
-    v128_t sc = wasm_i32x4_add(a[2].lo, a[2].hi), sd = wasm_i32x4_add(a[3].lo, a[3].hi);
-    v128_t ab = wasm_i32x4_add(wasm_i32x4_shuffle(sa, sb, 0, 4, 1, 5), wasm_i32x4_shuffle(sa, sb, 2, 6, 3, 7));
-    v128_t cd = wasm_i32x4_add(wasm_i32x4_shuffle(sc, sd, 0, 4, 1, 5), wasm_i32x4_shuffle(sc, sd, 2, 6, 3, 7));
-    return wasm_i32x4_add(wasm_i32x4_shuffle(ab, cd, 0, 1, 4, 5), wasm_i32x4_shuffle(ab, cd, 2, 3, 6, 7));
+    return sum4v(wasm_i32x4_add(a[0].lo, a[0].hi), wasm_i32x4_add(a[1].lo, a[1].hi),
+                 wasm_i32x4_add(a[2].lo, a[2].hi), wasm_i32x4_add(a[3].lo, a[3].hi));
 }
 typedef struct { v128_t lo, hi; } f8;
 static inline f8 acc_sum8(const acc *a) { f8 v = {wasm_f32x4_convert_i32x4(sum4(a)), wasm_f32x4_convert_i32x4(sum4(a + 4))}; return v; }
@@ -268,6 +313,12 @@ static inline f8 f8_halves(const uint8_t *p, int stride) {  // (scalar conversio
     h = wasm_v128_load16_lane(p + 6 * stride, h, 6), h = wasm_v128_load16_lane(p + 7 * stride, h, 7);
     f8 v = {halves_to_f32(wasm_u32x4_extend_low_u16x8(h)), halves_to_f32(wasm_u32x4_extend_high_u16x8(h))};
     return v;
+}
+static inline v128_t halves4(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2, const uint8_t *p3) {  // as f32
+    v128_t h = wasm_i32x4_splat(0);
+    h = wasm_v128_load16_lane(p0, h, 0), h = wasm_v128_load16_lane(p1, h, 2);
+    h = wasm_v128_load16_lane(p2, h, 4), h = wasm_v128_load16_lane(p3, h, 6);
+    return halves_to_f32(h);
 }
 static inline v32 v32_fifth(const uint8_t *qh) {
     return v32_u64x4(FIFTH[qh[0]], FIFTH[qh[1]], FIFTH[qh[2]], FIFTH[qh[3]]);
