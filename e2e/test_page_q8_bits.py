@@ -6,7 +6,8 @@ ember.backends.cpu_q8dot.q8_matmul_numpy's (numpy's integer sums and the kernels
 The cases reach each of the kernels' paths: one activation row (decode: q8dot.c's four-blocks-a-vector loop, with
 fewer than four blocks left at a row's end) and three (prefill's rows), row counts that are and are not multiples
 of 4 and big enough to be split between threads, and Q8_0 levels of -128, which llama.cpp never writes but a file
-may hold (the relaxed build moves x's sign onto the levels by complementing, which must not overflow)."""
+may hold (the relaxed build moves x's sign onto the levels by complementing, which must not overflow), and every
+kind of half as a block's scale (the kernels convert them four at a time)."""
 from __future__ import annotations
 
 import base64
@@ -84,7 +85,22 @@ def _cases():
             x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
             x[:, rng.integers(0, k, 3)] = 0.0
             cases.append({"name": name, "type": t.id, "m": m, "n": n, "k": k, "w": w, "x": x})
+    for name, m in (("Q8_0", 1), ("Q4_1", 1), ("Q8_0", 2)):  # every kind of half as a block's scale (and Q4_1's min)
+        t = T.get(name)
+        n, k = len(SPECIAL_HALVES), 5 * 32
+        w = quantize(rng.standard_normal((n, k)).astype(np.float32), t)
+        blocks = w.reshape(n, 5, t.type_size)
+        for i, h in enumerate(SPECIAL_HALVES):
+            blocks[i, i % 5, 0:2] = np.frombuffer(np.uint16(h).tobytes(), np.uint8)
+            if name == "Q4_1":
+                blocks[i, (i + 2) % 5, 2:4] = np.frombuffer(np.uint16(h).tobytes(), np.uint8)
+        x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
+        cases.append({"name": name, "type": t.id, "m": m, "n": n, "k": k, "w": w, "x": x})
     return cases
+
+
+# subnormals, the smallest and largest normals, +-0, +-inf, NaN, and a few ordinary halves
+SPECIAL_HALVES = (0x0001, 0x03FF, 0x0400, 0x7BFF, 0x8000, 0x0000, 0x7C00, 0xFC00, 0x7E00, 0x3C00, 0xB555, 0x2E66)
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +130,11 @@ def test_the_page_q8_products_are_the_desktops_bits(kernel_page):
     assert got["relaxed"], "Chromium validates relaxed SIMD (the page's usual module)"
     for module in ("plain.wasm", "relaxed.wasm"):
         for c, ys in zip(cases, got[module]):
-            want = cpu_q8dot.q8_matmul_numpy(c["x"], c["w"], c["name"], c["n"])
+            with np.errstate(invalid="ignore", over="ignore"):  # (the special scales' inf and NaN)
+                want = cpu_q8dot.q8_matmul_numpy(c["x"], c["w"], c["name"], c["n"])
             for threads, y in zip((1, 2), ys):
                 page = np.frombuffer(base64.b64decode(y), np.float32).reshape(c["m"], c["n"])
-                assert page.tobytes() == want.tobytes(), (module, c["name"], c["m"], c["n"], c["k"], threads,
-                                                          float(np.abs(page - want).max()))
+                nan = np.isnan(want)  # (a NaN's sign and payload are the engine's: only where they are is compared)
+                assert np.array_equal(np.isnan(page), nan), (module, c["name"], threads)
+                assert page[~nan].tobytes() == want[~nan].tobytes(), (
+                    module, c["name"], c["m"], c["n"], c["k"], threads, float(np.abs(page - want)[~nan].max()))

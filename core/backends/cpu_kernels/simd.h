@@ -210,10 +210,9 @@ static inline v128_t dot16(v128_t w, v128_t x0, v128_t x1) {  // 16 products sum
 // Q8_0's signed levels against |x| (7 bits), the sign of x moved onto w by complementing: w ^ s is w where x >= 0
 // and -w - 1 where x < 0 (never out of range, even for w = -128), so this is sum(w x) - sum(|x| : x < 0), and the
 // caller adds that second sum back (the activations' `negsum`)
-static inline acc acc_dot(v32 w, xv x) {
-    v128_t z = wasm_i32x4_splat(0);
-    acc a = {wasm_i32x4_relaxed_dot_i8x16_i7x16_add(wasm_v128_xor(w.lo, x.c), x.a, z),
-             wasm_i32x4_relaxed_dot_i8x16_i7x16_add(wasm_v128_xor(w.hi, x.d), x.b, z)};
+static inline acc acc_dot(v32 w, xv x) {  // (the byte dot as below: i16x8's, then widened)
+    acc a = {wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_xor(w.lo, x.c), x.a)),
+             wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_xor(w.hi, x.d), x.b))};
     return a;
 }
 #else
@@ -224,9 +223,11 @@ static inline v128_t dot16u(v128_t w, v128_t x0, v128_t x1) {
                           wasm_i32x4_dot_i16x8(wasm_u16x8_extend_high_u8x16(w), x1));
 }
 #if defined(ACT_I8_COPY)
+// i16x8.relaxed_dot (one pmaddubsw on x86) widened by extadd_pairwise (one pmaddwd against a constant): V8 lowers
+// i32x4.relaxed_dot_i8x16_i7x16_add to five instructions, the ones it multiplies by made afresh each time
 static inline acc acc_dotu(v32 w, xv x) {
-    v128_t z = wasm_i32x4_splat(0);
-    acc a = {wasm_i32x4_relaxed_dot_i8x16_i7x16_add(x.lo8, w.lo, z), wasm_i32x4_relaxed_dot_i8x16_i7x16_add(x.hi8, w.hi, z)};
+    acc a = {wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(x.lo8, w.lo)),
+             wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(x.hi8, w.hi))};
     return a;
 }
 #else
@@ -298,12 +299,14 @@ static inline f8 f8_add(f8 a, f8 b) { f8 v = {wasm_f32x4_add(a.lo, b.lo), wasm_f
 static inline f8 f8_zero(void) { f8 v = {wasm_f32x4_splat(0.0f), wasm_f32x4_splat(0.0f)}; return v; }
 static inline f8 f8_splat(float c) { f8 v = {wasm_f32x4_splat(c), wasm_f32x4_splat(c)}; return v; }
 static inline f8 f8_sub(f8 a, f8 b) { f8 v = {wasm_f32x4_sub(a.lo, b.lo), wasm_f32x4_sub(a.hi, b.hi)}; return v; }
-static inline v128_t halves_to_f32(v128_t h) {  // u32 lanes holding halves -> f32: half.h's f16_to_f32, 4 at a time
-    v128_t mag = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x7FFF)), 13);
+// u32 lanes holding halves -> f32: half.h's f16_to_f32, 4 at a time, its masks made by shifts (V8 builds each
+// 128-bit constant anew where it is used: three instructions): the magnitude (h << 17) >> 4, the sign (h >> 15) << 31
+static inline v128_t halves_to_f32(v128_t h) {
+    v128_t mag = wasm_u32x4_shr(wasm_i32x4_shl(h, 17), 4);
     v128_t f = wasm_f32x4_mul(mag, wasm_f32x4_splat(0x1p112f));
-    v128_t top = wasm_i32x4_splat(0x7C00), special = wasm_i32x4_eq(wasm_v128_and(h, top), top);
+    v128_t special = wasm_u32x4_ge(mag, wasm_i32x4_splat(0x7C00 << 13));  // exponent 31: inf or NaN
     f = wasm_v128_or(f, wasm_v128_and(special, wasm_i32x4_splat(0x7F800000)));
-    return wasm_v128_or(f, wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16));
+    return wasm_v128_or(f, wasm_i32x4_shl(wasm_u32x4_shr(h, 15), 31));
 }
 static inline f8 f8_halves(const uint8_t *p, int stride) {  // (scalar conversions would cost ~15 ops a block)
     v128_t h = wasm_i16x8_splat(0);
