@@ -4,7 +4,7 @@ Chromium ships and Node 20 runs only behind a flag, and plain SIMD128) load in a
 ember.backends.cpu_q8dot.q8_matmul_numpy's (numpy's integer sums and the kernels' float order), computed here.
 
 The cases reach each of the kernels' paths: one activation row (decode: q8dot.c's four-blocks-a-vector loop, with
-fewer than four blocks left at a row's end) and three (prefill's rows), row counts that are and are not multiples
+fewer than four blocks left at a row's end) and more (prefill's: up to four rows a pass, and the rest), row counts that are and are not multiples
 of 4 and big enough to be split between threads, and Q8_0 levels of -128, which llama.cpp never writes but a file
 may hold (the relaxed build moves x's sign onto the levels by complementing, which must not overflow), and every
 kind of half as a block's scale (the kernels convert them four at a time)."""
@@ -76,7 +76,7 @@ def _cases():
     cases = []
     for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"):
         t = T.get(name)
-        for m, n, blocks in ((1, 7, 5), (1, 300, 3 if t.block_size == 256 else 20), (3, 9, 2), (1, 4, 1)):
+        for m, n, blocks in ((1, 7, 5), (1, 300, 3 if t.block_size == 256 else 20), (3, 9, 2), (1, 4, 1), (6, 5, 7)):
             k = blocks * t.block_size
             w = quantize((rng.standard_normal((n, k)) * rng.uniform(0.2, 3, (n, 1))).astype(np.float32), t)
             if name == "Q8_0":  # a level of -128 in some blocks (bytes 2..33 of each 34)

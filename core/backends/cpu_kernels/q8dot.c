@@ -293,12 +293,94 @@ DEFINE_DOT32(q8_0, 34, 0, 0, 1)
         }                                                                                                       \
     }
 
+// Prefill's products (m > 1): the same, for up to 4 activation rows at once, each with its own lanes: a row of W's
+// 4 blocks decoded once for them (their levels kept on the stack, where V8 reads them back in one load each), the
+// scales converted once. (m = 1 keeps row1_T: this loop's bookkeeping cost it a sixth.) Prefill's Q5_0 products
+// in Chromium: 10.8 -> 17.6 GMAC/s a thread, against the 8-block loop (16 rows of x).
+#define DEFINE_ROWS4_32(T, TSIZE, MIN, OFF, SIGNED)                                                           \
+    static void rows4_##T(int R, int r0, int n, int k, const uint8_t *w, act_t a, float *y, int ldy) {         \
+        int nb = k / 32;                                                                                        \
+        long rb = (long)nb * TSIZE;                                                                             \
+        v32 lv[4];                                                                                              \
+        v128_t part[4][2];                                                                                      \
+        for (int o = 0; o < n; o++) {                                                                           \
+            const uint8_t *wr = w + (long)o * rb;                                                               \
+            for (int r = 0; r < R; r++)                                                                         \
+                part[r][0] = part[r][1] = wasm_f32x4_splat(0.0f);                                               \
+            for (int b = 0; b < nb; b += 4) {                                                                   \
+                const uint8_t *blk = wr + (long)b * TSIZE;                                                      \
+                int nl = nb - b < 4 ? nb - b : 4;                                                               \
+                for (int l = 0; l < nl; l++)                                                                    \
+                    lv[l] = levels_##T(blk + l * TSIZE);                                                        \
+                v128_t dw, mw;                                                                                  \
+                if (nl == 4) {                                                                                  \
+                    dw = halves4(blk, blk + TSIZE, blk + 2 * TSIZE, blk + 3 * TSIZE);                           \
+                    mw = MIN ? halves4(blk + 2, blk + TSIZE + 2, blk + 2 * TSIZE + 2, blk + 3 * TSIZE + 2) : dw; \
+                } else {                                                                                        \
+                    float t[2][4] = {{0}};                                                                      \
+                    for (int l = 0; l < nl; l++)                                                                \
+                        t[0][l] = f16_to_f32(blk + l * TSIZE), t[1][l] = MIN ? f16_to_f32(blk + l * TSIZE + 2) : 0.0f; \
+                    dw = wasm_v128_load(t[0]), mw = wasm_v128_load(t[1]);                                       \
+                }                                                                                               \
+                for (int r = 0; r < R; r++) {                                                                   \
+                    long row = r0 + r, i = row * nb + b;                                                        \
+                    v128_t s[4];                                                                                \
+                    for (int l = 0; l < 4; l++)                                                                 \
+                        s[l] = l < nl ? DOT4(SIGNED, lv[l], xv_load(a.q + row * k + 32 * (b + l), a.q8 + row * k + 32 * (b + l))) \
+                                      : wasm_i32x4_splat(0);                                                    \
+                    v128_t is = wasm_f32x4_convert_i32x4(sum4v(s[0], s[1], s[2], s[3]));                        \
+                    v128_t dx, ng, xs, sx;                                                                      \
+                    if (nl == 4) {                                                                              \
+                        dx = wasm_v128_load(a.d + i);                                                           \
+                        ng = SIGNED && ACT_NEGSUM ? wasm_v128_load(a.negsum + i) : dx;                          \
+                        xs = OFF ? wasm_v128_load(a.xsum + i) : dx;                                             \
+                        sx = MIN ? wasm_v128_load(a.s + i) : dx;                                                \
+                    } else {                                                                                    \
+                        float t[4][4] = {{0}};                                                                  \
+                        for (int l = 0; l < nl; l++) {                                                          \
+                            t[0][l] = a.d[i + l], t[1][l] = SIGNED && ACT_NEGSUM ? a.negsum[i + l] : 0.0f;      \
+                            t[2][l] = OFF ? a.xsum[i + l] : 0.0f, t[3][l] = MIN ? a.s[i + l] : 0.0f;            \
+                        }                                                                                       \
+                        dx = wasm_v128_load(t[0]), ng = wasm_v128_load(t[1]);                                   \
+                        xs = wasm_v128_load(t[2]), sx = wasm_v128_load(t[3]);                                   \
+                    }                                                                                           \
+                    if (SIGNED && ACT_NEGSUM)                                                                   \
+                        is = wasm_f32x4_add(is, ng);                                                            \
+                    if (OFF)                                                                                    \
+                        is = wasm_f32x4_sub(is, wasm_f32x4_mul(wasm_f32x4_splat((float)OFF), xs));              \
+                    v128_t p = wasm_f32x4_mul(wasm_f32x4_mul(dw, dx), is);                                      \
+                    if (MIN)                                                                                    \
+                        p = wasm_f32x4_add(p, wasm_f32x4_mul(mw, sx));                                          \
+                    part[r][(b >> 2) & 1] = wasm_f32x4_add(part[r][(b >> 2) & 1], p);                           \
+                }                                                                                               \
+            }                                                                                                   \
+            for (int r = 0; r < R; r++) {                                                                       \
+                float q[8];                                                                                     \
+                wasm_v128_store(q, part[r][0]), wasm_v128_store(q + 4, part[r][1]);                             \
+                y[(r0 + r) * (long)ldy + o] = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7])); \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+
 DEFINE_ROW1_32(q4_0, 18, 0, 8, 0)
 DEFINE_ROW1_32(q4_1, 20, 1, 0, 0)
 DEFINE_ROW1_32(q5_0, 22, 0, 16, 0)
 DEFINE_ROW1_32(q5_1, 24, 1, 0, 0)
 DEFINE_ROW1_32(q8_0, 34, 0, 0, 1)
-#define ROW1_32(T) if (m == 1) { row1_##T(n, k, w, a, y); break; }
+DEFINE_ROWS4_32(q4_0, 18, 0, 8, 0)
+DEFINE_ROWS4_32(q4_1, 20, 1, 0, 0)
+DEFINE_ROWS4_32(q5_0, 22, 0, 16, 0)
+DEFINE_ROWS4_32(q5_1, 24, 1, 0, 0)
+DEFINE_ROWS4_32(q8_0, 34, 0, 0, 1)
+#define ROW1_32(T)                                                                                             \
+    {                                                                                                          \
+        if (m == 1)                                                                                            \
+            row1_##T(n, k, w, a, y);                                                                           \
+        else                                                                                                   \
+            for (int r = 0; r < m; r += 4)                                                                     \
+                rows4_##T(m - r < 4 ? m - r : 4, r, n, k, w, a, y, ldy);                                       \
+        break;                                                                                                 \
+    }
 #else
 #define ROW1_32(T)
 #endif
