@@ -244,6 +244,52 @@ DEFINE_DOT32(q8_0, 34, 0, 0, 1)
 // fewer than four, fill the other lanes with zeros, which add nothing: no lane of `part` is ever -0), the same
 // bits.
 #define DOT4(SIGNED, w, x) ((SIGNED) ? dot4(w, x) : dotu4(w, x))
+// the halves at p, p + stride, ... (n of them, then zeros: a row's last blocks) as floats
+static inline v128_t halves4_n(const uint8_t *p, long stride, int n) {
+    if (n == 4)
+        return halves4(p, p + stride, p + 2 * stride, p + 3 * stride);
+    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int l = 0; l < n; l++)
+        t[l] = f16_to_f32(p + l * stride);
+    return wasm_v128_load(t);
+}
+// an activation row's floats for 4 blocks from block i (n of them, then zeros): its scales d, and the negsum, xsum and
+// s the type reads
+typedef struct { v128_t d, neg, xsum, s; } act4;
+static inline act4 act4_load(act_t a, long i, int n, int min, int off, int neg) {
+    act4 v;
+    if (n == 4) {
+        v.d = wasm_v128_load(a.d + i);
+        v.neg = neg ? wasm_v128_load(a.negsum + i) : v.d;
+        v.xsum = off ? wasm_v128_load(a.xsum + i) : v.d;
+        v.s = min ? wasm_v128_load(a.s + i) : v.d;
+        return v;
+    }
+    float t[4][4] = {{0}};
+    for (int l = 0; l < n; l++)
+        t[0][l] = a.d[i + l], t[1][l] = neg ? a.negsum[i + l] : 0.0f, t[2][l] = off ? a.xsum[i + l] : 0.0f,
+        t[3][l] = min ? a.s[i + l] : 0.0f;
+    v.d = wasm_v128_load(t[0]), v.neg = wasm_v128_load(t[1]), v.xsum = wasm_v128_load(t[2]), v.s = wasm_v128_load(t[3]);
+    return v;
+}
+// dot_T's float step for 4 blocks in 4 lanes: part + (dw dx) is, is being the blocks' integer sums (plus x's negsum
+// for a signed type, less OFF xsum), plus mw s for a type with mins
+static inline v128_t step4(v128_t part, v128_t isum, v128_t dw, v128_t mw, act4 x, int min, int off, int neg) {
+    v128_t is = wasm_f32x4_convert_i32x4(isum);
+    if (neg)
+        is = wasm_f32x4_add(is, x.neg);
+    if (off)
+        is = wasm_f32x4_sub(is, wasm_f32x4_mul(wasm_f32x4_splat((float)off), x.xsum));
+    v128_t p = wasm_f32x4_mul(wasm_f32x4_mul(dw, x.d), is);
+    if (min)
+        p = wasm_f32x4_add(p, wasm_f32x4_mul(mw, x.s));
+    return wasm_f32x4_add(part, p);
+}
+static inline float sum_parts(v128_t lo, v128_t hi) {  // ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+    float q[8];
+    wasm_v128_store(q, lo), wasm_v128_store(q + 4, hi);
+    return ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
+}
 #define DEFINE_ROW1_32(T, TSIZE, MIN, OFF, SIGNED)                                                            \
     static void row1_##T(int n, int k, const uint8_t *w, act_t a, float *y) {                                 \
         int nb = k / 32;                                                                                        \
@@ -253,50 +299,36 @@ DEFINE_DOT32(q8_0, 34, 0, 0, 1)
             v128_t part[2] = {wasm_f32x4_splat(0.0f), wasm_f32x4_splat(0.0f)};                                  \
             for (int b = 0; b < nb; b += 4) {                                                                   \
                 const uint8_t *blk = wr + (long)b * TSIZE;                                                      \
+                const xact *xq = a.q + 32 * b;                                                                  \
+                const int8_t *x8 = a.q8 + 32 * b;                                                               \
                 int r = nb - b < 4 ? nb - b : 4;                                                                \
-                v128_t s[4];                                                                                    \
-                for (int l = 0; l < 4; l++)                                                                     \
-                    s[l] = l < r ? DOT4(SIGNED, levels_##T(blk + l * TSIZE), xv_load(a.q + 32 * (b + l), a.q8 + 32 * (b + l))) \
-                                 : wasm_i32x4_splat(0);                                                         \
-                v128_t is = wasm_f32x4_convert_i32x4(sum4v(s[0], s[1], s[2], s[3]));                            \
-                v128_t dw, dx, ng, xs, mw, sx;                                                                  \
-                if (r == 4) {                                                                                   \
-                    dw = halves4(blk, blk + TSIZE, blk + 2 * TSIZE, blk + 3 * TSIZE);                           \
-                    dx = wasm_v128_load(a.d + b);                                                               \
-                    ng = SIGNED && ACT_NEGSUM ? wasm_v128_load(a.negsum + b) : dx;                              \
-                    xs = OFF ? wasm_v128_load(a.xsum + b) : dx;                                                 \
-                    mw = MIN ? halves4(blk + 2, blk + TSIZE + 2, blk + 2 * TSIZE + 2, blk + 3 * TSIZE + 2) : dx; \
-                    sx = MIN ? wasm_v128_load(a.s + b) : dx;                                                    \
-                } else {                                                                                        \
-                    float t[6][4] = {{0}};                                                                      \
-                    for (int l = 0; l < r; l++) {                                                               \
-                        t[0][l] = f16_to_f32(blk + l * TSIZE), t[1][l] = a.d[b + l];                            \
-                        t[2][l] = SIGNED && ACT_NEGSUM ? a.negsum[b + l] : 0.0f;                                \
-                        t[3][l] = OFF ? a.xsum[b + l] : 0.0f;                                                   \
-                        t[4][l] = MIN ? f16_to_f32(blk + l * TSIZE + 2) : 0.0f, t[5][l] = MIN ? a.s[b + l] : 0.0f; \
-                    }                                                                                           \
-                    dw = wasm_v128_load(t[0]), dx = wasm_v128_load(t[1]), ng = wasm_v128_load(t[2]);            \
-                    xs = wasm_v128_load(t[3]), mw = wasm_v128_load(t[4]), sx = wasm_v128_load(t[5]);            \
+                v128_t isum;                                                                                    \
+                if (r == 4)                                                                                     \
+                    isum = sum4v(DOT4(SIGNED, levels_##T(blk), xv_load(xq, x8)),                                \
+                                 DOT4(SIGNED, levels_##T(blk + TSIZE), xv_load(xq + 32, x8 + 32)),              \
+                                 DOT4(SIGNED, levels_##T(blk + 2 * TSIZE), xv_load(xq + 64, x8 + 64)),          \
+                                 DOT4(SIGNED, levels_##T(blk + 3 * TSIZE), xv_load(xq + 96, x8 + 96)));         \
+                else {                                                                                          \
+                    v128_t s[4];                                                                                \
+                    for (int l = 0; l < 4; l++)                                                                 \
+                        s[l] = l < r ? DOT4(SIGNED, levels_##T(blk + l * TSIZE), xv_load(xq + 32 * l, x8 + 32 * l)) \
+                                     : wasm_i32x4_splat(0);                                                     \
+                    isum = sum4v(s[0], s[1], s[2], s[3]);                                                       \
                 }                                                                                               \
-                if (SIGNED && ACT_NEGSUM)                                                                       \
-                    is = wasm_f32x4_add(is, ng);                                                                \
-                if (OFF)                                                                                        \
-                    is = wasm_f32x4_sub(is, wasm_f32x4_mul(wasm_f32x4_splat((float)OFF), xs));                  \
-                v128_t p = wasm_f32x4_mul(wasm_f32x4_mul(dw, dx), is);                                          \
-                if (MIN)                                                                                        \
-                    p = wasm_f32x4_add(p, wasm_f32x4_mul(mw, sx));                                              \
-                part[(b >> 2) & 1] = wasm_f32x4_add(part[(b >> 2) & 1], p);                                     \
+                v128_t mw = MIN ? halves4_n(blk + 2, TSIZE, r) : isum;                                          \
+                part[(b >> 2) & 1] = step4(part[(b >> 2) & 1], isum, halves4_n(blk, TSIZE, r), mw,             \
+                                           act4_load(a, b, r, MIN, OFF, SIGNED && ACT_NEGSUM), MIN, OFF,        \
+                                           SIGNED && ACT_NEGSUM);                                               \
             }                                                                                                   \
-            float q[8];                                                                                         \
-            wasm_v128_store(q, part[0]), wasm_v128_store(q + 4, part[1]);                                       \
-            y[o] = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));                          \
+            y[o] = sum_parts(part[0], part[1]);                                                                 \
         }                                                                                                       \
     }
 
 // Prefill's products (m > 1): the same, for up to 4 activation rows at once, each with its own lanes: a row of W's
 // 4 blocks decoded once for them (their levels kept on the stack, where V8 reads them back in one load each), the
 // scales converted once. (m = 1 keeps row1_T: this loop's bookkeeping cost it a sixth.) Prefill's Q5_0 products
-// in Chromium: 10.8 -> 17.6 GMAC/s a thread, against the 8-block loop (16 rows of x).
+// in Chromium: 10.8 -> 20.5 GMAC/s a thread, against the 8-block loop (16 rows of x). Both loops spell out a whole
+// group's four dots: through an array with a test for each, or a shared function, V8's code was 10-15% slower.
 #define DEFINE_ROWS4_32(T, TSIZE, MIN, OFF, SIGNED)                                                           \
     static void rows4_##T(int R, int r0, int n, int k, const uint8_t *w, act_t a, float *y, int ldy) {         \
         int nb = k / 32;                                                                                        \
@@ -312,53 +344,29 @@ DEFINE_DOT32(q8_0, 34, 0, 0, 1)
                 int nl = nb - b < 4 ? nb - b : 4;                                                               \
                 for (int l = 0; l < nl; l++)                                                                    \
                     lv[l] = levels_##T(blk + l * TSIZE);                                                        \
-                v128_t dw, mw;                                                                                  \
-                if (nl == 4) {                                                                                  \
-                    dw = halves4(blk, blk + TSIZE, blk + 2 * TSIZE, blk + 3 * TSIZE);                           \
-                    mw = MIN ? halves4(blk + 2, blk + TSIZE + 2, blk + 2 * TSIZE + 2, blk + 3 * TSIZE + 2) : dw; \
-                } else {                                                                                        \
-                    float t[2][4] = {{0}};                                                                      \
-                    for (int l = 0; l < nl; l++)                                                                \
-                        t[0][l] = f16_to_f32(blk + l * TSIZE), t[1][l] = MIN ? f16_to_f32(blk + l * TSIZE + 2) : 0.0f; \
-                    dw = wasm_v128_load(t[0]), mw = wasm_v128_load(t[1]);                                       \
-                }                                                                                               \
+                v128_t dw = halves4_n(blk, TSIZE, nl), mw = MIN ? halves4_n(blk + 2, TSIZE, nl) : dw;           \
                 for (int r = 0; r < R; r++) {                                                                   \
-                    long row = r0 + r, i = row * nb + b;                                                        \
-                    v128_t s[4];                                                                                \
-                    for (int l = 0; l < 4; l++)                                                                 \
-                        s[l] = l < nl ? DOT4(SIGNED, lv[l], xv_load(a.q + row * k + 32 * (b + l), a.q8 + row * k + 32 * (b + l))) \
-                                      : wasm_i32x4_splat(0);                                                    \
-                    v128_t is = wasm_f32x4_convert_i32x4(sum4v(s[0], s[1], s[2], s[3]));                        \
-                    v128_t dx, ng, xs, sx;                                                                      \
-                    if (nl == 4) {                                                                              \
-                        dx = wasm_v128_load(a.d + i);                                                           \
-                        ng = SIGNED && ACT_NEGSUM ? wasm_v128_load(a.negsum + i) : dx;                          \
-                        xs = OFF ? wasm_v128_load(a.xsum + i) : dx;                                             \
-                        sx = MIN ? wasm_v128_load(a.s + i) : dx;                                                \
-                    } else {                                                                                    \
-                        float t[4][4] = {{0}};                                                                  \
-                        for (int l = 0; l < nl; l++) {                                                          \
-                            t[0][l] = a.d[i + l], t[1][l] = SIGNED && ACT_NEGSUM ? a.negsum[i + l] : 0.0f;      \
-                            t[2][l] = OFF ? a.xsum[i + l] : 0.0f, t[3][l] = MIN ? a.s[i + l] : 0.0f;            \
-                        }                                                                                       \
-                        dx = wasm_v128_load(t[0]), ng = wasm_v128_load(t[1]);                                   \
-                        xs = wasm_v128_load(t[2]), sx = wasm_v128_load(t[3]);                                   \
+                    long row = r0 + r;                                                                          \
+                    const xact *xq = a.q + row * k + 32 * b;                                                    \
+                    const int8_t *x8 = a.q8 + row * k + 32 * b;                                                 \
+                    v128_t isum;                                                                                \
+                    if (nl == 4)                                                                                \
+                        isum = sum4v(DOT4(SIGNED, lv[0], xv_load(xq, x8)), DOT4(SIGNED, lv[1], xv_load(xq + 32, x8 + 32)), \
+                                     DOT4(SIGNED, lv[2], xv_load(xq + 64, x8 + 64)),                            \
+                                     DOT4(SIGNED, lv[3], xv_load(xq + 96, x8 + 96)));                           \
+                    else {                                                                                      \
+                        v128_t s[4];                                                                            \
+                        for (int l = 0; l < 4; l++)                                                             \
+                            s[l] = l < nl ? DOT4(SIGNED, lv[l], xv_load(xq + 32 * l, x8 + 32 * l)) : wasm_i32x4_splat(0); \
+                        isum = sum4v(s[0], s[1], s[2], s[3]);                                                   \
                     }                                                                                           \
-                    if (SIGNED && ACT_NEGSUM)                                                                   \
-                        is = wasm_f32x4_add(is, ng);                                                            \
-                    if (OFF)                                                                                    \
-                        is = wasm_f32x4_sub(is, wasm_f32x4_mul(wasm_f32x4_splat((float)OFF), xs));              \
-                    v128_t p = wasm_f32x4_mul(wasm_f32x4_mul(dw, dx), is);                                      \
-                    if (MIN)                                                                                    \
-                        p = wasm_f32x4_add(p, wasm_f32x4_mul(mw, sx));                                          \
-                    part[r][(b >> 2) & 1] = wasm_f32x4_add(part[r][(b >> 2) & 1], p);                           \
+                    part[r][(b >> 2) & 1] = step4(part[r][(b >> 2) & 1], isum, dw, mw,                         \
+                                                  act4_load(a, row * nb + b, nl, MIN, OFF, SIGNED && ACT_NEGSUM), \
+                                                  MIN, OFF, SIGNED && ACT_NEGSUM);                              \
                 }                                                                                               \
             }                                                                                                   \
-            for (int r = 0; r < R; r++) {                                                                       \
-                float q[8];                                                                                     \
-                wasm_v128_store(q, part[r][0]), wasm_v128_store(q + 4, part[r][1]);                             \
-                y[(r0 + r) * (long)ldy + o] = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7])); \
-            }                                                                                                   \
+            for (int r = 0; r < R; r++)                                                                         \
+                y[(r0 + r) * (long)ldy + o] = sum_parts(part[r][0], part[r][1]);                                \
         }                                                                                                       \
     }
 
