@@ -7,7 +7,7 @@
 //
 //   v32: 32 int8 lanes (weights' levels).  xact / xv: how the activations are stored and loaded, 32 at a time:
 //   int8 (x86's byte multiply-add takes them as they are), int16 in wasm (widened once when quantized, not at each
-//   of the n rows they meet; the relaxed-SIMD build keeps an int8 copy too, ACT_I8_COPY).
+//   of the n rows they meet; the relaxed-SIMD build keeps bytes in that room instead, ACT_I8_COPY).
 //   acc: int32 partial sums of a chunk's products, kept as two halves (elements 0-15 and 16-31) because Q6_K
 //   scales each 16 on its own.  f8: 8 float lanes, for 8 blocks' float steps at once (each
 //   lane's IEEE operations are the scalar ones, so the lanes' values do not depend on the target).
@@ -159,9 +159,10 @@ typedef struct { v128_t lo, hi; } v32;
 typedef struct { v128_t lo, hi; } acc;
 typedef int16_t xact;
 #if defined(__wasm_relaxed_simd__)
-// relaxed SIMD's dot of bytes by 7-bit values (16 multiply-adds an instruction) takes the unsigned levels (<= 63)
-// as they are against x as bytes (exact on every engine: no level has its top bit); Q8_0's signed levels keep
-// the int16 dot. So x is stored twice: int16 and int8 (ACT_I8_COPY)
+// relaxed SIMD's dot of bytes by 7-bit values (16 multiply-adds an instruction, exact on every engine when no 7-bit
+// value has its top bit) takes the unsigned levels (<= 63) as they are against x as bytes, and Q8_0's signed
+// levels against |x| (acc_dot). So x is stored as bytes (the int8 copy, ACT_I8_COPY) and, in the int16 room, each
+// 32's |x| then their signs
 #define ACT_I8_COPY 1
 typedef struct { v128_t a, b, c, d, lo8, hi8; } xv;  // a, b: |x| (bytes 0-15, 16-31); c, d: x's signs (0 / -1)
 #else
