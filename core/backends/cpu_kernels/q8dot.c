@@ -229,11 +229,10 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }  // 
         }                                                                                                       \
     }
 
-DEFINE_DOT32(q4_0, 18, 0, 8, 0)
-DEFINE_DOT32(q4_1, 20, 1, 0, 0)
-DEFINE_DOT32(q5_0, 22, 0, 16, 0)
-DEFINE_DOT32(q5_1, 24, 1, 0, 0)
-DEFINE_DOT32(q8_0, 34, 0, 0, 1)
+// the 32-element types: name, block bytes, MIN (a min per block), OFF (the levels' offset), SIGNED
+#define EACH_TYPE32(F) F(q4_0, 18, 0, 8, 0) F(q4_1, 20, 1, 0, 0) F(q5_0, 22, 0, 16, 0) F(q5_1, 24, 1, 0, 0) \
+                       F(q8_0, 34, 0, 0, 1)
+EACH_TYPE32(DEFINE_DOT32)
 
 #if defined(__wasm_simd128__)
 // The page's decode products (one activation row, m = 1): a row of W at a time, four blocks a step, the four
@@ -370,16 +369,8 @@ static inline float sum_parts(v128_t lo, v128_t hi) {  // ((p0 + p1) + (p2 + p3)
         }                                                                                                       \
     }
 
-DEFINE_ROW1_32(q4_0, 18, 0, 8, 0)
-DEFINE_ROW1_32(q4_1, 20, 1, 0, 0)
-DEFINE_ROW1_32(q5_0, 22, 0, 16, 0)
-DEFINE_ROW1_32(q5_1, 24, 1, 0, 0)
-DEFINE_ROW1_32(q8_0, 34, 0, 0, 1)
-DEFINE_ROWS4_32(q4_0, 18, 0, 8, 0)
-DEFINE_ROWS4_32(q4_1, 20, 1, 0, 0)
-DEFINE_ROWS4_32(q5_0, 22, 0, 16, 0)
-DEFINE_ROWS4_32(q5_1, 24, 1, 0, 0)
-DEFINE_ROWS4_32(q8_0, 34, 0, 0, 1)
+EACH_TYPE32(DEFINE_ROW1_32)
+EACH_TYPE32(DEFINE_ROWS4_32)
 #define ROW1_32(T)                                                                                             \
     {                                                                                                          \
         if (m == 1)                                                                                            \
