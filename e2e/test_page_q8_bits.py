@@ -6,8 +6,9 @@ ember.backends.cpu_q8dot.q8_matmul_numpy's (numpy's integer sums and the kernels
 The cases reach each of the kernels' paths: one activation row (decode: q8dot.c's four-blocks-a-vector loop, with
 fewer than four blocks left at a row's end) and more (prefill's: up to four rows a pass, and the rest), row counts that are and are not multiples
 of 4 and big enough to be split between threads, and Q8_0 levels of -128, which llama.cpp never writes but a file
-may hold (the relaxed build moves x's sign onto the levels by complementing, which must not overflow), and every
-kind of half as a block's scale (the kernels convert them four at a time)."""
+may hold (the relaxed build moves x's sign onto the levels by complementing, which must not overflow), every
+kind of half as a block's scale (the kernels convert them four at a time), and Q5_0 blocks expanded where they lie
+into the pool's bytes layout (ember_q8_expand), whose products give Q5_0's bits."""
 from __future__ import annotations
 
 import base64
@@ -18,7 +19,7 @@ import pytest
 from web_app import ARGS, CHROMIUM, Server
 
 from ember.backends import cpu_q8dot
-from ember.backends.cpu_pool import POOL_MODULE, POOL_RELAXED_MODULE
+from ember.backends.cpu_pool import BYTES_LAYOUT, POOL_MODULE, POOL_RELAXED_MODULE
 from ember.ggml import types as T
 from ember.ggml.codec import quantize
 
@@ -40,12 +41,13 @@ onmessage = async (ev) => {
       for (const c of ev.data) {
         const w = Uint8Array.from(atob(c.w), (ch) => ch.charCodeAt(0));
         const x = Uint8Array.from(atob(c.x), (ch) => ch.charCodeAt(0));
-        const wat = pool.arenaBase, xat = wat + Math.ceil(w.length / 64) * 64 + 64;
+        const wat = pool.arenaBase, xat = wat + Math.ceil(c.stored / 64) * 64 + 64;
         const yat = xat + x.length + 64, actat = yat + 4 * c.m * c.n + 64;
         at.grow(actat + 16 * c.m * c.k + 65536);
         const u8 = new Uint8Array(pool.memory.buffer);
         u8.set(w, wat);
         u8.set(x, xat);
+        if (c.expand && ex.ember_q8_expand(c.expand, w.length / 22, wat, wat) !== 0) throw new Error("expand");
         const ys = [];
         for (const threads of [1, 2]) {
           at.setActive(threads);
@@ -85,6 +87,8 @@ def _cases():
             x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
             x[:, rng.integers(0, k, 3)] = 0.0
             cases.append({"name": name, "type": t.id, "m": m, "n": n, "k": k, "w": w, "x": x})
+            if name == "Q5_0":  # the pool's bytes layout of Q5_0 (expanded where it lies): Q5_0's bits
+                cases.append({**cases[-1], "expand": t.id, "type": BYTES_LAYOUT[t.id][0]})
     for name, m in (("Q8_0", 1), ("Q4_1", 1), ("Q8_0", 2)):  # every kind of half as a block's scale (and Q4_1's min)
         t = T.get(name)
         n, k = len(SPECIAL_HALVES), 5 * 32
@@ -125,7 +129,8 @@ def test_the_page_q8_products_are_the_desktops_bits(kernel_page):
     cases = _cases()
     got = kernel_page.evaluate("(cases) => run(cases)", [
         {"type": c["type"], "m": c["m"], "n": c["n"], "k": c["k"], "w": base64.b64encode(c["w"].tobytes()).decode(),
-         "x": base64.b64encode(c["x"].tobytes()).decode()} for c in cases])
+         "x": base64.b64encode(c["x"].tobytes()).decode(), "expand": c.get("expand", 0),
+         "stored": c["w"].size // 22 * 34 if c.get("expand") else c["w"].size} for c in cases])
     assert "error" not in got, got.get("error")
     assert got["relaxed"], "Chromium validates relaxed SIMD (the page's usual module)"
     for module in ("plain.wasm", "relaxed.wasm"):

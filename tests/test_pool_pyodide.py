@@ -381,11 +381,13 @@ result = {"error": error, "status": cpu_matmul.pool_status(),
 def test_quantized_weights_go_from_the_file_into_the_pool_only(pyodide_dist, tmp_path):  # noqa: F811
     """Inside weights_in_pool(), a GGUF's quantized tensors are SharedRows (the pool's memory, not Pyodide's heap,
     whether the file is in Pyodide's in-memory FS, read from its JS array, or a mounted one, read in pieces);
-    products with them equal those with the heap's copy, and every other use gets the same bytes."""
+    products with them equal those with the heap's copy, and every other use gets the same bytes. Q5_0 blocks are
+    held in the pool's bytes layout (expanded where they lie) and still read back as GGML's blocks."""
     from ember.io import gguf
     rng = np.random.default_rng(0)
     tensors = {"a": ember.QTensor.quantize(rng.standard_normal((2000, 512)).astype(np.float32), "q4_k", "a"),
                "b": ember.QTensor.quantize(rng.standard_normal((300, 256)).astype(np.float32), "q8_0", "b"),
+               "c": ember.QTensor.quantize(rng.standard_normal((700, 512)).astype(np.float32), "q5_0", "c"),
                "small": ember.QTensor.quantize(rng.standard_normal((8, 64)).astype(np.float32), "q8_0", "small"),
                "norm": ember.tensor(rng.standard_normal(512).astype(np.float32))}
     gguf.save(tensors, tmp_path / "w.gguf")
@@ -397,43 +399,49 @@ import ember
 from ember.backends import cpu_matmul, cpu_q8dot
 from ember.backends.cpu_pool import SharedRows, weights_in_pool
 shutil.copy("/data/w.gguf", "/tmp/w.gguf")  # a file of the in-memory FS, as the page's model files are
-QROWS = {"a": [5, 1999, 0, 5], "b": [299], "small": [7, 0]}
+QROWS = {"a": [5, 1999, 0, 5], "b": [299], "c": [699, 3], "small": [7, 0]}
 x = np.random.default_rng(1).standard_normal((3, 512)).astype(np.float32)
 out = {}
 for where in ("/tmp/w.gguf", "/data/w.gguf"):
     heap0 = pyodide_js._module.HEAPU8.length
     with weights_in_pool():
         w = ember.load(where)
-    a = w["a"]
     got = {"kinds": {k: type(getattr(v, "data", v)).__name__ for k, v in w.items()},
            "heap_growth": pyodide_js._module.HEAPU8.length - heap0,
-           "bytes": hashlib.sha256(np.asarray(a.data).tobytes()).hexdigest(),
-           "rows": hashlib.sha256(a.data[np.array([5, 1999, 0])].tobytes()).hexdigest(),
-           "slice": hashlib.sha256(np.asarray(a.data[10:20]).tobytes()).hexdigest(),
-           "pickled": type(pickle.loads(pickle.dumps(a.data))).__name__,
+           "layouts": {k: w[k].data.layout for k in ("a", "b", "c")},
            # rows dequantized where they lie (the pool's SharedRows) or by the side module (a heap array)
            "qrows": {k: hashlib.sha256(w[k].rows(np.array(QROWS[k])).tobytes()).hexdigest() for k in QROWS}}
-    a.activations = "q8"
-    y_pool = a.matmul_t(x)
-    y_heap = cpu_q8dot.q8_matmul_numpy(x, np.asarray(a.data), "Q4_K", 2000)
-    got["q8_equal"] = bool(np.array_equal(y_pool, y_heap))
-    y_float = a.matmul_t(x[:1])  # float32 activations: the pool's qmatmul
-    a.activations = "float32"
-    got["float_close"] = float(np.abs(a.matmul_t(x[:1]) - x[:1] @ a.numpy().T).max())
+    for name, qtype in (("a", "Q4_K"), ("c", "Q5_0")):
+        a = w[name]
+        got[name] = {"bytes": hashlib.sha256(np.asarray(a.data).tobytes()).hexdigest(),
+                     "rows": hashlib.sha256(a.data[np.array([5, 699, 0])].tobytes()).hexdigest(),
+                     "slice": hashlib.sha256(np.asarray(a.data[10:20]).tobytes()).hexdigest(),
+                     "pickled": type(pickle.loads(pickle.dumps(a.data))).__name__}
+        a.activations = "q8"
+        for m in (1, 3):  # (one row: the decode loop; three: prefill's)
+            y_heap = cpu_q8dot.q8_matmul_numpy(x[:m], np.asarray(a.data), qtype, a.shape[0])
+            got[name][f"q8_equal_{m}"] = bool(np.array_equal(a.matmul_t(x[:m]), y_heap))
+        a.activations = "float32"  # float32 activations: the pool's qmatmul
+        got[name]["float_close"] = float(np.abs(a.matmul_t(x[:1]) - x[:1] @ a.numpy().T).max())
     out[where] = got
 result = out
 '''
     with PyodideSession(dist=pyodide_dist, threads=2, mounts={"/data": tmp_path}) as s:
         got = s.run(code, timeout=300)["result"]
-    raw_a = np.asarray(tensors["a"].data)
     for where, g in got.items():
-        assert g["kinds"] == {"a": "SharedRows", "b": "SharedRows", "small": "ndarray", "norm": "Tensor"}, where
-        assert g["heap_growth"] < 1 << 20, (where, g["heap_growth"])  # 576 KB of blocks went elsewhere
-        assert g["bytes"] == hashlib.sha256(raw_a.tobytes()).hexdigest()
-        assert g["rows"] == hashlib.sha256(raw_a[[5, 1999, 0]].tobytes()).hexdigest()
-        assert g["slice"] == hashlib.sha256(raw_a[10:20].tobytes()).hexdigest()
-        assert g["pickled"] == "ndarray" and g["q8_equal"] and g["float_close"] < 1e-3, (where, g)
-        for k, ids in {"a": [5, 1999, 0, 5], "b": [299], "small": [7, 0]}.items():  # the codec's values, bit for bit
+        assert g["kinds"] == {"a": "SharedRows", "b": "SharedRows", "c": "SharedRows", "small": "ndarray",
+                              "norm": "Tensor"}, where
+        assert g["heap_growth"] < 1 << 20, (where, g["heap_growth"])  # 1.1 MB of blocks went elsewhere
+        assert g["layouts"] == {"a": None, "b": None, "c": [256 + 6, 16 * 34]}, (where, g["layouts"])
+        for name in ("a", "c"):
+            raw = np.asarray(tensors[name].data)
+            h = g[name]
+            assert h["bytes"] == hashlib.sha256(raw.tobytes()).hexdigest(), (where, name)
+            assert h["rows"] == hashlib.sha256(raw[[5, 699, 0]].tobytes()).hexdigest(), (where, name)
+            assert h["slice"] == hashlib.sha256(raw[10:20].tobytes()).hexdigest(), (where, name)
+            assert h["pickled"] == "ndarray" and h["q8_equal_1"] and h["q8_equal_3"], (where, name, h)
+            assert h["float_close"] < 1e-3, (where, name, h)
+        for k, ids in {"a": [5, 1999, 0, 5], "b": [299], "c": [699, 3], "small": [7, 0]}.items():  # the codec's values
             assert g["qrows"][k] == hashlib.sha256(tensors[k].rows(np.array(ids)).tobytes()).hexdigest(), (where, k)
 
 

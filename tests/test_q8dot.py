@@ -153,6 +153,39 @@ def test_every_build_and_numpy_give_the_same_bits(builds, name):
                 assert np.array_equal(got, want), (name, simd, threads, m, blocks)
 
 
+def _q5_0_as_bytes(raw):
+    """Q5_0 rows (GGML's blocks: f16 d | 5th bits, bit j for level j | nibbles, levels j and j + 16 in byte j) with
+    each block's 32 levels (nibble | 5th bit << 4) as bytes after d: q8dot.c's Q5_0B layout, 34 bytes a block."""
+    b = raw.reshape(-1, 22)
+    qh = b[:, 2:6].copy().view("<u4")[:, 0]
+    nibbles = np.concatenate([b[:, 6:] & 0xF, b[:, 6:] >> 4], axis=1)
+    q = nibbles | (((qh[:, None] >> np.arange(32)) & 1) << 4).astype(np.uint8)
+    return np.concatenate([b[:, :2], q], axis=1).reshape(raw.shape[0], -1)
+
+
+def test_q5_0_as_bytes_gives_q5_0s_bits(builds):
+    """The page's pool expands Q5_0 blocks in place (ember_q8_expand) and multiplies the bytes layout: the Q5_0
+    product's bits on every build, and SharedRows give GGML's blocks back."""
+    from ember.backends.cpu_pool import BYTES_LAYOUT, _q5_0_blocks
+    kind = BYTES_LAYOUT[T.get("Q5_0").id][0]
+    for m, blocks in ((1, 13), (4, 16), (7, 3)):
+        raw, x = _inputs("Q5_0", rows=37, m=m, blocks=blocks, seed=m)
+        raw[0, 2:6] = 0xFF  # every 5th bit set in one block, none in another
+        raw[1, 2:6] = 0
+        want = q8dot.q8_matmul_numpy(x, raw, "Q5_0", raw.shape[0])
+        expanded = _q5_0_as_bytes(raw)
+        assert np.array_equal(_q5_0_blocks(expanded), raw)
+        for simd, k in builds.items():
+            k._lib.ember_q8_expand.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+            buf = np.zeros(expanded.size, np.uint8)
+            buf[:raw.size] = raw.reshape(-1)
+            assert k._lib.ember_q8_expand(T.get("Q5_0").id, raw.size // 22, buf.ctypes.data, buf.ctypes.data) == 0
+            assert np.array_equal(buf.reshape(expanded.shape), expanded), simd  # in place, from the last block back
+            for threads in (1, 2):
+                k.set_threads(threads)
+                assert np.array_equal(k.q8_matmul(x, expanded, kind, raw.shape[0]), want), (simd, threads, m)
+
+
 def test_threads_split_large_products_without_changing_bits(builds):
     k = builds[next(iter(builds))]
     raw, x = _inputs("Q8_0", rows=4099, m=2, blocks=20)

@@ -23,6 +23,7 @@ import numpy as np
 
 from . import cpu_matmul
 from .cpu_matmul import BLOCK, adopt_derived, blocked, blocked_arena, derived
+from .cpu_pool import SharedRows
 
 _H = ("layers", "dim", "heads", "kv_heads", "head_dim", "hidden", "act", "unused", "final_norm")
 _W = 5  # data, type, rows, cols, row bytes
@@ -85,7 +86,8 @@ class DecodePlan:
                 if type_id == -1 and blocks is not None:
                     data, type_id = next(blocks), -2
                 at, lead = self._weight(data, type_id)
-                row[len(_NORMS) + _W * j: len(_NORMS) + _W * (j + 1)] = [at, type_id, rows, cols, lead]
+                kind = data.kernel_type(type_id) if isinstance(data, SharedRows) else type_id  # (its bytes layout)
+                row[len(_NORMS) + _W * j: len(_NORMS) + _W * (j + 1)] = [at, kind, rows, cols, lead]
             row[L_ROPE] = layer["rope"]
         self.plan = plan
         self.fparams = np.array([spec["eps"], spec["scale"]], np.float32)

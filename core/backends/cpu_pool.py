@@ -186,11 +186,16 @@ class Pool:
         return {k: int(getattr(st, k)) for k in ("active", "ready", "lost", "broken", "jobs", "timeout_ms")}
 
 
-    def rows_from_file(self, f, offset: int, nbytes: int, row_bytes: int) -> "SharedRows":
+    def rows_from_file(self, f, offset: int, nbytes: int, row_bytes: int, type_id: int = 0) -> "SharedRows":
         """nbytes of an open file from `offset` as SharedRows of row_bytes each, read into the shared memory without
         a copy in Pyodide's heap: straight from the JS array of a file in Pyodide's in-memory FS (the page's model
-        files), else through a small reused buffer."""
-        block = Block(self.arena, nbytes)
+        files), else through a small reused buffer. Blocks of a GGML type with a bytes layout (BYTES_LAYOUT) are
+        expanded into it where they lie (q8dot.c's ember_q8_expand, from the last block back)."""
+        layout = BYTES_LAYOUT.get(type_id)
+        if layout is not None and (row_bytes % layout[1] or nbytes % row_bytes):
+            layout = None
+        stride = row_bytes // layout[1] * layout[2] if layout else row_bytes
+        block = Block(self.arena, nbytes // row_bytes * stride if layout else nbytes)
         if not self._file_in(f, offset, nbytes, block.at):
             buf = np.empty(min(nbytes, READ_BYTES), np.uint8)
             for done in range(0, nbytes, buf.size):
@@ -199,7 +204,11 @@ class Pool:
                 if f.readinto(memoryview(part)) != part.size:
                     raise OSError(f"ember: {getattr(f, 'name', 'file')}: shorter than its header says")
                 self.write(block.at + done, part)
-        return SharedRows(self, block, 0, (nbytes // row_bytes, row_bytes))
+        if layout is None:
+            return SharedRows(self, block, 0, (nbytes // row_bytes, row_bytes))
+        if int(self.exports.ember_q8_expand(type_id, nbytes // layout[1], i32(block.at), i32(block.at))) != 0:
+            raise PoolError(f"ember: the kernel pool's module has no bytes layout for GGML type {type_id}")
+        return SharedRows(self, block, 0, (nbytes // row_bytes, row_bytes), (layout[0], stride))
 
     def _file_in(self, f, offset, nbytes, at) -> bool:
         try:
@@ -211,6 +220,25 @@ class Pool:
 
 
 READ_BYTES = 4 << 20  # rows_from_file's buffer where it reads
+
+# GGML type -> (q8dot.c's bytes layout of it, a GGML block's bytes, a bytes block's): Q5_0 as f16 d | 32 bytes q.
+# The pool's products read its levels as they are (V8 made Q5_0's 5th-bit decoding cost more than the dot itself:
+# Gemma 3's Q5_0 products 11 -> 15 GMAC/s a thread in Chromium) and give Q5_0's bits; 34 / 22 of the bytes.
+BYTES_LAYOUT = {6: (256 + 6, 22, 34)}
+
+
+def _q5_0_blocks(stored: np.ndarray) -> np.ndarray:
+    """Q5_0B blocks (rows, n 34) back as GGML's Q5_0 (rows, n 22): d | 5th bits (u32, bit j of level j) | nibbles
+    (levels j and j + 16 in byte j)."""
+    b = stored.reshape(-1, 34)
+    q = b[:, 2:]
+    qh = ((q >> 4).astype(np.uint32) << np.arange(32, dtype=np.uint32)).sum(axis=1, dtype=np.uint32)
+    out = np.concatenate([b[:, :2], qh.astype("<u4").view(np.uint8).reshape(-1, 4),
+                          (q[:, :16] & 0xF) | (q[:, 16:] << 4)], axis=1)
+    return out.reshape(stored.shape[0], -1)
+
+
+_UNPACK = {256 + 6: _q5_0_blocks}
 
 _POOL: list = []  # [(Pool or None, reason)] once looked up
 _PLACING: list = []  # a weights_in_pool() is open
@@ -242,13 +270,23 @@ class SharedRows:
     kernels read them where they are (`at`); anything else gets a copy in Pyodide's heap (np.asarray(rows),
     rows[ids] for some rows, rows.numpy()), and a row slice is a view. Immutable, like the QTensor holding it."""
 
-    __slots__ = ("pool", "block", "offset", "shape", "_heap", "__weakref__")
+    __slots__ = ("pool", "block", "offset", "shape", "layout", "_heap", "__weakref__")
     dtype = np.dtype(np.uint8)
     ndim = 2
 
-    def __init__(self, pool: Pool, block: Block, offset: int, shape: tuple[int, int]):
+    def __init__(self, pool: Pool, block: Block, offset: int, shape: tuple[int, int], layout=None):
         self.pool, self.block, self.offset, self.shape = pool, block, offset, (int(shape[0]), int(shape[1]))
-        self._heap = None
+        self.layout = layout  # None: GGML's blocks as the file has them; else (kernel type id, bytes a row) of a
+        self._heap = None     # bytes layout (BYTES_LAYOUT), which the pool's kernels read in place of the type's
+
+    def kernel_type(self, type_id: int) -> int:
+        """The type id the pool's kernels take for these rows of GGML type `type_id`."""
+        return self.layout[0] if self.layout else type_id
+
+    @property
+    def stride(self) -> int:
+        """Bytes from one stored row to the next."""
+        return self.layout[1] if self.layout else self.shape[1]
 
     @property
     def at(self) -> int:
@@ -266,7 +304,9 @@ class SharedRows:
         return self.shape[0]
 
     def numpy(self) -> np.ndarray:
-        """A copy in Pyodide's heap."""
+        """A copy in Pyodide's heap (GGML's blocks)."""
+        if self.layout:
+            return _UNPACK[self.layout[0]](self.pool.read(self.at, np.empty((self.shape[0], self.stride), np.uint8)))
         return self.pool.read(self.at, np.empty(self.shape, np.uint8))
 
     def heap(self) -> np.ndarray:
@@ -291,23 +331,26 @@ class SharedRows:
         if isinstance(index, slice) and index.step in (None, 1):
             start, stop, _ = index.indices(self.shape[0])
             stop = max(start, stop)
-            return SharedRows(self.pool, self.block, self.offset + start * self.shape[1], (stop - start, self.shape[1]))
+            return SharedRows(self.pool, self.block, self.offset + start * self.stride, (stop - start, self.shape[1]),
+                              self.layout)
         ids = np.asarray(index)
         if ids.dtype.kind not in "iu":
             raise TypeError(f"ember: SharedRows take a row slice or row ids, not {index!r}")
         flat = ids.reshape(-1)
-        out = np.empty((flat.size, self.shape[1]), np.uint8)
+        out = np.empty((flat.size, self.stride), np.uint8)
         for i, r in enumerate(flat.tolist()):
             if not -self.shape[0] <= r < self.shape[0]:
                 raise IndexError(f"ember: row {r} is out of range for {self.shape[0]} rows")
-            self.pool.read(self.at + (r % self.shape[0]) * self.shape[1], out[i])
+            self.pool.read(self.at + (r % self.shape[0]) * self.stride, out[i])
+        if self.layout:
+            out = _UNPACK[self.layout[0]](out)
         return out.reshape(*ids.shape, self.shape[1])
 
     def __reduce__(self):  # a pickled or deep-copied weight leaves the pool: it is a plain array then
         return (np.asarray, (self.numpy(),))
 
     def __repr__(self):
-        return f"SharedRows(shape={self.shape}, at={self.at})"
+        return f"SharedRows(shape={self.shape}, at={self.at}{', layout=%r' % (self.layout,) if self.layout else ''})"
 
 
 def load() -> tuple[Pool | None, str]:

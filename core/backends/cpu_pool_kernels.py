@@ -41,6 +41,11 @@ IO_BYTES = 16 << 20  # a product's result goes out in pieces of about this much 
 # 62 MB for Gemma 3 270M): the pool's per-call block, which its memory keeps, stays this size
 
 
+def _kernel_type(w, type_id: int) -> int:
+    """The type id the pool's kernels take for weight w of GGML type `type_id` (its rows' bytes layout, if any)."""
+    return w.kernel_type(type_id) if isinstance(w, SharedRows) else type_id
+
+
 def _align(n: int) -> int:
     return -(-n // 64) * 64
 
@@ -113,8 +118,8 @@ class PoolKernels:
         xat = self._io_at(_align(x.nbytes) + ybytes + size)
         yat = xat + _align(x.nbytes)
         self.pool.write(xat, x)
-        rc = self._q8_matmul(type_id, m, out_features, k, i32(self._weights(w)), i32(xat), k, i32(yat), out_features,
-                             i32(yat + ybytes))
+        rc = self._q8_matmul(_kernel_type(w, type_id), m, out_features, k, i32(self._weights(w)), i32(xat), k,
+                             i32(yat), out_features, i32(yat + ybytes))
         self.pool.check(rc, "quantized matmul")
         return yat
 
@@ -128,8 +133,8 @@ class PoolKernels:
         xat = self._io_at(_align(x.nbytes) + _align(y.nbytes) + _align(m * k // 32 * 4))
         yat = xat + _align(x.nbytes)
         self.pool.write(xat, x)
-        rc = self._qmatmul(type_id, m, out_features, k, i32(wat), i32(xat), k, i32(yat), out_features,
-                           i32(yat + _align(y.nbytes)))
+        rc = self._qmatmul(_kernel_type(w, type_id), m, out_features, k, i32(wat), i32(xat), k, i32(yat),
+                           out_features, i32(yat + _align(y.nbytes)))
         if self.pool.check(rc, "quantized matmul") != 0:
             raise ValueError(f"ember: wasm qmatmul: no kernel for GGML type {type_id} with rows of {k}")
         return self.pool.read(yat, y)
@@ -140,9 +145,9 @@ class PoolKernels:
     def qrows(self, w: SharedRows, ids: np.ndarray, type_id: int, k: int) -> np.ndarray:
         """Rows ids of a weight the pool holds, dequantized where they lie and read back: float32 (n, k)."""
         y = np.empty((len(ids), k), F32)
-        at, row_bytes = self._io_at(_align(y.nbytes)), w.shape[1]
+        at, stride, kind = self._io_at(_align(y.nbytes)), w.stride, w.kernel_type(type_id)
         for i, r in enumerate(ids.tolist()):
-            rc = self._qdequant(type_id, 1, k, i32(w.at + r * row_bytes), i32(at + i * k * 4))
+            rc = self._qdequant(kind, 1, k, i32(w.at + r * stride), i32(at + i * k * 4))
             if self.pool.check(rc, "dequantizing rows") != 0:
                 raise ValueError(f"ember: wasm qdequant: no kernel for GGML type {type_id} with rows of {k}")
         return self.pool.read(at, y)
@@ -569,7 +574,8 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
             self._pool.write(block.at, data)
             self._keep.append(block)
             return i32(block.at), 0
-        return i32(self._hold_block(data).at), data.shape[1] if type_id > 0 else 0
+        held = self._hold_block(data)
+        return i32(held.at), (data.stride if isinstance(data, SharedRows) else data.shape[1]) if type_id > 0 else 0
 
     def _hold_block(self, a):
         self._keep.append(a)  # (placed copies live while the array does)

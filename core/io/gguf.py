@@ -372,7 +372,7 @@ class GGUFReader(LazyFile):
         pool = self._pool if t.is_quantized else None
         if pool is not None and info.nbytes >= SHARED_MIN_BYTES:
             rows = pool.rows_from_file(self._file, self.data_offset + info.offset, info.nbytes,
-                                       t.row_bytes(info.shape[-1]))
+                                       t.row_bytes(info.shape[-1]), t.id)
             return QTensor(rows, t, info.shape, name=name)
         raw = self.raw(name)
         if t.is_quantized:

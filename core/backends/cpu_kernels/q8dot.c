@@ -28,11 +28,16 @@
 #endif
 
 enum { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+// ember's own layout, not GGML's: Q5_0 with its levels as bytes (f16 d | 32 bytes q, 0..31, standing for q - 16),
+// made from Q5_0 blocks by ember_q8_expand where the page's pool holds a model's weights. Its products are Q5_0's,
+// the same integers and float steps (the same bits), without the 5th bits' decoding: in V8 a Q5_0 product's
+// levels cost more than its multiply-adds (one thread in Chromium: 11 -> 15 GMAC/s with the levels as bytes)
+enum { Q5_0B = 256 + Q5_0 };
 enum { ACT_Q8_0, ACT_Q8_1, ACT_Q8_K };
 
 static int act_of(int type) {  // the activations' block type for a weight type, -1 for a type without a kernel
     switch (type) {
-    case Q4_0: case Q5_0: case Q8_0: return ACT_Q8_0;
+    case Q4_0: case Q5_0: case Q5_0B: case Q8_0: return ACT_Q8_0;
     case Q4_1: case Q5_1: return ACT_Q8_1;
     case Q4_K: case Q5_K: case Q6_K: return ACT_Q8_K;
     default: return -1;
@@ -177,6 +182,7 @@ static inline v32 levels_q4_1(const uint8_t *b) { return v32_nibbles(b + 4); }
 static inline v32 levels_q5_0(const uint8_t *b) { return v32_or(v32_nibbles(b + 6), v32_fifth(b + 2)); }
 static inline v32 levels_q5_1(const uint8_t *b) { return v32_or(v32_nibbles(b + 8), v32_fifth(b + 4)); }
 static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }  // signed: acc_dot transfers signs
+static inline v32 levels_q5_0b(const uint8_t *b) { return v32_load(b + 2); }
 
 // eight partial sums (block b into part b % 8), added as ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)): blocks
 // go eight at a time, so eight integer sums are reduced together and each float step is one 8-lane operation;
@@ -231,7 +237,7 @@ static inline v32 levels_q8_0(const uint8_t *b) { return v32_load(b + 2); }  // 
 
 // the 32-element types: name, block bytes, MIN (a min per block), OFF (the levels' offset), SIGNED
 #define EACH_TYPE32(F) F(q4_0, 18, 0, 8, 0) F(q4_1, 20, 1, 0, 0) F(q5_0, 22, 0, 16, 0) F(q5_1, 24, 1, 0, 0) \
-                       F(q8_0, 34, 0, 0, 1)
+                       F(q8_0, 34, 0, 0, 1) F(q5_0b, 34, 0, 16, 0)
 EACH_TYPE32(DEFINE_DOT32)
 
 #if defined(__wasm_simd128__)
@@ -497,6 +503,7 @@ DEFINE_ROWS(q4_1, 20, 32)
 DEFINE_ROWS(q5_0, 22, 32)
 DEFINE_ROWS(q5_1, 24, 32)
 DEFINE_ROWS(q8_0, 34, 32)
+DEFINE_ROWS(q5_0b, 34, 32)
 DEFINE_ROWS(q4_k, 144, 256)
 DEFINE_ROWS(q5_k, 176, 256)
 DEFINE_ROWS(q6_k, 210, 256)
@@ -556,6 +563,7 @@ int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *ac
     case Q5_0: ROW1_32(q5_0) rows_q5_0(m, n, k, w, a, y, ldy); break;
     case Q5_1: ROW1_32(q5_1) rows_q5_1(m, n, k, w, a, y, ldy); break;
     case Q8_0: ROW1_32(q8_0) rows_q8_0(m, n, k, w, a, y, ldy); break;
+    case Q5_0B: ROW1_32(q5_0b) rows_q5_0b(m, n, k, w, a, y, ldy); break;
     case Q4_K: rows_q4_k(m, n, k, w, a, y, ldy); break;
     case Q5_K: rows_q5_k(m, n, k, w, a, y, ldy); break;
     default:   rows_q6_k(m, n, k, w, a, y, ldy); break;
@@ -566,7 +574,7 @@ int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *ac
 static long row_bytes(int type, int k) {  // bytes of one row of W's blocks
     static const short size[] = {[Q4_0] = 18, [Q4_1] = 20, [Q5_0] = 22, [Q5_1] = 24, [Q8_0] = 34,
                                  [Q4_K] = 144, [Q5_K] = 176, [Q6_K] = 210};
-    return (long)(k / block_of(type)) * size[type];
+    return (long)(k / block_of(type)) * (type == Q5_0B ? 34 : size[type]);
 }
 
 typedef struct {
@@ -599,6 +607,28 @@ int ember_q8_matmul(int type, int m, int n, int k, const uint8_t *w, const float
     if (ember_q8_quantize(type, m, k, x, ldx, act) != 0)
         return -1;
     return ember_q8_dot_rows(type, m, n, k, w, act, y, ldy);
+}
+
+// Q5_0 blocks (src) as Q5_0B blocks (dst): n blocks, from the last one back, so dst may be src itself in a buffer
+// of 34 n bytes (block i's 34 bytes end at or past where src's block i does: no block is written before it is
+// read). 0, or -1 for a type without a bytes layout.
+EMBER_EXPORT(ember_q8_expand)
+int ember_q8_expand(int type, long n, const uint8_t *src, uint8_t *dst) {
+    if (type != Q5_0 || n < 0)
+        return -1;
+    for (long i = n - 1; i >= 0; i--) {
+        const uint8_t *b = src + 22 * i;
+        uint8_t d0 = b[0], d1 = b[1], q[32];
+        uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (uint8_t)((b[6 + j] & 0xF) | ((qh >> j) & 1) << 4);
+            q[j + 16] = (uint8_t)((b[6 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+        }
+        uint8_t *o = dst + 34 * i;
+        o[0] = d0, o[1] = d1;
+        __builtin_memcpy(o + 2, q, 32);
+    }
+    return 0;
 }
 
 // The index numpy's argmax gives for y (n floats): the first of the largest values, or the first NaN where there

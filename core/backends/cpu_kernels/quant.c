@@ -26,6 +26,7 @@
 #define Q4_K 12
 #define Q5_K 13
 #define Q6_K 14
+#define Q5_0B (256 + Q5_0)  // q8dot.c's: Q5_0 with its levels as bytes (f16 d | 32 bytes q), q - 16
 
 typedef struct {
     v128_t q[8];  // the 32 levels of one chunk as f32, element order
@@ -110,6 +111,13 @@ static inline void levels_q5_0(const uint8_t *b, int j, chunk_t *ch) {  // f16 d
     v128_t lo = wasm_v128_or(bits_at(qs, 0, 0xF), fifth_bits(b[2], b[3]));
     v128_t hi = wasm_v128_or(bits_at(qs, 4, 0xF), fifth_bits(b[4], b[5]));
     i8_levels(wasm_i8x16_sub(lo, sixteen), wasm_i8x16_sub(hi, sixteen), ch);
+}
+
+static inline void scales_q5_0b(const uint8_t *b, scales_t *sc) { one_scale(f16_to_f32(b), 0.0f, sc); }
+static inline void levels_q5_0b(const uint8_t *b, int j, chunk_t *ch) {  // f16 d | 32 bytes q, q - 16
+    (void)j;
+    v128_t sixteen = wasm_i8x16_splat(16);
+    i8_levels(wasm_i8x16_sub(wasm_v128_load(b + 2), sixteen), wasm_i8x16_sub(wasm_v128_load(b + 18), sixteen), ch);
 }
 
 static inline void scales_q5_1(const uint8_t *b, scales_t *sc) { one_scale(f16_to_f32(b), -f16_to_f32(b + 2), sc); }
@@ -247,6 +255,7 @@ static inline float hsum(v128_t v) {
 DEFINE_ROWS(q4_0, 32, 18, 0)
 DEFINE_ROWS(q4_1, 32, 20, 1)
 DEFINE_ROWS(q5_0, 32, 22, 0)
+DEFINE_ROWS(q5_0b, 32, 34, 0)
 DEFINE_ROWS(q5_1, 32, 24, 1)
 DEFINE_ROWS(q8_0, 32, 34, 0)
 DEFINE_ROWS(q4_k, 256, 144, 1)
@@ -257,7 +266,7 @@ static int has_offset(int type) { return type == Q4_1 || type == Q5_1 || type ==
 
 static int block_of(int type) {  // elements per block, 0 for a type without a kernel here
     switch (type) {
-    case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: return 32;
+    case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: case Q5_0B: return 32;
     case Q4_K: case Q5_K: case Q6_K: return 256;
     default: return 0;
     }
@@ -268,7 +277,7 @@ int ember_qmatmul_supports(int type) { return block_of(type); }
 
 static long type_size(int type) {  // bytes of one block
     switch (type) {
-    case Q4_0: return 18; case Q4_1: return 20; case Q5_0: return 22; case Q5_1: return 24; case Q8_0: return 34;
+    case Q4_0: return 18; case Q4_1: return 20; case Q5_0: return 22; case Q5_1: return 24; case Q8_0: case Q5_0B: return 34;
     case Q4_K: return 144; case Q5_K: return 176; default: return 210;
     }
 }
@@ -291,6 +300,7 @@ static void qmatmul_rows(const void *p, int r0, int r1, int thread) {  // W's ro
     case Q4_0: qmatmul_q4_0(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
     case Q4_1: qmatmul_q4_1(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
     case Q5_0: qmatmul_q5_0(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
+    case Q5_0B: qmatmul_q5_0b(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
     case Q5_1: qmatmul_q5_1(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
     case Q8_0: qmatmul_q8_0(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
     case Q4_K: qmatmul_q4_k(m, n, k, w, j->x, ldx, y, ldy, j->xsum); break;
@@ -309,6 +319,7 @@ static void dequant_rows(const void *p, int r0, int r1, int thread) {  // rows [
     case Q4_0: dequant_q4_0(rows, k, w, out); break;
     case Q4_1: dequant_q4_1(rows, k, w, out); break;
     case Q5_0: dequant_q5_0(rows, k, w, out); break;
+    case Q5_0B: dequant_q5_0b(rows, k, w, out); break;
     case Q5_1: dequant_q5_1(rows, k, w, out); break;
     case Q8_0: dequant_q8_0(rows, k, w, out); break;
     case Q4_K: dequant_q4_k(rows, k, w, out); break;
