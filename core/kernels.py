@@ -241,7 +241,8 @@ _AM, _CPU, _Q, _CU, _WG = ("ember.backends.array_module_fused:", "ember.backends
 _DN = "ember.backends.cpu_dense:"
 
 op("softmax", "(x, axis) -> exp(x - max) / sum along axis", composed="ember.ops_reduce:softmax_composed",
-   cpu=Kernel(_AM + "softmax", "numpy"), webgpu=Kernel(_WG + "softmax", "norm.wgsl softmax"),
+   cpu=Kernel(_CPU + "softmax", "numpy (the page's exp kernel in the page and deterministic mode)"),
+   webgpu=Kernel(_WG + "softmax", "norm.wgsl softmax"),
    cuda=Kernel(_CU + "softmax", "cuda/rows.cu softmax_*"))
 op("log_softmax", "(x, axis) -> x - max - log(sum(exp(x - max))) along axis",
    composed="ember.ops_reduce:log_softmax_composed",

@@ -12,6 +12,8 @@ from ember.models.common.generate import (
     SamplingParams,
     apply_repetition_penalty,
     generate,
+    nucleus,
+    pick,
     stream,
     top_k_filter,
     top_p_filter,
@@ -41,6 +43,64 @@ def test_top_p_matches_transformers(logits, p):
     np.testing.assert_array_equal(np.isneginf(top_p_filter(logits, p)), np.isneginf(ref))
     kept = ~np.isneginf(ref)
     np.testing.assert_array_equal(top_p_filter(logits, p)[kept], ref[kept])
+
+
+def _vocabulary_logits(rng, n, spread):
+    """An LM head's logits: a broad bulk, a tail, a few dozen likely tokens, ties among them."""
+    x = (rng.standard_normal(n) * 3).astype(np.float32)
+    top = rng.choice(n, 60, replace=False)
+    x[top] += rng.uniform(0, spread, 60).astype(np.float32)
+    x[top[1]] = x[top[2]]
+    return x
+
+
+@pytest.mark.parametrize("p", [0.3, 0.9, 0.99])
+@pytest.mark.parametrize("spread", [3.0, 25.0])
+def test_top_p_on_a_vocabulary_equals_transformers_and_a_full_sort(rng, p, spread):
+    """The nucleus is found among the tokens above a threshold (no sort of the vocabulary): the same tokens as
+    transformers' TopPLogitsWarper and as sorting all of them (ascending, stable, float64 cumulative sums)."""
+    x = _vocabulary_logits(rng, 262144 if spread > 5 else 32000, spread)
+    s = x.astype(np.float64)
+    order = np.argsort(x, kind="stable")
+    probs = np.exp(s[order] - s.max())
+    drop = np.cumsum(probs / probs.sum()) <= 1 - p
+    drop[-1] = False
+    want = np.sort(order[~drop])
+    np.testing.assert_array_equal(nucleus(x, np.exp(s - s.max()), p), want)
+    np.testing.assert_array_equal(np.flatnonzero(top_p_filter(x, p) > -np.inf), want)
+    ref = lp.TopPLogitsWarper(p)(None, torch.tensor(x[None])).numpy()[0]
+    np.testing.assert_array_equal(np.flatnonzero(~np.isneginf(ref)), want)
+    # float32 weights (a sampler's softmax) and a factor: the same tokens
+    w = np.exp(x - x.max()) * np.float32(3.0)
+    np.testing.assert_array_equal(nucleus(x, w, p), want)
+
+
+@pytest.mark.parametrize("n", [5, 3000, 262144])
+def test_pick_draws_what_generator_choice_draws(rng, n):
+    """pick(weights, one uniform) is the token numpy's Generator.choice(p=weights / sum) draws with the same
+    seed (its one uniform, its cumulative sums), zero-weight tokens never."""
+    w = rng.random(n).astype(np.float32) ** 8
+    w[rng.choice(n, n // 5, replace=False)] = 0.0
+    p = w.astype(np.float64) / w.sum(dtype=np.float64)
+    for seed in range(40):
+        want = np.random.default_rng(seed).choice(n, p=p)
+        got = pick(w, np.random.default_rng(seed).random())
+        assert got == want and w[got] > 0, (n, seed, got, want)
+    assert pick(w, 0.0) == np.flatnonzero(w)[0] and pick(w, np.nextafter(1.0, 0.0)) == np.flatnonzero(w)[-1]
+
+
+def test_sampling_a_vocabulary_follows_softmax_with_top_p(rng):
+    """Draws over a 262k vocabulary with temperature and top-p land in the nucleus with softmax's frequencies."""
+    x = _vocabulary_logits(rng, 262144, 25.0)
+    s = Sampler(SamplingParams(temperature=0.8, top_p=0.9, seed=3))
+    draws = np.array([s(x, []) for _ in range(2000)])
+    z = x.astype(np.float64) / 0.8
+    kept = nucleus(z, np.exp(z - z.max()), 0.9)
+    assert np.isin(draws, kept).all()
+    q = np.exp(z[kept] - z.max())
+    q /= q.sum()
+    freq = np.array([(draws == t).mean() for t in kept])
+    np.testing.assert_allclose(freq, q, atol=0.035)
 
 
 def test_repetition_penalty_matches_transformers(logits):

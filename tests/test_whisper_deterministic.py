@@ -149,6 +149,26 @@ def test_deterministic_log_softmax_is_torchs_within_rounding():
     np.testing.assert_array_equal(inf_row, torch.log_softmax(torch.tensor([[1.0, np.inf, 2.0]]), -1).numpy())
 
 
+def test_deterministic_softmax_is_torchs_within_rounding():
+    """softmax's exponentials in the page's kernel (deterministic mode, and the page): torch's softmax within
+    float32 rounding, suppressed (-inf) entries 0; a row with an infinite maximum keeps numpy's arithmetic."""
+    import torch
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((3, 262144)) * 8).astype(np.float32)
+    x[:, 100:200] = -np.inf
+    want = torch.softmax(torch.tensor(x), -1).numpy()
+    was = cpu_matmul.set_deterministic(True)
+    try:
+        got = ember.softmax(ember.from_numpy(x), -1).numpy()
+        with np.errstate(invalid="ignore"):  # (inf - inf)
+            inf_row = ember.softmax(ember.tensor(np.array([[1.0, np.inf, 2.0]], np.float32)), -1).numpy()
+    finally:
+        cpu_matmul.set_deterministic(was)
+    assert np.all(got[:, 100:200] == 0)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-12)
+    np.testing.assert_array_equal(np.isnan(inf_row), np.isnan(torch.softmax(torch.tensor([[1.0, np.inf, 2.0]]), -1).numpy()))
+
+
 @pytest.mark.slow
 def test_page_whisper_equals_native_deterministic(tmp_path_factory, pyodide_dist, deterministic):  # noqa: F811
     from test_whisper_model import tiny_en

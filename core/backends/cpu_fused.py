@@ -168,6 +168,24 @@ def _blocked_attention(q, k, v):
     return out.reshape(lead + out.shape[1:])
 
 
+def softmax(be, x, axis):
+    """array_module_fused.softmax, with the exponentials in the page's kernel where it runs (in the page, and
+    natively in deterministic mode), as log_softmax below: numpy's exp is scalar in Pyodide (a sampler's 262k
+    logits 2.8 -> ~0.6 ms) and differs between builds. Each row's sum in float64, then rounded."""
+    kernels = page_kernels()
+    if kernels is None or x.dtype is not _F32 or not x.size or axis % x.ndim != x.ndim - 1:
+        return array_module_fused.softmax(be, x, axis)
+    m = x.max(axis=-1, keepdims=True)
+    if not np.isfinite(m).all():  # (a row of infinities: numpy's arithmetic, as before)
+        return array_module_fused.softmax(be, x, axis)
+    e = (x - m).reshape(-1, x.shape[-1])                               # (rows, n): each row's max exactly 0
+    suppressed = e == -np.inf  # (the kernel's exp holds its argument at -87.3: their weight is set to 0 after)
+    kernels.exp_rowmax(e)                                              # exp(s - 0), in place
+    e[suppressed] = 0.0
+    e /= e.sum(axis=-1, dtype=np.float64, keepdims=True).astype(np.float32)
+    return e.reshape(x.shape)
+
+
 def log_softmax(be, x, axis):
     """array_module_fused.log_softmax, with the exponentials in the page's kernel where it runs (in the page, and
     natively in deterministic mode: numpy's exp differs between builds, and a greedy decoder's timestamp rule and

@@ -1,7 +1,8 @@
 """Text generation for every causal LM of the zoo (anything with forward(tokens, cache, last_only,
 attention_mask) and new_cache()): the prompt in one batched forward, then one token at a time against the
-KV cache. Sampling runs on the host in numpy with transformers' semantics, in its order: repetition penalty,
-temperature, top-k, top-p (temperature 0 = greedy). `stream()` yields UTF-8-safe text pieces and stops at
+KV cache. Sampling runs on the host with transformers' semantics, in its order: repetition penalty,
+temperature, top-k, top-p (temperature 0 = greedy); probabilities from ember's softmax (float32, as transformers
+samples), the nucleus found without sorting the vocabulary, one uniform number a draw. `stream()` yields UTF-8-safe text pieces and stops at
 stop strings; `on_token` is called with each id as it is chosen; `generate_batch` left-pads prompts of
 different lengths and decodes them together.
 
@@ -56,15 +57,63 @@ def top_p_filter(logits: np.ndarray, p: float) -> np.ndarray:
     """Nucleus filter: drop the least likely tokens whose cumulative probability is <= 1 - p (at least one kept)."""
     if p >= 1.0:
         return logits
-    order = np.argsort(logits, kind="stable")                       # ascending
-    s = logits[order].astype(np.float64)
-    probs = np.exp(s - s.max())
-    cum = np.cumsum(probs / probs.sum())
-    drop = cum <= 1 - p
-    drop[-1] = False
-    out = logits.copy()
-    out[order[drop]] = -np.inf
+    s = logits.astype(np.float64)
+    keep = nucleus(logits, np.exp(s - s.max()), p)
+    out = np.full_like(logits, -np.inf)
+    out[keep] = logits[keep]
     return out
+
+
+def nucleus(z: np.ndarray, weights: np.ndarray, p: float) -> np.ndarray:
+    """Positions (ascending) of the tokens top-p keeps, as transformers' TopPLogitsWarper: in ascending order of
+    the logits z (ties: lower position first, a stable sort), a token goes when the probability up to and with it
+    is <= 1 - p, i.e. when the mass above it is >= p; so the kept are the tokens whose mass above (largest first)
+    is below p of the total. weights: probabilities up to a factor (float32 or float64), by position.
+    Sorting the whole vocabulary cost ~30 ms a token for Gemma 3's 262k; the tokens above a threshold whose
+    mass reaches p already hold every kept one (any token below has all of theirs above it), so only those are
+    sorted: the threshold starts 8 below the largest logit and moves down until they do."""
+    total = weights.sum(dtype=np.float64)
+    target, top, depth = p * total, z.max(), 8.0
+    while True:
+        c = np.flatnonzero(z >= top - depth)
+        if c.size == z.size or weights[c].sum(dtype=np.float64) >= target:
+            break
+        depth *= 2
+    c = c[np.lexsort((-c, -z[c]))]  # largest first; ties: the later position first (the stable order reversed)
+    mass = np.cumsum(weights[c], dtype=np.float64)
+    above = np.concatenate(([0.0], mass[:-1]))
+    return np.sort(c[above < target])
+
+
+def pick(weights: np.ndarray, u: float) -> int:
+    """The position a uniform u in [0, 1) draws from weights (probabilities up to a factor, >= 0): the first whose
+    cumulative weight (float64, in position order) exceeds u times the total, as numpy's Generator.choice(p=)
+    draws with its one uniform. A long array (a vocabulary) in blocks of 1024: their sums, then one block's."""
+    n = weights.size
+    if n <= 4 * _PICK_BLOCK:
+        cdf = np.cumsum(weights, dtype=np.float64)
+        i = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+        return _last_weighted(weights, min(i, n - 1))
+    starts = np.arange(0, n, _PICK_BLOCK)
+    blocks = np.cumsum(np.add.reduceat(weights, starts, dtype=np.float64))
+    t = u * blocks[-1]
+    b = min(int(np.searchsorted(blocks, t, side="right")), starts.size - 1)
+    part = np.cumsum(weights[starts[b]:starts[b] + _PICK_BLOCK], dtype=np.float64)
+    if b:
+        part += blocks[b - 1]
+    i = starts[b] + min(int(np.searchsorted(part, t, side="right")), part.size - 1)
+    return _last_weighted(weights, i)
+
+
+_PICK_BLOCK = 1024
+
+
+def _last_weighted(weights, i):
+    """i, or where rounding carried the draw past the last token with weight (a block's or the array's end), the
+    last token before it that has some."""
+    while i > 0 and weights[i] <= 0:
+        i -= 1
+    return i
 
 
 class Sampler:
@@ -88,26 +137,25 @@ class Sampler:
         logits = apply_repetition_penalty(logits.astype(np.float32), seen, self.p.repetition_penalty)
         if self.p.temperature == 0:
             return int(np.argmax(logits))
-        return self.draw(np.arange(logits.shape[-1]), logits)
+        return self.draw(None, logits)
 
-    def draw(self, ids: np.ndarray, logits: np.ndarray) -> int:
-        """Sample among the tokens `ids` (ascending) with these logits: all of the vocabulary, or (top_k_only)
-        a subset holding at least every token among the k largest (Gemma's topk_head). The filters run on the
-        kept tokens alone, in id order, so both give the same token for a seed: the same float64 sums, and one
-        uniform number drawn either way."""
+    def draw(self, ids: np.ndarray | None, logits: np.ndarray) -> int:
+        """Sample among the tokens `ids` (ascending; None: all of the vocabulary, logits (vocab,)) with these
+        logits: all of the vocabulary, or (top_k_only) a subset holding at least every token among the k largest
+        (Gemma's topk_head). The filters run on the kept tokens alone, in id order, so both give the same token for
+        a seed: probabilities from ember's softmax over the same tokens (float32, as transformers samples; the
+        page's exp kernel there), one uniform number drawn either way."""
         logits = logits.astype(np.float32) / np.float32(self.p.temperature)
         k = self.p.top_k
         if 0 < k < logits.shape[-1]:  # keep the k largest (ties with the k-th kept), as top_k_filter
-            keep = logits >= np.partition(logits, -k)[-k]
-            ids, logits = ids[keep], logits[keep]
+            keep = np.flatnonzero(logits >= np.partition(logits, -k)[-k])
+            ids, logits = (keep if ids is None else ids[keep]), logits[keep]
+        probs = ember.nn.functional.softmax(ember.tensor(logits), -1).numpy()
         if self.p.top_p < 1.0:
-            logits = top_p_filter(logits, self.p.top_p)
-            keep = logits > -np.inf
-            ids, logits = ids[keep], logits[keep]
-        z = logits.astype(np.float64) - logits.max()
-        probs = np.exp(z)
-        probs /= probs.sum()
-        return int(ids[self.rng.choice(len(probs), p=probs)])
+            keep = nucleus(logits, probs, self.p.top_p)
+            ids, probs = (keep if ids is None else ids[keep]), probs[keep]
+        i = pick(probs, self.rng.random())
+        return int(i if ids is None else ids[i])
 
 
 # ============================================================================ generation
