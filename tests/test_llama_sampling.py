@@ -16,6 +16,7 @@ from ember.models.common.generate import (
     pick,
     stream,
     top_k_filter,
+    top_k_positions,
     top_p_filter,
 )
 from ember.models.llama.model import Llama
@@ -75,6 +76,16 @@ def test_top_p_on_a_vocabulary_equals_transformers_and_a_full_sort(rng, p, sprea
     np.testing.assert_array_equal(nucleus(x, w, p), want)
 
 
+@pytest.mark.parametrize("k", [1, 40, 5000])
+def test_top_k_on_a_vocabulary_equals_a_partition(rng, k):
+    """top_k_positions (the k-th largest among the tokens above a threshold) keeps top_k_filter's tokens, ties
+    with the k-th included."""
+    x = _vocabulary_logits(rng, 262144, 25.0)
+    kth = np.partition(x, -k)[-k]
+    x[rng.choice(262144, 3)] = kth  # ties with the k-th
+    np.testing.assert_array_equal(top_k_positions(x, k), np.flatnonzero(top_k_filter(x, k) > -np.inf))
+
+
 @pytest.mark.parametrize("n", [5, 3000, 262144])
 def test_pick_draws_what_generator_choice_draws(rng, n):
     """pick(weights, one uniform) is the token numpy's Generator.choice(p=weights / sum) draws with the same
@@ -101,6 +112,26 @@ def test_sampling_a_vocabulary_follows_softmax_with_top_p(rng):
     q /= q.sum()
     freq = np.array([(draws == t).mean() for t in kept])
     np.testing.assert_allclose(freq, q, atol=0.035)
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "all_suppressed", "few_finite"])
+def test_logits_without_a_distribution_are_refused_and_few_finite_ones_drawn(rng, bad):
+    from ember.errors import EmberError
+    x = _vocabulary_logits(rng, 262144, 25.0)
+    if bad == "nan":
+        x[7] = np.nan
+    elif bad == "inf":
+        x[7] = np.inf
+    else:
+        x[:] = -np.inf
+        if bad == "few_finite":  # fewer finite tokens than top-k asks for, one of them 2000 below the others
+            x[[3, 9, 11]] = [1.0, 2.0, -2000.0]
+    s = Sampler(SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=0))
+    if bad == "few_finite":
+        assert {s(x, []) for _ in range(20)} <= {3, 9}
+        return
+    with pytest.raises(EmberError, match="largest logit"):
+        s(x, [])
 
 
 def test_repetition_penalty_matches_transformers(logits):
