@@ -23,7 +23,6 @@ import numpy as np
 
 from . import cpu_matmul
 from .cpu_matmul import BLOCK, adopt_derived, blocked, blocked_arena, derived
-from .cpu_pool import SharedRows
 
 _H = ("layers", "dim", "heads", "kv_heads", "head_dim", "hidden", "act", "unused", "final_norm")
 _W = 5  # data, type, rows, cols, row bytes
@@ -86,8 +85,8 @@ class DecodePlan:
                 if type_id == -1 and blocks is not None:
                     data, type_id = next(blocks), -2
                 at, lead = self._weight(data, type_id)
-                kind = data.kernel_type(type_id) if isinstance(data, SharedRows) else type_id  # (its bytes layout)
-                row[len(_NORMS) + _W * j: len(_NORMS) + _W * (j + 1)] = [at, kind, rows, cols, lead]
+                row[len(_NORMS) + _W * j: len(_NORMS) + _W * (j + 1)] = [at, self._kind(data, type_id), rows, cols,
+                                                                         lead]
             row[L_ROPE] = layer["rope"]
         self.plan = plan
         self.fparams = np.array([spec["eps"], spec["scale"]], np.float32)
@@ -138,6 +137,10 @@ class DecodePlan:
         leading dimension in floats."""
         data = self._hold(data, strided=type_id == -1)
         return _addr(data), data.shape[1] if type_id > 0 else data.strides[0] // 4 if type_id == -1 else 0
+
+    def _kind(self, data, type_id) -> int:
+        """The type id decode.c takes for a weight of type `type_id` (the kernel pool's plan: its rows' layout)."""
+        return type_id
 
     def _hold(self, a, strided=False):
         """Keep `a` alive as long as the plan reads it: C-contiguous, or (strided) rows of contiguous floats."""

@@ -168,15 +168,23 @@ def _blocked_attention(q, k, v):
     return out.reshape(lead + out.shape[1:])
 
 
+def _exp_rows(x, axis):
+    """(the page's kernels, each row's max) where softmax / log_softmax take their exponentials from the page's
+    kernel: float32 rows along the last axis, every maximum finite (a row of infinities keeps numpy's arithmetic,
+    as before); else (None, None)."""
+    kernels = page_kernels()
+    if kernels is None or x.dtype is not _F32 or not x.size or axis % x.ndim != x.ndim - 1:
+        return None, None
+    m = x.max(axis=-1, keepdims=True)
+    return (kernels, m) if np.isfinite(m).all() else (None, None)
+
+
 def softmax(be, x, axis):
     """array_module_fused.softmax, with the exponentials in the page's kernel where it runs (in the page, and
     natively in deterministic mode), as log_softmax below: numpy's exp is scalar in Pyodide (a sampler's 262k
     logits 2.8 -> ~0.6 ms) and differs between builds. Each row's sum in float64, then rounded."""
-    kernels = page_kernels()
-    if kernels is None or x.dtype is not _F32 or not x.size or axis % x.ndim != x.ndim - 1:
-        return array_module_fused.softmax(be, x, axis)
-    m = x.max(axis=-1, keepdims=True)
-    if not np.isfinite(m).all():  # (a row of infinities: numpy's arithmetic, as before)
+    kernels, m = _exp_rows(x, axis)
+    if kernels is None:
         return array_module_fused.softmax(be, x, axis)
     e = (x - m).reshape(-1, x.shape[-1])                               # (rows, n): each row's max exactly 0
     suppressed = e == -np.inf  # (the kernel's exp holds its argument at -87.3: their weight is set to 0 after)
@@ -190,11 +198,8 @@ def log_softmax(be, x, axis):
     """array_module_fused.log_softmax, with the exponentials in the page's kernel where it runs (in the page, and
     natively in deterministic mode: numpy's exp differs between builds, and a greedy decoder's timestamp rule and
     fallbacks read these values; in Pyodide numpy's exp is also scalar: Whisper's 51,864 a token 0.69 -> 0.44 ms)."""
-    kernels = page_kernels()
-    if kernels is None or x.dtype is not _F32 or not x.size or axis % x.ndim != x.ndim - 1:
-        return array_module_fused.log_softmax(be, x, axis)
-    m = x.max(axis=-1, keepdims=True)
-    if not np.isfinite(m).all():  # (a row of infinities: numpy's arithmetic, as before)
+    kernels, m = _exp_rows(x, axis)
+    if kernels is None:
         return array_module_fused.log_softmax(be, x, axis)
     s = x - m                                                          # (..., n): each row's max exactly 0
     e = s.reshape(-1, s.shape[-1]).copy()

@@ -238,7 +238,7 @@ def _q5_0_blocks(stored: np.ndarray) -> np.ndarray:
     return out.reshape(stored.shape[0], -1)
 
 
-_UNPACK = {256 + 6: _q5_0_blocks}
+_UNPACK = {BYTES_LAYOUT[6][0]: _q5_0_blocks}  # a bytes layout's id -> its GGML blocks back
 
 _POOL: list = []  # [(Pool or None, reason)] once looked up
 _PLACING: list = []  # a weights_in_pool() is open

@@ -577,6 +577,9 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
         held = self._hold_block(data)
         return i32(held.at), (data.stride if isinstance(data, SharedRows) else data.shape[1]) if type_id > 0 else 0
 
+    def _kind(self, data, type_id) -> int:
+        return _kernel_type(data, type_id)
+
     def _hold_block(self, a):
         self._keep.append(a)  # (placed copies live while the array does)
         return a if isinstance(a, SharedRows) else self._pool.place(a)

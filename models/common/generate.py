@@ -2,8 +2,8 @@
 attention_mask) and new_cache()): the prompt in one batched forward, then one token at a time against the
 KV cache. Sampling runs on the host with transformers' semantics, in its order: repetition penalty,
 temperature, top-k, top-p (temperature 0 = greedy); probabilities from ember's softmax (float32, as transformers
-samples), the nucleus found without sorting the vocabulary, one uniform number a draw. `stream()` yields UTF-8-safe text pieces and stops at
-stop strings; `on_token` is called with each id as it is chosen; `generate_batch` left-pads prompts of
+samples), the nucleus found without sorting the vocabulary, one uniform number a draw. `stream()` yields UTF-8-safe
+text pieces and stops at stop strings; `on_token` is called with each id as it is chosen; `generate_batch` left-pads prompts of
 different lengths and decodes them together.
 
     for piece in stream(model, tok, "Once upon a time", max_new_tokens=64, temperature=0.8, top_p=0.9, seed=1):

@@ -117,7 +117,17 @@ static inline int store_level(xact *q, int8_t *q8, int i, int v) {
     return v < 0 ? -v : 0;
 }
 
-// s: Q8_1's (else 0); negsum: Q8_0's with ACT_I8_COPY (else 0)
+// a block's floats from its scale db, the sum of its levels and of -v over its levels v < 0: d, xsum, and Q8_1's s
+// (else 0), ACT_I8_COPY's negsum (else 0)
+static inline void block_floats(float *d, float *s, float *xsum, float *negsum, int b, float db, int sum, int neg) {
+    d[b] = f16_round(db);
+    xsum[b] = (float)sum;
+    if (negsum)
+        negsum[b] = (float)neg;
+    if (s)
+        s[b] = f16_round(db * (float)sum);
+}
+
 #if !defined(__wasm_simd128__)
 static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, float *s, float *xsum, float *negsum) {
     for (int b = 0; b < k / 32; b++, x += 32, q += 32, q8 += 32) {
@@ -133,18 +143,14 @@ static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, 
             neg += store_level(q, q8, i, v);
             sum += v;
         }
-        d[b] = f16_round(db);
-        xsum[b] = (float)sum;
-        if (negsum)
-            negsum[b] = (float)neg;
-        if (s)
-            s[b] = f16_round(db * (float)sum);
+        block_floats(d, s, xsum, negsum, b, db, sum, neg);
     }
 }
 #else
-// quantize_q8_0's steps (above, the other targets') 4 lanes at a time, the same bits (a maximum is exact in any order, and pmax skips a NaN as
-// the scalar comparison does; each level rounds as nearest_int): in the page a decode step's activations were
-// quantized on the caller while the pool's workers waited (SmolLM2: 120 calls, ~0.4 ms a token)
+// quantize_q8_0's steps (above, the other targets') 4 lanes at a time, the same bits (a maximum is exact in any
+// order, and pmax skips a NaN as the scalar comparison does; each level rounds as nearest_int): in the page a decode
+// step's activations were quantized on the caller while the pool's workers waited (SmolLM2: 120 calls, ~0.4 ms a
+// token)
 static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, float *s, float *xsum, float *negsum) {
     const v128_t magic = wasm_f32x4_splat(12582912.0f), mant = wasm_i32x4_splat(0x007FFFFF);
     const v128_t half = wasm_i32x4_splat(0x00400000);
@@ -179,12 +185,7 @@ static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, 
         int32_t t[4], a[4];
         wasm_v128_store(t, sum4), wasm_v128_store(a, abs4);
         int sum = t[0] + t[1] + t[2] + t[3], neg = (a[0] + a[1] + a[2] + a[3] - sum) / 2;  // sum of -v over v < 0
-        d[b] = f16_round(db);
-        xsum[b] = (float)sum;
-        if (negsum)
-            negsum[b] = (float)neg;
-        if (s)
-            s[b] = f16_round(db * (float)sum);
+        block_floats(d, s, xsum, negsum, b, db, sum, neg);
     }
 }
 #endif
@@ -631,8 +632,8 @@ int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *ac
 
 static long row_bytes(int type, int k) {  // bytes of one row of W's blocks
     static const short size[] = {[Q4_0] = 18, [Q4_1] = 20, [Q5_0] = 22, [Q5_1] = 24, [Q8_0] = 34,
-                                 [Q4_K] = 144, [Q5_K] = 176, [Q6_K] = 210};
-    return (long)(k / block_of(type)) * (type == Q5_0B ? 34 : size[type]);
+                                 [Q4_K] = 144, [Q5_K] = 176, [Q6_K] = 210, [Q5_0B] = 34};
+    return (long)(k / block_of(type)) * size[type];
 }
 
 typedef struct {

@@ -277,7 +277,8 @@ int ember_qmatmul_supports(int type) { return block_of(type); }
 
 static long type_size(int type) {  // bytes of one block
     switch (type) {
-    case Q4_0: return 18; case Q4_1: return 20; case Q5_0: return 22; case Q5_1: return 24; case Q8_0: case Q5_0B: return 34;
+    case Q4_0: return 18; case Q4_1: return 20; case Q5_0: return 22; case Q5_1: return 24;
+    case Q8_0: case Q5_0B: return 34;
     case Q4_K: return 144; case Q5_K: return 176; default: return 210;
     }
 }
