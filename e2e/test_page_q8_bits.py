@@ -89,15 +89,16 @@ def _cases():
             cases.append({"name": name, "type": t.id, "m": m, "n": n, "k": k, "w": w, "x": x})
             if name == "Q5_0":  # the pool's bytes layout of Q5_0 (expanded where it lies): Q5_0's bits
                 cases.append({**cases[-1], "expand": t.id, "type": BYTES_LAYOUT[t.id][0]})
-    for name, m in (("Q8_0", 1), ("Q4_1", 1), ("Q8_0", 2)):  # every kind of half as a block's scale (and Q4_1's min)
+    # every kind of half as a block's scale (and min: Q4_1, Q4_K), at the offsets the type keeps them
+    halves_at = {"Q8_0": (0,), "Q4_1": (0, 2), "Q4_K": (0, 2), "Q6_K": (208,)}
+    for name, m in (("Q8_0", 1), ("Q4_1", 1), ("Q8_0", 2), ("Q4_K", 1), ("Q6_K", 1)):
         t = T.get(name)
-        n, k = len(SPECIAL_HALVES), 5 * 32
+        n, k = len(SPECIAL_HALVES), 5 * t.block_size
         w = quantize(rng.standard_normal((n, k)).astype(np.float32), t)
         blocks = w.reshape(n, 5, t.type_size)
         for i, h in enumerate(SPECIAL_HALVES):
-            blocks[i, i % 5, 0:2] = np.frombuffer(np.uint16(h).tobytes(), np.uint8)
-            if name == "Q4_1":
-                blocks[i, (i + 2) % 5, 2:4] = np.frombuffer(np.uint16(h).tobytes(), np.uint8)
+            for j, at in enumerate(halves_at[name]):
+                blocks[i, (i + 2 * j) % 5, at:at + 2] = np.frombuffer(np.uint16(h).tobytes(), np.uint8)
         x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
         cases.append({"name": name, "type": t.id, "m": m, "n": n, "k": k, "w": w, "x": x})
     return cases
