@@ -144,13 +144,16 @@ export async function attachPool({ memory, module, layout, threads, variant, rea
     },
     copyIn(ptr, n, at) { view().set(heap().subarray(ptr, ptr + n), at); },
     copyOut(at, n, ptr) { heap().set(view().subarray(at, at + n), ptr); },
-    /** `count` copies out, listed in Pyodide's heap at `list` as int32 (at, n, ptr) triples (a decode step's new
-     *  KV rows: one call, not one a row); addresses read unsigned */
-    copyOutList(list, count) {
-      const h = heap(), v = view(), t = new Int32Array(h.buffer, list, 3 * count);
-      for (let i = 0; i < 3 * count; i += 3) {
-        const at = t[i] >>> 0;
-        h.set(v.subarray(at, at + t[i + 1]), t[i + 2] >>> 0);
+    /** `count` copies out, listed in Pyodide's heap at `list` as int32 (at, n, ptr, layer) rows, each moved at
+     *  both ends by n bytes times its layer's slot (the first of the `layers` int32 (slot, length) pairs at
+     *  `slots`): a decode step's new KV rows, one call a step and no table rewritten in Python; addresses read
+     *  unsigned */
+    copyOutRows(list, count, slots, layers) {
+      const h = heap(), v = view(), t = new Int32Array(h.buffer, list, 4 * count);
+      const s = new Int32Array(h.buffer, slots, 2 * layers);
+      for (let i = 0; i < 4 * count; i += 4) {
+        const n = t[i + 1], off = n * s[2 * t[i + 3]], at = (t[i] >>> 0) + off;
+        h.set(v.subarray(at, at + n), (t[i + 2] >>> 0) + off);
       }
     },
     /** a file's bytes (Pyodide's in-memory FS keeps them as a JS array) straight into the memory: no copy in

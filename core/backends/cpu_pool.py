@@ -148,9 +148,10 @@ class Pool:
         """nbytes from the shared memory at `at` to Pyodide's heap at `ptr`."""
         self._copy_out(at, nbytes, ptr)
 
-    def read_list(self, rows: np.ndarray):
-        """Copies out of the shared memory listed as rows of (at, nbytes, ptr): int32 (n, 3) C-contiguous."""
-        self.js.copyOutList(addr(rows), len(rows))
+    def read_rows(self, rows: np.ndarray, slots: np.ndarray):
+        """Copies out of the shared memory listed as rows of (at, nbytes, ptr, layer), int32 (n, 4) C-contiguous,
+        each moved at both ends by nbytes times slots[layer, 0] (slots: int32 (layers, 2) C-contiguous)."""
+        self.js.copyOutRows(addr(rows), len(rows), addr(slots), len(slots))
 
     def place(self, a: np.ndarray) -> Block:
         """The shared copy of an array that is not written while it lives (weights: QTensor blocks, the layers a

@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from .cpu_decode import L_KCACHE, L_LENGTH, DecodePlan
+from .cpu_decode import L_CAPACITY, L_KCACHE, L_LENGTH, L_SLOT, DecodePlan
 from .cpu_decode_xattn import _L_CACHE, XattnPlan
 from .cpu_float_kernels import ACTS, FloatKernels, _strides
 from .cpu_matmul import blocked
@@ -493,11 +493,11 @@ def _span(x: np.ndarray) -> tuple[int, int]:
 
 
 class _Mirror:
-    """A layer's KV cache in the shared memory: the copy of a numpy buffer (k and v)."""
+    """A layer's KV cache in the shared memory: the copy of a pair of numpy buffers (k and v)."""
 
-    def __init__(self, pool, kc: np.ndarray):
-        self.kref = weakref.ref(kc)
-        self.k, self.v = Block(pool.arena, kc.nbytes), Block(pool.arena, kc.nbytes)
+    def __init__(self, pool, kc: np.ndarray, vc: np.ndarray):
+        self.kref, self.vref = weakref.ref(kc), weakref.ref(vc)
+        self.k, self.v = Block(pool.arena, kc.nbytes), Block(pool.arena, vc.nbytes)
         self.cap = kc.shape[2]
 
 
@@ -506,46 +506,44 @@ class _Mirrored:
     mirror is not known to equal its cache (`written`, the cache's count of writes by others, changed), and each
     step's new rows copied back."""
 
-    def _sync(self, caches, written):
-        """Copy a layer's cache in where the mirror is not known to equal it."""
+    def _sync(self, caches, written) -> bool:
+        """Copy a layer's cache in where the mirror is not known to equal it; -> whether a mirror was made anew
+        (a cache grown into new buffers: the plan's cache fields and the rows-back table change with it)."""
         everything = written is None or written != self._written
+        fresh = False
         for i, (kc, vc, _, _) in enumerate(caches):
             m = self._mirrors[i]
-            if m is None or m.cap != kc.shape[2] or m.kref() is not kc:
-                m = self._mirrors[i] = _Mirror(self._pool, kc)
+            if m is None or m.kref() is not kc or m.vref() is not vc:
+                m = self._mirrors[i] = _Mirror(self._pool, kc, vc)
+                fresh = True
             elif not everything:
                 continue
             self._pool.write(m.k.at, np.ascontiguousarray(kc))
             self._pool.write(m.v.at, np.ascontiguousarray(vc))
         self._written = written
+        if fresh:
+            self._rows_table = None
+        return fresh
 
-    def _rows_back(self, caches):
+    def _rows_back(self, caches, slots: np.ndarray):
         """The step's new rows (slot of every head), back into the model's caches: one call copies them all
-        (web/pool.js copyOutList; Gemma 3 270M has 36 rows a token, Whisper tiny 48), listed in a table of (from,
-        bytes, to) made once for these mirrors and caches, its addresses moved to this step's slots."""
-        key = tuple(map(id, self._mirrors)) + tuple(id(c[1]) for c in caches)
-        table = getattr(self, "_rows_table", None)
-        if table is None or table[0] != key:
-            base, per_layer = [], []
-            for m, (kc, vc, _, _) in zip(self._mirrors, caches):
+        (web/pool.js copyOutRows; Gemma 3 270M has 36 rows a token, Whisper tiny 48), listed in a table of (from,
+        bytes, to, layer) made once for these mirrors and caches, each row moved to its layer's slot as it is
+        copied (slots: int32 (layers, 2) of (slot, length)). In the page a table rewritten each step in numpy
+        cost ~0.25 ms a token."""
+        if self._rows_table is None:
+            rows = []
+            for layer, (m, (kc, vc, _, _)) in enumerate(zip(self._mirrors, caches)):
                 heads, hd = kc.shape[1], kc.shape[3]
-                per_layer.append(2 * heads)
                 for h in range(heads):
                     off = h * m.cap * hd * 4
-                    base += [(m.k.at + off, hd * 4, addr(kc) + off), (m.v.at + off, hd * 4, addr(vc) + off)]
-            base = np.array(base, np.int64)
-            # (the caches held: no id in the key is reused while the table lists their addresses)
-            rows = np.empty((len(base), 3), np.int32)
-            rows[:, 1] = base[:, 1]  # (the byte counts: the same every step)
-            table = self._rows_table = (key, base, rows, np.array(per_layer),
-                                        (list(self._mirrors), [c[:2] for c in caches]))
-        _, base, rows, per_layer, _ = table
-        if not len(base):
-            return
-        step = np.repeat(np.array([c[2] * c[0].shape[3] * 4 for c in caches]), per_layer)  # each layer's slot
-        rows[:, 0] = base[:, 0] + step  # (int32 bits of addresses past 2 GiB: pool.js reads them unsigned)
-        rows[:, 2] = base[:, 2] + step
-        self._pool.read_list(rows)
+                    rows += [(i32(m.k.at + off), hd * 4, i32(addr(kc) + off), layer),
+                             (i32(m.v.at + off), hd * 4, i32(addr(vc) + off), layer)]
+            # (the caches held with the table: no buffer it lists is freed while it is used)
+            self._rows_table = (np.array(rows, np.int32).reshape(-1, 4), [c[:2] for c in caches])
+        table = self._rows_table[0]
+        if len(table):
+            self._pool.read_rows(table, slots)
 
 
 class PoolDecodePlan(_Mirrored, DecodePlan):
@@ -555,7 +553,7 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
         self._pool = kern.pool
         super().__init__(kern, spec)
         self._mirrors: list = [None] * self.n_layers
-        self._written = None
+        self._written = self._rows_table = None
         self._scratch_block = None
         io = 4 * (self.plan.size + 2 + len(spec.get("ropes", [0])) * spec["head_dim"] + self.dim)
         self._io_bytes = _align(io) + 4096
@@ -586,11 +584,11 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
 
     def step(self, x: np.ndarray, rope: np.ndarray, caches, written=None) -> np.ndarray:
         pool, kern = self._pool, self._kern
-        self._sync(caches, written)
-        if caches:  # every layer's fields at once (one numpy write, not five a layer)
-            self._layers[:, L_KCACHE:L_LENGTH + 1] = [(i32(m.k.at), i32(m.v.at), kc.shape[2], slot, n)
-                                                      for m, (kc, vc, slot, n) in zip(self._mirrors, caches)]
-        length = max((c[3] for c in caches), default=0)
+        if self._sync(caches, written):
+            self._layers[:, L_KCACHE:L_CAPACITY + 1] = [(i32(m.k.at), i32(m.v.at), m.cap) for m in self._mirrors]
+        slots = np.array([c[2:] for c in caches], np.int32).reshape(-1, 2)  # (layers, 2): slot, length
+        self._layers[:, L_SLOT:L_LENGTH + 1] = slots  # (every layer's fields in one numpy write)
+        length = int(slots[:, 1].max()) if len(slots) else 0
         if length > self._scratch_rows:  # grown by doubling, as the caches are
             rows = max(length, 2 * self._scratch_rows, 256)
             self._scratch_block = None
@@ -609,7 +607,7 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
         if rc != 0:
             raise ValueError("ember: decode plan: a layer this build of the kernels cannot run")
         pool.read(at_x, x)
-        self._rows_back(caches)
+        self._rows_back(caches, slots)
         return x
 
 
@@ -625,7 +623,7 @@ class PoolXattnPlan(_Mirrored, XattnPlan):
         self._pool, self._pk = kern.pool, kern.kern
         super().__init__(kern, spec)
         self._mirrors: list = [None] * self.n_layers
-        self._written = None
+        self._written = self._rows_table = None
         self._scratch_block = None
         head = spec.get("head")
         self._head = None  # (its block, vocab): (vocab, dim) float32 rows
@@ -669,7 +667,7 @@ class PoolXattnPlan(_Mirrored, XattnPlan):
         if rc != 0:
             raise ValueError("ember: xattn decode plan: a layer this build of the kernels cannot run")
         pool.read(at_x, x)
-        self._rows_back(caches)
+        self._rows_back(caches, np.array([c[2:] for c in caches], np.int32).reshape(-1, 2))
         return x
 
     def logits(self, x: np.ndarray) -> np.ndarray | None:
