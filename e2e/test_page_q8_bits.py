@@ -86,6 +86,8 @@ def _cases():
                 flat[::3, 2 + rng.integers(0, 32, len(flat[::3]))] = 0x80
             x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
             x[:, rng.integers(0, k, 3)] = 0.0
+            if t.block_size == 256 and blocks > 2:  # a block of x all zeros (Q8_K's scale 0)
+                x[:, :256] = 0.0
             cases.append({"name": name, "type": t.id, "m": m, "n": n, "k": k, "w": w, "x": x})
             if name == "Q5_0":  # the pool's bytes layout of Q5_0 (expanded where it lies): Q5_0's bits
                 cases.append({**cases[-1], "expand": t.id, "type": BYTES_LAYOUT[t.id][0]})

@@ -98,12 +98,14 @@ static long act_bytes(int kind, int m, int k) {
            align16((long)m * nx * 4);
 }
 
+#if !defined(__wasm_simd128__)  // (the wasm quantizers do its steps 4 lanes at a time)
 static inline int nearest_int(float v) {  // ggml's: round half to even through the float adder, |v| <= 2^22
     float t = v + 12582912.0f;
     int32_t i;
     __builtin_memcpy(&i, &t, 4);
     return (i & 0x007FFFFF) - 0x00400000;
 }
+#endif
 
 // level v of element i (< 32) of the chunk of 32 at q (and at q8: ACT_I8_COPY's int8 copy); -> v < 0 ? -v : 0
 static inline int store_level(xact *q, int8_t *q8, int i, int v) {
@@ -190,6 +192,7 @@ static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, 
 }
 #endif
 
+#if !defined(__wasm_simd128__)
 static void quantize_q8_k(const float *x, int k, xact *q, int8_t *q8, float *d, int16_t *bsum) {
     for (int b = 0; b < k / 256; b++, x += 256, q += 256, q8 += 256, bsum += 16) {
         float amax = 0.0f, max = 0.0f;
@@ -218,6 +221,60 @@ static void quantize_q8_k(const float *x, int k, xact *q, int8_t *q8, float *d, 
         d[b] = 1.0f / iscale;
     }
 }
+#else
+// quantize_q8_k's steps (above) 4 lanes at a time, the same bits: the largest |x| by pmax (which skips a NaN as the
+// scalar comparison does), then the first x of that magnitude; each level rounds as nearest_int and is clamped at
+// 127 (the K types' products in the page had their o / down activations quantized by the scalar loop on the caller
+// while the pool's workers waited)
+static void quantize_q8_k(const float *x, int k, xact *q, int8_t *q8, float *d, int16_t *bsum) {
+    const v128_t magic = wasm_f32x4_splat(12582912.0f), mant = wasm_i32x4_splat(0x007FFFFF);
+    const v128_t half = wasm_i32x4_splat(0x00400000), top = wasm_i32x4_splat(127);
+    for (int b = 0; b < k / 256; b++, x += 256, q += 256, q8 += 256, bsum += 16) {
+        v128_t m = wasm_f32x4_splat(0.0f);
+        for (int i = 0; i < 256; i += 4)
+            m = wasm_f32x4_pmax(m, wasm_f32x4_abs(wasm_v128_load(x + i)));
+        float lanes[4], amax = 0.0f, max = 0.0f;
+        wasm_v128_store(lanes, m);
+        for (int l = 0; l < 4; l++)
+            amax = lanes[l] > amax ? lanes[l] : amax;
+        if (amax == 0.0f) {
+            d[b] = 0.0f;
+            for (int i = 0; i < 256; i++) store_level(q + 32 * (i / 32), q8 + 32 * (i / 32), i % 32, 0);
+            for (int j = 0; j < 16; j++) bsum[j] = 0;
+            continue;
+        }
+        for (int i = 0; i < 256; i++)  // (the first x of largest |x|: the scalar loop's strict > keeps the first)
+            if (__builtin_fabsf(x[i]) == amax) {
+                max = x[i];
+                break;
+            }
+        float iscale = -127.0f / max;
+        v128_t is = wasm_f32x4_splat(iscale);
+        for (int j = 0; j < 16; j++) {  // 16 levels: nearest_int(iscale x), at most 127
+            v128_t v[4], sum4 = wasm_i32x4_splat(0);
+            for (int l = 0; l < 4; l++) {
+                v128_t t = wasm_f32x4_add(wasm_f32x4_mul(is, wasm_v128_load(x + 16 * j + 4 * l)), magic);
+                v[l] = wasm_i32x4_min(wasm_i32x4_sub(wasm_v128_and(t, mant), half), top);
+                sum4 = wasm_i32x4_add(sum4, v[l]);
+            }
+            v128_t h0 = wasm_i16x8_narrow_i32x4(v[0], v[1]), h1 = wasm_i16x8_narrow_i32x4(v[2], v[3]);
+            int c = j / 2, o = 16 * (j % 2);  // (chunk of 32, and where in it)
+#if defined(ACT_I8_COPY)
+            v128_t l8 = wasm_i8x16_narrow_i16x8(h0, h1);  // (levels within +-127)
+            wasm_v128_store((int8_t *)(q + 32 * c) + o, wasm_i8x16_abs(l8));
+            wasm_v128_store((int8_t *)(q + 32 * c) + 32 + o, wasm_i8x16_lt(l8, wasm_i8x16_splat(0)));
+            wasm_v128_store(q8 + 32 * c + o, l8);
+#else
+            wasm_v128_store(q + 32 * c + o, h0), wasm_v128_store(q + 32 * c + o + 8, h1);
+#endif
+            int32_t t[4];
+            wasm_v128_store(t, sum4);
+            bsum[j] = (int16_t)(t[0] + t[1] + t[2] + t[3]);
+        }
+        d[b] = 1.0f / iscale;
+    }
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------- dot products
 // dot_T(R, k, w, a, r0, out): out[r] = (row w of W) . (activation row r0 + r), R (1..4) rows of x per decoded
