@@ -609,21 +609,29 @@ static inline __attribute__((always_inline)) void dot_q6_k(int R, int k, const u
 #define PAIRS_LO(x8, w) wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load(x8), (w).lo)
 #define PAIRS_HI(x8, w) wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load((x8) + 16), (w).hi)
 
-// Q4_K: block blk's sum_j sc_j (levels_j . x_j) and sum_j mn_j sum(x_j), each as 4 int32 lanes to be added up
-static inline __attribute__((always_inline)) void k4_block(const uint8_t *blk, const int8_t *x8, const int16_t *bs,
-                                                           v128_t *isum, v128_t *imin) {
+// Q4_K: block blk's sum_j sc_j (levels_j . x_j) and sum_j mn_j sum(x_j) for R rows of x (x8 + r xs, bs + r bss),
+// each as 4 int32 lanes to be added up; the block's scales and levels decoded once for them
+static inline __attribute__((always_inline)) void k4_block(const uint8_t *blk, int R, const int8_t *x8, long xs,
+                                                           const int16_t *bs, long bss, v128_t *isum, v128_t *imin) {
     uint32_t sm[4];
     kscales_k4(blk, sm);
     v128_t s8 = wasm_v128_load(sm);  // sc[0..7] | mn[0..7]
     v128_t sc = wasm_u16x8_extend_low_u8x16(s8), mn = wasm_u16x8_extend_high_u8x16(s8);
-    *imin = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(bs), wasm_i16x8_shuffle(mn, mn, 0, 0, 1, 1, 2, 2, 3, 3)),
-                           wasm_i32x4_dot_i16x8(wasm_v128_load(bs + 8), wasm_i16x8_shuffle(mn, mn, 4, 4, 5, 5, 6, 6, 7, 7)));
+    v128_t mlo = wasm_i16x8_shuffle(mn, mn, 0, 0, 1, 1, 2, 2, 3, 3), mhi = wasm_i16x8_shuffle(mn, mn, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (int r = 0; r < R; r++) {
+        imin[r] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(bs + r * bss), mlo),
+                                 wasm_i32x4_dot_i16x8(wasm_v128_load(bs + r * bss + 8), mhi));
+        isum[r] = wasm_i32x4_splat(0);
+    }
     const v128_t m4 = wasm_i8x16_splat(0xF);
-    v128_t t = wasm_i32x4_splat(0);
-#define K4_CHUNK(j, w)                                                                                         \
-    t = wasm_i32x4_add(t, wasm_i32x4_dot_i16x8(wasm_i16x8_add(PAIRS_LO(x8 + 32 * (j), w), PAIRS_HI(x8 + 32 * (j), w)), \
-                                               BCAST16(sc, j)));
     // (levels <= 15: a chunk's two pair sums add to at most 4 * 15 * 127 in int16)
+#define K4_CHUNK(j, w)                                                                                         \
+    {                                                                                                          \
+        v128_t s = BCAST16(sc, j);                                                                             \
+        for (int r = 0; r < R; r++)                                                                            \
+            isum[r] = wasm_i32x4_add(isum[r], wasm_i32x4_dot_i16x8(wasm_i16x8_add(PAIRS_LO(x8 + r * xs + 32 * (j), w), \
+                                                                                  PAIRS_HI(x8 + r * xs + 32 * (j), w)), s)); \
+    }
 #define K4_PAIR(i)                                                                                             \
     {                                                                                                          \
         v32 q = v32_load(blk + 16 + 32 * (i));  /* qs */                                                    \
@@ -635,22 +643,28 @@ static inline __attribute__((always_inline)) void k4_block(const uint8_t *blk, c
     K4_PAIR(0) K4_PAIR(1) K4_PAIR(2) K4_PAIR(3)
 #undef K4_PAIR
 #undef K4_CHUNK
-    *isum = t;
 }
 
-// Q6_K: block blk's sum_g sc_g (levels_g . x_g) - 32 sum_g sc_g sum(x_g), as 4 int32 lanes to be added up
-static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, const int8_t *x8, const int16_t *bs,
-                                                           v128_t *isum) {
+// Q6_K: block blk's sum_g sc_g (levels_g . x_g) - 32 sum_g sc_g sum(x_g) for R rows of x, as 4 int32 lanes each
+static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, int R, const int8_t *x8, long xs,
+                                                           const int16_t *bs, long bss, v128_t *isum, v128_t *imin) {
+    (void)imin;
     v128_t s8 = wasm_v128_load(blk + 192);
     v128_t sl = wasm_i16x8_extend_low_i8x16(s8), sh = wasm_i16x8_extend_high_i8x16(s8);
-    v128_t isc = wasm_i32x4_add(wasm_i32x4_dot_i16x8(sl, wasm_v128_load(bs)),
-                                wasm_i32x4_dot_i16x8(sh, wasm_v128_load(bs + 8)));
+    for (int r = 0; r < R; r++)  // (-32 sum_g sc_g sum(x_g), the levels' offset, to start from)
+        isum[r] = wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_dot_i16x8(sl, wasm_v128_load(bs + r * bss)),
+                                                wasm_i32x4_dot_i16x8(sh, wasm_v128_load(bs + r * bss + 8))), 5);
+    for (int r = 0; r < R; r++)
+        isum[r] = wasm_i32x4_sub(wasm_i32x4_splat(0), isum[r]);
     const v128_t m4 = wasm_i8x16_splat(0xF), m30 = wasm_i8x16_splat(0x30);
-    v128_t t = wasm_i32x4_splat(0);
     // chunk j's 16s are groups 2j and 2j + 1 (scales lanes of sl for j < 4, of sh after)
 #define K6_CHUNK(j, w, s, g)                                                                                   \
-    t = wasm_i32x4_add(t, wasm_i32x4_add(wasm_i32x4_dot_i16x8(PAIRS_LO(x8 + 32 * (j), w), BCAST16(s, g)),      \
-                                         wasm_i32x4_dot_i16x8(PAIRS_HI(x8 + 32 * (j), w), BCAST16(s, g + 1))));
+    {                                                                                                          \
+        v128_t s0 = BCAST16(s, g), s1 = BCAST16(s, g + 1);                                                     \
+        for (int r = 0; r < R; r++)                                                                            \
+            isum[r] = wasm_i32x4_add(isum[r], wasm_i32x4_add(wasm_i32x4_dot_i16x8(PAIRS_LO(x8 + r * xs + 32 * (j), w), s0), \
+                                                             wasm_i32x4_dot_i16x8(PAIRS_HI(x8 + r * xs + 32 * (j), w), s1))); \
+    }
     // half h: chunk 4h + r's low 4 bits from ql[64 h + 32 (r & 1)] (high nibbles for r >= 2), its 2 high bits
     // (qh >> 2r) & 3 moved to bits 4-5 in one shift (16-bit lanes: what comes in from the next byte is masked off)
 #define K6_HALF(h, s)                                                                                          \
@@ -672,11 +686,10 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, c
     K6_HALF(0, sl) K6_HALF(1, sh)
 #undef K6_HALF
 #undef K6_CHUNK
-    *isum = wasm_i32x4_sub(t, wasm_i32x4_shl(isc, 5));
 }
 
-// y[o] for W's n rows: four blocks' integer sums at a time, then their float steps in block order
-#define DEFINE_ROW1_K(T, TSIZE, DAT, MIN, BLOCK)                                                              \
+// y[o] for W's n rows and one row of x: four blocks' integer sums at a time, then their float steps in block order
+#define DEFINE_ROW1_K(T, TSIZE, DAT, MIN, BLOCK)                                                                   \
     static void row1_##T(int n, int k, const uint8_t *w, act_t a, float *y) {                                 \
         int nb = k / 256;                                                                                       \
         long rb = (long)nb * TSIZE;                                                                             \
@@ -689,7 +702,8 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, c
                 for (int l = 0; l < 4; l++) {                                                                   \
                     is[l] = im[l] = wasm_i32x4_splat(0);                                                        \
                     if (l < r)                                                                                  \
-                        BLOCK(wr + (long)(b + l) * TSIZE, a.q8 + 256 * (b + l), a.bsum + 16 * (b + l), &is[l], &im[l]); \
+                        BLOCK(wr + (long)(b + l) * TSIZE, 1, a.q8 + 256 * (b + l), 0, a.bsum + 16 * (b + l), 0, \
+                                     &is[l], &im[l]);                                                           \
                 }                                                                                               \
                 const uint8_t *blk = wr + (long)b * TSIZE;                                                      \
                 v128_t dx = r == 4 ? wasm_v128_load(a.d + b) : floats_n(a.d + b, r);                            \
@@ -708,17 +722,55 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, c
             y[o] = sum;                                                                                         \
         }                                                                                                       \
     }
-#define K4_BLOCK(blk, x8, bs, is, im) k4_block(blk, x8, bs, is, im)
-#define K6_BLOCK(blk, x8, bs, is, im) k6_block(blk, x8, bs, is)
-DEFINE_ROW1_K(q4_k, 144, 0, 1, K4_BLOCK)
-DEFINE_ROW1_K(q6_k, 210, 208, 0, K6_BLOCK)
-#define ROW1_K(T)                                                                                              \
-    if (m == 1) {                                                                                              \
-        row1_##T(n, k, w, a, y);                                                                               \
+
+// Prefill's products (m > 1): R (<= 4) rows of x per decoded block, each row's sums in its own lane once the
+// block is done (sum4v), so each row's float steps, block by block as dot_T's, are one vector operation for R rows
+#define DEFINE_ROWS4_K(T, TSIZE, DAT, MIN, BLOCK)                                                                  \
+    static void rows4_##T(int R, int r0, int n, int k, const uint8_t *w, act_t a, float *y, int ldy) {        \
+        int nb = k / 256;                                                                                       \
+        long rb = (long)nb * TSIZE;                                                                             \
+        const int8_t *x8 = a.q8 + (long)r0 * k;                                                                 \
+        const int16_t *bs = a.bsum + (long)r0 * (k / 16);                                                       \
+        for (int o = 0; o < n; o++) {                                                                           \
+            const uint8_t *wr = w + (long)o * rb;                                                               \
+            v128_t sum = wasm_f32x4_splat(0.0f);                                                                \
+            for (int b = 0; b < nb; b++) {                                                                      \
+                const uint8_t *blk = wr + (long)b * TSIZE;                                                      \
+                v128_t is[4], im[4];                                                                            \
+                for (int r = 0; r < 4; r++)                                                                     \
+                    is[r] = im[r] = wasm_i32x4_splat(0);                                                        \
+                BLOCK(blk, R, x8 + 256 * b, k, bs + 16 * b, k / 16, is, im);                             \
+                float dxs[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                        \
+                for (int r = 0; r < R; r++)                                                                     \
+                    dxs[r] = a.d[(long)(r0 + r) * nb + b];                                                      \
+                v128_t dx = wasm_v128_load(dxs);                                                                \
+                sum = wasm_f32x4_add(sum, wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_splat(f16_to_f32(blk + DAT)), dx), \
+                                                         wasm_f32x4_convert_i32x4(sum4v(is[0], is[1], is[2], is[3])))); \
+                if (MIN)                                                                                        \
+                    sum = wasm_f32x4_sub(sum, wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_splat(f16_to_f32(blk + 2)), dx), \
+                                                             wasm_f32x4_convert_i32x4(sum4v(im[0], im[1], im[2], im[3])))); \
+            }                                                                                                   \
+            float out[4];                                                                                       \
+            wasm_v128_store(out, sum);                                                                          \
+            for (int r = 0; r < R; r++)                                                                         \
+                y[(long)(r0 + r) * ldy + o] = out[r];                                                           \
+        }                                                                                                       \
+    }
+DEFINE_ROW1_K(q4_k, 144, 0, 1, k4_block)
+DEFINE_ROW1_K(q6_k, 210, 208, 0, k6_block)
+DEFINE_ROWS4_K(q4_k, 144, 0, 1, k4_block)
+DEFINE_ROWS4_K(q6_k, 210, 208, 0, k6_block)
+#define ROWS_K(T)                                                                                              \
+    {                                                                                                          \
+        if (m == 1)                                                                                            \
+            row1_##T(n, k, w, a, y);                                                                           \
+        else                                                                                                   \
+            for (int r = 0; r < m; r += 4)                                                                     \
+                rows4_##T(m - r < 4 ? m - r : 4, r, n, k, w, a, y, ldy);                                       \
         break;                                                                                                 \
     }
 #else
-#define ROW1_K(T)
+#define ROWS_K(T)
 #endif
 
 // every weight row o against every activation row, 4 activation rows per decoded weight row at a time
@@ -806,9 +858,9 @@ int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *ac
     case Q5_1: ROW1_32(q5_1) rows_q5_1(m, n, k, w, a, y, ldy); break;
     case Q8_0: ROW1_32(q8_0) rows_q8_0(m, n, k, w, a, y, ldy); break;
     case Q5_0B: ROW1_32(q5_0b) rows_q5_0b(m, n, k, w, a, y, ldy); break;
-    case Q4_K: ROW1_K(q4_k) rows_q4_k(m, n, k, w, a, y, ldy); break;
+    case Q4_K: ROWS_K(q4_k) rows_q4_k(m, n, k, w, a, y, ldy); break;
     case Q5_K: rows_q5_k(m, n, k, w, a, y, ldy); break;
-    default:   ROW1_K(q6_k) rows_q6_k(m, n, k, w, a, y, ldy); break;
+    default:   ROWS_K(q6_k) rows_q6_k(m, n, k, w, a, y, ldy); break;
     }
     return 0;
 }
