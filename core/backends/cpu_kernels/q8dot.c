@@ -595,23 +595,43 @@ static inline __attribute__((always_inline)) void dot_q6_k(int R, int k, const u
         out[r] = sum[r];
 }
 
-#if defined(ACT_I8_COPY)
-// The page's K-type decode products (one activation row, relaxed SIMD): a row of W at a time, four blocks a step,
-// each block's integer sums left in a vector and the four blocks' folded into four lanes at once (sum4v), so the
-// float steps are one vector operation for four blocks; the scales and mins widened once a block and broadcast to
-// a chunk by a shuffle. dot_T called per row spent more on its scalar bookkeeping (each scale and min a byte
+#if defined(__wasm_simd128__)
+// The page's K-type products: a row of W at a time, four blocks a step (one row of x) or up to four rows of x a
+// block (prefill), each block's integer sums left in a vector and folded into lanes at once (sum4v), so the float
+// steps are one vector operation for four blocks or rows; the scales and mins widened once a block and broadcast
+// to a chunk by a shuffle. dot_T called per row spent more on its scalar bookkeeping (each scale and min a byte
 // loaded and splat, two horizontal sums a block, the halves converted one by one) than on its multiply-adds:
 // Q6_K ran at 7.2 GMAC/s on one thread in Chromium, Gemma 3's ffn_down a third of its layers' time. The same
 // integers, and the float steps in dot_T's order (y += (d dx) isum, y -= (dmin dx) imin, block by block): the
 // same bits.
 #define BCAST16(v, j) wasm_i16x8_shuffle(v, v, j, j, j, j, j, j, j, j)
-// a chunk's 32 levels w (<= 63) against x's 32 bytes at x8: its two 16s' pair sums as int16 lanes
-#define PAIRS_LO(x8, w) wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load(x8), (w).lo)
-#define PAIRS_HI(x8, w) wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load((x8) + 16), (w).hi)
+#if defined(ACT_I8_COPY)
+// a chunk's 32 levels w (<= 63) against x's 32 bytes at x: each 16's byte dot as int16 pair sums (relaxed SIMD),
+// times its scale (int16 lanes s0, s1) and widened in one i32x4.dot
+typedef int8_t kx;
+#define K_X(a) (a).q8
+#define PAIRS_LO(x, w) wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load(x), (w).lo)
+#define PAIRS_HI(x, w) wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load((x) + 16), (w).hi)
+#define K_CHUNK1(x, w, s) wasm_i32x4_dot_i16x8(wasm_i16x8_add(PAIRS_LO(x, w), PAIRS_HI(x, w)), s)  /* levels <= 15 */
+#define K_CHUNK2(x, w, s0, s1) \
+    wasm_i32x4_add(wasm_i32x4_dot_i16x8(PAIRS_LO(x, w), s0), wasm_i32x4_dot_i16x8(PAIRS_HI(x, w), s1))
+#else
+// plain SIMD128: x is int16; the levels widened and multiplied by their scale in int16 (at most 63 * 128), then
+// dotted with x (i32x4.dot)
+typedef int16_t kx;
+#define K_X(a) (a).q
+#define K_DOT8(w16, s, x) wasm_i32x4_dot_i16x8(wasm_i16x8_mul(w16, s), wasm_v128_load(x))
+#define K_CHUNK2(x, w, s0, s1)                                                                                    \
+    wasm_i32x4_add(wasm_i32x4_add(K_DOT8(wasm_u16x8_extend_low_u8x16((w).lo), s0, x),                             \
+                                  K_DOT8(wasm_u16x8_extend_high_u8x16((w).lo), s0, (x) + 8)),                     \
+                   wasm_i32x4_add(K_DOT8(wasm_u16x8_extend_low_u8x16((w).hi), s1, (x) + 16),                      \
+                                  K_DOT8(wasm_u16x8_extend_high_u8x16((w).hi), s1, (x) + 24)))
+#define K_CHUNK1(x, w, s) K_CHUNK2(x, w, s, s)
+#endif
 
 // Q4_K: block blk's sum_j sc_j (levels_j . x_j) and sum_j mn_j sum(x_j) for R rows of x (x8 + r xs, bs + r bss),
 // each as 4 int32 lanes to be added up; the block's scales and levels decoded once for them
-static inline __attribute__((always_inline)) void k4_block(const uint8_t *blk, int R, const int8_t *x8, long xs,
+static inline __attribute__((always_inline)) void k4_block(const uint8_t *blk, int R, const kx *x8, long xs,
                                                            const int16_t *bs, long bss, v128_t *isum, v128_t *imin) {
     uint32_t sm[4];
     kscales_k4(blk, sm);
@@ -624,13 +644,11 @@ static inline __attribute__((always_inline)) void k4_block(const uint8_t *blk, i
         isum[r] = wasm_i32x4_splat(0);
     }
     const v128_t m4 = wasm_i8x16_splat(0xF);
-    // (levels <= 15: a chunk's two pair sums add to at most 4 * 15 * 127 in int16)
 #define K4_CHUNK(j, w)                                                                                         \
     {                                                                                                          \
         v128_t s = BCAST16(sc, j);                                                                             \
         for (int r = 0; r < R; r++)                                                                            \
-            isum[r] = wasm_i32x4_add(isum[r], wasm_i32x4_dot_i16x8(wasm_i16x8_add(PAIRS_LO(x8 + r * xs + 32 * (j), w), \
-                                                                                  PAIRS_HI(x8 + r * xs + 32 * (j), w)), s)); \
+            isum[r] = wasm_i32x4_add(isum[r], K_CHUNK1(x8 + r * xs + 32 * (j), w, s));                         \
     }
 #define K4_PAIR(i)                                                                                             \
     {                                                                                                          \
@@ -646,7 +664,7 @@ static inline __attribute__((always_inline)) void k4_block(const uint8_t *blk, i
 }
 
 // Q6_K: block blk's sum_g sc_g (levels_g . x_g) - 32 sum_g sc_g sum(x_g) for R rows of x, as 4 int32 lanes each
-static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, int R, const int8_t *x8, long xs,
+static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, int R, const kx *x8, long xs,
                                                            const int16_t *bs, long bss, v128_t *isum, v128_t *imin) {
     (void)imin;
     v128_t s8 = wasm_v128_load(blk + 192);
@@ -662,8 +680,7 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, i
     {                                                                                                          \
         v128_t s0 = BCAST16(s, g), s1 = BCAST16(s, g + 1);                                                     \
         for (int r = 0; r < R; r++)                                                                            \
-            isum[r] = wasm_i32x4_add(isum[r], wasm_i32x4_add(wasm_i32x4_dot_i16x8(PAIRS_LO(x8 + r * xs + 32 * (j), w), s0), \
-                                                             wasm_i32x4_dot_i16x8(PAIRS_HI(x8 + r * xs + 32 * (j), w), s1))); \
+            isum[r] = wasm_i32x4_add(isum[r], K_CHUNK2(x8 + r * xs + 32 * (j), w, s0, s1));                    \
     }
     // half h: chunk 4h + r's low 4 bits from ql[64 h + 32 (r & 1)] (high nibbles for r >= 2), its 2 high bits
     // (qh >> 2r) & 3 moved to bits 4-5 in one shift (16-bit lanes: what comes in from the next byte is masked off)
@@ -702,7 +719,7 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, i
                 for (int l = 0; l < 4; l++) {                                                                   \
                     is[l] = im[l] = wasm_i32x4_splat(0);                                                        \
                     if (l < r)                                                                                  \
-                        BLOCK(wr + (long)(b + l) * TSIZE, 1, a.q8 + 256 * (b + l), 0, a.bsum + 16 * (b + l), 0, \
+                        BLOCK(wr + (long)(b + l) * TSIZE, 1, K_X(a) + 256 * (b + l), 0, a.bsum + 16 * (b + l), 0, \
                                      &is[l], &im[l]);                                                           \
                 }                                                                                               \
                 const uint8_t *blk = wr + (long)b * TSIZE;                                                      \
@@ -729,7 +746,7 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, i
     static void rows4_##T(int R, int r0, int n, int k, const uint8_t *w, act_t a, float *y, int ldy) {        \
         int nb = k / 256;                                                                                       \
         long rb = (long)nb * TSIZE;                                                                             \
-        const int8_t *x8 = a.q8 + (long)r0 * k;                                                                 \
+        const kx *x8 = K_X(a) + (long)r0 * k;                                                                   \
         const int16_t *bs = a.bsum + (long)r0 * (k / 16);                                                       \
         for (int o = 0; o < n; o++) {                                                                           \
             const uint8_t *wr = w + (long)o * rb;                                                               \
