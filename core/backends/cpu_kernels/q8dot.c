@@ -629,10 +629,11 @@ typedef int16_t kx;
 #define K_CHUNK1(x, w, s) K_CHUNK2(x, w, s, s)
 #endif
 
-// Q4_K: block blk's sum_j sc_j (levels_j . x_j) and sum_j mn_j sum(x_j) for R rows of x (x8 + r xs, bs + r bss),
-// each as 4 int32 lanes to be added up; the block's scales and levels decoded once for them
-static inline __attribute__((always_inline)) void k4_block(const uint8_t *blk, int R, const kx *x8, long xs,
-                                                           const int16_t *bs, long bss, v128_t *isum, v128_t *imin) {
+// Q4_K (FIVE 0) / Q5_K (FIVE 1): block blk's sum_j sc_j (levels_j . x_j) and sum_j mn_j sum(x_j) for R rows of x
+// (x8 + r xs, bs + r bss), each as 4 int32 lanes to be added up; the block's scales and levels decoded once for them
+static inline __attribute__((always_inline)) void kmin_block(const uint8_t *blk, int FIVE, int R, const kx *x8,
+                                                             long xs, const int16_t *bs, long bss, v128_t *isum,
+                                                             v128_t *imin) {
     uint32_t sm[4];
     kscales_k4(blk, sm);
     v128_t s8 = wasm_v128_load(sm);  // sc[0..7] | mn[0..7]
@@ -643,24 +644,41 @@ static inline __attribute__((always_inline)) void k4_block(const uint8_t *blk, i
                                  wasm_i32x4_dot_i16x8(wasm_v128_load(bs + r * bss + 8), mhi));
         isum[r] = wasm_i32x4_splat(0);
     }
-    const v128_t m4 = wasm_i8x16_splat(0xF);
-#define K4_CHUNK(j, w)                                                                                         \
+    const v128_t m4 = wasm_i8x16_splat(0xF), m10 = wasm_i8x16_splat(0x10);
+    const uint8_t *qs = blk + (FIVE ? 48 : 16);  // Q5_K: ... | qh[32] | qs[128]
+    v32 qh = FIVE ? v32_load(blk + 16) : v32_splat8(0);
+    // Q5_K's 5th bit of chunk j, bit j of qh's byte, moved to bit 4 in one 16-bit shift (what comes in from the
+    // next byte is masked off)
+#define K5_BIT(v, j) wasm_v128_and((j) <= 4 ? wasm_i16x8_shl(v, 4 - (j)) : wasm_u16x8_shr(v, (j) - 4), m10)
+#define KMIN_CHUNK(j, w)                                                                                       \
     {                                                                                                          \
+        v32 l = w;                                                                                             \
+        if (FIVE)                                                                                              \
+            l.lo = wasm_v128_or(l.lo, K5_BIT(qh.lo, j)), l.hi = wasm_v128_or(l.hi, K5_BIT(qh.hi, j));          \
         v128_t s = BCAST16(sc, j);                                                                             \
         for (int r = 0; r < R; r++)                                                                            \
-            isum[r] = wasm_i32x4_add(isum[r], K_CHUNK1(x8 + r * xs + 32 * (j), w, s));                         \
+            isum[r] = wasm_i32x4_add(isum[r], K_CHUNK1(x8 + r * xs + 32 * (j), l, s));                         \
     }
-#define K4_PAIR(i)                                                                                             \
+#define KMIN_PAIR(i)                                                                                           \
     {                                                                                                          \
-        v32 q = v32_load(blk + 16 + 32 * (i));  /* qs */                                                    \
+        v32 q = v32_load(qs + 32 * (i));                                                                       \
         v32 lo = {wasm_v128_and(q.lo, m4), wasm_v128_and(q.hi, m4)};                                           \
         v32 hi = {wasm_v128_and(wasm_u16x8_shr(q.lo, 4), m4), wasm_v128_and(wasm_u16x8_shr(q.hi, 4), m4)};     \
-        K4_CHUNK(2 * (i), lo)                                                                                  \
-        K4_CHUNK(2 * (i) + 1, hi)                                                                              \
+        KMIN_CHUNK(2 * (i), lo)                                                                                \
+        KMIN_CHUNK(2 * (i) + 1, hi)                                                                            \
     }
-    K4_PAIR(0) K4_PAIR(1) K4_PAIR(2) K4_PAIR(3)
-#undef K4_PAIR
-#undef K4_CHUNK
+    KMIN_PAIR(0) KMIN_PAIR(1) KMIN_PAIR(2) KMIN_PAIR(3)
+#undef KMIN_PAIR
+#undef KMIN_CHUNK
+#undef K5_BIT
+}
+static inline __attribute__((always_inline)) void k4_block(const uint8_t *blk, int R, const kx *x8, long xs,
+                                                           const int16_t *bs, long bss, v128_t *isum, v128_t *imin) {
+    kmin_block(blk, 0, R, x8, xs, bs, bss, isum, imin);
+}
+static inline __attribute__((always_inline)) void k5_block(const uint8_t *blk, int R, const kx *x8, long xs,
+                                                           const int16_t *bs, long bss, v128_t *isum, v128_t *imin) {
+    kmin_block(blk, 1, R, x8, xs, bs, bss, isum, imin);  // (levels <= 31: K_CHUNK1's int16 pair sums still fit)
 }
 
 // Q6_K: block blk's sum_g sc_g (levels_g . x_g) - 32 sum_g sc_g sum(x_g) for R rows of x, as 4 int32 lanes each
@@ -774,8 +792,10 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, i
         }                                                                                                       \
     }
 DEFINE_ROW1_K(q4_k, 144, 0, 1, k4_block)
+DEFINE_ROW1_K(q5_k, 176, 0, 1, k5_block)
 DEFINE_ROW1_K(q6_k, 210, 208, 0, k6_block)
 DEFINE_ROWS4_K(q4_k, 144, 0, 1, k4_block)
+DEFINE_ROWS4_K(q5_k, 176, 0, 1, k5_block)
 DEFINE_ROWS4_K(q6_k, 210, 208, 0, k6_block)
 #define ROWS_K(T)                                                                                              \
     {                                                                                                          \
@@ -876,7 +896,7 @@ int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *ac
     case Q8_0: ROW1_32(q8_0) rows_q8_0(m, n, k, w, a, y, ldy); break;
     case Q5_0B: ROW1_32(q5_0b) rows_q5_0b(m, n, k, w, a, y, ldy); break;
     case Q4_K: ROWS_K(q4_k) rows_q4_k(m, n, k, w, a, y, ldy); break;
-    case Q5_K: rows_q5_k(m, n, k, w, a, y, ldy); break;
+    case Q5_K: ROWS_K(q5_k) rows_q5_k(m, n, k, w, a, y, ldy); break;
     default:   ROWS_K(q6_k) rows_q6_k(m, n, k, w, a, y, ldy); break;
     }
     return 0;
