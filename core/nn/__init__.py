@@ -36,4 +36,4 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-from .module import Module, Parameter, StateDictError  # noqa: F401
+from .module import Module, Parameter, StateDictError, structure_version  # noqa: F401

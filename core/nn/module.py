@@ -80,6 +80,15 @@ def check_state_dict(expected: dict, state_dict, strict=True, source=None, owner
     return missing, unexpected
 
 
+_STRUCTURE = [0]  # bumped whenever any module gains or loses a parameter or a submodule
+
+
+def structure_version() -> int:
+    """A count that changes whenever any module gains or loses a parameter or a submodule: what a cached result of
+    walking a module tree (its first parameter) is keyed by."""
+    return _STRUCTURE[0]
+
+
 class Module:
     training = True
 
@@ -100,12 +109,16 @@ class Module:
         if isinstance(value, Parameter):
             bufs.pop(name, None), mods.pop(name, None)
             params[name] = value
+            _STRUCTURE[0] += 1
         elif isinstance(value, Module):
             params.pop(name, None), bufs.pop(name, None)
             mods[name] = value
+            _STRUCTURE[0] += 1
         elif name in bufs and (value is None or isinstance(value, Tensor)):
             bufs[name] = value
         else:
+            if name in params or name in mods:
+                _STRUCTURE[0] += 1
             params.pop(name, None), mods.pop(name, None), bufs.pop(name, None)
         object.__setattr__(self, name, value)
 
@@ -124,6 +137,7 @@ class Module:
     def __delattr__(self, name):
         for reg in (self._parameters, self._buffers, self._modules):
             reg.pop(name, None)
+        _STRUCTURE[0] += 1
         object.__delattr__(self, name)
 
     def __call__(self, *args, **kwargs):

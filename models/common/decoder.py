@@ -100,10 +100,19 @@ class CausalLM(nn.Module):
     # ------------------------------------------------------------------ shared
     @property
     def device(self):
-        return next(iter(self.parameters())).device
+        return self._first_parameter().device
 
     def _dtype(self):  # host-built constants (masks, rotations) follow the weights' dtype
-        return next(iter(self.parameters())).dtype
+        return self._first_parameter().dtype
+
+    def _first_parameter(self):
+        """next(iter(self.parameters())), kept until a module anywhere gains or loses a parameter or a submodule
+        (the device and dtype are read at every decoded token; walking a quantized model's modules to its first
+        parameter cost ~17 us a read under Pyodide). A parameter moved by .to() stays the same object."""
+        hit = self.__dict__.get("_first_param")
+        if hit is None or hit[0] != nn.structure_version():
+            hit = self.__dict__["_first_param"] = (nn.structure_version(), next(iter(self.parameters())))
+        return hit[1]
 
     def _linear_weights(self):  # a tied embedding is also the output weight: stored the way F.linear reads it
         w = self.output_embedding() if self.tie_embeddings else None
@@ -162,7 +171,9 @@ class CausalLM(nn.Module):
         dtype, device = self._dtype(), self.device
         if T == 1 and cache is not None and valid is None and tokens.shape[0] == 1 and not (
                 ember.autograd.is_grad_enabled() and any(p.requires_grad for p in self.parameters())):
-            fused = self.__dict__.setdefault("_fused_decoder", FusedDecoder(self))
+            fused = self.__dict__.get("_fused_decoder")
+            if fused is None:
+                fused = self.__dict__["_fused_decoder"] = FusedDecoder(self)
             plan = fused.plan()
             if plan is not None:  # one kernel call through every layer (the device's decoder_plan primitive)
                 x = fused.step(plan, self.embed(tokens, positions), cache)
