@@ -222,3 +222,18 @@ def test_llama2c_bin_with_tokenizer_bin_via_load_llama(tmp_path):
         ref = hf(torch.tensor([ids])).logits.numpy()
     with ember.no_grad():
         np.testing.assert_allclose(model(ember.tensor([ids])).numpy(), ref, atol=TOL, rtol=0)
+
+
+def test_device_and_dtype_follow_the_first_parameter_as_the_tree_changes():
+    # the model keeps its first parameter between reads (read at every decoded token); a module put in front of it
+    # (here the embedding, replaced by one in float64) or a cast in place must show
+    m = ember_from_hf(hf_model("llama2"))
+    assert m._dtype() == ember.float32 and str(m.device) == "cpu"
+    emb = ember.nn.Embedding(101, 64)
+    emb.weight = ember.nn.Parameter(ember.tensor(np.ones((101, 64)), dtype=ember.float64))
+    m.model.embed_tokens = emb
+    assert m._dtype() == ember.float64 is next(iter(m.parameters())).dtype
+    del m.model.embed_tokens
+    assert m._dtype() == next(iter(m.parameters())).dtype == ember.float32
+    m.to(ember.float64)
+    assert m._dtype() == ember.float64
