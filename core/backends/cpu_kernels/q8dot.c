@@ -638,7 +638,8 @@ static inline __attribute__((always_inline)) void kmin_block(const uint8_t *blk,
     kscales_k4(blk, sm);
     v128_t s8 = wasm_v128_load(sm);  // sc[0..7] | mn[0..7]
     v128_t sc = wasm_u16x8_extend_low_u8x16(s8), mn = wasm_u16x8_extend_high_u8x16(s8);
-    v128_t mlo = wasm_i16x8_shuffle(mn, mn, 0, 0, 1, 1, 2, 2, 3, 3), mhi = wasm_i16x8_shuffle(mn, mn, 4, 4, 5, 5, 6, 6, 7, 7);
+    v128_t mlo = wasm_i16x8_shuffle(mn, mn, 0, 0, 1, 1, 2, 2, 3, 3);  // (each min against its two 16s' sums)
+    v128_t mhi = wasm_i16x8_shuffle(mn, mn, 4, 4, 5, 5, 6, 6, 7, 7);
     for (int r = 0; r < R; r++) {
         imin[r] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(bs + r * bss), mlo),
                                  wasm_i32x4_dot_i16x8(wasm_v128_load(bs + r * bss + 8), mhi));
@@ -687,11 +688,11 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, i
     (void)imin;
     v128_t s8 = wasm_v128_load(blk + 192);
     v128_t sl = wasm_i16x8_extend_low_i8x16(s8), sh = wasm_i16x8_extend_high_i8x16(s8);
-    for (int r = 0; r < R; r++)  // (-32 sum_g sc_g sum(x_g), the levels' offset, to start from)
-        isum[r] = wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_dot_i16x8(sl, wasm_v128_load(bs + r * bss)),
-                                                wasm_i32x4_dot_i16x8(sh, wasm_v128_load(bs + r * bss + 8))), 5);
-    for (int r = 0; r < R; r++)
-        isum[r] = wasm_i32x4_sub(wasm_i32x4_splat(0), isum[r]);
+    for (int r = 0; r < R; r++) {  // starting from -32 sum_g sc_g sum(x_g), the levels' offset
+        v128_t isc = wasm_i32x4_add(wasm_i32x4_dot_i16x8(sl, wasm_v128_load(bs + r * bss)),
+                                    wasm_i32x4_dot_i16x8(sh, wasm_v128_load(bs + r * bss + 8)));
+        isum[r] = wasm_i32x4_sub(wasm_i32x4_splat(0), wasm_i32x4_shl(isc, 5));
+    }
     const v128_t m4 = wasm_i8x16_splat(0xF), m30 = wasm_i8x16_splat(0x30);
     // chunk j's 16s are groups 2j and 2j + 1 (scales lanes of sl for j < 4, of sh after)
 #define K6_CHUNK(j, w, s, g)                                                                                   \
@@ -714,8 +715,10 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, i
         v32 w2 = {wasm_v128_or(wasm_v128_and(wasm_u16x8_shr(l0.lo, 4), m4), wasm_v128_and(qh.lo, m30)),        \
                   wasm_v128_or(wasm_v128_and(wasm_u16x8_shr(l0.hi, 4), m4), wasm_v128_and(qh.hi, m30))};       \
         K6_CHUNK(4 * (h) + 2, w2, s, 4)                                                                        \
-        v32 w3 = {wasm_v128_or(wasm_v128_and(wasm_u16x8_shr(l1.lo, 4), m4), wasm_v128_and(wasm_u16x8_shr(qh.lo, 2), m30)), \
-                  wasm_v128_or(wasm_v128_and(wasm_u16x8_shr(l1.hi, 4), m4), wasm_v128_and(wasm_u16x8_shr(qh.hi, 2), m30))}; \
+        v32 w3 = {wasm_v128_or(wasm_v128_and(wasm_u16x8_shr(l1.lo, 4), m4),                                   \
+                               wasm_v128_and(wasm_u16x8_shr(qh.lo, 2), m30)),                                  \
+                  wasm_v128_or(wasm_v128_and(wasm_u16x8_shr(l1.hi, 4), m4),                                   \
+                               wasm_v128_and(wasm_u16x8_shr(qh.hi, 2), m30))};                                 \
         K6_CHUNK(4 * (h) + 3, w3, s, 6)                                                                        \
     }
     K6_HALF(0, sl) K6_HALF(1, sh)
@@ -724,7 +727,7 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, i
 }
 
 // y[o] for W's n rows and one row of x: four blocks' integer sums at a time, then their float steps in block order
-#define DEFINE_ROW1_K(T, TSIZE, DAT, MIN, BLOCK)                                                                   \
+#define DEFINE_ROW1_K(T, TSIZE, DAT, MIN, BLOCK)                                                              \
     static void row1_##T(int n, int k, const uint8_t *w, act_t a, float *y) {                                 \
         int nb = k / 256;                                                                                       \
         long rb = (long)nb * TSIZE;                                                                             \
@@ -738,7 +741,7 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, i
                     is[l] = im[l] = wasm_i32x4_splat(0);                                                        \
                     if (l < r)                                                                                  \
                         BLOCK(wr + (long)(b + l) * TSIZE, 1, K_X(a) + 256 * (b + l), 0, a.bsum + 16 * (b + l), 0, \
-                                     &is[l], &im[l]);                                                           \
+                              &is[l], &im[l]);                                                                  \
                 }                                                                                               \
                 const uint8_t *blk = wr + (long)b * TSIZE;                                                      \
                 v128_t dx = r == 4 ? wasm_v128_load(a.d + b) : floats_n(a.d + b, r);                            \
@@ -760,7 +763,7 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, i
 
 // Prefill's products (m > 1): R (<= 4) rows of x per decoded block, each row's sums in its own lane once the
 // block is done (sum4v), so each row's float steps, block by block as dot_T's, are one vector operation for R rows
-#define DEFINE_ROWS4_K(T, TSIZE, DAT, MIN, BLOCK)                                                                  \
+#define DEFINE_ROWS4_K(T, TSIZE, DAT, MIN, BLOCK)                                                             \
     static void rows4_##T(int R, int r0, int n, int k, const uint8_t *w, act_t a, float *y, int ldy) {        \
         int nb = k / 256;                                                                                       \
         long rb = (long)nb * TSIZE;                                                                             \
@@ -774,16 +777,19 @@ static inline __attribute__((always_inline)) void k6_block(const uint8_t *blk, i
                 v128_t is[4], im[4];                                                                            \
                 for (int r = 0; r < 4; r++)                                                                     \
                     is[r] = im[r] = wasm_i32x4_splat(0);                                                        \
-                BLOCK(blk, R, x8 + 256 * b, k, bs + 16 * b, k / 16, is, im);                             \
+                BLOCK(blk, R, x8 + 256 * b, k, bs + 16 * b, k / 16, is, im);                                    \
                 float dxs[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                        \
                 for (int r = 0; r < R; r++)                                                                     \
                     dxs[r] = a.d[(long)(r0 + r) * nb + b];                                                      \
                 v128_t dx = wasm_v128_load(dxs);                                                                \
-                sum = wasm_f32x4_add(sum, wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_splat(f16_to_f32(blk + DAT)), dx), \
-                                                         wasm_f32x4_convert_i32x4(sum4v(is[0], is[1], is[2], is[3])))); \
-                if (MIN)                                                                                        \
-                    sum = wasm_f32x4_sub(sum, wasm_f32x4_mul(wasm_f32x4_mul(wasm_f32x4_splat(f16_to_f32(blk + 2)), dx), \
-                                                             wasm_f32x4_convert_i32x4(sum4v(im[0], im[1], im[2], im[3])))); \
+                v128_t d = wasm_f32x4_splat(f16_to_f32(blk + DAT));                                             \
+                v128_t fs = wasm_f32x4_convert_i32x4(sum4v(is[0], is[1], is[2], is[3]));                        \
+                sum = wasm_f32x4_add(sum, wasm_f32x4_mul(wasm_f32x4_mul(d, dx), fs));                           \
+                if (MIN) {                                                                                      \
+                    v128_t dmin = wasm_f32x4_splat(f16_to_f32(blk + 2));                                        \
+                    v128_t fm = wasm_f32x4_convert_i32x4(sum4v(im[0], im[1], im[2], im[3]));                    \
+                    sum = wasm_f32x4_sub(sum, wasm_f32x4_mul(wasm_f32x4_mul(dmin, dx), fm));                    \
+                }                                                                                               \
             }                                                                                                   \
             float out[4];                                                                                       \
             wasm_v128_store(out, sum);                                                                          \
