@@ -525,6 +525,11 @@ class _Mirrored:
             self._rows_table = None
         return fresh
 
+    @staticmethod
+    def _slots(caches) -> np.ndarray:
+        """int32 (layers, 2): each layer's (slot, length) this step."""
+        return np.array([c[2:] for c in caches], np.int32).reshape(-1, 2)
+
     def _rows_back(self, caches, slots: np.ndarray):
         """The step's new rows (slot of every head), back into the model's caches: one call copies them all
         (web/pool.js copyOutRows; Gemma 3 270M has 36 rows a token, Whisper tiny 48), listed in a table of (from,
@@ -586,7 +591,7 @@ class PoolDecodePlan(_Mirrored, DecodePlan):
         pool, kern = self._pool, self._kern
         if self._sync(caches, written):
             self._layers[:, L_KCACHE:L_CAPACITY + 1] = [(i32(m.k.at), i32(m.v.at), m.cap) for m in self._mirrors]
-        slots = np.array([c[2:] for c in caches], np.int32).reshape(-1, 2)  # (layers, 2): slot, length
+        slots = self._slots(caches)
         self._layers[:, L_SLOT:L_LENGTH + 1] = slots  # (every layer's fields in one numpy write)
         length = int(slots[:, 1].max()) if len(slots) else 0
         if length > self._scratch_rows:  # grown by doubling, as the caches are
@@ -667,7 +672,7 @@ class PoolXattnPlan(_Mirrored, XattnPlan):
         if rc != 0:
             raise ValueError("ember: xattn decode plan: a layer this build of the kernels cannot run")
         pool.read(at_x, x)
-        self._rows_back(caches, np.array([c[2:] for c in caches], np.int32).reshape(-1, 2))
+        self._rows_back(caches, self._slots(caches))
         return x
 
     def logits(self, x: np.ndarray) -> np.ndarray | None:

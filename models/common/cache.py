@@ -86,22 +86,6 @@ class KVCache:
         self._room(layer, k, self.pos + 1)
         return self.k[layer], self.v[layer], self.pos, self.pos + 1
 
-    def slots(self, k) -> list:
-        """slot(layer, k) for every layer, in one call (a fused decoder's step, every token)."""
-        pos, out = self.pos, []
-        for layer, w in enumerate(self.windows):
-            if w:
-                cap = min(w, self.max_len)
-                if self.k[layer] is None:
-                    self._alloc(layer, k, cap)
-                out.append((self.k[layer], self.v[layer], pos % cap, min(pos + 1, cap)))
-            else:
-                kb = self.k[layer]
-                if kb is None or kb.shape[2] < pos + 1:
-                    self._room(layer, k, pos + 1)
-                out.append((self.k[layer], self.v[layer], pos, pos + 1))
-        return out
-
     def _alloc(self, layer, k, cap):
         B, K, _, hd = k.shape
         self.k[layer] = ember.zeros(B, K, cap, hd, dtype=k.dtype, device=k.device)

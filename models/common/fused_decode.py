@@ -234,7 +234,8 @@ class FusedDecoder:
         rope = np.stack([np.concatenate(cos_sin(r.angles(pos))) for r in self._spec["ropes"]])
         if self._like is None:
             self._like = ember.zeros(1, m.n_kv_heads, 1, m.head_dim)
-        caches = [(kbuf._data, vbuf._data, slot, length) for kbuf, vbuf, slot, length in cache.slots(self._like)]
+        caches = [(kbuf._data, vbuf._data, slot, length)
+                  for kbuf, vbuf, slot, length in (cache.slot(i, self._like) for i in range(m.n_layers))]
         xv = np.array(x.numpy().reshape(-1), np.float32)
         plan.step(xv, rope, caches, cache.writes)
         cache.pos += 1

@@ -149,13 +149,30 @@ static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, 
     }
 }
 #else
+// nearest_int 4 lanes at a time: the float adder rounds, the mantissa holds it
+static inline v128_t nearest_int4(v128_t v) {
+    v128_t t = wasm_f32x4_add(v, wasm_f32x4_splat(12582912.0f));
+    return wasm_i32x4_sub(wasm_v128_and(t, wasm_i32x4_splat(0x007FFFFF)), wasm_i32x4_splat(0x00400000));
+}
+// store_level for 16 levels (the int32 lanes of v[0..3], within +-127) from element o of the chunk of 32 at q / q8
+static inline void store_levels16(xact *q, int8_t *q8, int o, const v128_t *v) {
+    v128_t h0 = wasm_i16x8_narrow_i32x4(v[0], v[1]), h1 = wasm_i16x8_narrow_i32x4(v[2], v[3]);
+#if defined(ACT_I8_COPY)
+    v128_t l8 = wasm_i8x16_narrow_i16x8(h0, h1);
+    wasm_v128_store((int8_t *)q + o, wasm_i8x16_abs(l8));
+    wasm_v128_store((int8_t *)q + 32 + o, wasm_i8x16_lt(l8, wasm_i8x16_splat(0)));
+    wasm_v128_store(q8 + o, l8);
+#else
+    (void)q8;
+    wasm_v128_store(q + o, h0), wasm_v128_store(q + o + 8, h1);
+#endif
+}
+
 // quantize_q8_0's steps (above, the other targets') 4 lanes at a time, the same bits (a maximum is exact in any
 // order, and pmax skips a NaN as the scalar comparison does; each level rounds as nearest_int): in the page a decode
 // step's activations were quantized on the caller while the pool's workers waited (SmolLM2: 120 calls, ~0.4 ms a
 // token)
 static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, float *s, float *xsum, float *negsum) {
-    const v128_t magic = wasm_f32x4_splat(12582912.0f), mant = wasm_i32x4_splat(0x007FFFFF);
-    const v128_t half = wasm_i32x4_splat(0x00400000);
     for (int b = 0; b < k / 32; b++, x += 32, q += 32, q8 += 32) {
         v128_t m = wasm_f32x4_splat(0.0f);
         for (int i = 0; i < 32; i += 4)
@@ -168,21 +185,12 @@ static void quantize_q8_0(const float *x, int k, xact *q, int8_t *q8, float *d, 
         v128_t idv = wasm_f32x4_splat(id), sum4 = wasm_i32x4_splat(0), abs4 = sum4;
         for (int i = 0; i < 32; i += 16) {
             v128_t v[4];
-            for (int j = 0; j < 4; j++) {  // nearest_int(x * id): the float adder rounds, the mantissa holds it
-                v128_t t = wasm_f32x4_add(wasm_f32x4_mul(wasm_v128_load(x + i + 4 * j), idv), magic);
-                v[j] = wasm_i32x4_sub(wasm_v128_and(t, mant), half);
+            for (int j = 0; j < 4; j++) {
+                v[j] = nearest_int4(wasm_f32x4_mul(wasm_v128_load(x + i + 4 * j), idv));
                 sum4 = wasm_i32x4_add(sum4, v[j]);
                 abs4 = wasm_i32x4_add(abs4, wasm_i32x4_abs(v[j]));
             }
-            v128_t h0 = wasm_i16x8_narrow_i32x4(v[0], v[1]), h1 = wasm_i16x8_narrow_i32x4(v[2], v[3]);
-#if defined(ACT_I8_COPY)
-            v128_t l8 = wasm_i8x16_narrow_i16x8(h0, h1);  // (levels within +-127)
-            wasm_v128_store((int8_t *)q + i, wasm_i8x16_abs(l8));
-            wasm_v128_store((int8_t *)q + 32 + i, wasm_i8x16_lt(l8, wasm_i8x16_splat(0)));
-            wasm_v128_store(q8 + i, l8);
-#else
-            wasm_v128_store(q + i, h0), wasm_v128_store(q + i + 8, h1);
-#endif
+            store_levels16(q, q8, i, v);
         }
         int32_t t[4], a[4];
         wasm_v128_store(t, sum4), wasm_v128_store(a, abs4);
@@ -227,8 +235,7 @@ static void quantize_q8_k(const float *x, int k, xact *q, int8_t *q8, float *d, 
 // 127 (the K types' products in the page had their o / down activations quantized by the scalar loop on the caller
 // while the pool's workers waited)
 static void quantize_q8_k(const float *x, int k, xact *q, int8_t *q8, float *d, int16_t *bsum) {
-    const v128_t magic = wasm_f32x4_splat(12582912.0f), mant = wasm_i32x4_splat(0x007FFFFF);
-    const v128_t half = wasm_i32x4_splat(0x00400000), top = wasm_i32x4_splat(127);
+    const v128_t top = wasm_i32x4_splat(127);
     for (int b = 0; b < k / 256; b++, x += 256, q += 256, q8 += 256, bsum += 16) {
         v128_t m = wasm_f32x4_splat(0.0f);
         for (int i = 0; i < 256; i += 4)
@@ -253,20 +260,10 @@ static void quantize_q8_k(const float *x, int k, xact *q, int8_t *q8, float *d, 
         for (int j = 0; j < 16; j++) {  // 16 levels: nearest_int(iscale x), at most 127
             v128_t v[4], sum4 = wasm_i32x4_splat(0);
             for (int l = 0; l < 4; l++) {
-                v128_t t = wasm_f32x4_add(wasm_f32x4_mul(is, wasm_v128_load(x + 16 * j + 4 * l)), magic);
-                v[l] = wasm_i32x4_min(wasm_i32x4_sub(wasm_v128_and(t, mant), half), top);
+                v[l] = wasm_i32x4_min(nearest_int4(wasm_f32x4_mul(is, wasm_v128_load(x + 16 * j + 4 * l))), top);
                 sum4 = wasm_i32x4_add(sum4, v[l]);
             }
-            v128_t h0 = wasm_i16x8_narrow_i32x4(v[0], v[1]), h1 = wasm_i16x8_narrow_i32x4(v[2], v[3]);
-            int c = j / 2, o = 16 * (j % 2);  // (chunk of 32, and where in it)
-#if defined(ACT_I8_COPY)
-            v128_t l8 = wasm_i8x16_narrow_i16x8(h0, h1);  // (levels within +-127)
-            wasm_v128_store((int8_t *)(q + 32 * c) + o, wasm_i8x16_abs(l8));
-            wasm_v128_store((int8_t *)(q + 32 * c) + 32 + o, wasm_i8x16_lt(l8, wasm_i8x16_splat(0)));
-            wasm_v128_store(q8 + 32 * c + o, l8);
-#else
-            wasm_v128_store(q + 32 * c + o, h0), wasm_v128_store(q + 32 * c + o + 8, h1);
-#endif
+            store_levels16(q + 32 * (j / 2), q8 + 32 * (j / 2), 16 * (j % 2), v);  // (its chunk of 32, and where)
             int32_t t[4];
             wasm_v128_store(t, sum4);
             bsum[j] = (int16_t)(t[0] + t[1] + t[2] + t[3]);
@@ -493,7 +490,8 @@ static inline float sum_parts(v128_t lo, v128_t hi) {  // ((p0 + p1) + (p2 + p3)
 
 EACH_TYPE32(DEFINE_ROW1_32)
 EACH_TYPE32(DEFINE_ROWS4_32)
-#define ROW1_32(T)                                                                                             \
+// the page's products for type T: row1_T for one row of x, else rows4_T for up to 4 rows at a time
+#define PAGE_ROWS(T)                                                                                           \
     {                                                                                                          \
         if (m == 1)                                                                                            \
             row1_##T(n, k, w, a, y);                                                                           \
@@ -503,7 +501,7 @@ EACH_TYPE32(DEFINE_ROWS4_32)
         break;                                                                                                 \
     }
 #else
-#define ROW1_32(T)
+#define PAGE_ROWS(T)
 #endif
 
 // The K types: 8 chunks of 32 per block of 256, each chunk's levels decoded where they are multiplied (decode has
@@ -803,17 +801,6 @@ DEFINE_ROW1_K(q6_k, 210, 208, 0, k6_block)
 DEFINE_ROWS4_K(q4_k, 144, 0, 1, k4_block)
 DEFINE_ROWS4_K(q5_k, 176, 0, 1, k5_block)
 DEFINE_ROWS4_K(q6_k, 210, 208, 0, k6_block)
-#define ROWS_K(T)                                                                                              \
-    {                                                                                                          \
-        if (m == 1)                                                                                            \
-            row1_##T(n, k, w, a, y);                                                                           \
-        else                                                                                                   \
-            for (int r = 0; r < m; r += 4)                                                                     \
-                rows4_##T(m - r < 4 ? m - r : 4, r, n, k, w, a, y, ldy);                                       \
-        break;                                                                                                 \
-    }
-#else
-#define ROWS_K(T)
 #endif
 
 // every weight row o against every activation row, 4 activation rows per decoded weight row at a time
@@ -895,15 +882,15 @@ int ember_q8_dot(int type, int m, int n, int k, const uint8_t *w, const void *ac
         return -1;
     act_t a = act_at((void *)act, act_of(type), m, k);
     switch (type) {
-    case Q4_0: ROW1_32(q4_0) rows_q4_0(m, n, k, w, a, y, ldy); break;
-    case Q4_1: ROW1_32(q4_1) rows_q4_1(m, n, k, w, a, y, ldy); break;
-    case Q5_0: ROW1_32(q5_0) rows_q5_0(m, n, k, w, a, y, ldy); break;
-    case Q5_1: ROW1_32(q5_1) rows_q5_1(m, n, k, w, a, y, ldy); break;
-    case Q8_0: ROW1_32(q8_0) rows_q8_0(m, n, k, w, a, y, ldy); break;
-    case Q5_0B: ROW1_32(q5_0b) rows_q5_0b(m, n, k, w, a, y, ldy); break;
-    case Q4_K: ROWS_K(q4_k) rows_q4_k(m, n, k, w, a, y, ldy); break;
-    case Q5_K: ROWS_K(q5_k) rows_q5_k(m, n, k, w, a, y, ldy); break;
-    default:   ROWS_K(q6_k) rows_q6_k(m, n, k, w, a, y, ldy); break;
+    case Q4_0: PAGE_ROWS(q4_0) rows_q4_0(m, n, k, w, a, y, ldy); break;
+    case Q4_1: PAGE_ROWS(q4_1) rows_q4_1(m, n, k, w, a, y, ldy); break;
+    case Q5_0: PAGE_ROWS(q5_0) rows_q5_0(m, n, k, w, a, y, ldy); break;
+    case Q5_1: PAGE_ROWS(q5_1) rows_q5_1(m, n, k, w, a, y, ldy); break;
+    case Q8_0: PAGE_ROWS(q8_0) rows_q8_0(m, n, k, w, a, y, ldy); break;
+    case Q5_0B: PAGE_ROWS(q5_0b) rows_q5_0b(m, n, k, w, a, y, ldy); break;
+    case Q4_K: PAGE_ROWS(q4_k) rows_q4_k(m, n, k, w, a, y, ldy); break;
+    case Q5_K: PAGE_ROWS(q5_k) rows_q5_k(m, n, k, w, a, y, ldy); break;
+    default:   PAGE_ROWS(q6_k) rows_q6_k(m, n, k, w, a, y, ldy); break;
     }
     return 0;
 }
