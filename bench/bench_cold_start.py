@@ -28,10 +28,13 @@ import threads as bench_threads  # noqa: E402
 
 PROMPT, TOKENS = "The capital of France is", 16
 
-# each child prints one JSON line: its phases (seconds since start) and what it produced
+# each child prints one JSON line: its phases (seconds since start) and what it produced; ember's children tune the
+# process's memory as the `ember` CLI does before a command (cpu_malloc: freed blocks kept, numpy's huge-page requests
+# off: their page faults' compaction made a cold run 1.2-2.4 s from one process to the next)
 EMBER_WHISPER = r"""
 import sys, time, json; t0 = time.perf_counter(); ph = {}
 import ember; from ember.models.whisper.load import load_whisper; from ember.models.whisper.transcribe import transcribe
+from ember.backends.cpu_malloc import keep_freed_memory, no_huge_page_stalls; keep_freed_memory(); no_huge_page_stalls()
 ph["imports"] = time.perf_counter() - t0
 model, _, tok = load_whisper(sys.argv[1]); ph["load"] = time.perf_counter() - t0
 text = transcribe(model, tok, sys.argv[2], temperature=0.0)["text"]; ph["request"] = time.perf_counter() - t0
@@ -50,6 +53,7 @@ print(json.dumps({"phases": ph, "out": text.strip()}))
 EMBER_GENERATE = r"""
 import sys, time, json; t0 = time.perf_counter(); ph = {}
 import ember; from ember.models.text import load_text_model; from ember.models.common.generate import SamplingParams, generate
+from ember.backends.cpu_malloc import keep_freed_memory, no_huge_page_stalls; keep_freed_memory(); no_huge_page_stalls()
 ph["imports"] = time.perf_counter() - t0
 model, tok = load_text_model(sys.argv[1]); ph["load"] = time.perf_counter() - t0  # as `ember generate` loads
 ids = tok.encode(sys.argv[2], bos=True)

@@ -173,8 +173,9 @@ def main(argv=None):
     if func is None:
         parser.parse_args([args.command, "--help"])
         return 2
-    from .backends.cpu_malloc import keep_freed_memory
+    from .backends.cpu_malloc import keep_freed_memory, no_huge_page_stalls
     keep_freed_memory()  # an application's choice, not the library's: EMBER_MALLOC_TUNING=0 opts out
+    no_huge_page_stalls()
     try:
         return func(args) or 0
     except KeyboardInterrupt:

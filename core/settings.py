@@ -125,8 +125,8 @@ _TABLE = [
     Setting("EMBER_HTTP_MAX_REQUEST_LINE", "int", 8192, "bytes of a request line (`GET /path HTTP/1.1`); longer "
             "is a 414", _HTTP, low=64),
     # ---------------------------------------------------------------- CPU
-    Setting("EMBER_MALLOC_TUNING", "flag", True, "0: keep_freed_memory() (the CLI, the benchmarks) leaves glibc "
-            "malloc alone"),
+    Setting("EMBER_MALLOC_TUNING", "flag", True, "0: keep_freed_memory() and no_huge_page_stalls() (the CLI, the "
+            "benchmarks) leave glibc malloc and numpy's huge-page requests alone"),
     Setting("EMBER_NATIVE_KERNELS", "flag", True, "0: the CPU backend does not build or load its C kernels "
             "(numpy computes the same numbers, slower)", _CPU_KERNELS),
     Setting("EMBER_BLAS_POOL", "flag", True, "0: numpy's OpenBLAS keeps its own threads instead of running its jobs "

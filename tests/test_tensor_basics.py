@@ -224,3 +224,38 @@ def test_freed_activations_are_reused_without_page_faults():
     assert default > 500, f"this glibc did not trim the heap untuned ({default} faults): the test shows nothing"
     untouched = int(subprocess.check_output([sys.executable, "-c", code.replace("; keep_freed_memory()", "")], text=True))
     assert untouched > 500, f"import ember or the cpu backend tuned malloc by itself ({untouched} faults)"
+
+
+def _thp_mode():
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1:text.index("]")] if "[" in text else None
+
+
+@pytest.mark.skipif(_thp_mode() not in ("madvise", "always"), reason="no transparent huge pages on this kernel")
+def test_numpy_huge_page_requests_stop_only_when_asked_and_decode_weights_still_get_them():
+    # no_huge_page_stalls (the CLI's, never on import) stops numpy's madvise on large arrays, whose page faults wait
+    # on the kernel's compaction; the blocked arena a decode plan streams asks for huge pages itself
+    code = ("import json, sys, numpy as np, ember\n"
+            "from ember.backends import cpu_malloc, cpu_matmul\n"
+            "switch = np._core.multiarray._set_madvise_hugepage\n"
+            "before = switch(True); switch(before)\n"
+            "stopped = cpu_malloc.no_huge_page_stalls()\n"
+            "after = switch(False)  # (the state it left; then off either way for the measures below)\n"
+            "def huge():\n"
+            "    return sum(int(l.split()[1]) for l in open('/proc/self/smaps_rollup') if l.startswith('AnonHugePages'))\n"
+            "h0 = huge(); plain = np.empty(8 << 20, np.float32); plain[:] = 1; h1 = huge()\n"
+            "arena = cpu_matmul.blocked_arena(8 << 20); arena[:] = 1; h2 = huge()\n"
+            "print(json.dumps([before, stopped, after, h1 - h0, h2 - h1]))")
+    before, stopped, after, plain_kb, arena_kb = json.loads(subprocess.check_output([sys.executable, "-c", code],
+                                                                                    text=True))
+    assert before, "import ember changed numpy's huge-page requests by itself"
+    assert stopped and not after, "no_huge_page_stalls left numpy asking for huge pages"
+    if _thp_mode() == "madvise":
+        assert plain_kb == 0, f"a 32 MB numpy array got {plain_kb} kB of huge pages with numpy's requests off"
+    assert arena_kb >= 16 << 10, f"the 32 MB blocked arena got {arena_kb} kB of huge pages"
+    env = {**os.environ, "EMBER_MALLOC_TUNING": "0"}
+    _, stopped, after, _, _ = json.loads(subprocess.check_output([sys.executable, "-c", code], text=True, env=env))
+    assert not stopped and after, "EMBER_MALLOC_TUNING=0 did not leave numpy's huge-page requests alone"

@@ -264,6 +264,8 @@ def blocked_arena(floats: int, replacing: int = 0) -> np.ndarray | None:
     if _blocked_bytes[0] - replacing + nbytes > settings.get("EMBER_BLOCKED_WEIGHT_BYTES"):
         return None
     out = np.empty(floats, _F32)
+    from .cpu_malloc import huge_pages
+    huge_pages(out)  # (numpy's own request may be off: cpu_malloc.no_huge_page_stalls)
     _blocked_bytes[0] += nbytes
     weakref.finalize(out, _release, nbytes)
     return out
