@@ -74,6 +74,30 @@ def test_half_copy_checks_in_chunks(transposed):
     assert cpu_matmul._exact_halves(nan) is None
 
 
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 1000])
+def test_half_copy_natively_matches_numpys_round_trip(n):
+    # matvec_f16.c's one-pass check and copy against numpy's cast there and back: special halves (subnormal, the
+    # largest, infinities, signed zeros) in the vector part and the tail, and a value that is not a half anywhere
+    from ember.backends.cpu_native_kernels import load
+    kern, why = load()
+    assert kern is not None, why
+    rng = np.random.default_rng(n)
+    special = np.array([2.0 ** -24, -(2.0 ** -24) * 3, 65504.0, -65504.0, np.inf, -np.inf, 0.0, -0.0,
+                        2.0 ** -14, 1.0 - 2.0 ** -11], np.float32)
+    w = rng.standard_normal(n).astype(np.float16).astype(np.float32)
+    w[rng.integers(0, n, min(n, len(special)))] = special[:min(n, len(special))]
+    h = kern.f16_exact_copy(w)
+    assert h is not None
+    np.testing.assert_array_equal(h.view(np.uint16), w.astype(np.float16).view(np.uint16))
+    for at in {0, n // 2, n - 1}:
+        for bad in (np.float32(1 + 2 ** -20), np.float32(65520.0), np.float32(np.nan), np.float32(2.0 ** -25)):
+            v = w.copy()
+            v[at] = bad
+            with np.errstate(over="ignore"):  # (65520 rounds to inf)
+                assert np.array_equal(v.astype(np.float16).astype(np.float32), v) is False
+            assert kern.f16_exact_copy(v) is None, (at, bad)
+
 def test_bfloat16_checkpoint_into_float32_linear_one_copy():
     rng = np.random.default_rng(2)
     w32 = rng.standard_normal((OUT, IN)).astype(np.float32)

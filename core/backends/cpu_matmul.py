@@ -308,9 +308,10 @@ _HALF_CHECK_ROWS = 1 << 14  # values a chunk of the exactness check converts at 
 
 
 def _exact_halves(b):
-    """b as float16 when every value is exactly a half, else None. Converted and checked a chunk at a time in
-    memory order: a whole-matrix round trip held float32 and bool temporaries as large as b (Whisper tiny.en's
-    tied head: 100 MB on top of its 80, the peak of a cold process)."""
+    """b as float16 when every value is exactly a half, else None. Natively in one pass of the CPU's conversions
+    (matvec_f16.c: numpy's cast there and back took ~0.16 s of a cold Whisper request); else converted and
+    checked a chunk at a time in memory order: a whole-matrix round trip held float32 and bool temporaries as large
+    as b (Whisper tiny.en's tied head: 100 MB on top of its 80, the peak of a cold process)."""
     flat = b.T if b.ndim == 2 and not b.flags.c_contiguous and b.T.flags.c_contiguous else b  # memory order
     if not flat.flags.c_contiguous:
         head = b[:1]
@@ -318,6 +319,10 @@ def _exact_halves(b):
             return None
         h = b.astype(np.float16)
         return h if np.array_equal(h.astype(np.float32), b) else None
+    kern = native_kernels()
+    if kern is not None:  # (one pass with the CPU's conversions)
+        h = kern.f16_exact_copy(flat)
+        return None if h is None else h.T if flat is not b else h
     h = np.empty(flat.shape, np.float16)
     src, dst = flat.reshape(-1), h.reshape(-1)
     for i in range(0, src.size, _HALF_CHECK_ROWS):  # (a float32 model's weight is told in the first chunk)

@@ -68,6 +68,7 @@ class NativeKernels:
         lib.ember_matvec_f32.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
         lib.ember_matvec_f16.argtypes = [_P, ctypes.c_long, _I, _I, _P, _P]
         lib.ember_f16_screen_copy.argtypes = [_P, _I, _I, _P, _P]
+        lib.ember_f16_exact_copy.argtypes = [_P, ctypes.c_long, _P]
         lib.ember_matvec_f32_argmax.argtypes = [_P, ctypes.c_long, _P, ctypes.c_long, _P, _I, _I, _P, _P, _I, _P]
         lib.ember_matvec_f32_blocked.argtypes = [_P, _I, _I, _P, _P]
         lib.ember_copy_spans.argtypes = [_P, _P, _P, _I]
@@ -156,6 +157,12 @@ class NativeKernels:
         """matvec_f32 for wt (k, n) float16 C-contiguous: the bits matvec_f32 gives on wt as float32, from half
         the bytes (matvec_f16.c)."""
         return self._matvec(self._lib.ember_matvec_f16, x, wt)
+
+    def f16_exact_copy(self, w: np.ndarray) -> np.ndarray | None:
+        """w (float32, C-contiguous) as float16 of its shape where every value is exactly a half, else None
+        (matvec_f16.c)."""
+        h = np.empty(w.shape, np.float16)
+        return h if self._lib.ember_f16_exact_copy(w.ctypes.data, w.size, h.ctypes.data) == 0 else None
 
     def f16_screen_copy(self, wt: np.ndarray, halves: np.ndarray | None) -> np.ndarray | None:
         """wt (k, n) float32 C-contiguous rounded to float16 into halves (k, n) (nearest even; None: not kept), and
