@@ -193,12 +193,16 @@ def test_conv_bias_act_op_against_its_composed_form():
                 assert np.all(np.abs(got - ref) <= 2 * bound), (i, mode)
 
 
-def test_conv_rule_takes_c_for_wide_kernels_narrow_outputs_and_large_maps_and_blas_for_1x1_and_1d():
+def test_conv_rule_takes_c_for_wide_kernels_narrow_outputs_large_maps_and_1x1_and_blas_for_1d():
+    from ember.backends import cpu_matmul
     be = ember.tensor([0.0]).device.backend
     if CFK.kernels() is None:
         pytest.skip("no compiled kernels here")
     assert K.chooses("conv_bias_act", be, (1, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1), 1)
-    assert not K.chooses("conv_bias_act", be, (1, 64, 56, 56), (32, 64, 1, 1), (1, 1), (1, 1), 1)
+    # a plain 1x1 natively: gemm_native.c where this build has it (else BLAS below YOLO's 160 x 160 maps)
+    gemm = cpu_matmul.native_kernels() is not None and cpu_matmul.native_kernels().sgemm_width > 0
+    assert K.chooses("conv_bias_act", be, (1, 64, 56, 56), (32, 64, 1, 1), (1, 1), (1, 1), 1) == gemm
+    assert not K.chooses("conv_bias_act", be, (1, 64, 56, 56), (32, 64, 1, 1), (2, 2), (1, 1), 1)
     # 1x1 over a large map (YOLOv8s's 160 x 160): C, which reads x in place with the activation in its epilogue
     assert K.chooses("conv_bias_act", be, (1, 64, 160, 160), (64, 64, 1, 1), (1, 1), (1, 1), 1, (0, 0))
     assert not K.chooses("conv_bias_act", be, (1, 64, 160, 160), (64, 64, 1, 1), (2, 2), (1, 1), 1, (0, 0))
@@ -210,6 +214,27 @@ def test_conv_rule_takes_c_for_wide_kernels_narrow_outputs_and_large_maps_and_bl
     with K.tuned("conv_bias_act", "cpu", mode="c"):
         assert K.chooses("conv_bias_act", be, (1, 80, 3000), (384, 80, 3), (1,), (1,), 1)
 
+
+
+@pytest.mark.parametrize("n, c, o, h, w, act", [(1, 96, 64, 12, 20, "silu"), (2, 40, 24, 7, 9, None),
+                                                (1, 33, 17, 5, 5, "relu"), (1, 512, 48, 4, 4, "gelu")])
+def test_plain_1x1_conv_natively_gives_the_page_kernels_bits(n, c, o, h, w, act):
+    """A plain 1x1 conv natively (gemm_native.c, the bias and activation in its epilogue) against conv.c's tile
+    on the same input, which the page runs: the same bits (one multiply-add chain over the channels, then
+    act(y + b)); with and without a bias, several images, and x a strided view."""
+    from ember.backends import cpu_dense, cpu_matmul
+    kern, fk = cpu_matmul.native_kernels(), CFK.kernels()
+    assert kern is not None and fk is not None, "native kernels are built in CI"
+    if not kern.sgemm_width:
+        pytest.skip("this build has no gemm_native.c kernel (no AVX2 + FMA)")
+    be = ember.tensor([0.0]).device.backend
+    big = rnd(n, c + 3, h, w, seed=c)
+    x = big[:, 3:]  # (a view: each image's channels still one block)
+    wt, b = rnd(o, c, 1, 1, seed=o, scale=0.2), rnd(o, seed=h)
+    for bias in (b, None):
+        want = fk.conv2d(np.ascontiguousarray(x), wt, bias, (1, 1), (0, 0), (1, 1), 1, act)
+        got = cpu_dense.conv_bias_act(be, x, wt, bias, (1, 1), (0, 0), (1, 1), 1, act)
+        assert got.shape == want.shape and np.array_equal(got, want), (bias is None, np.abs(got - want).max())
 
 # ------------------------------------------------------------------------------------------ attention
 

@@ -15,6 +15,7 @@ from .. import kernels as K
 from . import cpu_fused, cpu_matmul
 from .array_module_backend import _F32
 from .array_module_fused import layer_norm as _layer_norm_numpy
+from .cpu_float_kernels import ACTS as _ACT_IDS
 from .cpu_float_kernels import kernels as _compiled
 
 
@@ -70,6 +71,38 @@ def choose_conv(be, tune, x_shape, w_shape, stride, dilation, groups, padding=No
 _CHOSEN: dict = {}
 
 
+def _pointwise(x_shape, w_shape, stride, padding, groups) -> bool:
+    """A plain 1x1 convolution: one group, stride 1, no padding (a product of the weight and each image's pixels)."""
+    return len(x_shape) == 4 and len(w_shape) == 4 and w_shape[2] == w_shape[3] == 1 and groups == 1 and \
+        tuple(stride) == (1, 1) and tuple(padding or (0, 0)) == (0, 0)
+
+
+def _gemm_here() -> bool:
+    kern = cpu_matmul.native_kernels()
+    return kern is not None and kern.sgemm_width > 0
+
+
+def _gemm_pointwise(x, w, b, act):
+    """act(conv(x, w) + b) for a plain 1x1 convolution natively: gemm_native.c's product of the weight (O, C) and
+    each image's pixels (C, H W) as they lie, the bias and the activation in its epilogue. Each output is one
+    multiply-add chain over the channels, then act(y + b): the bits of conv.c's 1x1 tile, which the page runs.
+    YOLOv8s's 1x1 convs (AMD Zen 4): 11% faster than BLAS and an activation pass (and conv.c over 160 x 160) on
+    two threads, level on one."""
+    n, c, h, wd = x.shape
+    o = w.shape[0]
+    y = np.empty((n, o, h, wd), _F32)
+    w2 = w.reshape(o, c)
+    if not w2.flags.c_contiguous:
+        w2 = np.ascontiguousarray(w2)
+    kern = cpu_matmul.native_kernels()
+    for i in range(n):
+        xi = x[i].reshape(c, h * wd)
+        if not (xi.strides[1] == 4 and xi.strides[0] % 4 == 0):
+            xi = np.ascontiguousarray(xi)
+        kern.sgemm(w2, xi, act=_ACT_IDS[act], row_bias=b, out=y[i].reshape(o, h * wd))
+    return y
+
+
 def _choose_conv(tune, x_shape, w_shape, stride, dilation, padding):
     if len(w_shape) not in (3, 4) or w_shape[2] * (w_shape[3] if len(w_shape) == 4 else 1) > 1024:
         return False
@@ -85,7 +118,7 @@ def _choose_conv(tune, x_shape, w_shape, stride, dilation, padding):
         return True
     taps = w_shape[2] * (w_shape[3] if len(w_shape) == 4 else 1)
     if len(w_shape) == 4 and taps == 1:
-        return pixels >= tune["pointwise_pixels"]
+        return pixels >= tune["pointwise_pixels"] or _pointwise(x_shape, w_shape, stride, pad, 1) and _gemm_here()
     return len(w_shape) == 4 and min(w_shape[2:]) > 1 and taps >= tune["min_taps"]
 
 
@@ -120,6 +153,8 @@ def conv_bias_act(be, x, w, b, stride, padding, dilation, groups, act):
     f32 = x.dtype is _F32 and w.dtype is _F32 and (b is None or b.dtype is _F32)
     if f32 and _takes_c(be, x.shape, w.shape, stride, dilation, groups, padding):
         fk = float_kernels()
+        if fk is not None and _pointwise(x.shape, w.shape, stride, padding, groups) and _gemm_here():
+            return _gemm_pointwise(x, w, b if b is None or b.flags.c_contiguous else np.ascontiguousarray(b), act)
         if fk is not None:  # (a 1-D conv is the kernel's conv2d of one row)
             return fk.conv2d(x if x.flags.c_contiguous else np.ascontiguousarray(x),
                              w if w.flags.c_contiguous else np.ascontiguousarray(w), b, tuple(stride),

@@ -72,7 +72,8 @@ class NativeKernels:
         lib.ember_matvec_f32_argmax.argtypes = [_P, ctypes.c_long, _P, ctypes.c_long, _P, _I, _I, _P, _P, _I, _P]
         lib.ember_matvec_f32_blocked.argtypes = [_P, _I, _I, _P, _P]
         lib.ember_copy_spans.argtypes = [_P, _P, _P, _I]
-        lib.ember_sgemm_native.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, ctypes.c_long, _P, _P, ctypes.c_long, _I]
+        lib.ember_sgemm_native.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, ctypes.c_long, _P, _P, _P, ctypes.c_long,
+                                           _I]
         lib.ember_sgemm_native_width.argtypes = []
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
         lib.ember_nbits_supports.argtypes = [_I, _I]
@@ -190,19 +191,23 @@ class NativeKernels:
                                                  scratch.ctypes.data, max_exact, ctypes.byref(exact))
 
     def sgemm(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
-              blocked: np.ndarray | None = None, act: int = 0) -> np.ndarray:
+              blocked: np.ndarray | None = None, act: int = 0, row_bias: np.ndarray | None = None,
+              out: np.ndarray | None = None) -> np.ndarray:
         """a (m, k) @ b (k, n) (+ bias (n,) C-contiguous, added to each row after its sum) -> (m, n) float32
-        C-contiguous (gemm_native.c, threads by panels of columns): float32 operands of unit column stride and
-        whole-float row strides, as they lie; or b read from `blocked`, its blocked copy (cpu_matmul.blocked: the
-        same bits); then act(c) (cpu_float_kernels.ACTS' id: rows.c's bias_act's bits). Only where
-        sgemm_width > 0."""
+        C-contiguous (gemm_native.c, threads by panels of columns; into `out` where given, C-contiguous): float32
+        operands of unit column stride and whole-float row strides, as they lie; or b read from `blocked`, its
+        blocked copy (cpu_matmul.blocked: the same bits); then act(c) (cpu_float_kernels.ACTS' id: rows.c's
+        bias_act's bits), or with row_bias (m,) act(c + row_bias) a row at a time (conv.c's epilogue: a 1x1
+        convolution's bits). Only where sgemm_width > 0."""
         (m, k), n = a.shape, b.shape[1]
-        c = np.empty((m, n), np.float32)
+        c = np.empty((m, n), np.float32) if out is None else out
         if blocked is not None and (blocked.shape != (-(-n // 16), k, 16) or not blocked.flags.c_contiguous):
             raise ValueError(f"ember: gemm_native.c: a blocked copy of shape {blocked.shape} for a ({k}, {n}) weight")
         bp, rsb = (b.ctypes.data, b.strides[0] // 4) if blocked is None else (blocked.ctypes.data, 0)
         if self._lib.ember_sgemm_native(m, n, k, a.ctypes.data, a.strides[0] // 4, bp, rsb,
-                                        None if bias is None else bias.ctypes.data, c.ctypes.data, n, act) != 0:
+                                        None if bias is None else bias.ctypes.data,
+                                        None if row_bias is None else row_bias.ctypes.data, c.ctypes.data, n,
+                                        act) != 0:
             raise ValueError(f"ember: gemm_native.c refused a ({m}, {k}) x ({k}, {n}) product")
         return c
 

@@ -65,7 +65,7 @@ static inline gv gv_madd(gv c, gv a, gv b) { return _mm256_fmadd_ps(a, b, c); }
 #if GN_NR
 typedef struct {
     int m, n, k, act;
-    const float *a, *b, *bias;
+    const float *a, *b, *bias, *row_bias;
     long rsa, rsb, rsc;
     float *c;
 } gn_job;
@@ -169,9 +169,14 @@ static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel
                 }
             }
         }
-        if (j->bias || j->act != ACT_NONE)  // (the group's columns of C are still in cache)
+        if (j->bias || j->row_bias || j->act != ACT_NONE)  // (the group's columns of C are still in cache)
             for (int q = q0; q < q1; q++) {
                 int n0 = q * GN_NR, nn = j->n - n0 < GN_NR ? j->n - n0 : GN_NR;
+                if (j->row_bias) {  // act(c + b) a row at a time: conv.c's epilogue's steps
+                    for (int r = 0; r < j->m; r++)
+                        act_row(j->c + (long)r * j->rsc + n0, nn, j->row_bias[r], j->act);
+                    continue;
+                }
                 if (j->bias)
                     gn_add_bias(j->c + n0, j->rsc, j->m, nn, j->bias + n0);
                 if (j->act != ACT_NONE)  // (rows.c's bias_act after the product: the same function, the same bits)
@@ -186,14 +191,16 @@ static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel
 EMBER_EXPORT(ember_sgemm_native_width)
 int ember_sgemm_native_width(void) { return GN_NR; }
 
-// c (m, n; rows rsc floats apart) = a (m, k; rows rsa apart) b (k, n; rows rsb apart) + bias (n; or NULL: none),
+// c (m, n; rows rsc floats apart) = a (m, k; rows rsa apart) b (k, n; rows rsb apart) + bias (n; or NULL: none)
+// or + row_bias (m: one per row, a 1x1 convolution's per output channel, added with the activation in one step as
+// conv.c's epilogue adds it: then act(c + row_bias), the bits of conv.c's 1x1 tile; bias NULL),
 // every operand with unit column stride; rsb 0: b is blocked, (ceil(n / 16), k, 16) with zeros past column n (a
 // weight's copy made once: one sequential stream a panel, no copy a call; MiniLM's 36 linears 10% faster from
 // memory). The same bits either way. act (fvec.h's ACT_*): then act(c) as each group of panels is done, the bits of
 // rows.c's bias_act on c. 0, -1 where this build has no kernel, or PARALLEL_LOST.
 EMBER_EXPORT(ember_sgemm_native)
 int ember_sgemm_native(int m, int n, int k, const float *a, long rsa, const float *b, long rsb, const float *bias,
-                       float *c, long rsc, int act) {
+                       const float *row_bias, float *c, long rsc, int act) {
 #if GN_NR
     if (m <= 0 || n <= 0)
         return 0;
@@ -201,12 +208,12 @@ int ember_sgemm_native(int m, int n, int k, const float *a, long rsa, const floa
         for (int i = 0; i < m; i++) {
             for (int q = 0; q < n; q++)
                 c[i * rsc + q] = bias ? 0.0f + bias[q] : 0.0f;
-            if (act != ACT_NONE)
-                act_row(c + (long)i * rsc, n, 0.0f, act);
+            if (act != ACT_NONE || row_bias)
+                act_row(c + (long)i * rsc, n, row_bias ? row_bias[i] : 0.0f, act);
         }
         return 0;
     }
-    gn_job j = {m, n, k, act, a, b, bias, rsa, rsb, rsc, c};
+    gn_job j = {m, n, k, act, a, b, bias, row_bias, rsa, rsb, rsc, c};
     int groups = (n + GN_NR * GN_GROUP - 1) / (GN_NR * GN_GROUP);
     // one run of groups a thread: a chunk's first block is copied from memory unprefetched (the prefetch runs a
     // block ahead within a chunk), and one group a chunk made that every group's (MiniLM's 36 linears on two
@@ -214,7 +221,8 @@ int ember_sgemm_native(int m, int n, int k, const float *a, long rsa, const floa
     int chunks = ember_chunks(groups, (long)m * k * GN_NR * GN_GROUP), threads = ember_parallel_threads();
     return ember_parallel(gn_panels, &j, groups, chunks < threads ? chunks : threads);
 #else
-    (void)m, (void)n, (void)k, (void)a, (void)rsa, (void)b, (void)rsb, (void)bias, (void)c, (void)rsc, (void)act;
+    (void)m, (void)n, (void)k, (void)a, (void)rsa, (void)b, (void)rsb, (void)bias, (void)row_bias, (void)c, (void)rsc,
+        (void)act;
     return -1;
 #endif
 }
