@@ -52,13 +52,15 @@ typedef int lanes_t;
 static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? fw_add(v, fw_splat(*b)) : v, act); }
 
 #define SEG 192        // output pixels a unit at most (a multiple of every target's FW * CV_NV)
-// channels x taps of a weight block (its CV_MR rows: 9 KiB natively, in L1 beside the inputs its tiles read); a
-// quarter of that in the page, whose 8-pixel tiles make fewer multiply-adds of each input line they load (YOLOv8s's
-// 3x3 convs there: 5-35% faster than with the native block, which stays best natively)
+// channels x taps of a weight block: natively its CV_MR rows are 72 KiB (256 channels of a 3x3: most convs' sums
+// in one pass, not in blocks of 32 that each read and write the tiles' accumulators; YOLOv8s's and ResNet's 3x3
+// convs 1-2% faster on one thread, 3-6% on two, than with 9 KiB blocks in L1); in the page a block of 2304 / 4
+// taps a tile's rows together, whose 8-pixel tiles make fewer multiply-adds of each input line they load (YOLOv8s's
+// 3x3 convs there: 5-35% faster than with a larger block)
 #if defined(__wasm__)
 #define KC_TAPS (2304 / CV_MR / 4)
 #else
-#define KC_TAPS (2304 / CV_MR)
+#define KC_TAPS (18432 / CV_MR)
 #endif
 #define PAD 48         // zeros after each plane: a tile's last vector reads up to FW - 1 floats past its pixels
 #define PANEL 65536    // floats of input planes a block of units reads for a block of channels (in L2)
