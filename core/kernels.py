@@ -303,6 +303,12 @@ op("conv_bias_act", "(x, w, b|None, stride, padding, dilation, groups, act None|
    composed="ember.nn.functional:conv_bias_act_composed",
    cpu=Kernel(_DN + "conv_bias_act", _DN + "describe_conv", choose=_DN + "choose_conv",
               tune={"mode": "auto", "min_taps": 4, "narrow": 8, "pointwise_pixels": 16384}))
+op("conv_cat_act", "(xs [(N, C_i, H, W), ...], w (O, sum C_i, 1, 1), b|None, act None|'relu'|'silu'|'gelu'|"
+   "'gelu_tanh') -> act(conv(cat(xs, 1), w) + b), or None where the kernel does not take it: a 1x1 conv over a "
+   "channel concatenation, each part read where it lies (no concatenated copy)",
+   composed="ember.nn.functional:conv_cat_act_composed",
+   cpu=Kernel(_DN + "conv_cat_act", "natively gemm_native.c over each part's rows (conv_bias_act's 1x1 bits); "
+              "elsewhere composed"))
 op("max_pool2d", "(x (N, C, H, W), kernel (kh, kw), stride, pads (top, left), dilation, out (ho, wo)) -> (N, C, ho, wo): "
    "the max of each window (taps dilation apart, windows stride apart from (-top, -left); the lowest value outside "
    "x, NaN where a window holds one)",

@@ -236,6 +236,31 @@ def test_plain_1x1_conv_natively_gives_the_page_kernels_bits(n, c, o, h, w, act)
         got = cpu_dense.conv_bias_act(be, x, wt, bias, (1, 1), (0, 0), (1, 1), 1, act)
         assert got.shape == want.shape and np.array_equal(got, want), (bias is None, np.abs(got - want).max())
 
+
+def test_1x1_conv_over_parts_gives_the_concatenations_bits():
+    """conv_cat_act natively (gemm_native.c reading each part's rows where they lie) against conv_bias_act on the
+    parts' concatenation: the same bits, for views of one array, a part whose pixels are not contiguous, two
+    images; it declines what it does not take (the caller composes)."""
+    from ember.backends import cpu_dense, cpu_matmul
+    kern = cpu_matmul.native_kernels()
+    assert kern is not None and CFK.kernels() is not None, "native kernels are built in CI"
+    if not kern.sgemm_width:
+        pytest.skip("this build has no gemm_native.c kernel (no AVX2 + FMA)")
+    be = ember.tensor([0.0]).device.backend
+    y = rnd(2, 300, 9, 13, seed=3)  # (more channels than one of the kernel's blocks of 256)
+    odd = np.ascontiguousarray(rnd(2, 9, 13, 7, seed=4).transpose(0, 3, 1, 2))  # (2, 7, 9, 13)
+    strided = rnd(2, 6, 9, 26, seed=5)[:, :, :, ::2]  # pixels two floats apart: copied
+    parts = [y[:, :150], y[:, 150:], odd, strided]
+    b = rnd(24, seed=7)
+    for rows in (24, 5):  # (several blocks of the weight's rows, and fewer than one)
+        w = rnd(rows, 313, 1, 1, seed=rows, scale=0.1)
+        for act, bias in (("silu", b[:rows]), (None, None), ("gelu", b[:rows])):
+            got = cpu_dense.conv_cat_act(be, parts, w, bias, act)
+            want = cpu_dense.conv_bias_act(be, np.concatenate(parts, 1), w, bias, (1, 1), (0, 0), (1, 1), 1, act)
+            assert got is not None and np.array_equal(got, want), (rows, act)
+    assert cpu_dense.conv_cat_act(be, parts, w[:, :310], None, "silu") is None  # (channels do not add up)
+    assert cpu_dense.conv_cat_act(be, parts, rnd(24, 313, 3, 3, seed=8), b, "silu") is None  # (not a 1x1)
+
 # ------------------------------------------------------------------------------------------ attention
 
 def attention_reference(q, k, v, mask, scale, causal):

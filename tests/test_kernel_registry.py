@@ -90,6 +90,15 @@ def _conv_bias_act(dev):
            (2,), (1,), (1,), 1, "gelu"), {})]
 
 
+def _conv_cat_act(dev):
+    # the parts of a C2f (cv1's halves, views of one array, then a bottleneck's output), two images, a part's view
+    y = T(rnd(2, 12, 6, 7, seed=128), dev)
+    parts = [y[:, :6], y[:, 6:], T(rnd(2, 5, 6, 7, seed=129), dev)]
+    w, b = T(rnd(9, 17, 1, 1, seed=130, scale=0.3), dev), T(rnd(9, seed=131), dev)
+    return [((parts, w, b, act), {}) for act in ("silu", None)] + [((parts[1:], T(rnd(4, 11, 1, 1, seed=132), dev),
+                                                                     None, "relu"), {})]
+
+
 def _copy_into(dev):
     return [((T(rnd(4, 6, seed=33), dev), T(rnd(2, 3, seed=34), dev), (1, 2)), {}),
             ((T(rnd(2, 3, 8, 5, seed=35), dev), T(rnd(2, 3, 1, 5, seed=36), dev), (0, 0, 6, 0)), {})]
@@ -246,7 +255,7 @@ def _gru_sequence(dev):
 
 EXAMPLES = {"softmax": _softmax, "log_softmax": _softmax, "layer_norm": _norms(False), "rms_norm": _norms(True),
             "attention": _attention, "gelu": _gelu, "silu": _silu, "linear": _linear, "conv_bias": _conv_bias,
-            "conv_bias_act": _conv_bias_act, "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul,
+            "conv_bias_act": _conv_bias_act, "conv_cat_act": _conv_cat_act, "copy_into": _copy_into, "linears": _linears, "qmatmul": _qmatmul,
             "qlinear": _qlinear, "qmatmul_argmax": _qpick, "qrows": _qrows, "letterbox": _letterbox,
             "qmatmul_topk": lambda dev: _qpick(dev, (5,)), "rotary_embedding": _rotary, "flash_attention": _flash,
             "flash_attention_split": _flash_split, "flash_attention_combine": _flash_combine,
@@ -330,6 +339,8 @@ def _run_kernel(op, dev, args, kwargs):
     if op in ("qrows", "letterbox"):  # (host arrays in and out)
         return res
     first = next(a for a in args if isinstance(a, ember.Tensor))
+    if op == "conv_cat_act":
+        assert res is not None, "the conv_cat_act kernel declined its example (natively it takes float32 1x1 parts)"
     if op == "linears":
         assert res is not None, "the linears kernel declined its example (x must be a pending decode row)"
         return first._new(res)

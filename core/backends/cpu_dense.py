@@ -103,6 +103,33 @@ def _gemm_pointwise(x, w, b, act):
     return y
 
 
+def conv_cat_act(be, xs, w, b, act):
+    """act(conv(cat(xs, 1), w) + b) for a 1x1 w natively without the concatenation: gemm_native.c reads each part's
+    channels where they lie, the bits conv_bias_act gives on the concatenation (_gemm_pointwise's). None elsewhere
+    (the page, deterministic mode, another dtype, mismatched parts: the caller concatenates and convolves)."""
+    if float_kernels() is None or not _gemm_here() or w.dtype is not _F32 or w.ndim != 4 or w.shape[2:] != (1, 1) or \
+            (b is not None and (b.dtype is not _F32 or b.shape != w.shape[:1])):
+        return None
+    n, _, h, wd = xs[0].shape
+    if any(x.dtype is not _F32 or x.ndim != 4 or x.shape[0] != n or x.shape[2:] != (h, wd) for x in xs) or \
+            sum(x.shape[1] for x in xs) != w.shape[1]:
+        return None
+    o, c = w.shape[:2]
+    w2 = w.reshape(o, c)
+    if not w2.flags.c_contiguous:
+        w2 = np.ascontiguousarray(w2)
+    b = b if b is None or b.flags.c_contiguous else np.ascontiguousarray(b)
+    y = np.empty((n, o, h, wd), _F32)
+    kern = cpu_matmul.native_kernels()
+    for i in range(n):
+        parts = []
+        for x in xs:
+            part = x[i].reshape(x.shape[1], h * wd)
+            parts.append(part if part.strides[1] == 4 and part.strides[0] % 4 == 0 else np.ascontiguousarray(part))
+        kern.sgemm_rows(w2, parts, b, _ACT_IDS[act], y[i].reshape(o, h * wd))
+    return y
+
+
 def _choose_conv(tune, x_shape, w_shape, stride, dilation, padding):
     if len(w_shape) not in (3, 4) or w_shape[2] * (w_shape[3] if len(w_shape) == 4 else 1) > 1024:
         return False

@@ -74,6 +74,7 @@ class NativeKernels:
         lib.ember_copy_spans.argtypes = [_P, _P, _P, _I]
         lib.ember_sgemm_native.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, ctypes.c_long, _P, _P, _P, ctypes.c_long,
                                            _I]
+        lib.ember_sgemm_native_rows.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, _P, _P, ctypes.c_long, _I]
         lib.ember_sgemm_native_width.argtypes = []
         lib.ember_decode_scratch_bytes.argtypes, lib.ember_decode_scratch_bytes.restype = [_P, _I], ctypes.c_long
         lib.ember_nbits_supports.argtypes = [_I, _I]
@@ -210,6 +211,19 @@ class NativeKernels:
                                         act) != 0:
             raise ValueError(f"ember: gemm_native.c refused a ({m}, {k}) x ({k}, {n}) product")
         return c
+
+    def sgemm_rows(self, a: np.ndarray, parts, row_bias: np.ndarray | None, act: int, out: np.ndarray) -> np.ndarray:
+        """a (m, k) @ the concatenation of parts' rows (each (k_i, n), unit column stride, whole-float row strides;
+        k = sum k_i) -> out (m, n) C-contiguous, act(c + row_bias) a row at a time (gemm_native.c, reading each
+        part where it lies: the bits of sgemm on their concatenation). Only where sgemm_width > 0."""
+        m, k = a.shape
+        n = out.shape[1]
+        rows = np.concatenate([p.ctypes.data + np.arange(p.shape[0], dtype=np.intp) * p.strides[0] for p in parts])
+        if rows.size != k or self._lib.ember_sgemm_native_rows(
+                m, n, k, a.ctypes.data, a.strides[0] // 4, rows.ctypes.data,
+                None if row_bias is None else row_bias.ctypes.data, out.ctypes.data, n, act) != 0:
+            raise ValueError(f"ember: gemm_native.c refused a ({m}, {k}) x ({rows.size}, {n}) product")
+        return out
 
     @staticmethod
     def _matvec(fn, x, wt):

@@ -289,6 +289,30 @@ def conv_act(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, ac
     return y if act is None else _ACTS[act](y)
 
 
+def conv_cat_act(xs, weight, bias=None, act="silu"):
+    """act(conv2d(cat(xs, 1), weight, bias)) for a 1x1 weight (O, the parts' channels together, 1, 1): one kernel
+    that reads each part where it lies where the device has one (the registry op conv_cat_act: YOLO's C2f, SPPF and
+    neck blocks concatenate their parts only for the next 1x1 conv), else the concatenation and conv_act."""
+    if act not in _ACTS:
+        raise ValueError(f"ember: conv_cat_act: act must be one of {sorted(a for a in _ACTS if a)} or None, got {act!r}")
+    xs = list(xs)
+    if len(xs) > 1 and weight.ndim == 4 and tuple(weight.shape[2:]) == (1, 1) and \
+            all(x.ndim == 4 and x.dtype is weight.dtype and x.device is weight.device for x in xs) and \
+            (bias is None or bias.dtype is weight.dtype):
+        k = A.fused_kernel("conv_cat_act", xs[0], weight, bias, *xs[1:])
+        y = None if k is None else k([x._data for x in xs], weight._data, None if bias is None else bias._data, act)
+        if y is not None:
+            return xs[0]._new(y)
+    return conv_cat_act_composed(xs, weight, bias, act)
+
+
+def conv_cat_act_composed(xs, weight, bias, act):
+    """The concatenation, then conv_act: the kernel's reference."""
+    from ..ops_movement import cat
+    x = xs[0] if len(xs) == 1 else cat(xs, 1)
+    return conv_act(x, weight, bias, 1, 0, 1, 1, act)
+
+
 def conv_bias_act_composed(x, weight, bias, stride, padding, dilation, groups, act):
     """conv, the bias per output channel (if any), then the activation: the kernels' reference."""
     y = A.prim_conv(x, weight, stride, padding, dilation, groups)

@@ -26,7 +26,7 @@ class C3k(nn.Module):
         self.m = nn.Sequential(*[Bottleneck(c_, shortcut) for _ in range(n)])
 
     def forward(self, x):
-        return self.cv3(ember.cat([self.m(self.cv1(x)), self.cv2(x)], 1))
+        return self.cv3.forward_cat([self.m(self.cv1(x)), self.cv2(x)])
 
 
 class C3k2(C2f):
@@ -85,7 +85,7 @@ class C2PSA(nn.Module):
 
     def forward(self, x):
         a, b = self.cv1(x).chunk(2, 1)
-        return self.cv2(ember.cat([a, self.m(b)], 1))
+        return self.cv2.forward_cat([a, self.m(b)])
 
 
 class YOLO11(YOLOv8):

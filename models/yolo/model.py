@@ -28,6 +28,14 @@ class Conv(nn.Module):
         c = self.conv  # conv, bias and SiLU in one kernel where the device has one (F.conv_act)
         return F.conv_act(x, c.weight, c.bias, c.stride, c.padding, c.dilation, c.groups, "silu" if self.act else None)
 
+    def forward_cat(self, xs):
+        """forward(cat(xs, 1)) for a 1x1 conv, without the concatenated copy where the device reads each part where
+        it lies (F.conv_cat_act: YOLOv8s's concatenations were ~57 MB of copies a forward)."""
+        c = self.conv
+        if c.kernel_size != (1, 1) or c.stride != (1, 1) or c.groups != 1 or tuple(c.padding) != (0, 0):
+            return self(ember.cat(list(xs), 1))
+        return F.conv_cat_act(xs, c.weight, c.bias, "silu" if self.act else None)
+
 
 class Bottleneck(nn.Module):
     def __init__(self, c, shortcut, hidden=None):
@@ -53,10 +61,12 @@ class C2f(nn.Module):
         self.m = nn.ModuleList([Bottleneck(self.c, shortcut) for _ in range(n)])
 
     def forward(self, x):
-        ys = list(self.cv1(x).chunk(2, 1))  # 2 x (b, c, h, w)
+        """x: (b, c1, h, w), or the list of parts whose channel concatenation it is (the neck's)."""
+        y = self.cv1.forward_cat(x) if isinstance(x, (list, tuple)) else self.cv1(x)
+        ys = list(y.chunk(2, 1))  # 2 x (b, c, h, w)
         for m in self.m:
             ys.append(m(ys[-1]))
-        return self.cv2(ember.cat(ys, 1))
+        return self.cv2.forward_cat(ys)
 
 
 class SPPF(nn.Module):
@@ -75,7 +85,7 @@ class SPPF(nn.Module):
         ys = [self.cv1(x)]
         for _ in range(3):
             ys.append(self._pool(ys[-1]))
-        return self.cv2(ember.cat(ys, 1))
+        return self.cv2.forward_cat(ys)
 
 
 def _branch(c_in, c_mid, c_out):
@@ -275,13 +285,14 @@ class YOLOv8(nn.Module):
         for i in self.P5_LAYERS:
             p5 = m[i](p5)                                                        # (b, c1024, H/32, W/32)
         yield 4
-        h4 = top4(ember.cat([F.interpolate(p5, scale_factor=2), p4], 1))  # (b, c512, H/16, W/16)
+        # (each C2f takes the parts of its input's concatenation: its first 1x1 conv reads them where they lie)
+        h4 = top4([F.interpolate(p5, scale_factor=2), p4])                       # (b, c512, H/16, W/16)
         yield 5
-        o3 = top3(ember.cat([F.interpolate(h4, scale_factor=2), p3], 1))  # (b, c256, H/8, W/8)
+        o3 = top3([F.interpolate(h4, scale_factor=2), p3])                       # (b, c256, H/8, W/8)
         yield 6
-        o4 = out4(ember.cat([down4(o3), h4], 1))                                 # (b, c512, H/16, W/16)
+        o4 = out4([down4(o3), h4])                                               # (b, c512, H/16, W/16)
         yield 7
-        o5 = out5(ember.cat([down5(o4), p5], 1))                                 # (b, c1024, H/32, W/32)
+        o5 = out5([down5(o4), p5])                                               # (b, c1024, H/32, W/32)
         yield 8
         out = m[-1]([o3, o4, o5], self.cfg.strides)
         yield 9

@@ -68,7 +68,10 @@ typedef struct {
     const float *a, *b, *bias, *row_bias;
     long rsa, rsb, rsc;
     float *c;
+    const float *const *brows;  // B's k rows' addresses (rows of several arrays: a concatenation), or NULL: b, rsb
 } gn_job;
+
+static inline const float *gn_row(const gn_job *j, int r) { return j->brows ? j->brows[r] : j->b + r * j->rsb; }
 
 #define GV (GN_NR / 2)
 
@@ -106,12 +109,13 @@ static inline void gn_tile(int kk, const float *a, long rsa, const float *b, lon
         }
 }
 
-// block (kk, NR) = b[0:kk, 0:nn], zeros past nn
-static inline void gn_copy(int kk, const float *b, long rsb, int nn, float *block) {
+// block (kk, NR) = B[k0:k0 + kk, n0:n0 + nn], zeros past nn
+static inline void gn_copy(const gn_job *j, int k0, int kk, int n0, int nn, float *block) {
     gm m0 = gm_first(nn), m1 = gm_first(nn - GV);
     for (int r = 0; r < kk; r++) {
-        gv_put(block + r * GN_NR, gv_load(b + r * rsb, m0));
-        gv_put(block + r * GN_NR + GV, gv_load(b + r * rsb + GV, m1));
+        const float *row = gn_row(j, k0 + r) + n0;
+        gv_put(block + r * GN_NR, gv_load(row, m0));
+        gv_put(block + r * GN_NR + GV, gv_load(row + GV, m1));
     }
 }
 
@@ -129,14 +133,15 @@ static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel
     for (int g = p0; g < p1; g++) {
         int q0 = g * GN_GROUP, q1 = q0 + GN_GROUP < panels ? q0 + GN_GROUP : panels;
         // a blocked B is read as it lies, all of k at once (no copy to refill; one C store a tile)
-        int blocked = j->rsb == 0, kc = blocked ? j->k : GN_KC;
+        int blocked = j->rsb == 0 && !j->brows, kc = blocked ? j->k : GN_KC;
         for (int k0 = 0; k0 < j->k; k0 += kc) {
             int kk = j->k - k0 < kc ? j->k - k0 : kc;
-            int copy = !blocked && j->m > GN_MR;  // read by several blocks of rows: copied once
+            // read by several blocks of rows (or B's rows scattered over several arrays): copied once
+            int copy = !blocked && (j->m > GN_MR || j->brows);
             if (copy)
                 for (int q = q0; q < q1; q++) {
                     int n0 = q * GN_NR, nn = j->n - n0 < GN_NR ? j->n - n0 : GN_NR;
-                    gn_copy(kk, j->b + k0 * j->rsb + n0, j->rsb, nn, block + (q - q0) * GN_KC * GN_NR);
+                    gn_copy(j, k0, kk, n0, nn, block + (q - q0) * GN_KC * GN_NR);
                 }
             for (int q = q0; q < q1; q++) {
                 int n0 = q * GN_NR, nn = j->n - n0 < GN_NR ? j->n - n0 : GN_NR;
@@ -149,21 +154,21 @@ static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel
                 // into L2 a few rows per block of A's rows while the tiles compute: B's rows come from memory in
                 // short runs the hardware prefetcher does not run ahead of, and all of a block's lines requested
                 // at once (during the copy) overflowed the core's queue of misses and were mostly dropped
-                const float *next = NULL;
-                int next_kk = 0;
+                int next_k0 = 0, next_n0 = 0, next_kk = 0;  // (rows [next_k0, + next_kk) of columns next_n0 on)
                 if (copy && k0 + GN_KC < j->k) {
-                    next = j->b + (k0 + GN_KC) * j->rsb + n0;
+                    next_k0 = k0 + GN_KC, next_n0 = n0;
                     next_kk = j->k - k0 - GN_KC < GN_KC ? j->k - k0 - GN_KC : GN_KC;
                 } else if (copy && g + 1 < p1 && n0 + GN_GROUP * GN_NR < j->n) {
-                    next = j->b + n0 + GN_GROUP * GN_NR;
+                    next_k0 = 0, next_n0 = n0 + GN_GROUP * GN_NR;
                     next_kk = j->k < GN_KC ? j->k : GN_KC;
                 }
                 int tiles = (j->m + GN_MR - 1) / GN_MR, per = (next_kk + tiles - 1) / tiles;
                 for (int i = 0, t = 0; i < j->m; i += GN_MR, t++) {
-                    if (next)
-                        for (int r = t * per; r < (t + 1) * per && r < next_kk; r++)
-                            for (int o = 0; o < GN_NR; o += 16)  // (each 64-byte line of the row)
-                                _mm_prefetch((const char *)(next + r * j->rsb + o), _MM_HINT_T1);
+                    for (int r = t * per; r < (t + 1) * per && r < next_kk; r++) {
+                        const float *next = gn_row(j, next_k0 + r) + next_n0;
+                        for (int o = 0; o < GN_NR; o += 16)  // (each 64-byte line of the row)
+                            _mm_prefetch((const char *)(next + o), _MM_HINT_T1);
+                    }
                     gn_tile(kk, j->a + i * j->rsa + k0, j->rsa, b, rsb, half, j->c + i * j->rsc + n0, j->rsc,
                             j->m - i < GN_MR ? j->m - i : GN_MR, nn, k0 > 0);
                 }
@@ -191,6 +196,28 @@ static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel
 EMBER_EXPORT(ember_sgemm_native_width)
 int ember_sgemm_native_width(void) { return GN_NR; }
 
+#if GN_NR
+static int gn_run(const gn_job *j) {
+    if (j->m <= 0 || j->n <= 0)
+        return 0;
+    if (j->k <= 0) {
+        for (int i = 0; i < j->m; i++) {
+            for (int q = 0; q < j->n; q++)
+                j->c[i * j->rsc + q] = j->bias ? 0.0f + j->bias[q] : 0.0f;
+            if (j->act != ACT_NONE || j->row_bias)
+                act_row(j->c + (long)i * j->rsc, j->n, j->row_bias ? j->row_bias[i] : 0.0f, j->act);
+        }
+        return 0;
+    }
+    int groups = (j->n + GN_NR * GN_GROUP - 1) / (GN_NR * GN_GROUP);
+    // one run of groups a thread: a chunk's first block is copied from memory unprefetched (the prefetch runs a
+    // block ahead within a chunk), and one group a chunk made that every group's (MiniLM's 36 linears on two
+    // threads: 15.8 ms as 6-24 chunks, 14.7 as 2)
+    int chunks = ember_chunks(groups, (long)j->m * j->k * GN_NR * GN_GROUP), threads = ember_parallel_threads();
+    return ember_parallel(gn_panels, j, groups, chunks < threads ? chunks : threads);
+}
+#endif
+
 // c (m, n; rows rsc floats apart) = a (m, k; rows rsa apart) b (k, n; rows rsb apart) + bias (n; or NULL: none)
 // or + row_bias (m: one per row, a 1x1 convolution's per output channel, added with the activation in one step as
 // conv.c's epilogue adds it: then act(c + row_bias), the bits of conv.c's 1x1 tile; bias NULL),
@@ -202,27 +229,27 @@ EMBER_EXPORT(ember_sgemm_native)
 int ember_sgemm_native(int m, int n, int k, const float *a, long rsa, const float *b, long rsb, const float *bias,
                        const float *row_bias, float *c, long rsc, int act) {
 #if GN_NR
-    if (m <= 0 || n <= 0)
-        return 0;
-    if (k <= 0) {
-        for (int i = 0; i < m; i++) {
-            for (int q = 0; q < n; q++)
-                c[i * rsc + q] = bias ? 0.0f + bias[q] : 0.0f;
-            if (act != ACT_NONE || row_bias)
-                act_row(c + (long)i * rsc, n, row_bias ? row_bias[i] : 0.0f, act);
-        }
-        return 0;
-    }
-    gn_job j = {m, n, k, act, a, b, bias, row_bias, rsa, rsb, rsc, c};
-    int groups = (n + GN_NR * GN_GROUP - 1) / (GN_NR * GN_GROUP);
-    // one run of groups a thread: a chunk's first block is copied from memory unprefetched (the prefetch runs a
-    // block ahead within a chunk), and one group a chunk made that every group's (MiniLM's 36 linears on two
-    // threads: 15.8 ms as 6-24 chunks, 14.7 as 2)
-    int chunks = ember_chunks(groups, (long)m * k * GN_NR * GN_GROUP), threads = ember_parallel_threads();
-    return ember_parallel(gn_panels, &j, groups, chunks < threads ? chunks : threads);
+    gn_job j = {m, n, k, act, a, b, bias, row_bias, rsa, rsb, rsc, c, NULL};
+    return gn_run(&j);
 #else
     (void)m, (void)n, (void)k, (void)a, (void)rsa, (void)b, (void)rsb, (void)bias, (void)row_bias, (void)c, (void)rsc,
         (void)act;
+    return -1;
+#endif
+}
+
+// The same product with B's k rows given by address (brows[r]: row r, n floats of unit stride): the rows of several
+// arrays, a 1x1 convolution's input channels over a concatenation read where each part lies (no concatenated copy:
+// YOLOv8s's C2f blocks each concatenated their parts for the next 1x1, ~57 MB of copies a forward); the same bits
+// as ember_sgemm_native on their concatenation (B is copied into the same blocks either way).
+EMBER_EXPORT(ember_sgemm_native_rows)
+int ember_sgemm_native_rows(int m, int n, int k, const float *a, long rsa, const float *const *brows,
+                            const float *row_bias, float *c, long rsc, int act) {
+#if GN_NR
+    gn_job j = {m, n, k, act, a, NULL, NULL, row_bias, rsa, 0, rsc, c, brows};
+    return gn_run(&j);
+#else
+    (void)m, (void)n, (void)k, (void)a, (void)rsa, (void)brows, (void)row_bias, (void)c, (void)rsc, (void)act;
     return -1;
 #endif
 }
