@@ -48,10 +48,10 @@ def choose_conv(be, tune, x_shape, w_shape, stride, dilation, groups, padding=No
     takes the call), "blas" never, "auto": kernels of at least tune["min_taps"] taps spanning both axes (a 1x1
     is one BLAS product without im2col, and a 1-D conv's im2col is cheap: BLAS wins both, bench_core), any
     output of at most tune["narrow"] pixels an image (conv.c's dot products: a streaming model's conv over a few
-    frames, where im2col's numpy calls and BLAS's small-product cost are most of the time), and 1x1 convs over
-    maps of at least tune["pointwise_pixels"] pixels (YOLOv8s's at 160 x 160: conv.c reads x in place, the
-    activation in its epilogue, 5-13% ahead of BLAS and a pass for the activation; 3-12% behind it on smaller
-    maps)."""
+    frames, where im2col's numpy calls and BLAS's small-product cost are most of the time), and 1x1 convs: natively
+    every plain one (gemm_native.c: _gemm_pointwise), elsewhere those over maps of at least tune["pointwise_pixels"]
+    pixels (YOLOv8s's at 160 x 160: conv.c reads x in place, the activation in its epilogue, 5-13% ahead of BLAS
+    and a pass for the activation; 3-12% behind it on smaller maps)."""
     key = (tune["mode"], tune["narrow"], tune["min_taps"], tune["pointwise_pixels"], x_shape, w_shape, stride, dilation,
            groups, padding)
     try:
