@@ -203,6 +203,7 @@ def test_conv_rule_takes_c_for_wide_kernels_narrow_outputs_large_maps_and_1x1_an
     gemm = cpu_matmul.native_kernels() is not None and cpu_matmul.native_kernels().sgemm_width > 0
     assert K.chooses("conv_bias_act", be, (1, 64, 56, 56), (32, 64, 1, 1), (1, 1), (1, 1), 1) == gemm
     assert not K.chooses("conv_bias_act", be, (1, 64, 56, 56), (32, 64, 1, 1), (2, 2), (1, 1), 1)
+    assert not K.chooses("conv_bias_act", be, (1, 64, 56, 56), (32, 32, 1, 1), (1, 1), (1, 1), 2)  # (groups: BLAS)
     # 1x1 over a large map (YOLOv8s's 160 x 160): C, which reads x in place with the activation in its epilogue
     assert K.chooses("conv_bias_act", be, (1, 64, 160, 160), (64, 64, 1, 1), (1, 1), (1, 1), 1, (0, 0))
     assert not K.chooses("conv_bias_act", be, (1, 64, 160, 160), (64, 64, 1, 1), (2, 2), (1, 1), 1, (0, 0))

@@ -59,7 +59,7 @@ def choose_conv(be, tune, x_shape, w_shape, stride, dilation, groups, padding=No
     except TypeError:  # (a caller's list of strides)
         got = key = None
     if got is None:  # (decided once per shapes and tuning: a streaming model's conv asks every chunk)
-        got = _choose_conv(tune, x_shape, w_shape, stride, dilation, padding)
+        got = _choose_conv(tune, x_shape, w_shape, stride, dilation, groups, padding)
         if key is None:
             return got and float_kernels() is not None
         if len(_CHOSEN) >= 256:
@@ -82,31 +82,37 @@ def _gemm_here() -> bool:
     return kern is not None and kern.sgemm_width > 0
 
 
-def _gemm_pointwise(x, w, b, act):
-    """act(conv(x, w) + b) for a plain 1x1 convolution natively: gemm_native.c's product of the weight (O, C) and
-    each image's pixels (C, H W) as they lie, the bias and the activation in its epilogue. Each output is one
-    multiply-add chain over the channels, then act(y + b): the bits of conv.c's 1x1 tile, which the page runs.
-    YOLOv8s's 1x1 convs (AMD Zen 4): 11% faster than BLAS and an activation pass (and conv.c over 160 x 160) on
-    two threads, level on one."""
-    n, c, h, wd = x.shape
-    o = w.shape[0]
-    y = np.empty((n, o, h, wd), _F32)
+def _gemm_pointwise(xs, w, b, act):
+    """act(conv(cat(xs, 1), w) + b) for a plain 1x1 convolution natively: gemm_native.c's product of the weight
+    (O, C) and each image's pixels (C, H W) as they lie (the parts' channels read where each part lies, no
+    concatenated copy), the bias and the activation in its epilogue. Each output is one multiply-add chain over
+    the channels, then act(y + b): the bits of conv.c's 1x1 tile, which the page runs. YOLOv8s's 1x1 convs (AMD
+    Zen 4): 11% faster than BLAS and an activation pass (and conv.c over 160 x 160) on two threads, level on one."""
+    n, _, h, wd = xs[0].shape
+    o, c = w.shape[:2]
     w2 = w.reshape(o, c)
     if not w2.flags.c_contiguous:
         w2 = np.ascontiguousarray(w2)
-    kern = cpu_matmul.native_kernels()
+    b = b if b is None or b.flags.c_contiguous else np.ascontiguousarray(b)
+    y = np.empty((n, o, h, wd), _F32)
+    kern, act_id = cpu_matmul.native_kernels(), _ACT_IDS[act]
     for i in range(n):
-        xi = x[i].reshape(c, h * wd)
-        if not (xi.strides[1] == 4 and xi.strides[0] % 4 == 0):
-            xi = np.ascontiguousarray(xi)
-        kern.sgemm(w2, xi, act=_ACT_IDS[act], row_bias=b, out=y[i].reshape(o, h * wd))
+        parts = []
+        for x in xs:
+            part = x[i].reshape(x.shape[1], h * wd)
+            parts.append(part if part.strides[1] == 4 and part.strides[0] % 4 == 0 else np.ascontiguousarray(part))
+        out = y[i].reshape(o, h * wd)
+        if len(parts) == 1:
+            kern.sgemm(w2, parts[0], act=act_id, row_bias=b, out=out)
+        else:
+            kern.sgemm_rows(w2, parts, b, act_id, out)
     return y
 
 
 def conv_cat_act(be, xs, w, b, act):
-    """act(conv(cat(xs, 1), w) + b) for a 1x1 w natively without the concatenation: gemm_native.c reads each part's
-    channels where they lie, the bits conv_bias_act gives on the concatenation (_gemm_pointwise's). None elsewhere
-    (the page, deterministic mode, another dtype, mismatched parts: the caller concatenates and convolves)."""
+    """act(conv(cat(xs, 1), w) + b) for a 1x1 w natively without the concatenation (_gemm_pointwise: the bits
+    conv_bias_act gives on the concatenation). None elsewhere (the page, deterministic mode, another dtype,
+    mismatched parts: the caller concatenates and convolves)."""
     if float_kernels() is None or not _gemm_here() or w.dtype is not _F32 or w.ndim != 4 or w.shape[2:] != (1, 1) or \
             (b is not None and (b.dtype is not _F32 or b.shape != w.shape[:1])):
         return None
@@ -114,23 +120,10 @@ def conv_cat_act(be, xs, w, b, act):
     if any(x.dtype is not _F32 or x.ndim != 4 or x.shape[0] != n or x.shape[2:] != (h, wd) for x in xs) or \
             sum(x.shape[1] for x in xs) != w.shape[1]:
         return None
-    o, c = w.shape[:2]
-    w2 = w.reshape(o, c)
-    if not w2.flags.c_contiguous:
-        w2 = np.ascontiguousarray(w2)
-    b = b if b is None or b.flags.c_contiguous else np.ascontiguousarray(b)
-    y = np.empty((n, o, h, wd), _F32)
-    kern = cpu_matmul.native_kernels()
-    for i in range(n):
-        parts = []
-        for x in xs:
-            part = x[i].reshape(x.shape[1], h * wd)
-            parts.append(part if part.strides[1] == 4 and part.strides[0] % 4 == 0 else np.ascontiguousarray(part))
-        kern.sgemm_rows(w2, parts, b, _ACT_IDS[act], y[i].reshape(o, h * wd))
-    return y
+    return _gemm_pointwise(xs, w, b, act)
 
 
-def _choose_conv(tune, x_shape, w_shape, stride, dilation, padding):
+def _choose_conv(tune, x_shape, w_shape, stride, dilation, groups, padding):
     if len(w_shape) not in (3, 4) or w_shape[2] * (w_shape[3] if len(w_shape) == 4 else 1) > 1024:
         return False
     mode = tune["mode"]
@@ -145,7 +138,7 @@ def _choose_conv(tune, x_shape, w_shape, stride, dilation, padding):
         return True
     taps = w_shape[2] * (w_shape[3] if len(w_shape) == 4 else 1)
     if len(w_shape) == 4 and taps == 1:
-        return pixels >= tune["pointwise_pixels"] or _pointwise(x_shape, w_shape, stride, pad, 1) and _gemm_here()
+        return pixels >= tune["pointwise_pixels"] or _pointwise(x_shape, w_shape, stride, pad, groups) and _gemm_here()
     return len(w_shape) == 4 and min(w_shape[2:]) > 1 and taps >= tune["min_taps"]
 
 
@@ -181,7 +174,7 @@ def conv_bias_act(be, x, w, b, stride, padding, dilation, groups, act):
     if f32 and _takes_c(be, x.shape, w.shape, stride, dilation, groups, padding):
         fk = float_kernels()
         if fk is not None and _pointwise(x.shape, w.shape, stride, padding, groups) and _gemm_here():
-            return _gemm_pointwise(x, w, b if b is None or b.flags.c_contiguous else np.ascontiguousarray(b), act)
+            return _gemm_pointwise([x], w, b, act)
         if fk is not None:  # (a 1-D conv is the kernel's conv2d of one row)
             return fk.conv2d(x if x.flags.c_contiguous else np.ascontiguousarray(x),
                              w if w.flags.c_contiguous else np.ascontiguousarray(w), b, tuple(stride),
