@@ -302,7 +302,8 @@ op("conv_bias_act", "(x, w, b|None, stride, padding, dilation, groups, act None|
    "act(conv(x, w) + b): conv1d / conv2d with the bias and activation in its epilogue",
    composed="ember.nn.functional:conv_bias_act_composed",
    cpu=Kernel(_DN + "conv_bias_act", _DN + "describe_conv", choose=_DN + "choose_conv",
-              tune={"mode": "auto", "min_taps": 4, "narrow": 8, "pointwise_pixels": 16384}))
+              tune={"mode": "auto", "min_taps": 4, "narrow": 8, "pointwise_pixels": 16384,
+                    "winograd_channels": 32}))
 op("conv_cat_act", "(xs [(N, C_i, H, W), ...], w (O, sum C_i, 1, 1), b|None, act None|'relu'|'silu'|'gelu'|"
    "'gelu_tanh') -> act(conv(cat(xs, 1), w) + b), or None where the kernel does not take it: a 1x1 conv over a "
    "channel concatenation, each part read where it lies (no concatenated copy)",

@@ -179,8 +179,11 @@ def test_conv_plans_keep_each_calls_arrays_across_weights_and_python_threads(bui
 
 def test_conv_bias_act_op_against_its_composed_form():
     """The registry op on the CPU (C where its rule chooses it, im2col + BLAS elsewhere, either forced) against
-    conv_bias_act_composed in Tensor ops."""
+    conv_bias_act_composed in Tensor ops (Winograd's where the rule takes it: within its own bound)."""
+    from ember.backends import cpu_dense
     from ember.nn.functional import conv_bias_act_composed, conv_act
+    be = ember.tensor([0.0]).device.backend
+    winograd = 0
     for i in range(len(CONV_CASES)):
         x, w, b, stride, padding, dilation, groups, act = _conv_case(i)
         ex, ew, eb = ember.tensor(x), ember.tensor(w), None if b is None else ember.tensor(b)
@@ -190,7 +193,10 @@ def test_conv_bias_act_op_against_its_composed_form():
             for mode in ("c", "blas", "auto"):
                 with K.tuned("conv_bias_act", "cpu", mode=mode):
                     got = conv_act(ex, ew, eb, stride, padding, dilation, groups, act).numpy()
-                assert np.all(np.abs(got - ref) <= 2 * bound), (i, mode)
+                    wino = cpu_dense._takes_c(be, x.shape, w.shape, stride, dilation, groups, padding) == "winograd"
+                winograd += wino
+                assert np.all(np.abs(got - ref) <= (64 if wino else 2) * bound), (i, mode)
+    assert winograd == (2 if CFK.kernels() is not None else 0)  # (cases 9 and 19)
 
 
 def test_conv_rule_takes_c_for_wide_kernels_narrow_outputs_large_maps_and_1x1_and_blas_for_1d():
@@ -215,6 +221,93 @@ def test_conv_rule_takes_c_for_wide_kernels_narrow_outputs_large_maps_and_1x1_an
     with K.tuned("conv_bias_act", "cpu", mode="c"):
         assert K.chooses("conv_bias_act", be, (1, 80, 3000), (384, 80, 3), (1,), (1,), 1)
 
+
+
+# Winograd F(4x4, 3x3): x (N, C, H, W), O, padding, bias, act — sizes that leave partial tiles in both axes, one
+# tile, several images, padding 0 / 1 / 2 (mixed), tiles an image not a multiple of the products' vectors, and
+# channels past a block of the products
+WINO_CASES = [
+    ((1, 3, 7, 9), 5, (1, 1), True, None),
+    ((2, 16, 13, 11), 24, (1, 1), True, "silu"),
+    ((1, 8, 4, 4), 8, (0, 0), False, "relu"),
+    ((1, 9, 10, 6), 7, (2, 0), True, "gelu"),
+    ((1, 40, 22, 37), 33, (1, 1), True, "silu"),
+    ((1, 64, 20, 20), 64, (1, 2), False, "gelu_tanh"),
+    ((2, 300, 6, 9), 36, (1, 1), True, None),
+]
+
+
+def _wino_case(i):
+    xs, o, padding, bias, act = WINO_CASES[i]
+    x, w = rnd(*xs, seed=110 + i), rnd(o, xs[1], 3, 3, seed=140 + i, scale=0.5)
+    return x, w, (rnd(o, seed=170 + i) if bias else None), padding, act
+
+
+@pytest.mark.parametrize("case", range(len(WINO_CASES)))
+def test_winograd_conv_matches_float64_on_every_build(builds, case):
+    """conv.c's Winograd F(4x4, 3x3) against float64 on every build, within its own rounding bound: its
+    transforms scale a tile's values by up to 100 (B's 4 and 5, A's 8) before the products round, so the bound
+    is 64x the direct conv's; the builds that fuse agree bit for bit (AVX2's and AVX-512's, gemm_native.c's
+    products and conv.c's tile, the page's), as do those that do not, and no thread count changes a bit."""
+    from ember.backends.cpu_dense import winograd_weight
+    x, w, b, padding, act = _wino_case(case)
+    want, bound = conv_reference(x, w, b, (1, 1), padding, (1, 1), 1, act)
+    u = winograd_weight(w)
+    got = {}
+    for tag, (fk, nk) in builds.items():
+        _threads(nk, 1)
+        got[tag] = fk.conv3x3_winograd(x, u, b, padding, act)
+        assert got[tag].shape == want.shape, tag
+        err = np.abs(got[tag] - want)
+        assert np.all(err <= 64 * bound), (tag, float((err / bound).max()))
+        assert np.array_equal(fk.conv3x3_winograd(x, u, b, padding, act, tile_products=True), got[tag]), tag
+        for n in (2, 3):
+            _threads(nk, n)
+            assert np.array_equal(fk.conv3x3_winograd(x, u, b, padding, act), got[tag]), (tag, n)
+        _threads(nk, 1)
+    assert np.array_equal(got["ssse3"], got["scalar"], equal_nan=True)
+    if "avx2" in got:
+        assert np.array_equal(got["native"], got["avx2"], equal_nan=True)
+
+
+def test_winograd_weight_is_g_w_g_transposed():
+    """winograd_weight against G w G^T in float64 matrix products (Lavin & Gray's G for F(4x4, 3x3)), rounded once."""
+    from ember.backends.cpu_dense import winograd_weight
+    g = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                  [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+    w = rnd(5, 7, 3, 3, seed=3)
+    want = np.einsum("ak,ockl,il->aioc", g, w.astype(np.float64), g).reshape(36, 5, 7)
+    got = winograd_weight(w)
+    assert got.dtype == np.float32 and got.shape == (36, 5, 7)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_conv_rule_takes_winograd_for_3x3_stride_1_convs_of_many_channels():
+    from ember.backends import cpu_dense
+    if CFK.kernels() is None:
+        pytest.skip("no compiled kernels here")
+    be = ember.tensor([0.0]).device.backend
+    wino = lambda *a: cpu_dense._takes_c(be, *a) == "winograd"  # noqa: E731
+    assert wino((1, 64, 80, 80), (64, 64, 3, 3), (1, 1), (1, 1), 1, (1, 1))
+    assert wino((1, 32, 160, 160), (32, 32, 3, 3), (1, 1), (1, 1), 1, (1, 1))
+    assert not wino((1, 16, 160, 160), (16, 16, 3, 3), (1, 1), (1, 1), 1, (1, 1))     # too few channels
+    assert not wino((1, 64, 80, 80), (64, 64, 3, 3), (2, 2), (1, 1), 1, (1, 1))       # stride 2
+    assert not wino((1, 64, 80, 80), (64, 64, 3, 3), (1, 1), (2, 2), 1, (2, 2))       # dilated
+    assert not wino((1, 64, 80, 80), (64, 32, 3, 3), (1, 1), (1, 1), 2, (1, 1))       # groups
+    assert not wino((1, 64, 80, 80), (64, 64, 5, 5), (1, 1), (1, 1), 1, (2, 2))       # 5x5
+    assert not wino((1, 64, 3, 3), (64, 64, 3, 3), (1, 1), (1, 1), 1, (1, 1))         # a 3 x 3 output
+    with K.tuned("conv_bias_act", "cpu", winograd_channels=0):
+        assert not wino((1, 64, 80, 80), (64, 64, 3, 3), (1, 1), (1, 1), 1, (1, 1))
+    with K.tuned("conv_bias_act", "cpu", mode="c"):  # (the direct conv, forced)
+        assert cpu_dense._takes_c(be, (1, 64, 80, 80), (64, 64, 3, 3), (1, 1), (1, 1), 1, (1, 1)) is True
+    # the op on Tensors takes it, within its bound of the direct conv's answer
+    x, w, b = rnd(1, 40, 22, 37, seed=1), rnd(33, 40, 3, 3, seed=2, scale=0.5), rnd(33, seed=3)
+    want, bound = conv_reference(x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu")
+    got = cpu_dense.conv_bias_act(be, x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu")
+    assert np.all(np.abs(got - want) <= 64 * bound)
+    with K.tuned("conv_bias_act", "cpu", winograd_channels=1):
+        assert not np.array_equal(cpu_dense.conv_bias_act(be, x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu"),
+                                  CFK.kernels().conv2d(x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu"))
 
 
 @pytest.mark.parametrize("n, c, o, h, w, act", [(1, 96, 64, 12, 20, "silu"), (2, 40, 24, 7, 9, None),
@@ -493,6 +586,7 @@ def test_the_page_runs_the_same_kernels(builds, pyodide_session):
     code = '''
 import numpy as np
 from ember.backends import cpu_float_kernels as CFK, cpu_matmul
+from ember.backends.cpu_dense import winograd_weight
 def rnd(*shape, seed=0, scale=1.0):
     return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 fk = CFK.kernels()
@@ -505,6 +599,7 @@ out = {"conv": fk.conv2d(x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu"),
        "conv_s2": fk.conv2d(x, w, None, (2, 2), (1, 1), (1, 1), 1, "gelu"),
        "conv_narrow": fk.conv2d(xn, wn, b[:20], (1, 1), (0, 1), (1, 1), 1, "relu"),
        "conv_blocks": fk.conv2d(xb, wb, None, (1, 1), (1, 1), (1, 1), 1, "silu"),
+       "conv_winograd": fk.conv3x3_winograd(x, winograd_weight(w), b, (1, 1), "silu"),
        "attn": fk.attention(q, k, v, None, 0.125, False), "attn_causal": fk.attention(q, k, v, None, 0.125, True),
        "ln": fk.layer_norm(xs, rnd(384, seed=8), rnd(384, seed=9), 1e-5), "gelu": fk.bias_act(xs, None, "gelu"),
        "pool": fk.max_pool2d(x, (5, 5), (1, 1), (2, 2), (1, 1), (20, 37)), "up": fk.upsample_nearest(x, (2, 2))}

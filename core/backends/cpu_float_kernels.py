@@ -28,6 +28,7 @@ _P, _I = ctypes.c_void_p, ctypes.c_int
 # name: (argtypes, restype) of the native library's entry points (the page's ctypes takes plain ints)
 _SIGNATURES = {
     "ember_conv2d": ([_P], _I), "ember_conv2d_scratch_floats": ([_P], ctypes.c_long),
+    "ember_conv3x3_winograd": ([_P], _I), "ember_conv3x3_winograd_scratch_floats": ([_P], ctypes.c_long),
     "ember_attention": ([_P], _I), "ember_attention_scratch_floats": ([_P, _I], ctypes.c_long),
     "ember_layer_norm": ([_P], _I), "ember_bias_act": ([_P], _I),
     "ember_xattn_decode": ([_P, _P, _P, _P], _I), "ember_xattn_decode_scratch_bytes": ([_P, _I], ctypes.c_long),
@@ -172,6 +173,25 @@ class FloatKernels:
             raise ValueError(f"ember: conv2d kernel: parameters it does not take (x {x.shape}, w {w.shape}, "
                              f"stride {stride}, padding {padding}, dilation {dilation}, groups {groups})")
         return (n, o, wo) if x.ndim == 3 else (n, o, ho, wo), ParamBlock(params, 1), size
+
+    def conv3x3_winograd(self, x, u, b, padding, act=None, tile_products=False):
+        """act(conv(x, w) + b) for a 3x3 w of stride 1, dilation 1 and one group as Winograd's F(4x4, 3x3) (conv.c):
+        x (N, C, H, W) float32 C-contiguous, u (36, O, C) float32 the weight's transform (winograd_weight), b (O,)
+        or None -> (N, O, H + 2 ph - 2, W + 2 pw - 2). tile_products: the products on conv.c's tile natively too
+        (the page's; natively gemm_native.c's where built: the same bits)."""
+        n, c, h, wd = x.shape
+        o = u.shape[1]
+        y = np.empty((n, o, h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2), _F32)
+        params = np.array([_addr(x), _addr(u), 0 if b is None else _addr(b), _addr(y), 0, n, c, h, wd, o,
+                           padding[0], padding[1], ACTS[act], int(tile_products)], np.intp)
+        size = self._conv3x3_winograd_scratch_floats(_addr(params))
+        if size < 0 or u.shape != (36, o, c) or y.ndim != 4 or min(y.shape) < 1:
+            raise ValueError(f"ember: conv3x3_winograd kernel: parameters it does not take (x {x.shape}, u {u.shape}, "
+                             f"padding {padding})")
+        params[4] = _addr(self._scratch_floats(size))
+        if self._call(self._conv3x3_winograd, params) != 0:
+            raise ValueError("ember: conv3x3_winograd kernel refused its parameters")
+        return y
 
     # ---------------------------------------------------------------------------------------- attention
     def attention(self, q, k, v, mask, scale, causal):

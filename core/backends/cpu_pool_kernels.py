@@ -337,6 +337,8 @@ class PoolFloatKernels(FloatKernels):
         self.native, self.kern, self.pool, self.side = False, kern, kern.pool, side
         ex = self.pool.exports
         self._conv2d, self._conv2d_scratch_floats = ex.ember_conv2d, ex.ember_conv2d_scratch_floats
+        self._conv3x3_winograd = ex.ember_conv3x3_winograd
+        self._conv3x3_winograd_scratch_floats = ex.ember_conv3x3_winograd_scratch_floats
         self._attention, self._attention_scratch_floats = ex.ember_attention, ex.ember_attention_scratch_floats
         self._layer_norm, self._bias_act = ex.ember_layer_norm, ex.ember_bias_act
         self._scratch_block = Block(self.pool.arena, 1 << 16)
@@ -402,6 +404,25 @@ class PoolFloatKernels(FloatKernels):
                 self.pool.write(at, a)
         if self._run(self._conv2d, params, at_p, self._conv2d_scratch_floats, 4, "conv2d") != 0:
             raise ValueError("ember: conv2d kernel refused its parameters")
+        return self.pool.read(at_y, y)
+
+    def conv3x3_winograd(self, x, u, b, padding, act=None, tile_products=False):
+        n, c, h, wd = x.shape
+        o = u.shape[1]
+        ho, wo = h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2
+        if n * o * ho * wo * c * 9 < POOL_MIN_MACS or ho <= 0 or wo <= 0:
+            return self.side.conv3x3_winograd(x, u, b, padding, act)
+        y = np.empty((n, o, ho, wo), F32)
+        params = np.zeros(14, np.int32)
+        at_x, at_u, at_b, at_y, at_p = self._io([x, u, b, y, params])
+        params[:] = [i32(at_x), i32(at_u), 0 if b is None else i32(at_b), i32(at_y), 0, n, c, h, wd, o, padding[0],
+                     padding[1], ACTS[act], 1]
+        for a, at in ((x, at_x), (u, at_u), (b, at_b)):
+            if a is not None:
+                self.pool.write(at, a)
+        if self._run(self._conv3x3_winograd, params, at_p, self._conv3x3_winograd_scratch_floats, 4,
+                     "conv3x3_winograd") != 0:
+            raise ValueError("ember: conv3x3_winograd kernel refused its parameters")
         return self.pool.read(at_y, y)
 
     # ---------------------------------------------------------------------------------------- attention
