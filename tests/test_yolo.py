@@ -23,8 +23,10 @@ from ember.models.yolo.predict import detect, rounded, run_model
 
 ort = pytest.importorskip("onnxruntime")
 
-# Raw head output tolerance vs onnxruntime: boxes are in input pixels (0..640), scores are sigmoids.
-BOX_ATOL, SCORE_ATOL = 2e-3, 1e-5
+# Raw head output tolerance vs onnxruntime: boxes are in input pixels (0..640), scores are sigmoids. A box's
+# coordinate comes through ~20 layers of float32 convs; ember's Winograd 3x3s round differently from
+# onnxruntime's direct ones (~4e-6 of a coordinate near 570 px: 2.4e-3 px, float32's spacing there is 6e-5).
+BOX_ATOL, SCORE_ATOL = 5e-3, 1e-5
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,8 @@ paths (im2col + BLAS, blocked attention, chunked GELU).
 
 Which calls take the C kernels is each op's `choose` rule beside it, with its numbers in the registry's `tune`:
 the direct convolution where im2col + BLAS loses (kernels wider than 1x1 in both axes, measured on YOLOv8s,
-ResNet and Whisper shapes: bench/bench_core.py, bench/bench_yolo.py), one-pass attention past a number of
+ResNet and Whisper shapes: bench/bench_core.py, bench/bench_yolo.py) and Winograd's F(4x4, 3x3) for the 3x3
+stride-1 ones of many channels (_winograd), one-pass attention past a number of
 scores, LayerNorm and GELU rows always; none of them in deterministic mode.
 """
 from __future__ import annotations
@@ -28,7 +29,8 @@ _ACT_NAMES = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "silu": "silu", "relu": 
 
 
 def describe_conv(be=None):
-    return "cpu_kernels/conv.c ember_conv2d (direct, epilogue fused) | im2col + BLAS" if float_kernels() is not None \
+    return "cpu_kernels/conv.c ember_conv2d (direct, epilogue fused) | ember_conv3x3_winograd (F(4x4, 3x3)) | " \
+        "im2col + BLAS" if float_kernels() is not None \
         else "im2col bands + BLAS, bias added in place"
 
 
