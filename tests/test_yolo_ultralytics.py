@@ -86,8 +86,9 @@ def _assert_raw_outputs(ref, key, device, x):
     want = ref["out"][f"raw_{key}"]                                    # (b, 4 + nc [+ 51], anchors)
     got = run_model(model, x)
     assert got.shape == want.shape
-    # boxes/keypoints in input pixels, class scores as probabilities; BN folded in float64 here, float32 there
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
+    # boxes/keypoints in input pixels, class scores as probabilities; BN folded in float64 here, float32 there, and
+    # the 3x3 convs of 32+ channels Winograd's here (a keypoint of the random yolo11n-pose 2.9e-3 px off torch's)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=5e-3)
     assert np.abs(want[:, :4]).max() > 10 and want[:, 4:84].std() > 0  # non-trivial outputs
 
 
