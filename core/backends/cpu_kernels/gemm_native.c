@@ -34,6 +34,7 @@ typedef __m512 gv;
 typedef __mmask16 gm;
 static inline gm gm_first(int lanes) { return lanes >= 16 ? 0xFFFF : lanes <= 0 ? 0 : (gm)((1u << lanes) - 1); }
 static inline gv gv_load(const float *p, gm m) { return _mm512_maskz_loadu_ps(m, p); }
+static inline gv gv_whole(const float *p) { return _mm512_loadu_ps(p); }
 static inline void gv_store(float *p, gm m, gv v) { _mm512_mask_storeu_ps(p, m, v); }
 static inline void gv_put(float *p, gv v) { _mm512_store_ps(p, v); }  // (p 64-byte aligned)
 static inline gv gv_bcast(const float *p) { return _mm512_set1_ps(*p); }
@@ -49,6 +50,7 @@ static inline gm gm_first(int lanes) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 static inline gv gv_load(const float *p, gm m) { return _mm256_maskload_ps(p, m); }
+static inline gv gv_whole(const float *p) { return _mm256_loadu_ps(p); }
 static inline void gv_store(float *p, gm m, gv v) { _mm256_maskstore_ps(p, m, v); }
 static inline void gv_put(float *p, gv v) { _mm256_store_ps(p, v); }  // (p 32-byte aligned)
 static inline gv gv_bcast(const float *p) { return _mm256_broadcast_ss(p); }
@@ -76,9 +78,12 @@ static inline const float *gn_row(const gn_job *j, int r) { return j->brows ? j-
 #define GV (GN_NR / 2)
 
 // c[0:m, 0:nn] (+)= a[0:m, 0:kk] b[0:kk, 0:nn] for m <= MR rows, nn <= NR columns; b's columns GV and on start
-// `half` floats after its first (GV: one row; a blocked weight's next block of 16: further)
-static inline void gn_tile(int kk, const float *a, long rsa, const float *b, long rsb, long half, float *c,
-                           long rsc, int m, int nn, int resume) {
+// `half` floats after its first (GV: one row; a blocked weight's next block of 16: further). whole: b's rows
+// readable for all NR columns (a copy or a blocked weight, zeros past nn, or nn = NR): plain loads (AVX2's masked
+// loads in this loop were most of the time of YOLOv8s's 1x1 convs: 25 GMAC/s where the same tile in L1 gives 45)
+static inline __attribute__((always_inline)) void gn_tile_any(const int whole, int kk, const float *a, long rsa,
+                                                              const float *b, long rsb, long half, float *c,
+                                                              long rsc, int m, int nn, int resume) {
     gm m0 = gm_first(nn), m1 = gm_first(nn - GV);
     gv acc0[GN_MR], acc1[GN_MR];
     const float *ar[GN_MR];
@@ -93,7 +98,8 @@ static inline void gn_tile(int kk, const float *a, long rsa, const float *b, lon
     }
     const float *bh = b + half;
     for (int p = 0; p < kk; p++) {
-        gv b0 = gv_load(b + p * rsb, m0), b1 = gv_load(bh + p * rsb, m1);
+        gv b0 = whole ? gv_whole(b + p * rsb) : gv_load(b + p * rsb, m0);
+        gv b1 = whole ? gv_whole(bh + p * rsb) : gv_load(bh + p * rsb, m1);
 #pragma GCC unroll 8
         for (int i = 0; i < GN_MR; i++) {
             gv av = gv_bcast(ar[i] + p);
@@ -107,6 +113,14 @@ static inline void gn_tile(int kk, const float *a, long rsa, const float *b, lon
             gv_store(c + i * rsc, m0, acc0[i]);
             gv_store(c + i * rsc + GV, m1, acc1[i]);
         }
+}
+
+static void gn_tile(int whole, int kk, const float *a, long rsa, const float *b, long rsb, long half, float *c,
+                    long rsc, int m, int nn, int resume) {
+    if (whole)
+        gn_tile_any(1, kk, a, rsa, b, rsb, half, c, rsc, m, nn, resume);
+    else
+        gn_tile_any(0, kk, a, rsa, b, rsb, half, c, rsc, m, nn, resume);
 }
 
 // block (kk, NR) = B[k0:k0 + kk, n0:n0 + nn], zeros past nn
@@ -169,8 +183,8 @@ static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel
                         for (int o = 0; o < GN_NR; o += 16)  // (each 64-byte line of the row)
                             _mm_prefetch((const char *)(next + o), _MM_HINT_T1);
                     }
-                    gn_tile(kk, j->a + i * j->rsa + k0, j->rsa, b, rsb, half, j->c + i * j->rsc + n0, j->rsc,
-                            j->m - i < GN_MR ? j->m - i : GN_MR, nn, k0 > 0);
+                    gn_tile(copy || blocked || nn == GN_NR, kk, j->a + i * j->rsa + k0, j->rsa, b, rsb, half,
+                            j->c + i * j->rsc + n0, j->rsc, j->m - i < GN_MR ? j->m - i : GN_MR, nn, k0 > 0);
                 }
             }
         }
