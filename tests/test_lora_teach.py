@@ -62,7 +62,9 @@ def test_paused_and_resumed_equals_uninterrupted_and_loss_falls(loaded):
     assert part["stopped"] == "paused" and part["step"] == 3
     rest = teach({**OPTS, "resume": True})["ok"]
     assert rest["stopped"] == "done"
-    np.testing.assert_array_equal(rest["losses"], whole["losses"])
+    # bit for bit on the AVX-512 hosts this was written on; on an AVX2-only host (OpenBLAS's Haswell kernels) one of
+    # six losses came out one float32 step (2e-7) off, not traced further
+    np.testing.assert_allclose(rest["losses"], whole["losses"], rtol=1e-6, atol=0)
 
 
 def test_exported_adapter_loads_into_peft_and_reset(loaded, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 
-from onnx_contrib_graphs import MS, compare  # noqa: E402
+from onnx_contrib_graphs import MS, compare, ort_saturates_u8s8  # noqa: E402
 
 
 def _pack(levels, bits):
@@ -132,7 +132,11 @@ def test_matmul_integer_to_float(device, rng, a_type, b_type, zps, per_column):
         inits["b_zp"] = (rng.integers(lo(b_type), lo(b_type) + 20, 12) if per_column else np.array(lo(b_type) + 3)).astype(b_type)
         names[4:6] = ["a_zp", "b_zp"]
     node = helper.make_node("MatMulIntegerToFloat", names, ["y"], domain=MS)
-    compare(device, node, {"a": a}, ["y"], inits, rtol=1e-5, atol=1e-4)
+    reference = None
+    if a_type == np.uint8 and b_type == np.int8 and ort_saturates_u8s8():  # (the definition, exact, in its place)
+        acc = (a.astype(np.int64) - int(inits.get("a_zp", 0))) @ (b.astype(np.int64) - inits.get("b_zp", 0))
+        reference = [acc * (inits["a_scale"].astype(np.float64) * inits["b_scale"]) + inits["bias"]]
+    compare(device, node, {"a": a}, ["y"], inits, rtol=1e-5, atol=1e-4, reference=reference)
 
 
 @pytest.mark.parametrize("b_type", [np.int8, np.uint8])
@@ -149,7 +153,18 @@ def test_dynamic_quantize_matmul(device, rng, b_type, zp, bias):
         inits["bias"] = rng.standard_normal(10).astype(np.float32)
         names[4] = "bias"
     node = helper.make_node("DynamicQuantizeMatMul", [n for n in names], ["y"], domain=MS)
-    compare(device, node, {"a": rng.standard_normal((3, 32)).astype(np.float32)}, ["y"], inits, rtol=1e-5, atol=1e-4)
+    a = rng.standard_normal((3, 32)).astype(np.float32)
+    reference = None
+    if b_type == np.int8 and ort_saturates_u8s8():  # (the definition, exact, in its place)
+        # DynamicQuantizeLinear's uint8 a (its range widened to hold 0, zero point rounded half to even), then
+        # the exact integer product, scaled
+        lo_a, hi_a = min(0.0, float(a.min())), max(0.0, float(a.max()))
+        sa = np.float32((hi_a - lo_a) / 255)
+        za = np.clip(np.rint(-lo_a / sa), 0, 255)
+        qa = np.clip(np.rint(a / sa) + za, 0, 255)
+        acc = (qa - za) @ (b.astype(np.float64) - inits.get("b_zp", np.zeros(10)).astype(np.float64))
+        reference = [acc * (np.float64(sa) * inits["b_scale"]) + inits.get("bias", 0.0)]
+    compare(device, node, {"a": a}, ["y"], inits, rtol=1e-5, atol=1e-4, reference=reference)
 
 
 @pytest.mark.parametrize("zp_type", [np.uint8, np.int8])

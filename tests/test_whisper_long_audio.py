@@ -83,5 +83,15 @@ def test_long_transcript_equals_the_whole_file_features(tmp_path):
     got = transcribe(model, tok, clip, timestamps=True, **GREEDY)
     whole = audio.log_mel_spectrogram(samples, 80, pad_to_30s=False, extra_hop=False)
     want = transcribe_features(model, tok, whole, samples.size / audio.SAMPLE_RATE, timestamps=True, **GREEDY)
-    assert got["segments"] == want["segments"]
+    # the same segments: tokens, text and times exactly; the log-probabilities within float32 rounding (the same bits
+    # on the AVX-512 hosts this was written on; 3e-8 apart on an AVX2-only host, OpenBLAS's Haswell kernels, not
+    # traced further)
+    assert len(got["segments"]) == len(want["segments"])
+    for g, w in zip(got["segments"], want["segments"]):
+        assert g.keys() == w.keys()
+        for key in g:
+            if key in ("avg_logprob", "no_speech_prob", "compression_ratio"):
+                assert g[key] == pytest.approx(w[key], rel=1e-5, abs=1e-6), key
+            else:
+                assert g[key] == w[key], key
     assert got["segments"][-1]["end"] > 30 and "smooth planks" in got["text"].lower()
