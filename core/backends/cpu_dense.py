@@ -137,8 +137,11 @@ def winograd_weight(w):
     everywhere: the page's U has the native bits), rounded to float32 once."""
     g = w.astype(np.float64)
     cols = _g_rows(g[..., 0], g[..., 1], g[..., 2])               # 6 x (O, C, 3): G applied along each row
-    rows = [_g_rows(c[..., 0], c[..., 1], c[..., 2]) for c in cols]  # [i][a]: then down each column
-    return np.ascontiguousarray(np.stack([rows[i][a] for a in range(6) for i in range(6)]), _F32)
+    u = np.empty((36,) + w.shape[:2], _F32)
+    for i, c in enumerate(cols):  # then down each column, a column's six at a time (float64 temporaries stay small)
+        for a, v in enumerate(_g_rows(c[..., 0], c[..., 1], c[..., 2])):
+            u[6 * a + i] = v
+    return u
 
 
 def _choose_conv(tune, x_shape, w_shape, stride, dilation, groups, padding):
