@@ -36,7 +36,7 @@ def timed(fn):
             spent[0] += time.perf_counter() - t0
     return call
 for cls, names in ((cpu_pool_kernels.PoolKernels, ("q8_matmul", "qmatmul", "_call", "attention_blocks", "_unary")),
-                   (cpu_pool_kernels.PoolFloatKernels, ("conv2d", "attention", "_rows_call")),
+                   (cpu_pool_kernels.PoolFloatKernels, ("conv2d", "conv3x3_winograd", "attention", "_rows_call")),
                    (cpu_pool_kernels.PoolDecodePlan, ("step",)), (cpu_pool_kernels.PoolXattnPlan, ("step", "logits"))):
     for name in names:  # (a float kernel's call too small for the pool runs on this thread inside it: counted)
         setattr(cls, name, timed(getattr(cls, name)))

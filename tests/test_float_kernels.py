@@ -270,6 +270,19 @@ def test_winograd_conv_matches_float64_on_every_build(builds, case):
         assert np.array_equal(got["native"], got["avx2"], equal_nan=True)
 
 
+def test_winograd_conv_refuses_paddings_and_shapes_it_does_not_take(builds):
+    """A padding past conv.c's 2, a negative one, an output of no pixels or a transform of the wrong shape: ember's
+    error naming them, before any output is allocated (a negative size would be numpy's error)."""
+    from ember.backends.cpu_dense import winograd_weight
+    x, u = rnd(1, 4, 6, 6, seed=5), winograd_weight(rnd(8, 4, 3, 3, seed=6))
+    fk = next(iter(builds.values()))[0]
+    assert fk.conv3x3_winograd(x, u, None, (2, 2)).shape == (1, 8, 8, 8)
+    for xs, uu, padding in ((x, u, (3, 0)), (x, u, (-1, 1)), (rnd(1, 4, 1, 6, seed=7), u, (0, 0)),
+                            (rnd(1, 4, 2, 2, seed=8), u, (-2, -2)), (x, u[:, :, :3], (1, 1))):
+        with pytest.raises(ValueError, match=r"ember: conv3x3_winograd kernel: parameters it does not take"):
+            fk.conv3x3_winograd(xs, uu, None, padding)
+
+
 def test_winograd_weight_is_g_w_g_transposed():
     """winograd_weight against G w G^T in float64 matrix products (Lavin & Gray's G for F(4x4, 3x3)), rounded once."""
     from ember.backends.cpu_dense import winograd_weight

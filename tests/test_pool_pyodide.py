@@ -114,7 +114,7 @@ result = out
 
 # the float kernels (conv.c, attention.c, rows.c), each call large enough for the pool (cpu_pool_kernels.POOL_MIN_*)
 FLOATS = INPUTS + r'''
-from ember.backends import cpu_float_kernels as CFK
+from ember.backends import cpu_dense, cpu_float_kernels as CFK
 
 def float_calls(fk):
     x, w, b = floats((1, 24, 40, 64), 1), floats((32, 24, 3, 3), 2) * 0.3, floats(32, 3)
@@ -127,8 +127,12 @@ def float_calls(fk):
     inplace, ch = floats((300, 512), 13), floats((2, 16, 80, 80), 14)
     wide = floats((300, 700), 15)[:, :512]  # rows with a stride, out into a strided view
     out_view = np.zeros((300, 600), np.float32)[:, :512]
+    u = cpu_dense.winograd_weight(floats((32, 24, 3, 3), 17) * 0.3)
     return {"conv": fk.conv2d(x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu"),
+            "conv_again": fk.conv2d(x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu"),  # (w and b kept in the pool's memory)
             "conv_s2": fk.conv2d(x, w, None, (2, 2), (1, 1), (1, 1), 1, "gelu"),
+            "winograd": fk.conv3x3_winograd(x, u, b, (1, 1), "silu"),
+            "winograd_again": fk.conv3x3_winograd(x, u, b, (1, 1), "silu"),
             "depthwise": fk.conv2d(dx, dw, None, (1, 1), (1, 1), (1, 1), 32, "relu"),
             "attn_causal": fk.attention(q, k, v, None, 0.125, True),
             "attn_mask": fk.attention(q, kk, vv, mask, 0.125, False),
@@ -296,15 +300,25 @@ from ember.backends import cpu_matmul
 pool = cpu_matmul.pool_kernels()
 jobs = pool.pool.state()["jobs"] if pool is not None else 0
 fk = CFK.kernels()
+calls = float_calls(fk)
 result = {"kind": type(fk).__name__, "path": cpu_matmul.matmul_path(),
-          "out": {k: v.tobytes().hex() for k, v in float_calls(fk).items()},
+          "out": {k: v.tobytes().hex() for k, v in calls.items()},
           "jobs": (pool.pool.state()["jobs"] - jobs) if pool is not None else 0}
+if pool is not None:  # a weight called twice is kept in the pool's memory; one called once is not
+    w2, u = floats((32, 24, 3, 3), 2) * 0.3, cpu_dense.winograd_weight(floats((32, 24, 3, 3), 18))
+    x = floats((1, 24, 40, 64), 1)
+    kept = []
+    for _ in range(2):
+        fk.conv2d(x, w2, None, (1, 1), (1, 1), (1, 1), 1, None), fk.conv3x3_winograd(x, u, None, (1, 1))
+        kept.append([cpu_matmul.derived(a, "pool") is not None for a in (w2, u)])
+    result["kept"] = kept
 '''
     got = {n: sessions[n].run(code, timeout=600)["result"] for n in THREADS}
     assert got[1]["kind"] == "FloatKernels" and got[1]["jobs"] == 0
     for n in THREADS[1:]:
         # every call but LayerNorm's (its rows cost no more than their copies: it stays on this thread) split
         assert got[n]["kind"] == "PoolFloatKernels" and got[n]["jobs"] >= len(got[1]["out"]) - 1, (n, got[n]["jobs"])
+        assert got[n]["kept"] == [[False, False], [True, True]]
         for key, hexed in got[1]["out"].items():
             assert got[n]["out"][key] == hexed, (n, key)
     cc = cpu_native_kernels.compiler()

@@ -25,7 +25,7 @@ import numpy as np
 from .cpu_decode import L_CAPACITY, L_KCACHE, L_LENGTH, L_SLOT, DecodePlan
 from .cpu_decode_xattn import _L_CACHE, XattnPlan
 from .cpu_float_kernels import ACTS, FloatKernels, _strides
-from .cpu_matmul import blocked
+from .cpu_matmul import blocked, derived_copy
 from .cpu_pool import Block, SharedRows, addr, i32
 
 F32 = np.dtype(np.float32)
@@ -394,17 +394,9 @@ class PoolFloatKernels(FloatKernels):
         wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
         if n * o * ho * wo * cg * kh * kw < POOL_MIN_MACS or ho <= 0 or wo <= 0:
             return self.side.conv2d(x, w, b, stride, padding, dilation, groups, act)
-        y = np.empty((n, o, ho, wo), F32)
-        params = np.zeros(20, np.int32)
-        at_x, at_w, at_b, at_y, at_p = self._io([x, w, b, y, params])
-        params[:] = [i32(at_x), i32(at_w), 0 if b is None else i32(at_b), i32(at_y), 0, n, c, h, wd, o, kh, kw,
-                     stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], groups, ACTS[act]]
-        for a, at in ((x, at_x), (w, at_w), (b, at_b)):
-            if a is not None:
-                self.pool.write(at, a)
-        if self._run(self._conv2d, params, at_p, self._conv2d_scratch_floats, 4, "conv2d") != 0:
-            raise ValueError("ember: conv2d kernel refused its parameters")
-        return self.pool.read(at_y, y)
+        return self._conv(self._conv2d, self._conv2d_scratch_floats, "conv2d", x, w, b, np.empty((n, o, ho, wo), F32),
+                          [n, c, h, wd, o, kh, kw, stride[0], stride[1], padding[0], padding[1], dilation[0],
+                           dilation[1], groups, ACTS[act]])
 
     def conv3x3_winograd(self, x, u, b, padding, act=None, tile_products=False):
         n, c, h, wd = x.shape
@@ -412,18 +404,42 @@ class PoolFloatKernels(FloatKernels):
         ho, wo = h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2
         if n * o * ho * wo * c * 9 < POOL_MIN_MACS or ho <= 0 or wo <= 0:
             return self.side.conv3x3_winograd(x, u, b, padding, act)
-        y = np.empty((n, o, ho, wo), F32)
-        params = np.zeros(14, np.int32)
-        at_x, at_u, at_b, at_y, at_p = self._io([x, u, b, y, params])
-        params[:] = [i32(at_x), i32(at_u), 0 if b is None else i32(at_b), i32(at_y), 0, n, c, h, wd, o, padding[0],
-                     padding[1], ACTS[act], 1]
-        for a, at in ((x, at_x), (u, at_u), (b, at_b)):
+        return self._conv(self._conv3x3_winograd, self._conv3x3_winograd_scratch_floats, "conv3x3_winograd", x, u, b,
+                          np.empty((n, o, ho, wo), F32), [n, c, h, wd, o, padding[0], padding[1], ACTS[act], 1])
+
+    def _conv(self, fn, scratch_fn, what: str, x, w, b, y, fields: list) -> np.ndarray:
+        """A conv kernel on the pool (parameters x, w, b, y, the scratch, then `fields`; x, w, b C-contiguous): x
+        copied in and y out; w and b read where the pool's memory keeps them (_constant), else copied in too."""
+        at_w = self._constant(w)
+        at_b = None if b is None else self._constant(b)
+        params = np.zeros(5 + len(fields), np.int32)
+        copied = [w if at_w is None else None, b if at_b is None else None]
+        at_x, at_wc, at_bc, at_y, at_p = self._io([x, *copied, y, params])
+        at_w = at_wc if at_w is None else at_w
+        at_b = at_bc if at_b is None else at_b
+        params[:] = [i32(at_x), i32(at_w), 0 if b is None else i32(at_b), i32(at_y), 0, *fields]
+        for a, at in ((x, at_x), (copied[0], at_w), (copied[1], at_b)):
             if a is not None:
                 self.pool.write(at, a)
-        if self._run(self._conv3x3_winograd, params, at_p, self._conv3x3_winograd_scratch_floats, 4,
-                     "conv3x3_winograd") != 0:
-            raise ValueError("ember: conv3x3_winograd kernel refused its parameters")
+        if self._run(fn, params, at_p, scratch_fn, 4, what) != 0:
+            raise ValueError(f"ember: {what} kernel refused its parameters")
         return self.pool.read(at_y, y)
+
+    def _constant(self, a: np.ndarray) -> int | None:
+        """The pool's address of a copy of `a` (a conv's weight, its Winograd transform, a bias) kept in the pool's
+        memory from a's second call on while it lives (cpu_matmul.derived_copy: backend arrays are never written
+        in place), or None: copy it in with the call (its first, memory the caller shares, or a pool that cannot
+        grow for it). A YOLOv8s forward copied ~117 MB of weights and transforms into the pool a call."""
+        block = derived_copy(a, "pool", self._place, second=True)
+        return block.at if block else None
+
+    def _place(self, a: np.ndarray) -> Block | bool:
+        try:
+            block = Block(self.pool.arena, max(a.nbytes, 1))
+        except MemoryError:
+            return False  # (kept as the answer: no grow tried again for this array)
+        self.pool.write(block.at, np.ascontiguousarray(a))
+        return block
 
     # ---------------------------------------------------------------------------------------- attention
     def attention(self, q, k, v, mask, scale, causal):
