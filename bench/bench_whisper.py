@@ -174,8 +174,8 @@ def main(argv=None):
                 res = json.loads(out.strip().splitlines()[-1])
                 rounds[e].append(round(res["seconds"], 3))
                 texts[e] = res["text"].strip()
-                if res["split"] and res["seconds"] <= min(rounds[e]):
-                    splits[e] = res["split"]  # from the best process
+                if res["split"] and rounds[e][-1] <= min(rounds[e]):  # (rounded as the rounds are: else a best
+                    splits[e] = res["split"]  # process whose time rounded down kept no split) from the best process
         best = {e: min(v) for e, v in rounds.items()}
         enc = {e: sp["encoder_s"] for e, sp in splits.items()}
         report = {"clip_seconds": seconds, "threads": n, "blas": blas_info(), "env": env, "numpy": np.__version__,
