@@ -72,6 +72,7 @@ class NativeKernels:
         lib.ember_matvec_f32_argmax.argtypes = [_P, ctypes.c_long, _P, ctypes.c_long, _P, _I, _I, _P, _P, _I, _P]
         lib.ember_matvec_f32_blocked.argtypes = [_P, _I, _I, _P, _P]
         lib.ember_copy_spans.argtypes = [_P, _P, _P, _I]
+        lib.ember_transpose_f32.argtypes = [_P, _I, ctypes.c_long, ctypes.c_long, _P]
         lib.ember_sgemm_native.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, ctypes.c_long, _P, _P, _P, ctypes.c_long,
                                            _I]
         lib.ember_sgemm_native_rows.argtypes = [_I, _I, _I, _P, ctypes.c_long, _P, _P, _P, ctypes.c_long, _I]
@@ -138,6 +139,13 @@ class NativeKernels:
         srcs = np.array([x.ctypes.data for x in xs], np.uintp)
         sizes = np.array([x.nbytes for x in xs], np.int64)
         self._lib.ember_copy_spans(out.ctypes.data, srcs.ctypes.data, sizes.ctypes.data, len(xs))
+        return out
+
+    def transpose_f32(self, w: np.ndarray) -> np.ndarray:
+        """w.T as a C-contiguous float32 array, for w (rows, cols) little-endian float32 or float16 C-contiguous (the
+        halves widened exactly): maps.c's blocked copy, split between the threads."""
+        out = np.empty(w.shape[::-1], np.float32)
+        self._lib.ember_transpose_f32(w.ctypes.data, int(w.dtype.itemsize == 2), w.shape[0], w.shape[1], out.ctypes.data)
         return out
 
     def matvec_f32(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:

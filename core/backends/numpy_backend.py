@@ -65,9 +65,13 @@ class NumpyBackend(ArrayModuleBackend):
         # mode: the kernels' one-row product sums in an order that follows the layout, so it keeps the page's)
         to = w.dtype if dtype is None else dtype.np
         if not NO_BLAS and not deterministic() and w.ndim == 2 and to.kind == "f" and w.flags.c_contiguous and w.size >= 16384:
-            # cast and transposed a block of rows at a time: no full-size intermediate (a row-major float32 twin
-            # of Whisper's 80 MB tied head, or of a bfloat16 checkpoint's widened table, was a cold process's
-            # peak), and blocks of rows transpose faster than numpy's whole strided copy (41 vs 52 ms, 80 MB)
+            # cast and transposed a block at a time: no full-size intermediate (a row-major float32 twin of
+            # Whisper's 80 MB tied head, or of a bfloat16 checkpoint's widened table, was a cold process's peak);
+            # float32 and half weights by the native kernels' threaded copy where they run (Whisper tiny.en's half
+            # weights: ~150 ms of numpy's strided copies on one core), else numpy's a block of rows at a time
+            nk = native_kernels() if to == _F32 and w.dtype.str in ("<f4", "<f2") else None
+            if nk is not None:
+                return nk.transpose_f32(w).T
             out = np.empty(w.shape[::-1], to)                                  # (in, out)
             for a in range(0, w.shape[0], _LAYOUT_ROWS):
                 rows = w[a:a + _LAYOUT_ROWS]

@@ -1,5 +1,6 @@
 // Feature-map kernels that only move and compare floats, float32 NCHW: max pooling over windows (any kernel,
-// stride, padding and dilation; the caller's output size covers ceil mode) and nearest upsampling by whole factors.
+// stride, padding and dilation; the caller's output size covers ceil mode) and nearest upsampling by whole factors;
+// and moves of whole arrays (a concatenation's spans, a weight's transposed copy).
 // The CPU backend's kernels for the registry's `max_pool2d` and `upsample_nearest` ops (cpu_float_kernels.py),
 // natively and in the page. Planes (image, channel) are split between threads (parallel.h): each output is computed
 // alike in any split. (YOLOv8s's SPPF pools and its two upsamplings took ~4.3 ms of numpy views and passes a
@@ -7,6 +8,7 @@
 #include <stdint.h>
 
 #include "fvec.h"
+#include "half.h"
 
 #include "parallel.h"
 
@@ -186,4 +188,46 @@ int ember_copy_spans(char *dst, const char *const *srcs, const long *sizes, int 
     int chunks = (int)((total + CAT_CHUNK - 1) / CAT_CHUNK);
     return chunks ? ember_parallel(copy_job, &s, chunks, chunks < PARALLEL_MAX_CHUNKS ? chunks : PARALLEL_MAX_CHUNKS)
                   : 0;
+}
+
+// ---------------------------------------------------------------------------------------------- weight layout
+// dst (cols, rows) float32 = src (rows, cols)^T, src float32 or IEEE half (`half`): a checkpoint's weight in the
+// input-major layout BLAS streams (numpy_backend.weight_layout), cast on the way. In 32 x 32 blocks, each read and
+// written in L1, threads taking bands of 32 columns: Whisper tiny.en's 65 half weights (39M) took 150 ms of a cold
+// process in numpy's strided copies.
+#define TB 32
+
+typedef struct {
+    const void *src;
+    float *dst;
+    long rows, cols;
+    int half;
+} transpose_t;
+
+static void transpose_job(const void *arg, int b0, int b1, int thread) {
+    const transpose_t *t = (const transpose_t *)arg;
+    (void)thread;
+    for (long c0 = (long)b0 * TB; c0 < (long)b1 * TB && c0 < t->cols; c0 += TB) {
+        long c1 = c0 + TB < t->cols ? c0 + TB : t->cols;
+        for (long r0 = 0; r0 < t->rows; r0 += TB) {
+            long r1 = r0 + TB < t->rows ? r0 + TB : t->rows;
+            for (long c = c0; c < c1; c++) {
+                float *d = t->dst + c * t->rows;
+                if (t->half) {
+                    const uint8_t *s = (const uint8_t *)t->src + 2 * c;
+                    for (long r = r0; r < r1; r++) d[r] = f16_to_f32(s + 2 * r * t->cols);
+                } else {
+                    const float *s = (const float *)t->src + c;
+                    for (long r = r0; r < r1; r++) d[r] = s[r * t->cols];
+                }
+            }
+        }
+    }
+}
+
+EMBER_EXPORT(ember_transpose_f32)
+int ember_transpose_f32(const void *src, int half, long rows, long cols, float *dst) {
+    transpose_t t = {src, dst, rows, cols, half};
+    int bands = (int)((cols + TB - 1) / TB);
+    return ember_parallel(transpose_job, &t, bands, ember_chunks_sized(bands, rows * TB, 1L << 16, 1L << 16));
 }
