@@ -68,13 +68,16 @@ static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? 
 #else
 #define KC_TAPS (18432 / CV_MR)
 #endif
-// a strided conv's block of channels natively: its tiles read twice the lines a stride-1 conv's do (its taps spread
-// over four phase planes), so each tile's lines of a 32-channel block are kept in L1 while every block of output
-// channels reads them (conv_rows' tile-major order) rather than streamed again from L2 for each (YOLOv8s's
-// 32 -> 64 stride-2 conv at 320 x 320 1.09x faster on one thread, its others 1.01-1.05x; stride 1 slower so)
+// the tile-major order of conv_rows: each tile's lines of a block of KC_TILE / taps channels kept in L1 while every
+// block of output channels reads them, rather than streamed again from L2 for each. Natively for strided convs,
+// whose tiles read twice the lines a stride-1 conv's do (their taps spread over four phase planes): YOLOv8s's
+// 32 -> 64 stride-2 conv at 320 x 320 1.09x faster on one thread, its others 1.01-1.05x (stride 1: slower so). In
+// the page for pointwise convs (and Winograd's products), whose tiles reuse each line least: 1.15x there
 #if defined(__wasm__)
-#define TILE_MAJOR(k) 0
+#define PAGE 1
+#define TILE_MAJOR(k) ((k)->taps == 1)
 #else
+#define PAGE 0
 #define TILE_MAJOR(k) ((k)->sh > 1 || (k)->sw > 1)
 #endif
 #define KC_TILE 288
@@ -287,7 +290,19 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
     const lanes_t l0 = MASKED ? mt[0] : 0, l1 = MASKED ? mt[1] : 0, l2 = MASKED ? mt[2] : 0;
     const lanes_t r0 = MASKED ? mt[CV_NV] : 0, r1 = MASKED ? mt[CV_NV + 1] : 0, r2 = MASKED ? mt[CV_NV + 2] : 0;
     (void)l0, (void)l1, (void)l2, (void)r0, (void)r1, (void)r2;
-    for (int c = 0; c < kc; c++) {
+    // in the page a pointwise conv (and Winograd's products) reads its channels' one tap each in a loop of its own:
+    // the loop of taps around a single tap cost about what its multiply-adds did there (a 128 -> 128 1x1 conv at
+    // 80 x 80 7.0 -> 10.9 GMAC/s in Node, Winograd's convs 1.5x faster); natively these run on gemm_native.c, and
+    // the loop below prefetches the next channel's lines
+    const int pointwise = PAGE && taps == 1 && !MASKED;
+    for (int c = 0; pointwise && c < kc; c++) {
+        const float *xs = src + off[0] + c * cs, *wc = w + c;
+        fw x0 = fw_load(xs), x1 = NVc > 1 ? fw_load(xs + FW) : x0, x2 = NVc > 2 ? fw_load(xs + 2 * FW) : x0;
+        (void)x1, (void)x2;
+        CT_MADD_T(0, 0) CT_MADD_T(1, 0) CT_MADD_T(2, 0) CT_MADD_T(3, 0) CT_MADD_T(4, 0) CT_MADD_T(5, 0)
+        CT_MADD_T(6, 0) CT_MADD_T(7, 0)
+    }
+    for (int c = 0; !pointwise && c < kc; c++) {
         const float *xc = src + c * cs, *wc = w + c * taps;
         // the next channel's lines (pf: one tap per plane row read) while this one's multiply-adds run: a tile
         // reads a short run of several rows a channel, more streams than the hardware prefetcher follows (YOLOv8s's
