@@ -72,10 +72,11 @@ static inline fw fw_bias_act(fw v, const float *b, int act) { return fw_act(b ? 
 // block of output channels reads them, rather than streamed again from L2 for each. Natively for strided convs,
 // whose tiles read twice the lines a stride-1 conv's do (their taps spread over four phase planes): YOLOv8s's
 // 32 -> 64 stride-2 conv at 320 x 320 1.09x faster on one thread, its others 1.01-1.05x (stride 1: slower so). In
-// the page for pointwise convs (and Winograd's products), whose tiles reuse each line least: 1.15x there
+// the page for those (1.07x) and for pointwise convs (and Winograd's products), whose tiles reuse each line least
+// (1.15x)
 #if defined(__wasm__)
 #define PAGE 1
-#define TILE_MAJOR(k) ((k)->taps == 1)
+#define TILE_MAJOR(k) ((k)->taps == 1 || (k)->sh > 1 || (k)->sw > 1)
 #else
 #define PAGE 0
 #define TILE_MAJOR(k) ((k)->sh > 1 || (k)->sw > 1)
