@@ -452,31 +452,21 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob, int g0, i
         for (int g = g0; g < g1; g++)
             for (int c0 = 0; c0 < k->cg; c0 += k->kc) {
                 int kc = k->cg - c0 < k->kc ? k->cg - c0 : k->kc, first = c0 == 0, last = c0 + kc >= k->cg;
-                if (k->tile_major) {  // each tile's lines read by every block of output channels in turn
+                // blocks of CV_MR output channels: each over the units' tiles in turn, or (tile-major) every block
+                // at each tile, while its lines are in L1
+                int span = k->tile_major ? ob - oa : CV_MR;
+                for (int oo = oa; oo < ob; oo += span) {
+                    int oe = ob - oo < span ? ob : oo + span;
                     for (int u = ub; u < ue; u++) {
                         long f0 = (u % k->units) * SEG, f1 = f0 + SEG < k->flat ? f0 + SEG : k->flat;
                         for (long f = f0; f < f1;) {
                             long left = f1 - f;
                             int nv = left >= FW * CV_NV ? CV_NV : (int)(left + FW - 1) / FW;
                             int width = left < FW * nv ? (int)left : FW * nv;
-                            for (int o0 = oa; o0 < ob; o0 += CV_MR)
-                                tile_at(k, g, c0, kc, first, last, o0, ob - o0 < CV_MR ? ob - o0 : CV_MR, u, f, nv,
-                                        width, off, pf, npf, 0);  // (never masked: those are stride 1)
-                            f += width;
-                        }
-                    }
-                    continue;
-                }
-                for (int o0 = oa; o0 < ob; o0 += CV_MR) {
-                    int mr = ob - o0 < CV_MR ? ob - o0 : CV_MR;
-                    for (int u = ub; u < ue; u++) {
-                        long f0 = (u % k->units) * SEG, f1 = f0 + SEG < k->flat ? f0 + SEG : k->flat;
-                        for (long f = f0; f < f1;) {
-                            long left = f1 - f;
-                            int nv = left >= FW * CV_NV ? CV_NV : (int)(left + FW - 1) / FW;
-                            int width = left < FW * nv ? (int)left : FW * nv;
-                            tile_at(k, g, c0, kc, first, last, o0, mr, u, f, nv, width, off, pf, npf,
-                                    k->masked ? masks[u - ub][(f - f0) / (FW * CV_NV)] : 0);
+                            const lanes_t *mt = k->masked ? masks[u - ub][(f - f0) / (FW * CV_NV)] : 0;
+                            for (int o0 = oo; o0 < oe; o0 += CV_MR)
+                                tile_at(k, g, c0, kc, first, last, o0, oe - o0 < CV_MR ? oe - o0 : CV_MR, u, f, nv,
+                                        width, off, pf, npf, mt);
                             f += width;
                         }
                     }
