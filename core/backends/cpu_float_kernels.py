@@ -182,11 +182,12 @@ class FloatKernels:
         n, c, h, wd = x.shape
         o = u.shape[1]
         ho, wo = h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2
-        bad = u.shape != (36, o, c) or min(padding) < 0 or min(n, o, ho, wo) < 1
-        y = None if bad else np.empty((n, o, ho, wo), _F32)
-        params = None if bad else np.array([_addr(x), _addr(u), 0 if b is None else _addr(b), _addr(y), 0, n, c, h,
-                                            wd, o, padding[0], padding[1], ACTS[act], int(tile_products)], np.intp)
-        size = -1 if bad else self._conv3x3_winograd_scratch_floats(_addr(params))
+        size = -1  # (checked before y is made: a negative size would be numpy's error)
+        if u.shape == (36, o, c) and min(padding) >= 0 and min(n, o, ho, wo) >= 1:
+            y = np.empty((n, o, ho, wo), _F32)
+            params = np.array([_addr(x), _addr(u), 0 if b is None else _addr(b), _addr(y), 0, n, c, h, wd, o,
+                               padding[0], padding[1], ACTS[act], int(tile_products)], np.intp)
+            size = self._conv3x3_winograd_scratch_floats(_addr(params))
         if size < 0:
             raise ValueError(f"ember: conv3x3_winograd kernel: parameters it does not take (x {x.shape}, u {u.shape}, "
                              f"padding {padding})")

@@ -21,14 +21,11 @@
 enum { A_Q, A_K, A_V, A_M, A_O, A_SCRATCH, A_B1, A_B2, A_L, A_S, A_D, A_DV, A_CAUSAL, A_SCALE,  // scale: float bits
        A_QS, A_KS = A_QS + 3, A_VS = A_KS + 3, A_MS = A_VS + 3, A_OS = A_MS + 3,  // strides (b1, b2, row), floats
        A_FIELDS = A_OS + 3 };
-// natively with AVX2 and not AVX-512 (16 vector registers): 6 x 2 register tiles (conv.c's; fvec.h's f8 tile is
-// 4 x 3), units of whole 6-row tiles. Whisper tiny's encoder attention (6 heads, 1500 x 1500) 77 -> 50 ms a layer on
-// one thread (torch's SDPA: 55)
-#if FW == 8 && defined(__AVX2__) && defined(__FMA__) && !defined(__wasm__) && !defined(EMBER_SIMD_SCALAR)
-#define TILES_6X2 1
+// with AVX2 and FMA but not AVX-512 the tiles are fvec.h's 6 x 2 (4 x 3 before: Whisper tiny's encoder attention,
+// 6 heads of 1500 x 1500, 77 -> 50 ms a layer on one thread; torch's SDPA 55), units whole 6-row tiles
+#if FW == 8 && F8_MR == 6
 #define QB 36      // query rows of a unit (its scores and output rows: 64 KiB of stack)
 #else
-#define TILES_6X2 0
 #define QB 32      // query rows of a unit (its scores and output rows: 56 KiB of stack)
 #endif
 #define NK 192     // keys of a block (a multiple of a score tile's width on every target: 48 at most)
@@ -112,11 +109,6 @@ void ember_attention_prepare_rows(const intptr_t *p, int h0, int h1) {
 #define QK_NV 3
 #define PV_MR 6
 #define PV_NV 4
-#elif TILES_6X2
-#define QK_MR 6
-#define QK_NV 2
-#define PV_MR 6
-#define PV_NV 2
 #else
 #define QK_MR F8_MR
 #define QK_NV F8_NV

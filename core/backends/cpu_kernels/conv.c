@@ -35,12 +35,6 @@ enum { C_X, C_W, C_B, C_Y, C_SCRATCH, C_N, C_C, C_H, C_W_, C_O, C_KH, C_KW, C_SH
 #if FW == 16
 #define CV_MR 8
 #define CV_NV 3
-#elif defined(__AVX2__) && defined(__FMA__) && !defined(__wasm__) && !defined(EMBER_SIMD_SCALAR)
-// AVX2's 16 registers: 6 x 2 accumulators, 2 pixel vectors and a broadcast (fvec.h's f8 tile is 4 x 3: a
-// multiply-add loop of that shape runs at 32 GMAC/s on AMD Zen 4 without AVX-512 where 6 x 2 runs at 45, with
-// 12 multiply-adds for 8 loads against 7: the broadcasts' loads are not what limits it)
-#define CV_MR 6
-#define CV_NV 2
 #else
 #define CV_MR F8_MR
 #define CV_NV F8_NV
@@ -297,11 +291,8 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
     // the loop below prefetches the next channel's lines
     const int pointwise = PAGE && taps == 1 && !MASKED;
     for (int c = 0; pointwise && c < kc; c++) {
-        const float *xs = src + off[0] + c * cs, *wc = w + c;
-        fw x0 = fw_load(xs), x1 = NVc > 1 ? fw_load(xs + FW) : x0, x2 = NVc > 2 ? fw_load(xs + 2 * FW) : x0;
-        (void)x1, (void)x2;
-        CT_MADD_T(0, 0) CT_MADD_T(1, 0) CT_MADD_T(2, 0) CT_MADD_T(3, 0) CT_MADD_T(4, 0) CT_MADD_T(5, 0)
-        CT_MADD_T(6, 0) CT_MADD_T(7, 0)
+        const float *xc = src + c * cs, *wc = w + c;
+        CT_TAP(0, fw_load(xs), fw_load(xs + FW), fw_load(xs + 2 * FW))
     }
     for (int c = 0; !pointwise && c < kc; c++) {
         const float *xc = src + c * cs, *wc = w + c * taps;

@@ -5,8 +5,8 @@
 //   a rounding per multiply-add of the others; every kernel accumulates each output in one fixed order, so no
 //   target's result depends on tiling or on how rows are split between threads.
 //   F8_MR x F8_NV: the register tile of f8 micro-kernels (rows x 8-lane vectors) that fits the target's vector
-//   registers: 8 x 3 with AVX-512's 32 (conv.c and attention.c tile 16-lane vectors there), 4 x 3 with AVX2's 16,
-//   4 x 1 with 128-bit ones
+//   registers: 8 x 3 with AVX-512's 32 (conv.c and attention.c tile 16-lane vectors there), 6 x 2 with AVX2's 16
+//   and FMA (4 x 3 without), 4 x 1 with 128-bit ones
 //   (a f8 is two there).
 // And float math written with plain IEEE operations (Cephes exp, Abramowitz & Stegun erf: fvec_math.h), which every
 // target computes alike, vectorised or not and at any vector width (-ffp-contract=off everywhere).
@@ -101,10 +101,17 @@ static inline f8 f8_sel(m8 m, f8 a, f8 b) { return _mm256_blendv_ps(b, a, m); }
 static inline f8 f8_abs(f8 a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 #if defined(__AVX512F__) && !defined(EMBER_TILE4)  // 32 vector registers: 8 x 3 accumulators, 3 pixel vectors and a broadcast
 #define F8_MR 8
+#define F8_NV 3
+#elif defined(__FMA__)
+// 16 registers: 6 x 2 accumulators, 2 pixel vectors and a broadcast (a 4 x 3 tile's multiply-add loop ran at 32
+// GMAC/s on AMD Zen 4 without AVX-512 where 6 x 2 runs at 45, with 12 multiply-adds for 8 loads against 7: the
+// broadcasts' loads are not what limits it)
+#define F8_MR 6
+#define F8_NV 2
 #else
 #define F8_MR 4
-#endif
 #define F8_NV 3
+#endif
 #else  // SSSE3
 static inline f8 f8_madd(f8 c, f8 a, f8 b) {
     f8 v = {_mm_add_ps(c.lo, _mm_mul_ps(a.lo, b.lo)), _mm_add_ps(c.hi, _mm_mul_ps(a.hi, b.hi))};

@@ -32,7 +32,7 @@ enum { P_XG, P_H, P_C, P_W, P_B, P_OUT, P_N, P_HID, P_XGS, P_HS, P_CS, P_OS, P_S
 #if FW == 16  // AVX-512's 32 registers: 2 x 4 x 2 accumulators
 #define RT 2
 #define VT 2
-#elif F8_NV >= 3  // AVX2's 16: 1 x 4 x 2
+#elif F8_NV >= 2  // AVX2's 16: 1 x 4 x 2
 #define RT 1
 #define VT 2
 #else  // 128-bit vectors (a f8 is two): 1 x 4 x 1
