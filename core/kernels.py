@@ -309,7 +309,7 @@ op("conv_cat_act", "(xs [(N, C_i, H, W), ...], w (O, sum C_i, 1, 1), b|None, act
    "channel concatenation, each part read where it lies (no concatenated copy)",
    composed="ember.nn.functional:conv_cat_act_composed",
    cpu=Kernel(_DN + "conv_cat_act", "natively gemm_native.c over each part's rows (conv_bias_act's 1x1 bits); "
-              "elsewhere composed"))
+              "in the page's kernel pool the parts written where the call's x goes; elsewhere composed"))
 op("max_pool2d", "(x (N, C, H, W), kernel (kh, kw), stride, pads (top, left), dilation, out (ho, wo)) -> (N, C, ho, wo): "
    "the max of each window (taps dilation apart, windows stride apart from (-top, -left); the lowest value outside "
    "x, NaN where a window holds one)",

@@ -142,6 +142,31 @@ def float_calls(fk):
             "strided": fk.bias_act(wide, lb, "gelu", out=out_view)}
 '''
 
+# plain 1x1 convs over a concatenation's parts (C2f's) and alone: a map under the rule's pointwise_pixels (gemm.c on
+# the pool, its bias and activation in the pool's memory) and one over it (conv.c); a batch of two (composed)
+POINTWISE = INPUTS + r'''
+import ember
+from ember.backends import cpu_dense, cpu_matmul
+be = ember.device("cpu").backend
+out, taken = {}, {}
+for name, (c1, c2, o, h, w, n) in {"small": (96, 64, 128, 20, 15, 1), "large": (40, 24, 48, 130, 130, 1),
+                                   "batch": (32, 32, 64, 20, 15, 2)}.items():
+    parts = [floats((n, c1, h, w), 30), floats((n, c2, h, w), 31)]
+    wt, bias = floats((o, c1 + c2, 1, 1), 32) * 0.2, floats(o, 33)
+    wa = np.ascontiguousarray(wt[:, :c1])  # (the first part's weight, for a conv of it alone)
+    for act in ("silu", None):
+        for b in (bias, None):
+            key = f"{name} {act} {b is not None}"
+            for again in range(2):  # (the second call: the weight kept in the pool's memory)
+                fused = cpu_dense.conv_cat_act(be, parts, wt, b, act)
+                whole = cpu_dense.conv_bias_act(be, np.concatenate(parts, 1), wt, b, (1, 1), (0, 0), (1, 1), 1, act)
+                alone = cpu_dense.conv_bias_act(be, parts[0], wa, b, (1, 1), (0, 0), (1, 1), 1, act)
+            taken[key] = fused is not None
+            out[key] = [digest(whole), None if fused is None else digest(fused), digest(alone)]
+result = {"out": out, "taken": taken}
+'''
+
+
 # a Gemma 3-shaped model large enough that its matvecs (512 x 1536) and, past 128 cached rows, its attention (8
 # heads) split between threads; Q4_K / Q8_0 projections beside float32 ones
 DECODE = r'''
@@ -332,6 +357,21 @@ if pool is not None:  # a weight called twice is kept in the pool's memory; one 
     for key, y in native.items():
         if key in ("ln", "gelu", "inplace", "channels", "strided") or not relaxed:
             assert y.tobytes().hex() == got[3]["out"][key], key
+
+
+def test_pointwise_convs_over_parts_on_the_pool_are_the_concatenations(sessions):
+    """conv_cat_act in the page's pool (its parts written where the call's x goes, no concatenated copy) gives the
+    bits of conv_bias_act on the concatenation, on both of the page's 1x1 paths (gemm.c with the bias and
+    activation in the pool's memory, conv.c over a large map), and a plain 1x1 conv the side module's bits on
+    one thread; a batch (and the page on one thread) is left to the composed path."""
+    got = {n: sessions[n].run(POINTWISE, timeout=600)["result"] for n in THREADS}
+    assert not any(got[1]["taken"].values())  # (one thread: no pool, composed)
+    for key, taken in got[3]["taken"].items():
+        assert taken == (not key.startswith("batch")), key
+    for n in THREADS:
+        for key, (whole, fused, alone) in got[n]["out"].items():
+            assert fused in (None, whole), (n, key)
+            assert [whole, alone] == [got[1]["out"][key][0], got[1]["out"][key][2]], (n, key)
 
 
 def test_whisper_decoder_steps_give_the_same_bits_on_any_thread_count(sessions):

@@ -158,12 +158,18 @@ def test_deterministic_softmax_is_torchs_within_rounding():
     x[:, 100:200] = -np.inf
     want = torch.softmax(torch.tensor(x), -1).numpy()
     was = cpu_matmul.set_deterministic(True)
+    bins = (rng.standard_normal((2, 4, 16, 300)) * 3).astype(np.float32)  # along another axis: YOLO's DFL's
     try:
         got = ember.softmax(ember.from_numpy(x), -1).numpy()
         with np.errstate(invalid="ignore"):  # (inf - inf)
             inf_row = ember.softmax(ember.tensor(np.array([[1.0, np.inf, 2.0]], np.float32)), -1).numpy()
+        got_bins = ember.softmax(ember.tensor(bins), 2).numpy()
+        moved_bins = ember.softmax(ember.tensor(np.ascontiguousarray(bins.transpose(0, 1, 3, 2))), -1).numpy()
     finally:
         cpu_matmul.set_deterministic(was)
+    # (the rows of the axis moved last: the same bits)
+    np.testing.assert_array_equal(got_bins, moved_bins.transpose(0, 1, 3, 2))
+    np.testing.assert_allclose(got_bins, torch.softmax(torch.tensor(bins), 2).numpy(), rtol=5e-6, atol=1e-12)
     assert np.all(got[:, 100:200] == 0)
     # (x - max reaches -60 here, where float32's spacing is 3.8e-6: torch's AVX2 build lands up to 3.5e-6 away, its
     # AVX-512 build within 2e-6)

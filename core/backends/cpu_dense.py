@@ -112,17 +112,22 @@ def _gemm_pointwise(xs, w, b, act):
 
 
 def conv_cat_act(be, xs, w, b, act):
-    """act(conv(cat(xs, 1), w) + b) for a 1x1 w natively without the concatenation (_gemm_pointwise: the bits
-    conv_bias_act gives on the concatenation). None elsewhere (the page, deterministic mode, another dtype,
-    mismatched parts: the caller concatenates and convolves)."""
-    if float_kernels() is None or not _gemm_here() or w.dtype is not _F32 or w.ndim != 4 or w.shape[2:] != (1, 1) or \
+    """act(conv(cat(xs, 1), w) + b) for a 1x1 w without the concatenation, with the bits conv_bias_act gives on the
+    concatenation: natively _gemm_pointwise; in the page's kernel pool its parts go where the call's x goes
+    (PoolFloatKernels.pointwise). None elsewhere (the page on one thread, deterministic mode, another dtype,
+    mismatched parts, a call the pool would not take: the caller concatenates and convolves)."""
+    fk = float_kernels()
+    if fk is None or w.dtype is not _F32 or w.ndim != 4 or w.shape[2:] != (1, 1) or \
             (b is not None and (b.dtype is not _F32 or b.shape != w.shape[:1])):
         return None
     n, _, h, wd = xs[0].shape
     if any(x.dtype is not _F32 or x.ndim != 4 or x.shape[0] != n or x.shape[2:] != (h, wd) for x in xs) or \
             sum(x.shape[1] for x in xs) != w.shape[1]:
         return None
-    return _gemm_pointwise(xs, w, b, act)
+    if _gemm_here():
+        return _gemm_pointwise(xs, w, b, act)
+    takes = _takes_c(be, (n, w.shape[1], h, wd), w.shape, (1, 1), (1, 1), 1, (0, 0))
+    return fk.pointwise(xs, w, b, act, direct=bool(takes))
 
 
 def _g_rows(g0, g1, g2):
@@ -230,6 +235,11 @@ def conv_bias_act(be, x, w, b, stride, padding, dilation, groups, act):
             return fk.conv2d(x if x.flags.c_contiguous else np.ascontiguousarray(x),
                              w if w.flags.c_contiguous else np.ascontiguousarray(w), b, tuple(stride),
                              tuple(padding), tuple(dilation), groups, act)
+    elif f32 and _pointwise(x.shape, w.shape, stride, padding, groups):  # (the page's pool: one call, not two)
+        fk = float_kernels()
+        y = None if fk is None else fk.pointwise([x], w, b, act, direct=False)
+        if y is not None:
+            return y
     y = be.conv(x, w, stride, padding, dilation, groups)                  # (N, O, *out)
     if y.size <= _SMALL_EPILOGUE and act in (None, "relu") and b is not None and y.dtype is _F32 and b.dtype is _F32:
         # a small output (a streaming model's conv): numpy's in-place add and max cost less than the kernel's

@@ -196,6 +196,11 @@ class FloatKernels:
             raise ValueError("ember: conv3x3_winograd kernel refused its parameters")
         return y
 
+    def pointwise(self, xs, w, b, act, direct: bool):
+        """act(conv(cat(xs, 1), w) + b) for a plain 1x1 w where this library has a path of its own for it (the
+        page's kernel pool: PoolFloatKernels), else None: the caller concatenates and convolves."""
+        return None
+
     # ---------------------------------------------------------------------------------------- attention
     def attention(self, q, k, v, mask, scale, causal):
         """softmax(q k^T scale + mask) v for q (B1, B2, L, D), k (B1, B2, S, D), v (B1, B2, S, Dv), mask None or

@@ -342,6 +342,7 @@ class PoolFloatKernels(FloatKernels):
         self._attention, self._attention_scratch_floats = ex.ember_attention, ex.ember_attention_scratch_floats
         self._layer_norm, self._bias_act = ex.ember_layer_norm, ex.ember_bias_act
         self._scratch_block = Block(self.pool.arena, 1 << 16)
+        self._plans: dict = {}  # (kernel, its size fields) -> (its parameter block, scratch floats): _conv
 
     def xattn_decode(self, plan, fparams, x, scratch) -> int:
         return self.side.xattn_decode(plan, fparams, x, scratch)
@@ -407,22 +408,96 @@ class PoolFloatKernels(FloatKernels):
         return self._conv(self._conv3x3_winograd, self._conv3x3_winograd_scratch_floats, "conv3x3_winograd", x, u, b,
                           np.empty((n, o, ho, wo), F32), [n, c, h, wd, o, padding[0], padding[1], ACTS[act], 1])
 
-    def _conv(self, fn, scratch_fn, what: str, x, w, b, y, fields: list) -> np.ndarray:
-        """A conv kernel on the pool (parameters x, w, b, y, the scratch, then `fields`; x, w, b C-contiguous): x
-        copied in and y out; w and b read where the pool's memory keeps them (_constant), else copied in too."""
+    def _conv(self, fn, scratch_fn, what: str, xs, w, b, y, fields: list) -> np.ndarray:
+        """A conv kernel on the pool (parameters x, w, b, y, the scratch, then `fields`): x copied in (the
+        concatenation of C-contiguous parts along channels, for one image, written part after part: conv_cat_act's
+        parts; a single array of any batch), y out; w and b (C-contiguous) read where the pool's memory keeps them
+        (_constant), else copied in too. A call shape's parameter block and scratch size are kept (_plans): a
+        layer's call after its first costs one write of its parameters, where Pyodide's Python spent ~0.4 ms on
+        them (~25 ms of a YOLOv8s forward)."""
         at_w = self._constant(w)
         at_b = None if b is None else self._constant(b)
-        params = np.zeros(5 + len(fields), np.int32)
-        copied = [w if at_w is None else None, b if at_b is None else None]
-        at_x, at_wc, at_bc, at_y, at_p = self._io([x, *copied, y, params])
-        at_w = at_wc if at_w is None else at_w
-        at_b = at_bc if at_b is None else at_b
-        params[:] = [i32(at_x), i32(at_w), 0 if b is None else i32(at_b), i32(at_y), 0, *fields]
-        for a, at in ((x, at_x), (copied[0], at_w), (copied[1], at_b)):
+        wc, bc = (w if at_w is None else None), (b if b is not None and at_b is None else None)
+        x_bytes = xs.nbytes if isinstance(xs, np.ndarray) else sum(x.nbytes for x in xs)
+        at_x = self.kern._io_at(_align(x_bytes) + _align(0 if wc is None else wc.nbytes) +
+                                _align(0 if bc is None else bc.nbytes) + _align(y.nbytes) + 4 * (5 + len(fields)))
+        at = at_x + _align(x_bytes)
+        for a in (wc, bc):
             if a is not None:
                 self.pool.write(at, a)
-        if self._run(fn, params, at_p, scratch_fn, 4, what) != 0:
+                at_w, at_b = (at, at_b) if a is wc else (at_w, at)
+                at += _align(a.nbytes)
+        at_y, at_p = at, at + _align(y.nbytes)
+        if isinstance(xs, np.ndarray):
+            self.pool.write(at_x, xs)
+        else:
+            at = at_x
+            for x in xs:
+                self.pool.write(at, x)
+                at += x.nbytes
+        key = (what, *fields)
+        plan = self._plans.get(key)
+        params = np.empty(5 + len(fields), np.int32) if plan is None else plan[0]
+        params[:4] = [i32(at_x), i32(at_w), 0 if b is None else i32(at_b), i32(at_y)]
+        if plan is None:  # (the scratch's size reads the sizes only)
+            params[4:] = [0, *fields]
+            self.pool.write(at_p, params)
+            size = int(scratch_fn(i32(at_p)))
+            if size < 0:
+                raise ValueError(f"ember: {what} kernel: parameters it does not take")
+            if len(self._plans) >= 64:  # (a model fed ever new shapes: recomputed, never grown past this)
+                self._plans.clear()
+            plan = self._plans[key] = (params, size)
+        params[4] = i32(self._scratch_at(plan[1]))
+        self.pool.write(at_p, params)
+        if self.pool.check(fn(i32(at_p)), what) != 0:
             raise ValueError(f"ember: {what} kernel refused its parameters")
+        return self.pool.read(at_y, y)
+
+    def pointwise(self, xs, w, b, act, direct: bool):
+        """act(conv(cat(xs, 1), w) + b) for a plain 1x1 w (O, C, 1, 1) and one image, the parts written one after
+        another where the call's x goes (their concatenation, without numpy's copy): conv.c's conv2d where
+        `direct` (the rule's choice for this map), else gemm.c's product of w (O, C) and the pixels (C, H W) with
+        bias_act's pass (a bias per channel) in the pool's memory before y comes out: the bits of the backend's
+        conv (numpy_conv's product on the pool) then bias_act, in one call where they took two, two copies each
+        way and ~1 ms of Pyodide's Python. None where the pool would not take the call as those do (a batch, a
+        product too small to split or too large for one call): the caller composes."""
+        n, _, h, wd = xs[0].shape
+        o, c, p = w.shape[0], w.shape[1], h * wd
+        if n != 1 or not all(x.flags.c_contiguous for x in xs) or not w.flags.c_contiguous or \
+                (b is not None and not b.flags.c_contiguous) or o * c * p < POOL_MIN_MACS:
+            return None
+        y = np.empty((1, o, h, wd), F32)
+        if direct:
+            return self._conv(self._conv2d, self._conv2d_scratch_floats, "conv2d", xs, w, b, y,
+                              [1, c, h, wd, o, 1, 1, 1, 1, 0, 0, 1, 1, 1, ACTS[act]])
+        if o < POOL_MIN_ROWS or y.nbytes > IO_BYTES:
+            return None
+        kern = self.kern
+        at_w = self._constant(w)
+        at_b = None if b is None else self._constant(b)
+        wc, bc = (w if at_w is None else None), (b if b is not None and at_b is None else None)
+        at_x = kern._io_at(_align(4 * c * p) + _align(y.nbytes) + 128 + _align(0 if wc is None else wc.nbytes) +
+                           _align(0 if bc is None else bc.nbytes))
+        at_y = at_x + _align(4 * c * p)
+        at_s, at_p = at_y + _align(y.nbytes), at_y + _align(y.nbytes) + 64
+        at = at_p + 64
+        for a in (wc, bc):
+            if a is not None:
+                self.pool.write(at, a)
+                at_w, at_b = (at, at_b) if a is wc else (at_w, at)
+                at += _align(a.nbytes)
+        at = at_x
+        for x in xs:
+            self.pool.write(at, x)
+            at += x.nbytes
+        self.pool.write(at_s, np.array([0, c, 1, 0, p, 1, o * p, p], np.int32))  # (numpy_conv's (1, O, P) product)
+        kern.pool.check(kern._sgemm_batched(1, o, p, c, i32(at_w), i32(at_x), i32(at_y), i32(at_s),
+                                            i32(kern._gemm_scratch.at), 0), "conv2d (1x1)")
+        if b is not None or act is not None:  # rows.c's act(y + b[channel]) where y lies
+            self.pool.write(at_p, np.array([i32(at_y), i32(at_y), 0, 0 if b is None else i32(at_b), o, p, p, p,
+                                            ACTS[act], 0 if b is None else o], np.int32))
+            self.pool.check(self._bias_act(i32(at_p)), "conv2d's bias")
         return self.pool.read(at_y, y)
 
     def _constant(self, a: np.ndarray) -> int | None:
