@@ -61,10 +61,12 @@ PAGE_RUN = """async ({tool, prompt, n, sentences, teach}) => {
   }
   if (tool === 'teach') { const r = await e.teach(prompt, teach); await e.teachReset();
                           return {steps_s: r.steps_per_s, losses: r.losses}; }
-  if (tool === 'whisper') { const r = await e.transcribe(await (await fetch('hub/speech.wav')).blob());
-                            return {s: (performance.now() - t0) / 1000, text: r.text}; }
-  if (tool === 'yolo') { const r = await e.detect(await (await fetch('hub/bus.png')).blob());
-                         return {s: (performance.now() - t0) / 1000, boxes: r.length}; }
+  // (the encoded file in hand before the clock starts, as natively: fetching it from this bench's server is no part
+  // of the tool's work)
+  if (tool === 'whisper') { const blob = await (await fetch('hub/speech.wav')).blob(), t1 = performance.now();
+                            const r = await e.transcribe(blob); return {s: (performance.now() - t1) / 1000, text: r.text}; }
+  if (tool === 'yolo') { const blob = await (await fetch('hub/bus.png')).blob(), t1 = performance.now();
+                         const r = await e.detect(blob); return {s: (performance.now() - t1) / 1000, boxes: r.length}; }
   const v = await e.embed(sentences);
   return {sentences_s: sentences.length / ((performance.now() - t0) / 1000), n: v.length}; }"""
 
@@ -104,6 +106,9 @@ class Native:
             self.mods[t] = mod
 
     def run(self, tool: str) -> dict:
+        # (the encoded file in memory before the clock starts, as the page's blob)
+        data = (self.hub / {"whisper": "speech.wav", "yolo": "bus.png"}[tool]).read_bytes() \
+            if tool in ("whisper", "yolo") else None
         mod, t0 = self.mods[tool], time.perf_counter()
         if tool in ("gemma", "chat"):
             first = []
@@ -116,10 +121,10 @@ class Native:
             _drive(mod.run(None, {"teach": "reset"}))
             return {"steps_s": r["steps_per_s"], "losses": r["losses"]}
         if tool == "whisper":
-            r = _drive(mod.run((self.hub / "speech.wav").read_bytes(), {}))
+            r = _drive(mod.run(data, {}))
             return {"s": time.perf_counter() - t0, "text": r["text"]}
         if tool == "yolo":
-            r = _drive(mod.run((self.hub / "bus.png").read_bytes(), {}))
+            r = _drive(mod.run(data, {}))
             return {"s": time.perf_counter() - t0, "boxes": len(r["detections"])}
         r = _drive(mod.run(SENTENCES, {}))
         return {"sentences_s": len(SENTENCES) / (time.perf_counter() - t0), "n": r["count"]}
