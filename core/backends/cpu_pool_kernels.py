@@ -415,30 +415,12 @@ class PoolFloatKernels(FloatKernels):
         (_constant), else copied in too. A call shape's parameter block and scratch size are kept (_plans): a
         layer's call after its first costs one write of its parameters, where Pyodide's Python spent ~0.4 ms on
         them (~25 ms of a YOLOv8s forward)."""
-        at_w = self._constant(w)
-        at_b = None if b is None else self._constant(b)
-        wc, bc = (w if at_w is None else None), (b if b is not None and at_b is None else None)
-        x_bytes = xs.nbytes if isinstance(xs, np.ndarray) else sum(x.nbytes for x in xs)
-        at_x = self.kern._io_at(_align(x_bytes) + _align(0 if wc is None else wc.nbytes) +
-                                _align(0 if bc is None else bc.nbytes) + _align(y.nbytes) + 4 * (5 + len(fields)))
-        at = at_x + _align(x_bytes)
-        for a in (wc, bc):
-            if a is not None:
-                self.pool.write(at, a)
-                at_w, at_b = (at, at_b) if a is wc else (at_w, at)
-                at += _align(a.nbytes)
-        at_y, at_p = at, at + _align(y.nbytes)
-        if isinstance(xs, np.ndarray):
-            self.pool.write(at_x, xs)
-        else:
-            at = at_x
-            for x in xs:
-                self.pool.write(at, x)
-                at += x.nbytes
+        at_x, at_w, at_b, at_y, at_p = self._operands([xs] if isinstance(xs, np.ndarray) else xs, w, b, y.nbytes,
+                                                      4 * (5 + len(fields)))
         key = (what, *fields)
         plan = self._plans.get(key)
         params = np.empty(5 + len(fields), np.int32) if plan is None else plan[0]
-        params[:4] = [i32(at_x), i32(at_w), 0 if b is None else i32(at_b), i32(at_y)]
+        params[:4] = [i32(at_x), i32(at_w), i32(at_b), i32(at_y)]
         if plan is None:  # (the scratch's size reads the sizes only)
             params[4:] = [0, *fields]
             self.pool.write(at_p, params)
@@ -474,31 +456,36 @@ class PoolFloatKernels(FloatKernels):
         if o < POOL_MIN_ROWS or y.nbytes > IO_BYTES:
             return None
         kern = self.kern
-        at_w = self._constant(w)
-        at_b = None if b is None else self._constant(b)
-        wc, bc = (w if at_w is None else None), (b if b is not None and at_b is None else None)
-        at_x = kern._io_at(_align(4 * c * p) + _align(y.nbytes) + 128 + _align(0 if wc is None else wc.nbytes) +
-                           _align(0 if bc is None else bc.nbytes))
-        at_y = at_x + _align(4 * c * p)
-        at_s, at_p = at_y + _align(y.nbytes), at_y + _align(y.nbytes) + 64
-        at = at_p + 64
-        for a in (wc, bc):
-            if a is not None:
-                self.pool.write(at, a)
-                at_w, at_b = (at, at_b) if a is wc else (at_w, at)
-                at += _align(a.nbytes)
-        at = at_x
-        for x in xs:
-            self.pool.write(at, x)
-            at += x.nbytes
+        at_x, at_w, at_b, at_y, at_s = self._operands(xs, w, b, y.nbytes, 128)
+        at_p = at_s + 64  # (the product's strides at at_s, bias_act's parameters after them)
         self.pool.write(at_s, np.array([0, c, 1, 0, p, 1, o * p, p], np.int32))  # (numpy_conv's (1, O, P) product)
         kern.pool.check(kern._sgemm_batched(1, o, p, c, i32(at_w), i32(at_x), i32(at_y), i32(at_s),
                                             i32(kern._gemm_scratch.at), 0), "conv2d (1x1)")
         if b is not None or act is not None:  # rows.c's act(y + b[channel]) where y lies
-            self.pool.write(at_p, np.array([i32(at_y), i32(at_y), 0, 0 if b is None else i32(at_b), o, p, p, p,
+            self.pool.write(at_p, np.array([i32(at_y), i32(at_y), 0, i32(at_b), o, p, p, p,
                                             ACTS[act], 0 if b is None else o], np.int32))
             self.pool.check(self._bias_act(i32(at_p)), "conv2d's bias")
         return self.pool.read(at_y, y)
+
+    def _operands(self, xs, w, b, y_bytes: int, extra: int) -> tuple[int, int, int, int, int]:
+        """A call's operands in the per-call block: x (C-contiguous parts written one after another: their
+        concatenation along channels for one image), w and b where the pool's memory does not keep them
+        (_constant), room for y and `extra` bytes -> the addresses of x, w, b (0: none), y and the extra bytes."""
+        at_w = self._constant(w)
+        at_b = 0 if b is None else self._constant(b)
+        copied = [a for a, at in ((w, at_w), (b, at_b)) if at is None]
+        x_bytes = sum(x.nbytes for x in xs)
+        at_x = self.kern._io_at(_align(x_bytes) + sum(_align(a.nbytes) for a in copied) + _align(y_bytes) + extra)
+        at = at_x
+        for x in xs:
+            self.pool.write(at, x)
+            at += x.nbytes
+        at = at_x + _align(x_bytes)
+        for a in copied:
+            self.pool.write(at, a)
+            at_w, at_b = (at, at_b) if a is w else (at_w, at)
+            at += _align(a.nbytes)
+        return at_x, at_w, at_b, at, at + _align(y_bytes)
 
     def _constant(self, a: np.ndarray) -> int | None:
         """The pool's address of a copy of `a` (a conv's weight, its Winograd transform, a bias) kept in the pool's
