@@ -33,7 +33,7 @@ enum {
     C_LOST,      // 0, or 1 + the index of a worker that died (web/pool.js)
     C_BROKEN,    // 0, or why jobs run on the caller alone: 1 a worker lost, 2 no progress for timeout_ms
     C_STOP,      // workers leave their loop
-    C_SPIN,      // loads of a word before waiting on it (~10 ns each)
+    C_SPIN,      // loads of a word before waiting on it (0.4-2 ns each in V8: 20000 is ~8-40 us)
     C_TIMEOUT_MS,
     C_BUSY,      // a job is running (a nested ember_parallel runs serially)
     C_JOBS,      // jobs run in parallel (the tests check the pool was used)
