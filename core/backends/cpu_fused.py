@@ -168,44 +168,33 @@ def _blocked_attention(q, k, v):
     return out.reshape(lead + out.shape[1:])
 
 
-def _exp_rows(x, axis):
-    """(the page's kernels, each row's max) where softmax / log_softmax take their exponentials from the page's
-    kernel: float32 rows along the last axis, every maximum finite (a row of infinities keeps numpy's arithmetic,
-    as before); else (None, None)."""
+def _exp_rows(x, axis, last_only=True):
+    """(the page's kernels, the max along `axis`) where softmax / log_softmax take their exponentials from the page's
+    kernel: float32 along the last axis (any axis where not last_only), every maximum finite (a row of infinities
+    keeps numpy's arithmetic, as before); else (None, None)."""
     kernels = page_kernels()
-    if kernels is None or x.dtype is not _F32 or not x.size or axis % x.ndim != x.ndim - 1:
+    if kernels is None or x.dtype is not _F32 or not x.size or last_only and axis % x.ndim != x.ndim - 1:
         return None, None
-    m = x.max(axis=-1, keepdims=True)
+    m = x.max(axis=axis, keepdims=True)
     return (kernels, m) if np.isfinite(m).all() else (None, None)
 
 
 def softmax(be, x, axis):
     """array_module_fused.softmax, with the exponentials in the page's kernel where it runs (in the page, and
     natively in deterministic mode), as log_softmax below: numpy's exp is scalar in Pyodide (a sampler's 262k
-    logits 2.8 -> ~0.6 ms) and differs between builds. Each row's sum in float64, then rounded. Along another axis
-    (YOLO's DFL: 16 bins of (1, 4, 16, A)) numpy's maximum and sum run across the axis, element by element in one
-    order on every build, and the exponentials as one row whose maximum is 0 (numpy's reductions along rows of 16
-    cost more than their exponentials: the DFL's softmax 8.6 -> ~5 ms in the page)."""
-    if x.ndim > 1 and axis % x.ndim != x.ndim - 1:
-        kernels = page_kernels() if x.dtype is _F32 and x.size else None
-        m = None if kernels is None else x.max(axis=axis, keepdims=True)
-        if m is None or not np.isfinite(m).all():
-            return array_module_fused.softmax(be, x, axis)
-        e = np.ascontiguousarray(x - m)                                # each slice's max exactly 0
-        suppressed = e == -np.inf
-        kernels.exp_rowmax(e.reshape(1, -1))                            # exp(e - 0): the maximum of all is 0
-        e[suppressed] = 0.0
-        e /= e.sum(axis=axis, dtype=np.float64, keepdims=True).astype(np.float32)
-        return e
-    kernels, m = _exp_rows(x, axis)
+    logits 2.8 -> ~0.6 ms) and differs between builds. Each slice's sum in float64, then rounded. The exponentials
+    run as one row whose maximum is 0 (every slice's is), so another axis than the last takes them alike (YOLO's
+    DFL: 16 bins of (1, 4, 16, A), whose numpy reductions along rows of 16 cost more than the exponentials: its
+    softmax 8.6 -> ~5 ms in the page, the maximum and sum across the axis)."""
+    kernels, m = _exp_rows(x, axis, last_only=False)
     if kernels is None:
         return array_module_fused.softmax(be, x, axis)
-    e = (x - m).reshape(-1, x.shape[-1])                               # (rows, n): each row's max exactly 0
+    e = np.ascontiguousarray(x - m)                                    # each slice's max exactly 0
     suppressed = e == -np.inf  # (the kernel's exp holds its argument at -87.3: their weight is set to 0 after)
-    kernels.exp_rowmax(e)                                              # exp(s - 0), in place
+    kernels.exp_rowmax(e.reshape(1, -1))                               # exp(e - 0), in place
     e[suppressed] = 0.0
-    e /= e.sum(axis=-1, dtype=np.float64, keepdims=True).astype(np.float32)
-    return e.reshape(x.shape)
+    e /= e.sum(axis=axis, dtype=np.float64, keepdims=True).astype(np.float32)
+    return e
 
 
 def log_softmax(be, x, axis):
