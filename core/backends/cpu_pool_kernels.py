@@ -235,13 +235,19 @@ class PoolKernels:
         if bias is not None:  # c's rows = act(c + bias) where they lie, in place (rows.c's bias_act)
             at_b, at_p = at_s + 64, at_s + 64 + _align(n * 4)
             self.pool.write(at_b, np.ascontiguousarray(bias, F32))
-            self.pool.write(at_p, np.array([i32(at_c), i32(at_c), 0, i32(at_b), m * batch, n, n, n, ACTS[act], 0],
-                                           np.int32))
-            self.pool.check(self.pool.exports.ember_bias_act(i32(at_p)), "linear's bias")
+            self._bias_act_at(at_p, at_c, m * batch, n, at_b, act, 0, "linear's bias")
         if c.flags.c_contiguous:
             self.pool.read(at_c, c)
         else:  # a block of rows of a larger result
             c[...] = self.pool.read(at_c, np.empty(c.shape, F32))
+
+    def _bias_act_at(self, at_p, at_y, rows: int, cols: int, at_b: int, act, channels: int, what: str):
+        """rows.c's act(y + b) in place over `rows` contiguous rows of `cols` floats at at_y in the shared memory (b at
+        at_b, 0 for none: one per column, or with `channels` one per row of that many channels), its parameter block
+        written at at_p."""
+        self.pool.write(at_p, np.array([i32(at_y), i32(at_y), 0, i32(at_b), rows, cols, cols, cols, ACTS[act],
+                                        channels], np.int32))
+        self.pool.check(self.pool.exports.ember_bias_act(i32(at_p)), what)
 
     # ---------------------------------------------------------------- SiLU, GELU (elementwise.c)
 
@@ -395,7 +401,7 @@ class PoolFloatKernels(FloatKernels):
         wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
         if n * o * ho * wo * cg * kh * kw < POOL_MIN_MACS or ho <= 0 or wo <= 0:
             return self.side.conv2d(x, w, b, stride, padding, dilation, groups, act)
-        return self._conv(self._conv2d, self._conv2d_scratch_floats, "conv2d", x, w, b, np.empty((n, o, ho, wo), F32),
+        return self._conv(self._conv2d, self._conv2d_scratch_floats, "conv2d", [x], w, b, np.empty((n, o, ho, wo), F32),
                           [n, c, h, wd, o, kh, kw, stride[0], stride[1], padding[0], padding[1], dilation[0],
                            dilation[1], groups, ACTS[act]])
 
@@ -405,18 +411,17 @@ class PoolFloatKernels(FloatKernels):
         ho, wo = h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2
         if n * o * ho * wo * c * 9 < POOL_MIN_MACS or ho <= 0 or wo <= 0:
             return self.side.conv3x3_winograd(x, u, b, padding, act)
-        return self._conv(self._conv3x3_winograd, self._conv3x3_winograd_scratch_floats, "conv3x3_winograd", x, u, b,
+        return self._conv(self._conv3x3_winograd, self._conv3x3_winograd_scratch_floats, "conv3x3_winograd", [x], u, b,
                           np.empty((n, o, ho, wo), F32), [n, c, h, wd, o, padding[0], padding[1], ACTS[act], 1])
 
     def _conv(self, fn, scratch_fn, what: str, xs, w, b, y, fields: list) -> np.ndarray:
-        """A conv kernel on the pool (parameters x, w, b, y, the scratch, then `fields`): x copied in (the
-        concatenation of C-contiguous parts along channels, for one image, written part after part: conv_cat_act's
-        parts; a single array of any batch), y out; w and b (C-contiguous) read where the pool's memory keeps them
+        """A conv kernel on the pool (parameters x, w, b, y, the scratch, then `fields`): x copied in from its
+        C-contiguous parts `xs` written one after another (x alone, of any batch, or conv_cat_act's parts along the
+        channels of one image), y out; w and b (C-contiguous) read where the pool's memory keeps them
         (_constant), else copied in too. A call shape's parameter block and scratch size are kept (_plans): a
         layer's call after its first costs one write of its parameters, where Pyodide's Python spent ~0.4 ms on
         them (~25 ms of a YOLOv8s forward)."""
-        at_x, at_w, at_b, at_y, at_p = self._operands([xs] if isinstance(xs, np.ndarray) else xs, w, b, y.nbytes,
-                                                      4 * (5 + len(fields)))
+        at_x, at_w, at_b, at_y, at_p = self._operands(xs, w, b, y.nbytes, 4 * (5 + len(fields)))
         key = (what, *fields)
         plan = self._plans.get(key)
         params = np.empty(5 + len(fields), np.int32) if plan is None else plan[0]
@@ -461,10 +466,8 @@ class PoolFloatKernels(FloatKernels):
         self.pool.write(at_s, np.array([0, c, 1, 0, p, 1, o * p, p], np.int32))  # (numpy_conv's (1, O, P) product)
         kern.pool.check(kern._sgemm_batched(1, o, p, c, i32(at_w), i32(at_x), i32(at_y), i32(at_s),
                                             i32(kern._gemm_scratch.at), 0), "conv2d (1x1)")
-        if b is not None or act is not None:  # rows.c's act(y + b[channel]) where y lies
-            self.pool.write(at_p, np.array([i32(at_y), i32(at_y), 0, i32(at_b), o, p, p, p,
-                                            ACTS[act], 0 if b is None else o], np.int32))
-            self.pool.check(self._bias_act(i32(at_p)), "conv2d's bias")
+        if b is not None or act is not None:  # act(y + b[channel]) where y lies
+            kern._bias_act_at(at_p, at_y, o, p, at_b, act, 0 if b is None else o, "conv2d's bias")
         return self.pool.read(at_y, y)
 
     def _operands(self, xs, w, b, y_bytes: int, extra: int) -> tuple[int, int, int, int, int]:
