@@ -608,10 +608,13 @@ q, k, v = rnd(1, 4, 100, 64, seed=4), rnd(1, 4, 385, 64, seed=5), rnd(1, 4, 385,
 xs = rnd(37, 384, seed=7, scale=3)
 xn, wn = rnd(1, 129, 1, 3, seed=10), rnd(20, 129, 1, 3, seed=11, scale=0.5)  # a narrow output: dot products
 xb, wb = rnd(1, 40, 9, 9, seed=12), rnd(72, 40, 3, 3, seed=13, scale=0.5)     # one unit: blocks of channels
+# strided, packed in the page: 2 images, 2 groups of 40 channels (blocks of 32 + 8), 37 outputs (a partial panel)
+xg, wg = rnd(2, 80, 13, 17, seed=14), rnd(74, 40, 3, 3, seed=15, scale=0.5)
 out = {"conv": fk.conv2d(x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu"),
        "conv_s2": fk.conv2d(x, w, None, (2, 2), (1, 1), (1, 1), 1, "gelu"),
        "conv_narrow": fk.conv2d(xn, wn, b[:20], (1, 1), (0, 1), (1, 1), 1, "relu"),
        "conv_blocks": fk.conv2d(xb, wb, None, (1, 1), (1, 1), (1, 1), 1, "silu"),
+       "conv_s2_groups": fk.conv2d(xg, wg, rnd(74, seed=16), (2, 2), (1, 1), (1, 1), 2, "silu"),
        "conv_winograd": fk.conv3x3_winograd(x, winograd_weight(w), b, (1, 1), "silu"),
        "attn": fk.attention(q, k, v, None, 0.125, False), "attn_causal": fk.attention(q, k, v, None, 0.125, True),
        "ln": fk.layer_norm(xs, rnd(384, seed=8), rnd(384, seed=9), 1e-5), "gelu": fk.bias_act(xs, None, "gelu"),
