@@ -260,6 +260,33 @@ static void planes_rows(const conv_t *k, int u0, int u1) {
 
 // ---------------------------------------------------------------------------------------------- the tile
 
+#if PAGE
+// In the page a tile's last block leaves its sums in y, then this pass applies the bias (b[r bs] to row r) and the
+// activation to its rows (and Winograd's to its output rows' phases): one call a tile, whose loop keeps the
+// activation's constants in registers, where the epilogue applied to each vector in the tile's registers was a call
+// a vector that built its ~13 constants anew (three instructions each in V8), and took registers from the tile's
+// loop. act(v + b) of the same stored sums: the same bits.
+#define EPILOGUE_ROWS(ACT)                                                                    \
+    for (int r = 0; r < mr; r++)                                                              \
+        for (int j = 0; j < width; j += FW) {                                                 \
+            float *at = y + r * yos + j;                                                      \
+            fw v = fw_load_part(at, width - j);                                               \
+            fw_store_part(at, ACT(b ? fw_add(v, fw_splat(b[r * bs])) : v), width - j);        \
+        }
+#define ACT_NONE_(v) (v)
+#define ACT_RELU_(v) fw_max(fw_zero(), v)
+static __attribute__((noinline)) void epilogue(float *y, long yos, int mr, int width, const float *b, int bs,
+                                               int act) {
+    switch (act) {  // (a loop per activation: its constants outside the loop)
+    case ACT_SILU: EPILOGUE_ROWS(f8_silu) break;
+    case ACT_GELU: EPILOGUE_ROWS(f8_gelu) break;
+    case ACT_GELU_TANH: EPILOGUE_ROWS(f8_gelu_tanh) break;
+    case ACT_RELU: EPILOGUE_ROWS(ACT_RELU_) break;
+    default: EPILOGUE_ROWS(ACT_NONE_) break;
+    }
+}
+#endif
+
 // y[r][0:width] (+)= sum over kc channels and the taps of w[r][c][t] x_t[c][0:width] for MRc output channels
 // (rows of y yos apart, of w wos apart) and width <= FW NVc pixels; src: the planes at this output pixel of the
 // block's first channel (off: each tap's offset). last: the block of the last channels, whose sums leave with the
@@ -337,10 +364,16 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
             CT_TAP(t, fw_load(xs), fw_load(xs + FW), fw_load(xs + 2 * FW))
         }
     }
+#if PAGE
+    CT_EACH(CT_STORE)
+    if (last && (b || act))
+        epilogue(y, yos, MRc, width, b, 1, act);
+#else
     if (last && (b || act)) {
         CT_EACH(CT_ACT)
     }
     CT_EACH(CT_STORE)
+#endif
 }
 
 #define TILE_ARGS src, k->cs, off, k->taps, pf, npf, w, wos, kc, y, yos, ys, yss, width, first, last, b, k->act
@@ -555,16 +588,12 @@ static inline __attribute__((always_inline)) void micro(int kk, const float *pa,
         pb += 8;
     }
     c0.lo = c00, c0.hi = c01, c1.lo = c10, c1.hi = c11, c2.lo = c20, c2.hi = c21, c3.lo = c30, c3.hi = c31;
-    if (last && (b || act)) {
-        c0 = fw_bias_act(c0, b, act);
-        if (mr > 1) c1 = fw_bias_act(c1, b ? b + 1 : 0, act);
-        if (mr > 2) c2 = fw_bias_act(c2, b ? b + 2 : 0, act);
-        if (mr > 3) c3 = fw_bias_act(c3, b ? b + 3 : 0, act);
-    }
     fw_store_part(y, c0, width);
     if (mr > 1) fw_store_part(y + yos, c1, width);
     if (mr > 2) fw_store_part(y + 2 * yos, c2, width);
     if (mr > 3) fw_store_part(y + 3 * yos, c3, width);
+    if (last && (b || act))
+        epilogue(y, yos, mr, width, b, 1, act);
 }
 
 // the micro-kernel for output channels o0 .. o0 + mr of group g at flat pixels f .. f + width of image n, as tile_at
@@ -1044,8 +1073,15 @@ static void wino_out_rows(const void *arg, int r0, int r1, int thread) {
                     fw e[4];
                     WINO_AT(fw_load(gq + t), fw_load(gq + txp + t), fw_load(gq + 2 * txp + t),
                             fw_load(gq + 3 * txp + t), fw_load(gq + 4 * txp + t), fw_load(gq + 5 * txp + t), e)
+#if PAGE
+                    for (int j = 0; j < 4; j++) fw_store(yp + j * txp + t, e[j]);
+                }
+                if (b || k->act)  // (the phases' rows in one pass: see epilogue)
+                    epilogue(yp, txp, 4, k->tx, b, 0, k->act);
+#else
                     for (int j = 0; j < 4; j++) fw_store(yp + j * txp + t, fw_bias_act(e[j], b, k->act));
                 }
+#endif
                 float *restrict yr = y + (long)(4 * ty + q) * k->wo;
                 const float *restrict y0 = yp, *restrict y1 = yp + txp, *restrict y2 = yp + 2 * txp,
                                       *restrict y3 = yp + 3 * txp;

@@ -63,16 +63,24 @@ F8_HALVES(f8_max, wasm_f32x4_pmax(b.lo, a.lo), wasm_f32x4_pmax(b.hi, a.hi))  // 
 F8_HALVES(f8_min, wasm_f32x4_pmin(b.lo, a.lo), wasm_f32x4_pmin(b.hi, a.hi))  // a < b ? a : b
 F8_HALVES(f8_div, wasm_f32x4_div(a.lo, b.lo), wasm_f32x4_div(a.hi, b.hi))
 static inline f8 f8_floor(f8 a) { f8 v = {wasm_f32x4_floor(a.lo), wasm_f32x4_floor(a.hi)}; return v; }
+// 2^m: m + 1.5 2^23 is exact, its low bits m's two's complement (m in [-2^22, 2^22)), which the shift keeps: the
+// exponent field m + 127 (trunc_sat's conversion is ~7 instructions in V8: a NaN's, 0 there, gives 2^-127 here,
+// and the caller's p is NaN either way)
 static inline v128_t pow2i4(v128_t m) {
-    return wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_trunc_sat_f32x4(m), wasm_i32x4_splat(127)), 23);
+    return wasm_i32x4_shl(wasm_i32x4_add(wasm_f32x4_add(m, wasm_f32x4_splat(12582912.0f)), wasm_i32x4_splat(127)), 23);
 }
 static inline f8 f8_pow2i(f8 m) { f8 v = {pow2i4(m.lo), pow2i4(m.hi)}; return v; }
 typedef f8 m8;
 F8_HALVES(f8_gt, wasm_f32x4_gt(a.lo, b.lo), wasm_f32x4_gt(a.hi, b.hi))
 F8_HALVES(f8_eq, wasm_f32x4_eq(a.lo, b.lo), wasm_f32x4_eq(a.hi, b.hi))
 F8_HALVES(m8_and, wasm_v128_and(a.lo, b.lo), wasm_v128_and(a.hi, b.hi))
+#if defined(__wasm_relaxed_simd__)  // (masks are all ones or zeros a lane: a laneselect's defined case, one blendv)
+#define SEL4(m, a, b) wasm_i32x4_relaxed_laneselect(a, b, m)
+#else
+#define SEL4(m, a, b) wasm_v128_bitselect(a, b, m)
+#endif
 static inline f8 f8_sel(m8 m, f8 a, f8 b) {
-    f8 v = {wasm_v128_bitselect(a.lo, b.lo, m.lo), wasm_v128_bitselect(a.hi, b.hi, m.hi)};
+    f8 v = {SEL4(m.lo, a.lo, b.lo), SEL4(m.hi, a.hi, b.hi)};
     return v;
 }
 static inline f8 f8_abs(f8 a) { f8 v = {wasm_f32x4_abs(a.lo), wasm_f32x4_abs(a.hi)}; return v; }
@@ -248,7 +256,11 @@ enum { ACT_NONE, ACT_RELU, ACT_SILU, ACT_GELU, ACT_GELU_TANH };
 #define VT f8
 #define VM m8
 #define V(name) f8_##name
+#if defined(__wasm_simd128__) && !defined(EMBER_SIMD_SCALAR)
+#define V_POW2I_ANY  // (pow2i4: a float add and integer steps, defined for every m)
+#endif
 #include "fvec_math.h"
+#undef V_POW2I_ANY
 #undef VT
 #undef VM
 #undef V
@@ -269,12 +281,23 @@ enum { ACT_NONE, ACT_RELU, ACT_SILU, ACT_GELU, ACT_GELU_TANH };
 #endif
 
 // y[0:n] = act(y[0:n] + b) (b: one float added to every element, 0 for none), FW at a time; the tail through the
-// same vector code, so every element gets the same rounding
+// same vector code, so every element gets the same rounding. A loop for each activation, its constants outside it
+// (V8 kept a switch inside the loop, and the constants there)
+#define ACT_ROW_LOOP(ACT)                                                                 \
+    {                                                                                     \
+        int i = 0;                                                                        \
+        for (; i + FW <= n; i += FW)                                                      \
+            fw_store(y + i, fw_act(fw_add(fw_load(y + i), bv), ACT));                     \
+        if (i < n)                                                                        \
+            fw_store_part(y + i, fw_act(fw_add(fw_load_part(y + i, n - i), bv), ACT), n - i); \
+    }
 static inline void act_row(float *y, int n, float b, int act) {
     fw bv = fw_splat(b);
-    int i = 0;
-    for (; i + FW <= n; i += FW)
-        fw_store(y + i, fw_act(fw_add(fw_load(y + i), bv), act));
-    if (i < n)
-        fw_store_part(y + i, fw_act(fw_add(fw_load_part(y + i, n - i), bv), act), n - i);
+    switch (act) {
+    case ACT_RELU: ACT_ROW_LOOP(ACT_RELU) break;
+    case ACT_SILU: ACT_ROW_LOOP(ACT_SILU) break;
+    case ACT_GELU: ACT_ROW_LOOP(ACT_GELU) break;
+    case ACT_GELU_TANH: ACT_ROW_LOOP(ACT_GELU_TANH) break;
+    default: ACT_ROW_LOOP(ACT_NONE) break;
+    }
 }

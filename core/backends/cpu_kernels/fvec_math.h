@@ -25,7 +25,11 @@ static inline VT V(exp)(VT x0) {
     // and past 88.72 as below. A NaN's m fails the test and scales a NaN p: NaN. The same values as the lines below
     return V(sel)(V(gt)(m, V(c)(127.5f)), V(c)(__builtin_inff()), V_SCALEF(p, m));
 #else
+#if defined(V_POW2I_ANY)  // the target's pow2i takes any m: a NaN's gives some power, p is NaN then
+    VT y = V(mul)(p, V(pow2i)(m));
+#else
     VT y = V(mul)(p, V(pow2i)(V(sel)(V(eq)(m, m), m, V(zero)())));  // (a NaN's m: 2^0, p is NaN)
+#endif
     return V(sel)(V(gt)(x0, V(c)(88.7228390f)), V(c)(__builtin_inff()), y);
 #endif
 }

@@ -55,15 +55,19 @@ static inline v128_t ember_minmax(v128_t a, v128_t b, int max) {
 }
 static inline v128_t wasm_f32x4_min(v128_t a, v128_t b) { return ember_minmax(a, b, 0); }
 static inline v128_t wasm_f32x4_max(v128_t a, v128_t b) { return ember_minmax(a, b, 1); }
+// f32x4.pmin / pmax: b < a ? b : a and a < b ? b : a, lane by lane (a NaN a passes, as the comparison is false)
+static inline v128_t wasm_f32x4_pmin(v128_t a, v128_t b) {
+    ember_f4 x = EMBER_F(a), y = EMBER_F(b);
+    for (int i = 0; i < 4; i++) x[i] = y[i] < x[i] ? y[i] : x[i];
+    return EMBER_V(x);
+}
+static inline v128_t wasm_f32x4_pmax(v128_t a, v128_t b) {
+    ember_f4 x = EMBER_F(a), y = EMBER_F(b);
+    for (int i = 0; i < 4; i++) x[i] = x[i] < y[i] ? y[i] : x[i];
+    return EMBER_V(x);
+}
 static inline v128_t wasm_f32x4_floor(v128_t a) {
     ember_f4 x = EMBER_F(a);
     for (int i = 0; i < 4; i++) x[i] = __builtin_floorf(x[i]);
     return EMBER_V(x);
-}
-static inline v128_t wasm_i32x4_trunc_sat_f32x4(v128_t a) {  // NaN -> 0, out of range -> INT32_MIN / INT32_MAX
-    ember_f4 x = EMBER_F(a);
-    v128_t r;
-    for (int i = 0; i < 4; i++)
-        r[i] = x[i] != x[i] ? 0 : x[i] >= 2147483648.0f ? INT32_MAX : x[i] < -2147483648.0f ? INT32_MIN : (int32_t)x[i];
-    return r;
 }
