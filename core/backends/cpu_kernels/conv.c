@@ -101,13 +101,13 @@ typedef struct {
 } conv_t;
 
 // In the page a strided conv runs packed: each weight's rows as panels of CV_MR rows, k-major ((channel, tap) pairs in
-// the tile's order, CV_MR rows' weights side by side; packed each call, in parallel: ~0.2 ns a weight), and a pair
+// the tile's order, CV_MR rows' weights side by side; packed each call, in parallel: ~0.3 ns a weight), and a pair
 // of tiles' pixels, the FW floats each (channel, tap) reads, side by side in panels on the stack. The micro-kernel
 // then reads both through one pointer each, the loop of gemm.c's micro-kernel, which V8 unrolls: its steps ~18
 // instructions where the tile's are ~36 (~13 of them addresses). YOLOv8s's stride-2 convs 1.08-1.22x faster in
 // Chromium 156. The same multiply-add chain over (channel, tap) for every output: the tile's bits. Not for pointwise
-// convs or Winograd's products (each pixel's line is used once a tile: packing them cost what the loop saved, 1x1
-// convs 0.93-0.95x) nor a stem of 27 steps (the packing a third of its work).
+// convs or Winograd's products (packing their pixels cost what the faster loop saved: 1x1 convs 0.93-0.95x) nor a
+// stem of 27 steps a tile (15.1 -> 15.8 ms).
 #define PACKED(k) (PAGE && (k)->tile_major && (k)->taps > 1 && (long)(k)->cg * (k)->taps >= 64 && !(k)->narrow && \
                    !(k)->masked && (long)(k)->kc * (k)->taps <= KC_TILE)
 #define PANELS(k) (((k)->og + CV_MR - 1) / CV_MR)  // a group's panels of CV_MR output channels
