@@ -105,11 +105,13 @@ typedef struct {
 // of tiles' pixels, the FW floats each (channel, tap) reads, side by side in panels on the stack. The micro-kernel
 // then reads both through one pointer each, the loop of gemm.c's micro-kernel, which V8 unrolls: its steps ~18
 // instructions where the tile's are ~36 (~13 of them addresses). YOLOv8s's stride-2 convs 1.08-1.22x faster in
-// Chromium 156. The same multiply-add chain over (channel, tap) for every output: the tile's bits. Not for pointwise
-// convs or Winograd's products (packing their pixels cost what the faster loop saved: 1x1 convs 0.93-0.95x) nor a
-// stem of 27 steps a tile (15.1 -> 15.8 ms).
+// Chromium 156. The same multiply-add chain over (channel, tap) for every output: the tile's bits. Pointwise convs
+// and Winograd's products run the same micro-kernel on w's rows and the pixels where they lie, nothing packed
+// (packing their pixels cost what the faster loop saved: 1x1 convs 0.93-0.95x; unpacked 1.02-1.04x, Winograd's
+// convs of 64-256 channels 1.05-1.09x, in Node). Not a stem of 27 steps a tile (packed: 15.1 -> 15.8 ms).
 #define PACKED(k) (PAGE && (k)->tile_major && (k)->taps > 1 && (long)(k)->cg * (k)->taps >= 64 && !(k)->narrow && \
                    !(k)->masked && (long)(k)->kc * (k)->taps <= KC_TILE)
+#define PAGE_POINTWISE(k) (PAGE && (k)->taps == 1 && !(k)->narrow && !(k)->masked)  // (micro_pair_rows)
 #define PANELS(k) (((k)->og + CV_MR - 1) / CV_MR)  // a group's panels of CV_MR output channels
 
 static long packed_at(const conv_t *k) {  // (the scratch's floats before the packed weights)
@@ -334,16 +336,7 @@ static inline __attribute__((always_inline)) void tile(const int MRc, const int 
     const lanes_t l0 = MASKED ? mt[0] : 0, l1 = MASKED ? mt[1] : 0, l2 = MASKED ? mt[2] : 0;
     const lanes_t r0 = MASKED ? mt[CV_NV] : 0, r1 = MASKED ? mt[CV_NV + 1] : 0, r2 = MASKED ? mt[CV_NV + 2] : 0;
     (void)l0, (void)l1, (void)l2, (void)r0, (void)r1, (void)r2;
-    // in the page a pointwise conv (and Winograd's products) reads its channels' one tap each in a loop of its own:
-    // the loop of taps around a single tap cost about what its multiply-adds did there (a 128 -> 128 1x1 conv at
-    // 80 x 80 7.0 -> 10.9 GMAC/s in Node, Winograd's convs 1.5x faster); natively these run on gemm_native.c, and
-    // the loop below prefetches the next channel's lines
-    const int pointwise = PAGE && taps == 1 && !MASKED;
-    for (int c = 0; pointwise && c < kc; c++) {
-        const float *xc = src + c * cs, *wc = w + c;
-        CT_TAP(0, fw_load(xs), fw_load(xs + FW), fw_load(xs + 2 * FW))
-    }
-    for (int c = 0; !pointwise && c < kc; c++) {
+    for (int c = 0; c < kc; c++) {
         const float *xc = src + c * cs, *wc = w + c * taps;
         // the next channel's lines (pf: one tap per plane row read) while this one's multiply-adds run: a tile
         // reads a short run of several rows a channel, more streams than the hardware prefetcher follows (YOLOv8s's
@@ -564,9 +557,10 @@ static void pack_job(const void *arg, int p0, int p1, int thread) {  // (paralle
 // the tile's multiply-adds on packed panels: rows r < mr of y (yos apart) at width <= FW pixels (+)= sum over kk
 // steps of pa[i][r] pb[i][0:FW], chained onto ys's rows (yss apart) unless first; the last block's with the bias (b)
 // and the activation. A function of its own, as small as gemm.c's micro-kernel, whose loop V8 compiles alike.
-static inline __attribute__((always_inline)) void micro(int kk, const float *pa, const float *pb, float *y, long yos,
-                                            const float *ys, long yss, int mr, int width, int first, int last,
-                                            const float *b, int act) {
+static inline __attribute__((always_inline)) void micro(int kk, const float *a0, const float *a1, const float *a2,
+                                                        const float *a3, long as, const float *pb, long bs, float *y,
+                                                        long yos, const float *ys, long yss, int mr, int width,
+                                                        int first, int last, const float *b, int act) {
     fw c0 = fw_zero(), c1 = c0, c2 = c0, c3 = c0;
     if (!first) {
         c0 = fw_load_part(ys, width);
@@ -578,14 +572,14 @@ static inline __attribute__((always_inline)) void micro(int kk, const float *pa,
     v128_t c00 = c0.lo, c01 = c0.hi, c10 = c1.lo, c11 = c1.hi, c20 = c2.lo, c21 = c2.hi, c30 = c3.lo, c31 = c3.hi;
     for (int i = 0; i < kk; i++) {
         v128_t b0 = wasm_v128_load(pb), b1 = wasm_v128_load(pb + 4);
-        v128_t a0 = wasm_v128_load32_splat(pa), a1 = wasm_v128_load32_splat(pa + 1);
-        v128_t a2 = wasm_v128_load32_splat(pa + 2), a3 = wasm_v128_load32_splat(pa + 3);
-        c00 = MADD4(c00, a0, b0); c01 = MADD4(c01, a0, b1);
-        c10 = MADD4(c10, a1, b0); c11 = MADD4(c11, a1, b1);
-        c20 = MADD4(c20, a2, b0); c21 = MADD4(c21, a2, b1);
-        c30 = MADD4(c30, a3, b0); c31 = MADD4(c31, a3, b1);
-        pa += 4;
-        pb += 8;
+        v128_t w0 = wasm_v128_load32_splat(a0), w1 = wasm_v128_load32_splat(a1);
+        v128_t w2 = wasm_v128_load32_splat(a2), w3 = wasm_v128_load32_splat(a3);
+        c00 = MADD4(c00, w0, b0); c01 = MADD4(c01, w0, b1);
+        c10 = MADD4(c10, w1, b0); c11 = MADD4(c11, w1, b1);
+        c20 = MADD4(c20, w2, b0); c21 = MADD4(c21, w2, b1);
+        c30 = MADD4(c30, w3, b0); c31 = MADD4(c31, w3, b1);
+        a0 += as, a1 += as, a2 += as, a3 += as;
+        pb += bs;
     }
     c0.lo = c00, c0.hi = c01, c1.lo = c10, c1.hi = c11, c2.lo = c20, c2.hi = c21, c3.lo = c30, c3.hi = c31;
     fw_store_part(y, c0, width);
@@ -598,9 +592,11 @@ static inline __attribute__((always_inline)) void micro(int kk, const float *pa,
 
 // the micro-kernel for output channels o0 .. o0 + mr of group g at flat pixels f .. f + width of image n, as tile_at
 // places a tile's rows: into the accumulator, or for the last block with the bias and activation into y
-static inline __attribute__((always_inline)) void micro_at(const conv_t *k, int steps, const float *pa,
-                                                           const float *pb, int n, int g, int o0, int mr, long f,
-                                                           int width, int first, int last) {
+static inline __attribute__((always_inline)) void micro_at(const conv_t *k, int steps, const float *pa, long ars,
+                                                           long as, const float *pb, long bs, int n, int g, int o0,
+                                                           int mr, long f, int width, int first, int last) {
+    // (rows past mr read row 0's weights: their sums are not stored)
+    const float *a0 = pa, *a1 = mr > 1 ? pa + ars : pa, *a2 = mr > 2 ? pa + 2 * ars : pa, *a3 = mr > 3 ? pa + 3 * ars : pa;
     long yos = (long)k->ho * k->wo, aos = k->flat_y ? yos : k->flat + 32;
     int o = g * k->og + o0;
     const float *b = k->b ? k->b + o : 0;
@@ -608,13 +604,13 @@ static inline __attribute__((always_inline)) void micro_at(const conv_t *k, int 
     long oh = f / k->wq, col = f - oh * k->wq;
     if (last && !k->flat_y && col + width <= k->wo) {  // the last block, inside a row: to y
         float *yr = k->y + ((long)n * k->o + o) * yos + oh * k->wo + col;
-        micro(steps, pa, pb, yr, yos, acc, aos, mr, width, first, 1, b, k->act);
+        micro(steps, a0, a1, a2, a3, as, pb, bs, yr, yos, acc, aos, mr, width, first, 1, b, k->act);
     } else if (last && !k->flat_y) {  // (across a row's end: to y's rows through tmp)
         float tmp[CV_MR * FW];
-        micro(steps, pa, pb, tmp, FW, acc, aos, mr, width, first, 1, b, k->act);
+        micro(steps, a0, a1, a2, a3, as, pb, bs, tmp, FW, acc, aos, mr, width, first, 1, b, k->act);
         scatter(k, tmp, FW, mr, f, width, k->y + ((long)n * k->o + o) * yos, yos);
     } else {
-        micro(steps, pa, pb, acc, aos, acc, aos, mr, width, first, last, b, k->act);
+        micro(steps, a0, a1, a2, a3, as, pb, bs, acc, aos, acc, aos, mr, width, first, last, b, k->act);
     }
 }
 
@@ -625,7 +621,17 @@ static __attribute__((noinline)) void micro_pair(const conv_t *k, int steps, con
                                                  int n, int g, int o0, int mr, long f, int w0, int w1, int first,
                                                  int last) {
     for (int h = 0; h < 2 && (h == 0 || w1 > 0); h++)
-        micro_at(k, steps, pa, pb + h * (long)steps * FW, n, g, o0, mr, f + h * FW, h ? w1 : w0, first, last);
+        micro_at(k, steps, pa, 1, CV_MR, pb + h * (long)steps * FW, FW, n, g, o0, mr, f + h * FW, h ? w1 : w0, first,
+                 last);
+}
+
+// the same for a pointwise conv's pair, its weights read from w's rows (wos apart) and its pixels from the planes
+// where they lie (channels cs apart): nothing packed
+static __attribute__((noinline)) void micro_pair_rows(const conv_t *k, int kc, const float *w, long wos,
+                                                      const float *x, long cs, int n, int g, int o0, int mr, long f,
+                                                      int w0, int w1, int first, int last) {
+    for (int h = 0; h < 2 && (h == 0 || w1 > 0); h++)
+        micro_at(k, kc, w, wos, 1, x + h * FW, cs, n, g, o0, mr, f + h * FW, h ? w1 : w0, first, last);
 }
 
 // conv_rows' tile-major order on packed panels: two tiles' pixels (a cache line of each plane row they read) packed
@@ -655,6 +661,12 @@ static void conv_rows_packed(const conv_t *k, int u0, int u1, int oa, int ob, in
                     for (long f = f0; f < f1; f += 2 * FW) {
                         int w0 = f1 - f < FW ? (int)(f1 - f) : FW;
                         int w1 = f1 - f - FW < FW ? (int)(f1 - f - FW) : FW;  // (<= 0: no second tile)
+                        if (taps == 1) {
+                            for (int o0 = oa; o0 < ob; o0 += CV_MR)
+                                micro_pair_rows(k, kc, k->w + ((long)g * k->og + o0) * k->cg + c0, k->cg, base + f, cs,
+                                                n, g, o0, ob - o0 < CV_MR ? ob - o0 : CV_MR, f, w0, w1, first, last);
+                            continue;
+                        }
                         float *d = pb, *e = pb + (long)steps * FW;
                         for (int c = 0; c < kc; c++)
                             for (int t = 0; t < taps; t++, d += FW, e += FW) {
@@ -843,7 +855,7 @@ static void conv_job(const void *arg, int j0, int j1, int thread) {
                  oa + OBLOCK;  // (nob 1: b is 0)
         int g0 = k->gsplit ? b : 0, g1 = k->gsplit ? b + 1 : k->groups;
 #if PAGE
-        (k->packed ? conv_rows_packed : conv_rows)(k, j % units, u1, oa, ob, g0, g1);
+        (k->packed || PAGE_POINTWISE(k) ? conv_rows_packed : conv_rows)(k, j % units, u1, oa, ob, g0, g1);
 #else
         conv_rows(k, j % units, u1, oa, ob, g0, g1);
 #endif
