@@ -245,7 +245,7 @@ def _wino_case(i):
 
 @pytest.mark.parametrize("case", range(len(WINO_CASES)))
 def test_winograd_conv_matches_float64_on_every_build(builds, case):
-    """conv.c's Winograd F(4x4, 3x3) against float64 on every build, within its own rounding bound: its
+    """conv_winograd.c's F(4x4, 3x3) against float64 on every build, within its own rounding bound: its
     transforms scale a tile's values by up to 100 (B's 4 and 5, A's 8) before the products round, so the bound
     is 64x the direct conv's; the builds that fuse agree bit for bit (AVX2's and AVX-512's, gemm_native.c's
     products and conv.c's tile, the page's), as do those that do not, and no thread count changes a bit."""

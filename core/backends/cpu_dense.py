@@ -29,7 +29,7 @@ _ACT_NAMES = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "silu": "silu", "relu": 
 
 
 def describe_conv(be=None):
-    return "cpu_kernels/conv.c ember_conv2d (direct, epilogue fused) | ember_conv3x3_winograd (F(4x4, 3x3)) | " \
+    return "cpu_kernels/conv.c ember_conv2d (direct, epilogue fused) | conv_winograd.c (F(4x4, 3x3)) | " \
         "im2col + BLAS" if float_kernels() is not None \
         else "im2col bands + BLAS, bias added in place"
 
@@ -205,7 +205,7 @@ def _winograd(tune, x_shape, w_shape, stride, dilation, groups, padding) -> bool
 
 
 def _winograd_weight(w):
-    """w's transform for conv.c's Winograd (winograd_weight), made once per weight array and kept while it lives
+    """w's transform for conv_winograd.c (winograd_weight), made once per weight array and kept while it lives
     (cpu_matmul.derived_copy: backend arrays are never written in place; memory the caller shares, each call)."""
     return cpu_matmul.derived_copy(w, "winograd", winograd_weight, needed=True)
 

@@ -40,9 +40,9 @@ from ..errors import EmberError, SettingError
 from ..paths import cache_dir
 
 SOURCES = Path(__file__).with_name("cpu_kernels")
-FILES = ("q8dot.c", "decode.c", "threads.c", "conv.c", "attention.c", "rows.c", "decode_xattn.c", "nbits.c",
-         "recurrent.c", "matvec_f16.c", "gemm_native.c", "image.c", "maps.c", "argmax_f32.c")  # (+ HEADERS)
-HEADERS = ("simd.h", "half.h", "parallel.h", "fvec.h", "fvec_math.h", "matvec_f32.h")
+FILES = ("q8dot.c", "decode.c", "threads.c", "conv.c", "conv_winograd.c", "attention.c", "rows.c", "decode_xattn.c",
+         "nbits.c", "recurrent.c", "matvec_f16.c", "gemm_native.c", "image.c", "maps.c", "argmax_f32.c")  # (+ HEADERS)
+HEADERS = ("simd.h", "half.h", "parallel.h", "fvec.h", "fvec_math.h", "matvec_f32.h", "conv.h")
 # -ffp-contract=off: no multiply-add fused into an FMA, so the float steps round as the wasm build's do
 FLAGS = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-std=c11"]
 NATIVE = ["-march=native"]  # this CPU's SIMD (AVX2, ...); a compiler that refuses it builds the portable paths
