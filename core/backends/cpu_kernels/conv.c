@@ -268,18 +268,16 @@ static void planes_rows(const conv_t *k, int u0, int u1) {
         for (int j = 0; j < width; j += FW) {                                                 \
             float *at = y + r * yos + j;                                                      \
             fw v = fw_load_part(at, width - j);                                               \
-            fw_store_part(at, ACT(b ? fw_add(v, fw_splat(b[r * bs])) : v), width - j);        \
+            fw_store_part(at, fw_act(b ? fw_add(v, fw_splat(b[r * bs])) : v, ACT), width - j); \
         }
-#define ACT_NONE_(v) (v)
-#define ACT_RELU_(v) fw_max(fw_zero(), v)
 __attribute__((noinline, visibility("hidden"))) void ember_conv_epilogue(float *y, long yos, int mr, int width,
                                                                        const float *b, int bs, int act) {
     switch (act) {  // (a loop per activation: its constants outside the loop)
-    case ACT_SILU: EPILOGUE_ROWS(f8_silu) break;
-    case ACT_GELU: EPILOGUE_ROWS(f8_gelu) break;
-    case ACT_GELU_TANH: EPILOGUE_ROWS(f8_gelu_tanh) break;
-    case ACT_RELU: EPILOGUE_ROWS(ACT_RELU_) break;
-    default: EPILOGUE_ROWS(ACT_NONE_) break;
+    case ACT_SILU: EPILOGUE_ROWS(ACT_SILU) break;
+    case ACT_GELU: EPILOGUE_ROWS(ACT_GELU) break;
+    case ACT_GELU_TANH: EPILOGUE_ROWS(ACT_GELU_TANH) break;
+    case ACT_RELU: EPILOGUE_ROWS(ACT_RELU) break;
+    default: EPILOGUE_ROWS(ACT_NONE) break;
     }
 }
 #endif
@@ -550,9 +548,11 @@ static void pack_job(const void *arg, int p0, int p1, int thread) {  // (paralle
     pack_weights((const conv_t *)arg, p0, p1);
 }
 
-// the tile's multiply-adds on packed panels: rows r < mr of y (yos apart) at width <= FW pixels (+)= sum over kk
-// steps of pa[i][r] pb[i][0:FW], chained onto ys's rows (yss apart) unless first; the last block's with the bias (b)
-// and the activation. A function of its own, as small as gemm.c's micro-kernel, whose loop V8 compiles alike.
+// the tile's multiply-adds in gemm.c's micro-kernel loop: rows r < mr of y (yos apart) at width <= FW pixels (+)=
+// sum over kk steps i of a_r[i as] pb[i bs][0:FW] (packed panels: a_r = pa + r, as = CV_MR, bs = FW; a pointwise
+// conv's w rows and planes: as = 1, bs = cs), chained onto ys's rows (yss apart) unless first; the last block's then
+// take the bias (b) and the activation (ember_conv_epilogue). Inlined into micro_pair / micro_pair_rows, small
+// functions whose loop over a pair of tiles V8 unrolls this one inside.
 static inline __attribute__((always_inline)) void micro(int kk, const float *a0, const float *a1, const float *a2,
                                                         const float *a3, long as, const float *pb, long bs, float *y,
                                                         long yos, const float *ys, long yss, int mr, int width,
@@ -630,9 +630,9 @@ static __attribute__((noinline)) void micro_pair_rows(const conv_t *k, int kc, c
         micro_at(k, kc, w, wos, 1, x + h * FW, cs, n, g, o0, mr, f + h * FW, h ? w1 : w0, first, last);
 }
 
-// conv_rows' tile-major order on packed panels: two tiles' pixels (a cache line of each plane row they read) packed
-// at a time for a block of channels, then every block of CV_MR output channels over both (its weights' panel read
-// from L1 for the second)
+// conv_rows' tile-major order on the micro-kernel: for a block of channels, two tiles' pixels (a cache line of each
+// plane row they read) packed at a time (a pointwise conv's read where they lie), then every block of CV_MR output
+// channels over both (its weights read from L1 for the second)
 static void conv_rows_packed(const conv_t *k, int u0, int u1, int oa, int ob, int g0, int g1) {
     long off[MAX_TAPS];
     for (int i = 0; i < k->kh; i++)
