@@ -29,34 +29,50 @@ typedef struct {
 
 static inline int clamp255(int v) { return v < 0 ? 0 : v > 255 ? 255 : v; }
 
+// v / 255.0f for v in [0, 255]: the division's bits (folded by the compiler, correctly rounded as at run time), read
+// from a table: a division an output cost more than the rest of its arithmetic
+#define D1(v) (float)(v) / 255.0f,
+#define D4(v) D1(v) D1(v + 1) D1(v + 2) D1(v + 3)
+#define D16(v) D4(v) D4(v + 4) D4(v + 8) D4(v + 12)
+#define D64(v) D16(v) D16(v + 16) D16(v + 32) D16(v + 48)
+static const float over255[256] = {D64(0) D64(64) D64(128) D64(192)};
+
+// An output row's channels: the canvas's padding left and right of [left, left + nw), the resized
+// pixels between. Each output column's tables are read once for all its channels (the source's are interleaved).
 static void lb_rows(const void *arg, int r0, int r1, int thread) {  // (parallel.h) output rows [r0, r1)
     const lb_t *k = (const lb_t *)arg;
     long plane = (long)k->oh * k->ow;
+    int c = k->c;
     (void)thread;
     for (int r = r0; r < r1; r++) {
         int yr = r - k->top, inside = yr >= 0 && yr < k->nh;
-        for (int ch = 0; ch < k->c; ch++) {
-            float *o = k->out + ch * plane + (long)r * k->ow;
-            for (int q = 0; q < k->ow; q++) o[q] = k->pad;
-            if (!inside)
-                continue;
-            o += k->left;
-            if (k->area) {  // the rounded mean of each 2 x 2 block
-                const uint8_t *s0 = k->src + 2L * yr * k->stride + ch, *s1 = s0 + k->stride;
-                for (int q = 0; q < k->nw; q++) {
-                    long i = 2L * q * k->c;
-                    o[q] = (float)((s0[i] + s0[i + k->c] + s1[i] + s1[i + k->c] + 2) >> 2) / 255.0f;
-                }
-                continue;
-            }
-            const uint8_t *s0 = k->src + k->y0[yr] * k->stride + ch, *s1 = k->src + k->y1[yr] * k->stride + ch;
-            int b0 = k->b0[yr], b1 = k->b1[yr];
+        float *row = k->out + (long)r * k->ow;  // channel 0's row; channel ch's at + ch plane
+        for (int ch = 0; ch < c; ch++) {
+            float *o = row + ch * plane;
+            int q0 = inside ? k->left : k->ow, q1 = inside ? k->left + k->nw : k->ow;
+            for (int q = 0; q < q0; q++) o[q] = k->pad;
+            for (int q = q1; q < k->ow; q++) o[q] = k->pad;
+        }
+        if (!inside)
+            continue;
+        float *o = row + k->left;
+        if (k->area) {  // the rounded mean of each 2 x 2 block
+            const uint8_t *s0 = k->src + 2L * yr * k->stride, *s1 = s0 + k->stride;
             for (int q = 0; q < k->nw; q++) {
-                long i0 = (long)k->x0[q] * k->c, i1 = (long)k->x1[q] * k->c;
-                int a0 = k->a0[q], a1 = k->a1[q];
-                int h0 = (s0[i0] * a0 + s0[i1] * a1) >> 4, h1 = (s1[i0] * a0 + s1[i1] * a1) >> 4;
-                int v = (((h0 * b0) >> 16) + ((h1 * b1) >> 16) + 2) >> 2;
-                o[q] = (float)clamp255(v) / 255.0f;
+                long i = 2L * q * c;
+                for (int ch = 0; ch < c; ch++)
+                    o[ch * plane + q] = over255[(s0[i + ch] + s0[i + c + ch] + s1[i + ch] + s1[i + c + ch] + 2) >> 2];
+            }
+            continue;
+        }
+        const uint8_t *s0 = k->src + k->y0[yr] * k->stride, *s1 = k->src + k->y1[yr] * k->stride;
+        int b0 = k->b0[yr], b1 = k->b1[yr];
+        for (int q = 0; q < k->nw; q++) {
+            long i0 = (long)k->x0[q] * c, i1 = (long)k->x1[q] * c;
+            int a0 = k->a0[q], a1 = k->a1[q];
+            for (int ch = 0; ch < c; ch++) {
+                int h0 = (s0[i0 + ch] * a0 + s0[i1 + ch] * a1) >> 4, h1 = (s1[i0 + ch] * a0 + s1[i1 + ch] * a1) >> 4;
+                o[ch * plane + q] = over255[clamp255((((h0 * b0) >> 16) + ((h1 * b1) >> 16) + 2) >> 2)];
             }
         }
     }
