@@ -13,9 +13,10 @@
 // cpu_dense.py). The channel sums are 36 products (O, C) x (C, tiles), one per position of the 6 x 6: 2.25
 // multiply-adds an output pixel per channel pair where the direct conv has 9. The products are conv.c's (a 1x1 conv
 // of 36 groups over the transformed tiles, its tile natively or the page's micro-kernel: one multiply-add chain over
-// the channels for every value, as in every conv there; natively gemm_native.c by default); the transforms are adds and multiplies in one fixed order, never fused (the native build
-// has -ffp-contract=off), so the page's relaxed build gives the native bits. The bias and the activation apply as
-// the output rows leave, act(y + b) as the tile's epilogue.
+// the channels for every value, as in every conv there; natively gemm_native.c by default); the transforms are adds
+// and multiplies in one fixed order, never fused (the native build has -ffp-contract=off), so the page's relaxed
+// build gives the native bits. The bias and the activation apply as act(y + b): natively as the output rows leave,
+// in the page as one pass over each output channel's plane.
 //
 // Memory (scratch): V (n, 36, c, tp) and the products M (n, 36, o, tp), tp the image's tiles rounded up to 16 (the
 // products' vectors fill whole rows: the 1x1 conv reads V in place), and each thread's row buffers.
@@ -203,8 +204,6 @@ static void wino_out_rows(const void *arg, int r0, int r1, int thread) {
 #if defined(__wasm__)
                     for (int j = 0; j < 4; j++) fw_store(yp + j * txp + t, e[j]);
                 }
-                if (b || k->act)  // (the phases' rows in one pass: conv.h)
-                    ember_conv_epilogue(yp, txp, 4, k->tx, b, 0, k->act);
 #else
                     for (int j = 0; j < 4; j++) fw_store(yp + j * txp + t, fw_bias_act(e[j], b, k->act));
                 }
@@ -218,6 +217,13 @@ static void wino_out_rows(const void *arg, int r0, int r1, int thread) {
                 for (int j = 0; 4 * full + j < k->wo; j++) yr[4 * full + j] = yp[j * txp + full];
             }
         }
+#if defined(__wasm__)
+        // the page: act(y + b) over the channel's whole plane in one pass (conv.h), where a pass over each output
+        // row's four phases (16-32 values on YOLO's deep maps) spent as much on the activation's constants and the
+        // call as on its values
+        if (b || k->act)
+            ember_conv_epilogue(y, 0, 1, k->ho * k->wo, b, 0, k->act);
+#endif
     }
 }
 
