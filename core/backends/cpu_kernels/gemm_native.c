@@ -205,13 +205,13 @@ static void gn_panels(const void *p, int p0, int p1, int thread) {  // (parallel
             if (j->row_bias) {  // act(c + b) a row at a time: conv.c's epilogue's steps
                 for (int r = 0; r < j->m; r++)
                     act_row(j->c + (long)r * j->rsc + n0, nn, j->row_bias[r], j->act);
-                continue;
+            } else {
+                if (j->bias)
+                    gn_add_bias(j->c + n0, j->rsc, j->m, nn, j->bias + n0);
+                if (j->act != ACT_NONE)  // (rows.c's bias_act after the product: the same function, the same bits)
+                    for (int r = 0; r < j->m; r++)
+                        act_row(j->c + (long)r * j->rsc + n0, nn, 0.0f, j->act);
             }
-            if (j->bias)
-                gn_add_bias(j->c + n0, j->rsc, j->m, nn, j->bias + n0);
-            if (j->act != ACT_NONE)  // (rows.c's bias_act after the product: the same function, the same bits)
-                for (int r = 0; r < j->m; r++)
-                    act_row(j->c + (long)r * j->rsc + n0, nn, 0.0f, j->act);
         }
     }
 }
