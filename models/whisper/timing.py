@@ -159,7 +159,7 @@ def cross_attention_logits(model, tokens, audio_features, heads) -> tuple[np.nda
             for head in want[i]:
                 qks[(i, head)] = qk[head]
         x = x + layer.encoder_attn(h, kv=cross[i])
-        x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
+        x = x + layer.mlp(layer.final_layer_norm(x))
     logits = dec.logits(dec.layer_norm(x)).float().numpy()[0]  # (T, vocab)
     return np.stack([qks[hp] for hp in heads]), logits
 
