@@ -32,16 +32,23 @@ def activation(name: str, where: str = "config.json hidden_act"):
 
 
 class MLP(nn.Module):
-    """fc2(act(fc1(x))); names = (fc1, fc2) as the checkpoint names them."""
+    """fc2(act(fc1(x))); names = (fc1, fc2) as the checkpoint names them. A float fc1 with a bias and an activation
+    F.linear_act takes run as that one op (natively the activation in the product's epilogue, in the page on the
+    kernel pool instead of a pass on the caller's thread; the same bits as the two)."""
 
     def __init__(self, dim: int, hidden: int, act: str = "gelu", bias: bool = True, names=("fc1", "fc2")):
         super().__init__()
-        self.act, self.names = activation(act), names
+        self.act, self.names, self.fused_act = activation(act), names, LINEAR_ACTS.get(act)
         setattr(self, names[0], nn.Linear(dim, hidden, bias=bias))   # (hidden, dim)
         setattr(self, names[1], nn.Linear(hidden, dim, bias=bias))   # (dim, hidden)
 
     def forward(self, x):
-        return getattr(self, self.names[1])(self.act(getattr(self, self.names[0])(x)))  # (B, T, dim)
+        fc1 = getattr(self, self.names[0])
+        if self.fused_act and type(fc1) is nn.Linear and fc1.bias is not None:
+            h = F.linear_act(x, fc1.weight, fc1.bias, self.fused_act)  # (B, T, hidden)
+        else:
+            h = self.act(fc1(x))
+        return getattr(self, self.names[1])(h)  # (B, T, dim)
 
 
 class GatedMLP(nn.Module):
