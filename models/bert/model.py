@@ -15,7 +15,7 @@ from ember.nn import functional as F
 
 from ..common.attention import Attention
 from ..common.masks import padding_mask
-from ..common.mlp import LINEAR_ACTS, activation
+from ..common.mlp import LINEAR_ACTS, activation, linear_then_act
 from .config import BertConfig
 
 
@@ -54,10 +54,9 @@ class Dense(nn.Module):
         self.act, self.fused_act = None if act is None else activation(act), LINEAR_ACTS.get(act)
 
     def forward(self, x, residual=None):
-        if residual is None and self.fused_act and type(self.dense) is nn.Linear and self.dense.bias is not None:
-            return F.linear_act(x, self.dense.weight, self.dense.bias, self.fused_act)
-        y = self.dense(x)
-        return self.act(y) if residual is None else self.LayerNorm(y + residual)
+        if residual is None:
+            return linear_then_act(self.dense, x, self.fused_act, self.act)
+        return self.LayerNorm(self.dense(x) + residual)
 
 
 class AttentionBlock(nn.Module):

@@ -23,6 +23,15 @@ LINEAR_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"
                "silu": "silu", "swish": "silu", "relu": "relu"}
 
 
+def linear_then_act(layer, x, fused: str | None, act):
+    """act(layer(x)); as one op (F.linear_act, its activation named `fused`: LINEAR_ACTS' name, None for none) where
+    layer is a plain float Linear (its forward nn.Linear's: not LoRA's or a quantized layer) with a bias: natively the
+    activation in the product's epilogue, in the page on the kernel pool; the same bits as the two."""
+    if fused and type(layer).forward is nn.Linear.forward and layer.bias is not None:
+        return F.linear_act(x, layer.weight, layer.bias, fused)
+    return act(layer(x))
+
+
 def activation(name: str, where: str = "config.json hidden_act"):
     """The function config.json's activation name stands for (a clear error for one ember lacks)."""
     try:
@@ -32,9 +41,8 @@ def activation(name: str, where: str = "config.json hidden_act"):
 
 
 class MLP(nn.Module):
-    """fc2(act(fc1(x))); names = (fc1, fc2) as the checkpoint names them. A float fc1 with a bias and an activation
-    F.linear_act takes run as that one op (natively the activation in the product's epilogue, in the page on the
-    kernel pool instead of a pass on the caller's thread; the same bits as the two)."""
+    """fc2(act(fc1(x))); names = (fc1, fc2) as the checkpoint names them; fc1 and act one op where they can be
+    (linear_then_act)."""
 
     def __init__(self, dim: int, hidden: int, act: str = "gelu", bias: bool = True, names=("fc1", "fc2")):
         super().__init__()
@@ -43,11 +51,7 @@ class MLP(nn.Module):
         setattr(self, names[1], nn.Linear(hidden, dim, bias=bias))   # (dim, hidden)
 
     def forward(self, x):
-        fc1 = getattr(self, self.names[0])
-        if self.fused_act and type(fc1) is nn.Linear and fc1.bias is not None:
-            h = F.linear_act(x, fc1.weight, fc1.bias, self.fused_act)  # (B, T, hidden)
-        else:
-            h = self.act(fc1(x))
+        h = linear_then_act(getattr(self, self.names[0]), x, self.fused_act, self.act)  # (B, T, hidden)
         return getattr(self, self.names[1])(h)  # (B, T, dim)
 
 

@@ -17,6 +17,7 @@ import ember.nn.functional as F
 from ..common.attention import Attention
 from ..common.cache import KVCache
 from ..common.masks import attention_mask
+from ..common.mlp import linear_then_act
 from .config import ModelDimensions
 from .fused_decode import FusedXattnDecoder
 from ember.errors import FormatError
@@ -73,12 +74,8 @@ class ResidualAttentionBlock(nn.Module):
         return x + self.mlp(self.final_layer_norm(x))
 
     def mlp(self, x):
-        """fc2(gelu(fc1(x))): a float fc1 and its GELU as one op (F.linear_act: the GELU in the product's epilogue
-        natively, in the kernel pool's memory in the page; the same bits as the two)."""
-        fc1 = self.fc1
-        if type(fc1) is Linear and fc1.bias is not None:
-            return self.fc2(F.linear_act(x, fc1.weight, fc1.bias, "gelu"))  # (B, T, n_ffn) inside
-        return self.fc2(F.gelu(fc1(x)))
+        """fc2(gelu(fc1(x))), fc1 and its GELU one op where they can be (linear_then_act)."""
+        return self.fc2(linear_then_act(self.fc1, x, "gelu", F.gelu))  # (B, T, n_ffn) inside
 
 
 class AudioEncoder(nn.Module):
