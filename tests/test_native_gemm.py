@@ -180,6 +180,18 @@ def test_a_weight_read_again_is_read_from_its_blocked_copy(monkeypatch):
     wl, bl = rnd(384, 400, seed=11).T, rnd(400, seed=12)
     y1, y2 = cpu_fused.linear(be, x, wl, bl), cpu_fused.linear(be, x, wl, bl)
     assert np.array_equal(y1, y2) and [b for _, b in taken[-2:]] == [False, True]
+    # ... and of more rows than the kernel takes from a weight as it lies: BLAS's first (one read counted: the
+    # backend's matmul it falls back to counts it, not the fused call before it), the kernel's from a copy made at
+    # the second; the activation's fused call declines until the copy is there (the caller composes), then takes it
+    xl, wl2 = rnd(600, 384, seed=13), rnd(384, 400, seed=14).T
+    before, taken[:] = cpu_matmul._blocked_bytes[0], []
+    assert cpu_fused.linear_act(be, xl, wl2, bl, "gelu") is None
+    first = cpu_fused.linear(be, xl, wl2, bl)
+    assert not taken and cpu_matmul._blocked_bytes[0] == before
+    assert cpu_fused.linear_act(be, xl, wl2, bl, "gelu") is None and not taken
+    assert np.array_equal(cpu_fused.linear(be, xl, wl2, bl), first) and taken == [(600, True)]
+    assert cpu_matmul._blocked_bytes[0] == before + 4 * 25 * 384 * 16
+    assert cpu_fused.linear_act(be, xl, wl2, bl, "gelu") is not None and taken[-1] == (600, True)
     # read once, each a fresh array: never copied
     held = cpu_matmul._blocked_bytes[0]
     for seed in range(3):
@@ -191,7 +203,7 @@ def test_a_weight_read_again_is_read_from_its_blocked_copy(monkeypatch):
     for rows in (128, 128, 4):
         be.matmul(rnd(rows, 384, seed=rows), other)
     assert taken == [(128, False), (128, False)]
-    del w, wide, wl
+    del w, wide, wl, wl2
     gc.collect()
     assert cpu_matmul._blocked_bytes[0] == live  # freed with their weights
 

@@ -65,7 +65,7 @@ def _pool_for_linear(x, w, b):
 
 
 def linear(be, x, w, b):
-    y = native_gemm(x, w.T, b, weight=True)  # natively, 16-256 rows: gemm_native.c, the bias in its stores
+    y = native_gemm(x, w.T, b, weight=True, then_matmul=True)  # natively: gemm_native.c, the bias in its stores
     if y is not None:
         return y
     pool = _pool_for_linear(x, w, b)
@@ -87,7 +87,7 @@ def linear_act(be, x, w, b, act):
     None elsewhere (the caller composes). The composed path's bits: its bias add and its activation are rows.c's
     too (cpu_dense; not in deterministic mode, whose GELU is elementwise.c's: composed there)."""
     if act in _GEMM_ACTS and b.ndim == 1:
-        y = native_gemm(x, w.T, b, weight=True, act=ACTS[act])
+        y = native_gemm(x, w.T, b, weight=True, act=ACTS[act], then_matmul=True)
         if y is not None:
             return y
     pool = None if deterministic() or act not in _GEMM_ACTS else _pool_for_linear(x, w, b)

@@ -378,13 +378,16 @@ _BLOCKED_ROWS = (2, 2048)
 _GEMM_MIN_SIDE, _GEMM_MIN_WORK = 128, 1 << 20
 
 
-def native_gemm(a, b, bias=None, weight=False, act=0):
+def native_gemm(a, b, bias=None, weight=False, act=0, then_matmul=False):
     """a (..., M, K) @ b (K, N) (+ bias (N,)), float32, on gemm_native.c where it beats BLAS (_GEMM_ROWS, ...) and
     takes the operands as they lie (unit column strides), natively outside deterministic mode; else None. A
     `weight` (a matrix that may be read again) is read from its blocked copy from its second product on, where
     EMBER_BLOCKED_WEIGHT_BYTES allows one (blocked_copy: the same bits; MiniLM's 36 linears 10% faster, as
     onnxruntime's pre-packed weights), which also takes more rows (_BLOCKED_ROWS) and weights whose rows lie
-    4 KiB apart from BLAS. act: an activation applied as the result is stored (cpu_float_kernels.ACTS' id)."""
+    4 KiB apart from BLAS. act: an activation applied as the result is stored (cpu_float_kernels.ACTS' id).
+    then_matmul: the caller's answer to None is the backend's matmul of the same operands, whose own call here
+    counts the weight's read: a declined call counts none (else a biased layer's first product counted two
+    reads, and made its blocked copy on the first forward: ~25 MB of a cold one-window Whisper request)."""
     if NO_BLAS or _deterministic[0] or b.ndim != 2 or b.dtype != _F32 or a.dtype != _F32 or a.ndim < 2:
         return None
     k, n = b.shape
@@ -401,8 +404,12 @@ def native_gemm(a, b, bias=None, weight=False, act=0):
     if a2.strides[1] != 4 or b.strides[1] != 4 or a2.strides[0] % 4 or b.strides[0] % 4 or \
             a2.strides[0] < 0 or b.strides[0] <= 0:
         return None
-    wb = blocked_copy(b, second=True) if weight else None
-    if wb is None and not (_GEMM_ROWS[0] <= rows <= _GEMM_ROWS[1] and b.strides[0] % 4096):
+    plain = _GEMM_ROWS[0] <= rows <= _GEMM_ROWS[1] and b.strides[0] % 4096  # (gemm_native.c from b as it lies)
+    if weight and then_matmul and not plain:  # (it runs from a copy made before, or declines uncounted)
+        wb = derived(b, "blocked") if b.shape[1] <= BLOCKED_MAX_OUTPUTS else None
+    else:
+        wb = blocked_copy(b, second=True) if weight else None
+    if wb is None and not plain:
         return None
     return kern.sgemm(a2, b, bias, wb, act).reshape(a.shape[:-1] + (n,))
 
