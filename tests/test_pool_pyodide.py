@@ -167,6 +167,50 @@ result = {"out": out, "taken": taken}
 '''
 
 
+# a conv's output read by the next conv (a chain, and C2f's split halves read back in order and swapped), then made
+# writeable and written: the bytes each call copies into the pool's memory and the bits it gives
+CHAIN = INPUTS + r"""
+import ember
+from ember.backends import cpu_dense, cpu_matmul, cpu_pool
+be = ember.device("cpu").backend
+pool = cpu_matmul.pool_kernels()
+copied = [0]
+if pool is not None:
+    real = cpu_pool.Pool.write
+    def write(self, at, a):
+        copied[0] += a.nbytes
+        return real(self, at, a)
+    cpu_pool.Pool.write = write
+x, w1, b1 = floats((1, 24, 40, 64), 40), floats((32, 24, 3, 3), 41) * 0.3, floats(32, 42)
+w2, w3, b3 = floats((48, 32, 3, 3), 43) * 0.2, floats((64, 48, 1, 1), 44) * 0.2, floats(64, 45)
+conv3 = lambda a, w, b, s=1: cpu_dense.conv_bias_act(be, a, w, b, (s, s), (1, 1), (1, 1), 1, "silu")
+for _ in range(3):  # (from the third: weights kept in the pool's memory since the second; only activations copied)
+    steps, out = {}, {}
+    for name, fn in (("y1", lambda: conv3(x, w1, b1)), ("y2", lambda: conv3(out["y1"], w2, None)),
+                     ("s2", lambda: conv3(out["y1"], w2, None, 2)),
+                     ("halves", lambda: cpu_dense.conv_cat_act(be, [out["y2"][:, :24], out["y2"][:, 24:]], w3, b3,
+                                                               "silu")),
+                     ("swapped", lambda: cpu_dense.conv_cat_act(be, [out["y2"][:, 24:], out["y2"][:, :24]],
+                                                                np.ascontiguousarray(w3[:, ::-1]), b3, "silu"))):
+        copied[0] = 0
+        out[name] = fn()
+        steps[name] = copied[0]
+conv1 = lambda parts, w: cpu_dense.conv_bias_act(be, np.concatenate(parts, 1), w, b3, (1, 1), (0, 0), (1, 1), 1,
+                                                  "silu")
+out["halves_whole"] = conv1([out["y2"][:, :24], out["y2"][:, 24:]], w3)
+out["swapped_whole"] = conv1([out["y2"][:, 24:], out["y2"][:, :24]], np.ascontiguousarray(w3[:, ::-1]))
+writeable = out["y1"].flags.writeable
+out["y1"].flags.writeable = True  # (made writeable and written: read as it is now)
+out["y1"] *= 0.5
+copied[0] = 0
+after, steps["written"] = conv3(out["y1"], w2, None), copied[0]
+fresh = conv3(np.array(out["y1"]), w2, None)
+result = {"out": {k: digest(v) for k, v in out.items() if v is not None}, "taken": {k: v is not None for k, v in out.items()},
+          "after": digest(after), "fresh": digest(fresh), "copied": steps, "writeable": writeable,
+          "sizes": {k: v.nbytes for k, v in out.items() if v is not None}}
+"""
+
+
 # a Gemma 3-shaped model large enough that its matvecs (512 x 1536) and, past 128 cached rows, its attention (8
 # heads) split between threads; Q4_K / Q8_0 projections beside float32 ones
 DECODE = r'''
@@ -372,6 +416,25 @@ def test_pointwise_convs_over_parts_on_the_pool_are_the_concatenations(sessions)
         for key, (whole, fused, alone) in got[n]["out"].items():
             assert fused in (None, whole), (n, key)
             assert [whole, alone] == [got[1]["out"][key][0], got[1]["out"][key][2]], (n, key)
+
+
+def test_a_convs_output_stays_in_the_pools_memory_for_the_next_conv(sessions):
+    """A conv's output read back from the pool is kept there while it lives (read-only: backend arrays are never
+    written in place): the next conv that reads it (a chain, C2f's halves in their order) copies no activation in,
+    with the bits of the side module on one thread; parts out of order are copied; an output made writeable and
+    written is read as it is now."""
+    got = {n: sessions[n].run(CHAIN, timeout=600)["result"] for n in THREADS}
+    one, pool = got[1], got[3]
+    assert one["copied"] == {k: 0 for k in one["copied"]} and one["writeable"]  # (no pool: nothing kept)
+    assert pool["taken"]["halves"] and pool["taken"]["swapped"] and not pool["writeable"]
+    for k in ("y1", "y2", "s2", "halves_whole", "swapped_whole"):
+        assert pool["out"][k] == one["out"][k], k
+    assert pool["out"]["halves"] == one["out"]["halves_whole"] and pool["out"]["swapped"] == one["out"]["swapped_whole"]
+    copied = pool["copied"]
+    assert copied["y1"] >= 24 * 40 * 64 * 4  # (x is nobody's output: copied in; the call's parameters a few bytes)
+    assert copied["y2"] < 4096 and copied["s2"] < 4096 and copied["halves"] < 4096, copied
+    assert copied["swapped"] >= pool["sizes"]["y2"] and copied["written"] >= pool["sizes"]["y1"], copied
+    assert pool["after"] == pool["fresh"] == one["after"] and pool["after"] != pool["out"]["y2"]
 
 
 def test_whisper_decoder_steps_give_the_same_bits_on_any_thread_count(sessions):

@@ -1,7 +1,8 @@
 """The CPU backend's kernels on the page's kernel pool (cpu_pool.py): the same C as the Pyodide side module
 (cpu_wasm_kernels.py), so the same bits, with each product's output rows split between the pool's threads.
 
-Every call copies its activations into the pool's shared memory and its results back (a memcpy each way, ~10 GB/s);
+Every call copies its activations into the pool's shared memory and its results back (a memcpy each way, ~10 GB/s),
+but for a conv's output, whose copy there is kept while its array lives, for the next conv to read (_keep);
 weights are there once: a QTensor's blocks and a decode plan's layers are placed at their first use and kept while
 their array lives (Pool.place). A float GEMM copies both operands per call: its weights are numpy arrays a model may
 write in place, and for the products it takes (at least POOL_MIN_MACS multiply-adds) the copy is a few percent.
@@ -37,6 +38,8 @@ POOL_MIN_ELEMENTS = 1 << 17  # bias + GELU / SiLU rows on fewer floats stay: par
 POOL_ROW_ACTS = (ACTS["silu"], ACTS["gelu"], ACTS["gelu_tanh"])  # the row kernels the pool takes: LayerNorm, ReLU and
 # a bias alone stream their rows at about the speed of the copies in and out (Node, 1500 x 1536 floats: LayerNorm
 # 2.4 ms on one thread, the copies 1.8 ms), GELU and SiLU compute (21.7 and 11.5 ms)
+RESIDENT_MIN_BYTES = 1 << 16  # a conv's output at least this large stays in the pool's memory while it lives
+RESIDENT_MAX_BYTES = 256 << 20  # (in all: past this, outputs leave through the per-call block as before)
 IO_BYTES = 16 << 20  # a product's result goes out in pieces of about this much (a 2k prompt's attention scores are
 # 62 MB for Gemma 3 270M): the pool's per-call block, which its memory keeps, stays this size
 
@@ -349,6 +352,8 @@ class PoolFloatKernels(FloatKernels):
         self._layer_norm, self._bias_act = ex.ember_layer_norm, ex.ember_bias_act
         self._scratch_block = Block(self.pool.arena, 1 << 16)
         self._plans: dict = {}  # (kernel, its size fields) -> (its parameter block, scratch floats): _conv
+        self._resident: dict = {}  # id(a conv's output) -> (weakref to it, the Block that holds its copy): _keep
+        self._resident_bytes = 0
 
     def xattn_decode(self, plan, fparams, x, scratch) -> int:
         return self.side.xattn_decode(plan, fparams, x, scratch)
@@ -421,7 +426,7 @@ class PoolFloatKernels(FloatKernels):
         (_constant), else copied in too. A call shape's parameter block and scratch size are kept (_plans): a
         layer's call after its first costs one write of its parameters, where Pyodide's Python spent ~0.4 ms on
         them (~25 ms of a YOLOv8s forward)."""
-        at_x, at_w, at_b, at_y, at_p = self._operands(xs, w, b, y.nbytes, 4 * (5 + len(fields)))
+        at_x, at_w, at_b, at_y, at_p, kept = self._operands(xs, w, b, y, 4 * (5 + len(fields)))
         key = (what, *fields)
         plan = self._plans.get(key)
         params = np.empty(5 + len(fields), np.int32) if plan is None else plan[0]
@@ -439,7 +444,7 @@ class PoolFloatKernels(FloatKernels):
         self.pool.write(at_p, params)
         if self.pool.check(fn(i32(at_p)), what) != 0:
             raise ValueError(f"ember: {what} kernel refused its parameters")
-        return self.pool.read(at_y, y)
+        return self._keep(self.pool.read(at_y, y), kept)
 
     def pointwise(self, xs, w, b, act, direct: bool):
         """act(conv(cat(xs, 1), w) + b) for a plain 1x1 w (O, C, 1, 1) and one image, the parts written one after
@@ -461,34 +466,85 @@ class PoolFloatKernels(FloatKernels):
         if o < POOL_MIN_ROWS or y.nbytes > IO_BYTES:
             return None
         kern = self.kern
-        at_x, at_w, at_b, at_y, at_s = self._operands(xs, w, b, y.nbytes, 128)
+        at_x, at_w, at_b, at_y, at_s, kept = self._operands(xs, w, b, y, 128)
         at_p = at_s + 64  # (the product's strides at at_s, bias_act's parameters after them)
         self.pool.write(at_s, np.array([0, c, 1, 0, p, 1, o * p, p], np.int32))  # (numpy_conv's (1, O, P) product)
         kern.pool.check(kern._sgemm_batched(1, o, p, c, i32(at_w), i32(at_x), i32(at_y), i32(at_s),
                                             i32(kern._gemm_scratch.at), 0), "conv2d (1x1)")
         if b is not None or act is not None:  # act(y + b[channel]) where y lies
             kern._bias_act_at(at_p, at_y, o, p, at_b, act, 0 if b is None else o, "conv2d's bias")
-        return self.pool.read(at_y, y)
+        return self._keep(self.pool.read(at_y, y), kept)
 
-    def _operands(self, xs, w, b, y_bytes: int, extra: int) -> tuple[int, int, int, int, int]:
-        """A call's operands in the per-call block: x (C-contiguous parts written one after another: their
-        concatenation along channels for one image), w and b where the pool's memory does not keep them
-        (_constant), room for y and `extra` bytes -> the addresses of x, w, b (0: none), y and the extra bytes."""
+    def _operands(self, xs, w, b, y, extra: int) -> tuple[int, int, int, int, int, Block | None]:
+        """A call's operands in the pool's memory: x (C-contiguous parts one after another: their concatenation
+        along channels for one image) where an earlier conv's output kept there holds them in that order (_keep),
+        else written into the per-call block, as are w and b where the pool's memory does not keep them
+        (_constant); room for y (a Block of its own where it is to be kept) and `extra` bytes in the per-call block
+        -> the addresses of x, w, b (0: none), y and the extra bytes, and y's own Block (None: none)."""
         at_w = self._constant(w)
         at_b = 0 if b is None else self._constant(b)
         copied = [a for a, at in ((w, at_w), (b, at_b)) if at is None]
-        x_bytes = sum(x.nbytes for x in xs)
-        at_x = self.kern._io_at(_align(x_bytes) + sum(_align(a.nbytes) for a in copied) + _align(y_bytes) + extra)
-        at = at_x
-        for x in xs:
-            self.pool.write(at, x)
-            at += x.nbytes
-        at = at_x + _align(x_bytes)
+        at_x = self._resident_run(xs)
+        x_bytes = 0 if at_x is not None else sum(x.nbytes for x in xs)
+        kept = self._out_block(y)
+        y_bytes = 0 if kept is not None else y.nbytes
+        at = self.kern._io_at(_align(x_bytes) + sum(_align(a.nbytes) for a in copied) + _align(y_bytes) + extra)
+        if at_x is None:
+            at_x = at
+            for x in xs:
+                self.pool.write(at, x)
+                at += x.nbytes
+            at = at_x + _align(x_bytes)
         for a in copied:
             self.pool.write(at, a)
             at_w, at_b = (at, at_b) if a is w else (at_w, at)
             at += _align(a.nbytes)
-        return at_x, at_w, at_b, at, at + _align(y_bytes)
+        at_y = kept.at if kept is not None else at
+        return at_x, at_w, at_b, at_y, at + _align(y_bytes), kept
+
+    # A conv's output read back from the pool is kept there too while its array lives, and the array made read-only
+    # (backend arrays are never written in place; this makes it so): the next conv that reads it (YOLOv8s: most
+    # of its inputs, ~80 of the ~100 MB a forward copied in) reads the pool's copy, not a fresh one. An array made
+    # writeable again by anyone is copied in as any other.
+
+    def _out_block(self, y: np.ndarray) -> Block | None:
+        if y.nbytes < RESIDENT_MIN_BYTES or self._resident_bytes + y.nbytes > RESIDENT_MAX_BYTES:
+            return None
+        try:
+            return Block(self.pool.arena, y.nbytes)
+        except MemoryError:
+            return None
+
+    def _keep(self, y: np.ndarray, block: Block | None) -> np.ndarray:
+        if block is not None:
+            y.flags.writeable = False
+            key = id(y)
+            self._resident[key] = (weakref.ref(y, lambda _, k=key: self._drop(k)), block)
+            self._resident_bytes += block.nbytes
+        return y
+
+    def _drop(self, key: int):
+        hit = self._resident.pop(key, None)
+        if hit is not None:
+            self._resident_bytes -= hit[1].nbytes
+
+    def _resident_run(self, xs) -> int | None:
+        """The pool's address of xs' first element where each part lies in a kept output's copy right after the
+        one before it (one part, or the halves of a kept output split along channels), else None."""
+        at = None
+        for x in xs:
+            owner = x.base if isinstance(x.base, np.ndarray) else x
+            hit = self._resident.get(id(owner))
+            if hit is None or hit[0]() is not owner or not x.flags.c_contiguous:
+                return None
+            if owner.flags.writeable:  # (made writeable: it may have been written since)
+                self._drop(id(owner))
+                return None
+            part = hit[1].at + (addr(x) - addr(owner))
+            if at is not None and part != at:
+                return None
+            at = part + x.nbytes
+        return None if at is None else at - sum(x.nbytes for x in xs)
 
     def _constant(self, a: np.ndarray) -> int | None:
         """The pool's address of a copy of `a` (a conv's weight, its Winograd transform, a bias) kept in the pool's
