@@ -33,14 +33,20 @@ enum {
     C_LOST,      // 0, or 1 + the index of a worker that died (web/pool.js)
     C_BROKEN,    // 0, or why jobs run on the caller alone: 1 a worker lost, 2 no progress for timeout_ms
     C_STOP,      // workers leave their loop
-    C_SPIN,      // loads of a word before waiting on it (0.4-2 ns each in V8: 20000 is ~8-40 us)
+    C_SPIN,      // loads of a word before waiting on it (0.4-2 ns each in V8: 10^7 is ~4-20 ms; see SPIN)
     C_TIMEOUT_MS,
     C_BUSY,      // a job is running (a nested ember_parallel runs serially)
     C_JOBS,      // jobs run in parallel (the tests check the pool was used)
     C_FIELDS
 };
 
-static _Atomic int ctl[C_FIELDS] = {[C_ACTIVE] = 1, [C_SPIN] = 20000, [C_TIMEOUT_MS] = 10000};
+// A worker spins for a while after a job before it sleeps, long enough to span the page's Python between two
+// jobs (a YOLOv8s forward: ~0.3-1 ms of it between convs, a few ms at its maps' passes): woken by the caller after
+// each, it joined every job late (Chromium 156, 2 threads: the forward 8-10% slower than with the spin, where ~20 us
+// of it let the worker sleep between nearly every two convs). Native threads.c spins ~100 us, timed by its clock;
+// the page's Python is ~5-10x slower between jobs, and the pool's wasm has no clock.
+#define SPIN 10000000
+static _Atomic int ctl[C_FIELDS] = {[C_ACTIVE] = 1, [C_SPIN] = SPIN, [C_TIMEOUT_MS] = 10000};
 static struct {
     ember_rows_fn fn;
     const void *args;
