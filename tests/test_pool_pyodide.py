@@ -171,16 +171,13 @@ result = {"out": out, "taken": taken}
 # writeable and written: the bytes each call copies into the pool's memory and the bits it gives
 CHAIN = INPUTS + r"""
 import ember
-from ember.backends import cpu_dense, cpu_matmul, cpu_pool
+from ember.backends import cpu_dense, cpu_pool
 be = ember.device("cpu").backend
-pool = cpu_matmul.pool_kernels()
-copied = [0]
-if pool is not None:
-    real = cpu_pool.Pool.write
-    def write(self, at, a):
-        copied[0] += a.nbytes
-        return real(self, at, a)
-    cpu_pool.Pool.write = write
+copied, real = [0], cpu_pool.Pool.write
+def write(self, at, a):
+    copied[0] += a.nbytes
+    return real(self, at, a)
+cpu_pool.Pool.write = write  # (put back at the end: the session serves the other tests too)
 x, w1, b1 = floats((1, 24, 40, 64), 40), floats((32, 24, 3, 3), 41) * 0.3, floats(32, 42)
 w2, w3, b3 = floats((48, 32, 3, 3), 43) * 0.2, floats((64, 48, 1, 1), 44) * 0.2, floats(64, 45)
 conv3 = lambda a, w, b, s=1: cpu_dense.conv_bias_act(be, a, w, b, (s, s), (1, 1), (1, 1), 1, "silu")
@@ -205,6 +202,7 @@ out["y1"] *= 0.5
 copied[0] = 0
 after, steps["written"] = conv3(out["y1"], w2, None), copied[0]
 fresh = conv3(np.array(out["y1"]), w2, None)
+cpu_pool.Pool.write = real
 result = {"out": {k: digest(v) for k, v in out.items() if v is not None}, "taken": {k: v is not None for k, v in out.items()},
           "after": digest(after), "fresh": digest(fresh), "copied": steps, "writeable": writeable,
           "sizes": {k: v.nbytes for k, v in out.items() if v is not None}}

@@ -406,7 +406,7 @@ def native_gemm(a, b, bias=None, weight=False, act=0, then_matmul=False):
         return None
     plain = _GEMM_ROWS[0] <= rows <= _GEMM_ROWS[1] and b.strides[0] % 4096  # (gemm_native.c from b as it lies)
     if weight and then_matmul and not plain:  # (it runs from a copy made before, or declines uncounted)
-        wb = derived(b, "blocked") if b.shape[1] <= BLOCKED_MAX_OUTPUTS else None
+        wb = derived(b, "blocked")
     else:
         wb = blocked_copy(b, second=True) if weight else None
     if wb is None and not plain:

@@ -531,7 +531,7 @@ class PoolFloatKernels(FloatKernels):
     def _resident_run(self, xs) -> int | None:
         """The pool's address of xs' first element where each part lies in a kept output's copy right after the
         one before it (one part, or the halves of a kept output split along channels), else None."""
-        at = None
+        start = at = None
         for x in xs:
             owner = x.base if isinstance(x.base, np.ndarray) else x
             hit = self._resident.get(id(owner))
@@ -543,8 +543,9 @@ class PoolFloatKernels(FloatKernels):
             part = hit[1].at + (addr(x) - addr(owner))
             if at is not None and part != at:
                 return None
+            start = part if start is None else start
             at = part + x.nbytes
-        return None if at is None else at - sum(x.nbytes for x in xs)
+        return start
 
     def _constant(self, a: np.ndarray) -> int | None:
         """The pool's address of a copy of `a` (a conv's weight, its Winograd transform, a bias) kept in the pool's
