@@ -167,6 +167,37 @@ result = {"out": out, "taken": taken}
 '''
 
 
+# gemm.c's epilogue (ember_sgemm_ep) against the product then rows.c's bias_act pass: a bias per row, per column,
+# none; every activation; each of gemm.c's paths (blocked, k past one KC block, a row vector, a column, k = 0)
+EPILOGUE = INPUTS + r"""
+from ember.backends import cpu_matmul, cpu_float_kernels as CFK
+from ember.backends.cpu_wasm_kernels import EP_ACT, EP_COLS, EP_NONE, EP_ROWS
+side, pool, fk = cpu_matmul.wasm_kernels(), cpu_matmul.pool_kernels(), CFK.kernels()
+out = {}
+for m, k, n in ((37, 300, 61), (5, 3, 9), (1, 40, 70), (70, 40, 1), (130, 600, 17), (8, 0, 16)):
+    a, b = floats((m, k), m + k), floats((k, n), n + 1)
+    rb, cb = floats(m, 7), floats(n, 8)
+    y0 = side.matmul(a, b)
+    for act in (None, "relu", "silu", "gelu", "gelu_tanh"):
+        for mode, bias in ((EP_ROWS, rb), (EP_COLS, cb), (EP_ACT, None), (EP_NONE, None)):
+            if (mode == EP_ACT) != (act is not None) and bias is None:
+                continue  # (the calls conv and linear make: no bias and no activation is EP_NONE)
+            y = np.full((m, n), np.nan, np.float32)
+            side.matmul_ep(a, b, y, bias, mode, CFK.ACTS[act])
+            if mode == EP_ROWS:  # (a conv's output (1, channels, pixels))
+                want = fk.bias_act(y0.reshape(1, m, n).copy(), bias, act, channels=m)
+            else:
+                want = fk.bias_act(y0.copy(), bias, act) if bias is not None or act is not None else y0
+            out[f"{m}x{k}x{n} {mode} {act}"] = [digest(y), digest(want)]
+a, b, cb = floats((300, 200), 1), floats((200, 257), 2), floats(257, 3)
+y0 = side.matmul(a, b)
+for act in (None, "silu", "gelu"):  # (the pool's linear: the epilogue on its threads; none on one thread)
+    got = pool.matmul(a, b, bias=cb, act=act) if pool is not None else fk.bias_act(y0.copy(), cb, act)
+    out[f"linear {act}"] = [digest(got), digest(fk.bias_act(y0.copy(), cb, act))]
+result = out
+"""
+
+
 # a conv's output read by the next conv (a chain, and C2f's split halves read back in order and swapped), then made
 # writeable and written: the bytes each call copies into the pool's memory and the bits it gives
 CHAIN = INPUTS + r"""
@@ -404,16 +435,29 @@ if pool is not None:  # a weight called twice is kept in the pool's memory; one 
 def test_pointwise_convs_over_parts_on_the_pool_are_the_concatenations(sessions):
     """conv_cat_act in the page's pool (its parts written where the call's x goes, no concatenated copy) gives the
     bits of conv_bias_act on the concatenation, on both of the page's 1x1 paths (gemm.c with the bias and
-    activation in the pool's memory, conv.c over a large map), and a plain 1x1 conv the side module's bits on
-    one thread; a batch (and the page on one thread) is left to the composed path."""
+    activation in its epilogue, conv.c over a large map), and a plain 1x1 conv the side module's bits on one
+    thread; a batch is left to the composed path. On one thread the side module takes the gemm.c path itself
+    (the parts concatenated, a batch image by image) and leaves conv.c's large map to the composed path."""
     got = {n: sessions[n].run(POINTWISE, timeout=600)["result"] for n in THREADS}
-    assert not any(got[1]["taken"].values())  # (one thread: no pool, composed)
+    for key, taken in got[1]["taken"].items():
+        assert taken == (not key.startswith("large")), key
     for key, taken in got[3]["taken"].items():
         assert taken == (not key.startswith("batch")), key
     for n in THREADS:
         for key, (whole, fused, alone) in got[n]["out"].items():
             assert fused in (None, whole), (n, key)
             assert [whole, alone] == [got[1]["out"][key][0], got[1]["out"][key][2]], (n, key)
+
+
+def test_gemm_epilogue_gives_the_product_then_bias_act(sessions):
+    """gemm.c's epilogue (the page's 1x1 convs and the pool's linear layers: a bias and an activation applied to
+    each panel of the product as it is done) gives the bits of the product then rows.c's bias_act pass, on each of
+    gemm.c's paths, with a bias per row, per column or none, every activation, on any thread count."""
+    for n in THREADS:
+        got = sessions[n].run(EPILOGUE, timeout=600)["result"]
+        assert len(got) == 6 * 15 + 3
+        for key, (y, want) in got.items():
+            assert y == want, (n, key)
 
 
 def test_a_convs_output_stays_in_the_pools_memory_for_the_next_conv(sessions):

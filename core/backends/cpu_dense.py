@@ -114,8 +114,9 @@ def _gemm_pointwise(xs, w, b, act):
 def conv_cat_act(be, xs, w, b, act):
     """act(conv(cat(xs, 1), w) + b) for a 1x1 w without the concatenation, with the bits conv_bias_act gives on the
     concatenation: natively _gemm_pointwise; in the page's kernel pool its parts go where the call's x goes
-    (PoolFloatKernels.pointwise). None elsewhere (the page on one thread, deterministic mode, another dtype,
-    mismatched parts, a call the pool would not take: the caller concatenates and convolves)."""
+    (PoolFloatKernels.pointwise); in the page on one thread gemm.c's product with its epilogue, the parts
+    concatenated (FloatKernels.pointwise). None elsewhere (conv.c's direct conv on one thread, deterministic
+    mode, another dtype, mismatched parts, a call the pool would not take: the caller concatenates and convolves)."""
     fk = float_kernels()
     if fk is None or w.dtype is not _F32 or w.ndim != 4 or w.shape[2:] != (1, 1) or \
             (b is not None and (b.dtype is not _F32 or b.shape != w.shape[:1])):

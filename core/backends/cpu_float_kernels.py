@@ -20,6 +20,7 @@ import threading
 import numpy as np
 
 from . import cpu_matmul
+from .cpu_wasm_kernels import EP_ACT, EP_NONE, EP_ROWS
 
 _F32 = np.dtype(np.float32)
 _BITS = np.dtype(np.intp).itemsize * 8
@@ -105,8 +106,9 @@ class ParamBlock:
 class FloatKernels:
     """The float kernels of one loaded library (native or wasm)."""
 
-    def __init__(self, lib, native: bool):
+    def __init__(self, lib, native: bool, gemm=None):
         self.native = native
+        self.gemm = gemm  # the page's side module (cpu_wasm_kernels.WasmKernels, its GEMM: pointwise); natively None
         for name, (args, res) in _SIGNATURES.items():
             f = getattr(lib, name)
             if native:
@@ -197,9 +199,28 @@ class FloatKernels:
         return y
 
     def pointwise(self, xs, w, b, act, direct: bool):
-        """act(conv(cat(xs, 1), w) + b) for a plain 1x1 w where this library has a path of its own for it (the
-        page's kernel pool: PoolFloatKernels), else None: the caller concatenates and convolves."""
-        return None
+        """act(conv(cat(xs, 1), w) + b) for a plain 1x1 w (O, C, 1, 1) where this library has a path of its own for
+        it, else None (the caller concatenates and convolves). In the page's side module (one thread), where the rule
+        did not choose conv.c's direct conv for this map: gemm.c's product of w (O, C) and each image's pixels
+        (C, H W) with the bias (per channel) and the activation in its epilogue, each panel while in L1: the bits
+        of the backend's conv (numpy_conv's product on gemm.c) then bias_act, without that pass over y in memory
+        (YOLOv8s: ~10 ms a forward). The parts are concatenated first (gemm.c reads one B)."""
+        g = self.gemm
+        n, _, h, wd = xs[0].shape
+        o, c, p = w.shape[0], w.shape[1], h * wd
+        if g is None or g._sgemm_ep is None or direct or cpu_matmul.deterministic() or \
+                o * c * p < cpu_matmul._KERNEL_MIN_MNK or not o or not p:
+            return None  # (deterministic mode: its products are the plain module's; a tiny one: einsum's)
+        x = xs[0] if len(xs) == 1 else np.concatenate(xs, 1)
+        w2 = (w if w.flags.c_contiguous else np.ascontiguousarray(w)).reshape(o, c)
+        if b is not None and not b.flags.c_contiguous:
+            b = np.ascontiguousarray(b)
+        y = np.empty((n, o, h, wd), _F32)
+        mode = EP_ROWS if b is not None else EP_ACT if act is not None else EP_NONE
+        for i in range(n):
+            xi = x[i].reshape(c, p)  # (a view where x's pixels are contiguous, else a copy)
+            g.matmul_ep(w2, xi, y[i].reshape(o, p), b, mode, ACTS[act])
+        return y
 
     # ---------------------------------------------------------------------------------------- attention
     def attention(self, q, k, v, mask, scale, causal):
@@ -319,6 +340,6 @@ def kernels() -> FloatKernels | None:
 def _load():
     if cpu_matmul.NO_BLAS:
         k = cpu_matmul.wasm_kernels()
-        return None if k is None else FloatKernels(k.lib, native=False)
+        return None if k is None else FloatKernels(k.lib, native=False, gemm=k)
     k = cpu_matmul.native_kernels()
     return None if k is None else FloatKernels(k.lib, native=True)

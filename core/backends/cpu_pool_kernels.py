@@ -28,6 +28,7 @@ from .cpu_decode_xattn import _L_CACHE, XattnPlan
 from .cpu_float_kernels import ACTS, FloatKernels, _strides
 from .cpu_matmul import blocked, derived_copy
 from .cpu_pool import Block, SharedRows, addr, i32
+from .cpu_wasm_kernels import EP_ACT, EP_COLS, EP_NONE, EP_ROWS
 
 F32 = np.dtype(np.float32)
 POOL_MIN_MACS = 1 << 20  # below this a product stays on this thread (its copies and hand-off ~30 us)
@@ -61,6 +62,8 @@ class PoolKernels:
         ex = pool.exports
         self._q8_matmul, self._qmatmul, self._sgemm_batched = ex.ember_q8_matmul, ex.ember_qmatmul, ex.ember_sgemm_batched
         self._sgemm_exact = ex.ember_sgemm_batched_exact  # multiply then add, never fused: the plain module's bits
+        self._sgemm_ep, self._sgemm_ep_exact = ex.ember_sgemm_ep, ex.ember_sgemm_ep_exact  # (a bias and activation
+        # in the product's epilogue)
         self._decode, self._argmax, self._qdequant = ex.ember_decode, ex.ember_argmax_f32, ex.ember_qdequant
         self.qmatmul_types = side.qmatmul_types
         self._gemm_scratch = Block(pool.arena, int(ex.ember_sgemm_scratch_floats()) * 4 * pool.threads)
@@ -168,9 +171,9 @@ class PoolKernels:
         """WasmKernels.matmul on the pool: a (..., M, K) @ b (..., K, N) -> (..., M, N) float32 (into `out` when
         given), batched and broadcast, any strides. exact: the plain SIMD128 module's bits whatever this module's
         variant (deterministic mode: gemm_exact.c's multiply-add is never fused). bias: (N,) float32 added to every
-        row in the shared memory before the result comes out (rows.c's bias_act, split between the threads: one
-        float add, numpy's `c += bias` bits), for a linear layer (cpu_fused.linear); act (with a bias): then that
-        activation of rows.c's (cpu_fused.linear_act)."""
+        row in the shared memory before the result comes out (gemm.c's epilogue, as each panel of the product is
+        done: one float add, numpy's `c += bias` bits), for a linear layer (cpu_fused.linear); act (with a bias):
+        then that activation with rows.c's bits (cpu_fused.linear_act)."""
         (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
         if k2 != k:
             raise ValueError(f"ember: matmul shapes {a.shape} and {b.shape} do not match (K {k} vs {k2})")
@@ -225,7 +228,7 @@ class PoolKernels:
         batch, (m, n), k = (c.shape[0] if three else 1), c.shape[-2:], a.shape[-1]
         a, b = _dense(a), _dense(b)
         sa, sb = _span(a), _span(b)
-        extra = 0 if bias is None else _align(n * 4) + 64  # (the bias and bias_act's parameters)
+        extra = 0 if bias is None else _align(n * 4)  # (the bias)
         io = self._io_at(_align(sa[0]) + _align(sb[0]) + _align(m * n * batch * 4) + 64 + extra)
         at_a, at_b, at_c = io, io + _align(sa[0]), io + _align(sa[0]) + _align(sb[0])
         ea, eb = self._stage(a, sa, at_a), self._stage(b, sb, at_b)
@@ -233,24 +236,19 @@ class PoolKernels:
                             _es(b, -2), _es(b, -1), m * n, n], np.int32)  # (c is written contiguous in the pool)
         at_s = at_c + _align(m * n * batch * 4)
         self.pool.write(at_s, strides)
-        rc = gemm(batch, m, n, k, i32(ea), i32(eb), i32(at_c), i32(at_s), i32(self._gemm_scratch.at), 0)
+        if bias is None:
+            rc = gemm(batch, m, n, k, i32(ea), i32(eb), i32(at_c), i32(at_s), i32(self._gemm_scratch.at), 0)
+        else:  # c = act(c + bias) as each panel of it is done (gemm.c's epilogue: rows.c's bias_act bits)
+            at_bias = at_s + 64
+            self.pool.write(at_bias, np.ascontiguousarray(bias, F32))
+            ep = self._sgemm_ep_exact if gemm is self._sgemm_exact else self._sgemm_ep
+            rc = ep(batch, m, n, k, i32(ea), i32(eb), i32(at_c), i32(at_s), i32(self._gemm_scratch.at), i32(at_bias),
+                    EP_COLS, ACTS[act])
         self.pool.check(rc, "matmul")
-        if bias is not None:  # c's rows = act(c + bias) where they lie, in place (rows.c's bias_act)
-            at_b, at_p = at_s + 64, at_s + 64 + _align(n * 4)
-            self.pool.write(at_b, np.ascontiguousarray(bias, F32))
-            self._bias_act_at(at_p, at_c, m * batch, n, at_b, act, 0, "linear's bias")
         if c.flags.c_contiguous:
             self.pool.read(at_c, c)
         else:  # a block of rows of a larger result
             c[...] = self.pool.read(at_c, np.empty(c.shape, F32))
-
-    def _bias_act_at(self, at_p, at_y, rows: int, cols: int, at_b: int, act, channels: int, what: str):
-        """rows.c's act(y + b) in place over `rows` contiguous rows of `cols` floats at at_y in the shared memory (b at
-        at_b, 0 for none: one per column, or with `channels` one per row of that many channels), its parameter block
-        written at at_p."""
-        self.pool.write(at_p, np.array([i32(at_y), i32(at_y), 0, i32(at_b), rows, cols, cols, cols, ACTS[act],
-                                        channels], np.int32))
-        self.pool.check(self.pool.exports.ember_bias_act(i32(at_p)), what)
 
     # ---------------------------------------------------------------- SiLU, GELU (elementwise.c)
 
@@ -450,9 +448,9 @@ class PoolFloatKernels(FloatKernels):
         """act(conv(cat(xs, 1), w) + b) for a plain 1x1 w (O, C, 1, 1) and one image, the parts written one after
         another where the call's x goes (their concatenation, without numpy's copy): conv.c's conv2d where
         `direct` (the rule's choice for this map), else gemm.c's product of w (O, C) and the pixels (C, H W) with
-        bias_act's pass (a bias per channel) in the pool's memory before y comes out: the bits of the backend's
-        conv (numpy_conv's product on the pool) then bias_act, in one call where they took two, two copies each
-        way and ~1 ms of Pyodide's Python. None where the pool would not take the call as those do (a batch, a
+        the bias (per channel) and the activation in its epilogue: the bits of the backend's conv (numpy_conv's
+        product on the pool) then bias_act, in one call where they took two, two copies each way and ~1 ms of
+        Pyodide's Python, and without that pass over y. None where the pool would not take the call as those do (a batch, a
         product too small to split or too large for one call): the caller composes."""
         n, _, h, wd = xs[0].shape
         o, c, p = w.shape[0], w.shape[1], h * wd
@@ -466,13 +464,11 @@ class PoolFloatKernels(FloatKernels):
         if o < POOL_MIN_ROWS or y.nbytes > IO_BYTES:
             return None
         kern = self.kern
-        at_x, at_w, at_b, at_y, at_s, kept = self._operands(xs, w, b, y, 128)
-        at_p = at_s + 64  # (the product's strides at at_s, bias_act's parameters after them)
+        at_x, at_w, at_b, at_y, at_s, kept = self._operands(xs, w, b, y, 64)
         self.pool.write(at_s, np.array([0, c, 1, 0, p, 1, o * p, p], np.int32))  # (numpy_conv's (1, O, P) product)
-        kern.pool.check(kern._sgemm_batched(1, o, p, c, i32(at_w), i32(at_x), i32(at_y), i32(at_s),
-                                            i32(kern._gemm_scratch.at), 0), "conv2d (1x1)")
-        if b is not None or act is not None:  # act(y + b[channel]) where y lies
-            kern._bias_act_at(at_p, at_y, o, p, at_b, act, 0 if b is None else o, "conv2d's bias")
+        mode = EP_ROWS if b is not None else EP_ACT if act is not None else EP_NONE  # act(y + b[channel])
+        kern.pool.check(kern._sgemm_ep(1, o, p, c, i32(at_w), i32(at_x), i32(at_y), i32(at_s),
+                                       i32(kern._gemm_scratch.at), i32(at_b), mode, ACTS[act]), "conv2d (1x1)")
         return self._keep(self.pool.read(at_y, y), kept)
 
     def _operands(self, xs, w, b, y, extra: int) -> tuple[int, int, int, int, int, Block | None]:

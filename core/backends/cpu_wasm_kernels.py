@@ -57,6 +57,7 @@ class WasmKernels:
         # methods take their addresses through _ptr / _addr, which the native build of these sources replaces)
         self._ptr, self._addr = _ptr, _i32
         self._sgemm, self._sgemm_batched = lib.ember_sgemm, lib.ember_sgemm_batched
+        self._sgemm_ep = getattr(lib, "ember_sgemm_ep", None)  # (the page's modules; its native build has none)
         self._scratch = np.empty(lib.ember_sgemm_scratch_floats(), _F32)  # packed A and B blocks
         self._scratch_ptr = _ptr(self._scratch)
         self._strides = np.empty(8, np.int32)  # the batched call's stride block
@@ -259,6 +260,18 @@ class WasmKernels:
             return out
         return target
 
+    def matmul_ep(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, bias: np.ndarray | None, mode: int,
+                  act: int) -> None:
+        """c (M, N) C-contiguous = a (M, K) @ b (K, N) (element strides), each panel of c then through gemm.c's
+        epilogue while in L1: EP_ROWS act(c + bias[row]), EP_COLS act((c + bias[col]) + 0), EP_ACT act(c + 0),
+        EP_NONE nothing (act: cpu_float_kernels.ACTS' ids): rows.c's bias_act pass over the product, the same bits."""
+        (m, k), n = a.shape, b.shape[1]
+        self._strides[:] = (0, a.strides[0] >> 2, a.strides[1] >> 2, 0, b.strides[0] >> 2, b.strides[1] >> 2, 0, n)
+        rc = self._sgemm_ep(1, m, n, k, self._ptr(a), self._ptr(b), self._ptr(c), self._strides_ptr,
+                            self._scratch_ptr, 0 if bias is None else self._ptr(bias), mode, act)
+        if rc != 0:
+            raise ValueError(f"ember: sgemm_ep refused its parameters (mode {mode}, act {act}): {rc}")
+
     def _batched(self, a, b, c):
         """One C call per matrix of the leading batch dims; the last batch dim is looped in C."""
         m, k, n = a.shape[-2], a.shape[-1], c.shape[-1]
@@ -272,6 +285,8 @@ class WasmKernels:
             self._sgemm_batched(c.shape[-3], m, n, k, pa, pb, pc, self._strides_ptr, self._scratch_ptr, 0)
 
 
+# gemm.c's epilogue modes (ember_sgemm_ep): none, a bias per row of C, per column, none but the activation
+EP_NONE, EP_ROWS, EP_COLS, EP_ACT = 0, 1, 2, 3
 _from_buffer, _address_of = ctypes.c_char.from_buffer, ctypes.addressof
 
 

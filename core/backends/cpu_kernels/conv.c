@@ -263,13 +263,37 @@ static void planes_rows(const conv_t *k, int u0, int u1) {
 // activation's constants in registers, where the epilogue applied to each vector in the tile's registers was a call
 // a vector that built its ~13 constants anew (three instructions each in V8), and took registers from the tile's
 // loop. act(v + b) of the same stored sums: the same bits.
-#define EPILOGUE_ROWS(ACT)                                                                    \
-    for (int r = 0; r < mr; r++)                                                              \
-        for (int j = 0; j < width; j += FW) {                                                 \
-            float *at = y + r * yos + j;                                                      \
-            fw v = fw_load_part(at, width - j);                                               \
-            fw_store_part(at, fw_act(b ? fw_add(v, fw_splat(b[r * bs])) : v, ACT), width - j); \
-        }
+// (four vectors at a time, as fvec.h's ACT_ROW_LOOP: a tile's rows, or a row's four vectors)
+#define EPI_V(v, r, ACT) (v = fw_act(b ? fw_add(v, fw_splat(b[(r) * bs])) : v, ACT))
+#define EPILOGUE_ROWS(ACT)                                                                              \
+    {                                                                                                   \
+        int r = 0;                                                                                      \
+        if (width <= FW)                                                                                \
+            for (; r + 4 <= mr; r += 4) {                                                               \
+                float *a0 = y + r * yos, *a1 = a0 + yos, *a2 = a1 + yos, *a3 = a2 + yos;                \
+                fw v0 = fw_load_part(a0, width), v1 = fw_load_part(a1, width);                          \
+                fw v2 = fw_load_part(a2, width), v3 = fw_load_part(a3, width);                          \
+                EPI_V(v0, r, ACT), EPI_V(v1, r + 1, ACT), EPI_V(v2, r + 2, ACT), EPI_V(v3, r + 3, ACT); \
+                fw_store_part(a0, v0, width), fw_store_part(a1, v1, width);                             \
+                fw_store_part(a2, v2, width), fw_store_part(a3, v3, width);                             \
+            }                                                                                           \
+        for (; r < mr; r++) {                                                                           \
+            int j = 0;                                                                                  \
+            for (; j + 4 * FW <= width; j += 4 * FW) {                                                  \
+                float *at = y + r * yos + j;                                                            \
+                fw v0 = fw_load(at), v1 = fw_load(at + FW), v2 = fw_load(at + 2 * FW);                  \
+                fw v3 = fw_load(at + 3 * FW);                                                           \
+                EPI_V(v0, r, ACT), EPI_V(v1, r, ACT), EPI_V(v2, r, ACT), EPI_V(v3, r, ACT);             \
+                fw_store(at, v0), fw_store(at + FW, v1), fw_store(at + 2 * FW, v2);                     \
+                fw_store(at + 3 * FW, v3);                                                              \
+            }                                                                                           \
+            for (; j < width; j += FW) {                                                                \
+                float *at = y + r * yos + j;                                                            \
+                fw v = fw_load_part(at, width - j);                                                     \
+                fw_store_part(at, EPI_V(v, r, ACT), width - j);                                         \
+            }                                                                                           \
+        }                                                                                               \
+    }
 __attribute__((noinline, visibility("hidden"))) void ember_conv_epilogue(float *y, long yos, int mr, int width,
                                                                        const float *b, int bs, int act) {
     switch (act) {  // (a loop per activation: its constants outside the loop)

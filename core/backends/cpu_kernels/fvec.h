@@ -283,9 +283,19 @@ enum { ACT_NONE, ACT_RELU, ACT_SILU, ACT_GELU, ACT_GELU_TANH };
 // y[0:n] = act(y[0:n] + b) (b: one float added to every element, 0 for none), FW at a time; the tail through the
 // same vector code, so every element gets the same rounding. A loop for each activation, its constants outside it
 // (V8 kept a switch inside the loop, and the constants there)
+// (four vectors an iteration: an activation is one long chain of dependent steps a vector, and V8 overlaps the chains
+// of one iteration far better than those of the next: SiLU in Chromium 2.5 -> 1.7 ns an element)
 #define ACT_ROW_LOOP(ACT)                                                                 \
     {                                                                                     \
         int i = 0;                                                                        \
+        for (; i + 4 * FW <= n; i += 4 * FW) {                                            \
+            fw v0 = fw_load(y + i), v1 = fw_load(y + i + FW);                             \
+            fw v2 = fw_load(y + i + 2 * FW), v3 = fw_load(y + i + 3 * FW);                \
+            v0 = fw_act(fw_add(v0, bv), ACT), v1 = fw_act(fw_add(v1, bv), ACT);           \
+            v2 = fw_act(fw_add(v2, bv), ACT), v3 = fw_act(fw_add(v3, bv), ACT);           \
+            fw_store(y + i, v0), fw_store(y + i + FW, v1);                                \
+            fw_store(y + i + 2 * FW, v2), fw_store(y + i + 3 * FW, v3);                   \
+        }                                                                                 \
         for (; i + FW <= n; i += FW)                                                      \
             fw_store(y + i, fw_act(fw_add(fw_load(y + i), bv), ACT));                     \
         if (i < n)                                                                        \

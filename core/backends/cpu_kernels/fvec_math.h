@@ -22,15 +22,16 @@ static inline VT V(exp)(VT x0) {
 #if defined(V_SCALEF)
     // p 2^m in one instruction and one rounding (AVX-512's scalef), as p pow2i(m) rounds it for m up to 127; m is
     // 128 from x0 = 88.376 on (x is held at 88.72), where pow2i(128) is inf and so is p inf: inf here too (p > 0),
-    // and past 88.72 as below. A NaN's m fails the test and scales a NaN p: NaN. The same values as the lines below
+    // and past 88.72 (m is 128 there). A NaN's m fails the test and scales a NaN p: NaN. The values of the lines below
     return V(sel)(V(gt)(m, V(c)(127.5f)), V(c)(__builtin_inff()), V_SCALEF(p, m));
 #else
+    // Past 88.72 x is held there, whose m is 128: pow2i(128)'s exponent field is all ones, inf, and p > 0, so y is inf
+    // with no test of its own (m is 128 from x0 = 88.3763 on: inf there too, as it always was here)
 #if defined(V_POW2I_ANY)  // the target's pow2i takes any m: a NaN's gives some power, p is NaN then
-    VT y = V(mul)(p, V(pow2i)(m));
+    return V(mul)(p, V(pow2i)(m));
 #else
-    VT y = V(mul)(p, V(pow2i)(V(sel)(V(eq)(m, m), m, V(zero)())));  // (a NaN's m: 2^0, p is NaN)
+    return V(mul)(p, V(pow2i)(V(sel)(V(eq)(m, m), m, V(zero)())));  // (a NaN's m: 2^0, p is NaN)
 #endif
-    return V(sel)(V(gt)(x0, V(c)(88.7228390f)), V(c)(__builtin_inff()), y);
 #endif
 }
 

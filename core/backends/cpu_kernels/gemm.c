@@ -12,6 +12,9 @@
 #include <wasm_simd128.h>
 
 #include "parallel.h"
+#if defined(__wasm__)
+#include "fvec.h"  // (the epilogue's activations: rows.c's; the native build of these sources has no epilogue)
+#endif
 
 // c + a b, the micro-kernel's inner step. The relaxed-SIMD build (-mrelaxed-simd, cpu_wasm_kernels_relaxed.wasm,
 // loaded only where WebAssembly validates a relaxed instruction) lets the engine fuse it into one FMA
@@ -193,11 +196,81 @@ static void gemv(int n, int k, const float *a, int csa, const float *b, int rsb,
     }
 }
 
+// ---------------------------------------------------------------------------- epilogue
+
+// What ember_sgemm_ep applies to C's elements as their last block of k leaves the micro-kernel (a panel of C in L1),
+// with the bits of rows.c's bias_act pass over the finished product: a bias per row of C (a 1x1 convolution's
+// channels: act(c + b[row])), per column (a linear layer's: act((c + b[col]) + 0)), or none (act(c + 0)).
+enum { EP_NONE, EP_ROWS, EP_COLS, EP_ACT };
+typedef struct {
+    int mode, act;
+    const float *bias;  // b[0] is C's row (EP_ROWS) or column (EP_COLS) 0
+} gemm_ep;
+
+#if defined(__wasm__)
+// v through the epilogue as row r's at column j
+#define EP_V(v, r, j, ACT)                                                                              \
+    do {                                                                                                \
+        if (mode == EP_ROWS)                                                                            \
+            v = fw_add(v, fw_splat(b[r]));                                                              \
+        else if (mode == EP_COLS)                                                                       \
+            v = fw_add(v, fw_load_part(b + (j), cols - (j)));                                           \
+        if (ACT != ACT_NONE && mode != EP_ROWS)                                                         \
+            v = fw_add(v, fw_zero());                                                                   \
+        v = fw_act(v, ACT);                                                                             \
+    } while (0)
+// (a panel is NR = FW columns wide: four of its rows at a time, as fvec.h's ACT_ROW_LOOP runs four vectors)
+#define EP_LOOP(ACT)                                                                                    \
+    {                                                                                                   \
+        int r = 0;                                                                                      \
+        if (cols <= FW)                                                                                 \
+            for (; r + 4 <= rows; r += 4) {                                                             \
+                float *a0 = c + (long)r * rsc, *a1 = a0 + rsc, *a2 = a1 + rsc, *a3 = a2 + rsc;          \
+                fw v0 = fw_load_part(a0, cols), v1 = fw_load_part(a1, cols);                            \
+                fw v2 = fw_load_part(a2, cols), v3 = fw_load_part(a3, cols);                            \
+                EP_V(v0, r, 0, ACT); EP_V(v1, r + 1, 0, ACT); EP_V(v2, r + 2, 0, ACT); EP_V(v3, r + 3, 0, ACT); \
+                fw_store_part(a0, v0, cols), fw_store_part(a1, v1, cols);                               \
+                fw_store_part(a2, v2, cols), fw_store_part(a3, v3, cols);                               \
+            }                                                                                           \
+        for (; r < rows; r++)                                                                           \
+            for (int j = 0; j < cols; j += FW) {                                                        \
+                float *at = c + (long)r * rsc + j;                                                      \
+                fw v = fw_load_part(at, cols - j);                                                      \
+                EP_V(v, r, j, ACT);                                                                     \
+                fw_store_part(at, v, cols - j);                                                         \
+            }                                                                                           \
+    }
+
+// C[0:rows, 0:cols] (row stride rsc) through the epilogue; b: the bias at C's row 0 or column 0 here
+static __attribute__((noinline)) void ep_apply(float *c, long rsc, int rows, int cols, int mode, const float *b,
+                                               int act) {
+    switch (act) {  // (a loop per activation: its constants outside the loop)
+    case ACT_SILU: EP_LOOP(ACT_SILU) break;
+    case ACT_GELU: EP_LOOP(ACT_GELU) break;
+    case ACT_GELU_TANH: EP_LOOP(ACT_GELU_TANH) break;
+    case ACT_RELU: EP_LOOP(ACT_RELU) break;
+    default: EP_LOOP(ACT_NONE) break;
+    }
+}
+#endif
+
+// the epilogue of C's rows [r0, r0 + rows) and columns [c0, c0 + cols) at c
+static inline void ep_at(const gemm_ep *ep, float *c, long rsc, int r0, int c0, int rows, int cols) {
+#if defined(__wasm__)
+    if (ep && ep->mode != EP_NONE)
+        ep_apply(c, rsc, rows, cols, ep->mode,
+                 ep->mode == EP_ROWS ? ep->bias + r0 : ep->mode == EP_COLS ? ep->bias + c0 : 0, ep->act);
+#else
+    (void)ep, (void)c, (void)rsc, (void)r0, (void)c0, (void)rows, (void)cols;
+#endif
+}
+
 // ---------------------------------------------------------------------------- blocks and threads
 
-// C (m x n) (+)= A (m x k) B (k x n) through the packed panels and the micro-kernel; k > 0
+// C (m x n) (+)= A (m x k) B (k x n) through the packed panels and the micro-kernel, then each panel of C's final
+// sums through the epilogue (ep: C's element [0, 0] is the product's [r0, c0]); k > 0
 static void blocked(int m, int n, int k, const float *a, int rsa, int csa, const float *b, int rsb, int csb,
-                    float *c, int rsc, float *scratch, int accumulate) {
+                    float *c, int rsc, float *scratch, int accumulate, const gemm_ep *ep, int r0, int c0) {
     float *pa = scratch, *pb = scratch + MC * KC;
     for (int j0 = 0; j0 < n; j0 += NC) {
         int nc = n - j0 < NC ? n - j0 : NC;
@@ -215,6 +288,8 @@ static void blocked(int m, int n, int k, const float *a, int rsa, int csa, const
                         micro_4x8(kc, pa + i * kc, pb + j * kc, c + (long)(i0 + i) * rsc + j0 + j, rsc,
                                   rows, cols, acc);
                     }
+                    if (k0 + kc >= k)  // (the panel's mc x NR sums are final, and in L1)
+                        ep_at(ep, c + (long)i0 * rsc + j0 + j, rsc, r0 + i0, c0 + j0 + j, mc, cols);
                 }
             }
         }
@@ -227,22 +302,26 @@ typedef struct {
     int parts, part;     // the other dimension in `parts` ranges of `part` (1 and all of it, mostly)
     const float *a, *b;
     float *c, *scratch;  // SCRATCH_FLOATS per thread
+    const gemm_ep *ep;   // (0: none)
 } gemm_job;
 
 // C's rows or columns [s, e) of `len` (split_m: rows) and [os, oe) of the other dimension, of product t
 static void gemm_block(const gemm_job *j, int t, int s, int e, int os, int oe, int thread) {
     const float *a = j->a + (long)t * j->bsa, *b = j->b + (long)t * j->bsb;
     float *c = j->c + (long)t * j->bsc, *scratch = j->scratch + (long)thread * SCRATCH_FLOATS;
-    if (j->m == 1)  // a row vector times B (decode steps): B streamed once, unpacked
+    if (j->m == 1) {  // a row vector times B (decode steps): B streamed once, unpacked
         gemv(e - s, j->k, a, j->csa, b + (long)s * j->csb, j->rsb, j->csb, c + s, j->accumulate);
-    else if (j->n == 1 && j->rsc == 1)  // a matrix times a column (the quantized matmul's slabs when decoding)
+        ep_at(j->ep, c + s, j->rsc, 0, s, 1, e - s);
+    } else if (j->n == 1 && j->rsc == 1) {  // a matrix times a column (the quantized matmul's slabs when decoding)
         gemv(e - s, j->k, b, j->rsb, a + (long)s * j->rsa, j->csa, j->rsa, c + s, j->accumulate);
-    else if (j->split_m)  // rows [s, e), columns [os, oe)
+        ep_at(j->ep, c + s, 1, s, 0, e - s, 1);
+    } else if (j->split_m) {  // rows [s, e), columns [os, oe)
         blocked(e - s, oe - os, j->k, a + (long)s * j->rsa, j->rsa, j->csa, b + (long)os * j->csb, j->rsb, j->csb,
-                c + (long)s * j->rsc + os, j->rsc, scratch, j->accumulate);
-    else  // rows [os, oe), columns [s, e)
+                c + (long)s * j->rsc + os, j->rsc, scratch, j->accumulate, j->ep, s, os);
+    } else {  // rows [os, oe), columns [s, e)
         blocked(oe - os, e - s, j->k, a + (long)os * j->rsa, j->rsa, j->csa, b + (long)s * j->csb, j->rsb, j->csb,
-                c + (long)os * j->rsc + s, j->rsc, scratch, j->accumulate);
+                c + (long)os * j->rsc + s, j->rsc, scratch, j->accumulate, j->ep, os, s);
+    }
 }
 
 // units [u0, u1): block u % units of product u / units, by the path the whole product takes (parallel.h). Consecutive
@@ -272,21 +351,19 @@ static void gemm_units(const void *p, int u0, int u1, int thread) {
 // stride of 0 broadcasts). Passed as an array because Pyodide's ctypes calls a function of more than
 // 13 arguments ~20x slower (29 us against 1.5 us). scratch: ember_sgemm_scratch_floats() floats per thread.
 // 0, or PARALLEL_LOST (the page's pool lost a worker: C is not the answer).
-#ifdef GEMM_EXACT
-#define BATCHED_EXPORT(name) __attribute__((export_name(#name "_exact"))) int name##_exact
-#else
-#define BATCHED_EXPORT(name) __attribute__((export_name(#name))) int name
-#endif
-BATCHED_EXPORT(ember_sgemm_batched)(int batch, int m, int n, int k, const float *a, const float *b, float *c,
-                                    const int *strides, float *scratch, int accumulate) {
+static int sgemm_run(int batch, int m, int n, int k, const float *a, const float *b, float *c, const int *strides,
+                     float *scratch, int accumulate, const gemm_ep *ep) {
     if (m <= 0 || n <= 0 || batch <= 0)
         return 0;
     int rsc = strides[7];
     if (k <= 0) {  // an empty sum
-        if (!accumulate)
-            for (int t = 0; t < batch; t++)
+        for (int t = 0; t < batch; t++) {
+            float *ct = c + (long)t * strides[6];
+            if (!accumulate)
                 for (int i = 0; i < m; i++)
-                    for (int j = 0; j < n; j++) c[(long)t * strides[6] + (long)i * rsc + j] = 0.0f;
+                    for (int j = 0; j < n; j++) ct[(long)i * rsc + j] = 0.0f;
+            ep_at(ep, ct, rsc, 0, 0, m, n);
+        }
         return 0;
     }
     int split_m = n == 1 && rsc == 1 ? 1 : m == 1 ? 0 : m >= n;
@@ -298,11 +375,40 @@ BATCHED_EXPORT(ember_sgemm_batched)(int batch, int m, int n, int k, const float 
     int part = parts > 1 ? ((other + parts - 1) / parts + NR - 1) / NR * NR : other;
     parts = (other + part - 1) / part;
     gemm_job j = {m, n, k, strides[1], strides[2], strides[4], strides[5], rsc, strides[0], strides[3], strides[6],
-                  accumulate, split_m, units * parts, parts, part, a, b, c, scratch};
+                  accumulate, split_m, units * parts, parts, part, a, b, c, scratch, ep};
     long per_unit = (long)(len < UNIT ? len : UNIT) * (part < other ? part : other) * k;
     units *= parts;
     return ember_parallel(gemm_units, &j, batch * units, ember_chunks((long)batch * units, per_unit));
 }
+
+// batch products; strides: 8 element strides {batch, row, column of A; of B; batch, row of C} (a batch
+// stride of 0 broadcasts). Passed as an array because Pyodide's ctypes calls a function of more than
+// 13 arguments ~20x slower (29 us against 1.5 us). scratch: ember_sgemm_scratch_floats() floats per thread.
+// 0, or PARALLEL_LOST (the page's pool lost a worker: C is not the answer).
+#ifdef GEMM_EXACT
+#define BATCHED_EXPORT(name) __attribute__((export_name(#name "_exact"))) int name##_exact
+#else
+#define BATCHED_EXPORT(name) __attribute__((export_name(#name))) int name
+#endif
+BATCHED_EXPORT(ember_sgemm_batched)(int batch, int m, int n, int k, const float *a, const float *b, float *c,
+                                    const int *strides, float *scratch, int accumulate) {
+    return sgemm_run(batch, m, n, k, a, b, c, strides, scratch, accumulate, 0);
+}
+
+#if defined(__wasm__)
+// ember_sgemm_batched's C = A B (never +=), each product's elements then through the epilogue: mode EP_ROWS (bias
+// b[i] on row i: a 1x1 convolution's channels), EP_COLS (b[j] on column j: a linear layer's), EP_ACT (no bias) or
+// EP_NONE, then the activation act (fvec.h's ACT_*): rows.c's bias_act over C, the same bits, with C's panels
+// still in L1 where that pass read them back from memory. -1: a mode or activation it does not know.
+BATCHED_EXPORT(ember_sgemm_ep)(int batch, int m, int n, int k, const float *a, const float *b, float *c,
+                               const int *strides, float *scratch, const float *bias, int mode, int act) {
+    if (mode < EP_NONE || mode > EP_ACT || act < ACT_NONE || act > ACT_GELU_TANH ||
+        ((mode == EP_ROWS || mode == EP_COLS) && !bias))
+        return -1;
+    gemm_ep ep = {mode, act, bias};
+    return sgemm_run(batch, m, n, k, a, b, c, strides, scratch, 0, &ep);
+}
+#endif
 
 #ifndef GEMM_EXACT
 // C (m x n, row stride rsc, unit column stride) = A (m x k) B (k x n), or += when accumulate.
