@@ -194,6 +194,12 @@ y0 = side.matmul(a, b)
 for act in (None, "silu", "gelu"):  # (the pool's linear: the epilogue on its threads; none on one thread)
     got = pool.matmul(a, b, bias=cb, act=act) if pool is not None else fk.bias_act(y0.copy(), cb, act)
     out[f"linear {act}"] = [digest(got), digest(fk.bias_act(y0.copy(), cb, act))]
+# a 1x1 conv on gemm.c (its K in blocks, each element's chain continued across them) and on conv.c's direct conv
+for c, o, h, w in ((300, 64, 30, 20), (600, 48, 20, 15)):
+    x, wt, bias = floats((1, c, h, w), c), floats((o, c, 1, 1), o) * 0.1, floats(o, 5)
+    for act in ("silu", None):
+        out[f"1x1 {c} {act}"] = [digest(fk.pointwise([x], wt, bias, act, False)),
+                                 digest(fk.conv2d(x, wt, bias, (1, 1), (0, 0), (1, 1), 1, act))]
 result = out
 """
 
@@ -452,10 +458,12 @@ def test_pointwise_convs_over_parts_on_the_pool_are_the_concatenations(sessions)
 def test_gemm_epilogue_gives_the_product_then_bias_act(sessions):
     """gemm.c's epilogue (the page's 1x1 convs and the pool's linear layers: a bias and an activation applied to
     each panel of the product as it is done) gives the bits of the product then rows.c's bias_act pass, on each of
-    gemm.c's paths, with a bias per row, per column or none, every activation, on any thread count."""
+    gemm.c's paths, with a bias per row, per column or none, every activation, on any thread count; and a 1x1
+    conv on gemm.c gives conv.c's direct conv's bits (each output one multiply-add chain over its channels on
+    both, whatever gemm.c's blocks of K), so the rule's choice between them changes no result."""
     for n in THREADS:
         got = sessions[n].run(EPILOGUE, timeout=600)["result"]
-        assert len(got) == 6 * 15 + 3
+        assert len(got) == 6 * 15 + 3 + 4
         for key, (y, want) in got.items():
             assert y == want, (n, key)
 

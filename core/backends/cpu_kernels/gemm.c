@@ -106,11 +106,28 @@ static void pack_b(int kc, int nc, const float *b, int rsb, int csb, float *dst)
 
 // ---------------------------------------------------------------------------- micro-kernel
 
-// acc (MR x NR) = sum over k of pa[k][:] (outer) pb[k][:]; then C[0:rows, 0:cols] (+)= acc
+// C[0:rows, 0:cols] = (C if accumulate, else 0) + sum over k of pa[k][:] (outer) pb[k][:], each element one
+// multiply-add chain from C's value on: a product's blocks of k continue the chain where the last one left it (the
+// order of conv.c's tiles and of gemm_native.c: a whole K in one chain, whatever the blocking)
 static void micro_4x8(int kc, const float *pa, const float *pb, float *c, int rsc, int rows, int cols,
                       int accumulate) {
     v128_t c00 = wasm_f32x4_splat(0), c01 = c00, c10 = c00, c11 = c00;
     v128_t c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    float tile[MR * NR];
+    int whole = rows == MR && cols == NR;
+    if (accumulate) {
+        const float *src = c;
+        long rs = rsc;
+        if (!whole) {  // (a partial tile through a zero-padded copy)
+            for (int r = 0; r < MR; r++)
+                for (int j = 0; j < NR; j++) tile[r * NR + j] = r < rows && j < cols ? c[(long)r * rsc + j] : 0.0f;
+            src = tile, rs = NR;
+        }
+        c00 = wasm_v128_load(src), c01 = wasm_v128_load(src + 4);
+        c10 = wasm_v128_load(src + rs), c11 = wasm_v128_load(src + rs + 4);
+        c20 = wasm_v128_load(src + 2 * rs), c21 = wasm_v128_load(src + 2 * rs + 4);
+        c30 = wasm_v128_load(src + 3 * rs), c31 = wasm_v128_load(src + 3 * rs + 4);
+    }
     for (int k = 0; k < kc; k++) {
         v128_t b0 = wasm_v128_load(pb), b1 = wasm_v128_load(pb + 4);
         v128_t a0 = wasm_v128_load32_splat(pa), a1 = wasm_v128_load32_splat(pa + 1);
@@ -123,27 +140,19 @@ static void micro_4x8(int kc, const float *pa, const float *pb, float *c, int rs
         pb += NR;
     }
     v128_t acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
-    if (rows == MR && cols == NR) {
+    if (whole) {
         for (int r = 0; r < MR; r++) {
-            float *row = c + (long)r * rsc;
-            v128_t v0 = acc[r][0], v1 = acc[r][1];
-            if (accumulate) {
-                v0 = wasm_f32x4_add(v0, wasm_v128_load(row));
-                v1 = wasm_f32x4_add(v1, wasm_v128_load(row + 4));
-            }
-            wasm_v128_store(row, v0);
-            wasm_v128_store(row + 4, v1);
+            wasm_v128_store(c + (long)r * rsc, acc[r][0]);
+            wasm_v128_store(c + (long)r * rsc + 4, acc[r][1]);
         }
         return;
     }
-    float tile[MR * NR];
     for (int r = 0; r < MR; r++) {
         wasm_v128_store(tile + r * NR, acc[r][0]);
         wasm_v128_store(tile + r * NR + 4, acc[r][1]);
     }
     for (int r = 0; r < rows; r++)
-        for (int j = 0; j < cols; j++)
-            c[(long)r * rsc + j] = accumulate ? c[(long)r * rsc + j] + tile[r * NR + j] : tile[r * NR + j];
+        for (int j = 0; j < cols; j++) c[(long)r * rsc + j] = tile[r * NR + j];
 }
 
 // ---------------------------------------------------------------------------- row vector x matrix
