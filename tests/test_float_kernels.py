@@ -608,7 +608,7 @@ q, k, v = rnd(1, 4, 100, 64, seed=4), rnd(1, 4, 385, 64, seed=5), rnd(1, 4, 385,
 xs = rnd(37, 384, seed=7, scale=3)
 xn, wn = rnd(1, 129, 1, 3, seed=10), rnd(20, 129, 1, 3, seed=11, scale=0.5)  # a narrow output: dot products
 xb, wb = rnd(1, 40, 9, 9, seed=12), rnd(72, 40, 3, 3, seed=13, scale=0.5)     # one unit: blocks of channels
-# strided, packed in the page: 2 images, 2 groups of 40 channels (blocks of 32 + 8), 37 outputs (a partial panel)
+# strided, on gemm.c in the page: 2 images, 2 groups of 40 channels, 37 outputs (a partial panel of gemm.c's)
 xg, wg = rnd(2, 80, 13, 17, seed=14), rnd(74, 40, 3, 3, seed=15, scale=0.5)
 # exp's edges: its clamps (-87.34, 88.72), 2^m at m = -126 .. 128, subnormal inputs, +inf; a row of 10 vectors
 edges = np.concatenate([np.linspace(-130, 130, 2003), [-87.3365448, -87.3365, 88.7228390, 88.72284, 88.8, 1e-40, -1e-40,
@@ -619,6 +619,8 @@ out = {"conv": fk.conv2d(x, w, b, (1, 1), (1, 1), (1, 1), 1, "silu"),
        "conv_narrow": fk.conv2d(xn, wn, b[:20], (1, 1), (0, 1), (1, 1), 1, "relu"),
        "conv_blocks": fk.conv2d(xb, wb, None, (1, 1), (1, 1), (1, 1), 1, "silu"),
        "conv_s2_groups": fk.conv2d(xg, wg, rnd(74, seed=16), (2, 2), (1, 1), (1, 1), 2, "silu"),
+       # one output channel: the page's strided convs on gemm.c need two (its row-vector path): the tiles then
+       "conv_s2_one": fk.conv2d(xb, wb[:1].copy(), None, (2, 2), (1, 1), (1, 1), 1, "gelu"),
        # pointwise (the page's micro-kernel on w's rows): 37 outputs; 300 channels in two blocks over 24 pixels
        "conv_1x1": fk.conv2d(xb, rnd(37, 40, 1, 1, seed=17), rnd(37, seed=20), (1, 1), (0, 0), (1, 1), 1, "silu"),
        "conv_1x1_blocks": fk.conv2d(rnd(1, 300, 4, 6, seed=18), rnd(21, 300, 1, 1, seed=19, scale=0.2), None, (1, 1),

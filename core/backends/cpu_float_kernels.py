@@ -168,8 +168,9 @@ class FloatKernels:
         o, _, kh, kw = w_shape
         ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
         wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        gemm = 0 if self.gemm is None else self.gemm._scratch_ptr  # (the page's strided convs on gemm.c: conv.c)
         params = np.array([0, 0, 0, 0, 0, n, c, h, wd, o, kh, kw, stride[0], stride[1], padding[0], padding[1],
-                           dilation[0], dilation[1], groups, ACTS[act]], np.intp)
+                           dilation[0], dilation[1], groups, ACTS[act], gemm], np.intp)
         size = self._conv2d_scratch_floats(_addr(params))  # (reads the sizes only)
         if size < 0:
             raise ValueError(f"ember: conv2d kernel: parameters it does not take (x {x.shape}, w {w.shape}, "

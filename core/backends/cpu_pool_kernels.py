@@ -406,7 +406,7 @@ class PoolFloatKernels(FloatKernels):
             return self.side.conv2d(x, w, b, stride, padding, dilation, groups, act)
         return self._conv(self._conv2d, self._conv2d_scratch_floats, "conv2d", [x], w, b, np.empty((n, o, ho, wo), F32),
                           [n, c, h, wd, o, kh, kw, stride[0], stride[1], padding[0], padding[1], dilation[0],
-                           dilation[1], groups, ACTS[act]])
+                           dilation[1], groups, ACTS[act], i32(self.kern._gemm_scratch.at)])
 
     def conv3x3_winograd(self, x, u, b, padding, act=None, tile_products=False):
         n, c, h, wd = x.shape
@@ -460,7 +460,7 @@ class PoolFloatKernels(FloatKernels):
         y = np.empty((1, o, h, wd), F32)
         if direct:
             return self._conv(self._conv2d, self._conv2d_scratch_floats, "conv2d", xs, w, b, y,
-                              [1, c, h, wd, o, 1, 1, 1, 1, 0, 0, 1, 1, 1, ACTS[act]])
+                              [1, c, h, wd, o, 1, 1, 1, 1, 0, 0, 1, 1, 1, ACTS[act], 0])
         if o < POOL_MIN_ROWS or y.nbytes > IO_BYTES:
             return None
         kern = self.kern

@@ -92,29 +92,27 @@ typedef struct {
     int flat_y;      // 1: flat pixels are y's pixels (wq == wo: kernels one column wide), sums kept in y itself
     long flat, units, cs, phase, image;  // flat pixels of an image, units; floats from one plane channel, phase,
     float *acc;                          // image to the next; the accumulator: (n, o, flat + 32), or y
-    float *packed;   // the page's packed weights (PACKED), or 0
+    const float **brows;  // GEMM_PATH's B: the (channel, tap) rows of one image's and group's planes, or 0
+    float *gemm;          // the page's gemm.c scratch (C_GEMM: GEMM_PATH), or 0
 } conv_t;
 
-// In the page a strided conv runs packed: each weight's rows as panels of CV_MR rows, k-major ((channel, tap) pairs in
-// the tile's order, CV_MR rows' weights side by side; packed each call, in parallel: ~0.3 ns a weight), and a pair
-// of tiles' pixels, the FW floats each (channel, tap) reads, side by side in panels on the stack. The micro-kernel
-// then reads both through one pointer each, the loop of gemm.c's micro-kernel, which V8 unrolls: its steps ~18
-// instructions where the tile's are ~36 (~13 of them addresses). YOLOv8s's stride-2 convs 1.08-1.22x faster in
-// Chromium 156. The same multiply-add chain over (channel, tap) for every output: the tile's bits. Pointwise convs
-// and Winograd's products run the same micro-kernel on w's rows and the pixels where they lie, nothing packed
-// (packing their pixels cost what the faster loop saved: 1x1 convs 0.93-0.95x; unpacked 1.02-1.04x, Winograd's
-// convs of 64-256 channels 1.05-1.09x, in Node). Not a stem of 27 steps a tile (packed: 15.1 -> 15.8 ms).
-#define PACKED(k) (PAGE && (k)->tile_major && (k)->taps > 1 && (long)(k)->cg * (k)->taps >= 64 && !(k)->narrow && \
-                   !(k)->masked && (long)(k)->kc * (k)->taps <= KC_TILE)
+// In the page a strided conv (taps across both axes, at least 64 (channel, tap) steps an output) runs as gemm.c's
+// product: w's rows (O, C taps) times B, whose rows are the (channel, tap) rows of the stride-phase planes (gemm.c
+// gathers each panel of pixels as it packs it: no im2col copy), into the accumulator, then y's rows with the bias and
+// activation. Each output is one multiply-add chain over (channel, tap), as a tile's (gemm.c continues it across its
+// blocks of K): the tile's bits. Chromium 156, one thread: YOLOv8s's stride-2 convs 1.04-1.10x faster than on packed
+// panels of a pair of tiles (gemm.c's blocks of 256 x 1024 pixels), those 1.08-1.22x faster than the tiles. Needs
+// gemm.c's scratch (C_GEMM; else the tiles) and more than one output channel and flat pixel (gemm.c's row-vector
+// paths read no row pointers). Pointwise convs and Winograd's products run gemm.c's micro-kernel loop on w's rows
+// and the pixels where they lie, nothing packed (packing their pixels cost what the faster loop saved: 1x1 convs
+// 0.93-0.95x; unpacked 1.02-1.04x, Winograd's convs of 64-256 channels 1.05-1.09x, in Node). Not a stem of 27
+// steps a tile (packed: 15.1 -> 15.8 ms).
+#define GEMM_PATH(k) (PAGE && (k)->tile_major && (k)->taps > 1 && (long)(k)->cg * (k)->taps >= 64 && !(k)->narrow && \
+                      !(k)->masked && !(k)->flat_y && (k)->og > 1 && (k)->flat > 1)
 #define PAGE_POINTWISE(k) (PAGE && (k)->taps == 1 && !(k)->narrow && !(k)->masked)  // (micro_pair_rows)
-#define PANELS(k) (((k)->og + CV_MR - 1) / CV_MR)  // a group's panels of CV_MR output channels
 
-static long packed_at(const conv_t *k) {  // (the scratch's floats before the packed weights)
+static long rows_at(const conv_t *k) {  // (the scratch's floats before GEMM_PATH's row pointers)
     return (k->own_planes ? k->image * k->n : 0) + 8 + (k->flat_y ? 0 : (long)k->n * k->o * (k->flat + 32));
-}
-
-static long packed_floats(const conv_t *k) {
-    return (long)k->groups * PANELS(k) * CV_MR * k->cg * k->taps;
 }
 
 static int setup(const intptr_t *p, conv_t *k) {
@@ -163,7 +161,8 @@ static int setup(const intptr_t *p, conv_t *k) {
     if (!k->own_planes)
         k->planes = (float *)k->x;  // (read only)
     k->acc = k->flat_y ? k->y : (float *)p[C_SCRATCH] + (k->own_planes ? k->image * k->n : 0) + 8;
-    k->packed = PACKED(k) ? (float *)p[C_SCRATCH] + packed_at(k) : 0;
+    k->gemm = (float *)p[C_GEMM];
+    k->brows = GEMM_PATH(k) && k->gemm ? (const float **)((float *)p[C_SCRATCH] + rows_at(k)) : 0;
     // a small image's few units would leave threads idle (YOLO's 20 x 20 maps: 3 units of 512 channels, 2 of them
     // on one thread): its output channels are cut into blocks too, every output still summed alike
     k->nob = k->groups == 1 && k->n * k->units < FEW_UNITS ? (k->o + OBLOCK - 1) / OBLOCK : 1;
@@ -180,7 +179,7 @@ long ember_conv2d_scratch_floats(const intptr_t *p) {
         return -1;
     if (k.narrow)  // the columns, (n, pixels, groups, cg taps rounded up to 8)
         return (long)k.n * k.ho * k.wo * k.groups * ((k.cg * k.taps + 7) & ~7L) + 8;
-    return packed_at(&k) + (PACKED(&k) ? packed_floats(&k) : 0);
+    return rows_at(&k) + (GEMM_PATH(&k) ? (long)k.cg * k.taps * (long)(sizeof(float *) / sizeof(float)) : 0);
 }
 
 // ---------------------------------------------------------------------------------------------- the planes
@@ -532,51 +531,13 @@ static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob, int g0, i
     }
 }
 
-// ---------------------------------------------------------------------------------------------- packed (the page)
+// ---------------------------------------------------------------------------------------------- pointwise (the page)
 #if PAGE
-// the packed weights of group g's channel block from c0 (kc channels), its panel of output channels from o
-static inline long packed_offset(const conv_t *k, int g, int c0, int kc, int o) {
-    return ((long)g * PANELS(k) * k->cg + (long)c0 * PANELS(k) + (long)(o / CV_MR) * kc) * k->taps * CV_MR;
-}
-
-// panels [p0, p1) of every group's (PANELS each): rows o .. o + CV_MR of w (o, cg taps), zeros past og, as each
-// block of kc channels reads them: the block's panels one after another, each k-major (CV_MR rows' weights side by
-// side)
-static void pack_weights(const conv_t *k, int p0, int p1) {
-    long kk = (long)k->cg * k->taps;
-    for (int p = p0; p < p1; p++) {
-        int g = p / PANELS(k), o = p % PANELS(k) * CV_MR, rows = k->og - o < CV_MR ? k->og - o : CV_MR;
-        const float *src = k->w + ((long)g * k->og + o) * kk;
-        for (int c0 = 0; c0 < k->cg; c0 += k->kc) {
-            int kc = k->cg - c0 < k->kc ? k->cg - c0 : k->kc;
-            float *dst = k->packed + packed_offset(k, g, c0, kc, o);
-            long i = (long)c0 * k->taps, end = (long)(c0 + kc) * k->taps;
-            for (; rows == 4 && i + 4 <= end; i += 4, dst += 16) {  // 4 x 4 blocks transposed
-                v128_t a = wasm_v128_load(src + i), b = wasm_v128_load(src + kk + i);
-                v128_t c = wasm_v128_load(src + 2 * kk + i), d = wasm_v128_load(src + 3 * kk + i);
-                v128_t ab0 = wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), ab1 = wasm_i32x4_shuffle(a, b, 2, 6, 3, 7);
-                v128_t cd0 = wasm_i32x4_shuffle(c, d, 0, 4, 1, 5), cd1 = wasm_i32x4_shuffle(c, d, 2, 6, 3, 7);
-                wasm_v128_store(dst, wasm_i32x4_shuffle(ab0, cd0, 0, 1, 4, 5));
-                wasm_v128_store(dst + 4, wasm_i32x4_shuffle(ab0, cd0, 2, 3, 6, 7));
-                wasm_v128_store(dst + 8, wasm_i32x4_shuffle(ab1, cd1, 0, 1, 4, 5));
-                wasm_v128_store(dst + 12, wasm_i32x4_shuffle(ab1, cd1, 2, 3, 6, 7));
-            }
-            for (; i < end; i++, dst += CV_MR)
-                for (int r = 0; r < CV_MR; r++) dst[r] = r < rows ? src[r * kk + i] : 0.0f;
-        }
-    }
-}
-
-static void pack_job(const void *arg, int p0, int p1, int thread) {  // (parallel.h)
-    (void)thread;
-    pack_weights((const conv_t *)arg, p0, p1);
-}
-
 // the tile's multiply-adds in gemm.c's micro-kernel loop: rows r < mr of y (yos apart) at width <= FW pixels (+)=
-// sum over kk steps i of a_r[i as] pb[i bs][0:FW] (packed panels: a_r = pa + r, as = CV_MR, bs = FW; a pointwise
-// conv's w rows and planes: as = 1, bs = cs), chained onto ys's rows (yss apart) unless first; the last block's then
-// take the bias (b) and the activation (ember_conv_epilogue). Inlined into micro_pair / micro_pair_rows, small
-// functions whose loop over a pair of tiles V8 unrolls this one inside.
+// sum over kk steps i of a_r[i as] pb[i bs][0:FW] (a pointwise conv's w rows and planes: as = 1, bs = cs), chained
+// onto ys's rows (yss apart) unless first; the last block's then take the bias (b) and the activation
+// (ember_conv_epilogue). Inlined into micro_pair_rows, a small function whose loop over a pair of tiles V8 unrolls
+// this one inside.
 static inline __attribute__((always_inline)) void micro(int kk, const float *a0, const float *a1, const float *a2,
                                                         const float *a3, long as, const float *pb, long bs, float *y,
                                                         long yos, const float *ys, long yss, int mr, int width,
@@ -634,19 +595,9 @@ static inline __attribute__((always_inline)) void micro_at(const conv_t *k, int 
     }
 }
 
-// both tiles of a pair (w1 <= 0: the first alone) for one panel of weights, read from L1 for the second. A function
-// of its own whose only loops are these (V8 then unrolls the micro-kernel's, and no caller's values compete for its
-// registers)
-static __attribute__((noinline)) void micro_pair(const conv_t *k, int steps, const float *pa, const float *pb,
-                                                 int n, int g, int o0, int mr, long f, int w0, int w1, int first,
-                                                 int last) {
-    for (int h = 0; h < 2 && (h == 0 || w1 > 0); h++)
-        micro_at(k, steps, pa, 1, CV_MR, pb + h * (long)steps * FW, FW, n, g, o0, mr, f + h * FW, h ? w1 : w0, first,
-                 last);
-}
-
-// the same for a pointwise conv's pair, its weights read from w's rows (wos apart) and its pixels from the planes
-// where they lie (channels cs apart): nothing packed
+// both tiles of a pointwise conv's pair (w1 <= 0: the first alone), its weights read from w's rows (wos apart) and
+// its pixels from the planes where they lie (channels cs apart), nothing packed. A function of its own whose only
+// loops are these (V8 then unrolls the micro-kernel's, and no caller's values compete for its registers)
 static __attribute__((noinline)) void micro_pair_rows(const conv_t *k, int kc, const float *w, long wos,
                                                       const float *x, long cs, int n, int g, int o0, int mr, long f,
                                                       int w0, int w1, int first, int last) {
@@ -654,26 +605,15 @@ static __attribute__((noinline)) void micro_pair_rows(const conv_t *k, int kc, c
         micro_at(k, kc, w, wos, 1, x + h * FW, cs, n, g, o0, mr, f + h * FW, h ? w1 : w0, first, last);
 }
 
-// conv_rows' tile-major order on the micro-kernel: for a block of channels, two tiles' pixels (a cache line of each
-// plane row they read) packed at a time (a pointwise conv's read where they lie), then every block of CV_MR output
-// channels over both (its weights read from L1 for the second)
-static void conv_rows_packed(const conv_t *k, int u0, int u1, int oa, int ob, int g0, int g1) {
-    long off[MAX_TAPS];
-    for (int i = 0; i < k->kh; i++)
-        for (int j = 0; j < k->kw; j++) {
-            int dy = i * k->dh, dx = j * k->dw;
-            off[i * k->kw + j] = ((dy % k->sh) * k->sw + dx % k->sw) * k->phase + (long)(dy / k->sh) * k->wq +
-                                 dx / k->sw;
-        }
-    float pb[2 * KC_TILE * FW];
+// conv_rows' tile-major order on the micro-kernel for a pointwise conv: for a block of channels, two tiles' pixels
+// read where they lie, then every block of CV_MR output channels over both (its weights read from L1 for the second)
+static void conv_rows_pointwise(const conv_t *k, int u0, int u1, int oa, int ob, int g0, int g1) {
     const long cs = k->cs;
-    const int taps = k->taps;  // (locals: the packing's stores could alias k's fields for all clang knows)
     for (int ub = u0; ub < u1; ub += k->ub) {
         int ue = ub + k->ub < u1 ? ub + k->ub : u1;
         for (int g = g0; g < g1; g++)
             for (int c0 = 0; c0 < k->cg; c0 += k->kc) {
                 int kc = k->cg - c0 < k->kc ? k->cg - c0 : k->kc, first = c0 == 0, last = c0 + kc >= k->cg;
-                int steps = kc * k->taps;
                 for (int u = ub; u < ue; u++) {
                     int n = (int)(u / k->units);
                     const float *base = k->planes + n * k->image + (long)(g * k->cg + c0) * k->cs;
@@ -681,22 +621,9 @@ static void conv_rows_packed(const conv_t *k, int u0, int u1, int oa, int ob, in
                     for (long f = f0; f < f1; f += 2 * FW) {
                         int w0 = f1 - f < FW ? (int)(f1 - f) : FW;
                         int w1 = f1 - f - FW < FW ? (int)(f1 - f - FW) : FW;  // (<= 0: no second tile)
-                        if (taps == 1) {
-                            for (int o0 = oa; o0 < ob; o0 += CV_MR)
-                                micro_pair_rows(k, kc, k->w + ((long)g * k->og + o0) * k->cg + c0, k->cg, base + f, cs,
-                                                n, g, o0, ob - o0 < CV_MR ? ob - o0 : CV_MR, f, w0, w1, first, last);
-                            continue;
-                        }
-                        float *d = pb, *e = pb + (long)steps * FW;
-                        for (int c = 0; c < kc; c++)
-                            for (int t = 0; t < taps; t++, d += FW, e += FW) {
-                                const float *src = base + c * cs + off[t] + f;
-                                fw_store(d, fw_load(src));
-                                if (w1 > 0) fw_store(e, fw_load(src + FW));
-                            }
                         for (int o0 = oa; o0 < ob; o0 += CV_MR)
-                            micro_pair(k, steps, k->packed + packed_offset(k, g, c0, kc, o0), pb, n, g, o0,
-                                       ob - o0 < CV_MR ? ob - o0 : CV_MR, f, w0, w1, first, last);
+                            micro_pair_rows(k, kc, k->w + ((long)g * k->og + o0) * k->cg + c0, k->cg, base + f, cs,
+                                            n, g, o0, ob - o0 < CV_MR ? ob - o0 : CV_MR, f, w0, w1, first, last);
                     }
                 }
             }
@@ -863,6 +790,51 @@ static void planes_job(const void *arg, int u0, int u1, int thread) {  // (paral
     planes_rows((const conv_t *)arg, u0, u1);
 }
 
+#if PAGE
+int ember_sgemm_rows(int m, int n, int k, const float *a, int rsa, const float *const *rows, float *c, int rsc,
+                     float *scratch);
+
+// y's rows [r0, r1) of (images x output channels) from the accumulator's flat pixels (each output row's first wo of
+// its wq), then act(y + b) over each
+static void gemm_out_rows(const void *arg, int r0, int r1, int thread) {
+    const conv_t *k = (const conv_t *)arg;
+    long yos = (long)k->ho * k->wo, aos = k->flat + 32;
+    (void)thread;
+    for (int r = r0; r < r1; r++) {
+        const float *a = k->acc + r * aos;
+        float *y = k->y + r * yos;
+        for (int oh = 0; oh < k->ho; oh++)
+            for (int j = 0; j < k->wo; j++) y[(long)oh * k->wo + j] = a[(long)oh * k->wq + j];
+        if (k->b || k->act)
+            ember_conv_epilogue(y, 0, 1, (int)yos, k->b ? k->b + r % k->o : 0, 0, k->act);
+    }
+}
+
+// the conv as gemm.c's product per image and group (GEMM_PATH); the planes are made. 0 or PARALLEL_LOST
+static int conv_gemm(const conv_t *k) {
+    const float **rows = k->brows;
+    int kk = k->cg * k->taps;
+    long aos = k->flat + 32;
+    for (int n = 0; n < k->n; n++)
+        for (int g = 0; g < k->groups; g++) {
+            const float *base = k->planes + n * k->image + (long)g * k->cg * k->cs;
+            for (int c = 0; c < k->cg; c++)
+                for (int i = 0; i < k->kh; i++)
+                    for (int j = 0; j < k->kw; j++) {
+                        int dy = i * k->dh, dx = j * k->dw;
+                        rows[c * k->taps + i * k->kw + j] = base + c * k->cs +
+                            ((dy % k->sh) * k->sw + dx % k->sw) * k->phase + (long)(dy / k->sh) * k->wq + dx / k->sw;
+                    }
+            int rc = ember_sgemm_rows(k->og, (int)k->flat, kk, k->w + (long)g * k->og * kk, kk, rows,
+                                      k->acc + ((long)n * k->o + (long)g * k->og) * aos, (int)aos, k->gemm);
+            if (rc)
+                return rc;
+        }
+    int rows_out = k->n * k->o;
+    return ember_parallel(gemm_out_rows, k, rows_out, ember_chunks(rows_out, (long)k->ho * k->wo * 8));
+}
+#endif
+
 // jobs [j0, j1) of (blocks x units), units within a block: a block is OBLOCK output channels of one group (nob > 1),
 // one group of several (gsplit), or all
 static void conv_job(const void *arg, int j0, int j1, int thread) {
@@ -875,7 +847,7 @@ static void conv_job(const void *arg, int j0, int j1, int thread) {
                  oa + OBLOCK;  // (nob 1: b is 0)
         int g0 = k->gsplit ? b : 0, g1 = k->gsplit ? b + 1 : k->groups;
 #if PAGE
-        (k->packed || PAGE_POINTWISE(k) ? conv_rows_packed : conv_rows)(k, j % units, u1, oa, ob, g0, g1);
+        (PAGE_POINTWISE(k) ? conv_rows_pointwise : conv_rows)(k, j % units, u1, oa, ob, g0, g1);
 #else
         conv_rows(k, j % units, u1, oa, ob, g0, g1);
 #endif
@@ -901,10 +873,8 @@ int ember_conv2d(const intptr_t *p) {
     int chunks = ember_chunks_sized(prep, k.image / k.c, 1L << 15, 1L << 14);
     int rc = k.own_planes ? ember_parallel(planes_job, &k, prep, chunks) : 0;
 #if PAGE
-    int panels = k.groups * PANELS(&k);
-    if (!rc && k.packed)
-        rc = ember_parallel(pack_job, &k, panels, ember_chunks_sized(panels, (long)CV_MR * k.cg * k.taps, 1L << 15,
-                                                                      1L << 14));
+    if (!rc && k.brows)
+        return conv_gemm(&k);
 #endif
     int blocks = k.gsplit ? k.groups : k.nob, jobs = units * blocks;
     long per_job = (long)SEG * (k.nob > 1 ? OBLOCK : k.gsplit ? k.og : k.o) * k.cg * k.taps;  // multiply-adds

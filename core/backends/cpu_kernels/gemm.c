@@ -104,6 +104,24 @@ static void pack_b(int kc, int nc, const float *b, int rsb, int csb, float *dst)
     }
 }
 
+// B's rows given as pointers (row i at rows[i] + col, its columns contiguous: a convolution's (channel, tap) rows of
+// its input planes, conv.c) -> panels of NR columns as pack_b's; missing columns are 0
+static void pack_b_rows(int kc, int nc, const float *const *rows, long col, float *dst) {
+    for (int j = 0; j < nc; j += NR) {
+        int cols = nc - j < NR ? nc - j : NR;
+        for (int k = 0; k < kc; k++) {
+            const float *src = rows[k] + col + j;
+            if (cols == NR) {
+                wasm_v128_store(dst, wasm_v128_load(src));
+                wasm_v128_store(dst + 4, wasm_v128_load(src + 4));
+            } else {
+                for (int c = 0; c < NR; c++) dst[c] = c < cols ? src[c] : 0.0f;
+            }
+            dst += NR;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------- micro-kernel
 
 // C[0:rows, 0:cols] = (C if accumulate, else 0) + sum over k of pa[k][:] (outer) pb[k][:], each element one
@@ -279,14 +297,18 @@ static inline void ep_at(const gemm_ep *ep, float *c, long rsc, int r0, int c0, 
 // C (m x n) (+)= A (m x k) B (k x n) through the packed panels and the micro-kernel, then each panel of C's final
 // sums through the epilogue (ep: C's element [0, 0] is the product's [r0, c0]); k > 0
 static void blocked(int m, int n, int k, const float *a, int rsa, int csa, const float *b, int rsb, int csb,
-                    float *c, int rsc, float *scratch, int accumulate, const gemm_ep *ep, int r0, int c0) {
+                    const float *const *brows, long bcol, float *c, int rsc, float *scratch, int accumulate,
+                    const gemm_ep *ep, int r0, int c0) {
     float *pa = scratch, *pb = scratch + MC * KC;
     for (int j0 = 0; j0 < n; j0 += NC) {
         int nc = n - j0 < NC ? n - j0 : NC;
         for (int k0 = 0; k0 < k; k0 += KC) {
             int kc = k - k0 < KC ? k - k0 : KC;
             int acc = accumulate || k0 > 0;
-            pack_b(kc, nc, b + (long)k0 * rsb + (long)j0 * csb, rsb, csb, pb);
+            if (brows)  // (B's rows by pointer, from column bcol: b unused)
+                pack_b_rows(kc, nc, brows + k0, bcol + j0, pb);
+            else
+                pack_b(kc, nc, b + (long)k0 * rsb + (long)j0 * csb, rsb, csb, pb);
             for (int i0 = 0; i0 < m; i0 += MC) {
                 int mc = m - i0 < MC ? m - i0 : MC;
                 pack_a(mc, kc, a + (long)i0 * rsa + (long)k0 * csa, rsa, csa, pa);
@@ -312,6 +334,7 @@ typedef struct {
     const float *a, *b;
     float *c, *scratch;  // SCRATCH_FLOATS per thread
     const gemm_ep *ep;   // (0: none)
+    const float *const *brows;  // (0: B at b; else B's row i at brows[i], its columns contiguous)
 } gemm_job;
 
 // C's rows or columns [s, e) of `len` (split_m: rows) and [os, oe) of the other dimension, of product t
@@ -326,10 +349,10 @@ static void gemm_block(const gemm_job *j, int t, int s, int e, int os, int oe, i
         ep_at(j->ep, c + s, 1, s, 0, e - s, 1);
     } else if (j->split_m) {  // rows [s, e), columns [os, oe)
         blocked(e - s, oe - os, j->k, a + (long)s * j->rsa, j->rsa, j->csa, b + (long)os * j->csb, j->rsb, j->csb,
-                c + (long)s * j->rsc + os, j->rsc, scratch, j->accumulate, j->ep, s, os);
+                j->brows, os, c + (long)s * j->rsc + os, j->rsc, scratch, j->accumulate, j->ep, s, os);
     } else {  // rows [os, oe), columns [s, e)
         blocked(oe - os, e - s, j->k, a + (long)os * j->rsa, j->rsa, j->csa, b + (long)s * j->csb, j->rsb, j->csb,
-                c + (long)os * j->rsc + s, j->rsc, scratch, j->accumulate, j->ep, os, s);
+                j->brows, s, c + (long)os * j->rsc + s, j->rsc, scratch, j->accumulate, j->ep, os, s);
     }
 }
 
@@ -361,7 +384,7 @@ static void gemm_units(const void *p, int u0, int u1, int thread) {
 // 13 arguments ~20x slower (29 us against 1.5 us). scratch: ember_sgemm_scratch_floats() floats per thread.
 // 0, or PARALLEL_LOST (the page's pool lost a worker: C is not the answer).
 static int sgemm_run(int batch, int m, int n, int k, const float *a, const float *b, float *c, const int *strides,
-                     float *scratch, int accumulate, const gemm_ep *ep) {
+                     float *scratch, int accumulate, const gemm_ep *ep, const float *const *brows) {
     if (m <= 0 || n <= 0 || batch <= 0)
         return 0;
     int rsc = strides[7];
@@ -384,7 +407,7 @@ static int sgemm_run(int batch, int m, int n, int k, const float *a, const float
     int part = parts > 1 ? ((other + parts - 1) / parts + NR - 1) / NR * NR : other;
     parts = (other + part - 1) / part;
     gemm_job j = {m, n, k, strides[1], strides[2], strides[4], strides[5], rsc, strides[0], strides[3], strides[6],
-                  accumulate, split_m, units * parts, parts, part, a, b, c, scratch, ep};
+                  accumulate, split_m, units * parts, parts, part, a, b, c, scratch, ep, brows};
     long per_unit = (long)(len < UNIT ? len : UNIT) * (part < other ? part : other) * k;
     units *= parts;
     return ember_parallel(gemm_units, &j, batch * units, ember_chunks((long)batch * units, per_unit));
@@ -401,7 +424,7 @@ static int sgemm_run(int batch, int m, int n, int k, const float *a, const float
 #endif
 BATCHED_EXPORT(ember_sgemm_batched)(int batch, int m, int n, int k, const float *a, const float *b, float *c,
                                     const int *strides, float *scratch, int accumulate) {
-    return sgemm_run(batch, m, n, k, a, b, c, strides, scratch, accumulate, 0);
+    return sgemm_run(batch, m, n, k, a, b, c, strides, scratch, accumulate, 0, 0);
 }
 
 #if defined(__wasm__)
@@ -415,7 +438,22 @@ BATCHED_EXPORT(ember_sgemm_ep)(int batch, int m, int n, int k, const float *a, c
         ((mode == EP_ROWS || mode == EP_COLS) && !bias))
         return -1;
     gemm_ep ep = {mode, act, bias};
-    return sgemm_run(batch, m, n, k, a, b, c, strides, scratch, 0, &ep);
+    return sgemm_run(batch, m, n, k, a, b, c, strides, scratch, 0, &ep, 0);
+}
+#endif
+
+#ifndef GEMM_EXACT
+// C (m x n, row stride rsc) = A (m x k, row stride rsa, unit columns) B, B's row i at rows[i] with its n columns
+// contiguous from there: conv.c's strided convs in the page, whose B is the (channel, tap) rows of their input planes
+// (no im2col copy: each panel gathered as it is packed). On the product's threads; scratch SCRATCH_FLOATS per
+// thread. 0, -1 (a row vector or a column: gemv's paths read no row pointers) or PARALLEL_LOST.
+__attribute__((visibility("hidden"))) int ember_sgemm_rows(int m, int n, int k, const float *a, int rsa,
+                                                           const float *const *rows, float *c, int rsc,
+                                                           float *scratch) {
+    if (m < 2 || n < 2)
+        return -1;
+    int strides[8] = {0, rsa, 1, 0, 0, 1, 0, rsc};
+    return sgemm_run(1, m, n, k, a, 0, c, strides, scratch, 0, 0, rows);
 }
 #endif
 
