@@ -188,8 +188,9 @@ class FloatKernels:
         size = -1  # (checked before y is made: a negative size would be numpy's error)
         if u.shape == (36, o, c) and min(padding) >= 0 and min(n, o, ho, wo) >= 1:
             y = np.empty((n, o, ho, wo), _F32)
+            gemm = 0 if self.gemm is None else self.gemm._scratch_ptr  # (the page's products on gemm.c)
             params = np.array([_addr(x), _addr(u), 0 if b is None else _addr(b), _addr(y), 0, n, c, h, wd, o,
-                               padding[0], padding[1], ACTS[act], int(tile_products)], np.intp)
+                               padding[0], padding[1], ACTS[act], int(tile_products), gemm], np.intp)
             size = self._conv3x3_winograd_scratch_floats(_addr(params))
         if size < 0:
             raise ValueError(f"ember: conv3x3_winograd kernel: parameters it does not take (x {x.shape}, u {u.shape}, "

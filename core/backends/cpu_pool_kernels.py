@@ -415,7 +415,8 @@ class PoolFloatKernels(FloatKernels):
         if n * o * ho * wo * c * 9 < POOL_MIN_MACS or ho <= 0 or wo <= 0:
             return self.side.conv3x3_winograd(x, u, b, padding, act)
         return self._conv(self._conv3x3_winograd, self._conv3x3_winograd_scratch_floats, "conv3x3_winograd", [x], u, b,
-                          np.empty((n, o, ho, wo), F32), [n, c, h, wd, o, padding[0], padding[1], ACTS[act], 1])
+                          np.empty((n, o, ho, wo), F32), [n, c, h, wd, o, padding[0], padding[1], ACTS[act], 1,
+                                                          i32(self.kern._gemm_scratch.at)])
 
     def _conv(self, fn, scratch_fn, what: str, xs, w, b, y, fields: list) -> np.ndarray:
         """A conv kernel on the pool (parameters x, w, b, y, the scratch, then `fields`): x copied in from its

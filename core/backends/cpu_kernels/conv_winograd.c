@@ -21,8 +21,9 @@
 // Memory (scratch): V (n, 36, c, tp) and the products M (n, 36, o, tp), tp the image's tiles rounded up to 16 (the
 // products' vectors fill whole rows: the 1x1 conv reads V in place), and each thread's row buffers.
 
-// W_TILE_PRODUCTS: 1 for conv.c's products natively too (the page's: a test compares the two)
-enum { W_X, W_U, W_B, W_Y, W_SCRATCH, W_N, W_C, W_H, W_W, W_O, W_PH, W_PW, W_ACT, W_TILE_PRODUCTS, W_FIELDS };
+// W_TILE_PRODUCTS: 1 for conv.c's products natively too (the page's: a test compares the two). W_GEMM: in the page,
+// gemm.c's scratch for each of the threads (ember_sgemm_scratch_floats() each) where the products may run there, or 0
+enum { W_X, W_U, W_B, W_Y, W_SCRATCH, W_N, W_C, W_H, W_W, W_O, W_PH, W_PW, W_ACT, W_TILE_PRODUCTS, W_GEMM, W_FIELDS };
 
 typedef struct {
     const float *x, *u, *b;
@@ -30,6 +31,7 @@ typedef struct {
     int n, c, h, wd, o, ph, pw, act, ho, wo, tx, ty;  // tx, ty: tiles a row, a column
     int tile_products;
     long tp, txp, row_floats;  // txp: tx rounded up to whole vectors, plus one (a row's buffers)
+    float *gemm;               // W_GEMM
 } wino_t;
 
 static int wino_setup(const intptr_t *p, wino_t *k) {
@@ -37,6 +39,7 @@ static int wino_setup(const intptr_t *p, wino_t *k) {
     k->y = (float *)p[W_Y];
     k->n = (int)p[W_N], k->c = (int)p[W_C], k->h = (int)p[W_H], k->wd = (int)p[W_W], k->o = (int)p[W_O];
     k->ph = (int)p[W_PH], k->pw = (int)p[W_PW], k->act = (int)p[W_ACT], k->tile_products = (int)p[W_TILE_PRODUCTS];
+    k->gemm = (float *)p[W_GEMM];
     if (k->n < 1 || k->c < 1 || k->o < 1 || k->h < 1 || k->wd < 1 || k->ph < 0 || k->pw < 0 || k->act < 0 ||
         k->act > 4 || k->h > (1 << 24) || k->wd > (1 << 24) || k->ph > 2 || k->pw > 2)
         return -1;
@@ -247,6 +250,11 @@ static void wino_products_job(const void *arg, int r0, int r1, int thread) {
 }
 #endif
 
+#if defined(__wasm__)
+int ember_sgemm_batched(int batch, int m, int n, int k, const float *a, const float *b, float *c, const int *strides,
+                        float *scratch, int accumulate);  // (gemm.c)
+#endif
+
 // the whole convolution: the input transforms, the products, the output transforms, each split between threads
 // (parallel.h). 0, -1 for parameters it does not take, or PARALLEL_LOST.
 EMBER_EXPORT(ember_conv3x3_winograd)
@@ -263,6 +271,16 @@ int ember_conv3x3_winograd(const intptr_t *p) {
     if (ember_sgemm_native_width() > 0 && !k.tile_products) {
         rows = 36 * k.n;
         rc = ember_parallel(wino_products_job, &k, rows, ember_chunks(rows, (long)k.o * k.c * tiles));
+    } else
+#else
+    // in the page on gemm.c where the caller passed its scratch: an image's 36 products as one batched call (packed
+    // panels, each value one multiply-add chain over the channels: the tile's bits; gemm.c's row-vector and column
+    // paths sum otherwise, so not for one output channel or one tile). Chromium 156, one thread: ~1.1-1.2x the tile's
+    if (k.gemm && k.o > 1 && tiles > 1) {
+        int strides[8] = {k.o * k.c, k.c, 1, (int)(k.c * k.tp), (int)k.tp, 1, (int)(k.o * k.tp), (int)k.tp};
+        for (int n = 0; n < k.n && !rc; n++)
+            rc = ember_sgemm_batched(36, k.o, (int)tiles, k.c, k.u, k.v + (long)n * 36 * k.c * k.tp,
+                                     k.m + (long)n * 36 * k.o * k.tp, strides, k.gemm, 0);
     } else
 #endif
     {
