@@ -206,7 +206,8 @@ class FloatKernels:
         did not choose conv.c's direct conv for this map: gemm.c's product of w (O, C) and each image's pixels
         (C, H W) with the bias (per channel) and the activation in its epilogue, each panel while in L1: the bits
         of the backend's conv (numpy_conv's product on gemm.c) then bias_act, without that pass over y in memory
-        (YOLOv8s: ~10 ms a forward). The parts are concatenated first (gemm.c reads one B)."""
+        (in V8 the activation's arithmetic, not the pass, is most of its time: about even). The parts are
+        concatenated first (gemm.c reads one B)."""
         g = self.gemm
         n, _, h, wd = xs[0].shape
         o, c, p = w.shape[0], w.shape[1], h * wd

@@ -453,7 +453,7 @@ __attribute__((visibility("hidden"))) int ember_sgemm_rows(int m, int n, int k, 
     if (m < 2 || n < 2)
         return -1;
     int strides[8] = {0, rsa, 1, 0, 0, 1, 0, rsc};
-    return sgemm_run(1, m, n, k, a, 0, c, strides, scratch, 0, 0, rows);
+    return sgemm_run(1, m, n, k, a, rows[0], c, strides, scratch, 0, 0, rows);  // (b: B's row 0, not read as b)
 }
 #endif
 
