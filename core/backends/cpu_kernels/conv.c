@@ -96,17 +96,17 @@ typedef struct {
     float *gemm;          // the page's gemm.c scratch (C_GEMM: GEMM_PATH), or 0
 } conv_t;
 
-// In the page a strided conv (taps across both axes, at least 64 (channel, tap) steps an output) runs as gemm.c's
-// product: w's rows (O, C taps) times B, whose rows are the (channel, tap) rows of the stride-phase planes (gemm.c
-// gathers each panel of pixels as it packs it: no im2col copy), into the accumulator, then y's rows with the bias and
-// activation. Each output is one multiply-add chain over (channel, tap), as a tile's (gemm.c continues it across its
-// blocks of K): the tile's bits. Chromium 156, one thread: YOLOv8s's stride-2 convs 1.04-1.10x faster than on packed
-// panels of a pair of tiles (gemm.c's blocks of 256 x 1024 pixels), those 1.08-1.22x faster than the tiles. Needs
-// gemm.c's scratch (C_GEMM; else the tiles) and more than one output channel and flat pixel (gemm.c's row-vector
-// paths read no row pointers). Pointwise convs and Winograd's products run gemm.c's micro-kernel loop on w's rows
-// and the pixels where they lie, nothing packed (packing their pixels cost what the faster loop saved: 1x1 convs
-// 0.93-0.95x; unpacked 1.02-1.04x, Winograd's convs of 64-256 channels 1.05-1.09x, in Node). Not a stem of 27
-// steps a tile (packed: 15.1 -> 15.8 ms).
+// In the page a strided conv (more than one tap and at least 64 (channel, tap) steps an output: YOLO's, Whisper's
+// 1-D stem) runs as gemm.c's product: w's rows (O, C taps) times B, whose rows are the (channel, tap) rows of the
+// stride-phase planes (gemm.c gathers each panel of pixels as it packs it: no im2col copy), into the accumulator,
+// then y's rows with the bias and activation. Each output is one multiply-add chain over (channel, tap), as a tile's
+// (gemm.c continues it across its blocks of K): the tile's bits. Chromium 156, one thread: YOLOv8s's stride-2 convs
+// 1.04-1.10x faster than on packed panels of a pair of tiles (gemm.c's blocks of 256 x 1024 pixels), those
+// 1.08-1.22x faster than the tiles. Needs gemm.c's scratch (C_GEMM; else the tiles) and more than one output
+// channel and flat pixel (gemm.c's row-vector paths read no row pointers). Pointwise convs and Winograd's products
+// (without gemm.c's scratch) run gemm.c's micro-kernel loop on w's rows and the pixels where they lie, nothing
+// packed (packing their pixels cost what the faster loop saved: 1x1 convs 0.93-0.95x; unpacked 1.02-1.04x,
+// Winograd's convs of 64-256 channels 1.05-1.09x, in Node). Not a stem of 27 steps a tile (packed: 15.1 -> 15.8 ms).
 #define GEMM_PATH(k) (PAGE && (k)->tile_major && (k)->taps > 1 && (long)(k)->cg * (k)->taps >= 64 && !(k)->narrow && \
                       !(k)->masked && !(k)->flat_y && (k)->og > 1 && (k)->flat > 1)
 #define PAGE_POINTWISE(k) (PAGE && (k)->taps == 1 && !(k)->narrow && !(k)->masked)  // (micro_pair_rows)
