@@ -109,6 +109,8 @@ class FloatKernels:
     def __init__(self, lib, native: bool, gemm=None):
         self.native = native
         self.gemm = gemm  # the page's side module (cpu_wasm_kernels.WasmKernels, its GEMM: pointwise); natively None
+        # its GEMM's scratch, which the page's strided convs and Winograd's products run on gemm.c with (conv.c)
+        self._gemm_scratch = 0 if gemm is None else gemm._scratch_ptr
         for name, (args, res) in _SIGNATURES.items():
             f = getattr(lib, name)
             if native:
@@ -168,9 +170,8 @@ class FloatKernels:
         o, _, kh, kw = w_shape
         ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
         wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-        gemm = 0 if self.gemm is None else self.gemm._scratch_ptr  # (the page's strided convs on gemm.c: conv.c)
         params = np.array([0, 0, 0, 0, 0, n, c, h, wd, o, kh, kw, stride[0], stride[1], padding[0], padding[1],
-                           dilation[0], dilation[1], groups, ACTS[act], gemm], np.intp)
+                           dilation[0], dilation[1], groups, ACTS[act], self._gemm_scratch], np.intp)
         size = self._conv2d_scratch_floats(_addr(params))  # (reads the sizes only)
         if size < 0:
             raise ValueError(f"ember: conv2d kernel: parameters it does not take (x {x.shape}, w {w.shape}, "
@@ -188,9 +189,8 @@ class FloatKernels:
         size = -1  # (checked before y is made: a negative size would be numpy's error)
         if u.shape == (36, o, c) and min(padding) >= 0 and min(n, o, ho, wo) >= 1:
             y = np.empty((n, o, ho, wo), _F32)
-            gemm = 0 if self.gemm is None else self.gemm._scratch_ptr  # (the page's products on gemm.c)
             params = np.array([_addr(x), _addr(u), 0 if b is None else _addr(b), _addr(y), 0, n, c, h, wd, o,
-                               padding[0], padding[1], ACTS[act], int(tile_products), gemm], np.intp)
+                               padding[0], padding[1], ACTS[act], int(tile_products), self._gemm_scratch], np.intp)
             size = self._conv3x3_winograd_scratch_floats(_addr(params))
         if size < 0:
             raise ValueError(f"ember: conv3x3_winograd kernel: parameters it does not take (x {x.shape}, u {u.shape}, "

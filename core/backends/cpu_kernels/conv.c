@@ -480,15 +480,20 @@ static inline void tile_at(const conv_t *k, int g, int c0, int kc, int first, in
     }
 }
 
+// floats from a pixel's place in its channel's stride-phase planes to what tap (i, j) reads for it
+static inline long tap_offset(const conv_t *k, int i, int j) {
+    int dy = i * k->dh, dx = j * k->dw;
+    return ((dy % k->sh) * k->sw + dx % k->sw) * k->phase + (long)(dy / k->sh) * k->wq + dx / k->sw;
+}
+
 // units [u0, u1) of output channels [oa, ob) of groups [g0, g1) (a block of them where nob > 1, else [0, og))
 static void conv_rows(const conv_t *k, int u0, int u1, int oa, int ob, int g0, int g1) {
     long off[MAX_TAPS], pf[MAX_TAPS];
     int npf = 0;
     for (int i = 0; i < k->kh; i++)
         for (int j = 0; j < k->kw; j++) {
-            int dy = i * k->dh, dx = j * k->dw;
-            off[i * k->kw + j] = ((dy % k->sh) * k->sw + dx % k->sw) * k->phase + (long)(dy / k->sh) * k->wq +
-                                 dx / k->sw - (k->pw - k->ppw);  // (a masked tap reads from its pixel's column)
+            // (a masked tap reads from its pixel's column)
+            off[i * k->kw + j] = tap_offset(k, i, j) - (k->pw - k->ppw);
             // pf: a tap per plane row the taps read (a phase's first); none where the tile's lines stay in L1
             if (!k->tile_major && (j * k->dw < k->sw || k->dw % k->sw))
                 pf[npf++] = off[i * k->kw + j];
@@ -801,10 +806,8 @@ static void gemm_out_rows(const void *arg, int r0, int r1, int thread) {
     long yos = (long)k->ho * k->wo, aos = k->flat + 32;
     (void)thread;
     for (int r = r0; r < r1; r++) {
-        const float *a = k->acc + r * aos;
         float *y = k->y + r * yos;
-        for (int oh = 0; oh < k->ho; oh++)
-            for (int j = 0; j < k->wo; j++) y[(long)oh * k->wo + j] = a[(long)oh * k->wq + j];
+        scatter(k, k->acc + r * aos, 0, 1, 0, (int)k->flat, y, yos);
         if (k->b || k->act)
             ember_conv_epilogue(y, 0, 1, (int)yos, k->b ? k->b + r % k->o : 0, 0, k->act);
     }
@@ -820,11 +823,8 @@ static int conv_gemm(const conv_t *k) {
             const float *base = k->planes + n * k->image + (long)g * k->cg * k->cs;
             for (int c = 0; c < k->cg; c++)
                 for (int i = 0; i < k->kh; i++)
-                    for (int j = 0; j < k->kw; j++) {
-                        int dy = i * k->dh, dx = j * k->dw;
-                        rows[c * k->taps + i * k->kw + j] = base + c * k->cs +
-                            ((dy % k->sh) * k->sw + dx % k->sw) * k->phase + (long)(dy / k->sh) * k->wq + dx / k->sw;
-                    }
+                    for (int j = 0; j < k->kw; j++)
+                        rows[c * k->taps + i * k->kw + j] = base + c * k->cs + tap_offset(k, i, j);
             int rc = ember_sgemm_rows(k->og, (int)k->flat, kk, k->w + (long)g * k->og * kk, kk, rows,
                                       k->acc + ((long)n * k->o + (long)g * k->og) * aos, (int)aos, k->gemm);
             if (rc)
